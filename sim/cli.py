@@ -1,0 +1,257 @@
+"""The `ringsim` command line.
+
+Subcommands: simulate, compare (this module), hw (the real kernel), calibrate and
+validate (calibration against measurements), dashboard (the browser app). A user's
+mistake is a `RingsimError`: printed as one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable, Sequence
+
+from sim.config import LAYOUTS, PASSES, Gpu, Hardware, Link, Scenario, Workload
+from sim.errors import RingsimError
+from sim.presets import GPU_PRESETS, LINK_PRESETS
+
+# Subcommands that live in other packages, registered lazily so that `ringsim
+# simulate` never imports torch or dash. Each module offers register(subparsers).
+EXTERNAL_COMMANDS = ["hw.cli", "sim.calibrate_cli", "dashboard.cli"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage dump is more than one line
+        raise RingsimError(message)
+
+
+def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -> None:
+    """The workload, hardware and schedule flags shared by simulate, compare and others."""
+    d = Workload()
+    g = p.add_argument_group("workload")
+    g.add_argument("--gpus", type=int, default=8, help="ranks in the ring (default 8)")
+    g.add_argument("--seq", type=int, default=d.seq, help=f"tokens per sequence (default {d.seq})")
+    g.add_argument("--batch", type=int, default=d.batch, help="sequences (default 1)")
+    g.add_argument("--heads", type=int, default=d.heads, help=f"query heads (default {d.heads})")
+    g.add_argument("--kv-heads", type=int, default=d.kv_heads,
+                   help=f"key/value heads, fewer than --heads for GQA/MQA (default {d.kv_heads})")
+    g.add_argument("--head-dim", type=int, default=d.head_dim, help=f"(default {d.head_dim})")
+    g.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=d.dtype)
+    g.add_argument("--causal", action=argparse.BooleanOptionalAction, default=d.causal,
+                   help="causal mask (default on)")
+    g.add_argument("--pass", dest="pass_", choices=PASSES, default=d.pass_,
+                   help="fwd, bwd or fwdbwd (default fwd)")
+    h = p.add_argument_group("hardware")
+    h.add_argument("--gpu", default="H100-SXM", help=f"GPU preset: {', '.join(GPU_PRESETS)}")
+    h.add_argument("--link", default="nvlink4", help=f"link preset: {', '.join(LINK_PRESETS)}")
+    h.add_argument("--inter-link", default=None,
+                   help="link preset between nodes (default: --link everywhere)")
+    h.add_argument("--gpus-per-node", type=int, default=8, help="(default 8)")
+    h.add_argument("--tflops", type=float, default=None,
+                   help="achieved TFLOP/s per GPU, replacing preset peak x efficiency")
+    h.add_argument("--efficiency", type=float, default=None,
+                   help="fraction of the preset's peak achieved (default 0.5)")
+    h.add_argument("--overhead-us", type=float, default=None, help="per-block launch overhead, µs")
+    h.add_argument("--link-gbps", type=float, default=None, help="link GB/s per direction")
+    h.add_argument("--link-latency-us", type=float, default=None, help="link latency, µs")
+    h.add_argument("--profile", default=None,
+                   help="calibrated hardware profile (from `ringsim calibrate`), replacing presets")
+    s = p.add_argument_group("schedule")
+    if with_layout:
+        s.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
+        s.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                       help="double-buffered K/V transfers behind compute (default on)")
+    s.add_argument("--granularity", choices=["exact", "tile"], default="exact",
+                   help="count exact unmasked pairs or whole tiles (default exact)")
+    s.add_argument("--tile", type=int, default=128, help="tile edge in tokens (default 128)")
+
+
+def hardware_from_args(a: argparse.Namespace) -> Hardware:
+    gpu_over: dict[str, Any] = {}
+    if a.tflops is not None:
+        gpu_over["achieved_tflops"] = a.tflops
+    if a.efficiency is not None:
+        gpu_over["efficiency"] = a.efficiency
+    if a.overhead_us is not None:
+        gpu_over["launch_overhead_us"] = a.overhead_us
+    link_over: dict[str, Any] = {}
+    if a.link_gbps is not None:
+        link_over["bandwidth_gbps"] = a.link_gbps
+    if a.link_latency_us is not None:
+        link_over["latency_us"] = a.link_latency_us
+    return Hardware(
+        gpu=Gpu.preset(a.gpu, **gpu_over),
+        link=Link.preset(a.link, **link_over),
+        inter_link=Link.preset(a.inter_link) if a.inter_link else None,
+        gpus_per_node=a.gpus_per_node,
+    )
+
+
+def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
+    workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads, kv_heads=a.kv_heads,
+                        head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
+    fields = dict(workload=workload, hardware=hardware_from_args(a), n_gpus=a.gpus,
+                  granularity=a.granularity, tile=a.tile)
+    if hasattr(a, "layout"):
+        fields.update(layout=a.layout, overlap=a.overlap)
+    fields.update(changes)
+    return Scenario(**fields)
+
+
+def profile_from_args(a: argparse.Namespace):
+    """The calibrated profile named by --profile, or None for the presets."""
+    if not getattr(a, "profile", None):
+        return None
+    from sim.profile import load_profile
+    return load_profile(a.profile)
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3f} {unit}"
+    return f"{x * 1e9:.1f} ns"
+
+
+def _fmt_bytes(x: float | None) -> str:
+    if x is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain text table, columns right-aligned but the first."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for j, row in enumerate(cells):
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join(parts))
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _summary(scenario: Scenario, metrics) -> dict[str, Any]:
+    return {"layout": scenario.layout, "overlap": scenario.overlap, **metrics.to_dict()}
+
+
+def cmd_simulate(a: argparse.Namespace) -> int:
+    from sim.engine import simulate
+    from sim.metrics import compute_metrics
+    from sim.trace import to_chrome_trace, write_json
+
+    scenario = scenario_from_args(a)
+    trace = simulate(scenario, profile_from_args(a))
+    m = compute_metrics(trace)
+    if a.trace:
+        trace.save(a.trace, overwrite=a.force)
+    if a.chrome_trace:
+        write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
+    if a.json:
+        out = {"scenario": scenario.describe(), **_summary(scenario, m)}
+        print(json.dumps(out, indent=2))
+        return 0
+    w = scenario.workload
+    print(f"{scenario.n_gpus} x {trace.hardware.get('gpu', {}).get('name', trace.hardware.get('name', '?'))}, "
+          f"{scenario.layout} layout, overlap {'on' if scenario.overlap else 'off'}, "
+          f"{w.seq} tokens ({scenario.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
+          f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}, work counted {scenario.granularity}"
+          + (f" ({scenario.tile}-token tiles)" if scenario.granularity == "tile" else ""))
+    print(f"makespan {_fmt_s(m.makespan_s)}   ideal {_fmt_s(m.ideal_s)}   efficiency "
+          f"{m.efficiency:.1%}   load imbalance {m.load_imbalance:.3f}   overlap efficiency "
+          f"{m.overlap_efficiency:.1%}")
+    print(f"total {m.total_flops / 1e12:.2f} TFLOP, {_fmt_bytes(m.total_bytes)} sent\n")
+    rows = [[r.rank, _fmt_s(r.compute_s), _fmt_s(r.comm_s), _fmt_s(r.exposed_comm_s),
+             _fmt_s(r.idle_s), f"{r.flops / 1e12:.3f}", _fmt_bytes(r.peak_mem_bytes)]
+            for r in m.ranks]
+    print(table(["rank", "compute", "comm", "exposed comm", "idle", "TFLOP", "peak mem"], rows))
+    return 0
+
+
+def compare_rows(scenario: Scenario, hardware=None) -> list[dict[str, Any]]:
+    """Metrics of every layout with overlap on and off, for one workload."""
+    from sim.engine import simulate
+    from sim.metrics import compute_metrics
+
+    out = []
+    for layout in LAYOUTS:
+        for overlap in (True, False):
+            sc = scenario.with_(layout=layout, overlap=overlap)
+            m = compute_metrics(simulate(sc, hardware))
+            out.append({"layout": layout, "overlap": overlap,
+                        "exposed_comm_s": max(r.exposed_comm_s for r in m.ranks),
+                        **{k: v for k, v in m.to_dict().items() if k != "ranks"}})
+    return out
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    scenario = scenario_from_args(a, layout="zigzag")
+    rows = compare_rows(scenario, profile_from_args(a))
+    if a.json:
+        print(json.dumps({"scenario": scenario.describe(), "rows": rows}, indent=2))
+        return 0
+    w = scenario.workload
+    print(f"{scenario.n_gpus} GPUs, {w.seq} tokens, {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
+          f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
+    best = min(r["makespan_s"] for r in rows)
+    print(table(
+        ["layout", "overlap", "makespan", "vs best", "efficiency", "imbalance", "overlap eff",
+         "max exposed comm"],
+        [[r["layout"], "on" if r["overlap"] else "off", _fmt_s(r["makespan_s"]),
+          f"{r['makespan_s'] / best:.2f}x", f"{r['efficiency']:.1%}", f"{r['load_imbalance']:.3f}",
+          f"{r['overlap_efficiency']:.1%}", _fmt_s(r["exposed_comm_s"])] for r in rows]))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ringsim", description="Simulate, measure and explore Ring Attention.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sp = sub.add_parser("simulate", help="simulate one ring schedule and report its metrics")
+    add_scenario_args(sp)
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.add_argument("--trace", metavar="FILE", help="save the trace (versioned JSON)")
+    sp.add_argument("--chrome-trace", metavar="FILE", help="save a Chrome trace (Perfetto)")
+    sp.add_argument("--force", action="store_true", help="overwrite existing output files")
+    sp.set_defaults(func=cmd_simulate)
+    cp = sub.add_parser("compare", help="all layouts, overlap on and off, side by side")
+    add_scenario_args(cp, with_layout=False)
+    cp.add_argument("--json", action="store_true", help="print one JSON object")
+    cp.set_defaults(func=cmd_compare)
+    for module in EXTERNAL_COMMANDS:
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ModuleNotFoundError as e:
+            if e.name != module:  # the module exists but something it imports is missing
+                raise
+            continue
+        mod.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        a = parser.parse_args(argv)
+        if not getattr(a, "func", None):
+            parser.print_help()
+            return 2
+        return a.func(a) or 0
+    except RingsimError as e:
+        print(f"ringsim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ringsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Validated, immutable configuration: the workload, the hardware and the schedule.
+
+Every field is keyword-only and checked where the object is made, so a bad value fails
+with a sentence naming the field (`RingsimError`). Definitions of work, FLOPs, bytes,
+compute and link time are those of DESIGN.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from sim.errors import RingsimError
+from sim.presets import gpu_preset, link_preset
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+ACCUM_BYTES = 4
+"""dK/dV travel in fp32 (the accumulation dtype) whatever the input dtype."""
+PASSES = ("fwd", "bwd", "fwdbwd")
+LAYOUTS = ("contiguous", "striped", "zigzag")
+GRANULARITIES = ("exact", "tile")
+BWD_FLOPS_FACTOR = 2.5
+"""Backward FLOPs per forward FLOP for the same pairs: five matrix products against two."""
+
+
+def _positive_int(obj: Any, *names: str) -> None:
+    for name in names:
+        v = getattr(obj, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise RingsimError(f"{name} must be a positive integer, got {v!r}")
+
+
+def _positive(obj: Any, *names: str, allow_zero: bool = False) -> None:
+    for name in names:
+        v = getattr(obj, name)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v != float("inf")
+        if not ok or v < 0 or (v == 0 and not allow_zero):
+            kind = "non-negative" if allow_zero else "positive"
+            raise RingsimError(f"{name} must be a {kind} finite number, got {v!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """One attention layer's shape and pass."""
+
+    batch: int = 1
+    """Sequences per step."""
+    seq: int = 131072
+    """Total tokens per sequence, before sharding."""
+    heads: int = 32
+    """Query heads."""
+    kv_heads: int = 8
+    """Key/value heads (fewer than `heads` is GQA; 1 is MQA)."""
+    head_dim: int = 128
+    """Elements per head."""
+    dtype: str = "bf16"
+    """Element type of Q, K, V: fp32, bf16 or fp16."""
+    causal: bool = True
+    """Token t attends to keys 0..t only."""
+    pass_: str = "fwd"
+    """fwd, bwd (backward alone, given the forward's output and log-sum-exp) or fwdbwd."""
+
+    def __post_init__(self) -> None:
+        _positive_int(self, "batch", "seq", "heads", "kv_heads", "head_dim")
+        if self.dtype not in DTYPE_BYTES:
+            raise RingsimError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
+        if self.pass_ not in PASSES:
+            raise RingsimError(f"pass must be one of {', '.join(PASSES)}, got {self.pass_!r}")
+        if self.heads % self.kv_heads:
+            raise RingsimError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+        if not isinstance(self.causal, bool):
+            raise RingsimError(f"causal must be true or false, got {self.causal!r}")
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def fwd_flops(self, pairs: float) -> float:
+        """Forward FLOPs of `pairs` unmasked (query, key) pairs over all heads and batch."""
+        return 4.0 * self.head_dim * pairs * self.heads * self.batch
+
+    def kv_bytes(self, tokens: int) -> int:
+        """Bytes of K and V for `tokens` tokens."""
+        return 2 * self.batch * self.kv_heads * tokens * self.head_dim * self.elem_bytes
+
+    def dkv_bytes(self, tokens: int) -> int:
+        """Bytes of the dK and dV accumulators for `tokens` tokens (fp32)."""
+        return 2 * self.batch * self.kv_heads * tokens * self.head_dim * ACCUM_BYTES
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    """A GPU's compute: achieved rate and per-block launch overhead."""
+
+    name: str = "custom"
+    peak_tflops: dict[str, float] = field(default_factory=lambda: {"bf16": 989.4, "fp16": 989.4, "fp32": 66.9})
+    """Dense peak TFLOP/s by dtype."""
+    efficiency: float = 0.5
+    """Fraction of peak an attention kernel achieves (assumed; calibrate to measure it)."""
+    achieved_tflops: float | None = None
+    """If set, the achieved TFLOP/s for every dtype, replacing peak x efficiency."""
+    launch_overhead_us: float = 5.0
+    """Fixed cost per block computed (kernel launch and tail), in µs (assumed)."""
+    memory_gb: float = 80.0
+    """Device memory capacity, GB (10^9 bytes)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.efficiency <= 1:
+            raise RingsimError(f"efficiency must be in (0, 1], got {self.efficiency!r}")
+        if self.achieved_tflops is not None:
+            _positive(self, "achieved_tflops")
+        _positive(self, "launch_overhead_us", allow_zero=True)
+        _positive(self, "memory_gb")
+        for dt, v in self.peak_tflops.items():
+            if not isinstance(v, (int, float)) or v <= 0:
+                raise RingsimError(f"peak TFLOP/s for {dt} must be positive, got {v!r}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "Gpu":
+        p = gpu_preset(name)
+        return cls(name=p.name, peak_tflops=dict(p.peak_tflops), memory_gb=p.memory_gb, **overrides)
+
+    def rate_flops(self, dtype: str) -> float:
+        """Achieved FLOP/s for `dtype`."""
+        if self.achieved_tflops is not None:
+            return self.achieved_tflops * 1e12
+        if dtype not in self.peak_tflops:
+            raise RingsimError(f"GPU {self.name} has no peak rate for {dtype}")
+        return self.peak_tflops[dtype] * self.efficiency * 1e12
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """One direction of a point-to-point link: alpha-beta."""
+
+    name: str = "custom"
+    bandwidth_gbps: float = 450.0
+    """GB/s per direction (10^9 bytes/s)."""
+    latency_us: float = 3.0
+    """Fixed cost per transfer, µs."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "bandwidth_gbps")
+        _positive(self, "latency_us", allow_zero=True)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "Link":
+        p = link_preset(name)
+        fields = {"name": p.name, "bandwidth_gbps": p.bandwidth_gbps, "latency_us": p.latency_us}
+        fields.update(overrides)
+        return cls(**fields)
+
+    def time_s(self, nbytes: float) -> float:
+        return self.latency_us * 1e-6 + nbytes / (self.bandwidth_gbps * 1e9)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """GPUs and the links between ring neighbours.
+
+    Ranks are packed `gpus_per_node` to a node; a ring hop inside a node uses `link`,
+    a hop between nodes uses `inter_link` (if not given, `link` everywhere).
+    """
+
+    gpu: Gpu = field(default_factory=lambda: Gpu.preset("H100-SXM"))
+    link: Link = field(default_factory=lambda: Link.preset("nvlink4"))
+    inter_link: Link | None = None
+    gpus_per_node: int = 8
+
+    def __post_init__(self) -> None:
+        _positive_int(self, "gpus_per_node")
+
+    def link_between(self, src: int, dst: int) -> Link:
+        if self.inter_link is None or src // self.gpus_per_node == dst // self.gpus_per_node:
+            return self.link
+        return self.inter_link
+
+    def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str,
+                       q_tokens: int, kv_tokens: int) -> float:
+        """Time of one block: overhead + FLOPs / achieved rate (DESIGN.md)."""
+        return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype)
+
+    def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
+        return self.link_between(src, dst).time_s(nbytes)
+
+    def rate_flops(self, dtype: str) -> float:
+        return self.gpu.rate_flops(dtype)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "preset", **asdict(self)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """Everything one simulation needs."""
+
+    workload: Workload = field(default_factory=Workload)
+    hardware: Hardware = field(default_factory=Hardware)
+    n_gpus: int = 8
+    """Ranks in the ring."""
+    layout: str = "zigzag"
+    """How tokens map to ranks: contiguous, striped or zigzag."""
+    overlap: bool = True
+    """Double-buffered K/V: transfers run while the current block computes."""
+    granularity: str = "exact"
+    """Work counted as exact unmasked pairs, or as tiles (a partial tile costs a full one)."""
+    tile: int = 128
+    """Tile edge in tokens when granularity is 'tile'."""
+
+    def __post_init__(self) -> None:
+        _positive_int(self, "n_gpus", "tile")
+        if self.layout not in LAYOUTS:
+            raise RingsimError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.granularity not in GRANULARITIES:
+            raise RingsimError(f"granularity must be exact or tile, got {self.granularity!r}")
+        chunks = self.n_chunks
+        if self.workload.seq % chunks:
+            raise RingsimError(
+                f"sequence length {self.workload.seq} does not divide into {chunks} equal chunks "
+                f"({self.layout} layout on {self.n_gpus} GPUs); use a multiple of {chunks}")
+        if self.workload.dtype not in self.hardware.gpu.peak_tflops and self.hardware.gpu.achieved_tflops is None:
+            raise RingsimError(f"GPU {self.hardware.gpu.name} has no rate for {self.workload.dtype}")
+
+    @property
+    def n_chunks(self) -> int:
+        """How many equal chunks the layout cuts the sequence into."""
+        return 2 * self.n_gpus if self.layout == "zigzag" else self.n_gpus
+
+    @property
+    def tokens_per_rank(self) -> int:
+        return self.workload.seq // self.n_gpus
+
+    def with_(self, **changes: Any) -> "Scenario":
+        return replace(self, **changes)
+
+    def describe(self) -> dict[str, Any]:
+        w = asdict(self.workload)
+        w["pass"] = w.pop("pass_")
+        return {"workload": w, "n_gpus": self.n_gpus, "layout": self.layout,
+                "overlap": self.overlap, "granularity": self.granularity, "tile": self.tile}

@@ -1,0 +1,140 @@
+"""Layouts: which tokens each rank holds, and the work of every (query rank, K/V rank) block.
+
+A layout cuts the sequence into chunks and gives each rank some of them (DESIGN.md,
+fact 8): contiguous (chunk r on rank r), striped (token t on rank t mod N; "chunk" r
+is that stripe) and zigzag (2N chunks, rank r holds r and 2N-1-r). A rank's tokens are
+a few arithmetic progressions ("segments"), which gives the causal pair counts in
+closed form without touching individual tokens.
+
+Work of a block = unmasked (query, key) pairs (DESIGN.md, Definitions), counted per
+head and batch item, exactly or rounded up to whole tiles of the local score matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.errors import RingsimError
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Tokens start, start + stride, ..., start + (count - 1) * stride."""
+
+    start: int
+    count: int
+    stride: int
+
+
+def _check(layout: str, seq: int, n: int) -> None:
+    chunks = 2 * n if layout == "zigzag" else n
+    if layout not in ("contiguous", "striped", "zigzag"):
+        raise RingsimError(f"unknown layout {layout!r}; choose contiguous, striped or zigzag")
+    if n <= 0 or seq <= 0:
+        raise RingsimError("sequence length and number of ranks must be positive")
+    if seq % chunks:
+        raise RingsimError(f"sequence length {seq} does not divide into {chunks} chunks for {layout} on {n} ranks")
+
+
+def segments(layout: str, seq: int, n: int) -> list[list[Segment]]:
+    """Each rank's tokens, in ascending order, as segments."""
+    _check(layout, seq, n)
+    c = seq // n
+    if layout == "contiguous":
+        return [[Segment(r * c, c, 1)] for r in range(n)]
+    if layout == "striped":
+        return [[Segment(r, c, n)] for r in range(n)]
+    h = seq // (2 * n)
+    return [[Segment(r * h, h, 1), Segment((2 * n - 1 - r) * h, h, 1)] for r in range(n)]
+
+
+def chunks_of_rank(layout: str, n: int) -> list[tuple[int, ...]]:
+    """The chunk ids each rank holds (the q_chunks / kv_chunks of the trace)."""
+    if layout == "zigzag":
+        return [(r, 2 * n - 1 - r) for r in range(n)]
+    return [(r,) for r in range(n)]
+
+
+def rank_tokens(layout: str, seq: int, n: int) -> np.ndarray:
+    """Array (n, seq // n): the global token ids each rank holds, ascending."""
+    out = np.empty((n, seq // n), dtype=np.int64)
+    for r, segs in enumerate(segments(layout, seq, n)):
+        out[r] = np.concatenate([s.start + s.stride * np.arange(s.count, dtype=np.int64) for s in segs])
+    return out
+
+
+def rank_of_token(layout: str, seq: int, n: int) -> np.ndarray:
+    """Array (seq,): the rank that holds each token."""
+    owner = np.empty(seq, dtype=np.int64)
+    for r, toks in enumerate(rank_tokens(layout, seq, n)):
+        owner[toks] = r
+    return owner
+
+
+def _prefix(x: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """sum over t <= x of clip(t + 1, 0, m), elementwise, in exact integers."""
+    x = np.asarray(x, dtype=np.int64)
+    inside = (x + 1) * (x + 2) // 2
+    beyond = m * (m + 1) // 2 + (x - m + 1) * m
+    return np.where(x < 0, 0, np.where(x < m, inside, beyond))
+
+
+def _causal_pairs(q: Segment, k: Segment) -> int:
+    """Pairs (query in q, key in k) with key <= query; both segments share one stride."""
+    # query a + i*s, key b + j*s: key <= query  <=>  j <= i + floor((a - b) / s)
+    shift = (q.start - k.start) // q.stride
+    m = np.int64(k.count)
+    return int(_prefix(np.int64(q.count - 1 + shift), m) - _prefix(np.int64(shift - 1), m))
+
+
+def exact_work(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
+    """Array (n, n) of int64: unmasked pairs of the block (query rank, K/V rank)."""
+    segs = segments(layout, seq, n)
+    c = seq // n
+    if not causal:
+        return np.full((n, n), c * c, dtype=np.int64)
+    work = np.zeros((n, n), dtype=np.int64)
+    if layout == "striped":
+        # query r + i*n, key s + j*n: key <= query iff j < i, or j == i and s <= r
+        lower = c * (c - 1) // 2
+        work[:] = lower
+        work += np.tril(np.full((n, n), c, dtype=np.int64))
+        return work
+    for r in range(n):
+        for s in range(n):
+            work[r, s] = sum(_causal_pairs(qs, ks) for qs in segs[r] for ks in segs[s])
+    return work
+
+
+def tile_work(layout: str, seq: int, n: int, causal: bool, tile: int) -> np.ndarray:
+    """Array (n, n): pairs counted in whole tiles of the local (query x key) matrix.
+
+    A tile costs its full area when it holds at least one unmasked pair, nothing
+    otherwise; edge tiles are smaller when `tile` does not divide the shard.
+    """
+    c = seq // n
+    if not causal:
+        return exact_work(layout, seq, n, causal)
+    toks = rank_tokens(layout, seq, n)
+    edges = np.arange(0, c, tile)
+    sizes = np.diff(np.append(edges, c))                      # (nt,)
+    last = np.minimum(edges + tile, c) - 1
+    qmax = toks[:, last]                                      # (n, nt): ascending tokens
+    kmin = toks[:, edges]                                     # (n, nt)
+    cum = np.concatenate([[0], np.cumsum(sizes)])             # key tokens in the first j tiles
+    work = np.empty((n, n), dtype=np.int64)
+    for s in range(n):
+        idx = np.searchsorted(kmin[s], qmax.ravel(), side="right").reshape(qmax.shape)
+        work[:, s] = (cum[idx] * sizes[None, :]).sum(axis=1)
+    return work
+
+
+def block_work(layout: str, seq: int, n: int, causal: bool, granularity: str = "exact",
+               tile: int = 128) -> np.ndarray:
+    """Work matrix by the chosen granularity (see module docstring)."""
+    _check(layout, seq, n)
+    if granularity == "tile":
+        return tile_work(layout, seq, n, causal, tile)
+    return exact_work(layout, seq, n, causal)
