@@ -1,9 +1,11 @@
 """The SimPy engine: plays a schedule on a hardware model and records the trace.
 
-One process per rank plays its computes in order; a transfer becomes a process the
-moment its last dependency completes, queues for its directed link (a
-`simpy.Resource` of capacity one: full duplex, one transfer at a time per direction)
-and holds it for alpha + bytes / bandwidth. Times and definitions: DESIGN.md.
+One process per rank plays its computes in order, and one process per directed link
+(full duplex: each direction is its own) carries that link's transfers one at a time,
+in the order the schedule lists them (the program order in which a rank posts them,
+as a communication stream does), each for alpha + bytes / bandwidth. Because every
+queue has a fixed order, loosening a dependency can never delay anything: overlap is
+never slower than lock-step exchange.
 
 When a compute stream is ready but its block is not, it waits. The part of that wait
 during which a transfer it depends on is in flight is exposed communication (wait
@@ -39,17 +41,28 @@ class _Run:
         self.start = [0.0] * n_ops
         self.end = [0.0] * n_ops
         self.waiting: dict[int, simpy.Event] = {}
-        self.links: dict[tuple[int, int], simpy.Resource] = {}
+        self.links: dict[tuple[int, int], list[TransferOp]] = {}
+        for op in schedule.ops:
+            if isinstance(op, TransferOp):
+                self.links.setdefault((op.src, op.dst), []).append(op)
         self.spans: list[Span] = []
 
     def run(self) -> list[Span]:
-        for op in self.s.ops:
-            if isinstance(op, TransferOp) and not op.after:
-                self.env.process(self._transfer(op))
         for rank in range(self.s.n_ranks):
             self.env.process(self._compute_stream(rank))
+        for transfers in self.links.values():
+            self.env.process(self._link(transfers))
         self.env.run()
         return self.spans
+
+    def _ready(self, op_id: int):
+        """An event that fires when every dependency of `op_id` is done."""
+        ev = self.env.event()
+        if self.remaining[op_id]:
+            self.waiting[op_id] = ev
+        else:
+            ev.succeed()
+        return ev
 
     def _done(self, op_id: int) -> None:
         self.end[op_id] = self.env.now
@@ -57,9 +70,7 @@ class _Run:
         for x in self.dependents[op_id]:
             self.remaining[x] -= 1
             if self.remaining[x] == 0:
-                if isinstance(ops[x], TransferOp):
-                    self.env.process(self._transfer(ops[x]))
-                elif x in self.waiting:
+                if x in self.waiting:
                     self.waiting.pop(x).succeed()
 
     def _compute_stream(self, rank: int):
@@ -68,9 +79,7 @@ class _Run:
             op: ComputeOp = self.s.ops[op_id]
             ready = env.now
             if self.remaining[op_id]:
-                ev = env.event()
-                self.waiting[op_id] = ev
-                yield ev
+                yield self._ready(op_id)
                 self._record_wait(op, ready, env.now)
             self.start[op_id] = env.now
             if op.mask != "empty":
@@ -82,21 +91,17 @@ class _Run:
                                        env.now, op.flops, 0.0, op.q_chunks, op.kv_chunks))
             self._done(op_id)
 
-    def _transfer(self, op: TransferOp):
+    def _link(self, transfers: list[TransferOp]):
         env = self.env
-        key = (op.src, op.dst)
-        link = self.links.get(key)
-        if link is None:
-            link = self.links[key] = simpy.Resource(env, capacity=1)
-        with link.request() as req:
-            yield req
-            t0 = env.now
+        for op in transfers:
+            if self.remaining[op.id]:
+                yield self._ready(op.id)
+            t0 = self.start[op.id] = env.now
             yield env.timeout(self.hw.transfer_time_s(op.nbytes, op.src, op.dst))
-        self.start[op.id] = t0
-        for rank, stream, peer in ((op.src, "send", op.dst), (op.dst, "recv", op.src)):
-            self.spans.append(Span(rank, stream, op.kind, op.step, t0, env.now, 0.0,
-                                   float(op.nbytes), (), op.kv_chunks, peer))
-        self._done(op.id)
+            for rank, stream, peer in ((op.src, "send", op.dst), (op.dst, "recv", op.src)):
+                self.spans.append(Span(rank, stream, op.kind, op.step, t0, env.now, 0.0,
+                                       float(op.nbytes), (), op.kv_chunks, peer))
+            self._done(op.id)
 
     def _record_wait(self, op: ComputeOp, t0: float, t1: float) -> None:
         """Split [t0, t1] into exposed-communication and idle wait spans."""

@@ -157,7 +157,7 @@ class Trace:
     def loads(cls, text: str | bytes) -> "Trace":
         try:
             data = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise RingsimError(f"trace: not valid JSON ({e})") from None
         return cls.from_dict(data)
 

@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from sim.errors import RingsimError
+from sim.layouts import block_work, chunks_of_rank, rank_of_token, rank_tokens, tile_work
+from tests.sim.conftest import brute_pairs
+
+LAYOUTS = ["contiguous", "striped", "zigzag"]
+
+
+def test_token_maps_match_the_definitions():
+    seq, n = 24, 3
+    owner = rank_of_token("contiguous", seq, n)
+    assert owner.tolist() == [t // 8 for t in range(seq)]
+    assert rank_of_token("striped", seq, n).tolist() == [t % 3 for t in range(seq)]
+    # zigzag: 6 chunks of 4; rank r holds chunks r and 5 - r
+    zig = rank_of_token("zigzag", seq, n).tolist()
+    assert zig == [min(t // 4, 5 - t // 4) for t in range(seq)]
+    assert chunks_of_rank("zigzag", 3) == [(0, 5), (1, 4), (2, 3)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(layout=st.sampled_from(LAYOUTS), n=st.integers(1, 6), per=st.integers(1, 6),
+       causal=st.booleans())
+def test_exact_work_equals_enumerated_pairs(layout, n, per, causal):
+    seq = per * (2 * n if layout == "zigzag" else n)
+    assert (block_work(layout, seq, n, causal) == brute_pairs(layout, seq, n, causal)).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(layout=st.sampled_from(LAYOUTS), n=st.integers(1, 4), per=st.integers(1, 5),
+       tile=st.integers(1, 7))
+def test_tile_work_counts_whole_tiles_with_any_unmasked_pair(layout, n, per, tile):
+    seq = per * (2 * n if layout == "zigzag" else n)
+    toks = rank_tokens(layout, seq, n)
+    c = seq // n
+    expect = np.zeros((n, n), dtype=np.int64)
+    for r in range(n):
+        for s in range(n):
+            mask = toks[s][None, :] <= toks[r][:, None]
+            for i in range(0, c, tile):
+                for j in range(0, c, tile):
+                    sub = mask[i:i + tile, j:j + tile]
+                    if sub.any():
+                        expect[r, s] += sub.size
+    got = tile_work(layout, seq, n, True, tile)
+    assert (got == expect).all()
+    assert (got >= block_work(layout, seq, n, True)).all()
+
+
+def test_causal_total_is_the_triangle_for_every_layout():
+    seq, n = 4096, 8
+    for layout in LAYOUTS:
+        assert block_work(layout, seq, n, True).sum() == seq * (seq + 1) // 2
+
+
+@pytest.mark.parametrize("layout,seq,n", [("zigzag", 24, 8), ("contiguous", 10, 3), ("striped", 0, 2)])
+def test_sizes_that_do_not_divide_are_refused(layout, seq, n):
+    with pytest.raises(RingsimError):
+        block_work(layout, seq, n, True)
