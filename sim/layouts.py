@@ -81,12 +81,15 @@ def _prefix(x: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.where(x < 0, 0, np.where(x < m, inside, beyond))
 
 
-def _causal_pairs(q: Segment, k: Segment) -> int:
-    """Pairs (query in q, key in k) with key <= query; both segments share one stride."""
+def _causal_pairs(qs: np.ndarray, ks: np.ndarray, stride: int) -> np.ndarray:
+    """Pairs (query, key) with key <= query between segments sharing one stride.
+
+    qs, ks: int64 arrays [..., 2] of (start, count), broadcast against each other.
+    """
     # query a + i*s, key b + j*s: key <= query  <=>  j <= i + floor((a - b) / s)
-    shift = (q.start - k.start) // q.stride
-    m = np.int64(k.count)
-    return int(_prefix(np.int64(q.count - 1 + shift), m) - _prefix(np.int64(shift - 1), m))
+    shift = (qs[..., 0] - ks[..., 0]) // stride
+    m = ks[..., 1]
+    return _prefix(qs[..., 1] - 1 + shift, m) - _prefix(shift - 1, m)
 
 
 def exact_work(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
@@ -95,17 +98,11 @@ def exact_work(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
     c = seq // n
     if not causal:
         return np.full((n, n), c * c, dtype=np.int64)
-    work = np.zeros((n, n), dtype=np.int64)
-    if layout == "striped":
-        # query r + i*n, key s + j*n: key <= query iff j < i, or j == i and s <= r
-        lower = c * (c - 1) // 2
-        work[:] = lower
-        work += np.tril(np.full((n, n), c, dtype=np.int64))
-        return work
-    for r in range(n):
-        for s in range(n):
-            work[r, s] = sum(_causal_pairs(qs, ks) for qs in segs[r] for ks in segs[s])
-    return work
+    stride = segs[0][0].stride
+    sc = np.array([[(g.start, g.count) for g in rank] for rank in segs], dtype=np.int64)  # (n, m, 2)
+    qs = sc[:, :, None, None, :]     # (n, m, 1, 1, 2)
+    ks = sc[None, None, :, :, :]     # (1, 1, n, m, 2)
+    return _causal_pairs(qs, ks, stride).sum(axis=(1, 3))
 
 
 def tile_work(layout: str, seq: int, n: int, causal: bool, tile: int) -> np.ndarray:

@@ -53,11 +53,13 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, chunks, c:
     def gated(*ranks: int) -> tuple[int, ...]:
         return tuple(gate[r] for r in ranks) if gate is not None else ()
 
+    work = work.tolist()
+    kv_bytes, dkv_bytes = w.kv_bytes(c), w.dkv_bytes(c)
     for k in range(n):
         # computes of step k on every rank
         for r in range(n):
             owner = (r - k) % n
-            pairs = int(work[r, owner])
+            pairs = work[r][owner]
             after: list[int] = []
             if k >= 1 and (pairs > 0 or not overlap):
                 # an empty block is skipped without waiting for its data, unless the
@@ -85,7 +87,7 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, chunks, c:
                     after = [comp[r, k], comp[dst, k]]
                 kv[r, k] = sched.add(
                     TransferOp, src=r, dst=dst, kind="kv", step=step0 + k, kv_rank=(r - k) % n,
-                    nbytes=w.kv_bytes(c), kv_chunks=chunks[(r - k) % n],
+                    nbytes=kv_bytes, kv_chunks=chunks[(r - k) % n],
                     after=tuple(after) + gated(r, dst))
         # dK/dV accumulators forwarded after the step's compute (backward only)
         if phase == "bwd" and n > 1:
@@ -100,6 +102,6 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, chunks, c:
                     after.append(comp[dst, k])
                 dkv[r, k] = sched.add(
                     TransferOp, src=r, dst=dst, kind="dkv", step=step0 + k, kv_rank=(r - k) % n,
-                    nbytes=w.dkv_bytes(c), kv_chunks=chunks[(r - k) % n],
+                    nbytes=dkv_bytes, kv_chunks=chunks[(r - k) % n],
                     after=tuple(after) + gated(r, dst))
     return [comp[r, n - 1] for r in range(n)]

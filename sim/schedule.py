@@ -11,10 +11,10 @@ occupies the link for its whole duration, and transfers on one link queue.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class ComputeOp:
+class ComputeOp(NamedTuple):
     id: int
     rank: int
     kind: str
@@ -34,8 +34,7 @@ class ComputeOp:
     after: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class TransferOp:
+class TransferOp(NamedTuple):
     id: int
     src: int
     dst: int
@@ -62,7 +61,7 @@ class Schedule:
         op_id = len(self.ops)
         op = op_factory(id=op_id, **fields)
         self.ops.append(op)
-        if isinstance(op, ComputeOp):
+        if op_factory is ComputeOp:
             self.compute_order[op.rank].append(op_id)
         return op_id
 

@@ -196,3 +196,16 @@ def test_tile_granularity_rounds_work_up():
     expect_pairs = (tiles * (tiles + 1) // 2) * 128 * 128
     assert ft == pytest.approx(4 * 64 * 8 * expect_pairs)
     assert fe < ft
+
+
+@settings(max_examples=40, deadline=None)
+@given(layout=st.sampled_from(LAYOUTS), n=st.integers(1, 7), causal=st.booleans(),
+       overlap=st.booleans(), pass_=st.sampled_from(["fwd", "bwd", "fwdbwd"]),
+       gbps=st.sampled_from([0.001, 0.3, 1000.0]), overhead_us=st.sampled_from([0.0, 5.0]))
+def test_recurrence_player_gives_the_simpy_trace_bit_for_bit(layout, n, causal, overlap, pass_,
+                                                            gbps, overhead_us):
+    hw = hardware(tflops=1e-3, gbps=gbps, overhead_us=overhead_us)
+    sc = scenario(n=n, seq=4 * n, layout=layout, causal=causal, overlap=overlap, pass_=pass_,
+                  hw=hw, heads=2, kv_heads=1, head_dim=4)
+    a, b = simulate(sc), simulate(sc, player="recurrence")
+    assert a.spans == b.spans
