@@ -11,7 +11,9 @@ dependency can never delay anything: overlap is never slower than lock-step exch
 The same fixed orders make start times a max-plus recurrence over the operations in
 schedule order (schedule order is topological), so `player="recurrence"` computes the
 identical times without an event loop, much faster; tests hold the two to bit-identical
-traces and the dashboard uses the fast one.
+traces and the dashboard uses the fast one. A calibrated profile may slow compute while
+transfers run or while ranks share CPU cores (sim.contention); rates that change inside
+a block need the event loop, so such a profile always plays on SimPy.
 
 When a compute stream is ready (its previous block done) but its block is not, it
 waits. The part of that wait during which a transfer it depends on is in flight is
@@ -31,6 +33,7 @@ from typing import Any
 import simpy
 
 from sim.config import Scenario, Workload
+from sim.contention import Contention, Sharing
 from sim.memory import peak_memory_bytes
 from sim.schedule import ComputeOp, Schedule, TransferOp
 from sim.trace import Span, Trace
@@ -71,8 +74,10 @@ def _links(schedule: Schedule) -> dict[tuple[int, int], list[TransferOp]]:
     return links
 
 
-def _times_simpy(schedule: Schedule, dur: list[float]) -> tuple[list[float], list[float], int]:
+def _times_simpy(schedule: Schedule, dur: list[float], contention: Contention | None = None
+                 ) -> tuple[list[float], list[float], int]:
     env = _CountingEnvironment()
+    sharing = Sharing(env, schedule.n_ranks, contention) if contention is not None and contention.active else None
     ops = schedule.ops
     start = [0.0] * len(ops)
     end = [0.0] * len(ops)
@@ -100,8 +105,17 @@ def _times_simpy(schedule: Schedule, dur: list[float]) -> tuple[list[float], lis
             if remaining[op_id]:
                 yield ready(op_id)
             start[op_id] = env.now
-            if dur[op_id] > 0:
+            op = ops[op_id]
+            if dur[op_id] <= 0:
+                pass
+            elif sharing is None:
                 yield env.timeout(dur[op_id])
+            elif op.__class__ is ComputeOp:
+                yield from sharing.compute(op_id, op.rank, dur[op_id])
+            else:
+                sharing.transfer(op.src, op.dst, 1)
+                yield env.timeout(dur[op_id])
+                sharing.transfer(op.src, op.dst, -1)
             done(op_id)
 
     for order in schedule.compute_order:
@@ -191,15 +205,20 @@ def _wait_spans(spans: list[Span], op: ComputeOp, ops, t0: float, t1: float,
 def play(schedule: Schedule, hardware: Any, workload: Workload,
          header: dict[str, Any] | None = None, *, player: str = "simpy") -> Trace:
     """Play `schedule` and return its simulated trace (spans sorted by start time)."""
+    if player not in PLAYERS:
+        raise ValueError(f"unknown player {player!r}")
     dur = durations_s(schedule, hardware, workload)
     header = dict(header or {})
     meta = dict(header.get("meta", {}))
+    contention = getattr(hardware, "contention", None)
+    if contention is not None and contention.active:
+        player = "simpy"     # rates that change mid-block need the event loop
+        meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
+                              "compute_slots": contention.compute_slots}
     if player == "simpy":
-        start, end, meta["sim_events"] = _times_simpy(schedule, dur)
-    elif player == "recurrence":
-        start, end = _times_recurrence(schedule, dur)
+        start, end, meta["sim_events"] = _times_simpy(schedule, dur, contention)
     else:
-        raise ValueError(f"unknown player {player!r}")
+        start, end = _times_recurrence(schedule, dur)
     meta["player"] = player
     return Trace("simulated", schedule.n_ranks, _spans(schedule, start, end),
                  header.get("config", {}), header.get("hardware", {}), meta)

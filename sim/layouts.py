@@ -105,6 +105,31 @@ def exact_work(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
     return _causal_pairs(qs, ks, stride).sum(axis=(1, 3))
 
 
+def block_masks(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
+    """Array (n, n) of str: how a kernel computes each block.
+
+    "empty": every pair masked (skipped). "full": the unmasked pairs are whole
+    (query segment x key segment) rectangles, computed densely with no mask (all of a
+    non-causal block; zigzag's off-diagonal blocks, half the queries or half the keys).
+    "diagonal": some segment pair is cut by the causal mask, so the kernel applies it.
+    """
+    _check(layout, seq, n)
+    out = np.full((n, n), "full", dtype=object)
+    if not causal:
+        return out
+    segs = segments(layout, seq, n)
+    stride = segs[0][0].stride
+    sc = np.array([[(g.start, g.count) for g in rank] for rank in segs], dtype=np.int64)
+    qs, ks = sc[:, :, None, None, :], sc[None, None, :, :, :]
+    pairs = _causal_pairs(qs, ks, stride)                         # (n, m, n, m)
+    whole = qs[..., 1] * ks[..., 1]
+    cut = ((pairs > 0) & (pairs < whole)).any(axis=(1, 3))
+    empty = pairs.sum(axis=(1, 3)) == 0
+    out[cut] = "diagonal"
+    out[empty] = "empty"
+    return out
+
+
 def tile_work(layout: str, seq: int, n: int, causal: bool, tile: int) -> np.ndarray:
     """Array (n, n): pairs counted in whole tiles of the local (query x key) matrix.
 

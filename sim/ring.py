@@ -19,7 +19,7 @@ is done.
 from __future__ import annotations
 
 from sim.config import BWD_FLOPS_FACTOR, Scenario
-from sim.layouts import block_work, chunks_of_rank
+from sim.layouts import block_masks, block_work, chunks_of_rank
 from sim.schedule import ComputeOp, Schedule, TransferOp
 
 
@@ -28,23 +28,23 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     n = scenario.n_gpus
     c = scenario.tokens_per_rank
     work = block_work(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile)
+    masks = block_masks(scenario.layout, w.seq, n, w.causal)
     chunks = chunks_of_rank(scenario.layout, n)
     sched = Schedule(n_ranks=n)
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
     gate: list[int] | None = None          # last compute of the previous phase, per rank
     step0 = 0
     for phase in phases:
-        gate = _add_phase(sched, scenario, phase, work, chunks, c, step0, gate)
+        gate = _add_phase(sched, scenario, phase, work, masks, chunks, c, step0, gate)
         step0 += n
     return sched
 
 
-def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, chunks, c: int,
+def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, masks, chunks, c: int,
                step0: int, gate: list[int] | None) -> list[int]:
     w = scenario.workload
     n = scenario.n_gpus
     overlap = scenario.overlap
-    full = c * c
     factor = 1.0 if phase == "fwd" else BWD_FLOPS_FACTOR
     comp: dict[tuple[int, int], int] = {}
     kv: dict[tuple[int, int], int] = {}
@@ -53,7 +53,7 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, chunks, c:
     def gated(*ranks: int) -> tuple[int, ...]:
         return tuple(gate[r] for r in ranks) if gate is not None else ()
 
-    work = work.tolist()
+    work, masks = work.tolist(), masks.tolist()
     kv_bytes, dkv_bytes = w.kv_bytes(c), w.dkv_bytes(c)
     for k in range(n):
         # computes of step k on every rank
@@ -72,7 +72,7 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, chunks, c:
             comp[r, k] = sched.add(
                 ComputeOp, rank=r, kind=phase, step=step0 + k, kv_rank=owner, pairs=pairs,
                 flops=factor * w.fwd_flops(pairs),
-                mask="empty" if pairs == 0 else ("full" if pairs >= full else "partial"),
+                mask=masks[r][owner],
                 q_tokens=c, kv_tokens=c, q_chunks=chunks[r], kv_chunks=chunks[owner],
                 after=tuple(after))
         # K/V forwarded at step k (block k+1 of the receiver)

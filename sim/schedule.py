@@ -26,7 +26,7 @@ class ComputeOp(NamedTuple):
     """Work of the block (unmasked or tile-rounded pairs, per head and batch item)."""
     flops: float
     mask: str
-    """'full', 'partial' or 'empty' (an empty block is skipped: no time, no launch)."""
+    """'full', 'diagonal' or 'empty' (see sim.layouts.block_masks; empty is skipped)."""
     q_tokens: int
     kv_tokens: int
     q_chunks: tuple[int, ...]

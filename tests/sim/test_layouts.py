@@ -59,3 +59,27 @@ def test_causal_total_is_the_triangle_for_every_layout():
 def test_sizes_that_do_not_divide_are_refused(layout, seq, n):
     with pytest.raises(RingsimError):
         block_work(layout, seq, n, True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(layout=st.sampled_from(LAYOUTS), n=st.integers(1, 5), per=st.integers(1, 4))
+def test_block_masks_from_the_token_mask(layout, n, per):
+    from sim.layouts import block_masks, segments
+    seq = per * (2 * n if layout == "zigzag" else n)
+    toks = rank_tokens(layout, seq, n)
+    kinds = block_masks(layout, seq, n, True)
+    segs = segments(layout, seq, n)
+    for r in range(n):
+        for s in range(n):
+            mask = toks[s][None, :] <= toks[r][:, None]
+            if not mask.any():
+                assert kinds[r, s] == "empty"
+                continue
+            # dense iff every (query segment, key segment) sub-block is all or nothing
+            qi = np.cumsum([0] + [g.count for g in segs[r]])
+            ki = np.cumsum([0] + [g.count for g in segs[s]])
+            dense = all(mask[qi[a]:qi[a + 1], ki[b]:ki[b + 1]].all()
+                        or not mask[qi[a]:qi[a + 1], ki[b]:ki[b + 1]].any()
+                        for a in range(len(qi) - 1) for b in range(len(ki) - 1))
+            assert kinds[r, s] == ("full" if dense else "diagonal")
+    assert (block_masks(layout, seq, n, False) == "full").all()
