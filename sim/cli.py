@@ -110,6 +110,8 @@ def profile_from_args(a: argparse.Namespace):
 def _fmt_s(x: float | None) -> str:
     if x is None:
         return "-"
+    if x == 0:
+        return "0"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if abs(x) >= scale:
             return f"{x / scale:.3f} {unit}"

@@ -1,0 +1,183 @@
+"""A calibrated hardware profile: measured compute, link and contention models.
+
+`ringsim calibrate` writes it from `ringsim hw bench` measurements; the simulator uses
+it in place of a datasheet preset (`ringsim simulate --profile FILE`). It offers the
+same interface as `sim.config.Hardware` (compute_time_s, transfer_time_s, rate_flops,
+describe) plus a `contention` model (sim.contention).
+
+Compute: per (dtype, mask kind, pass) group, measured block times against FLOPs, used
+either as an interpolated table or as a fitted line time = overhead + FLOPs / rate,
+whichever predicted held-out points better at calibration (recorded with residuals).
+A group that was not measured falls back, in order: backward to forward (backward
+FLOPs are 2.5x, so the rate carries over), diagonal to full; a dtype that was not
+measured is an error. Links: alpha-beta fitted for transfers in both directions at
+once (what a ring does: every rank sends and receives together).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.contention import Contention
+from sim.errors import RingsimError
+from sim.trace import read_json, write_json
+
+FORMAT = "ringsim-profile"
+VERSION = 1
+MAX_PROFILE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ComputeGroup:
+    dtype: str
+    mask: str
+    kind: str
+    points: tuple[tuple[float, float], ...]
+    """(FLOPs, median seconds), ascending in FLOPs."""
+    overhead_s: float
+    flops_per_s: float
+
+    def fit_s(self, flops: float) -> float:
+        return self.overhead_s + flops / self.flops_per_s
+
+    def table_s(self, flops: float) -> float:
+        """Piecewise-linear through the points; the fitted line outside them."""
+        xs = [p[0] for p in self.points]
+        if len(xs) < 2 or flops <= xs[0] or flops >= xs[-1]:
+            if not xs:
+                return self.fit_s(flops)
+            # outside the table: the fit, shifted to meet the nearest measured point
+            edge = self.points[0] if flops <= xs[0] else self.points[-1]
+            return max(0.0, edge[1] + (flops - edge[0]) / self.flops_per_s)
+        i = bisect.bisect_right(xs, flops)
+        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
+        return y0 + (y1 - y0) * (flops - x0) / (x1 - x0)
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    latency_s: float
+    bandwidth_bytes_per_s: float
+
+    def time_s(self, nbytes: float) -> float:
+        return self.latency_s + nbytes / self.bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class Profile:
+    compute_model: str
+    """'table' or 'fit'."""
+    groups: dict[tuple[str, str, str], ComputeGroup]
+    link: LinkFit
+    contention: Contention = field(default_factory=Contention)
+    measured_on: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+    """Residuals and fitted values as calibration found them (for the record)."""
+    source: str = ""
+
+    def _group(self, dtype: str, mask: str, kind: str) -> ComputeGroup:
+        for key in ((dtype, mask, kind), (dtype, mask, "fwd"), (dtype, "full", kind),
+                    (dtype, "full", "fwd")):
+            if key in self.groups:
+                return self.groups[key]
+        have = sorted({k[0] for k in self.groups})
+        raise RingsimError(f"profile {self.source or ''} has no compute measurements for {dtype} "
+                           f"(it has {', '.join(have) or 'none'})")
+
+    def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str,
+                       q_tokens: int, kv_tokens: int) -> float:
+        g = self._group(dtype, mask, kind)
+        return g.table_s(flops) if self.compute_model == "table" else g.fit_s(flops)
+
+    def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
+        return self.link.time_s(nbytes)
+
+    def rate_flops(self, dtype: str) -> float:
+        """Achieved FLOP/s on full blocks (the slope of the fit)."""
+        return self._group(dtype, "full", "fwd").flops_per_s
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "profile", "name": self.measured_on.get("device", "calibrated"),
+                "source": self.source, "compute_model": self.compute_model,
+                "link": {"latency_s": self.link.latency_s,
+                         "bandwidth_bytes_per_s": self.link.bandwidth_bytes_per_s},
+                "contention": {"slowdown_in_flight": self.contention.slowdown_in_flight,
+                               "compute_slots": self.contention.compute_slots},
+                "measured_on": self.measured_on}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION, "measured_on": self.measured_on,
+            "compute": {"model": self.compute_model, "groups": [
+                {"dtype": g.dtype, "mask": g.mask, "kind": g.kind,
+                 "points": [list(p) for p in g.points],
+                 "fit": {"overhead_s": g.overhead_s, "flops_per_s": g.flops_per_s}}
+                for g in self.groups.values()]},
+            "link": {"latency_s": self.link.latency_s,
+                     "bandwidth_bytes_per_s": self.link.bandwidth_bytes_per_s},
+            "contention": {"slowdown_in_flight": self.contention.slowdown_in_flight,
+                           "compute_slots": self.contention.compute_slots},
+            "report": self.report,
+        }
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> None:
+        write_json(path, self.to_dict(), overwrite=overwrite)
+
+
+def _num(x: Any, what: str, *, positive: bool = False) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (float("inf"), float("-inf")):
+        raise RingsimError(f"profile: {what} must be a finite number, got {x!r}")
+    if x < 0 or (positive and x == 0):
+        raise RingsimError(f"profile: {what} must be {'positive' if positive else 'non-negative'}, got {x!r}")
+    return float(x)
+
+
+def profile_from_dict(d: Any, source: str = "") -> Profile:
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise RingsimError(f"{source or 'profile'}: not a ringsim profile (run `ringsim calibrate` to make one)")
+    if d.get("version") != VERSION:
+        raise RingsimError(f"profile: unsupported version {d.get('version')!r}")
+    comp = d.get("compute")
+    if not isinstance(comp, dict) or comp.get("model") not in ("table", "fit"):
+        raise RingsimError("profile: compute.model must be 'table' or 'fit'")
+    groups: dict[tuple[str, str, str], ComputeGroup] = {}
+    raw = comp.get("groups")
+    if not isinstance(raw, list) or not raw:
+        raise RingsimError("profile: compute.groups must be a non-empty list")
+    for i, g in enumerate(raw):
+        if not isinstance(g, dict):
+            raise RingsimError(f"profile: compute group {i} is not an object")
+        key = (g.get("dtype"), g.get("mask"), g.get("kind", "fwd"))
+        if key[0] not in ("fp32", "bf16", "fp16") or key[1] not in ("full", "diagonal") or key[2] not in ("fwd", "bwd"):
+            raise RingsimError(f"profile: compute group {i} has a bad dtype/mask/kind {key}")
+        pts = g.get("points", [])
+        if not isinstance(pts, list) or not all(isinstance(p, list) and len(p) == 2 for p in pts):
+            raise RingsimError(f"profile: compute group {i} points must be [flops, seconds] pairs")
+        points = tuple(sorted((_num(p[0], "flops"), _num(p[1], "seconds")) for p in pts))
+        fit = g.get("fit")
+        if not isinstance(fit, dict):
+            raise RingsimError(f"profile: compute group {i} has no fit")
+        groups[key] = ComputeGroup(*key, points, _num(fit.get("overhead_s"), "overhead_s"),
+                                   _num(fit.get("flops_per_s"), "flops_per_s", positive=True))
+    link = d.get("link")
+    if not isinstance(link, dict):
+        raise RingsimError("profile: link must be an object")
+    lf = LinkFit(_num(link.get("latency_s"), "link latency_s"),
+                 _num(link.get("bandwidth_bytes_per_s"), "link bandwidth", positive=True))
+    cont = d.get("contention") or {}
+    if not isinstance(cont, dict):
+        raise RingsimError("profile: contention must be an object")
+    slots = cont.get("compute_slots")
+    contention = Contention(
+        slowdown_in_flight=max(1.0, _num(cont.get("slowdown_in_flight", 1.0), "slowdown_in_flight", positive=True)),
+        compute_slots=None if slots is None else _num(slots, "compute_slots", positive=True))
+    measured_on = d.get("measured_on") if isinstance(d.get("measured_on"), dict) else {}
+    report = d.get("report") if isinstance(d.get("report"), dict) else {}
+    return Profile(comp["model"], groups, lf, contention, measured_on, report, source)
+
+
+def load_profile(path: str | os.PathLike) -> Profile:
+    return profile_from_dict(read_json(path, what="profile", max_bytes=MAX_PROFILE_BYTES), str(path))
