@@ -1,0 +1,204 @@
+"""Validation: how far the simulator's prediction falls from the measured kernel.
+
+For one case (a layout, mask, world size, sequence length and pass) the real kernel
+gives several measured traces (repeats) and the simulator, on a calibrated profile,
+gives one. We report the measured spread (min, median, max, coefficient of variation),
+the makespan error against the median, the error of every rank's every step, and a
+breakdown that says which part of the model misses: compute (sum of compute spans),
+transfer (mean time of a transfer), exposed communication, and the clock skew between
+ranks in the measurement. Everything here reads traces only; running the kernel is the
+caller's business (`ringsim validate`).
+
+A rank's step k ends when its compute of step k ends (a skipped, fully masked block
+ends with the step before); its duration runs from the end of step k-1 (the trace's
+start for k = 0). Step errors are |simulated - measured| / measured per (rank, step),
+the measured side the median over repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sim.trace import Trace
+
+
+@dataclass(frozen=True)
+class Case:
+    layout: str
+    causal: bool
+    world_size: int
+    seq: int
+    pass_: str = "fwd"
+
+    @property
+    def key(self) -> str:
+        return (f"{self.layout}/{'causal' if self.causal else 'full'}/ws{self.world_size}/"
+                f"seq{self.seq}/{self.pass_}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pass"] = d.pop("pass_")
+        return d
+
+
+def matrix(*, quick: bool, seqs: list[int] | None = None, passes: list[str] | None = None,
+           world_sizes: list[int] | None = None) -> list[Case]:
+    """The validation matrix: layouts x causal x world sizes x sizes (x passes)."""
+    if seqs is None:
+        seqs = [2048, 4096] if quick else [2048, 4096, 8192]
+    if passes is None:
+        passes = ["fwd"] if quick else ["fwd", "fwdbwd"]
+    if world_sizes is None:
+        world_sizes = [2, 3, 4]
+    cases = []
+    for pass_ in passes:
+        for ws in world_sizes:
+            for seq in seqs:
+                for layout in ("contiguous", "striped", "zigzag"):
+                    for causal in (True, False):
+                        if quick and not causal and layout != "contiguous":
+                            continue  # without a mask the layouts do identical work
+                        cases.append(Case(layout, causal, ws, seq, pass_))
+    return cases
+
+
+def step_durations(trace: Trace) -> dict[tuple[int, int], float]:
+    """(rank, step) -> how long that step took on that rank (see module docstring)."""
+    t0 = min((s.start_s for s in trace.spans), default=0.0)
+    ends: dict[int, dict[int, float]] = {}
+    for s in trace.spans:
+        if s.stream == "compute":
+            ends.setdefault(s.rank, {})[s.step] = s.end_s
+    out = {}
+    for rank, by_step in ends.items():
+        prev = t0
+        for step in sorted(by_step):
+            out[rank, step] = by_step[step] - prev
+            prev = by_step[step]
+    return out
+
+
+def _components(trace: Trace) -> dict[str, float]:
+    compute = sum(s.duration_s for s in trace.spans if s.stream == "compute")
+    sends = [s.duration_s for s in trace.spans if s.stream == "send"]
+    exposed = sum(s.duration_s for s in trace.spans if s.stream == "wait" and s.kind != "idle")
+    first = {}
+    for s in trace.spans:
+        if s.stream == "compute":
+            first[s.rank] = min(first.get(s.rank, s.start_s), s.start_s)
+    skew = (max(first.values()) - min(first.values())) if first else 0.0
+    return {"compute_s": compute, "mean_transfer_s": statistics.mean(sends) if sends else 0.0,
+            "exposed_comm_s": exposed, "first_compute_skew_s": skew}
+
+
+def _rel(sim: float, meas: float) -> float | None:
+    return (sim - meas) / meas if meas > 0 else None
+
+
+def compare_case(case: Case, measured: list[Trace], simulated: Trace) -> dict[str, Any]:
+    """One row of the validation report."""
+    spans = sorted(t.makespan_s for t in measured)
+    med = statistics.median(spans)
+    mean = statistics.mean(spans)
+    cv = statistics.stdev(spans) / mean if len(spans) > 1 and mean > 0 else 0.0
+    sim = simulated.makespan_s
+    # per-step errors against the median of the repeats
+    per_repeat = [step_durations(t) for t in measured]
+    sim_steps = step_durations(simulated)
+    step_errors = []
+    steps = []
+    for key in sorted(sim_steps):
+        vals = [d[key] for d in per_repeat if key in d]
+        if not vals:
+            continue
+        m = statistics.median(vals)
+        err = abs(sim_steps[key] - m) / m if m > 0 else None
+        steps.append({"rank": key[0], "step": key[1], "measured_s": m,
+                      "simulated_s": sim_steps[key], "abs_error": err})
+        if err is not None:
+            step_errors.append(err)
+    comp_meas = [_components(t) for t in measured]
+    comp_sim = _components(simulated)
+    parts = {}
+    for name in ("compute_s", "mean_transfer_s", "exposed_comm_s"):
+        m = statistics.median(c[name] for c in comp_meas)
+        parts[name] = {"measured": m, "simulated": comp_sim[name], "error": _rel(comp_sim[name], m)}
+    parts["first_compute_skew_s"] = {"measured": statistics.median(c["first_compute_skew_s"] for c in comp_meas)}
+    return {
+        **case.to_dict(),
+        "repeats": len(spans),
+        "measured_min_s": spans[0], "measured_median_s": med, "measured_max_s": spans[-1],
+        "measured_cv": cv,
+        "simulated_s": sim,
+        "error": (sim - med) / med,
+        "abs_error": abs(sim - med) / med,
+        "within_range": spans[0] <= sim <= spans[-1],
+        "step_median_abs_error": statistics.median(step_errors) if step_errors else None,
+        "step_max_abs_error": max(step_errors) if step_errors else None,
+        "parts": parts,
+        "steps": steps,
+    }
+
+
+def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> dict[str, Any]:
+    if not rows:
+        return {"cases": 0}
+    errors = [r["abs_error"] for r in rows]
+    step_errors = [s["abs_error"] for r in rows for s in r["steps"] if s["abs_error"] is not None]
+    worst = max(rows, key=lambda r: r["abs_error"])
+    ok = [r["within_range"] or r["abs_error"] <= max_case_error for r in rows]
+    return {
+        "cases": len(rows),
+        "median_abs_error": statistics.median(errors),
+        "max_abs_error": worst["abs_error"],
+        "worst_case": worst["case"] if "case" in worst else _key(worst),
+        "cases_within_range_or_tolerance": sum(ok),
+        "step_median_abs_error": statistics.median(step_errors) if step_errors else None,
+        "median_measured_cv": statistics.median(r["measured_cv"] for r in rows),
+        "median_compute_error": _median_part(rows, "compute_s"),
+        "median_transfer_error": _median_part(rows, "mean_transfer_s"),
+    }
+
+
+def _median_part(rows, name: str) -> float | None:
+    vals = [r["parts"][name]["error"] for r in rows if r["parts"][name]["error"] is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _key(row: dict[str, Any]) -> str:
+    return Case(row["layout"], row["causal"], row["world_size"], row["seq"], row["pass"]).key
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as a Markdown table with its summary."""
+    s = report["summary"]
+    lines = [
+        f"Measured on: {report.get('measured_on', {}).get('device', '?')}; profile "
+        f"{report.get('profile', '?')}; {s['cases']} cases, "
+        f"{report.get('repeats', '?')} repeats each after {report.get('warmup', '?')} warm-up.",
+        "",
+        f"- median |makespan error|: {s['median_abs_error']:.1%}; worst {s['max_abs_error']:.1%} ({s['worst_case']})",
+        f"- cases inside the measured [min, max] or within 10%: {s['cases_within_range_or_tolerance']} of {s['cases']}",
+        f"- per-step median |error|: {s['step_median_abs_error']:.1%}" if s.get("step_median_abs_error") is not None else "- per-step error: -",
+        f"- median coefficient of variation of the measurements: {s['median_measured_cv']:.1%}",
+        f"- median error of compute time {_pct(s['median_compute_error'])}, of transfer time {_pct(s['median_transfer_error'])}",
+        "",
+        "| case | measured min | median | max | CV | simulated | error | in range | step err (median) | compute err | transfer err | skew |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["cases"]:
+        p = r["parts"]
+        lines.append(
+            f"| {_key(r)} | {r['measured_min_s'] * 1e3:.1f} ms | {r['measured_median_s'] * 1e3:.1f} ms | "
+            f"{r['measured_max_s'] * 1e3:.1f} ms | {r['measured_cv']:.1%} | {r['simulated_s'] * 1e3:.1f} ms | "
+            f"{r['error']:+.1%} | {'yes' if r['within_range'] else 'no'} | "
+            f"{'-' if r['step_median_abs_error'] is None else format(r['step_median_abs_error'], '.1%')} | "
+            f"{_pct(p['compute_s']['error'])} | {_pct(p['mean_transfer_s']['error'])} | "
+            f"{p['first_compute_skew_s']['measured'] * 1e6:.0f} µs |")
+    return "\n".join(lines) + "\n"
