@@ -1,0 +1,363 @@
+"""The Dash app: `create_app()` builds the page and registers its callbacks.
+
+Callbacks are thin: they turn control values into a scenario (dashboard/state.py), get
+results through the simulator's public functions (dashboard/compute.py, cached), and
+hand them to the pure figure builders (dashboard/figures.py). A user's mistake is a
+`RingsimError`, shown as a message beside its control or in place of a figure; the
+views keep the last valid scenario meanwhile. Views compute only while their tab is open.
+
+Uploaded traces and profiles stay on the server (bounded), the browser keeps only a
+token; uploads are capped in size and parsed as JSON only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections import OrderedDict
+from typing import Any
+
+import dash
+from dash import Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from sim.errors import RingsimError
+from sim.online_softmax import example as merge_example
+from sim.trace import Trace
+
+from dashboard import compute, export, figures
+from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, page
+from dashboard.state import (CONTROL_IDS, ControlError, query_from_values, scenario_from_config,
+                             scenario_from_values, values_from_query)
+
+MERGE_MAX_GPUS = 16
+"""The exact-merge view runs the numpy ring on at most this many ranks (small inputs)."""
+MERGE_TOKENS_PER_CHUNK = 4
+TIMELINE_DEFAULT_RANKS = 32
+"""Rings larger than 64 GPUs open their timeline on the first this-many GPUs."""
+_KEPT_UPLOADS = 8
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "–"
+    scale, unit = figures.time_unit(abs(x) if x else 1e-6)
+    return f"{x * scale:.4g} {unit}"
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:.1f}%"
+
+
+def _fmt_bytes(x: float | None) -> str:
+    if x is None:
+        return "–"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
+class _Kept:
+    """A small LRU of server-side objects named by a token."""
+
+    def __init__(self, size: int = _KEPT_UPLOADS):
+        self.size = size
+        self.items: OrderedDict[str, Any] = OrderedDict()
+
+    def put(self, token: str, obj: Any) -> None:
+        self.items[token] = obj
+        self.items.move_to_end(token)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+
+    def get(self, token: str | None) -> Any:
+        return self.items.get(token) if token else None
+
+
+def load_profile_file(path: str) -> Any:
+    """A calibrated hardware profile through sim.profile, if this ringsim has it."""
+    try:
+        from sim.profile import load_profile
+    except ModuleNotFoundError as e:
+        if e.name not in ("sim.profile",):
+            raise
+        raise RingsimError("calibrated profiles are not available yet: this ringsim has no "
+                           "sim/profile.py (use the presets or custom numbers)") from None
+    return load_profile(path)
+
+
+def create_app(profile_path: str | None = None) -> dash.Dash:
+    """The dashboard app; `profile_path` preloads a calibrated hardware profile."""
+    app = dash.Dash(__name__, title="ringsim", update_title=None,
+                    assets_folder=os.path.join(os.path.dirname(__file__), "assets"))
+    # base64 inflates an upload by 4/3; refuse bodies well past the upload cap outright
+    app.server.config["MAX_CONTENT_LENGTH"] = MAX_UPLOAD_BYTES * 3 // 2
+    profiles = _Kept()
+    measured = _Kept()
+    initial_profile = None
+    if profile_path:
+        with open(profile_path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        profiles.put(f"profile-{digest}", load_profile_file(profile_path))
+        initial_profile = {"token": f"profile-{digest}", "name": os.path.basename(profile_path)}
+    app.layout = lambda: page(initial_profile)
+
+    def hardware_of(profile_data: Any) -> tuple[Any, str | None]:
+        if not profile_data:
+            return None, None
+        token = profile_data.get("token")
+        hw = profiles.get(token)
+        if hw is None:
+            raise RingsimError("the calibrated profile is no longer loaded on the server; "
+                               "upload it again")
+        return hw, token
+
+    def scenario_of(data: Any):
+        if not data:
+            raise PreventUpdate
+        return scenario_from_values(data["values"])
+
+    def result_of(data: Any, profile_data: Any) -> compute.Result:
+        hw, key = hardware_of(profile_data)
+        return compute.run(scenario_of(data), hw, key)
+
+    # --- the scenario: controls <-> URL, validated --------------------------------------
+    index = {cid: i for i, cid in enumerate(CONTROL_IDS)}
+
+    @app.callback(
+        [Output(cid, "value") for cid in CONTROL_IDS]
+        + [Output("url", "search"), Output("scenario", "data"), Output("banner", "children")]
+        + [Output(f"{cid}-msg", "children") for cid in CONTROL_IDS],
+        [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS],
+    )
+    def sync(search, *vals):
+        if ctx.triggered_id in (None, "url"):
+            values, ignored = values_from_query(search)
+            value_out = [values[cid] for cid in CONTROL_IDS]
+            url_out = no_update
+        else:
+            values, ignored = dict(zip(CONTROL_IDS, vals)), []
+            value_out = [no_update] * len(CONTROL_IDS)
+            url_out = query_from_values(values)
+        msgs = [""] * len(CONTROL_IDS)
+        banner = [f"ignored unreadable link parameters: {', '.join(ignored)}"] if ignored else []
+        try:
+            scenario_from_values(values)
+            store = {"values": values}
+        except ControlError as e:
+            msgs[index[e.control]] = str(e)
+            store = no_update
+            banner.append("The views show the last valid scenario until the highlighted value is fixed.")
+        return value_out + [url_out, store, " ".join(banner) or None] + msgs
+
+    # --- summary, layout strip, downloads -----------------------------------------------
+    @app.callback(
+        [Output(cid, "children") for cid, _ in SUMMARY_CARDS] + [Output("scenario-line", "children")],
+        Input("scenario", "data"), Input("profile", "data"),
+    )
+    def summary(data, profile_data):
+        try:
+            sc = scenario_of(data)
+            res = result_of(data, profile_data)
+        except RingsimError as e:
+            return ["–"] * len(SUMMARY_CARDS) + [html.Span(str(e), className="msg")]
+        m = res.metrics
+        w = sc.workload
+        peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or None
+        hw_name = (profile_data or {}).get("name") or f"{sc.hardware.gpu.name} / {sc.hardware.link.name}"
+        line = (f"{sc.n_gpus} × {hw_name}, {w.seq:,} tokens ({sc.tokens_per_rank:,} per GPU), "
+                f"{w.heads}/{w.kv_heads} heads × {w.head_dim}, {w.dtype}, "
+                f"{'causal' if w.causal else 'no mask'}, {w.pass_}")
+        return [_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
+                f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
+                _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak), line]
+
+    @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"))
+    def layout_strip(data):
+        sc = scenario_of(data)
+        return figures.layout_strip(sc.layout, sc.workload.seq, sc.n_gpus)
+
+    def _name(sc) -> str:
+        return f"ringsim-{sc.n_gpus}gpu-{sc.layout}-{sc.workload.seq}-{sc.workload.pass_}"
+
+    @app.callback(Output("dl-trace", "data"), Input("dl-trace-btn", "n_clicks"),
+                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
+    def download_trace(_, data, profile_data):
+        res = result_of(data, profile_data)
+        return dict(content=export.trace_json(res.trace), filename=_name(scenario_of(data)) + ".json")
+
+    @app.callback(Output("dl-chrome", "data"), Input("dl-chrome-btn", "n_clicks"),
+                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
+    def download_chrome(_, data, profile_data):
+        res = result_of(data, profile_data)
+        return dict(content=export.chrome_trace_json(res.trace),
+                    filename=_name(scenario_of(data)) + ".chrome.json")
+
+    @app.callback(Output("dl-csv", "data"), Input("dl-csv-btn", "n_clicks"),
+                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
+    def download_csv(_, data, profile_data):
+        res = result_of(data, profile_data)
+        return dict(content=export.metrics_csv(res.metrics),
+                    filename=_name(scenario_of(data)) + ".metrics.csv")
+
+    # --- the views, each computed while its tab is open ----------------------------------
+    def only_on(tab: str, current: str) -> None:
+        if current != tab:
+            raise PreventUpdate
+
+    @app.callback(Output("ranks", "max"), Output("ranks", "value"), Output("ranks", "marks"),
+                  Input("scenario", "data"), State("ranks", "max"), State("ranks", "value"))
+    def rank_window(data, old_max, current):
+        n = scenario_of(data).n_gpus
+        step = max(1, n // 8)
+        marks = {r: str(r) for r in range(0, n, step)} | {n - 1: str(n - 1)}
+        if old_max == n - 1 and current:
+            return no_update, no_update, no_update   # same ring: keep the user's window
+        hi = n - 1 if n <= 64 else TIMELINE_DEFAULT_RANKS - 1
+        return n - 1, [0, hi], marks
+
+    @app.callback(Output("timeline", "figure"),
+                  Input("scenario", "data"), Input("profile", "data"), Input("ranks", "value"),
+                  Input("tabs", "value"))
+    def timeline(data, profile_data, ranks, tab):
+        only_on("timeline", tab)
+        try:
+            res = result_of(data, profile_data)
+        except RingsimError as e:
+            return figures.message_figure(str(e))
+        window = tuple(ranks) if ranks else None
+        return figures.timeline(res.trace, window)
+
+    @app.callback(Output("block-map", "figure"),
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"))
+    def block_map(data, profile_data, tab):
+        only_on("blocks", tab)
+        try:
+            return figures.block_map(result_of(data, profile_data).trace)
+        except RingsimError as e:
+            return figures.message_figure(str(e))
+
+    @app.callback(Output("compare", "figure"), Output("compare-table", "children"),
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"))
+    def compare(data, profile_data, tab):
+        only_on("compare", tab)
+        try:
+            hw, key = hardware_of(profile_data)
+            rows = compute.compare_table(scenario_of(data), hw, key)
+        except RingsimError as e:
+            return figures.message_figure(str(e)), None
+        return figures.comparison(rows), _compare_table(rows)
+
+    @app.callback(Output("sweep", "figure"),
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"))
+    def sweep(data, profile_data, tab):
+        only_on("sweep", tab)
+        try:
+            hw, key = hardware_of(profile_data)
+            return figures.overlap_sweep(compute.overlap_sweep(scenario_of(data), hw, key))
+        except RingsimError as e:
+            return figures.message_figure(str(e))
+
+    @app.callback(Output("memory", "figure"), Input("scenario", "data"), Input("tabs", "value"))
+    def memory(data, tab):
+        only_on("memory", tab)
+        return figures.memory(compute.memory_table(scenario_of(data)))
+
+    @app.callback(Output("merge", "figure"), Output("merge-row", "max"), Output("merge-note", "children"),
+                  Input("scenario", "data"), Input("merge-row", "value"), Input("tabs", "value"))
+    def merge(data, row, tab):
+        only_on("merge", tab)
+        sc = scenario_of(data)
+        n = min(sc.n_gpus, MERGE_MAX_GPUS)
+        seq = sc.n_chunks // sc.n_gpus * n * MERGE_TOKENS_PER_CHUNK
+        row = seq - 1 if row is None or row >= seq else int(row)
+        res = merge_example(n_ranks=n, layout=sc.layout, causal=sc.workload.causal,
+                            tokens_per_chunk=MERGE_TOKENS_PER_CHUNK, query_row=row)
+        note = (f"Small inputs: {seq} tokens on {n} GPUs ({sc.layout}, "
+                f"{'causal' if sc.workload.causal else 'no mask'}), one head of dim 16, random "
+                f"q/k/v in float64; the ring result is compared with softmax attention over the "
+                f"whole sequence at once.")
+        return figures.merge_steps(res, sc.layout), seq - 1, note
+
+    # --- calibrated profile ---------------------------------------------------------------
+    @app.callback(Output("profile", "data"), Output("profile-msg", "children"),
+                  Input("profile-upload", "contents"), Input("profile-clear", "n_clicks"),
+                  State("profile-upload", "filename"), prevent_initial_call=True)
+    def profile_upload(contents, _, filename):
+        if ctx.triggered_id == "profile-clear":
+            return None, ""
+        try:
+            raw = export.decode_upload(contents, filename, MAX_UPLOAD_BYTES)
+            export.parse_json_upload(contents, filename, MAX_UPLOAD_BYTES)   # JSON, or refuse
+            with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
+                f.write(raw)
+            try:
+                hw = load_profile_file(f.name)
+            finally:
+                os.unlink(f.name)
+        except RingsimError as e:
+            return no_update, str(e)
+        token = "profile-" + hashlib.sha256(raw).hexdigest()[:16]
+        profiles.put(token, hw)
+        return {"token": token, "name": filename if isinstance(filename, str) else "profile"}, ""
+
+    @app.callback(Output("profile-status", "children"), Input("profile", "data"))
+    def profile_status(profile_data):
+        if profile_data:
+            return f"using {profile_data.get('name', 'a calibrated profile')}"
+        return "none: presets and custom numbers"
+
+    # --- measured vs simulated --------------------------------------------------------------
+    @app.callback(Output("measured", "data"), Output("trace-upload-status", "children"),
+                  Output("trace-upload-msg", "children"),
+                  Input("trace-upload", "contents"), State("trace-upload", "filename"),
+                  prevent_initial_call=True)
+    def trace_upload(contents, filename):
+        try:
+            raw = export.decode_upload(contents, filename, MAX_UPLOAD_BYTES)
+            trace = export.parse_trace_upload(contents, filename, MAX_UPLOAD_BYTES)
+        except RingsimError as e:
+            return no_update, no_update, str(e)
+        token = "trace-" + hashlib.sha256(raw).hexdigest()[:16]
+        measured.put(token, trace)
+        name = filename if isinstance(filename, str) else "trace"
+        return ({"token": token, "name": name},
+                f"{name}: " + ", ".join(figures.trace_summary(trace)), "")
+
+    @app.callback(Output("overlay", "figure"),
+                  Input("measured", "data"), Input("scenario", "data"), Input("profile", "data"),
+                  Input("tabs", "value"))
+    def overlay(measured_data, data, profile_data, tab):
+        only_on("measured", tab)
+        if not measured_data:
+            return figures.message_figure("Upload a measured trace to compare it with the model.")
+        trace: Trace | None = measured.get(measured_data.get("token"))
+        if trace is None:
+            return figures.message_figure("The uploaded trace is no longer on the server; upload it again.")
+        try:
+            hw, key = hardware_of(profile_data)
+            base = scenario_of(data)
+            sim_scenario = scenario_from_config(trace.config, base.hardware)
+            if sim_scenario.n_gpus != trace.world_size:
+                raise RingsimError(f"the trace has {trace.world_size} ranks but its configuration "
+                                   f"says {sim_scenario.n_gpus} GPUs")
+            simulated = compute.run(sim_scenario, hw, key).trace
+        except RingsimError as e:
+            return figures.message_figure(str(e))
+        return figures.overlay(simulated, trace, compute.step_errors(simulated, trace))
+
+    return app
+
+
+def _compare_table(rows: list[dict[str, Any]]) -> html.Table:
+    best = min(r["makespan_s"] for r in rows)
+    head = ["layout", "overlap", "makespan", "vs best", "efficiency", "load imbalance",
+            "overlap efficiency", "exposed comm (worst GPU)"]
+    body = [[r["layout"], "on" if r["overlap"] else "off", _fmt_s(r["makespan_s"]),
+             f"{r['makespan_s'] / best:.2f}×", _fmt_pct(r["efficiency"]),
+             f"{r['load_imbalance']:.3f}", _fmt_pct(r["overlap_efficiency"]),
+             _fmt_s(r["exposed_comm_s"])] for r in rows]
+    return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])),
+                       html.Tbody([html.Tr([html.Td(c) for c in row]) for row in body])])

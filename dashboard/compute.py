@@ -1,0 +1,252 @@
+"""What the views show, computed through the simulator's public functions and cached.
+
+A simulation is the expensive part of every callback (SimPy plays every block and
+transfer), so finished traces are kept in a small LRU keyed on the scenario's JSON
+(a `Scenario` holds dicts and is not hashable) and bounded by the number of spans it
+holds. Concurrent sessions asking for the same scenario wait for one simulation rather
+than each running their own.
+
+The tables built here (comparison, overlap sweep, memory, per-step error) are plain
+data; dashboard/figures.py draws them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from sim.config import LAYOUTS, Hardware, Link, Scenario
+from sim.engine import simulate
+from sim.memory import full_kv_bytes, peak_memory_bytes
+from sim.metrics import Metrics, compute_metrics
+from sim.trace import Trace
+
+from dashboard.state import scenario_key
+
+
+@dataclass(frozen=True)
+class Result:
+    trace: Trace
+    metrics: Metrics
+
+
+class ResultCache:
+    """LRU of simulation results, bounded by total spans, safe under threads."""
+
+    def __init__(self, max_spans: int = 1_500_000):
+        self.max_spans = max_spans
+        self._items: OrderedDict[str, Result] = OrderedDict()
+        self._spans = 0
+        self._lock = threading.Lock()
+        self._inflight: dict[str, threading.Event] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str, make: Callable[[], Result]) -> Result:
+        while True:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    self.hits += 1
+                    return self._items[key]
+                pending = self._inflight.get(key)
+                if pending is None:
+                    pending = self._inflight[key] = threading.Event()
+                    self.misses += 1
+                    break
+            pending.wait()   # another thread is computing it; then look again
+        try:
+            result = make()
+            with self._lock:
+                self._put(key, result)
+            return result
+        finally:
+            with self._lock:
+                self._inflight.pop(key, None)
+            pending.set()
+
+    def _put(self, key: str, result: Result) -> None:
+        size = len(result.trace.spans)
+        if size > self.max_spans:
+            return
+        self._items[key] = result
+        self._spans += size
+        while self._spans > self.max_spans:
+            _, old = self._items.popitem(last=False)
+            self._spans -= len(old.trace.spans)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._spans = 0
+            self.hits = self.misses = 0
+
+
+CACHE = ResultCache()
+
+
+def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None) -> Result:
+    """Simulate `scenario` (on `profile` when given) and compute its metrics, cached."""
+    hw_desc = profile_key if profile is not None else None
+    key = scenario_key(scenario, hw_desc)
+
+    def make() -> Result:
+        trace = simulate(scenario, profile)
+        return Result(trace, compute_metrics(trace))
+
+    return CACHE.get(key, make)
+
+
+def metrics_row(scenario: Scenario, m: Metrics) -> dict[str, Any]:
+    """One row of the comparison table, as sim.cli.compare_rows writes it."""
+    return {"layout": scenario.layout, "overlap": scenario.overlap,
+            "exposed_comm_s": max(r.exposed_comm_s for r in m.ranks),
+            **{k: v for k, v in m.to_dict().items() if k != "ranks"}}
+
+
+def compare_table(scenario: Scenario, profile: Any | None = None,
+                  profile_key: str | None = None) -> list[dict[str, Any]]:
+    """Every layout with overlap on and off (the rows of `ringsim compare`)."""
+    rows = []
+    for layout in LAYOUTS:
+        for overlap in (True, False):
+            sc = scenario.with_(layout=layout, overlap=overlap)
+            rows.append(metrics_row(sc, run(sc, profile, profile_key).metrics))
+    return rows
+
+
+# --- view 5: when transfers hide ---------------------------------------------------
+
+SWEEP_MAX_GPUS = 16
+"""The sweep simulates a ring of at most this many GPUs: per-device overlap depends on
+tokens per device and the link, not on the ring's size, and each point is a full
+simulation."""
+
+
+def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, float]:
+    """Compute and transfer time of one full (unmasked) forward block of `tokens` x `tokens`."""
+    w = scenario.workload
+    flops = w.fwd_flops(tokens * tokens)
+    compute = hw.compute_time_s(flops, dtype=w.dtype, kind="fwd", mask="full",
+                                q_tokens=int(tokens), kv_tokens=int(tokens))
+    transfer = hw.transfer_time_s(w.kv_bytes(1) * tokens, 0, 1)
+    return compute, transfer
+
+
+def crossover_tokens(hw: Any, scenario: Scenario) -> float:
+    """Tokens per device where a block's compute equals its transfer, fixed costs aside.
+
+    DESIGN.md fact 5: compute grows as c^2 and transfer as c, so past this c the
+    transfer hides behind compute. Launch overhead and link latency are subtracted so
+    that the answer is the paper's condition; the sweep's curves show them.
+    """
+    c0, x0 = block_times(hw, scenario, 0)
+    c1, x1 = block_times(hw, scenario, 1024)
+    compute_per_c2 = (c1 - c0) / 1024**2
+    transfer_per_c = (x1 - x0) / 1024
+    return transfer_per_c / compute_per_c2
+
+
+def crossover_bandwidth_gbps(hw: Any, scenario: Scenario, tokens: int) -> float:
+    """Link GB/s at which a full block of `tokens` transfers as fast as it computes."""
+    c0, _ = block_times(hw, scenario, 0)
+    c, _ = block_times(hw, scenario, tokens)
+    return scenario.workload.kv_bytes(tokens) / (c - c0) / 1e9
+
+
+def _point(sc: Scenario, profile: Any, profile_key: str | None) -> dict[str, float]:
+    m = run(sc, profile, profile_key).metrics
+    exposed = max(r.exposed_comm_s for r in m.ranks)
+    return {"efficiency": m.efficiency if m.efficiency is not None else float("nan"),
+            "exposed_frac": exposed / m.makespan_s if m.makespan_s > 0 else 0.0,
+            "makespan_s": m.makespan_s, "exposed_comm_s": exposed}
+
+
+def overlap_sweep(scenario: Scenario, profile: Any | None = None,
+                  profile_key: str | None = None) -> dict[str, Any]:
+    """Efficiency and exposed communication against tokens per device and link bandwidth."""
+    n = min(scenario.n_gpus, SWEEP_MAX_GPUS)
+    hw = profile if profile is not None else scenario.hardware
+    chunk_mult = 2 if scenario.layout == "zigzag" else 1
+    c_now = scenario.tokens_per_rank
+    tokens = sorted({2 ** k for k in range(7, 18)} | {c_now})
+    tokens = [c for c in tokens if c % chunk_mult == 0]
+    by_tokens = []
+    for c in tokens:
+        sc = scenario.with_(n_gpus=n, workload=_with_seq(scenario, c * n))
+        comp, xfer = block_times(hw, scenario, c)
+        by_tokens.append({"tokens": c, "block_compute_s": comp, "block_transfer_s": xfer,
+                          **_point(sc, profile, profile_key)})
+    by_bw: list[dict[str, float]] = []
+    bw_now = None
+    if profile is None:
+        link = scenario.hardware.link
+        bw_now = link.bandwidth_gbps
+        bws = sorted({float(round(x, 3)) for x in np.geomspace(5, 2000, 9)} | {bw_now})
+        sc0 = scenario.with_(n_gpus=n, workload=_with_seq(scenario, c_now * n))
+        for bw in bws:
+            hw_bw = Hardware(
+                gpu=scenario.hardware.gpu, gpus_per_node=scenario.hardware.gpus_per_node,
+                link=Link(name=f"{bw:g} GB/s", bandwidth_gbps=bw, latency_us=link.latency_us),
+                inter_link=None)
+            by_bw.append({"bandwidth_gbps": bw, **_point(sc0.with_(hardware=hw_bw), None, None)})
+    return {
+        "n_gpus": n, "layout": scenario.layout, "overlap": scenario.overlap,
+        "tokens_now": c_now, "bandwidth_now_gbps": bw_now,
+        "crossover_tokens": crossover_tokens(hw, scenario),
+        "crossover_bandwidth_gbps": crossover_bandwidth_gbps(hw, scenario, c_now),
+        "by_tokens": by_tokens, "by_bandwidth": by_bw,
+    }
+
+
+def _with_seq(scenario: Scenario, seq: int):
+    return replace(scenario.workload, seq=seq)
+
+
+# --- view 6: memory -------------------------------------------------------------------
+
+def memory_table(scenario: Scenario) -> dict[str, Any]:
+    """Peak bytes per device against sequence length and against device count."""
+    w = scenario.workload
+    n = scenario.n_gpus
+    chunks = scenario.n_chunks
+    seqs = sorted({chunks * 2 ** k for k in range(4, 26) if chunks * 2 ** k <= 1 << 24} | {w.seq})
+    by_seq = [{"seq": s, "ring_bytes": peak_memory_bytes(_with_seq(scenario, s), s // n)["total"],
+               "full_kv_bytes": full_kv_bytes(_with_seq(scenario, s))} for s in seqs]
+    c = scenario.tokens_per_rank
+    counts = [g for g in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if w.seq % g == 0]
+    by_gpus = [{"gpus": g, "ring_bytes": peak_memory_bytes(w, w.seq // g)["total"],
+                "fixed_shard_bytes": peak_memory_bytes(_with_seq(scenario, c * g), c)["total"],
+                "full_kv_bytes": full_kv_bytes(w)} for g in counts]
+    return {"seq_now": w.seq, "gpus_now": n, "tokens_per_rank": c,
+            "capacity_bytes": scenario.hardware.gpu.memory_gb * 1e9,
+            "items": peak_memory_bytes(w, c), "by_seq": by_seq, "by_gpus": by_gpus}
+
+
+# --- view 8: model against measurement ----------------------------------------------
+
+def step_completions(trace: Trace) -> dict[int, float]:
+    """For each step, when the last rank finished its compute of that step (from t0)."""
+    t0 = min((s.start_s for s in trace.spans), default=0.0)
+    out: dict[int, float] = {}
+    for s in trace.spans:
+        if s.stream == "compute":
+            out[s.step] = max(out.get(s.step, 0.0), s.end_s - t0)
+    return out
+
+
+def step_errors(simulated: Trace, measured: Trace) -> list[dict[str, float]]:
+    """Per ring step: duration (completion minus the previous step's) in both, and error."""
+    sim_c, meas_c = step_completions(simulated), step_completions(measured)
+    rows = []
+    prev_s = prev_m = 0.0
+    for step in sorted(set(sim_c) & set(meas_c)):
+        ds, dm = sim_c[step] - prev_s, meas_c[step] - prev_m
+        prev_s, prev_m = sim_c[step], meas_c[step]
+        rows.append({"step": step, "simulated_s": ds, "measured_s": dm,
+                     "error": (ds - dm) / dm if dm > 0 else float("nan")})
+    return rows

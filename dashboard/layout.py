@@ -1,0 +1,195 @@
+"""The page's components: controls on the left, summary and views on the right.
+
+Every scenario control is built from dashboard/state.CONTROLS and has a message slot
+(`<id>-msg`) beside it, where the callbacks put what is wrong with its value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dcc, html
+
+from sim.config import LAYOUTS, PASSES
+from sim.presets import GPU_PRESETS, LINK_PRESETS
+
+from dashboard.state import CUSTOM, SAME_LINK, defaults
+
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+"""Largest trace or profile file the page accepts."""
+
+TABS = (
+    ("timeline", "Timeline"),
+    ("blocks", "Block map"),
+    ("compare", "Compare layouts"),
+    ("sweep", "When transfers hide"),
+    ("memory", "Memory"),
+    ("merge", "Exact merge"),
+    ("measured", "Measured vs simulated"),
+)
+
+_HELP = {
+    "seq": "tokens per sequence, before sharding",
+    "kv-heads": "fewer than heads: GQA; 1: MQA",
+    "tflops": "achieved TFLOP/s; blank: peak × efficiency",
+    "efficiency": "fraction of peak (blank: 0.5)",
+    "overhead-us": "per block (blank: 5 µs)",
+    "link-gbps": "per direction (blank: preset)",
+    "link-latency-us": "per transfer (blank: preset)",
+    "granularity": "exact pairs, or whole tiles",
+}
+
+
+def _field(cid: str, label: str, component: Any) -> html.Div:
+    return html.Div(className="field", children=[
+        html.Label(label, htmlFor=cid),
+        component,
+        html.Div(_HELP.get(cid, ""), className="help") if cid in _HELP else None,
+        html.Div(id=f"{cid}-msg", className="msg", role="alert"),
+    ])
+
+
+def _number(cid: str, label: str, value: Any, placeholder: str = "") -> html.Div:
+    return _field(cid, label, dcc.Input(id=cid, type="number", value=value, debounce=True,
+                                        placeholder=placeholder, className="num"))
+
+
+def _dropdown(cid: str, label: str, options: list[Any], value: Any) -> html.Div:
+    opts = [o if isinstance(o, dict) else {"label": str(o), "value": o} for o in options]
+    return _field(cid, label, dcc.Dropdown(id=cid, options=opts, value=value, clearable=False,
+                                           searchable=False))
+
+
+def _onoff(cid: str, label: str, value: bool) -> html.Div:
+    return _field(cid, label, dcc.RadioItems(
+        id=cid, options=[{"label": "on", "value": True}, {"label": "off", "value": False}],
+        value=value, inline=True, className="radio"))
+
+
+def controls() -> html.Div:
+    d = defaults()
+    return html.Div(className="controls", children=[
+        html.H3("Ring"),
+        _number("gpus", "GPUs", d["gpus"]),
+        _field("layout", "Layout", dcc.RadioItems(
+            id="layout", options=[{"label": x, "value": x} for x in LAYOUTS], value=d["layout"],
+            className="radio")),
+        _onoff("overlap", "Overlap transfers with compute", d["overlap"]),
+        html.H3("Workload"),
+        _number("seq", "Sequence length", d["seq"]),
+        _number("batch", "Batch", d["batch"]),
+        _number("heads", "Query heads", d["heads"]),
+        _number("kv-heads", "K/V heads", d["kv-heads"]),
+        _number("head-dim", "Head dim", d["head-dim"]),
+        _dropdown("dtype", "dtype", ["bf16", "fp16", "fp32"], d["dtype"]),
+        _onoff("causal", "Causal mask", d["causal"]),
+        _dropdown("pass", "Pass", [{"label": {"fwd": "forward", "bwd": "backward",
+                                              "fwdbwd": "forward + backward"}[p], "value": p}
+                                   for p in PASSES], d["pass"]),
+        html.H3("Hardware"),
+        _dropdown("gpu", "GPU", [*GPU_PRESETS, CUSTOM], d["gpu"]),
+        _number("tflops", "Achieved TFLOP/s", d["tflops"], "preset"),
+        _number("efficiency", "Efficiency", d["efficiency"], "0.5"),
+        _number("overhead-us", "Launch overhead (µs)", d["overhead-us"], "5"),
+        _dropdown("link", "Link (ring hop)", [*LINK_PRESETS, CUSTOM], d["link"]),
+        _number("link-gbps", "Link GB/s", d["link-gbps"], "preset"),
+        _number("link-latency-us", "Link latency (µs)", d["link-latency-us"], "preset"),
+        _dropdown("inter-link", "Link between nodes",
+                  [{"label": "same as above", "value": SAME_LINK},
+                   *[{"label": x, "value": x} for x in LINK_PRESETS]], d["inter-link"]),
+        _number("gpus-per-node", "GPUs per node", d["gpus-per-node"]),
+        html.Div(className="field", children=[
+            html.Label("Calibrated profile"),
+            dcc.Upload(id="profile-upload", max_size=MAX_UPLOAD_BYTES, accept=".json,application/json",
+                       className="upload", children=html.Div(["drop or ", html.A("choose"),
+                                                              " a profile (JSON)"])),
+            html.Div(id="profile-status", className="help"),
+            html.Button("use presets", id="profile-clear", n_clicks=0, className="small"),
+            html.Div(id="profile-msg", className="msg", role="alert"),
+        ]),
+        html.H3("Work counting"),
+        _dropdown("granularity", "Granularity", ["exact", "tile"], d["granularity"]),
+        _number("tile", "Tile (tokens)", d["tile"]),
+    ])
+
+
+def _card(cid: str, label: str) -> html.Div:
+    return html.Div(className="card", children=[html.Div(label, className="card-label"),
+                                                html.Div("–", id=cid, className="card-value")])
+
+
+SUMMARY_CARDS = (
+    ("m-makespan", "makespan"), ("m-ideal", "ideal"), ("m-efficiency", "efficiency"),
+    ("m-imbalance", "load imbalance"), ("m-overlap", "overlap efficiency"),
+    ("m-exposed", "exposed comm (worst GPU)"), ("m-memory", "peak memory per GPU"),
+)
+
+
+def _graph(gid: str, height: int = 400) -> dcc.Loading:
+    return dcc.Loading(dcc.Graph(id=gid, config={"displaylogo": False, "scrollZoom": False},
+                                 style={"minHeight": f"{height}px"}), type="dot", delay_show=300)
+
+
+def views() -> html.Div:
+    d = defaults()
+    tab_children = {
+        "timeline": [
+            html.Div(className="inline", children=[
+                html.Label("GPUs shown", htmlFor="ranks"),
+                html.Div(dcc.RangeSlider(id="ranks", min=0, max=d["gpus"] - 1, step=1,
+                                         value=[0, d["gpus"] - 1], allowCross=False,
+                                         tooltip={"placement": "bottom"}), className="slider"),
+            ]),
+            _graph("timeline", 420)],
+        "blocks": [_graph("block-map", 560)],
+        "compare": [_graph("compare", 380), html.Div(id="compare-table", className="table")],
+        "sweep": [_graph("sweep", 640)],
+        "memory": [_graph("memory", 440)],
+        "merge": [
+            html.Div(className="inline", children=[
+                html.Label("query token", htmlFor="merge-row"),
+                html.Div(dcc.Slider(id="merge-row", min=0, max=63, step=1, value=63,
+                                    marks=None, tooltip={"placement": "bottom"}), className="slider"),
+            ]),
+            html.Div(id="merge-note", className="help"),
+            _graph("merge", 620)],
+        "measured": [
+            dcc.Upload(id="trace-upload", max_size=MAX_UPLOAD_BYTES, accept=".json,application/json",
+                       className="upload wide", children=html.Div([
+                           "drop or ", html.A("choose"), " a measured trace (ringsim JSON from ",
+                           html.Code("ringsim hw"), ", at most 50 MB); it is re-simulated on the "
+                           "hardware chosen on the left"])),
+            html.Div(id="trace-upload-status", className="help"),
+            html.Div(id="trace-upload-msg", className="msg", role="alert"),
+            _graph("overlay", 560)],
+    }
+    return html.Div(className="main", children=[
+        html.Div(id="banner", className="banner", role="alert"),
+        html.Div(className="cards", children=[_card(cid, label) for cid, label in SUMMARY_CARDS]),
+        html.Div(className="exports", children=[
+            html.Span(id="scenario-line", className="scenario-line"),
+            html.Button("trace (JSON)", id="dl-trace-btn", n_clicks=0),
+            html.Button("Chrome trace (Perfetto)", id="dl-chrome-btn", n_clicks=0),
+            html.Button("metrics (CSV)", id="dl-csv-btn", n_clicks=0),
+            dcc.Download(id="dl-trace"), dcc.Download(id="dl-chrome"), dcc.Download(id="dl-csv"),
+        ]),
+        dcc.Graph(id="layout-strip", config={"displayModeBar": False}, style={"height": "170px"}),
+        dcc.Tabs(id="tabs", value="timeline", children=[
+            dcc.Tab(label=label, value=value, children=tab_children[value]) for value, label in TABS
+        ]),
+    ])
+
+
+def page(profile_note: dict[str, Any] | None = None) -> html.Div:
+    return html.Div(className="page", children=[
+        dcc.Location(id="url", refresh=False),
+        dcc.Store(id="scenario"),
+        dcc.Store(id="profile", data=profile_note),
+        dcc.Store(id="measured"),
+        html.Header(className="header", children=[
+            html.H1("ringsim"),
+            html.Span("Ring Attention and sequence parallelism, simulated: how K/V blocks travel, "
+                      "when transfers hide, which layout wins.", className="tagline"),
+        ]),
+        html.Div(className="body", children=[controls(), views()]),
+    ])
