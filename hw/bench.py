@@ -1,0 +1,476 @@
+"""Microbenchmarks for calibration: `ringsim hw bench -o FILE`.
+
+Three parts, each an input to calibrating the simulator's hardware model (DESIGN.md,
+"Compute time of a block" and "Link time"), measured apart from any run used to
+validate it:
+
+- compute: one block of the ring's own per-block operator (`hw.blocks`), forward and
+  backward, over a grid of block sizes, head counts, dtypes and masks ("full": every
+  pair, "diagonal": the causal square), on one process with a rank's thread count;
+- transfer: point-to-point time between two ranks over message sizes, one way (half a
+  ping-pong round trip) and both ways at once (each rank sends and receives, as in a
+  ring step);
+- interference: a block's compute time alone and while a both-ways transfer is in
+  flight on the same ranks (on a 2-core host a transfer takes CPU the compute needs).
+
+Results are written to FILE as each completes (atomically), so an interrupted run
+keeps what it measured; `--resume` measures only what FILE lacks, `--force` starts
+over. Progress goes to stderr.
+
+The JSON file (format "ringsim-hw-bench", version 1):
+
+    {"format": "ringsim-hw-bench", "version": 1,
+     "complete": true once every requested entry is measured,
+     "device": {"kind": "cpu"|"cuda", "name": CPU model or GPU name, "torch": version,
+                "backend": "gloo"|"nccl", "threads_per_rank": int|null, "cpu_count": int,
+                "hostname": str},
+     "settings": {"samples": int, "warmup": int, "quick": bool},
+     "compute": [{"kind": "fwd"|"bwd", "dtype": "fp32"|"bf16"|"fp16", "batch", "heads",
+                  "kv_heads", "head_dim", "q_tokens", "kv_tokens",
+                  "mask": "full"|"diagonal", "flops": work of the block (DESIGN.md: 4·d·pairs
+                  ·heads·batch, backward 2.5x), "impl": per-block operator,
+                  "time_s": [samples], "median_s", "rate_flops": flops / median_s}],
+     "transfer": [{"bytes", "direction": "one_way"|"both_ways", "time_s": [samples],
+                   "median_s", "gbps": bytes / median_s / 1e9}],
+     "interference": [{"kind": "fwd", "dtype", "batch", "heads", "kv_heads", "head_dim",
+                       "q_tokens", "kv_tokens", "mask", "flops", "bytes" (each way),
+                       "compute_alone_s": [samples], "compute_with_transfer_s": [samples],
+                       "median_alone_s", "median_with_s", "slowdown": with / alone}]}
+
+Times are seconds (CUDA events on GPU, perf_counter on CPU); samples follow `warmup`
+untimed calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+from sim.config import BWD_FLOPS_FACTOR, DTYPE_BYTES
+from sim.errors import RingsimError
+from sim.trace import read_json, write_json
+
+FORMAT = "ringsim-hw-bench"
+VERSION = 1
+PARTS = ("compute", "transfer", "interference")
+
+QUICK = dict(dtypes="fp32", heads="4", head_dims="64", blocks="128,256,512", masks="full,diagonal",
+             kinds="fwd", sizes="64K,1M", interference_blocks="512", interference_sizes="1M",
+             samples=3, warmup=1)
+FULL = dict(dtypes="fp32,bf16", heads="8", head_dims="64", blocks="256,512,1024,2048,4096",
+            masks="full,diagonal", kinds="fwd,bwd", sizes="64K,256K,1M,4M,16M,64M",
+            interference_blocks="1024,2048", interference_sizes="kv,8M", samples=5, warmup=2)
+
+
+def add_bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON results, written as they complete")
+    p.add_argument("--force", action="store_true", help="overwrite FILE and start over")
+    p.add_argument("--resume", action="store_true", help="keep FILE's results and measure the rest")
+    p.add_argument("--quick", action="store_true", help="a small grid (seconds, for a smoke test)")
+    p.add_argument("--parts", default=",".join(PARTS), help="comma list of compute,transfer,interference (default all)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="(default: cuda when available)")
+    p.add_argument("--dtypes", default=None, help=f"comma list (default {FULL['dtypes']})")
+    p.add_argument("--heads", default=None, help=f"query head counts, comma list (default {FULL['heads']})")
+    p.add_argument("--kv-heads", type=int, default=None, help="K/V heads of every entry (default: = heads)")
+    p.add_argument("--head-dims", default=None, help=f"comma list (default {FULL['head_dims']})")
+    p.add_argument("--batch", type=int, default=1, help="(default 1)")
+    p.add_argument("--blocks", default=None, help=f"block sizes in tokens, comma list (default {FULL['blocks']})")
+    p.add_argument("--masks", default=None, help="comma list of full,diagonal (default both)")
+    p.add_argument("--kinds", default=None, help=f"comma list of fwd,bwd (default {FULL['kinds']})")
+    p.add_argument("--sizes", default=None,
+                   help=f"transfer sizes in bytes (K/M/G suffixes), comma list (default {FULL['sizes']})")
+    p.add_argument("--interference-blocks", default=None,
+                   help=f"block sizes for the interference part (default {FULL['interference_blocks']})")
+    p.add_argument("--interference-sizes", default=None,
+                   help="bytes each way during the compute; 'kv' is the block's K/V "
+                        f"(default {FULL['interference_sizes']})")
+    p.add_argument("--samples", type=int, default=None, help=f"timed calls per entry (default {FULL['samples']})")
+    p.add_argument("--warmup", type=int, default=None, help=f"untimed calls first (default {FULL['warmup']})")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads of the compute part, as a rank of a 2-rank run has (default: cores / 2)")
+    p.add_argument("--block-impl", choices=["auto", "fused", "matmul"], default="auto")
+    p.add_argument("--timeout", type=float, default=120.0, help="process-group timeout, s (default 120)")
+
+
+# ---- parsing --------------------------------------------------------------------------
+
+def _list(text: str, what: str, conv: Callable[[str], Any] = str) -> list:
+    try:
+        items = [conv(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RingsimError(f"--{what}: cannot read {text!r}") from None
+    if not items:
+        raise RingsimError(f"--{what}: empty list")
+    return items
+
+
+def parse_bytes(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    digits = t[:-1] if t[-1:] in "KMG" else t
+    value = int(float(digits) * scale)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
+def _positive(v: int) -> int:
+    if v <= 0:
+        raise ValueError(v)
+    return v
+
+
+def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
+    base = QUICK if a.quick else FULL
+
+    def pick(name: str) -> Any:
+        v = getattr(a, name)
+        return base[name] if v is None else v
+
+    plan = {
+        "parts": _list(a.parts, "parts"),
+        "dtypes": _list(pick("dtypes"), "dtypes"),
+        "heads": _list(pick("heads"), "heads", lambda x: _positive(int(x))),
+        "head_dims": _list(pick("head_dims"), "head-dims", lambda x: _positive(int(x))),
+        "blocks": _list(pick("blocks"), "blocks", lambda x: _positive(int(x))),
+        "masks": _list(pick("masks"), "masks"),
+        "kinds": _list(pick("kinds"), "kinds"),
+        "sizes": _list(pick("sizes"), "sizes", parse_bytes),
+        "interference_blocks": _list(pick("interference_blocks"), "interference-blocks",
+                                     lambda x: _positive(int(x))),
+        "interference_sizes": _list(pick("interference_sizes"), "interference-sizes",
+                                    lambda x: "kv" if x.lower() == "kv" else parse_bytes(x)),
+        "samples": pick("samples"), "warmup": pick("warmup"), "batch": a.batch,
+        "kv_heads": a.kv_heads, "quick": a.quick,
+    }
+    for name, allowed in (("parts", PARTS), ("dtypes", tuple(DTYPE_BYTES)), ("masks", ("full", "diagonal")),
+                          ("kinds", ("fwd", "bwd"))):
+        bad = [x for x in plan[name] if x not in allowed]
+        if bad:
+            raise RingsimError(f"--{name}: {', '.join(map(str, bad))} not among {', '.join(allowed)}")
+    if plan["samples"] <= 0 or plan["warmup"] < 0 or a.batch <= 0:
+        raise RingsimError("--samples and --batch must be positive, --warmup non-negative")
+    for h in plan["heads"]:
+        if plan["kv_heads"] is not None and (plan["kv_heads"] <= 0 or h % plan["kv_heads"]):
+            raise RingsimError(f"--kv-heads {plan['kv_heads']} must divide every head count (got {h})")
+    return plan
+
+
+# ---- measuring --------------------------------------------------------------------------
+
+def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
+    import torch
+
+    def samples(fn: Callable[[], Any], n: int, warmup: int) -> list[float]:
+        for _ in range(warmup):
+            fn()
+        out = []
+        for _ in range(n):
+            if device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                out.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t0)
+        return out
+    return samples
+
+
+def block_flops(kind: str, batch: int, heads: int, head_dim: int, q_tokens: int, kv_tokens: int,
+                mask: str) -> float:
+    pairs = q_tokens * (q_tokens + 1) // 2 if mask == "diagonal" else q_tokens * kv_tokens
+    return (BWD_FLOPS_FACTOR if kind == "bwd" else 1.0) * 4.0 * head_dim * pairs * heads * batch
+
+
+def make_block(device, dtype: str, batch: int, heads: int, kv_heads: int, head_dim: int,
+               tokens: int, seed: int = 0):
+    """q, k, v, dout of one block as the operators take them: (batch, heads, tokens, d)."""
+    import torch
+
+    from hw.blocks import TORCH_DTYPES
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def rnd(h: int):
+        return torch.randn(batch, tokens, h, head_dim, generator=gen).to(
+            device=device, dtype=TORCH_DTYPES[dtype]).transpose(1, 2)
+
+    return rnd(heads), rnd(kv_heads), rnd(kv_heads), rnd(heads)
+
+
+def measure_compute(entry: dict[str, Any], ops, device, samples: int, warmup: int) -> dict[str, Any]:
+    """Time one block of `ops` (forward or backward) for the shape in `entry`."""
+    q, k, v, dout = make_block(device, entry["dtype"], entry["batch"], entry["heads"],
+                               entry["kv_heads"], entry["head_dim"], entry["q_tokens"])
+    causal = entry["mask"] == "diagonal"
+    if entry["kind"] == "fwd":
+        def fn():
+            return ops.forward(q, k, v, causal)
+    else:
+        out, lse = ops.forward(q, k, v, causal)
+
+        def fn():
+            return ops.backward(dout, q, k, v, out, lse, causal)
+    times = _timer(device)(fn, samples, warmup)
+    med = statistics.median(times)
+    return {**entry, "impl": ops.describe(), "time_s": times, "median_s": med,
+            "rate_flops": entry["flops"] / med if med > 0 else None}
+
+
+def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, device_kind: str,
+                 threads: int, impl: str) -> None:
+    """Rank 0 and 1 of the transfer and interference parts; rank 0 reports each entry."""
+    import torch
+    import torch.distributed as dist
+
+    from hw.blocks import select_block_ops
+
+    if device_kind == "cuda":
+        torch.cuda.set_device(ctx.rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(threads)
+    peer = 1 - ctx.rank
+    timer = _timer(device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def exchange(send, recv) -> None:
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, ctx.group),
+                                        dist.P2POp(dist.irecv, recv, peer, ctx.group)])
+        for w in works:
+            w.wait()
+
+    for job in jobs:
+        if job["part"] == "transfer":
+            n = job["bytes"]
+            send = torch.ones(n, dtype=torch.uint8, device=device)
+            recv = torch.empty(n, dtype=torch.uint8, device=device)
+            if job["direction"] == "one_way":
+                def fn():
+                    if ctx.rank == 0:
+                        dist.send(send, peer, group=ctx.group)
+                        dist.recv(recv, peer, group=ctx.group)
+                    else:
+                        dist.recv(recv, peer, group=ctx.group)
+                        dist.send(send, peer, group=ctx.group)
+                    sync()
+                ctx.barrier()
+                times = [t / 2 for t in timer(fn, samples, warmup)]  # half a round trip
+            else:
+                def fn():
+                    ctx.barrier()
+                    t0 = time.perf_counter()
+                    exchange(send, recv)
+                    sync()
+                    return time.perf_counter() - t0
+                for _ in range(warmup):
+                    fn()
+                times = [fn() for _ in range(samples)]
+            med = statistics.median(times)
+            entry = {"bytes": n, "direction": job["direction"], "time_s": times, "median_s": med,
+                     "gbps": n / med / 1e9 if med > 0 else None}
+        else:
+            e = job["entry"]
+            ops = select_block_ops(device.type, e["dtype"], e["head_dim"], impl)
+            q, k, v, _ = make_block(device, e["dtype"], e["batch"], e["heads"], e["kv_heads"],
+                                    e["head_dim"], e["q_tokens"])
+            causal = e["mask"] == "diagonal"
+            send = torch.ones(e["bytes"], dtype=torch.uint8, device=device)
+            recv = torch.empty(e["bytes"], dtype=torch.uint8, device=device)
+            alone, with_transfer = [], []
+            for i in range(warmup + samples):
+                ctx.barrier()
+                sync()
+                t0 = time.perf_counter()
+                ops.forward(q, k, v, causal)
+                sync()
+                t_alone = time.perf_counter() - t0
+                ctx.barrier()
+                works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, ctx.group),
+                                                dist.P2POp(dist.irecv, recv, peer, ctx.group)])
+                t0 = time.perf_counter()
+                ops.forward(q, k, v, causal)
+                sync()
+                t_with = time.perf_counter() - t0
+                for w in works:
+                    w.wait()
+                if i >= warmup:
+                    alone.append(t_alone)
+                    with_transfer.append(t_with)
+            ma, mw = statistics.median(alone), statistics.median(with_transfer)
+            entry = {**e, "compute_alone_s": alone, "compute_with_transfer_s": with_transfer,
+                     "median_alone_s": ma, "median_with_s": mw,
+                     "slowdown": mw / ma if ma > 0 else None}
+        if ctx.rank == 0:
+            ctx.report((job["part"], entry))
+
+
+# ---- the command ----------------------------------------------------------------------
+
+def _key(part: str, e: dict[str, Any]) -> tuple:
+    if part == "compute":
+        return tuple(e[k] for k in ("kind", "dtype", "batch", "heads", "kv_heads", "head_dim",
+                                    "q_tokens", "kv_tokens", "mask"))
+    if part == "transfer":
+        return (e["bytes"], e["direction"])
+    return tuple(e[k] for k in ("dtype", "batch", "heads", "kv_heads", "head_dim", "q_tokens",
+                                "mask", "bytes"))
+
+
+def _describe_device(device, backend: str, threads: int | None) -> dict[str, Any]:
+    import torch
+
+    from hw.runner import describe_device
+
+    return {"kind": device.type, "name": describe_device(device), "torch": torch.__version__,
+            "backend": backend, "threads_per_rank": threads if device.type == "cpu" else None,
+            "cpu_count": os.cpu_count(), "hostname": socket.gethostname()}
+
+
+def _open_doc(a: argparse.Namespace, device_desc: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    path = a.output
+    if os.path.exists(path):
+        if a.resume and not a.force:
+            doc = read_json(path, what="bench file")
+            if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
+                raise RingsimError(f"{path} is not a ringsim-hw-bench file (version {VERSION})")
+            old = doc.get("device", {})
+            if (old.get("kind"), old.get("name")) != (device_desc["kind"], device_desc["name"]):
+                raise RingsimError(f"{path} was measured on {old.get('name')!r}, not on this "
+                                   f"{device_desc['name']!r}; use another file or --force")
+            for part in PARTS:
+                if not isinstance(doc.get(part, []), list):
+                    raise RingsimError(f"{path}: {part} must be a list")
+                doc.setdefault(part, [])
+            return doc
+        if not a.force:
+            raise RingsimError(f"{path} exists; pass --force to overwrite it or --resume to continue it")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise RingsimError(f"cannot write {path}: no directory {parent}")
+    return {"format": FORMAT, "version": VERSION, "complete": False, "device": device_desc,
+            "settings": {"samples": plan["samples"], "warmup": plan["warmup"], "quick": plan["quick"]},
+            "compute": [], "transfer": [], "interference": []}
+
+
+def _fmt(entry_part: str, e: dict[str, Any]) -> str:
+    if entry_part == "compute":
+        return (f"compute {e['kind']} {e['dtype']} b={e['batch']} h={e['heads']}/{e['kv_heads']} "
+                f"d={e['head_dim']} {e['q_tokens']}x{e['kv_tokens']} {e['mask']}: "
+                f"{e['median_s'] * 1e3:.3f} ms, {e['rate_flops'] / 1e9:.2f} GFLOP/s")
+    if entry_part == "transfer":
+        return (f"transfer {e['direction']} {e['bytes']} B: {e['median_s'] * 1e3:.3f} ms, "
+                f"{e['gbps']:.3f} GB/s")
+    return (f"interference {e['dtype']} {e['q_tokens']} tokens, {e['bytes']} B each way: "
+            f"{e['median_alone_s'] * 1e3:.3f} ms alone, {e['median_with_s'] * 1e3:.3f} ms with "
+            f"transfer (x{e['slowdown']:.2f})")
+
+
+def run_bench(a: argparse.Namespace) -> int:
+    import torch
+
+    from hw.blocks import select_block_ops
+    from hw.config import default_threads
+
+    plan = plan_from_args(a)
+    kind = a.device
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise RingsimError("--device cuda: no CUDA device is available")
+    device = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device("cpu")
+    backend = "nccl" if kind == "cuda" else "gloo"
+    threads = a.threads or default_threads(2)
+    if a.threads is not None and a.threads <= 0:
+        raise RingsimError("--threads must be positive")
+    doc = _open_doc(a, _describe_device(device, backend, threads), plan)
+    doc["complete"] = False
+    done = {part: {_key(part, e) for e in doc[part]} for part in PARTS}
+
+    def save() -> None:
+        write_json(a.output, doc, overwrite=True)
+
+    def add(part: str, entry: dict[str, Any]) -> None:
+        doc[part].append(entry)
+        done[part].add(_key(part, entry))
+        save()
+
+    save()
+    compute_jobs = []
+    if "compute" in plan["parts"]:
+        for dt in plan["dtypes"]:
+            for h in plan["heads"]:
+                for d in plan["head_dims"]:
+                    for c in plan["blocks"]:
+                        for mask in plan["masks"]:
+                            for kd in plan["kinds"]:
+                                e = {"kind": kd, "dtype": dt, "batch": plan["batch"], "heads": h,
+                                     "kv_heads": plan["kv_heads"] or h, "head_dim": d,
+                                     "q_tokens": c, "kv_tokens": c, "mask": mask,
+                                     "flops": block_flops(kd, plan["batch"], h, d, c, c, mask)}
+                                if _key("compute", e) not in done["compute"]:
+                                    compute_jobs.append(e)
+    comm_jobs = []
+    if "transfer" in plan["parts"]:
+        for n in plan["sizes"]:
+            for direction in ("one_way", "both_ways"):
+                if (n, direction) not in done["transfer"]:
+                    comm_jobs.append({"part": "transfer", "bytes": n, "direction": direction})
+    if "interference" in plan["parts"]:
+        dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
+        hkv = plan["kv_heads"] or h
+        for c in plan["interference_blocks"]:
+            for size in plan["interference_sizes"]:
+                nbytes = 2 * plan["batch"] * hkv * c * d * DTYPE_BYTES[dt] if size == "kv" else size
+                e = {"kind": "fwd", "dtype": dt, "batch": plan["batch"], "heads": h, "kv_heads": hkv,
+                     "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": "full",
+                     "flops": block_flops("fwd", plan["batch"], h, d, c, c, "full"), "bytes": nbytes}
+                if _key("interference", e) not in done["interference"]:
+                    comm_jobs.append({"part": "interference", "entry": e})
+    total = len(compute_jobs) + len(comm_jobs)
+    count = 0
+
+    def progress(part: str, entry: dict[str, Any]) -> None:
+        nonlocal count
+        count += 1
+        add(part, entry)
+        print(f"[{count}/{total}] {_fmt(part, entry)}", file=sys.stderr, flush=True)
+
+    if compute_jobs:
+        saved_threads = torch.get_num_threads()
+        if device.type == "cpu":
+            torch.set_num_threads(threads)
+        try:
+            for e in compute_jobs:
+                ops = select_block_ops(device.type, e["dtype"], e["head_dim"], a.block_impl)
+                progress("compute", measure_compute(e, ops, device, plan["samples"], plan["warmup"]))
+        finally:
+            torch.set_num_threads(saved_threads)
+    if comm_jobs:
+        if kind == "cuda" and torch.cuda.device_count() < 2:
+            print("transfer and interference need two GPUs; skipped", file=sys.stderr)
+        else:
+            from hw.launch import spawn
+
+            spawn(_comm_worker, 2, args=(comm_jobs, plan["samples"], plan["warmup"], kind, threads,
+                                         a.block_impl),
+                  backend=backend, timeout_s=a.timeout,
+                  on_progress=lambda _rank, msg: progress(*msg))
+    doc["complete"] = count == total and not (comm_jobs and kind == "cuda" and torch.cuda.device_count() < 2)
+    save()
+    print(f"{count} entries measured, {sum(len(doc[p]) for p in PARTS)} in {a.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,188 @@
+"""The `ringsim hw` commands: `run` the real ring kernel, `bench` its building blocks.
+
+`ringsim hw run --world-size N ...` starts N local ranks itself; `torchrun
+--nproc-per-node N -m hw.main ...` takes the same options (but --world-size) for runs
+torchrun places, on one node or many. Either prints the measured makespan of every
+repeat with its spread and the per-rank metrics of the median repeat (`sim.metrics`),
+and with --trace saves one trace per repeat. `ringsim hw bench` is documented in
+`hw.bench`. This module imports torch only when a command runs: the `ringsim` CLI
+registers it on every start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from typing import Any
+
+from sim.config import LAYOUTS, PASSES, Workload
+from sim.errors import RingsimError
+
+
+def add_run_args(p: argparse.ArgumentParser, *, world_size: bool = True) -> None:
+    """The options of a measured run, shared by `ringsim hw run` and `hw.main`."""
+    g = p.add_argument_group("run")
+    if world_size:
+        g.add_argument("--world-size", type=int, default=2, help="ranks in the ring (default 2)")
+    g.add_argument("--seq", type=int, default=4096, help="tokens per sequence (default 4096)")
+    g.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
+    g.add_argument("--heads", type=int, default=8, help="query heads (default 8)")
+    g.add_argument("--kv-heads", type=int, default=None,
+                   help="key/value heads, fewer than --heads for GQA/MQA (default: --heads)")
+    g.add_argument("--head-dim", type=int, default=64, help="(default 64)")
+    g.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="(default fp32)")
+    g.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
+    g.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
+                   help="causal mask (default on)")
+    g.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd", help="(default fwd)")
+    g.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
+    g.add_argument("--repeats", type=int, default=3, help="measured iterations, one trace each (default 3)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="(default: cuda when available, else cpu)")
+    g.add_argument("--backend", choices=["gloo", "nccl"], default=None,
+                   help="(default: gloo on cpu, nccl on cuda)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="CPU threads per rank (default: the cores shared among local ranks)")
+    g.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds a rank waits on a peer before giving up (default 120)")
+    g.add_argument("--block-impl", choices=["auto", "fused", "matmul"], default="auto",
+                   help="per-block attention: fused operator, plain matmul, or auto (default)")
+    g.add_argument("--measure-rate", action="store_true",
+                   help="also time the whole attention on rank 0 alone: FLOP/s for the ideal time")
+    o = p.add_argument_group("output")
+    o.add_argument("--trace", metavar="FILE",
+                   help="save the traces: FILE for one repeat; with several, {i} in FILE is the "
+                        "repeat, else -rI goes before the extension")
+    o.add_argument("--chrome-trace", metavar="FILE", help="save the last repeat as a Chrome trace (Perfetto)")
+    o.add_argument("--force", action="store_true", help="overwrite existing output files")
+    o.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def config_from_args(a: argparse.Namespace, *, world_size: int):
+    from hw.config import RunConfig
+
+    device = a.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads,
+                        kv_heads=a.kv_heads if a.kv_heads is not None else a.heads,
+                        head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
+    return RunConfig(workload=workload, world_size=world_size, layout=a.layout, device=device,
+                     backend=a.backend, warmup=a.warmup, repeats=a.repeats, seed=a.seed,
+                     timeout_s=a.timeout, threads_per_rank=a.threads, block_impl=a.block_impl,
+                     measure_rate=a.measure_rate)
+
+
+def trace_paths(pattern: str, repeats: int) -> list[str]:
+    """Where each repeat's trace goes (see --trace)."""
+    if repeats == 1 and "{i}" not in pattern:
+        return [pattern]
+    if "{i}" in pattern:
+        return [pattern.replace("{i}", str(i)) for i in range(repeats)]
+    stem, ext = os.path.splitext(pattern)
+    return [f"{stem}-r{i}{ext}" for i in range(repeats)]
+
+
+def check_outputs(a: argparse.Namespace, repeats: int) -> None:
+    """Refuse before the run, not after it, to overwrite a file without --force."""
+    paths = (trace_paths(a.trace, repeats) if a.trace else []) + ([a.chrome_trace] if a.chrome_trace else [])
+    for path in paths:
+        if os.path.exists(path) and not a.force:
+            raise RingsimError(f"{path} exists; pass --force to overwrite it")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise RingsimError(f"cannot write {path}: no directory {parent}")
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, extremes and coefficient of variation of repeated measurements."""
+    mean = statistics.fmean(values)
+    cv = statistics.pstdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "mean": mean, "cv": cv, "n": len(values)}
+
+
+def report(a: argparse.Namespace, cfg, traces: list) -> int:
+    """Save what was asked for and print the summary of a measured run."""
+    from sim.cli import _fmt_s, table
+    from sim.metrics import compute_metrics
+    from sim.trace import to_chrome_trace, write_json
+
+    paths = trace_paths(a.trace, len(traces)) if a.trace else []
+    for t, path in zip(traces, paths):
+        t.save(path, overwrite=a.force)
+    if a.chrome_trace:
+        write_json(a.chrome_trace, to_chrome_trace(traces[-1]), overwrite=a.force)
+    metrics = [compute_metrics(t) for t in traces]
+    makespans = [m.makespan_s for m in metrics]
+    mid = sorted(range(len(traces)), key=lambda i: makespans[i])[len(traces) // 2]
+    hw = traces[0].hardware
+    if a.json:
+        print(json.dumps({"config": traces[0].config, "hardware": hw,
+                          "makespan_s": spread(makespans), "median_repeat": mid,
+                          "repeats": [m.to_dict() for m in metrics], "trace_files": paths},
+                         indent=2))
+        return 0
+    w = cfg.workload
+    print(f"{cfg.world_size} ranks ({cfg.resolved_backend}, {hw['device']}, "
+          f"{hw['threads_per_rank'] or '-'} threads/rank, {hw['block_impl']}), {cfg.layout} layout, "
+          f"{w.seq} tokens ({cfg.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x "
+          f"{w.head_dim}, {w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
+    s = spread(makespans)
+    print(f"makespan over {s['n']} repeats: median {_fmt_s(s['median'])}, min {_fmt_s(s['min'])}, "
+          f"max {_fmt_s(s['max'])}, cv {s['cv']:.1%}")
+    m = metrics[mid]
+    if m.ideal_s is not None:
+        print(f"ideal (one rank's time / {cfg.world_size}) {_fmt_s(m.ideal_s)}, "
+              f"efficiency {m.efficiency:.1%}")
+    print(f"median repeat {mid}: load imbalance {m.load_imbalance:.3f}, overlap efficiency "
+          f"{m.overlap_efficiency:.1%}\n")
+    rows = [[r.rank, _fmt_s(r.compute_s), _fmt_s(r.comm_s), _fmt_s(r.exposed_comm_s),
+             _fmt_s(r.idle_s), f"{r.flops / 1e9:.2f}",
+             f"{r.flops / r.compute_s / 1e9:.1f}" if r.compute_s > 0 else "-"] for r in m.ranks]
+    print(table(["rank", "compute", "comm", "exposed comm", "idle", "GFLOP", "GFLOP/s"], rows))
+    for path in paths:
+        print(f"trace: {path}")
+    return 0
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from hw.launch import run_config
+
+    cfg = config_from_args(a, world_size=a.world_size)
+    check_outputs(a, cfg.repeats)
+    _results, traces = run_config(cfg)
+    return report(a, cfg, traces)
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from hw.bench import run_bench
+
+    return run_bench(a)
+
+
+def _help(parser: argparse.ArgumentParser):
+    def show(_a: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+    return show
+
+
+def register(subparsers: Any) -> None:
+    """Add `hw run` and `hw bench` to the `ringsim` command line."""
+    from hw.bench import add_bench_args
+
+    hp = subparsers.add_parser("hw", help="the real ring kernel: run it or benchmark its parts")
+    hp.set_defaults(func=_help(hp))
+    sub = hp.add_subparsers(dest="hw_command", metavar="HW_COMMAND", parser_class=type(hp))
+    rp = sub.add_parser("run", help="run the ring on local processes and report measured timings")
+    add_run_args(rp)
+    rp.set_defaults(func=cmd_run)
+    bp = sub.add_parser("bench", help="microbenchmarks for calibration: block compute, transfers, interference")
+    add_bench_args(bp)
+    bp.set_defaults(func=cmd_bench)

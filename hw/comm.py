@@ -1,0 +1,135 @@
+"""The one communication helper of the ring: post, then wait (DESIGN.md, fact 2).
+
+`post` sends the block a rank holds to rank + 1 and receives the next one from rank - 1
+in one `batch_isend_irecv` (NCCL groups the pair, so neither side can block on a send
+whose receive is queued behind it; gloo issues both at once). The rank then computes
+and calls `wait` before it touches the received block or reuses the sent one. Both
+verbs record their spans: send and receive from posted to completed, and the time the
+compute stream was blocked in `wait`.
+
+A failure of a transfer (the peer raised, died or hung past the process-group timeout)
+is raised as `PeerFailure`, naming the peer, so that the rank that failed first can be
+told from the ranks that merely lost it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hw.timing import Pending, Recorder
+
+FAILURE_KEY = "ringsim/failed"
+
+
+class PeerFailure(RuntimeError):
+    """A transfer with a peer failed; this rank did nothing wrong itself."""
+
+    def __init__(self, message: str, peer: int):
+        super().__init__(message)
+        self.peer = peer
+
+
+@dataclass
+class Ring:
+    """Where a rank sits in the ring and how it talks and measures."""
+
+    rank: int
+    world: int
+    group: Any
+    """The process group of the ring (None when world is 1)."""
+    clock: Any
+    recorder: Recorder | None = None
+    """Where spans go; None runs untimed."""
+    store: Any = None
+    """The rendezvous store, where a failing rank leaves its name (see `note_failure`)."""
+
+    @property
+    def next(self) -> int:
+        return (self.rank + 1) % self.world
+
+    @property
+    def prev(self) -> int:
+        return (self.rank - 1) % self.world
+
+    def failure_note(self) -> str | None:
+        """What the first failing rank wrote in the store, if anything."""
+        if self.store is None:
+            return None
+        try:
+            if self.store.check([FAILURE_KEY]):
+                return self.store.get(FAILURE_KEY).decode(errors="replace")
+        except Exception:  # the store may have gone with the failed rank
+            return None
+        return None
+
+
+def note_failure(store: Any, text: str) -> None:
+    """Leave `text` where the other ranks look when their transfers fail."""
+    if store is None:
+        return
+    try:
+        if not store.check([FAILURE_KEY]):
+            store.set(FAILURE_KEY, text)
+    except Exception:
+        pass
+
+
+class RingComm:
+    """Send to rank + 1 and receive from rank - 1, one kind of block ('kv' or 'dkv')."""
+
+    def __init__(self, ring: Ring, kind: str):
+        self.ring = ring
+        self.kind = kind
+        self._pending: list[Pending] = []
+
+    def post(self, send: torch.Tensor, recv: torch.Tensor, *, step: int,
+             send_chunks: tuple[int, ...], recv_chunks: tuple[int, ...]) -> None:
+        ring = self.ring
+        clock = ring.clock
+        posted = clock.mark()
+        try:
+            works = dist.batch_isend_irecv([
+                dist.P2POp(dist.isend, send, ring.next, ring.group),
+                dist.P2POp(dist.irecv, recv, ring.prev, ring.group),
+            ])
+        except Exception as e:
+            raise self._failure("posting a transfer", ring.prev, e) from e
+        # NCCL may coalesce the pair into one work: then both end together
+        send_w, recv_w = (works[0], works[-1]) if len(works) <= 2 else (works[0], works[1])
+        done_send = clock.watch(f"{self.kind}-send", send_w)
+        done_recv = done_send if recv_w is send_w else clock.watch(f"{self.kind}-recv", recv_w)
+        self._pending = [done_send] if done_recv is done_send else [done_send, done_recv]
+        rec = ring.recorder
+        if rec is not None:
+            nbytes = float(send.numel() * send.element_size())
+            rec.transfer("send", self.kind, step, posted, done_send, nbytes, send_chunks, ring.next)
+            rec.transfer("recv", self.kind, step, posted, done_recv, nbytes, recv_chunks, ring.prev)
+
+    def wait(self, *, step: int, q_chunks: tuple[int, ...] = (),
+             kv_chunks: tuple[int, ...] = ()) -> None:
+        """Block the compute stream until the posted send and receive are complete."""
+        ring = self.ring
+        pending, self._pending = self._pending, []
+        ready = ring.clock.mark()
+        try:
+            ring.clock.block(pending)
+        except PeerFailure:
+            raise
+        except Exception as e:
+            raise self._failure("a transfer", ring.prev, e) from e
+        if ring.recorder is not None:
+            ring.recorder.wait(self.kind, step, ready, ring.clock.mark(), pending,
+                               q_chunks, kv_chunks)
+
+    def _failure(self, what: str, peer: int, e: BaseException) -> PeerFailure:
+        ring = self.ring
+        note = ring.failure_note()
+        cause = f"{note}" if note else f"rank {ring.prev} or rank {ring.next} failed, exited or timed out"
+        return PeerFailure(
+            f"{what} with ranks {ring.prev}/{ring.next} failed ({cause}): "
+            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+            peer)

@@ -1,0 +1,98 @@
+"""torchrun entry: `torchrun --nproc-per-node N [--nnodes ...] -m hw.main [options]`.
+
+Every rank reads its place from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR/PORT), makes the inputs from the seed, runs the ring
+(`hw.runner.run_rank`) and sends its spans to rank 0, which saves and prints the result
+like `ringsim hw run` (same options, without --world-size). A rank that fails prints
+one line naming itself and exits with status 1; the others stop when their transfers
+fail (naming the failed rank when it left word in the rendezvous store) and torchrun
+tears the job down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import timedelta
+
+from sim.errors import RingsimError
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hw.cli import add_run_args, config_from_args, report
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:
+            raise RingsimError(message)
+
+    p = _Parser(prog="torchrun ... -m hw.main", description="One rank of a measured ring run.")
+    add_run_args(p, world_size=False)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        a = p.parse_args(argv)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        cfg = config_from_args(a, world_size=world)
+        if rank == 0:
+            from hw.cli import check_outputs
+            check_outputs(a, cfg.repeats)
+        results = _run(cfg, rank, world)
+        if rank == 0:
+            from hw.runner import build_traces
+            return report(a, cfg, build_traces(cfg, results))
+        return 0
+    except RingsimError as e:
+        print(f"ringsim hw: rank {rank}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(cfg, rank: int, world: int):
+    import torch
+    import torch.distributed as dist
+
+    from hw.comm import PeerFailure, note_failure
+    from hw.runner import make_inputs, run_rank
+
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    store = group = control = None
+    if cfg.device == "cuda":
+        idx = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(idx)
+        device = torch.device("cuda", idx)
+    else:
+        device = torch.device("cpu")
+    try:
+        if world > 1:
+            dist.init_process_group(cfg.resolved_backend, init_method="env://", rank=rank,
+                                    world_size=world, timeout=timedelta(seconds=cfg.timeout_s))
+            group = dist.group.WORLD
+            control = dist.new_group(backend="gloo") if cfg.resolved_backend == "nccl" else group
+            try:  # torchrun's agent keeps this store alive when a rank dies
+                store = dist.distributed_c10d._get_default_store()
+            except Exception:
+                store = None
+
+        def barrier() -> None:
+            if world > 1:
+                dist.barrier(group=control)
+
+        res = run_rank(cfg, rank=rank, group=group, inputs=make_inputs(cfg), device=device,
+                       barrier=barrier, store=store, ranks_on_host=local_world)
+        gathered = [None] * world if rank == 0 else None
+        if world > 1:
+            dist.gather_object(res, gathered, dst=0, group=control)
+            dist.destroy_process_group()
+        else:
+            gathered = [res]
+        return gathered
+    except PeerFailure as e:
+        print(f"ringsim hw: rank {rank} stopped: {e}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:
+        note_failure(store, f"rank {rank} failed: {type(e).__name__}: {e}")
+        print(f"ringsim hw: rank {rank} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Ring Attention forward and backward over torch.distributed point-to-point operations.
+
+Forward (DESIGN.md, facts 2-3): at step k rank r holds the K/V block of rank
+(r - k) mod N. It posts the send of that block to r + 1 and the receive of the next
+from r - 1 (two buffers: the block computed on and the one arriving), computes its
+queries against the block piece by piece (`hw.layouts`: fully masked blocks are
+skipped, diagonal pieces use the causal mask), merges each piece into its (out, lse)
+accumulators (`hw.merge`), then waits for both transfers.
+
+Backward: K/V travel as in the forward. Each block's dK/dV accumulator (fp32) travels
+one hop behind it: after a rank computes its share of the block's gradient it adds it
+to the accumulator received from r - 1 and sends the sum to r + 1; after N hops the
+accumulator is back with the block's owner, complete. dQ stays local. Every piece's
+backward uses the final output and log-sum-exp of its query rows, so its gradient is
+its exact share.
+
+Tensors are shards in the model's layout (batch, tokens, heads, head_dim), tokens in the
+layout's order (`hw.layouts.shard`). Steps are numbered from `step0` (the backward of a
+forward-and-backward run starts at N, as in the simulator); spans go to the ring's
+recorder when it has one, with work counted as in `sim.layouts.exact_work`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from sim.config import BWD_FLOPS_FACTOR, Workload
+from sim.layouts import chunks_of_rank, exact_work
+
+from hw.blocks import BlockOps
+from hw.comm import Ring, RingComm
+from hw.layouts import block_pieces
+from hw.merge import merge_, new_accumulators
+
+StepHook = Callable[[int], None]
+
+
+def _pair_flops(q: torch.Tensor) -> float:
+    """Forward FLOPs of one unmasked (query, key) pair over all heads and batch items."""
+    b, _, h, d = q.shape
+    return Workload(batch=b, seq=1, heads=h, kv_heads=1, head_dim=d).fwd_flops(1)
+
+
+def _heads_first(x: torch.Tensor) -> torch.Tensor:
+    """(batch, tokens, heads, d) -> the (batch, heads, tokens, d) view the operators take."""
+    return x.transpose(1, 2)
+
+
+def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Ring, layout: str,
+                 causal: bool, ops: BlockOps, step0: int = 0,
+                 on_step: StepHook | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's attention output (q's dtype, q's shape) and log-sum-exp (fp32, (b, h, t))."""
+    n, r = ring.world, ring.rank
+    c = q.shape[1]
+    chunks = chunks_of_rank(layout, n)
+    work = exact_work(layout, c * n, n, causal) * _pair_flops(q)
+    out, lse = new_accumulators(q.shape, q.device)
+    qh = _heads_first(q)
+    kv = torch.stack([k, v])  # one message per step: (2, batch, tokens, kv_heads, d)
+    bufs = (kv, torch.empty_like(kv))
+    comm = RingComm(ring, "kv")
+    for step in range(n):
+        if on_step is not None:
+            on_step(step0 + step)
+        owner = (r - step) % n
+        cur = bufs[step % 2]
+        if step < n - 1:
+            comm.post(cur, bufs[(step + 1) % 2], step=step0 + step, send_chunks=chunks[owner],
+                      recv_chunks=chunks[(owner - 1) % n])
+        pieces = block_pieces(layout, r, owner, n, c, causal)
+        if pieces:
+            t0 = ring.clock.mark()
+            kh, vh = _heads_first(cur[0]), _heads_first(cur[1])
+            for p in pieces:
+                b_out, b_lse = ops.forward(qh[:, :, p.q], kh[:, :, p.kv], vh[:, :, p.kv], p.causal)
+                merge_(out[:, :, p.q], lse[:, :, p.q], b_out, b_lse)
+            if ring.recorder is not None:
+                ring.recorder.compute("fwd", step0 + step, t0, ring.clock.mark(),
+                                      float(work[r, owner]),
+                                      chunks[r], chunks[owner])
+        if step < n - 1:
+            comm.wait(step=step0 + step + 1, q_chunks=chunks[r], kv_chunks=chunks[(owner - 1) % n])
+    return out.transpose(1, 2).to(q.dtype), lse
+
+
+def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  out: torch.Tensor, lse: torch.Tensor, *, ring: Ring, layout: str, causal: bool,
+                  ops: BlockOps, step0: int = 0,
+                  on_step: StepHook | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv of this rank's shard (input dtype), given the forward's out and lse."""
+    n, r = ring.world, ring.rank
+    c = q.shape[1]
+    chunks = chunks_of_rank(layout, n)
+    work = exact_work(layout, c * n, n, causal) * (BWD_FLOPS_FACTOR * _pair_flops(q))
+    qh, outh, douth = _heads_first(q), _heads_first(out), _heads_first(dout)
+    dq = torch.zeros(qh.shape, dtype=torch.float32, device=q.device)
+    kv = torch.stack([k, v])
+    bufs = (kv, torch.empty_like(kv))
+    # dK/dV accumulators: the one being added to and sent, and the one arriving
+    dkv_bufs = (torch.zeros(kv.shape, dtype=torch.float32, device=q.device),
+                torch.empty(kv.shape, dtype=torch.float32, device=q.device))
+    kv_comm, dkv_comm = RingComm(ring, "kv"), RingComm(ring, "dkv")
+    for step in range(n):
+        if on_step is not None:
+            on_step(step0 + step)
+        owner = (r - step) % n
+        cur = bufs[step % 2]
+        if step < n - 1:
+            kv_comm.post(cur, bufs[(step + 1) % 2], step=step0 + step, send_chunks=chunks[owner],
+                         recv_chunks=chunks[(owner - 1) % n])
+        pieces = block_pieces(layout, r, owner, n, c, causal)
+        shares = []
+        if pieces:
+            t0 = ring.clock.mark()
+            kh, vh = _heads_first(cur[0]), _heads_first(cur[1])
+            for p in pieces:
+                g_q, g_k, g_v = ops.backward(douth[:, :, p.q], qh[:, :, p.q], kh[:, :, p.kv],
+                                             vh[:, :, p.kv], outh[:, :, p.q], lse[:, :, p.q],
+                                             p.causal)
+                dq[:, :, p.q] += g_q
+                shares.append((p.kv, g_k, g_v))
+            if ring.recorder is not None:
+                ring.recorder.compute("bwd", step0 + step, t0, ring.clock.mark(),
+                                      float(work[r, owner]),
+                                      chunks[r], chunks[owner])
+        acc = dkv_bufs[step % 2]
+        if step > 0:  # the accumulator of this block, from rank r - 1
+            dkv_comm.wait(step=step0 + step, q_chunks=chunks[r], kv_chunks=chunks[owner])
+        for sl, g_k, g_v in shares:
+            _heads_first(acc[0])[:, :, sl] += g_k
+            _heads_first(acc[1])[:, :, sl] += g_v
+        if n > 1:
+            dkv_comm.post(acc, dkv_bufs[(step + 1) % 2], step=step0 + step,
+                          send_chunks=chunks[owner], recv_chunks=chunks[(owner - 1) % n])
+        if step < n - 1:
+            kv_comm.wait(step=step0 + step + 1, q_chunks=chunks[r], kv_chunks=chunks[(owner - 1) % n])
+    if n > 1:  # our own block's accumulator, home after N hops
+        dkv_comm.wait(step=step0 + n - 1, q_chunks=chunks[r], kv_chunks=chunks[r])
+    dkv = dkv_bufs[n % 2] if n > 1 else dkv_bufs[0]
+    return (dq.transpose(1, 2).to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype))
