@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections import OrderedDict
 from typing import Any
 
@@ -76,16 +75,29 @@ class _Kept:
         return self.items.get(token) if token else None
 
 
-def load_profile_file(path: str) -> Any:
-    """A calibrated hardware profile through sim.profile, if this ringsim has it."""
+def _profile_module():
     try:
-        from sim.profile import load_profile
+        import sim.profile
     except ModuleNotFoundError as e:
-        if e.name not in ("sim.profile",):
+        if e.name != "sim.profile":
             raise
         raise RingsimError("calibrated profiles are not available yet: this ringsim has no "
                            "sim/profile.py (use the presets or custom numbers)") from None
-    return load_profile(path)
+    return sim.profile
+
+
+def load_profile_file(path: str) -> Any:
+    """A calibrated hardware profile through sim.profile, if this ringsim has it."""
+    return _profile_module().load_profile(path)
+
+
+def profile_from_upload(contents: Any, filename: Any) -> tuple[Any, bytes]:
+    """A calibrated profile from an upload (JSON only, size-capped) and its raw bytes."""
+    mod = _profile_module()
+    cap = min(MAX_UPLOAD_BYTES, getattr(mod, "MAX_PROFILE_BYTES", MAX_UPLOAD_BYTES))
+    raw = export.decode_upload(contents, filename, cap)
+    name = filename if isinstance(filename, str) else "profile"
+    return mod.profile_from_dict(export.parse_json_bytes(raw, name), name), raw
 
 
 def create_app(profile_path: str | None = None) -> dash.Dash:
@@ -228,7 +240,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         except RingsimError as e:
             return figures.message_figure(str(e))
         window = tuple(ranks) if ranks else None
-        return figures.timeline(res.trace, window)
+        return figures.timeline(res.trace, window, columns=res.columns)
 
     @app.callback(Output("block-map", "figure"),
                   Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"))
@@ -289,14 +301,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         if ctx.triggered_id == "profile-clear":
             return None, ""
         try:
-            raw = export.decode_upload(contents, filename, MAX_UPLOAD_BYTES)
-            export.parse_json_upload(contents, filename, MAX_UPLOAD_BYTES)   # JSON, or refuse
-            with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
-                f.write(raw)
-            try:
-                hw = load_profile_file(f.name)
-            finally:
-                os.unlink(f.name)
+            hw, raw = profile_from_upload(contents, filename)
         except RingsimError as e:
             return no_update, str(e)
         token = "profile-" + hashlib.sha256(raw).hexdigest()[:16]

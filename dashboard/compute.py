@@ -12,6 +12,7 @@ data; dashboard/figures.py draws them.
 
 from __future__ import annotations
 
+import statistics
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -24,7 +25,9 @@ from sim.engine import simulate
 from sim.memory import full_kv_bytes, peak_memory_bytes
 from sim.metrics import Metrics, compute_metrics
 from sim.trace import Trace
+from sim.validate import step_durations
 
+from dashboard.figures import SpanColumns, span_columns
 from dashboard.state import scenario_key
 
 
@@ -32,6 +35,8 @@ from dashboard.state import scenario_key
 class Result:
     trace: Trace
     metrics: Metrics
+    columns: SpanColumns
+    """The spans as numpy columns, kept so that redrawing the timeline is cheap."""
 
 
 class ResultCache:
@@ -95,8 +100,8 @@ def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None 
     key = scenario_key(scenario, hw_desc)
 
     def make() -> Result:
-        trace = simulate(scenario, profile)
-        return Result(trace, compute_metrics(trace))
+        trace = simulate(scenario, profile, player="recurrence")
+        return Result(trace, compute_metrics(trace), span_columns(trace))
 
     return CACHE.get(key, make)
 
@@ -215,38 +220,50 @@ def memory_table(scenario: Scenario) -> dict[str, Any]:
     n = scenario.n_gpus
     chunks = scenario.n_chunks
     seqs = sorted({chunks * 2 ** k for k in range(4, 26) if chunks * 2 ** k <= 1 << 24} | {w.seq})
-    by_seq = [{"seq": s, "ring_bytes": peak_memory_bytes(_with_seq(scenario, s), s // n)["total"],
-               "full_kv_bytes": full_kv_bytes(_with_seq(scenario, s))} for s in seqs]
+    by_seq = []
+    for s in seqs:
+        ws = _with_seq(scenario, s)
+        ring = peak_memory_bytes(ws, s // n)
+        by_seq.append({"seq": s, "ring_bytes": ring["total"], "ring_kv_bytes": _kv_held(ring),
+                       "one_gpu_bytes": peak_memory_bytes(ws, s)["total"],
+                       "full_kv_bytes": full_kv_bytes(ws)})
     c = scenario.tokens_per_rank
     counts = [g for g in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if w.seq % g == 0]
-    by_gpus = [{"gpus": g, "ring_bytes": peak_memory_bytes(w, w.seq // g)["total"],
-                "fixed_shard_bytes": peak_memory_bytes(_with_seq(scenario, c * g), c)["total"],
-                "full_kv_bytes": full_kv_bytes(w)} for g in counts]
+    by_gpus = []
+    for g in counts:
+        ring = peak_memory_bytes(w, w.seq // g)
+        by_gpus.append({"gpus": g, "ring_bytes": ring["total"], "ring_kv_bytes": _kv_held(ring),
+                        "fixed_shard_bytes": peak_memory_bytes(_with_seq(scenario, c * g), c)["total"],
+                        "full_kv_bytes": full_kv_bytes(w)})
     return {"seq_now": w.seq, "gpus_now": n, "tokens_per_rank": c,
             "capacity_bytes": scenario.hardware.gpu.memory_gb * 1e9,
             "items": peak_memory_bytes(w, c), "by_seq": by_seq, "by_gpus": by_gpus}
 
 
+def _kv_held(items: dict[str, int]) -> int:
+    """The K/V part of a rank's memory: its own shard and the blocks in flight."""
+    return items["kv_own"] + items["kv_buffers"]
+
+
 # --- view 8: model against measurement ----------------------------------------------
 
-def step_completions(trace: Trace) -> dict[int, float]:
-    """For each step, when the last rank finished its compute of that step (from t0)."""
-    t0 = min((s.start_s for s in trace.spans), default=0.0)
-    out: dict[int, float] = {}
-    for s in trace.spans:
-        if s.stream == "compute":
-            out[s.step] = max(out.get(s.step, 0.0), s.end_s - t0)
-    return out
-
-
 def step_errors(simulated: Trace, measured: Trace) -> list[dict[str, float]]:
-    """Per ring step: duration (completion minus the previous step's) in both, and error."""
-    sim_c, meas_c = step_completions(simulated), step_completions(measured)
+    """Per ring step: each rank's step duration in both traces (sim.validate's definition:
+    from the end of its previous step's compute to the end of this one's), the medians
+    over ranks, and the median, smallest and largest signed relative error over ranks."""
+    sim_d, meas_d = step_durations(simulated), step_durations(measured)
+    by_step: dict[int, list[tuple[float, float]]] = {}
+    for (rank, step), m in meas_d.items():
+        if (rank, step) in sim_d:
+            by_step.setdefault(step, []).append((sim_d[rank, step], m))
     rows = []
-    prev_s = prev_m = 0.0
-    for step in sorted(set(sim_c) & set(meas_c)):
-        ds, dm = sim_c[step] - prev_s, meas_c[step] - prev_m
-        prev_s, prev_m = sim_c[step], meas_c[step]
-        rows.append({"step": step, "simulated_s": ds, "measured_s": dm,
-                     "error": (ds - dm) / dm if dm > 0 else float("nan")})
+    for step in sorted(by_step):
+        pairs = by_step[step]
+        errs = [(s - m) / m for s, m in pairs if m > 0]
+        rows.append({"step": step, "ranks": len(pairs),
+                     "simulated_s": statistics.median(s for s, _ in pairs),
+                     "measured_s": statistics.median(m for _, m in pairs),
+                     "error": statistics.median(errs) if errs else float("nan"),
+                     "error_min": min(errs) if errs else float("nan"),
+                     "error_max": max(errs) if errs else float("nan")})
     return rows

@@ -85,11 +85,14 @@ def parse_trace_upload(contents: Any, filename: Any, max_bytes: int) -> Trace:
         raise RingsimError(f"{name}: the JSON is nested too deeply to be a trace") from None
 
 
-def parse_json_upload(contents: Any, filename: Any, max_bytes: int) -> Any:
-    """Any JSON document from an upload (a calibrated profile, for instance)."""
-    raw = decode_upload(contents, filename, max_bytes)
-    name = filename if isinstance(filename, str) else "the file"
+def parse_json_bytes(raw: bytes, name: str) -> Any:
+    """A JSON document (a calibrated profile, for instance); nothing but JSON is parsed."""
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise RingsimError(f"{name}: not valid JSON ({e})") from None
+
+
+def parse_json_upload(contents: Any, filename: Any, max_bytes: int) -> Any:
+    raw = decode_upload(contents, filename, max_bytes)
+    return parse_json_bytes(raw, filename if isinstance(filename, str) else "the file")

@@ -8,6 +8,7 @@ those of DESIGN.md; the trace record is that of sim/trace.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -136,13 +137,50 @@ _SERIES_LANE = {"fwd": 0, "bwd": 0, "exposed": 0, "idle": 0, "send kv": 1, "send
                 "recv kv": 2, "recv dkv": 2}
 
 
-def _chunk_cols(spans: Sequence[Span], attr: str) -> np.ndarray:
-    width = max((len(getattr(s, attr)) for s in spans), default=0)
-    out = np.full((len(spans), width), -1, dtype=np.int64)
+SERIES = ("idle", "fwd", "bwd", "exposed", "send kv", "send dkv", "recv kv", "recv dkv")
+
+
+@dataclass(frozen=True)
+class SpanColumns:
+    """A trace's spans as numpy columns (one row per span), for fast figure building."""
+
+    rank: np.ndarray
+    series: np.ndarray
+    """Index into SERIES."""
+    step: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    amount: np.ndarray
+    """TFLOP for compute, MB for transfers, 0 for waits."""
+    peer: np.ndarray
+    q_chunks: np.ndarray
+    """(spans, widest) chunk ids, -1 padded."""
+    kv_chunks: np.ndarray
+
+
+def span_columns(trace: Trace) -> SpanColumns:
+    spans = trace.spans
+    n = len(spans)
+    code = {name: i for i, name in enumerate(SERIES)}
+    nq = max((len(s.q_chunks) for s in spans), default=0)
+    nk = max((len(s.kv_chunks) for s in spans), default=0)
+    q = np.full((n, nq), -1, dtype=np.int32)
+    k = np.full((n, nk), -1, dtype=np.int32)
     for i, s in enumerate(spans):
-        c = getattr(s, attr)
-        out[i, :len(c)] = c
-    return out
+        if s.q_chunks:
+            q[i, :len(s.q_chunks)] = s.q_chunks
+        if s.kv_chunks:
+            k[i, :len(s.kv_chunks)] = s.kv_chunks
+    return SpanColumns(
+        rank=np.fromiter((s.rank for s in spans), np.int32, n),
+        series=np.fromiter((code[_series_of(s)] for s in spans), np.int8, n),
+        step=np.fromiter((s.step for s in spans), np.int32, n),
+        start_s=np.fromiter((s.start_s for s in spans), np.float64, n),
+        end_s=np.fromiter((s.end_s for s in spans), np.float64, n),
+        amount=np.fromiter(((s.flops / 1e12) if s.stream == "compute" else s.bytes / 1e6
+                            for s in spans), np.float64, n),
+        peer=np.fromiter((s.peer for s in spans), np.int32, n),
+        q_chunks=q, kv_chunks=k)
 
 
 def _hover(series: str, nq: int, nk: int, unit: str) -> str:
@@ -166,60 +204,54 @@ def _hover(series: str, nq: int, nk: int, unit: str) -> str:
     return "<br>".join(lines) + "<extra></extra>"
 
 
-def _window(trace: Trace, ranks: tuple[int, int] | None, limit: int) -> tuple[int, int, list[Span]]:
-    n = trace.world_size
+def _window(cols: SpanColumns, n: int, ranks: tuple[int, int] | None, limit: int
+            ) -> tuple[int, int, np.ndarray]:
     lo, hi = ranks if ranks is not None else (0, n - 1)
     lo, hi = max(0, min(int(lo), n - 1)), max(0, min(int(hi), n - 1))
     if hi < lo:
         lo, hi = hi, lo
-    per_rank = np.bincount([s.rank for s in trace.spans], minlength=n)
+    per_rank = np.bincount(cols.rank, minlength=n)
     cum = np.cumsum(per_rank[lo:hi + 1])
     if cum.size and cum[-1] > limit:
         hi = lo + max(0, int(np.searchsorted(cum, limit, side="right")) - 1)
-    return lo, hi, [s for s in trace.spans if lo <= s.rank <= hi]
+    return lo, hi, (cols.rank >= lo) & (cols.rank <= hi)
 
 
 def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
              max_bar_spans: int = MAX_BAR_SPANS, max_spans: int = MAX_DRAWN_SPANS,
-             title: str | None = None) -> go.Figure:
+             title: str | None = None, columns: SpanColumns | None = None) -> go.Figure:
     """Per GPU, three lanes (compute, send, receive); exposed communication in red.
 
     `ranks` is an inclusive window; it narrows further if it holds more than
     `max_spans` spans. Past `max_bar_spans` spans the lanes are WebGL line segments.
+    `columns` is span_columns(trace), when the caller keeps it.
     """
-    lo, hi, spans = _window(trace, ranks, max_spans)
-    use_gl = len(spans) > max_bar_spans
-    t0 = min((s.start_s for s in trace.spans), default=0.0)
+    cols = columns if columns is not None else span_columns(trace)
+    lo, hi, in_window = _window(cols, trace.world_size, ranks, max_spans)
+    n_spans = int(in_window.sum())
+    use_gl = n_spans > max_bar_spans
+    t0 = float(cols.start_s.min()) if cols.start_s.size else 0.0
     scale, unit = time_unit(trace.makespan_s or 1e-6)
     shown = hi - lo + 1
     rows = shown * len(LANES)
     height = int(min(1400, max(320, 110 + rows * 11)))
     lane_px = (height - 110) / rows
-    groups: dict[str, list[Span]] = {}
-    for s in spans:
-        groups.setdefault(_series_of(s), []).append(s)
     fig = _figure(height=height, barmode="overlay", bargap=0)
-    for series in ("idle", "fwd", "bwd", "exposed", "send kv", "send dkv", "recv kv", "recv dkv"):
-        g = groups.get(series)
-        if not g:
+    for code, series in enumerate(SERIES):
+        sel = in_window & (cols.series == code)
+        if not sel.any():
             continue
-        start = np.fromiter((s.start_s for s in g), float, len(g))
-        end = np.fromiter((s.end_s for s in g), float, len(g))
-        y = np.fromiter(((s.rank - lo) * len(LANES) + _SERIES_LANE[series] for s in g), float, len(g))
-        amount = np.fromiter(((s.flops / 1e12) if s.stream == "compute" else s.bytes / 1e6
-                              for s in g), float, len(g))
-        qc, kc = _chunk_cols(g, "q_chunks"), _chunk_cols(g, "kv_chunks")
-        cd = np.column_stack([
-            np.fromiter((s.rank for s in g), float, len(g)),
-            np.fromiter((s.step for s in g), float, len(g)),
-            (start - t0) * scale, (end - start) * scale,
-            np.fromiter((s.peer for s in g), float, len(g)), amount, qc, kc]).astype(np.float32)
+        start, end = (cols.start_s[sel] - t0) * scale, (cols.end_s[sel] - t0) * scale
+        y = (cols.rank[sel] - lo) * len(LANES) + _SERIES_LANE[series]
+        qc, kc = cols.q_chunks[sel], cols.kv_chunks[sel]
+        cd = np.column_stack([cols.rank[sel], cols.step[sel], start, end - start, cols.peer[sel],
+                              cols.amount[sel], qc, kc]).astype(np.float32)
         hover = _hover(series, qc.shape[1], kc.shape[1], unit)
         name = _SERIES_NAMES[series]
         if use_gl:
-            nan = np.full(len(g), np.nan)
+            nan = np.full(len(start), np.nan)
             fig.add_trace(go.Scattergl(
-                x=np.column_stack([(start - t0) * scale, (end - t0) * scale, nan]).ravel().astype(np.float32),
+                x=np.column_stack([start, end, nan]).ravel().astype(np.float32),
                 y=np.column_stack([y, y, nan]).ravel().astype(np.float32), mode="lines", name=name,
                 line=dict(color=COLORS[series], width=float(np.clip(0.75 * lane_px, 1, 12))),
                 customdata=np.repeat(cd, 3, axis=0), hovertemplate=hover, connectgaps=False))
@@ -227,10 +259,9 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
             color: Any = COLORS[series]
             if series in ("fwd", "bwd"):
                 # alternate shades by step so that back-to-back blocks stay distinguishable
-                odd = np.fromiter((s.step % 2 for s in g), int, len(g)).astype(bool)
-                color = np.where(odd, COLORS[series + " alt"], COLORS[series])
+                color = np.where(cols.step[sel] % 2 == 1, COLORS[series + " alt"], COLORS[series])
             fig.add_trace(go.Bar(
-                x=(end - start) * scale, base=(start - t0) * scale, y=y, orientation="h",
+                x=end - start, base=start, y=y.astype(np.float32), orientation="h",
                 width=0.8, name=name, marker=dict(color=color, line=dict(width=0)),
                 customdata=cd, hovertemplate=hover))
     step = max(1, shown // 32)
@@ -250,7 +281,7 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
                    tickvals=[(r - lo) * len(LANES) + 1 for r in tick_ranks],
                    ticktext=[f"GPU {r}" for r in tick_ranks], showgrid=False,
                    range=[rows - 0.5, -0.5]),
-        meta={"ranks": [lo, hi], "webgl": use_gl, "spans": len(spans), "unit": unit},
+        meta={"ranks": [lo, hi], "webgl": use_gl, "spans": n_spans, "unit": unit},
         hovermode="closest",
     )
     if shown <= 64:
@@ -451,17 +482,17 @@ def overlap_sweep(sweep: dict[str, Any]) -> go.Figure:
         fig.add_vline(x=c_star, line=dict(color="#444", dash="dash", width=1), row=row, col=1)
         fig.add_vline(x=sweep["tokens_now"], line=dict(color=COLORS["measured"], width=1.5),
                       row=row, col=1)
-    fig.add_annotation(x=np.log10(c_star), y=1.0, xref="x", yref="y domain", showarrow=False,
-                       text=f"compute = transfer at {c_star:,.0f} tokens", xanchor="left",
-                       yanchor="bottom", font=dict(size=11))
+    fig.add_annotation(x=np.log10(c_star), y=0.5, xref="x", yref="y domain", showarrow=False,
+                       text=f" compute = transfer<br> at {c_star:,.0f} tokens", xanchor="left",
+                       align="left", font=dict(size=11))
     if has_bw:
         b_star = sweep["crossover_bandwidth_gbps"]
         fig.add_vline(x=b_star, line=dict(color="#444", dash="dash", width=1), row=1, col=2)
         fig.add_vline(x=sweep["bandwidth_now_gbps"], line=dict(color=COLORS["measured"], width=1.5),
                       row=1, col=2)
-        fig.add_annotation(x=np.log10(b_star), y=1.0, xref="x2", yref="y2 domain", showarrow=False,
-                           text=f"compute = transfer at {b_star:.3g} GB/s", xanchor="left",
-                           yanchor="bottom", font=dict(size=11))
+        fig.add_annotation(x=np.log10(b_star), y=0.5, xref="x2", yref="y2 domain", showarrow=False,
+                           text=f" compute = transfer<br> at {b_star:.3g} GB/s", xanchor="left",
+                           align="left", font=dict(size=11))
     fig.update_xaxes(type="log", title_text="tokens per GPU", row=1, col=1)
     fig.update_xaxes(type="log", title_text="tokens per GPU", row=2, col=1)
     fig.update_xaxes(type="log", title_text="link GB/s per direction", row=1, col=2)
@@ -472,10 +503,11 @@ def overlap_sweep(sweep: dict[str, Any]) -> go.Figure:
     fig.update_yaxes(visible=False, row=2, col=2)
     fig.update_layout(
         title=dict(text=f"When transfers hide ({sweep['layout']}, overlap "
-                        f"{'on' if sweep['overlap'] else 'off'}, simulated on {sweep['n_gpus']} GPUs); "
-                        "dashed: block compute = block transfer (fixed costs aside), orange: now",
+                        f"{'on' if sweep['overlap'] else 'off'}, simulated on {sweep['n_gpus']} GPUs)"
+                        "<br><sup>dashed: a full block's compute equals its transfer (launch overhead "
+                        "and link latency aside); orange: the current scenario</sup>",
                    font=dict(size=13)),
-        legend=dict(y=1.08), margin=dict(t=100),
+        legend=dict(orientation="h", x=0.55, y=0.3, xanchor="left"), margin=dict(t=90),
         meta={"crossover_tokens": c_star, "crossover_bandwidth_gbps": sweep["crossover_bandwidth_gbps"]})
     return fig
 
@@ -496,6 +528,17 @@ def memory(table: dict[str, Any]) -> go.Figure:
                              line=dict(color=COLORS["ring"]),
                              hovertemplate="%{x:,} tokens: %{y:.4g} GiB per GPU<extra></extra>"),
                   row=1, col=1)
+    fig.add_trace(go.Scatter(x=[r["seq"] for r in bs], y=[r["ring_kv_bytes"] / gib for r in bs],
+                             name="ring: K/V held per GPU (own shard + 2 in flight)", legendgroup="ringkv",
+                             mode="lines+markers", line=dict(color=COLORS["send kv"]),
+                             marker=dict(symbol="square", size=5),
+                             hovertemplate="%{x:,} tokens: K/V held %{y:.4g} GiB per GPU<extra></extra>"),
+                  row=1, col=1)
+    fig.add_trace(go.Scatter(x=[r["seq"] for r in bs], y=[r["one_gpu_bytes"] / gib for r in bs],
+                             name="one GPU, whole sequence (no ring)", mode="lines",
+                             line=dict(color="#555555", dash="dot"),
+                             hovertemplate="%{x:,} tokens on one GPU: %{y:.4g} GiB<extra></extra>"),
+                  row=1, col=1)
     fig.add_trace(go.Scatter(x=[r["seq"] for r in bs], y=[r["full_kv_bytes"] / gib for r in bs],
                              name="the full K/V on one GPU", legendgroup="full", mode="lines",
                              line=dict(color=COLORS["full"], dash="dash"),
@@ -506,9 +549,15 @@ def memory(table: dict[str, Any]) -> go.Figure:
                              mode="lines+markers", line=dict(color=COLORS["ring"]),
                              hovertemplate="%{x} GPUs: %{y:.4g} GiB per GPU<extra></extra>"),
                   row=1, col=2)
+    fig.add_trace(go.Scatter(x=[r["gpus"] for r in bg], y=[r["ring_kv_bytes"] / gib for r in bg],
+                             name="ring: K/V held per GPU", legendgroup="ringkv", showlegend=False,
+                             mode="lines+markers", line=dict(color=COLORS["send kv"]),
+                             marker=dict(symbol="square", size=5),
+                             hovertemplate="%{x} GPUs: K/V held %{y:.4g} GiB per GPU<extra></extra>"),
+                  row=1, col=2)
     fig.add_trace(go.Scatter(x=[r["gpus"] for r in bg], y=[r["fixed_shard_bytes"] / gib for r in bg],
                              name=f"ring, {table['tokens_per_rank']:,} tokens per GPU (sequence grows)",
-                             mode="lines+markers", line=dict(color="#2e9e5b", dash="dot"),
+                             mode="lines+markers", line=dict(color="#8e44ad", dash="dot"),
                              hovertemplate="%{x} GPUs: %{y:.4g} GiB per GPU<extra></extra>"),
                   row=1, col=2)
     fig.add_trace(go.Scatter(x=[r["gpus"] for r in bg], y=[r["full_kv_bytes"] / gib for r in bg],
@@ -516,10 +565,13 @@ def memory(table: dict[str, Any]) -> go.Figure:
                              mode="lines", line=dict(color=COLORS["full"], dash="dash"),
                              hovertemplate="full K/V %{y:.4g} GiB<extra></extra>"),
                   row=1, col=2)
-    for col in (1, 2):
-        fig.add_hline(y=cap, line=dict(color=COLORS["capacity"], width=1, dash="dashdot"),
-                      row=1, col=col, annotation_text=f"GPU memory {cap:.0f} GiB",
-                      annotation_position="bottom right")
+    # the capacity as a trace: an annotated hline would be placed in log10 units on a log axis
+    for col, xs in ((1, [bs[0]["seq"], bs[-1]["seq"]]), (2, [bg[0]["gpus"], bg[-1]["gpus"]])):
+        fig.add_trace(go.Scatter(x=xs, y=[cap, cap], mode="lines", name=f"GPU memory ({cap:.0f} GiB)",
+                                 legendgroup="cap", showlegend=col == 1,
+                                 line=dict(color=COLORS["capacity"], width=1, dash="dashdot"),
+                                 hovertemplate=f"GPU memory {cap:.0f} GiB<extra></extra>"),
+                      row=1, col=col)
     fig.add_vline(x=table["seq_now"], line=dict(color=COLORS["measured"], width=1.5), row=1, col=1)
     fig.add_vline(x=table["gpus_now"], line=dict(color=COLORS["measured"], width=1.5), row=1, col=2)
     fig.update_xaxes(type="log", title_text="sequence length (tokens)", row=1, col=1)
@@ -529,9 +581,10 @@ def memory(table: dict[str, Any]) -> go.Figure:
     items = table["items"]
     detail = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in items.items() if k != "total")
     fig.update_layout(
-        title=dict(text=f"Why no GPU needs the full K/V: {items['total'] / gib:.3g} GiB per GPU now "
+        title=dict(text=f"Why no GPU needs the full K/V: {items['total'] / gib:.3g} GiB per GPU now, "
+                        f"the full K/V would take {bs[[r['seq'] for r in bs].index(table['seq_now'])]['full_kv_bytes'] / gib:.3g} GiB"
                         f"<br><sup>{detail}</sup>", font=dict(size=13)),
-        legend=dict(y=1.1), margin=dict(t=100))
+        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0), margin=dict(t=80, b=130), height=540)
     return fig
 
 
@@ -545,7 +598,9 @@ def merge_steps(merge: RingMerge, layout: str) -> go.Figure:
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
                         subplot_titles=("running maximum m (× block maximum)",
                                         "normalizer l (relative to m)",
-                                        "rescale factor exp(m_old − m_new)"))
+                                        "rescale factor exp(m_old − m_new): below 1 when the "
+                                        "maximum rises, 1 when it holds (grey: block masked "
+                                        "for this row), 0 at the first keys"))
     fig.update_layout(template=_TEMPLATE, height=620)
     hover_extra = [f"K/V of GPU {s.kv_rank}, {s.unmasked_keys} keys unmasked"
                    + (" (block skipped for this row)" if s.unmasked_keys == 0 else "") for s in steps]
@@ -565,8 +620,8 @@ def merge_steps(merge: RingMerge, layout: str) -> go.Figure:
                   row=2, col=1)
     fig.add_trace(go.Bar(x=x, y=[s.rescale for s in steps], name="rescale factor",
                          marker_color=["#cccccc" if m else COLORS["exposed"] for m in masked],
-                         text=hover_extra,
-                         hovertemplate="step %{x}: factor %{y:.5g}<br>%{text}<extra></extra>"),
+                         hovertext=hover_extra,
+                         hovertemplate="step %{x}: factor %{y:.5g}<br>%{hovertext}<extra></extra>"),
                   row=3, col=1)
     fig.update_yaxes(range=[0, 1.08], row=3, col=1)
     fig.update_xaxes(title_text="ring step", dtick=1 if len(steps) <= 32 else None, row=3, col=1)
@@ -590,7 +645,8 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
     scale, unit = time_unit(makespan or 1e-6)
     fig = make_subplots(rows=2, cols=1, row_heights=[0.64, 0.36], vertical_spacing=0.12,
                         subplot_titles=("compute (bars) and exposed communication (red) per GPU",
-                                        "per-step time: simulated vs measured"))
+                                        "per-step time, median over GPUs: simulated (blue) vs "
+                                        "measured (orange), label: median error"))
     height = int(min(1300, max(560, 260 + n * 2 * 16)))
     fig.update_layout(template=_TEMPLATE, height=height, barmode="overlay")
     total = len(simulated.spans) + len(measured.spans)
@@ -634,12 +690,16 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
                          marker_color=COLORS["measured"], showlegend=False,
                          text=[f"{r['error'] * 100:+.0f}%" if np.isfinite(r["error"]) else ""
                                for r in errors], textposition="outside",
-                         hovertemplate=f"step %{{x}}: measured %{{y:.4g}} {unit}<extra></extra>"),
+                         customdata=[[r["error"] * 100, r["error_min"] * 100, r["error_max"] * 100]
+                                     for r in errors],
+                         hovertemplate=(f"step %{{x}}: measured %{{y:.4g}} {unit} (median over GPUs)"
+                                        "<br>error %{customdata[0]:+.1f}% (GPUs from "
+                                        "%{customdata[1]:+.1f}% to %{customdata[2]:+.1f}%)<extra></extra>")),
                   row=2, col=1)
     fig.update_layout(barmode="overlay")
     fig.update_traces(selector=dict(name="simulated step"), offsetgroup="sim", width=0.4, offset=-0.4)
     fig.update_traces(selector=dict(name="measured step"), offsetgroup="meas", width=0.4, offset=0.0)
-    fig.update_xaxes(title_text="ring step (label: simulated vs measured)", dtick=1 if len(steps) <= 40 else None,
+    fig.update_xaxes(title_text="ring step", dtick=1 if len(steps) <= 40 else None,
                      row=2, col=1)
     fig.update_yaxes(title_text=unit, row=2, col=1)
     err_total = (simulated.makespan_s - measured.makespan_s) / measured.makespan_s if measured.makespan_s else float("nan")

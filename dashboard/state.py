@@ -249,10 +249,11 @@ def scenario_from_values(values: dict[str, Any]) -> Scenario:
 
     n = _int(values, "gpus", "number of GPUs")
     tile = _int(values, "tile", "tile")
+    layout, overlap = _choice(values, "layout"), _choice(values, "overlap")
+    granularity = _choice(values, "granularity")
     try:
-        return Scenario(workload=workload, hardware=hardware, n_gpus=n,
-                        layout=_choice(values, "layout"), overlap=_choice(values, "overlap"),
-                        granularity=_choice(values, "granularity"), tile=tile)
+        return Scenario(workload=workload, hardware=hardware, n_gpus=n, layout=layout,
+                        overlap=overlap, granularity=granularity, tile=tile)
     except RingsimError as e:
         raise _attribute(e, "gpus") from None
 

@@ -1,0 +1,55 @@
+"""Independent references for the dashboard tests: token ownership from the layout
+definitions of DESIGN.md (fact 8) and a measured-looking trace built by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.config import Scenario, Workload
+from sim.engine import simulate
+from sim.trace import Span, Trace
+
+
+def owner(layout: str, seq: int, n: int, t: int) -> int:
+    if layout == "contiguous":
+        return t // (seq // n)
+    if layout == "striped":
+        return t % n
+    chunk = t // (seq // (2 * n))
+    return chunk if chunk < n else 2 * n - 1 - chunk
+
+
+def chunk_tokens(layout: str, seq: int, n: int, chunk: int) -> np.ndarray:
+    """The tokens of one chunk id as the trace numbers them."""
+    if layout == "striped":
+        return np.arange(chunk, seq, n)
+    size = seq // (2 * n if layout == "zigzag" else n)
+    return np.arange(chunk * size, (chunk + 1) * size)
+
+
+def small_scenario(**kw) -> Scenario:
+    w = dict(seq=kw.pop("seq", 4096), heads=8, kv_heads=2, head_dim=64, dtype="bf16",
+             causal=kw.pop("causal", True), pass_=kw.pop("pass_", "fwd"))
+    return Scenario(workload=Workload(**w), n_gpus=kw.pop("n_gpus", 4), **kw)
+
+
+def measured_from(sim: Trace, factor: float, offset_s: float = 0.5, noise: float = 0.0,
+                  seed: int = 0) -> Trace:
+    """A 'measured' trace: the simulated one, slower by `factor`, started at `offset_s`."""
+    rng = np.random.default_rng(seed)
+    t0 = min(s.start_s for s in sim.spans)
+    spans = []
+    for s in sim.spans:
+        jitter = 1.0 + noise * rng.standard_normal() if noise else 1.0
+        start = offset_s + (s.start_s - t0) * factor
+        end = start + (s.end_s - s.start_s) * factor * max(jitter, 0.1)
+        spans.append(Span(s.rank, s.stream, s.kind, s.step, start, end, s.flops, s.bytes,
+                          s.q_chunks, s.kv_chunks, s.peer))
+    return Trace("measured", sim.world_size, spans, dict(sim.config),
+                 {"kind": "measured", "device": "cpu"}, {"runs": 1})
+
+
+@pytest.fixture(scope="session")
+def small_trace() -> Trace:
+    return simulate(small_scenario(layout="zigzag"))

@@ -1,0 +1,176 @@
+"""The app's callbacks driven over HTTP (Flask's test client), and the CLI command."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from dashboard.app import create_app, load_profile_file
+from dashboard.client import CallbackClient
+from dashboard.state import CONTROL_IDS, defaults
+from dashboard import export
+from sim.cli import build_parser, main
+from sim.errors import RingsimError
+from tests.dashboard.conftest import measured_from
+
+
+@pytest.fixture(scope="module")
+def client():
+    return CallbackClient.for_app(create_app())
+
+
+def _controls(**changes):
+    vals = defaults() | changes
+    return {f"{cid}.value": vals[cid] for cid in CONTROL_IDS}
+
+
+def _store(**changes):
+    return {"values": defaults() | changes}
+
+
+def test_callbacks_are_registered_on_every_app():
+    # FIELD-NOTES: module-level callbacks attach to the first app only
+    a, b = create_app(), create_app()
+    assert len(a.callback_map) == len(b.callback_map) >= 15
+
+
+def test_page_loads():
+    app = create_app()
+    c = app.server.test_client()
+    assert c.get("/").status_code == 200
+    layout = c.get("/_dash-layout").get_json()
+    assert "timeline" in json.dumps(layout)
+
+
+def test_url_sets_controls_and_controls_set_url(client):
+    status, out = client.call("scenario.data", {"url.search": "?gpus=16&layout=striped"} | _controls(),
+                              ["url.search"])
+    assert status == 200
+    assert out["gpus"]["value"] == 16 and out["layout"]["value"] == "striped"
+    assert out["scenario"]["data"]["values"]["gpus"] == 16
+    status, out = client.call("scenario.data", _controls(gpus=32, layout="contiguous"), ["gpus.value"])
+    assert out["url"]["search"] == "?gpus=32&layout=contiguous"
+    assert "value" not in out.get("gpus", {})
+
+
+def test_invalid_value_shows_a_message_and_keeps_the_last_scenario(client):
+    status, out = client.call("scenario.data", _controls(**{"kv-heads": 7}), ["kv-heads.value"])
+    assert status == 200
+    assert "must divide" in out["kv-heads-msg"]["children"]
+    assert "scenario" not in out                       # views keep the last valid one
+    assert "last valid scenario" in out["banner"]["children"]
+    assert out["heads-msg"]["children"] == ""
+
+
+def test_timeline_redraws_when_the_layout_changes(client):
+    values = {"scenario.data": _store(layout="contiguous"), "tabs.value": "timeline",
+              "ranks.value": [0, 7]}
+    _, out = client.call("timeline.figure", values, ["scenario.data"])
+    assert "contiguous" in out["timeline"]["figure"]["layout"]["title"]["text"]
+    values["scenario.data"] = _store(layout="striped")
+    _, out = client.call("timeline.figure", values, ["scenario.data"])
+    assert "striped" in out["timeline"]["figure"]["layout"]["title"]["text"]
+
+
+def test_hidden_views_do_not_compute(client):
+    status, out = client.call("sweep.figure", {"scenario.data": _store(), "tabs.value": "timeline"},
+                              ["scenario.data"])
+    assert status == 204 and out == {}
+
+
+@pytest.mark.parametrize("output, tab", [("block-map.figure", "blocks"), ("compare.figure", "compare"),
+                                         ("sweep.figure", "sweep"), ("memory.figure", "memory"),
+                                         ("merge.figure", "merge")])
+def test_each_view_draws(client, output, tab):
+    status, out = client.call(output, {"scenario.data": _store(gpus=4, seq=8192), "tabs.value": tab,
+                                       "merge-row.value": 5}, ["tabs.value"])
+    assert status == 200
+    gid = output.split(".")[0]
+    assert out[gid]["figure"]["data"]
+
+
+def test_summary_and_downloads(client):
+    _, out = client.call("m-makespan.children", {"scenario.data": _store()}, ["scenario.data"])
+    assert out["m-makespan"]["children"].endswith("ms")
+    assert "8 × H100-SXM / nvlink4" in out["scenario-line"]["children"]
+    _, out = client.call("dl-csv.data", {"dl-csv-btn.n_clicks": 1, "scenario.data": _store()},
+                         ["dl-csv-btn.n_clicks"])
+    assert out["dl-csv"]["data"]["filename"].endswith(".metrics.csv")
+    assert out["dl-csv"]["data"]["content"].startswith("scope,rank,makespan_s")
+    _, out = client.call("dl-chrome.data", {"dl-chrome-btn.n_clicks": 1, "scenario.data": _store()},
+                         ["dl-chrome-btn.n_clicks"])
+    assert "traceEvents" in out["dl-chrome"]["data"]["content"]
+    _, out = client.call("dl-trace.data", {"dl-trace-btn.n_clicks": 1, "scenario.data": _store()},
+                         ["dl-trace-btn.n_clicks"])
+    assert json.loads(out["dl-trace"]["data"]["content"])["format"] == "ringsim-trace"
+
+
+def test_trace_upload_and_overlay(client, small_trace):
+    measured = measured_from(small_trace, factor=1.1, noise=0.05)
+    url = "data:application/json;base64," + base64.b64encode(export.trace_json(measured).encode()).decode()
+    _, out = client.call("measured.data", {"trace-upload.contents": url, "trace-upload.filename": "m.json"},
+                         ["trace-upload.contents"])
+    token = out["measured"]["data"]
+    assert "measured trace, 4 ranks" in out["trace-upload-status"]["children"]
+    _, out = client.call("overlay.figure", {"measured.data": token, "scenario.data": _store(),
+                                            "tabs.value": "measured"}, ["measured.data"])
+    assert out["overlay"]["figure"]["layout"]["title"]["text"].startswith("Model vs measurement")
+
+
+def test_malformed_upload_shows_a_message(client):
+    url = "data:application/json;base64," + base64.b64encode(b"{oops").decode()
+    _, out = client.call("measured.data", {"trace-upload.contents": url, "trace-upload.filename": "x.json"},
+                         ["trace-upload.contents"])
+    assert "x.json: trace: not valid JSON" in out["trace-upload-msg"]["children"]
+    assert "measured" not in out
+
+
+def _profile_url() -> str:
+    from sim.profile import ComputeGroup, LinkFit, Profile
+    group = ComputeGroup("bf16", "full", "fwd", ((1e9, 1e-3), (2e9, 2e-3)), 0.0, 1e12)
+    prof = Profile("fit", {("bf16", "full", "fwd"): group}, LinkFit(1e-5, 1e9),
+                   measured_on={"device": "test-cpu"})
+    return "data:application/json;base64," + base64.b64encode(json.dumps(prof.to_dict()).encode()).decode()
+
+
+def test_profile_upload_drives_the_simulation(client):
+    _, out = client.call("profile.data", {"profile-upload.contents": _profile_url(),
+                                          "profile-upload.filename": "cpu.json"},
+                         ["profile-upload.contents"])
+    profile = out["profile"]["data"]
+    assert profile["name"] == "cpu.json" and out["profile-msg"]["children"] == ""
+    values = {"scenario.data": _store(gpus=4, seq=8192), "profile.data": profile}
+    _, with_profile = client.call("m-makespan.children", values, ["profile.data"])
+    _, presets = client.call("m-makespan.children", values | {"profile.data": None}, ["profile.data"])
+    # 1 TFLOP/s and 1 GB/s are far slower than an H100 over NVLink
+    assert with_profile["m-makespan"]["children"] != presets["m-makespan"]["children"]
+    assert "cpu.json" in with_profile["scenario-line"]["children"]
+    _, out = client.call("profile.data", {"profile-clear.n_clicks": 1}, ["profile-clear.n_clicks"])
+    assert out["profile"]["data"] is None
+
+
+@pytest.mark.parametrize("raw, words", [(b'{"gpu": {}}', "not a ringsim profile"),
+                                        (b"\x80\x04pickle", "not valid JSON")])
+def test_bad_profile_upload_is_explained(client, raw, words):
+    url = "data:application/json;base64," + base64.b64encode(raw).decode()
+    _, out = client.call("profile.data", {"profile-upload.contents": url, "profile-upload.filename": "p.json"},
+                         ["profile-upload.contents"])
+    assert words in out["profile-msg"]["children"]
+    assert "profile" not in out
+
+
+def test_missing_profile_module_is_explained(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "sim.profile", None)
+    with pytest.raises(RingsimError, match="no sim/profile.py"):
+        load_profile_file("p.json")
+
+
+def test_cli_registers_the_dashboard_command(capsys):
+    a = build_parser().parse_args(["dashboard"])
+    assert (a.host, a.port, a.debug, a.profile) == ("127.0.0.1", 8050, False, None)
+    assert main(["dashboard", "--port", "0"]) == 2
+    assert "--port must be in 1..65535" in capsys.readouterr().err
+    assert main(["dashboard", "--port", "x"]) == 2
