@@ -1,0 +1,77 @@
+"""Real-browser tests in headless Chromium (run with `pytest --headless`)."""
+
+from __future__ import annotations
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+from dashboard import export
+from dashboard.app import create_app
+from sim.engine import simulate
+from tests.dashboard.conftest import measured_from, small_scenario
+
+pytestmark = pytest.mark.browser
+
+TIMEOUT = 30
+
+
+def _start(dash_duo, query: str = ""):
+    dash_duo.start_server(create_app())
+    if query:
+        dash_duo.driver.get(dash_duo.server_url + "/" + query)
+    dash_duo.wait_for_element("#timeline .main-svg", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "makespan", timeout=TIMEOUT)
+
+
+def _severe(dash_duo):
+    return [e for e in (dash_duo.get_logs() or []) if e.get("level") == "SEVERE"]
+
+
+def test_page_loads_without_console_errors(dash_duo):
+    _start(dash_duo)
+    dash_duo.wait_for_contains_text("#m-makespan", "ms", timeout=TIMEOUT)
+    dash_duo.wait_for_element("#layout-strip .main-svg", timeout=TIMEOUT)
+    assert "8 GPUs, zigzag layout" in dash_duo.find_element("#timeline .gtitle").text
+    assert _severe(dash_duo) == []
+
+
+def test_changing_the_layout_redraws_the_timeline(dash_duo):
+    _start(dash_duo)
+    dash_duo.driver.find_element(By.XPATH, "//*[@id='layout']//label[contains(., 'contiguous')]").click()
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "contiguous layout", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#layout-strip .gtitle", "contiguous layout", timeout=TIMEOUT)
+    assert "layout=contiguous" in dash_duo.driver.current_url        # the link reproduces it
+    assert _severe(dash_duo) == []
+
+
+def test_invalid_value_shows_a_message_beside_its_control(dash_duo):
+    _start(dash_duo)
+    box = dash_duo.find_element("#kv-heads")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("7", Keys.ENTER)
+    dash_duo.wait_for_contains_text("#kv-heads-msg", "must divide heads", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#banner", "last valid scenario", timeout=TIMEOUT)
+    assert "zigzag layout" in dash_duo.find_element("#timeline .gtitle").text   # page still there
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("8", Keys.ENTER)
+    dash_duo.wait_for_text_to_equal("#kv-heads-msg", "", timeout=TIMEOUT)
+
+
+def test_link_with_a_scenario_reproduces_it(dash_duo):
+    _start(dash_duo, "?gpus=4&layout=striped&seq=8192")
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "4 GPUs, striped layout", timeout=TIMEOUT)
+    assert dash_duo.find_element("#gpus").get_attribute("value") == "4"
+
+
+def test_trace_upload_draws_the_overlay(dash_duo, tmp_path):
+    sim = simulate(small_scenario(layout="zigzag"))
+    path = tmp_path / "measured.json"
+    path.write_text(export.trace_json(measured_from(sim, factor=1.2, noise=0.05)))
+    _start(dash_duo)
+    dash_duo.driver.find_element(By.XPATH, "//*[@id='tabs']//*[normalize-space()='Measured vs simulated']").click()
+    dash_duo.wait_for_contains_text("#overlay .annotation-text", "Upload a measured trace", timeout=TIMEOUT)
+    dash_duo.find_element("#trace-upload input[type=file]").send_keys(str(path))
+    dash_duo.wait_for_contains_text("#trace-upload-status", "measured trace, 4 ranks", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#overlay .gtitle", "Model vs measurement", timeout=TIMEOUT)
+    assert _severe(dash_duo) == []
