@@ -97,7 +97,8 @@ def calibrate_compute(records: list[dict[str, Any]]) -> tuple[dict, str, dict]:
             "held_out_fit": _stats(line_err), "held_out_table": _stats(table_err)}
     line_m = statistics.median(all_line) if all_line else float("inf")
     table_m = statistics.median(all_table) if all_table else float("inf")
-    model = "table" if table_m < line_m else "fit"
+    # ties (within 0.1 point) go to the line: two parameters, and it extrapolates
+    model = "table" if table_m + 1e-3 < line_m else "fit"
     report["chosen"] = {"model": model, "held_out_median_abs_rel_fit": line_m,
                         "held_out_median_abs_rel_table": table_m}
     return groups, model, report
@@ -119,7 +120,58 @@ def calibrate_link(records: list[dict[str, Any]]) -> tuple[dict[str, LinkFit], d
     return out, report
 
 
-def calibrate(bench: dict[str, Any], source: str = "") -> Profile:
-    """A profile from a decoded `hw bench` JSON object."""
-    from hw_bench_format import normalize  # noqa: F401  (replaced below)
-    raise NotImplementedError
+def _records(bench: dict[str, Any], part: str) -> list[dict[str, Any]]:
+    raw = bench.get(part, [])
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise RingsimError(f"bench: {part} must be a list of objects")
+    return raw
+
+
+def calibrate(bench: Any, source: str = "") -> Profile:
+    """A profile from a decoded `ringsim hw bench` JSON object."""
+    if not isinstance(bench, dict) or bench.get("format") != "ringsim-hw-bench":
+        raise RingsimError(f"{source or 'input'}: not a `ringsim hw bench` result")
+    if bench.get("version") != 1:
+        raise RingsimError(f"bench: unsupported version {bench.get('version')!r}")
+    device = bench.get("device") if isinstance(bench.get("device"), dict) else {}
+    compute = []
+    for i, r in enumerate(_records(bench, "compute")):
+        if r.get("dtype") not in ("fp32", "bf16", "fp16") or r.get("mask") not in ("full", "diagonal") \
+                or r.get("kind", "fwd") not in ("fwd", "bwd"):
+            raise RingsimError(f"bench: compute entry {i} has a bad dtype, mask or kind")
+        flops = r.get("flops")
+        if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not flops > 0:
+            raise RingsimError(f"bench: compute entry {i} needs positive flops")
+        compute.append({"dtype": r["dtype"], "mask": r["mask"], "kind": r.get("kind", "fwd"),
+                        "flops": float(flops),
+                        "time_s": _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")})
+    groups, model, compute_report = calibrate_compute(compute)
+    transfers = []
+    for i, r in enumerate(_records(bench, "transfer")):
+        if r.get("direction") not in ("one_way", "both_ways"):
+            raise RingsimError(f"bench: transfer entry {i} has a bad direction")
+        transfers.append({"bytes": _median(r.get("bytes"), f"transfer entry {i} bytes"),
+                          "direction": r["direction"],
+                          "time_s": _median(r.get("time_s", r.get("median_s")), f"transfer entry {i} time_s")})
+    links, link_report = calibrate_link(transfers)
+    # a ring step sends and receives at once on every rank: the both-ways fit applies
+    link = links.get("both_ways") or links["one_way"]
+    slowdowns = []
+    for i, r in enumerate(_records(bench, "interference")):
+        alone = _median(r.get("compute_alone_s", r.get("median_alone_s")), f"interference entry {i} alone")
+        with_ = _median(r.get("compute_with_transfer_s", r.get("median_with_s")), f"interference entry {i} with")
+        if alone > 0:
+            slowdowns.append(with_ / alone)
+    measured_slowdown = statistics.median(slowdowns) if slowdowns else None
+    slots = None
+    if device.get("kind", "cpu") == "cpu":
+        cores, threads = device.get("cpu_count"), device.get("threads_per_rank") or 1
+        if isinstance(cores, int) and cores > 0 and isinstance(threads, int) and threads > 0:
+            slots = cores / threads
+    contention = Contention(slowdown_in_flight=max(1.0, measured_slowdown or 1.0), compute_slots=slots)
+    report = {"compute": compute_report, "link": link_report, "link_used": "both_ways" if "both_ways" in links else "one_way",
+              "interference": {"measured_slowdowns": slowdowns, "median_slowdown": measured_slowdown,
+                               "used": contention.slowdown_in_flight},
+              "compute_slots": slots}
+    measured_on = {"device": device.get("name", "unknown"), **{k: v for k, v in device.items() if k != "name"}}
+    return Profile(model, groups, link, contention, measured_on, report, source)

@@ -167,7 +167,9 @@ def profile_from_dict(d: Any, source: str = "") -> Profile:
         raise RingsimError("profile: link must be an object")
     lf = LinkFit(_num(link.get("latency_s"), "link latency_s"),
                  _num(link.get("bandwidth_bytes_per_s"), "link bandwidth", positive=True))
-    cont = d.get("contention") or {}
+    cont = d.get("contention", {})
+    if cont is None:
+        cont = {}
     if not isinstance(cont, dict):
         raise RingsimError("profile: contention must be an object")
     slots = cont.get("compute_slots")

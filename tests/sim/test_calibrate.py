@@ -1,0 +1,136 @@
+"""Calibration recovers the parameters of synthetic measurements made from known models."""
+
+import json
+
+import pytest
+
+from sim.calibrate import calibrate, fit_line
+from sim.cli import main
+from sim.config import Scenario, Workload
+from sim.engine import simulate
+from sim.errors import RingsimError
+from sim.metrics import compute_metrics
+from sim.profile import load_profile, profile_from_dict
+
+OVERHEAD, RATE, DIAG_RATE = 150e-6, 20e9, 12e9
+LATENCY, BW = 80e-6, 1.2e9
+
+
+def bench(slowdown=1.3, cpu_count=2, threads=1, kinds=("fwd",), noise=0.0):
+    compute = []
+    for kind in kinds:
+        for mask, rate in (("full", RATE), ("diagonal", DIAG_RATE)):
+            for c in (256, 512, 1024, 2048):
+                flops = 4 * 64 * 8 * (c * c if mask == "full" else c * (c + 1) / 2) * (2.5 if kind == "bwd" else 1)
+                t = OVERHEAD + flops / rate
+                compute.append({"kind": kind, "dtype": "fp32", "mask": mask, "flops": flops,
+                                "time_s": [t * (1 - noise), t, t * (1 + noise)], "median_s": t})
+    transfer = []
+    for b in (65536, 1 << 20, 1 << 24):
+        transfer.append({"bytes": b, "direction": "both_ways", "time_s": [LATENCY + b / BW]})
+        transfer.append({"bytes": b, "direction": "one_way", "time_s": [LATENCY / 2 + b / (2 * BW)]})
+    interference = [{"compute_alone_s": [0.010], "compute_with_transfer_s": [0.010 * slowdown]}]
+    return {"format": "ringsim-hw-bench", "version": 1,
+            "device": {"kind": "cpu", "name": "test cpu", "cpu_count": cpu_count, "threads_per_rank": threads},
+            "compute": compute, "transfer": transfer, "interference": interference}
+
+
+def test_fit_line_recovers_a_line():
+    a, b = fit_line([1, 2, 3, 4], [3.5, 5.5, 7.5, 9.5])
+    assert (a, b) == (pytest.approx(1.5), pytest.approx(2.0))
+
+
+def test_calibrate_recovers_compute_link_and_contention():
+    p = calibrate(bench())
+    full = p.groups[("fp32", "full", "fwd")]
+    diag = p.groups[("fp32", "diagonal", "fwd")]
+    assert full.overhead_s == pytest.approx(OVERHEAD) and full.flops_per_s == pytest.approx(RATE)
+    assert diag.flops_per_s == pytest.approx(DIAG_RATE)
+    assert p.link.latency_s == pytest.approx(LATENCY)
+    assert p.link.bandwidth_bytes_per_s == pytest.approx(BW)
+    assert p.report["link"]["one_way"]["bandwidth_bytes_per_s"] == pytest.approx(2 * BW)
+    assert p.contention.slowdown_in_flight == pytest.approx(1.3)
+    assert p.contention.compute_slots == 2
+    # exact data: both models predict held-out points well; the line exactly
+    assert p.report["compute"]["chosen"]["held_out_median_abs_rel_fit"] == pytest.approx(0, abs=1e-9)
+    assert p.compute_model == "fit"
+    # a block between measured sizes, and the fallbacks
+    flops = 4 * 64 * 8 * 700 * 700
+    assert p.compute_time_s(flops, dtype="fp32", kind="fwd", mask="full", q_tokens=700,
+                            kv_tokens=700) == pytest.approx(OVERHEAD + flops / RATE)
+    assert p.compute_time_s(2.5 * flops, dtype="fp32", kind="bwd", mask="full", q_tokens=700,
+                            kv_tokens=700) == pytest.approx(OVERHEAD + 2.5 * flops / RATE)
+    with pytest.raises(RingsimError, match="bf16"):
+        p.compute_time_s(flops, dtype="bf16", kind="fwd", mask="full", q_tokens=700, kv_tokens=700)
+
+
+def test_gpu_profiles_have_no_core_sharing_and_slowdowns_below_one_are_not_used():
+    b = bench(slowdown=0.8)
+    b["device"]["kind"] = "cuda"
+    p = calibrate(b)
+    assert p.contention.compute_slots is None
+    assert p.contention.slowdown_in_flight == 1.0
+    assert p.report["interference"]["median_slowdown"] == pytest.approx(0.8)
+
+
+def test_profile_round_trips_and_drives_the_simulator(tmp_path):
+    p = calibrate(bench())
+    path = tmp_path / "p.json"
+    p.save(path)
+    back = load_profile(path)
+    assert back.groups == p.groups and back.link == p.link and back.contention == p.contention
+    sc = Scenario(workload=Workload(seq=4096, heads=8, kv_heads=8, head_dim=64, dtype="fp32",
+                                    causal=False), n_gpus=2, layout="contiguous")
+    trace = simulate(sc, back)
+    first = min((s for s in trace.spans if s.stream == "compute"), key=lambda s: s.start_s)
+    assert first.duration_s >= OVERHEAD + 4 * 64 * 8 * 2048 ** 2 / RATE
+    assert compute_metrics(trace).ideal_s == pytest.approx(4 * 64 * 8 * 4096 ** 2 / (2 * RATE))
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d.update(format="x"), "not a ringsim profile"),
+    (lambda d: d.update(version=7), "version"),
+    (lambda d: d["compute"].update(model="magic"), "compute.model"),
+    (lambda d: d["compute"].update(groups=[]), "non-empty"),
+    (lambda d: d["compute"]["groups"][0].update(dtype="int4"), "dtype"),
+    (lambda d: d["compute"]["groups"][0]["fit"].update(flops_per_s=0), "positive"),
+    (lambda d: d["compute"]["groups"][0].update(points=[[1, "x"]]), "finite number"),
+    (lambda d: d["link"].update(bandwidth_bytes_per_s=-1), "bandwidth"),
+    (lambda d: d.update(contention=[]), "contention"),
+])
+def test_malformed_profiles_are_refused(mutate, match):
+    d = json.loads(json.dumps(calibrate(bench()).to_dict()))
+    mutate(d)
+    with pytest.raises(RingsimError, match=match):
+        profile_from_dict(d)
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d.update(format="other"), "not a `ringsim hw bench`"),
+    (lambda d: d.update(compute=[]), "no compute"),
+    (lambda d: d.update(transfer=[]), "no transfer"),
+    (lambda d: d["compute"][0].update(mask="weird"), "bad dtype, mask or kind"),
+    (lambda d: d["compute"][0].update(flops=-1), "positive flops"),
+    (lambda d: d["compute"][0].update(time_s=["x"]), "time_s"),
+])
+def test_malformed_bench_files_are_refused(mutate, match):
+    d = bench()
+    mutate(d)
+    with pytest.raises(RingsimError, match=match):
+        calibrate(d)
+
+
+def test_calibrate_cli_writes_once_and_reports(tmp_path, capsys):
+    src, out = tmp_path / "b.json", tmp_path / "p.json"
+    src.write_text(json.dumps(bench()))
+    assert main(["calibrate", str(src), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "interference: compute 1.300x slower" in text and "compute model: fit" in text
+    assert main(["calibrate", str(src), "-o", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert main(["simulate", "--profile", str(out), "--gpus", "2", "--seq", "4096", "--dtype", "fp32",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["makespan_s"] > 0
+    (tmp_path / "junk.json").write_text("{nope")
+    assert main(["calibrate", str(tmp_path / "junk.json"), "-o", str(tmp_path / "q.json")]) == 2
