@@ -1,6 +1,6 @@
 """Starting the ranks of a run on this host, and telling which one failed.
 
-`spawn` starts one process per rank (a fresh interpreter, as torchrun gives), joins them into a process group over loopback TCP with the run's
+`spawn` starts one process per rank (forked from a fresh launcher process), joins them into a process group over loopback TCP with the run's
 timeout, runs a function in each and collects what each returns or raises. When a rank
 raises or dies, the others lose their peer: their transfers fail within the timeout
 (`hw.comm.PeerFailure`) and they stop; any still running after the timeout are
@@ -18,6 +18,7 @@ import io
 import os
 import queue as queue_mod
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -122,15 +123,45 @@ def _rank_main(rank: int, world: int, port: int, backend: str, timeout_s: float,
 
 
 def worker_main() -> None:
-    """Entry of a spawned rank (`python -m hw.worker`): fetch the task, run it, report."""
+    """The launcher (`python -m hw.worker`): fetch the task, fork the ranks, report exits.
+
+    It imports torch and the task once and forks every rank from there: N processes
+    importing torch side by side cost several times one import on a small host (the
+    import is I/O bound). Nothing in the launcher has started a thread or an OpenMP
+    pool when it forks, so the children start clean.
+    """
     from multiprocessing.connection import Client
 
     addr = (os.environ["RINGSIM_SPAWN_HOST"], int(os.environ["RINGSIM_SPAWN_PORT"]))
-    conn = Client(addr, authkey=bytes.fromhex(os.environ["RINGSIM_SPAWN_KEY"]))
-    rank = int(os.environ["RINGSIM_SPAWN_RANK"])
-    conn.send(rank)
+    key = bytes.fromhex(os.environ["RINGSIM_SPAWN_KEY"])
+    conn = Client(addr, authkey=key)
+    conn.send(("launcher", -1))
     fn, args, world, port, backend, timeout_s = _loads(conn.recv_bytes())
-    _rank_main(rank, world, port, backend, timeout_s, conn.send, fn, args)
+    import torch.distributed  # noqa: F401  (imported once, here, for every rank)
+
+    ranks: dict[int, int] = {}
+    for rank in range(world):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                conn.close()
+                own = Client(addr, authkey=key)
+                own.send(("rank", rank))
+                _rank_main(rank, world, port, backend, timeout_s, own.send, fn, args)
+                own.close()
+            except BaseException:
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                # no interpreter teardown: a broken process group can hang in it
+                os._exit(code)
+        ranks[pid] = rank
+        conn.send(("started", rank, pid))
+    while ranks:
+        pid, status = os.wait()
+        conn.send(("exit", ranks.pop(pid), os.waitstatus_to_exitcode(status)))
     conn.close()
 
 
@@ -139,10 +170,11 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
           env: dict[str, str] | None = None) -> list[Any]:
     """Run `fn(ctx, *args)` on `world` fresh processes; their return values, by rank.
 
-    Each rank is a new interpreter (`python -m hw.worker`), so the caller's main module
-    is never re-imported (no `if __name__ == "__main__"` needed, unlike multiprocessing's
-    spawn). `fn` must be importable by name. Raises RankFailure naming the rank that
-    failed first.
+    The ranks are forked by a launcher process started for the purpose (`python -m
+    hw.worker`), never from the caller, so the caller's main module is not re-imported
+    (no `if __name__ == "__main__"` needed) and its threads do not leak into the ranks.
+    `fn` must be importable by name. Raises RankFailure naming the rank that failed
+    first.
     """
     from multiprocessing.connection import Listener
 
@@ -153,15 +185,16 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
 
     def serve(conn) -> None:
         try:
-            conn.recv()  # the rank's hello
-            conn.send_bytes(task)
+            role, _rank = conn.recv()
+            if role == "launcher":
+                conn.send_bytes(task)
             while True:
                 inbox.put(conn.recv())
         except (EOFError, OSError):
             pass
 
     def accept() -> None:
-        for _ in range(world):
+        for _ in range(world + 1):
             try:
                 conn = listener.accept()
             except OSError:
@@ -170,16 +203,16 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
 
     threading.Thread(target=accept, daemon=True).start()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    base_env = {**os.environ, "RINGSIM_SPAWN_HOST": "127.0.0.1",
-                "RINGSIM_SPAWN_PORT": str(listener.address[1]), "RINGSIM_SPAWN_KEY": key.hex(),
-                # one thread per rank unless told otherwise: each rank sets its own count
-                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-                "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-                **(env or {})}
-    procs = [subprocess.Popen([sys.executable, "-m", "hw.worker"],
-                              env={**base_env, "RINGSIM_SPAWN_RANK": str(r)},
-                              stdin=subprocess.DEVNULL)
-             for r in range(world)]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "hw.worker"], stdin=subprocess.DEVNULL,
+        env={**os.environ, "RINGSIM_SPAWN_HOST": "127.0.0.1",
+             "RINGSIM_SPAWN_PORT": str(listener.address[1]), "RINGSIM_SPAWN_KEY": key.hex(),
+             # each rank sets its own thread count; this only keeps the import lean
+             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+             "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+             **(env or {})})
+    pids: dict[int, int] = {}
+    exited: dict[int, int] = {}
     results: dict[int, Any] = {}
     errors: dict[int, tuple[str, str]] = {}   # rank -> (own | peer | died, text), in arrival order
     give_up_at: float | None = None
@@ -195,21 +228,28 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
             errors[rank] = (rest[0], rest[1])
         elif kind == "progress" and on_progress is not None:
             on_progress(rank, rest[0])
+        elif kind == "started":
+            pids[rank] = rest[0]
+        elif kind == "exit":
+            exited[rank] = rest[0]
 
     try:
         while not all(settled(r) for r in range(world)):
             try:
                 handle(inbox.get(timeout=0.2))
-                continue
             except queue_mod.Empty:
                 pass
-            for r, p in enumerate(procs):
-                if not settled(r) and p.poll() is not None:
-                    # a rank that died: take what it may have said before it went
-                    _drain(inbox, handle, wait_s=0.5)
+            gone = [r for r in range(world) if not settled(r) and r in exited]
+            if launcher.poll() is not None:
+                gone = [r for r in range(world) if not settled(r)]
+            if gone:
+                # a rank that died: take what it may have said before it went
+                _drain(inbox, handle, wait_s=0.5)
+                for r in gone:
                     if not settled(r):
-                        code = p.returncode
-                        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+                        code = exited.get(r, launcher.returncode)
+                        how = (f"killed by signal {-code}" if code is not None and code < 0
+                               else f"exit code {code}")
                         errors[r] = ("died", f"the process exited without a result ({how})")
             if errors and give_up_at is None:
                 give_up_at = time.monotonic() + timeout_s
@@ -218,24 +258,30 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
                     if not settled(r):
                         errors[r] = ("peer", f"still running {timeout_s:.0f} s after another rank failed")
     finally:
-        for p in procs:
-            _reap(p)
+        _reap(launcher, [pid for r, pid in pids.items() if r not in exited])
         listener.close()
     if errors:
         raise _failure(errors, world)
     return [results[r] for r in range(world)]
 
 
-def _reap(p: subprocess.Popen) -> None:
+def _reap(launcher: subprocess.Popen, rank_pids: list[int]) -> None:
+    """Let the launcher finish; stop ranks still running, and the launcher if it lingers."""
     try:
-        p.wait(timeout=10.0)
+        launcher.wait(timeout=10.0)
+        return
     except subprocess.TimeoutExpired:
-        p.terminate()
+        pass
+    for pid in rank_pids:
         try:
-            p.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        launcher.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        launcher.wait()
 
 
 def _drain(inbox: queue_mod.Queue, handle: Callable[[tuple], None], wait_s: float) -> None:

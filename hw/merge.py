@@ -2,11 +2,12 @@
 
 A block's result over some keys is its normalized output and, per query row, the
 log-sum-exp of its scores. Two such results over disjoint key sets combine into the
-result over their union: lse = log(e^lse1 + e^lse2), out = out1·e^(lse1-lse) +
-out2·e^(lse2-lse). Both weights are at most 1, so large scores never overflow. A row
-that has seen no unmasked key yet has lse = -inf and out = 0; where both sides are
--inf the weights are taken against 0 instead of -inf, so the row stays (0, -inf) and
-never becomes NaN.
+result over their union: with m = max(lse1, lse2) and w_i = e^(lse_i - m),
+lse = m + log(w1 + w2) and out = (out1·w1 + out2·w2) / (w1 + w2). One weight is exactly
+1 and the other at most 1, so large scores never overflow, and the weights come from
+the difference of the two lse, not from a rounded sum. A row that has seen no unmasked
+key yet has lse = -inf and out = 0; where both sides are -inf, m is taken as 0 so the
+weights are 0 instead of NaN and the row stays (0, -inf).
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ def merge_(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor,
     out: (..., rows, head_dim) fp32; lse: (..., rows) fp32; the block's tensors have the
     same shapes (block_out in any float dtype).
     """
-    new = torch.logaddexp(lse, block_lse)
+    m = torch.maximum(lse, block_lse)
     # rows where both sides are still empty: weigh against 0, giving exp(-inf) = 0
-    ref = new.masked_fill(new == float("-inf"), 0.0)
-    out.mul_(torch.exp(lse - ref).unsqueeze(-1))
-    out.add_(block_out.float() * torch.exp(block_lse.float() - ref).unsqueeze(-1))
-    lse.copy_(new)
+    m = m.masked_fill(m == float("-inf"), 0.0)
+    # weights relative to the larger side: one is exactly 1, the other at most 1
+    w_acc, w_blk = torch.exp(lse - m), torch.exp(block_lse.float() - m)
+    total = w_acc + w_blk
+    lse.copy_(m + torch.log(total))          # log 0 = -inf keeps empty rows empty
+    total = total.masked_fill(total == 0.0, 1.0)
+    out.mul_((w_acc / total).unsqueeze(-1))
+    out.add_(block_out.float() * (w_blk / total).unsqueeze(-1))
