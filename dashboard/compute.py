@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -31,12 +31,20 @@ from dashboard.figures import SpanColumns, span_columns
 from dashboard.state import scenario_key
 
 
-@dataclass(frozen=True)
 class Result:
-    trace: Trace
-    metrics: Metrics
-    columns: SpanColumns
-    """The spans as numpy columns, kept so that redrawing the timeline is cheap."""
+    """A simulated trace, its metrics and (made on first use) its spans as columns."""
+
+    def __init__(self, trace: Trace, metrics: Metrics):
+        self.trace = trace
+        self.metrics = metrics
+        self._columns: SpanColumns | None = None
+
+    @property
+    def columns(self) -> SpanColumns:
+        """The spans as numpy columns, kept so that redrawing the timeline is cheap."""
+        if self._columns is None:      # a race only computes it twice
+            self._columns = span_columns(self.trace)
+        return self._columns
 
 
 class ResultCache:
@@ -101,7 +109,7 @@ def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None 
 
     def make() -> Result:
         trace = simulate(scenario, profile, player="recurrence")
-        return Result(trace, compute_metrics(trace), span_columns(trace))
+        return Result(trace, compute_metrics(trace))
 
     return CACHE.get(key, make)
 

@@ -9,6 +9,7 @@ those of DESIGN.md; the trace record is that of sim/trace.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -27,7 +28,7 @@ MAX_DRAWN_SPANS = 60_000
 """A timeline draws at most this many spans; it narrows its window of ranks to fit."""
 MAX_STRIP_RUNS = 512
 """The layout strip draws at most this many runs of tokens (the rest repeats)."""
-MAX_HOVER_CELLS = 128 * 128
+MAX_HOVER_CELLS = 256 * 256
 """The block map carries per-cell hover data up to this many cells."""
 
 _TEMPLATE = go.layout.Template(layout=dict(
@@ -43,7 +44,8 @@ _TEMPLATE = go.layout.Template(layout=dict(
 COLORS = {
     "fwd": "#3a6fd8", "fwd alt": "#7ea3ea", "bwd": "#8e44ad", "bwd alt": "#b98bd0", "exposed": "#e0302a", "idle": "#d7d7d7",
     "send kv": "#2e9e5b", "send dkv": "#8ab833", "recv kv": "#1aa3a3", "recv dkv": "#7fc9c9",
-    "simulated": "#3a6fd8", "measured": "#f28e2b", "ring": "#3a6fd8", "full": "#e0302a",
+    "simulated": "#3a6fd8", "simulated alt": "#7ea3ea", "measured": "#f28e2b",
+    "measured alt": "#f7b877", "ring": "#3a6fd8", "full": "#e0302a",
     "capacity": "#777777", "on": "#3a6fd8", "off": "#f28e2b",
 }
 
@@ -63,13 +65,18 @@ def time_unit(seconds: float) -> tuple[float, str]:
     return 1e6, "µs"
 
 
-def rank_color(rank: int, n: int) -> str:
+@lru_cache(maxsize=32)
+def rank_colors(n: int) -> tuple[str, ...]:
     """One color per rank: distinct hues up to 24 ranks, a continuous scale past that."""
     if n <= 10:
-        return qualitative.Plotly[rank]
+        return tuple(qualitative.Plotly[:n])
     if n <= 24:
-        return qualitative.Dark24[rank]
-    return sample_colorscale("Turbo", [rank / (n - 1)])[0]
+        return tuple(qualitative.Dark24[:n])
+    return tuple(sample_colorscale("Turbo", [r / (n - 1) for r in range(n)]))
+
+
+def rank_color(rank: int, n: int) -> str:
+    return rank_colors(n)[rank]
 
 
 def message_figure(text: str, height: int = 300) -> go.Figure:
@@ -97,7 +104,7 @@ def layout_strip(layout: str, seq: int, n: int) -> go.Figure:
                   margin=dict(l=70, r=20, t=40, b=40))
     fig.add_trace(go.Bar(
         x=ends - starts, base=starts, y=np.zeros(len(starts)), orientation="h", width=0.9,
-        marker=dict(color=[rank_color(int(r), n) for r in ranks], line=dict(width=0)),
+        marker=dict(color=np.asarray(rank_colors(n), dtype=object)[ranks], line=dict(width=0)),
         customdata=np.column_stack([starts, ends - 1, ranks]),
         text=[f"{r}" for r in ranks] if len(starts) <= 64 else None,
         textposition="inside", insidetextanchor="middle",
@@ -367,9 +374,10 @@ def block_map(trace: Trace) -> go.Figure:
     hover = "query chunk %{y} × key chunk %{x}<br>ring step %{z}<extra></extra>"
     if chunks * chunks <= MAX_HOVER_CELLS:
         frac = work / float(size * size)
+        # a typed 3-D array: plotly.js decodes it without a nested list per cell
         custom = np.stack([np.broadcast_to(owner[:, None], work.shape),
                            np.broadcast_to(owner[None, :], work.shape), work, frac * 100],
-                          axis=-1).tolist()
+                          axis=-1).astype(np.float64)
         hover = ("query chunk %{y} (GPU %{customdata[0]}) × key chunk %{x} "
                  "(K/V of GPU %{customdata[1]})<br>ring step %{z}<br>"
                  "%{customdata[2]:,} unmasked pairs (%{customdata[3]:.1f}% of the block)"
@@ -389,7 +397,7 @@ def block_map(trace: Trace) -> go.Figure:
     for s in computes:
         flops[s.rank] += s.flops
     mean = flops.mean() if n else 0.0
-    fig.add_trace(go.Bar(x=np.arange(n), y=flops / 1e12, marker_color=[rank_color(r, n) for r in range(n)],
+    fig.add_trace(go.Bar(x=np.arange(n), y=flops / 1e12, marker_color=list(rank_colors(n)),
                          hovertemplate="GPU %{x}: %{y:.4g} TFLOP<extra></extra>", showlegend=False),
                   row=1, col=2)
     fig.add_hline(y=mean / 1e12, line=dict(color="#444", dash="dash", width=1), row=1, col=2,
@@ -643,11 +651,11 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
     n = max(simulated.world_size, measured.world_size)
     makespan = max(simulated.makespan_s, measured.makespan_s)
     scale, unit = time_unit(makespan or 1e-6)
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.64, 0.36], vertical_spacing=0.12,
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.64, 0.36], vertical_spacing=0.16,
                         subplot_titles=("compute (bars) and exposed communication (red) per GPU",
                                         "per-step time, median over GPUs: simulated (blue) vs "
                                         "measured (orange), label: median error"))
-    height = int(min(1300, max(560, 260 + n * 2 * 16)))
+    height = int(min(1300, max(660, 300 + n * 2 * 16)))
     fig.update_layout(template=_TEMPLATE, height=height, barmode="overlay")
     total = len(simulated.spans) + len(measured.spans)
     use_gl = total > MAX_BAR_SPANS
@@ -672,14 +680,18 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
                     mode="lines", name=name, line=dict(color=color, width=6),
                     customdata=np.repeat(cd, 3, axis=0), hovertemplate=hover), row=1, col=1)
             else:
+                shade: Any = color
+                if kind == "compute":
+                    shade = np.where(np.array([s.step % 2 for s in g]) == 1,
+                                     COLORS[label + " alt"], color)
                 fig.add_trace(go.Bar(x=end - start, base=start, y=y, orientation="h", width=0.8,
-                                     name=name, marker=dict(color=color, line=dict(width=0)),
+                                     name=name, marker=dict(color=shade, line=dict(width=0)),
                                      opacity=1.0 if kind == "compute" else 0.9,
                                      customdata=cd, hovertemplate=hover), row=1, col=1)
     ticks = list(range(0, 2 * n))
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=ticks,
                      ticktext=[f"GPU {t // 2} {'sim' if t % 2 == 0 else 'meas'}" for t in ticks],
-                     showgrid=False, row=1, col=1)
+                     showgrid=False, automargin=True, row=1, col=1)
     fig.update_xaxes(title_text=f"time from each run's start ({unit})", row=1, col=1)
     steps = [r["step"] for r in errors]
     fig.add_trace(go.Bar(x=steps, y=[r["simulated_s"] * scale for r in errors], name="simulated step",
@@ -708,7 +720,9 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
         title=dict(text=f"Model vs measurement: makespan simulated {simulated.makespan_s * scale:.4g} {unit}, "
                         f"measured {measured.makespan_s * scale:.4g} {unit} ({err_total * 100:+.1f}%); "
                         f"median |step error| {np.median(finite) * 100 if finite else float('nan'):.1f}%",
-                   font=dict(size=13)),
+                   font=dict(size=13), y=0.985),
+        legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"),
+        margin=dict(l=100, t=110),
         meta={"makespan_error": err_total, "steps": len(errors)})
     return fig
 

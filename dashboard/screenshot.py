@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--query", default="")
     ap.add_argument("--tab", default=None, help="tab value to open before the shot")
+    ap.add_argument("--upload", default=None, help="a trace file to upload on the measured tab")
     ap.add_argument("--width", type=int, default=1600)
     ap.add_argument("--height", type=int, default=1250)
     a = ap.parse_args()
@@ -58,6 +59,12 @@ def main() -> None:
             tab = wait.until(EC.element_to_be_clickable(
                 (By.XPATH, f"//*[@id='tabs']//*[normalize-space()='{a.tab}']")))
             tab.click()
+        if a.upload:
+            import os
+            driver.find_element(By.CSS_SELECTOR, "#trace-upload input[type=file]").send_keys(
+                os.path.abspath(a.upload))
+            wait.until(EC.text_to_be_present_in_element((By.CSS_SELECTOR, "#overlay .gtitle"),
+                                                        "Model vs measurement"))
         wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#layout-strip .main-svg")))
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline .main-svg, #block-map .main-svg, "
                                                                "#compare .main-svg, #sweep .main-svg, "

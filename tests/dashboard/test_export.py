@@ -34,6 +34,7 @@ def test_metrics_csv(small_trace):
 
 
 def test_trace_and_chrome_trace_downloads_load_back(small_trace):
+    assert json.loads(export.trace_json(small_trace)) == json.loads(json.dumps(small_trace.to_dict()))
     back = Trace.loads(export.trace_json(small_trace))
     assert len(back.spans) == len(small_trace.spans) and back.config == small_trace.config
     chrome = json.loads(export.chrome_trace_json(small_trace))
