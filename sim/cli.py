@@ -62,6 +62,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
         s.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
         s.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                        help="double-buffered K/V transfers behind compute (default on)")
+    s.add_argument("--sync", choices=["step", "buffered"], default="step",
+                   help="with overlap: post and wait once per step as ring kernels do (default), "
+                        "or forward each block as soon as a buffer is free")
     s.add_argument("--granularity", choices=["exact", "tile"], default="exact",
                    help="count exact unmasked pairs or whole tiles (default exact)")
     s.add_argument("--tile", type=int, default=128, help="tile edge in tokens (default 128)")
@@ -92,7 +95,7 @@ def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
     workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads, kv_heads=a.kv_heads,
                         head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
     fields = dict(workload=workload, hardware=hardware_from_args(a), n_gpus=a.gpus,
-                  granularity=a.granularity, tile=a.tile)
+                  granularity=a.granularity, tile=a.tile, sync=a.sync)
     if hasattr(a, "layout"):
         fields.update(layout=a.layout, overlap=a.overlap)
     fields.update(changes)
@@ -169,7 +172,13 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     print(f"makespan {_fmt_s(m.makespan_s)}   ideal {_fmt_s(m.ideal_s)}   efficiency "
           f"{m.efficiency:.1%}   load imbalance {m.load_imbalance:.3f}   overlap efficiency "
           f"{m.overlap_efficiency:.1%}")
-    print(f"total {m.total_flops / 1e12:.2f} TFLOP, {_fmt_bytes(m.total_bytes)} sent\n")
+    print(f"total {m.total_flops / 1e12:.2f} TFLOP, {_fmt_bytes(m.total_bytes)} sent")
+    capacity_gb = trace.hardware.get("gpu", {}).get("memory_gb")
+    peak = max((r.peak_mem_bytes or 0) for r in m.ranks)
+    if capacity_gb:
+        verdict = "fits" if peak <= capacity_gb * 1e9 else "DOES NOT FIT"
+        print(f"attention memory per rank {_fmt_bytes(peak)} of {capacity_gb:g} GB: {verdict}")
+    print()
     rows = [[r.rank, _fmt_s(r.compute_s), _fmt_s(r.comm_s), _fmt_s(r.exposed_comm_s),
              _fmt_s(r.idle_s), f"{r.flops / 1e12:.3f}", _fmt_bytes(r.peak_mem_bytes)]
             for r in m.ranks]

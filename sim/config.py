@@ -19,6 +19,7 @@ ACCUM_BYTES = 4
 PASSES = ("fwd", "bwd", "fwdbwd")
 LAYOUTS = ("contiguous", "striped", "zigzag")
 GRANULARITIES = ("exact", "tile")
+SYNCS = ("step", "buffered")
 BWD_FLOPS_FACTOR = 2.5
 """Backward FLOPs per forward FLOP for the same pairs: five matrix products against two."""
 
@@ -202,6 +203,10 @@ class Scenario:
     """How tokens map to ranks: contiguous, striped or zigzag."""
     overlap: bool = True
     """Double-buffered K/V: transfers run while the current block computes."""
+    sync: str = "step"
+    """With overlap, when a rank forwards a block: 'step' (post send and receive at the
+    start of each step, compute, wait for both: how ring kernels are written) or
+    'buffered' (as soon as the block has arrived and the receiver has a free buffer)."""
     granularity: str = "exact"
     """Work counted as exact unmasked pairs, or as tiles (a partial tile costs a full one)."""
     tile: int = 128
@@ -211,6 +216,8 @@ class Scenario:
         _positive_int(self, "n_gpus", "tile")
         if self.layout not in LAYOUTS:
             raise RingsimError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.sync not in SYNCS:
+            raise RingsimError(f"sync must be step or buffered, got {self.sync!r}")
         if self.granularity not in GRANULARITIES:
             raise RingsimError(f"granularity must be exact or tile, got {self.granularity!r}")
         chunks = self.n_chunks
@@ -237,4 +244,5 @@ class Scenario:
         w = asdict(self.workload)
         w["pass"] = w.pop("pass_")
         return {"workload": w, "n_gpus": self.n_gpus, "layout": self.layout,
-                "overlap": self.overlap, "granularity": self.granularity, "tile": self.tile}
+                "overlap": self.overlap, "sync": self.sync, "granularity": self.granularity,
+                "tile": self.tile}

@@ -7,9 +7,15 @@ Backward: K/V travel as in the forward; the dK/dV accumulators of each block tra
 behind them, one hop per step after the step's compute adds its contribution, and the
 N-th hop returns them to their owner. dQ stays local. Backward FLOPs are 2.5x forward.
 
-With overlap, K/V are double-buffered: a block is forwarded as soon as it is present
-and the receiver has a free buffer (two ring buffers besides the rank's own shard, so
-block j reuses the buffer of block j - 2 once that was computed on and forwarded).
+With overlap, K/V are double-buffered, in one of two ways (`Scenario.sync`):
+- "step", as ring kernels are written (and hw/ is): at the start of step k a rank posts
+  the send of its block and the receive of the next, computes, then waits for both; in
+  backward it also waits for the dK/dV hop of step k-1 after its compute, adds, and
+  posts the hop of step k. A transfer starts when both ends have posted it.
+- "buffered", the most a double buffer allows: a block is forwarded as soon as it is
+  present and the receiver has a free buffer (two ring buffers besides the rank's own
+  shard, so block j reuses the buffer of block j - 2 once that was computed on and
+  forwarded); fast ranks run ahead of slow ones.
 Without overlap, each rank alternates: compute the block, then exchange (send and
 receive both posted after the compute, on both ends), then the next compute.
 In fwdbwd, backward steps are numbered N..2N-1 and start on a rank once its forward
@@ -45,6 +51,7 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, masks, chu
     w = scenario.workload
     n = scenario.n_gpus
     overlap = scenario.overlap
+    stepped = overlap and scenario.sync == "step"
     factor = 1.0 if phase == "fwd" else BWD_FLOPS_FACTOR
     comp: dict[tuple[int, int], int] = {}
     kv: dict[tuple[int, int], int] = {}
@@ -52,6 +59,19 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, masks, chu
 
     def gated(*ranks: int) -> tuple[int, ...]:
         return tuple(gate[r] for r in ranks) if gate is not None else ()
+
+    def reach(r: int, k: int) -> list[int]:
+        """What rank r waits for before it starts step k (step-synchronous kernel)."""
+        if k == 0:
+            return []
+        out = [comp[r, k - 1], kv[r, k - 1], kv[(r - 1) % n, k - 1]]
+        if phase == "bwd" and k >= 2:
+            out += [dkv[r, k - 2], dkv[(r - 1) % n, k - 2]]
+        return out
+
+    def post_dkv(r: int, k: int) -> list[int]:
+        """What rank r waits for before it posts the dK/dV hop of step k."""
+        return [comp[r, k]] + ([dkv[r, k - 1], dkv[(r - 1) % n, k - 1]] if k >= 1 else [])
 
     work, masks = work.tolist(), masks.tolist()
     kv_bytes, dkv_bytes = w.kv_bytes(c), w.dkv_bytes(c)
@@ -61,7 +81,9 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, masks, chu
             owner = (r - k) % n
             pairs = work[r][owner]
             after: list[int] = []
-            if k >= 1 and (pairs > 0 or not overlap):
+            if stepped:
+                after = reach(r, k)
+            elif k >= 1 and (pairs > 0 or not overlap):
                 # an empty block is skipped without waiting for its data, unless the
                 # rank is in lock-step with its exchanges (no overlap)
                 after.append(kv[(r - 1) % n, k - 1])
@@ -79,7 +101,9 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, masks, chu
         if k <= n - 2:
             for r in range(n):
                 dst = (r + 1) % n
-                if overlap:
+                if stepped:
+                    after = reach(r, k) + reach(dst, k)
+                elif overlap:
                     after = [kv[(r - 1) % n, k - 1]] if k >= 1 else []
                     if k >= 2:
                         after += [comp[dst, k - 1], kv[dst, k - 1]]
@@ -88,11 +112,18 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, masks, chu
                 kv[r, k] = sched.add(
                     TransferOp, src=r, dst=dst, kind="kv", step=step0 + k, kv_rank=(r - k) % n,
                     nbytes=kv_bytes, kv_chunks=chunks[(r - k) % n],
-                    after=tuple(after) + gated(r, dst))
+                    after=tuple(dict.fromkeys(after)) + gated(r, dst))
         # dK/dV accumulators forwarded after the step's compute (backward only)
         if phase == "bwd" and n > 1:
             for r in range(n):
                 dst = (r + 1) % n
+                if stepped:
+                    after = post_dkv(r, k) + post_dkv(dst, k)
+                    dkv[r, k] = sched.add(
+                        TransferOp, src=r, dst=dst, kind="dkv", step=step0 + k, kv_rank=(r - k) % n,
+                        nbytes=dkv_bytes, kv_chunks=chunks[(r - k) % n],
+                        after=tuple(dict.fromkeys(after)) + gated(r, dst))
+                    continue
                 after = [comp[r, k]]
                 if k >= 1:
                     after.append(dkv[(r - 1) % n, k - 1])

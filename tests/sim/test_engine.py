@@ -20,11 +20,11 @@ def hardware(tflops=100.0, gbps=100.0, latency_us=2.0, overhead_us=0.0):
 
 
 def scenario(n=4, seq=4096, layout="contiguous", overlap=True, causal=False, pass_="fwd",
-             hw=None, heads=8, kv_heads=2, head_dim=64, dtype="bf16", batch=1):
+             hw=None, heads=8, kv_heads=2, head_dim=64, dtype="bf16", batch=1, sync="step"):
     w = Workload(batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                  dtype=dtype, causal=causal, pass_=pass_)
     return Scenario(workload=w, hardware=hw or hardware(), n_gpus=n, layout=layout,
-                    overlap=overlap)
+                    overlap=overlap, sync=sync)
 
 
 def block_times(n, seq, heads, kv_heads, head_dim, elem_bytes, tflops, gbps, latency_us,
@@ -38,11 +38,12 @@ def block_times(n, seq, heads, kv_heads, head_dim, elem_bytes, tflops, gbps, lat
 @pytest.mark.parametrize("n", [1, 2, 3, 8])
 @pytest.mark.parametrize("gbps", [5.0, 50.0, 5000.0])   # transfer-bound, near balance, compute-bound
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_noncausal_ring_matches_closed_forms(n, gbps, layout):
+@pytest.mark.parametrize("sync", ["step", "buffered"])
+def test_noncausal_ring_matches_closed_forms(n, gbps, layout, sync):
     seq = 2048 * n
     t_c, t_x = block_times(n, seq, 8, 2, 64, 2, 100.0, gbps, 2.0, 3.0)
     hw = hardware(gbps=gbps, overhead_us=3.0)
-    on = compute_metrics(simulate(scenario(n=n, seq=seq, layout=layout, hw=hw)))
+    on = compute_metrics(simulate(scenario(n=n, seq=seq, layout=layout, hw=hw, sync=sync)))
     off = compute_metrics(simulate(scenario(n=n, seq=seq, layout=layout, hw=hw, overlap=False)))
     assert on.makespan_s == pytest.approx(t_c + (n - 1) * max(t_c, t_x), rel=1e-12)
     assert off.makespan_s == pytest.approx(n * t_c + (n - 1) * t_x, rel=1e-12)
@@ -94,12 +95,12 @@ def coverage_from_trace(trace, layout, seq, n, causal, flops_per_pair):
 @settings(max_examples=40, deadline=None)
 @given(layout=st.sampled_from(LAYOUTS), n=st.integers(1, 6), per=st.integers(1, 4),
        causal=st.booleans(), overlap=st.booleans(), pass_=st.sampled_from(["fwd", "bwd", "fwdbwd"]),
-       gbps=st.sampled_from([0.001, 1.0, 1000.0]))
-def test_ring_invariants(layout, n, per, causal, overlap, pass_, gbps):
+       gbps=st.sampled_from([0.001, 1.0, 1000.0]), sync=st.sampled_from(["step", "buffered"]))
+def test_ring_invariants(layout, n, per, causal, overlap, pass_, gbps, sync):
     seq = per * (2 * n if layout == "zigzag" else n)
     hw = hardware(tflops=1e-3, gbps=gbps, overhead_us=1.0)
     sc = scenario(n=n, seq=seq, layout=layout, causal=causal, overlap=overlap, pass_=pass_,
-                  hw=hw, heads=2, kv_heads=1, head_dim=4)
+                  hw=hw, heads=2, kv_heads=1, head_dim=4, sync=sync)
     trace = simulate(sc)
     m = compute_metrics(trace)
     phases = 2 if pass_ == "fwdbwd" else 1
@@ -201,11 +202,29 @@ def test_tile_granularity_rounds_work_up():
 @settings(max_examples=40, deadline=None)
 @given(layout=st.sampled_from(LAYOUTS), n=st.integers(1, 7), causal=st.booleans(),
        overlap=st.booleans(), pass_=st.sampled_from(["fwd", "bwd", "fwdbwd"]),
-       gbps=st.sampled_from([0.001, 0.3, 1000.0]), overhead_us=st.sampled_from([0.0, 5.0]))
+       gbps=st.sampled_from([0.001, 0.3, 1000.0]), overhead_us=st.sampled_from([0.0, 5.0]),
+       sync=st.sampled_from(["step", "buffered"]))
 def test_recurrence_player_gives_the_simpy_trace_bit_for_bit(layout, n, causal, overlap, pass_,
-                                                            gbps, overhead_us):
+                                                            gbps, overhead_us, sync):
     hw = hardware(tflops=1e-3, gbps=gbps, overhead_us=overhead_us)
     sc = scenario(n=n, seq=4 * n, layout=layout, causal=causal, overlap=overlap, pass_=pass_,
-                  hw=hw, heads=2, kv_heads=1, head_dim=4)
+                  hw=hw, heads=2, kv_heads=1, head_dim=4, sync=sync)
     a, b = simulate(sc), simulate(sc, player="recurrence")
     assert a.spans == b.spans
+
+
+def test_step_sync_keeps_ranks_in_lock_step_and_buffering_lets_them_run_ahead():
+    # contiguous causal, transfer-bound: rank 0 has almost nothing to compute
+    hw = hardware(tflops=100.0, gbps=20.0, overhead_us=0.0, latency_us=0.0)
+    step = simulate(scenario(n=4, seq=4 * 4096, layout="contiguous", causal=True, hw=hw, sync="step"))
+    buffered = simulate(scenario(n=4, seq=4 * 4096, layout="contiguous", causal=True, hw=hw,
+                                 sync="buffered"))
+    assert compute_metrics(buffered).makespan_s <= compute_metrics(step).makespan_s
+    # step sync: no rank starts a send of step k before every neighbour finished step k-1
+    sends = {(s.rank, s.step): s for s in step.spans if s.stream == "send"}
+    comp_end = {(s.rank, s.step): s.end_s for s in step.spans if s.stream == "compute"}
+    for (r, k), s in sends.items():
+        if k >= 1:
+            for x in (r, (r + 1) % 4):
+                if (x, k - 1) in comp_end:
+                    assert s.start_s >= comp_end[x, k - 1] - 1e-15
