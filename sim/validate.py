@@ -46,8 +46,8 @@ class Case:
 def matrix(*, quick: bool, seqs: list[int] | None = None, passes: list[str] | None = None,
            world_sizes: list[int] | None = None) -> list[Case]:
     """The validation matrix: layouts x causal x world sizes x sizes (x passes)."""
-    if seqs is None:
-        seqs = [2048, 4096] if quick else [2048, 4096, 8192]
+    if seqs is None:  # multiples of 24: every layout divides on 2, 3 and 4 ranks
+        seqs = [3072, 6144] if quick else [3072, 6144, 12288]
     if passes is None:
         passes = ["fwd"] if quick else ["fwd", "fwdbwd"]
     if world_sizes is None:
