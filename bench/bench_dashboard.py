@@ -91,6 +91,15 @@ def measure(client: CallbackClient, n: int, repeats: int) -> dict[str, Any]:
         row["callbacks"][label] = _cold_warm(client, output, _values(n, tab), repeats)
     row["callbacks"]["compare layouts"] = _cold_warm(client, "compare.figure", _values(n, "compare"),
                                                      max(1, repeats // 2))
+    if n == 64:
+        # the responsiveness case: a timeline of about 20k spans (WebGL)
+        v = _values(n, "timeline")
+        v["scenario.data"]["values"]["pass"] = "fwdbwd"
+        v["ranks.value"] = [0, 39]
+        r = _cold_warm(client, "timeline.figure", v, repeats)
+        status, out = client.call("timeline.figure", v, ["scenario.data"])
+        r["spans_drawn"] = out["timeline"]["figure"]["layout"]["meta"]["spans"]
+        row["callbacks"]["timeline, ~20k spans (fwd+bwd, GPUs 0-39)"] = r
     if n <= 64:
         row["callbacks"]["overlap sweep"] = _cold_warm(client, "sweep.figure", _values(n, "sweep"),
                                                        max(1, repeats // 2))
@@ -112,10 +121,10 @@ def main() -> None:
         row = measure(client, n, a.repeats)
         rows.append(row)
         print(f"\n{n} GPUs: {row['spans']} spans, simulate() {row['simulate_s'] * 1e3:.0f} ms")
-        print(f"  {'callback':<28} {'cold ms':>9} {'warm ms':>9} {'response KB':>12}")
+        print(f"  {'callback':<44} {'cold ms':>9} {'warm ms':>9} {'response KB':>12}")
         for label, r in row["callbacks"].items():
             kb = f"{r['response_bytes'] / 1024:.0f}" if "response_bytes" in r else "-"
-            print(f"  {label:<28} {r['cold_s'] * 1e3:>9.1f} {r['warm_s'] * 1e3:>9.1f} {kb:>12}")
+            print(f"  {label:<44} {r['cold_s'] * 1e3:>9.1f} {r['warm_s'] * 1e3:>9.1f} {kb:>12}")
     by_n = {r["n_gpus"]: r for r in rows}
     goals = {}
     if 64 in by_n:

@@ -20,6 +20,9 @@ from sim.presets import GPU_PRESETS, LINK_PRESETS
 
 CUSTOM = "custom"
 SAME_LINK = "same"
+MAX_GPUS = 512
+"""Largest ring the page simulates: the trace grows as N^2 spans (800k at 512, forward
+only) and a request must stay interactive; `ringsim simulate` has no such limit."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,9 @@ def scenario_from_values(values: dict[str, Any]) -> Scenario:
         raise _attribute(e, "gpus-per-node") from None
 
     n = _int(values, "gpus", "number of GPUs")
+    if n > MAX_GPUS:
+        raise ControlError("gpus", f"the dashboard simulates at most {MAX_GPUS} GPUs "
+                                   "(use `ringsim simulate` for larger rings)")
     tile = _int(values, "tile", "tile")
     layout, overlap = _choice(values, "layout"), _choice(values, "overlap")
     granularity = _choice(values, "granularity")
