@@ -1,0 +1,98 @@
+"""`ringsim hw run`, `ringsim hw bench` and the torchrun entry, end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sim.cli import main
+from sim.trace import Trace, read_json
+
+SMALL = ["--seq", "32", "--heads", "2", "--head-dim", "8", "--warmup", "0"]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.slow
+def test_hw_run_saves_one_trace_per_repeat_and_refuses_to_overwrite(capsys, tmp_path):
+    pattern = str(tmp_path / "run.json")
+    code, out, err = run(capsys, "hw", "run", "--world-size", "2", *SMALL, "--repeats", "2",
+                         "--layout", "striped", "--pass", "fwdbwd", "--trace", pattern, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["hardware"]["kind"] == "measured" and d["config"]["layout"] == "striped"
+    assert d["makespan_s"]["n"] == 2 and len(d["repeats"]) == 2
+    assert d["trace_files"] == [str(tmp_path / "run-r0.json"), str(tmp_path / "run-r1.json")]
+    traces = [Trace.load(p) for p in d["trace_files"]]
+    assert [t.meta["repeat"] for t in traces] == [0, 1]
+    assert {s.step for s in traces[0].spans if s.stream == "compute"} == {0, 1, 2, 3}
+    code, _, err = run(capsys, "hw", "run", "--world-size", "2", *SMALL, "--repeats", "2",
+                       "--trace", pattern)
+    assert code == 2 and "exists" in err and "--force" in err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["hw", "run", "--world-size", "2", "--seq", "30"], "multiple of 4"),
+    (["hw", "run", "--heads", "6", "--kv-heads", "4"], "kv_heads"),
+    (["hw", "run", "--device", "cpu", "--backend", "nccl"], "does not run on cpu"),
+    (["hw", "run", "--repeats", "0"], "repeats"),
+    (["hw", "bench", "-o", "x.json", "--dtypes", "fp64"], "--dtypes"),
+    (["hw", "bench", "-o", "x.json", "--sizes", "lots"], "--sizes"),
+    (["hw", "frobnicate"], "invalid choice"),
+])
+def test_user_mistakes_are_one_line_errors(capsys, argv, match):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and match in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
+    path = tmp_path / "bench.json"
+    argv = ["hw", "bench", "--quick", "--blocks", "16,32", "--sizes", "1K", "--interference-blocks",
+            "32", "--interference-sizes", "kv", "--samples", "2", "-o", str(path)]
+    code, _, err = run(capsys, *argv)
+    assert code == 0, err
+    d = read_json(path)
+    assert d["format"] == "ringsim-hw-bench" and d["version"] == 1 and d["complete"] is True
+    assert {"kind", "name", "torch", "backend", "threads_per_rank"} <= d["device"].keys()
+    assert len(d["compute"]) == 4 and len(d["transfer"]) == 2 and len(d["interference"]) == 1
+    for e in d["compute"]:
+        pairs = 16 * 16 if e["q_tokens"] == 16 else 32 * 32
+        if e["mask"] == "diagonal":
+            pairs = e["q_tokens"] * (e["q_tokens"] + 1) // 2
+        assert e["flops"] == 4 * 64 * pairs * 4          # --quick: head dim 64, 4 heads, batch 1
+        assert len(e["time_s"]) == 2 and e["median_s"] > 0 and e["kind"] == "fwd"
+    assert {(e["bytes"], e["direction"]) for e in d["transfer"]} == {(1024, "one_way"), (1024, "both_ways")}
+    inter = d["interference"][0]
+    assert inter["bytes"] == 2 * 4 * 32 * 64 * 4 and inter["slowdown"] > 0
+    assert "[7/7]" in err                                  # progress as entries complete
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "--resume" in err
+    code, _, err = run(capsys, *argv, "--resume", "--blocks", "16,32,48", "--parts", "compute")
+    assert code == 0 and "[1/2]" in err and "[2/2]" in err
+    assert len(read_json(path)["compute"]) == 6
+
+
+@pytest.mark.slow
+def test_torchrun_entry_runs_the_same_options(tmp_path):
+    trace = tmp_path / "t.json"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "hw.main", *SMALL, "--repeats", "1", "--layout", "contiguous", "--trace", str(trace)],
+        cwd=root, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1",
+             "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "makespan" in proc.stdout
+    t = Trace.load(trace)
+    assert t.world_size == 2 and t.config["layout"] == "contiguous"
+    assert len([s for s in t.spans if s.stream == "compute"]) == 3   # rank 0 skips one block

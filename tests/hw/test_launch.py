@@ -1,0 +1,76 @@
+"""run_local end to end, its measured trace, and what happens when a rank fails."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from hw import RankFailure, RunConfig, run_config, run_local
+from sim.config import Scenario, Workload
+from sim.errors import RingsimError
+from sim.memory import peak_memory_bytes
+from sim.trace import Trace
+from tests.hw.conftest import max_err, reference_attention
+from tests.hw.test_ring import check_trace_structure
+
+pytestmark = pytest.mark.slow
+
+
+def test_run_local_matches_attention_and_records_a_measured_trace():
+    g = torch.Generator().manual_seed(7)
+    q, dout = (torch.randn(2, 24, 4, 8, generator=g) for _ in range(2))
+    k, v = (torch.randn(2, 24, 2, 8, generator=g) for _ in range(2))
+    res = run_local(q, k, v, world_size=3, layout="zigzag", causal=True, dout=dout, repeats=2)
+    want = reference_attention(q, k, v, True, dout)
+    assert max_err(res.out, want[0]) <= 1e-5
+    for got, w in zip((res.dq, res.dk, res.dv), want[1:]):
+        assert got.shape == w.shape and max_err(got, w) <= 1e-4
+    assert len(res.traces) == 2 and res.trace is res.traces[-1]
+    t = Trace.from_dict(res.trace.to_dict())   # survives its own validation
+    assert t.source == "measured" and t.world_size == 3
+    wl = Workload(batch=2, seq=24, heads=4, kv_heads=2, head_dim=8, dtype="fp32", causal=True,
+                  pass_="fwdbwd")
+    assert t.config == Scenario(workload=wl, n_gpus=3, layout="zigzag").describe()
+    hw = t.hardware
+    assert hw["kind"] == "measured" and hw["backend"] == "gloo" and hw["world_size"] == 3
+    assert hw["torch"] == torch.__version__ and hw["threads_per_rank"] >= 1 and hw["device"]
+    assert t.meta["peak_mem_bytes"] == [peak_memory_bytes(wl, 8)["total"]] * 3
+    check_trace_structure(t, "zigzag", True, ["fwd", "bwd"], 24, batch=2, heads=4, head_dim=8)
+    # one time axis: every receive ends after its send was posted, give or take the
+    # alignment skew, and the run starts near zero on every rank
+    for r in range(3):
+        first = min(s.start_s for s in t.spans if s.rank == r)
+        assert -0.05 < first < 0.5
+
+
+def test_world_size_one_runs_in_process():
+    q = torch.randn(1, 8, 2, 4)
+    res = run_local(q, q, q, world_size=1, layout="striped", causal=True)
+    assert max_err(res.out, reference_attention(q, q, q, True)[0]) <= 1e-5
+    assert res.dq is None and [s.step for s in res.trace.spans if s.stream == "compute"] == [0]
+
+
+def test_bad_inputs_fail_before_any_process_starts():
+    q = torch.randn(1, 10, 2, 4)
+    with pytest.raises(RingsimError, match="multiple of 4"):
+        run_local(q, q, q, world_size=2, layout="zigzag", causal=True)
+    with pytest.raises(RingsimError, match="fp32, bf16 or fp16"):
+        run_local(q.double(), q.double(), q.double(), world_size=2, layout="striped", causal=True)
+
+
+@pytest.mark.parametrize("mode,match", [("raise", "injected failure at step 1"),
+                                        ("exit", "exited without a result")])
+def test_a_failing_rank_is_named_and_every_rank_stops_within_the_timeout(mode, match):
+    cfg = RunConfig(workload=Workload(seq=48, heads=2, kv_heads=2, head_dim=8, dtype="fp32",
+                                      pass_="fwdbwd"),
+                    world_size=3, layout="contiguous", warmup=0, timeout_s=15.0,
+                    fail_rank=1, fail_step=1, fail_mode=mode)
+    t0 = time.monotonic()
+    with pytest.raises(RankFailure, match=match) as info:
+        run_config(cfg)
+    assert info.value.rank == 1
+    assert str(info.value).startswith("rank 1 failed")
+    # start-up (a few seconds) plus at most the timeout, not a hang
+    assert time.monotonic() - t0 < 15.0 + 25.0
