@@ -178,6 +178,9 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
     """
     from multiprocessing.connection import Listener
 
+    if getattr(fn, "__module__", "__main__") == "__main__":
+        raise ValueError(f"spawn needs a function the ranks can import by name; {fn!r} is "
+                         "defined in the __main__ script (move it to a module)")
     key = secrets.token_bytes(16)
     listener = Listener(("127.0.0.1", 0), authkey=key)
     task = _dumps((fn, args, world, free_port(), backend, timeout_s))

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from sim.config import BWD_FLOPS_FACTOR
 from sim.memory import peak_memory_bytes
 from sim.trace import Span, Trace
 
@@ -117,7 +118,7 @@ def _measure_rate(cfg: RunConfig, inputs: Inputs, ops, device: torch.device) -> 
         _sync(device)
         times.append(time.perf_counter() - t0)
     pairs = w.seq * (w.seq + 1) // 2 if w.causal else w.seq * w.seq
-    factor = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}[w.pass_]
+    factor = {"fwd": 1.0, "bwd": BWD_FLOPS_FACTOR, "fwdbwd": 1.0 + BWD_FLOPS_FACTOR}[w.pass_]
     return factor * w.fwd_flops(pairs) / min(times)
 
 

@@ -1,0 +1,199 @@
+"""The real ring kernel against one process doing the same work.
+
+Runs the ring (`hw.run_config`: world size 2, causal zigzag by default) several times and
+reports, from its measured traces:
+
+- per-block compute rate: each ring step's compute span (median over repeats) against
+  the same pieces computed by the same fused operator in this single process, with the
+  same thread count (ratio = single-process time / ring time; goal >= 90%);
+- makespan against the ideal: the whole attention on one rank (one fused call over the
+  full sequence, this process, same threads) divided by the world size (goal >= 85%),
+  per repeat, with the run-to-run spread.
+
+    .venv/bin/python bench/bench_hw.py                       # forward, 8192 tokens
+    .venv/bin/python bench/bench_hw.py --pass fwdbwd --seq 4096
+
+Prints a table and writes JSON (default bench/results/hw_ring_<pass>_<seq>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import torch  # noqa: E402
+
+from hw.blocks import select_block_ops  # noqa: E402
+from hw.cli import spread  # noqa: E402
+from hw.config import RunConfig  # noqa: E402
+from hw.launch import run_config  # noqa: E402
+from hw.layouts import block_pieces, shard  # noqa: E402
+from hw.runner import make_inputs  # noqa: E402
+from sim.cli import table  # noqa: E402
+from sim.config import Workload  # noqa: E402
+from sim.metrics import compute_metrics  # noqa: E402
+from sim.trace import write_json  # noqa: E402
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole host has spent busy (all processes, every core), /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return float("nan")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process and every child it has waited for (the ranks)."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def timed(fn, samples: int, warmup: int = 1) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seq", type=int, default=8192)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--layout", default="zigzag", choices=["contiguous", "striped", "zigzag"])
+    p.add_argument("--no-causal", dest="causal", action="store_false")
+    p.add_argument("--pass", dest="pass_", default="fwd", choices=["fwd", "fwdbwd"])
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--samples", type=int, default=5, help="single-process samples per measurement")
+    p.add_argument("-o", "--output", default=None)
+    a = p.parse_args()
+    out_path = a.output or os.path.join(HERE, "results", f"hw_ring_{a.pass_}_{a.seq}.json")
+
+    wl = Workload(seq=a.seq, heads=a.heads, kv_heads=a.heads, head_dim=a.head_dim, dtype=a.dtype,
+                  causal=a.causal, pass_=a.pass_)
+    cfg = RunConfig(workload=wl, world_size=a.world_size, layout=a.layout, warmup=a.warmup,
+                    repeats=a.repeats, timeout_s=600.0)
+    print(f"ring: {a.world_size} ranks, {a.layout}, {'causal' if a.causal else 'full'}, {a.pass_}, "
+          f"{a.seq} tokens, {a.heads} heads x {a.head_dim}, {a.dtype}; {a.repeats} repeats", file=sys.stderr)
+    host0, own0, wall0 = busy_cpu_s(), own_cpu_s(), time.monotonic()
+    _results, traces = run_config(cfg)
+    threads = traces[0].hardware["threads_per_rank"]
+
+    # the same work in this one process, same operator, same threads
+    torch.set_num_threads(threads)
+    ops = select_block_ops("cpu", a.dtype, a.head_dim)
+    inp = make_inputs(cfg)
+    heads_first = [x.transpose(1, 2) for x in (inp.q, inp.k, inp.v)]
+    causal = a.causal
+    fwd_out, fwd_lse = ops.forward(*heads_first, causal)
+    dout = inp.dout.transpose(1, 2) if inp.dout is not None else None
+
+    def whole():
+        out, lse = ops.forward(*heads_first, causal)
+        if a.pass_ == "fwdbwd":
+            ops.backward(dout, *heads_first, out, lse, causal)
+    print("single rank: the whole attention", file=sys.stderr)
+    single = timed(whole, a.samples)
+    ideal = statistics.median(single) / a.world_size
+
+    n, c = a.world_size, a.seq // a.world_size
+    blocks = []
+    for phase_i, phase in enumerate(["fwd", "bwd"] if a.pass_ == "fwdbwd" else ["fwd"]):
+        for r in range(n):
+            q_r, k_r, v_r = (shard(x, a.layout, n, r).transpose(1, 2) for x in (inp.q, inp.k, inp.v))
+            # the forward's out/lse rows of this rank, for the backward pieces
+            out_r = shard(fwd_out.transpose(1, 2), a.layout, n, r).transpose(1, 2)
+            lse_r = shard(fwd_lse.transpose(1, 2), a.layout, n, r).transpose(1, 2)
+            dout_r = shard(inp.dout, a.layout, n, r).transpose(1, 2) if dout is not None else None
+            for k in range(n):
+                owner = (r - k) % n
+                pieces = block_pieces(a.layout, r, owner, n, c, causal)
+                if not pieces:
+                    continue
+                k_o, v_o = (shard(x, a.layout, n, owner).transpose(1, 2) for x in (inp.k, inp.v))
+                step = phase_i * n + k
+
+                def block(pieces=pieces, k_o=k_o, v_o=v_o):
+                    for pc in pieces:
+                        if phase == "fwd":
+                            ops.forward(q_r[:, :, pc.q], k_o[:, :, pc.kv], v_o[:, :, pc.kv], pc.causal)
+                        else:
+                            ops.backward(dout_r[:, :, pc.q], q_r[:, :, pc.q], k_o[:, :, pc.kv],
+                                         v_o[:, :, pc.kv], out_r[:, :, pc.q], lse_r[:, :, pc.q], pc.causal)
+                print(f"single process: rank {r} step {step} block", file=sys.stderr)
+                ref = timed(block, a.samples)
+                ring = [s.duration_s for t in traces for s in t.spans
+                        if s.rank == r and s.stream == "compute" and s.step == step]
+                shapes = [f"{len(range(*pc.q.indices(c)))}x{len(range(*pc.kv.indices(c)))}"
+                          f"{' diag' if pc.causal else ''}" for pc in pieces]
+                blocks.append({"rank": r, "step": step, "kind": phase, "pieces": shapes,
+                               "flops": next(s.flops for s in traces[0].spans if s.rank == r
+                                             and s.stream == "compute" and s.step == step),
+                               "ring_s": ring, "ring_median_s": statistics.median(ring),
+                               "single_s": ref, "single_median_s": statistics.median(ref)})
+                b = blocks[-1]
+                b["rate_ratio"] = b["single_median_s"] / b["ring_median_s"]
+
+    # the host is shared: CPU time other processes took while this ran, per wall second
+    others = (busy_cpu_s() - host0 - (own_cpu_s() - own0)) / (time.monotonic() - wall0)
+    metrics = [compute_metrics(t) for t in traces]
+    makespans = [m.makespan_s for m in metrics]
+    eff = [ideal / m for m in makespans]
+    rows = [[f"rank {b['rank']} step {b['step']} ({b['kind']})", " + ".join(b["pieces"]),
+             f"{b['ring_median_s'] * 1e3:.1f} ms", f"{b['single_median_s'] * 1e3:.1f} ms",
+             f"{b['flops'] / b['ring_median_s'] / 1e9:.1f}", f"{b['rate_ratio']:.1%}"] for b in blocks]
+    print(table(["block", "pieces", "ring", "single process", "ring GFLOP/s", "rate ratio"], rows))
+    total_ring = sum(b["ring_median_s"] for b in blocks)
+    total_single = sum(b["single_median_s"] for b in blocks)
+    print(f"\nall blocks: ring {total_ring * 1e3:.1f} ms, single process {total_single * 1e3:.1f} ms, "
+          f"rate ratio {total_single / total_ring:.1%}")
+    s_m, s_e = spread(makespans), spread(eff)
+    print(f"single rank, whole attention: median {statistics.median(single):.3f} s "
+          f"(cv {spread(single)['cv']:.1%}); ideal = that / {n} = {ideal:.3f} s")
+    print(f"ring makespan over {len(makespans)} repeats: median {s_m['median']:.3f} s, "
+          f"min {s_m['min']:.3f}, max {s_m['max']:.3f}, cv {s_m['cv']:.1%}")
+    print(f"efficiency (ideal / makespan): median {s_e['median']:.1%}, min {s_e['min']:.1%}, "
+          f"max {s_e['max']:.1%}")
+    print(f"other processes on the host used {others:.2f} cores on average during the bench "
+          f"({os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f})")
+    mid = metrics[sorted(range(len(makespans)), key=lambda i: makespans[i])[len(makespans) // 2]]
+    print(f"median repeat: exposed comm {[round(r.exposed_comm_s * 1e3, 2) for r in mid.ranks]} ms, "
+          f"idle {[round(r.idle_s * 1e3, 2) for r in mid.ranks]} ms per rank")
+
+    doc = {"bench": "hw_ring", "command": " ".join([os.path.relpath(sys.argv[0], os.path.dirname(HERE)), *sys.argv[1:]]),
+           "hardware": traces[0].hardware, "config": traces[0].config,
+           "other_processes_cores": others,
+           "repeats": a.repeats, "warmup": a.warmup,
+           "single_rank_s": single, "ideal_s": ideal, "makespan_s": makespans,
+           "makespan_spread": s_m, "efficiency": eff, "efficiency_spread": s_e,
+           "blocks": blocks, "all_blocks_rate_ratio": total_single / total_ring,
+           "exposed_comm_s": [[r.exposed_comm_s for r in m.ranks] for m in metrics],
+           "idle_s": [[r.idle_s for r in m.ranks] for m in metrics]}
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    write_json(out_path, doc, overwrite=True)
+    print(f"\nwrote {out_path}")
+    print(json.dumps({"efficiency_median": s_e["median"], "rate_ratio_all_blocks": total_single / total_ring}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

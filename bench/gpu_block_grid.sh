@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The bf16 block compute grid of the ring kernel on one GPU, for calibration:
+# head dim 128, blocks of 512 to 16k tokens, 8 and 32 heads, full and diagonal masks,
+# forward and backward, each timed with CUDA events (2 warm-up calls, 5 samples).
+#
+#   bench/gpu_block_grid.sh [OUT.json]     (default bench/results/hw_bench_gpu_block_grid.json)
+#
+# Needs a torch build with CUDA (>= 2.11) in $PYTHON (default .venv/bin/python). Results
+# are written as each entry completes; rerunning continues an interrupted grid (--resume).
+# About 50 entries; well under a minute of GPU time on an H100/H200.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+OUT=${1:-bench/results/hw_bench_gpu_block_grid.json}
+mkdir -p "$(dirname "$OUT")"
+resume=()
+[ -f "$OUT" ] && resume=(--resume)
+"$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device visible to torch " + torch.__version__)'
+exec "$PY" -m sim.cli hw bench --device cuda --parts compute \
+    --dtypes bf16 --head-dims 128 --heads 8,32 \
+    --blocks 512,1024,2048,4096,8192,16384 --masks full,diagonal --kinds fwd,bwd \
+    --samples 5 --warmup 2 -o "$OUT" "${resume[@]}"
