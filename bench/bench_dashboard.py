@@ -6,8 +6,10 @@ simulation when it is not cached, the figure and its JSON; no network, no browse
 The default scenario (Llama-3-8B attention, 128k tokens, causal, zigzag, overlap, H100 /
 NVLink) on 8, 64 and 256 GPUs.
 
-"cold" is the first request after the result cache is emptied (it simulates); "warm" is
-the median of repeats once the result is cached. Goals from the issue: one
+"cold" is the first request after the caches are emptied (it simulates); "rebuilt" the
+median of repeats with the simulation cached but the figure drawn afresh (another rank
+window, a view opened for the first time); "warm" the median with the figure cached too
+(a revisited view, another session on the same scenario: mostly serialization). Goals from the issue: one
 configuration at 64 GPUs <= 100 ms, the three-layout comparison at 64 GPUs <= 300 ms.
 
     .venv/bin/python bench/bench_dashboard.py [--sizes 8 64 256] [--repeats 5]
@@ -66,10 +68,15 @@ def _timed(client: CallbackClient, output: str, values: dict[str, Any]) -> tuple
 
 
 def _cold_warm(client, output, values, repeats) -> dict[str, float]:
-    compute.CACHE.clear()
+    compute.clear_caches()
     cold, size = _timed(client, output, values)
+    rebuilt = []
+    for _ in range(repeats):
+        compute.FIGURES.clear()
+        rebuilt.append(_timed(client, output, values)[0])
     warm = [_timed(client, output, values)[0] for _ in range(repeats)]
-    return {"cold_s": cold, "warm_s": statistics.median(warm), "response_bytes": size}
+    return {"cold_s": cold, "rebuilt_s": statistics.median(rebuilt),
+            "warm_s": statistics.median(warm), "response_bytes": size}
 
 
 def measure(client: CallbackClient, n: int, repeats: int) -> dict[str, Any]:
@@ -85,8 +92,8 @@ def measure(client: CallbackClient, n: int, repeats: int) -> dict[str, Any]:
     ctrl = {f"{cid}.value": v for cid, v in sc_values["scenario.data"]["values"].items()}
     t = time.perf_counter()
     client.call("scenario.data", ctrl, ["gpus.value"])
-    row["callbacks"]["scenario (validate, URL)"] = {"cold_s": time.perf_counter() - t,
-                                                    "warm_s": time.perf_counter() - t}
+    dt = time.perf_counter() - t
+    row["callbacks"]["scenario (validate, URL)"] = {"cold_s": dt, "rebuilt_s": dt, "warm_s": dt}
     for label, output, tab in VIEWS:
         row["callbacks"][label] = _cold_warm(client, output, _values(n, tab), repeats)
     row["callbacks"]["compare layouts"] = _cold_warm(client, "compare.figure", _values(n, "compare"),
@@ -121,27 +128,31 @@ def main() -> None:
         row = measure(client, n, a.repeats)
         rows.append(row)
         print(f"\n{n} GPUs: {row['spans']} spans, simulate() {row['simulate_s'] * 1e3:.0f} ms")
-        print(f"  {'callback':<44} {'cold ms':>9} {'warm ms':>9} {'response KB':>12}")
+        print(f"  {'callback':<44} {'cold ms':>9} {'rebuilt ms':>11} {'warm ms':>9} {'response KB':>12}")
         for label, r in row["callbacks"].items():
             kb = f"{r['response_bytes'] / 1024:.0f}" if "response_bytes" in r else "-"
-            print(f"  {label:<44} {r['cold_s'] * 1e3:>9.1f} {r['warm_s'] * 1e3:>9.1f} {kb:>12}")
+            print(f"  {label:<44} {r['cold_s'] * 1e3:>9.1f} {r['rebuilt_s'] * 1e3:>11.1f} "
+                  f"{r['warm_s'] * 1e3:>9.1f} {kb:>12}")
     by_n = {r["n_gpus"]: r for r in rows}
     goals = {}
     if 64 in by_n:
         cb = by_n[64]["callbacks"]
         goals = {
             "one_configuration_64_cold_s": cb["timeline"]["cold_s"],
+            "one_configuration_64_rebuilt_s": cb["timeline"]["rebuilt_s"],
             "one_configuration_64_warm_s": cb["timeline"]["warm_s"],
             "one_configuration_goal_s": 0.100,
             "comparison_64_cold_s": cb["compare layouts"]["cold_s"],
+            "comparison_64_rebuilt_s": cb["compare layouts"]["rebuilt_s"],
             "comparison_64_warm_s": cb["compare layouts"]["warm_s"],
             "comparison_goal_s": 0.300,
         }
+        ms = {k: v * 1e3 for k, v in goals.items()}
         print(f"\ngoals at 64 GPUs: one configuration (timeline) cold "
-              f"{goals['one_configuration_64_cold_s'] * 1e3:.0f} ms / warm "
-              f"{goals['one_configuration_64_warm_s'] * 1e3:.0f} ms (goal 100); comparison cold "
-              f"{goals['comparison_64_cold_s'] * 1e3:.0f} ms / warm "
-              f"{goals['comparison_64_warm_s'] * 1e3:.0f} ms (goal 300)")
+              f"{ms['one_configuration_64_cold_s']:.0f} / rebuilt {ms['one_configuration_64_rebuilt_s']:.0f} / "
+              f"warm {ms['one_configuration_64_warm_s']:.0f} ms (goal 100); comparison cold "
+              f"{ms['comparison_64_cold_s']:.0f} / rebuilt {ms['comparison_64_rebuilt_s']:.0f} / "
+              f"warm {ms['comparison_64_warm_s']:.0f} ms (goal 300)")
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"what": "server time per dashboard callback (Flask test client, no network)",

@@ -21,6 +21,7 @@ import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
+from sim.config import Scenario
 from sim.errors import RingsimError
 from sim.online_softmax import example as merge_example
 from sim.trace import Trace
@@ -189,7 +190,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"))
     def layout_strip(data):
         sc = scenario_of(data)
-        return figures.layout_strip(sc.layout, sc.workload.seq, sc.n_gpus)
+        return compute.figure("strip", sc, None, None,
+                              lambda: figures.layout_strip(sc.layout, sc.workload.seq, sc.n_gpus))
 
     def _name(sc) -> str:
         return f"ringsim-{sc.n_gpus}gpu-{sc.layout}-{sc.workload.seq}-{sc.workload.pass_}"
@@ -235,19 +237,28 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                   Input("tabs", "value"))
     def timeline(data, profile_data, ranks, tab):
         only_on("timeline", tab)
+        window = tuple(ranks) if ranks else None
         try:
-            res = result_of(data, profile_data)
+            hw, key = hardware_of(profile_data)
+            sc = scenario_of(data)
+
+            def make():
+                res = compute.run(sc, hw, key)
+                return figures.timeline(res.trace, window, columns=res.columns)
+
+            return compute.figure("timeline", sc, key, window, make)
         except RingsimError as e:
             return figures.message_figure(str(e))
-        window = tuple(ranks) if ranks else None
-        return figures.timeline(res.trace, window, columns=res.columns)
 
     @app.callback(Output("block-map", "figure"),
                   Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"))
     def block_map(data, profile_data, tab):
         only_on("blocks", tab)
         try:
-            return figures.block_map(result_of(data, profile_data).trace)
+            hw, key = hardware_of(profile_data)
+            sc = scenario_of(data)
+            return compute.figure("blocks", sc, key, None,
+                                  lambda: figures.block_map(compute.run(sc, hw, key).trace))
         except RingsimError as e:
             return figures.message_figure(str(e))
 
@@ -257,7 +268,10 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         only_on("compare", tab)
         try:
             hw, key = hardware_of(profile_data)
-            rows = compute.compare_table(scenario_of(data), hw, key)
+            sc = scenario_of(data)
+            # one layout/overlap pair is as good as another for the key: all six are drawn
+            rows = compute.figure("compare-rows", sc.with_(layout="zigzag", overlap=True), key, None,
+                                  lambda: compute.compare_table(sc, hw, key))
         except RingsimError as e:
             return figures.message_figure(str(e)), None
         return figures.comparison(rows), _compare_table(rows)
@@ -268,14 +282,18 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         only_on("sweep", tab)
         try:
             hw, key = hardware_of(profile_data)
-            return figures.overlap_sweep(compute.overlap_sweep(scenario_of(data), hw, key))
+            sc = scenario_of(data)
+            return compute.figure("sweep", sc, key, None,
+                                  lambda: figures.overlap_sweep(compute.overlap_sweep(sc, hw, key)))
         except RingsimError as e:
             return figures.message_figure(str(e))
 
     @app.callback(Output("memory", "figure"), Input("scenario", "data"), Input("tabs", "value"))
     def memory(data, tab):
         only_on("memory", tab)
-        return figures.memory(compute.memory_table(scenario_of(data)))
+        sc = scenario_of(data)
+        return compute.figure("memory", sc, None, None,
+                              lambda: figures.memory(compute.memory_table(sc)))
 
     @app.callback(Output("merge", "figure"), Output("merge-row", "max"), Output("merge-note", "children"),
                   Input("scenario", "data"), Input("merge-row", "value"), Input("tabs", "value"))
@@ -285,13 +303,16 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         n = min(sc.n_gpus, MERGE_MAX_GPUS)
         seq = sc.n_chunks // sc.n_gpus * n * MERGE_TOKENS_PER_CHUNK
         row = seq - 1 if row is None or row >= seq else int(row)
-        res = merge_example(n_ranks=n, layout=sc.layout, causal=sc.workload.causal,
-                            tokens_per_chunk=MERGE_TOKENS_PER_CHUNK, query_row=row)
+        # a function of the small example only, not of the scenario's sizes or hardware
+        fig = compute.figure("merge", Scenario(), None, [n, sc.layout, sc.workload.causal, row],
+                             lambda: figures.merge_steps(merge_example(
+                                 n_ranks=n, layout=sc.layout, causal=sc.workload.causal,
+                                 tokens_per_chunk=MERGE_TOKENS_PER_CHUNK, query_row=row), sc.layout))
         note = (f"Small inputs: {seq} tokens on {n} GPUs ({sc.layout}, "
                 f"{'causal' if sc.workload.causal else 'no mask'}), one head of dim 16, random "
                 f"q/k/v in float64; the ring result is compared with softmax attention over the "
                 f"whole sequence at once.")
-        return figures.merge_steps(res, sc.layout), seq - 1, note
+        return fig, seq - 1, note
 
     # --- calibrated profile ---------------------------------------------------------------
     @app.callback(Output("profile", "data"), Output("profile-msg", "children"),

@@ -12,6 +12,7 @@ data; dashboard/figures.py draws them.
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 from collections import OrderedDict
@@ -47,19 +48,21 @@ class Result:
         return self._columns
 
 
-class ResultCache:
-    """LRU of simulation results, bounded by total spans, safe under threads."""
+class BoundedCache:
+    """An LRU bounded by the total `size_of` its values, safe under threads; a value being
+    made is made once, the other threads asking for it wait."""
 
-    def __init__(self, max_spans: int = 1_500_000):
-        self.max_spans = max_spans
-        self._items: OrderedDict[str, Result] = OrderedDict()
-        self._spans = 0
+    def __init__(self, budget: int, size_of: Callable[[Any], int]):
+        self.budget = budget
+        self.size_of = size_of
+        self._items: OrderedDict[str, Any] = OrderedDict()
+        self._used = 0
         self._lock = threading.Lock()
         self._inflight: dict[str, threading.Event] = {}
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: str, make: Callable[[], Result]) -> Result:
+    def get(self, key: str, make: Callable[[], Any]) -> Any:
         while True:
             with self._lock:
                 if key in self._items:
@@ -71,35 +74,51 @@ class ResultCache:
                     pending = self._inflight[key] = threading.Event()
                     self.misses += 1
                     break
-            pending.wait()   # another thread is computing it; then look again
+            pending.wait()   # another thread is making it; then look again
         try:
-            result = make()
+            value = make()
             with self._lock:
-                self._put(key, result)
-            return result
+                self._put(key, value)
+            return value
         finally:
             with self._lock:
                 self._inflight.pop(key, None)
             pending.set()
 
-    def _put(self, key: str, result: Result) -> None:
-        size = len(result.trace.spans)
-        if size > self.max_spans:
+    def _put(self, key: str, value: Any) -> None:
+        size = self.size_of(value)
+        if size > self.budget:
             return
-        self._items[key] = result
-        self._spans += size
-        while self._spans > self.max_spans:
+        self._items[key] = value
+        self._used += size
+        while self._used > self.budget:
             _, old = self._items.popitem(last=False)
-            self._spans -= len(old.trace.spans)
+            self._used -= self.size_of(old)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
-            self._spans = 0
+            self._used = 0
             self.hits = self.misses = 0
 
 
-CACHE = ResultCache()
+CACHE = BoundedCache(1_500_000, lambda r: len(r.trace.spans))
+"""Simulation results, bounded by the spans they hold."""
+FIGURES = BoundedCache(48, lambda f: 1)
+"""Finished figures, keyed by what they are a pure function of: a view revisited, or
+the same scenario asked for by another session, costs only its serialization."""
+
+
+def clear_caches() -> None:
+    CACHE.clear()
+    FIGURES.clear()
+
+
+def figure(kind: str, scenario: Scenario, profile_key: str | None, extra: Any,
+           make: Callable[[], Any]) -> Any:
+    """`make()` (a figure of `scenario`), cached under its kind and `extra` parameters."""
+    key = json.dumps([kind, scenario_key(scenario, profile_key), extra], default=str)
+    return FIGURES.get(key, make)
 
 
 def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None) -> Result:

@@ -28,7 +28,7 @@ MAX_DRAWN_SPANS = 60_000
 """A timeline draws at most this many spans; it narrows its window of ranks to fit."""
 MAX_STRIP_RUNS = 512
 """The layout strip draws at most this many runs of tokens (the rest repeats)."""
-MAX_HOVER_CELLS = 256 * 256
+MAX_HOVER_CELLS = 128 * 128
 """The block map carries per-cell hover data up to this many cells."""
 
 _TEMPLATE = go.layout.Template(layout=dict(
