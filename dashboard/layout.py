@@ -37,6 +37,7 @@ _HELP = {
     "link-gbps": "per direction (blank: preset)",
     "link-latency-us": "per transfer (blank: preset)",
     "granularity": "exact pairs, or whole tiles",
+    "sync": "per step: post, compute, wait (as kernels do); buffered: forward a block as soon as a buffer is free",
 }
 
 
@@ -75,6 +76,10 @@ def controls() -> html.Div:
             id="layout", options=[{"label": x, "value": x} for x in LAYOUTS], value=d["layout"],
             className="radio")),
         _onoff("overlap", "Overlap transfers with compute", d["overlap"]),
+        _field("sync", "Forwarding (with overlap)", dcc.RadioItems(
+            id="sync", options=[{"label": "per step", "value": "step"},
+                                {"label": "buffered", "value": "buffered"}],
+            value=d["sync"], className="radio")),
         html.H3("Workload"),
         _number("seq", "Sequence length", d["seq"]),
         _number("batch", "Batch", d["batch"]),

@@ -59,6 +59,7 @@ CONTROLS: tuple[Control, ...] = (
     Control("gpus", "gpus", "int", 8),
     Control("layout", "layout", "choice", "zigzag", LAYOUTS),
     Control("overlap", "overlap", "bool", True),
+    Control("sync", "sync", "choice", "step", ("step", "buffered")),
     Control("granularity", "granularity", "choice", "exact", ("exact", "tile")),
     Control("tile", "tile", "int", 128),
 )
@@ -176,7 +177,7 @@ _MESSAGE_KEYS = (
     ("launch_overhead", "overhead-us"), ("memory_gb", "gpu"),
     ("bandwidth", "link-gbps"), ("latency", "link-latency-us"),
     ("gpus_per_node", "gpus-per-node"), ("n_gpus", "gpus"), ("tile", "tile"),
-    ("layout", "layout"), ("granularity", "granularity"),
+    ("layout", "layout"), ("sync", "sync"), ("granularity", "granularity"),
 )
 
 
@@ -257,9 +258,10 @@ def scenario_from_values(values: dict[str, Any]) -> Scenario:
     tile = _int(values, "tile", "tile")
     layout, overlap = _choice(values, "layout"), _choice(values, "overlap")
     granularity = _choice(values, "granularity")
+    sync = _choice(values, "sync")
     try:
         return Scenario(workload=workload, hardware=hardware, n_gpus=n, layout=layout,
-                        overlap=overlap, granularity=granularity, tile=tile)
+                        overlap=overlap, sync=sync, granularity=granularity, tile=tile)
     except RingsimError as e:
         raise _attribute(e, "gpus") from None
 
@@ -271,6 +273,7 @@ def scenario_from_config(config: dict[str, Any], hardware: Hardware) -> Scenario
         w["pass_"] = w.pop("pass")
         return Scenario(workload=Workload(**w), hardware=hardware, n_gpus=config["n_gpus"],
                         layout=config["layout"], overlap=config["overlap"],
+                        sync=config.get("sync", "step"),
                         granularity=config.get("granularity", "exact"),
                         tile=config.get("tile", 128))
     except RingsimError as e:

@@ -21,6 +21,7 @@ def test_default_scenario_is_the_issue_default():
 
 def test_url_round_trip():
     values = defaults() | {"gpus": 64, "layout": "striped", "overlap": False, "seq": 262144,
+                           "sync": "buffered",
                            "link": "ib-ndr", "efficiency": 0.4, "pass": "fwdbwd"}
     query = query_from_values(values)
     assert "gpus=64" in query and "overlap=0" in query and "eff=0.4" in query
@@ -66,7 +67,7 @@ def test_custom_hardware():
 
 
 def test_scenario_from_a_trace_header():
-    sc = small_scenario(layout="striped", pass_="fwdbwd")
+    sc = small_scenario(layout="striped", pass_="fwdbwd", sync="buffered")
     trace = simulate(sc)
     again = scenario_from_config(trace.config, Hardware())
     assert again.describe() == sc.describe()
