@@ -52,10 +52,15 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, masks, chu
     n = scenario.n_gpus
     overlap = scenario.overlap
     stepped = overlap and scenario.sync == "step"
-    factor = 1.0 if phase == "fwd" else BWD_FLOPS_FACTOR
-    comp: dict[tuple[int, int], int] = {}
-    kv: dict[tuple[int, int], int] = {}
-    dkv: dict[tuple[int, int], int] = {}
+    bwd = phase == "bwd"
+    flops_per_pair = (1.0 if phase == "fwd" else BWD_FLOPS_FACTOR) * w.fwd_flops(1)
+    ops, order = sched.ops, sched.compute_order
+    # op ids by [step][rank]; kv[k][r] is the K/V hop r -> r+1 of step k, dkv likewise
+    comp: list[list[int]] = []
+    kv: list[list[int]] = []
+    dkv: list[list[int]] = []
+    prev = [(r - 1) % n for r in range(n)]
+    nxt = [(r + 1) % n for r in range(n)]
 
     def gated(*ranks: int) -> tuple[int, ...]:
         return tuple(gate[r] for r in ranks) if gate is not None else ()
@@ -64,75 +69,80 @@ def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, masks, chu
         """What rank r waits for before it starts step k (step-synchronous kernel)."""
         if k == 0:
             return []
-        out = [comp[r, k - 1], kv[r, k - 1], kv[(r - 1) % n, k - 1]]
-        if phase == "bwd" and k >= 2:
-            out += [dkv[r, k - 2], dkv[(r - 1) % n, k - 2]]
+        out = [comp[k - 1][r], kv[k - 1][r], kv[k - 1][prev[r]]]
+        if bwd and k >= 2:
+            out += [dkv[k - 2][r], dkv[k - 2][prev[r]]]
         return out
 
     def post_dkv(r: int, k: int) -> list[int]:
         """What rank r waits for before it posts the dK/dV hop of step k."""
-        return [comp[r, k]] + ([dkv[r, k - 1], dkv[(r - 1) % n, k - 1]] if k >= 1 else [])
+        return [comp[k][r]] + ([dkv[k - 1][r], dkv[k - 1][prev[r]]] if k >= 1 else [])
 
     work, masks = work.tolist(), masks.tolist()
     kv_bytes, dkv_bytes = w.kv_bytes(c), w.dkv_bytes(c)
     for k in range(n):
         # computes of step k on every rank
+        row = []
         for r in range(n):
             owner = (r - k) % n
             pairs = work[r][owner]
-            after: list[int] = []
             if stepped:
                 after = reach(r, k)
-            elif k >= 1 and (pairs > 0 or not overlap):
-                # an empty block is skipped without waiting for its data, unless the
-                # rank is in lock-step with its exchanges (no overlap)
-                after.append(kv[(r - 1) % n, k - 1])
-                if not overlap:
-                    after.append(kv[r, k - 1])
-                    if phase == "bwd":
-                        after += [dkv[(r - 1) % n, k - 1], dkv[r, k - 1]]
-            comp[r, k] = sched.add(
-                ComputeOp, rank=r, kind=phase, step=step0 + k, kv_rank=owner, pairs=pairs,
-                flops=factor * w.fwd_flops(pairs),
-                mask=masks[r][owner],
-                q_tokens=c, kv_tokens=c, q_chunks=chunks[r], kv_chunks=chunks[owner],
-                after=tuple(after))
+            elif k == 0:
+                after = []
+            elif not overlap:
+                # lock-step: the step's exchanges, both ways, are done
+                after = [kv[k - 1][prev[r]], kv[k - 1][r]]
+                if bwd:
+                    after += [dkv[k - 1][prev[r]], dkv[k - 1][r]]
+            elif pairs > 0:
+                after = [kv[k - 1][prev[r]]]
+            else:
+                after = []   # an empty block is skipped without waiting for its data
+            op_id = len(ops)
+            ops.append(ComputeOp(op_id, r, phase, step0 + k, owner, pairs, flops_per_pair * pairs,
+                                 masks[r][owner], c, c, chunks[r], chunks[owner], tuple(after)))
+            order[r].append(op_id)
+            row.append(op_id)
+        comp.append(row)
         # K/V forwarded at step k (block k+1 of the receiver)
+        row = []
         if k <= n - 2:
             for r in range(n):
-                dst = (r + 1) % n
+                dst = nxt[r]
                 if stepped:
-                    after = reach(r, k) + reach(dst, k)
-                elif overlap:
-                    after = [kv[(r - 1) % n, k - 1]] if k >= 1 else []
-                    if k >= 2:
-                        after += [comp[dst, k - 1], kv[dst, k - 1]]
+                    after = list(dict.fromkeys(reach(r, k) + reach(dst, k)))
+                elif not overlap:
+                    after = [comp[k][r], comp[k][dst]]
                 else:
-                    after = [comp[r, k], comp[dst, k]]
-                kv[r, k] = sched.add(
-                    TransferOp, src=r, dst=dst, kind="kv", step=step0 + k, kv_rank=(r - k) % n,
-                    nbytes=kv_bytes, kv_chunks=chunks[(r - k) % n],
-                    after=tuple(dict.fromkeys(after)) + gated(r, dst))
+                    after = [kv[k - 1][prev[r]]] if k >= 1 else []
+                    if k >= 2:
+                        after += [comp[k - 1][dst], kv[k - 1][dst]]
+                owner = (r - k) % n
+                op_id = len(ops)
+                ops.append(TransferOp(op_id, r, dst, "kv", step0 + k, owner, kv_bytes, chunks[owner],
+                                      tuple(after) + gated(r, dst)))
+                row.append(op_id)
+        kv.append(row)
         # dK/dV accumulators forwarded after the step's compute (backward only)
-        if phase == "bwd" and n > 1:
+        row = []
+        if bwd and n > 1:
             for r in range(n):
-                dst = (r + 1) % n
+                dst = nxt[r]
                 if stepped:
-                    after = post_dkv(r, k) + post_dkv(dst, k)
-                    dkv[r, k] = sched.add(
-                        TransferOp, src=r, dst=dst, kind="dkv", step=step0 + k, kv_rank=(r - k) % n,
-                        nbytes=dkv_bytes, kv_chunks=chunks[(r - k) % n],
-                        after=tuple(dict.fromkeys(after)) + gated(r, dst))
-                    continue
-                after = [comp[r, k]]
-                if k >= 1:
-                    after.append(dkv[(r - 1) % n, k - 1])
-                if overlap and k >= 2:
-                    after.append(dkv[dst, k - 1])
-                if not overlap:
-                    after.append(comp[dst, k])
-                dkv[r, k] = sched.add(
-                    TransferOp, src=r, dst=dst, kind="dkv", step=step0 + k, kv_rank=(r - k) % n,
-                    nbytes=dkv_bytes, kv_chunks=chunks[(r - k) % n],
-                    after=tuple(after) + gated(r, dst))
-    return [comp[r, n - 1] for r in range(n)]
+                    after = list(dict.fromkeys(post_dkv(r, k) + post_dkv(dst, k)))
+                else:
+                    after = [comp[k][r]]
+                    if k >= 1:
+                        after.append(dkv[k - 1][prev[r]])
+                    if overlap and k >= 2:
+                        after.append(dkv[k - 1][dst])
+                    if not overlap:
+                        after.append(comp[k][dst])
+                owner = (r - k) % n
+                op_id = len(ops)
+                ops.append(TransferOp(op_id, r, dst, "dkv", step0 + k, owner, dkv_bytes, chunks[owner],
+                                      tuple(after) + gated(r, dst)))
+                row.append(op_id)
+        dkv.append(row)
+    return comp[n - 1]

@@ -57,14 +57,6 @@ class Schedule:
         if not self.compute_order:
             self.compute_order = [[] for _ in range(self.n_ranks)]
 
-    def add(self, op_factory, **fields) -> int:
-        op_id = len(self.ops)
-        op = op_factory(id=op_id, **fields)
-        self.ops.append(op)
-        if op_factory is ComputeOp:
-            self.compute_order[op.rank].append(op_id)
-        return op_id
-
     @property
     def computes(self) -> list[ComputeOp]:
         return [op for op in self.ops if isinstance(op, ComputeOp)]
