@@ -59,7 +59,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
     out, lse = new_accumulators(q.shape, q.device)
     qh = _heads_first(q)
     kv = torch.stack([k, v])  # one message per step: (2, batch, tokens, kv_heads, d)
-    bufs = (kv, torch.empty_like(kv))
+    bufs = (kv, torch.empty_like(kv)) if n > 1 else (kv,)
     comm = RingComm(ring, "kv")
     for step in range(n):
         if on_step is not None:
@@ -75,7 +75,8 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
             kh, vh = _heads_first(cur[0]), _heads_first(cur[1])
             for p in pieces:
                 b_out, b_lse = ops.forward(qh[:, :, p.q], kh[:, :, p.kv], vh[:, :, p.kv], p.causal)
-                merge_(out[:, :, p.q], lse[:, :, p.q], b_out, b_lse)
+                # the own block (step 0) covers every query row: nothing to merge with yet
+                merge_(out[:, :, p.q], lse[:, :, p.q], b_out, b_lse, first=step == 0)
             if ring.recorder is not None:
                 ring.recorder.compute("fwd", step0 + step, t0, ring.clock.mark(),
                                       float(work[r, owner]),
@@ -97,7 +98,7 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     qh, outh, douth = _heads_first(q), _heads_first(out), _heads_first(dout)
     dq = torch.zeros(qh.shape, dtype=torch.float32, device=q.device)
     kv = torch.stack([k, v])
-    bufs = (kv, torch.empty_like(kv))
+    bufs = (kv, torch.empty_like(kv)) if n > 1 else (kv,)
     # dK/dV accumulators: the one being added to and sent, and the one arriving
     dkv_bufs = (torch.zeros(kv.shape, dtype=torch.float32, device=q.device),
                 torch.empty(kv.shape, dtype=torch.float32, device=q.device))
