@@ -1,11 +1,15 @@
-"""Simulator speed: wall time and SimPy events per second by ring size.
+"""Simulator speed by ring size: the whole `simulate` call with the recurrence player (what
+the dashboard runs on every new configuration), its parts, and the SimPy player.
 
 Causal zigzag forward, Llama-3-8B attention shape (32/8 heads x 128, bf16), 4096
-tokens per rank, 8 x H100 presets. Times the schedule build, the SimPy player and the
-max-plus recurrence player (which must give the identical trace). Prints a table and
-writes JSON.
+tokens per rank, 8 x H100 presets. Times, best and median of several runs: the whole
+`simulate(..., player="recurrence")`; its parts (building the ring schedule, of which
+the layout's work and mask tables, the durations, the wave recurrence, the spans); and
+the SimPy player on the same schedule, which must give the identical trace. A result
+is kept alive while the next run is timed, so that freeing it is not counted. Prints a
+table and writes JSON.
 
-    .venv/bin/python bench/bench_sim.py [--sizes 8 64 256 1024] [--out bench/results/sim.json]
+    .venv/bin/python bench/bench_sim.py [--sizes 8 64 256 1024] [--no-simpy] [--out bench/results/sim.json]
 """
 
 from __future__ import annotations
@@ -14,52 +18,73 @@ import argparse
 import json
 import platform
 import resource
+import statistics
 import time
 
+from sim import engine
 from sim.config import Scenario, Workload
 from sim.engine import play, simulate
+from sim.layouts import block_masks, block_work
 from sim.metrics import compute_metrics
 from sim.ring import build_ring_schedule
 
 
-def measure(n: int, tokens_per_rank: int) -> dict:
+def timed(fn, runs: int) -> tuple[float, float, object]:
+    """(best, median) seconds of `runs` calls of fn, and its last result."""
+    times, keep = [], None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+        keep = result       # the previous result is freed here, outside the timed call
+    return min(times), statistics.median(times), keep
+
+
+def measure(n: int, tokens_per_rank: int, simpy: bool) -> dict:
     sc = Scenario(workload=Workload(seq=tokens_per_rank * n), n_gpus=n, layout="zigzag")
-    t0 = time.perf_counter()
-    schedule = build_ring_schedule(sc)
-    t1 = time.perf_counter()
-    trace = play(schedule, sc.hardware, sc.workload)
-    t2 = time.perf_counter()
-    fast = play(schedule, sc.hardware, sc.workload, player="recurrence")
-    t3 = time.perf_counter()
-    identical = fast.spans == trace.spans
-    full = time.perf_counter()
-    simulate(sc, player="recurrence")
-    full = time.perf_counter() - full
+    w, hw = sc.workload, sc.hardware
+    runs = 30 if n <= 64 else 5 if n <= 256 else 2
+    row = {"n_gpus": n, "seq": w.seq, "runs": runs}
+    best, median, trace = timed(lambda: simulate(sc, player="recurrence"), runs)
+    row.update(simulate_s=best, simulate_median_s=median, ops=trace.meta["ops"], spans=len(trace.spans))
+    # the parts, as simulate runs them (private functions of sim.engine: for this table only)
+    with engine._gc_paused():
+        row["layout_tables_s"] = timed(lambda: (block_work(sc.layout, w.seq, n, w.causal, sc.granularity, sc.tile),
+                                                block_masks(sc.layout, w.seq, n, w.causal)), runs)[0]
+        row["build_s"], _, schedule = timed(lambda: build_ring_schedule(sc), runs)
+        row["durations_s"], _, dur = timed(lambda: engine.durations_s(schedule, hw, w), runs)
+        row["recurrence_s"], _, (start, end) = timed(lambda: engine._times_waves(schedule, dur), runs)
+        row["spans_s"], _, spans = timed(lambda: engine._spans(schedule, start, end), runs)
+    if simpy:
+        t0 = time.perf_counter()
+        reference = play(schedule, hw, w)
+        row["simpy_s"] = time.perf_counter() - t0
+        row["sim_events"] = reference.meta["sim_events"]
+        row["identical"] = reference.spans == trace.spans
     m = compute_metrics(trace)
-    events = trace.meta["sim_events"]
-    return {"n_gpus": n, "seq": sc.workload.seq, "ops": len(schedule.ops), "spans": len(trace.spans),
-            "build_s": t1 - t0, "simpy_s": t2 - t1, "sim_events": events,
-            "events_per_s": events / (t2 - t1), "recurrence_s": t3 - t2,
-            "simulate_recurrence_total_s": full, "identical": identical,
-            "makespan_s": m.makespan_s, "efficiency": m.efficiency,
-            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    row.update(makespan_s=m.makespan_s, efficiency=m.efficiency,
+               max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return row
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 256, 1024])
     p.add_argument("--tokens-per-rank", type=int, default=4096)
+    p.add_argument("--no-simpy", action="store_true", help="skip the SimPy player (slow at 1024 GPUs)")
     p.add_argument("--out", default="bench/results/sim.json")
     a = p.parse_args()
     rows = []
-    print(f"{'GPUs':>5} {'ops':>9} {'events':>9} {'build s':>8} {'SimPy s':>8} {'events/s':>10} "
-          f"{'recur s':>8} {'same':>5} {'RSS MB':>7}")
+    ms = 1e3
+    print(f"{'GPUs':>5} {'ops':>8} {'spans':>8} | {'simulate ms':>11} {'median':>8} | {'build':>8} "
+          f"{'(tables)':>8} {'durations':>9} {'recur':>8} {'spans':>8} | {'SimPy ms':>9} {'same':>5} {'RSS MB':>7}")
     for n in a.sizes:
-        r = measure(n, a.tokens_per_rank)
+        r = measure(n, a.tokens_per_rank, not a.no_simpy)
         rows.append(r)
-        print(f"{n:>5} {r['ops']:>9} {r['sim_events']:>9} {r['build_s']:>8.3f} {r['simpy_s']:>8.3f} "
-              f"{r['events_per_s']:>10.0f} {r['recurrence_s']:>8.3f} {str(r['identical']):>5} "
-              f"{r['max_rss_mb']:>7.0f}", flush=True)
+        simpy = f"{r['simpy_s'] * ms:>9.0f} {str(r['identical']):>5}" if "simpy_s" in r else f"{'-':>9} {'-':>5}"
+        print(f"{n:>5} {r['ops']:>8} {r['spans']:>8} | {r['simulate_s'] * ms:>11.2f} {r['simulate_median_s'] * ms:>8.2f} | "
+              f"{r['build_s'] * ms:>8.2f} {r['layout_tables_s'] * ms:>8.2f} {r['durations_s'] * ms:>9.2f} "
+              f"{r['recurrence_s'] * ms:>8.2f} {r['spans_s'] * ms:>8.2f} | {simpy} {r['max_rss_mb']:>7.0f}", flush=True)
     with open(a.out, "w") as f:
         json.dump({"machine": platform.processor() or platform.machine(),
                    "python": platform.python_version(), "rows": rows}, f, indent=2)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from sim.errors import RingsimError
 from sim.presets import gpu_preset, link_preset
 
@@ -183,6 +185,22 @@ class Hardware:
 
     def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
         return self.link_between(src, dst).time_s(nbytes)
+
+    # The engine times whole schedules at once through these two when a hardware object
+    # offers them; each must give, element for element, the per-op method's float.
+
+    def compute_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
+                        q_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
+        """compute_time_s over arrays of blocks (kind and mask: arrays of names)."""
+        return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype)
+
+    def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """transfer_time_s over arrays of transfers."""
+        t = self.link.time_s(nbytes)
+        if self.inter_link is None:
+            return t
+        between_nodes = src // self.gpus_per_node != dst // self.gpus_per_node
+        return np.where(between_nodes, self.inter_link.time_s(nbytes), t)
 
     def rate_flops(self, dtype: str) -> float:
         return self.gpu.rate_flops(dtype)

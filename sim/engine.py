@@ -10,10 +10,13 @@ dependency can never delay anything: overlap is never slower than lock-step exch
 
 The same fixed orders make start times a max-plus recurrence over the operations in
 schedule order (schedule order is topological), so `player="recurrence"` computes the
-identical times without an event loop, much faster; tests hold the two to bit-identical
-traces and the dashboard uses the fast one. A calibrated profile may slow compute while
-transfers run or while ranks share CPU cores (sim.contention); rates that change inside
-a block need the event loop, so such a profile always plays on SimPy.
+identical times without an event loop, much faster: it times a whole wave of the
+schedule (sim.schedule) at once with numpy, durations come from the hardware model
+over arrays, and the spans are made from arrays too. Tests hold the two players to
+bit-identical traces, and the wave player to the per-op recurrence it replaced; the
+dashboard uses it. A calibrated profile may slow compute while transfers run or while
+ranks share CPU cores (sim.contention); rates that change inside a block need the event
+loop, so such a profile always plays on SimPy.
 
 When a compute stream is ready (its previous block done) but its block is not, it
 waits. The part of that wait during which a transfer it depends on is in flight is
@@ -27,15 +30,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from operator import attrgetter
 from typing import Any
 
+import numpy as np
 import simpy
 
 from sim.config import Scenario, Workload
 from sim.contention import Contention, Sharing
 from sim.memory import peak_memory_bytes
-from sim.schedule import ComputeOp, Schedule, TransferOp
+from sim.schedule import DKV, EMPTY, KINDS, MASKS, NO_DEP, ComputeOp, Schedule, TransferOp
 from sim.trace import Span, Trace
 
 PLAYERS = ("simpy", "recurrence")
@@ -51,19 +54,47 @@ class _CountingEnvironment(simpy.Environment):
         super().step()
 
 
-def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> list[float]:
-    """Time each operation takes on `hardware` (0 for a skipped, fully masked block)."""
-    out = []
-    for op in schedule.ops:
-        if isinstance(op, TransferOp):
-            out.append(hardware.transfer_time_s(op.nbytes, op.src, op.dst))
-        elif op.mask == "empty":
-            out.append(0.0)
+def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.ndarray:
+    """Time each operation takes on `hardware` (0 for a skipped, fully masked block).
+
+    A hardware object may offer `compute_times_s` and `transfer_times_s`, the per-op
+    methods over arrays (sim.config.Hardware does); otherwise its per-op methods are
+    called once for each distinct argument tuple, which they must be pure functions of.
+    """
+    dur = np.zeros(len(schedule))
+    comp = np.flatnonzero(~schedule.is_transfer & (schedule.mask != EMPTY))
+    xfer = np.flatnonzero(schedule.is_transfer)
+    if comp.size:
+        args = {"flops": schedule.flops[comp], "kind": _KIND_NAMES[schedule.kind[comp]],
+                "mask": _MASK_NAMES[schedule.mask[comp]], "q_tokens": schedule.q_tokens[comp],
+                "kv_tokens": schedule.kv_tokens[comp]}
+        vectorized = getattr(hardware, "compute_times_s", None)
+        if vectorized is not None:
+            dur[comp] = vectorized(dtype=workload.dtype, **args)
         else:
-            out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind,
-                                               mask=op.mask, q_tokens=op.q_tokens,
-                                               kv_tokens=op.kv_tokens))
-    return out
+            dur[comp] = _per_distinct(
+                lambda flops, kind, mask, q_tokens, kv_tokens: hardware.compute_time_s(
+                    flops, dtype=workload.dtype, kind=kind, mask=mask, q_tokens=q_tokens,
+                    kv_tokens=kv_tokens), list(args.values()))
+    if xfer.size:
+        args = {"nbytes": schedule.nbytes[xfer], "src": schedule.rank[xfer], "dst": schedule.peer[xfer]}
+        vectorized = getattr(hardware, "transfer_times_s", None)
+        if vectorized is not None:
+            dur[xfer] = vectorized(**args)
+        else:
+            dur[xfer] = _per_distinct(hardware.transfer_time_s, list(args.values()))
+    return dur
+
+
+def _per_distinct(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
+    """fn(one op's arguments, as Python scalars) for every op, called once per distinct
+    argument tuple: a ring repeats a few block shapes and link hops many times over."""
+    keys = list(zip(*(a.tolist() for a in columns)))
+    memo: dict[tuple, float] = {}
+    for key in keys:
+        if key not in memo:
+            memo[key] = fn(*key)
+    return np.array([memo[key] for key in keys], dtype=np.float64)
 
 
 def _links(schedule: Schedule) -> dict[tuple[int, int], list[TransferOp]]:
@@ -126,80 +157,140 @@ def _times_simpy(schedule: Schedule, dur: list[float], contention: Contention | 
     return start, end, env.events
 
 
-def _times_recurrence(schedule: Schedule, dur: list[float]) -> tuple[list[float], list[float]]:
-    ops = schedule.ops
-    start = [0.0] * len(ops)
-    end = [0.0] * len(ops)
-    free: dict[Any, float] = {}
-    for op in ops:          # schedule order is topological
-        key = op.rank if isinstance(op, ComputeOp) else (op.src, op.dst)
-        t = free.get(key, 0.0)
-        for d in op.after:
-            if end[d] > t:
-                t = end[d]
-        start[op.id] = t
-        end[op.id] = free[key] = t + dur[op.id] if dur[op.id] > 0 else t
-    return start, end
+def _times_waves(schedule: Schedule, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The max-plus recurrence, one wave at a time (sim.schedule: within a wave no op waits
+    on another and no two share a stream, so the ops of a wave are independent).
+
+    Per op, as the event loop finds it: start = the later of its stream's free time (the
+    end of the stream's previous op) and its dependencies' ends, a max, exact in any
+    order; end = start + duration, or start for a zero-duration op (a skipped block
+    still takes its turn in its stream: it waits for what it waits on).
+    """
+    n_ops = len(schedule)
+    start = np.zeros(n_ops)
+    end = np.zeros(n_ops + 1)   # end[NO_DEP], the last: waiting on nothing is ready at 0
+    free = np.zeros(schedule.n_resources)
+    resource, after = schedule.resource, schedule.after
+    # adding 0.0 to a time leaves it exactly as it is: one addition serves every op
+    grow = np.where(dur > 0, dur, 0.0)
+    bounds = schedule.wave_starts.tolist()
+    for a, b in zip(bounds, bounds[1:]):
+        res = resource[a:b]
+        t = np.maximum(free[res], end[after[:, a:b]].max(axis=0, initial=0.0))
+        start[a:b] = t
+        end[a:b] = free[res] = t + grow[a:b]
+    return start, end[:n_ops]
 
 
-def _spans(schedule: Schedule, start: list[float], end: list[float]) -> list[Span]:
-    ops = schedule.ops
-    spans: list[Span] = []
-    n = schedule.n_ranks
-    last = [0.0] * n          # each rank's last event, for the idle tail
-    last_step = [0] * n
-    for rank, order in enumerate(schedule.compute_order):
-        free = 0.0
-        for op_id in order:
-            op: ComputeOp = ops[op_id]
-            t0 = start[op_id]
-            if t0 > free:
-                _wait_spans(spans, op, ops, free, t0, start, end)
-            if op.mask != "empty":
-                free = end[op_id]
-                spans.append(Span(rank, "compute", op.kind, op.step, t0, free,
-                                  op.flops, 0.0, op.q_chunks, op.kv_chunks))
-            else:
-                free = t0
-            last_step[rank] = op.step
-        last[rank] = free
-    for op in ops:
-        if op.__class__ is TransferOp:
-            t0, t1, b = start[op.id], end[op.id], float(op.nbytes)
-            spans.append(Span(op.src, "send", op.kind, op.step, t0, t1, 0.0, b, (), op.kv_chunks, op.dst))
-            spans.append(Span(op.dst, "recv", op.kind, op.step, t0, t1, 0.0, b, (), op.kv_chunks, op.src))
-            for r in (op.src, op.dst):
-                if t1 > last[r]:
-                    last[r] = t1
-                if op.step > last_step[r]:
-                    last_step[r] = op.step
-    makespan = max(last, default=0.0)
-    for r in range(n):
-        if last[r] < makespan:
-            spans.append(Span(r, "wait", "idle", last_step[r], last[r], makespan))
-    spans.sort(key=attrgetter("start_s", "rank", "stream"))
-    return spans
+# Span columns are codes into these. The streams are in alphabetical order, so that
+# sorting by code sorts as the names do.
+_STREAM_NAMES = np.array(["compute", "recv", "send", "wait"], dtype=object)
+COMPUTE, RECV, SEND, WAIT = range(4)
+_SPAN_KIND_NAMES = np.array(KINDS + ("idle",), dtype=object)
+IDLE = len(KINDS)
+_KIND_NAMES = np.array(KINDS, dtype=object)
+_MASK_NAMES = np.array(MASKS, dtype=object)
 
 
-def _wait_spans(spans: list[Span], op: ComputeOp, ops, t0: float, t1: float,
-                start: list[float], end: list[float]) -> None:
-    """Split the wait [t0, t1] into exposed-communication and idle spans."""
-    def add(a: float, b: float, kind: str) -> None:
-        if b > a:
-            spans.append(Span(op.rank, "wait", kind, op.step, a, b, 0.0, 0.0,
-                              op.q_chunks, op.kv_chunks))
+def _spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> list[Span]:
+    """The trace's spans, sorted by (start_s, rank, stream), ties in schedule order."""
+    n, n_ops = schedule.n_ranks, len(schedule)
+    rank, peer, step = schedule.rank, schedule.peer, schedule.step
 
-    flights = sorted((max(start[d], t0), min(end[d], t1), ops[d].kind)
-                     for d in op.after if isinstance(ops[d], TransferOp))
+    # each rank's computes in order; a compute waits from the end of the one before
+    comp = np.flatnonzero(~schedule.is_transfer)
+    comp = comp[np.argsort(rank[comp], kind="stable")]
+    first = np.ones(len(comp), dtype=bool)
+    first[1:] = rank[comp[1:]] != rank[comp[:-1]]
+    ready = np.zeros(len(comp))
+    ready[1:] = end[comp[:-1]]
+    ready[first] = 0.0
+    waits = start[comp] > ready
+    ran = comp[schedule.mask[comp] != EMPTY]
+    xfer = np.flatnonzero(schedule.is_transfer)
+
+    # each rank's last event: its last compute's end (its start, if skipped), or a later
+    # transfer's end at either end; its last step likewise; idle from there to the end
+    last = np.zeros(n)
+    last_step = np.zeros(n, dtype=np.int64)
+    final = comp[np.append(first[1:], True)] if len(comp) else comp
+    last[rank[final]] = end[final]
+    last_step[rank[final]] = step[final]
+    for side in (rank[xfer], peer[xfer]):
+        np.maximum.at(last, side, end[xfer])
+        np.maximum.at(last_step, side, step[xfer])
+    makespan = last.max(initial=0.0)
+    late = np.flatnonzero(last < makespan)
+
+    # one entry per span: its op (n_ops + rank for the idle at the end), stream, kind,
+    # rank and times
+    w_op, w_kind, w_start, w_end = _wait_pieces(schedule, comp[waits], ready[waits], start, end)
+    op = np.concatenate([ran, xfer, xfer, w_op, n_ops + late])
+    count = [len(ran), len(xfer), len(xfer), len(w_op), len(late)]
+    stream = np.repeat([COMPUTE, SEND, RECV, WAIT, WAIT], count)
+    kind = np.concatenate([schedule.kind[ran], schedule.kind[xfer], schedule.kind[xfer], w_kind,
+                           np.full(len(late), IDLE)])
+    where = np.concatenate([rank[ran], rank[xfer], peer[xfer], rank[w_op], late])
+    t0 = np.concatenate([start[ran], start[xfer], start[xfer], w_start, last[late]])
+    t1 = np.concatenate([end[ran], end[xfer], end[xfer], w_end, np.full(len(late), makespan)])
+    # the order a sort of the recorded spans gives: by start, rank, stream, then the order
+    # they were recorded in (schedule order, the idle at the end last); rank, stream and
+    # op packed in one integer key sort twice as fast as three keys
+    order = np.lexsort((((where * 4 + stream) * (n_ops + n + 1) + op), t0))
+    op, stream, kind, where, t0, t1 = (x[order] for x in (op, stream, kind, where, t0, t1))
+
+    # what a span takes from its op; the idle at the end has no op (the padding)
+    def of_op(column: np.ndarray, pad: Any) -> np.ndarray:
+        return np.concatenate([column, np.full(n, pad, dtype=column.dtype)])[op]
+
+    is_compute, is_wait = stream == COMPUTE, stream == WAIT
+    moves = (stream == SEND) | (stream == RECV)
+    flops = np.where(is_compute, of_op(schedule.flops, 0.0), 0.0)
+    nbytes = np.where(moves, of_op(schedule.nbytes, 0), 0).astype(np.float64)
+    q_chunks = np.where(is_compute | is_wait, of_op(schedule.q_chunks, -1), -1)
+    kv_chunks = of_op(schedule.kv_chunks, -1)
+    other_end = np.where(stream == SEND, of_op(peer, -1), of_op(rank, -1))
+    span_peer = np.where(moves, other_end, -1)
+    steps = np.concatenate([step, last_step])[op]
+
+    chunk_sets = np.empty(len(schedule.chunk_sets) + 1, dtype=object)
+    for i, chunks in enumerate(schedule.chunk_sets):
+        chunk_sets[i] = chunks
+    chunk_sets[-1] = ()            # index -1: no chunks
+    return list(map(Span, where.tolist(), _STREAM_NAMES[stream].tolist(),
+                    _SPAN_KIND_NAMES[kind].tolist(), steps.tolist(), t0.tolist(), t1.tolist(),
+                    flops.tolist(), nbytes.tolist(), chunk_sets[q_chunks].tolist(),
+                    chunk_sets[kv_chunks].tolist(), span_peer.tolist()))
+
+
+def _wait_pieces(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: np.ndarray,
+                 end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split the wait [t0, t1] of each compute in `ops` (t1 its start) into exposed
+    communication and idle: taking the transfers it waits on by (start, end, kind), with
+    t the end of the last piece (t0 at first), a transfer still in flight after t covers
+    [max(its start, t), min(its end, t1)] as exposed communication, idle before it; what
+    is left after the last is idle. Returns (op, kind, start, end) of each piece."""
+    t1 = start[ops]
+    deps = np.take(schedule.after, ops, axis=1).T                       # (ops, width)
+    flying = (deps != NO_DEP) & schedule.is_transfer[deps]   # a pad reads the last op: masked
+    s = np.where(flying, np.maximum(start[deps], t0[:, None]), np.inf)
+    e = np.where(flying, np.minimum(end[deps], t1[:, None]), np.inf)
+    kinds = schedule.kind[deps]
+    order = np.lexsort((kinds != DKV, e, s), axis=-1)      # the names sort dkv before kv
+    s, e, kinds, flying = (np.take_along_axis(x, order, -1) for x in (s, e, kinds, flying))
     t = t0
-    for s, e, kind in flights:
-        if e <= t:
-            continue
-        s = max(s, t)
-        add(t, s, "idle")
-        add(s, e, kind)
-        t = e
-    add(t, t1, "idle")
+    pieces = []           # (start, end, kind, taken)
+    for j in range(int(flying.sum(axis=1).max(initial=0))):
+        on = flying[:, j] & (e[:, j] > t)
+        sj = np.maximum(s[:, j], t)
+        pieces += [(t, sj, IDLE, on), (sj, e[:, j], kinds[:, j], on)]
+        t = np.where(on, e[:, j], t)
+    pieces.append((t, t1, IDLE, True))
+    keep = [on & (b > a) for a, b, _, on in pieces]
+    return (np.concatenate([ops[k] for k in keep]),
+            np.concatenate([np.broadcast_to(kind, k.shape)[k] for (_, _, kind, _), k in zip(pieces, keep)]),
+            np.concatenate([a[k] for (a, _, _, _), k in zip(pieces, keep)]),
+            np.concatenate([b[k] for (_, b, _, _), k in zip(pieces, keep)]))
 
 
 def play(schedule: Schedule, hardware: Any, workload: Workload,
@@ -216,9 +307,10 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
         meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
                               "compute_slots": contention.compute_slots}
     if player == "simpy":
-        start, end, meta["sim_events"] = _times_simpy(schedule, dur, contention)
+        start, end, meta["sim_events"] = _times_simpy(schedule, dur.tolist(), contention)
+        start, end = np.array(start), np.array(end)
     else:
-        start, end = _times_recurrence(schedule, dur)
+        start, end = _times_waves(schedule, dur)
     meta["player"] = player
     return Trace("simulated", schedule.n_ranks, _spans(schedule, start, end),
                  header.get("config", {}), header.get("hardware", {}), meta)
@@ -228,7 +320,8 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
     """Build the ring schedule for `scenario` and play it.
 
     `hardware` replaces `scenario.hardware` (for example a calibrated profile); it must
-    offer compute_time_s, transfer_time_s, rate_flops and describe.
+    offer compute_time_s, transfer_time_s, rate_flops and describe, and may offer
+    compute_times_s and transfer_times_s (see durations_s).
     """
     from sim.ring import build_ring_schedule
 
@@ -240,7 +333,7 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
         "config": scenario.describe(),
         "hardware": {**hw.describe(), "rate_flops": hw.rate_flops(scenario.workload.dtype)},
         "meta": {"peak_mem_bytes": [mem["total"]] * scenario.n_gpus, "memory": mem,
-                 "schedule": "ring", "ops": len(schedule.ops)},
+                 "schedule": "ring", "ops": len(schedule)},
     }
     with _gc_paused():
         return play(schedule, hw, scenario.workload, header, player=player)

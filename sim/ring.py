@@ -20,129 +20,154 @@ Without overlap, each rank alternates: compute the block, then exchange (send an
 receive both posted after the compute, on both ends), then the next compute.
 In fwdbwd, backward steps are numbered N..2N-1 and start on a rank once its forward
 is done.
+
+Operations are numbered step by step: the N computes of step k (rank 0 first), then
+its N K/V hops (none at the last step), then in backward its N dK/dV hops. Each group
+is a wave of the schedule (sim.schedule): it waits only on earlier steps or groups and
+uses each rank and each link once. The rules are written once, as numpy arrays over a
+(step, rank) grid, instead of once per operation.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.config import BWD_FLOPS_FACTOR, Scenario
 from sim.layouts import block_masks, block_work, chunks_of_rank
-from sim.schedule import ComputeOp, Schedule, TransferOp
+from sim.schedule import BWD, DIAGONAL, DKV, EMPTY, FULL, FWD, KV, NO_DEP, Schedule
+
+# the integer columns of a schedule, in the order the builder stacks them; then `after`
+_INT_COLUMNS = ("kind", "rank", "peer", "step", "kv_rank", "pairs", "mask", "q_tokens",
+                "kv_tokens", "nbytes", "q_chunks", "kv_chunks")
 
 
 def build_ring_schedule(scenario: Scenario) -> Schedule:
     w = scenario.workload
     n = scenario.n_gpus
-    c = scenario.tokens_per_rank
     work = block_work(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile)
     masks = block_masks(scenario.layout, w.seq, n, w.causal)
-    chunks = chunks_of_rank(scenario.layout, n)
-    sched = Schedule(n_ranks=n)
+    mask_codes = np.where(masks == "empty", EMPTY, np.where(masks == "diagonal", DIAGONAL, FULL))
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
-    gate: list[int] | None = None          # last compute of the previous phase, per rank
-    step0 = 0
-    for phase in phases:
-        gate = _add_phase(sched, scenario, phase, work, masks, chunks, c, step0, gate)
-        step0 += n
-    return sched
+    tables, flops = [], []
+    gate = None          # last compute of the previous phase, per rank
+    base = 0
+    for i, phase in enumerate(phases):
+        table, phase_flops, gate = _phase(scenario, phase, work, mask_codes, base, i * n, gate)
+        tables.append(table)
+        flops.append(phase_flops)
+        base += table.shape[1]
+    if len(tables) == 1:
+        table, flops = tables[0], flops[0]
+    else:
+        # phases may wait on different numbers of ops: pad the narrower `after` with NO_DEP
+        height = max(t.shape[0] for t in tables)
+        table = np.concatenate([np.pad(t, ((0, height - t.shape[0]), (0, 0)), constant_values=NO_DEP)
+                                for t in tables], axis=1)
+        flops = np.concatenate(flops)
+    columns = dict(zip(_INT_COLUMNS, table))
+    # rank r computes on stream r and sends on one link, to r + 1: stream n + r
+    resource = np.where(columns["kind"] >= KV, n + columns["rank"], columns["rank"])
+    return Schedule(n_ranks=n, **columns, flops=flops, chunk_sets=chunks_of_rank(scenario.layout, n),
+                    after=table[len(_INT_COLUMNS):], wave_starts=np.arange(0, base + 1, n),
+                    resource=resource)
 
 
-def _add_phase(sched: Schedule, scenario: Scenario, phase: str, work, masks, chunks, c: int,
-               step0: int, gate: list[int] | None) -> list[int]:
+def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndarray, base: int,
+           step0: int, gate: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One phase's operations (ids from `base`): a table whose rows are _INT_COLUMNS then
+    the dependencies, a column per operation; their FLOPs; and the phase's last computes."""
     w = scenario.workload
     n = scenario.n_gpus
+    c = scenario.tokens_per_rank
     overlap = scenario.overlap
     stepped = overlap and scenario.sync == "step"
     bwd = phase == "bwd"
-    flops_per_pair = (1.0 if phase == "fwd" else BWD_FLOPS_FACTOR) * w.fwd_flops(1)
-    ops, order = sched.ops, sched.compute_order
-    # op ids by [step][rank]; kv[k][r] is the K/V hop r -> r+1 of step k, dkv likewise
-    comp: list[list[int]] = []
-    kv: list[list[int]] = []
-    dkv: list[list[int]] = []
-    prev = [(r - 1) % n for r in range(n)]
-    nxt = [(r + 1) % n for r in range(n)]
+    has_dkv = bwd and n > 1
 
-    def gated(*ranks: int) -> tuple[int, ...]:
-        return tuple(gate[r] for r in ranks) if gate is not None else ()
+    # op ids on the (step k, rank r) grid, NO_DEP where a step has no such op; numbered
+    # step by step: the computes, then the K/V hops, then the dK/dV hops, rank by rank
+    k = np.arange(n)[:, None]
+    r = np.arange(n)[None, :]
+    prev, nxt = (np.arange(n) - 1) % n, (np.arange(n) + 1) % n
+    has_kv = k <= n - 2
+    per_step = n * (1 + has_kv[:, 0] + has_dkv)
+    first = base + np.concatenate(([0], np.cumsum(per_step)[:-1]))[:, None]
+    comp = first + r
+    kv = np.where(has_kv, first + n + r, NO_DEP)
+    dkv = first + n + n * has_kv + r if has_dkv else np.full((n, n), NO_DEP)
 
-    def reach(r: int, k: int) -> list[int]:
-        """What rank r waits for before it starts step k (step-synchronous kernel)."""
-        if k == 0:
-            return []
-        out = [comp[k - 1][r], kv[k - 1][r], kv[k - 1][prev[r]]]
-        if bwd and k >= 2:
-            out += [dkv[k - 2][r], dkv[k - 2][prev[r]]]
+    def back(grid: np.ndarray, by: int) -> np.ndarray:
+        """grid[k - by][r] on the grid; NO_DEP where k < by."""
+        out = np.full_like(grid, NO_DEP)
+        out[by:] = grid[:n - by]
         return out
 
-    def post_dkv(r: int, k: int) -> list[int]:
-        """What rank r waits for before it posts the dK/dV hop of step k."""
-        return [comp[k][r]] + ([dkv[k - 1][r], dkv[k - 1][prev[r]]] if k >= 1 else [])
+    def when(cond: np.ndarray, grid: np.ndarray) -> np.ndarray:
+        return np.where(cond, grid, NO_DEP)
 
-    work, masks = work.tolist(), masks.tolist()
-    kv_bytes, dkv_bytes = w.kv_bytes(c), w.dkv_bytes(c)
-    for k in range(n):
-        # computes of step k on every rank
-        row = []
-        for r in range(n):
-            owner = (r - k) % n
-            pairs = work[r][owner]
-            if stepped:
-                after = reach(r, k)
-            elif k == 0:
-                after = []
-            elif not overlap:
-                # lock-step: the step's exchanges, both ways, are done
-                after = [kv[k - 1][prev[r]], kv[k - 1][r]]
-                if bwd:
-                    after += [dkv[k - 1][prev[r]], dkv[k - 1][r]]
-            elif pairs > 0:
-                after = [kv[k - 1][prev[r]]]
-            else:
-                after = []   # an empty block is skipped without waiting for its data
-            op_id = len(ops)
-            ops.append(ComputeOp(op_id, r, phase, step0 + k, owner, pairs, flops_per_pair * pairs,
-                                 masks[r][owner], c, c, chunks[r], chunks[owner], tuple(after)))
-            order[r].append(op_id)
-            row.append(op_id)
-        comp.append(row)
-        # K/V forwarded at step k (block k+1 of the receiver)
-        row = []
-        if k <= n - 2:
-            for r in range(n):
-                dst = nxt[r]
-                if stepped:
-                    after = list(dict.fromkeys(reach(r, k) + reach(dst, k)))
-                elif not overlap:
-                    after = [comp[k][r], comp[k][dst]]
-                else:
-                    after = [kv[k - 1][prev[r]]] if k >= 1 else []
-                    if k >= 2:
-                        after += [comp[k - 1][dst], kv[k - 1][dst]]
-                owner = (r - k) % n
-                op_id = len(ops)
-                ops.append(TransferOp(op_id, r, dst, "kv", step0 + k, owner, kv_bytes, chunks[owner],
-                                      tuple(after) + gated(r, dst)))
-                row.append(op_id)
-        kv.append(row)
-        # dK/dV accumulators forwarded after the step's compute (backward only)
-        row = []
-        if bwd and n > 1:
-            for r in range(n):
-                dst = nxt[r]
-                if stepped:
-                    after = list(dict.fromkeys(post_dkv(r, k) + post_dkv(dst, k)))
-                else:
-                    after = [comp[k][r]]
-                    if k >= 1:
-                        after.append(dkv[k - 1][prev[r]])
-                    if overlap and k >= 2:
-                        after.append(dkv[k - 1][dst])
-                    if not overlap:
-                        after.append(comp[k][dst])
-                owner = (r - k) % n
-                op_id = len(ops)
-                ops.append(TransferOp(op_id, r, dst, "dkv", step0 + k, owner, dkv_bytes, chunks[owner],
-                                      tuple(after) + gated(r, dst)))
-                row.append(op_id)
-        dkv.append(row)
-    return comp[n - 1]
+    comp1, kv1, dkv1, dkv2 = back(comp, 1), back(kv, 1), back(dkv, 1), back(dkv, 2)
+
+    def reach(x: np.ndarray) -> list[np.ndarray]:
+        """What rank x waits for before it starts step k (step-synchronous kernel)."""
+        out = [comp1[:, x], kv1[:, x], kv1[:, prev[x]]]
+        if bwd:
+            out += [dkv2[:, x], dkv2[:, prev[x]]]     # NO_DEP at k = 1 by construction
+        return out
+
+    def post_dkv(x: np.ndarray) -> list[np.ndarray]:
+        """What rank x waits for before it posts the dK/dV hop of step k."""
+        return [comp[:, x], dkv1[:, x], dkv1[:, prev[x]]]
+
+    gated = [] if gate is None else [np.broadcast_to(gate, (n, n)), np.broadcast_to(gate[nxt], (n, n))]
+    owner = (r - k) % n
+    pairs = work[r, owner]
+    everyone = np.arange(n)
+
+    # computes of step k on every rank
+    if stepped:
+        after = reach(everyone)
+    elif not overlap:
+        # lock-step: the step's exchanges, both ways, are done (nothing at k = 0)
+        after = [kv1[:, prev], kv1] + ([dkv1[:, prev], dkv1] if bwd else [])
+    else:
+        after = [when(pairs > 0, kv1[:, prev])]   # an empty block is skipped without its data
+    flops_per_pair = (1.0 if phase == "fwd" else BWD_FLOPS_FACTOR) * w.fwd_flops(1)
+    steps = step0 + k
+    groups = [(comp, after, dict(
+        kind=BWD if bwd else FWD, rank=r, peer=-1, step=steps, kv_rank=owner, pairs=pairs,
+        mask=mask_codes[r, owner], q_tokens=c, kv_tokens=c, nbytes=0, q_chunks=r, kv_chunks=owner))]
+
+    # K/V forwarded at step k (block k+1 of the receiver)
+    if stepped:
+        after = reach(everyone) + reach(nxt)
+    elif not overlap:
+        after = [comp, comp[:, nxt]]
+    else:
+        after = [kv1[:, prev], when(k >= 2, comp1[:, nxt]), when(k >= 2, kv1[:, nxt])]
+    hop = dict(rank=r, peer=nxt[r], step=steps, kv_rank=owner, pairs=0, mask=FULL, q_tokens=0,
+               kv_tokens=0, q_chunks=-1, kv_chunks=owner)
+    groups.append((kv, after + gated, dict(hop, kind=KV, nbytes=w.kv_bytes(c))))
+
+    # dK/dV accumulators forwarded after the step's compute (backward only)
+    if has_dkv:
+        if stepped:
+            after = post_dkv(everyone) + post_dkv(nxt)
+        else:
+            after = [comp, dkv1[:, prev]] + ([when(k >= 2, dkv1[:, nxt])] if overlap else [comp[:, nxt]])
+        groups.append((dkv, after + gated, dict(hop, kind=DKV, nbytes=w.dkv_bytes(c))))
+
+    # the phase's ops in id order: step by step, each group's ops rank by rank, leaving
+    # out the K/V hops of the last step; an op may list an id twice (a rank and its
+    # successor both wait on it): Schedule.ops lists it once
+    width = max(len(after) for _, after, _ in groups)
+    grids = []
+    for _, after, values in groups:
+        rows = [values[name] for name in _INT_COLUMNS] + after + [NO_DEP] * (width - len(after))
+        grids.append(np.stack(np.broadcast_arrays(*rows)))           # (row, step, rank)
+    present = np.stack([ids[:, 0] != NO_DEP for ids, _, _ in groups], axis=1).ravel()
+    table = np.stack(grids, axis=2).reshape(len(rows), -1, n)        # (row, (step, group), rank)
+    # np.compress: indexing a middle axis with [:, present] is many times slower
+    table = np.compress(present, table, axis=1).reshape(len(rows), -1)
+    flops = np.zeros((n, len(groups), n))
+    flops[:, 0] = flops_per_pair * pairs
+    return table, np.compress(present, flops.reshape(-1, n), axis=0).ravel(), comp[n - 1]

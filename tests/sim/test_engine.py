@@ -228,3 +228,320 @@ def test_step_sync_keeps_ranks_in_lock_step_and_buffering_lets_them_run_ahead():
             for x in (r, (r + 1) % 4):
                 if (x, k - 1) in comp_end:
                     assert s.start_s >= comp_end[x, k - 1] - 1e-15
+
+
+# --- The wave player against the per-op implementations it replaced -------------------
+#
+# The ring schedule used to be built one operation at a time and played by a per-op
+# max-plus recurrence; the references below are that code, kept as the independent
+# computation the columnar schedule and the wave player must reproduce bit for bit
+# (operations, times and spans, in order).
+
+from operator import attrgetter  # noqa: E402
+
+from sim.config import BWD_FLOPS_FACTOR  # noqa: E402
+from sim.engine import play  # noqa: E402
+from sim.layouts import block_masks, block_work, chunks_of_rank  # noqa: E402
+from sim.ring import build_ring_schedule  # noqa: E402
+from sim.schedule import ComputeOp, Schedule, TransferOp  # noqa: E402
+from sim.trace import Span  # noqa: E402
+
+
+def reference_ring_ops(scenario):
+    """The ring schedule's operations, built one by one (sim/ring.py's rules)."""
+    w, n, c = scenario.workload, scenario.n_gpus, scenario.tokens_per_rank
+    work = block_work(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile).tolist()
+    masks = block_masks(scenario.layout, w.seq, n, w.causal).tolist()
+    chunks = chunks_of_rank(scenario.layout, n)
+    ops = []
+    gate = None
+    phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
+    for i, phase in enumerate(phases):
+        gate = _reference_phase(ops, scenario, phase, work, masks, chunks, c, i * n, gate)
+    return ops
+
+
+def _reference_phase(ops, scenario, phase, work, masks, chunks, c, step0, gate):
+    w, n, overlap = scenario.workload, scenario.n_gpus, scenario.overlap
+    stepped = overlap and scenario.sync == "step"
+    bwd = phase == "bwd"
+    flops_per_pair = (1.0 if phase == "fwd" else BWD_FLOPS_FACTOR) * w.fwd_flops(1)
+    comp, kv, dkv = [], [], []
+    prev = [(r - 1) % n for r in range(n)]
+    nxt = [(r + 1) % n for r in range(n)]
+
+    def gated(*ranks):
+        return tuple(gate[r] for r in ranks) if gate is not None else ()
+
+    def reach(r, k):
+        if k == 0:
+            return []
+        out = [comp[k - 1][r], kv[k - 1][r], kv[k - 1][prev[r]]]
+        if bwd and k >= 2:
+            out += [dkv[k - 2][r], dkv[k - 2][prev[r]]]
+        return out
+
+    def post_dkv(r, k):
+        return [comp[k][r]] + ([dkv[k - 1][r], dkv[k - 1][prev[r]]] if k >= 1 else [])
+
+    for k in range(n):
+        row = []
+        for r in range(n):
+            owner = (r - k) % n
+            pairs = work[r][owner]
+            if stepped:
+                after = reach(r, k)
+            elif k == 0:
+                after = []
+            elif not overlap:
+                after = [kv[k - 1][prev[r]], kv[k - 1][r]]
+                if bwd:
+                    after += [dkv[k - 1][prev[r]], dkv[k - 1][r]]
+            elif pairs > 0:
+                after = [kv[k - 1][prev[r]]]
+            else:
+                after = []
+            row.append(len(ops))
+            ops.append(ComputeOp(len(ops), r, phase, step0 + k, owner, pairs, flops_per_pair * pairs,
+                                 masks[r][owner], c, c, chunks[r], chunks[owner], tuple(after)))
+        comp.append(row)
+        row = []
+        if k <= n - 2:
+            for r in range(n):
+                dst = nxt[r]
+                if stepped:
+                    after = list(dict.fromkeys(reach(r, k) + reach(dst, k)))
+                elif not overlap:
+                    after = [comp[k][r], comp[k][dst]]
+                else:
+                    after = [kv[k - 1][prev[r]]] if k >= 1 else []
+                    if k >= 2:
+                        after += [comp[k - 1][dst], kv[k - 1][dst]]
+                owner = (r - k) % n
+                row.append(len(ops))
+                ops.append(TransferOp(len(ops), r, dst, "kv", step0 + k, owner, w.kv_bytes(c),
+                                      chunks[owner], tuple(after) + gated(r, dst)))
+        kv.append(row)
+        row = []
+        if bwd and n > 1:
+            for r in range(n):
+                dst = nxt[r]
+                if stepped:
+                    after = list(dict.fromkeys(post_dkv(r, k) + post_dkv(dst, k)))
+                else:
+                    after = [comp[k][r]]
+                    if k >= 1:
+                        after.append(dkv[k - 1][prev[r]])
+                    if overlap and k >= 2:
+                        after.append(dkv[k - 1][dst])
+                    if not overlap:
+                        after.append(comp[k][dst])
+                owner = (r - k) % n
+                row.append(len(ops))
+                ops.append(TransferOp(len(ops), r, dst, "dkv", step0 + k, owner, w.dkv_bytes(c),
+                                      chunks[owner], tuple(after) + gated(r, dst)))
+        dkv.append(row)
+    return comp[n - 1]
+
+
+def reference_durations(ops, hardware, workload):
+    out = []
+    for op in ops:
+        if isinstance(op, TransferOp):
+            out.append(hardware.transfer_time_s(op.nbytes, op.src, op.dst))
+        elif op.mask == "empty":
+            out.append(0.0)
+        else:
+            out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind,
+                                               mask=op.mask, q_tokens=op.q_tokens, kv_tokens=op.kv_tokens))
+    return out
+
+
+def reference_times(ops, dur):
+    """Per op in schedule order: start at the later of the stream's free time and the
+    dependencies' ends; the stream is free again at the op's end."""
+    start, end, free = [0.0] * len(ops), [0.0] * len(ops), {}
+    for op in ops:
+        key = op.rank if isinstance(op, ComputeOp) else (op.src, op.dst)
+        t = free.get(key, 0.0)
+        for d in op.after:
+            if end[d] > t:
+                t = end[d]
+        start[op.id] = t
+        end[op.id] = free[key] = t + dur[op.id] if dur[op.id] > 0 else t
+    return start, end
+
+
+def reference_spans(ops, n, start, end):
+    spans, last, last_step = [], [0.0] * n, [0] * n
+    for rank in range(n):
+        free = 0.0
+        for op in (op for op in ops if isinstance(op, ComputeOp) and op.rank == rank):
+            t0 = start[op.id]
+            if t0 > free:
+                _reference_wait_spans(spans, op, ops, free, t0, start, end)
+            if op.mask != "empty":
+                free = end[op.id]
+                spans.append(Span(rank, "compute", op.kind, op.step, t0, free, op.flops, 0.0,
+                                  op.q_chunks, op.kv_chunks))
+            else:
+                free = t0
+            last_step[rank] = op.step
+        last[rank] = free
+    for op in ops:
+        if isinstance(op, TransferOp):
+            t0, t1, b = start[op.id], end[op.id], float(op.nbytes)
+            spans.append(Span(op.src, "send", op.kind, op.step, t0, t1, 0.0, b, (), op.kv_chunks, op.dst))
+            spans.append(Span(op.dst, "recv", op.kind, op.step, t0, t1, 0.0, b, (), op.kv_chunks, op.src))
+            for r in (op.src, op.dst):
+                last[r] = max(last[r], t1)
+                last_step[r] = max(last_step[r], op.step)
+    makespan = max(last, default=0.0)
+    for r in range(n):
+        if last[r] < makespan:
+            spans.append(Span(r, "wait", "idle", last_step[r], last[r], makespan))
+    spans.sort(key=attrgetter("start_s", "rank", "stream"))
+    return spans
+
+
+def _reference_wait_spans(spans, op, ops, t0, t1, start, end):
+    def add(a, b, kind):
+        if b > a:
+            spans.append(Span(op.rank, "wait", kind, op.step, a, b, 0.0, 0.0, op.q_chunks, op.kv_chunks))
+
+    flights = sorted((max(start[d], t0), min(end[d], t1), ops[d].kind)
+                     for d in op.after if isinstance(ops[d], TransferOp))
+    t = t0
+    for s, e, kind in flights:
+        if e <= t:
+            continue
+        s = max(s, t)
+        add(t, s, "idle")
+        add(s, e, kind)
+        t = e
+    add(t, t1, "idle")
+
+
+def reference_trace_spans(ops, n, hardware, workload):
+    start, end = reference_times(ops, reference_durations(ops, hardware, workload))
+    return reference_spans(ops, n, start, end)
+
+
+class PerOpHardware:
+    """A hardware model with only the per-op methods (as a calibrated profile or a user's
+    model may be), counting the calls."""
+
+    def __init__(self, hw):
+        self.hw, self.calls = hw, 0
+
+    def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens):
+        self.calls += 1
+        assert type(flops) is float and type(q_tokens) is int and type(kind) is str
+        return self.hw.compute_time_s(flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens,
+                                      kv_tokens=kv_tokens)
+
+    def transfer_time_s(self, nbytes, src, dst):
+        self.calls += 1
+        assert type(nbytes) is int and type(src) is int
+        return self.hw.transfer_time_s(nbytes, src, dst)
+
+    def rate_flops(self, dtype):
+        return self.hw.rate_flops(dtype)
+
+    def describe(self):
+        return {"kind": "per-op test model"}
+
+
+ring_cases = dict(
+    layout=st.sampled_from(LAYOUTS), n=st.integers(1, 7), causal=st.booleans(),
+    overlap=st.booleans(), pass_=st.sampled_from(["fwd", "bwd", "fwdbwd"]),
+    sync=st.sampled_from(["step", "buffered"]), tile=st.sampled_from([None, 1, 3]))
+
+
+def ring_scenario(layout, n, causal, overlap, pass_, sync, tile, hw=None):
+    sc = scenario(n=n, seq=12 * n, layout=layout, causal=causal, overlap=overlap, pass_=pass_,
+                  hw=hw, heads=2, kv_heads=1, head_dim=4, sync=sync)
+    return sc if tile is None else sc.with_(granularity="tile", tile=tile)
+
+
+@settings(max_examples=60, deadline=None)
+@given(**ring_cases)
+def test_columnar_ring_schedule_lists_the_per_op_schedule(layout, n, causal, overlap, pass_, sync, tile):
+    sc = ring_scenario(layout, n, causal, overlap, pass_, sync, tile)
+    schedule = build_ring_schedule(sc)
+    schedule.check()
+    want = reference_ring_ops(sc)
+    assert schedule.ops == want
+    assert schedule.compute_order == [[op.id for op in want if isinstance(op, ComputeOp) and op.rank == r]
+                                      for r in range(n)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(**ring_cases, gbps=st.sampled_from([0.001, 0.3, 1000.0]), overhead_us=st.sampled_from([0.0, 5.0]),
+       nodes=st.booleans())
+def test_wave_player_gives_the_per_op_recurrence_trace_bit_for_bit(layout, n, causal, overlap, pass_, sync,
+                                                                   tile, gbps, overhead_us, nodes):
+    hw = Hardware(gpu=Gpu(name="test", achieved_tflops=1e-3, launch_overhead_us=overhead_us),
+                  link=Link(bandwidth_gbps=gbps, latency_us=2.0),
+                  inter_link=Link(bandwidth_gbps=gbps / 7, latency_us=9.0) if nodes else None,
+                  gpus_per_node=2)
+    sc = ring_scenario(layout, n, causal, overlap, pass_, sync, tile, hw)
+    want = reference_trace_spans(reference_ring_ops(sc), n, hw, sc.workload)
+    assert simulate(sc, player="recurrence").spans == want
+    # a model with only per-op methods is asked once per distinct block or hop
+    per_op = PerOpHardware(hw)
+    assert simulate(sc, per_op, player="recurrence").spans == want
+    assert per_op.calls <= len({(op.flops, op.kind, op.mask) if isinstance(op, ComputeOp) else
+                                (op.nbytes, op.src, op.dst) for op in reference_ring_ops(sc)})
+
+
+def test_wave_player_at_64_gpus_gives_the_per_op_trace():
+    sc = Scenario(n_gpus=64, workload=Workload(pass_="fwdbwd"))
+    want = reference_trace_spans(reference_ring_ops(sc), 64, sc.hardware, sc.workload)
+    assert simulate(sc, player="recurrence").spans == want
+
+
+@st.composite
+def any_schedule(draw):
+    """Operations on a few ranks in any pattern: several links per rank, zero-duration
+    ops, transfers waiting on transfers, dependencies anywhere earlier."""
+    n = draw(st.integers(1, 4))
+    ops = []
+    for i in range(draw(st.integers(0, 40))):
+        after = tuple(sorted(set(draw(st.lists(st.integers(0, i - 1), max_size=4))))) if i else ()
+        step, kind = draw(st.integers(0, 5)), draw(st.sampled_from(["fwd", "bwd", "kv", "dkv"]))
+        if kind in ("kv", "dkv") and n > 1:
+            src, dst = draw(st.permutations(range(n)))[:2]
+            ops.append(TransferOp(i, src, dst, kind, step, src, draw(st.sampled_from([0, 8, 64])),
+                                  (src,), after))
+        else:
+            r = draw(st.integers(0, n - 1))
+            flops = float(draw(st.sampled_from([0, 1000, 5000])))
+            mask = "empty" if flops == 0 else draw(st.sampled_from(["full", "diagonal"]))
+            ops.append(ComputeOp(i, r, "fwd" if kind == "fwd" else "bwd", step, (r + 1) % n,
+                                 int(flops), flops, mask, 4, 4, (r,), ((r + 1) % n,), after))
+    return n, ops
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=any_schedule(), overhead_us=st.sampled_from([0.0, 3.0]), latency_us=st.sampled_from([0.0, 2.0]))
+def test_any_schedule_plays_the_same_on_waves_per_op_and_simpy(case, overhead_us, latency_us):
+    n, ops = case
+    hw = hardware(tflops=1e-3, gbps=0.01, latency_us=latency_us, overhead_us=overhead_us)
+    w = Workload()
+    schedule = Schedule.from_ops(n, ops)
+    schedule.check()
+    assert schedule.ops == ops
+    rebuilt = Schedule.from_ops(n, list(ops))
+    rebuilt._ops = None              # materialized again from the columns
+    assert rebuilt.ops == ops
+    want = reference_trace_spans(ops, n, hw, w)
+    assert play(schedule, hw, w, player="recurrence").spans == want
+    assert play(schedule, hw, w, player="simpy").spans == want
+
+
+def test_from_ops_refuses_dependencies_on_later_operations():
+    ops = [ComputeOp(0, 0, "fwd", 0, 0, 1, 1.0, "full", 1, 1, (0,), (0,), (1,)),
+           ComputeOp(1, 0, "fwd", 0, 0, 1, 1.0, "full", 1, 1, (0,), (0,), ())]
+    with pytest.raises(ValueError, match="dependencies must come first"):
+        Schedule.from_ops(1, ops)
