@@ -94,11 +94,8 @@ def main() -> int:
                     repeats=a.repeats, timeout_s=600.0)
     print(f"ring: {a.world_size} ranks, {a.layout}, {'causal' if a.causal else 'full'}, {a.pass_}, "
           f"{a.seq} tokens, {a.heads} heads x {a.head_dim}, {a.dtype}; {a.repeats} repeats", file=sys.stderr)
-    host0, own0, wall0 = busy_cpu_s(), own_cpu_s(), time.monotonic()
-    _results, traces = run_config(cfg)
-    threads = traces[0].hardware["threads_per_rank"]
-
-    # the same work in this one process, same operator, same threads
+    # the same work in this one process, same operator, same threads (one per rank here)
+    threads = cfg.threads(a.world_size)
     torch.set_num_threads(threads)
     ops = select_block_ops("cpu", a.dtype, a.head_dim)
     inp = make_inputs(cfg)
@@ -111,15 +108,13 @@ def main() -> int:
         out, lse = ops.forward(*heads_first, causal)
         if a.pass_ == "fwdbwd":
             ops.backward(dout, *heads_first, out, lse, causal)
-    print("single rank: the whole attention", file=sys.stderr)
-    single = timed(whole, a.samples)
-    ideal = statistics.median(single) / a.world_size
 
+    jobs = {("whole",): whole}      # what to time alone: the whole attention and every block
+    shapes = {}
     n, c = a.world_size, a.seq // a.world_size
-    blocks = []
     for phase_i, phase in enumerate(["fwd", "bwd"] if a.pass_ == "fwdbwd" else ["fwd"]):
         for r in range(n):
-            q_r, k_r, v_r = (shard(x, a.layout, n, r).transpose(1, 2) for x in (inp.q, inp.k, inp.v))
+            q_r = shard(inp.q, a.layout, n, r).transpose(1, 2)
             # the forward's out/lse rows of this rank, for the backward pieces
             out_r = shard(fwd_out.transpose(1, 2), a.layout, n, r).transpose(1, 2)
             lse_r = shard(fwd_lse.transpose(1, 2), a.layout, n, r).transpose(1, 2)
@@ -130,31 +125,56 @@ def main() -> int:
                 if not pieces:
                     continue
                 k_o, v_o = (shard(x, a.layout, n, owner).transpose(1, 2) for x in (inp.k, inp.v))
-                step = phase_i * n + k
 
-                def block(pieces=pieces, k_o=k_o, v_o=v_o):
+                def block(pieces=pieces, q_r=q_r, k_o=k_o, v_o=v_o, out_r=out_r, lse_r=lse_r,
+                          dout_r=dout_r, phase=phase):
                     for pc in pieces:
                         if phase == "fwd":
                             ops.forward(q_r[:, :, pc.q], k_o[:, :, pc.kv], v_o[:, :, pc.kv], pc.causal)
                         else:
                             ops.backward(dout_r[:, :, pc.q], q_r[:, :, pc.q], k_o[:, :, pc.kv],
                                          v_o[:, :, pc.kv], out_r[:, :, pc.q], lse_r[:, :, pc.q], pc.causal)
-                print(f"single process: rank {r} step {step} block", file=sys.stderr)
-                ref = timed(block, a.samples)
-                ring = [s.duration_s for t in traces for s in t.spans
-                        if s.rank == r and s.stream == "compute" and s.step == step]
-                shapes = [f"{len(range(*pc.q.indices(c)))}x{len(range(*pc.kv.indices(c)))}"
-                          f"{' diag' if pc.causal else ''}" for pc in pieces]
-                blocks.append({"rank": r, "step": step, "kind": phase, "pieces": shapes,
-                               "flops": next(s.flops for s in traces[0].spans if s.rank == r
-                                             and s.stream == "compute" and s.step == step),
-                               "ring_s": ring, "ring_median_s": statistics.median(ring),
-                               "single_s": ref, "single_median_s": statistics.median(ref)})
-                b = blocks[-1]
-                b["rate_ratio"] = b["single_median_s"] / b["ring_median_s"]
+                key = (r, phase_i * n + k, phase)
+                jobs[key] = block
+                shapes[key] = [f"{len(range(*pc.q.indices(c)))}x{len(range(*pc.kv.indices(c)))}"
+                               f"{' diag' if pc.causal else ''}" for pc in pieces]
 
-    # the host is shared: CPU time other processes took while this ran, per wall second
-    others = (busy_cpu_s() - host0 - (own_cpu_s() - own0)) / (time.monotonic() - wall0)
+    def measure_alone(samples: int) -> dict:
+        print(f"single process: {len(jobs)} measurements x {samples}", file=sys.stderr)
+        return {key: timed(fn, samples) for key, fn in jobs.items()}
+
+    # half the single-process samples before the ring and half after, so that a change in
+    # the load of the (shared) host weighs on both sides alike
+    before = measure_alone((a.samples + 1) // 2)
+    host0, own0, wall0 = busy_cpu_s(), own_cpu_s(), time.monotonic()
+    _results, traces = run_config(cfg)
+    ring_wall = time.monotonic() - wall0
+    others = (busy_cpu_s() - host0 - (own_cpu_s() - own0)) / ring_wall
+    after = measure_alone(a.samples // 2)
+    alone = {key: before[key] + after.get(key, []) for key in jobs}
+    # blocks of one shape are one measurement: pool their samples (noise on a shared
+    # host differs more between two timings of one shape than between shapes)
+    def shape_of(key: tuple) -> tuple:
+        return (*shapes[key], key[-1])
+    pooled: dict = {}
+    for key in shapes:
+        pooled.setdefault(shape_of(key), []).extend(alone[key])
+    single = alone[("whole",)]
+    ideal = statistics.median(single) / a.world_size
+    blocks = []
+    for key in shapes:
+        r, step, phase = key
+        ring = [s.duration_s for t in traces for s in t.spans
+                if s.rank == r and s.stream == "compute" and s.step == step]
+        blocks.append({"rank": r, "step": step, "kind": phase, "pieces": shapes[key],
+                       "flops": next(s.flops for s in traces[0].spans if s.rank == r
+                                     and s.stream == "compute" and s.step == step),
+                       "ring_s": ring, "ring_median_s": statistics.median(ring),
+                       "single_s": pooled[shape_of(key)],
+                       "single_median_s": statistics.median(pooled[shape_of(key)])})
+        b = blocks[-1]
+        b["rate_ratio"] = b["single_median_s"] / b["ring_median_s"]
+
     metrics = [compute_metrics(t) for t in traces]
     makespans = [m.makespan_s for m in metrics]
     eff = [ideal / m for m in makespans]
@@ -173,7 +193,7 @@ def main() -> int:
           f"min {s_m['min']:.3f}, max {s_m['max']:.3f}, cv {s_m['cv']:.1%}")
     print(f"efficiency (ideal / makespan): median {s_e['median']:.1%}, min {s_e['min']:.1%}, "
           f"max {s_e['max']:.1%}")
-    print(f"other processes on the host used {others:.2f} cores on average during the bench "
+    print(f"other processes on the host used {others:.2f} cores on average during the ring run "
           f"({os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f})")
     mid = metrics[sorted(range(len(makespans)), key=lambda i: makespans[i])[len(makespans) // 2]]
     print(f"median repeat: exposed comm {[round(r.exposed_comm_s * 1e3, 2) for r in mid.ranks]} ms, "

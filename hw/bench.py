@@ -38,7 +38,8 @@ The JSON file (format "ringsim-hw-bench", version 1):
                        "median_alone_s", "median_with_s", "slowdown": with / alone}]}
 
 Times are seconds (CUDA events on GPU, perf_counter on CPU); samples follow `warmup`
-untimed calls.
+untimed calls. Every entry also has "load_avg_1m", the host's 1-minute load average when
+it completed: on a shared host, a high value flags an entry measured under contention.
 """
 
 from __future__ import annotations
@@ -394,19 +395,21 @@ def run_bench(a: argparse.Namespace) -> int:
         raise RingsimError("--device cuda: no CUDA device is available")
     device = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device("cpu")
     backend = "nccl" if kind == "cuda" else "gloo"
-    threads = a.threads or default_threads(2)
     if a.threads is not None and a.threads <= 0:
         raise RingsimError("--threads must be positive")
+    threads = a.threads or default_threads(2)
     doc = _open_doc(a, _describe_device(device, backend, threads), plan)
     doc["complete"] = False
-    done = {part: {_key(part, e) for e in doc[part]} for part in PARTS}
+    # keys measured already (from --resume) or planned: each is measured once
+    seen = {part: {_key(part, e) for e in doc[part]} for part in PARTS}
 
     def save() -> None:
         write_json(a.output, doc, overwrite=True)
 
     def add(part: str, entry: dict[str, Any]) -> None:
+        # the host may be shared: how busy it was when this entry completed
+        entry["load_avg_1m"] = os.getloadavg()[0]
         doc[part].append(entry)
-        done[part].add(_key(part, entry))
         save()
 
     save()
@@ -422,13 +425,15 @@ def run_bench(a: argparse.Namespace) -> int:
                                      "kv_heads": plan["kv_heads"] or h, "head_dim": d,
                                      "q_tokens": c, "kv_tokens": c, "mask": mask,
                                      "flops": block_flops(kd, plan["batch"], h, d, c, c, mask)}
-                                if _key("compute", e) not in done["compute"]:
+                                if _key("compute", e) not in seen["compute"]:
+                                    seen["compute"].add(_key("compute", e))
                                     compute_jobs.append(e)
     comm_jobs = []
     if "transfer" in plan["parts"]:
         for n in plan["sizes"]:
             for direction in ("one_way", "both_ways"):
-                if (n, direction) not in done["transfer"]:
+                if (n, direction) not in seen["transfer"]:
+                    seen["transfer"].add((n, direction))
                     comm_jobs.append({"part": "transfer", "bytes": n, "direction": direction})
     if "interference" in plan["parts"]:
         dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
@@ -439,7 +444,9 @@ def run_bench(a: argparse.Namespace) -> int:
                 e = {"kind": "fwd", "dtype": dt, "batch": plan["batch"], "heads": h, "kv_heads": hkv,
                      "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": "full",
                      "flops": block_flops("fwd", plan["batch"], h, d, c, c, "full"), "bytes": nbytes}
-                if _key("interference", e) not in done["interference"]:
+                if _key("interference", e) not in seen["interference"]:
+                    # 'kv' may name the same size as an explicit one: plan it once
+                    seen["interference"].add(_key("interference", e))
                     comm_jobs.append({"part": "interference", "entry": e})
     total = len(compute_jobs) + len(comm_jobs)
     count = 0
@@ -460,17 +467,16 @@ def run_bench(a: argparse.Namespace) -> int:
                 progress("compute", measure_compute(e, ops, device, plan["samples"], plan["warmup"]))
         finally:
             torch.set_num_threads(saved_threads)
-    if comm_jobs:
-        if kind == "cuda" and torch.cuda.device_count() < 2:
-            print("transfer and interference need two GPUs; skipped", file=sys.stderr)
-        else:
-            from hw.launch import spawn
+    skipped = bool(comm_jobs) and kind == "cuda" and torch.cuda.device_count() < 2
+    if skipped:
+        print("transfer and interference need two GPUs; skipped", file=sys.stderr)
+    elif comm_jobs:
+        from hw.launch import spawn
 
-            spawn(_comm_worker, 2, args=(comm_jobs, plan["samples"], plan["warmup"], kind, threads,
-                                         a.block_impl),
-                  backend=backend, timeout_s=a.timeout,
-                  on_progress=lambda _rank, msg: progress(*msg))
-    doc["complete"] = count == total and not (comm_jobs and kind == "cuda" and torch.cuda.device_count() < 2)
+        spawn(_comm_worker, 2, args=(comm_jobs, plan["samples"], plan["warmup"], kind, threads,
+                                     a.block_impl),
+              backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
+    doc["complete"] = count == total and not skipped
     save()
     print(f"{count} entries measured, {sum(len(doc[p]) for p in PARTS)} in {a.output}", file=sys.stderr)
     return 0

@@ -1,7 +1,8 @@
 """Starting the ranks of a run on this host, and telling which one failed.
 
-`spawn` starts one process per rank (forked from a fresh launcher process), joins them into a process group over loopback TCP with the run's
-timeout, runs a function in each and collects what each returns or raises. When a rank
+`spawn` starts one process per rank (forked from a fresh launcher process), joins them
+into a process group over loopback TCP with the run's timeout, runs a function in each
+and collects what each returns or raises. When a rank
 raises or dies, the others lose their peer: their transfers fail within the timeout
 (`hw.comm.PeerFailure`) and they stop; any still running after the timeout are
 terminated. The failing rank is the first whose error was its own (not a lost peer),
@@ -39,11 +40,16 @@ from sim.trace import Trace
 
 
 class RankFailure(RingsimError):
-    """A rank of a run raised or died; `rank` is the one that failed first."""
+    """A rank of a run raised or died; `rank` is the one that failed first.
 
-    def __init__(self, rank: int, message: str):
+    The message is one line; `details` has what every rank reported (with the failing
+    rank's traceback), for a programming error that needs more than a line.
+    """
+
+    def __init__(self, rank: int, message: str, details: str = ""):
         super().__init__(message)
         self.rank = rank
+        self.details = details
 
 
 def free_port() -> int:
@@ -306,10 +312,12 @@ def _failure(errors: dict[int, tuple[str, str]], world: int) -> RankFailure:
     kind, text = errors[r]
     first_line = text.strip().splitlines()[0] if text.strip() else kind
     others = [x for x in range(world) if x != r]
-    tail = f"; ranks {', '.join(map(str, others))} stopped" if others else ""
+    tail = (f"; rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} stopped"
+            if others else "")
+    details = "\n".join(f"rank {x} ({errors[x][0]}): {errors[x][1].strip()}" for x in order)
     if kind == "peer":
-        return RankFailure(r, f"rank {r} lost its peers: {first_line}{tail}")
-    return RankFailure(r, f"rank {r} failed: {first_line}{tail}")
+        return RankFailure(r, f"rank {r} lost its peers: {first_line}{tail}", details)
+    return RankFailure(r, f"rank {r} failed: {first_line}{tail}", details)
 
 
 # ---- running a configuration ----------------------------------------------------------
@@ -318,7 +326,7 @@ def _device_for(ctx: RankContext, device: str):
     import torch
 
     if device == "cuda":
-        idx = int(os.environ.get("LOCAL_RANK", ctx.rank)) % torch.cuda.device_count()
+        idx = ctx.rank % torch.cuda.device_count()   # as _rank_main chose for the group
         torch.cuda.set_device(idx)
         return torch.device("cuda", idx)
     return torch.device("cpu")

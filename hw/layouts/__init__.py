@@ -20,7 +20,7 @@ from sim.layouts import rank_tokens
 from hw.layouts import contiguous, striped, zigzag
 from hw.layouts.base import ALL, Piece
 
-
+# plan(rank, owner, world, tokens_per_rank) -> the pieces of a causal block
 Plan = Callable[[int, int, int, int], tuple[Piece, ...]]
 PLANS: dict[str, Plan] = {
     "contiguous": contiguous.plan,
