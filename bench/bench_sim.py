@@ -7,7 +7,8 @@ tokens per rank, 8 x H100 presets. Times, best and median of several runs: the w
 the layout's work and mask tables, the durations, the wave recurrence, the spans); and
 the SimPy player on the same schedule, which must give the identical trace. A result
 is kept alive while the next run is timed, so that freeing it is not counted. Prints a
-table and writes JSON.
+table and writes JSON. Also the garbage collector's first pass over what one call made
+(`gc_s`, mostly the spans), which the program pays after `simulate` returns.
 
     .venv/bin/python bench/bench_sim.py [--sizes 8 64 256 1024] [--no-simpy] [--out bench/results/sim.json]
 """
@@ -15,6 +16,7 @@ table and writes JSON.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import resource
@@ -30,9 +32,13 @@ from sim.ring import build_ring_schedule
 
 
 def timed(fn, runs: int) -> tuple[float, float, object]:
-    """(best, median) seconds of `runs` calls of fn, and its last result."""
+    """(best, median) seconds of `runs` calls of fn, and its last result. The garbage
+    collector runs before each call, outside the timing: the objects a call makes are
+    looked at by the collector later, whenever the program next allocates, and would
+    otherwise be billed to the next call."""
     times, keep = [], None
     for _ in range(runs):
+        gc.collect()
         t0 = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - t0)
@@ -47,6 +53,13 @@ def measure(n: int, tokens_per_rank: int, simpy: bool) -> dict:
     row = {"n_gpus": n, "seq": w.seq, "runs": runs}
     best, median, trace = timed(lambda: simulate(sc, player="recurrence"), runs)
     row.update(simulate_s=best, simulate_median_s=median, ops=trace.meta["ops"], spans=len(trace.spans))
+    gc.collect()
+    gc.disable()
+    trace = simulate(sc, player="recurrence")
+    t0 = time.perf_counter()
+    gc.collect(0)           # the collector's first pass over what one call made
+    row["gc_s"] = time.perf_counter() - t0
+    gc.enable()
     # the parts, as simulate runs them (private functions of sim.engine: for this table only)
     with engine._gc_paused():
         row["layout_tables_s"] = timed(lambda: (block_work(sc.layout, w.seq, n, w.causal, sc.granularity, sc.tile),
@@ -76,13 +89,13 @@ def main() -> None:
     a = p.parse_args()
     rows = []
     ms = 1e3
-    print(f"{'GPUs':>5} {'ops':>8} {'spans':>8} | {'simulate ms':>11} {'median':>8} | {'build':>8} "
+    print(f"{'GPUs':>5} {'ops':>8} {'spans':>8} | {'simulate ms':>11} {'median':>8} {'gc':>6} | {'build':>8} "
           f"{'(tables)':>8} {'durations':>9} {'recur':>8} {'spans':>8} | {'SimPy ms':>9} {'same':>5} {'RSS MB':>7}")
     for n in a.sizes:
         r = measure(n, a.tokens_per_rank, not a.no_simpy)
         rows.append(r)
         simpy = f"{r['simpy_s'] * ms:>9.0f} {str(r['identical']):>5}" if "simpy_s" in r else f"{'-':>9} {'-':>5}"
-        print(f"{n:>5} {r['ops']:>8} {r['spans']:>8} | {r['simulate_s'] * ms:>11.2f} {r['simulate_median_s'] * ms:>8.2f} | "
+        print(f"{n:>5} {r['ops']:>8} {r['spans']:>8} | {r['simulate_s'] * ms:>11.2f} {r['simulate_median_s'] * ms:>8.2f} {r['gc_s'] * ms:>6.2f} | "
               f"{r['build_s'] * ms:>8.2f} {r['layout_tables_s'] * ms:>8.2f} {r['durations_s'] * ms:>9.2f} "
               f"{r['recurrence_s'] * ms:>8.2f} {r['spans_s'] * ms:>8.2f} | {simpy} {r['max_rss_mb']:>7.0f}", flush=True)
     with open(a.out, "w") as f:

@@ -328,20 +328,20 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
     hw = hardware if hardware is not None else scenario.hardware
     with _gc_paused():
         schedule = build_ring_schedule(scenario)
-    mem = peak_memory_bytes(scenario.workload, scenario.tokens_per_rank)
-    header = {
-        "config": scenario.describe(),
-        "hardware": {**hw.describe(), "rate_flops": hw.rate_flops(scenario.workload.dtype)},
-        "meta": {"peak_mem_bytes": [mem["total"]] * scenario.n_gpus, "memory": mem,
-                 "schedule": "ring", "ops": len(schedule)},
-    }
-    with _gc_paused():
+        mem = peak_memory_bytes(scenario.workload, scenario.tokens_per_rank)
+        header = {
+            "config": scenario.describe(),
+            "hardware": {**hw.describe(), "rate_flops": hw.rate_flops(scenario.workload.dtype)},
+            "meta": {"peak_mem_bytes": [mem["total"]] * scenario.n_gpus, "memory": mem,
+                     "schedule": "ring", "ops": len(schedule)},
+        }
         return play(schedule, hw, scenario.workload, header, player=player)
 
 
 @contextlib.contextmanager
 def _gc_paused():
-    """Millions of small, acyclic objects: the cycle collector only costs time here."""
+    """Millions of small, acyclic objects: the cycle collector only costs time here (it
+    looks at them once they are made, when the caller next allocates)."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -154,22 +154,45 @@ class Schedule:
         return [op for op in self.ops if isinstance(op, TransferOp)]
 
     def _materialize(self) -> list[ComputeOp | TransferOp]:
-        kinds = np.array(KINDS, dtype=object)[self.kind].tolist()
-        masks = np.array(MASKS, dtype=object)[self.mask].tolist()
-        sets = self.chunk_sets
-        after = [tuple(dict.fromkeys(d for d in deps if d != NO_DEP)) for deps in self.after.T.tolist()]
-        ops: list[ComputeOp | TransferOp] = []
-        for i, (kind, r, p, step, owner, pairs, flops, mask, qt, kt, nbytes, qc, kc) in enumerate(zip(
-                kinds, self.rank.tolist(), self.peer.tolist(), self.step.tolist(),
-                self.kv_rank.tolist(), self.pairs.tolist(), self.flops.tolist(), masks,
-                self.q_tokens.tolist(), self.kv_tokens.tolist(), self.nbytes.tolist(),
-                self.q_chunks.tolist(), self.kv_chunks.tolist())):
-            if kind in ("kv", "dkv"):
-                ops.append(TransferOp(i, r, p, kind, step, owner, nbytes, sets[kc], after[i]))
-            else:
-                ops.append(ComputeOp(i, r, kind, step, owner, pairs, flops, mask, qt, kt,
-                                     sets[qc], sets[kc], after[i]))
+        kinds = np.array(KINDS, dtype=object)[self.kind]
+        sets = np.empty(len(self.chunk_sets) + 1, dtype=object)
+        for i, chunks in enumerate(self.chunk_sets):
+            sets[i] = chunks
+        sets[-1] = ()
+        after = self._after_tuples()
+        ops: list = [None] * len(self)
+        comp = np.flatnonzero(~self.is_transfer)
+        made = map(ComputeOp, comp.tolist(), self.rank[comp].tolist(), kinds[comp].tolist(),
+                   self.step[comp].tolist(), self.kv_rank[comp].tolist(), self.pairs[comp].tolist(),
+                   self.flops[comp].tolist(), np.array(MASKS, dtype=object)[self.mask[comp]].tolist(),
+                   self.q_tokens[comp].tolist(), self.kv_tokens[comp].tolist(),
+                   sets[self.q_chunks[comp]].tolist(), sets[self.kv_chunks[comp]].tolist(),
+                   [after[i] for i in comp.tolist()])
+        for i, op in zip(comp.tolist(), made):
+            ops[i] = op
+        xfer = np.flatnonzero(self.is_transfer)
+        made = map(TransferOp, xfer.tolist(), self.rank[xfer].tolist(), self.peer[xfer].tolist(),
+                   kinds[xfer].tolist(), self.step[xfer].tolist(), self.kv_rank[xfer].tolist(),
+                   self.nbytes[xfer].tolist(), sets[self.kv_chunks[xfer]].tolist(),
+                   [after[i] for i in xfer.tolist()])
+        for i, op in zip(xfer.tolist(), made):
+            ops[i] = op
         return ops
+
+    def _after_tuples(self) -> list[tuple[int, ...]]:
+        """Each op's dependencies as a tuple: in the order given, each id once."""
+        deps = self.after.copy()
+        for j in range(1, len(deps)):
+            deps[j][(deps[j] == deps[:j]).any(axis=0)] = NO_DEP
+        named = deps != NO_DEP
+        deps = np.take_along_axis(deps, np.argsort(~named, axis=0, kind="stable"), axis=0).T
+        counts = named.sum(axis=0)
+        out: list[tuple[int, ...]] = [()] * len(counts)
+        for k in np.unique(counts).tolist():      # ops waiting on k ids, made at once
+            ids = np.flatnonzero(counts == k)
+            for i, t in zip(ids.tolist(), map(tuple, deps[ids, :k].tolist())):
+                out[i] = t
+        return out
 
     def check(self) -> None:
         """Raise ValueError unless the waves hold what the engine relies on."""
