@@ -65,36 +65,40 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
     comp = np.flatnonzero(~schedule.is_transfer & (schedule.mask != EMPTY))
     xfer = np.flatnonzero(schedule.is_transfer)
     if comp.size:
-        args = {"flops": schedule.flops[comp], "kind": _KIND_NAMES[schedule.kind[comp]],
-                "mask": _MASK_NAMES[schedule.mask[comp]], "q_tokens": schedule.q_tokens[comp],
-                "kv_tokens": schedule.kv_tokens[comp]}
-        vectorized = getattr(hardware, "compute_times_s", None)
-        if vectorized is not None:
-            dur[comp] = vectorized(dtype=workload.dtype, **args)
+        flops, kind, mask = schedule.flops[comp], schedule.kind[comp], schedule.mask[comp]
+        q_tokens, kv_tokens = schedule.q_tokens[comp], schedule.kv_tokens[comp]
+        if hasattr(hardware, "compute_times_s"):
+            dur[comp] = hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
+                                                 mask=_MASK_NAMES[mask], q_tokens=q_tokens,
+                                                 kv_tokens=kv_tokens)
         else:
             dur[comp] = _per_distinct(
-                lambda flops, kind, mask, q_tokens, kv_tokens: hardware.compute_time_s(
-                    flops, dtype=workload.dtype, kind=kind, mask=mask, q_tokens=q_tokens,
-                    kv_tokens=kv_tokens), list(args.values()))
+                lambda f, k, m, q, kv: hardware.compute_time_s(f, dtype=workload.dtype, kind=KINDS[k],
+                                                                mask=MASKS[m], q_tokens=q, kv_tokens=kv),
+                [flops, kind, mask, q_tokens, kv_tokens])
     if xfer.size:
-        args = {"nbytes": schedule.nbytes[xfer], "src": schedule.rank[xfer], "dst": schedule.peer[xfer]}
-        vectorized = getattr(hardware, "transfer_times_s", None)
-        if vectorized is not None:
-            dur[xfer] = vectorized(**args)
+        nbytes, src, dst = schedule.nbytes[xfer], schedule.rank[xfer], schedule.peer[xfer]
+        if hasattr(hardware, "transfer_times_s"):
+            dur[xfer] = hardware.transfer_times_s(nbytes, src, dst)
         else:
-            dur[xfer] = _per_distinct(hardware.transfer_time_s, list(args.values()))
+            dur[xfer] = _per_distinct(hardware.transfer_time_s, [nbytes, src, dst])
     return dur
 
 
 def _per_distinct(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
     """fn(one op's arguments, as Python scalars) for every op, called once per distinct
     argument tuple: a ring repeats a few block shapes and link hops many times over."""
-    keys = list(zip(*(a.tolist() for a in columns)))
-    memo: dict[tuple, float] = {}
-    for key in keys:
-        if key not in memo:
-            memo[key] = fn(*key)
-    return np.array([memo[key] for key in keys], dtype=np.float64)
+    order = np.lexsort(columns[::-1])
+    new = np.zeros(len(order), dtype=bool)     # where a sorted row differs from the last
+    new[0] = True
+    for c in columns:
+        c = c[order]
+        new[1:] |= c[1:] != c[:-1]
+    firsts = order[new]
+    values = [fn(*args) for args in zip(*(c[firsts].tolist() for c in columns))]
+    out = np.empty(len(order))
+    out[order] = np.array(values, dtype=np.float64)[np.cumsum(new) - 1]
+    return out
 
 
 def _links(schedule: Schedule) -> dict[tuple[int, int], list[TransferOp]]:
