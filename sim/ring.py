@@ -48,13 +48,14 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     masks = block_masks(scenario.layout, w.seq, n, w.causal)
     mask_codes = np.where(masks == "empty", EMPTY, np.where(masks == "diagonal", DIAGONAL, FULL))
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
-    tables, flops = [], []
+    tables, flops, waves = [], [], []
     gate = None          # last compute of the previous phase, per rank
     base = 0
     for i, phase in enumerate(phases):
-        table, phase_flops, gate = _phase(scenario, phase, work, mask_codes, base, i * n, gate)
+        table, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, base, i * n, gate)
         tables.append(table)
         flops.append(phase_flops)
+        waves.append(phase_waves)
         base += table.shape[1]
     if len(tables) == 1:
         table, flops = tables[0], flops[0]
@@ -68,14 +69,15 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     # rank r computes on stream r and sends on one link, to r + 1: stream n + r
     resource = np.where(columns["kind"] >= KV, n + columns["rank"], columns["rank"])
     return Schedule(n_ranks=n, **columns, flops=flops, chunk_sets=chunks_of_rank(scenario.layout, n),
-                    after=table[len(_INT_COLUMNS):], wave_starts=np.arange(0, base + 1, n),
+                    after=table[len(_INT_COLUMNS):], wave_starts=np.append(np.concatenate(waves), base),
                     resource=resource)
 
 
 def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndarray, base: int,
-           step0: int, gate: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           step0: int, gate: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One phase's operations (ids from `base`): a table whose rows are _INT_COLUMNS then
-    the dependencies, a column per operation; their FLOPs; and the phase's last computes."""
+    the dependencies, a column per operation; their FLOPs; where its waves start; and
+    its last computes."""
     w = scenario.workload
     n = scenario.n_gpus
     c = scenario.tokens_per_rank
@@ -170,4 +172,10 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
     table = np.compress(present, table, axis=1).reshape(len(rows), -1)
     flops = np.zeros((n, len(groups), n))
     flops[:, 0] = flops_per_pair * pairs
-    return table, np.compress(present, flops.reshape(-1, n), axis=0).ravel(), comp[n - 1]
+    # waves: a step's computes, its K/V hops, its dK/dV hops. With overlap a K/V hop waits
+    # only on earlier steps, so it joins the computes of its step in one wave.
+    starts = [comp[:, 0]] if overlap else [comp[:, 0], kv[:-1, 0]]
+    if has_dkv:
+        starts.append(dkv[:, 0])
+    waves = np.sort(np.concatenate(starts))
+    return table, np.compress(present, flops.reshape(-1, n), axis=0).ravel(), waves, comp[n - 1]

@@ -1,4 +1,5 @@
-"""The engine against closed forms and invariants computed here, not by the engine."""
+"""The engine against closed forms and invariants computed here, and against the per-op
+implementations the columnar schedule and the wave player replaced; not by the engine."""
 
 import numpy as np
 import pytest
