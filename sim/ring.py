@@ -23,9 +23,10 @@ is done.
 
 Operations are numbered step by step: the N computes of step k (rank 0 first), then
 its N K/V hops (none at the last step), then in backward its N dK/dV hops. Each group
-is a wave of the schedule (sim.schedule): it waits only on earlier steps or groups and
-uses each rank and each link once. The rules are written once, as numpy arrays over a
-(step, rank) grid, instead of once per operation.
+waits only on earlier steps or groups and uses each rank and each link once: a wave of
+the schedule (sim.schedule); with overlap, a step's K/V hops wait on nothing of its
+computes, and the two groups make one wave. The rules are written once, as numpy
+arrays over a (step, rank) grid, instead of once per operation.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     gate = None          # last compute of the previous phase, per rank
     base = 0
     for i, phase in enumerate(phases):
-        table, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, base, i * n, gate)
+        table, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, base,
+                                                       i * n, gate)
         tables.append(table)
         flops.append(phase_flops)
         waves.append(phase_waves)

@@ -13,8 +13,8 @@ so that a scheme can build it and the engine can play it a whole group of operat
 at a time. The groups are *waves*: contiguous id ranges in which no operation waits on
 another of the same wave and no two share a resource (a rank's compute stream or a
 directed link), so every operation of a wave can be timed at once from the earlier
-waves (sim.engine). A scheme that knows its waves (sim.ring: one step's computes, then
-its K/V hops, then its dK/dV hops) passes them; `Schedule.from_ops` finds them for any
+waves (sim.engine). A scheme that knows its waves (sim.ring: a step's computes and
+K/V hops, then its dK/dV hops) passes them; `Schedule.from_ops` finds them for any
 list of operations. The operations as named tuples (`ops`), which the SimPy player and
 tests read, are made from the columns on first use.
 """
