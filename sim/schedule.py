@@ -188,7 +188,7 @@ class Schedule:
         deps = np.take_along_axis(deps, np.argsort(~named, axis=0, kind="stable"), axis=0).T
         counts = named.sum(axis=0)
         out: list[tuple[int, ...]] = [()] * len(counts)
-        for k in np.unique(counts).tolist():      # ops waiting on k ids, made at once
+        for k in np.flatnonzero(np.bincount(counts)).tolist():   # ops waiting on k ids, at once
             ids = np.flatnonzero(counts == k)
             for i, t in zip(ids.tolist(), map(tuple, deps[ids, :k].tolist())):
                 out[i] = t
