@@ -164,14 +164,20 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
     # out the K/V hops of the last step; an op may list an id twice (a rank and its
     # successor both wait on it): Schedule.ops lists it once
     width = max(len(after) for _, after, _ in groups)
-    grids = []
-    for _, after, values in groups:
+    table = np.empty((len(_INT_COLUMNS) + width, n, len(groups), n), dtype=np.int64)
+    for g, (_, after, values) in enumerate(groups):
         rows = [values[name] for name in _INT_COLUMNS] + after + [NO_DEP] * (width - len(after))
-        grids.append(np.stack(np.broadcast_arrays(*rows)))           # (row, step, rank)
+        for row, value in zip(table, rows):
+            row[:, g] = value        # a number, a value per rank or a (step, rank) grid
+    table = table.reshape(len(table), -1, n)                   # (row, (step, group), rank)
     present = np.stack([ids[:, 0] != NO_DEP for ids, _, _ in groups], axis=1).ravel()
-    table = np.stack(grids, axis=2).reshape(len(rows), -1, n)        # (row, (step, group), rank)
-    # np.compress: indexing a middle axis with [:, present] is many times slower
-    table = np.compress(present, table, axis=1).reshape(len(rows), -1)
+    kept = int(present.sum())
+    if present[:kept].all():
+        table = table[:, :kept]        # the missing blocks are the last ones: a view will do
+    else:
+        # np.compress: indexing a middle axis with [:, present] is many times slower
+        table = np.compress(present, table, axis=1)
+    table = table.reshape(len(table), -1)
     flops = np.zeros((n, len(groups), n))
     flops[:, 0] = flops_per_pair * pairs
     # waves: a step's computes, its K/V hops, its dK/dV hops. With overlap a K/V hop waits
