@@ -37,7 +37,7 @@ from sim.config import BWD_FLOPS_FACTOR, Scenario
 from sim.layouts import block_masks, block_work, chunks_of_rank
 from sim.schedule import BWD, DIAGONAL, DKV, EMPTY, FULL, FWD, KV, NO_DEP, Schedule
 
-# the integer columns of a schedule, in the order the builder stacks them; then `after`
+# the rows of the builder's table: the integer columns of a schedule, then `after`
 _INT_COLUMNS = ("kind", "rank", "peer", "step", "kv_rank", "pairs", "mask", "q_tokens",
                 "kv_tokens", "nbytes", "q_chunks", "kv_chunks")
 
