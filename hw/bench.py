@@ -45,6 +45,7 @@ it completed: on a shared host, a high value flags an entry measured under conte
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import socket
 import statistics
@@ -381,6 +382,46 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
             f"transfer (x{e['slowdown']:.2f})")
 
 
+def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:
+    """The entries still to measure: compute entries, and jobs for the two-rank parts.
+
+    `seen` holds the keys measured already; each planned key is added, so an entry
+    named twice (a 'kv' size equal to an explicit one) is measured once.
+    """
+    def fresh(part: str, entry: dict[str, Any]) -> bool:
+        key = _key(part, entry)
+        if key in seen[part]:
+            return False
+        seen[part].add(key)
+        return True
+
+    b, kvh = plan["batch"], plan["kv_heads"]
+    compute = []
+    if "compute" in plan["parts"]:
+        for dt, h, d, c, mask, kind in itertools.product(plan["dtypes"], plan["heads"], plan["head_dims"],
+                                                        plan["blocks"], plan["masks"], plan["kinds"]):
+            e = {"kind": kind, "dtype": dt, "batch": b, "heads": h, "kv_heads": kvh or h,
+                 "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": mask,
+                 "flops": block_flops(kind, b, h, d, c, c, mask)}
+            if fresh("compute", e):
+                compute.append(e)
+    comm = []
+    if "transfer" in plan["parts"]:
+        for n, direction in itertools.product(plan["sizes"], ("one_way", "both_ways")):
+            if fresh("transfer", {"bytes": n, "direction": direction}):
+                comm.append({"part": "transfer", "bytes": n, "direction": direction})
+    if "interference" in plan["parts"]:
+        dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
+        for c, size in itertools.product(plan["interference_blocks"], plan["interference_sizes"]):
+            nbytes = 2 * b * (kvh or h) * c * d * DTYPE_BYTES[dt] if size == "kv" else size
+            e = {"kind": "fwd", "dtype": dt, "batch": b, "heads": h, "kv_heads": kvh or h,
+                 "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": "full",
+                 "flops": block_flops("fwd", b, h, d, c, c, "full"), "bytes": nbytes}
+            if fresh("interference", e):
+                comm.append({"part": "interference", "entry": e})
+    return compute, comm
+
+
 def run_bench(a: argparse.Namespace) -> int:
     import torch
 
@@ -413,41 +454,7 @@ def run_bench(a: argparse.Namespace) -> int:
         save()
 
     save()
-    compute_jobs = []
-    if "compute" in plan["parts"]:
-        for dt in plan["dtypes"]:
-            for h in plan["heads"]:
-                for d in plan["head_dims"]:
-                    for c in plan["blocks"]:
-                        for mask in plan["masks"]:
-                            for kd in plan["kinds"]:
-                                e = {"kind": kd, "dtype": dt, "batch": plan["batch"], "heads": h,
-                                     "kv_heads": plan["kv_heads"] or h, "head_dim": d,
-                                     "q_tokens": c, "kv_tokens": c, "mask": mask,
-                                     "flops": block_flops(kd, plan["batch"], h, d, c, c, mask)}
-                                if _key("compute", e) not in seen["compute"]:
-                                    seen["compute"].add(_key("compute", e))
-                                    compute_jobs.append(e)
-    comm_jobs = []
-    if "transfer" in plan["parts"]:
-        for n in plan["sizes"]:
-            for direction in ("one_way", "both_ways"):
-                if (n, direction) not in seen["transfer"]:
-                    seen["transfer"].add((n, direction))
-                    comm_jobs.append({"part": "transfer", "bytes": n, "direction": direction})
-    if "interference" in plan["parts"]:
-        dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
-        hkv = plan["kv_heads"] or h
-        for c in plan["interference_blocks"]:
-            for size in plan["interference_sizes"]:
-                nbytes = 2 * plan["batch"] * hkv * c * d * DTYPE_BYTES[dt] if size == "kv" else size
-                e = {"kind": "fwd", "dtype": dt, "batch": plan["batch"], "heads": h, "kv_heads": hkv,
-                     "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": "full",
-                     "flops": block_flops("fwd", plan["batch"], h, d, c, c, "full"), "bytes": nbytes}
-                if _key("interference", e) not in seen["interference"]:
-                    # 'kv' may name the same size as an explicit one: plan it once
-                    seen["interference"].add(_key("interference", e))
-                    comm_jobs.append({"part": "interference", "entry": e})
+    compute_jobs, comm_jobs = _plan_jobs(plan, seen)
     total = len(compute_jobs) + len(comm_jobs)
     count = 0
 

@@ -79,8 +79,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
                 merge_(out[:, :, p.q], lse[:, :, p.q], b_out, b_lse, first=step == 0)
             if ring.recorder is not None:
                 ring.recorder.compute("fwd", step0 + step, t0, ring.clock.mark(),
-                                      float(work[r, owner]),
-                                      chunks[r], chunks[owner])
+                                      float(work[r, owner]), chunks[r], chunks[owner])
         if step < n - 1:
             comm.wait(step=step0 + step + 1, q_chunks=chunks[r], kv_chunks=chunks[(owner - 1) % n])
     return out.transpose(1, 2).to(q.dtype), lse
@@ -96,7 +95,8 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     chunks = chunks_of_rank(layout, n)
     work = exact_work(layout, c * n, n, causal) * (BWD_FLOPS_FACTOR * _pair_flops(q))
     qh, outh, douth = _heads_first(q), _heads_first(out), _heads_first(dout)
-    dq = torch.zeros(qh.shape, dtype=torch.float32, device=q.device)
+    # laid out like q (tokens before heads), as the operators return their gradients
+    dq = _heads_first(torch.zeros(q.shape, dtype=torch.float32, device=q.device))
     kv = torch.stack([k, v])
     bufs = (kv, torch.empty_like(kv)) if n > 1 else (kv,)
     # dK/dV accumulators: the one being added to and sent, and the one arriving
@@ -124,8 +124,7 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                 shares.append((p.kv, g_k, g_v))
             if ring.recorder is not None:
                 ring.recorder.compute("bwd", step0 + step, t0, ring.clock.mark(),
-                                      float(work[r, owner]),
-                                      chunks[r], chunks[owner])
+                                      float(work[r, owner]), chunks[r], chunks[owner])
         acc = dkv_bufs[step % 2]
         if step > 0:  # the accumulator of this block, from rank r - 1
             dkv_comm.wait(step=step0 + step, q_chunks=chunks[r], kv_chunks=chunks[owner])
