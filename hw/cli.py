@@ -64,11 +64,13 @@ def add_run_args(p: argparse.ArgumentParser, *, world_size: bool = True) -> None
 def config_from_args(a: argparse.Namespace, *, world_size: int):
     from hw.config import RunConfig
 
+    import torch
+
     device = a.device
     if device == "auto":
-        import torch
-
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RingsimError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
     workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads,
                         kv_heads=a.kv_heads if a.kv_heads is not None else a.heads,
                         head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
@@ -152,9 +154,14 @@ def report(a: argparse.Namespace, cfg, traces: list) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    import torch
+
     from hw.launch import run_config
 
     cfg = config_from_args(a, world_size=a.world_size)
+    if cfg.device == "cuda" and cfg.world_size > torch.cuda.device_count():
+        raise RingsimError(f"--world-size {cfg.world_size} needs as many GPUs; this host has "
+                           f"{torch.cuda.device_count()} (use torchrun across nodes)")
     check_outputs(a, cfg.repeats)
     _results, traces = run_config(cfg)
     return report(a, cfg, traces)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from sim.cli import main
 from sim.trace import Trace, read_json
@@ -44,6 +45,8 @@ def test_hw_run_saves_one_trace_per_repeat_and_refuses_to_overwrite(capsys, tmp_
     (["hw", "run", "--heads", "6", "--kv-heads", "4"], "kv_heads"),
     (["hw", "run", "--device", "cpu", "--backend", "nccl"], "does not run on cpu"),
     (["hw", "run", "--repeats", "0"], "repeats"),
+    pytest.param(["hw", "run", "--device", "cuda"], "no CUDA device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")),
     (["hw", "bench", "-o", "x.json", "--dtypes", "fp64"], "--dtypes"),
     (["hw", "bench", "-o", "x.json", "--sizes", "lots"], "--sizes"),
     (["hw", "frobnicate"], "invalid choice"),
