@@ -9,7 +9,8 @@ every start); the public names below load on first use:
 
 - `run_local(q, k, v, *, world_size, layout, causal, backend="gloo", dout=None)`: full
   tensors in, `RunResult` (`.out`, `.dq .dk .dv`, `.trace`) out, on local processes.
-- `RunConfig`, `run_config`: a configured run with inputs made from a seed.
+- `RunConfig`, `run_config`, `run_configs`: configured runs with inputs made from a seed
+  (many configurations share one process group per world size).
 - `ring_forward`, `ring_backward`: the per-rank kernel, inside a process group.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 _EXPORTS = {
     "run_local": "hw.launch",
     "run_config": "hw.launch",
+    "run_configs": "hw.launch",
     "RunResult": "hw.launch",
     "RankFailure": "hw.launch",
     "RunConfig": "hw.config",

@@ -10,7 +10,8 @@ else the first that died without a word; `RankFailure` names it.
 
 `run_local` is the in-process API of the issue: full tensors in, output, gradients and
 the measured trace out. `run_config` runs a `RunConfig` with inputs made from its seed
-(the `ringsim hw run` command).
+(the `ringsim hw run` command); `run_configs` runs many, one process group per world
+size.
 """
 
 from __future__ import annotations
@@ -94,10 +95,32 @@ class RankContext:
             dist.barrier(group=self.control)
 
 
+def join_group(backend: str, *, rank: int, world: int, local_rank: int, timeout_s: float,
+               store: Any = None) -> tuple[Any, Any]:
+    """Join the ring's process group; (group, control group for barriers and objects).
+
+    With `store`, rendezvous there; else through torchrun's environment (env://). On
+    NCCL the rank's GPU is chosen first (`local_rank`), and a gloo group is added for
+    CPU-side barriers, which align clocks without waiting on the GPU.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    timeout = timedelta(seconds=timeout_s)
+    if store is not None:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    else:
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                                timeout=timeout)
+    group = dist.group.WORLD
+    return group, dist.new_group(backend="gloo") if backend == "nccl" else group
+
+
 def _rank_main(rank: int, world: int, port: int, backend: str, timeout_s: float,
                send: Callable[[tuple], None], fn: Callable[..., Any], args: tuple) -> None:
     """The life of one rank: join the group, run `fn`, say how it went."""
-    import torch
     import torch.distributed as dist
 
     from hw.comm import PeerFailure, note_failure
@@ -106,14 +129,10 @@ def _rank_main(rank: int, world: int, port: int, backend: str, timeout_s: float,
     try:
         group = control = None
         if world > 1:
-            if backend == "nccl":
-                torch.cuda.set_device(rank % torch.cuda.device_count())
             store = dist.TCPStore("127.0.0.1", port, world, rank == 0,
                                   timeout=timedelta(seconds=timeout_s))
-            dist.init_process_group(backend, store=store, rank=rank, world_size=world,
-                                    timeout=timedelta(seconds=timeout_s))
-            group = dist.group.WORLD
-            control = dist.new_group(backend="gloo") if backend == "nccl" else group
+            group, control = join_group(backend, rank=rank, world=world, local_rank=rank,
+                                        timeout_s=timeout_s, store=store)
         ctx = RankContext(rank, world, backend, group, control, store,
                           lambda obj: send(("progress", rank, obj)))
         payload = fn(ctx, *args)
@@ -322,23 +341,13 @@ def _failure(errors: dict[int, tuple[str, str]], world: int) -> RankFailure:
 
 # ---- running a configuration ----------------------------------------------------------
 
-def _device_for(ctx: RankContext, device: str):
-    import torch
-
-    if device == "cuda":
-        idx = ctx.rank % torch.cuda.device_count()   # as _rank_main chose for the group
-        torch.cuda.set_device(idx)
-        return torch.device("cuda", idx)
-    return torch.device("cpu")
-
-
 def _run_worker(ctx: RankContext, cfg, inputs, keep_outputs: bool):
-    from hw.runner import make_inputs, run_rank
+    from hw.runner import make_inputs, pick_device, run_rank
 
     if inputs is None:
         inputs = make_inputs(cfg)
     return run_rank(cfg, rank=ctx.rank, group=ctx.group, inputs=inputs,
-                    device=_device_for(ctx, cfg.device), barrier=ctx.barrier, store=ctx.store,
+                    device=pick_device(cfg.device, ctx.rank), barrier=ctx.barrier, store=ctx.store,
                     ranks_on_host=ctx.world, keep_outputs=keep_outputs)
 
 
@@ -349,6 +358,41 @@ def run_config(cfg, inputs=None, *, keep_outputs: bool = False):
     results = spawn(_run_worker, cfg.world_size, args=(cfg, inputs, keep_outputs),
                     backend=cfg.resolved_backend, timeout_s=cfg.timeout_s)
     return results, build_traces(cfg, results)
+
+
+def _run_many_worker(ctx: RankContext, cfgs: list, report: bool):
+    out = []
+    for i, cfg in enumerate(cfgs):
+        res = _run_worker(ctx, cfg, None, False)
+        if report and ctx.rank == 0:
+            ctx.report(i)
+        out.append(res)
+    return out
+
+
+def run_configs(cfgs: list, *, on_done: Callable[[int], None] | None = None) -> list:
+    """Run several configurations, one process group per world size and backend.
+
+    Start-up (seconds per group) is paid once per group instead of once per run; the
+    runs of a group follow one another in the order given. Returns (results, traces)
+    for each configuration, in the order given; `on_done(i)` is called as configuration
+    i completes.
+    """
+    from hw.runner import build_traces
+
+    groups: dict[tuple, list[int]] = {}
+    for i, cfg in enumerate(cfgs):
+        groups.setdefault((cfg.world_size, cfg.resolved_backend, cfg.device), []).append(i)
+    out: list = [None] * len(cfgs)
+    for (world, backend, _device), idx in groups.items():
+        mine = [cfgs[i] for i in idx]
+        per_rank = spawn(_run_many_worker, world, args=(mine, on_done is not None), backend=backend,
+                         timeout_s=max(c.timeout_s for c in mine),
+                         on_progress=(lambda _r, j: on_done(idx[j])) if on_done else None)
+        for j, i in enumerate(idx):
+            results = [rank_runs[j] for rank_runs in per_rank]
+            out[i] = (results, build_traces(cfgs[i], results))
+    return out
 
 
 @dataclass

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import timedelta
 
 from sim.errors import RingsimError
 
@@ -47,26 +46,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(cfg, rank: int, world: int):
-    import torch
     import torch.distributed as dist
 
     from hw.comm import PeerFailure, note_failure
-    from hw.runner import make_inputs, run_rank
+    from hw.launch import join_group
+    from hw.runner import make_inputs, pick_device, run_rank
 
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     store = group = control = None
-    if cfg.device == "cuda":
-        idx = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(idx)
-        device = torch.device("cuda", idx)
-    else:
-        device = torch.device("cpu")
     try:
+        device = pick_device(cfg.device, local_rank)
         if world > 1:
-            dist.init_process_group(cfg.resolved_backend, init_method="env://", rank=rank,
-                                    world_size=world, timeout=timedelta(seconds=cfg.timeout_s))
-            group = dist.group.WORLD
-            control = dist.new_group(backend="gloo") if cfg.resolved_backend == "nccl" else group
+            group, control = join_group(cfg.resolved_backend, rank=rank, world=world,
+                                        local_rank=local_rank, timeout_s=cfg.timeout_s)
             try:  # torchrun's agent keeps this store alive when a rank dies
                 store = dist.distributed_c10d._get_default_store()
             except Exception:

@@ -66,6 +66,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def pick_device(kind: str, local_rank: int) -> torch.device:
+    """The rank's device: the CPU, or GPU `local_rank` of this host (made current)."""
+    if kind == "cuda":
+        idx = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(idx)
+        return torch.device("cuda", idx)
+    return torch.device("cpu")
+
+
 def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from hw import RankFailure, RunConfig, run_config, run_local
+from hw import RankFailure, RunConfig, run_config, run_configs, run_local
 from sim.config import Scenario, Workload
 from sim.errors import RingsimError
 from sim.memory import peak_memory_bytes
@@ -74,3 +74,19 @@ def test_a_failing_rank_is_named_and_every_rank_stops_within_the_timeout(mode, m
     assert str(info.value).startswith("rank 1 failed")
     # start-up (a few seconds) plus at most the timeout, not a hang
     assert time.monotonic() - t0 < 15.0 + 25.0
+
+
+def test_run_configs_shares_one_group_per_world_size():
+    def cfg(layout, world, pass_="fwd"):
+        return RunConfig(workload=Workload(seq=24, heads=2, kv_heads=1, head_dim=8, dtype="fp32",
+                                           pass_=pass_),
+                         world_size=world, layout=layout, warmup=0, repeats=2)
+    cfgs = [cfg("zigzag", 2), cfg("striped", 3), cfg("contiguous", 2, "fwdbwd")]
+    done = []
+    out = run_configs(cfgs, on_done=done.append)
+    assert sorted(done) == [0, 1, 2]
+    for c, (results, traces) in zip(cfgs, out):
+        assert len(results) == c.world_size and len(traces) == 2
+        assert traces[0].config == c.describe()
+        phases = ["fwd", "bwd"] if c.workload.pass_ == "fwdbwd" else ["fwd"]
+        check_trace_structure(traces[0], c.layout, True, phases, 24, batch=1, heads=2, head_dim=8)
