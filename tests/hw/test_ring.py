@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import zlib
 
-import numpy as np
 import pytest
 import torch
 
