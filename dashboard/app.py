@@ -23,6 +23,7 @@ from dash.exceptions import PreventUpdate
 
 from sim.config import Scenario
 from sim.errors import RingsimError
+from sim.units import fmt_bytes
 from sim.online_softmax import example as merge_example
 from sim.trace import Trace
 
@@ -51,12 +52,7 @@ def _fmt_pct(x: float | None) -> str:
 
 
 def _fmt_bytes(x: float | None) -> str:
-    if x is None:
-        return "–"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if x >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.0f} B"
+    return fmt_bytes(x, ".3g", missing="–")
 
 
 class _Kept:

@@ -111,7 +111,8 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def report(a: argparse.Namespace, cfg, traces: list) -> int:
     """Save what was asked for and print the summary of a measured run."""
-    from sim.cli import _fmt_s, table
+    from sim.cli import table
+    from sim.units import fmt_s
     from sim.metrics import compute_metrics
     from sim.trace import to_chrome_trace, write_json
 
@@ -136,16 +137,16 @@ def report(a: argparse.Namespace, cfg, traces: list) -> int:
           f"{w.seq} tokens ({cfg.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x "
           f"{w.head_dim}, {w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
     s = spread(makespans)
-    print(f"makespan over {s['n']} repeats: median {_fmt_s(s['median'])}, min {_fmt_s(s['min'])}, "
-          f"max {_fmt_s(s['max'])}, cv {s['cv']:.1%}")
+    print(f"makespan over {s['n']} repeats: median {fmt_s(s['median'])}, min {fmt_s(s['min'])}, "
+          f"max {fmt_s(s['max'])}, cv {s['cv']:.1%}")
     m = metrics[mid]
     if m.ideal_s is not None:
-        print(f"ideal (one rank's time / {cfg.world_size}) {_fmt_s(m.ideal_s)}, "
+        print(f"ideal (one rank's time / {cfg.world_size}) {fmt_s(m.ideal_s)}, "
               f"efficiency {m.efficiency:.1%}")
     print(f"median repeat {mid}: load imbalance {m.load_imbalance:.3f}, overlap efficiency "
           f"{m.overlap_efficiency:.1%}\n")
-    rows = [[r.rank, _fmt_s(r.compute_s), _fmt_s(r.comm_s), _fmt_s(r.exposed_comm_s),
-             _fmt_s(r.idle_s), f"{r.flops / 1e9:.2f}",
+    rows = [[r.rank, fmt_s(r.compute_s), fmt_s(r.comm_s), fmt_s(r.exposed_comm_s),
+             fmt_s(r.idle_s), f"{r.flops / 1e9:.2f}",
              f"{r.flops / r.compute_s / 1e9:.1f}" if r.compute_s > 0 else "-"] for r in m.ranks]
     print(table(["rank", "compute", "comm", "exposed comm", "idle", "GFLOP", "GFLOP/s"], rows))
     for path in paths:

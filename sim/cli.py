@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from sim.config import LAYOUTS, PASSES, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
 from sim.presets import GPU_PRESETS, LINK_PRESETS
+from sim.units import fmt_bytes, fmt_s
 
 # Subcommands that live in other packages, registered lazily so that `ringsim
 # simulate` never imports torch or dash. Each module offers register(subparsers).
@@ -110,26 +111,6 @@ def profile_from_args(a: argparse.Namespace):
     return load_profile(a.profile)
 
 
-def _fmt_s(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if x == 0:
-        return "0"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3f} {unit}"
-    return f"{x * 1e9:.1f} ns"
-
-
-def _fmt_bytes(x: float | None) -> str:
-    if x is None:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if x >= scale:
-            return f"{x / scale:.2f} {unit}"
-    return f"{x:.0f} B"
-
-
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain text table, columns right-aligned but the first."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
@@ -169,18 +150,18 @@ def cmd_simulate(a: argparse.Namespace) -> int:
           f"{w.seq} tokens ({scenario.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}, work counted {scenario.granularity}"
           + (f" ({scenario.tile}-token tiles)" if scenario.granularity == "tile" else ""))
-    print(f"makespan {_fmt_s(m.makespan_s)}   ideal {_fmt_s(m.ideal_s)}   efficiency "
+    print(f"makespan {fmt_s(m.makespan_s)}   ideal {fmt_s(m.ideal_s)}   efficiency "
           f"{m.efficiency:.1%}   load imbalance {m.load_imbalance:.3f}   overlap efficiency "
           f"{m.overlap_efficiency:.1%}")
-    print(f"total {m.total_flops / 1e12:.2f} TFLOP, {_fmt_bytes(m.total_bytes)} sent")
+    print(f"total {m.total_flops / 1e12:.2f} TFLOP, {fmt_bytes(m.total_bytes)} sent")
     capacity_gb = trace.hardware.get("gpu", {}).get("memory_gb")
     peak = max((r.peak_mem_bytes or 0) for r in m.ranks)
     if capacity_gb:
         verdict = "fits" if peak <= capacity_gb * 1e9 else "DOES NOT FIT"
-        print(f"attention memory per rank {_fmt_bytes(peak)} of {capacity_gb:g} GB: {verdict}")
+        print(f"attention memory per rank {fmt_bytes(peak)} of {capacity_gb:g} GB: {verdict}")
     print()
-    rows = [[r.rank, _fmt_s(r.compute_s), _fmt_s(r.comm_s), _fmt_s(r.exposed_comm_s),
-             _fmt_s(r.idle_s), f"{r.flops / 1e12:.3f}", _fmt_bytes(r.peak_mem_bytes)]
+    rows = [[r.rank, fmt_s(r.compute_s), fmt_s(r.comm_s), fmt_s(r.exposed_comm_s),
+             fmt_s(r.idle_s), f"{r.flops / 1e12:.3f}", fmt_bytes(r.peak_mem_bytes)]
             for r in m.ranks]
     print(table(["rank", "compute", "comm", "exposed comm", "idle", "TFLOP", "peak mem"], rows))
     return 0
@@ -215,9 +196,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
     print(table(
         ["layout", "overlap", "makespan", "vs best", "efficiency", "imbalance", "overlap eff",
          "max exposed comm"],
-        [[r["layout"], "on" if r["overlap"] else "off", _fmt_s(r["makespan_s"]),
+        [[r["layout"], "on" if r["overlap"] else "off", fmt_s(r["makespan_s"]),
           f"{r['makespan_s'] / best:.2f}x", f"{r['efficiency']:.1%}", f"{r['load_imbalance']:.3f}",
-          f"{r['overlap_efficiency']:.1%}", _fmt_s(r["exposed_comm_s"])] for r in rows]))
+          f"{r['overlap_efficiency']:.1%}", fmt_s(r["exposed_comm_s"])] for r in rows]))
     return 0
 
 
