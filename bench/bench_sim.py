@@ -74,6 +74,7 @@ def measure(n: int, tokens_per_rank: int, simpy: bool) -> dict:
         reference = play(schedule, hw, w)
         row["simpy_s"] = time.perf_counter() - t0
         row["sim_events"] = reference.meta["sim_events"]
+        row["events_per_s"] = row["sim_events"] / row["simpy_s"]
         row["identical"] = reference.spans == trace.spans
     m = compute_metrics(trace)
     row.update(makespan_s=m.makespan_s, efficiency=m.efficiency,
@@ -91,12 +92,13 @@ def main() -> None:
     rows = []
     print(f"{'GPUs':>5} {'ops':>8} {'spans':>8} | {'simulate ms':>11} {'median':>8} {'gc':>6} | "
           f"{'build':>8} {'(tables)':>8} {'durations':>9} {'recur':>8} {'spans':>8} | "
-          f"{'SimPy ms':>9} {'same':>5} {'RSS MB':>7}")
+          f"{'SimPy ms':>9} {'events/s':>9} {'same':>5} {'RSS MB':>7}")
     for n in a.sizes:
         r = measure(n, a.tokens_per_rank, not a.no_simpy)
         rows.append(r)
         ms = {k: v * 1e3 for k, v in r.items() if k.endswith("_s")}
-        simpy = f"{ms['simpy_s']:>9.0f} {str(r['identical']):>5}" if "simpy_s" in r else f"{'-':>9} {'-':>5}"
+        simpy = (f"{ms['simpy_s']:>9.0f} {r['events_per_s']:>9.0f} {str(r['identical']):>5}" if "simpy_s" in r
+                 else f"{'-':>9} {'-':>9} {'-':>5}")
         print(f"{n:>5} {r['ops']:>8} {r['spans']:>8} | {ms['simulate_s']:>11.2f} "
               f"{ms['simulate_median_s']:>8.2f} {ms['gc_s']:>6.2f} | {ms['build_s']:>8.2f} "
               f"{ms['layout_tables_s']:>8.2f} {ms['durations_s']:>9.2f} {ms['recurrence_s']:>8.2f} "
