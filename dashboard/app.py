@@ -12,6 +12,7 @@ token; uploads are capped in size and parsed as JSON only.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 from collections import OrderedDict
@@ -370,6 +371,9 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
             return figures.message_figure(str(e))
         return figures.overlay(simulated, trace, compute.step_errors(simulated, trace))
 
+    # Dash, Plotly and the page live as long as the server: freezing them keeps the cycle
+    # collector, which a large trace sets off many times, from walking them again and again
+    gc.freeze()
     return app
 
 

@@ -61,13 +61,17 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 
 def compute_metrics(trace: Trace) -> Metrics:
     n = trace.world_size
-    makespan = trace.makespan_s
+    first, last = float("inf"), float("-inf")
     compute = [0.0] * n
     exposed = [0.0] * n
     flops = [0.0] * n
     flights: list[list[tuple[float, float]]] = [[] for _ in range(n)]
     total_bytes = 0.0
     for s in trace.spans:
+        if s.start_s < first:
+            first = s.start_s
+        if s.end_s > last:
+            last = s.end_s
         if s.stream == "compute":
             compute[s.rank] += s.end_s - s.start_s
             flops[s.rank] += s.flops
@@ -78,6 +82,7 @@ def compute_metrics(trace: Trace) -> Metrics:
             flights[s.rank].append((s.start_s, s.end_s))
             if s.stream == "send":
                 total_bytes += s.bytes
+    makespan = last - first if trace.spans else 0.0   # the same as trace.makespan_s, in this pass
     comm = [union_length(f) for f in flights]
     mem = trace.meta.get("peak_mem_bytes")
     ranks = [RankMetrics(r, compute[r], comm[r], exposed[r],
