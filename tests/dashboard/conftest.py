@@ -9,15 +9,7 @@ import pytest
 from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.trace import Span, Trace
-
-
-def owner(layout: str, seq: int, n: int, t: int) -> int:
-    if layout == "contiguous":
-        return t // (seq // n)
-    if layout == "striped":
-        return t % n
-    chunk = t // (seq // (2 * n))
-    return chunk if chunk < n else 2 * n - 1 - chunk
+from tests.reference import token_owner as owner  # noqa: F401  (the figure tests use it)
 
 
 def chunk_tokens(layout: str, seq: int, n: int, chunk: int) -> np.ndarray:

@@ -5,6 +5,7 @@ import pytest
 
 from sim.errors import RingsimError
 from sim.online_softmax import example, ring_attention
+from tests.reference import token_owner
 
 
 def _inputs(seq: int, d: int, seed: int = 1):
@@ -25,16 +26,6 @@ def _softmax_attention(q, k, v, causal):
     return out
 
 
-def _owner(layout, seq, n, t):
-    """Owner of token t, from the layout definitions in DESIGN.md."""
-    if layout == "contiguous":
-        return t // (seq // n)
-    if layout == "striped":
-        return t % n
-    chunk = t // (seq // (2 * n))
-    return chunk if chunk < n else 2 * n - 1 - chunk
-
-
 @pytest.mark.parametrize("layout", ["contiguous", "striped", "zigzag"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_output_matches_direct_attention(layout, causal):
@@ -53,20 +44,20 @@ def test_step_statistics_match_keys_seen_so_far(layout, row):
     n, seq, d = 4, 32, 8
     q, k, v = _inputs(seq, d, seed=2)
     res = ring_attention(q, k, v, n_ranks=n, layout=layout, causal=True, query_row=row)
-    r = _owner(layout, seq, n, row)
+    r = token_owner(layout, seq, n, row)
     assert res.query_rank == r
     assert [s.kv_rank for s in res.steps] == [(r - j) % n for j in range(n)]
     scores = np.array([q[row] @ k[j] / np.sqrt(d) for j in range(seq)])
     m_prev = -np.inf
     for st in res.steps:
         owners_seen = {(r - j) % n for j in range(st.step + 1)}
-        keys = [j for j in range(row + 1) if _owner(layout, seq, n, j) in owners_seen]
+        keys = [j for j in range(row + 1) if token_owner(layout, seq, n, j) in owners_seen]
         m = scores[keys].max()
         assert st.m == pytest.approx(m, abs=1e-12)
         assert st.l == pytest.approx(np.exp(scores[keys] - m).sum(), rel=1e-12)
         expected_rescale = 0.0 if m_prev == -np.inf else np.exp(m_prev - m)
         assert st.rescale == pytest.approx(expected_rescale, abs=1e-12)
-        block_keys = [j for j in range(row + 1) if _owner(layout, seq, n, j) == st.kv_rank]
+        block_keys = [j for j in range(row + 1) if token_owner(layout, seq, n, j) == st.kv_rank]
         assert st.unmasked_keys == len(block_keys)
         m_prev = m
 
