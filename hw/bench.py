@@ -11,7 +11,10 @@ validate it:
   ping-pong round trip) and both ways at once (each rank sends and receives, as in a
   ring step);
 - interference: a block's compute time alone and while a both-ways transfer is in
-  flight on the same ranks (on a 2-core host a transfer takes CPU the compute needs).
+  flight on the same ranks (on a 2-core host a transfer takes CPU the compute needs);
+- concurrency: the same block computed by k processes at once (k = 1, 2, ...), each
+  with a rank's thread count: how much slower compute runs when ranks share the host's
+  cores and memory (CPU only; on GPUs each rank has its own device).
 
 Results are written to FILE as each completes (atomically), so an interrupted run
 keeps what it measured; `--resume` measures only what FILE lacks, `--force` starts
@@ -35,7 +38,10 @@ The JSON file (format "ringsim-hw-bench", version 1):
      "interference": [{"kind": "fwd", "dtype", "batch", "heads", "kv_heads", "head_dim",
                        "q_tokens", "kv_tokens", "mask", "flops", "bytes" (each way),
                        "compute_alone_s": [samples], "compute_with_transfer_s": [samples],
-                       "median_alone_s", "median_with_s", "slowdown": with / alone}]}
+                       "median_alone_s", "median_with_s", "slowdown": with / alone}],
+     "concurrency": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads", "kv_heads",
+                      "head_dim", "q_tokens", "kv_tokens", "mask", "flops",
+                      "threads_per_rank", "time_s": [samples of every process], "median_s"}]}
 
 Times are seconds (CUDA events on GPU, perf_counter on CPU); samples follow `warmup`
 untimed calls. Every entry also has "load_avg_1m", the host's 1-minute load average when
@@ -59,14 +65,15 @@ from sim.trace import read_json, write_json
 
 FORMAT = "ringsim-hw-bench"
 VERSION = 1
-PARTS = ("compute", "transfer", "interference")
+PARTS = ("compute", "transfer", "interference", "concurrency")
 
 QUICK = dict(dtypes="fp32", heads="4", head_dims="64", blocks="128,256,512", masks="full,diagonal",
              kinds="fwd", sizes="64K,1M", interference_blocks="512", interference_sizes="1M",
-             samples=3, warmup=1)
+             concurrency="1,2", samples=3, warmup=1)
 FULL = dict(dtypes="fp32,bf16", heads="8", head_dims="64", blocks="256,512,1024,2048,4096",
             masks="full,diagonal", kinds="fwd,bwd", sizes="64K,256K,1M,4M,16M,64M",
-            interference_blocks="1024,2048", interference_sizes="kv,8M", samples=5, warmup=2)
+            interference_blocks="1024,2048", interference_sizes="kv,8M", concurrency="1,2,3,4",
+            samples=5, warmup=2)
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -91,6 +98,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interference-sizes", default=None,
                    help="bytes each way during the compute; 'kv' is the block's K/V "
                         f"(default {FULL['interference_sizes']})")
+    p.add_argument("--concurrency", default=None,
+                   help=f"process counts computing at once, comma list (default {FULL['concurrency']}; CPU only)")
     p.add_argument("--samples", type=int, default=None, help=f"timed calls per entry (default {FULL['samples']})")
     p.add_argument("--warmup", type=int, default=None, help=f"untimed calls first (default {FULL['warmup']})")
     p.add_argument("--threads", type=int, default=None,
@@ -147,6 +156,7 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
                                      lambda x: _positive(int(x))),
         "interference_sizes": _list(pick("interference_sizes"), "interference-sizes",
                                     lambda x: "kv" if x.lower() == "kv" else parse_bytes(x)),
+        "concurrency": _list(pick("concurrency"), "concurrency", lambda x: _positive(int(x))),
         "samples": pick("samples"), "warmup": pick("warmup"), "batch": a.batch,
         "kv_heads": a.kv_heads, "quick": a.quick,
     }
@@ -329,6 +339,9 @@ def _key(part: str, e: dict[str, Any]) -> tuple:
                                     "q_tokens", "kv_tokens", "mask"))
     if part == "transfer":
         return (e["bytes"], e["direction"])
+    if part == "concurrency":
+        return tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
+                                    "q_tokens", "mask"))
     return tuple(e[k] for k in ("dtype", "batch", "heads", "kv_heads", "head_dim", "q_tokens",
                                 "mask", "bytes"))
 
@@ -366,7 +379,7 @@ def _open_doc(a: argparse.Namespace, device_desc: dict[str, Any], plan: dict[str
         raise RingsimError(f"cannot write {path}: no directory {parent}")
     return {"format": FORMAT, "version": VERSION, "complete": False, "device": device_desc,
             "settings": {"samples": plan["samples"], "warmup": plan["warmup"], "quick": plan["quick"]},
-            "compute": [], "transfer": [], "interference": []}
+            "compute": [], "transfer": [], "interference": [], "concurrency": []}
 
 
 def _fmt(entry_part: str, e: dict[str, Any]) -> str:
@@ -374,6 +387,9 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
         return (f"compute {e['kind']} {e['dtype']} b={e['batch']} h={e['heads']}/{e['kv_heads']} "
                 f"d={e['head_dim']} {e['q_tokens']}x{e['kv_tokens']} {e['mask']}: "
                 f"{e['median_s'] * 1e3:.3f} ms, {e['rate_flops'] / 1e9:.2f} GFLOP/s")
+    if entry_part == "concurrency":
+        return (f"concurrency {e['processes']} processes, {e['dtype']} {e['q_tokens']} tokens: "
+                f"{e['median_s'] * 1e3:.3f} ms per block")
     if entry_part == "transfer":
         return (f"transfer {e['direction']} {e['bytes']} B: {e['median_s'] * 1e3:.3f} ms, "
                 f"{e['gbps']:.3f} GB/s")
@@ -422,6 +438,48 @@ def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:
     return compute, comm
 
 
+def _plan_concurrency(plan: dict[str, Any], seen: dict[str, set]) -> list[dict[str, Any]]:
+    """The block the interference part uses, computed by each planned number of processes."""
+    if "concurrency" not in plan["parts"]:
+        return []
+    b, kvh = plan["batch"], plan["kv_heads"]
+    dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
+    c = plan["interference_blocks"][0]
+    out = []
+    for k in plan["concurrency"]:
+        e = {"processes": k, "kind": "fwd", "dtype": dt, "batch": b, "heads": h, "kv_heads": kvh or h,
+             "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": "full",
+             "flops": block_flops("fwd", b, h, d, c, c, "full")}
+        key = _key("concurrency", e)
+        if key not in seen["concurrency"]:
+            seen["concurrency"].add(key)
+            out.append(e)
+    return out
+
+
+def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads: int,
+                        impl: str) -> list[float]:
+    """Every process computes the same block at the same time; each times its own calls."""
+    import torch
+
+    from hw.blocks import select_block_ops
+
+    torch.set_num_threads(threads)
+    device = torch.device("cpu")
+    ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
+    q, k, v, _ = make_block(device, entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
+                            entry["head_dim"], entry["q_tokens"], seed=ctx.rank)
+    for _ in range(warmup):
+        ops.forward(q, k, v, False)
+    ctx.barrier()
+    times = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        ops.forward(q, k, v, False)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def run_bench(a: argparse.Namespace) -> int:
     import torch
 
@@ -455,7 +513,8 @@ def run_bench(a: argparse.Namespace) -> int:
 
     save()
     compute_jobs, comm_jobs = _plan_jobs(plan, seen)
-    total = len(compute_jobs) + len(comm_jobs)
+    conc_jobs = _plan_concurrency(plan, seen) if kind == "cpu" else []
+    total = len(compute_jobs) + len(comm_jobs) + len(conc_jobs)
     count = 0
 
     def progress(part: str, entry: dict[str, Any]) -> None:
@@ -483,6 +542,16 @@ def run_bench(a: argparse.Namespace) -> int:
         spawn(_comm_worker, 2, args=(comm_jobs, plan["samples"], plan["warmup"], kind, threads,
                                      a.block_impl),
               backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
+    if conc_jobs:
+        from hw.launch import spawn
+
+        for e in conc_jobs:
+            per_rank = spawn(_concurrency_worker, e["processes"],
+                             args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
+                             backend="gloo", timeout_s=a.timeout)
+            times = [t for ts in per_rank for t in ts]
+            progress("concurrency", {**e, "threads_per_rank": threads, "time_s": times,
+                                     "median_s": statistics.median(times)})
     doc["complete"] = count == total and not skipped
     save()
     print(f"{count} entries measured, {sum(len(doc[p]) for p in PARTS)} in {a.output}", file=sys.stderr)

@@ -10,7 +10,9 @@ fits the models of sim.profile:
 - links: alpha-beta by least squares over message sizes, for one direction and for
   both directions at once; the ring uses the latter;
 - contention: the slowdown of compute while a transfer is in flight (median time with a
-  transfer / median alone) and, on CPUs, the compute slots (cores / threads per rank).
+  transfer / median alone) and, on CPUs, how much slower a block runs when k processes
+  compute at once (median with k / median with one), or, when that was not measured,
+  the compute slots (cores / threads per rank).
 """
 
 from __future__ import annotations
@@ -168,10 +170,24 @@ def calibrate(bench: Any, source: str = "") -> Profile:
         cores, threads = device.get("cpu_count"), device.get("threads_per_rank") or 1
         if isinstance(cores, int) and cores > 0 and isinstance(threads, int) and threads > 0:
             slots = cores / threads
-    contention = Contention(slowdown_in_flight=max(1.0, measured_slowdown or 1.0), compute_slots=slots)
+    by_k: dict[float, list[float]] = {}
+    for i, r in enumerate(_records(bench, "concurrency")):
+        k = r.get("processes")
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+            raise RingsimError(f"bench: concurrency entry {i} needs a positive process count")
+        by_k.setdefault(float(k), []).append(_median(r.get("time_s", r.get("median_s")),
+                                                     f"concurrency entry {i} time_s"))
+    concurrency = None
+    if 1.0 in by_k and len(by_k) >= 2:
+        alone = statistics.median(by_k[1.0])
+        if alone > 0:
+            concurrency = tuple(sorted((k, statistics.median(ts) / alone) for k, ts in by_k.items()))
+    contention = Contention(slowdown_in_flight=max(1.0, measured_slowdown or 1.0), compute_slots=slots,
+                            concurrency=concurrency)
     report = {"compute": compute_report, "link": link_report, "link_used": "both_ways" if "both_ways" in links else "one_way",
               "interference": {"measured_slowdowns": slowdowns, "median_slowdown": measured_slowdown,
                                "used": contention.slowdown_in_flight},
-              "compute_slots": slots}
+              "compute_slots": slots,
+              "concurrency_slowdown": [list(p) for p in concurrency] if concurrency else None}
     measured_on = {"device": device.get("name", "unknown"), **{k: v for k, v in device.items() if k != "name"}}
     return Profile(model, groups, link, contention, measured_on, report, source)

@@ -83,7 +83,12 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     inter = r["interference"]
     ms = inter["median_slowdown"]
     print(f"interference: compute {'-' if ms is None else f'{ms:.3f}x'} slower while a transfer is in flight"
-          f" (model uses {inter['used']:.3f}x); compute slots {r['compute_slots'] or 'unlimited'}")
+          f" (model uses {inter['used']:.3f}x)")
+    conc = r.get("concurrency_slowdown")
+    if conc:
+        print("ranks computing at once: " + ", ".join(f"{k:g} -> {f:.2f}x slower" for k, f in conc))
+    else:
+        print(f"compute slots {r['compute_slots'] or 'unlimited'}")
     return 0
 
 

@@ -4,8 +4,12 @@ Two effects a calibrated profile can carry (both absent from a datasheet preset)
 - interference: while a transfer of its own (a send or a receive) is in flight, a
   rank's compute progresses at 1/slowdown of its speed (gloo on CPU burns cores to
   move bytes; NCCL kernels take SMs from the attention kernel);
-- core sharing: when more ranks compute at once than there are compute slots (CPU
-  cores / threads per rank), each progresses at slots / active of its speed.
+- core sharing: when several ranks compute at once on one host, each slows down. If
+  the profile measured it (`concurrency`: the time of a block with k processes
+  computing at once, over the time alone), a rank progresses at 1 / slowdown(active),
+  interpolated between measured counts and extended along the last segment; otherwise
+  at slots / active once more ranks compute than there are compute slots (CPU cores /
+  threads per rank).
 
 A block's duration from the hardware model is its work at full speed; `Sharing`
 tracks, inside the SimPy run, every compute in progress, and whenever a compute or a
@@ -26,10 +30,28 @@ class Contention:
     """Compute time factor while a transfer of the same rank is in flight (>= 1)."""
     compute_slots: float | None = None
     """Ranks that can compute at full speed at once (None: unlimited, as on GPUs)."""
+    concurrency: tuple[tuple[float, float], ...] | None = None
+    """Measured (processes computing at once, slowdown of each) pairs, ascending; when
+    given it replaces `compute_slots`."""
 
     @property
     def active(self) -> bool:
-        return self.slowdown_in_flight != 1.0 or self.compute_slots is not None
+        return (self.slowdown_in_flight != 1.0 or self.compute_slots is not None
+                or self.concurrency is not None)
+
+    def sharing_slowdown(self, active: int) -> float:
+        """How much slower each of `active` computing ranks runs than one alone."""
+        if self.concurrency:
+            pts = self.concurrency
+            if active <= pts[0][0] or len(pts) == 1:
+                return max(1.0, pts[0][1]) if active >= pts[0][0] else 1.0
+            for (k0, f0), (k1, f1) in zip(pts, pts[1:]):
+                if active <= k1:
+                    break
+            return max(1.0, f0 + (f1 - f0) * (active - k0) / (k1 - k0))
+        if self.compute_slots is not None and active > self.compute_slots:
+            return active / self.compute_slots
+        return 1.0
 
 
 class _Running:
@@ -52,10 +74,7 @@ class Sharing:
         rate = 1.0
         if self.in_flight[rank]:
             rate /= self.model.slowdown_in_flight
-        slots = self.model.compute_slots
-        if slots is not None and len(self.running) > slots:
-            rate *= slots / len(self.running)
-        return rate
+        return rate / self.model.sharing_slowdown(len(self.running))
 
     def _retime(self, caller: int | None) -> None:
         now = self.env.now

@@ -309,7 +309,8 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     if contention is not None and contention.active:
         player = "simpy"     # rates that change mid-block need the event loop
         meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
-                              "compute_slots": contention.compute_slots}
+                              "compute_slots": contention.compute_slots,
+                              "concurrency": contention.concurrency}
     if player == "simpy":
         start, end, meta["sim_events"] = _times_simpy(schedule, dur.tolist(), contention)
         start, end = np.array(start), np.array(end)

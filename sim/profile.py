@@ -105,7 +105,8 @@ class Profile:
                 "link": {"latency_s": self.link.latency_s,
                          "bandwidth_bytes_per_s": self.link.bandwidth_bytes_per_s},
                 "contention": {"slowdown_in_flight": self.contention.slowdown_in_flight,
-                               "compute_slots": self.contention.compute_slots},
+                               "compute_slots": self.contention.compute_slots,
+                               "concurrency": self.contention.concurrency},
                 "measured_on": self.measured_on}
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,7 +120,9 @@ class Profile:
             "link": {"latency_s": self.link.latency_s,
                      "bandwidth_bytes_per_s": self.link.bandwidth_bytes_per_s},
             "contention": {"slowdown_in_flight": self.contention.slowdown_in_flight,
-                           "compute_slots": self.contention.compute_slots},
+                           "compute_slots": self.contention.compute_slots,
+                           "concurrency": ([list(p) for p in self.contention.concurrency]
+                                           if self.contention.concurrency else None)},
             "report": self.report,
         }
 
@@ -173,9 +176,16 @@ def profile_from_dict(d: Any, source: str = "") -> Profile:
     if not isinstance(cont, dict):
         raise RingsimError("profile: contention must be an object")
     slots = cont.get("compute_slots")
+    conc = cont.get("concurrency")
+    if conc is not None:
+        if not isinstance(conc, list) or not conc or not all(isinstance(p, list) and len(p) == 2 for p in conc):
+            raise RingsimError("profile: contention.concurrency must be [processes, slowdown] pairs")
+        conc = tuple(sorted((_num(p[0], "processes", positive=True), _num(p[1], "slowdown", positive=True))
+                            for p in conc))
     contention = Contention(
         slowdown_in_flight=max(1.0, _num(cont.get("slowdown_in_flight", 1.0), "slowdown_in_flight", positive=True)),
-        compute_slots=None if slots is None else _num(slots, "compute_slots", positive=True))
+        compute_slots=None if slots is None else _num(slots, "compute_slots", positive=True),
+        concurrency=conc)
     measured_on = d.get("measured_on") if isinstance(d.get("measured_on"), dict) else {}
     report = d.get("report") if isinstance(d.get("report"), dict) else {}
     return Profile(comp["model"], groups, lf, contention, measured_on, report, source)

@@ -76,7 +76,10 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
     assert {(e["bytes"], e["direction"]) for e in d["transfer"]} == {(1024, "one_way"), (1024, "both_ways")}
     inter = d["interference"][0]
     assert inter["bytes"] == 2 * 4 * 32 * 64 * 4 and inter["slowdown"] > 0
-    assert "[7/7]" in err                                  # progress as entries complete
+    # --quick: the interference block computed by 1 and by 2 processes at once
+    assert [(e["processes"], len(e["time_s"])) for e in d["concurrency"]] == [(1, 2), (2, 4)]
+    assert all(e["q_tokens"] == 32 and e["median_s"] > 0 for e in d["concurrency"])
+    assert "[9/9]" in err                                  # progress as entries complete
     code, _, err = run(capsys, *argv)
     assert code == 2 and "--resume" in err
     code, _, err = run(capsys, *argv, "--resume", "--blocks", "16,32,48", "--parts", "compute")

@@ -14,6 +14,7 @@ from sim.profile import load_profile, profile_from_dict
 
 OVERHEAD, RATE, DIAG_RATE = 150e-6, 20e9, 12e9
 LATENCY, BW = 80e-6, 1.2e9
+CONCURRENCY = [(1, 1.0), (2, 1.1), (4, 2.6)]
 
 
 def bench(slowdown=1.3, cpu_count=2, threads=1, kinds=("fwd",), noise=0.0):
@@ -30,9 +31,11 @@ def bench(slowdown=1.3, cpu_count=2, threads=1, kinds=("fwd",), noise=0.0):
         transfer.append({"bytes": b, "direction": "both_ways", "time_s": [LATENCY + b / BW]})
         transfer.append({"bytes": b, "direction": "one_way", "time_s": [LATENCY / 2 + b / (2 * BW)]})
     interference = [{"compute_alone_s": [0.010], "compute_with_transfer_s": [0.010 * slowdown]}]
+    concurrency = [{"processes": k, "time_s": [0.02 * f, 0.02 * f]} for k, f in CONCURRENCY]
     return {"format": "ringsim-hw-bench", "version": 1,
             "device": {"kind": "cpu", "name": "test cpu", "cpu_count": cpu_count, "threads_per_rank": threads},
-            "compute": compute, "transfer": transfer, "interference": interference}
+            "compute": compute, "transfer": transfer, "interference": interference,
+            "concurrency": concurrency}
 
 
 def test_fit_line_recovers_a_line():
@@ -51,6 +54,9 @@ def test_calibrate_recovers_compute_link_and_contention():
     assert p.report["link"]["one_way"]["bandwidth_bytes_per_s"] == pytest.approx(2 * BW)
     assert p.contention.slowdown_in_flight == pytest.approx(1.3)
     assert p.contention.compute_slots == 2
+    assert p.contention.concurrency == (pytest.approx((1, 1.0)), pytest.approx((2, 1.1)), pytest.approx((4, 2.6)))
+    assert p.contention.sharing_slowdown(3) == pytest.approx(1.85)
+    assert p.contention.sharing_slowdown(6) == pytest.approx(4.1)   # along the last segment
     # exact data: both models predict held-out points well; the line exactly
     assert p.report["compute"]["chosen"]["held_out_median_abs_rel_fit"] == pytest.approx(0, abs=1e-9)
     assert p.compute_model == "fit"
@@ -126,6 +132,7 @@ def test_calibrate_cli_writes_once_and_reports(tmp_path, capsys):
     assert main(["calibrate", str(src), "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "interference: compute 1.300x slower" in text and "compute model: fit" in text
+    assert "2 -> 1.10x slower" in text
     assert main(["calibrate", str(src), "-o", str(out)]) == 2
     assert "exists" in capsys.readouterr().err
     assert main(["simulate", "--profile", str(out), "--gpus", "2", "--seq", "4096", "--dtype", "fp32",

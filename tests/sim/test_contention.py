@@ -62,3 +62,13 @@ def test_no_contention_leaves_the_preset_model_alone():
     a = run(plain)
     b = run(hw(Contention(), 1.0))
     assert a.spans == b.spans
+
+
+def test_measured_concurrency_slows_every_rank_computing_at_once():
+    n = 4
+    w_c, _ = base_times(n=n, seq=4096, gbps=1e9)
+    model = Contention(concurrency=((1, 1.0), (2, 1.2), (4, 2.6)))
+    trace = run(hw(model, gbps=1e9), n=n, seq=4096)
+    # four ranks compute in lock step: each block takes w_c times the measured 4-way slowdown
+    assert compute_metrics(trace).makespan_s == pytest.approx(n * w_c * 2.6, rel=1e-6)
+    assert model.sharing_slowdown(1) == 1.0 and model.sharing_slowdown(3) == pytest.approx(1.9)
