@@ -24,7 +24,7 @@ import numpy as np
 from sim.config import LAYOUTS, Hardware, Link, Scenario
 from sim.engine import simulate
 from sim.memory import full_kv_bytes, peak_memory_bytes
-from sim.metrics import Metrics, compute_metrics
+from sim.metrics import Metrics, comparison_row, compute_metrics
 from sim.trace import Trace
 from sim.validate import step_durations
 
@@ -134,10 +134,8 @@ def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None 
 
 
 def metrics_row(scenario: Scenario, m: Metrics) -> dict[str, Any]:
-    """One row of the comparison table, as sim.cli.compare_rows writes it."""
-    return {"layout": scenario.layout, "overlap": scenario.overlap,
-            "exposed_comm_s": max(r.exposed_comm_s for r in m.ranks),
-            **{k: v for k, v in m.to_dict().items() if k != "ranks"}}
+    """One row of the comparison table, as `ringsim compare` writes it."""
+    return comparison_row(scenario.layout, scenario.overlap, m)
 
 
 def compare_table(scenario: Scenario, profile: Any | None = None,

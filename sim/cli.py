@@ -170,16 +170,13 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 def compare_rows(scenario: Scenario, hardware=None) -> list[dict[str, Any]]:
     """Metrics of every layout with overlap on and off, for one workload."""
     from sim.engine import simulate
-    from sim.metrics import compute_metrics
+    from sim.metrics import comparison_row, compute_metrics
 
     out = []
     for layout in LAYOUTS:
         for overlap in (True, False):
             sc = scenario.with_(layout=layout, overlap=overlap)
-            m = compute_metrics(simulate(sc, hardware))
-            out.append({"layout": layout, "overlap": overlap,
-                        "exposed_comm_s": max(r.exposed_comm_s for r in m.ranks),
-                        **{k: v for k, v in m.to_dict().items() if k != "ranks"}})
+            out.append(comparison_row(layout, overlap, compute_metrics(simulate(sc, hardware))))
     return out
 
 

@@ -44,6 +44,14 @@ class Metrics:
         return d
 
 
+def comparison_row(layout: str, overlap: bool, m: Metrics) -> dict[str, Any]:
+    """One row of a layout comparison: the overall metrics and the worst rank's exposed
+    communication (what `ringsim compare` and the dashboard tabulate)."""
+    return {"layout": layout, "overlap": overlap,
+            "exposed_comm_s": max(r.exposed_comm_s for r in m.ranks),
+            **{k: v for k, v in m.to_dict().items() if k != "ranks"}}
+
+
 def union_length(intervals: list[tuple[float, float]]) -> float:
     total = 0.0
     cur_s = cur_e = None
