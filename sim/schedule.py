@@ -145,14 +145,6 @@ class Schedule:
             order[r].append(op_id)
         return order
 
-    @property
-    def computes(self) -> list[ComputeOp]:
-        return [op for op in self.ops if isinstance(op, ComputeOp)]
-
-    @property
-    def transfers(self) -> list[TransferOp]:
-        return [op for op in self.ops if isinstance(op, TransferOp)]
-
     def _materialize(self) -> list[ComputeOp | TransferOp]:
         kinds = np.array(KINDS, dtype=object)[self.kind]
         sets = np.empty(len(self.chunk_sets) + 1, dtype=object)

@@ -99,16 +99,6 @@ class Trace:
                 out[s.rank].append(s)
         return out
 
-    def shifted(self, offset_s: float) -> "Trace":
-        """The same trace with every time moved by `offset_s`."""
-        spans = [
-            Span(s.rank, s.stream, s.kind, s.step, s.start_s + offset_s, s.end_s + offset_s,
-                 s.flops, s.bytes, s.q_chunks, s.kv_chunks, s.peer)
-            for s in self.spans
-        ]
-        return Trace(self.source, self.world_size, spans, dict(self.config),
-                     dict(self.hardware), dict(self.meta))
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
