@@ -104,7 +104,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from sim.config import Scenario, Workload
     from sim.engine import simulate
     from sim.profile import load_profile
-    from sim.validate import compare_case, markdown, matrix, summarize
+    from sim.validate import compare_case, markdown, matrix
 
     profile = load_profile(a.profile)
     if a.repeats < 2:
@@ -154,8 +154,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
               f"cv {row['measured_cv']:.1%}), simulated {row['simulated_s'] * 1e3:.1f} ms "
               f"({row['error']:+.1%})  [{time.perf_counter() - started:.0f} s]", file=sys.stderr, flush=True)
         if a.out:
-            write_json(a.out, _report(a, settings, cases, rows, measured_on, summarize), overwrite=True)
-    report = _report(a, settings, cases, rows, measured_on, summarize)
+            write_json(a.out, _report(a, settings, cases, rows, measured_on), overwrite=True)
+    report = _report(a, settings, cases, rows, measured_on)
     if a.out:
         write_json(a.out, report, overwrite=True)
     if a.markdown:
@@ -178,12 +178,14 @@ def cmd_validate(a: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _report(a, settings, cases, rows, measured_on, summarize) -> dict[str, Any]:
+def _report(a, settings, cases, rows, measured_on) -> dict[str, Any]:
+    from sim.validate import summarize
+
     ordered = [rows[c.key] for c in cases if c.key in rows]
+    summary = summarize(ordered, max_case_error=a.max_case_error or 0.10)
     return {"settings": settings, "profile": a.profile, "measured_on": measured_on or {},
             "warmup": a.warmup, "repeats": a.repeats, "complete": len(ordered) == len(cases),
-            "summary": summarize(ordered, max_case_error=a.max_case_error or 0.10),
-            "median_abs_error": summarize(ordered)["median_abs_error"] if ordered else None,
+            "summary": summary, "median_abs_error": summary.get("median_abs_error"),
             "cases": ordered}
 
 

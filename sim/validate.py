@@ -153,7 +153,7 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
         "cases": len(rows),
         "median_abs_error": statistics.median(errors),
         "max_abs_error": worst["abs_error"],
-        "worst_case": worst["case"] if "case" in worst else _key(worst),
+        "worst_case": _key(worst),
         "cases_within_range_or_tolerance": sum(ok),
         "step_median_abs_error": statistics.median(step_errors) if step_errors else None,
         "median_measured_cv": statistics.median(r["measured_cv"] for r in rows),
