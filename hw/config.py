@@ -28,19 +28,6 @@ def default_threads(ranks_on_host: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, ranks_on_host))
 
 
-def n_chunks(layout: str, world_size: int) -> int:
-    """Equal chunks the layout cuts a sequence into (zigzag: two per rank)."""
-    return 2 * world_size if layout == "zigzag" else world_size
-
-
-def check_divisible(seq: int, layout: str, world_size: int) -> None:
-    chunks = n_chunks(layout, world_size)
-    if seq % chunks:
-        raise RingsimError(
-            f"sequence length {seq} does not divide into {chunks} equal chunks ({layout} "
-            f"layout on {world_size} ranks); use a multiple of {chunks}")
-
-
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """One measured run of the ring kernel."""
@@ -108,7 +95,7 @@ class RunConfig:
             raise RingsimError(f"fail_rank must be a rank below {self.world_size}, got {self.fail_rank!r}")
         if self.fail_mode not in ("raise", "exit"):
             raise RingsimError(f"fail_mode must be raise or exit, got {self.fail_mode!r}")
-        check_divisible(self.workload.seq, self.layout, self.world_size)
+        self.scenario()  # the simulator's checks: sizes that divide into the layout's chunks
 
     @property
     def resolved_backend(self) -> str:
