@@ -94,15 +94,22 @@ def _causal_pairs(qs: np.ndarray, ks: np.ndarray, stride: int) -> np.ndarray:
 
 def exact_work(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
     """Array (n, n) of int64: unmasked pairs of the block (query rank, K/V rank)."""
-    segs = segments(layout, seq, n)
-    c = seq // n
     if not causal:
+        _check(layout, seq, n)
+        c = seq // n
         return np.full((n, n), c * c, dtype=np.int64)
+    pairs, _ = _segment_pairs(layout, seq, n)
+    return pairs.sum(axis=(1, 3))
+
+
+def _segment_pairs(layout: str, seq: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Causal pairs and all pairs of every (query rank, segment, K/V rank, segment)."""
+    segs = segments(layout, seq, n)
     stride = segs[0][0].stride
     sc = np.array([[(g.start, g.count) for g in rank] for rank in segs], dtype=np.int64)  # (n, m, 2)
     qs = sc[:, :, None, None, :]     # (n, m, 1, 1, 2)
     ks = sc[None, None, :, :, :]     # (1, 1, n, m, 2)
-    return _causal_pairs(qs, ks, stride).sum(axis=(1, 3))
+    return _causal_pairs(qs, ks, stride), qs[..., 1] * ks[..., 1]
 
 
 def block_masks(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
@@ -117,12 +124,7 @@ def block_masks(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
     out = np.full((n, n), "full", dtype=object)
     if not causal:
         return out
-    segs = segments(layout, seq, n)
-    stride = segs[0][0].stride
-    sc = np.array([[(g.start, g.count) for g in rank] for rank in segs], dtype=np.int64)
-    qs, ks = sc[:, :, None, None, :], sc[None, None, :, :, :]
-    pairs = _causal_pairs(qs, ks, stride)                         # (n, m, n, m)
-    whole = qs[..., 1] * ks[..., 1]
+    pairs, whole = _segment_pairs(layout, seq, n)                # (n, m, n, m)
     cut = ((pairs > 0) & (pairs < whole)).any(axis=(1, 3))
     empty = pairs.sum(axis=(1, 3)) == 0
     out[cut] = "diagonal"
