@@ -197,7 +197,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                   State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
     def download_trace(_, data, profile_data):
         res = result_of(data, profile_data)
-        return dict(content=export.trace_json(res.trace), filename=_name(scenario_of(data)) + ".json")
+        return dcc.send_bytes(export.trace_archive(res.trace), _name(scenario_of(data)) + ".trace.npz")
 
     @app.callback(Output("dl-chrome", "data"), Input("dl-chrome-btn", "n_clicks"),
                   State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)

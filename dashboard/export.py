@@ -1,6 +1,6 @@
 """What the page lets a user download and upload, as plain functions of the data.
 
-Downloads: the trace (sim/trace.py's versioned JSON), the Chrome trace (for Perfetto)
+Downloads: the trace (sim/trace.py's version-2 archive, or its JSON), the Chrome trace (for Perfetto)
 and the metrics (CSV: one row for the whole run, one per rank). Uploads arrive from the
 browser as base64 data URLs; they are size-checked before decoding and parsed as JSON
 only, through the trace's own validation.
@@ -25,15 +25,13 @@ CSV_COLUMNS = ("scope", "rank", "makespan_s", "ideal_s", "efficiency", "load_imb
 
 
 def trace_json(trace: Trace) -> str:
-    """The trace file (what Trace.to_dict() holds), built without dataclasses.asdict,
-    which dominates the time for tens of thousands of spans."""
-    head = Trace(trace.source, trace.world_size, [], trace.config, trace.hardware,
-                 trace.meta).to_dict()
-    head["spans"] = [{"rank": s.rank, "stream": s.stream, "kind": s.kind, "step": s.step,
-                      "start_s": s.start_s, "end_s": s.end_s, "flops": s.flops, "bytes": s.bytes,
-                      "q_chunks": list(s.q_chunks), "kv_chunks": list(s.kv_chunks), "peer": s.peer}
-                     for s in trace.spans]
-    return json.dumps(head, separators=(",", ":"), allow_nan=False)
+    """The trace file as JSON (version 2: the columns as arrays)."""
+    return json.dumps(trace.to_dict(), separators=(",", ":"), allow_nan=False)
+
+
+def trace_archive(trace: Trace) -> bytes:
+    """The trace file as a compact archive (version 2, sim/trace.py): what the page offers."""
+    return trace.to_bytes()
 
 
 def chrome_trace_json(trace: Trace) -> str:

@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.layouts import NAMES as LAYOUT_NAMES, get as get_layout
 from sim.presets import gpu_preset, link_preset
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ACCUM_BYTES = 4
 """dK/dV travel in fp32 (the accumulation dtype) whatever the input dtype."""
 PASSES = ("fwd", "bwd", "fwdbwd")
-LAYOUTS = ("contiguous", "striped", "zigzag")
+LAYOUTS = LAYOUT_NAMES
 GRANULARITIES = ("exact", "tile")
 SYNCS = ("step", "buffered")
 BWD_FLOPS_FACTOR = 2.5
@@ -216,7 +217,9 @@ class Scenario:
     workload: Workload = field(default_factory=Workload)
     hardware: Hardware = field(default_factory=Hardware)
     n_gpus: int = 8
-    """Ranks in the ring."""
+    """Ranks in the sequence-parallel group."""
+    scheme: str = "ring"
+    """The sequence-parallel scheme (a module of sim.schemes): ring, ..."""
     layout: str = "zigzag"
     """How tokens map to ranks: contiguous, striped or zigzag."""
     overlap: bool = True
@@ -231,7 +234,10 @@ class Scenario:
     """Tile edge in tokens when granularity is 'tile'."""
 
     def __post_init__(self) -> None:
+        from sim.schemes import get as get_scheme
+
         _positive_int(self, "n_gpus", "tile")
+        scheme = get_scheme(self.scheme)
         if self.layout not in LAYOUTS:
             raise RingsimError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.sync not in SYNCS:
@@ -245,11 +251,12 @@ class Scenario:
                 f"({self.layout} layout on {self.n_gpus} GPUs); use a multiple of {chunks}")
         if self.workload.dtype not in self.hardware.gpu.peak_tflops and self.hardware.gpu.achieved_tflops is None:
             raise RingsimError(f"GPU {self.hardware.gpu.name} has no rate for {self.workload.dtype}")
+        scheme.check(self)
 
     @property
     def n_chunks(self) -> int:
         """How many equal chunks the layout cuts the sequence into."""
-        return 2 * self.n_gpus if self.layout == "zigzag" else self.n_gpus
+        return get_layout(self.layout).n_chunks(self.n_gpus)
 
     @property
     def tokens_per_rank(self) -> int:
@@ -261,6 +268,6 @@ class Scenario:
     def describe(self) -> dict[str, Any]:
         w = asdict(self.workload)
         w["pass"] = w.pop("pass_")
-        return {"workload": w, "n_gpus": self.n_gpus, "layout": self.layout,
+        return {"workload": w, "n_gpus": self.n_gpus, "scheme": self.scheme, "layout": self.layout,
                 "overlap": self.overlap, "sync": self.sync, "granularity": self.granularity,
                 "tile": self.tile}

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sim.trace import Trace
+import numpy as np
+
+from sim.trace import COMPUTE, IDLE, RECV, SEND, WAIT, Trace
 
 
 @dataclass(frozen=True)
@@ -53,45 +55,52 @@ def comparison_row(layout: str, overlap: bool, m: Metrics) -> dict[str, Any]:
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
-    total = 0.0
-    cur_s = cur_e = None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
+    """Length of the union of intervals (start, end)."""
+    if not intervals:
+        return 0.0
+    s, e = np.array(intervals, dtype=np.float64).reshape(-1, 2).T
+    return float(_union_lengths(np.zeros(len(s), dtype=np.int64), s, e, 1)[0])
+
+
+def _union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
+    """Per group (0..n-1), the length of the union of its intervals: sorted by start,
+    merged where one starts before the running end, the merged lengths summed in order."""
+    order = np.lexsort((end, start, group))
+    g, s, e = group[order], start[order], end[order]
+    out = np.zeros(n)
+    if not len(g):
+        return out
+    bounds = np.flatnonzero(np.diff(g)) + 1
+    for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(g)].tolist()):
+        gs, reach = s[lo:hi], np.maximum.accumulate(e[lo:hi])
+        new = np.ones(len(gs), dtype=bool)
+        new[1:] = gs[1:] > reach[:-1]
+        firsts = np.flatnonzero(new)
+        lasts = np.r_[firsts[1:] - 1, len(gs) - 1]
+        out[g[lo]] = np.cumsum(reach[lasts] - gs[firsts])[-1]
+    return out
 
 
 def compute_metrics(trace: Trace) -> Metrics:
+    """The metrics of a trace, from its columns (DESIGN.md, Definitions)."""
     n = trace.world_size
-    first, last = float("inf"), float("-inf")
-    compute = [0.0] * n
-    exposed = [0.0] * n
-    flops = [0.0] * n
-    flights: list[list[tuple[float, float]]] = [[] for _ in range(n)]
-    total_bytes = 0.0
-    for s in trace.spans:
-        if s.start_s < first:
-            first = s.start_s
-        if s.end_s > last:
-            last = s.end_s
-        if s.stream == "compute":
-            compute[s.rank] += s.end_s - s.start_s
-            flops[s.rank] += s.flops
-        elif s.stream == "wait":
-            if s.kind != "idle":
-                exposed[s.rank] += s.end_s - s.start_s
-        else:
-            flights[s.rank].append((s.start_s, s.end_s))
-            if s.stream == "send":
-                total_bytes += s.bytes
-    makespan = last - first if trace.spans else 0.0   # the same as trace.makespan_s, in this pass
-    comm = [union_length(f) for f in flights]
+    c = trace.columns
+    dur = c.end_s - c.start_s
+    compute = np.zeros(n)
+    exposed = np.zeros(n)
+    flops = np.zeros(n)
+    is_compute = c.stream == COMPUTE
+    # np.add.at adds in order, as a running sum per rank would
+    np.add.at(compute, c.rank[is_compute], dur[is_compute])
+    np.add.at(flops, c.rank[is_compute], c.flops[is_compute])
+    is_exposed = (c.stream == WAIT) & (c.kind != IDLE)
+    np.add.at(exposed, c.rank[is_exposed], dur[is_exposed])
+    moves = (c.stream == SEND) | (c.stream == RECV)
+    comm = _union_lengths(c.rank[moves], c.start_s[moves], c.end_s[moves], n).tolist()
+    sends = c.bytes[c.stream == SEND]
+    total_bytes = float(np.cumsum(sends)[-1]) if len(sends) else 0.0
+    makespan = trace.makespan_s
+    compute, exposed, flops = compute.tolist(), exposed.tolist(), flops.tolist()
     mem = trace.meta.get("peak_mem_bytes")
     ranks = [RankMetrics(r, compute[r], comm[r], exposed[r],
                          max(0.0, makespan - compute[r] - exposed[r]), flops[r],

@@ -104,8 +104,13 @@ class Schedule:
     wave_starts: np.ndarray
     """Wave w is the ids wave_starts[w] .. wave_starts[w + 1] - 1 (see module docstring)."""
     resource: np.ndarray | None = None
-    """Stream of each operation: its rank for a compute, n_ranks + an index of its link
-    (src, dst) for a transfer; derived from rank and peer when not given."""
+    """The resource each operation occupies while it runs (an index into
+    `resource_names`): a rank's compute stream, a directed link, or whatever the scheme
+    names (a NIC port, a switch); operations on one resource run one at a time, in
+    schedule order. When not given: its rank for a compute, n_ranks + an index of its
+    link (src, dst) for a transfer."""
+    resource_names: list[str] | None = None
+    """A name per resource (derived with `resource` when not given)."""
     n_resources: int = field(init=False)
     _ops: list[ComputeOp | TransferOp] | None = field(default=None, init=False, repr=False)
 
@@ -113,10 +118,17 @@ class Schedule:
         n = self.n_ranks
         if self.resource is None:
             transfer = self.is_transfer
-            links = np.unique(self.rank[transfer] * n + self.peer[transfer], return_inverse=True)[1]
+            links, index = np.unique(self.rank[transfer] * n + self.peer[transfer], return_inverse=True)
             self.resource = self.rank.copy()
-            self.resource[transfer] = n + links.reshape(-1)
+            self.resource[transfer] = n + index.reshape(-1)
+            if self.resource_names is None:
+                self.resource_names = ([f"GPU {r} compute" for r in range(n)]
+                                       + [f"link {x // n}->{x % n}" for x in links.tolist()])
         self.n_resources = int(self.resource.max(initial=n - 1)) + 1
+        if self.resource_names is None:
+            self.resource_names = [f"resource {i}" for i in range(self.n_resources)]
+        if len(self.resource_names) < self.n_resources:
+            raise ValueError("every resource needs a name")
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -151,7 +163,7 @@ class Schedule:
         for i, chunks in enumerate(self.chunk_sets):
             sets[i] = chunks
         sets[-1] = ()
-        after = self._after_tuples()
+        after = self.after_tuples()
         ops: list = [None] * len(self)
         comp = np.flatnonzero(~self.is_transfer)
         made = map(ComputeOp, comp.tolist(), self.rank[comp].tolist(), kinds[comp].tolist(),
@@ -171,7 +183,7 @@ class Schedule:
             ops[i] = op
         return ops
 
-    def _after_tuples(self) -> list[tuple[int, ...]]:
+    def after_tuples(self) -> list[tuple[int, ...]]:
         """Each op's dependencies as a tuple: in the order given, each id once."""
         deps = self.after.copy()
         for j in range(1, len(deps)):
@@ -201,14 +213,18 @@ class Schedule:
             raise ValueError("an operation waits on one of its own wave or a later one")
         key = wave * self.n_resources + self.resource
         if len(np.unique(key)) != n_ops:
-            raise ValueError("two operations of one wave share a stream or link")
+            raise ValueError("two operations of one wave share a stream or other resource")
 
     @classmethod
-    def from_ops(cls, n_ranks: int, ops: Iterable[ComputeOp | TransferOp]) -> "Schedule":
+    def from_ops(cls, n_ranks: int, ops: Iterable[ComputeOp | TransferOp],
+                 resources: Iterable[str] | None = None) -> "Schedule":
         """The schedule of a list of operations (ids 0, 1, ... in order, dependencies first).
 
-        Waves are cut greedily: a new one starts at the first operation that waits on
-        one of the current wave or uses a stream the current wave already uses.
+        `resources`, when given, names the resource of each operation (operations with
+        one name share it: several links through one NIC port, say); otherwise a compute
+        occupies its rank's stream and a transfer its link (src, dst). Waves are cut
+        greedily: a new one starts at the first operation that waits on one of the
+        current wave or uses a resource the current wave already uses.
         """
         ops = list(ops)
         n_ops = len(ops)
@@ -220,13 +236,16 @@ class Schedule:
         after = np.full((width, n_ops), NO_DEP, dtype=np.int64)
         wave_starts = [0]
         in_wave: set = set()
+        named = list(resources) if resources is not None else None
+        if named is not None and len(named) != n_ops:
+            raise ValueError("resources must name one resource per operation")
         for i, op in enumerate(ops):
             if op.id != i:
                 raise ValueError(f"operation {i} has id {op.id}: ids must be 0, 1, ... in order")
             if any(not 0 <= d < i for d in op.after):
                 raise ValueError(f"operation {i} waits on {op.after}: dependencies must come first")
             compute = isinstance(op, ComputeOp)
-            stream = op.rank if compute else (op.src, op.dst)
+            stream = (op.rank if compute else (op.src, op.dst)) if named is None else named[i]
             if stream in in_wave or any(d >= wave_starts[-1] for d in op.after):
                 wave_starts.append(i)
                 in_wave.clear()
@@ -248,7 +267,13 @@ class Schedule:
             wave_starts.append(n_ops)
         arrays = {name: np.array(v, dtype=np.float64 if name == "flops" else np.int64)
                   for name, v in cols.items()}
+        resource = resource_names = None
+        if named is not None:
+            resource_names = list(dict.fromkeys(named))
+            index = {name: i for i, name in enumerate(resource_names)}
+            resource = np.array([index[name] for name in named], dtype=np.int64)
         sched = cls(n_ranks=n_ranks, **arrays, chunk_sets=list(sets), after=after,
-                    wave_starts=np.array(wave_starts, dtype=np.int64))
+                    wave_starts=np.array(wave_starts, dtype=np.int64), resource=resource,
+                    resource_names=resource_names)
         sched._ops = ops
         return sched

@@ -1,40 +1,17 @@
-"""Layouts on the kernel side: which pieces of a (query shard, K/V block) pair to compute.
+"""Layouts on the kernel side: sharding full tensors by a layout's token order.
 
-A layout (DESIGN.md, fact 8; token assignment in `sim.layouts`) decides which tokens a
-rank holds. Under a causal mask it also decides, for the block a rank holds at a ring
-step, which part of the local score matrix is unmasked. Each layout module answers
-that with a few `Piece`s, each either fully unmasked or a square causal diagonal, so
-that every piece is one call of a fused attention operator (full or causal) and no
-piece has a row with every key masked. An empty answer is a fully masked block: it is
-skipped. Without a causal mask every layout computes the whole block.
-
-Sharding and unsharding full tensors by the layout's token order live here too.
+Which tokens a rank holds and which pieces of a (query shard, K/V block) pair a causal
+kernel computes (each piece one call of a fused attention operator, none with a row
+whose keys are all masked) are the layout modules' answers in `sim.layouts`, shared
+with the simulator and the figures; `block_pieces` is re-exported from there.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from sim.layouts import block_pieces, rank_tokens
+from sim.layouts.base import Piece
 
-from sim.layouts import rank_tokens
-
-from hw.layouts import contiguous, striped, zigzag
-from hw.layouts.base import ALL, Piece
-
-# plan(rank, owner, world, tokens_per_rank) -> the pieces of a causal block
-Plan = Callable[[int, int, int, int], tuple[Piece, ...]]
-PLANS: dict[str, Plan] = {
-    "contiguous": contiguous.plan,
-    "striped": striped.plan,
-    "zigzag": zigzag.plan,
-}
-
-
-def block_pieces(layout: str, rank: int, owner: int, world: int, tokens: int,
-                 causal: bool) -> tuple[Piece, ...]:
-    """Pieces of rank `rank`'s queries against the K/V block of rank `owner`."""
-    if not causal:
-        return (Piece(ALL, ALL, False),)
-    return PLANS[layout](rank, owner, world, tokens)
+__all__ = ["Piece", "block_pieces", "shard", "token_index", "unshard"]
 
 
 def token_index(layout: str, seq: int, world: int):

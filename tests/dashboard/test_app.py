@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from sim.trace import Trace
+
 from dashboard.app import create_app, load_profile_file
 from dashboard.client import CallbackClient
 from dashboard.state import CONTROL_IDS, defaults
@@ -104,7 +106,10 @@ def test_summary_and_downloads(client):
     assert "traceEvents" in out["dl-chrome"]["data"]["content"]
     _, out = client.call("dl-trace.data", {"dl-trace-btn.n_clicks": 1, "scenario.data": _store()},
                          ["dl-trace-btn.n_clicks"])
-    assert json.loads(out["dl-trace"]["data"]["content"])["format"] == "ringsim-trace"
+    download = out["dl-trace"]["data"]
+    assert download["base64"] and download["filename"].endswith(".trace.npz")
+    back = Trace.loads(base64.b64decode(download["content"]))
+    assert back.header()["format"] == "ringsim-trace" and back.world_size == defaults()["gpus"]
 
 
 def test_trace_upload_and_overlay(client, small_trace):

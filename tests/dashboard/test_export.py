@@ -63,7 +63,7 @@ def test_malformed_uploads_give_a_clear_message(raw, words):
 
 def test_malformed_span_is_named(small_trace):
     d = small_trace.to_dict()
-    d["spans"][3]["rank"] = 99
+    d["columns"]["rank"][3] = 99
     with pytest.raises(RingsimError, match="span 3: rank"):
         export.parse_trace_upload(_data_url(json.dumps(d).encode()), "t.json", 50 * 2**20)
 

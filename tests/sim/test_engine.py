@@ -243,7 +243,7 @@ from operator import attrgetter  # noqa: E402
 from sim.config import BWD_FLOPS_FACTOR  # noqa: E402
 from sim.engine import play  # noqa: E402
 from sim.layouts import block_masks, block_work, chunks_of_rank  # noqa: E402
-from sim.ring import build_ring_schedule  # noqa: E402
+from sim.schemes.ring import build_ring_schedule  # noqa: E402
 from sim.schedule import ComputeOp, Schedule, TransferOp  # noqa: E402
 from sim.trace import Span  # noqa: E402
 

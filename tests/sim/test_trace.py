@@ -49,8 +49,14 @@ def test_chrome_trace_has_one_process_per_rank_and_one_thread_per_stream():
     assert end == pytest.approx(trace.makespan_s * 1e6, rel=1e-9)
 
 
+def v1_dict(trace):
+    """The version-1 file of a trace: a list of span objects."""
+    head = {k: v for k, v in trace.to_dict().items() if k not in ("streams", "kinds", "chunk_sets", "columns")}
+    return {**head, "version": 1, "spans": [s.to_dict() for s in trace.spans]}
+
+
 def good():
-    return small_trace("fwd").to_dict()
+    return v1_dict(small_trace("fwd"))
 
 
 def broken(path, value):
@@ -84,6 +90,127 @@ def broken(path, value):
 def test_malformed_traces_are_refused_with_a_clear_message(text, match):
     with pytest.raises(RingsimError, match=match):
         Trace.loads(text)
+
+
+def test_version_1_files_still_load(tmp_path):
+    trace = small_trace()
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(v1_dict(trace)))
+    back = Trace.load(path)
+    assert back.spans == trace.spans
+    assert back.config == trace.config
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.npz", "t.trace"])
+def test_version_2_round_trips_in_both_encodings(tmp_path, name):
+    trace = small_trace()
+    trace.save(tmp_path / name)
+    back = Trace.load(tmp_path / name)
+    assert back.spans == trace.spans
+    assert (back.config, back.hardware, back.meta) == (trace.config, trace.hardware, trace.meta)
+    for col in ("start_s", "end_s", "flops", "bytes"):
+        assert (getattr(back.columns, col) == getattr(trace.columns, col)).all()
+
+
+def test_the_archive_is_smaller_than_version_1_json():
+    trace = simulate(Scenario(workload=Workload(seq=8192), n_gpus=16))
+    assert len(trace.to_bytes()) * 4 < len(json.dumps(v1_dict(trace)))
+
+
+def v2(**changes):
+    d = small_trace("fwd").to_dict()
+    for path, value in changes.items():
+        obj = d
+        keys = path.split(".")
+        for key in keys[:-1]:
+            obj = obj[int(key)] if isinstance(obj, list) else obj[key]
+        last = keys[-1]
+        if isinstance(obj, list):
+            obj[int(last)] = value
+        else:
+            obj[last] = value
+    return json.dumps(d)
+
+
+@pytest.mark.parametrize("text,match", [
+    (v2(columns=[]), "columns must be"),
+    (v2(**{"columns.rank": "x"}), "column rank must be a list"),
+    (v2(**{"columns.rank.0": 99}), "rank must be"),
+    (v2(**{"columns.rank.0": 1.5}), "rank must hold integers"),
+    (v2(**{"columns.rank.0": 2 ** 40}), "out of range"),
+    (v2(**{"columns.start_s.0": "0"}), "finite numbers"),
+    (v2(**{"columns.end_s.0": -1.0}), "before start_s"),
+    (v2(**{"columns.stream.0": 9}), "stream codes"),
+    (v2(**{"columns.kind.0": 4}), "not valid on its stream"),
+    (v2(streams=["compute", "gpu"]), "unknown stream"),
+    (v2(**{"columns.q_chunks.0": 999}), "q_chunks must index"),
+    (v2(chunk_sets=[["a"]]), "chunk_sets"),
+    (v2(**{"columns.step": [0]}), "one entry per span"),
+])
+def test_malformed_version_2_json_is_refused(text, match):
+    with pytest.raises(RingsimError, match=match):
+        Trace.loads(text)
+
+
+def _archive(trace, *, drop=None, replace=None, header=None):
+    import io
+    import zipfile
+
+    good = zipfile.ZipFile(io.BytesIO(trace.to_bytes()))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for info in good.infolist():
+            if info.filename == drop:
+                continue
+            data = good.read(info.filename)
+            if replace and info.filename in replace:
+                data = replace[info.filename]
+            if header is not None and info.filename == "header.json":
+                data = json.dumps({**json.loads(data), **header}).encode()
+            z.writestr(info.filename, data)
+    return buf.getvalue()
+
+
+def _npy(arr):
+    import io
+
+    import numpy as np
+
+    b = io.BytesIO()
+    np.lib.format.write_array(b, np.asarray(arr), allow_pickle=True)
+    return b.getvalue()
+
+
+def test_malformed_archives_are_refused():
+    import numpy as np
+
+    trace = small_trace("fwd")
+    n = len(trace)
+    cases = [
+        (trace.to_bytes()[:200], "damaged archive"),
+        (_archive(trace, drop="header.json"), "no header.json"),
+        (_archive(trace, drop="end_s.npy"), "no column end_s"),
+        (_archive(trace, replace={"header.json": b"{"}), "not valid JSON"),
+        (_archive(trace, header={"version": 1}), "must be version 2"),
+        (_archive(trace, header={"world_size": 0}), "world_size"),
+        (_archive(trace, replace={"rank.npy": _npy(np.zeros(n, dtype=np.int64))}), "int32"),
+        (_archive(trace, replace={"rank.npy": _npy(np.full(n, 9, dtype=np.int32))}), "rank must be"),
+        (_archive(trace, replace={"end_s.npy": _npy(np.full(n, np.nan))}), "finite"),
+        (_archive(trace, replace={"step.npy": _npy(np.zeros(n + 1, dtype=np.int32))}), "one entry per span"),
+        (_archive(trace, replace={"kind.npy": _npy(np.array(["x"] * n, dtype=object))}), "damaged|int8"),
+    ]
+    for data, match in cases:
+        with pytest.raises(RingsimError, match=match):
+            Trace.loads(data)
+
+
+def test_an_archive_that_unpacks_too_large_is_refused(monkeypatch):
+    import sim.trace as trace_mod
+
+    data = small_trace("fwd").to_bytes()
+    monkeypatch.setattr(trace_mod, "MAX_TRACE_ARRAY_BYTES", 100)
+    with pytest.raises(RingsimError, match="unpacks to more than"):
+        Trace.loads(data)
 
 
 def test_unreadable_file_is_one_error(tmp_path):

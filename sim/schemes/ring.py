@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.config import BWD_FLOPS_FACTOR, Scenario
-from sim.layouts import block_masks, block_work, chunks_of_rank
+from sim.errors import RingsimError
+from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
+from sim.layouts import block_work_and_masks, chunk_pair_work, chunks_of_rank, get as get_layout
 from sim.schedule import BWD, DIAGONAL, DKV, EMPTY, FULL, FWD, KV, NO_DEP, Schedule
+from sim.schemes.base import BlockMap, OpKind, Scheme
+from sim.trace import COMPUTE, Trace
 
 # the rows of the builder's table: the integer columns of a schedule, then `after`
 _INT_COLUMNS = ("kind", "rank", "peer", "step", "kv_rank", "pairs", "mask", "q_tokens",
@@ -45,9 +48,9 @@ _INT_COLUMNS = ("kind", "rank", "peer", "step", "kv_rank", "pairs", "mask", "q_t
 def build_ring_schedule(scenario: Scenario) -> Schedule:
     w = scenario.workload
     n = scenario.n_gpus
-    work = block_work(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile)
-    masks = block_masks(scenario.layout, w.seq, n, w.causal)
-    mask_codes = np.where(masks == "empty", EMPTY, np.where(masks == "diagonal", DIAGONAL, FULL))
+    work, masks = block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity,
+                                       scenario.tile)
+    mask_codes = masks      # codes in the order of MASKS: full, diagonal, empty
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
     tables, flops, waves = [], [], []
     gate = None          # last compute of the previous phase, per rank
@@ -70,9 +73,10 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     columns = dict(zip(_INT_COLUMNS, table))
     # rank r computes on stream r and sends on one link, to r + 1: stream n + r
     resource = np.where(columns["kind"] >= KV, n + columns["rank"], columns["rank"])
+    names = [f"GPU {r} compute" for r in range(n)] + [f"link {r}->{(r + 1) % n}" for r in range(n)]
     return Schedule(n_ranks=n, **columns, flops=flops, chunk_sets=chunks_of_rank(scenario.layout, n),
                     after=table[len(_INT_COLUMNS):], wave_starts=np.append(np.concatenate(waves), base),
-                    resource=resource)
+                    resource=resource, resource_names=names)
 
 
 def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndarray, base: int,
@@ -187,3 +191,77 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
         starts.append(dkv[:, 0])
     waves = np.sort(np.concatenate(starts))
     return table, np.compress(present, flops.reshape(-1, n), axis=0).ravel(), waves, comp[n - 1]
+
+
+def peak_memory_bytes(workload: Workload, tokens_per_rank: int) -> dict[str, int]:
+    """Bytes per rank, itemized; 'total' is the peak (DESIGN.md, fact 4 and "Peak memory").
+
+    A rank holds its own Q/K/V shard, two ring buffers of K/V (the block computed on and
+    the block arriving), its output, an fp32 output accumulator and fp32 softmax
+    statistics (running max and normalizer; the log-sum-exp is kept for backward).
+    Backward adds dO, the fp32 dQ accumulator and two ring buffers of fp32 dK/dV.
+    Nothing grows with the number of ranks at a fixed number of tokens per rank.
+    """
+    w = workload
+    c, eb = tokens_per_rank, w.elem_bytes
+    q = w.batch * w.heads * c * w.head_dim
+    kv = 2 * w.batch * w.kv_heads * c * w.head_dim
+    items = {
+        "q": q * eb,
+        "kv_own": kv * eb,
+        "kv_buffers": 2 * kv * eb,
+        "out": q * eb,
+        "out_accum": q * ACCUM_BYTES,
+        "softmax_stats": 2 * w.batch * w.heads * c * ACCUM_BYTES,
+    }
+    if w.pass_ in ("bwd", "fwdbwd"):
+        items["dout"] = q * eb
+        items["dq_accum"] = q * ACCUM_BYTES
+        items["dkv_buffers"] = 2 * kv * ACCUM_BYTES
+    items["total"] = sum(items.values())
+    return items
+
+
+def block_map(trace: Trace) -> BlockMap:
+    """Query chunk x key chunk: the ring step (within its pass) at which the chunk pair is
+    computed, read from the trace's compute spans; NaN where fully masked or never
+    computed."""
+    try:
+        w = trace.config["workload"]
+        layout, seq, causal = trace.config["layout"], int(w["seq"]), bool(w["causal"])
+        lay = get_layout(layout)
+    except (KeyError, TypeError, ValueError, RingsimError):
+        raise RingsimError("the trace's header has no layout or workload to draw the block map") from None
+    n = trace.world_size
+    work = chunk_pair_work(layout, seq, n, causal)
+    grid = np.full(work.shape, np.nan)
+    c = trace.columns
+    comp = c.stream == COMPUTE
+    if comp.any():
+        kinds = c.kind[comp]
+        first = kinds.min()      # fwd before bwd: the first pass the trace has
+        sel = np.flatnonzero(comp)[kinds == first]
+        q, k = c.chunk_matrix("q_chunks")[sel], c.chunk_matrix("kv_chunks")[sel]
+        step = (c.step[sel] % n).astype(np.float64)
+        for i in range(q.shape[1]):
+            for j in range(k.shape[1]):
+                ok = (q[:, i] >= 0) & (k[:, j] >= 0) & (q[:, i] < work.shape[0]) & (k[:, j] < work.shape[1])
+                grid[q[ok, i], k[ok, j]] = step[ok]
+    grid[work == 0] = np.nan
+    return BlockMap(value=grid, work=work, owner=lay.owner_of_chunk(n), chunk_size=seq // lay.n_chunks(n),
+                    value_label="ring step", axis_label=lay.chunk_axis)
+
+
+SCHEME = Scheme(
+    name="ring",
+    summary="Ring Attention: queries stay, K/V blocks pass around a ring of N GPUs (N-1 hops)",
+    build_schedule=build_ring_schedule,
+    peak_memory=lambda scenario: peak_memory_bytes(scenario.workload, scenario.tokens_per_rank),
+    op_kinds={
+        "fwd": OpKind("compute (forward)", "#3a6fd8"),
+        "bwd": OpKind("compute (backward)", "#8e44ad"),
+        "kv": OpKind("K/V", "#2e9e5b", "#1aa3a3"),
+        "dkv": OpKind("dK/dV", "#8ab833", "#7fc9c9"),
+    },
+    block_map=block_map,
+)

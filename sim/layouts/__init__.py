@@ -1,10 +1,11 @@
 """Layouts: which tokens each rank holds, and the work of every (query rank, K/V rank) block.
 
 A layout cuts the sequence into chunks and gives each rank some of them (DESIGN.md,
-fact 8): contiguous (chunk r on rank r), striped (token t on rank t mod N; "chunk" r
-is that stripe) and zigzag (2N chunks, rank r holds r and 2N-1-r). A rank's tokens are
-a few arithmetic progressions ("segments"), which gives the causal pair counts in
-closed form without touching individual tokens.
+fact 8). Each layout is one small module of this package (contiguous, striped, zigzag:
+see sim.layouts.base for what it supplies); this module looks them up by name and
+derives from their segments what everything else reads. A rank's tokens are a few
+arithmetic progressions ("segments"), which gives the causal pair counts in closed form
+without touching individual tokens.
 
 Work of a block = unmasked (query, key) pairs (DESIGN.md, Definitions), counted per
 head and batch item, exactly or rounded up to whole tiles of the local score matrix.
@@ -12,28 +13,34 @@ head and batch item, exactly or rounded up to whole tiles of the local score mat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.layouts import contiguous, striped, zigzag
+from sim.layouts.base import Layout, Piece, Segment
+
+LAYOUTS: dict[str, Layout] = {m.LAYOUT.name: m.LAYOUT for m in (contiguous, striped, zigzag)}
+NAMES = tuple(LAYOUTS)
 
 
-@dataclass(frozen=True)
-class Segment:
-    """Tokens start, start + stride, ..., start + (count - 1) * stride."""
+def get(name: str) -> Layout:
+    """The layout called `name`; RingsimError naming the choices otherwise."""
+    try:
+        return LAYOUTS[name]
+    except (KeyError, TypeError):
+        raise RingsimError(f"unknown layout {name!r}; choose {', '.join(NAMES[:-1])} or {NAMES[-1]}") from None
 
-    start: int
-    count: int
-    stride: int
+
+def n_chunks(layout: str, n: int) -> int:
+    """How many equal chunks `layout` cuts the sequence into on n ranks."""
+    return get(layout).n_chunks(n)
 
 
 def _check(layout: str, seq: int, n: int) -> None:
-    chunks = 2 * n if layout == "zigzag" else n
-    if layout not in ("contiguous", "striped", "zigzag"):
-        raise RingsimError(f"unknown layout {layout!r}; choose contiguous, striped or zigzag")
+    lay = get(layout)
     if n <= 0 or seq <= 0:
         raise RingsimError("sequence length and number of ranks must be positive")
+    chunks = lay.n_chunks(n)
     if seq % chunks:
         raise RingsimError(f"sequence length {seq} does not divide into {chunks} chunks for {layout} on {n} ranks")
 
@@ -41,20 +48,32 @@ def _check(layout: str, seq: int, n: int) -> None:
 def segments(layout: str, seq: int, n: int) -> list[list[Segment]]:
     """Each rank's tokens, in ascending order, as segments."""
     _check(layout, seq, n)
-    c = seq // n
-    if layout == "contiguous":
-        return [[Segment(r * c, c, 1)] for r in range(n)]
-    if layout == "striped":
-        return [[Segment(r, c, n)] for r in range(n)]
-    h = seq // (2 * n)
-    return [[Segment(r * h, h, 1), Segment((2 * n - 1 - r) * h, h, 1)] for r in range(n)]
+    return get(layout).segments(seq, n)
 
 
 def chunks_of_rank(layout: str, n: int) -> list[tuple[int, ...]]:
     """The chunk ids each rank holds (the q_chunks / kv_chunks of the trace)."""
-    if layout == "zigzag":
-        return [(r, 2 * n - 1 - r) for r in range(n)]
-    return [(r,) for r in range(n)]
+    return get(layout).chunks_of_rank(n)
+
+
+def chunk_pair_work(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
+    """(chunks, chunks): unmasked (query, key) pairs between every two of the layout's
+    chunks (those of the trace's q_chunks/kv_chunks)."""
+    _check(layout, seq, n)
+    lay = get(layout)
+    chunks = lay.n_chunks(n)
+    size = seq // chunks
+    if not causal:
+        return np.full((chunks, chunks), size * size, dtype=np.int64)
+    return lay.chunk_pair_work(size, n)
+
+
+def block_pieces(layout: str, rank: int, owner: int, world: int, tokens: int,
+                 causal: bool) -> tuple[Piece, ...]:
+    """Pieces of rank `rank`'s queries against the K/V block of rank `owner`."""
+    if not causal:
+        return (Piece(slice(None), slice(None), False),)
+    return get(layout).pieces(rank, owner, world, tokens)
 
 
 def rank_tokens(layout: str, seq: int, n: int) -> np.ndarray:
@@ -162,3 +181,22 @@ def block_work(layout: str, seq: int, n: int, causal: bool, granularity: str = "
     if granularity == "tile":
         return tile_work(layout, seq, n, causal, tile)
     return exact_work(layout, seq, n, causal)
+
+
+MASK_NAMES = ("full", "diagonal", "empty")
+"""Block masks by code (see block_masks; sim.schedule's MASKS)."""
+
+
+def block_work_and_masks(layout: str, seq: int, n: int, causal: bool, granularity: str = "exact",
+                         tile: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """block_work and block_masks (as codes into MASK_NAMES) from one segment-pair count."""
+    _check(layout, seq, n)
+    if not causal:
+        c = seq // n
+        return np.full((n, n), c * c, dtype=np.int64), np.zeros((n, n), dtype=np.int64)
+    pairs, whole = _segment_pairs(layout, seq, n)                # (n, m, n, m)
+    exact = pairs.sum(axis=(1, 3))
+    cut = ((pairs > 0) & (pairs < whole)).any(axis=(1, 3))
+    masks = np.where(exact == 0, 2, np.where(cut, 1, 0)).astype(np.int64)
+    work = tile_work(layout, seq, n, causal, tile) if granularity == "tile" else exact
+    return work, masks

@@ -1,0 +1,182 @@
+"""The players: they time a schedule's operations on a hardware model.
+
+The SimPy player is the model: one process per resource (a rank's compute stream, a
+directed link, or whatever a scheme names in the schedule's `resource` column) plays
+that resource's operations one at a time, in schedule order (the program order in
+which a rank posts them, as a communication stream does). An operation starts the
+moment its dependencies are done and its resource is free, and holds the resource for
+its duration: alpha + bytes / bandwidth for a transfer, the hardware model's block time
+for a compute. Because every queue has a fixed order, loosening a dependency can never
+delay anything: overlap is never slower than lock-step exchange.
+
+The same fixed orders make start times a max-plus recurrence over the operations in
+schedule order (schedule order is topological), so the wave player computes the
+identical times without an event loop, much faster: it times a whole wave of the
+schedule (sim.schedule) at once with numpy, reading the same resource column. Tests
+hold the two bit-identical. A calibrated profile may slow compute while transfers run
+or while ranks share CPU cores (sim.contention); rates that change inside a block need
+the event loop, so such a profile always plays on SimPy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.config import Workload
+from sim.contention import Contention, Sharing
+from sim.schedule import EMPTY, KINDS, MASKS, Schedule
+
+_KIND_NAMES = np.array(KINDS, dtype=object)
+_MASK_NAMES = np.array(MASKS, dtype=object)
+
+
+class _CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes (for benchmarks)."""
+
+    events = 0
+
+    def step(self) -> None:
+        self.events += 1
+        super().step()
+
+
+def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.ndarray:
+    """Time each operation takes on `hardware` (0 for a skipped, fully masked block).
+
+    A hardware object may offer `compute_times_s` and `transfer_times_s`, the per-op
+    methods over arrays (sim.config.Hardware does); otherwise its per-op methods are
+    called once for each distinct argument tuple, which they must be pure functions of.
+    """
+    dur = np.zeros(len(schedule))
+    comp = np.flatnonzero(~schedule.is_transfer & (schedule.mask != EMPTY))
+    xfer = np.flatnonzero(schedule.is_transfer)
+    if comp.size:
+        flops, kind, mask = schedule.flops[comp], schedule.kind[comp], schedule.mask[comp]
+        q_tokens, kv_tokens = schedule.q_tokens[comp], schedule.kv_tokens[comp]
+        if hasattr(hardware, "compute_times_s"):
+            dur[comp] = hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
+                                                 mask=_MASK_NAMES[mask], q_tokens=q_tokens,
+                                                 kv_tokens=kv_tokens)
+        else:
+            dur[comp] = _per_distinct(
+                lambda f, k, m, q, kv: hardware.compute_time_s(f, dtype=workload.dtype, kind=KINDS[k],
+                                                                mask=MASKS[m], q_tokens=q, kv_tokens=kv),
+                [flops, kind, mask, q_tokens, kv_tokens])
+    if xfer.size:
+        nbytes, src, dst = schedule.nbytes[xfer], schedule.rank[xfer], schedule.peer[xfer]
+        if hasattr(hardware, "transfer_times_s"):
+            dur[xfer] = hardware.transfer_times_s(nbytes, src, dst)
+        else:
+            dur[xfer] = _per_distinct(hardware.transfer_time_s, [nbytes, src, dst])
+    return dur
+
+
+def _per_distinct(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
+    """fn(one op's arguments, as Python scalars) for every op, called once per distinct
+    argument tuple: a ring repeats a few block shapes and link hops many times over."""
+    order = np.lexsort(columns[::-1])
+    new = np.zeros(len(order), dtype=bool)     # where a sorted row differs from the last
+    new[0] = True
+    for c in columns:
+        c = c[order]
+        new[1:] |= c[1:] != c[:-1]
+    firsts = order[new]
+    values = [fn(*args) for args in zip(*(c[firsts].tolist() for c in columns))]
+    out = np.empty(len(order))
+    out[order] = np.array(values, dtype=np.float64)[np.cumsum(new) - 1]
+    return out
+
+
+def resource_queues(schedule: Schedule) -> list[list[int]]:
+    """Each resource's operations in schedule order, the resources that run computes
+    first (by id), then the others in order of first use (the order the SimPy player
+    starts their processes in)."""
+    res = schedule.resource
+    order = np.argsort(res, kind="stable")
+    bounds = np.flatnonzero(np.diff(res[order])) + 1
+    queues = {int(res[q[0]]): q for q in np.split(order, bounds) if len(q)}
+    computes = set(np.unique(res[~schedule.is_transfer]).tolist())
+    first_use = sorted((int(q[0]), r) for r, q in queues.items() if r not in computes)
+    ids = sorted(computes) + [r for _, r in first_use]
+    return [queues[r].tolist() for r in ids]
+
+
+def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | None = None
+                ) -> tuple[list[float], list[float], int]:
+    """Start and end of every operation, and the events SimPy processed."""
+    env = _CountingEnvironment()
+    sharing = Sharing(env, schedule.n_ranks, contention) if contention is not None and contention.active else None
+    n_ops = len(schedule)
+    start = [0.0] * n_ops
+    end = [0.0] * n_ops
+    after = schedule.after_tuples()
+    remaining = [len(a) for a in after]
+    dependents: list[list[int]] = [[] for _ in range(n_ops)]
+    for op_id, deps in enumerate(after):
+        for d in deps:
+            dependents[d].append(op_id)
+    is_compute = (~schedule.is_transfer).tolist()
+    rank, peer = schedule.rank.tolist(), schedule.peer.tolist()
+    waiting: dict[int, simpy.Event] = {}
+
+    def ready(op_id: int):
+        ev = env.event()
+        waiting[op_id] = ev
+        return ev
+
+    def done(op_id: int) -> None:
+        end[op_id] = env.now
+        for x in dependents[op_id]:
+            remaining[x] -= 1
+            if remaining[x] == 0 and x in waiting:
+                waiting.pop(x).succeed()
+
+    def stream(op_ids):
+        for op_id in op_ids:
+            if remaining[op_id]:
+                yield ready(op_id)
+            start[op_id] = env.now
+            if dur[op_id] <= 0:
+                pass
+            elif sharing is None:
+                yield env.timeout(dur[op_id])
+            elif is_compute[op_id]:
+                yield from sharing.compute(op_id, rank[op_id], dur[op_id])
+            else:
+                sharing.transfer(rank[op_id], peer[op_id], 1)
+                yield env.timeout(dur[op_id])
+                sharing.transfer(rank[op_id], peer[op_id], -1)
+            done(op_id)
+
+    for queue in resource_queues(schedule):
+        env.process(stream(queue))
+    env.run()
+    return start, end, env.events
+
+
+def times_waves(schedule: Schedule, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The max-plus recurrence, one wave at a time (sim.schedule: within a wave no op waits
+    on another and no two share a resource, so the ops of a wave are independent).
+
+    Per op, as the event loop finds it: start = the later of its resource's free time
+    (the end of the resource's previous op) and its dependencies' ends, a max, exact in
+    any order; end = start + duration, or start for a zero-duration op (a skipped block
+    still takes its turn in its stream: it waits for what it waits on).
+    """
+    n_ops = len(schedule)
+    start = np.zeros(n_ops)
+    end = np.zeros(n_ops + 1)   # end[NO_DEP], the last: waiting on nothing is ready at 0
+    free = np.zeros(schedule.n_resources)
+    resource, after = schedule.resource, schedule.after
+    # adding 0.0 to a time leaves it exactly as it is: one addition serves every op
+    grow = np.where(dur > 0, dur, 0.0)
+    bounds = schedule.wave_starts.tolist()
+    for a, b in zip(bounds, bounds[1:]):
+        res = resource[a:b]
+        t = np.maximum(free[res], end[after[:, a:b]].max(axis=0, initial=0.0))
+        start[a:b] = t
+        end[a:b] = free[res] = t + grow[a:b]
+    return start, end[:n_ops]

@@ -1,0 +1,64 @@
+"""What a scheme module supplies (DESIGN.md, "Beyond the ring: the schemes").
+
+A scheme is one module of this package that defines `SCHEME`, a `Scheme`: the schedule
+builder (configuration -> sim.schedule.Schedule, the only thing the engine plays), the
+memory model (bytes per rank, itemized), checks of a configuration beyond the common
+ones, the names and colours of its operation kinds (for figures and legends), and what
+the dashboard's block map shows. The engine looks a scheme up by name
+(`sim.schemes.get`) and knows nothing else of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from sim.config import Scenario
+    from sim.schedule import Schedule
+    from sim.trace import Trace
+
+
+@dataclass(frozen=True)
+class OpKind:
+    """How figures name and colour an operation kind of a scheme."""
+
+    label: str
+    color: str
+    recv_color: str | None = None
+    """Transfers: the colour of the receiving end (None for a compute)."""
+
+
+@dataclass(frozen=True)
+class BlockMap:
+    """The block map of a run: query chunk x key chunk, what each cell shows."""
+
+    value: np.ndarray
+    """(chunks, chunks) the quantity shown, NaN where nothing is computed."""
+    work: np.ndarray
+    """(chunks, chunks) unmasked (query, key) pairs of each chunk pair."""
+    owner: np.ndarray
+    """(chunks,) the rank that holds each chunk."""
+    chunk_size: int
+    value_label: str
+    """What a cell's value is ("ring step", ...)."""
+    axis_label: str
+    """What a chunk is ("chunk (token order)", ...)."""
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str
+    summary: str
+    build_schedule: Callable[["Scenario"], "Schedule"]
+    peak_memory: Callable[["Scenario"], dict[str, int]]
+    """Bytes per rank, itemized; 'total' is the peak."""
+    op_kinds: dict[str, OpKind]
+    block_map: Callable[["Trace"], BlockMap]
+    check: Callable[["Scenario"], None] = field(default=lambda scenario: None)
+    """Raise RingsimError, one line, for a configuration this scheme cannot run."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "summary": self.summary}
