@@ -31,7 +31,8 @@ __all__ = ["PLAYERS", "durations_s", "play", "simulate"]
 
 def play(schedule: Schedule, hardware: Any, workload: Workload,
          header: dict[str, Any] | None = None, *, player: str = "simpy") -> Trace:
-    """Play `schedule` and return its simulated trace (spans sorted by start time)."""
+    """Play `schedule` and return its simulated trace (spans by rank and stream, see
+    sim.record)."""
     if player not in PLAYERS:
         raise ValueError(f"unknown player {player!r}")
     dur = durations_s(schedule, hardware, workload)

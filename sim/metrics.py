@@ -65,7 +65,12 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 def _union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
     """Per group (0..n-1), the length of the union of its intervals: sorted by start,
     merged where one starts before the running end, the merged lengths summed in order."""
-    order = np.lexsort((end, start, group))
+    # by group, then start (ties in any order: they merge either way); a trace's spans
+    # are usually sorted by start already, and then a stable sort by group suffices
+    if len(start) and (start[1:] >= start[:-1]).all():
+        order = np.argsort(group, kind="stable")
+    else:
+        order = np.lexsort((start, group))
     g, s, e = group[order], start[order], end[order]
     out = np.zeros(n)
     if not len(g):
@@ -86,15 +91,13 @@ def compute_metrics(trace: Trace) -> Metrics:
     n = trace.world_size
     c = trace.columns
     dur = c.end_s - c.start_s
-    compute = np.zeros(n)
-    exposed = np.zeros(n)
-    flops = np.zeros(n)
     is_compute = c.stream == COMPUTE
-    # np.add.at adds in order, as a running sum per rank would
-    np.add.at(compute, c.rank[is_compute], dur[is_compute])
-    np.add.at(flops, c.rank[is_compute], c.flops[is_compute])
     is_exposed = (c.stream == WAIT) & (c.kind != IDLE)
-    np.add.at(exposed, c.rank[is_exposed], dur[is_exposed])
+    # bincount adds its weights in order, as a running sum per rank would
+    ranks = c.rank[is_compute]
+    compute = np.bincount(ranks, dur[is_compute], minlength=n)
+    flops = np.bincount(ranks, c.flops[is_compute], minlength=n)
+    exposed = np.bincount(c.rank[is_exposed], dur[is_exposed], minlength=n)
     moves = (c.stream == SEND) | (c.stream == RECV)
     comm = _union_lengths(c.rank[moves], c.start_s[moves], c.end_s[moves], n).tolist()
     sends = c.bytes[c.stream == SEND]

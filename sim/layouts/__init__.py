@@ -189,14 +189,24 @@ MASK_NAMES = ("full", "diagonal", "empty")
 
 def block_work_and_masks(layout: str, seq: int, n: int, causal: bool, granularity: str = "exact",
                          tile: int = 128) -> tuple[np.ndarray, np.ndarray]:
-    """block_work and block_masks (as codes into MASK_NAMES) from one segment-pair count."""
+    """block_work and block_masks (as codes into MASK_NAMES) from one count of the pairs
+    between chunks: a block of two ranks is the union of their chunk pairs, and a chunk
+    pair is cut by the mask when some but not all of its pairs are unmasked."""
     _check(layout, seq, n)
     if not causal:
         c = seq // n
         return np.full((n, n), c * c, dtype=np.int64), np.zeros((n, n), dtype=np.int64)
-    pairs, whole = _segment_pairs(layout, seq, n)                # (n, m, n, m)
-    exact = pairs.sum(axis=(1, 3))
-    cut = ((pairs > 0) & (pairs < whole)).any(axis=(1, 3))
+    lay = get(layout)
+    size = seq // lay.n_chunks(n)
+    held = np.array(lay.chunks_of_rank(n), dtype=np.int64)        # (n, chunks per rank)
+    pairs = lay.chunk_pair_work(size, n)                           # (chunks, chunks)
+    exact = np.zeros((n, n), dtype=np.int64)
+    cut = np.zeros((n, n), dtype=bool)
+    for a in range(held.shape[1]):
+        for b in range(held.shape[1]):
+            p = pairs[np.ix_(held[:, a], held[:, b])]
+            exact += p
+            cut |= (p > 0) & (p < size * size)
     masks = np.where(exact == 0, 2, np.where(cut, 1, 0)).astype(np.int64)
     work = tile_work(layout, seq, n, causal, tile) if granularity == "tile" else exact
     return work, masks

@@ -40,9 +40,11 @@ from sim.schedule import BWD, DIAGONAL, DKV, EMPTY, FULL, FWD, KV, NO_DEP, Sched
 from sim.schemes.base import BlockMap, OpKind, Scheme
 from sim.trace import COMPUTE, Trace
 
-# the rows of the builder's table: the integer columns of a schedule, then `after`
-_INT_COLUMNS = ("kind", "rank", "peer", "step", "kv_rank", "pairs", "mask", "q_tokens",
-                "kv_tokens", "nbytes", "q_chunks", "kv_chunks")
+# the rows of the builder's table: the small integer columns of a schedule, then `after`
+# (int32: half the memory of a million-op schedule); the counts that may pass 2^31 apart
+_INT_COLUMNS = ("kind", "rank", "peer", "step", "kv_rank", "mask", "q_tokens", "kv_tokens",
+                "q_chunks", "kv_chunks")
+_WIDE_COLUMNS = ("pairs", "nbytes")
 
 
 def build_ring_schedule(scenario: Scenario) -> Schedule:
@@ -50,27 +52,30 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     n = scenario.n_gpus
     work, masks = block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity,
                                        scenario.tile)
-    mask_codes = masks      # codes in the order of MASKS: full, diagonal, empty
+    mask_codes = masks.astype(np.int8)      # codes in the order of MASKS: full, diagonal, empty
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
-    tables, flops, waves = [], [], []
+    tables, wides, flops, waves = [], [], [], []
     gate = None          # last compute of the previous phase, per rank
     base = 0
+    small = np.int32 if max(w.seq, 4 * n * n * len(phases)) < 2 ** 31 else np.int64
     for i, phase in enumerate(phases):
-        table, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, base,
-                                                       i * n, gate)
+        table, wide, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, base,
+                                                             i * n, gate, small)
         tables.append(table)
+        wides.append(wide)
         flops.append(phase_flops)
         waves.append(phase_waves)
         base += table.shape[1]
     if len(tables) == 1:
-        table, flops = tables[0], flops[0]
+        table, wide, flops = tables[0], wides[0], flops[0]
     else:
         # phases may wait on different numbers of ops: pad the narrower `after` with NO_DEP
         height = max(t.shape[0] for t in tables)
         table = np.concatenate([np.pad(t, ((0, height - t.shape[0]), (0, 0)), constant_values=NO_DEP)
                                 for t in tables], axis=1)
+        wide = np.concatenate(wides, axis=1)
         flops = np.concatenate(flops)
-    columns = dict(zip(_INT_COLUMNS, table))
+    columns = dict(zip(_INT_COLUMNS, table)) | dict(zip(_WIDE_COLUMNS, wide))
     # rank r computes on stream r and sends on one link, to r + 1: stream n + r
     resource = np.where(columns["kind"] >= KV, n + columns["rank"], columns["rank"])
     names = [f"GPU {r} compute" for r in range(n)] + [f"link {r}->{(r + 1) % n}" for r in range(n)]
@@ -80,10 +85,11 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
 
 
 def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndarray, base: int,
-           step0: int, gate: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One phase's operations (ids from `base`): a table whose rows are _INT_COLUMNS then
-    the dependencies, a column per operation; their FLOPs; where its waves start; and
-    its last computes."""
+           step0: int, gate: np.ndarray | None, small: type
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One phase's operations (ids from `base`): a table (of type `small`) whose rows are
+    _INT_COLUMNS then the dependencies, a column per operation; the int64 _WIDE_COLUMNS;
+    their FLOPs; where its waves start; and its last computes."""
     w = scenario.workload
     n = scenario.n_gpus
     c = scenario.tokens_per_rank
@@ -94,15 +100,15 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
 
     # op ids on the (step k, rank r) grid, NO_DEP where a step has no such op; numbered
     # step by step: the computes, then the K/V hops, then the dK/dV hops, rank by rank
-    k = np.arange(n)[:, None]
-    r = np.arange(n)[None, :]
-    prev, nxt = (np.arange(n) - 1) % n, (np.arange(n) + 1) % n
+    k = np.arange(n, dtype=small)[:, None]
+    r = np.arange(n, dtype=small)[None, :]
+    nxt = (np.arange(n, dtype=small) + 1) % n
     has_kv = k <= n - 2
     per_step = n * (1 + has_kv[:, 0] + has_dkv)
-    first = base + np.concatenate(([0], np.cumsum(per_step)[:-1]))[:, None]
+    first = (base + np.concatenate(([0], np.cumsum(per_step)[:-1]))[:, None]).astype(small)
     comp = first + r
     kv = np.where(has_kv, first + n + r, NO_DEP)
-    dkv = first + n + n * has_kv + r if has_dkv else np.full((n, n), NO_DEP)
+    dkv = first + n + n * has_kv.astype(small) + r if has_dkv else np.full((n, n), NO_DEP, dtype=small)
 
     def back(grid: np.ndarray, by: int) -> np.ndarray:
         """grid[k - by][r] on the grid; NO_DEP where k < by."""
@@ -115,30 +121,34 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
 
     comp1, kv1, dkv1, dkv2 = back(comp, 1), back(kv, 1), back(dkv, 1), back(dkv, 2)
 
-    def reach(x: np.ndarray) -> list[np.ndarray]:
-        """What rank x waits for before it starts step k (step-synchronous kernel)."""
-        out = [comp1[:, x], kv1[:, x], kv1[:, prev[x]]]
+    def of(grid: np.ndarray, x: int) -> np.ndarray:
+        """grid[:, r + x] on the grid (x = 0: each rank's own, 1: its successor's, -1: its
+        predecessor's): a roll of whole rows, not a gather."""
+        return grid if x == 0 else np.roll(grid, -x, axis=1)
+
+    def reach(x: int) -> list[np.ndarray]:
+        """What rank r + x waits for before it starts step k (step-synchronous kernel)."""
+        out = [of(comp1, x), of(kv1, x), of(kv1, x - 1)]
         if bwd:
-            out += [dkv2[:, x], dkv2[:, prev[x]]]     # NO_DEP at k = 1 by construction
+            out += [of(dkv2, x), of(dkv2, x - 1)]     # NO_DEP at k = 1 by construction
         return out
 
-    def post_dkv(x: np.ndarray) -> list[np.ndarray]:
-        """What rank x waits for before it posts the dK/dV hop of step k."""
-        return [comp[:, x], dkv1[:, x], dkv1[:, prev[x]]]
+    def post_dkv(x: int) -> list[np.ndarray]:
+        """What rank r + x waits for before it posts the dK/dV hop of step k."""
+        return [of(comp, x), of(dkv1, x), of(dkv1, x - 1)]
 
     gated = [] if gate is None else [np.broadcast_to(gate, (n, n)), np.broadcast_to(gate[nxt], (n, n))]
     owner = (r - k) % n
     pairs = work[r, owner]
-    everyone = np.arange(n)
 
     # computes of step k on every rank
     if stepped:
-        after = reach(everyone)
+        after = reach(0)
     elif not overlap:
         # lock-step: the step's exchanges, both ways, are done (nothing at k = 0)
-        after = [kv1[:, prev], kv1] + ([dkv1[:, prev], dkv1] if bwd else [])
+        after = [of(kv1, -1), kv1] + ([of(dkv1, -1), dkv1] if bwd else [])
     else:
-        after = [when(pairs > 0, kv1[:, prev])]   # an empty block is skipped without its data
+        after = [when(pairs > 0, of(kv1, -1))]   # an empty block is skipped without its data
     flops_per_pair = (1.0 if phase == "fwd" else BWD_FLOPS_FACTOR) * w.fwd_flops(1)
     steps = step0 + k
     groups = [(comp, after, dict(
@@ -147,11 +157,11 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
 
     # K/V forwarded at step k (block k+1 of the receiver)
     if stepped:
-        after = reach(everyone) + reach(nxt)
+        after = reach(0) + reach(1)
     elif not overlap:
-        after = [comp, comp[:, nxt]]
+        after = [comp, of(comp, 1)]
     else:
-        after = [kv1[:, prev], when(k >= 2, comp1[:, nxt]), when(k >= 2, kv1[:, nxt])]
+        after = [of(kv1, -1), when(k >= 2, of(comp1, 1)), when(k >= 2, of(kv1, 1))]
     hop = dict(rank=r, peer=nxt[r], step=steps, kv_rank=owner, pairs=0, mask=FULL, q_tokens=0,
                kv_tokens=0, q_chunks=-1, kv_chunks=owner)
     groups.append((kv, after + gated, dict(hop, kind=KV, nbytes=w.kv_bytes(c))))
@@ -159,29 +169,36 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
     # dK/dV accumulators forwarded after the step's compute (backward only)
     if has_dkv:
         if stepped:
-            after = post_dkv(everyone) + post_dkv(nxt)
+            after = post_dkv(0) + post_dkv(1)
         else:
-            after = [comp, dkv1[:, prev]] + ([when(k >= 2, dkv1[:, nxt])] if overlap else [comp[:, nxt]])
+            after = [comp, of(dkv1, -1)] + ([when(k >= 2, of(dkv1, 1))] if overlap else [of(comp, 1)])
         groups.append((dkv, after + gated, dict(hop, kind=DKV, nbytes=w.dkv_bytes(c))))
 
     # the phase's ops in id order: step by step, each group's ops rank by rank, leaving
     # out the K/V hops of the last step; an op may list an id twice (a rank and its
     # successor both wait on it): Schedule.ops lists it once
     width = max(len(after) for _, after, _ in groups)
-    table = np.empty((len(_INT_COLUMNS) + width, n, len(groups), n), dtype=np.int64)
+    table = np.empty((len(_INT_COLUMNS) + width, n, len(groups), n), dtype=small)
+    wide = np.empty((len(_WIDE_COLUMNS), n, len(groups), n), dtype=np.int64)
     for g, (_, after, values) in enumerate(groups):
         rows = [values[name] for name in _INT_COLUMNS] + after + [NO_DEP] * (width - len(after))
         for row, value in zip(table, rows):
             row[:, g] = value        # a number, a value per rank or a (step, rank) grid
-    table = table.reshape(len(table), -1, n)                   # (row, (step, group), rank)
+        for row, name in zip(wide, _WIDE_COLUMNS):
+            row[:, g] = values[name]
     present = np.stack([ids[:, 0] != NO_DEP for ids, _, _ in groups], axis=1).ravel()
     kept = int(present.sum())
-    if present[:kept].all():
-        table = table[:, :kept]        # the missing blocks are the last ones: a view will do
-    else:
-        # np.compress: indexing a middle axis with [:, present] is many times slower
-        table = np.compress(present, table, axis=1)
-    table = table.reshape(len(table), -1)
+
+    def ops_of(x: np.ndarray) -> np.ndarray:
+        x = x.reshape(len(x), -1, n)                          # (row, (step, group), rank)
+        if present[:kept].all():
+            x = x[:, :kept]        # the missing blocks are the last ones: a view will do
+        else:
+            # np.compress: indexing a middle axis with [:, present] is many times slower
+            x = np.compress(present, x, axis=1)
+        return x.reshape(len(x), -1)
+
+    table, wide = ops_of(table), ops_of(wide)
     flops = np.zeros((n, len(groups), n))
     flops[:, 0] = flops_per_pair * pairs
     # waves: a step's computes, its K/V hops, its dK/dV hops. With overlap a K/V hop waits
@@ -190,7 +207,7 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
     if has_dkv:
         starts.append(dkv[:, 0])
     waves = np.sort(np.concatenate(starts))
-    return table, np.compress(present, flops.reshape(-1, n), axis=0).ravel(), waves, comp[n - 1]
+    return table, wide, np.compress(present, flops.reshape(-1, n), axis=0).ravel(), waves, comp[n - 1]
 
 
 def peak_memory_bytes(workload: Workload, tokens_per_rank: int) -> dict[str, int]:
