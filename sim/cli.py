@@ -1,8 +1,10 @@
 """The `ringsim` command line.
 
-Subcommands: simulate, compare (this module), hw (the real kernel), calibrate and
-validate (calibration against measurements), dashboard (the browser app). A user's
-mistake is a `RingsimError`: printed as one line on stderr, exit status 2.
+Subcommands: simulate, compare (this module), calibrate (sim.calibrate_cli), and those
+other packages register through the `ringsim.commands` entry point group (pyproject.toml):
+hw and validate (the real kernel, hw.cli and hw.validate_cli), dashboard (the browser
+app). The simulator imports neither package. A user's mistake is a `RingsimError`:
+printed as one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -10,16 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable, Sequence
+from importlib.metadata import entry_points
+from typing import Any, Sequence
 
 from sim.config import LAYOUTS, PASSES, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
 from sim.presets import GPU_PRESETS, LINK_PRESETS
+from sim.schemes import names as scheme_names
 from sim.units import fmt_bytes, fmt_s
 
-# Subcommands that live in other packages, registered lazily so that `ringsim
-# simulate` never imports torch or dash. Each module offers register(subparsers).
-EXTERNAL_COMMANDS = ["hw.cli", "sim.calibrate_cli", "dashboard.cli"]
+COMMAND_GROUP = "ringsim.commands"
+"""Entry points `name = "module:register"`; register(subparsers) adds the commands. The
+modules import torch or dash only when a command runs."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,6 +63,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
     h.add_argument("--profile", default=None,
                    help="calibrated hardware profile (from `ringsim calibrate`), replacing presets")
     s = p.add_argument_group("schedule")
+    s.add_argument("--scheme", choices=scheme_names(), default="ring",
+                   help="sequence-parallel scheme (default ring)")
     if with_layout:
         s.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
         s.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
@@ -96,7 +102,7 @@ def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
     workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads, kv_heads=a.kv_heads,
                         head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
     fields = dict(workload=workload, hardware=hardware_from_args(a), n_gpus=a.gpus,
-                  granularity=a.granularity, tile=a.tile, sync=a.sync)
+                  scheme=a.scheme, granularity=a.granularity, tile=a.tile, sync=a.sync)
     if hasattr(a, "layout"):
         fields.update(layout=a.layout, overlap=a.overlap)
     fields.update(changes)
@@ -125,7 +131,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _summary(scenario: Scenario, metrics) -> dict[str, Any]:
-    return {"layout": scenario.layout, "overlap": scenario.overlap, **metrics.to_dict()}
+    return {"scheme": scenario.scheme, "layout": scenario.layout, "overlap": scenario.overlap,
+            **metrics.to_dict()}
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -146,7 +153,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         return 0
     w = scenario.workload
     print(f"{scenario.n_gpus} x {trace.hardware.get('gpu', {}).get('name', trace.hardware.get('name', '?'))}, "
-          f"{scenario.layout} layout, overlap {'on' if scenario.overlap else 'off'}, "
+          f"{scenario.scheme}, {scenario.layout} layout, overlap {'on' if scenario.overlap else 'off'}, "
           f"{w.seq} tokens ({scenario.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}, work counted {scenario.granularity}"
           + (f" ({scenario.tile}-token tiles)" if scenario.granularity == "tile" else ""))
@@ -213,14 +220,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_scenario_args(cp, with_layout=False)
     cp.add_argument("--json", action="store_true", help="print one JSON object")
     cp.set_defaults(func=cmd_compare)
-    for module in EXTERNAL_COMMANDS:
+    from sim import calibrate_cli
+
+    calibrate_cli.register(sub)
+    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         try:
-            mod = __import__(module, fromlist=["register"])
+            register = entry.load()
         except ModuleNotFoundError as e:
-            if e.name != module:  # the module exists but something it imports is missing
+            if e.name != entry.module:  # the module exists but something it imports is missing
                 raise
             continue
-        mod.register(sub)
+        register(sub)
     return p
 
 

@@ -124,3 +124,29 @@ def compute_metrics(trace: Trace) -> Metrics:
         total_bytes=total_bytes,
         ranks=ranks,
     )
+
+
+def step_durations(trace: Trace) -> dict[tuple[int, int], float]:
+    """(rank, step) -> how long that step took on that rank.
+
+    A rank's step k ends when its compute of step k ends (a skipped, fully masked block
+    ends with the step before); its duration runs from the end of the rank's previous
+    computed step (the trace's start for the first).
+    """
+    c = trace.columns
+    if not len(c):
+        return {}
+    t0 = float(c.start_s.min())
+    comp = np.flatnonzero(c.stream == COMPUTE)
+    # the last compute of each (rank, step) in record order, then by rank and step
+    rank, step, end = c.rank[comp].astype(np.int64), c.step[comp].astype(np.int64), c.end_s[comp]
+    key = rank * (int(step.max(initial=0)) + 1) + step
+    order = np.argsort(key, kind="stable")
+    key, end = key[order], end[order]
+    last = np.append(key[1:] != key[:-1], True)
+    key, end = key[last], end[last]
+    rank, step = rank[order][last], step[order][last]
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = rank[1:] != rank[:-1]
+    prev = np.where(first, t0, np.roll(end, 1))
+    return dict(zip(zip(rank.tolist(), step.tolist()), (end - prev).tolist()))

@@ -125,10 +125,8 @@ class Schedule:
                 self.resource_names = ([f"GPU {r} compute" for r in range(n)]
                                        + [f"link {x // n}->{x % n}" for x in links.tolist()])
         self.n_resources = int(self.resource.max(initial=n - 1)) + 1
-        if self.resource_names is None:
-            self.resource_names = [f"resource {i}" for i in range(self.n_resources)]
-        if len(self.resource_names) < self.n_resources:
-            raise ValueError("every resource needs a name")
+        names = list(self.resource_names or [])
+        self.resource_names = names + [f"resource {i}" for i in range(len(names), self.n_resources)]
 
     def __len__(self) -> int:
         return len(self.kind)

@@ -36,7 +36,7 @@ import numpy as np
 from sim.errors import RingsimError
 from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.layouts import block_work_and_masks, chunk_pair_work, chunks_of_rank, get as get_layout
-from sim.schedule import BWD, DIAGONAL, DKV, EMPTY, FULL, FWD, KV, NO_DEP, Schedule
+from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
 from sim.schemes.base import BlockMap, OpKind, Scheme
 from sim.trace import COMPUTE, Trace
 

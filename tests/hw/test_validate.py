@@ -5,7 +5,8 @@ import pytest
 from sim.config import Gpu, Hardware, Link, Scenario, Workload
 from sim.engine import simulate
 from sim.trace import Span, Trace
-from sim.validate import Case, compare_case, markdown, matrix, step_durations, summarize
+from hw.validate import Case, compare_case, markdown, matrix, summarize
+from sim.metrics import step_durations
 
 
 def sim_trace(layout="zigzag", causal=True, n=4, seq=4096):

@@ -7,11 +7,10 @@ the makespan error against the median, the error of every rank's every step, and
 breakdown that says which part of the model misses: compute (sum of compute spans),
 transfer (mean time of a transfer), exposed communication, and the clock skew between
 ranks in the measurement. Everything here reads traces only; running the kernel is the
-caller's business (`ringsim validate`).
+caller's business (`ringsim validate`, hw.validate_cli). A step's duration is
+sim.metrics.step_durations.
 
-A rank's step k ends when its compute of step k ends (a skipped, fully masked block
-ends with the step before); its duration runs from the end of step k-1 (the trace's
-start for k = 0). Step errors are |simulated - measured| / measured per (rank, step),
+Step errors are |simulated - measured| / measured per (rank, step),
 the measured side the median over repeats.
 """
 
@@ -21,6 +20,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sim.metrics import step_durations
 from sim.trace import Trace
 
 
@@ -62,22 +62,6 @@ def matrix(*, quick: bool, seqs: list[int] | None = None, passes: list[str] | No
                             continue  # without a mask the layouts do identical work
                         cases.append(Case(layout, causal, ws, seq, pass_))
     return cases
-
-
-def step_durations(trace: Trace) -> dict[tuple[int, int], float]:
-    """(rank, step) -> how long that step took on that rank (see module docstring)."""
-    t0 = min((s.start_s for s in trace.spans), default=0.0)
-    ends: dict[int, dict[int, float]] = {}
-    for s in trace.spans:
-        if s.stream == "compute":
-            ends.setdefault(s.rank, {})[s.step] = s.end_s
-    out = {}
-    for rank, by_step in ends.items():
-        prev = t0
-        for step in sorted(by_step):
-            out[rank, step] = by_step[step] - prev
-            prev = by_step[step]
-    return out
 
 
 def _components(trace: Trace) -> dict[str, float]:

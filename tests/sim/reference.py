@@ -1,0 +1,338 @@
+"""References for the simulator's tests, written apart from the code under test: the
+ring schedule built one operation at a time, the per-op max-plus recurrence that times
+it, and the spans recorded from those times one at a time (the implementation the
+columnar schedule, the wave player and sim.record replaced), plus small hardware and
+scenario makers. Tests hold the simulator to these bit for bit."""
+
+from hypothesis import strategies as st
+
+from sim.config import BWD_FLOPS_FACTOR, Gpu, Hardware, Link, Scenario, Workload
+from tests.reference import token_owner
+from sim.schedule import ComputeOp, TransferOp
+from sim.trace import STREAMS, Span
+
+LAYOUTS = ["contiguous", "striped", "zigzag"]
+
+
+def held_chunks(layout, n):
+    """Chunk ids of each rank (DESIGN.md, fact 8): zigzag rank r holds r and 2N-1-r."""
+    return [(r, 2 * n - 1 - r) if layout == "zigzag" else (r,) for r in range(n)]
+
+
+def _token_blocks(layout, seq, n):
+    """Per rank, its tokens ascending and the chunk each belongs to, from token_owner."""
+    import numpy as np
+
+    owner = np.array([token_owner(layout, seq, n, t) for t in range(seq)])
+    size = seq // (2 * n if layout == "zigzag" else n)
+    toks = [np.flatnonzero(owner == r) for r in range(n)]
+    chunk = [(t % n) if layout == "striped" else t // size for t in toks]
+    return toks, chunk
+
+
+def block_work(layout, seq, n, causal, granularity="exact", tile=128):
+    """Unmasked pairs of every (query rank, K/V rank) block by enumerating tokens; with
+    tile granularity, whole tiles of the local matrix holding any unmasked pair."""
+    import numpy as np
+
+    toks, _ = _token_blocks(layout, seq, n)
+    c = seq // n
+    out = np.zeros((n, n), dtype=np.int64)
+    for r in range(n):
+        for s in range(n):
+            mask = toks[s][None, :] <= toks[r][:, None] if causal else np.ones((c, c), dtype=bool)
+            if granularity == "tile":
+                for i in range(0, c, tile):
+                    for j in range(0, c, tile):
+                        sub = mask[i:i + tile, j:j + tile]
+                        out[r, s] += sub.size if sub.any() else 0
+            else:
+                out[r, s] = int(mask.sum())
+    return out
+
+
+def block_masks(layout, seq, n, causal):
+    """'empty' when every pair is masked; 'full' when every (query chunk, key chunk)
+    part of the block is all unmasked or all masked; 'diagonal' otherwise."""
+    import numpy as np
+
+    toks, chunk = _token_blocks(layout, seq, n)
+    out = np.full((n, n), "full", dtype=object)
+    if not causal:
+        return out
+    for r in range(n):
+        for s in range(n):
+            mask = toks[s][None, :] <= toks[r][:, None]
+            if not mask.any():
+                out[r, s] = "empty"
+                continue
+            for a in set(chunk[r].tolist()):
+                for b in set(chunk[s].tolist()):
+                    part = mask[np.ix_(chunk[r] == a, chunk[s] == b)]
+                    if part.any() and not part.all():
+                        out[r, s] = "diagonal"
+    return out
+
+
+def hardware(tflops=100.0, gbps=100.0, latency_us=2.0, overhead_us=0.0):
+    return Hardware(gpu=Gpu(name="test", achieved_tflops=tflops, launch_overhead_us=overhead_us),
+                    link=Link(bandwidth_gbps=gbps, latency_us=latency_us))
+
+
+def scenario(n=4, seq=4096, layout="contiguous", overlap=True, causal=False, pass_="fwd",
+             hw=None, heads=8, kv_heads=2, head_dim=64, dtype="bf16", batch=1, sync="step"):
+    w = Workload(batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                 dtype=dtype, causal=causal, pass_=pass_)
+    return Scenario(workload=w, hardware=hw or hardware(), n_gpus=n, layout=layout,
+                    overlap=overlap, sync=sync)
+
+
+def block_times(n, seq, heads, kv_heads, head_dim, elem_bytes, tflops, gbps, latency_us,
+                overhead_us, batch=1):
+    c = seq // n
+    t_c = overhead_us * 1e-6 + 4 * c * c * head_dim * heads * batch / (tflops * 1e12)
+    t_x = latency_us * 1e-6 + 2 * batch * kv_heads * c * head_dim * elem_bytes / (gbps * 1e9)
+    return t_c, t_x
+
+
+def reference_ring_ops(scenario):
+    """The ring schedule's operations, built one by one (sim/ring.py's rules)."""
+    w, n, c = scenario.workload, scenario.n_gpus, scenario.tokens_per_rank
+    work = block_work(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile).tolist()
+    masks = block_masks(scenario.layout, w.seq, n, w.causal).tolist()
+    chunks = held_chunks(scenario.layout, n)
+    ops = []
+    gate = None
+    phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
+    for i, phase in enumerate(phases):
+        gate = _reference_phase(ops, scenario, phase, work, masks, chunks, c, i * n, gate)
+    return ops
+
+
+def _reference_phase(ops, scenario, phase, work, masks, chunks, c, step0, gate):
+    w, n, overlap = scenario.workload, scenario.n_gpus, scenario.overlap
+    stepped = overlap and scenario.sync == "step"
+    bwd = phase == "bwd"
+    flops_per_pair = (1.0 if phase == "fwd" else BWD_FLOPS_FACTOR) * w.fwd_flops(1)
+    comp, kv, dkv = [], [], []
+    prev = [(r - 1) % n for r in range(n)]
+    nxt = [(r + 1) % n for r in range(n)]
+
+    def gated(*ranks):
+        return tuple(gate[r] for r in ranks) if gate is not None else ()
+
+    def reach(r, k):
+        if k == 0:
+            return []
+        out = [comp[k - 1][r], kv[k - 1][r], kv[k - 1][prev[r]]]
+        if bwd and k >= 2:
+            out += [dkv[k - 2][r], dkv[k - 2][prev[r]]]
+        return out
+
+    def post_dkv(r, k):
+        return [comp[k][r]] + ([dkv[k - 1][r], dkv[k - 1][prev[r]]] if k >= 1 else [])
+
+    for k in range(n):
+        row = []
+        for r in range(n):
+            owner = (r - k) % n
+            pairs = work[r][owner]
+            if stepped:
+                after = reach(r, k)
+            elif k == 0:
+                after = []
+            elif not overlap:
+                after = [kv[k - 1][prev[r]], kv[k - 1][r]]
+                if bwd:
+                    after += [dkv[k - 1][prev[r]], dkv[k - 1][r]]
+            elif pairs > 0:
+                after = [kv[k - 1][prev[r]]]
+            else:
+                after = []
+            row.append(len(ops))
+            ops.append(ComputeOp(len(ops), r, phase, step0 + k, owner, pairs, flops_per_pair * pairs,
+                                 masks[r][owner], c, c, chunks[r], chunks[owner], tuple(after)))
+        comp.append(row)
+        row = []
+        if k <= n - 2:
+            for r in range(n):
+                dst = nxt[r]
+                if stepped:
+                    after = list(dict.fromkeys(reach(r, k) + reach(dst, k)))
+                elif not overlap:
+                    after = [comp[k][r], comp[k][dst]]
+                else:
+                    after = [kv[k - 1][prev[r]]] if k >= 1 else []
+                    if k >= 2:
+                        after += [comp[k - 1][dst], kv[k - 1][dst]]
+                owner = (r - k) % n
+                row.append(len(ops))
+                ops.append(TransferOp(len(ops), r, dst, "kv", step0 + k, owner, w.kv_bytes(c),
+                                      chunks[owner], tuple(after) + gated(r, dst)))
+        kv.append(row)
+        row = []
+        if bwd and n > 1:
+            for r in range(n):
+                dst = nxt[r]
+                if stepped:
+                    after = list(dict.fromkeys(post_dkv(r, k) + post_dkv(dst, k)))
+                else:
+                    after = [comp[k][r]]
+                    if k >= 1:
+                        after.append(dkv[k - 1][prev[r]])
+                    if overlap and k >= 2:
+                        after.append(dkv[k - 1][dst])
+                    if not overlap:
+                        after.append(comp[k][dst])
+                owner = (r - k) % n
+                row.append(len(ops))
+                ops.append(TransferOp(len(ops), r, dst, "dkv", step0 + k, owner, w.dkv_bytes(c),
+                                      chunks[owner], tuple(after) + gated(r, dst)))
+        dkv.append(row)
+    return comp[n - 1]
+
+
+def reference_durations(ops, hardware, workload):
+    out = []
+    for op in ops:
+        if isinstance(op, TransferOp):
+            out.append(hardware.transfer_time_s(op.nbytes, op.src, op.dst))
+        elif op.mask == "empty":
+            out.append(0.0)
+        else:
+            out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind,
+                                               mask=op.mask, q_tokens=op.q_tokens, kv_tokens=op.kv_tokens))
+    return out
+
+
+def reference_times(ops, dur, resources=None):
+    """Per op in schedule order: start at the later of the stream's free time and the
+    dependencies' ends; the stream is free again at the op's end. A stream is the
+    op's rank or link (src, dst), or the resource `resources` names for it."""
+    start, end, free = [0.0] * len(ops), [0.0] * len(ops), {}
+    for op in ops:
+        key = op.rank if isinstance(op, ComputeOp) else (op.src, op.dst)
+        if resources is not None:
+            key = resources[op.id]
+        t = free.get(key, 0.0)
+        for d in op.after:
+            if end[d] > t:
+                t = end[d]
+        start[op.id] = t
+        end[op.id] = free[key] = t + dur[op.id] if dur[op.id] > 0 else t
+    return start, end
+
+
+def reference_spans(ops, n, start, end):
+    spans, last, last_step = [], [0.0] * n, [0] * n
+    for rank in range(n):
+        free = 0.0
+        for op in (op for op in ops if isinstance(op, ComputeOp) and op.rank == rank):
+            t0 = start[op.id]
+            if t0 > free:
+                _reference_wait_spans(spans, op, ops, free, t0, start, end)
+            if op.mask != "empty":
+                free = end[op.id]
+                spans.append(Span(rank, "compute", op.kind, op.step, t0, free, op.flops, 0.0,
+                                  op.q_chunks, op.kv_chunks))
+            else:
+                free = t0
+            last_step[rank] = op.step
+        last[rank] = free
+    for op in ops:
+        if isinstance(op, TransferOp):
+            t0, t1, b = start[op.id], end[op.id], float(op.nbytes)
+            spans.append(Span(op.src, "send", op.kind, op.step, t0, t1, 0.0, b, (), op.kv_chunks, op.dst))
+            spans.append(Span(op.dst, "recv", op.kind, op.step, t0, t1, 0.0, b, (), op.kv_chunks, op.src))
+            for r in (op.src, op.dst):
+                last[r] = max(last[r], t1)
+                last_step[r] = max(last_step[r], op.step)
+    makespan = max(last, default=0.0)
+    for r in range(n):
+        if last[r] < makespan:
+            spans.append(Span(r, "wait", "idle", last_step[r], last[r], makespan))
+    # the record's order: by rank, then stream, each in the order it ran
+    spans.sort(key=lambda s: (s.rank, STREAMS.index(s.stream)))
+    return spans
+
+
+def _reference_wait_spans(spans, op, ops, t0, t1, start, end):
+    def add(a, b, kind):
+        if b > a:
+            spans.append(Span(op.rank, "wait", kind, op.step, a, b, 0.0, 0.0, op.q_chunks, op.kv_chunks))
+
+    flights = sorted((max(start[d], t0), min(end[d], t1), ops[d].kind)
+                     for d in op.after if isinstance(ops[d], TransferOp))
+    t = t0
+    for s, e, kind in flights:
+        if e <= t:
+            continue
+        s = max(s, t)
+        add(t, s, "idle")
+        add(s, e, kind)
+        t = e
+    add(t, t1, "idle")
+
+
+def reference_trace_spans(ops, n, hardware, workload, resources=None):
+    start, end = reference_times(ops, reference_durations(ops, hardware, workload), resources)
+    return reference_spans(ops, n, start, end)
+
+
+class PerOpHardware:
+    """A hardware model with only the per-op methods (as a calibrated profile or a user's
+    model may be), counting the calls."""
+
+    def __init__(self, hw):
+        self.hw, self.calls = hw, 0
+
+    def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens):
+        self.calls += 1
+        assert type(flops) is float and type(q_tokens) is int and type(kind) is str
+        return self.hw.compute_time_s(flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens,
+                                      kv_tokens=kv_tokens)
+
+    def transfer_time_s(self, nbytes, src, dst):
+        self.calls += 1
+        assert type(nbytes) is int and type(src) is int
+        return self.hw.transfer_time_s(nbytes, src, dst)
+
+    def rate_flops(self, dtype):
+        return self.hw.rate_flops(dtype)
+
+    def describe(self):
+        return {"kind": "per-op test model"}
+
+
+ring_cases = dict(
+    layout=st.sampled_from(LAYOUTS), n=st.integers(1, 7), causal=st.booleans(),
+    overlap=st.booleans(), pass_=st.sampled_from(["fwd", "bwd", "fwdbwd"]),
+    sync=st.sampled_from(["step", "buffered"]), tile=st.sampled_from([None, 1, 3]))
+
+
+def ring_scenario(layout, n, causal, overlap, pass_, sync, tile, hw=None):
+    sc = scenario(n=n, seq=12 * n, layout=layout, causal=causal, overlap=overlap, pass_=pass_,
+                  hw=hw, heads=2, kv_heads=1, head_dim=4, sync=sync)
+    return sc if tile is None else sc.with_(granularity="tile", tile=tile)
+
+
+@st.composite
+def any_schedule(draw):
+    """Operations on a few ranks in any pattern: several links per rank, zero-duration
+    ops, transfers waiting on transfers, dependencies anywhere earlier."""
+    n = draw(st.integers(1, 4))
+    ops = []
+    for i in range(draw(st.integers(0, 40))):
+        after = tuple(sorted(set(draw(st.lists(st.integers(0, i - 1), max_size=4))))) if i else ()
+        step, kind = draw(st.integers(0, 5)), draw(st.sampled_from(["fwd", "bwd", "kv", "dkv"]))
+        if kind in ("kv", "dkv") and n > 1:
+            src, dst = draw(st.permutations(range(n)))[:2]
+            ops.append(TransferOp(i, src, dst, kind, step, src, draw(st.sampled_from([0, 8, 64])),
+                                  (src,), after))
+        else:
+            r = draw(st.integers(0, n - 1))
+            flops = float(draw(st.sampled_from([0, 1000, 5000])))
+            mask = "empty" if flops == 0 else draw(st.sampled_from(["full", "diagonal"]))
+            ops.append(ComputeOp(i, r, "fwd" if kind == "fwd" else "bwd", step, (r + 1) % n,
+                                 int(flops), flops, mask, 4, 4, (r,), ((r + 1) % n,), after))
+    return n, ops

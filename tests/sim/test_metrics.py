@@ -1,0 +1,88 @@
+"""Metrics (sim.metrics) on small traces built by hand, every answer worked out here.
+
+The two ranks below, in seconds:
+
+    rank 0  compute [0, 2] (8 FLOP), wait on K/V [2, 3.5] (exposed), idle [3.5, 4],
+            compute [4, 5] (4 FLOP); sends 100 B to rank 1 over [1, 3], receives 60 B
+            over [2, 4] (the two overlap: in flight over [1, 4], 3 s, not 4)
+    rank 1  compute [0, 1] (4 FLOP), wait on K/V [1, 3] (exposed), compute [3, 4]
+            (4 FLOP), idle [4, 5] (a ragged end); receives [1, 3], sends [2, 4]
+
+makespan 5; compute 3 and 2; in flight 3 and 3; exposed 1.5 and 2; idle
+5 - 3 - 1.5 = 0.5 and 5 - 2 - 2 = 1; imbalance 3 / 2.5 = 1.2; overlap efficiency
+1 - 3.5 / 6; 20 FLOP at 4 FLOP/s per rank: ideal 20 / 8 = 2.5, efficiency 0.5; bytes
+sent 160.
+"""
+
+import pytest
+
+from sim.metrics import comparison_row, compute_metrics, step_durations, union_length
+from sim.trace import Span, Trace
+
+
+def two_ranks(shift=0.0, shuffle=False, source="simulated"):
+    def s(rank, stream, kind, step, a, b, flops=0.0, nbytes=0.0, peer=-1):
+        return Span(rank, stream, kind, step, a + shift, b + shift, flops, nbytes, (rank,), (0,), peer)
+
+    spans = [
+        s(0, "compute", "fwd", 0, 0, 2, flops=8), s(0, "wait", "kv", 1, 2, 3.5),
+        s(0, "wait", "idle", 1, 3.5, 4), s(0, "compute", "fwd", 1, 4, 5, flops=4),
+        s(0, "send", "kv", 0, 1, 3, nbytes=100, peer=1), s(0, "recv", "kv", 0, 2, 4, nbytes=60, peer=1),
+        s(1, "compute", "fwd", 0, 0, 1, flops=4), s(1, "wait", "kv", 1, 1, 3),
+        s(1, "compute", "fwd", 1, 3, 4, flops=4), s(1, "wait", "idle", 1, 4, 5),
+        s(1, "recv", "kv", 0, 1, 3, nbytes=100, peer=0), s(1, "send", "kv", 0, 2, 4, nbytes=60, peer=0),
+    ]
+    if shuffle:
+        spans = spans[::-1]
+    return Trace(source, 2, spans, hardware={"rate_flops": 4.0},
+                 meta={"peak_mem_bytes": [1000, 2000]})
+
+
+@pytest.mark.parametrize("shift,shuffle,source", [(0.0, False, "simulated"), (100.0, True, "measured")])
+def test_every_metric_of_the_hand_built_trace(shift, shuffle, source):
+    m = compute_metrics(two_ranks(shift, shuffle, source))
+    assert m.makespan_s == pytest.approx(5.0)
+    assert [r.compute_s for r in m.ranks] == pytest.approx([3.0, 2.0])
+    assert [r.comm_s for r in m.ranks] == pytest.approx([3.0, 3.0])
+    assert [r.exposed_comm_s for r in m.ranks] == pytest.approx([1.5, 2.0])
+    assert [r.idle_s for r in m.ranks] == pytest.approx([0.5, 1.0])
+    assert [r.flops for r in m.ranks] == [12.0, 8.0]
+    assert [r.peak_mem_bytes for r in m.ranks] == [1000, 2000]
+    assert m.load_imbalance == pytest.approx(1.2)
+    assert m.overlap_efficiency == pytest.approx(1 - 3.5 / 6)
+    assert m.total_flops == 20.0 and m.total_bytes == 160.0
+    assert m.ideal_s == pytest.approx(2.5) and m.efficiency == pytest.approx(0.5)
+
+
+def test_the_comparison_row_reports_the_worst_rank():
+    row = comparison_row("zigzag", True, compute_metrics(two_ranks()))
+    assert row["exposed_comm_s"] == pytest.approx(2.0)          # rank 1, not 1.5, not 3.5
+    assert (row["layout"], row["overlap"]) == ("zigzag", True)
+    assert row["makespan_s"] == pytest.approx(5.0) and "ranks" not in row
+
+
+def test_without_a_rate_there_is_no_ideal_and_without_transfers_nothing_is_exposed():
+    trace = Trace("measured", 1, [Span(0, "compute", "fwd", 0, 1.0, 3.0, 5.0)])
+    m = compute_metrics(trace)
+    assert (m.ideal_s, m.efficiency) == (None, None)
+    assert m.overlap_efficiency == 1.0 and m.ranks[0].comm_s == 0.0
+    assert m.ranks[0].idle_s == 0.0 and m.makespan_s == 2.0
+    assert m.ranks[0].peak_mem_bytes is None
+
+
+@pytest.mark.parametrize("intervals,length", [
+    ([], 0.0),
+    ([(0, 1)], 1.0),
+    ([(0, 1), (2, 3)], 2.0),                 # disjoint
+    ([(0, 4), (1, 2)], 4.0),                 # nested
+    ([(0, 2), (1, 3), (3, 5)], 5.0),         # chained, touching
+    ([(5, 6), (0, 1), (0.5, 2)], 3.0),       # out of order
+    ([(1, 1), (1, 2)], 1.0),                 # empty interval at a start
+])
+def test_union_length(intervals, length):
+    assert union_length(intervals) == pytest.approx(length)
+
+
+def test_step_durations_run_from_the_previous_computed_step():
+    got = step_durations(two_ranks(shift=10.0, shuffle=True))
+    assert got == pytest.approx({(0, 0): 2.0, (0, 1): 3.0, (1, 0): 1.0, (1, 1): 3.0})

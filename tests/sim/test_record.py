@@ -1,0 +1,64 @@
+"""Recording spans from operation times (sim.record): the wait split by hand, and the
+record's order."""
+
+import numpy as np
+import pytest
+
+from sim.record import record_spans, wait_pieces
+from sim.schedule import ComputeOp, Schedule, TransferOp
+from sim.trace import STREAMS
+
+IDLE, KV, DKV = 9, 2, 3
+
+
+def pieces(t0, t1, flights):
+    """wait_pieces for one wait [t0, t1] on transfers (start, end, kind), as tuples."""
+    s = np.array([[f[0] for f in flights]], dtype=float)
+    e = np.array([[f[1] for f in flights]], dtype=float)
+    k = np.array([[f[2] for f in flights]])
+    out = wait_pieces(np.array([t0], dtype=float), np.array([t1], dtype=float), s.reshape(1, -1),
+                      e.reshape(1, -1), k.reshape(1, -1), np.ones((1, len(flights)), dtype=bool), IDLE, DKV)
+    got = [(float(a), float(b), int(kind)) for a_, b_, k_, _ in out for a, b, kind in zip(a_, b_, k_)]
+    return sorted(got)
+
+
+@pytest.mark.parametrize("t0,t1,flights,want", [
+    # the transfer started before the wait: all of it is exposed
+    (2.0, 5.0, [(0.0, 5.0, KV)], [(2.0, 5.0, KV)]),
+    # it starts late: idle until it starts (a late peer), exposed after
+    (2.0, 5.0, [(3.0, 5.0, KV)], [(2.0, 3.0, IDLE), (3.0, 5.0, KV)]),
+    # it ends early: exposed, then idle for whatever else held the compute back
+    (2.0, 5.0, [(1.0, 4.0, KV)], [(2.0, 4.0, KV), (4.0, 5.0, IDLE)]),
+    # two transfers in flight at once count once, the earlier first; a gap between is idle
+    (0.0, 10.0, [(1.0, 4.0, KV), (2.0, 6.0, DKV), (7.0, 10.0, KV)],
+     [(0.0, 1.0, IDLE), (1.0, 4.0, KV), (4.0, 6.0, DKV), (6.0, 7.0, IDLE), (7.0, 10.0, KV)]),
+    # a transfer over before the wait began adds nothing
+    (5.0, 6.0, [(0.0, 4.0, KV)], [(5.0, 6.0, IDLE)]),
+])
+def test_a_wait_splits_into_exposed_communication_and_idle(t0, t1, flights, want):
+    got = pieces(t0, t1, flights)
+    assert got == want
+    assert sum(b - a for a, b, _ in got) == pytest.approx(t1 - t0)
+
+
+def test_spans_are_recorded_by_rank_then_stream_in_the_order_they_ran():
+    ops = [ComputeOp(0, 1, "fwd", 0, 1, 4, 4.0, "full", 2, 2, (1,), (1,), ()),
+           TransferOp(1, 1, 0, "kv", 0, 1, 8, (1,), ()),
+           ComputeOp(2, 0, "fwd", 0, 0, 4, 4.0, "full", 2, 2, (0,), (0,), ()),
+           ComputeOp(3, 0, "fwd", 1, 1, 4, 4.0, "full", 2, 2, (0,), (1,), (1,)),
+           ComputeOp(4, 1, "fwd", 1, 1, 4, 4.0, "full", 2, 2, (1,), (1,), (0,))]
+    schedule = Schedule.from_ops(2, ops)
+    start = np.array([0.0, 0.0, 0.0, 5.0, 1.0])
+    end = np.array([1.0, 5.0, 1.0, 6.0, 2.0])
+    table = record_spans(schedule, start, end)
+    got = [(s.rank, s.stream, s.kind, s.start_s, s.end_s) for s in table.to_spans()]
+    assert got == [
+        (0, "compute", "fwd", 0.0, 1.0), (0, "compute", "fwd", 5.0, 6.0),
+        (0, "recv", "kv", 0.0, 5.0), (0, "wait", "kv", 1.0, 5.0),
+        (1, "compute", "fwd", 0.0, 1.0), (1, "compute", "fwd", 1.0, 2.0),
+        (1, "send", "kv", 0.0, 5.0), (1, "wait", "idle", 5.0, 6.0),   # its ragged end
+    ]
+    assert [STREAMS[c] for c in table.stream] == [g[1] for g in got]
+    assert table.peer.tolist() == [-1, -1, 1, -1, -1, -1, 0, -1]
+    assert table.bytes.tolist() == [0, 0, 8, 0, 0, 0, 8, 0]
+    assert table.flops.tolist() == [4, 4, 0, 0, 4, 4, 0, 0]
