@@ -1,111 +1,139 @@
-"""Simulator speed by ring size: the whole `simulate` call with the recurrence player (what
-the dashboard runs on every new configuration), its parts, and the SimPy player.
+"""Simulator speed and memory by ring size: `simulate()` with its metrics, and the whole
+`ringsim simulate --json` process, each in a fresh process so that peak memory is that
+run's own; optionally the same on another commit, in the same run, for a before/after.
 
-Causal zigzag forward, Llama-3-8B attention shape (32/8 heads x 128, bf16), 4096
-tokens per rank, 8 x H100 presets. Times, best and median of several runs: the whole
-`simulate(..., player="recurrence")`; its parts (building the ring schedule, of which
-the layout's work and mask tables, the durations, the wave recurrence, the spans); and
-the SimPy player on the same schedule, which must give the identical trace. A result
-is kept alive while the next run is timed, so that freeing it is not counted. Prints a
-table and writes JSON. Also the garbage collector's first pass over what one call made
-(`gc_s`, mostly the spans), which the program pays after `simulate` returns.
+Causal zigzag forward ring, Llama-3-8B attention shape (32/8 heads x 128, bf16), 4096
+tokens per rank, H100 / NVLink presets (the defaults). Per GPU count and code tree:
+- `simulate_s`: `simulate(..., player="recurrence")` plus `compute_metrics`, the first
+  call in the process (cold) and the best of the following ones (`--repeats`);
+- `peak_rss_mb`: the process's peak resident memory, and `import_rss_mb` before the
+  first call (what Python, numpy and simpy take on their own);
+- `cli_s`, `cli_rss_mb`: the whole `ringsim simulate --gpus N --json` process;
+- with `--simpy-check N...`: whether the SimPy player gives the identical trace.
+Prints a table and writes JSON.
 
-    .venv/bin/python bench/bench_sim.py [--sizes 8 64 256 1024] [--no-simpy] [--out bench/results/sim.json]
+    .venv/bin/python bench/bench_sim.py [--sizes 8 64 256 1024 4096] [--against REF]
+        [--against-max-gpus 1024] [--out bench/results/sim.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
+import os
 import platform
 import resource
-import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
-from sim import engine
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD = r"""
+import gc, json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
 from sim.config import Scenario, Workload
-from sim.engine import play, simulate
-from sim.layouts import block_masks, block_work
+from sim.engine import simulate
 from sim.metrics import compute_metrics
-from sim.ring import build_ring_schedule
-
-
-def timed(fn, runs: int) -> tuple[float, float, object]:
-    """(best, median) seconds of `runs` calls of fn, and its last result. The garbage
-    collector runs before each call, outside the timing: the objects a call makes are
-    looked at by the collector later, whenever the program next allocates, and would
-    otherwise be billed to the next call."""
-    times, keep = [], None
-    for _ in range(runs):
-        gc.collect()
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-        keep = result       # the previous result is freed here, outside the timed call
-    return min(times), statistics.median(times), keep
-
-
-def measure(n: int, tokens_per_rank: int, simpy: bool) -> dict:
-    sc = Scenario(workload=Workload(seq=tokens_per_rank * n), n_gpus=n, layout="zigzag")
-    w, hw = sc.workload, sc.hardware
-    runs = 30 if n <= 64 else 5 if n <= 256 else 2
-    row = {"n_gpus": n, "seq": w.seq, "runs": runs}
-    best, median, trace = timed(lambda: simulate(sc, player="recurrence"), runs)
-    row.update(simulate_s=best, simulate_median_s=median, ops=trace.meta["ops"], spans=len(trace.spans))
-    gc.collect()
-    gc.disable()
-    trace = simulate(sc, player="recurrence")
+n, repeats, check = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+sc = Scenario(workload=Workload(seq=4096 * n), n_gpus=n, layout="zigzag")
+row = {"import_rss_mb": rss()}
+times = []
+for i in range(1 + repeats):
     t0 = time.perf_counter()
-    gc.collect(0)           # the collector's first pass over what one call made
-    row["gc_s"] = time.perf_counter() - t0
-    gc.enable()
-    # the parts, as simulate runs them (private functions of sim.engine: for this table only)
-    with engine._gc_paused():
-        tables = lambda: (block_work(sc.layout, w.seq, n, w.causal, sc.granularity, sc.tile),  # noqa: E731
-                          block_masks(sc.layout, w.seq, n, w.causal))
-        row["layout_tables_s"] = timed(tables, runs)[0]
-        row["build_s"], _, schedule = timed(lambda: build_ring_schedule(sc), runs)
-        row["durations_s"], _, dur = timed(lambda: engine.durations_s(schedule, hw, w), runs)
-        row["recurrence_s"], _, (start, end) = timed(lambda: engine._times_waves(schedule, dur), runs)
-        row["spans_s"], _, spans = timed(lambda: engine._spans(schedule, start, end), runs)
-    if simpy:
-        t0 = time.perf_counter()
-        reference = play(schedule, hw, w)
-        row["simpy_s"] = time.perf_counter() - t0
-        row["sim_events"] = reference.meta["sim_events"]
-        row["events_per_s"] = row["sim_events"] / row["simpy_s"]
-        row["identical"] = reference.spans == trace.spans
+    trace = simulate(sc, player="recurrence")
     m = compute_metrics(trace)
-    row.update(makespan_s=m.makespan_s, efficiency=m.efficiency,
-               max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    return row
+    times.append(time.perf_counter() - t0)
+    if i == 0:
+        row["peak_rss_mb"] = rss()
+        row.update(spans=len(trace.spans) if not hasattr(trace, "columns") else len(trace.columns),
+                   ops=trace.meta["ops"], makespan_s=m.makespan_s, efficiency=m.efficiency)
+    del trace
+    gc.collect()
+row.update(simulate_cold_s=times[0], simulate_s=min(times[1:] or times))
+if check:
+    a = simulate(sc, player="recurrence").spans
+    b = simulate(sc, player="simpy").spans
+    row["simpy_identical"] = a == b
+print(json.dumps(row))
+"""
+
+
+def child(tree: str, n: int, repeats: int, check: bool) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, tree, str(n), str(repeats), "1" if check else "0"],
+                         capture_output=True, text=True, cwd=tree, env={**os.environ, "PYTHONPATH": tree})
+    if out.returncode:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cli(tree: str, n: int) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", "import sys; from sim.cli import main; sys.exit(main())",
+                          "simulate", "--gpus", str(n), "--seq", str(4096 * n), "--json"],
+                         capture_output=True, text=True, cwd=tree, env={**os.environ, "PYTHONPATH": tree})
+    wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if out.returncode:
+        return {"cli_error": out.stderr.strip()[-200:]}
+    # ru_maxrss of children is the largest child so far: only trust a new maximum
+    return {"cli_s": wall, "cli_rss_mb": peak / 1024 if peak > before else None}
+
+
+def checkout(ref: str) -> str:
+    path = tempfile.mkdtemp(prefix="ringsim-ref-")
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", path, ref], check=True,
+                   capture_output=True)
+    return path
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 256, 1024])
-    p.add_argument("--tokens-per-rank", type=int, default=4096)
-    p.add_argument("--no-simpy", action="store_true", help="skip the SimPy player (slow at 1024 GPUs)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 256, 1024, 4096])
+    p.add_argument("--repeats", type=int, default=2, help="warm calls after the first (default 2)")
+    p.add_argument("--against", metavar="REF", help="also measure this git commit, in the same run")
+    p.add_argument("--against-max-gpus", type=int, default=1024,
+                   help="largest size to run on REF (the old record needs ~5 GB at 1024)")
+    p.add_argument("--simpy-check", type=int, nargs="*", default=[8, 64],
+                   help="sizes at which to check that SimPy gives the identical trace")
+    p.add_argument("--no-cli", action="store_true", help="skip the whole-CLI runs")
     p.add_argument("--out", default="bench/results/sim.json")
     a = p.parse_args()
+    trees = [("this", ROOT)]
+    ref_path = None
+    if a.against:
+        ref_path = checkout(a.against)
+        trees.insert(0, (a.against, ref_path))
     rows = []
-    print(f"{'GPUs':>5} {'ops':>8} {'spans':>8} | {'simulate ms':>11} {'median':>8} {'gc':>6} | "
-          f"{'build':>8} {'(tables)':>8} {'durations':>9} {'recur':>8} {'spans':>8} | "
-          f"{'SimPy ms':>9} {'events/s':>9} {'same':>5} {'RSS MB':>7}")
-    for n in a.sizes:
-        r = measure(n, a.tokens_per_rank, not a.no_simpy)
-        rows.append(r)
-        ms = {k: v * 1e3 for k, v in r.items() if k.endswith("_s")}
-        simpy = (f"{ms['simpy_s']:>9.0f} {r['events_per_s']:>9.0f} {str(r['identical']):>5}" if "simpy_s" in r
-                 else f"{'-':>9} {'-':>9} {'-':>5}")
-        print(f"{n:>5} {r['ops']:>8} {r['spans']:>8} | {ms['simulate_s']:>11.2f} "
-              f"{ms['simulate_median_s']:>8.2f} {ms['gc_s']:>6.2f} | {ms['build_s']:>8.2f} "
-              f"{ms['layout_tables_s']:>8.2f} {ms['durations_s']:>9.2f} {ms['recurrence_s']:>8.2f} "
-              f"{ms['spans_s']:>8.2f} | {simpy} {r['max_rss_mb']:>7.0f}", flush=True)
+    print(f"{'tree':>10} {'GPUs':>5} {'spans':>9} | {'simulate s':>10} {'cold s':>7} {'peak MB':>8} "
+          f"{'import MB':>9} | {'CLI s':>6} {'CLI MB':>7} | simpy")
+    try:
+        for n in a.sizes:
+            for name, tree in trees:
+                if tree == ref_path and n > a.against_max_gpus:
+                    continue
+                r = {"tree": name, "n_gpus": n, **child(tree, n, a.repeats, n in a.simpy_check)}
+                if not a.no_cli and "error" not in r:
+                    r.update(cli(tree, n))
+                rows.append(r)
+                if "error" in r:
+                    print(f"{name:>10} {n:>5} failed: {r['error']}", flush=True)
+                    continue
+                cli_s = f"{r['cli_s']:>6.2f}" if "cli_s" in r else f"{'-':>6}"
+                cli_mb = f"{r['cli_rss_mb']:>7.0f}" if r.get("cli_rss_mb") else f"{'-':>7}"
+                print(f"{name:>10} {n:>5} {r['spans']:>9} | {r['simulate_s']:>10.3f} {r['simulate_cold_s']:>7.3f} "
+                      f"{r['peak_rss_mb']:>8.0f} {r['import_rss_mb']:>9.0f} | {cli_s} {cli_mb} | "
+                      f"{r.get('simpy_identical', '-')}", flush=True)
+    finally:
+        if ref_path:
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", ref_path], capture_output=True)
     with open(a.out, "w") as f:
-        json.dump({"machine": platform.processor() or platform.machine(),
-                   "python": platform.python_version(), "rows": rows}, f, indent=2)
+        json.dump({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                   "load_avg": os.getloadavg(), "python": platform.python_version(),
+                   "against": a.against, "rows": rows}, f, indent=2)
     print(f"wrote {a.out}")
 
 

@@ -49,6 +49,7 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
         start, end = np.array(start), np.array(end)
     else:
         start, end = times_waves(schedule, dur)
+    del dur
     meta["player"] = player
     return Trace("simulated", schedule.n_ranks, record_spans(schedule, start, end),
                  header.get("config", {}), header.get("hardware", {}), meta)

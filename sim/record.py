@@ -12,12 +12,10 @@ traces mean the same thing (DESIGN.md, Definitions).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from sim.schedule import DKV, EMPTY, KINDS, NO_DEP, Schedule
-from sim.trace import COMPUTE, IDLE, KIND_NAMES, RECV, SEND, WAIT, SpanTable
+from sim.trace import COLUMN_TYPES, COMPUTE, IDLE, KIND_NAMES, RECV, SEND, WAIT, SpanTable
 
 # a schedule's kind codes as the trace's; the trace's idle after them
 _KIND_CODES = np.array([KIND_NAMES.index(k) for k in KINDS] + [IDLE], dtype=np.int8)
@@ -62,10 +60,10 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     """The trace's spans, grouped by rank, then by stream (compute, send, recv, wait), each
     in the order it ran (schedule order; a wait's pieces in time order; the idle at the
     end last)."""
-    n, n_ops = schedule.n_ranks, len(schedule)
+    n = schedule.n_ranks
     # 32-bit indices halve the memory this moves around (a schedule has under 2^31 ops)
-    rank, peer = schedule.rank.astype(np.int32), schedule.peer.astype(np.int32)
-    step = schedule.step.astype(np.int32)
+    rank, peer = schedule.rank.astype(np.int32, copy=False), schedule.peer.astype(np.int32, copy=False)
+    step = schedule.step.astype(np.int32, copy=False)
 
     # each rank's computes in order; a compute waits from the end of the one before
     comp = np.flatnonzero(~schedule.is_transfer).astype(np.int32)
@@ -92,56 +90,65 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     makespan = last.max(initial=0.0)
     late = np.flatnonzero(last < makespan).astype(np.int32)
 
-    # one entry per span: its op (n_ops + rank for the idle at the end), stream, kind,
-    # rank and times; laid out stream by stream (in the trace's stream order), each in
-    # op order, so that a stable sort by rank gives the record's order
+    # the spans, group by group (computes, sends, receives, wait pieces, idle ends), each
+    # in op order; a stable sort of their ranks (16-bit keys sort by radix, in linear
+    # time) gives each span's place in the record, and every column is written there
+    # group by group, so that no concatenation of all spans is ever made
+    # every group is laid out by rank, then op (comp already is), so that each group's
+    # places in the record ascend and its columns are written in one forward sweep
     w_op, w_kind, w_start, w_end = _compute_waits(schedule, comp[waits], ready[waits], start, end)
-    by_op = np.argsort(w_op, kind="stable")
-    w_op, w_kind, w_start, w_end = w_op[by_op], w_kind[by_op], w_start[by_op], w_end[by_op]
-    ran = np.sort(ran)
-    op = np.concatenate([ran, xfer, xfer, w_op, n_ops + late])
-    count = [len(ran), len(xfer), len(xfer), len(w_op), len(late)]
-    stream = np.repeat(np.array([COMPUTE, SEND, RECV, WAIT, WAIT], dtype=np.int8), count)
-    where = np.concatenate([rank[ran], rank[xfer], peer[xfer], rank[w_op], late])
-    # a 16-bit key sorts by radix, in linear time
+    del comp, first, ready, waits
+    sent = xfer[np.argsort(rank[xfer], kind="stable")]
+    got = xfer[np.argsort(peer[xfer], kind="stable")]
+    del xfer
+    kinds = schedule.kind
+    nothing = np.int32(-1)
+    # per group, each column's values (made one column at a time, when written)
+    groups = [
+        (lambda: rank[ran], COMPUTE, lambda: kinds[ran], lambda: step[ran], lambda: start[ran],
+         lambda: end[ran], lambda: schedule.flops[ran], 0.0, nothing, lambda: schedule.q_chunks[ran],
+         lambda: schedule.kv_chunks[ran]),
+        (lambda: rank[sent], SEND, lambda: kinds[sent], lambda: step[sent], lambda: start[sent],
+         lambda: end[sent], 0.0, lambda: schedule.nbytes[sent], lambda: peer[sent], nothing,
+         lambda: schedule.kv_chunks[sent]),
+        (lambda: peer[got], RECV, lambda: kinds[got], lambda: step[got], lambda: start[got],
+         lambda: end[got], 0.0, lambda: schedule.nbytes[got], lambda: rank[got], nothing,
+         lambda: schedule.kv_chunks[got]),
+        (lambda: rank[w_op], WAIT, lambda: w_kind, lambda: step[w_op], lambda: w_start, lambda: w_end,
+         0.0, 0.0, nothing, lambda: schedule.q_chunks[w_op], lambda: schedule.kv_chunks[w_op]),
+        (late, WAIT, _SCHED_IDLE, lambda: last_step[late], lambda: last[late], makespan, 0.0, 0.0,
+         nothing, nothing, nothing),
+    ]
+    sizes = [len(ran), len(sent), len(got), len(w_op), len(late)]
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    where = np.concatenate([rank[ran], rank[sent], peer[got], rank[w_op], late])
     order = np.argsort(where.astype(np.int16) if n <= 1 << 15 else where, kind="stable")
-    op, stream, where = op[order], stream[order], where[order]
-    kind = np.concatenate([schedule.kind[ran], schedule.kind[xfer], schedule.kind[xfer], w_kind,
-                           np.full(len(late), _SCHED_IDLE)])[order]
-    t0 = np.concatenate([start[ran], start[xfer], start[xfer], w_start, last[late]])[order]
-    t1 = np.concatenate([end[ran], end[xfer], end[xfer], w_end, np.full(len(late), makespan)])[order]
+    del where
+    place = np.empty(len(order), dtype=np.int32)
+    place[order] = np.arange(len(order), dtype=np.int32)
     del order
-
-    # what a span takes from its op; the idle at the end has no op (the padding)
-    at_end = op >= n_ops
-    inside = np.minimum(op, n_ops - 1) if n_ops else op
-
-    def of_op(column: np.ndarray, pad: Any) -> np.ndarray:
-        out = column[inside] if n_ops else np.full(len(op), pad, dtype=column.dtype)
-        out[at_end] = pad
-        return out
-
-    is_compute, is_wait = stream == COMPUTE, stream == WAIT
-    moves = (stream == SEND) | (stream == RECV)
-    other_end = np.where(stream == SEND, of_op(peer, -1), of_op(rank, -1))
-    return SpanTable(
-        rank=where, stream=stream, kind=_KIND_CODES[kind], step=np.where(at_end, last_step[np.maximum(op - n_ops, 0)], of_op(step, 0)),
-        start_s=t0, end_s=t1, flops=np.where(is_compute, of_op(schedule.flops, 0.0), 0.0),
-        bytes=np.where(moves, of_op(schedule.nbytes, 0), 0).astype(np.float64),
-        peer=np.where(moves, other_end, -1),
-        q_chunks=np.where(is_compute | is_wait, of_op(schedule.q_chunks, -1), -1),
-        kv_chunks=of_op(schedule.kv_chunks, -1), chunk_sets=schedule.chunk_sets)
+    names = ("rank", "stream", "kind", "step", "start_s", "end_s", "flops", "bytes", "peer",
+             "q_chunks", "kv_chunks")
+    cols = {name: np.empty(bounds[-1], dtype=COLUMN_TYPES[name]) for name in names}
+    for g, columns in enumerate(groups):
+        at = place[bounds[g]:bounds[g + 1]]
+        for name, values in zip(names, columns):
+            values = values() if callable(values) else values
+            cols[name][at] = _KIND_CODES[values] if name == "kind" else values
+    return SpanTable(**cols, chunk_sets=schedule.chunk_sets)
 
 
 def _compute_waits(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: np.ndarray,
                    end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The wait pieces of each compute in `ops` (waiting from t0 to its start), as
-    (op, schedule kind code, start, end) arrays."""
+    (op, schedule kind code, start, end) arrays, in the order of `ops`."""
     deps = np.take(schedule.after, ops, axis=1).T                       # (ops, width)
     flying = (deps != NO_DEP) & schedule.is_transfer[deps]   # a pad reads the last op: masked
     pieces = wait_pieces(t0, start[ops], start[deps], end[deps], schedule.kind[deps], flying,
                          _SCHED_IDLE, DKV)
-    return (np.concatenate([ops[row] for _, _, _, row in pieces]),
-            np.concatenate([kind for _, _, kind, _ in pieces]),
-            np.concatenate([a for a, _, _, _ in pieces]),
-            np.concatenate([b for _, b, _, _ in pieces]))
+    # by row (the order of `ops`), each row's pieces in time order
+    by_row = np.argsort(np.concatenate([row for _, _, _, row in pieces]), kind="stable")
+    return (ops[np.concatenate([row for _, _, _, row in pieces])[by_row]],
+            np.concatenate([kind for _, _, kind, _ in pieces])[by_row],
+            np.concatenate([a for a, _, _, _ in pieces])[by_row],
+            np.concatenate([b for _, b, _, _ in pieces])[by_row])
