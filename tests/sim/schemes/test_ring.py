@@ -223,6 +223,6 @@ def test_wave_player_gives_the_per_op_recurrence_trace_bit_for_bit(layout, n, ca
 
 
 def test_wave_player_at_64_gpus_gives_the_per_op_trace():
-    sc = Scenario(n_gpus=64, workload=Workload(pass_="fwdbwd"))
+    sc = Scenario(n_gpus=64, workload=Workload(seq=64 * 32, pass_="fwdbwd"))   # tokens enumerated by the reference
     want = reference_trace_spans(reference_ring_ops(sc), 64, sc.hardware, sc.workload)
     assert simulate(sc, player="recurrence").spans == want
