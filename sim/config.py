@@ -161,8 +161,10 @@ class Gpu:
         else:
             have = ", ".join([*p.kernels, "flat"])
             raise RingsimError(f"GPU {p.name} has no published table for kernel {kernel!r}; choose from {have}")
-        return cls(name=p.name, peak_tflops=dict(p.peak_tflops), memory_gb=p.memory_gb,
-                   memory_bandwidth_gbps=p.memory_bandwidth_gbps, kernel=table, **overrides)
+        fields = {"name": p.name, "peak_tflops": dict(p.peak_tflops), "memory_gb": p.memory_gb,
+                  "memory_bandwidth_gbps": p.memory_bandwidth_gbps, "kernel": table}
+        fields.update(overrides)
+        return cls(**fields)
 
     def uses_kernel_table(self, dtype: str) -> bool:
         """Whether blocks of `dtype` are timed from the kernel table (16-bit only)."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config import BWD_FLOPS_FACTOR, Scenario
+from sim.extents import block_extents
 from sim.layouts import block_masks, block_work, chunks_of_rank
 from sim.schedule import BWD, DIAGONAL, DKV, EMPTY, FULL, FWD, KV, NO_DEP, Schedule
 
@@ -47,14 +48,15 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     n = scenario.n_gpus
     work = block_work(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile)
     masks = block_masks(scenario.layout, w.seq, n, w.causal)
+    extents = block_extents(scenario.layout, w.seq, n, w.causal)
     mask_codes = np.where(masks == "empty", EMPTY, np.where(masks == "diagonal", DIAGONAL, FULL))
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
     tables, flops, waves = [], [], []
     gate = None          # last compute of the previous phase, per rank
     base = 0
     for i, phase in enumerate(phases):
-        table, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, base,
-                                                       i * n, gate)
+        table, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, extents,
+                                                       base, i * n, gate)
         tables.append(table)
         flops.append(phase_flops)
         waves.append(phase_waves)
@@ -75,8 +77,8 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
                     resource=resource)
 
 
-def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndarray, base: int,
-           step0: int, gate: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndarray,
+           extents: tuple[np.ndarray, np.ndarray], base: int, step0: int, gate: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One phase's operations (ids from `base`): a table whose rows are _INT_COLUMNS then
     the dependencies, a column per operation; their FLOPs; where its waves start; and
     its last computes."""
@@ -139,7 +141,8 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
     steps = step0 + k
     groups = [(comp, after, dict(
         kind=BWD if bwd else FWD, rank=r, peer=-1, step=steps, kv_rank=owner, pairs=pairs,
-        mask=mask_codes[r, owner], q_tokens=c, kv_tokens=c, nbytes=0, q_chunks=r, kv_chunks=owner))]
+        mask=mask_codes[r, owner], q_tokens=extents[0][r, owner], kv_tokens=extents[1][r, owner], nbytes=0,
+        q_chunks=r, kv_chunks=owner))]
 
     # K/V forwarded at step k (block k+1 of the receiver)
     if stepped:

@@ -10,7 +10,7 @@ from sim.engine import simulate
 from sim.layouts import rank_tokens
 from sim.memory import peak_memory_bytes
 from sim.metrics import compute_metrics
-from tests.sim.conftest import brute_pairs
+from tests.sim.conftest import brute_extents, brute_pairs
 
 LAYOUTS = ["contiguous", "striped", "zigzag"]
 
@@ -254,15 +254,16 @@ def reference_ring_ops(scenario):
     work = block_work(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile).tolist()
     masks = block_masks(scenario.layout, w.seq, n, w.causal).tolist()
     chunks = chunks_of_rank(scenario.layout, n)
+    extents = brute_extents(scenario.layout, w.seq, n, w.causal)
     ops = []
     gate = None
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
     for i, phase in enumerate(phases):
-        gate = _reference_phase(ops, scenario, phase, work, masks, chunks, c, i * n, gate)
+        gate = _reference_phase(ops, scenario, phase, work, masks, chunks, c, extents, i * n, gate)
     return ops
 
 
-def _reference_phase(ops, scenario, phase, work, masks, chunks, c, step0, gate):
+def _reference_phase(ops, scenario, phase, work, masks, chunks, c, extents, step0, gate):
     w, n, overlap = scenario.workload, scenario.n_gpus, scenario.overlap
     stepped = overlap and scenario.sync == "step"
     bwd = phase == "bwd"
@@ -304,7 +305,8 @@ def _reference_phase(ops, scenario, phase, work, masks, chunks, c, step0, gate):
                 after = []
             row.append(len(ops))
             ops.append(ComputeOp(len(ops), r, phase, step0 + k, owner, pairs, flops_per_pair * pairs,
-                                 masks[r][owner], c, c, chunks[r], chunks[owner], tuple(after)))
+                                 masks[r][owner], extents[r][owner][0], extents[r][owner][1], chunks[r],
+                                 chunks[owner], tuple(after)))
         comp.append(row)
         row = []
         if k <= n - 2:
@@ -492,7 +494,8 @@ def test_wave_player_gives_the_per_op_recurrence_trace_bit_for_bit(layout, n, ca
     # a model with only per-op methods is asked once per distinct block or hop
     per_op = PerOpHardware(hw)
     assert simulate(sc, per_op, player="recurrence").spans == want
-    assert per_op.calls <= len({(op.flops, op.kind, op.mask) if isinstance(op, ComputeOp) else
+    assert per_op.calls <= len({(op.flops, op.kind, op.mask, op.q_tokens, op.kv_tokens)
+                                if isinstance(op, ComputeOp) else
                                 (op.nbytes, op.src, op.dst) for op in reference_ring_ops(sc)})
 
 
