@@ -26,14 +26,12 @@ block, and the merge added:
   in-place add each (read the fp32 accumulator and the block's gradient, write back).
 - **Launch**: a fixed cost per block (sim.presets.LAUNCH_OVERHEAD_US).
 
-The engine gives each block's FLOPs, pass, mask and query and key tokens, not the
-workload's head count: the output's width (heads x batch x head dim) is recovered from
-the FLOPs, taking the block's pairs as q x kv for a full block and q x kv / 2 for a
-diagonal one. That is exact when the tokens passed are the extent of the kernel call;
-for zigzag's off-diagonal blocks the engine passes the shard (twice the extent on one
-side), which halves the width found, and so the merge, of the blocks that keep all
-their queries. The head dim and the K/V-to-query head ratio are not passed either:
-callers give them, or the defaults of sim.config.Workload apply.
+The engine gives each block's FLOPs, pass, mask and the extent of its kernel call (the
+query and key tokens that take part, sim.extents), not the workload's head count: the
+output's width (heads x batch x head dim) is recovered from the FLOPs, taking the
+block's pairs as q x kv for a full block and q x kv / 2 for a diagonal one. The head dim
+and the K/V-to-query head ratio are not passed either: callers give them, or the
+defaults of sim.config.Workload apply.
 """
 
 from __future__ import annotations

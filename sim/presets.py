@@ -153,8 +153,9 @@ def _fa3_h100() -> KernelTable:
         # no causal backward was published for FlashAttention-3
         s["bwd", "diagonal", d] = RateSeries(
             tflops=_scale(v, fa2["bwd", "diagonal", d].tflops, fa2["bwd", "full", d].tflops),
-            source=f"assumed: FlashAttention-3 dense backward (head dim {d}) x FlashAttention-2's causal/dense "
-                   "backward ratio at the same length (no causal backward published for FlashAttention-3)")
+            source=f"assumed (no causal backward published for FlashAttention-3): its dense backward, "
+                   + _FA3_BWD.format(d=d, kernel="FlashAttention-3")
+                   + ", x FlashAttention-2's causal/dense backward ratio at the same length (the fa2-h100 series)")
     return KernelTable(name="fa3-h100", kernel="FlashAttention-3", measured_on="H100 80GB SXM5",
                        seqlens=SEQLENS, series=s)
 
