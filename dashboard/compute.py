@@ -26,7 +26,7 @@ from sim.engine import simulate
 from sim.memory import full_kv_bytes, peak_memory_bytes
 from sim.metrics import Metrics, comparison_row, compute_metrics
 from sim.trace import Trace
-from sim.validate import step_durations
+from sim.metrics import step_durations
 
 from dashboard.figures import SpanColumns, span_columns
 from dashboard.state import scenario_key
@@ -273,7 +273,7 @@ def _kv_held(items: dict[str, int]) -> int:
 # --- view 8: model against measurement ----------------------------------------------
 
 def step_errors(simulated: Trace, measured: Trace) -> list[dict[str, float]]:
-    """Per ring step: each rank's step duration in both traces (sim.validate's definition:
+    """Per ring step: each rank's step duration in both traces (sim.metrics' definition:
     from the end of its previous step's compute to the end of this one's), the medians
     over ranks, and the median, smallest and largest signed relative error over ranks."""
     sim_d, meas_d = step_durations(simulated), step_durations(measured)

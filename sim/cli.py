@@ -53,10 +53,14 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
     h.add_argument("--inter-link", default=None,
                    help="link preset between nodes (default: --link everywhere)")
     h.add_argument("--gpus-per-node", type=int, default=8, help="(default 8)")
+    h.add_argument("--kernel", default="default",
+                   help="attention kernel whose published throughput times each block: fa2, fa3 "
+                        "(where the preset has its table; default: the preset's first) or flat "
+                        "(every block at peak x efficiency)")
     h.add_argument("--tflops", type=float, default=None,
-                   help="achieved TFLOP/s per GPU, replacing preset peak x efficiency")
+                   help="achieved TFLOP/s per GPU for every block (flat model)")
     h.add_argument("--efficiency", type=float, default=None,
-                   help="fraction of the preset's peak achieved (default 0.5)")
+                   help="fraction of the preset's peak achieved by every block (flat model; default 0.5)")
     h.add_argument("--overhead-us", type=float, default=None, help="per-block launch overhead, µs")
     h.add_argument("--link-gbps", type=float, default=None, help="link GB/s per direction")
     h.add_argument("--link-latency-us", type=float, default=None, help="link latency, µs")
@@ -91,7 +95,7 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
     if a.link_latency_us is not None:
         link_over["latency_us"] = a.link_latency_us
     return Hardware(
-        gpu=Gpu.preset(a.gpu, **gpu_over),
+        gpu=Gpu.preset(a.gpu, kernel=a.kernel, **gpu_over),
         link=Link.preset(a.link, **link_over),
         inter_link=Link.preset(a.inter_link) if a.inter_link else None,
         gpus_per_node=a.gpus_per_node,

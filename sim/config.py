@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.kernel_model import best_rate_flops, block_times_s, kernel_table
 from sim.layouts import NAMES as LAYOUT_NAMES, get as get_layout
-from sim.presets import gpu_preset, link_preset
+from sim.presets import LAUNCH_OVERHEAD_US, MERGE_BYTES, gpu_preset, link_preset
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ACCUM_BYTES = 4
@@ -92,21 +93,39 @@ class Workload:
         return 2 * self.batch * self.kv_heads * tokens * self.head_dim * ACCUM_BYTES
 
 
+_GEOMETRY = Workload()
+"""The head dim and K/V heads per query head the kernel model assumes when not told
+(the engine passes neither to the hardware model)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Gpu:
-    """A GPU's compute: achieved rate and per-block launch overhead."""
+    """A GPU's compute: the rate of each attention block and its fixed overheads.
+
+    Two models. With `kernel` (a published kernel table, sim.presets.KERNEL_TABLES) and a
+    16-bit dtype, each block's rate depends on its pass, mask and size, and the merge of
+    its result and its launch are added (sim.kernel_model). Otherwise, flat: every block
+    runs at peak x efficiency (or `achieved_tflops`) after a fixed launch overhead.
+    """
 
     name: str = "custom"
     peak_tflops: dict[str, float] = field(default_factory=lambda: {"bf16": 989.4, "fp16": 989.4, "fp32": 66.9})
     """Dense peak TFLOP/s by dtype."""
     efficiency: float = 0.5
-    """Fraction of peak an attention kernel achieves (assumed; calibrate to measure it)."""
+    """Flat model: fraction of peak an attention kernel achieves (assumed; calibrate to measure it)."""
     achieved_tflops: float | None = None
-    """If set, the achieved TFLOP/s for every dtype, replacing peak x efficiency."""
-    launch_overhead_us: float = 5.0
-    """Fixed cost per block computed (kernel launch and tail), in µs (assumed)."""
+    """If set, the achieved TFLOP/s for every dtype and block: the flat model."""
+    launch_overhead_us: float = LAUNCH_OVERHEAD_US
+    """Fixed cost per block computed (kernel launches and tails), in µs (assumed)."""
     memory_gb: float = 80.0
     """Device memory capacity, GB (10^9 bytes)."""
+    memory_bandwidth_gbps: float | None = None
+    """HBM bandwidth, GB/s: the rate of the merge after each block (kernel model)."""
+    kernel: str | None = None
+    """Published kernel table the block rates come from (for example 'fa2-h100'); None: flat."""
+    merge: str = "fused"
+    """How the (out, lse) merge moves memory: 'fused' (one pass) or 'unfused' (one
+    elementwise kernel per operation, as ring-flash-attention writes it)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.efficiency <= 1:
@@ -118,14 +137,45 @@ class Gpu:
         for dt, v in self.peak_tflops.items():
             if not isinstance(v, (int, float)) or v <= 0:
                 raise RingsimError(f"peak TFLOP/s for {dt} must be positive, got {v!r}")
+        if self.merge not in MERGE_BYTES:
+            raise RingsimError(f"merge must be one of {', '.join(MERGE_BYTES)}, got {self.merge!r}")
+        if self.kernel is not None:
+            kernel_table(self.kernel)
+            if self.memory_bandwidth_gbps is None:
+                raise RingsimError(f"GPU {self.name}: a kernel table needs memory_bandwidth_gbps (for the merge)")
+        if self.memory_bandwidth_gbps is not None:
+            _positive(self, "memory_bandwidth_gbps")
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "Gpu":
+    def preset(cls, name: str, *, kernel: str | None = "default", **overrides: Any) -> "Gpu":
+        """The preset `name`. `kernel`: 'default' (the preset's first published kernel,
+        unless `achieved_tflops` or `efficiency` is given: then flat), a kernel the preset
+        has a table for ('fa2', 'fa3'), or 'flat' / None for the flat model."""
         p = gpu_preset(name)
-        return cls(name=p.name, peak_tflops=dict(p.peak_tflops), memory_gb=p.memory_gb, **overrides)
+        if kernel == "default":
+            flat = "achieved_tflops" in overrides or "efficiency" in overrides
+            kernel = None if flat or not p.kernels else next(iter(p.kernels))
+        if kernel in (None, "flat"):
+            table = None
+        elif kernel in p.kernels:
+            table = p.kernels[kernel]
+        else:
+            have = ", ".join([*p.kernels, "flat"])
+            raise RingsimError(f"GPU {p.name} has no published table for kernel {kernel!r}; choose from {have}")
+        fields = {"name": p.name, "peak_tflops": dict(p.peak_tflops), "memory_gb": p.memory_gb,
+                  "memory_bandwidth_gbps": p.memory_bandwidth_gbps, "kernel": table}
+        fields.update(overrides)
+        return cls(**fields)
 
-    def rate_flops(self, dtype: str) -> float:
-        """Achieved FLOP/s for `dtype`."""
+    def uses_kernel_table(self, dtype: str) -> bool:
+        """Whether blocks of `dtype` are timed from the kernel table (16-bit only)."""
+        return self.kernel is not None and self.achieved_tflops is None and dtype in ("bf16", "fp16")
+
+    def rate_flops(self, dtype: str, head_dim: int | None = None) -> float:
+        """The rate of the ideal time (DESIGN.md): with a kernel table, its fastest
+        published rate (dense forward at its longest length); flat, the achieved rate."""
+        if self.uses_kernel_table(dtype):
+            return best_rate_flops(kernel_table(self.kernel), head_dim or _GEOMETRY.head_dim)
         if self.achieved_tflops is not None:
             return self.achieved_tflops * 1e12
         if dtype not in self.peak_tflops:
@@ -180,8 +230,17 @@ class Hardware:
         return self.inter_link
 
     def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str,
-                       q_tokens: int, kv_tokens: int) -> float:
-        """Time of one block: overhead + FLOPs / achieved rate (DESIGN.md)."""
+                       q_tokens: int, kv_tokens: int, head_dim: int | None = None,
+                       kv_heads_per_head: float | None = None) -> float:
+        """Time of one block: overhead + FLOPs / achieved rate (DESIGN.md); with a kernel
+        table, the rate of its pass, mask and size plus its merge (sim.kernel_model).
+        head_dim and kv_heads_per_head (the engine does not pass them) default to those
+        of sim.config.Workload."""
+        if self.gpu.uses_kernel_table(dtype):
+            return float(self.compute_times_s(
+                np.array([flops], dtype=float), dtype=dtype, kind=np.array([kind], dtype=object),
+                mask=np.array([mask], dtype=object), q_tokens=np.array([q_tokens]),
+                kv_tokens=np.array([kv_tokens]), head_dim=head_dim, kv_heads_per_head=kv_heads_per_head)[0])
         return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype)
 
     def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
@@ -191,9 +250,18 @@ class Hardware:
     # offers them; each must give, element for element, the per-op method's float.
 
     def compute_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
-                        q_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
+                        q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
+                        kv_heads_per_head: float | None = None) -> np.ndarray:
         """compute_time_s over arrays of blocks (kind and mask: arrays of names)."""
-        return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype)
+        g = self.gpu
+        if g.uses_kernel_table(dtype):
+            return block_times_s(
+                kernel_table(g.kernel), flops, kind=kind, mask=mask, q_tokens=q_tokens, kv_tokens=kv_tokens,
+                head_dim=head_dim or _GEOMETRY.head_dim,
+                kv_heads_per_head=kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads,
+                elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
+                launch_overhead_us=g.launch_overhead_us)
+        return g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype)
 
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """transfer_time_s over arrays of transfers."""
@@ -207,7 +275,11 @@ class Hardware:
         return self.gpu.rate_flops(dtype)
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "preset", **asdict(self)}
+        out = {"kind": "preset", **asdict(self)}
+        if self.gpu.kernel is not None:
+            t = kernel_table(self.gpu.kernel)
+            out["kernel_table"] = {"name": t.name, "kernel": t.kernel, "measured_on": t.measured_on}
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)

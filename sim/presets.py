@@ -1,14 +1,27 @@
-"""Datasheet numbers for GPUs and links, each with its source.
+"""Datasheet numbers for GPUs and links, and published attention-kernel throughput, each
+with its source.
 
 Peak rates are dense (no structured sparsity). Link bandwidths are per direction: a
-datasheet's "bidirectional" or "total" figure is halved. Efficiencies and latencies are
-assumptions, not datasheet values, and are labelled so; a calibrated profile (see
-`ringsim calibrate`) replaces them with measurements.
+datasheet's "bidirectional" or "total" figure is halved. Memory bandwidths are the
+datasheet's HBM peak (the merge of partial results is memory-bound work; see
+sim.kernel_model).
+
+Kernel tables: the throughput FlashAttention's authors published for their kernels,
+by pass (fwd, bwd), mask (dense "full" or "diagonal", the causal mask) and head dim, at
+sequence lengths 512 to 16k. Their benchmark holds batch x seqlen at 16k tokens and the
+hidden size at 2048 (16 heads of 128 or 32 of 64), so the number of query tiles is the
+same at every length and the length is that of the kernel's inner loop. TFLOP/s count
+a causal run as half the dense FLOPs (`4 * seqlen^2 * heads * head_dim / 2`), backward
+as 2.5x forward (flash-attention `benchmarks/benchmark_flash_attention.py`, `flops()`).
+Where a series was not published it is derived from published ones and says how.
+
+Latencies and launch overheads are assumptions (order of magnitude), labelled so; a
+calibrated profile (see `ringsim calibrate`) replaces all of this with measurements.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sim.errors import RingsimError
 
@@ -19,6 +32,11 @@ class GpuPreset:
     peak_tflops: dict[str, float]
     """Dense peak TFLOP/s by dtype (fp32 is the non-tensor-core rate)."""
     memory_gb: float
+    memory_bandwidth_gbps: float
+    """HBM bandwidth, GB/s (10^9 bytes/s)."""
+    kernels: dict[str, str] = field(default_factory=dict)
+    """Attention kernels with published tables for this GPU: short name -> KERNEL_TABLES
+    key; the first is the default. Empty: only the flat model (peak x efficiency)."""
     source: str
 
 
@@ -31,23 +49,190 @@ class LinkPreset:
     source: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class RateSeries:
+    tflops: tuple[float | None, ...]
+    """Achieved TFLOP/s at each of the table's sequence lengths (None: not published)."""
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelTable:
+    name: str
+    kernel: str
+    measured_on: str
+    seqlens: tuple[int, ...]
+    series: dict[tuple[str, str, int], RateSeries]
+    """(kind 'fwd'/'bwd', mask 'full'/'diagonal', head dim) -> rates by sequence length."""
+
+
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+
+# --- FlashAttention-2 and -3 on H100 80GB SXM5 (bf16/fp16) ---------------------------------
+
+_FA2_README = ("Dao-AILab/flash-attention README, 'Performance' (assets/flash2_{gpu}_fwd_bwd_benchmark.png, "
+               "the FlashAttention-2 paper's figures, arXiv 2307.08691): FlashAttention-2 forward+backward, {mask}, "
+               "head dim {d}")
+_FA3_FWD = ("FlashAttention-3 paper (arXiv 2407.08608) Figure 'Attention forward speed' (also "
+            "Dao-AILab/flash-attention assets/flash3_fp16_fwd.png): {kernel} forward, {mask}, head dim {d}, H100 80GB SXM5")
+_FA3_BWD = ("FlashAttention-3 paper (arXiv 2407.08608) Figure 'Attention backward speed, head dim {d} "
+            "(H100 80GB SXM5)', without causal mask: {kernel} backward")
+
+# Published: forward+backward (FA2 README figure), forward (FA3 paper figure, FA2 bars).
+_H100_FA2_FWDBWD = {
+    ("full", 64): (215, 254, 274, 288, 294, 296),
+    ("full", 128): (248, 294, 320, 326, 335, 338),
+    ("diagonal", 64): (141, 192, 232, 257, 273, 284),
+    ("diagonal", 128): (163, 221, 265, 294, 308, 328),
+}
+_H100_FA2_FWD = {
+    ("full", 64): (282, 306, 318, 321, 322, 324),
+    ("full", 128): (309, 350, 362, 368, 370, 370),
+    ("full", 256): (275, 313, 321, 323, 324, 326),
+    ("diagonal", 64): (180, 229, 262, 284, 295, 299),
+    ("diagonal", 128): (191, 260, 298, 319, 333, 335),
+    ("diagonal", 256): (208, 251, 278, 293, 297, 298),
+}
+_H100_FA2_BWD_FULL = {64: (198, 238, 264, 279, 287, 291), 128: (214, 260, 291, 310, 318, 322)}
+_H100_FA3_FWD = {
+    ("full", 64): (333, 392, 460, 476, 496, 497),
+    ("full", 128): (467, 565, 625, 638, 646, 648),
+    ("diagonal", 64): (197, 265, 371, 420, 460, 473),
+    ("diagonal", 128): (292, 423, 521, 579, 602, 616),
+}
+_H100_FA3_BWD_FULL = {64: (272, 363, 422, 453, 472, 474), 128: (316, 424, 501, 542, 559, 561)}
+
+# --- FlashAttention-2 on A100 80GB SXM4: forward+backward only was published in the repo -----
+# hdim 128 dense at 512 is hidden behind the figure's legend: not published here (None).
+_A100_FA2_FWDBWD = {
+    ("full", 64): (132, 153, 162, 171, 175, 176),
+    ("full", 128): (None, 173, 187, 196, 201, 203),
+    ("diagonal", 64): (88, 119, 140, 156, 165, 171),
+    ("diagonal", 128): (99, 133, 155, 173, 182, 189),
+}
+
+
+def _bwd_from(fwdbwd, fwd):
+    """Backward TFLOP/s from forward+backward and forward ones at the same size: the
+    benchmark counts f FLOPs forward and 2.5f backward, so t_bwd = 3.5f/R_fb - f/R_f and
+    R_bwd = 2.5 / (3.5/R_fb - 1/R_f)."""
+    return tuple(None if a is None or b is None else round(2.5 / (3.5 / a - 1.0 / b), 1)
+                 for a, b in zip(fwdbwd, fwd))
+
+
+def _scale(values, num, den):
+    return tuple(None if v is None or a is None or b is None else round(v * a / b, 1)
+                 for v, a, b in zip(values, num, den))
+
+
+def _fa2_h100() -> KernelTable:
+    s: dict[tuple[str, str, int], RateSeries] = {}
+    for (mask, d), v in _H100_FA2_FWD.items():
+        s["fwd", mask, d] = RateSeries(tflops=v, source=_FA3_FWD.format(
+            kernel="FlashAttention-2", mask="causal mask" if mask == "diagonal" else "no mask", d=d))
+    for d, v in _H100_FA2_BWD_FULL.items():
+        s["bwd", "full", d] = RateSeries(tflops=v, source=_FA3_BWD.format(d=d, kernel="FlashAttention-2"))
+    for d in (64, 128):
+        s["bwd", "diagonal", d] = RateSeries(
+            tflops=_bwd_from(_H100_FA2_FWDBWD["diagonal", d], _H100_FA2_FWD["diagonal", d]),
+            source="derived: 2.5 / (3.5/R_fwdbwd - 1/R_fwd) from " + _FA2_README.format(
+                gpu="h100", mask="with causal mask", d=d) + " and " + _FA3_FWD.format(
+                kernel="FlashAttention-2", mask="causal mask", d=d))
+    return KernelTable(name="fa2-h100", kernel="FlashAttention-2", measured_on="H100 80GB SXM5",
+                       seqlens=SEQLENS, series=s)
+
+
+def _fa3_h100() -> KernelTable:
+    s: dict[tuple[str, str, int], RateSeries] = {}
+    for (mask, d), v in _H100_FA3_FWD.items():
+        s["fwd", mask, d] = RateSeries(tflops=v, source=_FA3_FWD.format(
+            kernel="FlashAttention-3", mask="causal mask" if mask == "diagonal" else "no mask", d=d))
+    fa2 = _fa2_h100().series
+    for d, v in _H100_FA3_BWD_FULL.items():
+        s["bwd", "full", d] = RateSeries(tflops=v, source=_FA3_BWD.format(d=d, kernel="FlashAttention-3"))
+        # no causal backward was published for FlashAttention-3
+        s["bwd", "diagonal", d] = RateSeries(
+            tflops=_scale(v, fa2["bwd", "diagonal", d].tflops, fa2["bwd", "full", d].tflops),
+            source="assumed (no causal backward published for FlashAttention-3): its dense backward, "
+                   + _FA3_BWD.format(d=d, kernel="FlashAttention-3")
+                   + ", x FlashAttention-2's causal/dense backward ratio at the same length (the fa2-h100 series)")
+    return KernelTable(name="fa3-h100", kernel="FlashAttention-3", measured_on="H100 80GB SXM5",
+                       seqlens=SEQLENS, series=s)
+
+
+def _fa2_a100() -> KernelTable:
+    # Only forward+backward was published for A100 in the repository; forward and
+    # backward are split with the H100 forward : forward+backward ratio of the same kernel
+    # (FlashAttention-2) at the same mask, head dim and length: an assumption.
+    s: dict[tuple[str, str, int], RateSeries] = {}
+    for (mask, d), fb in _A100_FA2_FWDBWD.items():
+        ref = _FA2_README.format(gpu="a100", mask="with causal mask" if mask == "diagonal" else "without causal mask",
+                                 d=d) + ", A100 80GB SXM4"
+        fwd = _scale(fb, _H100_FA2_FWD[mask, d], _H100_FA2_FWDBWD[mask, d])
+        s["fwd", mask, d] = RateSeries(
+            tflops=fwd, source="assumed split: " + ref + " x (H100 forward / forward+backward of FlashAttention-2)")
+        s["bwd", mask, d] = RateSeries(
+            tflops=_bwd_from(fb, fwd), source="derived: 2.5 / (3.5/R_fwdbwd - 1/R_fwd) from " + ref
+            + " and the forward above")
+    return KernelTable(name="fa2-a100", kernel="FlashAttention-2", measured_on="A100 80GB SXM4",
+                       seqlens=SEQLENS, series=s)
+
+
+KERNEL_TABLES: dict[str, KernelTable] = {t.name: t for t in (_fa2_h100(), _fa3_h100(), _fa2_a100())}
+
+# The merge of (out, lse) after each block, as bytes moved per output element and per
+# (query row, head) of statistics (sim.kernel_model). "fused": one pass, reading the fp32
+# accumulator and the block's output and writing the accumulator (4 + b + 4 bytes; the
+# lse likewise, 12). "unfused": the merge as ring-flash-attention writes it
+# (ring_flash_attn/utils.py `_update_out_and_lse`, at zhuzilin/ring-flash-attention
+# 556ddaa, the commit of its README benchmark), one elementwise kernel per operation,
+# which that repository's PR #87 and vllm-project/vllm-omni PR #5187 describe as running
+# as several elementwise kernels: block_out.to(fp32) (b + 4), out - block_out (12),
+# sigmoid(.) * (.) (8), out - (.) (12); statistics: five passes of 8 to 12 bytes (52).
+MERGE_BYTES = {
+    "fused": lambda b: (8 + b, 12),
+    "unfused": lambda b: (36 + b, 52),
+}
+
+# H100 and H200 have the same SMs and clocks (H200 has more, faster memory); H800 is the
+# H100 SXM5 die with NVLink cut to 400 GB/s. Attention tables measured on H100 apply to all.
+_HOPPER_KERNELS = {"fa2": "fa2-h100", "fa3": "fa3-h100"}
+
 GPU_PRESETS: dict[str, GpuPreset] = {p.name: p for p in [
-    GpuPreset(name="A100-SXM", peak_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
-              memory_gb=80.0,
-              source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): BF16/FP16 312 TFLOPS dense, FP32 19.5 TFLOPS"),
+    GpuPreset(name="A100-SXM-80GB", peak_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
+              memory_gb=80.0, memory_bandwidth_gbps=2039.0, kernels={"fa2": "fa2-a100"},
+              source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM): BF16/FP16 312 TFLOPS dense, "
+                     "FP32 19.5 TFLOPS, 80 GB HBM2e at 2,039 GB/s"),
+    GpuPreset(name="A100-SXM-40GB", peak_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
+              memory_gb=40.0, memory_bandwidth_gbps=1555.0, kernels={"fa2": "fa2-a100"},
+              source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM): BF16/FP16 312 TFLOPS dense, "
+                     "FP32 19.5 TFLOPS, 40 GB HBM2 at 1,555 GB/s"),
     GpuPreset(name="H100-SXM", peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
-              memory_gb=80.0,
-              source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16/FP16 1979 TFLOPS with sparsity = 989.4 dense, FP32 66.9 TFLOPS"),
+              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS,
+              source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16/FP16 1979 TFLOPS with sparsity = 989.4 "
+                     "dense, FP32 66.9 TFLOPS, 80 GB HBM3 at 3.35 TB/s"),
+    GpuPreset(name="H800-SXM", peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
+              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS,
+              source="NVIDIA H800 Tensor Core GPU (SXM5) product brief: the H100 SXM5 compute (BF16/FP16 1979 "
+                     "TFLOPS with sparsity = 989.4 dense, FP32 67 TFLOPS), 80 GB HBM3 at 3.35 TB/s, NVLink 400 GB/s"),
     GpuPreset(name="H200", peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
-              memory_gb=141.0,
-              source="NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16/FP16 1979 TFLOPS with sparsity = 989.4 dense, FP32 67 TFLOPS, 141 GB HBM3e"),
+              memory_gb=141.0, memory_bandwidth_gbps=4800.0, kernels=_HOPPER_KERNELS,
+              source="NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16/FP16 1979 TFLOPS with sparsity = 989.4 "
+                     "dense, FP32 67 TFLOPS, 141 GB HBM3e at 4.8 TB/s"),
+    # No per-mask, per-length attention table was found published for these two: the flat
+    # model applies (peak x efficiency). The FlashAttention-4 paper reports up to 1613
+    # TFLOP/s (71% of peak) for BF16 attention on B200 (its abstract), a single point.
     GpuPreset(name="B200", peak_tflops={"bf16": 2250.0, "fp16": 2250.0, "fp32": 75.0},
-              memory_gb=180.0,
-              source="NVIDIA HGX B200 datasheet (per GPU): FP16/BF16 4.5 PFLOPS with sparsity = 2.25 dense, FP32 75 TFLOPS, 180 GB HBM3e"),
+              memory_gb=180.0, memory_bandwidth_gbps=8000.0,
+              source="NVIDIA HGX B200 datasheet (per GPU): FP16/BF16 4.5 PFLOPS with sparsity = 2.25 dense, "
+                     "FP32 75 TFLOPS, 180 GB HBM3e at 8 TB/s"),
     GpuPreset(name="MI300X", peak_tflops={"bf16": 1307.4, "fp16": 1307.4, "fp32": 163.4},
-              memory_gb=192.0,
-              source="AMD Instinct MI300X datasheet: FP16/BF16 1307.4 TFLOPS dense, FP32 vector 163.4 TFLOPS, 192 GB HBM3"),
+              memory_gb=192.0, memory_bandwidth_gbps=5300.0,
+              source="AMD Instinct MI300X datasheet: FP16/BF16 1307.4 TFLOPS dense, FP32 vector 163.4 TFLOPS, "
+                     "192 GB HBM3 at 5.3 TB/s"),
 ]}
+
+GPU_ALIASES = {"A100-SXM": "A100-SXM-80GB", "H800": "H800-SXM", "H100": "H100-SXM"}
 
 # Latencies: typical small-message point-to-point times reported for NCCL/RCCL on each
 # fabric (order of magnitude only; an assumption to be replaced by calibration).
@@ -56,6 +241,8 @@ LINK_PRESETS: dict[str, LinkPreset] = {p.name: p for p in [
                source="NVIDIA A100 datasheet: NVLink 600 GB/s total = 300 GB/s per direction"),
     LinkPreset(name="nvlink4", bandwidth_gbps=450.0, latency_us=3.0,
                source="NVIDIA H100/H200 SXM datasheet: NVLink 900 GB/s total = 450 GB/s per direction"),
+    LinkPreset(name="nvlink-h800", bandwidth_gbps=200.0, latency_us=3.0,
+               source="NVIDIA H800 SXM5 product brief: NVLink 400 GB/s total = 200 GB/s per direction"),
     LinkPreset(name="nvlink5", bandwidth_gbps=900.0, latency_us=3.0,
                source="NVIDIA HGX B200 datasheet: NVLink 1.8 TB/s total = 900 GB/s per direction"),
     LinkPreset(name="xgmi-mi300x", bandwidth_gbps=64.0, latency_us=4.0,
@@ -70,11 +257,19 @@ LINK_PRESETS: dict[str, LinkPreset] = {p.name: p for p in [
                source="PCI-SIG PCIe 5.0 x16: 32 GT/s x 16 lanes, 128b/130b = 63 GB/s per direction"),
 ]}
 
+LAUNCH_OVERHEAD_US = 5.0
+"""Fixed cost per block (its attention kernel and merge launches and tails), µs: an
+assumption of a few µs per launch, the order NVIDIA's 'Getting Started with CUDA Graphs'
+(developer.nvidia.com/blog/cuda-graphs) gives for launching a kernel on a stream."""
+
 
 def gpu_preset(name: str) -> GpuPreset:
     for key, p in GPU_PRESETS.items():
         if key.lower() == name.lower():
             return p
+    for alias, key in GPU_ALIASES.items():
+        if alias.lower() == name.lower():
+            return GPU_PRESETS[key]
     raise RingsimError(f"unknown GPU preset {name!r}; choose from {', '.join(GPU_PRESETS)}")
 
 

@@ -35,7 +35,8 @@ import numpy as np
 
 from sim.errors import RingsimError
 from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
-from sim.layouts import block_work_and_masks, chunk_pair_work, chunks_of_rank, get as get_layout
+from sim.layouts import (block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank,
+                         get as get_layout)
 from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
 from sim.schemes.base import BlockMap, OpKind, Scheme
 from sim.trace import COMPUTE, Trace
@@ -53,14 +54,15 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     work, masks = block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity,
                                        scenario.tile)
     mask_codes = masks.astype(np.int8)      # codes in the order of MASKS: full, diagonal, empty
+    extents = block_extents(scenario.layout, w.seq, n, w.causal)   # each block's kernel call
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
     tables, wides, flops, waves = [], [], [], []
     gate = None          # last compute of the previous phase, per rank
     base = 0
     small = np.int32 if max(w.seq, 4 * n * n * len(phases)) < 2 ** 31 else np.int64
     for i, phase in enumerate(phases):
-        table, wide, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, base,
-                                                             i * n, gate, small)
+        table, wide, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, extents,
+                                                             base, i * n, gate, small)
         tables.append(table)
         wides.append(wide)
         flops.append(phase_flops)
@@ -84,8 +86,9 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
                     resource=resource, resource_names=names)
 
 
-def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndarray, base: int,
-           step0: int, gate: np.ndarray | None, small: type
+def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndarray,
+           extents: tuple[np.ndarray, np.ndarray], base: int, step0: int, gate: np.ndarray | None,
+           small: type
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One phase's operations (ids from `base`): a table (of type `small`) whose rows are
     _INT_COLUMNS then the dependencies, a column per operation; the int64 _WIDE_COLUMNS;
@@ -153,7 +156,8 @@ def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndar
     steps = step0 + k
     groups = [(comp, after, dict(
         kind=BWD if bwd else FWD, rank=r, peer=-1, step=steps, kv_rank=owner, pairs=pairs,
-        mask=mask_codes[r, owner], q_tokens=c, kv_tokens=c, nbytes=0, q_chunks=r, kv_chunks=owner))]
+        mask=mask_codes[r, owner], q_tokens=extents[0][r, owner], kv_tokens=extents[1][r, owner],
+        nbytes=0, q_chunks=r, kv_chunks=owner))]
 
     # K/V forwarded at step k (block k+1 of the receiver)
     if stepped:

@@ -51,6 +51,21 @@ def block_work(layout, seq, n, causal, granularity="exact", tile=128):
     return out
 
 
+def block_extents(layout, seq, n, causal):
+    """(query tokens that see some key, key tokens some query sees) of every block."""
+    import numpy as np
+
+    toks, _ = _token_blocks(layout, seq, n)
+    out = []
+    for r in range(n):
+        row = []
+        for s in range(n):
+            seen = (toks[s][None, :] <= toks[r][:, None]) if causal else np.ones((toks[r].size, toks[s].size), bool)
+            row.append((int(seen.any(axis=1).sum()), int(seen.any(axis=0).sum())))
+        out.append(row)
+    return out
+
+
 def block_masks(layout, seq, n, causal):
     """'empty' when every pair is masked; 'full' when every (query chunk, key chunk)
     part of the block is all unmasked or all masked; 'diagonal' otherwise."""
@@ -101,15 +116,16 @@ def reference_ring_ops(scenario):
     work = block_work(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile).tolist()
     masks = block_masks(scenario.layout, w.seq, n, w.causal).tolist()
     chunks = held_chunks(scenario.layout, n)
+    extents = block_extents(scenario.layout, w.seq, n, w.causal)
     ops = []
     gate = None
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
     for i, phase in enumerate(phases):
-        gate = _reference_phase(ops, scenario, phase, work, masks, chunks, c, i * n, gate)
+        gate = _reference_phase(ops, scenario, phase, work, masks, chunks, c, extents, i * n, gate)
     return ops
 
 
-def _reference_phase(ops, scenario, phase, work, masks, chunks, c, step0, gate):
+def _reference_phase(ops, scenario, phase, work, masks, chunks, c, extents, step0, gate):
     w, n, overlap = scenario.workload, scenario.n_gpus, scenario.overlap
     stepped = overlap and scenario.sync == "step"
     bwd = phase == "bwd"
@@ -151,7 +167,8 @@ def _reference_phase(ops, scenario, phase, work, masks, chunks, c, step0, gate):
                 after = []
             row.append(len(ops))
             ops.append(ComputeOp(len(ops), r, phase, step0 + k, owner, pairs, flops_per_pair * pairs,
-                                 masks[r][owner], c, c, chunks[r], chunks[owner], tuple(after)))
+                                 masks[r][owner], extents[r][owner][0], extents[r][owner][1], chunks[r],
+                                 chunks[owner], tuple(after)))
         comp.append(row)
         row = []
         if k <= n - 2:

@@ -218,7 +218,8 @@ def test_wave_player_gives_the_per_op_recurrence_trace_bit_for_bit(layout, n, ca
     # a model with only per-op methods is asked once per distinct block or hop
     per_op = PerOpHardware(hw)
     assert simulate(sc, per_op, player="recurrence").spans == want
-    assert per_op.calls <= len({(op.flops, op.kind, op.mask) if isinstance(op, ComputeOp) else
+    assert per_op.calls <= len({(op.flops, op.kind, op.mask, op.q_tokens, op.kv_tokens)
+                                if isinstance(op, ComputeOp) else
                                 (op.nbytes, op.src, op.dst) for op in reference_ring_ops(sc)})
 
 

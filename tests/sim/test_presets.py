@@ -1,0 +1,85 @@
+"""Presets carry their datasheet and published numbers and their sources; the numbers
+checked here are copied from the sources, not from the code under test."""
+
+import pytest
+
+from sim.config import Gpu, Link
+from sim.errors import RingsimError
+from sim.presets import GPU_PRESETS, KERNEL_TABLES, LINK_PRESETS, SEQLENS, gpu_preset
+
+
+def test_every_preset_and_kernel_series_names_its_source():
+    for p in [*GPU_PRESETS.values(), *LINK_PRESETS.values()]:
+        assert len(p.source) > 20, p.name
+    for t in KERNEL_TABLES.values():
+        assert t.seqlens == SEQLENS
+        for key, s in t.series.items():
+            assert len(s.tflops) == len(SEQLENS), (t.name, key)
+            assert all(v is None or v > 0 for v in s.tflops), (t.name, key)
+            assert "arXiv" in s.source or "flash-attention" in s.source, (t.name, key)
+
+
+@pytest.mark.parametrize("name,tflops,memory_gb,hbm_gbps", [
+    ("H800-SXM", 989.4, 80.0, 3350.0),         # H800 SXM5: H100 SXM5 compute, 80 GB HBM3, 3.35 TB/s
+    ("A100-SXM-40GB", 312.0, 40.0, 1555.0),    # A100 datasheet, 40GB SXM: 312 TFLOPS, 1,555 GB/s
+    ("A100-SXM-80GB", 312.0, 80.0, 2039.0),    # A100 datasheet, 80GB SXM: 312 TFLOPS, 2,039 GB/s
+    ("H100-SXM", 989.4, 80.0, 3350.0),
+    ("H200", 989.4, 141.0, 4800.0),
+])
+def test_new_and_changed_gpu_presets_have_the_datasheet_numbers(name, tflops, memory_gb, hbm_gbps):
+    g = Gpu.preset(name)
+    assert (g.peak_tflops["bf16"], g.memory_gb, g.memory_bandwidth_gbps) == (tflops, memory_gb, hbm_gbps)
+
+
+def test_h800_nvlink_is_half_of_400_gb_per_s():
+    assert Link.preset("nvlink-h800").bandwidth_gbps == 200.0
+    assert Link.preset("nvlink3").bandwidth_gbps == 300.0
+
+
+def test_old_names_still_find_their_presets():
+    assert gpu_preset("A100-SXM").name == "A100-SXM-80GB"
+    assert gpu_preset("h800").name == "H800-SXM"
+
+
+@pytest.mark.parametrize("table,key,at_8k", [
+    # FlashAttention-3 paper, forward figure (FlashAttention-2 and -3 bars), H100, 8k
+    ("fa2-h100", ("fwd", "full", 128), 370),
+    ("fa2-h100", ("fwd", "diagonal", 128), 333),
+    ("fa3-h100", ("fwd", "full", 128), 646),
+    ("fa3-h100", ("fwd", "diagonal", 128), 602),
+    # FlashAttention-3 paper, backward figure, head dim 128, H100, 8k
+    ("fa2-h100", ("bwd", "full", 128), 318),
+    ("fa3-h100", ("bwd", "full", 128), 559),
+])
+def test_kernel_tables_hold_the_published_points(table, key, at_8k):
+    assert KERNEL_TABLES[table].series[key].tflops[SEQLENS.index(8192)] == at_8k
+
+
+def test_derived_series_follow_from_the_published_ones():
+    # FlashAttention-2, H100, head dim 128, causal, 8k: forward+backward 308 (FA2 README
+    # figure), forward 333 (FA3 paper figure); the benchmark counts f forward, 2.5f backward
+    bwd = 2.5 / (3.5 / 308 - 1 / 333)
+    assert KERNEL_TABLES["fa2-h100"].series["bwd", "diagonal", 128].tflops[4] == pytest.approx(bwd, abs=0.05)
+    # A100, causal, head dim 128, 8k: forward+backward 182 split with H100's 333 / 308
+    fwd = 182 * 333 / 308
+    a100 = KERNEL_TABLES["fa2-a100"].series
+    assert a100["fwd", "diagonal", 128].tflops[4] == pytest.approx(fwd, abs=0.05)
+    assert a100["bwd", "diagonal", 128].tflops[4] == pytest.approx(2.5 / (3.5 / 182 - 1 / fwd), abs=0.1)
+    assert "derived" in a100["bwd", "diagonal", 128].source and "assumed" in a100["fwd", "full", 128].source
+
+
+def test_preset_kernel_choice():
+    assert Gpu.preset("H100-SXM").kernel == "fa2-h100"
+    assert Gpu.preset("H800-SXM", kernel="fa3").kernel == "fa3-h100"
+    assert Gpu.preset("A100-SXM-40GB").kernel == "fa2-a100"
+    assert Gpu.preset("H100-SXM", kernel="flat").kernel is None
+    assert Gpu.preset("B200").kernel is None                 # no published table: flat
+    # an explicit flat rate keeps the flat model
+    assert Gpu.preset("H100-SXM", efficiency=0.4).kernel is None
+    assert Gpu.preset("H100-SXM", achieved_tflops=300.0).kernel is None
+    with pytest.raises(RingsimError, match="no published table for kernel 'fa3'"):
+        Gpu.preset("A100-SXM-80GB", kernel="fa3")
+    with pytest.raises(RingsimError, match="memory_bandwidth_gbps"):
+        Gpu(kernel="fa2-h100")
+    with pytest.raises(RingsimError, match="merge"):
+        Gpu(merge="sometimes")
