@@ -110,7 +110,7 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
     if merge not in MERGE_BYTES:
         raise RingsimError(f"merge must be one of {', '.join(MERGE_BYTES)}, got {merge!r}")
     flops = np.asarray(flops, dtype=float)
-    kind, mask = np.asarray(kind, dtype=object), np.asarray(mask, dtype=object)
+    kind, mask = np.asarray(kind, dtype=str), np.asarray(mask, dtype=str)
     q_tokens, kv_tokens = np.asarray(q_tokens), np.asarray(kv_tokens)
     out = np.zeros(flops.shape)
     for k in ("fwd", "bwd"):
@@ -123,7 +123,7 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
             moved = merge_bytes(k, m, f, q, kv, head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
                                 elem_bytes=elem_bytes, merge=merge)
             out[sel] = launch_overhead_us * 1e-6 + f / rate + moved / (memory_bandwidth_gbps * 1e9)
-    unknown = ~np.isin(mask, ["full", "diagonal", "empty"]) | ~np.isin(kind, ["fwd", "bwd"])
+    unknown = ~((mask == "full") | (mask == "diagonal") | (mask == "empty")) | ~((kind == "fwd") | (kind == "bwd"))
     if unknown.any():
         i = int(np.flatnonzero(unknown)[0])
         raise RingsimError(f"no kernel rate for a {kind[i]!r} block with mask {mask[i]!r}")

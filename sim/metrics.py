@@ -94,10 +94,11 @@ def compute_metrics(trace: Trace) -> Metrics:
     is_compute = c.stream == COMPUTE
     is_exposed = (c.stream == WAIT) & (c.kind != IDLE)
     # bincount adds its weights in order, as a running sum per rank would
+    # (with no spans at all bincount gives integers: made floats)
     ranks = c.rank[is_compute]
-    compute = np.bincount(ranks, dur[is_compute], minlength=n)
-    flops = np.bincount(ranks, c.flops[is_compute], minlength=n)
-    exposed = np.bincount(c.rank[is_exposed], dur[is_exposed], minlength=n)
+    compute = np.bincount(ranks, dur[is_compute], minlength=n).astype(np.float64, copy=False)
+    flops = np.bincount(ranks, c.flops[is_compute], minlength=n).astype(np.float64, copy=False)
+    exposed = np.bincount(c.rank[is_exposed], dur[is_exposed], minlength=n).astype(np.float64, copy=False)
     moves = (c.stream == SEND) | (c.stream == RECV)
     comm = _union_lengths(c.rank[moves], c.start_s[moves], c.end_s[moves], n).tolist()
     sends = c.bytes[c.stream == SEND]

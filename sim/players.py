@@ -29,8 +29,8 @@ from sim.config import Workload
 from sim.contention import Contention, Sharing
 from sim.schedule import EMPTY, KINDS, MASKS, Schedule
 
-_KIND_NAMES = np.array(KINDS, dtype=object)
-_MASK_NAMES = np.array(MASKS, dtype=object)
+_KIND_NAMES = np.array(KINDS)      # fixed-width strings: compared in C, not per object
+_MASK_NAMES = np.array(MASKS)
 
 
 class _CountingEnvironment(simpy.Environment):
