@@ -63,26 +63,27 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 
 
 def _union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
-    """Per group (0..n-1), the length of the union of its intervals: sorted by start,
-    merged where one starts before the running end, the merged lengths summed in order."""
-    # by group, then start (ties in any order: they merge either way); a trace's spans
-    # are usually sorted by start already, and then a stable sort by group suffices
-    if len(start) and (start[1:] >= start[:-1]).all():
-        order = np.argsort(group, kind="stable")
-    else:
-        order = np.lexsort((start, group))
-    g, s, e = group[order], start[order], end[order]
+    """Per group (0..n-1), the length of the union of its intervals: sorted by start (ties
+    in any order: they merge either way), merged where one starts before the running
+    end, the merged lengths summed in order."""
     out = np.zeros(n)
-    if not len(g):
+    if not len(group):
         return out
-    bounds = np.flatnonzero(np.diff(g)) + 1
-    for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(g)].tolist()):
-        gs, reach = s[lo:hi], np.maximum.accumulate(e[lo:hi])
+    if (np.diff(group) < 0).any():     # a trace's spans usually come grouped by rank already
+        order = np.argsort(group.astype(np.int16) if n <= 1 << 15 else group, kind="stable")
+        group, start, end = group[order], start[order], end[order]
+    bounds = np.flatnonzero(np.diff(group)) + 1
+    for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(group)].tolist()):
+        gs, ge = start[lo:hi], end[lo:hi]
+        if (np.diff(gs) < 0).any():
+            by_start = np.argsort(gs, kind="stable")
+            gs, ge = gs[by_start], ge[by_start]
+        reach = np.maximum.accumulate(ge)
         new = np.ones(len(gs), dtype=bool)
         new[1:] = gs[1:] > reach[:-1]
         firsts = np.flatnonzero(new)
-        lasts = np.r_[firsts[1:] - 1, len(gs) - 1]
-        out[g[lo]] = np.cumsum(reach[lasts] - gs[firsts])[-1]
+        lasts = np.append(firsts[1:] - 1, len(gs) - 1)
+        out[group[lo]] = np.cumsum(reach[lasts] - gs[firsts])[-1]
     return out
 
 

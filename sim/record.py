@@ -67,7 +67,7 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
 
     # each rank's computes in order; a compute waits from the end of the one before
     comp = np.flatnonzero(~schedule.is_transfer).astype(np.int32)
-    comp = comp[np.argsort(rank[comp], kind="stable")]
+    comp = comp[_by_rank(rank[comp], n)]
     first = np.ones(len(comp), dtype=bool)
     first[1:] = rank[comp[1:]] != rank[comp[:-1]]
     ready = np.zeros(len(comp))
@@ -98,44 +98,53 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     # places in the record ascend and its columns are written in one forward sweep
     w_op, w_kind, w_start, w_end = _compute_waits(schedule, comp[waits], ready[waits], start, end)
     del comp, first, ready, waits
-    sent = xfer[np.argsort(rank[xfer], kind="stable")]
-    got = xfer[np.argsort(peer[xfer], kind="stable")]
+    sent = xfer[_by_rank(rank[xfer], n)]
+    got = xfer[_by_rank(peer[xfer], n)]
     del xfer
     kinds = schedule.kind
-    nothing = np.int32(-1)
-    # per group, each column's values (made one column at a time, when written)
+    # per group: its ranks, its stream, then each column's values where they vary (made
+    # one at a time, when written) or the one value they all share
     groups = [
-        (lambda: rank[ran], COMPUTE, lambda: kinds[ran], lambda: step[ran], lambda: start[ran],
-         lambda: end[ran], lambda: schedule.flops[ran], 0.0, nothing, lambda: schedule.q_chunks[ran],
-         lambda: schedule.kv_chunks[ran]),
-        (lambda: rank[sent], SEND, lambda: kinds[sent], lambda: step[sent], lambda: start[sent],
-         lambda: end[sent], 0.0, lambda: schedule.nbytes[sent], lambda: peer[sent], nothing,
-         lambda: schedule.kv_chunks[sent]),
-        (lambda: peer[got], RECV, lambda: kinds[got], lambda: step[got], lambda: start[got],
-         lambda: end[got], 0.0, lambda: schedule.nbytes[got], lambda: rank[got], nothing,
-         lambda: schedule.kv_chunks[got]),
-        (lambda: rank[w_op], WAIT, lambda: w_kind, lambda: step[w_op], lambda: w_start, lambda: w_end,
-         0.0, 0.0, nothing, lambda: schedule.q_chunks[w_op], lambda: schedule.kv_chunks[w_op]),
-        (late, WAIT, _SCHED_IDLE, lambda: last_step[late], lambda: last[late], makespan, 0.0, 0.0,
-         nothing, nothing, nothing),
+        (rank[ran], COMPUTE, dict(kind=lambda: kinds[ran], step=lambda: step[ran],
+                                  start_s=lambda: start[ran], end_s=lambda: end[ran],
+                                  flops=lambda: schedule.flops[ran], q_chunks=lambda: schedule.q_chunks[ran],
+                                  kv_chunks=lambda: schedule.kv_chunks[ran])),
+        (rank[sent], SEND, dict(kind=lambda: kinds[sent], step=lambda: step[sent], start_s=lambda: start[sent],
+                                end_s=lambda: end[sent], bytes=lambda: schedule.nbytes[sent],
+                                peer=lambda: peer[sent], kv_chunks=lambda: schedule.kv_chunks[sent])),
+        (peer[got], RECV, dict(kind=lambda: kinds[got], step=lambda: step[got], start_s=lambda: start[got],
+                               end_s=lambda: end[got], bytes=lambda: schedule.nbytes[got],
+                               peer=lambda: rank[got], kv_chunks=lambda: schedule.kv_chunks[got])),
+        (rank[w_op], WAIT, dict(kind=lambda: w_kind, step=lambda: step[w_op], start_s=lambda: w_start,
+                                end_s=lambda: w_end, q_chunks=lambda: schedule.q_chunks[w_op],
+                                kv_chunks=lambda: schedule.kv_chunks[w_op])),
+        (late, WAIT, dict(kind=_SCHED_IDLE, step=lambda: last_step[late], start_s=lambda: last[late],
+                          end_s=makespan)),
     ]
-    sizes = [len(ran), len(sent), len(got), len(w_op), len(late)]
-    bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    where = np.concatenate([rank[ran], rank[sent], peer[got], rank[w_op], late])
-    order = np.argsort(where.astype(np.int16) if n <= 1 << 15 else where, kind="stable")
-    del where
-    place = np.empty(len(order), dtype=np.int32)
-    place[order] = np.arange(len(order), dtype=np.int32)
-    del order
-    names = ("rank", "stream", "kind", "step", "start_s", "end_s", "flops", "bytes", "peer",
-             "q_chunks", "kv_chunks")
-    cols = {name: np.empty(bounds[-1], dtype=COLUMN_TYPES[name]) for name in names}
-    for g, columns in enumerate(groups):
-        at = place[bounds[g]:bounds[g + 1]]
-        for name, values in zip(names, columns):
-            values = values() if callable(values) else values
-            cols[name][at] = _KIND_CODES[values] if name == "kind" else values
+    shared = dict(flops=0.0, bytes=0.0, peer=-1, q_chunks=-1, kv_chunks=-1)
+    # the record is rank by rank, each rank's groups in turn: where each (rank, group)
+    # block starts follows from the counts, and each group's spans (sorted by rank) go
+    # to their blocks in one ascending sweep; no sort of all spans is needed
+    counts = np.stack([np.bincount(ranks, minlength=n) for ranks, _, _ in groups], axis=1)   # (n, groups)
+    total = int(counts.sum())
+    block_start = (np.cumsum(counts.ravel()) - counts.ravel()).reshape(counts.shape)
+    cols = {name: np.empty(total, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
+    cols["rank"] = np.repeat(np.arange(n, dtype=np.int32), counts.sum(axis=1))
+    cols["stream"] = np.repeat(np.tile(np.array([g[1] for g in groups], dtype=np.int8), n), counts.ravel())
+    for g, (ranks, _, values) in enumerate(groups):
+        # place of the group's i-th span: its block's start + its index within the block
+        first_of_rank = np.cumsum(counts[:, g]) - counts[:, g]
+        at = np.repeat(block_start[:, g] - first_of_rank, counts[:, g]) + np.arange(len(ranks), dtype=np.int64)
+        for name in ("kind", "step", "start_s", "end_s", "flops", "bytes", "peer", "q_chunks", "kv_chunks"):
+            v = values.get(name, shared.get(name))
+            v = v() if callable(v) else v
+            cols[name][at] = _KIND_CODES[v] if name == "kind" else v
     return SpanTable(**cols, chunk_sets=schedule.chunk_sets)
+
+
+def _by_rank(ranks: np.ndarray, n: int) -> np.ndarray:
+    """A stable sort by rank (16-bit keys sort by radix, in linear time)."""
+    return np.argsort(ranks.astype(np.int16) if n <= 1 << 15 else ranks, kind="stable")
 
 
 def _compute_waits(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: np.ndarray,
