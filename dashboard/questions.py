@@ -79,7 +79,7 @@ def view() -> html.Div:
                 html.Div(id="quiz-bw-box", className="inline", style=_HIDDEN, children=[
                     html.Label(id="quiz-bw-label", htmlFor="quiz-bw"),
                     html.Div(dcc.Slider(id="quiz-bw", min=0, max=3, step=BANDWIDTH_STEP, value=None,
-                                        marks=None, updatemode="mouseup",
+                                        marks=None, updatemode="mouseup", allow_direct_input=False,
                                         tooltip={"placement": "bottom", "transform": "ringsimGbps"}),
                              className="slider"),
                 ]),
@@ -102,6 +102,10 @@ def _scenario(data: Any) -> Scenario:
 
 def _log10(x: float) -> float:
     return round(math.log10(x), 2)
+
+
+def _gbps(x: float) -> str:
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def register_callbacks(app) -> None:
@@ -151,13 +155,11 @@ def register_callbacks(app) -> None:
         lo, hi = quiz_explain.bandwidth_range(sc)
         now = sc.hardware.link.bandwidth_gbps
         b_star = compute.crossover_bandwidth_gbps(sc.hardware, sc, sc.tokens_per_rank)
-        marks = {_log10(b): f"{b:.3g}" for b in (b_star, now)}
-        marks[math.floor(_log10(lo) * 100) / 100] = f"{lo:.2g}"
-        marks[math.ceil(_log10(hi) * 100) / 100] = f"{hi:.2g}"
+        lo_log, hi_log = math.floor(math.log10(lo) * 100) / 100, math.ceil(math.log10(hi) * 100) / 100
+        marks = {lo_log: _gbps(10 ** lo_log), hi_log: _gbps(10 ** hi_log),
+                 _log10(b_star): _gbps(b_star), _log10(now): _gbps(now)}
         _, seq = quiz_explain.merge_size(sc)
-        return (math.floor(_log10(lo) * 100) / 100, math.ceil(_log10(hi) * 100) / 100,
-                {k: v + " GB/s" if k == _log10(b_star) else v for k, v in marks.items()},
-                _log10(now), seq - 1, seq - 1)
+        return lo_log, hi_log, marks, math.log10(now), seq - 1, seq - 1
 
     @app.callback(Output("quiz-verdict", "children"), Output("quiz-verdict", "className"),
                   Output("quiz-why", "children"), Output("quiz-live", "children"),
