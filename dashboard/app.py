@@ -191,7 +191,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"))
     def layout_strip(data):
         sc = scenario_of(data)
-        return compute.figure("strip", sc, None, None,
+        # a function of the layout, length and ring size only: other changes reuse it
+        return compute.figure("strip", Scenario(), None, [sc.layout, sc.workload.seq, sc.n_gpus],
                               lambda: figures.layout_strip(sc.layout, sc.workload.seq, sc.n_gpus))
 
     def _name(sc) -> str:

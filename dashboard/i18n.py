@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -40,6 +41,24 @@ def catalog(lang: str) -> dict[str, str]:
     with open(catalog_path(lang), "rb") as f:
         po = read_po(f, locale=lang)
     return {m.id: m.string for m in po if m.id and m.string and not m.fuzzy}
+
+
+_FIELD = re.compile(r"{(\w*)}")
+
+
+def missing_translations(catalogs: dict[str, dict[str, str]] | None = None) -> list[str]:
+    """What keeps the catalogs from matching: a key some language lacks (or leaves empty
+    or fuzzy), or a translation whose {placeholders} differ from the English ones."""
+    cats = catalogs if catalogs is not None else {lang: catalog(lang) for lang in LANGUAGES}
+    keys = set().union(*cats.values())
+    problems = []
+    for lang, cat in cats.items():
+        for key in sorted(keys - set(cat)):
+            problems.append(f"{lang}: no translation of {key}")
+        for key in sorted(set(cat) & set(cats[DEFAULT_LANG])):
+            if set(_FIELD.findall(cat[key])) != set(_FIELD.findall(cats[DEFAULT_LANG][key])):
+                problems.append(f"{lang}: {key} has other placeholders than {DEFAULT_LANG}")
+    return problems
 
 
 def lang_or_default(lang: Any) -> str:
