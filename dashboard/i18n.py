@@ -150,6 +150,9 @@ def _page_texts() -> list[tuple[str, str, str]]:
         ("quiz-bw-label", "children", "quiz.bandwidth"),
         ("quiz-row-label", "children", "quiz.row"),
     ]
+    for prefix in ("timeline", "quiz"):
+        texts += [(f"{prefix}-ring-play", "title", "ring.play"),
+                  (f"{prefix}-ring-step-label", "children", "ring.slider")]
     return texts
 
 

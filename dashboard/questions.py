@@ -34,6 +34,8 @@ BANDWIDTH_STEP = 0.01
 QUESTIONS_WITH_BANDWIDTH = (5,)
 QUESTIONS_WITH_ROW = (3, 7)
 _HIDDEN = {"display": "none"}
+RING_STEP_MS = 900
+"""The ring animation's pace: one hop per this many milliseconds."""
 
 
 def choice_text(t: Translator, q: int, i: int) -> str:
@@ -88,6 +90,7 @@ def view() -> html.Div:
                     html.Div(dcc.Slider(id="quiz-row", min=0, max=63, step=1, value=None, marks=None,
                                         tooltip={"placement": "bottom"}), className="slider"),
                 ]),
+                ring_controls("quiz"),
                 dcc.Loading(dcc.Graph(id="quiz-figure", config={"displaylogo": False},
                                       style={"minHeight": "440px"}), type="dot", delay_show=300),
             ]),
@@ -166,6 +169,8 @@ def register_callbacks(app) -> None:
                   Output("quiz-figure", "figure"), Output("quiz-right", "style"),
                   Output("quiz-bw-box", "style"), Output("quiz-row-box", "style"),
                   Output("quiz-score", "children"), Output("quiz-final", "children"),
+                  Output("quiz-ring-box", "style"), Output("quiz-ring-step", "max"),
+                  Output("quiz-ring-step", "value"),
                   Input("quiz-answers", "data"), Input("quiz-q", "value"), Input("lang", "value"),
                   Input("scenario", "data"), Input("quiz-bw", "value"), Input("quiz-row", "value"),
                   Input("tabs", "value"))
@@ -179,7 +184,7 @@ def register_callbacks(app) -> None:
         given = ((answers or {}).get(str(q)) or {}).get("last")
         if given not in range(N_CHOICES):
             return (t("quiz.prompt"), "quiz-verdict", None, None, no_update, _HIDDEN, _HIDDEN,
-                    _HIDDEN, score_text, final)
+                    _HIDDEN, score_text, final, _HIDDEN, no_update, no_update)
         ok = given == ANSWERS[q]
         verdict = ("✓ " + t("quiz.right") if ok else
                    "✗ " + t("quiz.wrong", answer=choice_text(t, q, ANSWERS[q])))
@@ -195,12 +200,15 @@ def register_callbacks(app) -> None:
         except RingsimError as e:
             live, fig = str(e), quiz_figures.message(str(e))
         shown = {"display": "flex"}
+        steps = len(fig.frames or ())
         return (verdict, "quiz-verdict " + ("right" if ok else "wrong"), t(f"q{q}.why"), live, fig,
                 {}, shown if q in QUESTIONS_WITH_BANDWIDTH else _HIDDEN,
-                shown if q in QUESTIONS_WITH_ROW else _HIDDEN, score_text, final)
+                shown if q in QUESTIONS_WITH_ROW else _HIDDEN, score_text, final,
+                shown if steps else _HIDDEN, max(steps - 1, 1), 0)
 
     # the ring animation under the timeline
-    @app.callback(Output("timeline-ring", "figure"),
+    @app.callback(Output("timeline-ring", "figure"), Output("timeline-ring-step", "max"),
+                  Output("timeline-ring-step", "value"),
                   Input("scenario", "data"), Input("lang", "value"), Input("tabs", "value"))
     def timeline_ring(data, lang, tab):
         if tab != "timeline":
@@ -210,14 +218,77 @@ def register_callbacks(app) -> None:
         except RingsimError:
             raise PreventUpdate from None
         t = Translator(lang)
-        return compute.figure("ring", Scenario(), None, [n, t.lang],
-                              lambda: quiz_explain.ring_figure(n, t, {"gpus": n}, height=420))
+        fig = compute.figure("ring", Scenario(), None, [n, t.lang],
+                             lambda: quiz_explain.ring_figure(n, t, {"gpus": n}, height=420))
+        return fig, len(fig.frames) - 1, 0
+
+    for prefix, graph in (("timeline", "timeline-ring"), ("quiz", "quiz-figure")):
+        _register_ring_stepper(app, prefix, graph)
+
+
+# The ring's steps play in the browser: a timer advances the step slider, and the step
+# picks its frame out of the figure. No request reaches the server while it plays.
+_PLAY = """
+function(n, stopped, step, last) {
+    const nu = window.dash_clientside.no_update;
+    if (!n) { return [true, "▶", nu]; }
+    if (stopped) { return [false, "❚❚", (step || 0) >= last ? 0 : nu]; }
+    return [true, "▶", nu];
+}
+"""
+_TICK = """
+function(n, step, last) {
+    const nu = window.dash_clientside.no_update;
+    const next = Math.min((step || 0) + 1, last);
+    const done = next >= last;
+    return [next, done ? true : nu, done ? "▶" : nu];
+}
+"""
+_DRAW = """
+function(step, fig) {
+    if (!fig || !fig.frames || !fig.frames.length) { return window.dash_clientside.no_update; }
+    const frame = fig.frames[Math.max(0, Math.min(step || 0, fig.frames.length - 1))];
+    const data = fig.data.slice();
+    (frame.traces || []).forEach(function (index, i) {
+        data[index] = Object.assign({}, data[index], frame.data[i]);
+    });
+    return Object.assign({}, fig, {data: data, layout: Object.assign({}, fig.layout, frame.layout || {})});
+}
+"""
+
+
+def _register_ring_stepper(app, prefix: str, graph: str) -> None:
+    play, timer, step = f"{prefix}-ring-play", f"{prefix}-ring-timer", f"{prefix}-ring-step"
+    app.clientside_callback(_PLAY, Output(timer, "disabled"), Output(play, "children"),
+                            Output(step, "value", allow_duplicate=True),
+                            Input(play, "n_clicks"), State(timer, "disabled"), State(step, "value"),
+                            State(step, "max"), prevent_initial_call=True)
+    app.clientside_callback(_TICK, Output(step, "value", allow_duplicate=True),
+                            Output(timer, "disabled", allow_duplicate=True),
+                            Output(play, "children", allow_duplicate=True),
+                            Input(timer, "n_intervals"), State(step, "value"), State(step, "max"),
+                            prevent_initial_call=True)
+    app.clientside_callback(_DRAW, Output(graph, "figure", allow_duplicate=True),
+                            Input(step, "value"), State(graph, "figure"), prevent_initial_call=True)
+
+
+def ring_controls(prefix: str) -> html.Div:
+    """Play/pause and the step of a ring animation drawn by `ring_steps`."""
+    return html.Div(id=f"{prefix}-ring-box", className="inline ring-controls", children=[
+        html.Button("\u25b6", id=f"{prefix}-ring-play", n_clicks=0, className="small ring-play"),
+        html.Label(id=f"{prefix}-ring-step-label", htmlFor=f"{prefix}-ring-step"),
+        html.Div(dcc.Slider(id=f"{prefix}-ring-step", min=0, max=7, step=1, value=0,
+                            allow_direct_input=False, tooltip={"placement": "bottom"}),
+                 className="slider"),
+        dcc.Interval(id=f"{prefix}-ring-timer", interval=RING_STEP_MS, disabled=True),
+    ])
 
 
 def timeline_ring() -> html.Div:
     """The ring-stepping animation, shown under the timeline."""
     return html.Div(className="ring-box", children=[
         html.Div(id="timeline-ring-label", className="help"),
+        ring_controls("timeline"),
         dcc.Graph(id="timeline-ring", config={"displaylogo": False, "displayModeBar": False},
                   style={"maxWidth": "640px"}),
     ])

@@ -100,10 +100,9 @@ def _ring_xy(n: int, radius: float) -> tuple[np.ndarray, np.ndarray]:
     return radius * np.cos(angle), radius * np.sin(angle)
 
 
-def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, frame_ms: int = 900,
-               height: int = 460) -> go.Figure:
-    """GPUs on a ring; at step k GPU r holds the K/V block of GPU (r - k) mod n. Frames
-    move every block one hop per step; the play button and the slider step through them."""
+def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, height: int = 440) -> go.Figure:
+    """GPUs on a ring; at step k GPU r holds the K/V block of GPU (r - k) mod n. Frame k
+    moves every block k hops along the ring (trace 2) and names the step (the title)."""
     colors = gpu_colors(n)
     gx, gy = _ring_xy(n, 1.0)
     qx, qy = _ring_xy(n, 0.62)
@@ -145,34 +144,17 @@ def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, frame_ms: int = 9
         lead = t("ring.step0", last=n - 1) if k == 0 else t("ring.step", step=k, last=n - 1)
         return _title(lead, t("ring.sub", hops=n - 1))
 
-    frames = [go.Frame(name=str(k), data=[blocks(k)], traces=[2], layout=dict(title=title(k)))
-              for k in range(n)]
-    fig.frames = frames
-    play = dict(label="▶ " + t("ring.play"), method="animate",
-                args=[None, dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True,
-                                 transition=dict(duration=int(frame_ms * 0.5), easing="cubic-in-out"),
-                                 mode="immediate")])
-    pause = dict(label="❚❚ " + t("ring.pause"), method="animate",
-                 args=[[None], dict(frame=dict(duration=0, redraw=False), mode="immediate",
-                                    transition=dict(duration=0))])
-    slider_steps = [dict(label=str(k), method="animate",
-                         args=[[str(k)], dict(frame=dict(duration=0, redraw=True), mode="immediate",
-                                              transition=dict(duration=0))]) for k in range(n)]
+    # the frames hold each step's blocks and title; the page steps through them
+    # (dashboard/questions.py: a play button and a step slider, in the browser)
+    fig.frames = [go.Frame(name=str(k), data=[blocks(k)], traces=[2], layout=dict(title=title(k)))
+                  for k in range(n)]
     lim = 1.62
     fig.update_layout(
         template=TEMPLATE, height=height, title=title(0), showlegend=True,
         legend=dict(orientation="h", yanchor="top", y=-0.02, x=0.5, xanchor="center"),
         xaxis=dict(visible=False, range=[-lim, lim], scaleanchor="y", constrain="domain"),
         yaxis=dict(visible=False, range=[-lim, lim]),
-        margin=dict(l=20, r=20, t=70, b=90),
-        updatemenus=[dict(type="buttons", direction="left", x=0.0, y=-0.12, xanchor="left",
-                          yanchor="top", showactive=False, pad=dict(r=8, t=0),
-                          buttons=[play, pause])],
-        sliders=[dict(active=0, steps=slider_steps, x=0.25, len=0.75, y=-0.1, yanchor="top",
-                      pad=dict(t=0, b=0),
-                      currentvalue=dict(prefix=t("ring.slider") + " ", font=dict(size=12)),
-                      transition=dict(duration=0))],
-        meta=meta)
+        margin=dict(l=20, r=20, t=70, b=40), meta=meta)
     return fig
 
 
