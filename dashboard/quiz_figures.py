@@ -189,8 +189,8 @@ def merge_trace(steps: Sequence[Any], t: Translator, meta: dict[str, Any],
     fig.update_xaxes(title_text=t("fig.step"), dtick=1, row=2, col=1)
     fig.update_layout(template=TEMPLATE, height=460, separators=_separators(t),
                       title=_title(meta["title"], meta.get("subtitle")), meta=meta,
-                      legend=dict(orientation="h", yanchor="bottom", y=1.08, x=0.6),
-                      margin=dict(t=90, b=50))
+                      legend=dict(orientation="h", yanchor="top", y=-0.16, x=0),
+                      margin=dict(t=90, b=80))
     return fig
 
 
@@ -305,7 +305,7 @@ def causal_work(per_gpu: dict[str, Sequence[float]], seq: int, n: int, t: Transl
     fig.update_yaxes(title_text=t("q6.fig.share_axis"), row=1, col=1)
     fig.update_xaxes(title_text=t("q6.fig.token_axis"), tickformat=",", row=1, col=2)
     fig.update_yaxes(title_text=t("q6.fig.keys_axis"), tickformat=",", row=1, col=2)
-    fig.update_layout(template=TEMPLATE, height=440, barmode="group", separators=_separators(t),
+    fig.update_layout(template=TEMPLATE, height=480, barmode="group", separators=_separators(t),
                       title=_title(meta["title"], meta.get("subtitle")), meta=meta,
-                      margin=dict(t=100, b=60), legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
+                      margin=dict(t=100, b=115), legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
     return fig
