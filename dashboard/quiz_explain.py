@@ -88,7 +88,8 @@ def _q1(sc: Scenario, t: Translator, **_: Any) -> Explained:
 def ring_figure(n: int, t: Translator, nums: dict[str, Any] | None = None, **kw: Any) -> go.Figure:
     drawn = min(n, quiz_figures.MAX_RING_DRAWN)
     meta = dict(nums or {}, drawn=drawn, frames=drawn)
-    return quiz_figures.ring_steps(drawn, t, meta, **kw)
+    note = t("q2.live_drawn", drawn=drawn, gpus=n) if drawn < n else None
+    return quiz_figures.ring_steps(drawn, t, meta, note=note, **kw)
 
 
 def _q2(sc: Scenario, t: Translator, **_: Any) -> Explained:

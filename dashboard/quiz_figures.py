@@ -100,7 +100,8 @@ def _ring_xy(n: int, radius: float) -> tuple[np.ndarray, np.ndarray]:
     return radius * np.cos(angle), radius * np.sin(angle)
 
 
-def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, height: int = 440) -> go.Figure:
+def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, height: int = 440,
+               note: str | None = None) -> go.Figure:
     """GPUs on a ring; at step k GPU r holds the K/V block of GPU (r - k) mod n. Frame k
     moves every block k hops along the ring (trace 2) and names the step (the title)."""
     colors = gpu_colors(n)
@@ -142,7 +143,7 @@ def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, height: int = 440
 
     def title(k: int) -> dict[str, Any]:
         lead = t("ring.step0", last=n - 1) if k == 0 else t("ring.step", step=k, last=n - 1)
-        return _title(lead, t("ring.sub", hops=n - 1))
+        return _title(lead, t("ring.sub", hops=n - 1) + (f"<br>{note}" if note else ""))
 
     # the frames hold each step's blocks and title; the page steps through them
     # (dashboard/questions.py: a play button and a step slider, in the browser)

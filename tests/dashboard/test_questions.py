@@ -316,3 +316,14 @@ def test_language_switch_translates_the_page(client):
     assert out["overlap"]["options"][0]["label"] == "aktif"
     status, out = client.call("tab-questions.label", {"lang.value": "en"}, ["lang.value"])
     assert out["seq-label"]["children"] == "Sequence length"
+
+
+def test_a_large_ring_is_drawn_on_sixteen_gpus_and_says_so():
+    sc = DEFAULT.with_(n_gpus=64)
+    ex = explain(2, sc, Translator("en"))
+    assert len(ex.figure.frames) == 16 and ex.numbers["hops"] == 63
+    assert "yours has 64" in ex.live and "yours has 64" in ex.figure.layout.title.text
+    # frame k puts block j on GPU (j + k) mod n: at the last step GPU r holds block r + 1
+    last = ex.figure.frames[-1].data[0]
+    assert [h.split()[-1] for h in last.hovertext] == [str(j) for j in range(16)]
+    assert last.hovertext[0] == "GPU 15 holds the K/V block of GPU 0"
