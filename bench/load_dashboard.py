@@ -1,7 +1,8 @@
 """Load test: concurrent browser-like sessions against `ringsim dashboard` on loopback.
 
-Starts the real server (`python -m sim.cli dashboard`, Flask's threaded server, debug
-off) on a free loopback port, then runs N sessions at once, one thread and one HTTP
+Starts the real server (`python -m sim.cli dashboard`: waitress, debug off; extra
+flags through --server-args, e.g. "--dev-server" for Flask's development server or
+"--threads 4") on a free loopback port, then runs N sessions at once, one thread and one HTTP
 connection each. A session does what a browser does: loads the page (/, layout,
 dependencies), fires the initial callbacks, then makes a series of changes (ring size,
 layout, overlap, sequence length, an invalid value, a tab switch), each change being
@@ -12,7 +13,7 @@ their scenarios from a small pool, so some requests find results already cached 
 others simulate, as with real users.
 
     .venv/bin/python bench/load_dashboard.py [--sessions 20] [--changes 8] [--think-s 0]
-        [--out bench/results/dashboard_load.json]
+        [--server-args "--threads 8"] [--out bench/results/dashboard_load.json]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import socket
 import statistics
 import subprocess
@@ -125,11 +127,16 @@ def main() -> None:
     p.add_argument("--changes", type=int, default=8, help="interactions per session after load")
     p.add_argument("--think-s", type=float, default=0.0,
                    help="mean pause between a session's interactions (0: back to back, saturating)")
+    p.add_argument("--server-args", default="",
+                   help='flags for `ringsim dashboard`, e.g. "--dev-server" or "--threads 4"')
     p.add_argument("--out", default="bench/results/dashboard_load.json")
     a = p.parse_args()
+    server_args = shlex.split(a.server_args)
+    load_at_start = os.getloadavg()
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "sim.cli", "dashboard", "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "sim.cli", "dashboard", "--port", str(port),
+                               *server_args],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(300):
@@ -171,6 +178,8 @@ def main() -> None:
     by_label: dict[str, list[float]] = {}
     for label, elapsed, _, _ in samples:
         by_label.setdefault(label, []).append(elapsed)
+    print(f"server: ringsim dashboard {a.server_args or '(defaults)'}; load average at start "
+          f"{load_at_start[0]:.2f}, at end {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     print(f"{a.sessions} concurrent sessions (think time {a.think_s:g} s), {len(callbacks)} callback requests in {wall:.1f} s "
           f"({len(callbacks) / wall:.1f} req/s), {len(bad)} failed, {len(errors)} session errors")
     print(f"  {'request':<40} {'n':>5} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9}")
@@ -188,8 +197,9 @@ def main() -> None:
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"what": "latency of /_dash-update-component under concurrent sessions on loopback",
-                   "server": "python -m sim.cli dashboard (Flask threaded server, debug off)",
-                   "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg(),
+                   "server": " ".join(["python -m sim.cli dashboard", *server_args]),
+                   "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
+                               "loadavg_at_end": os.getloadavg(),
                                "platform": platform.platform(),
                                "python": platform.python_version()},
                    "sessions": a.sessions, "changes_per_session": a.changes, "think_s": a.think_s,

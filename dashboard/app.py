@@ -28,7 +28,7 @@ from sim.units import fmt_bytes
 from sim.online_softmax import example as merge_example
 from sim.trace import Trace
 
-from dashboard import compute, export, figures
+from dashboard import compute, export, figures, i18n, nav, questions
 from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, page
 from dashboard.state import (CONTROL_IDS, ControlError, query_from_values, scenario_from_config,
                              scenario_from_values, values_from_query)
@@ -141,8 +141,10 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         + [Output("url", "search"), Output("scenario", "data"), Output("banner", "children")]
         + [Output(f"{cid}-msg", "children") for cid in CONTROL_IDS],
         [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS],
+        State("scenario", "data"),
     )
-    def sync(search, *vals):
+    def sync(search, *vals_and_current):
+        *vals, current = vals_and_current
         if ctx.triggered_id in (None, "url"):
             values, ignored = values_from_query(search)
             value_out = [values[cid] for cid in CONTROL_IDS]
@@ -150,12 +152,14 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         else:
             values, ignored = dict(zip(CONTROL_IDS, vals)), []
             value_out = [no_update] * len(CONTROL_IDS)
-            url_out = query_from_values(values)
+            url_out = nav.with_nav(query_from_values(values), search)
         msgs = [""] * len(CONTROL_IDS)
         banner = [f"ignored unreadable link parameters: {', '.join(ignored)}"] if ignored else []
         try:
             scenario_from_values(values)
-            store = {"values": values}
+            # a link that changes only the view, question or language keeps the scenario
+            same = ctx.triggered_id == "url" and (current or {}).get("values") == values
+            store = no_update if same else {"values": values}
         except ControlError as e:
             msgs[index[e.control]] = str(e)
             store = no_update
@@ -187,7 +191,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"))
     def layout_strip(data):
         sc = scenario_of(data)
-        return compute.figure("strip", sc, None, None,
+        # a function of the layout, length and ring size only: other changes reuse it
+        return compute.figure("strip", Scenario(), None, [sc.layout, sc.workload.seq, sc.n_gpus],
                               lambda: figures.layout_strip(sc.layout, sc.workload.seq, sc.n_gpus))
 
     def _name(sc) -> str:
@@ -370,6 +375,10 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         except RingsimError as e:
             return figures.message_figure(str(e))
         return figures.overlay(simulated, trace, compute.step_errors(simulated, trace))
+
+    i18n.register_callbacks(app)
+    nav.register_callbacks(app)
+    questions.register_callbacks(app)
 
     # Dash, Plotly and the page live as long as the server: freezing them keeps the cycle
     # collector, which a large trace sets off many times, from walking them again and again

@@ -1,6 +1,10 @@
 """`ringsim dashboard`: serve the browser app.
 
-Loopback by default (127.0.0.1:8050), debug off. Dash is imported only when the
+Loopback by default (127.0.0.1:8050), debug off. The app is served by waitress, a
+production WSGI server with a fixed pool of request threads (`--threads`); `--workers`
+above 1 runs that many server processes under gunicorn (Unix), each with its own
+threads and caches. Flask's development server is used only for `--debug` (its reloader
+and dev tools) or when asked for with `--dev-server`. Dash is imported only when the
 command runs, so that the rest of the CLI does not pay for it.
 """
 
@@ -11,22 +15,70 @@ import sys
 
 from sim.errors import RingsimError
 
+DEFAULT_THREADS = 8
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("dashboard", help="serve the interactive dashboard in a browser",
-                              description="Serve the dashboard (loopback only unless --host says otherwise).")
+    p = subparsers.add_parser(
+        "dashboard", help="serve the interactive dashboard in a browser",
+        description="Serve the dashboard (loopback only unless --host says otherwise) through "
+                    "waitress, or gunicorn with --workers above 1. Open "
+                    "/?view=questions&lang=id for the questions in Bahasa Indonesia.")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
     p.add_argument("--port", type=int, default=8050, help="(default 8050)")
-    p.add_argument("--debug", action="store_true", help="Dash debug mode: reloader and dev tools (off by default)")
+    p.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                   help=f"request threads per server process (default {DEFAULT_THREADS})")
+    p.add_argument("--workers", type=int, default=1,
+                   help="server processes (default 1: waitress; more: gunicorn, Unix only, "
+                        "each process with its own caches)")
+    p.add_argument("--dev-server", action="store_true",
+                   help="Flask's development server instead (for development and comparison)")
+    p.add_argument("--debug", action="store_true",
+                   help="Dash debug mode: reloader and dev tools, on the development server (off by default)")
     p.add_argument("--profile", default=None,
                    help="calibrated hardware profile (from `ringsim calibrate`) to start with")
     p.set_defaults(func=cmd_dashboard)
 
 
+def _serve_waitress(app, host: str, port: int, threads: int) -> None:
+    from waitress import serve
+
+    serve(app.server, host=host, port=port, threads=threads, ident="ringsim",
+          # a figure of a large ring is several MB: send it in large writes
+          send_bytes=1 << 16, outbuf_overflow=1 << 24)
+
+
+def _serve_gunicorn(app, host: str, port: int, workers: int, threads: int) -> None:
+    try:
+        from gunicorn.app.base import BaseApplication
+    except ModuleNotFoundError:
+        raise RingsimError("--workers above 1 needs gunicorn (pip install gunicorn; Unix only)") from None
+
+    class _Server(BaseApplication):
+        def load_config(self) -> None:
+            for key, value in {"bind": f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+                               "workers": workers, "threads": threads,
+                               "worker_class": "gthread", "timeout": 120,
+                               "accesslog": None}.items():
+                self.cfg.set(key, value)
+
+        def load(self):
+            return app.server
+
+    _Server().run()
+
+
 def cmd_dashboard(a: argparse.Namespace) -> int:
     if not 0 < a.port < 65536:
         raise RingsimError(f"--port must be in 1..65535, got {a.port}")
+    if not 1 <= a.threads <= 256:
+        raise RingsimError(f"--threads must be in 1..256, got {a.threads}")
+    if not 1 <= a.workers <= 64:
+        raise RingsimError(f"--workers must be in 1..64, got {a.workers}")
+    dev = a.debug or a.dev_server
+    if dev and a.workers > 1:
+        raise RingsimError("--workers needs the production server: drop --debug/--dev-server")
     try:
         from dashboard.app import create_app
     except ModuleNotFoundError as e:
@@ -38,9 +90,17 @@ def cmd_dashboard(a: argparse.Namespace) -> int:
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"ringsim: warning: serving on {a.host}: anyone who can reach port {a.port} can use "
               "the dashboard and run simulations on this machine", file=sys.stderr)
-    print(f"ringsim dashboard on http://{a.host}:{a.port}/ (Ctrl-C to stop)", file=sys.stderr)
+    server = ("Flask development server" if dev else
+              f"gunicorn, {a.workers} workers x {a.threads} threads" if a.workers > 1 else
+              f"waitress, {a.threads} threads")
+    print(f"ringsim dashboard on http://{a.host}:{a.port}/ ({server}; Ctrl-C to stop)", file=sys.stderr)
     try:
-        app.run(host=a.host, port=a.port, debug=a.debug)
+        if dev:
+            app.run(host=a.host, port=a.port, debug=a.debug)
+        elif a.workers > 1:
+            _serve_gunicorn(app, a.host, a.port, a.workers, a.threads)
+        else:
+            _serve_waitress(app, a.host, a.port, a.threads)
     except OSError as e:
         raise RingsimError(f"cannot serve on {a.host}:{a.port}: {e.strerror or e}") from None
     return 0

@@ -290,7 +290,7 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
                    ticktext=[f"GPU {r}" for r in tick_ranks], showgrid=False,
                    range=[rows - 0.5, -0.5]),
         meta={"ranks": [lo, hi], "webgl": use_gl, "spans": n_spans, "unit": unit},
-        hovermode="closest",
+        hovermode="closest", margin=dict(t=85),   # room for the title above the legend
     )
     if shown <= 64:
         # separators between GPUs as minor grid lines: one array, where 63 layout shapes

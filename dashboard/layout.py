@@ -13,12 +13,14 @@ from dash import dcc, html
 from sim.config import LAYOUTS, PASSES
 from sim.presets import GPU_PRESETS, LINK_PRESETS
 
+from dashboard import i18n, questions
 from dashboard.state import CUSTOM, SAME_LINK, defaults
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 """Largest trace or profile file the page accepts."""
 
 TABS = (
+    ("questions", "Questions"),
     ("timeline", "Timeline"),
     ("blocks", "Block map"),
     ("compare", "Compare layouts"),
@@ -43,9 +45,9 @@ _HELP = {
 
 def _field(cid: str, label: str, component: Any) -> html.Div:
     return html.Div(className="field", children=[
-        html.Label(label, htmlFor=cid),
+        html.Label(label, htmlFor=cid, id=f"{cid}-label"),
         component,
-        html.Div(_HELP.get(cid, ""), className="help") if cid in _HELP else None,
+        html.Div(_HELP.get(cid, ""), className="help", id=f"{cid}-help") if cid in _HELP else None,
         html.Div(id=f"{cid}-msg", className="msg", role="alert"),
     ])
 
@@ -70,7 +72,7 @@ def _onoff(cid: str, label: str, value: bool) -> html.Div:
 def controls() -> html.Div:
     d = defaults()
     return html.Div(className="controls", children=[
-        html.H3("Ring"),
+        html.H3("Ring", id="h-ring"),
         _number("gpus", "GPUs", d["gpus"]),
         _field("layout", "Layout", dcc.RadioItems(
             id="layout", options=[{"label": x, "value": x} for x in LAYOUTS], value=d["layout"],
@@ -80,7 +82,7 @@ def controls() -> html.Div:
             id="sync", options=[{"label": "per step", "value": "step"},
                                 {"label": "buffered", "value": "buffered"}],
             value=d["sync"], className="radio")),
-        html.H3("Workload"),
+        html.H3("Workload", id="h-workload"),
         _number("seq", "Sequence length", d["seq"]),
         _number("batch", "Batch", d["batch"]),
         _number("heads", "Query heads", d["heads"]),
@@ -91,7 +93,7 @@ def controls() -> html.Div:
         _dropdown("pass", "Pass", [{"label": {"fwd": "forward", "bwd": "backward",
                                               "fwdbwd": "forward + backward"}[p], "value": p}
                                    for p in PASSES], d["pass"]),
-        html.H3("Hardware"),
+        html.H3("Hardware", id="h-hardware"),
         _dropdown("gpu", "GPU", [*GPU_PRESETS, CUSTOM], d["gpu"]),
         _number("tflops", "Achieved TFLOP/s", d["tflops"], "preset"),
         _number("efficiency", "Efficiency", d["efficiency"], "0.5"),
@@ -104,7 +106,7 @@ def controls() -> html.Div:
                    *[{"label": x, "value": x} for x in LINK_PRESETS]], d["inter-link"]),
         _number("gpus-per-node", "GPUs per node", d["gpus-per-node"]),
         html.Div(className="field", children=[
-            html.Label("Calibrated profile"),
+            html.Label("Calibrated profile", id="profile-label"),
             dcc.Upload(id="profile-upload", max_size=MAX_UPLOAD_BYTES, accept=".json,application/json",
                        className="upload", children=html.Div(["drop or ", html.A("choose"),
                                                               " a profile (JSON)"])),
@@ -112,14 +114,14 @@ def controls() -> html.Div:
             html.Button("use presets", id="profile-clear", n_clicks=0, className="small"),
             html.Div(id="profile-msg", className="msg", role="alert"),
         ]),
-        html.H3("Work counting"),
+        html.H3("Work counting", id="h-counting"),
         _dropdown("granularity", "Granularity", ["exact", "tile"], d["granularity"]),
         _number("tile", "Tile (tokens)", d["tile"]),
     ])
 
 
 def _card(cid: str, label: str) -> html.Div:
-    return html.Div(className="card", children=[html.Div(label, className="card-label"),
+    return html.Div(className="card", children=[html.Div(label, className="card-label", id=f"{cid}-label"),
                                                 html.Div("–", id=cid, className="card-value")])
 
 
@@ -140,19 +142,20 @@ def views() -> html.Div:
     tab_children = {
         "timeline": [
             html.Div(className="inline", children=[
-                html.Label("GPUs shown", htmlFor="ranks"),
+                html.Label("GPUs shown", htmlFor="ranks", id="ranks-label"),
                 html.Div(dcc.RangeSlider(id="ranks", min=0, max=d["gpus"] - 1, step=1,
                                          value=[0, d["gpus"] - 1], allowCross=False,
                                          tooltip={"placement": "bottom"}), className="slider"),
             ]),
-            _graph("timeline", 420)],
+            _graph("timeline", 420), questions.timeline_ring()],
+        "questions": [questions.view()],
         "blocks": [_graph("block-map", 560)],
         "compare": [_graph("compare", 380), html.Div(id="compare-table", className="table")],
         "sweep": [_graph("sweep", 640)],
         "memory": [_graph("memory", 440)],
         "merge": [
             html.Div(className="inline", children=[
-                html.Label("query token", htmlFor="merge-row"),
+                html.Label("query token", htmlFor="merge-row", id="merge-row-label"),
                 html.Div(dcc.Slider(id="merge-row", min=0, max=63, step=1, value=63,
                                     marks=None, tooltip={"placement": "bottom"}), className="slider"),
             ]),
@@ -180,7 +183,8 @@ def views() -> html.Div:
         ]),
         dcc.Graph(id="layout-strip", config={"displayModeBar": False}, style={"height": "170px"}),
         dcc.Tabs(id="tabs", value="timeline", children=[
-            dcc.Tab(label=label, value=value, children=tab_children[value]) for value, label in TABS
+            dcc.Tab(label=label, value=value, id=f"tab-{value}", children=tab_children[value])
+            for value, label in TABS
         ]),
     ])
 
@@ -191,10 +195,12 @@ def page(profile_note: dict[str, Any] | None = None) -> html.Div:
         dcc.Store(id="scenario"),
         dcc.Store(id="profile", data=profile_note),
         dcc.Store(id="measured"),
+        *questions.stores(),
         html.Header(className="header", children=[
             html.H1("ringsim"),
             html.Span("Ring Attention and sequence parallelism, simulated: how K/V blocks travel, "
-                      "when transfers hide, which layout wins.", className="tagline"),
+                      "when transfers hide, which layout wins.", className="tagline", id="tagline"),
+            i18n.language_bar(),
         ]),
         html.Div(className="body", children=[controls(), views()]),
     ])

@@ -1,6 +1,8 @@
 """Save a screenshot of the dashboard's default page (headless Chromium via selenium).
 
     python -m dashboard.screenshot docs/dashboard.png [--query '?gpus=16'] [--tab blocks]
+    python -m dashboard.screenshot docs/questions-en-q5.png --query '?view=questions&q=5' \
+        --click '#quiz-choice label:nth-of-type(2)' --scroll-to '#tabs'
 
 Serves the app on a free loopback port in a thread, waits until the views have drawn,
 and writes a PNG. Needs Debian's chromium and chromium-driver (see FIELD-NOTES.md).
@@ -40,6 +42,9 @@ def main() -> None:
     ap.add_argument("--query", default="")
     ap.add_argument("--tab", default=None, help="tab value to open before the shot")
     ap.add_argument("--upload", default=None, help="a trace file to upload on the measured tab")
+    ap.add_argument("--click", action="append", default=[],
+                    help="CSS selector of an element to click once the page has drawn (repeatable)")
+    ap.add_argument("--scroll-to", default=None, help="CSS selector to scroll to the top of the shot")
     ap.add_argument("--width", type=int, default=1600)
     ap.add_argument("--height", type=int, default=1250)
     a = ap.parse_args()
@@ -69,7 +74,16 @@ def main() -> None:
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline .main-svg, #block-map .main-svg, "
                                                                "#compare .main-svg, #sweep .main-svg, "
                                                                "#memory .main-svg, #merge .main-svg, "
-                                                               "#overlay .main-svg"))
+                                                               "#overlay .main-svg, #quiz-choice label"))
+        for selector in a.click:
+            wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, selector))).click()
+            time.sleep(1.0)
+        if a.click:
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#quiz-figure .main-svg")
+                       or not d.find_elements(By.CSS_SELECTOR, "#quiz-figure"))
+        if a.scroll_to:
+            driver.execute_script("arguments[0].scrollIntoView(true);",
+                                  driver.find_element(By.CSS_SELECTOR, a.scroll_to))
         time.sleep(2.0)   # let Plotly finish its transitions
         driver.save_screenshot(a.out)
         logs = driver.get_log("browser")

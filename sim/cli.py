@@ -210,8 +210,18 @@ def cmd_compare(a: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ringsim")
+    except PackageNotFoundError:   # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ringsim", description="Simulate, measure and explore Ring Attention.")
+    p.add_argument("--version", action="version", version=f"ringsim {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sp = sub.add_parser("simulate", help="simulate one ring schedule and report its metrics")
     add_scenario_args(sp)

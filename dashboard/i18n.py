@@ -1,0 +1,210 @@
+"""The dashboard's languages: message catalogs, number formats and the page's texts.
+
+Texts live in gettext catalogs, one per language (`dashboard/locale/<lang>/LC_MESSAGES/
+ringsim.po`), read with Babel at start-up; the code names a message by a key such as
+`q5.text` or `ctl.gpus.label`, never by its wording. A placeholder in a message is a
+`str.format` field (`{tokens}`) filled with a number already formatted for the language
+(Babel's CLDR data: `16,384` in English, `16.384` in Indonesian).
+
+A message missing from a language falls back to English, so that a page never breaks;
+the tests fail on it (tests/dashboard/test_i18n.py). `PAGE_TEXTS` lists which component
+property of the page shows which message; `register_callbacks` rewrites them all when
+the language changes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from functools import lru_cache
+from typing import Any
+
+from babel.messages.pofile import read_po
+from babel.numbers import format_decimal, format_scientific
+from dash import Input, Output, dcc, html
+
+LANGUAGES = ("en", "id")
+"""English (the default) and Bahasa Indonesia."""
+DEFAULT_LANG = "en"
+LOCALE_DIR = os.path.join(os.path.dirname(__file__), "locale")
+DOMAIN = "ringsim"
+
+
+def catalog_path(lang: str) -> str:
+    return os.path.join(LOCALE_DIR, lang, "LC_MESSAGES", f"{DOMAIN}.po")
+
+
+@lru_cache(maxsize=None)
+def catalog(lang: str) -> dict[str, str]:
+    """Key -> translated text of one language (empty and fuzzy entries left out)."""
+    with open(catalog_path(lang), "rb") as f:
+        po = read_po(f, locale=lang)
+    return {m.id: m.string for m in po if m.id and m.string and not m.fuzzy}
+
+
+_FIELD = re.compile(r"{(\w*)}")
+
+
+def missing_translations(catalogs: dict[str, dict[str, str]] | None = None) -> list[str]:
+    """What keeps the catalogs from matching: a key some language lacks (or leaves empty
+    or fuzzy), or a translation whose {placeholders} differ from the English ones."""
+    cats = catalogs if catalogs is not None else {lang: catalog(lang) for lang in LANGUAGES}
+    keys = set().union(*cats.values())
+    problems = []
+    for lang, cat in cats.items():
+        for key in sorted(keys - set(cat)):
+            problems.append(f"{lang}: no translation of {key}")
+        for key in sorted(set(cat) & set(cats[DEFAULT_LANG])):
+            if set(_FIELD.findall(cat[key])) != set(_FIELD.findall(cats[DEFAULT_LANG][key])):
+                problems.append(f"{lang}: {key} has other placeholders than {DEFAULT_LANG}")
+    return problems
+
+
+def lang_or_default(lang: Any) -> str:
+    return lang if lang in LANGUAGES else DEFAULT_LANG
+
+
+class Translator:
+    """Messages and numbers in one language: `t("q5.text")`, `t.num(0.123)`."""
+
+    def __init__(self, lang: Any):
+        self.lang = lang_or_default(lang)
+        self._own = catalog(self.lang)
+        self._fallback = catalog(DEFAULT_LANG)
+
+    def __call__(self, key: str, **fields: Any) -> str:
+        text = self._own.get(key)
+        if text is None:
+            text = self._fallback[key]         # an unknown key is a programming error
+        return text.format(**fields) if fields else text
+
+    def has(self, key: str) -> bool:
+        return key in self._own or key in self._fallback
+
+    # --- numbers, in the language's format ---------------------------------------------
+    def num(self, x: float, sig: int = 3) -> str:
+        """`x` with `sig` significant digits (whole numbers keep all of theirs)."""
+        if x is None or not math.isfinite(x):
+            return "–"
+        if x == int(x) and abs(x) >= 10 ** (sig - 1):
+            return format_decimal(int(x), locale=self.lang)
+        decimals = max(0, sig - 1 - math.floor(math.log10(abs(x)))) if x else 0
+        pattern = "#,##0" + ("." + "0" * decimals if decimals else "")
+        return format_decimal(x, format=pattern, locale=self.lang)
+
+    def int(self, x: float) -> str:
+        return format_decimal(int(round(x)), locale=self.lang)
+
+    def pct(self, frac: float, sig: int = 3) -> str:
+        return self.num(frac * 100, sig) + "%"
+
+    def time(self, seconds: float, sig: int = 3) -> str:
+        a = abs(seconds)
+        if a >= 1:
+            return f"{self.num(seconds, sig)} s"
+        if a >= 1e-3:
+            return f"{self.num(seconds * 1e3, sig)} ms"
+        return f"{self.num(seconds * 1e6, sig)} µs"
+
+    def bytes(self, n: float, sig: int = 3) -> str:
+        for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+            if abs(n) >= size:
+                return f"{self.num(n / size, sig)} {unit}"
+        return f"{self.int(n)} B"
+
+    def sci(self, x: float) -> str:
+        """Scientific notation with two significant digits: 1.2E-16."""
+        return format_scientific(x, "0.0E0", locale=self.lang)
+
+    def gbps(self, x: float) -> str:
+        return f"{self.num(x, 3)} GB/s"
+
+
+# --- the page's texts ---------------------------------------------------------------------
+# (component id, property, message key). Options lists are built by _options below.
+
+def _page_texts() -> list[tuple[str, str, str]]:
+    from dashboard.layout import _HELP, SUMMARY_CARDS, TABS
+    from dashboard.state import CONTROL_IDS
+
+    texts = [(f"{cid}-label", "children", f"ctl.{cid}.label") for cid in CONTROL_IDS]
+    texts += [(f"{cid}-help", "children", f"ctl.{cid}.help") for cid in _HELP]
+    texts += [(f"tab-{value}", "label", f"tab.{value}") for value, _ in TABS]
+    texts += [(f"{cid}-label", "children", f"card.{cid}") for cid, _ in SUMMARY_CARDS]
+    texts += [(f"h-{h}", "children", f"heading.{h}") for h in ("ring", "workload", "hardware", "counting")]
+    texts += [
+        ("tagline", "children", "page.tagline"),
+        ("lang-label", "children", "page.language"),
+        ("profile-label", "children", "ctl.profile.label"),
+        ("profile-clear", "children", "ctl.profile.clear"),
+        ("dl-trace-btn", "children", "btn.trace"),
+        ("dl-chrome-btn", "children", "btn.chrome"),
+        ("dl-csv-btn", "children", "btn.csv"),
+        ("ranks-label", "children", "ctl.ranks.label"),
+        ("merge-row-label", "children", "ctl.merge-row.label"),
+        ("timeline-ring-label", "children", "ring.caption"),
+        ("quiz-nav-label", "children", "quiz.nav"),
+        ("quiz-next", "children", "quiz.next"),
+        ("quiz-restart", "children", "quiz.restart"),
+        ("quiz-bw-label", "children", "quiz.bandwidth"),
+        ("quiz-row-label", "children", "quiz.row"),
+    ]
+    for prefix in ("timeline", "quiz"):
+        texts += [(f"{prefix}-ring-play", "title", "ring.play"),
+                  (f"{prefix}-ring-step-label", "children", "ring.slider")]
+    return texts
+
+
+def _upload_children(t: Translator, key: str) -> list[Any]:
+    before, _, after = t(key).partition("{choose}")
+    return [html.Div([before, html.A(t("upload.choose")), after])]
+
+
+def _options(t: Translator) -> list[tuple[str, str, Any]]:
+    onoff = [{"label": t("opt.on"), "value": True}, {"label": t("opt.off"), "value": False}]
+    from dashboard.state import SAME_LINK
+    from sim.config import PASSES
+    from sim.presets import LINK_PRESETS
+
+    return [
+        ("overlap", "options", onoff),
+        ("causal", "options", onoff),
+        ("sync", "options", [{"label": t("opt.sync.step"), "value": "step"},
+                             {"label": t("opt.sync.buffered"), "value": "buffered"}]),
+        ("pass", "options", [{"label": t(f"opt.pass.{p}"), "value": p} for p in PASSES]),
+        ("inter-link", "options", [{"label": t("opt.inter-link.same"), "value": SAME_LINK},
+                                   *[{"label": x, "value": x} for x in LINK_PRESETS]]),
+        ("profile-upload", "children", _upload_children(t, "upload.profile")),
+        ("trace-upload", "children", _upload_children(t, "upload.trace")),
+    ]
+
+
+def page_texts(lang: Any) -> list[tuple[str, str, Any]]:
+    """Every translated (component id, property, value) of the page in `lang`."""
+    t = Translator(lang)
+    return [(cid, prop, t(key)) for cid, prop, key in _page_texts()] + _options(t)
+
+
+def language_bar() -> html.Div:
+    """The language switch (autonyms from each catalog) and a line for unreadable links."""
+    return html.Div(className="lang-bar", children=[
+        html.Label(Translator(DEFAULT_LANG)("page.language"), id="lang-label", htmlFor="lang"),
+        dcc.RadioItems(id="lang", value=DEFAULT_LANG, inline=True, className="radio lang",
+                       options=[{"label": catalog(x)["language.name"], "value": x} for x in LANGUAGES]),
+        dcc.Store(id="lang-html"),
+        html.Span(id="nav-msg", className="nav-msg", role="alert"),
+    ])
+
+
+def register_callbacks(app) -> None:
+    outputs = [(cid, prop) for cid, prop, _ in page_texts(DEFAULT_LANG)]
+
+    @app.callback([Output(cid, prop) for cid, prop in outputs], Input("lang", "value"))
+    def translate_page(lang):
+        return [value for _, _, value in page_texts(lang)]
+
+    # the document's language, for screen readers and hyphenation
+    app.clientside_callback(
+        "function(lang) { document.documentElement.lang = lang || 'en'; return lang; }",
+        Output("lang-html", "data"), Input("lang", "value"))

@@ -1,0 +1,86 @@
+"""Where the reader is, in the URL: the open view, the question and the language.
+
+`/?view=questions&q=5&lang=id` opens the Questions view on question 5 in Bahasa
+Indonesia; defaults (the timeline, question 1, English) are left out of the URL. These
+keys sit beside the scenario's (dashboard/state.py), and each side keeps the other's
+keys when it rewrites the query. An unreadable value is ignored and named in a line at
+the top of the page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from dash import Input, Output, State, no_update
+
+from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator
+
+N_QUESTIONS = 8
+DEFAULT_VIEW = "timeline"
+NAV_KEYS = ("view", "q", "lang")
+
+
+def views() -> tuple[str, ...]:
+    """The tabs' values (read when needed: the page's layout imports this module)."""
+    from dashboard.layout import TABS
+
+    return tuple(value for value, _ in TABS)
+
+
+def parse_nav(search: str | None) -> tuple[dict[str, Any], list[str]]:
+    """(view, q, lang) from a URL query, defaults for what is missing, and what was unreadable."""
+    nav: dict[str, Any] = {"view": DEFAULT_VIEW, "q": 1, "lang": DEFAULT_LANG}
+    ignored: list[str] = []
+    for key, raw in parse_qsl((search or "").lstrip("?"), keep_blank_values=True):
+        if key not in NAV_KEYS:
+            continue
+        value = raw.strip().lower()
+        if key == "view" and value in views():
+            nav["view"] = value
+        elif key == "lang" and value in LANGUAGES:
+            nav["lang"] = value
+        elif key == "q" and value.isdigit() and 1 <= int(value) <= N_QUESTIONS:
+            nav["q"] = int(value)
+        else:
+            ignored.append(f"{key}={raw[:40]}")
+    return nav, ignored
+
+
+def with_nav(query: str, search: str | None, **nav: Any) -> str:
+    """`query` (the scenario's part) followed by the view/question/language keys: those
+    of `nav` where given, else those already in `search`."""
+    current, _ = parse_nav(search)
+    current.update({k: v for k, v in nav.items() if v is not None})
+    items = [(k, v) for k, v in parse_qsl((query or "").lstrip("?"), keep_blank_values=True)
+             if k not in NAV_KEYS]
+    if current["view"] != DEFAULT_VIEW:
+        items.append(("view", current["view"]))
+        if current["view"] == "questions":
+            items.append(("q", str(current["q"])))
+    if current["lang"] != DEFAULT_LANG:
+        items.append(("lang", current["lang"]))
+    return "?" + urlencode(items) if items else ""
+
+
+def register_callbacks(app) -> None:
+    # Read once, when the page loads (the path is set then); the scenario callback reads
+    # the rest of the query. Reading the query itself here would close a loop with the
+    # callback below, which writes it.
+    @app.callback(Output("tabs", "value"), Output("quiz-q", "value"), Output("lang", "value"),
+                  Output("nav-msg", "children"),
+                  Input("url", "pathname"), State("url", "search"))
+    def nav_from_url(_, search):
+        nav, ignored = parse_nav(search)
+        msg = (Translator(nav["lang"])("nav.ignored", params=", ".join(ignored))
+               if ignored else None)
+        return nav["view"], nav["q"], nav["lang"], msg
+
+    @app.callback(Output("url", "search", allow_duplicate=True),
+                  Input("tabs", "value"), Input("quiz-q", "value"), Input("lang", "value"),
+                  State("url", "search"), prevent_initial_call=True)
+    def nav_to_url(view, q, lang, search):
+        new = with_nav(search or "", search, view=view if view in views() else None,
+                       q=q if isinstance(q, int) and 1 <= q <= N_QUESTIONS else None,
+                       lang=lang if lang in LANGUAGES else None)
+        return no_update if new == (search or "") else new

@@ -1,0 +1,150 @@
+"""The Questions view, the language switch and the ring animation in headless Chromium
+(run with `pytest --headless`)."""
+
+from __future__ import annotations
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from dashboard.app import create_app
+from dashboard.i18n import Translator
+from dashboard.questions import ANSWERS, choice_text
+
+pytestmark = pytest.mark.browser
+
+TIMEOUT = 30
+
+_FIGURE_Q = """
+const gd = document.querySelector('#quiz-figure .js-plotly-plot');
+if (!gd || !gd.data || !gd.data.length || !gd.layout.meta) return null;
+const points = (gd.calcdata || []).reduce((n, cd) => n + cd.length, 0);
+return points > 0 ? gd.layout.meta.q : null;
+"""
+
+
+def _open(dash_duo, query: str) -> None:
+    dash_duo.start_server(create_app())
+    dash_duo.driver.get(dash_duo.server_url + "/" + query)
+
+
+def _until(dash_duo, condition, message: str = ""):
+    return WebDriverWait(dash_duo.driver, TIMEOUT).until(condition, message)
+
+
+def _click_label(dash_duo, selector: str, index: int) -> None:
+    _until(dash_duo, lambda d: len(d.find_elements(By.CSS_SELECTOR, selector)) > index)
+    dash_duo.driver.find_elements(By.CSS_SELECTOR, selector)[index].click()
+
+
+def _switch_language(dash_duo, lang: str) -> None:
+    _click_label(dash_duo, "#lang label", ["en", "id"].index(lang))
+
+
+def _severe(dash_duo):
+    return [e for e in (dash_duo.get_logs() or []) if e.get("level") == "SEVERE"]
+
+
+def test_every_question_right_and_wrong_in_both_languages(dash_duo):
+    _open(dash_duo, "?view=questions")
+    for lang in ("en", "id"):
+        t = Translator(lang)
+        if lang == "id":
+            _switch_language(dash_duo, "id")
+            dash_duo.find_element("#quiz-restart").click()
+        for q in sorted(ANSWERS):
+            _click_label(dash_duo, "#quiz-q label", q - 1)
+            dash_duo.wait_for_text_to_equal("#quiz-title", t("quiz.title", n=q, total=8), timeout=TIMEOUT)
+            dash_duo.wait_for_text_to_equal("#quiz-text", t(f"q{q}.text"), timeout=TIMEOUT)
+            wrong = (ANSWERS[q] + 1) % 4
+            _click_label(dash_duo, "#quiz-choice label", wrong)
+            dash_duo.wait_for_text_to_equal(
+                "#quiz-verdict", "✗ " + t("quiz.wrong", answer=choice_text(t, q, ANSWERS[q])),
+                timeout=TIMEOUT)
+            assert _until(dash_duo, lambda d: d.execute_script(_FIGURE_Q) == q,
+                          f"question {q}'s figure has no data")
+            assert dash_duo.find_element("#quiz-live").text.strip()
+            _click_label(dash_duo, "#quiz-choice label", ANSWERS[q])
+            dash_duo.wait_for_text_to_equal("#quiz-verdict", "✓ " + t("quiz.right"), timeout=TIMEOUT)
+            dash_duo.wait_for_text_to_equal("#quiz-why", t(f"q{q}.why"), timeout=TIMEOUT)
+        dash_duo.wait_for_text_to_equal("#quiz-final", t("quiz.final", right=0, total=8), timeout=TIMEOUT)
+        dash_duo.wait_for_text_to_equal(
+            "#quiz-score", t("quiz.score", right=0, answered=8, total=8), timeout=TIMEOUT)
+    assert _severe(dash_duo) == []
+
+
+def test_switching_language_keeps_the_question_and_the_answer(dash_duo):
+    _open(dash_duo, "?view=questions&q=5")
+    en, id_ = Translator("en"), Translator("id")
+    dash_duo.wait_for_text_to_equal("#quiz-title", en("quiz.title", n=5, total=8), timeout=TIMEOUT)
+    _click_label(dash_duo, "#quiz-choice label", ANSWERS[5])
+    dash_duo.wait_for_text_to_equal("#quiz-verdict", "✓ " + en("quiz.right"), timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#quiz-figure .gtitle", "One block's compute", timeout=TIMEOUT)
+    _switch_language(dash_duo, "id")
+    dash_duo.wait_for_text_to_equal("#quiz-title", id_("quiz.title", n=5, total=8), timeout=TIMEOUT)
+    dash_duo.wait_for_text_to_equal("#quiz-verdict", "✓ " + id_("quiz.right"), timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#quiz-figure .gtitle", "Komputasi satu blok", timeout=TIMEOUT)
+    checked = dash_duo.find_element("#quiz-choice input:checked")
+    assert checked.get_attribute("value") == str(ANSWERS[5])
+    assert dash_duo.find_element("#tab-questions").text == "Pertanyaan"
+    assert dash_duo.find_element("#seq-label").text == "Panjang sekuens"
+    _until(dash_duo, lambda d: "lang=id" in d.current_url)
+    assert "view=questions" in dash_duo.driver.current_url and "q=5" in dash_duo.driver.current_url
+    _switch_language(dash_duo, "en")
+    dash_duo.wait_for_text_to_equal("#quiz-verdict", "✓ " + en("quiz.right"), timeout=TIMEOUT)
+    _until(dash_duo, lambda d: "lang=" not in d.current_url)
+
+
+def test_the_url_reproduces_view_question_and_language(dash_duo):
+    _open(dash_duo, "?view=questions&q=6&lang=id&gpus=4")
+    id_ = Translator("id")
+    dash_duo.wait_for_text_to_equal("#quiz-title", id_("quiz.title", n=6, total=8), timeout=TIMEOUT)
+    dash_duo.wait_for_text_to_equal("#quiz-text", id_("q6.text"), timeout=TIMEOUT)
+    assert dash_duo.find_element("#gpus").get_attribute("value") == "4"
+    assert "Pertanyaan" in dash_duo.find_element("#tabs .tab--selected").text
+    _click_label(dash_duo, "#quiz-q label", 6)
+    _until(dash_duo, lambda d: "q=7" in d.current_url)
+    url = dash_duo.driver.current_url
+    assert "gpus=4" in url and "lang=id" in url and "view=questions" in url
+    # the same link in a fresh page opens the same place
+    dash_duo.driver.get(url)
+    dash_duo.wait_for_text_to_equal("#quiz-title", id_("quiz.title", n=7, total=8), timeout=TIMEOUT)
+    _click_label(dash_duo, "#tabs .tab", 1)                      # the timeline
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "4 GPUs", timeout=TIMEOUT)
+    _until(dash_duo, lambda d: "view=" not in d.current_url and "q=" not in d.current_url)
+    assert "lang=id" in dash_duo.driver.current_url
+    assert _severe(dash_duo) == []
+
+
+def test_an_unreadable_link_is_named_and_ignored(dash_duo):
+    _open(dash_duo, "?view=nope&q=99&lang=xx")
+    dash_duo.wait_for_contains_text("#nav-msg", "view=nope, q=99, lang=xx", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "makespan", timeout=TIMEOUT)
+    assert dash_duo.find_element("#tab-questions").text == "Questions"
+    assert _severe(dash_duo) == []
+
+
+_RING_STEP = """
+const gd = document.querySelector('#%s .js-plotly-plot');
+if (!gd || !gd.layout || !gd.layout.title) return null;
+const m = /(Step|Langkah) (\\d+)/.exec(gd.layout.title.text);
+return m ? Number(m[2]) : null;
+"""
+
+
+def test_the_ring_animation_advances(dash_duo):
+    _open(dash_duo, "")
+    _until(dash_duo, lambda d: d.execute_script(_RING_STEP % "timeline-ring") == 0)
+    dash_duo.find_element("#timeline-ring-play").click()
+    _until(dash_duo, lambda d: (d.execute_script(_RING_STEP % "timeline-ring") or 0) >= 2,
+           "the timeline's ring did not step")
+    # question 2 draws it too, in the language on screen
+    _switch_language(dash_duo, "id")
+    _click_label(dash_duo, "#tabs .tab", 0)
+    _click_label(dash_duo, "#quiz-q label", 1)
+    _click_label(dash_duo, "#quiz-choice label", ANSWERS[2])
+    dash_duo.wait_for_contains_text("#quiz-figure .gtitle", "Langkah 0", timeout=TIMEOUT)
+    dash_duo.find_element("#quiz-ring-play").click()
+    _until(dash_duo, lambda d: (d.execute_script(_RING_STEP % "quiz-figure") or 0) >= 1,
+           "question 2's ring did not step")
+    assert _severe(dash_duo) == []

@@ -1,0 +1,84 @@
+"""The message catalogs: every message in every language, the same placeholders, every
+key the code names present, and numbers in each language's format."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from dashboard import i18n
+from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
+from dashboard.questions import ANSWERS, N_CHOICES
+
+DASHBOARD = pathlib.Path(i18n.__file__).parent
+
+
+def test_every_message_has_every_translation():
+    assert missing_translations() == []
+    assert set(catalog("en")) == set(catalog("id"))
+    assert len(catalog("en")) > 150
+
+
+def test_a_missing_or_mismatched_translation_is_reported():
+    cats = {"en": {"a": "one {n}", "b": "two"}, "id": {"a": "satu {x}"}}
+    problems = missing_translations(cats)
+    assert "id: no translation of b" in problems
+    assert "id: a has other placeholders than en" in problems
+
+
+def _keys_named_in_code() -> set[str]:
+    keys = set()
+    for path in DASHBOARD.glob("*.py"):
+        text = path.read_text()
+        # t("key"...), Translator(lang)("key"...) and ("component", "prop", "key") entries
+        keys |= set(re.findall(r'\bt\(\s*"([a-z0-9_.\-]+)"', text))
+        keys |= set(re.findall(r'\)\(\s*"([a-z0-9_.\-]+)"', text))
+    return keys
+
+
+def test_every_key_the_code_names_is_in_the_catalogs():
+    keys = _keys_named_in_code()
+    assert {"quiz.right", "q5.live", "ring.step", "nav.ignored"} <= keys
+    keys |= {f"q{q}.{part}" for q in ANSWERS for part in ("text", "why")}
+    keys |= {f"q{q}.choice.{i}" for q in ANSWERS for i in range(N_CHOICES)}
+    for lang in LANGUAGES:
+        assert sorted(keys - set(catalog(lang))) == [], lang
+
+
+def test_every_message_is_used():
+    literals = set()
+    for path in DASHBOARD.glob("*.py"):
+        literals |= set(re.findall(r'"([a-z0-9_.\-]+)"', path.read_text()))
+    used = literals | {key for _, _, key in i18n._page_texts()}
+    used |= {f"q{q}.{part}" for q in ANSWERS for part in ("text", "why")}
+    used |= {f"q{q}.choice.{i}" for q in ANSWERS for i in range(N_CHOICES)}
+    used |= {f"opt.pass.{p}" for p in ("fwd", "bwd", "fwdbwd")}
+    assert sorted(set(catalog("en")) - used) == []
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_the_page_texts_translate(lang):
+    texts = page_texts(lang)
+    ids = [(cid, prop) for cid, prop, _ in texts]
+    assert len(ids) == len(set(ids))
+    assert all(value for _, _, value in texts)
+    labels = dict(((cid, prop), v) for cid, prop, v in texts)
+    assert labels[("tab-questions", "label")] == {"en": "Questions", "id": "Pertanyaan"}[lang]
+
+
+def test_numbers_in_each_language():
+    en, id_ = Translator("en"), Translator("id")
+    assert (en.int(131072), id_.int(131072)) == ("131,072", "131.072")
+    assert (en.num(0.14853), id_.num(0.14853)) == ("0.149", "0,149")
+    assert (en.num(15.0), id_.num(15.0)) == ("15.0", "15,0")
+    assert (en.pct(0.375), id_.pct(0.375)) == ("37.5%", "37,5%")
+    assert en.time(8.9e-3) == "8.90 ms" and id_.time(152e-6) == "152 µs"
+    assert en.bytes(64 * 2 ** 20) == "64.0 MiB" and id_.bytes(1.5 * 2 ** 30) == "1,50 GiB"
+    assert id_.sci(1.1e-15) == "1,1E-15"
+
+
+def test_an_unknown_language_falls_back_to_english():
+    assert Translator("xx").lang == "en"
+    assert Translator(None)("quiz.right") == "Right."

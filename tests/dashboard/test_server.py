@@ -1,0 +1,82 @@
+"""`ringsim dashboard` serves through a production WSGI server; `ringsim --version`."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from sim.cli import main
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("ringsim ") and out.split()[1][0].isdigit()
+
+
+@pytest.mark.parametrize("flags", [["--threads", "0"], ["--threads", "1000"], ["--workers", "0"],
+                                   ["--workers", "2", "--dev-server"], ["--workers", "2", "--debug"]])
+def test_bad_server_flags_are_one_line(flags, capsys):
+    assert main(["dashboard", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ringsim: error:") and err.count("\n") == 1
+
+
+def test_help_names_the_server_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["dashboard", "--help"])
+    out = capsys.readouterr().out
+    assert "--threads" in out and "--workers" in out and "waitress" in out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(*flags: str):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "dashboard", "--port", str(port), *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            r = requests.get(base + "/", timeout=2)
+            return proc, base, r
+        except requests.ConnectionError:
+            if proc.poll() is not None:
+                raise AssertionError(proc.stderr.read())
+            time.sleep(0.1)
+    proc.terminate()
+    raise AssertionError("the dashboard did not start")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, server", [
+    ((), "ringsim"),                                    # waitress, named by its ident
+    (("--threads", "2"), "ringsim"),
+    (("--dev-server",), "Werkzeug"),
+    pytest.param(("--workers", "2", "--threads", "2"), "gunicorn", marks=pytest.mark.skipif(
+        importlib.util.find_spec("gunicorn") is None, reason="gunicorn is not installed")),
+])
+def test_the_dashboard_serves(flags, server):
+    proc, base, r = _serve(*flags)
+    try:
+        assert r.status_code == 200 and "ringsim" in r.text
+        assert server in r.headers.get("Server", "")
+        deps = requests.get(base + "/_dash-dependencies", timeout=10).json()
+        assert any("quiz-verdict.children" in d["output"] for d in deps)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    if not flags or flags[0] == "--threads":
+        assert "waitress" in proc.stderr.read()
