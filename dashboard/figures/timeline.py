@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from sim.schemes import Scheme
 from sim.trace import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
 
-from dashboard.figures.style import COLORS, figure, lighter, scheme_of, time_unit
+from dashboard.figures.style import COLORS, TEMPLATE, lighter, scheme_of, time_unit
 
 MAX_BAR_SPANS = 10_000
 """Past this many spans a timeline draws WebGL line segments instead of SVG bars."""
@@ -164,7 +164,7 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     n_rows = shown * len(LANES)
     height = int(min(1400, max(320, 110 + n_rows * 11)))
     lane_px = (height - 110) / n_rows
-    fig = figure(height=height, barmode="overlay", bargap=0)
+    traces = []
     for code, series in enumerate(SERIES):
         sel = np.flatnonzero(series_of == code)
         if not sel.size:
@@ -178,7 +178,7 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
         hover = _hover(series, name, qc.shape[1], kc.shape[1], unit)
         if use_gl:
             nan = np.full(len(s), np.nan)
-            fig.add_trace(go.Scattergl(
+            traces.append(go.Scattergl(
                 x=np.column_stack([s, e, nan]).ravel().astype(np.float32),
                 y=np.column_stack([y, y, nan]).ravel().astype(np.float32), mode="lines", name=name,
                 line=dict(color=color, width=float(np.clip(0.75 * lane_px, 1, 12))),
@@ -188,7 +188,7 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
             if series in KINDS["compute"]:
                 # alternate shades by step so that back-to-back blocks stay distinguishable
                 shade = np.where(step[sel] % 2 == 1, lighter(color), color)
-            fig.add_trace(go.Bar(
+            traces.append(go.Bar(
                 x=e - s, base=s, y=y.astype(np.float32), orientation="h",
                 width=0.8, name=name, marker=dict(color=shade, line=dict(width=0)),
                 customdata=cd, hovertemplate=hover))
@@ -202,7 +202,8 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
                  + f" — makespan {makespan * scale:.4g} {unit}")
     if (lo, hi) != (0, trace.world_size - 1):
         title += f" (GPUs {lo}–{hi} of {trace.world_size})"
-    fig.update_layout(
+    layout: dict[str, Any] = dict(
+        template=TEMPLATE, height=height, barmode="overlay", bargap=0,
         title=dict(text=title, font=dict(size=13)),
         xaxis=dict(title=f"time ({unit})", rangemode="tozero"),
         yaxis=dict(autorange="reversed", tickmode="array",
@@ -215,7 +216,9 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     if shown <= 64:
         # separators between GPUs as minor grid lines: one array, where 63 layout shapes
         # cost ~20 ms of validation on a 64-GPU figure
-        fig.update_yaxes(minor=dict(tickmode="array", ticks="", showgrid=True, gridcolor="#bbb",
-                                    gridwidth=0.5,
-                                    tickvals=[r * len(LANES) - 0.5 for r in range(1, shown)]))
+        layout["yaxis"]["minor"] = dict(tickmode="array", ticks="", showgrid=True, gridcolor="#bbb",
+                                        gridwidth=0.5,
+                                        tickvals=[r * len(LANES) - 0.5 for r in range(1, shown)])
+    # one constructor call: plotly validates the layout once instead of once per update
+    fig = go.Figure(data=traces, layout=layout)
     return fig
