@@ -177,12 +177,18 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
         name, color = styles[series]
         hover = _hover(series, name, qc.shape[1], kc.shape[1], unit)
         if use_gl:
+            # the spans as line segments (start, end, gap) that do not hover, and their
+            # middles as invisible points that do: hover data once per span, not thrice
             nan = np.full(len(s), np.nan)
             traces.append(go.Scattergl(
                 x=np.column_stack([s, e, nan]).ravel().astype(np.float32),
                 y=np.column_stack([y, y, nan]).ravel().astype(np.float32), mode="lines", name=name,
                 line=dict(color=color, width=float(np.clip(0.75 * lane_px, 1, 12))),
-                customdata=np.repeat(cd, 3, axis=0), hovertemplate=hover, connectgaps=False))
+                connectgaps=False, hoverinfo="skip", legendgroup=series))
+            traces.append(go.Scattergl(
+                x=((s + e) / 2).astype(np.float32), y=y.astype(np.float32), mode="markers",
+                name=name, marker=dict(color=color, opacity=0, size=4), customdata=cd,
+                hovertemplate=hover, legendgroup=series, showlegend=False))
         else:
             shade: Any = color
             if series in KINDS["compute"]:
@@ -204,14 +210,19 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
         title += f" (GPUs {lo}–{hi} of {trace.world_size})"
     layout: dict[str, Any] = dict(
         template=TEMPLATE, height=height, barmode="overlay", bargap=0,
-        title=dict(text=title, font=dict(size=13)),
-        xaxis=dict(title=f"time ({unit})", rangemode="tozero"),
+        # the title at the top, the legend (the template's: bottom-anchored at y=1.02)
+        # between it and the plot, in a top margin that holds both
+        title=dict(text=title, font=dict(size=13), y=1, yref="container", yanchor="top",
+                   pad=dict(t=10)),
+        # the hover points would pad an automatic range: the run is the range
+        xaxis=dict(title=f"time ({unit})", rangemode="tozero",
+                   **({"range": [0, makespan * scale]} if use_gl else {})),
         yaxis=dict(autorange="reversed", tickmode="array",
                    tickvals=[(r - lo) * len(LANES) + 1 for r in tick_ranks],
                    ticktext=[f"GPU {r}" for r in tick_ranks], showgrid=False,
                    range=[n_rows - 0.5, -0.5]),
         meta={"ranks": [lo, hi], "webgl": use_gl, "spans": n_spans, "unit": unit},
-        hovermode="closest", margin=dict(t=85),   # room for the title above the legend
+        hovermode="closest", margin=dict(t=90),
     )
     if shown <= 64:
         # separators between GPUs as minor grid lines: one array, where 63 layout shapes

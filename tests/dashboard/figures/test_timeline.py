@@ -74,6 +74,8 @@ def test_timeline_legend_sits_between_the_title_and_the_plot(small_trace):
     legend = fig.layout.template.layout.legend
     assert (legend.orientation, legend.yanchor, legend.y) == ("h", "bottom", 1.02)
     assert fig.layout.margin.t >= 85           # the title sits above a row of legend items
+    title = fig.layout.title
+    assert (title.yref, title.y, title.yanchor) == ("container", 1, "top")
 
 
 def _synthetic(n_ranks: int, per_rank: int) -> Trace:
@@ -94,7 +96,15 @@ def test_timeline_switches_to_webgl_past_the_bar_limit():
     assert {t.type for t in fig.data} == {"scattergl"}
     x = np.asarray(fig.data[0].x)
     assert np.isnan(x[2::3]).all()                    # one segment per span, NaN between
-    assert sum(len(t.x) for t in fig.data) == 3 * 20_000
+    lines = [t for t in fig.data if t.mode == "lines"]
+    assert sum(len(t.x) for t in lines) == 3 * 20_000
+    # hover: one invisible point per span, at its middle, carrying the span's data
+    points = [t for t in fig.data if t.mode == "markers"]
+    assert all(t.hoverinfo == "skip" for t in lines) and not any(t.showlegend for t in points)
+    assert sum(len(t.customdata) for t in points) == 20_000
+    (compute,) = [t for t in points if t.name == "compute (forward)"]
+    cd = np.asarray(compute.customdata)
+    assert np.asarray(compute.x) == pytest.approx(cd[:, 2] + cd[:, 3] / 2, rel=1e-6)
 
 
 def test_timeline_window_narrows_to_the_span_cap():
