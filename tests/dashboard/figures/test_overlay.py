@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from sim.trace import Trace
-from sim.validate import step_durations
 
 from dashboard import compute, figures
 from tests.dashboard.conftest import measured_from
@@ -26,10 +25,27 @@ def test_step_errors_of_a_uniformly_slower_run(small_trace):
     assert {int(y) % 2 for y in meas.y} == {1}           # on the measured lanes
 
 
+def _step_durations(trace: Trace) -> dict[tuple[int, int], float]:
+    """(rank, step) -> from the end of the rank's previous compute (the trace's first
+    event for its first) to the end of this step's last compute, span by span."""
+    t0 = min(s.start_s for s in trace.spans)
+    ends: dict[int, dict[int, float]] = {}
+    for s in trace.spans:
+        if s.stream == "compute":
+            ends.setdefault(s.rank, {})[s.step] = s.end_s
+    out = {}
+    for rank, by_step in ends.items():
+        prev = t0
+        for step in sorted(by_step):
+            out[rank, step] = by_step[step] - prev
+            prev = by_step[step]
+    return out
+
+
 def test_step_errors_follow_the_validation_definition(small_trace):
     measured = measured_from(small_trace, factor=1.1, noise=0.2, seed=3)
     rows = compute.step_errors(small_trace, measured)
-    sim_d, meas_d = step_durations(small_trace), step_durations(measured)   # span by span
+    sim_d, meas_d = _step_durations(small_trace), _step_durations(measured)
     for r in rows:
         pairs = [(sim_d[k], m) for k, m in meas_d.items() if k[1] == r["step"] and k in sim_d]
         errs = [(s - m) / m for s, m in pairs]
