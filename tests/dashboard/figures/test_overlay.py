@@ -48,7 +48,7 @@ def test_step_errors_follow_the_validation_definition(small_trace):
     sim_d, meas_d = _step_durations(small_trace), _step_durations(measured)
     for r in rows:
         pairs = [(sim_d[k], m) for k, m in meas_d.items() if k[1] == r["step"] and k in sim_d]
-        errs = [(s - m) / m for s, m in pairs]
+        errs = [(s - m) / m for s, m in pairs if m > 0]    # a step measured as no time: no error
         assert r["ranks"] == len(pairs)
         assert r["simulated_s"] == pytest.approx(np.median([s for s, _ in pairs]))
         assert r["measured_s"] == pytest.approx(np.median([m for _, m in pairs]))
