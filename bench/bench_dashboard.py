@@ -280,6 +280,9 @@ def main() -> None:
     if a.child_size is not None:
         _child_main(a.child_tree, a.child_size, a.repeats, a.child_out)
         return
+    # the tree measured, as it is now (the results file is written into it at the end)
+    this = _git("rev-parse", "HEAD") + (" (with uncommitted changes)"
+                                        if _git("status", "--porcelain", "-uno") else "")
     ref_tree = ref_commit = None
     if a.against:
         ref_commit = _git("rev-parse", "--verify", a.against + "^{commit}")
@@ -320,8 +323,7 @@ def main() -> None:
                                "loadavg_at_end": os.getloadavg(), "platform": platform.platform(),
                                "python": platform.python_version()},
                    "versions": {"dash": dash.__version__, "plotly": plotly.__version__},
-                   "this": _git("rev-parse", "HEAD") + (" (with uncommitted changes)"
-                                                        if _git("status", "--porcelain", "-uno") else ""),
+                   "this": this,
                    "ref": {"name": a.against, "commit": ref_commit} if a.against else None,
                    "scenario": "defaults (Llama-3-8B attention, 131072 tokens, causal, zigzag, "
                                "overlap, H100-SXM / nvlink4) with --sizes GPUs",
