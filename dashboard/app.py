@@ -2,7 +2,7 @@
 
 Callbacks are thin: they turn control values into a scenario (dashboard/state.py), get
 results through the simulator's public functions (dashboard/compute.py, cached), and
-hand them to the pure figure builders (dashboard/figures.py). A user's mistake is a
+hand them to the pure figure builders (dashboard/figures/). A user's mistake is a
 `RingsimError`, shown as a message beside its control or in place of a figure; the
 views keep the last valid scenario meanwhile. Views compute only while their tab is open.
 
@@ -246,7 +246,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
 
             def make():
                 res = compute.run(sc, hw, key)
-                return figures.timeline(res.trace, window, columns=res.columns)
+                return figures.timeline(res.trace, window, starts=res.rank_starts)
 
             return compute.figure("timeline", sc, key, window, make)
         except RingsimError as e:

@@ -1,19 +1,17 @@
 """What the views show, computed through the simulator's public functions and cached.
 
-A simulation is the expensive part of every callback (SimPy plays every block and
-transfer), so finished traces are kept in a small LRU keyed on the scenario's JSON
-(a `Scenario` holds dicts and is not hashable) and bounded by the number of spans it
-holds. Concurrent sessions asking for the same scenario wait for one simulation rather
-than each running their own.
+A simulation is the expensive part of a view drawn for the first time, so finished
+traces are kept in a small LRU keyed on the scenario's JSON (a `Scenario` holds dicts and
+is not hashable) and bounded by the number of spans they hold. Concurrent sessions
+asking for the same scenario wait for one simulation rather than each running their own.
 
 The tables built here (comparison, overlap sweep, memory, per-step error) are plain
-data; dashboard/figures.py draws them.
+data read from the traces' columns; dashboard/figures/ draws them.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import threading
 from collections import OrderedDict
 from dataclasses import replace
@@ -23,29 +21,39 @@ import numpy as np
 
 from sim.config import LAYOUTS, Hardware, Link, Scenario
 from sim.engine import simulate
+from sim.layouts import get as get_layout
 from sim.memory import full_kv_bytes, peak_memory_bytes
 from sim.metrics import Metrics, comparison_row, compute_metrics
-from sim.trace import Trace
-from sim.metrics import step_durations
+from sim.trace import COMPUTE, Trace
 
-from dashboard.figures import SpanColumns, span_columns
+from dashboard.figures import rank_starts
 from dashboard.state import scenario_key
 
 
 class Result:
-    """A simulated trace, its metrics and (made on first use) its spans as columns."""
+    """A simulated trace and, made on first use (a race only makes one twice), its metrics
+    and where each rank's spans begin in its columns."""
 
-    def __init__(self, trace: Trace, metrics: Metrics):
+    _UNSET = object()
+
+    def __init__(self, trace: Trace, metrics: Metrics | None = None):
         self.trace = trace
-        self.metrics = metrics
-        self._columns: SpanColumns | None = None
+        self._metrics = metrics
+        self._starts: Any = self._UNSET
 
     @property
-    def columns(self) -> SpanColumns:
-        """The spans as numpy columns, kept so that redrawing the timeline is cheap."""
-        if self._columns is None:      # a race only computes it twice
-            self._columns = span_columns(self.trace)
-        return self._columns
+    def metrics(self) -> Metrics:
+        """sim.metrics.compute_metrics of the trace (a view that draws spans needs none)."""
+        if self._metrics is None:
+            self._metrics = compute_metrics(self.trace)
+        return self._metrics
+
+    @property
+    def rank_starts(self) -> np.ndarray | None:
+        """figures.rank_starts of the trace: a window of ranks is then a slice of its columns."""
+        if self._starts is self._UNSET:
+            self._starts = rank_starts(self.trace.columns, self.trace.world_size)
+        return self._starts
 
 
 class BoundedCache:
@@ -102,8 +110,9 @@ class BoundedCache:
             self.hits = self.misses = 0
 
 
-CACHE = BoundedCache(1_500_000, lambda r: len(r.trace.spans))
-"""Simulation results, bounded by the spans they hold."""
+CACHE = BoundedCache(10_000_000, lambda r: len(r.trace))
+"""Simulation results, bounded by the spans they hold: about 54 bytes each in columns, so
+about 540 MB at most, and room for one forward+backward ring of 1024 GPUs (9.4M spans)."""
 FIGURES = BoundedCache(48, lambda f: 1)
 """Finished figures, keyed by what they are a pure function of: a view revisited, or
 the same scenario asked for by another session, costs only its serialization."""
@@ -127,8 +136,7 @@ def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None 
     key = scenario_key(scenario, hw_desc)
 
     def make() -> Result:
-        trace = simulate(scenario, profile, player="recurrence")
-        return Result(trace, compute_metrics(trace))
+        return Result(simulate(scenario, profile, player="recurrence"))
 
     return CACHE.get(key, make)
 
@@ -201,10 +209,10 @@ def overlap_sweep(scenario: Scenario, profile: Any | None = None,
     """Efficiency and exposed communication against tokens per device and link bandwidth."""
     n = min(scenario.n_gpus, SWEEP_MAX_GPUS)
     hw = profile if profile is not None else scenario.hardware
-    chunk_mult = 2 if scenario.layout == "zigzag" else 1
+    chunks_per_rank = get_layout(scenario.layout).chunks_per_rank
     c_now = scenario.tokens_per_rank
     tokens = sorted({2 ** k for k in range(7, 18)} | {c_now})
-    tokens = [c for c in tokens if c % chunk_mult == 0]
+    tokens = [c for c in tokens if c % chunks_per_rank == 0]
     by_tokens = []
     for c in tokens:
         sc = scenario.with_(n_gpus=n, workload=_with_seq(scenario, c * n))
@@ -272,23 +280,52 @@ def _kv_held(items: dict[str, int]) -> int:
 
 # --- view 8: model against measurement ----------------------------------------------
 
+def step_durations(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each rank's step durations, as sim.validate.step_durations defines them (from the
+    end of the rank's previous compute, or the trace's first event, to the end of this
+    step's compute; the last compute of a (rank, step) counts), from the columns: arrays
+    rank, step, duration, sorted by rank then step."""
+    c = trace.columns
+    t0 = float(c.start_s.min()) if len(c) else 0.0
+    comp = np.flatnonzero(c.stream == COMPUTE)
+    rank, step, end = c.rank[comp].astype(np.int64), c.step[comp].astype(np.int64), c.end_s[comp]
+    order = np.lexsort((np.arange(len(comp)), step, rank))
+    rank, step, end = rank[order], step[order], end[order]
+    last = np.ones(len(rank), dtype=bool)      # the last of each (rank, step)
+    last[:-1] = (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])
+    rank, step, end = rank[last], step[last], end[last]
+    prev = np.empty_like(end)
+    prev[1:] = end[:-1]
+    first = np.ones(len(rank), dtype=bool)
+    first[1:] = rank[1:] != rank[:-1]
+    prev[first] = t0
+    return rank, step, end - prev
+
+
 def step_errors(simulated: Trace, measured: Trace) -> list[dict[str, float]]:
-    """Per ring step: each rank's step duration in both traces (sim.metrics' definition:
+    """Per ring step: each rank's step duration in both traces (sim.validate's definition:
     from the end of its previous step's compute to the end of this one's), the medians
     over ranks, and the median, smallest and largest signed relative error over ranks."""
-    sim_d, meas_d = step_durations(simulated), step_durations(measured)
-    by_step: dict[int, list[tuple[float, float]]] = {}
-    for (rank, step), m in meas_d.items():
-        if (rank, step) in sim_d:
-            by_step.setdefault(step, []).append((sim_d[rank, step], m))
+    sim_r, sim_k, sim_d = step_durations(simulated)
+    meas_r, meas_k, meas_d = step_durations(measured)
+    width = int(max(sim_k.max(initial=0), meas_k.max(initial=0))) + 1
+    _, i_sim, i_meas = np.intersect1d(sim_r * width + sim_k, meas_r * width + meas_k,
+                                      assume_unique=True, return_indices=True)
+    steps, s, m = meas_k[i_meas], sim_d[i_sim], meas_d[i_meas]
+    order = np.argsort(steps, kind="stable")
+    steps, s, m = steps[order], s[order], m[order]
+    bounds = np.flatnonzero(np.diff(steps)) + 1
     rows = []
-    for step in sorted(by_step):
-        pairs = by_step[step]
-        errs = [(s - m) / m for s, m in pairs if m > 0]
-        rows.append({"step": step, "ranks": len(pairs),
-                     "simulated_s": statistics.median(s for s, _ in pairs),
-                     "measured_s": statistics.median(m for _, m in pairs),
-                     "error": statistics.median(errs) if errs else float("nan"),
-                     "error_min": min(errs) if errs else float("nan"),
-                     "error_max": max(errs) if errs else float("nan")})
+    for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(steps)].tolist()):
+        if lo == hi:
+            continue
+        ss, ms = s[lo:hi], m[lo:hi]
+        ok = ms > 0
+        errs = (ss[ok] - ms[ok]) / ms[ok]
+        nan = float("nan")
+        rows.append({"step": int(steps[lo]), "ranks": hi - lo,
+                     "simulated_s": float(np.median(ss)), "measured_s": float(np.median(ms)),
+                     "error": float(np.median(errs)) if errs.size else nan,
+                     "error_min": float(errs.min()) if errs.size else nan,
+                     "error_max": float(errs.max()) if errs.size else nan})
     return rows

@@ -1,9 +1,10 @@
 """What the page lets a user download and upload, as plain functions of the data.
 
-Downloads: the trace (sim/trace.py's version-2 archive, or its JSON), the Chrome trace (for Perfetto)
-and the metrics (CSV: one row for the whole run, one per rank). Uploads arrive from the
-browser as base64 data URLs; they are size-checked before decoding and parsed as JSON
-only, through the trace's own validation.
+Downloads: the trace (sim/trace.py's version-2 archive, or its JSON), the Chrome trace
+(for Perfetto; the first ranks of a very large trace) and the metrics (CSV: one row for
+the whole run, one per rank). All read the trace's columns. Uploads arrive from the
+browser as base64 data URLs; they are size-checked before decoding and parsed through
+the trace's own validation (a version-2 archive or JSON, never pickle).
 """
 
 from __future__ import annotations
@@ -15,9 +16,17 @@ import io
 import json
 from typing import Any
 
+import numpy as np
+
 from sim.errors import RingsimError
 from sim.metrics import Metrics
 from sim.trace import Trace, to_chrome_trace
+
+MAX_CHROME_SPANS = 600_000
+"""The Chrome trace holds at most this many spans (about 120 MB of JSON, every span of a
+256-GPU forward+backward ring): past it, the first ranks that fit. Each span becomes a
+JSON object, so the whole of a 1024-GPU ring would take gigabytes of memory to write and
+more than a browser tab can hold."""
 
 CSV_COLUMNS = ("scope", "rank", "makespan_s", "ideal_s", "efficiency", "load_imbalance",
                "overlap_efficiency", "compute_s", "comm_s", "exposed_comm_s", "idle_s", "flops",
@@ -34,8 +43,28 @@ def trace_archive(trace: Trace) -> bytes:
     return trace.to_bytes()
 
 
-def chrome_trace_json(trace: Trace) -> str:
-    return json.dumps(to_chrome_trace(trace), separators=(",", ":"), allow_nan=False)
+def chrome_ranks(trace: Trace, max_spans: int = MAX_CHROME_SPANS) -> int:
+    """How many ranks, from rank 0, the Chrome trace holds: all, or as many as fit in
+    `max_spans` spans (at least one)."""
+    if len(trace) <= max_spans:
+        return trace.world_size
+    held = np.cumsum(np.bincount(trace.columns.rank, minlength=trace.world_size))
+    return max(1, int(np.searchsorted(held, max_spans, side="right")))
+
+
+def chrome_trace_json(trace: Trace, max_spans: int = MAX_CHROME_SPANS) -> str:
+    """The Chrome trace (sim.trace.to_chrome_trace) of the first chrome_ranks(trace) ranks;
+    otherData says so when that is not all of them."""
+    ranks = chrome_ranks(trace, max_spans)
+    if ranks == trace.world_size:
+        return json.dumps(to_chrome_trace(trace), separators=(",", ":"), allow_nan=False)
+    part = Trace(trace.source, ranks, trace.columns.take(trace.columns.rank < ranks),
+                 trace.config, trace.hardware, trace.meta)
+    out = to_chrome_trace(part)
+    out["otherData"]["ranks"] = (f"ranks 0-{ranks - 1} of {trace.world_size}: the dashboard "
+                                 f"exports at most {max_spans} spans; `ringsim simulate "
+                                 "--chrome-trace` writes them all")
+    return json.dumps(out, separators=(",", ":"), allow_nan=False)
 
 
 def metrics_csv(m: Metrics) -> str:
@@ -80,7 +109,7 @@ def decode_upload(contents: Any, filename: Any, max_bytes: int) -> bytes:
 
 
 def parse_trace_upload(contents: Any, filename: Any, max_bytes: int) -> Trace:
-    """A trace from an upload: JSON only, validated field by field."""
+    """A trace from an upload (a version-2 archive or JSON), validated field by field."""
     raw = decode_upload(contents, filename, max_bytes)
     name = filename if isinstance(filename, str) else "the file"
     try:

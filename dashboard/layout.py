@@ -176,7 +176,7 @@ def views() -> html.Div:
         html.Div(className="cards", children=[_card(cid, label) for cid, label in SUMMARY_CARDS]),
         html.Div(className="exports", children=[
             html.Span(id="scenario-line", className="scenario-line"),
-            html.Button("trace (JSON)", id="dl-trace-btn", n_clicks=0),
+            html.Button("trace (.npz)", id="dl-trace-btn", n_clicks=0),
             html.Button("Chrome trace (Perfetto)", id="dl-chrome-btn", n_clicks=0),
             html.Button("metrics (CSV)", id="dl-csv-btn", n_clicks=0),
             dcc.Download(id="dl-trace"), dcc.Download(id="dl-chrome"), dcc.Download(id="dl-csv"),

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 
 from sim.config import Hardware, Link, Scenario
 from sim.errors import RingsimError
-from sim.layouts import exact_work, rank_of_token
+from sim.layouts import exact_work, n_chunks, rank_of_token
 from sim.memory import full_kv_bytes, peak_memory_bytes
 from sim.online_softmax import example as merge_example
 
@@ -48,7 +48,7 @@ class Explained:
 def merge_size(scenario: Scenario) -> tuple[int, int]:
     """GPUs and tokens of the small merge example for `scenario`'s layout."""
     n = min(scenario.n_gpus, MERGE_MAX_GPUS)
-    chunks = 2 * n if scenario.layout == "zigzag" else n
+    chunks = n_chunks(scenario.layout, n)
     return n, chunks * MERGE_TOKENS_PER_CHUNK
 
 

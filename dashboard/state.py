@@ -20,9 +20,10 @@ from sim.presets import GPU_PRESETS, LINK_PRESETS
 
 CUSTOM = "custom"
 SAME_LINK = "same"
-MAX_GPUS = 512
-"""Largest ring the page simulates: the trace grows as N^2 spans (800k at 512, forward
-only) and a request must stay interactive; `ringsim simulate` has no such limit."""
+MAX_GPUS = 1024
+"""Largest ring the page simulates: the trace grows as N^2 spans (3.1M at 1024 forward,
+9.4M forward+backward) and a first request must stay within seconds; `ringsim simulate`
+has no such limit."""
 
 
 @dataclass(frozen=True)

@@ -75,3 +75,11 @@ def test_trace_upload_draws_the_overlay(dash_duo, tmp_path):
     dash_duo.wait_for_contains_text("#trace-upload-status", "measured trace, 4 ranks", timeout=TIMEOUT)
     dash_duo.wait_for_contains_text("#overlay .gtitle", "Model vs measurement", timeout=TIMEOUT)
     assert _severe(dash_duo) == []
+
+
+def test_a_large_ring_draws_a_window_of_its_timeline(dash_duo):
+    # 256 GPUs: the first 32 drawn with WebGL (about 24k spans), hover points included
+    _start(dash_duo, "?gpus=256")
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "GPUs 0–31 of 256", timeout=TIMEOUT)
+    dash_duo.wait_for_element("#timeline .gl-canvas", timeout=TIMEOUT)
+    assert _severe(dash_duo) == []

@@ -76,3 +76,15 @@ def test_upload_size_cap_and_encoding():
     with pytest.raises(RingsimError, match="did not arrive"):
         export.decode_upload(None, None, 2**20)
     assert export.parse_json_upload(_data_url(b'{"a": 1}'), "p.json", 2**20) == {"a": 1}
+
+
+def test_chrome_trace_of_a_large_trace_holds_its_first_ranks(small_trace):
+    per_rank = [sum(1 for s in small_trace.spans if s.rank == r) for r in range(4)]
+    cap = per_rank[0] + per_rank[1] + 1                 # ranks 0 and 1 fit, rank 2 does not
+    assert export.chrome_ranks(small_trace, cap) == 2
+    assert export.chrome_ranks(small_trace) == 4
+    chrome = json.loads(export.chrome_trace_json(small_trace, max_spans=cap))
+    xs = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == per_rank[0] + per_rank[1] and {e["pid"] for e in xs} == {0, 1}
+    assert "ranks 0-1 of 4" in chrome["otherData"]["ranks"]
+    assert export.chrome_ranks(small_trace, 1) == 1     # at least one rank

@@ -41,7 +41,7 @@ def test_unreadable_url_parameters_are_ignored_and_reported():
     ({"seq": 1000}, "seq", "does not divide"),
     ({"gpus": 0}, "gpus", "positive"),
     ({"gpus": 2.5}, "gpus", "whole number"),
-    ({"gpus": 4096}, "gpus", "at most 512 GPUs"),
+    ({"gpus": 4096}, "gpus", "at most 1024 GPUs"),
     ({"heads": None}, "heads", "enter a whole number"),
     ({"efficiency": 2}, "efficiency", "efficiency"),
     ({"gpu": "custom"}, "tflops", "needs its achieved TFLOP/s"),

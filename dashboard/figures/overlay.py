@@ -1,0 +1,106 @@
+"""View 8, model against measurement: simulated and measured compute (and exposed
+communication) on paired lanes per GPU, each run from its own time 0, and the per-step
+error (the table of dashboard.compute.step_errors). Reads the traces' columns."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from sim.trace import COMPUTE, IDLE, WAIT, Trace
+
+from dashboard.figures.style import COLORS, TEMPLATE, time_unit
+from dashboard.figures.timeline import MAX_BAR_SPANS
+
+
+def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]]) -> go.Figure:
+    """Simulated and measured compute on paired lanes, each from its own time 0, and
+    the per-step error."""
+    n = max(simulated.world_size, measured.world_size)
+    makespan = max(simulated.makespan_s, measured.makespan_s)
+    scale, unit = time_unit(makespan or 1e-6)
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.64, 0.36], vertical_spacing=0.16,
+                        subplot_titles=("compute (bars) and exposed communication (red) per GPU",
+                                        "per-step time, median over GPUs: simulated (blue) vs "
+                                        "measured (orange), label: median error"))
+    height = int(min(1300, max(660, 300 + n * 2 * 16)))
+    fig.update_layout(template=TEMPLATE, height=height, barmode="overlay")
+    use_gl = len(simulated) + len(measured) > MAX_BAR_SPANS
+    for offset, tr, label in ((0, simulated, "simulated"), (1, measured, "measured")):
+        c = tr.columns
+        t0 = float(c.start_s.min()) if len(c) else 0.0
+        is_exposed = (c.stream == WAIT) & (c.kind != IDLE)
+        for kind, rows, color, name in (
+                ("compute", c.stream == COMPUTE, COLORS[label], f"{label} compute"),
+                ("exposed", is_exposed, COLORS["exposed"], f"{label} exposed comm")):
+            rows = np.flatnonzero(rows)
+            if not rows.size:
+                continue
+            start = (c.start_s[rows] - t0) * scale
+            end = (c.end_s[rows] - t0) * scale
+            y = (c.rank[rows] * 2 + offset).astype(float)
+            cd = np.column_stack([c.rank[rows], c.step[rows], end - start])
+            hover = (f"{label}: GPU %{{customdata[0]}}, step %{{customdata[1]}}<br>"
+                     f"lasts %{{customdata[2]:.4g}} {unit}<extra></extra>")
+            if use_gl:
+                nan = np.full(len(rows), np.nan)
+                fig.add_trace(go.Scattergl(
+                    x=np.column_stack([start, end, nan]).ravel(), y=np.column_stack([y, y, nan]).ravel(),
+                    mode="lines", name=name, line=dict(color=color, width=6),
+                    customdata=np.repeat(cd, 3, axis=0), hovertemplate=hover), row=1, col=1)
+            else:
+                shade: Any = color
+                if kind == "compute":
+                    shade = np.where(c.step[rows] % 2 == 1, COLORS[label + " alt"], color)
+                fig.add_trace(go.Bar(x=end - start, base=start, y=y, orientation="h", width=0.8,
+                                     name=name, marker=dict(color=shade, line=dict(width=0)),
+                                     opacity=1.0 if kind == "compute" else 0.9,
+                                     customdata=cd, hovertemplate=hover), row=1, col=1)
+    ticks = list(range(0, 2 * n))
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=ticks,
+                     ticktext=[f"GPU {t // 2} {'sim' if t % 2 == 0 else 'meas'}" for t in ticks],
+                     showgrid=False, automargin=True, row=1, col=1)
+    fig.update_xaxes(title_text=f"time from each run's start ({unit})", row=1, col=1)
+    steps = [r["step"] for r in errors]
+    fig.add_trace(go.Bar(x=steps, y=[r["simulated_s"] * scale for r in errors], name="simulated step",
+                         marker_color=COLORS["simulated"], showlegend=False,
+                         hovertemplate=f"step %{{x}}: simulated %{{y:.4g}} {unit}<extra></extra>"),
+                  row=2, col=1)
+    fig.add_trace(go.Bar(x=steps, y=[r["measured_s"] * scale for r in errors], name="measured step",
+                         marker_color=COLORS["measured"], showlegend=False,
+                         text=[f"{r['error'] * 100:+.0f}%" if np.isfinite(r["error"]) else ""
+                               for r in errors], textposition="outside",
+                         customdata=[[r["error"] * 100, r["error_min"] * 100, r["error_max"] * 100]
+                                     for r in errors],
+                         hovertemplate=(f"step %{{x}}: measured %{{y:.4g}} {unit} (median over GPUs)"
+                                        "<br>error %{customdata[0]:+.1f}% (GPUs from "
+                                        "%{customdata[1]:+.1f}% to %{customdata[2]:+.1f}%)<extra></extra>")),
+                  row=2, col=1)
+    fig.update_layout(barmode="overlay")
+    fig.update_traces(selector=dict(name="simulated step"), offsetgroup="sim", width=0.4, offset=-0.4)
+    fig.update_traces(selector=dict(name="measured step"), offsetgroup="meas", width=0.4, offset=0.0)
+    fig.update_xaxes(title_text="ring step", dtick=1 if len(steps) <= 40 else None,
+                     row=2, col=1)
+    fig.update_yaxes(title_text=unit, row=2, col=1)
+    err_total = (simulated.makespan_s - measured.makespan_s) / measured.makespan_s if measured.makespan_s else float("nan")
+    finite = [abs(r["error"]) for r in errors if np.isfinite(r["error"])]
+    fig.update_layout(
+        title=dict(text=f"Model vs measurement: makespan simulated {simulated.makespan_s * scale:.4g} {unit}, "
+                        f"measured {measured.makespan_s * scale:.4g} {unit} ({err_total * 100:+.1f}%); "
+                        f"median |step error| {np.median(finite) * 100 if finite else float('nan'):.1f}%",
+                   font=dict(size=13), y=0.985),
+        legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"),
+        margin=dict(l=100, t=110),
+        meta={"makespan_error": err_total, "steps": len(errors)})
+    return fig
+
+
+def trace_summary(trace: Trace) -> Iterable[str]:
+    """A few words per header field, for the upload's status line."""
+    cfg = trace.config
+    yield f"{trace.source} trace, {trace.world_size} ranks, {len(trace)} spans"
+    if "layout" in cfg:
+        yield f"{cfg['layout']} layout"

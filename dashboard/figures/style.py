@@ -1,0 +1,88 @@
+"""What every view's figure shares: the template, the colours, time units, one colour
+per rank, the message figure, and what a trace's scheme says about its operations.
+
+The colours of a scheme's own operations (computes and transfers) come from its
+`op_kinds` (sim.schemes.base.OpKind); COLORS holds the rest: exposed communication and
+idle (DESIGN.md, Definitions), simulated against measured, overlap on against off.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import qualitative, sample_colorscale
+
+from sim.schemes import Scheme, get as get_scheme
+from sim.trace import Trace
+
+TEMPLATE = go.layout.Template(layout=dict(
+    font=dict(family="Inter, Helvetica, Arial, sans-serif", size=12, color="#222"),
+    paper_bgcolor="white", plot_bgcolor="white",
+    xaxis=dict(gridcolor="#ececec", zeroline=False, linecolor="#999", ticks="outside"),
+    yaxis=dict(gridcolor="#ececec", zeroline=False, linecolor="#999", ticks="outside"),
+    margin=dict(l=70, r=20, t=50, b=45),
+    legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+    hoverlabel=dict(font_size=12),
+))
+
+COLORS = {
+    "exposed": "#e0302a", "idle": "#d7d7d7",
+    "compute": "#3a6fd8", "transfer": "#2e9e5b",
+    "simulated": "#3a6fd8", "simulated alt": "#7ea3ea", "measured": "#f28e2b",
+    "measured alt": "#f7b877", "ring": "#3a6fd8", "full": "#e0302a",
+    "capacity": "#777777", "on": "#3a6fd8", "off": "#f28e2b",
+}
+
+
+def figure(**layout: Any) -> go.Figure:
+    """An empty figure on the shared template."""
+    fig = go.Figure()
+    fig.update_layout(template=TEMPLATE, **layout)
+    return fig
+
+
+def time_unit(seconds: float) -> tuple[float, str]:
+    """Scale and label that show `seconds` with a few digits before the point."""
+    if seconds >= 1:
+        return 1.0, "s"
+    if seconds >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "µs"
+
+
+@lru_cache(maxsize=32)
+def rank_colors(n: int) -> tuple[str, ...]:
+    """One color per rank: distinct hues up to 24 ranks, a continuous scale past that."""
+    if n <= 10:
+        return tuple(qualitative.Plotly[:n])
+    if n <= 24:
+        return tuple(qualitative.Dark24[:n])
+    return tuple(sample_colorscale("Turbo", [r / (n - 1) for r in range(n)]))
+
+
+def rank_color(rank: int, n: int) -> str:
+    return rank_colors(n)[rank]
+
+
+def lighter(color: str, amount: float = 0.35) -> str:
+    """`color` (#rrggbb) mixed with white: the shade that tells back-to-back blocks apart."""
+    rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)], dtype=float)
+    mixed = np.rint(rgb + (255 - rgb) * amount).astype(int)
+    return "#" + "".join(f"{c:02x}" for c in mixed)
+
+
+def scheme_of(trace: Trace) -> Scheme:
+    """The scheme a trace's header names (the ring when it names none); RingsimError
+    naming the choices when this ringsim does not know it."""
+    return get_scheme(trace.config.get("scheme", "ring"))
+
+
+def message_figure(text: str, height: int = 300) -> go.Figure:
+    """An empty figure that says why there is nothing to draw."""
+    fig = figure(height=height, xaxis=dict(visible=False), yaxis=dict(visible=False))
+    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=14, color="#666"))
+    return fig

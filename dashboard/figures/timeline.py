@@ -1,0 +1,235 @@
+"""View 2, how K/V blocks travel: per GPU three lanes (compute, send, receive), exposed
+communication in red on the compute lane (DESIGN.md, Definitions).
+
+The figure reads the trace's columns (sim.trace.SpanTable) over a window of ranks. A
+simulated trace lists its spans rank by rank, so a window is one contiguous slice of
+every column, found by binary search; a trace in another order is sorted by rank once.
+The names and colours of computes and transfers are those of the trace's scheme
+(`op_kinds`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from sim.schemes import Scheme
+from sim.trace import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
+
+from dashboard.figures.style import COLORS, TEMPLATE, lighter, scheme_of, time_unit
+
+MAX_BAR_SPANS = 10_000
+"""Past this many spans a timeline draws WebGL line segments instead of SVG bars."""
+MAX_DRAWN_SPANS = 60_000
+"""A timeline draws at most this many spans; it narrows its window of ranks to fit."""
+
+LANES = ("compute", "send", "recv")
+
+
+def _series_table() -> tuple[tuple[str, ...], np.ndarray]:
+    """The timeline's series, in drawing order, and the series of each (stream code,
+    kind code): a compute's kind, "exposed" or "idle" for a wait, "<stream> <kind>" for
+    a transfer."""
+    names = ["idle", *KINDS["compute"], "exposed"]
+    names += [f"{s} {k}" for s in ("send", "recv") for k in KINDS[s]]
+    table = np.full((len(STREAMS), len(KIND_NAMES)), -1, dtype=np.int8)
+    for stream, kinds in KINDS.items():
+        for kind in kinds:
+            if stream == "compute":
+                name = kind
+            elif stream == "wait":
+                name = "idle" if kind == "idle" else "exposed"
+            else:
+                name = f"{stream} {kind}"
+            table[STREAMS.index(stream), KIND_NAMES.index(kind)] = names.index(name)
+    return tuple(names), table
+
+
+SERIES, _SERIES_OF = _series_table()
+_LANE_OF = {name: LANES.index(name.split()[0]) if " " in name else 0 for name in SERIES}
+
+
+def series_styles(scheme: Scheme) -> dict[str, tuple[str, str]]:
+    """Legend name and colour of each series: a compute or transfer as the scheme names
+    and colours its operation kind; exposed communication and idle as everywhere."""
+    out = {"idle": ("idle", COLORS["idle"]), "exposed": ("exposed communication", COLORS["exposed"])}
+    for kind in KINDS["compute"]:
+        op = scheme.op_kinds.get(kind)
+        out[kind] = (op.label, op.color) if op else (f"compute ({kind})", COLORS["compute"])
+    for kind in KINDS["send"]:
+        op = scheme.op_kinds.get(kind)
+        label = op.label if op else kind
+        send = op.color if op else COLORS["transfer"]
+        recv = (op.recv_color or op.color) if op else COLORS["transfer"]
+        out[f"send {kind}"] = (f"send {label}", send)
+        out[f"recv {kind}"] = (f"receive {label}", recv)
+    return out
+
+
+def rank_starts(columns: SpanTable, n: int) -> np.ndarray | None:
+    """Where each rank's spans begin (n + 1 offsets into the columns) when the spans are
+    grouped by rank in ascending order, as a simulated trace's are; None otherwise."""
+    r = columns.rank
+    if len(r) > 1 and not (r[1:] >= r[:-1]).all():
+        return None
+    return np.searchsorted(r, np.arange(n + 1, dtype=r.dtype))
+
+
+def _window(columns: SpanTable, n: int, ranks: tuple[int, int] | None, limit: int,
+            starts: np.ndarray | None) -> tuple[int, int, slice | np.ndarray]:
+    """The inclusive window of ranks (narrowed to at most `limit` spans) and the rows it
+    holds: a slice when the columns are grouped by rank, positions otherwise."""
+    lo, hi = ranks if ranks is not None else (0, n - 1)
+    lo, hi = max(0, min(int(lo), n - 1)), max(0, min(int(hi), n - 1))
+    if hi < lo:
+        lo, hi = hi, lo
+    order = None
+    if starts is None:
+        starts = rank_starts(columns, n)
+    if starts is None:
+        order = np.argsort(columns.rank, kind="stable")
+        starts = np.searchsorted(columns.rank[order], np.arange(n + 1))
+    held = starts[lo + 1:hi + 2] - starts[lo]          # spans of ranks lo..r, for each r
+    if held.size and held[-1] > limit:
+        hi = lo + max(0, int(np.searchsorted(held, limit, side="right")) - 1)
+    rows = slice(int(starts[lo]), int(starts[hi + 1]))
+    return lo, hi, rows if order is None else order[rows]
+
+
+def _chunk_ids(sets: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """(rows, widest) chunk ids of the rows' chunk-set ids, -1 padded; `sets` is the
+    (sets + 1, widest) padded table, its last row the empty set (id -1)."""
+    used = np.unique(ids)
+    width = int((sets[used] >= 0).sum(axis=1).max(initial=0))
+    return sets[ids, :width]
+
+
+def _set_table(columns: SpanTable) -> np.ndarray:
+    sets = columns.chunk_sets
+    table = np.full((len(sets) + 1, max((len(s) for s in sets), default=0)), -1, dtype=np.int32)
+    for i, chunks in enumerate(sets):
+        table[i, :len(chunks)] = chunks
+    return table
+
+
+def _hover(series: str, name: str, nq: int, nk: int, unit: str) -> str:
+    base = 6
+    q = ", ".join(f"%{{customdata[{base + i}]}}" for i in range(nq))
+    k = ", ".join(f"%{{customdata[{base + nq + i}]}}" for i in range(nk))
+    when = f"start %{{customdata[2]:.4g}} {unit}, lasts %{{customdata[3]:.4g}} {unit}"
+    if series in KINDS["compute"]:
+        lines = ["GPU %{customdata[0]} computes, step %{customdata[1]}",
+                 f"query chunks {q} × K/V block chunks {k}", when,
+                 "%{customdata[5]:.4g} TFLOP"]
+    elif series == "exposed":
+        lines = ["GPU %{customdata[0]} waits for a transfer (exposed), step %{customdata[1]}",
+                 f"needs K/V block chunks {k}", when]
+    elif series == "idle":
+        lines = ["GPU %{customdata[0]} idle, step %{customdata[1]}", when]
+    else:
+        arrow = "→" if series.startswith("send") else "←"
+        lines = [f"GPU %{{customdata[0]}} {arrow} GPU %{{customdata[4]}}, step %{{customdata[1]}}",
+                 f"{name}: block chunks {k}", when, "%{customdata[5]:.4g} MB"]
+    return "<br>".join(lines) + "<extra></extra>"
+
+
+def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
+             max_bar_spans: int = MAX_BAR_SPANS, max_spans: int = MAX_DRAWN_SPANS,
+             title: str | None = None, starts: np.ndarray | None = None) -> go.Figure:
+    """Per GPU, three lanes (compute, send, receive); exposed communication in red.
+
+    `ranks` is an inclusive window; it narrows further if it holds more than
+    `max_spans` spans. Past `max_bar_spans` spans the lanes are WebGL line segments.
+    `starts` is rank_starts(trace.columns, trace.world_size), when the caller keeps it.
+    """
+    c = trace.columns
+    styles = series_styles(scheme_of(trace))
+    lo, hi, rows = _window(c, trace.world_size, ranks, max_spans, starts)
+    rank, stream, kind = c.rank[rows], c.stream[rows], c.kind[rows]
+    n_spans = len(rank)
+    use_gl = n_spans > max_bar_spans
+    t0 = float(c.start_s.min()) if len(c) else 0.0
+    makespan = float(c.end_s.max()) - t0 if len(c) else 0.0   # trace.makespan_s, one pass each
+    scale, unit = time_unit(makespan or 1e-6)
+    start = (c.start_s[rows] - t0) * scale
+    end = (c.end_s[rows] - t0) * scale
+    step, peer = c.step[rows], c.peer[rows]
+    amount = np.where(stream == COMPUTE, c.flops[rows] / 1e12, c.bytes[rows] / 1e6)
+    sets = _set_table(c)
+    q_ids, kv_ids = c.q_chunks[rows], c.kv_chunks[rows]
+    series_of = _SERIES_OF[stream, kind]
+    shown = hi - lo + 1
+    n_rows = shown * len(LANES)
+    height = int(min(1400, max(320, 110 + n_rows * 11)))
+    lane_px = (height - 110) / n_rows
+    traces = []
+    for code, series in enumerate(SERIES):
+        sel = np.flatnonzero(series_of == code)
+        if not sel.size:
+            continue
+        s, e = start[sel], end[sel]
+        y = (rank[sel] - lo) * len(LANES) + _LANE_OF[series]
+        qc, kc = _chunk_ids(sets, q_ids[sel]), _chunk_ids(sets, kv_ids[sel])
+        cd = np.column_stack([rank[sel], step[sel], s, e - s, peer[sel], amount[sel], qc, kc]
+                             ).astype(np.float32)
+        name, color = styles[series]
+        hover = _hover(series, name, qc.shape[1], kc.shape[1], unit)
+        if use_gl:
+            # the spans as line segments (start, end, gap) that do not hover, and their
+            # middles as invisible points that do: hover data once per span, not thrice
+            nan = np.full(len(s), np.nan)
+            traces.append(go.Scattergl(
+                x=np.column_stack([s, e, nan]).ravel().astype(np.float32),
+                y=np.column_stack([y, y, nan]).ravel().astype(np.float32), mode="lines", name=name,
+                line=dict(color=color, width=float(np.clip(0.75 * lane_px, 1, 12))),
+                connectgaps=False, hoverinfo="skip", legendgroup=series))
+            traces.append(go.Scattergl(
+                x=((s + e) / 2).astype(np.float32), y=y.astype(np.float32), mode="markers",
+                name=name, marker=dict(color=color, opacity=0, size=4), customdata=cd,
+                hovertemplate=hover, legendgroup=series, showlegend=False))
+        else:
+            shade: Any = color
+            if series in KINDS["compute"]:
+                # alternate shades by step so that back-to-back blocks stay distinguishable
+                shade = np.where(step[sel] % 2 == 1, lighter(color), color)
+            traces.append(go.Bar(
+                x=e - s, base=s, y=y.astype(np.float32), orientation="h",
+                width=0.8, name=name, marker=dict(color=shade, line=dict(width=0)),
+                customdata=cd, hovertemplate=hover))
+    tick = max(1, shown // 32)
+    tick_ranks = list(range(lo, hi + 1, tick))
+    if title is None:
+        cfg = trace.config
+        title = (f"{trace.source.capitalize()} timeline: {trace.world_size} GPUs"
+                 + (f", {cfg['layout']} layout, overlap {'on' if cfg.get('overlap') else 'off'}"
+                    if "layout" in cfg else "")
+                 + f" — makespan {makespan * scale:.4g} {unit}")
+    if (lo, hi) != (0, trace.world_size - 1):
+        title += f" (GPUs {lo}–{hi} of {trace.world_size})"
+    layout: dict[str, Any] = dict(
+        template=TEMPLATE, height=height, barmode="overlay", bargap=0,
+        # the title at the top, the legend (the template's: bottom-anchored at y=1.02)
+        # between it and the plot, in a top margin that holds both
+        title=dict(text=title, font=dict(size=13), y=1, yref="container", yanchor="top",
+                   pad=dict(t=10)),
+        # the hover points would pad an automatic range: the run is the range
+        xaxis=dict(title=f"time ({unit})", rangemode="tozero",
+                   **({"range": [0, makespan * scale]} if use_gl else {})),
+        yaxis=dict(autorange="reversed", tickmode="array",
+                   tickvals=[(r - lo) * len(LANES) + 1 for r in tick_ranks],
+                   ticktext=[f"GPU {r}" for r in tick_ranks], showgrid=False,
+                   range=[n_rows - 0.5, -0.5]),
+        meta={"ranks": [lo, hi], "webgl": use_gl, "spans": n_spans, "unit": unit},
+        hovermode="closest", margin=dict(t=90),
+    )
+    if shown <= 64:
+        # separators between GPUs as minor grid lines: one array, where 63 layout shapes
+        # cost ~20 ms of validation on a 64-GPU figure
+        layout["yaxis"]["minor"] = dict(tickmode="array", ticks="", showgrid=True, gridcolor="#bbb",
+                                        gridwidth=0.5,
+                                        tickvals=[r * len(LANES) - 0.5 for r in range(1, shown)])
+    # one constructor call: plotly validates the layout once instead of once per update
+    fig = go.Figure(data=traces, layout=layout)
+    return fig

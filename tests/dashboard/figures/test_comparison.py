@@ -1,0 +1,21 @@
+"""View 4: the layout comparison is `ringsim compare`'s table, drawn."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.cli import compare_rows
+
+from dashboard import compute, figures
+from tests.dashboard.conftest import small_scenario
+
+
+def test_comparison_table_equals_the_cli_comparison():
+    sc = small_scenario(n_gpus=4)
+    rows = compute.compare_table(sc)
+    assert rows == compare_rows(sc)
+    fig = figures.comparison(rows)
+    best = min(rows, key=lambda r: r["makespan_s"])
+    assert fig.layout.meta["best"] == [best["layout"], best["overlap"]]
+    on = [t for t in fig.data if t.name == "overlap on" and t.xaxis == "x2"][0]
+    assert list(on.y) == pytest.approx([r["efficiency"] * 100 for r in rows if r["overlap"]])

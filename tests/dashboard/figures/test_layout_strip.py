@@ -1,0 +1,33 @@
+"""View 1: the layout strip against token ownership from the layout definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dashboard import figures
+from tests.dashboard.conftest import owner
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "striped", "zigzag"])
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_layout_strip_colors_follow_token_owners(layout, n):
+    seq = 16 * n
+    fig = figures.layout_strip(layout, seq, n)
+    bar = fig.data[0]
+    base, width, colors = np.asarray(bar.base), np.asarray(bar.x), list(bar.marker.color)
+    assert base[0] == 0 and (base[1:] == base[:-1] + width[:-1]).all()   # contiguous cover
+    assert base[-1] + width[-1] == seq
+    for b, w, c in zip(base, width, colors):
+        owners = {owner(layout, seq, n, t) for t in range(int(b), int(b + w))}
+        assert len(owners) == 1                     # a run belongs to one GPU
+        assert c == figures.rank_color(owners.pop(), n)
+    expected_runs = {"contiguous": n, "zigzag": 2 * n - 1, "striped": seq}[layout]
+    assert len(base) == expected_runs
+
+
+def test_layout_strip_truncates_long_striped_sequences():
+    fig = figures.layout_strip("striped", 131072, 8)
+    assert fig.layout.meta["truncated"] and fig.layout.meta["runs"] == figures.MAX_STRIP_RUNS
+    assert fig.layout.meta["tokens_shown"] == figures.MAX_STRIP_RUNS
+    assert "pattern repeats" in fig.layout.title.text

@@ -1,0 +1,154 @@
+"""View 2: the timeline's bars are the trace's spans, over a window of ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.engine import simulate
+from sim.schemes import get as get_scheme
+from sim.trace import COLUMN_TYPES, Span, SpanTable, Trace
+
+from dashboard import figures
+from tests.dashboard.conftest import small_scenario
+
+
+def _trace_named(fig, name):
+    return [t for t in fig.data if t.name == name]
+
+
+def test_timeline_bars_are_the_spans(small_trace):
+    fig = figures.timeline(small_trace)
+    assert not fig.layout.meta["webgl"]
+    t0 = min(s.start_s for s in small_trace.spans)
+    scale = {"s": 1, "ms": 1e3, "µs": 1e6}[fig.layout.meta["unit"]]
+    compute_spans = sorted((s for s in small_trace.spans if s.stream == "compute"),
+                           key=lambda s: (s.rank, s.start_s))
+    (bar,) = _trace_named(fig, "compute (forward)")
+    got = sorted(zip((np.asarray(bar.y) // 3).astype(int), bar.base, bar.x))
+    want = [(s.rank, (s.start_s - t0) * scale, (s.end_s - s.start_s) * scale) for s in compute_spans]
+    assert len(got) == len(want)
+    for (r1, b1, x1), (r2, b2, x2) in zip(got, want):
+        assert r1 == r2 and b1 == pytest.approx(b2) and x1 == pytest.approx(x2)
+    sends = [s for s in small_trace.spans if s.stream == "send"]
+    assert len(_trace_named(fig, "send K/V")[0].x) == len(sends)
+    # hover data carries the K/V block ids (zigzag: two chunks per block)
+    assert "K/V block chunks %{customdata[8]}, %{customdata[9]}" in bar.hovertemplate
+    cd = np.asarray(bar.customdata)
+    by_rank = {s.rank: s for s in compute_spans if s.step == 0}
+    for row in cd[cd[:, 1] == 0]:
+        s = by_rank[int(row[0])]
+        assert tuple(row[6:8].astype(int)) == s.q_chunks and tuple(row[8:10].astype(int)) == s.kv_chunks
+
+
+def test_timeline_highlights_exposed_communication():
+    # a slow link: transfers cannot hide behind compute
+    from sim.config import Hardware, Link
+    sc = small_scenario(layout="zigzag", hardware=Hardware(link=Link(bandwidth_gbps=0.5)))
+    trace = simulate(sc)
+    exposed = [s for s in trace.spans if s.stream == "wait" and s.kind != "idle"]
+    assert exposed
+    fig = figures.timeline(trace)
+    (bar,) = _trace_named(fig, "exposed communication")
+    scale = {"s": 1, "ms": 1e3, "µs": 1e6}[fig.layout.meta["unit"]]
+    assert sum(bar.x) == pytest.approx(sum(s.end_s - s.start_s for s in exposed) * scale)
+    assert bar.marker.color == figures.COLORS["exposed"]
+
+
+def test_timeline_names_and_colors_are_the_schemes():
+    trace = simulate(small_scenario(pass_="fwdbwd"))
+    ops = get_scheme("ring").op_kinds
+    fig = figures.timeline(trace)
+    (fwd,) = _trace_named(fig, ops["fwd"].label)
+    (bwd,) = _trace_named(fig, ops["bwd"].label)
+    assert ops["fwd"].color in set(fwd.marker.color) and ops["bwd"].color in set(bwd.marker.color)
+    for kind in ("kv", "dkv"):
+        (send,) = _trace_named(fig, f"send {ops[kind].label}")
+        (recv,) = _trace_named(fig, f"receive {ops[kind].label}")
+        assert send.marker.color == ops[kind].color
+        assert recv.marker.color == (ops[kind].recv_color or ops[kind].color)
+
+
+def test_timeline_legend_sits_between_the_title_and_the_plot(small_trace):
+    fig = figures.timeline(small_trace)
+    legend = fig.layout.template.layout.legend
+    assert (legend.orientation, legend.yanchor, legend.y) == ("h", "bottom", 1.02)
+    assert fig.layout.margin.t >= 85           # the title sits above a row of legend items
+    title = fig.layout.title
+    assert (title.yref, title.y, title.yanchor) == ("container", 1, "top")
+
+
+def _synthetic(n_ranks: int, per_rank: int) -> Trace:
+    spans = []
+    for r in range(n_ranks):
+        for i in range(per_rank):
+            stream = ("compute", "send", "recv")[i % 3]
+            kind = "fwd" if stream == "compute" else "kv"
+            spans.append(Span(r, stream, kind, i // 3, i * 1e-6, (i + 0.9) * 1e-6,
+                              q_chunks=(r,), kv_chunks=(r,), peer=-1 if stream == "compute" else (r + 1) % n_ranks))
+    return Trace("simulated", n_ranks, spans, {"layout": "contiguous", "overlap": True})
+
+
+def test_timeline_switches_to_webgl_past_the_bar_limit():
+    trace = _synthetic(40, 500)                       # 20k spans
+    fig = figures.timeline(trace)
+    assert fig.layout.meta["webgl"] and fig.layout.meta["spans"] == 20_000
+    assert {t.type for t in fig.data} == {"scattergl"}
+    x = np.asarray(fig.data[0].x)
+    assert np.isnan(x[2::3]).all()                    # one segment per span, NaN between
+    lines = [t for t in fig.data if t.mode == "lines"]
+    assert sum(len(t.x) for t in lines) == 3 * 20_000
+    # hover: one invisible point per span, at its middle, carrying the span's data
+    points = [t for t in fig.data if t.mode == "markers"]
+    assert all(t.hoverinfo == "skip" for t in lines) and not any(t.showlegend for t in points)
+    assert sum(len(t.customdata) for t in points) == 20_000
+    (compute,) = [t for t in points if t.name == "compute (forward)"]
+    cd = np.asarray(compute.customdata)
+    assert np.asarray(compute.x) == pytest.approx(cd[:, 2] + cd[:, 3] / 2, rel=1e-6)
+
+
+def test_timeline_window_narrows_to_the_span_cap():
+    trace = _synthetic(10, 300)
+    fig = figures.timeline(trace, (2, 9), max_spans=1000)
+    assert fig.layout.meta["ranks"] == [2, 4]         # 3 ranks x 300 spans fit under 1000
+    assert "GPUs 2–4 of 10" in fig.layout.title.text
+
+
+def _drawn(fig) -> list[tuple[int, float, float]]:
+    """(GPU, start, length) of every bar drawn."""
+    out = []
+    for t in fig.data:
+        out += [(int(y) // 3, b, x) for y, b, x in zip(t.y, t.base, t.x)]
+    return sorted(out)
+
+
+def test_timeline_window_of_a_trace_in_any_order():
+    trace = simulate(small_scenario(n_gpus=8, seq=8192))
+    shuffled = np.random.default_rng(0).permutation(len(trace))
+    other = Trace(trace.source, trace.world_size, trace.columns.take(shuffled), trace.config)
+    assert figures.rank_starts(other.columns, 8) is None
+    a, b = figures.timeline(trace, (2, 5)), figures.timeline(other, (2, 5))
+    assert a.layout.meta["ranks"] == b.layout.meta["ranks"] == [2, 5]
+    drawn = _drawn(a)
+    assert drawn == _drawn(b)
+    want = sum(1 for s in trace.spans if 2 <= s.rank <= 5)
+    assert a.layout.meta["spans"] == len(drawn) == want
+    assert {g for g, _, _ in drawn} == {0, 1, 2, 3}   # lanes counted from the window's first GPU
+
+
+def test_timeline_of_1024_ranks_draws_its_window_only():
+    n, per_rank = 1024, 30
+    rank = np.repeat(np.arange(n), per_rank)
+    i = np.tile(np.arange(per_rank), n)
+    cols = {name: np.zeros(n * per_rank, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
+    cols |= {"rank": rank, "step": i, "start_s": i * 1e-3, "end_s": i * 1e-3 + 9e-4,
+             "flops": np.full(n * per_rank, 1e12), "peer": np.full(n * per_rank, -1),
+             "q_chunks": rank, "kv_chunks": rank}
+    trace = Trace("simulated", n, SpanTable(**cols, chunk_sets=[(r,) for r in range(n)]))
+    starts = figures.rank_starts(trace.columns, n)
+    assert starts[1000] == 1000 * per_rank and starts[-1] == n * per_rank
+    fig = figures.timeline(trace, (1000, 1023), starts=starts)
+    assert fig.layout.meta["ranks"] == [1000, 1023] and fig.layout.meta["spans"] == 24 * per_rank
+    (bar,) = fig.data
+    assert set(np.asarray(bar.customdata)[:, 0].astype(int)) == set(range(1000, 1024))
+    assert "GPUs 1000–1023 of 1024" in fig.layout.title.text
