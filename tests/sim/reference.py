@@ -223,20 +223,26 @@ def reference_durations(ops, hardware, workload):
 
 
 def reference_times(ops, dur, resources=None):
-    """Per op in schedule order: start at the later of the stream's free time and the
-    dependencies' ends; the stream is free again at the op's end. A stream is the
-    op's rank or link (src, dst), or the resource `resources` names for it."""
+    """Per op in schedule order: start at the latest of its streams' free times and the
+    dependencies' ends; each of its streams is free again at the op's end. A stream is
+    the op's rank or link (src, dst), or the resource `resources` names for it (a
+    tuple of names: every one the op holds)."""
     start, end, free = [0.0] * len(ops), [0.0] * len(ops), {}
     for op in ops:
         key = op.rank if isinstance(op, ComputeOp) else (op.src, op.dst)
         if resources is not None:
             key = resources[op.id]
-        t = free.get(key, 0.0)
+        keys = key if isinstance(key, tuple) and resources is not None else (key,)
+        t = 0.0
+        for k in keys:
+            t = max(t, free.get(k, 0.0))
         for d in op.after:
             if end[d] > t:
                 t = end[d]
         start[op.id] = t
-        end[op.id] = free[key] = t + dur[op.id] if dur[op.id] > 0 else t
+        end[op.id] = t + dur[op.id] if dur[op.id] > 0 else t
+        for k in keys:
+            free[k] = end[op.id]
     return start, end
 
 
@@ -341,8 +347,8 @@ def any_schedule(draw):
     ops = []
     for i in range(draw(st.integers(0, 40))):
         after = tuple(sorted(set(draw(st.lists(st.integers(0, i - 1), max_size=4))))) if i else ()
-        step, kind = draw(st.integers(0, 5)), draw(st.sampled_from(["fwd", "bwd", "kv", "dkv"]))
-        if kind in ("kv", "dkv") and n > 1:
+        step, kind = draw(st.integers(0, 5)), draw(st.sampled_from(["fwd", "bwd", "kv", "dkv", "ag", "rs", "a2a"]))
+        if kind not in ("fwd", "bwd") and n > 1:
             src, dst = draw(st.permutations(range(n)))[:2]
             ops.append(TransferOp(i, src, dst, kind, step, src, draw(st.sampled_from([0, 8, 64])),
                                   (src,), after))
