@@ -369,14 +369,16 @@ class ScheduleBuilder:
         key = tuple(int(c) for c in chunks)
         return self._sets.setdefault(key, len(self._sets))
 
-    def _add(self, size: int, values: dict, after, resources) -> np.ndarray:
+    def add(self, size: int, values: dict, after: Iterable, resources: Iterable) -> np.ndarray:
+        """`size` operations: `values` a value or an array for every column, `after` rows
+        of dependencies, `resources` rows (the one each plays on, then others, -1 none)."""
         cols = {name: np.broadcast_to(np.asarray(values[name]), (size,)) for name in self._COLUMNS}
         deps = [np.broadcast_to(np.asarray(a), (size,)) for a in after]
         held = [np.broadcast_to(np.asarray(r), (size,)) for r in resources]
-        self._groups.append((cols, deps, held))
         ids = np.arange(self.n_ops, self.n_ops + size, dtype=np.int64)
-        if any(((d >= self.n_ops) | (d < NO_DEP)).any() for d in deps):
+        if any(((d >= ids) | (d < NO_DEP)).any() for d in deps):
             raise ValueError("an operation must wait only on earlier ones")
+        self._groups.append((cols, deps, held))
         self.n_ops += size
         return ids
 
@@ -388,7 +390,7 @@ class ScheduleBuilder:
         values = dict(kind=kind, rank=rank, peer=-1, step=step, kv_rank=rank if kv_rank is None else kv_rank,
                       pairs=pairs, flops=flops, mask=mask, q_tokens=q_tokens, kv_tokens=kv_tokens,
                       nbytes=0, q_chunks=q_chunks, kv_chunks=kv_chunks)
-        return self._add(size, values, after, [rank])
+        return self.add(size, values, after, [rank])
 
     def transfers(self, *, kind: int, src, dst, step, nbytes, resources, kv_chunks=-1,
                   kv_rank=None, after: Iterable = ()) -> np.ndarray:
@@ -399,7 +401,31 @@ class ScheduleBuilder:
         values = dict(kind=kind, rank=src, peer=dst, step=step, kv_rank=src if kv_rank is None else kv_rank,
                       pairs=0, flops=0.0, mask=FULL, q_tokens=0, kv_tokens=0, nbytes=nbytes, q_chunks=-1,
                       kv_chunks=kv_chunks)
-        return self._add(size, values, after, resources)
+        return self.add(size, values, after, resources)
+
+    def take_in(self, flows: np.ndarray, dst: np.ndarray, *, kind: int, step, q_chunks: np.ndarray,
+                kv_chunks) -> np.ndarray:
+        """A zero-length compute per flow on its receiver's compute stream, each waiting on
+        its flow, in the order of the flows: the moments a rank takes in what it
+        received. A compute after them on the stream waits for every flow, and its wait
+        splits into exposed communication while a flow is in flight (sim.record), with
+        one dependency per operation however many flows a rank receives. Returns, per
+        rank, the id of its last one (NO_DEP where it received nothing).
+
+        q_chunks: per rank, the chunk set of its queries; kv_chunks: per flow, or one."""
+        flows, dst = np.asarray(flows, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        last = np.full(self.n_ranks, NO_DEP, dtype=np.int64)
+        if not len(flows):
+            return last
+        order = np.lexsort((flows, dst))
+        place = np.arange(len(order)) - np.searchsorted(dst[order], dst[order])
+        order = order[np.lexsort((dst[order], place))]      # the first of every rank, the second, ...
+        rank = dst[order]
+        ids = self.computes(kind=kind, rank=rank, step=step, pairs=0, flops=0.0, mask=EMPTY, q_tokens=0,
+                            kv_tokens=0, q_chunks=np.asarray(q_chunks)[rank],
+                            kv_chunks=np.broadcast_to(kv_chunks, flows.shape)[order], after=[flows[order]])
+        np.maximum.at(last, rank, ids)
+        return last
 
     def build(self) -> Schedule:
         groups = self._groups

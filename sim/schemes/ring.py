@@ -38,7 +38,7 @@ from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.layouts import (block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank,
                          get as get_layout)
 from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
-from sim.schemes.base import BlockMap, OpKind, Scheme
+from sim.schemes.base import BlockMap, OpKind, Scheme, only_settings
 from sim.trace import COMPUTE, Trace
 
 # the rows of the builder's table: the small integer columns of a schedule, then `after`
@@ -273,6 +273,11 @@ def block_map(trace: Trace) -> BlockMap:
                     value_label="ring step", axis_label=lay.chunk_axis)
 
 
+def _check(scenario: Scenario) -> None:
+    scenario.check_layout_chunks()
+    only_settings(scenario, "ring")
+
+
 SCHEME = Scheme(
     name="ring",
     summary="Ring Attention: queries stay, K/V blocks pass around a ring of N GPUs (N-1 hops)",
@@ -285,4 +290,5 @@ SCHEME = Scheme(
         "dkv": OpKind("dK/dV", "#8ab833", "#7fc9c9"),
     },
     block_map=block_map,
+    check=_check,
 )
