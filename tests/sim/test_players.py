@@ -110,3 +110,35 @@ def test_two_links_through_one_port_queue_behind_each_other():
         assert sends == pytest.approx([0.0, 1e-3, 1e-3, 2e-3])
     sends = sorted(t for s in apart.spans if s.stream == "send" for t in (s.start_s, s.end_s))
     assert sends == pytest.approx([0.0, 0.0, 1e-3, 1e-3])
+
+
+@settings(max_examples=60, deadline=None)
+@given(scheme=st.sampled_from(["allgather", "ulysses", "hybrid", "ring"]), per_node=st.sampled_from([1, 2, 4]),
+       nodes=st.integers(1, 3), nic_share=st.sampled_from([1, 2, 4]), causal=st.booleans(),
+       pass_=st.sampled_from(["fwd", "bwd", "fwdbwd"]), groups=st.sampled_from([1, 2]),
+       placement=st.sampled_from(["ulysses-inner", "ring-inner"]), gbps=st.sampled_from([0.01, 1.0, 100.0]))
+def test_scheme_schedules_with_shared_nics_play_the_same_on_both_players_and_the_reference(
+        scheme, per_node, nodes, nic_share, causal, pass_, groups, placement, gbps):
+    """Flows between nodes meet on NICs shared by several GPUs: the wave player, SimPy and
+    the per-op reference (each op holding all its resources) give one trace."""
+    from hypothesis import assume
+
+    from sim.config import Scenario
+    from sim.errors import RingsimError
+    from sim.schemes import get
+    from tests.sim.reference import cluster, resources_of
+
+    n = per_node * nodes
+    hw = cluster(gpus_per_node=per_node, nics_per_node=max(per_node // nic_share, 1), tflops=1e-3,
+                 nvlink_gbps=gbps, nic_gbps=gbps / 5, overhead_us=1.0)
+    w = Workload(seq=16 * n, heads=4, kv_heads=2, head_dim=4, causal=causal, pass_=pass_)
+    settings_ = {"allgather": dict(head_groups=groups), "hybrid": dict(placement=placement)}.get(scheme, {})
+    try:
+        sc = Scenario(workload=w, hardware=hw, n_gpus=n, scheme=scheme, **settings_)
+    except RingsimError:
+        assume(False)
+    schedule = get(scheme).build_schedule(sc)
+    schedule.check()
+    want = reference_trace_spans(schedule.ops, n, hw, w, resources_of(schedule))
+    assert play(schedule, hw, w, player="recurrence").spans == want
+    assert play(schedule, hw, w, player="simpy").spans == want
