@@ -335,16 +335,16 @@ def cut_waves(resources: np.ndarray, after: np.ndarray) -> np.ndarray:
     same = res[1:] == res[:-1]
     prev[1:][same] = op[:-1][same]
     np.maximum.at(conflict, op, prev)
-    # a new wave at i when conflict[i] >= the current wave's start: the scan visits only
-    # operations with a conflict at all, in order
+    # the greedy scan starts a new wave at the first i with conflict[i] >= the current
+    # start s (such an i is after s: conflict[i] < i); first[s], that i for every s, is
+    # a suffix minimum, so the scan takes one step per wave
+    hit = conflict >= 0
+    first = np.full(n_ops + 1, n_ops, dtype=np.int64)
+    np.minimum.at(first, conflict[hit], np.flatnonzero(hit))
+    first = np.minimum.accumulate(first[::-1])[::-1]
     starts = [0]
-    start = 0
-    candidates = np.flatnonzero(conflict >= 0)
-    for i, c in zip(candidates.tolist(), conflict[candidates].tolist()):
-        if c >= start:
-            starts.append(i)
-            start = i
-    starts.append(n_ops)
+    while starts[-1] < n_ops:
+        starts.append(int(first[starts[-1]]))
     return np.array(starts, dtype=np.int64)
 
 
@@ -366,7 +366,7 @@ class ScheduleBuilder:
 
     def chunk_set(self, chunks: Iterable[int]) -> int:
         """The index of a set of chunk ids (the q_chunks / kv_chunks columns)."""
-        key = tuple(int(c) for c in chunks)
+        key = chunks if type(chunks) is tuple else tuple(map(int, chunks))
         return self._sets.setdefault(key, len(self._sets))
 
     def add(self, size: int, values: dict, after: Iterable, resources: Iterable) -> np.ndarray:

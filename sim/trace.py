@@ -118,7 +118,7 @@ class SpanTable:
                 raise ValueError(f"column {name} must be one-dimensional, one entry per span")
             n = len(col)
             setattr(self, name, col)
-        self.chunk_sets = tuple(tuple(int(c) for c in s) for s in chunk_sets)
+        self.chunk_sets = tuple(tuple(map(int, s)) for s in chunk_sets)
 
     def __len__(self) -> int:
         return len(self.rank)

@@ -97,6 +97,7 @@ def build_allgather_schedule(scenario: Scenario) -> Schedule:
     kv_sets = np.array([[b.chunk_set(x) for x in row] for row in pieces["kv"]], dtype=np.int64)
     c = scenario.tokens_per_rank
     kv_block, dkv_block = w.kv_bytes(c) // groups, w.dkv_bytes(c) // groups
+    gather, scatter = _flows(b, topo, topo.all_gather(), own), _flows(b, topo, topo.reduce_scatter(), own)
     gate = np.full(n, NO_DEP, dtype=np.int64)          # the previous pass's end, per rank
     for i, phase in enumerate(PHASES[w.pass_]):
         fwd = phase == "fwd"
@@ -104,11 +105,11 @@ def build_allgather_schedule(scenario: Scenario) -> Schedule:
         flops_per_pair = (1.0 if fwd else BWD_FLOPS_FACTOR) * w.fwd_flops(1) / groups
         step0 = i * groups
         last = [gate]                  # last[h + 1]: each rank's last compute of group h
-        gathers = [_collective(b, topo, AG, topo.all_gather(), kv_block, step0, [gate])]
+        gathers = [_collective(b, gather, AG, kv_block, step0, [gate])]
         scatters = []
         for h in range(groups):
             if h + 1 < groups:       # the next group's gather, once group h-1 has freed its buffer
-                gathers.append(_collective(b, topo, AG, topo.all_gather(), kv_block, step0 + h + 1, [last[h]]))
+                gathers.append(_collective(b, gather, AG, kv_block, step0 + h + 1, [last[h]]))
             flows, _, dst, carried = gathers[h]
             b.take_in(flows, dst, kind=kind, step=step0 + h, q_chunks=own, kv_chunks=carried)
             ids = [b.computes(kind=kind, rank=ranks, step=step0 + h, pairs=pieces["pairs"][p],
@@ -118,7 +119,7 @@ def build_allgather_schedule(scenario: Scenario) -> Schedule:
                    for p in range(len(pieces["pairs"]))]
             last.append(ids[-1])
             if not fwd:
-                scatters.append(_collective(b, topo, RS, topo.reduce_scatter(), dkv_block, step0 + h, [ids[-1]]))
+                scatters.append(_collective(b, scatter, RS, dkv_block, step0 + h, [ids[-1]]))
         gate = last[-1]
         for h, (flows, _, dst, carried) in enumerate(scatters):
             got = b.take_in(flows, dst, kind=kind, step=step0 + h, q_chunks=own, kv_chunks=carried)
@@ -126,30 +127,46 @@ def build_allgather_schedule(scenario: Scenario) -> Schedule:
     return b.build()
 
 
-def _collective(b: ScheduleBuilder, topo: Topology, kind: int, steps, block_bytes: int, step: int,
-                after: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The flows of a two-level ring collective (sim.topology: all_gather or
-    reduce_scatter). A flow waits for `after` (per rank) at both ends and for the flow its
-    sender received at the step before (at the first step of the second level, the last
-    of the first level); a flow inside a node carries a block from every node. Returns
-    the flows' ids, senders, receivers and the chunk sets they carry."""
+def _flows(b: ScheduleBuilder, topo: Topology, steps, own: np.ndarray) -> list[tuple]:
+    """The steps of a two-level ring collective (sim.topology: all_gather or
+    reduce_scatter) as (src, dst, ports out, ports in, chunk sets carried, blocks per
+    flow); a flow inside a node carries a block from every node."""
+    out = []
     n = topo.n_gpus
-    ids, srcs, dsts, sets = [], [], [], []
-    into = np.full(n, NO_DEP, dtype=np.int64)          # the last flow each rank received
     for level, src, dst, blocks in steps:
-        out, port_in = topo.ports(src, dst)
+        port_out, port_in = topo.ports(src, dst)
         if level == 0:
-            carried = np.array([b.chunk_set((x, 2 * n - 1 - x)) for x in blocks.tolist()], dtype=np.int64)
-            nbytes = block_bytes
+            carried, count = own[blocks], 1
         else:
-            rows, which = np.unique(blocks, axis=0, return_inverse=True)
-            each = [b.chunk_set(sorted(x for r in row for x in (r, 2 * n - 1 - r))) for row in rows.tolist()]
-            carried = np.array(each, dtype=np.int64)[which.reshape(-1)]
-            nbytes = block_bytes * blocks.shape[1]
-        deps = [into[src]] + [a[src] for a in after] + [a[dst] for a in after]
-        f = b.transfers(kind=kind, src=src, dst=dst, step=step, nbytes=nbytes, resources=[out, port_in],
-                        kv_chunks=carried, after=deps)
-        into = np.full(n, NO_DEP, dtype=np.int64)
+            # a row of blocks is the same place in every node: its first block names it
+            firsts, which = np.unique(blocks[:, 0], return_inverse=True)
+            rows = blocks[_first_rows(blocks[:, 0], firsts)]
+            each = [b.chunk_set(tuple(sorted(x for r in row for x in (r, 2 * n - 1 - r)))) for row in rows.tolist()]
+            carried, count = np.array(each, dtype=np.int64)[which.reshape(-1)], blocks.shape[1]
+        out.append((src, dst, port_out, port_in, carried, count))
+    return out
+
+
+def _first_rows(keys: np.ndarray, distinct: np.ndarray) -> np.ndarray:
+    """The index of the first row with each of the distinct keys."""
+    first = np.full(len(distinct), len(keys), dtype=np.int64)
+    np.minimum.at(first, np.searchsorted(distinct, keys), np.arange(len(keys)))
+    return first
+
+
+def _collective(b: ScheduleBuilder, steps: list[tuple], kind: int, block_bytes: int, step: int,
+                after: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Add the flows of a collective (`_flows`). A flow waits for `after` (per rank) at
+    both ends and for the flow its sender received at the step before (at the first step
+    of the second level, the last of the first level). Returns the flows' ids, senders,
+    receivers and the chunk sets they carry."""
+    ids, srcs, dsts, sets = [], [], [], []
+    into = None                                        # the last flow each rank received
+    for src, dst, port_out, port_in, carried, count in steps:
+        deps = ([] if into is None else [into[src]]) + [a[src] for a in after] + [a[dst] for a in after]
+        f = b.transfers(kind=kind, src=src, dst=dst, step=step, nbytes=block_bytes * count,
+                        resources=[port_out, port_in], kv_chunks=carried, after=deps)
+        into = np.full(b.n_ranks, NO_DEP, dtype=np.int64)
         into[dst] = f
         ids.append(f)
         srcs.append(src)

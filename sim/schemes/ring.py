@@ -21,6 +21,12 @@ receive both posted after the compute, on both ends), then the next compute.
 In fwdbwd, backward steps are numbered N..2N-1 and start on a rank once its forward
 is done.
 
+Each hop holds its directed link (r -> r+1). Across nodes (sim.topology) that is exact
+too: every rank sends to one rank and receives from one, and with ranks packed into
+nodes in order only one hop leaves each node and one enters it, so no two hops ever
+meet on a port or a NIC, shared or not; a hop between nodes runs at the NIC's speed
+(sim.config.Hardware.transfer_times_s).
+
 Operations are numbered step by step: the N computes of step k (rank 0 first), then
 its N K/V hops (none at the last step), then in backward its N dK/dV hops. Each group
 waits only on earlier steps or groups and uses each rank and each link once: a wave of

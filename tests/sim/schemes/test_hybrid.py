@@ -94,3 +94,24 @@ def test_every_unmasked_pair_is_computed_once_per_head_and_pass(ur, layout, caus
 def test_configurations_the_hybrid_cannot_run_are_refused_in_one_line(kw, match):
     with pytest.raises(RingsimError, match=match):
         hybrid(**kw)
+
+
+def test_block_maps_show_when_and_by_whom_each_pair_is_computed():
+    from sim.schemes import get
+
+    hw = cluster(gpus_per_node=4)
+    w = Workload(seq=512, heads=8, kv_heads=2, head_dim=16)
+    ring = simulate(Scenario(workload=w, hardware=hw, n_gpus=2, layout="zigzag"))
+    two_rings = simulate(Scenario(workload=w, hardware=hw, n_gpus=8, scheme="hybrid", ulysses_degree=4))
+    want, got = get("ring").block_map(ring), get("hybrid").block_map(two_rings)
+    # the hybrid's map is its 2-GPU ring's: same chunks, same steps
+    assert np.array_equal(got.value, want.value, equal_nan=True) and np.array_equal(got.work, want.work)
+    assert got.owner.tolist() == [0, 4, 4, 0]            # ring positions 0 and 1: ranks 0 and 4
+    uly = get("ulysses").block_map(simulate(Scenario(workload=w, hardware=hw, n_gpus=8, scheme="ulysses")))
+    assert uly.value.shape == (1, 1) and uly.value[0, 0] == 0 and uly.work[0, 0] == 512 * 513 // 2
+    ag = get("allgather").block_map(simulate(Scenario(workload=w, hardware=hw, n_gpus=4, scheme="allgather")))
+    c = 512 // 8
+    assert ag.work.sum() == 512 * 513 // 2 and ag.chunk_size == c
+    assert (np.isnan(ag.value) == (ag.work == 0)).all()
+    # rank 1 (chunks 1 and 6): the dense call on chunk 0, the diagonal, then chunk 6's two
+    assert (ag.value[1, 0], ag.value[1, 1], ag.value[6, 3], ag.value[6, 6]) == (0, 1, 2, 3)
