@@ -172,6 +172,8 @@ IMBALANCE = 1.10
 """Then a load imbalance above this."""
 COMPUTE_BOUND = 0.90
 """Then compute-bound when the busiest GPU computes at least this share of the makespan."""
+NIC_BUSY = 0.5
+"""A NIC busy this share of the makespan, while no GPU is compute-bound, is named."""
 ACROSS_NODES = 0.5
 """A kind of transfer is NIC-limited when more than this share of its time is on flows
 between nodes."""
@@ -191,6 +193,14 @@ def scheme_row(scheme: str, variant: str, trace: Trace, m: Metrics) -> dict[str,
     per_node = int(trace.hardware.get("gpus_per_node", n) or n)
     between = send & (c.rank // per_node != c.peer // per_node)
     dur = c.end_s - c.start_s
+    # each NIC's time carrying at least one flow, per direction: sends between nodes
+    # leave through the sender's NIC, receives arrive through the receiver's
+    nics = int(trace.hardware.get("nics_per_node") or per_node)
+    moving = ((c.stream == SEND) | (c.stream == RECV)) & (c.peer >= 0)
+    moving &= c.rank // per_node != np.maximum(c.peer, 0) // per_node
+    nic = (c.rank // per_node) * nics + (c.rank % per_node) // max(per_node // nics, 1)
+    port = nic[moving] * 2 + (c.stream[moving] == RECV)
+    busy = _union_lengths(port, c.start_s[moving], c.end_s[moving], int(port.max(initial=-1)) + 1)
     total = np.bincount(c.kind[send], dur[send], minlength=len(KIND_NAMES))
     across = np.bincount(c.kind[between], dur[between], minlength=len(KIND_NAMES))
     mem = [r.peak_mem_bytes for r in m.ranks if r.peak_mem_bytes is not None]
@@ -204,6 +214,7 @@ def scheme_row(scheme: str, variant: str, trace: Trace, m: Metrics) -> dict[str,
         "across_nodes_share": {k: float(across[KIND_NAMES.index(k)] / total[KIND_NAMES.index(k)])
                                for k in TRANSFER_KINDS if total[KIND_NAMES.index(k)] > 0},
         "compute_s": max((r.compute_s for r in m.ranks), default=0.0),
+        "busiest_nic_s": float(busy.max(initial=0.0)),
         "bytes_sent_per_gpu": max(m.bytes_sent, default=0.0),
         "peak_mem_bytes": max(mem) if mem else None,
         "memory_bytes": gpu.get("memory_gb") * 1e9 if isinstance(gpu, dict) and gpu.get("memory_gb") else None,
@@ -213,17 +224,20 @@ def scheme_row(scheme: str, variant: str, trace: Trace, m: Metrics) -> dict[str,
 
 
 def explain(row: dict[str, Any]) -> str:
-    """One sentence on what bounds a run, from the numbers of its `scheme_row`: exposed
-    communication when it passes EXPOSED_SHARE of the makespan (its largest kind, and
-    "NIC-limited" when most of that kind's transfer time crosses nodes), else the load
-    imbalance when it passes IMBALANCE (after the communication, when both do), else
-    compute-bound when the busiest GPU computes
-    COMPUTE_BOUND of the makespan (at what share of the kernel's best rate), else idle;
-    prefixed with a warning when the peak memory exceeds the GPU's."""
+    """One sentence on what bounds a run, from the numbers of its `scheme_row`, in clauses:
+    exposed communication when it passes EXPOSED_SHARE of the makespan (its largest kind,
+    and "NIC-limited" when most of that kind's transfer time crosses nodes); a NIC busy
+    NIC_BUSY of the makespan while no GPU computes COMPUTE_BOUND of it (transfers queue
+    for the NIC, and a wait for a flow that has not started counts as idle, not exposed);
+    a load imbalance above IMBALANCE. Without any of these: compute-bound when the
+    busiest GPU computes COMPUTE_BOUND of the makespan (at what share of the kernel's best
+    rate), else waiting on peers. A warning comes first when the peak memory exceeds the
+    GPU's."""
     makespan = row["makespan_s"]
     if not makespan:
         return "nothing to run"
     exposed = row.get("exposed_by_kind_s") or {}
+    computing = row["compute_s"] / makespan
     out = []
     if exposed and row["exposed_comm_s"] >= EXPOSED_SHARE * makespan:
         kind = max(exposed, key=exposed.get)
@@ -231,17 +245,20 @@ def explain(row: dict[str, Any]) -> str:
         if row.get("across_nodes_share", {}).get(kind, 0.0) > ACROSS_NODES:
             part += ", NIC-limited: most of its time is on flows between nodes"
         out.append(part)
-        if row["load_imbalance"] >= IMBALANCE:
-            out.append(f"causal imbalance {row['load_imbalance']:.2f}x")
-    elif row["load_imbalance"] >= IMBALANCE:
-        out.append(f"causal imbalance: the busiest GPU computes {row['load_imbalance']:.2f}x the mean")
-    elif row["compute_s"] >= COMPUTE_BOUND * makespan:
-        part = f"compute-bound: {row['compute_s'] / makespan:.0%} of the makespan computing"
+    nic = row.get("busiest_nic_s") or 0.0
+    if nic >= NIC_BUSY * makespan and computing < COMPUTE_BOUND:
+        out.append(f"NIC-limited: the busiest NIC carries flows {nic / makespan:.0%} of the makespan, "
+                   "transfers queue for it")
+    if row["load_imbalance"] >= IMBALANCE:
+        out.append(f"causal imbalance {row['load_imbalance']:.2f}x" if out else
+                   f"causal imbalance: the busiest GPU computes {row['load_imbalance']:.2f}x the mean")
+    if not out and computing >= COMPUTE_BOUND:
+        part = f"compute-bound: {computing:.0%} of the makespan computing"
         if row.get("efficiency") is not None:
-            part += f", at {row['efficiency'] / (row['compute_s'] / makespan):.0%} of the kernel's best rate"
+            part += f", at {row['efficiency'] / computing:.0%} of the kernel's best rate"
         out.append(part)
-    else:
-        out.append(f"waits on peers: the busiest GPU computes only {row['compute_s'] / makespan:.0%} of the makespan")
+    elif not out:
+        out.append(f"waits on peers: the busiest GPU computes only {computing:.0%} of the makespan")
     peak, capacity = row.get("peak_mem_bytes"), row.get("memory_bytes")
     if peak is not None and capacity and peak > capacity:
         out.insert(0, f"does not fit ({fmt_bytes(peak)} per GPU, {capacity / 1e9:g} GB)")
