@@ -247,8 +247,9 @@ def explain(row: dict[str, Any]) -> str:
         out.append(part)
     nic = row.get("busiest_nic_s") or 0.0
     if nic >= NIC_BUSY * makespan and computing < COMPUTE_BOUND:
-        out.append(f"NIC-limited: the busiest NIC carries flows {nic / makespan:.0%} of the makespan, "
-                   "transfers queue for it")
+        said = bool(out) and "NIC-limited" in out[-1]
+        out.append(("" if said else "NIC-limited: ") + f"the busiest NIC carries flows {nic / makespan:.0%} "
+                   "of the makespan, transfers queue for it")
     if row["load_imbalance"] >= IMBALANCE:
         out.append(f"causal imbalance {row['load_imbalance']:.2f}x" if out else
                    f"causal imbalance: the busiest GPU computes {row['load_imbalance']:.2f}x the mean")

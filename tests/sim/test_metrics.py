@@ -117,7 +117,7 @@ def row(**kw):
     (dict(compute_s=5.0, busiest_nic_s=6.0, exposed_comm_s=1.0, exposed_by_kind_s={"a2a": 1.0},
           across_nodes_share={"a2a": 1.0}),
      "all-to-all exposed 1.000 s (10% of the makespan), NIC-limited: most of its time is on flows between "
-     "nodes; NIC-limited: the busiest NIC carries flows 60% of the makespan, transfers queue for it"),
+     "nodes; the busiest NIC carries flows 60% of the makespan, transfers queue for it"),
     (dict(peak_mem_bytes=100e9), "does not fit (93.13 GiB per GPU, 80 GB); compute-bound: 95% of the makespan "
                                  "computing, at 80% of the kernel's best rate"),
 ])
