@@ -270,7 +270,10 @@ def _check(scenario: Scenario) -> None:
     only_settings(scenario, "hybrid", "ulysses_degree", "ring_degree", "placement")
     u, r = degrees(scenario)
     check_degree(scenario.workload, u)
-    scenario.check_layout_chunks(ranks=r, times=u) if r > 1 else _check_shards(scenario)
+    if r > 1:
+        scenario.check_layout_chunks(ranks=r, times=u)
+    else:
+        _check_shards(scenario)
 
 
 def _check_shards(scenario: Scenario) -> None:
