@@ -15,9 +15,9 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any, Sequence
 
-from sim.config import LAYOUTS, PASSES, Gpu, Hardware, Link, Scenario, Workload
+from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
-from sim.presets import GPU_PRESETS, LINK_PRESETS
+from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
 from sim.schemes import names as scheme_names
 from sim.units import fmt_bytes, fmt_s
 
@@ -48,11 +48,18 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
     g.add_argument("--pass", dest="pass_", choices=PASSES, default=d.pass_,
                    help="fwd, bwd or fwdbwd (default fwd)")
     h = p.add_argument_group("hardware")
-    h.add_argument("--gpu", default="H100-SXM", help=f"GPU preset: {', '.join(GPU_PRESETS)}")
-    h.add_argument("--link", default="nvlink4", help=f"link preset: {', '.join(LINK_PRESETS)}")
+    h.add_argument("--cluster", default=None,
+                   help=f"cluster preset, the defaults of the next five flags: {', '.join(CLUSTER_PRESETS)}")
+    h.add_argument("--gpu", default=None, help=f"GPU preset: {', '.join(GPU_PRESETS)} (default H100-SXM)")
+    h.add_argument("--link", default=None,
+                   help=f"link preset inside a node: {', '.join(LINK_PRESETS)} (default nvlink4)")
     h.add_argument("--inter-link", default=None,
-                   help="link preset between nodes (default: --link everywhere)")
-    h.add_argument("--gpus-per-node", type=int, default=8, help="(default 8)")
+                   help="link preset of a NIC, between nodes (default: --link everywhere)")
+    h.add_argument("--gpus-per-node", type=int, default=None, help="(default 8)")
+    h.add_argument("--nics-per-node", type=int, default=None,
+                   help="NICs per node, each shared by its share of the node's GPUs (default one per GPU)")
+    h.add_argument("--nic-gbps", type=float, default=None,
+                   help="GB/s per direction of a NIC, replacing the inter-link's (default: the preset's)")
     h.add_argument("--kernel", default="default",
                    help="attention kernel whose published throughput times each block: fa2, fa3 "
                         "(where the preset has its table; default: the preset's first) or flat "
@@ -69,6 +76,17 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
     s = p.add_argument_group("schedule")
     s.add_argument("--scheme", choices=scheme_names(), default="ring",
                    help="sequence-parallel scheme (default ring)")
+    s.add_argument("--ulysses-degree", type=int, default=None,
+                   help="ulysses, hybrid: GPUs per all-to-all group (ulysses: all of them; hybrid default: "
+                        "the largest that fits the heads and a node, leaving rings of two or more)")
+    s.add_argument("--ring-degree", type=int, default=None,
+                   help="hybrid: GPUs per ring (ulysses degree x ring degree = --gpus)")
+    s.add_argument("--placement", choices=PLACEMENTS, default="ulysses-inner",
+                   help="hybrid: all-to-all groups on consecutive ranks, inside a node (ulysses-inner, "
+                        "default, as TransformerEngine's a2a+p2p) or the rings (ring-inner)")
+    s.add_argument("--head-groups", type=int, default=1,
+                   help="allgather: gather and attend K/V head group by head group, each gather behind "
+                        "the previous group's compute (default 1: one gather, exposed)")
     if with_layout:
         s.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
         s.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
@@ -94,11 +112,23 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
         link_over["bandwidth_gbps"] = a.link_gbps
     if a.link_latency_us is not None:
         link_over["latency_us"] = a.link_latency_us
+    c = cluster_preset(a.cluster) if getattr(a, "cluster", None) else None
+
+    def pick(value, of_cluster, default):
+        return value if value is not None else (of_cluster if c is not None else default)
+
+    link_name = pick(a.link, c and c.link, "nvlink4")
+    inter = pick(a.inter_link, c and c.inter_link, None)
+    nic_gbps = getattr(a, "nic_gbps", None)
+    if nic_gbps is not None:
+        inter = inter or link_name
     return Hardware(
-        gpu=Gpu.preset(a.gpu, kernel=a.kernel, **gpu_over),
-        link=Link.preset(a.link, **link_over),
-        inter_link=Link.preset(a.inter_link) if a.inter_link else None,
-        gpus_per_node=a.gpus_per_node,
+        gpu=Gpu.preset(pick(a.gpu, c and c.gpu, "H100-SXM"), kernel=a.kernel, **gpu_over),
+        link=Link.preset(link_name, **link_over),
+        inter_link=(Link.preset(inter, **({} if nic_gbps is None else {"bandwidth_gbps": nic_gbps}))
+                    if inter else None),
+        gpus_per_node=pick(a.gpus_per_node, c and c.gpus_per_node, 8),
+        nics_per_node=pick(getattr(a, "nics_per_node", None), c and c.nics_per_node, None),
     )
 
 
@@ -106,7 +136,9 @@ def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
     workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads, kv_heads=a.kv_heads,
                         head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
     fields = dict(workload=workload, hardware=hardware_from_args(a), n_gpus=a.gpus,
-                  scheme=a.scheme, granularity=a.granularity, tile=a.tile, sync=a.sync)
+                  scheme=a.scheme, granularity=a.granularity, tile=a.tile, sync=a.sync,
+                  ulysses_degree=a.ulysses_degree, ring_degree=a.ring_degree, placement=a.placement,
+                  head_groups=a.head_groups)
     if hasattr(a, "layout"):
         fields.update(layout=a.layout, overlap=a.overlap)
     fields.update(changes)
@@ -152,19 +184,20 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     if a.chrome_trace:
         write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
     if a.json:
-        out = {"scenario": scenario.describe(), **_summary(scenario, m)}
+        out = {"scenario": scenario.describe(), **_summary(scenario, m), "bytes_sent": m.bytes_sent}
         print(json.dumps(out, indent=2))
         return 0
     w = scenario.workload
     print(f"{scenario.n_gpus} x {trace.hardware.get('gpu', {}).get('name', trace.hardware.get('name', '?'))}, "
-          f"{scenario.scheme}, {scenario.layout} layout, overlap {'on' if scenario.overlap else 'off'}, "
+          f"{scheme_variant(scenario)}, "
           f"{w.seq} tokens ({scenario.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}, work counted {scenario.granularity}"
           + (f" ({scenario.tile}-token tiles)" if scenario.granularity == "tile" else ""))
     print(f"makespan {fmt_s(m.makespan_s)}   ideal {fmt_s(m.ideal_s)}   efficiency "
           f"{m.efficiency:.1%}   load imbalance {m.load_imbalance:.3f}   overlap efficiency "
           f"{m.overlap_efficiency:.1%}")
-    print(f"total {m.total_flops / 1e12:.2f} TFLOP, {fmt_bytes(m.total_bytes)} sent")
+    print(f"total {m.total_flops / 1e12:.2f} TFLOP, {fmt_bytes(m.total_bytes)} sent "
+          f"({fmt_bytes(max(m.bytes_sent, default=0.0))} by the busiest GPU)")
     capacity_gb = trace.hardware.get("gpu", {}).get("memory_gb")
     peak = max((r.peak_mem_bytes or 0) for r in m.ranks)
     if capacity_gb:
@@ -172,10 +205,27 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         print(f"attention memory per rank {fmt_bytes(peak)} of {capacity_gb:g} GB: {verdict}")
     print()
     rows = [[r.rank, fmt_s(r.compute_s), fmt_s(r.comm_s), fmt_s(r.exposed_comm_s),
-             fmt_s(r.idle_s), f"{r.flops / 1e12:.3f}", fmt_bytes(r.peak_mem_bytes)]
+             fmt_s(r.idle_s), f"{r.flops / 1e12:.3f}", fmt_bytes(r.bytes_sent), fmt_bytes(r.peak_mem_bytes)]
             for r in m.ranks]
-    print(table(["rank", "compute", "comm", "exposed comm", "idle", "TFLOP", "peak mem"], rows))
+    print(table(["rank", "compute", "comm", "exposed comm", "idle", "TFLOP", "sent", "peak mem"], rows))
     return 0
+
+
+def scheme_variant(scenario: Scenario) -> str:
+    """The scheme and what sets it apart, in a few words."""
+    settings = {k: v for k, v in scenario.describe().items()
+                if k in ("ulysses_degree", "ring_degree", "placement", "head_groups")}
+    if scenario.scheme == "ring":
+        return f"ring, {scenario.layout} layout, overlap {'on' if scenario.overlap else 'off'}"
+    if scenario.scheme == "allgather":
+        g = settings["head_groups"]
+        return "allgather, " + ("one gather" if g == 1 else f"pipelined over {g} head groups")
+    if scenario.scheme == "ulysses":
+        return f"ulysses, degree {settings['ulysses_degree']}"
+    if scenario.scheme == "hybrid":
+        return (f"hybrid, ulysses {settings['ulysses_degree']} x ring {settings['ring_degree']}, "
+                f"{settings['placement']}, {scenario.layout} ring")
+    return scenario.scheme + "".join(f", {k} {v}" for k, v in settings.items())
 
 
 def compare_rows(scenario: Scenario, hardware=None) -> list[dict[str, Any]]:
@@ -192,6 +242,8 @@ def compare_rows(scenario: Scenario, hardware=None) -> list[dict[str, Any]]:
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
+    if a.schemes:
+        return _compare_schemes(a)
     scenario = scenario_from_args(a, layout="zigzag")
     rows = compare_rows(scenario, profile_from_args(a))
     if a.json:
@@ -219,19 +271,60 @@ def _version() -> str:
         return "(not installed)"
 
 
+def _compare_schemes(a: argparse.Namespace) -> int:
+    wanted = None if a.schemes == "all" else [x.strip() for x in a.schemes.split(",") if x.strip()]
+    for name in wanted or []:
+        if name not in scheme_names():
+            raise RingsimError(f"unknown scheme {name!r} in --schemes; choose all or from {', '.join(scheme_names())}")
+    base = scenario_from_args(a, scheme="ring", layout="zigzag", ulysses_degree=None, ring_degree=None,
+                              placement="ulysses-inner", head_groups=1)
+    from sim.compare import compare_scheme_rows
+
+    rows = compare_scheme_rows(base, profile_from_args(a), wanted)
+    ran = [r for r in rows if "refused" not in r]
+    best = min(ran, key=lambda r: r["makespan_s"]) if ran else None
+    if a.json:
+        print(json.dumps({"scenario": base.describe(), "rows": rows,
+                          "fastest": None if best is None else [best["scheme"], best["variant"]]}, indent=2))
+        return 0
+    w, hw = base.workload, base.hardware
+    nodes = -(-base.n_gpus // hw.gpus_per_node)
+    between = (f", {hw.inter_link.name} between nodes" if hw.inter_link is not None and nodes > 1 else "")
+    print(f"{base.n_gpus} x {hw.gpu.name} ({nodes} node{'s' if nodes > 1 else ''} of {hw.gpus_per_node}, "
+          f"{hw.link.name} inside{between}), {w.seq} tokens, {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
+          f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
+    shown = []
+    for r in rows:
+        if "refused" in r:
+            shown.append([r["scheme"], r["variant"], "-", "-", "-", "-", "-", "-", "not possible: " + r["refused"]])
+            continue
+        shown.append([r["scheme"], r["variant"], fmt_s(r["makespan_s"]), f"{r['makespan_s'] / best['makespan_s']:.2f}x",
+                      "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}", fmt_s(r["exposed_comm_s"]),
+                      fmt_bytes(r["bytes_sent_per_gpu"]), fmt_bytes(r["peak_mem_bytes"]), r["explanation"]])
+    print(table(["scheme", "variant", "makespan", "vs best", "efficiency", "max exposed comm", "sent per GPU",
+                 "peak mem per GPU", "what bounds it"], shown))
+    if best is not None:
+        print(f"\nfastest: {best['scheme']} ({best['variant']}): {best['explanation']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ringsim", description="Simulate, measure and explore Ring Attention.")
     p.add_argument("--version", action="version", version=f"ringsim {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sp = sub.add_parser("simulate", help="simulate one ring schedule and report its metrics")
+    sp = sub.add_parser("simulate", help="simulate one schedule and report its metrics")
     add_scenario_args(sp)
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.add_argument("--trace", metavar="FILE", help="save the trace (versioned JSON)")
     sp.add_argument("--chrome-trace", metavar="FILE", help="save a Chrome trace (Perfetto)")
     sp.add_argument("--force", action="store_true", help="overwrite existing output files")
     sp.set_defaults(func=cmd_simulate)
-    cp = sub.add_parser("compare", help="all layouts, overlap on and off, side by side")
+    cp = sub.add_parser("compare", help="all layouts, overlap on and off, side by side; or with "
+                                         "--schemes, the schemes")
     add_scenario_args(cp, with_layout=False)
+    cp.add_argument("--schemes", default=None, metavar="all|NAME,...",
+                    help="compare schemes instead (every ring layout, allgather, ulysses, hybrid): "
+                         "makespan, exposed communication, bytes and memory per GPU, and what bounds each")
     cp.add_argument("--json", action="store_true", help="print one JSON object")
     cp.set_defaults(func=cmd_compare)
     from sim import calibrate_cli

@@ -24,6 +24,7 @@ PASSES = ("fwd", "bwd", "fwdbwd")
 LAYOUTS = LAYOUT_NAMES
 GRANULARITIES = ("exact", "tile")
 SYNCS = ("step", "buffered")
+PLACEMENTS = ("ulysses-inner", "ring-inner")
 BWD_FLOPS_FACTOR = 2.5
 """Backward FLOPs per forward FLOP for the same pairs: five matrix products against two."""
 
@@ -210,19 +211,29 @@ class Link:
 
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
-    """GPUs and the links between ring neighbours.
+    """GPUs, the links between them, and how they sit in nodes (sim.topology).
 
-    Ranks are packed `gpus_per_node` to a node; a ring hop inside a node uses `link`,
-    a hop between nodes uses `inter_link` (if not given, `link` everywhere).
+    Ranks are packed `gpus_per_node` to a node; a transfer inside a node uses `link`
+    (each GPU's own NVLink or PCIe port in each direction), one between nodes uses
+    `inter_link` (if not given, `link` everywhere), through the NICs of the two ends.
     """
 
     gpu: Gpu = field(default_factory=lambda: Gpu.preset("H100-SXM"))
     link: Link = field(default_factory=lambda: Link.preset("nvlink4"))
     inter_link: Link | None = None
+    """Between nodes: one direction of one NIC (a flow between nodes runs at its bandwidth)."""
     gpus_per_node: int = 8
+    nics_per_node: int | None = None
+    """NICs that carry a node's traffic to other nodes, each shared by gpus_per_node /
+    nics_per_node GPUs; None: one per GPU."""
 
     def __post_init__(self) -> None:
         _positive_int(self, "gpus_per_node")
+        if self.nics_per_node is not None:
+            _positive_int(self, "nics_per_node")
+            if self.gpus_per_node % self.nics_per_node:
+                raise RingsimError(f"nics_per_node ({self.nics_per_node}) must divide gpus_per_node "
+                                   f"({self.gpus_per_node})")
 
     def link_between(self, src: int, dst: int) -> Link:
         if self.inter_link is None or src // self.gpus_per_node == dst // self.gpus_per_node:
@@ -276,6 +287,8 @@ class Hardware:
 
     def describe(self) -> dict[str, Any]:
         out = {"kind": "preset", **asdict(self)}
+        if self.nics_per_node is None:
+            del out["nics_per_node"]          # one per GPU: as before the field existed
         if self.gpu.kernel is not None:
             t = kernel_table(self.gpu.kernel)
             out["kernel_table"] = {"name": t.name, "kernel": t.kernel, "measured_on": t.measured_on}
@@ -304,11 +317,25 @@ class Scenario:
     """Work counted as exact unmasked pairs, or as tiles (a partial tile costs a full one)."""
     tile: int = 128
     """Tile edge in tokens when granularity is 'tile'."""
+    ulysses_degree: int | None = None
+    """ulysses and hybrid: GPUs in each all-to-all group (heads split that many ways);
+    None: every GPU for ulysses, the scheme's choice for hybrid."""
+    ring_degree: int | None = None
+    """hybrid: GPUs in each ring; ulysses_degree x ring_degree = n_gpus."""
+    placement: str = "ulysses-inner"
+    """hybrid: 'ulysses-inner' (each all-to-all group on consecutive ranks, inside a node;
+    the rings across nodes, as TransformerEngine's a2a+p2p) or 'ring-inner' (the reverse)."""
+    head_groups: int = 1
+    """allgather: K/V gathered and attended head group by head group, the next group's
+    gather behind the current group's compute (1: one gather, exposed)."""
 
     def __post_init__(self) -> None:
         from sim.schemes import get as get_scheme
 
-        _positive_int(self, "n_gpus", "tile")
+        _positive_int(self, "n_gpus", "tile", "head_groups")
+        for name in ("ulysses_degree", "ring_degree"):
+            if getattr(self, name) is not None:
+                _positive_int(self, name)
         scheme = get_scheme(self.scheme)
         if self.layout not in LAYOUTS:
             raise RingsimError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
@@ -316,14 +343,22 @@ class Scenario:
             raise RingsimError(f"sync must be step or buffered, got {self.sync!r}")
         if self.granularity not in GRANULARITIES:
             raise RingsimError(f"granularity must be exact or tile, got {self.granularity!r}")
-        chunks = self.n_chunks
-        if self.workload.seq % chunks:
-            raise RingsimError(
-                f"sequence length {self.workload.seq} does not divide into {chunks} equal chunks "
-                f"({self.layout} layout on {self.n_gpus} GPUs); use a multiple of {chunks}")
+        if self.placement not in PLACEMENTS:
+            raise RingsimError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if self.workload.dtype not in self.hardware.gpu.peak_tflops and self.hardware.gpu.achieved_tflops is None:
             raise RingsimError(f"GPU {self.hardware.gpu.name} has no rate for {self.workload.dtype}")
         scheme.check(self)
+
+    def check_layout_chunks(self, ranks: int | None = None, times: int = 1) -> None:
+        """RingsimError unless the sequence cuts into the layout's chunks on `ranks`
+        ranks (n_gpus if None), each cut `times` ways."""
+        n = self.n_gpus if ranks is None else ranks
+        chunks = get_layout(self.layout).n_chunks(n) * times
+        if self.workload.seq % chunks:
+            raise RingsimError(
+                f"sequence length {self.workload.seq} does not divide into {chunks} equal chunks "
+                f"({self.layout} layout on {n} GPUs" + (f", each chunk {times} ways" if times > 1 else "")
+                + f"); use a multiple of {chunks}")
 
     @property
     def n_chunks(self) -> int:
@@ -338,8 +373,12 @@ class Scenario:
         return replace(self, **changes)
 
     def describe(self) -> dict[str, Any]:
+        """The configuration for a trace's header: the common fields, and those the
+        scheme reads (sim.schemes.base.Scheme.settings), resolved."""
+        from sim.schemes import get as get_scheme
+
         w = asdict(self.workload)
         w["pass"] = w.pop("pass_")
         return {"workload": w, "n_gpus": self.n_gpus, "scheme": self.scheme, "layout": self.layout,
                 "overlap": self.overlap, "sync": self.sync, "granularity": self.granularity,
-                "tile": self.tile}
+                "tile": self.tile, **get_scheme(self.scheme).settings(self)}

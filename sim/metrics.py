@@ -2,10 +2,13 @@
 
 Per rank: compute_s (sum of compute spans), comm_s (time at least one of its sends or
 receives is in flight), exposed_comm_s (wait spans on a transfer), idle_s (the rest of
-the makespan), flops, peak_mem_bytes (from the header, when it has it). Overall:
-makespan, ideal time (total FLOPs / (N x rate), when the header carries the rate),
-efficiency, load imbalance (max / mean compute time), overlap efficiency
+the makespan), flops, peak_mem_bytes (from the header, when it has it), bytes_sent.
+Overall: makespan, ideal time (total FLOPs / (N x rate), when the header carries the
+rate), efficiency, load imbalance (max / mean compute time), overlap efficiency
 (1 - exposed / comm), total FLOPs and bytes sent.
+
+`scheme_row` puts one run in a comparison of schemes, and `explain` says in one sentence,
+from those numbers alone, what bounds it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.trace import COMPUTE, IDLE, RECV, SEND, WAIT, Trace
+from sim.trace import COMPUTE, IDLE, KIND_NAMES, RECV, SEND, TRANSFER_KINDS, WAIT, Trace
+from sim.units import fmt_bytes, fmt_s
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class RankMetrics:
     idle_s: float
     flops: float
     peak_mem_bytes: int | None
+    bytes_sent: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,11 @@ class Metrics:
         d = asdict(self)
         d["ranks"] = [asdict(r) for r in self.ranks]
         return d
+
+    @property
+    def bytes_sent(self) -> list[float]:
+        """Bytes each rank sent."""
+        return [r.bytes_sent for r in self.ranks]
 
 
 def comparison_row(layout: str, overlap: bool, m: Metrics) -> dict[str, Any]:
@@ -102,14 +112,16 @@ def compute_metrics(trace: Trace) -> Metrics:
     exposed = np.bincount(c.rank[is_exposed], dur[is_exposed], minlength=n).astype(np.float64, copy=False)
     moves = (c.stream == SEND) | (c.stream == RECV)
     comm = _union_lengths(c.rank[moves], c.start_s[moves], c.end_s[moves], n).tolist()
-    sends = c.bytes[c.stream == SEND]
+    is_send = c.stream == SEND
+    sends = c.bytes[is_send]
     total_bytes = float(np.cumsum(sends)[-1]) if len(sends) else 0.0
+    sent = np.bincount(c.rank[is_send], sends, minlength=n).tolist()
     makespan = trace.makespan_s
     compute, exposed, flops = compute.tolist(), exposed.tolist(), flops.tolist()
     mem = trace.meta.get("peak_mem_bytes")
     ranks = [RankMetrics(r, compute[r], comm[r], exposed[r],
                          max(0.0, makespan - compute[r] - exposed[r]), flops[r],
-                         int(mem[r]) if isinstance(mem, list) and len(mem) == n else None)
+                         int(mem[r]) if isinstance(mem, list) and len(mem) == n else None, sent[r])
              for r in range(n)]
     mean_compute = sum(compute) / n
     total_flops = sum(flops)
@@ -152,3 +164,105 @@ def step_durations(trace: Trace) -> dict[tuple[int, int], float]:
     first[1:] = rank[1:] != rank[:-1]
     prev = np.where(first, t0, np.roll(end, 1))
     return dict(zip(zip(rank.tolist(), step.tolist()), (end - prev).tolist()))
+
+
+KIND_LABELS = {"kv": "K/V ring", "dkv": "dK/dV ring", "ag": "all-gather", "rs": "reduce-scatter",
+               "a2a": "all-to-all"}
+EXPOSED_SHARE = 0.05
+"""Exposed communication above this share of the makespan is what `explain` names first."""
+IMBALANCE = 1.10
+"""Then a load imbalance above this."""
+COMPUTE_BOUND = 0.90
+"""Then compute-bound when the busiest GPU computes at least this share of the makespan."""
+NIC_BUSY = 0.5
+"""A NIC busy this share of the makespan, while no GPU is compute-bound, is named."""
+ACROSS_NODES = 0.5
+"""A kind of transfer is NIC-limited when more than this share of its time is on flows
+between nodes."""
+
+
+def scheme_row(scheme: str, variant: str, trace: Trace, m: Metrics) -> dict[str, Any]:
+    """One row of a comparison of schemes, with the numbers `explain` reads: the worst
+    rank's exposed communication by kind, each kind's share of transfer time on flows
+    between nodes (from the trace's `gpus_per_node`), bytes sent and peak memory per GPU
+    (the largest), and the GPU's memory."""
+    c = trace.columns
+    n = trace.world_size
+    worst = max(m.ranks, key=lambda r: r.exposed_comm_s).rank if m.ranks else 0
+    exposed = (c.stream == WAIT) & (c.kind != IDLE) & (c.rank == worst)
+    by_kind = np.bincount(c.kind[exposed], (c.end_s - c.start_s)[exposed], minlength=len(KIND_NAMES))
+    send = c.stream == SEND
+    per_node = int(trace.hardware.get("gpus_per_node", n) or n)
+    between = send & (c.rank // per_node != c.peer // per_node)
+    dur = c.end_s - c.start_s
+    # each NIC's time carrying at least one flow, per direction: sends between nodes
+    # leave through the sender's NIC, receives arrive through the receiver's
+    nics = int(trace.hardware.get("nics_per_node") or per_node)
+    moving = ((c.stream == SEND) | (c.stream == RECV)) & (c.peer >= 0)
+    moving &= c.rank // per_node != np.maximum(c.peer, 0) // per_node
+    nic = (c.rank // per_node) * nics + (c.rank % per_node) // max(per_node // nics, 1)
+    port = nic[moving] * 2 + (c.stream[moving] == RECV)
+    busy = _union_lengths(port, c.start_s[moving], c.end_s[moving], int(port.max(initial=-1)) + 1)
+    total = np.bincount(c.kind[send], dur[send], minlength=len(KIND_NAMES))
+    across = np.bincount(c.kind[between], dur[between], minlength=len(KIND_NAMES))
+    mem = [r.peak_mem_bytes for r in m.ranks if r.peak_mem_bytes is not None]
+    gpu = trace.hardware.get("gpu", {})
+    row = {
+        "scheme": scheme, "variant": variant,
+        **{k: v for k, v in m.to_dict().items() if k != "ranks"},
+        "exposed_comm_s": max((r.exposed_comm_s for r in m.ranks), default=0.0),
+        "exposed_by_kind_s": {k: float(by_kind[KIND_NAMES.index(k)]) for k in TRANSFER_KINDS
+                              if by_kind[KIND_NAMES.index(k)] > 0},
+        "across_nodes_share": {k: float(across[KIND_NAMES.index(k)] / total[KIND_NAMES.index(k)])
+                               for k in TRANSFER_KINDS if total[KIND_NAMES.index(k)] > 0},
+        "compute_s": max((r.compute_s for r in m.ranks), default=0.0),
+        "busiest_nic_s": float(busy.max(initial=0.0)),
+        "bytes_sent_per_gpu": max(m.bytes_sent, default=0.0),
+        "peak_mem_bytes": max(mem) if mem else None,
+        "memory_bytes": gpu.get("memory_gb") * 1e9 if isinstance(gpu, dict) and gpu.get("memory_gb") else None,
+    }
+    row["explanation"] = explain(row)
+    return row
+
+
+def explain(row: dict[str, Any]) -> str:
+    """One sentence on what bounds a run, from the numbers of its `scheme_row`, in clauses:
+    exposed communication when it passes EXPOSED_SHARE of the makespan (its largest kind,
+    and "NIC-limited" when most of that kind's transfer time crosses nodes); a NIC busy
+    NIC_BUSY of the makespan while no GPU computes COMPUTE_BOUND of it (transfers queue
+    for the NIC, and a wait for a flow that has not started counts as idle, not exposed);
+    a load imbalance above IMBALANCE. Without any of these: compute-bound when the
+    busiest GPU computes COMPUTE_BOUND of the makespan (at what share of the kernel's best
+    rate), else waiting on peers. A warning comes first when the peak memory exceeds the
+    GPU's."""
+    makespan = row["makespan_s"]
+    if not makespan:
+        return "nothing to run"
+    exposed = row.get("exposed_by_kind_s") or {}
+    computing = row["compute_s"] / makespan
+    out = []
+    if exposed and row["exposed_comm_s"] >= EXPOSED_SHARE * makespan:
+        kind = max(exposed, key=exposed.get)
+        part = f"{KIND_LABELS[kind]} exposed {fmt_s(exposed[kind])} ({exposed[kind] / makespan:.0%} of the makespan)"
+        if row.get("across_nodes_share", {}).get(kind, 0.0) > ACROSS_NODES:
+            part += ", NIC-limited: most of its time is on flows between nodes"
+        out.append(part)
+    nic = row.get("busiest_nic_s") or 0.0
+    if nic >= NIC_BUSY * makespan and computing < COMPUTE_BOUND:
+        said = bool(out) and "NIC-limited" in out[-1]
+        out.append(("" if said else "NIC-limited: ") + f"the busiest NIC carries flows {nic / makespan:.0%} "
+                   "of the makespan, transfers queue for it")
+    if row["load_imbalance"] >= IMBALANCE:
+        out.append(f"causal imbalance {row['load_imbalance']:.2f}x" if out else
+                   f"causal imbalance: the busiest GPU computes {row['load_imbalance']:.2f}x the mean")
+    if not out and computing >= COMPUTE_BOUND:
+        part = f"compute-bound: {computing:.0%} of the makespan computing"
+        if row.get("efficiency") is not None:
+            part += f", at {row['efficiency'] / computing:.0%} of the kernel's best rate"
+        out.append(part)
+    elif not out:
+        out.append(f"waits on peers: the busiest GPU computes only {computing:.0%} of the makespan")
+    peak, capacity = row.get("peak_mem_bytes"), row.get("memory_bytes")
+    if peak is not None and capacity and peak > capacity:
+        out.insert(0, f"does not fit ({fmt_bytes(peak)} per GPU, {capacity / 1e9:g} GB)")
+    return "; ".join(out)

@@ -6,7 +6,11 @@ that resource's operations one at a time, in schedule order (the program order i
 which a rank posts them, as a communication stream does). An operation starts the
 moment its dependencies are done and its resource is free, and holds the resource for
 its duration: alpha + bytes / bandwidth for a transfer, the hardware model's block time
-for a compute. Because every queue has a fixed order, loosening a dependency can never
+for a compute. An operation that holds more resources (`extra_resources`: a flow holds
+its sender's port and its receiver's) plays in its first resource's process and also
+waits, for each resource it holds, for the operation before it (in schedule order)
+that held that resource: each resource still carries one operation at a time, in
+schedule order. Because every queue has a fixed order, loosening a dependency can never
 delay anything: overlap is never slower than lock-step exchange.
 
 The same fixed orders make start times a max-plus recurrence over the operations in
@@ -113,6 +117,8 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
     start = [0.0] * n_ops
     end = [0.0] * n_ops
     after = schedule.after_tuples()
+    if schedule.extra_resources is not None:
+        after = _with_resource_turns(schedule, after)
     remaining = [len(a) for a in after]
     dependents: list[list[int]] = [[] for _ in range(n_ops)]
     for op_id, deps in enumerate(after):
@@ -157,26 +163,50 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
     return start, end, env.events
 
 
+def _with_resource_turns(schedule: Schedule, after: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Each op's dependencies, plus, for every resource it holds, the op before it in
+    schedule order that held that resource (its turn on the resource)."""
+    res = schedule.resource_rows()
+    held = res >= 0
+    op = np.broadcast_to(np.arange(len(schedule)), res.shape)[held]
+    res = res[held]
+    order = np.lexsort((op, res))
+    op, res = op[order], res[order]
+    same = np.flatnonzero(res[1:] == res[:-1])
+    turns: list[list[int]] = [[] for _ in range(len(schedule))]
+    for i, prev in zip(op[same + 1].tolist(), op[same].tolist()):
+        turns[i].append(prev)
+    return [a + tuple(sorted(set(t) - set(a))) if t else a for a, t in zip(after, turns)]
+
+
 def times_waves(schedule: Schedule, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The max-plus recurrence, one wave at a time (sim.schedule: within a wave no op waits
     on another and no two share a resource, so the ops of a wave are independent).
 
-    Per op, as the event loop finds it: start = the later of its resource's free time
-    (the end of the resource's previous op) and its dependencies' ends, a max, exact in
+    Per op, as the event loop finds it: start = the latest of its resources' free times
+    (the end of each resource's previous op) and its dependencies' ends, a max, exact in
     any order; end = start + duration, or start for a zero-duration op (a skipped block
     still takes its turn in its stream: it waits for what it waits on).
     """
     n_ops = len(schedule)
     start = np.zeros(n_ops)
     end = np.zeros(n_ops + 1)   # end[NO_DEP], the last: waiting on nothing is ready at 0
-    free = np.zeros(schedule.n_resources)
-    resource, after = schedule.resource, schedule.after
+    free = np.zeros(schedule.n_resources + 1)   # free[-1]: no resource (an extra's padding)
+    resource, after, extra = schedule.resource, schedule.after, schedule.extra_resources
     # adding 0.0 to a time leaves it exactly as it is: one addition serves every op
     grow = np.where(dur > 0, dur, 0.0)
     bounds = schedule.wave_starts.tolist()
     for a, b in zip(bounds, bounds[1:]):
         res = resource[a:b]
         t = np.maximum(free[res], end[after[:, a:b]].max(axis=0, initial=0.0))
+        if extra is None:
+            start[a:b] = t
+            end[a:b] = free[res] = t + grow[a:b]
+            continue
+        more = extra[:, a:b]
+        t = np.maximum(t, free[more].max(axis=0, initial=0.0))
         start[a:b] = t
         end[a:b] = free[res] = t + grow[a:b]
+        free[more] = end[a:b]
+        free[-1] = 0.0
     return start, end[:n_ops]

@@ -278,3 +278,44 @@ def link_preset(name: str) -> LinkPreset:
         if key.lower() == name.lower():
             return p
     raise RingsimError(f"unknown link preset {name!r}; choose from {', '.join(LINK_PRESETS)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterPreset:
+    """A common kind of node: its GPUs, the link inside it and the NICs between nodes."""
+
+    name: str
+    gpu: str
+    """A GPU preset."""
+    link: str
+    """The link preset inside a node (each GPU's own port, per direction)."""
+    inter_link: str
+    """The link preset of one NIC (per direction)."""
+    gpus_per_node: int
+    nics_per_node: int
+    source: str
+
+
+CLUSTER_PRESETS: dict[str, ClusterPreset] = {p.name: p for p in [
+    ClusterPreset(name="dgx-h100", gpu="H100-SXM", link="nvlink4", inter_link="ib-ndr", gpus_per_node=8,
+                  nics_per_node=8,
+                  source="NVIDIA DGX H100 datasheet: 8x H100 SXM5 on NVLink 4 through NVSwitch (900 GB/s per GPU), "
+                         "8x single-port ConnectX-7 400 Gb/s InfiniBand NDR for the compute fabric (one per GPU)"),
+    ClusterPreset(name="dgx-a100", gpu="A100-SXM-80GB", link="nvlink3", inter_link="ib-hdr", gpus_per_node=8,
+                  nics_per_node=8,
+                  source="NVIDIA DGX A100 datasheet: 8x A100 SXM4 on NVLink 3 through NVSwitch (600 GB/s per GPU), "
+                         "8x single-port ConnectX-6 200 Gb/s InfiniBand HDR for the compute fabric (one per GPU)"),
+    ClusterPreset(name="pcie-a100", gpu="A100-SXM-80GB", link="pcie4", inter_link="ib-hdr", gpus_per_node=8,
+                  nics_per_node=2,
+                  source="an 8-GPU PCIe 4.0 server without NVLink: every GPU on its own x16 port (PCI-SIG PCIe 4.0, "
+                         "31.5 GB/s per direction), GPU-to-GPU traffic through PCIe switches taken as non-blocking; "
+                         "A100 compute from the SXM preset (the A100 80GB PCIe has the same 312 TFLOPS dense BF16 "
+                         "and 80 GB, at 1,935 GB/s: NVIDIA A100 datasheet); two HDR NICs per node, an assumption"),
+]}
+
+
+def cluster_preset(name: str) -> ClusterPreset:
+    for key, p in CLUSTER_PRESETS.items():
+        if key.lower() == name.lower():
+            return p
+    raise RingsimError(f"unknown cluster preset {name!r}; choose from {', '.join(CLUSTER_PRESETS)}")

@@ -20,25 +20,30 @@ from sim.trace import COLUMN_TYPES, COMPUTE, IDLE, KIND_NAMES, RECV, SEND, WAIT,
 # a schedule's kind codes as the trace's; the trace's idle after them
 _KIND_CODES = np.array([KIND_NAMES.index(k) for k in KINDS] + [IDLE], dtype=np.int8)
 _SCHED_IDLE = len(KINDS)
+# transfers in flight over the same interval: taken in the order of their kinds' names
+# (dK/dV before K/V, as the ring always had it)
+_TIE = np.argsort(np.argsort(np.array(KINDS + ("idle",))))
 
 
 def wait_pieces(t0: np.ndarray, t1: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                kinds: np.ndarray, flying: np.ndarray, idle: int, dkv: int
+                kinds: np.ndarray, flying: np.ndarray, idle: int, dkv: int,
+                tie: np.ndarray | None = None
                 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Split waits [t0, t1] (one per row) into exposed communication and idle.
 
     Row i waits on the transfers j where flying[i, j], each in flight over
-    [starts[i, j], ends[i, j]] with kind kinds[i, j]. Taking them by (start, end, kind:
-    `dkv` first), with t the end of the last piece (t0 at first), a transfer still in
-    flight after t covers [max(its start, t), min(its end, t1)] as exposed communication
-    of its kind, idle (kind `idle`) before it; what is left after the last is idle.
+    [starts[i, j], ends[i, j]] with kind kinds[i, j]. Taking them by (start, end, then
+    `tie`, smaller first, or when not given kind `dkv` first), with t the end of the last
+    piece (t0 at first), a transfer still in flight after t covers [max(its start, t),
+    min(its end, t1)] as exposed communication of its kind, idle (kind `idle`) before
+    it; what is left after the last is idle.
 
     Returns the pieces as (start, end, kind, row) arrays, zero-length pieces dropped, in
     the order: for each transfer position, the idle before it then it, and the idle last.
     """
     s = np.where(flying, np.maximum(starts, t0[:, None]), np.inf)
     e = np.where(flying, np.minimum(ends, t1[:, None]), np.inf)
-    order = np.lexsort((kinds != dkv, e, s), axis=-1)
+    order = np.lexsort((kinds != dkv if tie is None else tie, e, s), axis=-1)
     s, e, kinds, flying = (np.take_along_axis(x, order, -1) for x in (s, e, kinds, flying))
     rows = np.arange(len(t0))
     t = t0
@@ -153,8 +158,9 @@ def _compute_waits(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: n
     (op, schedule kind code, start, end) arrays, in the order of `ops`."""
     deps = np.take(schedule.after, ops, axis=1).T                       # (ops, width)
     flying = (deps != NO_DEP) & schedule.is_transfer[deps]   # a pad reads the last op: masked
-    pieces = wait_pieces(t0, start[ops], start[deps], end[deps], schedule.kind[deps], flying,
-                         _SCHED_IDLE, DKV)
+    kinds = schedule.kind[deps]
+    pieces = wait_pieces(t0, start[ops], start[deps], end[deps], kinds, flying, _SCHED_IDLE, DKV,
+                         tie=_TIE[kinds])
     # by row (the order of `ops`), each row's pieces in time order
     by_row = np.argsort(np.concatenate([row for _, _, _, row in pieces]), kind="stable")
     return (ops[np.concatenate([row for _, _, _, row in pieces])[by_row]],

@@ -7,16 +7,21 @@ Operations are numbered in schedule order, which is topological: `after` lists t
 one after another in schedule order (`compute_order[rank]`). A transfer starts once
 everything in its `after` is done and its link (src -> dst) is free; it occupies the
 link for its whole duration, and transfers on one link queue in schedule order.
+A scheme may name other resources (`resource`), and give an operation more than one
+(`extra_resources`: a flow between nodes holds its sender's NIC and its receiver's):
+an operation starts once each of its resources is free, in schedule order per
+resource, and holds them all for its duration.
 
 The schedule is held as columns (one numpy array per field, one entry per operation)
 so that a scheme can build it and the engine can play it a whole group of operations
 at a time. The groups are *waves*: contiguous id ranges in which no operation waits on
-another of the same wave and no two share a resource (a rank's compute stream or a
-directed link), so every operation of a wave can be timed at once from the earlier
-waves (sim.engine). A scheme that knows its waves (sim.ring: a step's computes and
-K/V hops, then its dK/dV hops) passes them; `Schedule.from_ops` finds them for any
-list of operations. The operations as named tuples (`ops`), which the SimPy player and
-tests read, are made from the columns on first use.
+another of the same wave and no two share a resource (a rank's compute stream, a
+directed link, a port), so every operation of a wave can be timed at once from the
+earlier waves (sim.engine). A scheme that knows its waves (sim.schemes.ring: a step's
+computes and K/V hops, then its dK/dV hops) passes them; `cut_waves` finds them for
+any columns (`ScheduleBuilder` uses it), `Schedule.from_ops` for any list of
+operations. The operations as named tuples (`ops`), which the SimPy player and tests
+read, are made from the columns on first use.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-KINDS = ("fwd", "bwd", "kv", "dkv")
-"""Operation kinds by code (the `kind` column): computes are 0 and 1, transfers 2 and 3."""
-FWD, BWD, KV, DKV = range(4)
+KINDS = ("fwd", "bwd", "kv", "dkv", "ag", "rs", "a2a")
+"""Operation kinds by code (the `kind` column): computes are 0 and 1, transfers from 2:
+a ring's K/V and dK/dV hops, and the flows of collectives (all-gather, reduce-scatter,
+all-to-all)."""
+FWD, BWD, KV, DKV, AG, RS, A2A = range(7)
 MASKS = ("full", "diagonal", "empty")
 """Block masks by code (the `mask` column); see sim.layouts.block_masks."""
 FULL, DIAGONAL, EMPTY = range(3)
@@ -61,7 +68,7 @@ class TransferOp(NamedTuple):
     src: int
     dst: int
     kind: str
-    """'kv' or 'dkv'."""
+    """'kv', 'dkv', 'ag', 'rs' or 'a2a'."""
     step: int
     kv_rank: int
     nbytes: int
@@ -111,6 +118,9 @@ class Schedule:
     link (src, dst) for a transfer."""
     resource_names: list[str] | None = None
     """A name per resource (derived with `resource` when not given)."""
+    extra_resources: np.ndarray | None = None
+    """(k, ops) int: more resources each operation holds while it runs, besides
+    `resource` (-1: none), such as the receiving port of a flow; None: none at all."""
     n_resources: int = field(init=False)
     _ops: list[ComputeOp | TransferOp] | None = field(default=None, init=False, repr=False)
 
@@ -124,8 +134,12 @@ class Schedule:
             if self.resource_names is None:
                 self.resource_names = ([f"GPU {r} compute" for r in range(n)]
                                        + [f"link {x // n}->{x % n}" for x in links.tolist()])
-        self.n_resources = int(self.resource.max(initial=n - 1)) + 1
+        top = int(self.resource.max(initial=n - 1))
+        if self.extra_resources is not None:
+            self.extra_resources = np.asarray(self.extra_resources).reshape(-1, len(self.kind))
+            top = max(top, int(self.extra_resources.max(initial=-1)))
         names = list(self.resource_names or [])
+        self.n_resources = max(top + 1, len(names))
         self.resource_names = names + [f"resource {i}" for i in range(len(names), self.n_resources)]
 
     def __len__(self) -> int:
@@ -209,9 +223,22 @@ class Schedule:
             raise ValueError("a dependency names no operation")
         if (real & (deps >= starts[wave])).any():
             raise ValueError("an operation waits on one of its own wave or a later one")
-        key = wave * self.n_resources + self.resource
-        if len(np.unique(key)) != n_ops:
+        res = self.resource_rows()
+        held = res >= 0
+        if ((res < -1) | (res >= self.n_resources)).any() or not held[0].all():
+            raise ValueError("an operation names no resource or one that does not exist")
+        ops = np.broadcast_to(np.arange(n_ops), res.shape)[held]
+        if len(np.unique(ops * self.n_resources + res[held])) != held.sum():
+            raise ValueError("an operation names one resource twice")
+        key = (np.broadcast_to(wave, res.shape) * self.n_resources + res)[held]
+        if len(np.unique(key)) != len(key):
             raise ValueError("two operations of one wave share a stream or other resource")
+
+    def resource_rows(self) -> np.ndarray:
+        """(1 + k, ops): each operation's resource, then its extra ones (-1: none)."""
+        if self.extra_resources is None:
+            return self.resource[None, :]
+        return np.vstack([self.resource[None, :], self.extra_resources])
 
     @classmethod
     def from_ops(cls, n_ranks: int, ops: Iterable[ComputeOp | TransferOp],
@@ -219,9 +246,10 @@ class Schedule:
         """The schedule of a list of operations (ids 0, 1, ... in order, dependencies first).
 
         `resources`, when given, names the resource of each operation (operations with
-        one name share it: several links through one NIC port, say); otherwise a compute
-        occupies its rank's stream and a transfer its link (src, dst). Waves are cut
-        greedily: a new one starts at the first operation that waits on one of the
+        one name share it: several links through one NIC port, say), or a tuple of names:
+        all the resources it holds, the first one the one it plays on; otherwise a
+        compute occupies its rank's stream and a transfer its link (src, dst). Waves are
+        cut greedily: a new one starts at the first operation that waits on one of the
         current wave or uses a resource the current wave already uses.
         """
         ops = list(ops)
@@ -244,10 +272,11 @@ class Schedule:
                 raise ValueError(f"operation {i} waits on {op.after}: dependencies must come first")
             compute = isinstance(op, ComputeOp)
             stream = (op.rank if compute else (op.src, op.dst)) if named is None else named[i]
-            if stream in in_wave or any(d >= wave_starts[-1] for d in op.after):
+            held = stream if isinstance(stream, tuple) and named is not None else (stream,)
+            if any(h in in_wave for h in held) or any(d >= wave_starts[-1] for d in op.after):
                 wave_starts.append(i)
                 in_wave.clear()
-            in_wave.add(stream)
+            in_wave.update(held)
             after[:len(op.after), i] = op.after
             values = {"kind": KINDS.index(op.kind), "step": op.step, "kv_rank": op.kv_rank,
                       "kv_chunks": sets.setdefault(op.kv_chunks, len(sets))}
@@ -265,13 +294,163 @@ class Schedule:
             wave_starts.append(n_ops)
         arrays = {name: np.array(v, dtype=np.float64 if name == "flops" else np.int64)
                   for name, v in cols.items()}
-        resource = resource_names = None
+        resource = resource_names = extra = None
         if named is not None:
-            resource_names = list(dict.fromkeys(named))
+            held = [name if isinstance(name, tuple) else (name,) for name in named]
+            resource_names = list(dict.fromkeys(h for hs in held for h in hs))
             index = {name: i for i, name in enumerate(resource_names)}
-            resource = np.array([index[name] for name in named], dtype=np.int64)
+            resource = np.array([index[hs[0]] for hs in held], dtype=np.int64)
+            k = max((len(hs) - 1 for hs in held), default=0)
+            if k:
+                extra = np.full((k, n_ops), -1, dtype=np.int64)
+                for i, hs in enumerate(held):
+                    extra[:len(hs) - 1, i] = [index[h] for h in hs[1:]]
         sched = cls(n_ranks=n_ranks, **arrays, chunk_sets=list(sets), after=after,
                     wave_starts=np.array(wave_starts, dtype=np.int64), resource=resource,
-                    resource_names=resource_names)
+                    resource_names=resource_names, extra_resources=extra)
         sched._ops = ops
         return sched
+
+
+def cut_waves(resources: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Wave starts for operations in schedule order (see the module docstring), cut
+    greedily as `Schedule.from_ops` cuts them: a wave ends before the first operation
+    that waits on one of it or holds a resource one of it holds.
+
+    resources: (k, ops), each operation's resources (-1: none); after: (width, ops),
+    dependencies (NO_DEP: none). Returns the starts and the end (ops).
+    """
+    n_ops = resources.shape[1]
+    if n_ops == 0:
+        return np.zeros(1, dtype=np.int64)
+    # conflict[i]: the latest earlier operation op i cannot share a wave with: its last
+    # dependency, or the last earlier holder of one of its resources
+    conflict = after.max(axis=0, initial=NO_DEP).astype(np.int64)
+    held = resources >= 0
+    op = np.broadcast_to(np.arange(n_ops), resources.shape)[held]
+    res = resources[held]
+    order = np.lexsort((op, res))
+    op, res = op[order], res[order]
+    prev = np.full(len(op), -1, dtype=np.int64)
+    same = res[1:] == res[:-1]
+    prev[1:][same] = op[:-1][same]
+    np.maximum.at(conflict, op, prev)
+    # the greedy scan starts a new wave at the first i with conflict[i] >= the current
+    # start s (such an i is after s: conflict[i] < i); first[s], that i for every s, is
+    # a suffix minimum, so the scan takes one step per wave
+    hit = conflict >= 0
+    first = np.full(n_ops + 1, n_ops, dtype=np.int64)
+    np.minimum.at(first, conflict[hit], np.flatnonzero(hit))
+    first = np.minimum.accumulate(first[::-1])[::-1]
+    starts = [0]
+    while starts[-1] < n_ops:
+        starts.append(int(first[starts[-1]]))
+    return np.array(starts, dtype=np.int64)
+
+
+class ScheduleBuilder:
+    """Builds a schedule group by group: each call adds a group of operations (arrays,
+    or scalars for what the group shares) and returns their ids; `build` cuts the waves
+    (`cut_waves`) and returns the Schedule. The schemes other than the ring build their
+    schedules with it."""
+
+    _COLUMNS = ("kind", "rank", "peer", "step", "kv_rank", "pairs", "flops", "mask", "q_tokens",
+                "kv_tokens", "nbytes", "q_chunks", "kv_chunks")
+
+    def __init__(self, n_ranks: int, resource_names: list[str]):
+        self.n_ranks = n_ranks
+        self.resource_names = list(resource_names)
+        self._groups: list[tuple[dict[str, np.ndarray], list[np.ndarray], list[np.ndarray]]] = []
+        self._sets: dict[tuple[int, ...], int] = {}
+        self.n_ops = 0
+
+    def chunk_set(self, chunks: Iterable[int]) -> int:
+        """The index of a set of chunk ids (the q_chunks / kv_chunks columns)."""
+        key = chunks if type(chunks) is tuple else tuple(map(int, chunks))
+        return self._sets.setdefault(key, len(self._sets))
+
+    def add(self, size: int, values: dict, after: Iterable, resources: Iterable) -> np.ndarray:
+        """`size` operations: `values` a value or an array for every column, `after` rows
+        of dependencies, `resources` rows (the one each plays on, then others, -1 none)."""
+        cols = {name: np.broadcast_to(np.asarray(values[name]), (size,)) for name in self._COLUMNS}
+        deps = [np.broadcast_to(np.asarray(a), (size,)) for a in after]
+        held = [np.broadcast_to(np.asarray(r), (size,)) for r in resources]
+        ids = np.arange(self.n_ops, self.n_ops + size, dtype=np.int64)
+        if any(((d >= ids) | (d < NO_DEP)).any() for d in deps):
+            raise ValueError("an operation must wait only on earlier ones")
+        self._groups.append((cols, deps, held))
+        self.n_ops += size
+        return ids
+
+    def computes(self, *, kind: int, rank, step, pairs, flops, mask, q_tokens, kv_tokens,
+                 q_chunks, kv_chunks, kv_rank=None, after: Iterable = ()) -> np.ndarray:
+        """Computes (on each rank's compute stream, resource `rank`); returns their ids."""
+        after = list(after)
+        size = _size(rank, step, pairs, flops, mask, q_tokens, kv_tokens, q_chunks, kv_chunks, *after)
+        values = dict(kind=kind, rank=rank, peer=-1, step=step, kv_rank=rank if kv_rank is None else kv_rank,
+                      pairs=pairs, flops=flops, mask=mask, q_tokens=q_tokens, kv_tokens=kv_tokens,
+                      nbytes=0, q_chunks=q_chunks, kv_chunks=kv_chunks)
+        return self.add(size, values, after, [rank])
+
+    def transfers(self, *, kind: int, src, dst, step, nbytes, resources, kv_chunks=-1,
+                  kv_rank=None, after: Iterable = ()) -> np.ndarray:
+        """Transfers src -> dst holding `resources` (a list of arrays: the one they play
+        on, then the others); returns their ids."""
+        after, resources = list(after), list(resources)
+        size = _size(src, dst, step, nbytes, kv_chunks, *resources, *after)
+        values = dict(kind=kind, rank=src, peer=dst, step=step, kv_rank=src if kv_rank is None else kv_rank,
+                      pairs=0, flops=0.0, mask=FULL, q_tokens=0, kv_tokens=0, nbytes=nbytes, q_chunks=-1,
+                      kv_chunks=kv_chunks)
+        return self.add(size, values, after, resources)
+
+    def take_in(self, flows: np.ndarray, dst: np.ndarray, *, kind: int, step, q_chunks: np.ndarray,
+                kv_chunks) -> np.ndarray:
+        """A zero-length compute per flow on its receiver's compute stream, each waiting on
+        its flow, in the order of the flows: the moments a rank takes in what it
+        received. A compute after them on the stream waits for every flow, and its wait
+        splits into exposed communication while a flow is in flight (sim.record), with
+        one dependency per operation however many flows a rank receives. Returns, per
+        rank, the id of its last one (NO_DEP where it received nothing).
+
+        q_chunks: per rank, the chunk set of its queries; kv_chunks: per flow, or one."""
+        flows, dst = np.asarray(flows, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        last = np.full(self.n_ranks, NO_DEP, dtype=np.int64)
+        if not len(flows):
+            return last
+        order = np.lexsort((flows, dst))
+        place = np.arange(len(order)) - np.searchsorted(dst[order], dst[order])
+        order = order[np.lexsort((dst[order], place))]      # the first of every rank, the second, ...
+        rank = dst[order]
+        ids = self.computes(kind=kind, rank=rank, step=step, pairs=0, flops=0.0, mask=EMPTY, q_tokens=0,
+                            kv_tokens=0, q_chunks=np.asarray(q_chunks)[rank],
+                            kv_chunks=np.broadcast_to(kv_chunks, flows.shape)[order], after=[flows[order]])
+        np.maximum.at(last, rank, ids)
+        return last
+
+    def build(self) -> Schedule:
+        groups = self._groups
+        cols = {name: np.concatenate([g[0][name] for g in groups]) if groups else np.zeros(0)
+                for name in self._COLUMNS}
+        arrays = {name: v.astype(np.float64 if name == "flops" else np.int64) for name, v in cols.items()}
+        width = max((len(g[1]) for g in groups), default=0)
+        after = np.full((width, self.n_ops), NO_DEP, dtype=np.int64)
+        k = max((len(g[2]) for g in groups), default=1)
+        held = np.full((k, self.n_ops), -1, dtype=np.int64)
+        at = 0
+        for _, deps, res in groups:
+            size = len(res[0])
+            for row, d in enumerate(deps):
+                after[row, at:at + size] = d
+            for row, r in enumerate(res):
+                held[row, at:at + size] = r
+            at += size
+        return Schedule(n_ranks=self.n_ranks, **arrays, chunk_sets=list(self._sets), after=after,
+                        wave_starts=cut_waves(held, after), resource=held[0],
+                        resource_names=self.resource_names,
+                        extra_resources=held[1:] if k > 1 else None)
+
+
+def _size(*values) -> int:
+    """The length of a group whose columns are these (arrays or scalars)."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v in values))
+    return shape[0] if shape else 1

@@ -9,12 +9,14 @@ where a person needs one record at a time (`Trace.spans`, made on first use).
 
 Streams and kinds:
 - compute: kind "fwd" or "bwd"; flops is the work done.
-- send / recv: kind "kv" (K and V of a shard) or "dkv" (the dK/dV accumulators);
-  a send and its matching recv share (kind, step, kv_chunks) and the pair of ranks.
-  `peer` names the other end.
-- wait: the compute stream blocked. kind "kv"/"dkv" while a transfer it needs is in
-  flight (exposed communication), kind "idle" for anything else (a late peer, the end
-  of the run). Both producers split a wait the same way (sim.record.wait_pieces).
+- send / recv: kind "kv" (K and V of a shard) or "dkv" (the dK/dV accumulators) on a
+  ring; "ag", "rs", "a2a" for a flow of an all-gather, a reduce-scatter or an
+  all-to-all; a send and its matching recv share (kind, step, kv_chunks) and the pair
+  of ranks. `peer` names the other end.
+- wait: the compute stream blocked. kind "kv"/"dkv"/"ag"/"rs"/"a2a" while a transfer it
+  needs is in flight (exposed communication), kind "idle" for anything else (a late
+  peer, the end of the run). Both producers split a wait the same way
+  (sim.record.wait_pieces).
 
 Files. Version 2 stores the columns: a `.json` file holds them as JSON arrays; any other
 name (`.npz` is the usual one) a zip of NumPy arrays, several times smaller and faster
@@ -43,14 +45,16 @@ READS = (1, 2)
 STREAMS = ("compute", "send", "recv", "wait")
 """Stream names by code (the `stream` column)."""
 COMPUTE, SEND, RECV, WAIT = range(4)
-KIND_NAMES = ("fwd", "bwd", "kv", "dkv", "idle")
-"""Span kind names by code (the `kind` column)."""
-FWD, BWD, KV, DKV, IDLE = range(5)
+KIND_NAMES = ("fwd", "bwd", "kv", "dkv", "idle", "ag", "rs", "a2a")
+"""Span kind names by code (the `kind` column); the collectives' kinds come after
+"idle", so that the codes of older files' kinds never changed."""
+FWD, BWD, KV, DKV, IDLE, AG, RS, A2A = range(8)
+TRANSFER_KINDS = ("kv", "dkv", "ag", "rs", "a2a")
 KINDS = {
     "compute": ("fwd", "bwd"),
-    "send": ("kv", "dkv"),
-    "recv": ("kv", "dkv"),
-    "wait": ("kv", "dkv", "idle"),
+    "send": TRANSFER_KINDS,
+    "recv": TRANSFER_KINDS,
+    "wait": TRANSFER_KINDS + ("idle",),
 }
 SOURCES = ("simulated", "measured")
 # A trace file larger than this is refused rather than parsed into memory; so is an
@@ -114,7 +118,7 @@ class SpanTable:
                 raise ValueError(f"column {name} must be one-dimensional, one entry per span")
             n = len(col)
             setattr(self, name, col)
-        self.chunk_sets = tuple(tuple(int(c) for c in s) for s in chunk_sets)
+        self.chunk_sets = tuple(tuple(map(int, s)) for s in chunk_sets)
 
     def __len__(self) -> int:
         return len(self.rank)

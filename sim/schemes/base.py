@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from sim.errors import RingsimError
+
 if TYPE_CHECKING:
     from sim.config import Scenario
     from sim.schedule import Schedule
@@ -59,6 +61,21 @@ class Scheme:
     block_map: Callable[["Trace"], BlockMap]
     check: Callable[["Scenario"], None] = field(default=lambda scenario: None)
     """Raise RingsimError, one line, for a configuration this scheme cannot run."""
+    settings: Callable[["Scenario"], dict[str, Any]] = field(default=lambda scenario: {})
+    """The scheme's own Scenario fields, resolved (for Scenario.describe and tables)."""
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "summary": self.summary}
+
+
+_SETTING_DEFAULTS = {"ulysses_degree": None, "ring_degree": None, "placement": "ulysses-inner",
+                     "head_groups": 1}
+_SETTING_FLAGS = {"ulysses_degree": "--ulysses-degree", "ring_degree": "--ring-degree",
+                  "placement": "--placement", "head_groups": "--head-groups"}
+
+
+def only_settings(scenario: "Scenario", scheme: str, *own: str) -> None:
+    """RingsimError if the scenario sets a scheme setting other than `own`."""
+    for name, default in _SETTING_DEFAULTS.items():
+        if name not in own and getattr(scenario, name) != default:
+            raise RingsimError(f"{_SETTING_FLAGS[name]} ({name}) does not apply to the {scheme} scheme")

@@ -21,6 +21,12 @@ receive both posted after the compute, on both ends), then the next compute.
 In fwdbwd, backward steps are numbered N..2N-1 and start on a rank once its forward
 is done.
 
+Each hop holds its directed link (r -> r+1). Across nodes (sim.topology) that is exact
+too: every rank sends to one rank and receives from one, and with ranks packed into
+nodes in order only one hop leaves each node and one enters it, so no two hops ever
+meet on a port or a NIC, shared or not; a hop between nodes runs at the NIC's speed
+(sim.config.Hardware.transfer_times_s).
+
 Operations are numbered step by step: the N computes of step k (rank 0 first), then
 its N K/V hops (none at the last step), then in backward its N dK/dV hops. Each group
 waits only on earlier steps or groups and uses each rank and each link once: a wave of
@@ -38,7 +44,7 @@ from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.layouts import (block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank,
                          get as get_layout)
 from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
-from sim.schemes.base import BlockMap, OpKind, Scheme
+from sim.schemes.base import BlockMap, OpKind, Scheme, only_settings
 from sim.trace import COMPUTE, Trace
 
 # the rows of the builder's table: the small integer columns of a schedule, then `after`
@@ -273,6 +279,11 @@ def block_map(trace: Trace) -> BlockMap:
                     value_label="ring step", axis_label=lay.chunk_axis)
 
 
+def _check(scenario: Scenario) -> None:
+    scenario.check_layout_chunks()
+    only_settings(scenario, "ring")
+
+
 SCHEME = Scheme(
     name="ring",
     summary="Ring Attention: queries stay, K/V blocks pass around a ring of N GPUs (N-1 hops)",
@@ -285,4 +296,5 @@ SCHEME = Scheme(
         "dkv": OpKind("dK/dV", "#8ab833", "#7fc9c9"),
     },
     block_map=block_map,
+    check=_check,
 )

@@ -223,20 +223,26 @@ def reference_durations(ops, hardware, workload):
 
 
 def reference_times(ops, dur, resources=None):
-    """Per op in schedule order: start at the later of the stream's free time and the
-    dependencies' ends; the stream is free again at the op's end. A stream is the
-    op's rank or link (src, dst), or the resource `resources` names for it."""
+    """Per op in schedule order: start at the latest of its streams' free times and the
+    dependencies' ends; each of its streams is free again at the op's end. A stream is
+    the op's rank or link (src, dst), or the resource `resources` names for it (a
+    tuple of names: every one the op holds)."""
     start, end, free = [0.0] * len(ops), [0.0] * len(ops), {}
     for op in ops:
         key = op.rank if isinstance(op, ComputeOp) else (op.src, op.dst)
         if resources is not None:
             key = resources[op.id]
-        t = free.get(key, 0.0)
+        keys = key if isinstance(key, tuple) and resources is not None else (key,)
+        t = 0.0
+        for k in keys:
+            t = max(t, free.get(k, 0.0))
         for d in op.after:
             if end[d] > t:
                 t = end[d]
         start[op.id] = t
-        end[op.id] = free[key] = t + dur[op.id] if dur[op.id] > 0 else t
+        end[op.id] = t + dur[op.id] if dur[op.id] > 0 else t
+        for k in keys:
+            free[k] = end[op.id]
     return start, end
 
 
@@ -341,8 +347,8 @@ def any_schedule(draw):
     ops = []
     for i in range(draw(st.integers(0, 40))):
         after = tuple(sorted(set(draw(st.lists(st.integers(0, i - 1), max_size=4))))) if i else ()
-        step, kind = draw(st.integers(0, 5)), draw(st.sampled_from(["fwd", "bwd", "kv", "dkv"]))
-        if kind in ("kv", "dkv") and n > 1:
+        step, kind = draw(st.integers(0, 5)), draw(st.sampled_from(["fwd", "bwd", "kv", "dkv", "ag", "rs", "a2a"]))
+        if kind not in ("fwd", "bwd") and n > 1:
             src, dst = draw(st.permutations(range(n)))[:2]
             ops.append(TransferOp(i, src, dst, kind, step, src, draw(st.sampled_from([0, 8, 64])),
                                   (src,), after))
@@ -353,3 +359,56 @@ def any_schedule(draw):
             ops.append(ComputeOp(i, r, "fwd" if kind == "fwd" else "bwd", step, (r + 1) % n,
                                  int(flops), flops, mask, 4, 4, (r,), ((r + 1) % n,), after))
     return n, ops
+
+
+# --- the schemes beyond the ring ------------------------------------------------------------
+
+def cluster(gpus_per_node=4, nics_per_node=None, tflops=1.0, nvlink_gbps=100.0, nic_gbps=10.0,
+            latency_us=2.0, nic_latency_us=5.0, overhead_us=0.0):
+    """Flat-rate GPUs in nodes: a fast link inside, slower NICs between."""
+    return Hardware(gpu=Gpu(name="test", achieved_tflops=tflops, launch_overhead_us=overhead_us),
+                    link=Link(bandwidth_gbps=nvlink_gbps, latency_us=latency_us),
+                    inter_link=Link(bandwidth_gbps=nic_gbps, latency_us=nic_latency_us),
+                    gpus_per_node=gpus_per_node, nics_per_node=nics_per_node)
+
+
+def resources_of(schedule):
+    """Each op's resources by name (the one it plays on first), as Schedule.from_ops takes them."""
+    names = schedule.resource_names
+    return [tuple(names[r] for r in col if r >= 0) for col in schedule.resource_rows().T.tolist()]
+
+
+def chunk_tokens(scheme, seq, n, ring=None, layout="zigzag"):
+    """The tokens of a compute's chunk set, written from DESIGN.md: allgather's 2N chunks
+    in token order; ulysses' one chunk (the whole sequence); a hybrid's chunks are its
+    ring's layout on `ring` ranks, a set being the chunks a ring rank holds."""
+    import numpy as np
+
+    if scheme == "allgather":
+        size = seq // (2 * n)
+        return lambda chunks: np.concatenate([np.arange(a * size, (a + 1) * size) for a in chunks])
+    if scheme == "ulysses" or ring == 1:
+        return lambda chunks: np.arange(seq)
+    toks, _ = _token_blocks(layout, seq, ring)
+    held = held_chunks(layout, ring)
+    return lambda chunks: toks[held.index(tuple(chunks))]
+
+
+def head_coverage(trace, tokens_of, seq, causal, head_dim, batch=1):
+    """Per compute kind, how many heads computed each (query, key) token pair: each compute
+    span covers its query tokens x key tokens under the mask, on as many heads as its FLOPs
+    pay for (4 d per pair and head, 2.5x backward), which must be a whole number."""
+    import numpy as np
+
+    cover = {}
+    for s in trace.spans:
+        if s.stream != "compute":
+            continue
+        q, k = tokens_of(s.q_chunks), tokens_of(s.kv_chunks)
+        mask = (k[None, :] <= q[:, None]) if causal else np.ones((q.size, k.size), dtype=bool)
+        per_head = (2.5 if s.kind == "bwd" else 1.0) * 4 * head_dim * batch * int(mask.sum())
+        heads = s.flops / per_head
+        assert heads == round(heads) and heads >= 1, (s, heads)
+        grid = cover.setdefault(s.kind, np.zeros((seq, seq), dtype=np.int64))
+        grid[np.ix_(q, k)] += int(round(heads)) * mask
+    return cover

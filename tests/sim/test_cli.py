@@ -21,7 +21,10 @@ def test_simulate_json_has_the_documented_fields(capsys):
         assert isinstance(d[key], float)
     assert [r["rank"] for r in d["ranks"]] == [0, 1, 2, 3]
     for r in d["ranks"]:
-        assert {"compute_s", "comm_s", "exposed_comm_s", "idle_s", "flops", "peak_mem_bytes"} <= r.keys()
+        assert {"compute_s", "comm_s", "exposed_comm_s", "idle_s", "flops", "peak_mem_bytes", "bytes_sent"} <= r.keys()
+    # bytes sent per rank: a zigzag ring sends (N-1) K/V shards, 2 * 8 heads * 2048 tokens * 128 * 2 B
+    assert d["bytes_sent"] == [3 * 2 * 8 * 2048 * 128 * 2] * 4
+    assert d["total_bytes"] == sum(d["bytes_sent"])
 
 
 def test_overrides_replace_the_presets(capsys):
@@ -68,9 +71,63 @@ def test_compare_lists_every_layout_with_and_without_overlap(capsys):
     (["simulate", "--gpus", "two"], "invalid int"),
     (["simulate", "--bogus"], "unrecognized"),
     (["simulate", "--profile", "/nonexistent/profile.json"], "profile"),
+    (["simulate", "--scheme", "ulysses", "--gpus", "3", "--seq", "3072"], "does not divide the 32 query heads"),
+    (["simulate", "--scheme", "hybrid", "--gpus", "8", "--ulysses-degree", "4", "--ring-degree", "4"],
+     "not the 8 GPUs"),
+    (["simulate", "--scheme", "hybrid", "--gpus", "8", "--ulysses-degree", "3"], "does not divide the 8 GPUs"),
+    (["simulate", "--scheme", "allgather", "--head-groups", "3"], "must divide the 8 K/V heads"),
+    (["simulate", "--scheme", "allgather", "--gpus", "12", "--seq", "12288"], "whole nodes"),
+    (["simulate", "--scheme", "ring", "--ulysses-degree", "2"], "does not apply to the ring scheme"),
+    (["simulate", "--gpus-per-node", "8", "--nics-per-node", "3"], "must divide gpus_per_node"),
+    (["simulate", "--cluster", "abacus"], "unknown cluster preset"),
+    (["compare", "--schemes", "ring,tree"], "unknown scheme 'tree'"),
 ])
 def test_bad_input_is_one_line_and_status_2(capsys, argv, match):
     code, out, err = run(capsys, *argv)
     assert code == 2
     assert match in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_simulate_runs_every_scheme_across_nodes(capsys):
+    for scheme in ("allgather", "ulysses", "hybrid"):
+        code, out, _ = run(capsys, "simulate", "--scheme", scheme, "--gpus", "16", "--seq", "32768",
+                           "--cluster", "dgx-h100", "--json")
+        d = json.loads(out)
+        assert code == 0 and d["scheme"] == scheme and len(d["bytes_sent"]) == 16
+        assert d["scenario"]["scheme"] == scheme
+    code, out, _ = run(capsys, "simulate", "--scheme", "hybrid", "--gpus", "16", "--seq", "32768",
+                       "--gpus-per-node", "8", "--inter-link", "ib-ndr", "--placement", "ring-inner", "--json")
+    assert json.loads(out)["scenario"]["placement"] == "ring-inner"
+
+
+def test_cluster_presets_set_the_hardware_and_flags_override_them(capsys):
+    from sim.cli import build_parser, hardware_from_args
+
+    a = build_parser().parse_args(["simulate", "--cluster", "dgx-a100", "--nic-gbps", "12.5"])
+    hw = hardware_from_args(a)
+    assert (hw.gpu.name, hw.link.name, hw.inter_link.name, hw.gpus_per_node, hw.nics_per_node) == (
+        "A100-SXM-80GB", "nvlink3", "ib-hdr", 8, 8)
+    assert hw.inter_link.bandwidth_gbps == 12.5
+    a = build_parser().parse_args(["simulate", "--cluster", "pcie-a100", "--gpus-per-node", "4", "--nics-per-node", "4"])
+    hw = hardware_from_args(a)
+    assert (hw.link.name, hw.gpus_per_node, hw.nics_per_node) == ("pcie4", 4, 4)
+
+
+def test_compare_all_schemes_lists_every_scheme_and_names_the_fastest(capsys):
+    code, out, _ = run(capsys, "compare", "--schemes", "all", "--gpus", "8", "--seq", "16384", "--json")
+    d = json.loads(out)
+    assert code == 0
+    rows = d["rows"]
+    assert [r["scheme"] for r in rows] == ["ring"] * 3 + ["allgather"] * 2 + ["hybrid", "ulysses"]
+    fastest = min(rows, key=lambda r: r["makespan_s"])
+    assert d["fastest"] == [fastest["scheme"], fastest["variant"]]
+    for r in rows:
+        assert r["explanation"] and r["bytes_sent_per_gpu"] > 0 and r["peak_mem_bytes"] > 0
+    code, out, _ = run(capsys, "compare", "--schemes", "all", "--gpus", "8", "--seq", "16384")
+    assert code == 0 and out.count("\n") >= 10 and "fastest:" in out
+    # a scheme the configuration refuses is a row saying why
+    code, out, _ = run(capsys, "compare", "--schemes", "ulysses,ring", "--gpus", "64", "--seq", "65536", "--json")
+    rows = json.loads(out)["rows"]
+    assert [r["scheme"] for r in rows] == ["ring"] * 3 + ["ulysses"]
+    assert "does not divide the 32 query heads" in rows[-1]["refused"]

@@ -16,7 +16,7 @@ sent 160.
 
 import pytest
 
-from sim.metrics import comparison_row, compute_metrics, step_durations, union_length
+from sim.metrics import comparison_row, compute_metrics, explain, scheme_row, step_durations, union_length
 from sim.trace import Span, Trace
 
 
@@ -51,6 +51,7 @@ def test_every_metric_of_the_hand_built_trace(shift, shuffle, source):
     assert m.load_imbalance == pytest.approx(1.2)
     assert m.overlap_efficiency == pytest.approx(1 - 3.5 / 6)
     assert m.total_flops == 20.0 and m.total_bytes == 160.0
+    assert m.bytes_sent == [100.0, 60.0]
     assert m.ideal_s == pytest.approx(2.5) and m.efficiency == pytest.approx(0.5)
 
 
@@ -86,3 +87,70 @@ def test_union_length(intervals, length):
 def test_step_durations_run_from_the_previous_computed_step():
     got = step_durations(two_ranks(shift=10.0, shuffle=True))
     assert got == pytest.approx({(0, 0): 2.0, (0, 1): 3.0, (1, 0): 1.0, (1, 1): 3.0})
+
+
+def row(**kw):
+    base = dict(makespan_s=10.0, exposed_comm_s=0.0, exposed_by_kind_s={}, across_nodes_share={},
+                load_imbalance=1.0, compute_s=9.5, efficiency=0.76, peak_mem_bytes=1e9, memory_bytes=80e9)
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize("numbers,sentence", [
+    # exposed communication above 5% of the makespan: its largest kind, NIC-limited when
+    # most of that kind's time crosses nodes
+    (dict(exposed_comm_s=2.0, exposed_by_kind_s={"a2a": 1.5, "kv": 0.5}, across_nodes_share={"a2a": 0.8}),
+     "all-to-all exposed 1.500 s (15% of the makespan), NIC-limited: most of its time is on flows between nodes"),
+    (dict(exposed_comm_s=2.0, exposed_by_kind_s={"ag": 2.0}, across_nodes_share={"ag": 0.5}),
+     "all-gather exposed 2.000 s (20% of the makespan)"),
+    (dict(exposed_comm_s=1.0, exposed_by_kind_s={"kv": 1.0}, load_imbalance=1.8),
+     "K/V ring exposed 1.000 s (10% of the makespan); causal imbalance 1.80x"),
+    # below 5%: the imbalance, else compute-bound at the share of the best rate (0.76 / 0.95)
+    (dict(exposed_comm_s=0.4, exposed_by_kind_s={"kv": 0.4}, load_imbalance=1.86),
+     "causal imbalance: the busiest GPU computes 1.86x the mean"),
+    (dict(), "compute-bound: 95% of the makespan computing, at 80% of the kernel's best rate"),
+    (dict(compute_s=6.0), "waits on peers: the busiest GPU computes only 60% of the makespan"),
+    # a NIC busy half the makespan or more while no GPU is compute-bound
+    (dict(compute_s=5.0, busiest_nic_s=5.0),
+     "NIC-limited: the busiest NIC carries flows 50% of the makespan, transfers queue for it"),
+    (dict(compute_s=9.0, busiest_nic_s=9.0), "compute-bound: 90% of the makespan computing, at 84% of the "
+                                             "kernel's best rate"),
+    (dict(compute_s=5.0, busiest_nic_s=6.0, exposed_comm_s=1.0, exposed_by_kind_s={"a2a": 1.0},
+          across_nodes_share={"a2a": 1.0}),
+     "all-to-all exposed 1.000 s (10% of the makespan), NIC-limited: most of its time is on flows between "
+     "nodes; the busiest NIC carries flows 60% of the makespan, transfers queue for it"),
+    (dict(peak_mem_bytes=100e9), "does not fit (93.13 GiB per GPU, 80 GB); compute-bound: 95% of the makespan "
+                                 "computing, at 80% of the kernel's best rate"),
+])
+def test_the_explanation_follows_from_the_numbers(numbers, sentence):
+    assert explain(row(**numbers)) == sentence
+
+
+def test_an_all_to_all_across_nodes_is_explained_as_nic_limited():
+    from sim.config import Scenario, Workload
+    from sim.engine import simulate
+    from tests.sim.reference import cluster
+
+    hw = cluster(gpus_per_node=4, tflops=100.0, nvlink_gbps=500.0, nic_gbps=1.0)
+    trace = simulate(Scenario(workload=Workload(seq=8 * 512, heads=8, kv_heads=8, head_dim=16), hardware=hw,
+                              n_gpus=8, scheme="ulysses"))
+    r = scheme_row("ulysses", "degree 8", trace, compute_metrics(trace))
+    assert r["across_nodes_share"]["a2a"] > 0.9 and r["exposed_comm_s"] > 0.5 * r["makespan_s"]
+    assert r["explanation"].startswith("all-to-all exposed") and "NIC-limited" in r["explanation"]
+    assert r["bytes_sent_per_gpu"] == max(compute_metrics(trace).bytes_sent)
+
+
+def test_a_shared_nic_is_explained_by_how_long_it_is_busy():
+    """One NIC for 4 GPUs: a Ulysses all-to-all across two nodes queues 16 flows on it."""
+    from sim.config import Scenario, Workload
+    from sim.engine import simulate
+    from tests.sim.reference import cluster
+
+    hw = cluster(gpus_per_node=4, nics_per_node=1, tflops=100.0, nvlink_gbps=500.0, nic_gbps=1.0,
+                 nic_latency_us=0.0)
+    w = Workload(seq=8 * 512, heads=8, kv_heads=8, head_dim=16)
+    trace = simulate(Scenario(workload=w, hardware=hw, n_gpus=8, scheme="ulysses"))
+    r = scheme_row("ulysses", "degree 8", trace, compute_metrics(trace))
+    # 16 flows of Q, K, V each way through each NIC, then 16 of the output: busy back to back
+    flow_in, flow_out = 512 * 3 * 16 * 2 / 1e9, 512 * 1 * 16 * 2 / 1e9
+    assert r["busiest_nic_s"] == pytest.approx(16 * (flow_in + flow_out), rel=1e-9)
+    assert "the busiest NIC carries flows" in r["explanation"]

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from sim.config import Workload
 from sim.engine import play, simulate
-from sim.schedule import ComputeOp, Schedule, TransferOp
+from sim.schedule import ComputeOp, Schedule, TransferOp, cut_waves
 from tests.sim.reference import (LAYOUTS, any_schedule, hardware, reference_trace_spans,
                                  scenario)
 
@@ -60,6 +60,44 @@ def test_transfers_sharing_a_resource_play_the_same_on_both_players(case, ports,
     assert play(schedule, hw, w, player="simpy").spans == want
 
 
+@settings(max_examples=150, deadline=None)
+@given(case=any_schedule(), ports=st.integers(1, 4), data=st.data())
+def test_operations_holding_several_shared_resources_play_as_the_reference(case, ports, data):
+    """A flow holds its sender's port and its receiver's (a NIC each, say), and ports are
+    shared: an op starts when every resource it holds is free, in schedule order per
+    resource. The wave player, SimPy and the per-op reference agree bit for bit."""
+    n, ops = case
+    resources = []
+    for op in ops:
+        own = f"GPU {op.rank} compute" if isinstance(op, ComputeOp) else f"port {data.draw(st.integers(0, ports - 1))} out"
+        more = data.draw(st.lists(st.sampled_from([f"port {p} in" for p in range(ports)] + ["GPU 0 compute"]),
+                                  max_size=2, unique=True))
+        resources.append(tuple([own] + [m for m in more if m != own]))
+    hw = hardware(tflops=1e-3, gbps=0.01, latency_us=1.0, overhead_us=data.draw(st.sampled_from([0.0, 2.0])))
+    w = Workload()
+    schedule = Schedule.from_ops(n, ops, resources)
+    schedule.check()
+    held = [tuple(schedule.resource_names[r] for r in col if r >= 0) for col in schedule.resource_rows().T]
+    assert held == resources
+    want = reference_trace_spans(ops, n, hw, w, resources)
+    assert play(schedule, hw, w, player="recurrence").spans == want
+    assert play(schedule, hw, w, player="simpy").spans == want
+    # the waves cut from the columns are those cut from the operations
+    assert cut_waves(schedule.resource_rows(), schedule.after).tolist() == schedule.wave_starts.tolist()
+
+
+def test_a_flow_waits_for_the_receiving_port_as_well_as_the_sending_one():
+    # 0 -> 2 and 1 -> 2 leave through different ports but enter through one: they queue
+    ops = [TransferOp(0, 0, 2, "a2a", 0, 0, 1000, (0,), ()), TransferOp(1, 1, 2, "a2a", 0, 1, 1000, (1,), ())]
+    hw = hardware(gbps=1e-3, latency_us=0.0)          # 1 ms per 1000 bytes
+    shared = Schedule.from_ops(3, ops, [("0 out", "2 in"), ("1 out", "2 in")])
+    assert shared.wave_starts.tolist() == [0, 1, 2]
+    for player in ("recurrence", "simpy"):
+        trace = play(shared, hw, Workload(), player=player)
+        sends = sorted((s.start_s, s.end_s) for s in trace.spans if s.stream == "send")
+        assert [t for span in sends for t in span] == pytest.approx([0.0, 1e-3, 1e-3, 2e-3])
+
+
 def test_two_links_through_one_port_queue_behind_each_other():
     # rank 0 -> 1 and rank 2 -> 1 both enter through one port: the second waits
     ops = [TransferOp(0, 0, 1, "kv", 0, 0, 1000, (0,), ()), TransferOp(1, 2, 1, "kv", 0, 2, 1000, (2,), ())]
@@ -72,3 +110,35 @@ def test_two_links_through_one_port_queue_behind_each_other():
         assert sends == pytest.approx([0.0, 1e-3, 1e-3, 2e-3])
     sends = sorted(t for s in apart.spans if s.stream == "send" for t in (s.start_s, s.end_s))
     assert sends == pytest.approx([0.0, 0.0, 1e-3, 1e-3])
+
+
+@settings(max_examples=60, deadline=None)
+@given(scheme=st.sampled_from(["allgather", "ulysses", "hybrid", "ring"]), per_node=st.sampled_from([1, 2, 4]),
+       nodes=st.integers(1, 3), nic_share=st.sampled_from([1, 2, 4]), causal=st.booleans(),
+       pass_=st.sampled_from(["fwd", "bwd", "fwdbwd"]), groups=st.sampled_from([1, 2]),
+       placement=st.sampled_from(["ulysses-inner", "ring-inner"]), gbps=st.sampled_from([0.01, 1.0, 100.0]))
+def test_scheme_schedules_with_shared_nics_play_the_same_on_both_players_and_the_reference(
+        scheme, per_node, nodes, nic_share, causal, pass_, groups, placement, gbps):
+    """Flows between nodes meet on NICs shared by several GPUs: the wave player, SimPy and
+    the per-op reference (each op holding all its resources) give one trace."""
+    from hypothesis import assume
+
+    from sim.config import Scenario
+    from sim.errors import RingsimError
+    from sim.schemes import get
+    from tests.sim.reference import cluster, resources_of
+
+    n = per_node * nodes
+    hw = cluster(gpus_per_node=per_node, nics_per_node=max(per_node // nic_share, 1), tflops=1e-3,
+                 nvlink_gbps=gbps, nic_gbps=gbps / 5, overhead_us=1.0)
+    w = Workload(seq=16 * n, heads=4, kv_heads=2, head_dim=4, causal=causal, pass_=pass_)
+    settings_ = {"allgather": dict(head_groups=groups), "hybrid": dict(placement=placement)}.get(scheme, {})
+    try:
+        sc = Scenario(workload=w, hardware=hw, n_gpus=n, scheme=scheme, **settings_)
+    except RingsimError:
+        assume(False)
+    schedule = get(scheme).build_schedule(sc)
+    schedule.check()
+    want = reference_trace_spans(schedule.ops, n, hw, w, resources_of(schedule))
+    assert play(schedule, hw, w, player="recurrence").spans == want
+    assert play(schedule, hw, w, player="simpy").spans == want

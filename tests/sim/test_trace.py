@@ -219,3 +219,22 @@ def test_unreadable_file_is_one_error(tmp_path):
     (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(RingsimError, match="cannot read"):
         Trace.load(tmp_path / "bin.json")
+
+
+def test_traces_of_collectives_round_trip_and_their_kinds_are_checked(tmp_path):
+    from sim.config import Hardware, Link
+
+    hw = Hardware(inter_link=Link.preset("ib-ndr"), gpus_per_node=2)
+    for scheme in ("allgather", "ulysses"):
+        trace = simulate(Scenario(workload=Workload(seq=4096, pass_="fwdbwd"), hardware=hw, n_gpus=4, scheme=scheme))
+        kinds = {s.kind for s in trace.spans}
+        assert kinds & {"ag", "rs", "a2a"}
+        for name in ("t.json", "t.trace.npz"):
+            path = tmp_path / f"{scheme}-{name}"
+            trace.save(path)
+            assert Trace.load(path).spans == trace.spans
+    d = trace.to_dict()
+    comp = d["columns"]["stream"].index(0)
+    d["columns"]["kind"][comp] = d["kinds"].index("a2a")       # a compute span of kind a2a
+    with pytest.raises(RingsimError, match="not valid on its stream"):
+        Trace.from_dict(json.loads(json.dumps(d)))

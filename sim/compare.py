@@ -1,0 +1,67 @@
+"""Schemes side by side: every scheme (and ring layout) on one workload and cluster, each
+run summarized by sim.metrics.scheme_row (makespan, exposed communication, bytes and
+memory per GPU, and the sentence of what bounds it). `ringsim compare --schemes` prints
+these rows; anything else (the dashboard) can call `compare_scheme_rows` the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from sim.config import LAYOUTS, PLACEMENTS, Scenario
+from sim.errors import RingsimError
+from sim.schemes import names as scheme_names
+
+
+def scheme_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]]:
+    """What `compare --schemes` runs for each scheme: (scheme, variant, Scenario changes).
+    ring: each layout, overlap on; allgather: one gather, and pipelined per K/V head;
+    ulysses: every GPU; hybrid: its default degrees, both placements when they differ."""
+    w, hw, n = scenario.workload, scenario.hardware, scenario.n_gpus
+    plain = dict(ulysses_degree=None, ring_degree=None, placement="ulysses-inner", head_groups=1)
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for scheme in scheme_names():
+        if scheme == "ring":
+            out += [("ring", layout, dict(plain, layout=layout, overlap=True)) for layout in LAYOUTS]
+        elif scheme == "allgather":
+            out.append(("allgather", "one gather", dict(plain)))
+            if w.kv_heads > 1:
+                out.append(("allgather", f"{w.kv_heads} head groups", dict(plain, head_groups=w.kv_heads)))
+        elif scheme == "ulysses":
+            out.append(("ulysses", f"degree {n}", dict(plain)))
+        elif scheme == "hybrid":
+            from sim.schemes.hybrid import degrees
+
+            try:
+                u, r = degrees(scenario.with_(scheme="ring", **plain))
+            except RingsimError:
+                u, r = 1, n
+            spans_nodes = n > hw.gpus_per_node
+            for placement in PLACEMENTS if spans_nodes else PLACEMENTS[:1]:
+                out.append(("hybrid", f"{u} x {r} {placement}" if spans_nodes else f"{u} x {r}",
+                            dict(plain, ulysses_degree=u, ring_degree=r, placement=placement)))
+        else:
+            out.append((scheme, "", dict(plain)))
+    return out
+
+
+def compare_scheme_rows(scenario: Scenario, hardware=None, schemes: Sequence[str] | None = None
+                        ) -> list[dict[str, Any]]:
+    """A `sim.metrics.scheme_row` for every variant of `schemes` (all when None); a
+    variant the configuration refuses gets a row with its reason (`refused`)."""
+    from sim.engine import simulate
+    from sim.metrics import compute_metrics, scheme_row
+
+    out = []
+    for scheme, variant, changes in scheme_variants(scenario):
+        if schemes is not None and scheme not in schemes:
+            continue
+        try:
+            sc = scenario.with_(scheme=scheme, **changes)
+        except RingsimError as e:
+            out.append({"scheme": scheme, "variant": variant, "refused": str(e)})
+            continue
+        trace = simulate(sc, hardware, player="recurrence")
+        out.append(scheme_row(scheme, variant, trace, compute_metrics(trace)))
+        del trace
+    return out

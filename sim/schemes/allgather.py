@@ -1,0 +1,272 @@
+"""All-gather context parallelism (Llama 3; torch `context_parallel`'s "allgather"
+rotation): DESIGN.md, "Beyond the ring".
+
+Tokens are cut into 2N chunks of c = S/(2N); rank i holds chunks i and 2N-1-i (the
+zigzag layout, as Llama 3 does), so the causal work is the same on every rank. K and V
+are all-gathered (sim.topology: a ring inside the node, with a ring across nodes first
+when the GPUs span several), then each rank attends its queries against the gathered
+K/V under the mask: per query chunk a, causal, one dense call against chunks 0..a-1
+(c x a*c keys) and one diagonal call against chunk a (c x c), the two parts a fused
+kernel runs at different rates (sim.kernel_model); without the mask, one dense call of
+its 2c queries against all S keys.
+
+The all-gather is exposed: nothing overlaps it, unless the work is pipelined over
+`head_groups` G (G divides H_kv): K/V are gathered and attended group by group
+(H_kv/G K/V heads and their H/G query heads at a time), the gather of group h+1 running
+behind the compute of group h (double-buffered: it also waits until group h-1's
+compute has freed its buffer, at both ends). Only the first group's gather is exposed
+when the compute of a group outlasts the gather of the next.
+
+Backward: K/V are gathered again (the forward keeps nothing S-sized), each group's dQ,
+dK, dV computed (2.5x the forward FLOPs), and the dK/dV partial sums reduce-scattered
+back to the ranks that hold those tokens (fp32, the accumulation dtype, as the ring's
+dK/dV), the reduce-scatter of group h behind the compute of group h+1. A pass ends on a
+rank when its reduced dK/dV have arrived.
+
+A rank takes in what it receives as zero-length operations on its compute stream
+(sim.schedule.ScheduleBuilder.take_in): the wait for the gather is exposed all-gather
+communication. Every rank sends (N-1) blocks of K/V: the ring's volume, received at
+once instead of behind the compute; every rank holds the whole K/V (two groups of it
+when pipelined), so its memory grows with S, not S/N.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario
+from sim.errors import RingsimError
+from sim.layouts import get as get_layout
+from sim.schedule import AG, BWD, DIAGONAL, EMPTY, FULL, FWD, NO_DEP, RS, Schedule, ScheduleBuilder
+from sim.schemes.base import BlockMap, OpKind, Scheme, only_settings
+from sim.topology import Topology
+from sim.trace import COMPUTE, Trace
+
+PHASES = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}
+
+
+def triangle_pairs(c: int, granularity: str, tile: int) -> int:
+    """Pairs a causal c x c diagonal block computes: exact, or in whole tiles (a tile on
+    the diagonal costs its whole area)."""
+    if granularity != "tile":
+        return c * (c + 1) // 2
+    sizes = np.full(c // tile, tile, dtype=np.int64)
+    if c % tile:
+        sizes = np.append(sizes, c % tile)
+    return int((sizes.sum() ** 2 + (sizes ** 2).sum()) // 2)
+
+
+def _pieces(scenario: Scenario) -> dict[str, np.ndarray]:
+    """The kernel calls of every rank (rows: the call's place on its rank, columns: rank),
+    per head group: pairs, mask, extent, query and key chunks."""
+    w, n = scenario.workload, scenario.n_gpus
+    c = w.seq // (2 * n)
+    r = np.arange(n)
+    if not w.causal:
+        return {"pairs": np.full((1, n), (2 * c) * w.seq, dtype=np.int64), "mask": np.full((1, n), FULL),
+                "q_tokens": np.full((1, n), 2 * c), "kv_tokens": np.full((1, n), w.seq),
+                "q": [[(int(i), 2 * n - 1 - int(i)) for i in r]], "kv": [[tuple(range(2 * n))] * n]}
+    tri = triangle_pairs(c, scenario.granularity, scenario.tile)
+    rows = {k: [] for k in ("pairs", "mask", "q_tokens", "kv_tokens", "q", "kv")}
+    for a in (r, 2 * n - 1 - r):
+        # dense against the chunks before a (none for chunk 0: an empty call, skipped)
+        rows["pairs"].append(a * c * c)
+        rows["mask"].append(np.where(a > 0, FULL, EMPTY))
+        rows["q_tokens"].append(np.where(a > 0, c, 0))
+        rows["kv_tokens"].append(a * c)
+        rows["q"].append([(int(x),) for x in a])
+        rows["kv"].append([tuple(range(int(x))) for x in a])
+        # the diagonal block of chunk a
+        rows["pairs"].append(np.full(n, tri))
+        rows["mask"].append(np.full(n, DIAGONAL))
+        rows["q_tokens"].append(np.full(n, c))
+        rows["kv_tokens"].append(np.full(n, c))
+        rows["q"].append([(int(x),) for x in a])
+        rows["kv"].append([(int(x),) for x in a])
+    return {k: (v if k in ("q", "kv") else np.array(v)) for k, v in rows.items()}
+
+
+def build_allgather_schedule(scenario: Scenario) -> Schedule:
+    w, n, groups = scenario.workload, scenario.n_gpus, scenario.head_groups
+    topo = Topology.of(scenario.hardware, n)
+    b = ScheduleBuilder(n, topo.resource_names())
+    ranks = np.arange(n)
+    own = np.array([b.chunk_set((i, 2 * n - 1 - i)) for i in range(n)], dtype=np.int64)
+    pieces = _pieces(scenario)
+    q_sets = np.array([[b.chunk_set(x) for x in row] for row in pieces["q"]], dtype=np.int64)
+    kv_sets = np.array([[b.chunk_set(x) for x in row] for row in pieces["kv"]], dtype=np.int64)
+    c = scenario.tokens_per_rank
+    kv_block, dkv_block = w.kv_bytes(c) // groups, w.dkv_bytes(c) // groups
+    gather, scatter = _flows(b, topo, topo.all_gather(), own), _flows(b, topo, topo.reduce_scatter(), own)
+    gate = np.full(n, NO_DEP, dtype=np.int64)          # the previous pass's end, per rank
+    for i, phase in enumerate(PHASES[w.pass_]):
+        fwd = phase == "fwd"
+        kind = FWD if fwd else BWD
+        flops_per_pair = (1.0 if fwd else BWD_FLOPS_FACTOR) * w.fwd_flops(1) / groups
+        step0 = i * groups
+        last = [gate]                  # last[h + 1]: each rank's last compute of group h
+        gathers = [_collective(b, gather, AG, kv_block, step0, [gate])]
+        scatters = []
+        for h in range(groups):
+            if h + 1 < groups:       # the next group's gather, once group h-1 has freed its buffer
+                gathers.append(_collective(b, gather, AG, kv_block, step0 + h + 1, [last[h]]))
+            flows, _, dst, carried = gathers[h]
+            b.take_in(flows, dst, kind=kind, step=step0 + h, q_chunks=own, kv_chunks=carried)
+            ids = [b.computes(kind=kind, rank=ranks, step=step0 + h, pairs=pieces["pairs"][p],
+                              flops=flops_per_pair * pieces["pairs"][p], mask=pieces["mask"][p],
+                              q_tokens=pieces["q_tokens"][p], kv_tokens=pieces["kv_tokens"][p],
+                              q_chunks=q_sets[p], kv_chunks=kv_sets[p])
+                   for p in range(len(pieces["pairs"]))]
+            last.append(ids[-1])
+            if not fwd:
+                scatters.append(_collective(b, scatter, RS, dkv_block, step0 + h, [ids[-1]]))
+        gate = last[-1]
+        for h, (flows, _, dst, carried) in enumerate(scatters):
+            got = b.take_in(flows, dst, kind=kind, step=step0 + h, q_chunks=own, kv_chunks=carried)
+            gate = np.where(got == NO_DEP, gate, got)
+    return b.build()
+
+
+def _flows(b: ScheduleBuilder, topo: Topology, steps, own: np.ndarray) -> list[tuple]:
+    """The steps of a two-level ring collective (sim.topology: all_gather or
+    reduce_scatter) as (src, dst, ports out, ports in, chunk sets carried, blocks per
+    flow); a flow inside a node carries a block from every node."""
+    out = []
+    n = topo.n_gpus
+    for level, src, dst, blocks in steps:
+        port_out, port_in = topo.ports(src, dst)
+        if level == 0:
+            carried, count = own[blocks], 1
+        else:
+            # a row of blocks is the same place in every node: its first block names it
+            firsts, which = np.unique(blocks[:, 0], return_inverse=True)
+            rows = blocks[_first_rows(blocks[:, 0], firsts)]
+            each = [b.chunk_set(tuple(sorted(x for r in row for x in (r, 2 * n - 1 - r)))) for row in rows.tolist()]
+            carried, count = np.array(each, dtype=np.int64)[which.reshape(-1)], blocks.shape[1]
+        out.append((src, dst, port_out, port_in, carried, count))
+    return out
+
+
+def _first_rows(keys: np.ndarray, distinct: np.ndarray) -> np.ndarray:
+    """The index of the first row with each of the distinct keys."""
+    first = np.full(len(distinct), len(keys), dtype=np.int64)
+    np.minimum.at(first, np.searchsorted(distinct, keys), np.arange(len(keys)))
+    return first
+
+
+def _collective(b: ScheduleBuilder, steps: list[tuple], kind: int, block_bytes: int, step: int,
+                after: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Add the flows of a collective (`_flows`). A flow waits for `after` (per rank) at
+    both ends and for the flow its sender received at the step before (at the first step
+    of the second level, the last of the first level). Returns the flows' ids, senders,
+    receivers and the chunk sets they carry."""
+    ids, srcs, dsts, sets = [], [], [], []
+    into = None                                        # the last flow each rank received
+    for src, dst, port_out, port_in, carried, count in steps:
+        deps = ([] if into is None else [into[src]]) + [a[src] for a in after] + [a[dst] for a in after]
+        f = b.transfers(kind=kind, src=src, dst=dst, step=step, nbytes=block_bytes * count,
+                        resources=[port_out, port_in], kv_chunks=carried, after=deps)
+        into = np.full(b.n_ranks, NO_DEP, dtype=np.int64)
+        into[dst] = f
+        ids.append(f)
+        srcs.append(src)
+        dsts.append(dst)
+        sets.append(carried)
+    if not ids:
+        none = np.zeros(0, dtype=np.int64)
+        return none, none, none, none
+    return np.concatenate(ids), np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sets)
+
+
+def peak_memory_bytes(scenario: Scenario) -> dict[str, int]:
+    """Bytes per rank, itemized; 'total' is the peak.
+
+    Its own Q and K/V (S/N tokens), the gathered K/V (all S tokens: one buffer, or two
+    head groups' worth when pipelined), its output, the fp32 output accumulator (the
+    dense and diagonal calls of a chunk merge) and softmax statistics. Backward adds dO,
+    the fp32 dQ accumulator and the fp32 dK/dV partial sums of the whole sequence (one
+    buffer, or two groups' worth) that the reduce-scatter consumes.
+    """
+    w, g = scenario.workload, scenario.head_groups
+    c, eb, bt, d = scenario.tokens_per_rank, w.elem_bytes, w.batch, w.head_dim
+    held = min(g, 2) / g                     # the share of the heads whose K/V are held at once
+    q = bt * w.heads * c * d
+    items = {
+        "q": q * eb,
+        "kv_own": w.kv_bytes(c),
+        "kv_gathered": int(w.kv_bytes(w.seq) * held),
+        "out": q * eb,
+        "out_accum": q * ACCUM_BYTES,
+        "softmax_stats": 2 * bt * w.heads * c * ACCUM_BYTES,
+    }
+    if w.pass_ in ("bwd", "fwdbwd"):
+        items["dout"] = q * eb
+        items["dq_accum"] = q * ACCUM_BYTES
+        items["dkv_partial"] = int(w.dkv_bytes(w.seq) * held)
+    items["total"] = sum(items.values())
+    return items
+
+
+def block_map(trace: Trace) -> BlockMap:
+    """Query chunk x key chunk (2N chunks, zigzag): the kernel call of its rank (in
+    order, within a head group) that computes the pair; NaN where masked."""
+    try:
+        w = trace.config["workload"]
+        seq, causal = int(w["seq"]), bool(w["causal"])
+    except (KeyError, TypeError, ValueError):
+        raise RingsimError("the trace's header has no workload to draw the block map") from None
+    n = trace.world_size
+    lay = get_layout("zigzag")
+    chunks, size = 2 * n, seq // (2 * n)
+    q_chunk = np.arange(chunks)[:, None]
+    k_chunk = np.arange(chunks)[None, :]
+    if causal:
+        work = np.where(k_chunk < q_chunk, size * size, np.where(k_chunk == q_chunk, size * (size + 1) // 2, 0))
+    else:
+        work = np.full((chunks, chunks), size * size)
+    grid = np.full(work.shape, np.nan)
+    col = trace.columns
+    comp = np.flatnonzero(col.stream == COMPUTE)
+    if len(comp):
+        first = comp[(col.kind[comp] == col.kind[comp].min()) & (col.step[comp] == col.step[comp].min())]
+        rank = col.rank[first]
+        order = np.lexsort((first, rank))
+        first, rank = first[order], rank[order]
+        place = np.arange(len(first)) - np.searchsorted(rank, rank)
+        q, k = col.chunk_matrix("q_chunks")[first], col.chunk_matrix("kv_chunks")[first]
+        for a in range(q.shape[1]):
+            for c in range(k.shape[1]):
+                ok = (q[:, a] >= 0) & (k[:, c] >= 0) & (q[:, a] < chunks) & (k[:, c] < chunks)
+                grid[q[ok, a], k[ok, c]] = place[ok]
+    grid[work == 0] = np.nan
+    return BlockMap(value=grid, work=work.astype(np.int64), owner=lay.owner_of_chunk(n), chunk_size=size,
+                    value_label="kernel call on its rank (in order)", axis_label=lay.chunk_axis)
+
+
+def _check(scenario: Scenario) -> None:
+    only_settings(scenario, "allgather", "head_groups")
+    w, n, g = scenario.workload, scenario.n_gpus, scenario.head_groups
+    if w.seq % (2 * n):
+        raise RingsimError(f"sequence length {w.seq} does not divide into {2 * n} equal chunks "
+                           f"(allgather on {n} GPUs); use a multiple of {2 * n}")
+    if w.kv_heads % g:
+        raise RingsimError(f"head groups ({g}) must divide the {w.kv_heads} K/V heads")
+    Topology.of(scenario.hardware, n)._levels(n)
+
+
+SCHEME = Scheme(
+    name="allgather",
+    summary="All-gather context parallelism (Llama 3): K/V gathered on every GPU, then local attention "
+            "of its two query chunks; pipelined by head groups or exposed",
+    build_schedule=build_allgather_schedule,
+    peak_memory=peak_memory_bytes,
+    op_kinds={
+        "fwd": OpKind("compute (forward)", "#3a6fd8"),
+        "bwd": OpKind("compute (backward)", "#8e44ad"),
+        "ag": OpKind("all-gather", "#c0392b", "#e6837a"),
+        "rs": OpKind("reduce-scatter", "#d35400", "#f0a875"),
+    },
+    block_map=block_map,
+    check=_check,
+    settings=lambda scenario: {"head_groups": scenario.head_groups},
+)

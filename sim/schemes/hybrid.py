@@ -1,0 +1,319 @@
+"""Ulysses x ring (USP; TransformerEngine's `a2a+p2p`): all-to-all inside groups of u
+GPUs, Ring Attention across rings of r GPUs, u x r = N (DESIGN.md, "Beyond the ring").
+
+Ranks sit on a (ring position k, Ulysses index j) grid. `placement` "ulysses-inner"
+puts each all-to-all group on consecutive ranks, rank = k*u + j (inside a node, the rings
+across nodes, as TransformerEngine does); "ring-inner" the reverse, rank = j*r + k.
+Ring position k holds the layout's tokens for rank k of an r-rank ring; each of its u
+GPUs holds S/N of them, all heads.
+
+Forward:
+1. all-to-all of Q, K, V inside each group (sim.topology, pairwise rounds): each GPU
+   sends each peer that peer's H/u query heads and K/V heads of its S/N tokens. A GPU
+   ends with ring position k's S/r tokens on H/u heads.
+2. Ring Attention (sim.schemes.ring, its schedule rules and the layout's work) on H/u
+   heads in each ring, the u rings side by side; its first hops wait for the all-to-all
+   to have delivered at both ends.
+3. all-to-all of the output back to the token shards.
+Backward mirrors it: all-to-all of dO, the ring's backward (dK/dV one hop behind),
+all-to-all of dQ, dK, dV back, in the input dtype (each group's dK/dV are complete after
+the ring: nothing is summed across GPUs, unlike the ring's fp32 accumulators).
+
+A GPU takes in what an all-to-all brought as zero-length operations on its compute
+stream (sim.schedule.ScheduleBuilder.take_in), so the wait before the ring, and after the
+last all-to-all, shows as exposed all-to-all communication; a pass ends on a GPU when its
+output (or its gradients) has arrived.
+
+K/V heads: the degree must divide the query heads. With GQA, a degree at most H_kv must
+divide H_kv (each GPU gets H_kv/u K/V heads); a larger degree must be a multiple of H_kv,
+and then each GPU receives the one K/V head its query heads use: K/V heads are
+replicated, their bytes counted every time they are sent (as DeepSpeed-Ulysses and USP
+do), and their gradients summed on the way back. Anything else is refused.
+
+Compute: each ring block is one kernel call on H/u heads; the hardware model reads a
+block's width (heads x batch x head dim) from its FLOPs and extent (sim.kernel_model),
+so fewer heads enter through the FLOPs. With u = N (sim.schemes.ulysses) the ring has one
+GPU: each GPU computes one causal S x S call on H/N heads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.config import ACCUM_BYTES, Scenario, Workload
+from sim.errors import RingsimError
+from sim.layouts import chunk_pair_work, chunks_of_rank, get as get_layout
+from sim.schedule import A2A, BWD, DKV, FWD, NO_DEP, Schedule, ScheduleBuilder
+from sim.schemes.base import BlockMap, OpKind, Scheme, only_settings
+from sim.schemes.ring import build_ring_schedule
+from sim.topology import Topology
+from sim.trace import COMPUTE, Trace
+
+PHASES = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}
+
+
+def kv_heads_per_gpu(workload: Workload, u: int) -> int:
+    """K/V heads each GPU of a u-way all-to-all holds (1, replicated, when u > H_kv)."""
+    return max(workload.kv_heads // u, 1)
+
+
+def check_degree(workload: Workload, u: int) -> None:
+    if workload.heads % u:
+        raise RingsimError(f"ulysses degree {u} does not divide the {workload.heads} query heads")
+    h_kv = workload.kv_heads
+    if (u <= h_kv and h_kv % u) or (u > h_kv and u % h_kv):
+        raise RingsimError(f"ulysses degree {u} and {h_kv} K/V heads: one must divide the other "
+                           "(K/V heads are replicated when the degree is larger)")
+
+
+def degree_fits(workload: Workload, u: int) -> bool:
+    try:
+        check_degree(workload, u)
+    except RingsimError:
+        return False
+    return True
+
+
+def degrees(scenario: Scenario) -> tuple[int, int]:
+    """(u, r) of a hybrid scenario: as given, or u the largest degree that fits the
+    heads, divides N, stays inside a node and leaves a ring of at least two."""
+    n, u, r = scenario.n_gpus, scenario.ulysses_degree, scenario.ring_degree
+    if u is not None and r is not None:
+        if u * r != n:
+            raise RingsimError(f"ulysses degree {u} x ring degree {r} = {u * r}, not the {n} GPUs")
+        return u, r
+    if u is not None or r is not None:
+        given, name = (u, "ulysses degree") if u is not None else (r, "ring degree")
+        if n % given:
+            raise RingsimError(f"{name} {given} does not divide the {n} GPUs")
+        return (u, n // u) if u is not None else (n // r, r)
+    cap = min(scenario.hardware.gpus_per_node, n // 2 if n > 1 else 1)
+    u = max((d for d in range(1, cap + 1) if n % d == 0 and degree_fits(scenario.workload, d)), default=1)
+    return u, n // u
+
+
+def rank_grid(u: int, r: int, placement: str) -> np.ndarray:
+    """(r, u): the rank at ring position k, Ulysses index j."""
+    k, j = np.arange(r)[:, None], np.arange(u)[None, :]
+    return k * u + j if placement == "ulysses-inner" else j * r + k
+
+
+def ring_layout(scenario: Scenario, r: int) -> str:
+    return "contiguous" if r == 1 else scenario.layout
+
+
+def ring_scenario(scenario: Scenario, u: int, r: int, pass_: str) -> Scenario:
+    """One ring of the hybrid: r GPUs, the whole sequence, H/u heads."""
+    w = scenario.workload
+    sub = Workload(batch=w.batch, seq=w.seq, heads=w.heads // u, kv_heads=kv_heads_per_gpu(w, u),
+                   head_dim=w.head_dim, dtype=w.dtype, causal=w.causal, pass_=pass_)
+    return Scenario(workload=sub, hardware=scenario.hardware, n_gpus=r, scheme="ring",
+                    layout=ring_layout(scenario, r), overlap=scenario.overlap, sync=scenario.sync,
+                    granularity=scenario.granularity, tile=scenario.tile)
+
+
+def build_hybrid_schedule(scenario: Scenario, u: int | None = None, r: int | None = None) -> Schedule:
+    if u is None or r is None:
+        u, r = degrees(scenario)
+    w, n = scenario.workload, scenario.n_gpus
+    topo = Topology.of(scenario.hardware, n)
+    grid = rank_grid(u, r, scenario.placement)                  # (r, u)
+    position = np.empty(n, dtype=np.int64)
+    position[grid] = np.arange(r)[:, None]                      # each rank's ring position
+    b = ScheduleBuilder(n, topo.resource_names())
+    held = [b.chunk_set(c) for c in chunks_of_rank(ring_layout(scenario, r), r)]
+    chunks = np.array(held, dtype=np.int64)[position]           # each rank's ring-level chunks
+    groups = grid                                               # the all-to-all groups: rows
+    c = scenario.tokens_per_rank
+    per_token = w.batch * w.head_dim * w.elem_bytes
+    hq, hkv = w.heads // u, kv_heads_per_gpu(w, u)
+    qkv_bytes, o_bytes = c * (hq + 2 * hkv) * per_token, c * hq * per_token
+    gate = np.full(n, NO_DEP, dtype=np.int64)                   # the previous pass's end, per rank
+    for i, phase in enumerate(PHASES[w.pass_]):
+        fwd = phase == "fwd"
+        kind = FWD if fwd else BWD
+        step0 = i * r
+        # in: Q, K, V (forward) or dO (backward), token shards to head shards
+        flows, src, dst = _all_to_all(b, topo, groups, qkv_bytes if fwd else o_bytes, step0, chunks, [gate])
+        ready = b.take_in(flows, dst, kind=kind, step=step0, q_chunks=chunks, kv_chunks=chunks[src])
+        ready = np.where(ready == NO_DEP, gate, ready)
+        template = build_ring_schedule(ring_scenario(scenario, u, r, phase))
+        last = _splice(b, template, grid, topo, ready, step0)
+        # out: the output (forward) or dQ, dK, dV (backward), head shards to token shards
+        flows, src, dst = _all_to_all(b, topo, groups, o_bytes if fwd else qkv_bytes, step0 + r - 1, chunks, last)
+        done = b.take_in(flows, dst, kind=kind, step=step0 + r - 1, q_chunks=chunks, kv_chunks=chunks[src])
+        gate = np.where(done == NO_DEP, np.max(last, axis=0), done)
+    return b.build()
+
+
+def _all_to_all(b: ScheduleBuilder, topo: Topology, groups: np.ndarray, nbytes: int, step: int,
+                chunks: np.ndarray, after: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A pairwise all-to-all in every group; each flow waits for `after` (per rank ids)
+    at both ends. Returns the flows' ids, senders and receivers."""
+    ids, srcs, dsts = [], [], []
+    for src, dst in topo.all_to_all(groups):
+        out, into = topo.ports(src, dst)
+        deps = [a[src] for a in after] + [a[dst] for a in after]
+        ids.append(b.transfers(kind=A2A, src=src, dst=dst, step=step, nbytes=nbytes, resources=[out, into],
+                               kv_chunks=chunks[src], after=deps))
+        srcs.append(src)
+        dsts.append(dst)
+    if not ids:
+        none = np.zeros(0, dtype=np.int64)
+        return none, none, none
+    return np.concatenate(ids), np.concatenate(srcs), np.concatenate(dsts)
+
+
+def _splice(b: ScheduleBuilder, template: Schedule, grid: np.ndarray, topo: Topology,
+            ready: np.ndarray, step0: int) -> list[np.ndarray]:
+    """Add the ring `template` (ranks 0..r-1) once per ring (column j of `grid`), the
+    copies of each template op side by side; hops hold the ports of their two GPUs and
+    wait for `ready` at both ends. Returns, per rank, the id of its last compute and of
+    the last dK/dV hop it received (NO_DEP where none)."""
+    u = grid.shape[1]
+    base = b.n_ops
+    j = np.arange(u)
+
+    def ids(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.int64)
+        return np.where(x[..., None] == NO_DEP, NO_DEP, base + x[..., None] * u + j).reshape(*x.shape[:-1], -1)
+
+    def ranks(x: np.ndarray) -> np.ndarray:
+        return np.where(x[:, None] >= 0, grid[np.maximum(x, 0)[:, None], j], -1).ravel()
+
+    t = template
+    transfer = np.repeat(t.is_transfer, u)
+    rank, peer = ranks(t.rank), ranks(t.peer)
+    sets = np.array([b.chunk_set(s) for s in t.chunk_sets] + [-1], dtype=np.int64)
+    values = {name: np.repeat(getattr(t, name), u) for name in ("kind", "pairs", "flops", "mask", "q_tokens",
+                                                                 "kv_tokens", "nbytes")}
+    values.update(rank=rank, peer=peer, step=np.repeat(t.step, u) + step0, kv_rank=ranks(t.kv_rank),
+                  q_chunks=np.repeat(sets[t.q_chunks], u), kv_chunks=np.repeat(sets[t.kv_chunks], u))
+    safe_peer = np.maximum(peer, 0)
+    out, into = topo.ports(rank, safe_peer)
+    gates = [np.where(transfer, ready[rank], NO_DEP), np.where(transfer, ready[safe_peer], NO_DEP)]
+    new = b.add(len(rank), values, list(ids(t.after)) + gates,
+                [np.where(transfer, out, rank), np.where(transfer, into, -1)])
+    last_compute = np.full(topo.n_gpus, NO_DEP, dtype=np.int64)
+    last_dkv = np.full(topo.n_gpus, NO_DEP, dtype=np.int64)
+    np.maximum.at(last_compute, rank[~transfer], new[~transfer])
+    into_rank = np.repeat(t.kind == DKV, u)
+    np.maximum.at(last_dkv, peer[into_rank], new[into_rank])
+    return [last_compute, last_dkv]
+
+
+def peak_memory_bytes(scenario: Scenario, u: int, r: int) -> dict[str, int]:
+    """Bytes per GPU, itemized; 'total' is the peak.
+
+    Token shards (S/N tokens, all heads): Q, K, V in and the output. Head shards (S/r
+    tokens, H/u heads): Q, K, V, the output and the softmax statistics; with a ring
+    (r > 1) also two K/V ring buffers and the fp32 output accumulator. Backward adds dO
+    in both layouts, the fp32 dQ accumulator, with a ring two fp32 dK/dV buffers, and
+    dQ, dK, dV in both layouts.
+    """
+    w = scenario.workload
+    eb, bt, d = w.elem_bytes, w.batch, w.head_dim
+    c, s = scenario.tokens_per_rank, w.seq // r
+    hq, hkv = w.heads // u, kv_heads_per_gpu(w, u)
+    items = {
+        "qkv_tokens": bt * c * (w.heads + 2 * w.kv_heads) * d * eb,
+        "out_tokens": bt * c * w.heads * d * eb,
+        "qkv_heads": bt * s * (hq + 2 * hkv) * d * eb,
+        "out_heads": bt * s * hq * d * eb,
+        "softmax_stats": 2 * bt * s * hq * ACCUM_BYTES,
+    }
+    if r > 1:
+        items["kv_buffers"] = 2 * bt * s * 2 * hkv * d * eb
+        items["out_accum"] = bt * s * hq * d * ACCUM_BYTES
+    if w.pass_ in ("bwd", "fwdbwd"):
+        items["dout"] = bt * (c * w.heads + s * hq) * d * eb
+        items["dq_accum"] = bt * s * hq * d * ACCUM_BYTES
+        if r > 1:
+            items["dkv_buffers"] = 2 * bt * s * 2 * hkv * d * ACCUM_BYTES
+        items["dqkv"] = bt * (s * (hq + 2 * hkv) + c * (w.heads + 2 * w.kv_heads)) * d * eb
+    items["total"] = sum(items.values())
+    return items
+
+
+def block_map_of(trace: Trace, u: int, r: int, placement: str) -> BlockMap:
+    """Query chunk x key chunk at the ring's level (its layout on r GPUs): the ring step at
+    which the pair is computed, by u GPUs at once on H/u heads each."""
+    try:
+        w = trace.config["workload"]
+        layout = "contiguous" if r == 1 else trace.config["layout"]
+        seq, causal = int(w["seq"]), bool(w["causal"])
+        lay = get_layout(layout)
+    except (KeyError, TypeError, ValueError, RingsimError):
+        raise RingsimError("the trace's header has no layout or workload to draw the block map") from None
+    work = chunk_pair_work(layout, seq, r, causal)
+    grid = np.full(work.shape, np.nan)
+    col = trace.columns
+    comp = np.flatnonzero(col.stream == COMPUTE)
+    if len(comp):
+        kinds = col.kind[comp]
+        sel = comp[kinds == kinds.min()]
+        q, k = col.chunk_matrix("q_chunks")[sel], col.chunk_matrix("kv_chunks")[sel]
+        step = (col.step[sel] % r).astype(np.float64)
+        for a in range(q.shape[1]):
+            for c in range(k.shape[1]):
+                ok = (q[:, a] >= 0) & (k[:, c] >= 0) & (q[:, a] < work.shape[0]) & (k[:, c] < work.shape[1])
+                grid[q[ok, a], k[ok, c]] = step[ok]
+    grid[work == 0] = np.nan
+    owner = rank_grid(u, r, placement)[lay.owner_of_chunk(r), 0]
+    label = (f"step (every pair at once, {u} GPUs on 1/{u} of the heads each)" if r == 1
+             else f"ring step ({u} rings side by side, 1/{u} of the heads each)")
+    return BlockMap(value=grid, work=work, owner=owner, chunk_size=seq // lay.n_chunks(r),
+                    value_label=label, axis_label=lay.chunk_axis)
+
+
+def _check(scenario: Scenario) -> None:
+    only_settings(scenario, "hybrid", "ulysses_degree", "ring_degree", "placement")
+    u, r = degrees(scenario)
+    check_degree(scenario.workload, u)
+    if r > 1:
+        scenario.check_layout_chunks(ranks=r, times=u)
+    else:
+        _check_shards(scenario)
+
+
+def _check_shards(scenario: Scenario) -> None:
+    n = scenario.n_gpus
+    if scenario.workload.seq % n:
+        raise RingsimError(f"sequence length {scenario.workload.seq} does not divide into {n} equal shards; "
+                           f"use a multiple of {n}")
+
+
+def _settings(scenario: Scenario) -> dict:
+    u, r = degrees(scenario)
+    return {"ulysses_degree": u, "ring_degree": r, "placement": scenario.placement}
+
+
+def _block_map(trace: Trace) -> BlockMap:
+    cfg = trace.config
+    try:
+        u, r = int(cfg["ulysses_degree"]), int(cfg["ring_degree"])
+        placement = cfg.get("placement", "ulysses-inner")
+    except (KeyError, TypeError, ValueError):
+        raise RingsimError("the trace's header has no ulysses and ring degrees") from None
+    return block_map_of(trace, u, r, placement)
+
+
+OP_KINDS = {
+    "fwd": OpKind("compute (forward)", "#3a6fd8"),
+    "bwd": OpKind("compute (backward)", "#8e44ad"),
+    "kv": OpKind("K/V", "#2e9e5b", "#1aa3a3"),
+    "dkv": OpKind("dK/dV", "#8ab833", "#7fc9c9"),
+    "a2a": OpKind("all-to-all", "#e08a1e", "#f2b866"),
+}
+
+SCHEME = Scheme(
+    name="hybrid",
+    summary="Ulysses x ring (USP): all-to-all to head shards inside groups of u GPUs, "
+            "Ring Attention across rings of r GPUs, u x r = N",
+    build_schedule=build_hybrid_schedule,
+    peak_memory=lambda scenario: peak_memory_bytes(scenario, *degrees(scenario)),
+    op_kinds=OP_KINDS,
+    block_map=_block_map,
+    check=_check,
+    settings=_settings,
+)
