@@ -23,14 +23,16 @@ from sim.schedule import Schedule
 from sim.schemes import get as get_scheme
 from sim.trace import Trace
 
-PLAYERS = ("simpy", "recurrence")
-""""recurrence" is the wave player (the max-plus recurrence, a wave at a time)."""
+PLAYERS = ("auto", "simpy", "recurrence")
+""""recurrence" is the wave player (the max-plus recurrence, a wave at a time); "auto"
+(the default) is the wave player unless the hardware's contention needs the event loop:
+the two give bit-identical traces, and the wave player is many times faster."""
 
 __all__ = ["PLAYERS", "durations_s", "play", "simulate"]
 
 
 def play(schedule: Schedule, hardware: Any, workload: Workload,
-         header: dict[str, Any] | None = None, *, player: str = "simpy") -> Trace:
+         header: dict[str, Any] | None = None, *, player: str = "auto") -> Trace:
     """Play `schedule` and return its simulated trace (spans by rank and stream, see
     sim.record)."""
     if player not in PLAYERS:
@@ -44,6 +46,8 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
         meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
                               "compute_slots": contention.compute_slots,
                               "concurrency": contention.concurrency}
+    elif player == "auto":
+        player = "recurrence"
     if player == "simpy":
         start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention)
         start, end = np.array(start), np.array(end)
@@ -55,7 +59,7 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
                  header.get("config", {}), header.get("hardware", {}), meta)
 
 
-def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "simpy") -> Trace:
+def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "auto") -> Trace:
     """Build the schedule of the scenario's scheme and play it.
 
     `hardware` replaces `scenario.hardware` (for example a calibrated profile); it must
