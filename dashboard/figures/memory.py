@@ -117,8 +117,9 @@ def memory(table: dict[str, Any]) -> go.Figure:
             hovertemplate=f"full K/V {full_now:.4g} GiB<extra></extra>"), 2, 1))
     for tr, row, col in traces:
         fig.add_trace(tr, row=row, col=col)
-    fig.add_vline(x=table["seq_now"], line=dict(color=COLORS["measured"], width=1.5), row=1, col=1)
-    fig.add_vline(x=table["gpus_now"], line=dict(color=COLORS["measured"], width=1.5), row=1, col=2)
+    now = dict(color="#444444", width=1, dash="dot")
+    fig.add_vline(x=table["seq_now"], line=now, row=1, col=1)
+    fig.add_vline(x=table["gpus_now"], line=now, row=1, col=2)
     fig.update_xaxes(type="log", title_text="sequence length (tokens)", row=1, col=1)
     fig.update_xaxes(type="log", title_text="GPUs", row=1, col=2)
     fig.update_yaxes(type="log", title_text="GiB", row=1, col=1)
@@ -130,7 +131,7 @@ def memory(table: dict[str, Any]) -> go.Figure:
     fig.update_layout(
         template=TEMPLATE, barmode="stack", height=860,
         title=dict(text=f"{_headline(table)}<br><sup>{table['scheme']} now: {detail}</sup>", font=dict(size=13)),
-        legend=dict(orientation="h", yanchor="top", y=-0.08, x=0), margin=dict(t=90, b=170),
+        legend=dict(orientation="h", yanchor="top", y=-0.08, x=0), margin=dict(l=170, t=90, b=170),
         meta={"full_kv_bytes": table["full_kv_now_bytes"],
               "totals": {v["label"]: v["items"]["total"] for v in schemes}})
     return fig

@@ -74,7 +74,7 @@ def lighter(color: str, amount: float = 0.35) -> str:
     return "#" + "".join(f"{c:02x}" for c in mixed)
 
 
-SCHEME_PALETTE = ("#3a6fd8", "#d35400", "#8e44ad", "#16a085", "#7f8c8d", "#b8860b")
+SCHEME_PALETTE = ("#3a6fd8", "#d35400", "#c2185b", "#16a085", "#7f8c8d", "#b8860b")
 """One colour per scheme, in the order of sim.schemes.names() (the ring first)."""
 
 
