@@ -386,8 +386,9 @@ def scheme_memory(scenario: Scenario, seqs: list[int], counts: list[int]) -> lis
     sequence length and GPU count; a point the scheme refuses is None. Against GPU count
     a hybrid's degrees are its own choice at each count (as a fresh `compare` would make)."""
     out = []
-    base = scheme_base(scenario) if _memory_variants(scenario) else None
-    for label, scheme, changes in _memory_variants(scenario):
+    variants = _memory_variants(scenario)
+    base = scheme_base(scenario) if variants else None
+    for label, scheme, changes in variants:
         at_n = {k: v for k, v in changes.items() if k not in ("ulysses_degree", "ring_degree")}
 
         def total(**over: Any) -> int | None:

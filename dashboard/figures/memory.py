@@ -96,27 +96,28 @@ def memory(table: dict[str, Any]) -> go.Figure:
         line(xs, [cap, cap], f"GPU memory ({cap:.0f} GiB)", (1, col), mode="lines", legendgroup="cap",
              showlegend=col == 1, line=dict(color=COLORS["capacity"], width=1, dash="dashdot"),
              hovertemplate=f"GPU memory {cap:.0f} GiB<extra></extra>")
-    # each scheme now, item by item: the gathered K/V, the K/V held, the rest
+    # each scheme now, item by item (one trace per item name, a segment per scheme that
+    # has it): the gathered K/V, the K/V held, the rest
     labels = [v["label"] for v in schemes]
+    names = list(dict.fromkeys(k for v in schemes for k in v["items"] if k != "total"))
     shown_groups: set[str] = set()
-    for v in schemes:
-        for name, nbytes in v["items"].items():
-            if name == "total":
-                continue
-            group = item_group(name)
-            title, color = next((t, c) for g, t, c in ITEM_GROUPS if g == group)
-            traces.append((go.Bar(
-                y=[v["label"]], x=[nbytes / GIB], orientation="h", name=title, legendgroup=f"items-{group}",
-                showlegend=group not in shown_groups, marker=dict(color=color, line=dict(color="white", width=1)),
-                hovertemplate=f"{v['label']}: {name} %{{x:.4g}} GiB<extra></extra>"), 2, 1))
-            shown_groups.add(group)
+    for name in names:
+        group = item_group(name)
+        title, color = next((t, c) for g, t, c in ITEM_GROUPS if g == group)
+        having = [v for v in schemes if name in v["items"]]
+        traces.append((go.Bar(
+            y=[v["label"] for v in having], x=[v["items"][name] / GIB for v in having], orientation="h",
+            name=title, legendgroup=f"items-{group}", showlegend=group not in shown_groups,
+            marker=dict(color=color, line=dict(color="white", width=1)),
+            hovertemplate=f"%{{y}}: {name} %{{x:.4g}} GiB<extra></extra>"), 2, 1))
+        shown_groups.add(group)
     if labels:
         traces.append((go.Scatter(
             x=[full_now, full_now], y=[labels[0], labels[-1]], mode="lines", name="the full K/V on one GPU",
             legendgroup="full", showlegend=False, line=dict(color=COLORS["full"], dash="dash", width=2),
             hovertemplate=f"full K/V {full_now:.4g} GiB<extra></extra>"), 2, 1))
-    for tr, row, col in traces:
-        fig.add_trace(tr, row=row, col=col)
+    # one call: plotly validates the figure once rather than once per trace
+    fig.add_traces([tr for tr, _, _ in traces], rows=[r for _, r, _ in traces], cols=[c for _, _, c in traces])
     now = dict(color="#444444", width=1, dash="dot")
     fig.add_vline(x=table["seq_now"], line=now, row=1, col=1)
     fig.add_vline(x=table["gpus_now"], line=now, row=1, col=2)
