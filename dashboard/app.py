@@ -32,7 +32,7 @@ from sim.trace import Trace
 from dashboard import compute, export, figures, i18n, nav, questions
 from dashboard.i18n import Translator
 from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, field_style, page
-from dashboard.state import (CONTROL_IDS, RING_CONTROLS, SCHEME_CONTROLS, ControlError, cluster_values,
+from dashboard.state import (CONTROL_IDS, RING_CONTROLS, RING_SCHEMES, SCHEME_CONTROLS, ControlError, cluster_values,
                              query_from_values, scenario_from_config, scenario_from_values,
                              values_from_query)
 
@@ -299,6 +299,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         try:
             hw, key = hardware_of(profile_data)
             sc = scenario_of(data)
+            if sc.scheme not in RING_SCHEMES:
+                sc = compute.as_ring(sc)          # a scheme without a ring: the ring's layouts
             # one layout/overlap pair is as good as another for the key: all six are drawn
             rows = compute.figure("compare-rows", sc.with_(layout="zigzag", overlap=True), key, None,
                                   lambda: compute.compare_table(sc, hw, key))
@@ -333,7 +335,9 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         only_on("sweep", tab)
         try:
             hw, key = hardware_of(profile_data)
-            sc = scenario_of(data)
+            # whether a ring's block transfer hides behind its compute: the ring's, whatever
+            # scheme is on screen
+            sc = compute.as_ring(scenario_of(data))
             return compute.figure("sweep", sc, key, None,
                                   lambda: figures.overlap_sweep(compute.overlap_sweep(sc, hw, key)))
         except RingsimError as e:

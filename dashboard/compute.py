@@ -165,6 +165,14 @@ _PLAIN = dict(scheme="ring", overlap=True, ulysses_degree=None, ring_degree=None
               placement="ulysses-inner", head_groups=1)
 
 
+def as_ring(scenario: Scenario) -> Scenario:
+    """The scenario with the ring as its scheme (its layout, overlap and forwarding kept):
+    the views about the ring's own transfers and layouts show the ring whatever scheme is
+    on screen."""
+    return scenario.with_(scheme="ring", ulysses_degree=None, ring_degree=None, placement="ulysses-inner",
+                          head_groups=1)
+
+
 def scheme_base(scenario: Scenario) -> Scenario:
     """The scenario every scheme's variants are made from, as `ringsim compare --schemes`
     makes it: the ring, zigzag, overlap on, no scheme settings (the workload, hardware,

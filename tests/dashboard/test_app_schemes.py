@@ -276,3 +276,21 @@ def test_the_questions_stay_on_the_ring():
     sc = quiz_scenario({"values": defaults() | {"scheme": "allgather", "head-groups": 4}})
     assert (sc.scheme, sc.head_groups) == ("ring", 1)
     assert Workload() == sc.workload
+
+
+@pytest.mark.parametrize("scheme, ring_scheme", [("allgather", "ring"), ("ulysses", "ring"), ("hybrid", "hybrid")])
+def test_layouts_and_the_sweep_under_another_scheme(client, scheme, ring_scheme):
+    # a scheme without a ring compares the ring's layouts; the hybrid those of its rings
+    status, out = client.call("compare.figure", {"scenario.data": _store(scheme=scheme), "profile.data": None,
+                                                 "tabs.value": "compare"}, ["tabs.value"])
+    assert status == 200
+    fig = out["compare"]["figure"]
+    (on,) = [t for t in fig["data"] if t["name"] == "overlap on" and t["showlegend"] is not False]
+    layouts = list(on["x"])
+    got = dict(zip(layouts, _array(on["y"])))
+    for layout in layouts:
+        sc = _scenario(scheme=ring_scheme, layout=layout, **({"ulysses-degree": 2} if ring_scheme == "hybrid" else {}))
+        assert got[layout] / _unit(fig, 1) == pytest.approx(compute_metrics(simulate(sc)).makespan_s, rel=1e-6)
+    status, out = client.call("sweep.figure", {"scenario.data": _store(scheme=scheme, gpus=8, seq=32768),
+                                               "profile.data": None, "tabs.value": "sweep"}, ["tabs.value"])
+    assert status == 200 and out["sweep"]["figure"]["data"]
