@@ -15,7 +15,9 @@ time and the process's CPU time are both kept: on a shared machine the wall time
 with the load, the CPU time much less. "parts" times the pieces of the two first draws
 the goals are about, called directly: simulate(), the metrics, the figure from a fresh
 trace, and the figure's JSON. Goals (issue 8): at 256 GPUs the timeline's first draw
-<= 100 ms and the three-layout comparison's <= 300 ms.
+<= 100 ms and the three-layout comparison's <= 300 ms; (issue 9) at 64 GPUs the
+schemes comparison's (every scheme and ring layout, sim.compare.compare_scheme_rows)
+<= 1 s. The schemes comparison is measured up to 256 GPUs.
 
 `--against REF` runs the same measurements on a checkout of the git ref REF (a
 temporary `git worktree`, removed afterwards) in the same run: each size is measured in
@@ -56,6 +58,9 @@ VIEWS = [
 ]
 GOAL_N = 256
 GOALS_S = {"timeline": 0.100, "compare layouts": 0.300}
+SCHEMES_GOAL_N = 64
+SCHEMES_GOALS_S = {"compare schemes": 1.0}
+SCHEMES_MAX_N = 256
 
 
 # --- measuring one tree, in its own process --------------------------------------------
@@ -65,7 +70,7 @@ def _values(n: int, tab: str | None) -> dict[str, Any]:
 
     store = {"values": defaults() | {"gpus": n}}
     hi = n - 1 if n <= 64 else 31
-    return {"scenario.data": store, "profile.data": None, "tabs.value": tab,
+    return {"scenario.data": store, "profile.data": None, "tabs.value": tab, "lang.value": "en",
             "ranks.value": [0, hi], "merge-row.value": None,
             "dl-trace-btn.n_clicks": 1, "dl-csv-btn.n_clicks": 1}
 
@@ -136,7 +141,17 @@ def _parts(n: int) -> dict[str, Any]:
     json_s, text = _clock(lambda: to_json({"response": {"compare": {"figure": fig}}}))
     compare = {"simulate_s": sims, "metrics_s": mets, "figure_s": figure_s, "json_s": json_s,
                "json_bytes": len(text)}
-    return {"timeline": timeline, "compare layouts": compare}
+    out = {"timeline": timeline, "compare layouts": compare}
+    if hasattr(figures, "scheme_comparison") and n <= SCHEMES_MAX_N:
+        from sim.compare import compare_scheme_rows
+
+        # compare_scheme_rows simulates and summarizes each run in one call: both in "simulate"
+        sims, rows = _clock(lambda: compare_scheme_rows(sc.with_(layout="zigzag")))
+        figure_s, fig = _clock(lambda: figures.scheme_comparison(rows))
+        json_s, text = _clock(lambda: to_json({"response": {"schemes": {"figure": fig}}}))
+        out["compare schemes"] = {"simulate_s": sims, "metrics_s": 0.0, "figure_s": figure_s, "json_s": json_s,
+                                  "json_bytes": len(text)}
+    return out
 
 
 def measure(n: int, repeats: int) -> dict[str, Any]:
@@ -177,6 +192,14 @@ def measure(n: int, repeats: int) -> dict[str, Any]:
     # a rebuilt comparison simulates again: one repeat there
     row["callbacks"]["compare layouts"] = _cold_warm(client, "compare.figure", _values(n, "compare"),
                                                      max(1, repeats // 2) if n <= 256 else 1)
+    if n <= SCHEMES_MAX_N:
+        try:
+            client.dependency("schemes.figure")
+        except KeyError:        # a version without the view
+            pass
+        else:
+            row["callbacks"]["compare schemes"] = _cold_warm(client, "schemes.figure", _values(n, "schemes"),
+                                                             max(1, repeats // 2))
     if n == 64:
         # the issue's responsiveness case: a timeline of about 20k spans (WebGL)
         v = _values(n, "timeline")
@@ -260,7 +283,7 @@ def _print_size(n: int, new: dict[str, Any], ref: dict[str, Any] | None) -> None
         print(f"  {label:<44}" + "".join(f"{_ms(o.get(c + '_s')) + ' -> ' + _ms(r[c + '_s']):>19}"
                                          for c in cols) + f"{okb + ' -> ' + kb:>17}")
     for view, p in new["parts"].items():
-        op = ref["parts"][view] if ref else None
+        op = ref["parts"].get(view) if ref else None
         parts = ", ".join(
             f"{k[:-2]} {(_ms(op[k]) + ' -> ') if op else ''}{_ms(p[k])}"
             for k in ("simulate_s", "metrics_s", "figure_s", "json_s"))
@@ -300,16 +323,22 @@ def main() -> None:
         if ref_tree:
             _git("worktree", "remove", "--force", ref_tree)
     goals = {}
-    at = {r["n_gpus"]: r for r in rows}.get(GOAL_N)
-    if at:
-        for label, goal in GOALS_S.items():
-            g = {"goal_s": goal, "cold_s": at["this"]["callbacks"][label]["cold_s"],
+    by_n = {r["n_gpus"]: r for r in rows}
+    for n_goal, goals_s in ((GOAL_N, GOALS_S), (SCHEMES_GOAL_N, SCHEMES_GOALS_S)):
+        at = by_n.get(n_goal)
+        if not at:
+            continue
+        for label, goal in goals_s.items():
+            if label not in at["this"]["callbacks"]:
+                continue
+            g = {"n_gpus": n_goal, "goal_s": goal, "cold_s": at["this"]["callbacks"][label]["cold_s"],
                  "cold_cpu_s": at["this"]["callbacks"][label]["cold_cpu_s"]}
-            if "ref" in at and "callbacks" in at["ref"]:
+            if "ref" in at and label in at["ref"].get("callbacks", {}):
                 g["ref_cold_s"] = at["ref"]["callbacks"][label]["cold_s"]
             goals[label] = g
-        print(f"\ngoals at {GOAL_N} GPUs (first draw, cold): " + "; ".join(
-            f"{label} {g['cold_s'] * 1e3:.0f} ms wall / {g['cold_cpu_s'] * 1e3:.0f} ms CPU"
+    if goals:
+        print("\ngoals (first draw, cold): " + "; ".join(
+            f"{label} at {g['n_gpus']} GPUs {g['cold_s'] * 1e3:.0f} ms wall / {g['cold_cpu_s'] * 1e3:.0f} ms CPU"
             + (f" (REF {g['ref_cold_s'] * 1e3:.0f} ms)" if "ref_cold_s" in g else "")
             + f", goal {g['goal_s'] * 1e3:.0f} ms" for label, g in goals.items()))
     import dash

@@ -24,14 +24,17 @@ from dash.exceptions import PreventUpdate
 
 from sim.config import Scenario
 from sim.errors import RingsimError
+from sim.memory import full_kv_bytes
 from sim.units import fmt_bytes
 from sim.online_softmax import example as merge_example
 from sim.trace import Trace
 
 from dashboard import compute, export, figures, i18n, nav, questions
-from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, page
-from dashboard.state import (CONTROL_IDS, ControlError, query_from_values, scenario_from_config,
-                             scenario_from_values, values_from_query)
+from dashboard.i18n import Translator
+from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, field_style, page
+from dashboard.state import (CONTROL_IDS, RING_CONTROLS, RING_SCHEMES, SCHEME_CONTROLS, ControlError, cluster_values,
+                             query_from_values, scenario_from_config, scenario_from_values,
+                             values_from_query)
 
 MERGE_MAX_GPUS = 16
 """The exact-merge view runs the numpy ring on at most this many ranks (small inputs)."""
@@ -39,6 +42,9 @@ MERGE_TOKENS_PER_CHUNK = 4
 TIMELINE_DEFAULT_RANKS = 32
 """Rings larger than 64 GPUs open their timeline on the first this-many GPUs."""
 _KEPT_UPLOADS = 8
+SCHEME_TABLE_COLUMNS = ("scheme", "variant", "makespan", "vs_best", "efficiency", "exposed", "sent", "memory",
+                        "why")
+"""The columns of the schemes' table (message keys sch.col.<column>)."""
 
 
 def _fmt_s(x: float | None) -> str:
@@ -152,6 +158,11 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         else:
             values, ignored = dict(zip(CONTROL_IDS, vals)), []
             value_out = [no_update] * len(CONTROL_IDS)
+            if ctx.triggered_id == "cluster":
+                # a cluster preset fills in the controls it sets, as `ringsim --cluster` does
+                filled = cluster_values(values["cluster"])
+                values.update(filled)
+                value_out = [filled.get(cid, no_update) for cid in CONTROL_IDS]
             url_out = nav.with_nav(query_from_values(values), search)
         msgs = [""] * len(CONTROL_IDS)
         banner = [f"ignored unreadable link parameters: {', '.join(ignored)}"] if ignored else []
@@ -165,6 +176,14 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
             store = no_update
             banner.append("The views show the last valid scenario until the highlighted value is fixed.")
         return value_out + [url_out, store, " ".join(banner) or None] + msgs
+
+    # the scheme's own settings and the ring's controls, shown where they apply
+    shown_by_scheme = sorted({cid for cids in SCHEME_CONTROLS.values() for cid in cids})
+
+    @app.callback([Output(f"{cid}-field", "style") for cid in shown_by_scheme]
+                  + [Output("ring-section", "style")], Input("scheme", "value"))
+    def scheme_settings(scheme):
+        return [field_style(cid, scheme) for cid in shown_by_scheme] + [field_style(RING_CONTROLS[0], scheme)]
 
     # --- summary, layout strip, downloads -----------------------------------------------
     @app.callback(
@@ -180,8 +199,14 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         m = res.metrics
         w = sc.workload
         peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or None
-        hw_name = (profile_data or {}).get("name") or f"{sc.hardware.gpu.name} / {sc.hardware.link.name}"
-        line = (f"{sc.n_gpus} × {hw_name}, {w.seq:,} tokens ({sc.tokens_per_rank:,} per GPU), "
+        hw = sc.hardware
+        hw_name = (profile_data or {}).get("name") or f"{hw.gpu.name} / {hw.link.name}"
+        nodes = -(-sc.n_gpus // hw.gpus_per_node)
+        if nodes > 1 and not profile_data:
+            between = hw.inter_link.name if hw.inter_link is not None else hw.link.name
+            hw_name += f" ({nodes} nodes of {hw.gpus_per_node}, {between} between)"
+        run = ("ring, " if sc.scheme == "ring" else "") + figures.run_label(sc.describe())
+        line = (f"{sc.n_gpus} × {hw_name}, {run}, {w.seq:,} tokens ({sc.tokens_per_rank:,} per GPU), "
                 f"{w.heads}/{w.kv_heads} heads × {w.head_dim}, {w.dtype}, "
                 f"{'causal' if w.causal else 'no mask'}, {w.pass_}")
         return [_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
@@ -190,13 +215,16 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
 
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"))
     def layout_strip(data):
-        sc = scenario_of(data)
-        # a function of the layout, length and ring size only: other changes reuse it
-        return compute.figure("strip", Scenario(), None, [sc.layout, sc.workload.seq, sc.n_gpus],
-                              lambda: figures.layout_strip(sc.layout, sc.workload.seq, sc.n_gpus))
+        split = compute.token_split(scenario_of(data))
+        seq = scenario_of(data).workload.seq
+        # a function of the token split and length only: other changes reuse it
+        return compute.figure("strip", Scenario(), None, [split, seq],
+                              lambda: figures.layout_strip(split["layout"], seq, split["n"],
+                                                           holders=split["holders"], title=split["title"]))
 
     def _name(sc) -> str:
-        return f"ringsim-{sc.n_gpus}gpu-{sc.layout}-{sc.workload.seq}-{sc.workload.pass_}"
+        how = sc.layout if sc.scheme == "ring" else sc.scheme
+        return f"ringsim-{sc.n_gpus}gpu-{how}-{sc.workload.seq}-{sc.workload.pass_}"
 
     @app.callback(Output("dl-trace", "data"), Input("dl-trace-btn", "n_clicks"),
                   State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
@@ -271,6 +299,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         try:
             hw, key = hardware_of(profile_data)
             sc = scenario_of(data)
+            if sc.scheme not in RING_SCHEMES:
+                sc = compute.as_ring(sc)          # a scheme without a ring: the ring's layouts
             # one layout/overlap pair is as good as another for the key: all six are drawn
             rows = compute.figure("compare-rows", sc.with_(layout="zigzag", overlap=True), key, None,
                                   lambda: compute.compare_table(sc, hw, key))
@@ -278,13 +308,36 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
             return figures.message_figure(str(e)), None
         return figures.comparison(rows), _compare_table(rows)
 
+    @app.callback(Output("schemes", "figure"), Output("schemes-table", "children"),
+                  Output("schemes-why", "children"),
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
+                  Input("lang", "value"))
+    def schemes(data, profile_data, tab, lang):
+        only_on("schemes", tab)
+        t = Translator(lang)
+        try:
+            hw, key = hardware_of(profile_data)
+            sc = scenario_of(data)
+            base = compute.scheme_base(sc)
+            # every scheme from the same base: the scheme on screen and its settings do not
+            # change the rows, only which one is marked
+            rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw))
+            current = compute.current_variant(sc)
+            fig = compute.figure("schemes", base, key, current, lambda: figures.scheme_comparison(
+                rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload)))
+        except RingsimError as e:
+            return figures.message_figure(str(e)), None, None
+        return fig, _schemes_table(rows, current, t), _schemes_why(rows, t)
+
     @app.callback(Output("sweep", "figure"),
                   Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"))
     def sweep(data, profile_data, tab):
         only_on("sweep", tab)
         try:
             hw, key = hardware_of(profile_data)
-            sc = scenario_of(data)
+            # whether a ring's block transfer hides behind its compute: the ring's, whatever
+            # scheme is on screen
+            sc = compute.as_ring(scenario_of(data))
             return compute.figure("sweep", sc, key, None,
                                   lambda: figures.overlap_sweep(compute.overlap_sweep(sc, hw, key)))
         except RingsimError as e:
@@ -396,3 +449,48 @@ def _compare_table(rows: list[dict[str, Any]]) -> html.Table:
              _fmt_s(r["exposed_comm_s"])] for r in rows]
     return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])),
                        html.Tbody([html.Tr([html.Td(c) for c in row]) for row in body])])
+
+
+def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> html.Table:
+    """The rows of `ringsim compare --schemes`, a refused one with its reason; the fastest
+    and the run on screen marked."""
+    best = figures.fastest(rows)
+    head = [t(f"sch.col.{c}") for c in SCHEME_TABLE_COLUMNS]
+    body = []
+    for r in rows:
+        here = current is not None and (r["scheme"], r["variant"]) == tuple(current)
+        variant = [r["variant"]] + ([" ", html.Span("◂ " + t("sch.current"), className="here")] if here else [])
+        if "refused" in r:
+            cells = [html.Td(r["scheme"]), html.Td(variant),
+                     html.Td(t("sch.refused", reason=r["refused"]), colSpan=7, className="refused")]
+        else:
+            eff = "–" if r["efficiency"] is None else t.pct(r["efficiency"])
+            peak = "–" if r["peak_mem_bytes"] is None else t.bytes(r["peak_mem_bytes"])
+            cells = [html.Td(c) for c in (r["scheme"], variant, t.time(r["makespan_s"]),
+                                          t.num(r["makespan_s"] / best["makespan_s"]) + "×", eff,
+                                          t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0",
+                                          t.bytes(r["bytes_sent_per_gpu"]), peak)]
+            cells.append(html.Td(r["explanation"], className="why"))
+        body.append(html.Tr(cells, className=" ".join(
+            c for c, on in (("best", r is best), ("current", here)) if on) or None))
+    return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(body)])
+
+
+def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
+    """Why the winner wins: the fastest against the next, and what bounds each (and the
+    slowest), in the simulator's own sentences (sim.metrics.explain)."""
+    ran = sorted((r for r in rows if "refused" not in r), key=lambda r: r["makespan_s"])
+    if not ran:
+        return [t("sch.none")]
+    best = ran[0]
+    name = figures.run_name
+    if len(ran) == 1:
+        lead = t("sch.only", winner=name(best), time=t.time(best["makespan_s"]))
+    else:
+        nxt = ran[1]
+        lead = t("sch.fastest", winner=name(best), time=t.time(best["makespan_s"]), next=name(nxt),
+                 margin=t.pct(nxt["makespan_s"] / best["makespan_s"] - 1))
+    shown = ran[:2] + ([ran[-1]] if len(ran) > 2 else [])
+    return [html.Strong(lead), html.Ul([html.Li(t("sch.bounds", run=name(r), why=r["explanation"]))
+                                        for r in shown])]
+

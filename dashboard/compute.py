@@ -19,10 +19,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from sim.compare import compare_scheme_rows, scheme_variants
 from sim.config import LAYOUTS, Hardware, Link, Scenario
 from sim.engine import simulate
+from sim.errors import RingsimError
 from sim.layouts import get as get_layout
-from sim.memory import full_kv_bytes, peak_memory_bytes
+from sim.memory import full_kv_bytes, peak_memory, peak_memory_bytes
 from sim.metrics import Metrics, comparison_row, compute_metrics
 from sim.trace import COMPUTE, Trace
 
@@ -157,6 +159,94 @@ def compare_table(scenario: Scenario, profile: Any | None = None,
     return rows
 
 
+# --- the schemes side by side -------------------------------------------------------
+
+_PLAIN = dict(scheme="ring", overlap=True, ulysses_degree=None, ring_degree=None,
+              placement="ulysses-inner", head_groups=1)
+
+
+def as_ring(scenario: Scenario) -> Scenario:
+    """The scenario with the ring as its scheme (its layout, overlap and forwarding kept):
+    the views about the ring's own transfers and layouts show the ring whatever scheme is
+    on screen."""
+    return scenario.with_(scheme="ring", ulysses_degree=None, ring_degree=None, placement="ulysses-inner",
+                          head_groups=1)
+
+
+def scheme_base(scenario: Scenario) -> Scenario:
+    """The scenario every scheme's variants are made from, as `ringsim compare --schemes`
+    makes it: the ring, zigzag, overlap on, no scheme settings (the workload, hardware,
+    GPUs and work counting of `scenario`). When the sequence does not cut into zigzag's
+    chunks, the first layout it cuts into (a hybrid's rings use it)."""
+    first = None
+    for layout in ("zigzag", *[x for x in LAYOUTS if x != "zigzag"]):
+        try:
+            return scenario.with_(layout=layout, **_PLAIN)
+        except RingsimError as e:
+            first = first or e
+    raise first
+
+
+def scheme_rows(scenario: Scenario, profile: Any | None = None) -> list[dict[str, Any]]:
+    """sim.compare.compare_scheme_rows of the scenario's base: every scheme and ring
+    layout (a refused one with its reason)."""
+    return compare_scheme_rows(scheme_base(scenario), profile)
+
+
+def current_variant(scenario: Scenario) -> tuple[str, str] | None:
+    """The (scheme, variant) of the comparison that is the scenario itself, if one is."""
+    try:
+        base = scheme_base(scenario)
+    except RingsimError:
+        return None
+    want = scenario.describe()
+    for scheme, variant, changes in scheme_variants(base):
+        if scheme != scenario.scheme:
+            continue
+        try:
+            if base.with_(scheme=scheme, **changes).describe() == want:
+                return scheme, variant
+        except RingsimError:
+            continue
+    return None
+
+
+# --- which tokens each GPU holds ----------------------------------------------------
+
+def _gpu_list(ranks: list[int]) -> str:
+    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"GPUs {ranks[0]}–{ranks[-1]}"
+    shown = ", ".join(map(str, ranks[:8]))
+    return f"GPU{'s' if len(ranks) > 1 else ''} {shown}" + (", …" if len(ranks) > 8 else "")
+
+
+def token_split(scenario: Scenario) -> dict[str, Any]:
+    """What the layout strip draws for the scenario's scheme: the layout its token shards
+    follow, on how many holders, their names and the title. The ring: its layout;
+    all-gather: zigzag (2N chunks, GPU i holds i and 2N-1-i); Ulysses: token shards in
+    order; the hybrid: its rings' layout over the r ring positions, each position's
+    tokens shared by its u GPUs (sim.schemes.hybrid.rank_grid)."""
+    from sim.schemes.hybrid import rank_grid
+
+    seq, n = scenario.workload.seq, scenario.n_gpus
+    cfg = scenario.describe()
+    out: dict[str, Any] = {"layout": scenario.layout, "n": n, "holders": None, "title": None}
+    if scenario.scheme == "allgather":
+        out.update(layout="zigzag", title=f"Which tokens each GPU holds: all-gather, {2 * n} chunks, GPU i holds "
+                                          f"chunks i and {2 * n - 1}−i, {seq:,} tokens over {n} GPUs")
+    elif scenario.scheme in ("ulysses", "hybrid"):
+        u, r = int(cfg.get("ulysses_degree", n)), int(cfg.get("ring_degree", 1))
+        if r == 1:
+            out.update(layout="contiguous", title=f"Which tokens each GPU holds: Ulysses token shards in order, "
+                                                  f"{seq:,} tokens over {n} GPUs (then all-to-all to head shards)")
+        else:
+            grid = rank_grid(u, r, cfg.get("placement", "ulysses-inner"))
+            out.update(n=r, holders=[f"ring position {k}: {_gpu_list(grid[k].tolist())}" for k in range(r)],
+                       title=f"Which tokens each ring position holds: {scenario.layout} layout over {r} ring "
+                             f"positions of {u} GPUs each (each GPU 1/{u} of them), {seq:,} tokens")
+    return out
+
+
 # --- view 5: when transfers hide ---------------------------------------------------
 
 SWEEP_MAX_GPUS = 16
@@ -270,7 +360,58 @@ def memory_table(scenario: Scenario) -> dict[str, Any]:
                         "full_kv_bytes": full_kv_bytes(w)})
     return {"seq_now": w.seq, "gpus_now": n, "tokens_per_rank": c,
             "capacity_bytes": scenario.hardware.gpu.memory_gb * 1e9,
-            "items": peak_memory_bytes(w, c), "by_seq": by_seq, "by_gpus": by_gpus}
+            "items": peak_memory_bytes(w, c), "by_seq": by_seq, "by_gpus": by_gpus,
+            "scheme": scenario.scheme, "scheme_items": peak_memory(scenario),
+            "full_kv_now_bytes": full_kv_bytes(w),
+            "schemes": scheme_memory(scenario, seqs, counts)}
+
+
+def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]]:
+    """The comparison's variants (sim.compare.scheme_variants) with a memory model of
+    their own at the scenario: the ring's layouts and the hybrid's placements hold the
+    same bytes, one of each is kept. (label, scheme, Scenario changes)."""
+    try:
+        base = scheme_base(scenario)
+    except RingsimError:
+        return []
+    kept: list[tuple[str, str, dict[str, Any], dict[str, int]]] = []
+    for scheme, variant, changes in scheme_variants(base):
+        try:
+            items = peak_memory(base.with_(scheme=scheme, **changes))
+        except RingsimError:
+            continue
+        if not any(s == scheme and i == items for _, s, _, i in kept):
+            kept.append((variant, scheme, changes, items))
+    out = []
+    for variant, scheme, changes, _ in kept:
+        alone = sum(1 for k in kept if k[1] == scheme) == 1
+        out.append((scheme if alone or not variant else f"{scheme} ({variant})", scheme, changes))
+    return out
+
+
+def scheme_memory(scenario: Scenario, seqs: list[int], counts: list[int]) -> list[dict[str, Any]]:
+    """Each scheme's peak memory per GPU (its own `peak_memory`, itemized now) against
+    sequence length and GPU count; a point the scheme refuses is None. Against GPU count
+    a hybrid's degrees are its own choice at each count (as a fresh `compare` would make)."""
+    out = []
+    variants = _memory_variants(scenario)
+    base = scheme_base(scenario) if variants else None
+    for label, scheme, changes in variants:
+        at_n = {k: v for k, v in changes.items() if k not in ("ulysses_degree", "ring_degree")}
+
+        def total(**over: Any) -> int | None:
+            try:
+                return peak_memory(base.with_(scheme=scheme, **over))["total"]
+            except RingsimError:
+                return None
+
+        out.append({
+            "label": label, "scheme": scheme,
+            "items": peak_memory(base.with_(scheme=scheme, **changes)),
+            "by_seq": [total(workload=_with_seq(scenario, s), **changes) for s in seqs],
+            "by_gpus": [total(n_gpus=g, **at_n) for g in counts],
+        })
+    return out
 
 
 def _kv_held(items: dict[str, int]) -> int:

@@ -132,7 +132,8 @@ def _page_texts() -> list[tuple[str, str, str]]:
     texts += [(f"{cid}-help", "children", f"ctl.{cid}.help") for cid in _HELP]
     texts += [(f"tab-{value}", "label", f"tab.{value}") for value, _ in TABS]
     texts += [(f"{cid}-label", "children", f"card.{cid}") for cid, _ in SUMMARY_CARDS]
-    texts += [(f"h-{h}", "children", f"heading.{h}") for h in ("ring", "workload", "hardware", "counting")]
+    texts += [(f"h-{h}", "children", f"heading.{h}")
+              for h in ("scheme", "ring", "workload", "hardware", "counting")]
     texts += [
         ("tagline", "children", "page.tagline"),
         ("lang-label", "children", "page.language"),
@@ -156,6 +157,13 @@ def _page_texts() -> list[tuple[str, str, str]]:
     return texts
 
 
+def scheme_label(t: Translator, scheme: str) -> str:
+    """A scheme's name for people (its module name when the catalogs have none: a scheme
+    added since)."""
+    key = f"opt.scheme.{scheme}"
+    return t(key) if t.has(key) else scheme
+
+
 def _upload_children(t: Translator, key: str) -> list[Any]:
     before, _, after = t(key).partition("{choose}")
     return [html.Div([before, html.A(t("upload.choose")), after])]
@@ -163,11 +171,16 @@ def _upload_children(t: Translator, key: str) -> list[Any]:
 
 def _options(t: Translator) -> list[tuple[str, str, Any]]:
     onoff = [{"label": t("opt.on"), "value": True}, {"label": t("opt.off"), "value": False}]
-    from dashboard.state import SAME_LINK
-    from sim.config import PASSES
-    from sim.presets import LINK_PRESETS
+    from dashboard.state import NO_CLUSTER, SAME_LINK
+    from sim.config import PASSES, PLACEMENTS
+    from sim.presets import CLUSTER_PRESETS, LINK_PRESETS
+    from sim.schemes import names as scheme_names
 
     return [
+        ("scheme", "options", [{"label": scheme_label(t, s), "value": s} for s in scheme_names()]),
+        ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p} for p in PLACEMENTS]),
+        ("cluster", "options", [{"label": t("opt.cluster.none"), "value": NO_CLUSTER},
+                                *[{"label": x, "value": x} for x in CLUSTER_PRESETS]]),
         ("overlap", "options", onoff),
         ("causal", "options", onoff),
         ("sync", "options", [{"label": t("opt.sync.step"), "value": "step"},

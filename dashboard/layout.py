@@ -10,11 +10,12 @@ from typing import Any
 
 from dash import dcc, html
 
-from sim.config import LAYOUTS, PASSES
-from sim.presets import GPU_PRESETS, LINK_PRESETS
+from sim.config import LAYOUTS, PASSES, PLACEMENTS
+from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
+from sim.schemes import names as scheme_names
 
 from dashboard import i18n, questions
-from dashboard.state import CUSTOM, SAME_LINK, defaults
+from dashboard.state import CUSTOM, NO_CLUSTER, SAME_LINK, applies, defaults
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 """Largest trace or profile file the page accepts."""
@@ -24,6 +25,7 @@ TABS = (
     ("timeline", "Timeline"),
     ("blocks", "Block map"),
     ("compare", "Compare layouts"),
+    ("schemes", "Compare schemes"),
     ("sweep", "When transfers hide"),
     ("memory", "Memory"),
     ("merge", "Exact merge"),
@@ -40,11 +42,26 @@ _HELP = {
     "link-latency-us": "per transfer (blank: preset)",
     "granularity": "exact pairs, or whole tiles",
     "sync": "per step: post, compute, wait (as kernels do); buffered: forward a block as soon as a buffer is free",
+    "scheme": "how the GPUs share the sequence's K/V",
+    "head-groups": "gather K/V group by group of heads, each gather behind the previous group's compute "
+                   "(1: one gather, exposed); must divide the K/V heads",
+    "ulysses-degree": "GPUs per all-to-all group (blank: the largest that fits the heads and a node)",
+    "ring-degree": "GPUs per ring; Ulysses degree × ring degree = GPUs (blank: from the other)",
+    "cluster": "sets the GPU, the links, GPUs and NICs per node; change any of them after",
+    "nics-per-node": "each shared by its share of the node's GPUs (blank: one per GPU)",
+    "nic-gbps": "per direction (blank: the link between nodes)",
 }
 
+_SHOWN, _HIDDEN = {}, {"display": "none"}
 
-def _field(cid: str, label: str, component: Any) -> html.Div:
-    return html.Div(className="field", children=[
+
+def field_style(cid: str, scheme: str) -> dict[str, str]:
+    """A control's field is shown only where it applies to the scheme (dashboard.state.applies)."""
+    return _SHOWN if applies(cid, scheme) else _HIDDEN
+
+
+def _field(cid: str, label: str, component: Any, style: dict[str, str] | None = None) -> html.Div:
+    return html.Div(className="field", id=f"{cid}-field", style=style or {}, children=[
         html.Label(label, htmlFor=cid, id=f"{cid}-label"),
         component,
         html.Div(_HELP.get(cid, ""), className="help", id=f"{cid}-help") if cid in _HELP else None,
@@ -52,9 +69,9 @@ def _field(cid: str, label: str, component: Any) -> html.Div:
     ])
 
 
-def _number(cid: str, label: str, value: Any, placeholder: str = "") -> html.Div:
+def _number(cid: str, label: str, value: Any, placeholder: str = "", style: dict | None = None) -> html.Div:
     return _field(cid, label, dcc.Input(id=cid, type="number", value=value, debounce=True,
-                                        placeholder=placeholder, className="num"))
+                                        placeholder=placeholder, className="num"), style)
 
 
 def _dropdown(cid: str, label: str, options: list[Any], value: Any) -> html.Div:
@@ -71,17 +88,33 @@ def _onoff(cid: str, label: str, value: bool) -> html.Div:
 
 def controls() -> html.Div:
     d = defaults()
+    scheme = d["scheme"]
+    en = i18n.Translator(i18n.DEFAULT_LANG)     # the language callback sets every label on load
     return html.Div(className="controls", children=[
-        html.H3("Ring", id="h-ring"),
+        html.H3("Scheme", id="h-scheme"),
         _number("gpus", "GPUs", d["gpus"]),
-        _field("layout", "Layout", dcc.RadioItems(
-            id="layout", options=[{"label": x, "value": x} for x in LAYOUTS], value=d["layout"],
-            className="radio")),
-        _onoff("overlap", "Overlap transfers with compute", d["overlap"]),
-        _field("sync", "Forwarding (with overlap)", dcc.RadioItems(
-            id="sync", options=[{"label": "per step", "value": "step"},
-                                {"label": "buffered", "value": "buffered"}],
-            value=d["sync"], className="radio")),
+        _field("scheme", "Scheme", dcc.RadioItems(
+            id="scheme", options=[{"label": i18n.scheme_label(en, x), "value": x} for x in scheme_names()],
+            value=scheme, className="radio")),
+        _number("head-groups", "Head groups", d["head-groups"], style=field_style("head-groups", scheme)),
+        _number("ulysses-degree", "Ulysses degree", d["ulysses-degree"], "auto",
+                style=field_style("ulysses-degree", scheme)),
+        _number("ring-degree", "Ring degree", d["ring-degree"], "auto",
+                style=field_style("ring-degree", scheme)),
+        _field("placement", "Placement", dcc.RadioItems(
+            id="placement", options=[{"label": en(f"opt.placement.{x}"), "value": x} for x in PLACEMENTS],
+            value=d["placement"], className="radio"), field_style("placement", scheme)),
+        html.Div(id="ring-section", style=field_style("layout", scheme), children=[
+            html.H3("Ring", id="h-ring"),
+            _field("layout", "Layout", dcc.RadioItems(
+                id="layout", options=[{"label": x, "value": x} for x in LAYOUTS], value=d["layout"],
+                className="radio")),
+            _onoff("overlap", "Overlap transfers with compute", d["overlap"]),
+            _field("sync", "Forwarding (with overlap)", dcc.RadioItems(
+                id="sync", options=[{"label": "per step", "value": "step"},
+                                    {"label": "buffered", "value": "buffered"}],
+                value=d["sync"], className="radio")),
+        ]),
         html.H3("Workload", id="h-workload"),
         _number("seq", "Sequence length", d["seq"]),
         _number("batch", "Batch", d["batch"]),
@@ -94,17 +127,22 @@ def controls() -> html.Div:
                                               "fwdbwd": "forward + backward"}[p], "value": p}
                                    for p in PASSES], d["pass"]),
         html.H3("Hardware", id="h-hardware"),
+        _dropdown("cluster", "Cluster preset", [{"label": "none", "value": NO_CLUSTER},
+                                                *[{"label": x, "value": x} for x in CLUSTER_PRESETS]],
+                  d["cluster"]),
         _dropdown("gpu", "GPU", [*GPU_PRESETS, CUSTOM], d["gpu"]),
         _number("tflops", "Achieved TFLOP/s", d["tflops"], "preset"),
         _number("efficiency", "Efficiency", d["efficiency"], "0.5"),
         _number("overhead-us", "Launch overhead (µs)", d["overhead-us"], "5"),
-        _dropdown("link", "Link (ring hop)", [*LINK_PRESETS, CUSTOM], d["link"]),
+        _dropdown("link", "Link inside a node", [*LINK_PRESETS, CUSTOM], d["link"]),
         _number("link-gbps", "Link GB/s", d["link-gbps"], "preset"),
         _number("link-latency-us", "Link latency (µs)", d["link-latency-us"], "preset"),
         _dropdown("inter-link", "Link between nodes",
                   [{"label": "same as above", "value": SAME_LINK},
                    *[{"label": x, "value": x} for x in LINK_PRESETS]], d["inter-link"]),
         _number("gpus-per-node", "GPUs per node", d["gpus-per-node"]),
+        _number("nics-per-node", "NICs per node", d["nics-per-node"], "one per GPU"),
+        _number("nic-gbps", "NIC GB/s", d["nic-gbps"], "link's"),
         html.Div(className="field", children=[
             html.Label("Calibrated profile", id="profile-label"),
             dcc.Upload(id="profile-upload", max_size=MAX_UPLOAD_BYTES, accept=".json,application/json",
@@ -151,6 +189,8 @@ def views() -> html.Div:
         "questions": [questions.view()],
         "blocks": [_graph("block-map", 560)],
         "compare": [_graph("compare", 380), html.Div(id="compare-table", className="table")],
+        "schemes": [html.Div(id="schemes-why", className="schemes-why"), _graph("schemes", 420),
+                    html.Div(id="schemes-table", className="table")],
         "sweep": [_graph("sweep", 640)],
         "memory": [_graph("memory", 440)],
         "merge": [

@@ -23,7 +23,7 @@ from sim.errors import RingsimError
 from dashboard import compute, quiz_explain, quiz_figures
 from dashboard.i18n import Translator
 from dashboard.nav import N_QUESTIONS
-from dashboard.state import defaults, scenario_from_values
+from dashboard.state import defaults, ring_values, scenario_from_values
 
 ANSWERS = {1: 1, 2: 0, 3: 2, 4: 3, 5: 1, 6: 0, 7: 3, 8: 2}
 """The right choice (0-based) of each question; the choices' texts are in the catalogs."""
@@ -99,8 +99,10 @@ def view() -> html.Div:
 
 
 def _scenario(data: Any) -> Scenario:
+    """The page's scenario as a ring: the questions are about Ring Attention, whatever
+    scheme the other views show."""
     values = (data or {}).get("values") if isinstance(data, dict) else None
-    return scenario_from_values(values or defaults())
+    return scenario_from_values(ring_values(values or defaults()))
 
 
 def _log10(x: float) -> float:
@@ -208,11 +210,15 @@ def register_callbacks(app) -> None:
 
     # the ring animation under the timeline
     @app.callback(Output("timeline-ring", "figure"), Output("timeline-ring-step", "max"),
-                  Output("timeline-ring-step", "value"),
+                  Output("timeline-ring-step", "value"), Output("timeline-ring-section", "style"),
                   Input("scenario", "data"), Input("lang", "value"), Input("tabs", "value"))
     def timeline_ring(data, lang, tab):
         if tab != "timeline":
             raise PreventUpdate
+        values = (data or {}).get("values") if isinstance(data, dict) else None
+        if (values or {}).get("scheme", "ring") != "ring":
+            # the animation is the ring's: another scheme's timeline stands alone
+            return no_update, no_update, no_update, _HIDDEN
         try:
             n = _scenario(data).n_gpus
         except RingsimError:
@@ -220,7 +226,7 @@ def register_callbacks(app) -> None:
         t = Translator(lang)
         fig = compute.figure("ring", Scenario(), None, [n, t.lang],
                              lambda: quiz_explain.ring_figure(n, t, {"gpus": n}, height=420))
-        return fig, len(fig.frames) - 1, 0
+        return fig, len(fig.frames) - 1, 0, {}
 
     for prefix, graph in (("timeline", "timeline-ring"), ("quiz", "quiz-figure")):
         _register_ring_stepper(app, prefix, graph)
@@ -286,7 +292,7 @@ def ring_controls(prefix: str) -> html.Div:
 
 def timeline_ring() -> html.Div:
     """The ring-stepping animation, shown under the timeline."""
-    return html.Div(className="ring-box", children=[
+    return html.Div(className="ring-box", id="timeline-ring-section", children=[
         html.Div(id="timeline-ring-label", className="help"),
         ring_controls("timeline"),
         dcc.Graph(id="timeline-ring", config={"displaylogo": False, "displayModeBar": False},

@@ -72,7 +72,7 @@ def main() -> None:
                                                         "Model vs measurement"))
         wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#layout-strip .main-svg")))
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline .main-svg, #block-map .main-svg, "
-                                                               "#compare .main-svg, #sweep .main-svg, "
+                                                               "#compare .main-svg, #schemes .main-svg, #sweep .main-svg, "
                                                                "#memory .main-svg, #merge .main-svg, "
                                                                "#overlay .main-svg, #quiz-choice label"))
         for selector in a.click:

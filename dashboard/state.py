@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from sim.config import LAYOUTS, PASSES, Gpu, Hardware, Link, Scenario, Workload
+from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
-from sim.presets import GPU_PRESETS, LINK_PRESETS
+from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
+from sim.schemes import names as scheme_names
 
 CUSTOM = "custom"
 SAME_LINK = "same"
+NO_CLUSTER = "none"
 MAX_GPUS = 1024
 """Largest ring the page simulates: the trace grows as N^2 spans (3.1M at 1024 forward,
 9.4M forward+backward) and a first request must stay within seconds; `ringsim simulate`
@@ -31,7 +33,7 @@ class Control:
     id: str
     url_key: str
     kind: str
-    """int, float (optional when default is None), bool, or choice."""
+    """int, optint (blank: None), float (optional when default is None), bool, or choice."""
     default: Any
     choices: tuple[Any, ...] = ()
 
@@ -56,17 +58,64 @@ CONTROLS: tuple[Control, ...] = (
     Control("link-latency-us", "latency_us", "float", None),
     Control("inter-link", "inter_link", "choice", SAME_LINK, (SAME_LINK, *LINK_PRESETS)),
     Control("gpus-per-node", "gpus_per_node", "int", 8),
-    # the ring
+    Control("nics-per-node", "nics_per_node", "optint", None),
+    Control("nic-gbps", "nic_gbps", "float", None),
+    Control("cluster", "cluster", "choice", NO_CLUSTER, (NO_CLUSTER, *CLUSTER_PRESETS)),
+    # the scheme and the ring
     Control("gpus", "gpus", "int", 8),
     Control("layout", "layout", "choice", "zigzag", LAYOUTS),
     Control("overlap", "overlap", "bool", True),
     Control("sync", "sync", "choice", "step", ("step", "buffered")),
+    Control("scheme", "scheme", "choice", "ring", scheme_names()),
+    Control("ulysses-degree", "ulysses_degree", "optint", None),
+    Control("ring-degree", "ring_degree", "optint", None),
+    Control("placement", "placement", "choice", PLACEMENTS[0], PLACEMENTS),
+    Control("head-groups", "head_groups", "int", 1),
     Control("granularity", "granularity", "choice", "exact", ("exact", "tile")),
     Control("tile", "tile", "int", 128),
 )
 CONTROL_IDS: tuple[str, ...] = tuple(c.id for c in CONTROLS)
 _BY_ID = {c.id: c for c in CONTROLS}
 _BY_KEY = {c.url_key: c for c in CONTROLS}
+
+SCHEME_CONTROLS: dict[str, tuple[str, ...]] = {
+    "allgather": ("head-groups",),
+    "hybrid": ("ulysses-degree", "ring-degree", "placement"),
+}
+"""The controls of a scheme's own settings (the Scenario fields it reads). Ulysses has
+none to choose: its degree is every GPU."""
+RING_SCHEMES = ("ring", "hybrid")
+"""Schemes that pass K/V around a ring, and so read the ring's controls."""
+RING_CONTROLS = ("layout", "overlap", "sync")
+_FIELD_OF = {"ulysses-degree": "ulysses_degree", "ring-degree": "ring_degree", "placement": "placement",
+             "head-groups": "head_groups"}
+CLUSTER_CONTROLS = ("gpu", "link", "inter-link", "gpus-per-node", "nics-per-node")
+"""What a cluster preset sets (sim.presets.ClusterPreset), as `ringsim --cluster` does."""
+
+
+def applies(cid: str, scheme: Any) -> bool:
+    """Whether control `cid` shapes a scenario of `scheme` (a scheme's settings and the
+    ring's controls apply to some schemes only; every other control to all)."""
+    if cid in RING_CONTROLS:
+        return scheme in RING_SCHEMES
+    if cid in _FIELD_OF:
+        return cid in SCHEME_CONTROLS.get(scheme, ())
+    return True
+
+
+def cluster_values(name: Any) -> dict[str, Any]:
+    """The control values a cluster preset sets (none for NO_CLUSTER)."""
+    if name == NO_CLUSTER or name not in CLUSTER_PRESETS:
+        return {}
+    c = cluster_preset(name)
+    return {"gpu": c.gpu, "link": c.link, "inter-link": c.inter_link or SAME_LINK,
+            "gpus-per-node": c.gpus_per_node, "nics-per-node": c.nics_per_node}
+
+
+def _defaults_under(values: dict[str, Any]) -> dict[str, Any]:
+    """The defaults a URL is written against: a chosen cluster's values replace the
+    plain defaults of the controls it sets."""
+    return defaults() | cluster_values(values.get("cluster"))
 
 
 class ControlError(RingsimError):
@@ -91,6 +140,8 @@ def _parse(c: Control, raw: str) -> Any:
         raise ValueError(raw)
     if c.kind == "int":
         return int(raw)
+    if c.kind == "optint":
+        return None if raw == "" or raw.lower() == "auto" else int(raw)
     if c.kind == "float":
         if raw == "":
             return None
@@ -105,11 +156,13 @@ def _parse(c: Control, raw: str) -> Any:
 
 
 def values_from_query(search: str | None) -> tuple[dict[str, Any], list[str]]:
-    """Control values from a URL query (missing keys keep their defaults).
+    """Control values from a URL query (missing keys keep their defaults, or the
+    cluster preset's values when the query names one).
 
     Returns the values and a list of the parameters that were ignored as unreadable.
     """
     values = defaults()
+    given: set[str] = set()
     ignored: list[str] = []
     for key, raw in parse_qsl((search or "").lstrip("?"), keep_blank_values=True):
         c = _BY_KEY.get(key)
@@ -117,18 +170,27 @@ def values_from_query(search: str | None) -> tuple[dict[str, Any], list[str]]:
             continue
         try:
             values[c.id] = _parse(c, raw)
+            given.add(c.id)
         except ValueError:
             ignored.append(f"{key}={raw[:40]}")
+    for cid, v in cluster_values(values["cluster"]).items():
+        if cid not in given:
+            values[cid] = v
     return values, ignored
 
 
 def query_from_values(values: dict[str, Any]) -> str:
-    """The URL query for `values`: only what differs from the defaults, in a fixed order."""
+    """The URL query for `values`: only what differs from the defaults (a chosen
+    cluster's values counting as defaults) and applies to the scheme, in a fixed order."""
     items = []
+    base = _defaults_under(values)
+    scheme = values.get("scheme", "ring")
     for c in CONTROLS:
         v = values.get(c.id)
-        if v is None or v == c.default:
+        if v == base[c.id] or not applies(c.id, scheme):
             continue
+        if v is None:
+            v = ""                  # blank where the cluster sets a value: "use the default"
         if c.kind == "bool":
             v = "1" if v else "0"
         elif isinstance(v, float) and v.is_integer():
@@ -169,8 +231,11 @@ def _choice(values: dict[str, Any], cid: str) -> Any:
     return v
 
 
-# Which control a simulator message is about: the first key found in the message wins.
+# Which control a simulator message is about: the first key found in the message wins
+# (so the schemes' settings come before the heads and GPUs their messages mention).
 _MESSAGE_KEYS = (
+    ("ulysses degree", "ulysses-degree"), ("ring degree", "ring-degree"), ("head groups", "head-groups"),
+    ("placement", "placement"), ("nics_per_node", "nics-per-node"), ("fill whole nodes", "gpus"),
     ("kv_heads", "kv-heads"), ("head_dim", "head-dim"), ("heads", "heads"),
     ("batch", "batch"), ("sequence length", "seq"), ("seq", "seq"), ("dtype", "dtype"),
     ("no rate for", "dtype"), ("has no peak rate", "dtype"),
@@ -190,17 +255,23 @@ def _attribute(err: RingsimError, fallback: str) -> ControlError:
     return ControlError(fallback, text)
 
 
-def scenario_from_values(values: dict[str, Any]) -> Scenario:
-    """A validated scenario, or ControlError naming the control at fault."""
+def _opt_int(values: dict[str, Any], cid: str, label: str) -> int | None:
+    v = values.get(cid)
+    return None if v is None or v == "" else _int(values, cid, label)
+
+
+def _workload(values: dict[str, Any]) -> Workload:
     w = dict(seq=_int(values, "seq", "sequence length"), batch=_int(values, "batch", "batch"),
              heads=_int(values, "heads", "heads"), kv_heads=_int(values, "kv-heads", "K/V heads"),
              head_dim=_int(values, "head-dim", "head dim"), dtype=_choice(values, "dtype"),
              causal=_choice(values, "causal"), pass_=_choice(values, "pass"))
     try:
-        workload = Workload(**w)
+        return Workload(**w)
     except RingsimError as e:
         raise _attribute(e, "seq") from None
 
+
+def _gpu(values: dict[str, Any]) -> Gpu:
     gpu_name = _choice(values, "gpu")
     tflops = _opt_float(values, "tflops")
     eff = _opt_float(values, "efficiency")
@@ -216,14 +287,15 @@ def scenario_from_values(values: dict[str, Any]) -> Scenario:
         if gpu_name == CUSTOM:
             if tflops is None:
                 raise ControlError("tflops", "a custom GPU needs its achieved TFLOP/s")
-            gpu = Gpu(name=CUSTOM, **gpu_over)
-        else:
-            gpu = Gpu.preset(gpu_name, **gpu_over)
+            return Gpu(name=CUSTOM, **gpu_over)
+        return Gpu.preset(gpu_name, **gpu_over)
     except ControlError:
         raise
     except RingsimError as e:
         raise _attribute(e, "gpu") from None
 
+
+def _link(values: dict[str, Any]) -> Link:
     link_name = _choice(values, "link")
     gbps = _opt_float(values, "link-gbps")
     latency = _opt_float(values, "link-latency-us")
@@ -236,47 +308,100 @@ def scenario_from_values(values: dict[str, Any]) -> Scenario:
         if link_name == CUSTOM:
             if gbps is None:
                 raise ControlError("link-gbps", "a custom link needs its bandwidth in GB/s")
-            link = Link(name=CUSTOM, **link_over)
-        else:
-            link = Link.preset(link_name, **link_over)
+            return Link(name=CUSTOM, **link_over)
+        return Link.preset(link_name, **link_over)
     except ControlError:
         raise
     except RingsimError as e:
         raise _attribute(e, "link") from None
 
+
+def _hardware(values: dict[str, Any]) -> Hardware:
+    """GPU, links and nodes. As `ringsim --nic-gbps` does, a NIC bandwidth replaces the
+    inter-node link's (the link inside the node's, with its latency, when the nodes use
+    no other link)."""
+    gpu, link = _gpu(values), _link(values)
     inter = _choice(values, "inter-link")
+    nic_gbps = _opt_float(values, "nic-gbps")
+    inter_link = None if inter == SAME_LINK else Link.preset(inter)
+    if nic_gbps is not None:
+        base = inter_link or link
+        try:
+            inter_link = Link(name=base.name, bandwidth_gbps=nic_gbps, latency_us=base.latency_us)
+        except RingsimError as e:
+            raise ControlError("nic-gbps", str(e)) from None
     gpn = _int(values, "gpus-per-node", "GPUs per node")
+    nics = _opt_int(values, "nics-per-node", "NICs per node")
     try:
-        hardware = Hardware(gpu=gpu, link=link, gpus_per_node=gpn,
-                            inter_link=None if inter == SAME_LINK else Link.preset(inter))
+        return Hardware(gpu=gpu, link=link, gpus_per_node=gpn, nics_per_node=nics, inter_link=inter_link)
     except RingsimError as e:
         raise _attribute(e, "gpus-per-node") from None
 
+
+def scheme_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The Scenario fields of the chosen scheme and, for a scheme with a ring, the ring's
+    controls; the controls that do not apply are left at the Scenario's defaults (so a
+    hidden control never changes a run)."""
+    scheme = _choice(values, "scheme")
+    out: dict[str, Any] = {"scheme": scheme}
+    if applies("layout", scheme):
+        out.update(layout=_choice(values, "layout"), overlap=_choice(values, "overlap"),
+                   sync=_choice(values, "sync"))
+    if applies("head-groups", scheme):
+        out["head_groups"] = _int(values, "head-groups", "head groups")
+    if applies("ulysses-degree", scheme):
+        out["ulysses_degree"] = _opt_int(values, "ulysses-degree", "Ulysses degree")
+    if applies("ring-degree", scheme):
+        out["ring_degree"] = _opt_int(values, "ring-degree", "ring degree")
+    if applies("placement", scheme):
+        out["placement"] = _choice(values, "placement")
+    return out
+
+
+def scenario_from_values(values: dict[str, Any]) -> Scenario:
+    """A validated scenario, or ControlError naming the control at fault."""
+    workload = _workload(values)
+    hardware = _hardware(values)
     n = _int(values, "gpus", "number of GPUs")
     if n > MAX_GPUS:
         raise ControlError("gpus", f"the dashboard simulates at most {MAX_GPUS} GPUs "
                                    "(use `ringsim simulate` for larger rings)")
     tile = _int(values, "tile", "tile")
-    layout, overlap = _choice(values, "layout"), _choice(values, "overlap")
     granularity = _choice(values, "granularity")
-    sync = _choice(values, "sync")
+    _choice(values, "cluster")
+    fields = scheme_fields(values)
     try:
-        return Scenario(workload=workload, hardware=hardware, n_gpus=n, layout=layout,
-                        overlap=overlap, sync=sync, granularity=granularity, tile=tile)
+        return Scenario(workload=workload, hardware=hardware, n_gpus=n, granularity=granularity, tile=tile,
+                        **fields)
     except RingsimError as e:
-        raise _attribute(e, "gpus") from None
+        err = _attribute(e, "gpus")
+        if not applies(err.control, fields["scheme"]):
+            err = ControlError("scheme", str(e))    # beside a control that is shown
+        raise err from None
+
+
+def ring_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The same controls with the ring as the scheme (the questions are about the ring)."""
+    return dict(values) | {"scheme": "ring"}
+
+
+SCHEME_SETTINGS = tuple(_FIELD_OF.values())
+"""The Scenario fields a scheme may read (sim.schemes.base.Scheme.settings)."""
 
 
 def scenario_from_config(config: dict[str, Any], hardware: Hardware) -> Scenario:
-    """The scenario a trace header describes (Scenario.describe() shape), on `hardware`."""
+    """The scenario a trace header describes (Scenario.describe() shape), on `hardware`:
+    its scheme and the settings the header records for it."""
     try:
         w = dict(config["workload"])
         w["pass_"] = w.pop("pass")
+        settings = {k: config[k] for k in SCHEME_SETTINGS if config.get(k) is not None}
         return Scenario(workload=Workload(**w), hardware=hardware, n_gpus=config["n_gpus"],
+                        scheme=config.get("scheme", "ring"),
                         layout=config["layout"], overlap=config["overlap"],
                         sync=config.get("sync", "step"),
                         granularity=config.get("granularity", "exact"),
-                        tile=config.get("tile", 128))
+                        tile=config.get("tile", 128), **settings)
     except RingsimError as e:
         raise RingsimError(f"the trace's configuration is not a valid scenario: {e}") from None
     except (KeyError, TypeError, AttributeError) as e:

@@ -3,7 +3,8 @@ Plotly figure. No Dash here, no simulation: callers pass in what to draw, so eac
 builder can be tested on its own.
 
 One module per view over a shared style (`style`): `layout_strip`, `timeline`,
-`block_map`, `comparison`, `sweep`, `memory`, `merge`, `overlay`. This package
+`block_map`, `comparison` (layouts), `schemes` (schemes), `sweep`, `memory`, `merge`,
+`overlay`. This package
 re-exports their builders, so `figures.timeline(trace)` reads as before. Figures read a
 trace's columns (sim.trace.SpanTable), ask the trace's scheme (sim.schemes) how to name,
 colour and map its operations, and ask sim.layouts about layouts. Definitions (exposed
@@ -16,15 +17,17 @@ from dashboard.figures.layout_strip import MAX_STRIP_RUNS, layout_strip
 from dashboard.figures.memory import memory
 from dashboard.figures.merge import merge_steps
 from dashboard.figures.overlay import overlay, trace_summary
+from dashboard.figures.schemes import fastest, run_name, scheme_comparison
 from dashboard.figures.style import (COLORS, TEMPLATE, message_figure, rank_color, rank_colors,
-                                     scheme_of, time_unit)
+                                     run_label, scheme_color, scheme_of, time_unit)
 from dashboard.figures.sweep import overlap_sweep
 from dashboard.figures.timeline import (LANES, MAX_BAR_SPANS, MAX_DRAWN_SPANS, SERIES, rank_starts,
                                         series_styles, timeline)
 
 __all__ = [
     "COLORS", "LANES", "MAX_BAR_SPANS", "MAX_DRAWN_SPANS", "MAX_HOVER_CELLS", "MAX_MAP_CHUNKS",
-    "MAX_STRIP_RUNS", "SERIES", "TEMPLATE", "block_map", "comparison", "layout_strip", "memory",
+    "MAX_STRIP_RUNS", "SERIES", "TEMPLATE", "block_map", "comparison", "fastest", "layout_strip", "memory",
     "merge_steps", "message_figure", "overlap_sweep", "overlay", "rank_color", "rank_colors",
-    "rank_starts", "scheme_of", "series_styles", "time_unit", "timeline", "trace_summary",
+    "rank_starts", "run_label", "run_name", "scheme_color", "scheme_comparison", "scheme_of",
+    "series_styles", "time_unit", "timeline", "trace_summary",
 ]

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from sim.trace import COMPUTE, Trace
 
-from dashboard.figures.style import TEMPLATE, rank_colors, scheme_of
+from dashboard.figures.style import TEMPLATE, rank_colors, run_label, scheme_of
 
 MAX_HOVER_CELLS = 128 * 128
 """The block map carries per-cell hover data up to this many cells."""
@@ -35,6 +35,13 @@ def _colorscale(value: np.ndarray) -> tuple[object, float, float, list[int] | No
             scale += [[i / k, palette[i]], [(i + 1) / k, palette[i]]]
         return scale, -0.5, k - 0.5, list(range(k))
     return "Viridis", float(finite.min()) if finite.size else 0.0, top, None
+
+
+def _what(cfg: dict) -> str:
+    """The run in a few words: a ring's layout, another scheme's name and settings."""
+    if cfg.get("scheme", "ring") == "ring":
+        return cfg.get("layout", "unknown layout")
+    return run_label(cfg)
 
 
 def block_map(trace: Trace) -> go.Figure:
@@ -90,7 +97,7 @@ def block_map(trace: Trace) -> go.Figure:
     cfg = trace.config
     causal = bool(cfg.get("workload", {}).get("causal", True))
     fig.update_layout(
-        title=dict(text=f"Who computes which block when: {cfg.get('layout', 'unknown layout')}, "
+        title=dict(text=f"Who computes which block when: {_what(cfg)}, "
                         f"{'causal' if causal else 'no mask'}, {n} GPUs — work imbalance max/mean "
                         f"{imbalance:.3f}", font=dict(size=13)),
         meta={"imbalance": float(imbalance), "chunks": chunks, "stride": stride})

@@ -1,5 +1,7 @@
 """View 1, which tokens each device holds: the sequence as a strip of runs of
-consecutive tokens, coloured by the rank that holds them (sim.layouts)."""
+consecutive tokens, coloured by the rank that holds them (sim.layouts). A scheme whose
+token shards follow a layout at another level (the hybrid's ring positions, each shared
+by a group of GPUs) names its holders and says so in the title."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ MAX_STRIP_RUNS = 512
 """The layout strip draws at most this many runs of tokens (the rest repeats)."""
 
 
-def layout_strip(layout: str, seq: int, n: int) -> go.Figure:
-    """The sequence as a strip of runs of consecutive tokens, colored by the rank holding them."""
+def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = None,
+                 title: str | None = None) -> go.Figure:
+    """The sequence as a strip of runs of consecutive tokens, colored by the rank holding
+    them (the n holders of a layout on n ranks; `holders` names each, GPU r otherwise)."""
     owner = rank_of_token(layout, seq, n)
     cuts = np.flatnonzero(np.diff(owner)) + 1
     starts = np.concatenate([[0], cuts])
@@ -27,15 +31,17 @@ def layout_strip(layout: str, seq: int, n: int) -> go.Figure:
     shown = int(ends[-1])
     fig = figure(height=170, barmode="overlay", showlegend=False,
                  margin=dict(l=70, r=20, t=40, b=40))
+    names = np.asarray(holders if holders is not None else [f"GPU {r}" for r in range(n)], dtype=object)
     fig.add_trace(go.Bar(
         x=ends - starts, base=starts, y=np.zeros(len(starts)), orientation="h", width=0.9,
         marker=dict(color=np.asarray(rank_colors(n), dtype=object)[ranks], line=dict(width=0)),
-        customdata=np.column_stack([starts, ends - 1, ranks]),
+        customdata=np.column_stack([starts, ends - 1, ranks]), hovertext=names[ranks],
         text=[f"{r}" for r in ranks] if len(starts) <= 64 else None,
         textposition="inside", insidetextanchor="middle",
-        hovertemplate="tokens %{customdata[0]:,}–%{customdata[1]:,} → GPU %{customdata[2]}<extra></extra>",
+        hovertemplate="tokens %{customdata[0]:,}–%{customdata[1]:,} → %{hovertext}<extra></extra>",
     ))
-    title = f"Which tokens each GPU holds: {layout} layout, {seq:,} tokens over {n} GPUs"
+    if title is None:
+        title = f"Which tokens each GPU holds: {layout} layout, {seq:,} tokens over {n} GPUs"
     if truncated:
         title += f" (first {shown:,} tokens; the pattern repeats)"
     fig.update_layout(

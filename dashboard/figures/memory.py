@@ -1,6 +1,7 @@
-"""View 6, memory: peak bytes per GPU against sequence length and GPU count, beside
-the full K/V no GPU needs to hold (DESIGN.md, fact 4). Draws the table of
-dashboard.compute.memory_table."""
+"""View 6, memory: peak bytes per GPU against sequence length and GPU count, beside the
+full K/V no ring GPU needs to hold (DESIGN.md, fact 4), and every scheme's own memory
+model (sim.schemes, `peak_memory`): all-gather holds the whole K/V, the ring its shard
+and two blocks in flight. Draws the table of dashboard.compute.memory_table."""
 
 from __future__ import annotations
 
@@ -9,78 +10,146 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.style import COLORS, TEMPLATE
+from dashboard.figures.style import COLORS, TEMPLATE, scheme_color
+
+GIB = 2 ** 30
+ITEM_GROUPS = (
+    ("gathered", "the gathered K/V (every token)", COLORS["full"]),
+    ("kv", "K/V: own shard, ring buffers", COLORS["transfer"]),
+    ("other", "the rest: Q, output, statistics, gradients, head shards", "#b8bcc6"),
+)
+"""How the bars group a scheme's items (sim.schemes' item names): the K/V gathered from
+every GPU, the K/V a GPU holds of its own or in flight, everything else."""
+
+
+def item_group(name: str) -> str:
+    if name == "kv_gathered":
+        return "gathered"
+    return "kv" if name.startswith("kv_") else "other"
+
+
+def _gib(x: float | None) -> float | None:
+    return None if x is None else x / GIB
 
 
 def memory(table: dict[str, Any]) -> go.Figure:
-    """Peak memory per GPU against sequence length and GPU count, beside the full K/V."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
-        f"against sequence length ({table['gpus_now']} GPUs)",
-        f"against GPU count ({table['seq_now']:,} tokens)"))
-    fig.update_layout(template=TEMPLATE, height=440)
-    gib = 2 ** 30
+    """Peak memory per GPU against sequence length and GPU count (the ring and every
+    other scheme), beside the full K/V; under them each scheme's memory now, item by
+    item, against the full K/V."""
+    fig = make_subplots(
+        rows=2, cols=2, specs=[[{}, {}], [{"colspan": 2}, None]], row_heights=[0.55, 0.45],
+        horizontal_spacing=0.1, vertical_spacing=0.16, subplot_titles=(
+            f"against sequence length ({table['gpus_now']} GPUs)",
+            f"against GPU count ({table['seq_now']:,} tokens)",
+            f"each scheme now ({table['seq_now']:,} tokens on {table['gpus_now']} GPUs), item by item"))
     bs, bg = table["by_seq"], table["by_gpus"]
-    cap = table["capacity_bytes"] / gib
-    fig.add_trace(go.Scatter(x=[r["seq"] for r in bs], y=[r["ring_bytes"] / gib for r in bs],
-                             name="ring: peak per GPU", legendgroup="ring", mode="lines+markers",
-                             line=dict(color=COLORS["ring"]),
-                             hovertemplate="%{x:,} tokens: %{y:.4g} GiB per GPU<extra></extra>"),
-                  row=1, col=1)
-    fig.add_trace(go.Scatter(x=[r["seq"] for r in bs], y=[r["ring_kv_bytes"] / gib for r in bs],
-                             name="ring: K/V held per GPU (own shard + 2 in flight)", legendgroup="ringkv",
-                             mode="lines+markers", line=dict(color=COLORS["transfer"]),
-                             marker=dict(symbol="square", size=5),
-                             hovertemplate="%{x:,} tokens: K/V held %{y:.4g} GiB per GPU<extra></extra>"),
-                  row=1, col=1)
-    fig.add_trace(go.Scatter(x=[r["seq"] for r in bs], y=[r["one_gpu_bytes"] / gib for r in bs],
-                             name="one GPU, whole sequence (no ring)", mode="lines",
-                             line=dict(color="#555555", dash="dot"),
-                             hovertemplate="%{x:,} tokens on one GPU: %{y:.4g} GiB<extra></extra>"),
-                  row=1, col=1)
-    fig.add_trace(go.Scatter(x=[r["seq"] for r in bs], y=[r["full_kv_bytes"] / gib for r in bs],
-                             name="the full K/V on one GPU", legendgroup="full", mode="lines",
-                             line=dict(color=COLORS["full"], dash="dash"),
-                             hovertemplate="%{x:,} tokens: full K/V %{y:.4g} GiB<extra></extra>"),
-                  row=1, col=1)
-    fig.add_trace(go.Scatter(x=[r["gpus"] for r in bg], y=[r["ring_bytes"] / gib for r in bg],
-                             name="ring: peak per GPU", legendgroup="ring", showlegend=False,
-                             mode="lines+markers", line=dict(color=COLORS["ring"]),
-                             hovertemplate="%{x} GPUs: %{y:.4g} GiB per GPU<extra></extra>"),
-                  row=1, col=2)
-    fig.add_trace(go.Scatter(x=[r["gpus"] for r in bg], y=[r["ring_kv_bytes"] / gib for r in bg],
-                             name="ring: K/V held per GPU", legendgroup="ringkv", showlegend=False,
-                             mode="lines+markers", line=dict(color=COLORS["transfer"]),
-                             marker=dict(symbol="square", size=5),
-                             hovertemplate="%{x} GPUs: K/V held %{y:.4g} GiB per GPU<extra></extra>"),
-                  row=1, col=2)
-    fig.add_trace(go.Scatter(x=[r["gpus"] for r in bg], y=[r["fixed_shard_bytes"] / gib for r in bg],
-                             name=f"ring, {table['tokens_per_rank']:,} tokens per GPU (sequence grows)",
-                             mode="lines+markers", line=dict(color="#8e44ad", dash="dot"),
-                             hovertemplate="%{x} GPUs: %{y:.4g} GiB per GPU<extra></extra>"),
-                  row=1, col=2)
-    fig.add_trace(go.Scatter(x=[r["gpus"] for r in bg], y=[r["full_kv_bytes"] / gib for r in bg],
-                             name="the full K/V on one GPU", legendgroup="full", showlegend=False,
-                             mode="lines", line=dict(color=COLORS["full"], dash="dash"),
-                             hovertemplate="full K/V %{y:.4g} GiB<extra></extra>"),
-                  row=1, col=2)
+    seqs, counts = [r["seq"] for r in bs], [r["gpus"] for r in bg]
+    cap = table["capacity_bytes"] / GIB
+    full_now = table["full_kv_now_bytes"] / GIB
+    schemes = table.get("schemes", [])
+    traces: list[tuple[Any, int, int]] = []
+
+    def line(x, y, name, row_col, **kw):
+        traces.append((go.Scatter(x=x, y=y, name=name, **kw), *row_col))
+
+    line(seqs, [r["ring_bytes"] / GIB for r in bs], "ring: peak per GPU", (1, 1), legendgroup="ring",
+         mode="lines+markers", line=dict(color=COLORS["ring"]),
+         hovertemplate="ring, %{x:,} tokens: %{y:.4g} GiB per GPU<extra></extra>")
+    line(seqs, [r["ring_kv_bytes"] / GIB for r in bs], "ring: K/V held per GPU (own shard + 2 in flight)",
+         (1, 1), legendgroup="ringkv", mode="lines+markers", line=dict(color=COLORS["transfer"]),
+         marker=dict(symbol="square", size=5),
+         hovertemplate="%{x:,} tokens: K/V held %{y:.4g} GiB per GPU<extra></extra>")
+    line(seqs, [r["one_gpu_bytes"] / GIB for r in bs], "one GPU, whole sequence (no ring)", (1, 1),
+         mode="lines", line=dict(color="#555555", dash="dot"),
+         hovertemplate="%{x:,} tokens on one GPU: %{y:.4g} GiB<extra></extra>")
+    line(seqs, [r["full_kv_bytes"] / GIB for r in bs], "the full K/V on one GPU", (1, 1), legendgroup="full",
+         mode="lines", line=dict(color=COLORS["full"], dash="dash"),
+         hovertemplate="%{x:,} tokens: full K/V %{y:.4g} GiB<extra></extra>")
+    line(counts, [r["ring_bytes"] / GIB for r in bg], "ring: peak per GPU", (1, 2), legendgroup="ring",
+         showlegend=False, mode="lines+markers", line=dict(color=COLORS["ring"]),
+         hovertemplate="ring, %{x} GPUs: %{y:.4g} GiB per GPU<extra></extra>")
+    line(counts, [r["ring_kv_bytes"] / GIB for r in bg], "ring: K/V held per GPU", (1, 2), legendgroup="ringkv",
+         showlegend=False, mode="lines+markers", line=dict(color=COLORS["transfer"]),
+         marker=dict(symbol="square", size=5),
+         hovertemplate="%{x} GPUs: K/V held %{y:.4g} GiB per GPU<extra></extra>")
+    line(counts, [r["fixed_shard_bytes"] / GIB for r in bg],
+         f"ring, {table['tokens_per_rank']:,} tokens per GPU (sequence grows)", (1, 2),
+         mode="lines+markers", line=dict(color="#8e44ad", dash="dot"),
+         hovertemplate="%{x} GPUs: %{y:.4g} GiB per GPU<extra></extra>")
+    line(counts, [r["full_kv_bytes"] / GIB for r in bg], "the full K/V on one GPU", (1, 2), legendgroup="full",
+         showlegend=False, mode="lines", line=dict(color=COLORS["full"], dash="dash"),
+         hovertemplate="full K/V %{y:.4g} GiB<extra></extra>")
+    # every other scheme's peak, from its own memory model
+    seen: dict[str, int] = {}
+    for v in schemes:
+        if v["scheme"] == "ring":
+            continue
+        k = seen[v["scheme"]] = seen.get(v["scheme"], -1) + 1
+        style = dict(color=scheme_color(v["scheme"]), dash=("solid", "dot", "dashdot")[k % 3], width=2)
+        for col, xs, ys, what in ((1, seqs, v["by_seq"], "%{x:,} tokens"), (2, counts, v["by_gpus"], "%{x} GPUs")):
+            line(xs, [_gib(y) for y in ys], f"{v['label']}: peak per GPU", (1, col), legendgroup=v["label"],
+                 showlegend=col == 1, mode="lines+markers", line=style, marker=dict(size=4),
+                 connectgaps=False,
+                 hovertemplate=f"{v['label']}, {what}: %{{y:.4g}} GiB per GPU<extra></extra>")
     # the capacity as a trace: an annotated hline would be placed in log10 units on a log axis
-    for col, xs in ((1, [bs[0]["seq"], bs[-1]["seq"]]), (2, [bg[0]["gpus"], bg[-1]["gpus"]])):
-        fig.add_trace(go.Scatter(x=xs, y=[cap, cap], mode="lines", name=f"GPU memory ({cap:.0f} GiB)",
-                                 legendgroup="cap", showlegend=col == 1,
-                                 line=dict(color=COLORS["capacity"], width=1, dash="dashdot"),
-                                 hovertemplate=f"GPU memory {cap:.0f} GiB<extra></extra>"),
-                      row=1, col=col)
-    fig.add_vline(x=table["seq_now"], line=dict(color=COLORS["measured"], width=1.5), row=1, col=1)
-    fig.add_vline(x=table["gpus_now"], line=dict(color=COLORS["measured"], width=1.5), row=1, col=2)
+    for col, xs in ((1, [seqs[0], seqs[-1]]), (2, [counts[0], counts[-1]])):
+        line(xs, [cap, cap], f"GPU memory ({cap:.0f} GiB)", (1, col), mode="lines", legendgroup="cap",
+             showlegend=col == 1, line=dict(color=COLORS["capacity"], width=1, dash="dashdot"),
+             hovertemplate=f"GPU memory {cap:.0f} GiB<extra></extra>")
+    # each scheme now, item by item (one trace per item name, a segment per scheme that
+    # has it): the gathered K/V, the K/V held, the rest
+    labels = [v["label"] for v in schemes]
+    names = list(dict.fromkeys(k for v in schemes for k in v["items"] if k != "total"))
+    shown_groups: set[str] = set()
+    for name in names:
+        group = item_group(name)
+        title, color = next((t, c) for g, t, c in ITEM_GROUPS if g == group)
+        having = [v for v in schemes if name in v["items"]]
+        traces.append((go.Bar(
+            y=[v["label"] for v in having], x=[v["items"][name] / GIB for v in having], orientation="h",
+            name=title, legendgroup=f"items-{group}", showlegend=group not in shown_groups,
+            marker=dict(color=color, line=dict(color="white", width=1)),
+            hovertemplate=f"%{{y}}: {name} %{{x:.4g}} GiB<extra></extra>"), 2, 1))
+        shown_groups.add(group)
+    if labels:
+        traces.append((go.Scatter(
+            x=[full_now, full_now], y=[labels[0], labels[-1]], mode="lines", name="the full K/V on one GPU",
+            legendgroup="full", showlegend=False, line=dict(color=COLORS["full"], dash="dash", width=2),
+            hovertemplate=f"full K/V {full_now:.4g} GiB<extra></extra>"), 2, 1))
+    # one call: plotly validates the figure once rather than once per trace
+    fig.add_traces([tr for tr, _, _ in traces], rows=[r for _, r, _ in traces], cols=[c for _, _, c in traces])
+    now = dict(color="#444444", width=1, dash="dot")
+    fig.add_vline(x=table["seq_now"], line=now, row=1, col=1)
+    fig.add_vline(x=table["gpus_now"], line=now, row=1, col=2)
     fig.update_xaxes(type="log", title_text="sequence length (tokens)", row=1, col=1)
-    fig.update_xaxes(type="log", title_text="GPUs in the ring", row=1, col=2)
+    fig.update_xaxes(type="log", title_text="GPUs", row=1, col=2)
     fig.update_yaxes(type="log", title_text="GiB", row=1, col=1)
     fig.update_yaxes(type="log", row=1, col=2)
-    items = table["items"]
+    fig.update_xaxes(title_text="GiB per GPU", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(autorange="reversed", row=2, col=1)
+    items = table["scheme_items"]
     detail = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in items.items() if k != "total")
     fig.update_layout(
-        title=dict(text=f"Why no GPU needs the full K/V: {items['total'] / gib:.3g} GiB per GPU now, "
-                        f"the full K/V would take {bs[[r['seq'] for r in bs].index(table['seq_now'])]['full_kv_bytes'] / gib:.3g} GiB"
-                        f"<br><sup>{detail}</sup>", font=dict(size=13)),
-        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0), margin=dict(t=80, b=130), height=540)
+        template=TEMPLATE, barmode="stack", height=860,
+        title=dict(text=f"{_headline(table)}<br><sup>{table['scheme']} now: {detail}</sup>", font=dict(size=13)),
+        legend=dict(orientation="h", yanchor="top", y=-0.08, x=0), margin=dict(l=170, t=90, b=170),
+        meta={"full_kv_bytes": table["full_kv_now_bytes"],
+              "totals": {v["label"]: v["items"]["total"] for v in schemes}})
     return fig
+
+
+def _headline(table: dict[str, Any]) -> str:
+    """What the view shows, in one line: the ring's K/V stays at its shard while
+    all-gather's holds every token's, or the plain fact 4 when no all-gather runs here."""
+    full = table["full_kv_now_bytes"]
+    by: dict[str, dict[str, Any]] = {}
+    for v in table.get("schemes", []):
+        by.setdefault(v["scheme"], v)           # the first variant: all-gather's single gather
+    ring = table["items"]
+    ring_kv = sum(b for k, b in ring.items() if item_group(k) == "kv")
+    text = f"The full K/V would take {full / GIB:.3g} GiB; the ring holds {ring_kv / GIB:.3g} GiB of it per GPU"
+    gathered = by.get("allgather", {}).get("items", {}).get("kv_gathered")
+    if gathered:
+        text += (f", all-gather {gathered / GIB:.3g} GiB (the whole K/V)" if gathered >= full else
+                 f", all-gather {gathered / GIB:.3g} GiB ({gathered / full:.0%} of the K/V at once, pipelined)")
+    return text + " — " + f"{table['scheme']}: {table['scheme_items']['total'] / GIB:.3g} GiB per GPU now"

@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative, sample_colorscale
 
-from sim.schemes import Scheme, get as get_scheme
+from sim.schemes import Scheme, get as get_scheme, names as scheme_names
 from sim.trace import Trace
 
 TEMPLATE = go.layout.Template(layout=dict(
@@ -72,6 +72,35 @@ def lighter(color: str, amount: float = 0.35) -> str:
     rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)], dtype=float)
     mixed = np.rint(rgb + (255 - rgb) * amount).astype(int)
     return "#" + "".join(f"{c:02x}" for c in mixed)
+
+
+SCHEME_PALETTE = ("#3a6fd8", "#d35400", "#c2185b", "#16a085", "#7f8c8d", "#b8860b")
+"""One colour per scheme, in the order of sim.schemes.names() (the ring first)."""
+
+
+def scheme_color(scheme: str) -> str:
+    names = scheme_names()
+    i = names.index(scheme) if scheme in names else len(names)
+    return SCHEME_PALETTE[i % len(SCHEME_PALETTE)]
+
+
+def run_label(config: dict[str, Any]) -> str:
+    """A run in a few words from its trace header: the scheme and what sets it apart (a
+    header without a scheme is a ring's)."""
+    scheme = config.get("scheme", "ring")
+    layout = config.get("layout")
+    ring = (f"{layout} layout, overlap {'on' if config.get('overlap') else 'off'}" if layout else "")
+    if scheme == "ring":
+        return ring
+    if scheme == "allgather":
+        g = config.get("head_groups", 1)
+        return "all-gather, " + ("one gather" if g == 1 else f"pipelined over {g} head groups")
+    if scheme == "ulysses":
+        return f"Ulysses, degree {config.get('ulysses_degree', '?')}"
+    if scheme == "hybrid":
+        return (f"hybrid, Ulysses {config.get('ulysses_degree', '?')} × ring {config.get('ring_degree', '?')} "
+                f"({config.get('placement', 'ulysses-inner')}), {ring}")
+    return scheme
 
 
 def scheme_of(trace: Trace) -> Scheme:

@@ -5,7 +5,8 @@ The figure reads the trace's columns (sim.trace.SpanTable) over a window of rank
 simulated trace lists its spans rank by rank, so a window is one contiguous slice of
 every column, found by binary search; a trace in another order is sorted by rank once.
 The names and colours of computes and transfers are those of the trace's scheme
-(`op_kinds`).
+(`op_kinds`): the ring's K/V and dK/dV hops, and the flows of the collectives
+(all-gather, reduce-scatter, all-to-all); a hover says what the operation is.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import plotly.graph_objects as go
 from sim.schemes import Scheme
 from sim.trace import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
 
-from dashboard.figures.style import COLORS, TEMPLATE, lighter, scheme_of, time_unit
+from dashboard.figures.style import COLORS, TEMPLATE, lighter, run_label, scheme_of, time_unit
 
 MAX_BAR_SPANS = 10_000
 """Past this many spans a timeline draws WebGL line segments instead of SVG bars."""
@@ -26,13 +27,27 @@ MAX_DRAWN_SPANS = 60_000
 """A timeline draws at most this many spans; it narrows its window of ranks to fit."""
 
 LANES = ("compute", "send", "recv")
+MAX_LISTED_CHUNKS = 4
+"""A hover lists up to this many chunks of an operation; a wider set (an all-gather's
+flow, a call against the whole gathered K/V) reads as its first, last and count."""
+
+TRANSFER_MEANING = {
+    "kv": "a K/V block passed one hop around the ring",
+    "dkv": "dK/dV accumulators passed one hop behind the K/V",
+    "ag": "a flow of the all-gather of K/V (every GPU ends with every token's K/V)",
+    "rs": "a flow of the reduce-scatter of dK/dV partial sums (fp32) to the GPUs that hold those tokens",
+    "a2a": "a flow of the all-to-all between token shards and head shards (Q, K, V in, the output back)",
+}
+"""What a transfer of each kind is, for its hover (the name and colour are the scheme's)."""
+CARRIES = {"kv": "block chunks", "dkv": "dK/dV of chunks", "ag": "K/V of chunks",
+           "rs": "dK/dV of chunks", "a2a": "tokens of chunks"}
 
 
 def _series_table() -> tuple[tuple[str, ...], np.ndarray]:
     """The timeline's series, in drawing order, and the series of each (stream code,
-    kind code): a compute's kind, "exposed" or "idle" for a wait, "<stream> <kind>" for
-    a transfer."""
-    names = ["idle", *KINDS["compute"], "exposed"]
+    kind code): a compute's kind, "idle" for a wait on nothing in flight, "exposed
+    <kind>" for a wait on a transfer, "<stream> <kind>" for a transfer."""
+    names = ["idle", *KINDS["compute"], *[f"exposed {k}" for k in KINDS["wait"] if k != "idle"]]
     names += [f"{s} {k}" for s in ("send", "recv") for k in KINDS[s]]
     table = np.full((len(STREAMS), len(KIND_NAMES)), -1, dtype=np.int8)
     for stream, kinds in KINDS.items():
@@ -40,7 +55,7 @@ def _series_table() -> tuple[tuple[str, ...], np.ndarray]:
             if stream == "compute":
                 name = kind
             elif stream == "wait":
-                name = "idle" if kind == "idle" else "exposed"
+                name = "idle" if kind == "idle" else f"exposed {kind}"
             else:
                 name = f"{stream} {kind}"
             table[STREAMS.index(stream), KIND_NAMES.index(kind)] = names.index(name)
@@ -48,13 +63,16 @@ def _series_table() -> tuple[tuple[str, ...], np.ndarray]:
 
 
 SERIES, _SERIES_OF = _series_table()
-_LANE_OF = {name: LANES.index(name.split()[0]) if " " in name else 0 for name in SERIES}
+_LANE_OF = {name: LANES.index(name.split()[0]) if name.split()[0] in LANES else 0 for name in SERIES}
 
 
 def series_styles(scheme: Scheme) -> dict[str, tuple[str, str]]:
     """Legend name and colour of each series: a compute or transfer as the scheme names
     and colours its operation kind; exposed communication and idle as everywhere."""
-    out = {"idle": ("idle", COLORS["idle"]), "exposed": ("exposed communication", COLORS["exposed"])}
+    out = {"idle": ("idle", COLORS["idle"])}
+    for kind in KINDS["wait"]:
+        if kind != "idle":
+            out[f"exposed {kind}"] = ("exposed communication", COLORS["exposed"])
     for kind in KINDS["compute"]:
         op = scheme.op_kinds.get(kind)
         out[kind] = (op.label, op.color) if op else (f"compute ({kind})", COLORS["compute"])
@@ -106,6 +124,18 @@ def _chunk_ids(sets: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return sets[ids, :width]
 
 
+def _chunk_columns(sets: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The hover columns of the rows' chunk sets: the ids themselves (-1 padded) up to
+    MAX_LISTED_CHUNKS wide, else (first, last, count); and whether they are the latter."""
+    chunks = _chunk_ids(sets, ids)
+    if chunks.shape[1] <= MAX_LISTED_CHUNKS:
+        return chunks, False
+    held = chunks >= 0
+    first = np.where(held, chunks, np.iinfo(chunks.dtype).max).min(axis=1, initial=np.iinfo(chunks.dtype).max)
+    last = chunks.max(axis=1, initial=-1)
+    return np.column_stack([np.where(held.any(axis=1), first, -1), last, held.sum(axis=1)]), True
+
+
 def _set_table(columns: SpanTable) -> np.ndarray:
     sets = columns.chunk_sets
     table = np.full((len(sets) + 1, max((len(s) for s in sets), default=0)), -1, dtype=np.int32)
@@ -114,24 +144,35 @@ def _set_table(columns: SpanTable) -> np.ndarray:
     return table
 
 
-def _hover(series: str, name: str, nq: int, nk: int, unit: str) -> str:
+def _chunk_text(at: int, n: int, summary: bool) -> str:
+    if summary:
+        return f"%{{customdata[{at}]}}…%{{customdata[{at + 1}]}} (%{{customdata[{at + 2}]}} chunks)"
+    return ", ".join(f"%{{customdata[{at + i}]}}" for i in range(n))
+
+
+def _hover(series: str, name: str, nq: int, nk: int, unit: str, q_summary: bool = False,
+           kv_summary: bool = False, op_labels: dict[str, str] | None = None) -> str:
     base = 6
-    q = ", ".join(f"%{{customdata[{base + i}]}}" for i in range(nq))
-    k = ", ".join(f"%{{customdata[{base + nq + i}]}}" for i in range(nk))
+    q = _chunk_text(base, nq, q_summary)
+    k = _chunk_text(base + nq, nk, kv_summary)
     when = f"start %{{customdata[2]:.4g}} {unit}, lasts %{{customdata[3]:.4g}} {unit}"
+    kind = series.split()[-1]
     if series in KINDS["compute"]:
         lines = ["GPU %{customdata[0]} computes, step %{customdata[1]}",
                  f"query chunks {q} × K/V block chunks {k}", when,
                  "%{customdata[5]:.4g} TFLOP"]
-    elif series == "exposed":
-        lines = ["GPU %{customdata[0]} waits for a transfer (exposed), step %{customdata[1]}",
-                 f"needs K/V block chunks {k}", when]
+    elif series.startswith("exposed"):
+        label = (op_labels or {}).get(kind, kind)
+        lines = [f"GPU %{{customdata[0]}} waits for the {label} (exposed communication), step %{{customdata[1]}}",
+                 f"needs {CARRIES.get(kind, 'chunks')} {k}", when]
     elif series == "idle":
         lines = ["GPU %{customdata[0]} idle, step %{customdata[1]}", when]
     else:
         arrow = "→" if series.startswith("send") else "←"
         lines = [f"GPU %{{customdata[0]}} {arrow} GPU %{{customdata[4]}}, step %{{customdata[1]}}",
-                 f"{name}: block chunks {k}", when, "%{customdata[5]:.4g} MB"]
+                 f"{name}: {CARRIES.get(kind, 'chunks')} {k}", when, "%{customdata[5]:.4g} MB"]
+        if kind in TRANSFER_MEANING:
+            lines.append(f"<i>{TRANSFER_MEANING[kind]}</i>")
     return "<br>".join(lines) + "<extra></extra>"
 
 
@@ -145,7 +186,9 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     `starts` is rank_starts(trace.columns, trace.world_size), when the caller keeps it.
     """
     c = trace.columns
-    styles = series_styles(scheme_of(trace))
+    scheme = scheme_of(trace)
+    styles = series_styles(scheme)
+    op_labels = {k: op.label for k, op in scheme.op_kinds.items()}
     lo, hi, rows = _window(c, trace.world_size, ranks, max_spans, starts)
     rank, stream, kind = c.rank[rows], c.stream[rows], c.kind[rows]
     n_spans = len(rank)
@@ -165,17 +208,21 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     height = int(min(1400, max(320, 110 + n_rows * 11)))
     lane_px = (height - 110) / n_rows
     traces = []
+    legend_shown: set[str] = set()       # exposed communication of every kind: one legend entry
     for code, series in enumerate(SERIES):
         sel = np.flatnonzero(series_of == code)
         if not sel.size:
             continue
         s, e = start[sel], end[sel]
         y = (rank[sel] - lo) * len(LANES) + _LANE_OF[series]
-        qc, kc = _chunk_ids(sets, q_ids[sel]), _chunk_ids(sets, kv_ids[sel])
+        (qc, q_sum), (kc, kv_sum) = _chunk_columns(sets, q_ids[sel]), _chunk_columns(sets, kv_ids[sel])
         cd = np.column_stack([rank[sel], step[sel], s, e - s, peer[sel], amount[sel], qc, kc]
                              ).astype(np.float32)
         name, color = styles[series]
-        hover = _hover(series, name, qc.shape[1], kc.shape[1], unit)
+        hover = _hover(series, name, qc.shape[1], kc.shape[1], unit, q_sum, kv_sum, op_labels)
+        group = "exposed" if series.startswith("exposed") else series
+        legend = group not in legend_shown
+        legend_shown.add(group)
         if use_gl:
             # the spans as line segments (start, end, gap) that do not hover, and their
             # middles as invisible points that do: hover data once per span, not thrice
@@ -184,11 +231,11 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
                 x=np.column_stack([s, e, nan]).ravel().astype(np.float32),
                 y=np.column_stack([y, y, nan]).ravel().astype(np.float32), mode="lines", name=name,
                 line=dict(color=color, width=float(np.clip(0.75 * lane_px, 1, 12))),
-                connectgaps=False, hoverinfo="skip", legendgroup=series))
+                connectgaps=False, hoverinfo="skip", legendgroup=group, showlegend=legend))
             traces.append(go.Scattergl(
                 x=((s + e) / 2).astype(np.float32), y=y.astype(np.float32), mode="markers",
                 name=name, marker=dict(color=color, opacity=0, size=4), customdata=cd,
-                hovertemplate=hover, legendgroup=series, showlegend=False))
+                hovertemplate=hover, legendgroup=group, showlegend=False))
         else:
             shade: Any = color
             if series in KINDS["compute"]:
@@ -197,15 +244,13 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
             traces.append(go.Bar(
                 x=e - s, base=s, y=y.astype(np.float32), orientation="h",
                 width=0.8, name=name, marker=dict(color=shade, line=dict(width=0)),
-                customdata=cd, hovertemplate=hover))
+                customdata=cd, hovertemplate=hover, legendgroup=group, showlegend=legend))
     tick = max(1, shown // 32)
     tick_ranks = list(range(lo, hi + 1, tick))
     if title is None:
-        cfg = trace.config
+        what = run_label(trace.config)
         title = (f"{trace.source.capitalize()} timeline: {trace.world_size} GPUs"
-                 + (f", {cfg['layout']} layout, overlap {'on' if cfg.get('overlap') else 'off'}"
-                    if "layout" in cfg else "")
-                 + f" — makespan {makespan * scale:.4g} {unit}")
+                 + (f", {what}" if what else "") + f" — makespan {makespan * scale:.4g} {unit}")
     if (lo, hi) != (0, trace.world_size - 1):
         title += f" (GPUs {lo}–{hi} of {trace.world_size})"
     layout: dict[str, Any] = dict(

@@ -83,3 +83,19 @@ def test_a_large_ring_draws_a_window_of_its_timeline(dash_duo):
     dash_duo.wait_for_contains_text("#timeline .gtitle", "GPUs 0–31 of 256", timeout=TIMEOUT)
     dash_duo.wait_for_element("#timeline .gl-canvas", timeout=TIMEOUT)
     assert _severe(dash_duo) == []
+
+
+def test_picking_a_scheme_shows_its_settings_and_the_schemes_compared(dash_duo):
+    _start(dash_duo, "?gpus=4&seq=8192")
+    assert not dash_duo.find_element("#head-groups-field").is_displayed()
+    dash_duo.driver.find_element(By.XPATH, "//*[@id='scheme']//label[contains(., 'all-gather')]").click()
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "all-gather, one gather", timeout=TIMEOUT)
+    assert dash_duo.find_element("#head-groups-field").is_displayed()      # its setting appears,
+    assert not dash_duo.find_element("#ring-section").is_displayed()       # the ring's go
+    assert "scheme=allgather" in dash_duo.driver.current_url
+    dash_duo.driver.find_element(By.XPATH, "//*[@id='tabs']//*[normalize-space()='Compare schemes']").click()
+    dash_duo.wait_for_contains_text("#schemes .gtitle", "Which scheme wins", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#schemes-why", "Fastest:", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#schemes-table", "on screen", timeout=TIMEOUT)
+    assert "view=schemes" in dash_duo.driver.current_url
+    assert _severe(dash_duo) == []

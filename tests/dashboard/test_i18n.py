@@ -10,7 +10,10 @@ import pytest
 
 from dashboard import i18n
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
+from dashboard.app import SCHEME_TABLE_COLUMNS
 from dashboard.questions import ANSWERS, N_CHOICES
+from sim.config import PLACEMENTS
+from sim.schemes import names as scheme_names
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
 
@@ -38,9 +41,17 @@ def _keys_named_in_code() -> set[str]:
     return keys
 
 
+def _key_families() -> set[str]:
+    """Keys the code makes from a name: a scheme's and a placement's label, a column of
+    the schemes' table."""
+    return ({f"opt.scheme.{s}" for s in scheme_names()} | {f"opt.placement.{p}" for p in PLACEMENTS}
+            | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS})
+
+
 def test_every_key_the_code_names_is_in_the_catalogs():
     keys = _keys_named_in_code()
-    assert {"quiz.right", "q5.live", "ring.step", "nav.ignored"} <= keys
+    assert {"quiz.right", "q5.live", "ring.step", "nav.ignored", "sch.fastest"} <= keys
+    keys |= _key_families()
     keys |= {f"q{q}.{part}" for q in ANSWERS for part in ("text", "why")}
     keys |= {f"q{q}.choice.{i}" for q in ANSWERS for i in range(N_CHOICES)}
     for lang in LANGUAGES:
@@ -54,7 +65,7 @@ def test_every_message_is_used():
     used = literals | {key for _, _, key in i18n._page_texts()}
     used |= {f"q{q}.{part}" for q in ANSWERS for part in ("text", "why")}
     used |= {f"q{q}.choice.{i}" for q in ANSWERS for i in range(N_CHOICES)}
-    used |= {f"opt.pass.{p}" for p in ("fwd", "bwd", "fwdbwd")}
+    used |= {f"opt.pass.{p}" for p in ("fwd", "bwd", "fwdbwd")} | _key_families()
     assert sorted(set(catalog("en")) - used) == []
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from dashboard.state import (ControlError, defaults, query_from_values, scenario_from_config,
                              scenario_from_values, values_from_query)
-from sim.config import Hardware
+from sim.config import Hardware, Link
 from sim.engine import simulate
 from tests.dashboard.conftest import small_scenario
 
@@ -73,3 +73,90 @@ def test_scenario_from_a_trace_header():
     assert again.describe() == sc.describe()
     with pytest.raises(Exception, match="no usable configuration"):
         scenario_from_config({}, Hardware())
+
+
+# --- the schemes and the topology ---------------------------------------------------------
+
+def test_scheme_settings_round_trip_through_the_url():
+    values = defaults() | {"gpus": 32, "scheme": "hybrid", "ulysses-degree": 4, "ring-degree": 8,
+                           "placement": "ring-inner", "layout": "striped"}
+    query = query_from_values(values)
+    assert "scheme=hybrid" in query and "ulysses_degree=4" in query and "ring_degree=8" in query
+    assert "placement=ring-inner" in query
+    back, ignored = values_from_query(query)
+    assert back == values and ignored == []
+    sc = scenario_from_values(back)
+    assert (sc.scheme, sc.ulysses_degree, sc.ring_degree, sc.placement, sc.layout) == (
+        "hybrid", 4, 8, "ring-inner", "striped")
+    back, _ = values_from_query("?scheme=allgather&head_groups=4")
+    sc = scenario_from_values(back)
+    assert (sc.scheme, sc.head_groups) == ("allgather", 4)
+
+
+def test_settings_that_do_not_apply_leave_the_scenario_and_the_url():
+    # head groups belong to all-gather, the ring's controls to the schemes with a ring
+    values = defaults() | {"scheme": "ulysses", "head-groups": 4, "ulysses-degree": 2, "layout": "striped",
+                           "overlap": False}
+    sc = scenario_from_values(values)
+    assert (sc.head_groups, sc.ulysses_degree, sc.layout, sc.overlap) == (1, None, "zigzag", True)
+    assert sc.describe()["ulysses_degree"] == 8                # every GPU
+    assert query_from_values(values) == "?scheme=ulysses"
+    ring = scenario_from_values(values | {"scheme": "ring"})
+    assert (ring.head_groups, ring.layout, ring.overlap) == (1, "striped", False)
+
+
+def test_a_cluster_preset_sets_the_hardware_as_the_cli_does():
+    from sim.cli import build_parser, hardware_from_args
+
+    values, ignored = values_from_query("?cluster=dgx-h100&gpus=32")
+    assert ignored == []
+    assert (values["gpu"], values["link"], values["inter-link"], values["gpus-per-node"],
+            values["nics-per-node"]) == ("H100-SXM", "nvlink4", "ib-ndr", 8, 8)
+    hw = scenario_from_values(values).hardware
+    cli = hardware_from_args(build_parser().parse_args(["simulate", "--cluster", "dgx-h100"]))
+    assert hw == cli
+    assert query_from_values(values) == "?cluster=dgx-h100&gpus=32"   # the preset's values are not repeated
+    # a value the link gives overrides the preset, and one set back to the plain default stays
+    values, _ = values_from_query("?cluster=pcie-a100&gpu=H200&inter_link=same")
+    assert (values["gpu"], values["link"], values["inter-link"], values["nics-per-node"]) == (
+        "H200", "pcie4", "same", 2)
+    assert values_from_query(query_from_values(values))[0] == values
+
+
+def test_nic_controls_shape_the_hardware():
+    sc = scenario_from_values(defaults() | {"inter-link": "ib-ndr", "nic-gbps": 25.0, "nics-per-node": 2})
+    hw = sc.hardware
+    assert (hw.inter_link.name, hw.inter_link.bandwidth_gbps, hw.nics_per_node) == ("ib-ndr", 25.0, 2)
+    assert hw.inter_link.latency_us == Link.preset("ib-ndr").latency_us
+    # without a link between nodes, the NIC takes the node's link at the NIC's bandwidth
+    hw = scenario_from_values(defaults() | {"nic-gbps": 12.5}).hardware
+    assert (hw.inter_link.name, hw.inter_link.bandwidth_gbps) == ("nvlink4", 12.5)
+    assert query_from_values(defaults() | {"nic-gbps": 12.5, "nics-per-node": 4}) == "?nics_per_node=4&nic_gbps=12.5"
+
+
+@pytest.mark.parametrize("change, control, words", [
+    ({"scheme": "allgather", "head-groups": 3}, "head-groups", "head groups (3) must divide"),
+    ({"scheme": "hybrid", "gpus": 16, "ulysses-degree": 3}, "ulysses-degree", "does not divide"),
+    ({"scheme": "hybrid", "gpus": 16, "ulysses-degree": 4, "ring-degree": 2}, "ulysses-degree", "not the 16 GPUs"),
+    ({"scheme": "hybrid", "gpus": 16, "ring-degree": 0}, "ring-degree", "positive"),
+    ({"scheme": "ulysses", "gpus": 64}, "scheme", "does not divide the 32 query heads"),
+    ({"scheme": "allgather", "gpus": 12, "seq": 98304}, "gpus", "whole nodes"),
+    ({"scheme": "allgather", "seq": 1000}, "seq", "does not divide"),
+    ({"nics-per-node": 3}, "nics-per-node", "must divide"),
+    ({"nic-gbps": -1}, "nic-gbps", "bandwidth"),
+    ({"cluster": "dgx-z"}, "cluster", "choose one of"),
+])
+def test_scheme_and_topology_mistakes_name_their_control(change, control, words):
+    with pytest.raises(ControlError) as e:
+        scenario_from_values(defaults() | change)
+    assert e.value.control == control
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize("scheme, settings", [("allgather", {"head_groups": 2}), ("ulysses", {}),
+                                              ("hybrid", {"ulysses_degree": 2, "placement": "ring-inner"})])
+def test_scenario_from_a_non_ring_trace_header(scheme, settings):
+    sc = small_scenario(scheme=scheme, pass_="fwdbwd", **settings)
+    again = scenario_from_config(simulate(sc).config, Hardware())
+    assert again.describe() == sc.describe()
+    assert again.scheme == scheme

@@ -31,3 +31,21 @@ def test_layout_strip_truncates_long_striped_sequences():
     assert fig.layout.meta["truncated"] and fig.layout.meta["runs"] == figures.MAX_STRIP_RUNS
     assert fig.layout.meta["tokens_shown"] == figures.MAX_STRIP_RUNS
     assert "pattern repeats" in fig.layout.title.text
+
+
+def test_token_split_of_each_scheme():
+    from dashboard import compute
+    from tests.dashboard.conftest import small_scenario
+
+    ag = compute.token_split(small_scenario(scheme="allgather", n_gpus=4))
+    assert (ag["layout"], ag["n"], ag["holders"]) == ("zigzag", 4, None)
+    uly = compute.token_split(small_scenario(scheme="ulysses", n_gpus=4))
+    assert (uly["layout"], uly["n"]) == ("contiguous", 4)
+    hy = compute.token_split(small_scenario(scheme="hybrid", n_gpus=8, ulysses_degree=2, ring_degree=4,
+                                            layout="striped", placement="ring-inner"))
+    assert (hy["layout"], hy["n"]) == ("striped", 4)
+    # ring-inner: rank = j * r + k, so ring position 1 is GPUs 1 and 5
+    assert hy["holders"][1] == "ring position 1: GPUs 1, 5"
+    fig = figures.layout_strip(hy["layout"], 8192, hy["n"], holders=hy["holders"], title=hy["title"])
+    assert "ring position 1: GPUs 1, 5" in set(fig.data[0].hovertext)
+    assert "4 ring positions of 2 GPUs" in fig.layout.title.text

@@ -18,3 +18,29 @@ def test_memory_table_against_closed_forms():
     assert len(shard) == 1                                    # fact 4: flat at a fixed shard
     fig = figures.memory(table)
     assert len(fig.data) >= 6
+
+
+def test_every_schemes_memory_against_closed_forms():
+    from sim.config import Scenario, Workload
+
+    sc = Scenario(workload=Workload(seq=8192, heads=8, kv_heads=4, head_dim=64), n_gpus=4)
+    w, n = sc.workload, sc.n_gpus
+    table = compute.memory_table(sc)
+    by = {v["label"]: v for v in table["schemes"]}
+    full = 2 * w.batch * w.kv_heads * w.seq * w.head_dim * w.elem_bytes
+    shard = full // n
+    assert table["full_kv_now_bytes"] == full
+    assert by["ring"]["items"]["total"] == table["items"]["total"]
+    # all-gather holds the whole K/V where the ring holds two blocks in flight
+    one, piped = by["allgather (one gather)"]["items"], by[f"allgather ({w.kv_heads} head groups)"]["items"]
+    assert one["kv_gathered"] == full and one["total"] - by["ring"]["items"]["total"] == full - 2 * shard
+    assert piped["kv_gathered"] == full * 2 // w.kv_heads                     # two groups at once
+    # against GPU count at a fixed sequence the ring's K/V shrinks, all-gather's does not
+    counts = [r["gpus"] for r in table["by_gpus"]]
+    ring = [r["ring_bytes"] for r in table["by_gpus"]]
+    gathered = dict(zip(counts, by["allgather (one gather)"]["by_gpus"]))
+    big = max(g for g in counts if gathered[g] is not None)
+    assert gathered[big] > full > ring[counts.index(big)]
+    fig = figures.memory(table)
+    assert fig.layout.meta["full_kv_bytes"] == full
+    assert set(fig.layout.meta["totals"]) == set(by)

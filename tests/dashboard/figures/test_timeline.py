@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,38 @@ def test_timeline_of_1024_ranks_draws_its_window_only():
     (bar,) = fig.data
     assert set(np.asarray(bar.customdata)[:, 0].astype(int)) == set(range(1000, 1024))
     assert "GPUs 1000–1023 of 1024" in fig.layout.title.text
+
+
+def test_collectives_take_the_schemes_names_colors_and_meaning():
+    from dashboard.figures.timeline import TRANSFER_MEANING
+
+    trace = simulate(small_scenario(scheme="allgather", pass_="fwdbwd", n_gpus=4))
+    ops = get_scheme("allgather").op_kinds
+    fig = figures.timeline(trace)
+    for kind in ("ag", "rs"):
+        (send,) = _trace_named(fig, f"send {ops[kind].label}")
+        (recv,) = _trace_named(fig, f"receive {ops[kind].label}")
+        assert send.marker.color == ops[kind].color and recv.marker.color == ops[kind].recv_color
+        assert TRANSFER_MEANING[kind] in send.hovertemplate
+        sends = [s for s in trace.spans if s.stream == "send" and s.kind == kind]
+        assert len(send.x) == len(sends)
+    # exposed communication of every kind: red, one legend entry, the hover names the kind
+    exposed = _trace_named(fig, "exposed communication")
+    assert {t.marker.color for t in exposed} == {figures.COLORS["exposed"]}
+    assert sum(1 for t in exposed if t.showlegend is not False) == 1
+    assert any("waits for the all-gather" in t.hovertemplate for t in exposed)
+    assert "all-gather, one gather" in fig.layout.title.text
+
+
+def test_a_wide_chunk_set_reads_as_its_first_last_and_count():
+    # all-gather on 8 GPUs: the last query chunk's dense call is against 14 key chunks
+    trace = simulate(small_scenario(scheme="allgather", n_gpus=8, seq=8192))
+    fig = figures.timeline(trace)
+    (bar,) = _trace_named(fig, "compute (forward)")
+    at = int(re.search(r"K/V block chunks %\{customdata\[(\d+)\]\}…", bar.hovertemplate)[1])
+    assert f"(%{{customdata[{at + 2}]}} chunks)" in bar.hovertemplate
+    cd = np.asarray(bar.customdata)
+    widest = [s for s in trace.spans if s.stream == "compute" and len(s.kv_chunks) == 14]
+    assert widest
+    row = cd[(cd[:, 0] == widest[0].rank) & np.isclose(cd[:, 5], widest[0].flops / 1e12, rtol=1e-6)][0]
+    assert tuple(row[at:at + 3].astype(int)) == (min(widest[0].kv_chunks), max(widest[0].kv_chunks), 14)
