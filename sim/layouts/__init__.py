@@ -65,7 +65,7 @@ def chunk_pair_work(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
     size = seq // chunks
     if not causal:
         return np.full((chunks, chunks), size * size, dtype=np.int64)
-    return lay.chunk_pair_work(size, n)
+    return lay.chunk_pair_work(size, n, np.arange(chunks)[:, None], np.arange(chunks)[None, :])
 
 
 def block_pieces(layout: str, rank: int, owner: int, world: int, tokens: int,
@@ -199,12 +199,11 @@ def block_work_and_masks(layout: str, seq: int, n: int, causal: bool, granularit
     lay = get(layout)
     size = seq // lay.n_chunks(n)
     held = np.array(lay.chunks_of_rank(n), dtype=np.int64)        # (n, chunks per rank)
-    pairs = lay.chunk_pair_work(size, n)                           # (chunks, chunks)
     exact = np.zeros((n, n), dtype=np.int64)
     cut = np.zeros((n, n), dtype=bool)
     for a in range(held.shape[1]):
         for b in range(held.shape[1]):
-            p = pairs[np.ix_(held[:, a], held[:, b])]
+            p = lay.chunk_pair_work(size, n, held[:, a][:, None], held[:, b][None, :])
             exact += p
             cut |= (p > 0) & (p < size * size)
     masks = np.where(exact == 0, 2, np.where(cut, 1, 0)).astype(np.int64)

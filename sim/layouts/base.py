@@ -53,8 +53,9 @@ class Layout:
     """(seq, n) -> each rank's tokens, ascending, as segments."""
     chunks_of_rank: Callable[[int], list[tuple[int, ...]]]
     """n -> the chunk ids each rank holds (the trace's q_chunks / kv_chunks)."""
-    chunk_pair_work: Callable[[int, int], np.ndarray]
-    """(chunk size, n) -> (chunks, chunks) causal unmasked pairs between every two chunks."""
+    chunk_pair_work: Callable[[int, int, np.ndarray, np.ndarray], np.ndarray]
+    """(chunk size, n, query chunks, key chunks) -> causal unmasked pairs between each query
+    chunk and key chunk (index arrays, broadcast against each other)."""
     pieces: Callable[[int, int, int, int], tuple[Piece, ...]]
     """(rank, owner, world, tokens per rank) -> the pieces of a causal block; () if empty."""
     chunk_axis: str = "chunk (token order)"
@@ -71,8 +72,7 @@ class Layout:
         return owner
 
 
-def token_order_pair_work(size: int, chunks: int) -> np.ndarray:
-    """Causal pairs between chunks of `size` consecutive tokens, in token order."""
-    i = np.arange(chunks)[:, None]
-    j = np.arange(chunks)[None, :]
+def token_order_pair_work(size: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Causal pairs between query chunk i and key chunk j of `size` consecutive tokens
+    each, in token order."""
     return np.where(j < i, size * size, np.where(j == i, size * (size + 1) // 2, 0)).astype(np.int64)

@@ -24,4 +24,4 @@ def pieces(rank: int, owner: int, world: int, tokens: int) -> tuple[Piece, ...]:
 LAYOUT = Layout(
     name="contiguous", summary="rank r holds the r-th run of S/N tokens", chunks_per_rank=1,
     segments=segments, chunks_of_rank=lambda n: [(r,) for r in range(n)],
-    chunk_pair_work=lambda size, n: token_order_pair_work(size, n), pieces=pieces)
+    chunk_pair_work=lambda size, n, i, j: token_order_pair_work(size, i, j), pieces=pieces)

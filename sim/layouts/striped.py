@@ -16,10 +16,8 @@ def segments(seq: int, n: int) -> list[list[Segment]]:
     return [[Segment(r, seq // n, n)] for r in range(n)]
 
 
-def chunk_pair_work(size: int, n: int) -> np.ndarray:
-    # query r + a*n, key s + b*n: key <= query iff b < a, or b == a and s <= r
-    i = np.arange(n)[:, None]
-    j = np.arange(n)[None, :]
+def chunk_pair_work(size: int, n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    # query i + a*n, key j + b*n: key <= query iff b < a, or b == a and j <= i
     return size * (size - 1) // 2 + np.where(j <= i, size, 0).astype(np.int64)
 
 

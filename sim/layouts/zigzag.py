@@ -27,4 +27,4 @@ def pieces(rank: int, owner: int, world: int, tokens: int) -> tuple[Piece, ...]:
 LAYOUT = Layout(
     name="zigzag", summary="2N chunks; rank r holds chunks r and 2N-1-r", chunks_per_rank=2,
     segments=segments, chunks_of_rank=lambda n: [(r, 2 * n - 1 - r) for r in range(n)],
-    chunk_pair_work=lambda size, n: token_order_pair_work(size, 2 * n), pieces=pieces)
+    chunk_pair_work=lambda size, n, i, j: token_order_pair_work(size, i, j), pieces=pieces)
