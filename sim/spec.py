@@ -343,6 +343,8 @@ def configs_from(given: Iterable[dict[str, Any]]) -> list[Config]:
 def load_spec(path: str) -> Spec:
     """A spec from a .toml, .yaml or .yml file."""
     ext = os.path.splitext(path)[1].lower()
+    if ext not in (".toml", ".yaml", ".yml"):
+        raise RingsimError(f"sweep spec {path}: name it .toml, .yaml or .yml")
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -360,7 +362,7 @@ def load_spec(path: str) -> Spec:
             raw = tomllib.loads(data.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise RingsimError(f"{path} is not valid TOML: {str(e).splitlines()[0]}") from None
-    elif ext in (".yaml", ".yml"):
+    else:
         try:
             import yaml
         except ModuleNotFoundError:
@@ -369,6 +371,4 @@ def load_spec(path: str) -> Spec:
             raw = yaml.safe_load(data)
         except yaml.YAMLError as e:
             raise RingsimError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
-    else:
-        raise RingsimError(f"sweep spec {path}: name it .toml, .yaml or .yml")
     return Spec.from_dict(raw)
