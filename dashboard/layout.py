@@ -13,7 +13,7 @@ from dash import dcc, html
 from sim.config import LAYOUTS, PASSES
 from sim.presets import GPU_PRESETS, LINK_PRESETS
 
-from dashboard import i18n, questions
+from dashboard import i18n, plan, questions
 from dashboard.state import CUSTOM, SAME_LINK, defaults
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
@@ -28,6 +28,7 @@ TABS = (
     ("memory", "Memory"),
     ("merge", "Exact merge"),
     ("measured", "Measured vs simulated"),
+    ("plan", "Plan"),
 )
 
 _HELP = {
@@ -170,6 +171,7 @@ def views() -> html.Div:
             html.Div(id="trace-upload-status", className="help"),
             html.Div(id="trace-upload-msg", className="msg", role="alert"),
             _graph("overlay", 560)],
+        "plan": [plan.view()],
     }
     return html.Div(className="main", children=[
         html.Div(id="banner", className="banner", role="alert"),
