@@ -12,6 +12,7 @@ in the output are kept and not simulated again.
 from __future__ import annotations
 
 import argparse
+import signal
 
 from sim.errors import RingsimError
 
@@ -42,6 +43,10 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def cmd_sweep(a: argparse.Namespace) -> int:
     from sim.spec import load_spec
     from sim.sweep import Runner, sweep
@@ -64,7 +69,13 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     configs = list(spec.configs())
     if not a.quiet:
         print(f"sweep of {spec.size} configurations on {runner.describe()} into {a.out}")
-    r = sweep(configs, a.out, runner=runner, fmt=a.format, fresh=a.fresh, quiet=a.quiet)
+    # a batch system's SIGTERM (a job past its time) ends the sweep as Ctrl-C does: the
+    # rows that finished are merged into the output before the process goes
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        r = sweep(configs, a.out, runner=runner, fmt=a.format, fresh=a.fresh, quiet=a.quiet)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     rate = f", {r.ran / r.elapsed_s:.1f} configurations/s" if r.ran and r.elapsed_s > 0 else ""
     print(f"{r.rows} rows in {a.out}: {r.ran} simulated ({r.failed} failed), {r.skipped} already there; "
           f"{r.elapsed_s:.1f} s{rate}")

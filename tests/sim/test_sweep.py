@@ -269,3 +269,28 @@ def test_a_two_worker_dask_cluster_gives_the_in_process_rows(tmp_path):
         assert a.keys() == b.keys()
         for k in a:
             assert a[k] == b[k], (a["command"], k)
+
+
+def test_batches_keep_the_scheduler_from_flooding():
+    from sim.sweep import MAX_BATCH, auto_batch_size
+
+    assert auto_batch_size(100_000, 2) == MAX_BATCH == 256        # 391 tasks for 100,000
+    assert auto_batch_size(480, 2) == 15                          # 16 tasks per worker
+    assert auto_batch_size(5, 8) == 1
+
+
+@pytest.mark.slow
+def test_an_existing_cluster_through_its_scheduler_address(tmp_path, capsys):
+    import logging
+
+    from distributed import LocalCluster
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("gpus: [2, 4]\nseq: 8k\nscheme: [ring, allgather]\n")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster:
+        assert main(["sweep", str(spec), "--out", str(tmp_path / "d.csv"), "--scheduler",
+                     cluster.scheduler_address]) == 0
+    assert f"on the Dask cluster at {cluster.scheduler_address}" in capsys.readouterr().out
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "here.csv"), "--quiet"]) == 0
+    assert read_rows(str(tmp_path / "d.csv")) == read_rows(str(tmp_path / "here.csv"))
