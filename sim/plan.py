@@ -181,9 +181,9 @@ def candidate_options(req: PlanRequest) -> list[dict[str, Any]]:
 
 def _scenario(config: Config) -> Scenario:
     from sim.cli import scenario_from_args
-    from sim.spec import simulate_parser
+    from sim.sweep import _parser
 
-    return scenario_from_args(simulate_parser().parse_args(config.argv))
+    return scenario_from_args(_parser().parse_args(config.argv))
 
 
 def _label(options: dict[str, Any]) -> str:

@@ -85,6 +85,7 @@ def column_names() -> tuple[str, ...]:
 
 @lru_cache(maxsize=1)
 def _parser():
+    """simulate's parser, built once per process."""
     from sim.spec import simulate_parser
 
     return simulate_parser()
@@ -352,11 +353,7 @@ def read_rows(path: str, fmt: str | None = None) -> list[dict[str, Any]]:
     names = column_names()
     try:
         if fmt == "parquet":
-            pa = _pyarrow()
-            table = pa.parquet.read_table(path)
-            if "key" not in table.column_names:
-                raise RingsimError(f"{path} is not a ringsim sweep result (it has no key column)")
-            raw = table.to_pylist()
+            raw = _aligned(_read_table(path)).to_pylist()
         else:
             kinds = dict(columns())
             with open(path, newline="") as f:
@@ -369,11 +366,48 @@ def read_rows(path: str, fmt: str | None = None) -> list[dict[str, Any]]:
         raise
     except (OSError, ValueError) as e:
         raise RingsimError(f"cannot read the results {path}: {one_line(e)}") from None
-    except Exception as e:  # noqa: BLE001 - pyarrow's own errors: a damaged file
-        if type(e).__module__.startswith("pyarrow"):
+    return [{n: r.get(n) for n in names} for r in raw]
+
+
+def _read_table(path: str, columns: list[str] | None = None):
+    """A Parquet file as a pyarrow Table; RingsimError if it is not a sweep result."""
+    pa = _pyarrow()
+    try:
+        names = pa.parquet.read_schema(path).names
+        if "key" not in names:
+            raise RingsimError(f"{path} is not a ringsim sweep result (it has no key column)")
+        return pa.parquet.read_table(path, columns=columns)
+    except RingsimError:
+        raise
+    except Exception as e:  # noqa: BLE001 - pyarrow's and the OS's errors: a damaged or missing file
+        if isinstance(e, OSError) or type(e).__module__.startswith("pyarrow"):
             raise RingsimError(f"cannot read the results {path}: {one_line(e)}") from None
         raise
-    return [{n: r.get(n) for n in names} for r in raw]
+
+
+def _aligned(table):
+    """`table` in the current columns and types (a column it lacks is null)."""
+    pa = _pyarrow()
+    schema = arrow_schema()
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            cols.append(table.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, type=f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _write_table(path: str, table) -> None:
+    """Write a pyarrow Table whole: a temporary name beside `path`, then renamed over it."""
+    pa = _pyarrow()
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        pa.parquet.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def write_rows(path: str, rows: Sequence[dict[str, Any]], fmt: str) -> None:
@@ -381,9 +415,8 @@ def write_rows(path: str, rows: Sequence[dict[str, Any]], fmt: str) -> None:
     tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
         if fmt == "parquet":
-            pa = _pyarrow()
-            table = pa.Table.from_pylist(list(rows), schema=arrow_schema())
-            pa.parquet.write_table(table, tmp)
+            _write_table(path, _pyarrow().Table.from_pylist(list(rows), schema=arrow_schema()))
+            return
         else:
             names = column_names()
             with open(tmp, "w", newline="") as f:
@@ -419,12 +452,24 @@ class ResultsFile:
         return sorted(os.path.join(self.parts_dir, n) for n in os.listdir(self.parts_dir)
                       if not n.startswith(".") and n.endswith("." + self.fmt))
 
+    def _sources(self) -> list[str]:
+        return ([self.path] if os.path.exists(self.path) else []) + self._parts()
+
     def existing(self) -> list[dict[str, Any]]:
         """Rows already finished: OUT's, then those of parts a killed run left."""
-        rows = read_rows(self.path, self.fmt) if os.path.exists(self.path) else []
-        for p in self._parts():
+        rows: list[dict[str, Any]] = []
+        for p in self._sources():
             rows += read_rows(p, self.fmt)
         return rows
+
+    def finished_keys(self) -> set[str]:
+        """The keys of the rows already finished (Parquet: the key column alone)."""
+        if self.fmt != "parquet":
+            return {r["key"] for r in self.existing()}
+        keys: set[str] = set()
+        for p in self._sources():
+            keys.update(_read_table(p, columns=["key"]).column("key").to_pylist())
+        return keys
 
     def discard(self) -> None:
         """Forget earlier results (a fresh sweep)."""
@@ -452,21 +497,35 @@ class ResultsFile:
     def finish(self, order: Sequence[str]) -> int:
         """Merge OUT and the parts into OUT, one row per key (the latest), the keys of
         `order` first in that order, then any others as they were; remove the parts.
-        Returns the number of rows."""
+        Returns the number of rows. Parquet is merged as columns (a sweep of 100,000
+        rows never becomes Python objects); CSV row by row."""
         self.flush()
-        rows: dict[str, dict[str, Any]] = {}
-        for r in self.existing():
-            rows[r["key"]] = r
+        sources = self._sources()
         rank = {k: i for i, k in enumerate(order)}
-        keys = sorted(rows, key=lambda k: (0, rank[k]) if k in rank else (1, 0))
-        write_rows(self.path, [rows[k] for k in keys], self.fmt)
+        if self.fmt == "parquet":
+            pa = _pyarrow()
+            tables = [_aligned(_read_table(p)) for p in sources]
+            table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
+            keys = table.column("key").to_pylist()
+            latest = {k: i for i, k in enumerate(keys)}
+            take = sorted(latest.values(), key=lambda i: (0, rank[keys[i]]) if keys[i] in rank else (1, i))
+            _write_table(self.path, table.take(pa.array(take, type=pa.int64())))
+            n = len(take)
+        else:
+            rows: dict[str, dict[str, Any]] = {}
+            for p in sources:
+                for r in read_rows(p, self.fmt):
+                    rows[r["key"]] = r
+            keys = sorted(rows, key=lambda k: (0, rank[k]) if k in rank else (1, 0))
+            write_rows(self.path, [rows[k] for k in keys], self.fmt)
+            n = len(keys)
         for p in self._parts():
             os.remove(p)
         try:
             os.rmdir(self.parts_dir)
         except OSError:
             pass
-        return len(keys)
+        return n
 
 
 # --- progress ---------------------------------------------------------------------------------
@@ -536,7 +595,7 @@ def sweep(configs: Sequence[Config], out: str, *, runner: Runner | None = None, 
         results.discard()
     configs = unique(configs)
     order = [c.key for c in configs]
-    finished = {r["key"] for r in results.existing()}
+    finished = results.finished_keys()
     todo = [c for c in configs if c.key not in finished]
     progress = Progress(len(configs), len(configs) - len(todo), stream=stream, quiet=quiet)
     t0 = time.monotonic()

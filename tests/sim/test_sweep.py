@@ -294,3 +294,32 @@ def test_an_existing_cluster_through_its_scheduler_address(tmp_path, capsys):
     assert f"on the Dask cluster at {cluster.scheduler_address}" in capsys.readouterr().out
     assert main(["sweep", str(spec), "--out", str(tmp_path / "here.csv"), "--quiet"]) == 0
     assert read_rows(str(tmp_path / "d.csv")) == read_rows(str(tmp_path / "here.csv"))
+
+
+def test_an_output_that_is_not_a_sweep_result_is_refused(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('gpus = [2, 4]\nseq = "8k"\n')
+    (tmp_path / "junk.parquet").write_bytes(b"PAR1 not really")
+    pq.write_table(pa.table({"a": [1, 2]}), tmp_path / "other.parquet")
+    for name, match in (("junk.parquet", "cannot read the results"), ("other.parquet", "has no key column")):
+        assert main(["sweep", str(spec), "--out", str(tmp_path / name), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert match in err and err.count("\n") == 1
+
+
+def test_a_file_from_an_older_table_is_merged_into_the_current_columns(tmp_path):
+    import pyarrow.parquet as pq
+
+    configs = list(Spec.from_dict(SMALL).configs())
+    out = str(tmp_path / "r.parquet")
+    sweep(configs[:3], out, quiet=True)
+    old = pq.read_table(out).drop_columns(["explanation"]).append_column("retired", [["x"] * 3])
+    pq.write_table(old, out)
+    r = sweep(configs, out, quiet=True)
+    assert (r.skipped, r.ran) == (3, 5)
+    table = pq.read_table(out)
+    assert "retired" not in table.column_names
+    assert table.column("explanation").null_count == 3
