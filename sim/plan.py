@@ -351,12 +351,16 @@ def _why(req: PlanRequest, c: dict[str, Any], ranked: list[dict[str, Any]], limi
 # --- text ---------------------------------------------------------------------------------------
 
 def describe_question(req: PlanRequest) -> str:
+    from sim.presets import cluster_preset
+
     m, n = req.model, req.n_gpus
-    hw = req.gpu or (req.cluster and f"{req.cluster} GPUs") or "H100-SXM"
+    c = cluster_preset(req.cluster) if req.cluster else None
+    hw = req.gpu or (c.gpu if c else "H100-SXM")
     if req.profile:
         hw = f"the profile {req.profile}"
-    links = req.link or (req.cluster and "its links") or "nvlink4"
-    between = f", {req.inter_link} between nodes" if req.inter_link and req.nodes > 1 else ""
+    links = req.link or (c.link if c else "nvlink4")
+    inter = req.inter_link or (c.inter_link if c else None)
+    between = f", {inter} between nodes" if inter and req.nodes > 1 else ""
     return (f"{m.name} ({m.layers} layers, {m.heads}/{m.kv_heads} heads x {m.head_dim}) at {req.seq:,} tokens, "
             f"batch {req.batch}, {req.dtype}, {'causal' if req.causal else 'full'}, {req.pass_}; "
             f"{n} x {hw} ({req.nodes} node{'s' if req.nodes > 1 else ''} of {req.gpus_per_node}, "
@@ -380,6 +384,10 @@ def format_plan(p: Plan, top: int) -> str:
              fmt_bytes(c["peak_mem_bytes"]), "yes" if c["fits"] else "NO"] for c in shown]
     lines.append(table(["#", "scheme", "variant", "per layer", "per step", "efficiency", "exposed comm",
                         "memory per GPU", "fits"], rows))
+    if p.candidates and not p.fitting:
+        least = min(p.candidates, key=lambda c: c["peak_mem_bytes"])
+        lines.append(f"none fits: the least memory per GPU is {fmt_bytes(least['peak_mem_bytes'])} "
+                     f"({least['scheme']}, {least['variant']}), {fmt_bytes(p.limit_bytes)} usable")
     lines.append("")
     for c in shown:
         lines.append(f"{c['rank']}. {c['scheme']} {c['variant']}: {c['why']}")
