@@ -5,8 +5,9 @@ The same inputs as the command (a model preset or its numbers, a sequence length
 ranked candidates as a table and as a chart of time per step against memory per GPU with
 the memory limit drawn (dashboard/figures/plan.py). Clicking a point, or a row's button,
 loads that candidate into the other views: its `ringsim simulate` options become the
-page's controls through the URL, as a link would set them; an option the page has no
-control for is named in a line under the table. Labels come from the catalogs; the
+page's address, which the page then loads as any link (the view's inputs persist for
+the browser tab's session). A candidate with an option the page has no control for is
+not loaded: a line under the table names the option and gives the command instead. Labels come from the catalogs; the
 sentences on why a candidate wins or loses are the planner's own.
 """
 
@@ -56,6 +57,8 @@ COLUMNS = ("plan.col.rank", "plan.col.scheme", "plan.col.variant", "plan.col.lay
 
 
 _LABEL_KEY = dict(LABELS)
+_KEEP = {"persistence": True, "persistence_type": "session"}
+"""The inputs keep what the user set when a candidate's address loads the page."""
 
 
 def _field(cid: str, component: Any, t: Translator) -> html.Div:
@@ -65,17 +68,17 @@ def _field(cid: str, component: Any, t: Translator) -> html.Div:
 
 def _number(cid: str, t: Translator, value: Any = None, disabled: bool = False) -> html.Div:
     return _field(cid, dcc.Input(id=cid, type="number", value=DEFAULTS[cid] if value is None else value,
-                                 debounce=True, className="num", min=1, disabled=disabled), t)
+                                 debounce=True, className="num", min=1, disabled=disabled, **_KEEP), t)
 
 
 def _text(cid: str, t: Translator, placeholder: str) -> html.Div:
     return _field(cid, dcc.Input(id=cid, type="text", value=DEFAULTS[cid], debounce=True, className="num",
-                                 placeholder=placeholder), t)
+                                 placeholder=placeholder, **_KEEP), t)
 
 
 def _dropdown(cid: str, t: Translator, options: list[Any]) -> html.Div:
     return _field(cid, dcc.Dropdown(id=cid, options=options, value=DEFAULTS[cid], clearable=False,
-                                    searchable=False), t)
+                                    searchable=False, **_KEEP), t)
 
 
 def _model_options(t: Translator) -> list[dict[str, str]]:
@@ -116,6 +119,8 @@ def view() -> html.Div:
         html.Div(id="plan-load-msg", className="msg", role="alert"),
         html.Div(id="plan-table", className="table"),
         dcc.Store(id="plan-result"),
+        # a candidate opens as a link would: the page loads its address (the inputs above persist)
+        dcc.Location(id="plan-goto", refresh=True),
     ])
 
 
@@ -218,6 +223,13 @@ def query_for_candidate(command: str) -> tuple[str, list[str]]:
     return query_from_values(values), dropped
 
 
+def href_for_candidate(command: str, pathname: str | None, search: str | None) -> tuple[str, list[str]]:
+    """The page's address that opens a candidate on the timeline (keeping the language),
+    and the options the page could not take (see query_for_candidate)."""
+    query, dropped = query_for_candidate(command)
+    return (pathname or "/") + nav.with_nav(query, search, view="timeline"), dropped
+
+
 # --- the table -----------------------------------------------------------------------------------
 
 def _fmt_s(t: Translator, x: float | None) -> str:
@@ -283,19 +295,19 @@ def register_callbacks(app) -> None:
         labels = {"x": t("plan.chart.x"), "y": t("plan.chart.y"), "limit": t("plan.chart.limit"),
                   "title": t("plan.chart.title"), "not_fit": t("plan.chart.not-fit")}
         top = top if isinstance(top, int) and top > 0 else len(cands)
-        summary = t("plan.summary", simulated=t.int(data["simulated"]), fit=t.int(data["fit"]),
+        summary = t("plan.summary", simulated=t.int(data["simulated"]), tokens=t.int(data["request"]["seq"]),
+                    fit=t.int(data["fit"]),
                     seconds=t.num(data.get("elapsed_s", 0.0)), limit=t.bytes(data["memory_limit_bytes"]))
         if data["not_possible"]:
             reasons = sorted({f"{x['scheme']} {x['variant']}: {x['reason']}" for x in data["not_possible"]})
             summary = [summary, html.Br(), t("plan.not-possible", items="; ".join(reasons))]
         return plan_chart(cands, data["memory_limit_bytes"], labels), table(t, cands, top), summary
 
-    @app.callback(Output("url", "search", allow_duplicate=True), Output("tabs", "value", allow_duplicate=True),
-                  Output("plan-load-msg", "children"),
+    @app.callback(Output("plan-goto", "href"), Output("plan-load-msg", "children"),
                   Input("plan-chart", "clickData"), Input({"type": "plan-load", "index": ALL}, "n_clicks"),
-                  State("plan-result", "data"), State("url", "search"), State("lang", "value"),
-                  prevent_initial_call=True)
-    def load(click, clicks, data, search, lang):
+                  State("plan-result", "data"), State("url", "pathname"), State("url", "search"),
+                  State("lang", "value"), prevent_initial_call=True)
+    def load(click, clicks, data, pathname, search, lang):
         if not data:
             raise PreventUpdate
         trig = ctx.triggered_id
@@ -313,8 +325,10 @@ def register_callbacks(app) -> None:
         cands = data["candidates"]
         if not 0 <= index < len(cands):
             raise PreventUpdate
-        query, dropped = query_for_candidate(cands[index]["command"])
-        t = Translator(lang)
-        msg = t("plan.loaded-partly", flags=", ".join(dropped)) if dropped else ""
-        return nav.with_nav(query, search, view="timeline"), "timeline", msg
+        href, dropped = href_for_candidate(cands[index]["command"], pathname, search)
+        if dropped:
+            # the other views would show another configuration: say so rather than mislead
+            return no_update, Translator(lang)("plan.cannot-load", flags=", ".join(dropped),
+                                               command=cands[index]["command"])
+        return href, ""
 

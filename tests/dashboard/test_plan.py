@@ -89,18 +89,29 @@ def test_the_view_plans_draws_and_loads_a_candidate(client):
     assert sum(len(tr["x"]) for tr in out["plan-chart"]["figure"]["data"]) == len(data["candidates"])
     assert "memori per GPU" in str(out["plan-chart"]["figure"]["layout"])
     assert str(out["plan-table"]["children"]).count("plan-load") == 5
-    best = data["candidates"][0]
-    click = {"points": [{"customdata": 0}]}
-    status, out = client.call("plan-load-msg.children", {"plan-chart.clickData": click, "plan-result.data": data,
-                                                         "url.search": "?lang=id", "lang.value": "id"},
+    ring = next(i for i, c in enumerate(data["candidates"]) if c["scheme"] == "ring")
+    status, out = client.call("plan-load-msg.children",
+                              {"plan-chart.clickData": {"points": [{"customdata": ring}]}, "plan-result.data": data,
+                               "url.pathname": "/", "url.search": "?lang=id", "lang.value": "id"},
                               ["plan-chart.clickData"])
-    assert status == 200 and out["tabs"]["value"] == "timeline"
-    search = out["url"]["search"]
-    assert "view=" not in search and "lang=id" in search          # the timeline is the default view
-    values, _ = values_from_query(search)
-    assert values["seq"] == 16384 and values["gpus"] == 8 and values["pass"] == "fwdbwd"
-    if "scheme" in CONTROL_IDS:
-        assert values["scheme"] == best["scheme"]
+    assert status == 200 and out["plan-load-msg"]["children"] == ""
+    href = out["plan-goto"]["href"]
+    assert href.startswith("/?") and "view=" not in href and "lang=id" in href   # the timeline: the default view
+    values, _ = values_from_query(href[1:])
+    assert (values["seq"], values["gpus"], values["pass"]) == (16384, 8, "fwdbwd")
+    assert values["layout"] == data["candidates"][ring]["settings"]["layout"]
+    # a hybrid loads only where the page has controls for its scheme's options
+    hybrid = next(i for i, c in enumerate(data["candidates"]) if c["scheme"] == "hybrid")
+    status, out = client.call("plan-load-msg.children",
+                              {"plan-load.n_clicks": None, "plan-chart.clickData": {"points": [{"customdata": hybrid}]},
+                               "plan-result.data": data, "url.pathname": "/", "url.search": "", "lang.value": "en"},
+                              ["plan-chart.clickData"])
+    if "scheme" in CONTROL_IDS and "ulysses-degree" in CONTROL_IDS:
+        assert out["plan-goto"]["href"].startswith("/?")
+    else:
+        assert "plan-goto" not in out
+        msg = out["plan-load-msg"]["children"]
+        assert "--scheme hybrid" in msg and data["candidates"][hybrid]["command"] in msg
 
 
 def test_a_mistake_is_a_message_beside_the_button(client):
@@ -112,15 +123,27 @@ def test_a_mistake_is_a_message_beside_the_button(client):
 
 @pytest.mark.browser
 def test_in_a_browser_a_candidate_loads_into_the_timeline(dash_duo):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
     dash_duo.start_server(create_app())
     dash_duo.driver.get(dash_duo.server_url + "/?view=plan")
     dash_duo.wait_for_element("#plan-table table", timeout=60)
+    seq = dash_duo.find_element("#plan-seq")
+    seq.send_keys(Keys.CONTROL, "a")
+    seq.send_keys("64k", Keys.ENTER)
+    dash_duo.find_element("#plan-run").click()
+    dash_duo.wait_for_contains_text("#plan-summary", "65,536 tokens", timeout=60)
     dash_duo.wait_for_element("#plan-chart .main-svg", timeout=60)
-    assert "candidates simulated" in dash_duo.find_element("#plan-summary").text
-    button = dash_duo.find_element("#plan-table tbody button")
+    row = dash_duo.driver.find_element(By.XPATH, "//*[@id='plan-table']//tr[td[2][normalize-space()='ring']]")
+    button = row.find_element(By.TAG_NAME, "button")
     dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'});", button)
     button.click()
     dash_duo.wait_for_contains_text("#timeline .gtitle", "8 GPUs", timeout=60)
     url = dash_duo.driver.current_url
-    assert "pass=fwdbwd" in url and "view=" not in url
+    assert "seq=65536" in url and "pass=fwdbwd" in url and "view=" not in url
+    # the plan's inputs are still there when the reader comes back
+    dash_duo.driver.find_element(By.XPATH, "//*[@id='tabs']//*[normalize-space()='Plan']").click()
+    dash_duo.wait_for_element("#plan-table table", timeout=60)
+    assert dash_duo.find_element("#plan-seq").get_attribute("value") == "64k"
     assert [e for e in (dash_duo.get_logs() or []) if e.get("level") == "SEVERE"] == []
