@@ -29,7 +29,7 @@ from sim.units import fmt_bytes
 from sim.online_softmax import example as merge_example
 from sim.trace import Trace
 
-from dashboard import compute, export, figures, i18n, nav, questions
+from dashboard import compute, export, figures, i18n, nav, plan, questions
 from dashboard.i18n import Translator
 from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, field_style, page
 from dashboard.state import (CONTROL_IDS, RING_CONTROLS, RING_SCHEMES, SCHEME_CONTROLS, ControlError, cluster_values,
@@ -432,6 +432,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     i18n.register_callbacks(app)
     nav.register_callbacks(app)
     questions.register_callbacks(app)
+    plan.register_callbacks(app)
 
     # Dash, Plotly and the page live as long as the server: freezing them keeps the cycle
     # collector, which a large trace sets off many times, from walking them again and again

@@ -14,7 +14,7 @@ from sim.config import LAYOUTS, PASSES, PLACEMENTS
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
 from sim.schemes import names as scheme_names
 
-from dashboard import i18n, questions
+from dashboard import i18n, plan, questions
 from dashboard.state import CUSTOM, NO_CLUSTER, SAME_LINK, applies, defaults
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
@@ -30,6 +30,7 @@ TABS = (
     ("memory", "Memory"),
     ("merge", "Exact merge"),
     ("measured", "Measured vs simulated"),
+    ("plan", "Plan"),
 )
 
 _HELP = {
@@ -210,6 +211,7 @@ def views() -> html.Div:
             html.Div(id="trace-upload-status", className="help"),
             html.Div(id="trace-upload-msg", className="msg", role="alert"),
             _graph("overlay", 560)],
+        "plan": [plan.view()],
     }
     return html.Div(className="main", children=[
         html.Div(id="banner", className="banner", role="alert"),

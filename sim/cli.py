@@ -1,6 +1,7 @@
 """The `ringsim` command line.
 
-Subcommands: simulate, compare (this module), calibrate (sim.calibrate_cli), and those
+Subcommands: simulate, compare (this module), calibrate (sim.calibrate_cli), sweep
+(sim.sweep_cli), plan (sim.plan_cli), and those
 other packages register through the `ringsim.commands` entry point group (pyproject.toml):
 hw and validate (the real kernel, hw.cli and hw.validate_cli), dashboard (the browser
 app). The simulator imports neither package. A user's mistake is a `RingsimError`:
@@ -327,9 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "makespan, exposed communication, bytes and memory per GPU, and what bounds each")
     cp.add_argument("--json", action="store_true", help="print one JSON object")
     cp.set_defaults(func=cmd_compare)
-    from sim import calibrate_cli
+    from sim import calibrate_cli, plan_cli, sweep_cli
 
     calibrate_cli.register(sub)
+    sweep_cli.register(sub)
+    plan_cli.register(sub)
     for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         try:
             register = entry.load()

@@ -1,0 +1,118 @@
+"""`ringsim plan`: the best sequence-parallel schemes, degrees and layouts for a model, a
+sequence length and a cluster, with what each needs in memory (sim.plan).
+
+    ringsim plan --model llama3-70b --seq 1M --nodes 8 --gpus-per-node 8 --gpu H100-SXM \\
+        --link nvlink4 --inter-link ib-ndr [--top K] [--json]
+
+`--seq` takes sizes: 128k = 131072, 1M = 2^20 = 1048576 tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sim.config import PASSES
+from sim.errors import RingsimError
+
+
+def register(sub) -> None:
+    from sim.models import MODEL_PRESETS
+
+    p = sub.add_parser("plan", help="rank every scheme, degree and layout for a model, sequence and cluster, "
+                                    "with memory per GPU")
+    m = p.add_argument_group("model")
+    m.add_argument("--model", default=None, help=f"preset: {', '.join(MODEL_PRESETS)}; or give the numbers below")
+    m.add_argument("--layers", type=int, default=None, help="transformer layers (replaces the preset's)")
+    m.add_argument("--heads", type=int, default=None, help="query heads")
+    m.add_argument("--kv-heads", type=int, default=None, help="key/value heads")
+    m.add_argument("--head-dim", type=int, default=None, help="(default 128)")
+    m.add_argument("--hidden", type=int, default=None, help="model dimension (default heads x head dim)")
+    m.add_argument("--params", type=float, default=None,
+                   help="parameters, in billions (for --param-shards; default the preset's)")
+    w = p.add_argument_group("workload")
+    w.add_argument("--seq", required=True, help="tokens per sequence: 131072, 128k, 1M (= 2^20)")
+    w.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
+    w.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    w.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True, help="(default on)")
+    w.add_argument("--pass", dest="pass_", choices=PASSES, default="fwdbwd",
+                   help="fwd, bwd or fwdbwd (default fwdbwd: a training step)")
+    h = p.add_argument_group("cluster")
+    h.add_argument("--nodes", type=int, default=1, help="(default 1)")
+    h.add_argument("--gpus-per-node", type=int, default=None, help="(default: the cluster's, else 8)")
+    h.add_argument("--cluster", default=None, help="cluster preset (dgx-h100, ...): defaults of the next flags")
+    h.add_argument("--gpu", default=None, help="GPU preset (default: the cluster's, else H100-SXM)")
+    h.add_argument("--link", default=None, help="link inside a node (default: the cluster's, else nvlink4)")
+    h.add_argument("--inter-link", default=None, help="link of a NIC, between nodes")
+    h.add_argument("--nics-per-node", type=int, default=None, help="(default one per GPU)")
+    h.add_argument("--kernel", default="default", help="fa2, fa3 or flat (default: the preset's first)")
+    h.add_argument("--profile", default=None, help="calibrated profile from `ringsim calibrate`")
+    r = p.add_argument_group("memory")
+    r.add_argument("--headroom", default=None, help="memory to keep free per GPU: 10%% or 8GB (default none)")
+    r.add_argument("--memory-gb", type=float, default=None,
+                   help="the GPU's memory, GB (default: the preset's; needed with --profile)")
+    r.add_argument("--param-shards", type=int, default=None,
+                   help="count parameters and optimizer state, sharded over this many GPUs "
+                        "(default: not counted)")
+    o = p.add_argument_group("output")
+    o.add_argument("--top", type=int, default=5, help="candidates shown (default 5; 0: all)")
+    o.add_argument("--json", action="store_true",
+                   help='print {"candidates": [...]}, best first, each with its `ringsim simulate` command')
+    o.add_argument("--workers", type=int, default=1, help="simulate on a local Dask cluster of N workers")
+    p.set_defaults(func=cmd_plan)
+
+
+def model_from_args(a: argparse.Namespace):
+    from sim.models import Model, model_preset
+
+    base = model_preset(a.model) if a.model else None
+    given = {k: getattr(a, k) for k in ("layers", "heads", "kv_heads", "head_dim", "hidden")
+             if getattr(a, k) is not None}
+    if base is None:
+        missing = [f"--{k.replace('_', '-')}" for k in ("layers", "heads", "kv_heads") if k not in given]
+        if missing:
+            raise RingsimError(f"give --model or the model's numbers ({', '.join(missing)} missing)")
+        given.setdefault("head_dim", 128)
+        given.setdefault("hidden", given["heads"] * given["head_dim"])
+        fields = dict(name="custom", **given)
+    else:
+        fields = {**base.describe(), **given}
+        if given:
+            fields["name"] = base.name + " (changed)"
+            fields["source"] = base.source + "; changed on the command line: " + ", ".join(given)
+    if a.params is not None:
+        if not a.params > 0:
+            raise RingsimError(f"--params must be positive (billions), got {a.params!r}")
+        fields["params"] = a.params * 1e9
+    return Model(**fields)
+
+
+def request_from_args(a: argparse.Namespace):
+    from sim.plan import request_from
+    from sim.presets import cluster_preset
+
+    gpn = a.gpus_per_node
+    if gpn is None:
+        gpn = cluster_preset(a.cluster).gpus_per_node if a.cluster else 8
+    return request_from(model_from_args(a), seq=a.seq, batch=a.batch, nodes=a.nodes, gpus_per_node=gpn,
+                        gpu=a.gpu, link=a.link, inter_link=a.inter_link, cluster=a.cluster,
+                        nics_per_node=a.nics_per_node, kernel=a.kernel, profile=a.profile, dtype=a.dtype,
+                        causal=a.causal, pass_=a.pass_, headroom=a.headroom, memory_gb=a.memory_gb,
+                        param_shards=a.param_shards)
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from sim.plan import format_plan, plan
+    from sim.sweep import Runner
+
+    if a.top < 0:
+        raise RingsimError(f"--top must be 0 (all) or more, got {a.top}")
+    req = request_from_args(a)
+    result = plan(req, Runner(workers=a.workers))
+    if a.json:
+        json.dump(result.to_dict(a.top or None), sys.stdout, indent=2)
+        print()
+        return 0
+    print(format_plan(result, a.top or len(result.candidates)))
+    return 0

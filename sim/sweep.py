@@ -1,0 +1,617 @@
+"""Sweeps: many configurations simulated, one row of metrics each, in-process or on Dask.
+
+A configuration (sim.spec.Config) is a set of `ringsim simulate` options; its row holds
+every option resolved, the command line that reproduces it, and the metrics of its run
+(sim.metrics; DESIGN.md, Definitions): makespan, efficiency, load imbalance, overlap
+efficiency, the worst GPU's exposed communication (and by kind), bytes sent and peak
+memory per GPU (the largest), the GPU's memory and whether the peak fits in it, and the
+sentence of what bounds the run (`sim.metrics.explain`). A configuration that fails gets
+its one-line error in `error` and no metrics; the sweep goes on.
+
+Where it runs (`execute`): in this process, or on Dask (`distributed`), a LocalCluster of
+single-threaded worker processes (the simulator holds the GIL) or an existing scheduler.
+Configurations travel in batches, at most a few batches per worker in flight, so a sweep
+of 100,000 makes a few hundred tasks and never floods the scheduler.
+
+Results (`ResultsFile`): Parquet (pyarrow) or CSV. While a sweep runs, finished rows go
+to part files beside the output (`OUT.parts/`, each written whole and renamed into
+place, every few seconds); at the end, or on Ctrl-C, the parts and any earlier output
+are merged into OUT (written whole, then renamed over it), rows in the order of the
+expansion. Running the same sweep again skips every configuration whose key is already
+there (or in parts left by a run that was killed) and simulates only the rest.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from sim.errors import RingsimError
+from sim.spec import Config, options
+
+FORMATS = ("parquet", "csv")
+FLUSH_S = 5.0
+"""Finished rows wait at most this long (or FLUSH_ROWS rows) before going to a part file."""
+FLUSH_ROWS = 5000
+MAX_BATCH = 256
+"""Largest batch of configurations in one Dask task."""
+BATCHES_PER_SLOT = 16
+"""Batches per worker thread the configurations are cut into (load balance at the end)."""
+IN_FLIGHT_PER_SLOT = 2
+"""Batches submitted per worker thread at a time."""
+WORKER_CONFIG = {
+    # no dashboard shows it: the statistical profiler of each worker is only overhead
+    "distributed.worker.profile.enabled": False,
+    # Dask's default trim threshold turns off glibc's adaptive mmap threshold, and every
+    # configuration allocates and frees large arrays: the workers took twice the page
+    # faults of this process (218k against 98k for 96 configurations of 64 GPUs)
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+}
+"""Dask settings of the LocalCluster a sweep starts."""
+
+# (column, kind): what each row holds beside the configuration's options
+_METRICS: tuple[tuple[str, str], ...] = (
+    ("makespan_s", "float"), ("ideal_s", "float"), ("efficiency", "float"),
+    ("load_imbalance", "float"), ("overlap_efficiency", "float"),
+    ("exposed_comm_s", "float"),
+    ("exposed_kv_s", "float"), ("exposed_dkv_s", "float"), ("exposed_ag_s", "float"),
+    ("exposed_rs_s", "float"), ("exposed_a2a_s", "float"),
+    ("compute_s", "float"), ("busiest_nic_s", "float"),
+    ("bytes_per_gpu", "float"), ("total_bytes", "float"), ("total_flops", "float"),
+    ("peak_mem_bytes", "int"), ("memory_bytes", "float"), ("fits", "bool"),
+    ("variant", "str"), ("explanation", "str"), ("error", "str"),
+)
+METRIC_COLUMNS = tuple(name for name, _ in _METRICS)
+
+
+@lru_cache(maxsize=None)
+def columns() -> tuple[tuple[str, str], ...]:
+    """(name, kind) of every column, in order: key, the options, command, the metrics."""
+    return (("key", "str"), *((o.column, o.kind) for o in options()), ("command", "str"), *_METRICS)
+
+
+def column_names() -> tuple[str, ...]:
+    return tuple(name for name, _ in columns())
+
+
+# --- one configuration (runs wherever the sweep runs: here or on a worker) ------------------
+
+@lru_cache(maxsize=1)
+def _parser():
+    """simulate's parser, built once per process."""
+    from sim.spec import simulate_parser
+
+    return simulate_parser()
+
+
+@lru_cache(maxsize=8)
+def _profile(path: str):
+    from sim.profile import load_profile
+
+    return load_profile(path)
+
+
+def simulate_config(argv: Sequence[str]) -> dict[str, Any]:
+    """The metric columns of one configuration (simulate's arguments), or its error.
+
+    Played with the wave player, which gives the SimPy player's times bit for bit (the
+    engine's own promise; `ringsim simulate` uses SimPy)."""
+    from sim.cli import scenario_from_args, scheme_variant
+    from sim.engine import simulate
+    from sim.metrics import compute_metrics, explain, scheme_row
+
+    try:
+        a = _parser().parse_args(list(argv))
+        scenario = scenario_from_args(a)
+        hardware = _profile(a.profile) if a.profile else None
+        trace = simulate(scenario, hardware, player="recurrence")
+        m = compute_metrics(trace)
+        row = scheme_row(scenario.scheme, scheme_variant(scenario), trace, m)
+    except Exception as e:   # noqa: BLE001 - a sweep records the failure and goes on
+        return {"error": one_line(e)}
+    out = {name: row.get(name) for name in METRIC_COLUMNS if name in row and name != "variant"}
+    by_kind = row.get("exposed_by_kind_s") or {}
+    for kind in ("kv", "dkv", "ag", "rs", "a2a"):
+        out[f"exposed_{kind}_s"] = float(by_kind.get(kind, 0.0))
+    out["bytes_per_gpu"] = row["bytes_sent_per_gpu"]
+    out["variant"] = row["variant"]
+    # what bounds the run, without explain's memory warning: `fits` is its own column
+    out["explanation"] = explain({**row, "peak_mem_bytes": None})
+    peak, capacity = row.get("peak_mem_bytes"), row.get("memory_bytes")
+    out["fits"] = None if peak is None or not capacity else bool(peak <= capacity)
+    out["error"] = None
+    return out
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: a RingsimError's sentence, else its type and first line."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, RingsimError):
+        return text or type(e).__name__
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def run_batch(argvs: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+    """simulate_config of each: one Dask task."""
+    return [simulate_config(argv) for argv in argvs]
+
+
+def row_of(config: Config, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The full row: key, options, command, metrics (missing metrics are None)."""
+    row = {"key": config.key, **config.columns(), "command": config.command}
+    for name in METRIC_COLUMNS:
+        row[name] = metrics.get(name)
+    return row
+
+
+# --- where configurations run ---------------------------------------------------------------
+
+def dask_available() -> bool:
+    try:
+        import distributed  # noqa: F401
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+def auto_batch_size(n_configs: int, slots: int) -> int:
+    """Configurations per task: about BATCHES_PER_SLOT tasks per worker thread, at most
+    MAX_BATCH each."""
+    return max(1, min(MAX_BATCH, math.ceil(n_configs / max(1, slots * BATCHES_PER_SLOT))))
+
+
+@dataclass
+class Runner:
+    """Where a sweep's configurations run: `workers` 1 without `scheduler` or `dask` is
+    this process; otherwise a Dask LocalCluster of `workers` single-threaded processes, or
+    the cluster at `scheduler` (tcp://host:port)."""
+
+    workers: int = 1
+    scheduler: str | None = None
+    dask: bool = False
+    batch_size: int | None = None
+    client: Any = None
+    """A connected `distributed.Client` to use (and leave open) instead of starting one."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
+            raise RingsimError(f"--workers must be a positive whole number, got {self.workers!r}")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise RingsimError(f"--batch-size must be a positive whole number, got {self.batch_size!r}")
+        if self.on_dask and not dask_available():
+            raise RingsimError("running on several workers or a scheduler needs Dask: "
+                               "pip install 'ringsim[sweep]' (or run with --workers 1, in this process)")
+
+    @property
+    def on_dask(self) -> bool:
+        return self.client is not None or self.scheduler is not None or self.workers > 1 or self.dask
+
+    def describe(self) -> str:
+        if self.client is not None:
+            return f"the Dask cluster of {self.client}"
+        if self.scheduler:
+            return f"the Dask cluster at {self.scheduler}"
+        if self.on_dask:
+            return f"a local Dask cluster of {self.workers} worker process{'es' if self.workers > 1 else ''}"
+        return "this process"
+
+    def execute(self, configs: Sequence[Config],
+                simulate: Callable[[Sequence[str]], dict[str, Any]] | None = None
+                ) -> Iterator[list[dict[str, Any]]]:
+        """Yield lists of finished rows (in completion order) until every configuration
+        has its row. `simulate` (in this process only) replaces simulate_config."""
+        if not configs:
+            return
+        if not self.on_dask:
+            run = simulate or simulate_config
+            for c in configs:
+                yield [row_of(c, run(c.argv))]
+            return
+        yield from self._execute_dask(configs)
+
+    def _execute_dask(self, configs: Sequence[Config]) -> Iterator[list[dict[str, Any]]]:
+        import logging
+
+        from distributed import Client, LocalCluster, as_completed
+
+        cluster = None
+        own = self.client is None
+        if not own:
+            client = self.client
+        elif self.scheduler:
+            try:
+                client = Client(self.scheduler, timeout="20s")
+            except (OSError, TimeoutError) as e:
+                raise RingsimError(f"cannot reach the Dask scheduler at {self.scheduler}: {one_line(e)}") from None
+        else:
+            import dask
+
+            with dask.config.set(WORKER_CONFIG):
+                cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=logging.ERROR)
+            client = Client(cluster)
+        try:
+            slots = max(1, sum(client.nthreads().values()))
+            size = self.batch_size or auto_batch_size(len(configs), slots)
+            batches = iter([list(configs[i:i + size]) for i in range(0, len(configs), size)])
+            pending: dict[Any, list[Config]] = {}
+            done = as_completed()
+
+            def submit(batch: list[Config]) -> None:
+                f = client.submit(run_batch, [c.argv for c in batch], pure=False)
+                pending[f] = batch
+                done.add(f)
+
+            for batch in islice(batches, slots * IN_FLIGHT_PER_SLOT):
+                submit(batch)
+            for f in done:
+                batch = pending.pop(f)
+                try:
+                    results = f.result()
+                except Exception as e:   # noqa: BLE001 - a worker that died takes its batch's rows with it
+                    results = [{"error": "worker failed: " + one_line(e)}] * len(batch)
+                del f
+                nxt = next(batches, None)
+                if nxt is not None:
+                    submit(nxt)
+                yield [row_of(c, r) for c, r in zip(batch, results)]
+        finally:
+            for f in list(pending):
+                f.cancel()
+            if own:
+                client.close()
+            if cluster is not None:
+                cluster.close()
+
+
+def run_configs(configs: Sequence[Config], runner: Runner | None = None) -> list[dict[str, Any]]:
+    """The rows of `configs`, in their order (no file)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for batch in (runner or Runner()).execute(unique(configs)):
+        for row in batch:
+            rows[row["key"]] = row
+    return [rows[c.key] for c in configs]
+
+
+def unique(configs: Iterable[Config]) -> list[Config]:
+    """The first configuration of each key, in order."""
+    seen: set[str] = set()
+    out = []
+    for c in configs:
+        k = c.key
+        if k not in seen:
+            seen.add(k)
+            out.append(c)
+    return out
+
+
+# --- the results file -------------------------------------------------------------------------
+
+def format_of(path: str, fmt: str | None = None) -> str:
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise RingsimError(f"format must be parquet or csv, got {fmt!r}")
+        return fmt
+    ext = os.path.splitext(path)[1].lower()
+    if ext in (".parquet", ".pq"):
+        return "parquet"
+    if ext == ".csv":
+        return "csv"
+    raise RingsimError(f"{path}: name the results .parquet or .csv (or give --format)")
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ModuleNotFoundError:
+        raise RingsimError("Parquet needs pyarrow: pip install 'ringsim[sweep]', or write CSV "
+                           "(--out RESULTS.csv)") from None
+    return pyarrow
+
+
+@lru_cache(maxsize=None)
+def arrow_schema():
+    pa = _pyarrow()
+    types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
+    return pa.schema([(name, types[kind]) for name, kind in columns()])
+
+
+def _typed(kind: str, text: str) -> Any:
+    if text == "":
+        return None
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    if kind == "bool":
+        return text.lower() in ("true", "1")
+    return text
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def read_rows(path: str, fmt: str | None = None) -> list[dict[str, Any]]:
+    """Every row of a results file (Parquet or CSV), typed, in the current columns
+    (a column the file lacks is None)."""
+    fmt = format_of(path, fmt)
+    names = column_names()
+    try:
+        if fmt == "parquet":
+            raw = _aligned(_read_table(path)).to_pylist()
+        else:
+            kinds = dict(columns())
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                if not reader.fieldnames or "key" not in reader.fieldnames:
+                    raise RingsimError(f"{path} is not a ringsim sweep result (it has no key column)")
+                raw = [{k: _typed(kinds.get(k, "str"), v or "") for k, v in r.items() if k is not None}
+                       for r in reader if r.get("key")]
+    except RingsimError:
+        raise
+    except (OSError, ValueError) as e:
+        raise RingsimError(f"cannot read the results {path}: {one_line(e)}") from None
+    return [{n: r.get(n) for n in names} for r in raw]
+
+
+def _read_table(path: str, columns: list[str] | None = None):
+    """A Parquet file as a pyarrow Table; RingsimError if it is not a sweep result."""
+    pa = _pyarrow()
+    try:
+        names = pa.parquet.read_schema(path).names
+        if "key" not in names:
+            raise RingsimError(f"{path} is not a ringsim sweep result (it has no key column)")
+        return pa.parquet.read_table(path, columns=columns)
+    except RingsimError:
+        raise
+    except Exception as e:  # noqa: BLE001 - pyarrow's and the OS's errors: a damaged or missing file
+        if isinstance(e, OSError) or type(e).__module__.startswith("pyarrow"):
+            raise RingsimError(f"cannot read the results {path}: {one_line(e)}") from None
+        raise
+
+
+def _aligned(table):
+    """`table` in the current columns and types (a column it lacks is null)."""
+    pa = _pyarrow()
+    schema = arrow_schema()
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            cols.append(table.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, type=f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _write_table(path: str, table) -> None:
+    """Write a pyarrow Table whole: a temporary name beside `path`, then renamed over it."""
+    pa = _pyarrow()
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        pa.parquet.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_rows(path: str, rows: Sequence[dict[str, Any]], fmt: str) -> None:
+    """Write `rows` to `path` whole: to a temporary name beside it, then renamed over it."""
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        if fmt == "parquet":
+            _write_table(path, _pyarrow().Table.from_pylist(list(rows), schema=arrow_schema()))
+            return
+        else:
+            names = column_names()
+            with open(tmp, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(names)
+                for r in rows:
+                    w.writerow([_text(r.get(n)) for n in names])
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+class ResultsFile:
+    """A sweep's output: OUT, and the part files (OUT.parts/) of a run in progress."""
+
+    def __init__(self, path: str, fmt: str | None = None):
+        self.path = path
+        self.fmt = format_of(path, fmt)
+        if self.fmt == "parquet":
+            _pyarrow()
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise RingsimError(f"the folder of {path} does not exist")
+        self.parts_dir = path + ".parts"
+        self._buffer: list[dict[str, Any]] = []
+        self._last_flush = time.monotonic()
+        self._seq = 0
+
+    def _parts(self) -> list[str]:
+        if not os.path.isdir(self.parts_dir):
+            return []
+        return sorted(os.path.join(self.parts_dir, n) for n in os.listdir(self.parts_dir)
+                      if not n.startswith(".") and n.endswith("." + self.fmt))
+
+    def _sources(self) -> list[str]:
+        return ([self.path] if os.path.exists(self.path) else []) + self._parts()
+
+    def existing(self) -> list[dict[str, Any]]:
+        """Rows already finished: OUT's, then those of parts a killed run left."""
+        rows: list[dict[str, Any]] = []
+        for p in self._sources():
+            rows += read_rows(p, self.fmt)
+        return rows
+
+    def finished_keys(self) -> set[str]:
+        """The keys of the rows already finished (Parquet: the key column alone)."""
+        if self.fmt != "parquet":
+            return {r["key"] for r in self.existing()}
+        keys: set[str] = set()
+        for p in self._sources():
+            keys.update(_read_table(p, columns=["key"]).column("key").to_pylist())
+        return keys
+
+    def discard(self) -> None:
+        """Forget earlier results (a fresh sweep)."""
+        for p in self._parts():
+            os.remove(p)
+        if os.path.exists(self.path):
+            os.remove(self.path)
+
+    def add(self, rows: Iterable[dict[str, Any]]) -> None:
+        self._buffer.extend(rows)
+        if len(self._buffer) >= FLUSH_ROWS or time.monotonic() - self._last_flush >= FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the rows waiting into a new part file."""
+        self._last_flush = time.monotonic()
+        if not self._buffer:
+            return
+        os.makedirs(self.parts_dir, exist_ok=True)
+        self._seq += 1
+        name = f"part-{int(time.time() * 1000):013d}-{os.getpid()}-{self._seq:06d}.{self.fmt}"
+        write_rows(os.path.join(self.parts_dir, name), self._buffer, self.fmt)
+        self._buffer = []
+
+    def finish(self, order: Sequence[str]) -> int:
+        """Merge OUT and the parts into OUT, one row per key (the latest), the keys of
+        `order` first in that order, then any others as they were; remove the parts.
+        Returns the number of rows. Parquet is merged as columns (a sweep of 100,000
+        rows never becomes Python objects); CSV row by row."""
+        self.flush()
+        sources = self._sources()
+        rank = {k: i for i, k in enumerate(order)}
+        if self.fmt == "parquet":
+            pa = _pyarrow()
+            tables = [_aligned(_read_table(p)) for p in sources]
+            table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
+            keys = table.column("key").to_pylist()
+            latest = {k: i for i, k in enumerate(keys)}
+            take = sorted(latest.values(), key=lambda i: (0, rank[keys[i]]) if keys[i] in rank else (1, i))
+            _write_table(self.path, table.take(pa.array(take, type=pa.int64())))
+            n = len(take)
+        else:
+            rows: dict[str, dict[str, Any]] = {}
+            for p in sources:
+                for r in read_rows(p, self.fmt):
+                    rows[r["key"]] = r
+            keys = sorted(rows, key=lambda k: (0, rank[k]) if k in rank else (1, 0))
+            write_rows(self.path, [rows[k] for k in keys], self.fmt)
+            n = len(keys)
+        for p in self._parts():
+            os.remove(p)
+        try:
+            os.rmdir(self.parts_dir)
+        except OSError:
+            pass
+        return n
+
+
+# --- progress ---------------------------------------------------------------------------------
+
+class Progress:
+    """One line on stderr: rows done of the total, rate, errors; rewritten in place on a
+    terminal, else printed every PRINT_S seconds."""
+
+    PRINT_S = 10.0
+
+    def __init__(self, total: int, skipped: int, *, stream=None, quiet: bool = False):
+        self.total, self.skipped = total, skipped
+        self.done = self.errors = 0
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.t0 = self._last = time.monotonic()
+
+    def update(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.done += len(rows)
+        self.errors += sum(1 for r in rows if r.get("error"))
+        now = time.monotonic()
+        if not self.quiet and (now - self._last >= (0.2 if self.tty else self.PRINT_S)):
+            self._last = now
+            self._show(end="\r" if self.tty else "\n")
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        left = self.total - self.skipped - self.done
+        eta = f", {left / rate:.0f} s left" if rate > 0 and left > 0 else ""
+        return (f"{self.skipped + self.done}/{self.total} configurations ({self.done} now, "
+                f"{rate:.1f}/s{eta}), {self.errors} failed")
+
+    def _show(self, end: str) -> None:
+        print(self.line(), end=end, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if not self.quiet:
+            self._show(end="\n")
+
+
+# --- a sweep --------------------------------------------------------------------------------
+
+@dataclass
+class SweepResult:
+    total: int
+    """Distinct configurations in the spec."""
+    skipped: int
+    """Already in the results, not simulated again."""
+    ran: int
+    failed: int
+    rows: int
+    """Rows in the file at the end."""
+    elapsed_s: float
+    interrupted: bool = False
+
+
+def sweep(configs: Sequence[Config], out: str, *, runner: Runner | None = None, fmt: str | None = None,
+          fresh: bool = False, quiet: bool = False, stream=None,
+          simulate: Callable[[Sequence[str]], dict[str, Any]] | None = None) -> SweepResult:
+    """Simulate every configuration not yet in `out` and merge its row into `out`.
+    Ctrl-C (KeyboardInterrupt) merges what finished and is raised again."""
+    runner = runner or Runner()
+    results = ResultsFile(out, fmt)
+    if fresh:
+        results.discard()
+    configs = unique(configs)
+    order = [c.key for c in configs]
+    finished = results.finished_keys()
+    todo = [c for c in configs if c.key not in finished]
+    progress = Progress(len(configs), len(configs) - len(todo), stream=stream, quiet=quiet)
+    t0 = time.monotonic()
+    interrupted = False
+    try:
+        for rows in runner.execute(todo, simulate):
+            results.add(rows)
+            progress.update(rows)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        n_rows = results.finish(order)
+        progress.close()
+        if interrupted and not quiet:
+            print(f"interrupted: {n_rows} rows in {out}; run the same command again to finish the rest",
+                  file=progress.stream, flush=True)
+    return SweepResult(len(configs), len(configs) - len(todo), progress.done, progress.errors, n_rows,
+                       time.monotonic() - t0, interrupted)

@@ -1,0 +1,84 @@
+"""`ringsim sweep SPEC --out RESULTS.parquet`: every configuration of a spec (sim.spec)
+simulated and tabulated (sim.sweep), in this process or on Dask.
+
+The spec's keys are `ringsim simulate`'s option names; any value may be a list or a
+range. `--workers 1` (the default) runs in this process and needs no Dask; `--workers N`
+starts a local Dask cluster of N single-threaded worker processes; `--scheduler
+tcp://HOST:PORT` uses a running cluster (its workers need ringsim installed, and any
+`profile` file at the same path). Running the same command again resumes: rows already
+in the output are kept and not simulated again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+from sim.errors import RingsimError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="simulate every configuration of a spec (YAML or TOML) into a "
+                                     "Parquet or CSV table, in this process or on Dask")
+    p.add_argument("spec", metavar="SPEC", help="YAML (.yaml, .yml) or TOML (.toml): simulate's options, "
+                                                "each a value, a list or a range {from, to, step|times}")
+    p.add_argument("--out", required=True, metavar="RESULTS",
+                   help="results table, .parquet (needs pyarrow) or .csv; an existing one is resumed")
+    p.add_argument("--format", choices=("parquet", "csv"), default=None,
+                   help="table format (default: from the name of --out)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, default=1,
+                       help="1 (default): in this process; N: a local Dask cluster of N worker "
+                            "processes, one thread each")
+    where.add_argument("--scheduler", metavar="tcp://HOST:PORT", default=None,
+                       help="run on an existing Dask cluster")
+    p.add_argument("--dask", action="store_true",
+                   help="use a local Dask cluster even with one worker")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="configurations per Dask task (default: about 16 tasks per worker, at most 256)")
+    p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print how many configurations the spec makes and the first few commands")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_sweep)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from sim.spec import load_spec
+    from sim.sweep import Runner, sweep
+
+    spec = load_spec(a.spec)
+    if a.dry_run:
+        from sim.sweep import unique
+
+        configs = unique(spec.configs())
+        print(f"{spec.size} combinations, {len(configs)} distinct configurations "
+              f"({' x '.join(str(len(v)) for _, v in spec.axes)})")
+        for c in configs[:5]:
+            print("  " + c.command)
+        if len(configs) > 5:
+            print(f"  ... {len(configs) - 5} more")
+        return 0
+    if a.scheduler is not None and not a.scheduler.strip():
+        raise RingsimError("--scheduler needs an address such as tcp://HOST:8786")
+    runner = Runner(workers=a.workers, scheduler=a.scheduler, dask=a.dask, batch_size=a.batch_size)
+    configs = list(spec.configs())
+    if not a.quiet:
+        print(f"sweep of {spec.size} configurations on {runner.describe()} into {a.out}")
+    # a batch system's SIGTERM (a job past its time) ends the sweep as Ctrl-C does: the
+    # rows that finished are merged into the output before the process goes
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        r = sweep(configs, a.out, runner=runner, fmt=a.format, fresh=a.fresh, quiet=a.quiet)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    rate = f", {r.ran / r.elapsed_s:.1f} configurations/s" if r.ran and r.elapsed_s > 0 else ""
+    print(f"{r.rows} rows in {a.out}: {r.ran} simulated ({r.failed} failed), {r.skipped} already there; "
+          f"{r.elapsed_s:.1f} s{rate}")
+    if r.failed:
+        print("a failed row has its error in the `error` column and its `command` to rerun it alone")
+    return 0
