@@ -11,11 +11,28 @@ command runs, so that the rest of the CLI does not pay for it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from sim.errors import RingsimError
 
 DEFAULT_THREADS = 8
+"""Request threads of a single server process; with several, each gets 4."""
+MAX_AUTO_WORKERS = 8
+
+
+def default_workers() -> int:
+    """One server process per CPU core (at most MAX_AUTO_WORKERS) where gunicorn runs (Unix,
+    installed): figures are built in Python, so threads of one process share one core.
+    Otherwise one waitress process."""
+    try:
+        import gunicorn  # noqa: F401  (installed?)
+    except ModuleNotFoundError:
+        return 1
+    if os.name != "posix":
+        return 1
+    return max(1, min(MAX_AUTO_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,11 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
     p.add_argument("--port", type=int, default=8050, help="(default 8050)")
-    p.add_argument("--threads", type=int, default=DEFAULT_THREADS,
-                   help=f"request threads per server process (default {DEFAULT_THREADS})")
-    p.add_argument("--workers", type=int, default=1,
-                   help="server processes (default 1: waitress; more: gunicorn, Unix only, "
-                        "each process with its own caches)")
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"request threads per server process (default {DEFAULT_THREADS} with one "
+                        "process, 4 with several)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="server processes (default: one per CPU core under gunicorn where it is "
+                        "installed (Unix), else 1; 1: waitress; each process has its own caches)")
     p.add_argument("--dev-server", action="store_true",
                    help="Flask's development server instead (for development and comparison)")
     p.add_argument("--debug", action="store_true",
@@ -70,13 +88,17 @@ def _serve_gunicorn(app, host: str, port: int, workers: int, threads: int) -> No
 
 
 def cmd_dashboard(a: argparse.Namespace) -> int:
+    dev = a.debug or a.dev_server
+    if a.workers is None:
+        a.workers = 1 if dev else default_workers()
+    if a.threads is None:
+        a.threads = DEFAULT_THREADS if a.workers == 1 else 4
     if not 0 < a.port < 65536:
         raise RingsimError(f"--port must be in 1..65535, got {a.port}")
     if not 1 <= a.threads <= 256:
         raise RingsimError(f"--threads must be in 1..256, got {a.threads}")
     if not 1 <= a.workers <= 64:
         raise RingsimError(f"--workers must be in 1..64, got {a.workers}")
-    dev = a.debug or a.dev_server
     if dev and a.workers > 1:
         raise RingsimError("--workers needs the production server: drop --debug/--dev-server")
     try:
