@@ -55,7 +55,7 @@ def worker(ctx, plan: dict) -> dict:
     from hw.blocks import select_block_ops
     from hw.comm import Ring
     from hw.layouts import shard
-    from hw.ring import ring_backward, ring_forward
+    from hw.ring import heads_first_memory, ring_backward, ring_forward
     from hw.timing import CpuClock, Recorder
 
     sys.path.insert(0, plan["peer_dir"])
@@ -75,7 +75,9 @@ def worker(ctx, plan: dict) -> dict:
     for seq in plan["seqs"]:
         for causal in plan["causal"]:
             full = _inputs(seq, plan["heads"], plan["head_dim"], seed=seq)
-            mine = [shard(x, "zigzag", n, r) for x in full]
+            # each side gets its inputs as it runs them: heads-first in memory (what
+            # `ringsim hw run` hands the kernel; torch's attention takes (b, h, s, d))
+            mine = [heads_first_memory(shard(x, "zigzag", n, r)) for x in full]
             heads_first = [x.transpose(1, 2).contiguous() for x in full]
             for pass_ in plan["passes"]:
                 impls = [i for i in IMPLS if pass_ == "fwd" or not i.startswith("cp-")]
