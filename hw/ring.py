@@ -140,12 +140,12 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     qh, outh, douth = _heads_first(q), _heads_first(out), _heads_first(dout)
     dq = None   # fp32, heads-first view; from the first piece that covers every row
     block_at = _kv_buffers(k, v, n)
-    # dK/dV accumulators (fp32, one message): the one being added to and sent, and the
-    # one arriving
-    shape = (2, *block_at(0)[0].shape)
-    dkv_bufs = (torch.empty(shape, dtype=torch.float32, device=q.device),
-                torch.empty(shape, dtype=torch.float32, device=q.device))
+    kv_shape = block_at(0)[0].shape
+    # dK/dV accumulators arriving from r - 1 (fp32, K and V as two tensors), two in turn
+    dkv_in = [tuple(torch.empty(kv_shape, dtype=torch.float32, device=q.device) for _ in range(2))
+              for _ in range(2 if n > 1 else 0)]
     kv_comm, dkv_comm = RingComm(ring, "kv"), RingComm(ring, "dkv")
+    acc: tuple[torch.Tensor, torch.Tensor] | None = None
     for step in range(n):
         if on_step is not None:
             on_step(step0 + step)
@@ -168,29 +168,35 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
             if ring.recorder is not None:
                 ring.recorder.compute("bwd", step0 + step, t0, ring.clock.mark(),
                                       float(work[r, owner]), chunks[r], chunks[owner])
-        acc = dkv_bufs[step % 2]
-        if step > 0:  # the accumulator of this block, from rank r - 1
+        if step == 0:   # the own block's accumulator starts from this rank's share
+            acc = _first_dkv(shares, kv_shape, q.device)
+        else:           # the accumulator of this block, from rank r - 1
             dkv_comm.wait(step=step0 + step, q_chunks=chunks[r], kv_chunks=chunks[owner])
-            for sl, g_k, g_v in shares:
-                acc[0][:, :, sl] += g_k
-                acc[1][:, :, sl] += g_v
-        elif len(shares) == 1 and shares[0][0] == ALL:   # the own block: every key row
-            acc[0].copy_(shares[0][1])
-            acc[1].copy_(shares[0][2])
-        else:
-            acc.zero_()
+            acc = dkv_in[(step - 1) % 2]
             for sl, g_k, g_v in shares:
                 acc[0][:, :, sl] += g_k
                 acc[1][:, :, sl] += g_v
         if n > 1:
-            dkv_comm.post((acc,), (dkv_bufs[(step + 1) % 2],), step=step0 + step,
+            dkv_comm.post(acc, dkv_in[step % 2], step=step0 + step,
                           send_chunks=chunks[owner], recv_chunks=chunks[(owner - 1) % n])
         if step < n - 1:
             kv_comm.wait(step=step0 + step + 1, q_chunks=chunks[r], kv_chunks=chunks[(owner - 1) % n])
     if n > 1:  # our own block's accumulator, home after N hops
         dkv_comm.wait(step=step0 + n - 1, q_chunks=chunks[r], kv_chunks=chunks[r])
-    dkv = dkv_bufs[n % 2] if n > 1 else dkv_bufs[0]
+        acc = dkv_in[(n - 1) % 2]
     if dq is None:
         dq = torch.zeros(qh.shape, dtype=torch.float32, device=q.device)
-    return (_heads_first(dq).to(q.dtype), _heads_first(dkv[0]).to(k.dtype),
-            _heads_first(dkv[1]).to(v.dtype))
+    return (_heads_first(dq).to(q.dtype), _heads_first(acc[0]).to(k.dtype),
+            _heads_first(acc[1]).to(v.dtype))
+
+
+def _first_dkv(shares, kv_shape, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The own block's dK/dV accumulator (fp32, contiguous: it is sent as it is): the
+    share itself when one piece covers every key, else the shares added to zeros."""
+    if len(shares) == 1 and shares[0][0] == ALL:
+        return shares[0][1].float().contiguous(), shares[0][2].float().contiguous()
+    acc = tuple(torch.zeros(kv_shape, dtype=torch.float32, device=device) for _ in range(2))
+    for sl, g_k, g_v in shares:
+        acc[0][:, :, sl] += g_k
+        acc[1][:, :, sl] += g_v
+    return acc
