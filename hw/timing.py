@@ -155,6 +155,9 @@ class CudaClock:
 
     kind = "cuda_events"
     POLL_S = 0.005
+    """How often `settle` looks at the transfers."""
+    ON_POLL_S = 0.2
+    """How often it calls `on_poll` (which may ask the rendezvous store)."""
 
     def __init__(self, device: torch.device, timeout_s: float,
                  on_poll: Callable[[], None] | None = None):
@@ -203,6 +206,7 @@ class CudaClock:
         Raises TransferStalled when one fails or is still in flight `timeout_s` after it
         was posted; `on_poll` runs between polls.
         """
+        polled = time.monotonic()
         while self._outstanding:
             p = self._outstanding[0]
             for w in p.works:
@@ -214,9 +218,11 @@ class CudaClock:
             if all(w.is_completed() for w in p.works):
                 self._outstanding.pop(0)
                 continue
-            if self.on_poll is not None:
+            now = time.monotonic()
+            if self.on_poll is not None and now - polled >= self.ON_POLL_S:
+                polled = now
                 self.on_poll()
-            if time.monotonic() - p.posted_at > self.timeout_s:
+            if now - p.posted_at > self.timeout_s:
                 raise TransferStalled(f"a transfer was not complete {self.timeout_s:.0f} s after "
                                       "it was posted")
             time.sleep(self.POLL_S)

@@ -151,6 +151,7 @@ def test_cuda_clock_gives_up_after_the_timeout_and_polls_for_a_peers_word():
         if len(polls) == 3:
             raise PeerFailure("rank 2 failed: boom", 2)
     clock = _cuda_clock(60.0, on_poll=peer_said_so)
+    clock.ON_POLL_S = 0.0
     clock._outstanding = [Pending([_Work(done=False)])]
     with pytest.raises(PeerFailure, match="rank 2 failed"):
         clock.settle()
