@@ -94,6 +94,12 @@ def worker(ctx, plan: dict) -> dict:
                           ops=ops, step0=n)
         rec.spans()
 
+    def timed(fn) -> tuple[float, float]:
+        """(wall, CPU) seconds of fn(): CPU of the whole process, every thread."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        return time.perf_counter() - t0, time.process_time() - c0
+
     def torch_cp(heads_first, causal, rotate):
         set_rotate_method(rotate)
         # head-tail balancing is legal only under the causal mask (as in the peer's script)
@@ -101,54 +107,54 @@ def worker(ctx, plan: dict) -> dict:
         q, k, v = (x.clone() for x in heads_first[:3])
         with torch.no_grad(), context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
             ctx.barrier()
-            t0 = time.perf_counter()
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            return time.perf_counter() - t0
+            return timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
 
     def one_process(heads_first, causal, pass_):
         torch.set_num_threads(2)
         try:
             if pass_ == "fwd":
                 with torch.no_grad():
-                    t0 = time.perf_counter()
-                    F.scaled_dot_product_attention(*heads_first[:3], is_causal=causal)
-                    return time.perf_counter() - t0
+                    return timed(lambda: F.scaled_dot_product_attention(*heads_first[:3], is_causal=causal))
             q, k, v = (x.detach().requires_grad_() for x in heads_first[:3])
-            t0 = time.perf_counter()
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            out.backward(heads_first[3])
-            return time.perf_counter() - t0
+
+            def fwdbwd():
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(heads_first[3])
+            return timed(fwdbwd)
         finally:
             torch.set_num_threads(1)
 
-    def once(case) -> float | None:
+    def once(case) -> tuple[float | None, float]:
         seq, causal, pass_, impl, mine, heads_first = case
         if impl == "one-process":
-            # rank 1 waits at the barrier below while rank 0 has both cores
-            t = one_process(heads_first, causal, pass_) if r == 0 else None
-            ctx.barrier()
-            return t
+            if r == 0:
+                got = one_process(heads_first, causal, pass_)
+                ctx.barrier()
+                return got
+            # rank 1 waits at the barrier while rank 0 has both cores (its CPU is counted)
+            return None, timed(ctx.barrier)[1]
         if impl.startswith("cp-"):
             return torch_cp(heads_first, causal, impl[3:])
         ctx.barrier()
-        t0 = time.perf_counter()
-        ours(mine, causal, pass_)
-        return time.perf_counter() - t0
+        return timed(lambda: ours(mine, causal, pass_))
 
     times: dict[str, list] = {}
+    cpu: dict[str, list] = {}
     for rep in range(plan["warmup"] + plan["repeats"]):
-        for case in cases:
-            t = once(case)
+        # a different case first in each repeat: no case always follows the same one
+        shift = rep % len(cases)
+        for case in cases[shift:] + cases[:shift]:
+            got = once(case)
             if rep < plan["warmup"]:
                 continue
-            got = [None] * n
-            dist.all_gather_object(got, t)
+            every = [None] * n
+            dist.all_gather_object(every, got)
             key = json.dumps(case[:4])
-            times.setdefault(key, []).append(max(x for x in got if x is not None))
+            times.setdefault(key, []).append(max(w for w, _ in every if w is not None))
+            cpu.setdefault(key, []).append(sum(c for _, c in every))
         if r == 0:
             ctx.report(rep)
     clock.close()
-    return {"times": times, "block_impl": ops.describe()}
+    return {"times": times, "cpu": cpu, "block_impl": ops.describe()}
 
 
 def main() -> int:
@@ -190,31 +196,44 @@ def main() -> int:
     cases: dict[tuple, dict] = {}
     for key, ts in res["times"].items():
         seq, causal, pass_, impl = json.loads(key)
+        cpu = res["cpu"][key]
         cases.setdefault((seq, causal, pass_), {})[impl] = {
-            "median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts), "times_s": ts}
+            "median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts), "times_s": ts,
+            "cpu_median_s": statistics.median(cpu), "cpu_s": cpu}
 
     def ms(d: dict | None) -> str:
         if d is None:
             return "-"
         return f"{d['median_s'] * 1e3:.0f} ({d['min_s'] * 1e3:.0f}-{d['max_s'] * 1e3:.0f})"
 
-    rows, out_cases = [], []
+    peers = ("cp-alltoall", "cp-allgather", "one-process")
+    rows, cpu_rows, out_cases = [], [], []
     for (seq, causal, pass_), by_impl in cases.items():
-        ours = by_impl["ringsim"]["median_s"]
-        ratios = {}
-        for impl in ("cp-alltoall", "cp-allgather"):
-            if impl in by_impl:
-                ratios[f"{impl}/ringsim"] = by_impl[impl]["median_s"] / ours
-        ratios["one-process/ringsim"] = by_impl["one-process"]["median_s"] / ours
-        rows.append([seq, "causal" if causal else "full", pass_, *(ms(by_impl.get(i)) for i in IMPLS),
-                     *(f"{ratios[k]:.2f}" if k in ratios else "-"
-                       for k in ("cp-alltoall/ringsim", "cp-allgather/ringsim", "one-process/ringsim"))])
+        ours = by_impl["ringsim"]
+        # a peer's time over ours: > 1 when ringsim is faster; by medians, by minima
+        # (the repeat least disturbed by the host's other load) and by CPU seconds
+        ratios = {f"{i}/ringsim": {"median": by_impl[i]["median_s"] / ours["median_s"],
+                                   "min": by_impl[i]["min_s"] / ours["min_s"],
+                                   "cpu": by_impl[i]["cpu_median_s"] / ours["cpu_median_s"]}
+                  for i in peers if i in by_impl}
+
+        def ratio(i: str, how: str) -> str:
+            got = ratios.get(f"{i}/ringsim")
+            return f"{got[how]:.2f}" if got else "-"
+        head = [seq, "causal" if causal else "full", pass_]
+        rows.append([*head, *(ms(by_impl.get(i)) for i in IMPLS),
+                     *(f"{ratio(i, 'median')} / {ratio(i, 'min')}" for i in peers)])
+        cpu_rows.append([*head, *(f"{by_impl[i]['cpu_median_s'] * 1e3:.0f}" if i in by_impl else "-"
+                                  for i in IMPLS), *(ratio(i, "cpu") for i in peers)])
         out_cases.append({"seq": seq, "mask": "causal" if causal else "full", "pass": pass_,
                           **{i: by_impl.get(i) for i in IMPLS}, "ratios": ratios})
-    print(f"ms: median (min-max) over {a.repeats} interleaved repeats; ratios > 1: ringsim faster "
-          f"(one-process/ringsim >= 0.95 is the goal)")
-    print(table(["S", "mask", "pass", "ringsim", "torch CP a2a", "torch CP allgather",
-                 "one process 2 thr", "a2a/ours", "ag/ours", "1p/ours"], rows))
+    names = ["ringsim", "torch CP a2a", "torch CP allgather", "one process 2 thr"]
+    print(f"wall ms, slowest rank: median (min-max) over {a.repeats} interleaved repeats; "
+          f"ratios = peer / ringsim by median / by min (> 1: ringsim faster; goal: >= 1 against "
+          f"torch CP, >= 0.95 against one process)")
+    print(table(["S", "mask", "pass", *names, "a2a/ours", "ag/ours", "1p/ours"], rows))
+    print("\nCPU ms, both ranks' processes (every thread) over the timed call, median; ratios peer / ringsim")
+    print(table(["S", "mask", "pass", *names, "a2a/ours", "ag/ours", "1p/ours"], cpu_rows))
     print(f"load average (1 min) {load0[0]:.2f} before, {load1[0]:.2f} after; {os.cpu_count()} cores; "
           f"{wall:.0f} s")
     doc = {"bench": "kernel_vs_torch_cp",

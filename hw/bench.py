@@ -327,6 +327,7 @@ def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, dev
             send = torch.ones(e["bytes"], dtype=torch.uint8, device=device)
             recv = torch.empty(e["bytes"], dtype=torch.uint8, device=device)
             alone, with_transfer = [], []
+
             def compute() -> None:
                 ops.forward(q, k, v, causal)
 

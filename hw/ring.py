@@ -101,8 +101,8 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
             for p in pieces:
                 b_out, b_lse = ops.forward(qh[:, :, p.q], kh[:, :, p.kv], vh[:, :, p.kv], p.causal)
                 if out is None and _covers_all_rows(pieces):
-                    # the own block (step 0) covers every query row: its result is the
-                    # accumulator (fp32, laid out as `new_accumulators` lays it out)
+                    # the own block (step 0) covers every query row: its result, in
+                    # fp32, is the accumulator (merges work in place on any layout)
                     out, lse = b_out.float(), b_lse
                     continue
                 if out is None:
