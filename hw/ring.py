@@ -142,7 +142,7 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     block_at = _kv_buffers(k, v, n)
     kv_shape = block_at(0)[0].shape
     # dK/dV accumulators arriving from r - 1 (fp32, K and V as two tensors), two in turn
-    dkv_in = [tuple(torch.empty(kv_shape, dtype=torch.float32, device=q.device) for _ in range(2))
+    dkv_in = [(_tokens_first_fp32(kv_shape, q.device), _tokens_first_fp32(kv_shape, q.device))
               for _ in range(2 if n > 1 else 0)]
     kv_comm, dkv_comm = RingComm(ring, "kv"), RingComm(ring, "dkv")
     acc: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -176,9 +176,10 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
             for sl, g_k, g_v in shares:
                 acc[0][:, :, sl] += g_k
                 acc[1][:, :, sl] += g_v
-        if n > 1:
-            dkv_comm.post(acc, dkv_in[step % 2], step=step0 + step,
-                          send_chunks=chunks[owner], recv_chunks=chunks[(owner - 1) % n])
+        if n > 1:  # tokens-first messages: contiguous views of the accumulators
+            dkv_comm.post([_heads_first(x) for x in acc], [_heads_first(x) for x in dkv_in[step % 2]],
+                          step=step0 + step, send_chunks=chunks[owner],
+                          recv_chunks=chunks[(owner - 1) % n])
         if step < n - 1:
             kv_comm.wait(step=step0 + step + 1, q_chunks=chunks[r], kv_chunks=chunks[(owner - 1) % n])
     if n > 1:  # our own block's accumulator, home after N hops
@@ -190,12 +191,24 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
             _heads_first(acc[1]).to(v.dtype))
 
 
+def _tokens_first_fp32(shape, device) -> torch.Tensor:
+    """An empty fp32 (batch, heads, tokens, d) tensor laid out tokens-first in memory."""
+    b, h, t, d = shape
+    return torch.empty(b, t, h, d, dtype=torch.float32, device=device).transpose(1, 2)
+
+
 def _first_dkv(shares, kv_shape, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The own block's dK/dV accumulator (fp32, contiguous: it is sent as it is): the
-    share itself when one piece covers every key, else the shares added to zeros."""
+    """The own block's dK/dV accumulator: fp32, tokens-first in memory (as the fused CPU
+    operator returns gradients, and as dK/dV travel). The share itself when one piece
+    covers every key and lies so, else a copy of it or the shares added to zeros."""
     if len(shares) == 1 and shares[0][0] == ALL:
-        return shares[0][1].float().contiguous(), shares[0][2].float().contiguous()
-    acc = tuple(torch.zeros(kv_shape, dtype=torch.float32, device=device) for _ in range(2))
+        acc = []
+        for g in shares[0][1:]:
+            if g.dtype != torch.float32 or not _heads_first(g).is_contiguous():
+                g = _tokens_first_fp32(kv_shape, device).copy_(g)
+            acc.append(g)
+        return acc[0], acc[1]
+    acc = tuple(_tokens_first_fp32(kv_shape, device).zero_() for _ in range(2))
     for sl, g_k, g_v in shares:
         acc[0][:, :, sl] += g_k
         acc[1][:, :, sl] += g_v
