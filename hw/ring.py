@@ -5,23 +5,26 @@ Forward (DESIGN.md, facts 2-3): at step k rank r holds the K/V block of rank
 from r - 1 (two buffers: the block computed on and the one arriving), computes its
 queries against the block piece by piece (`hw.layouts`: fully masked blocks are
 skipped, diagonal pieces use the causal mask), merges each piece into its (out, lse)
-accumulators (`hw.merge`), then waits for both transfers.
+accumulators (`hw.merge`; the own block's result, which covers every row, is the
+first accumulator), then waits for both transfers.
 
 Backward: K/V travel as in the forward. Each block's dK/dV accumulator (fp32) travels
 one hop behind it: after a rank computes its share of the block's gradient it adds it
 to the accumulator received from r - 1 and sends the sum to r + 1; after N hops the
-accumulator is back with the block's owner, complete. dQ stays local. Every piece's
-backward uses the final output and log-sum-exp of its query rows, so its gradient is
-its exact share.
+accumulator is back with the block's owner, complete (the owner's own share starts
+it). dQ stays local. Every piece's backward uses the final output and log-sum-exp of
+its query rows, so its gradient is its exact share.
 
 Tensors are shards in the model's layout (batch, tokens, heads, head_dim), tokens in the
 layout's order (`hw.layouts.shard`), of any strides. Heads-first in memory
 (`heads_first_memory`: (batch, heads, tokens, head_dim) contiguous, as torch's
-attention takes them) is the fast case: K/V then travel from where they lie, and the
-fused CPU operator runs 3-5% faster than on tokens-first memory. The output comes back
-tokens-first, as the fused operators write it. Steps are numbered from `step0` (the backward of a
-forward-and-backward run starts at N, as in the simulator); spans go to the ring's
-recorder when it has one, with work counted as in `sim.layouts.exact_work`.
+attention takes them) is the fast case: K and V then travel as two messages from where
+they lie, and the fused CPU operator runs 3-5% faster than on tokens-first memory.
+Outputs, gradients and dK/dV messages are tokens-first in memory, as the fused CPU
+operators write them, so that results are adopted and added without transposing
+copies. Steps are numbered from `step0` (the backward of a forward-and-backward run
+starts at N, as in the simulator); spans go to the ring's recorder when it has one,
+with work counted as in `sim.layouts.exact_work`.
 """
 
 from __future__ import annotations
