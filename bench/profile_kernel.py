@@ -104,9 +104,10 @@ def worker(ctx, plan: dict) -> dict:
             walls.append(time.perf_counter() - t0)
         main_cpu = time.thread_time() - m0
         others: dict[str, float] = {}
+        watchers = {w._t.native_id for w in clock._watchers.values()}   # the clock's threads
         for tid, (name, cpu) in thread_cpu_s().items():
             if tid != main:
-                name = "ringsim-watch" if name.startswith("ringsim-watch") else name
+                name = "ringsim-watch" if tid in watchers else name
                 others[name] = others.get(name, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
         reps = plan["repeats"]
         rows["recorded" if record else "unrecorded"] = {

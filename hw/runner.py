@@ -185,8 +185,9 @@ def _measure_rate(cfg: RunConfig, inputs: Inputs, ops, device: torch.device) -> 
     w = cfg.workload
     one = Ring(rank=0, world=1, group=None, clock=CpuClock(cfg.timeout_s))
     args = dict(ring=one, layout=cfg.layout, causal=w.causal, ops=ops)
-    q, k, v = (x.to(device) for x in (inputs.q, inputs.k, inputs.v))
-    dout = inputs.dout.to(device) if inputs.dout is not None else None
+    # laid out as the ring's shards are (`rank_shard`), so that the rate is the ring's
+    q, k, v = (heads_first_memory(x.to(device)) for x in (inputs.q, inputs.k, inputs.v))
+    dout = heads_first_memory(inputs.dout.to(device)) if inputs.dout is not None else None
     out, lse = ring_forward(q, k, v, **args)
     times = []
     for _ in range(2):
