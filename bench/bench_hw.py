@@ -99,10 +99,11 @@ def main() -> int:
     torch.set_num_threads(threads)
     ops = select_block_ops("cpu", a.dtype, a.head_dim)
     inp = make_inputs(cfg)
-    heads_first = [x.transpose(1, 2) for x in (inp.q, inp.k, inp.v)]
+    # heads-first in memory, as the runner hands the ring its shards
+    heads_first = [x.transpose(1, 2).contiguous() for x in (inp.q, inp.k, inp.v)]
     causal = a.causal
     fwd_out, fwd_lse = ops.forward(*heads_first, causal)
-    dout = inp.dout.transpose(1, 2) if inp.dout is not None else None
+    dout = inp.dout.transpose(1, 2).contiguous() if inp.dout is not None else None
 
     def whole():
         out, lse = ops.forward(*heads_first, causal)
@@ -114,17 +115,17 @@ def main() -> int:
     n, c = a.world_size, a.seq // a.world_size
     for phase_i, phase in enumerate(["fwd", "bwd"] if a.pass_ == "fwdbwd" else ["fwd"]):
         for r in range(n):
-            q_r = shard(inp.q, a.layout, n, r).transpose(1, 2)
+            q_r = shard(inp.q, a.layout, n, r).transpose(1, 2).contiguous()
             # the forward's out/lse rows of this rank, for the backward pieces
             out_r = shard(fwd_out.transpose(1, 2), a.layout, n, r).transpose(1, 2)
             lse_r = shard(fwd_lse.transpose(1, 2), a.layout, n, r).transpose(1, 2)
-            dout_r = shard(inp.dout, a.layout, n, r).transpose(1, 2) if dout is not None else None
+            dout_r = shard(inp.dout, a.layout, n, r).transpose(1, 2).contiguous() if dout is not None else None
             for k in range(n):
                 owner = (r - k) % n
                 pieces = block_pieces(a.layout, r, owner, n, c, causal)
                 if not pieces:
                     continue
-                k_o, v_o = (shard(x, a.layout, n, owner).transpose(1, 2) for x in (inp.k, inp.v))
+                k_o, v_o = (shard(x, a.layout, n, owner).transpose(1, 2).contiguous() for x in (inp.k, inp.v))
 
                 def block(pieces=pieces, q_r=q_r, k_o=k_o, v_o=v_o, out_r=out_r, lse_r=lse_r,
                           dout_r=dout_r, phase=phase):

@@ -11,7 +11,8 @@ validate it:
   ping-pong round trip) and both ways at once (each rank sends and receives, as in a
   ring step);
 - interference: a block's compute time alone and while a both-ways transfer is in
-  flight on the same ranks (on a 2-core host a transfer takes CPU the compute needs);
+  flight on the same ranks (on a 2-core host a transfer takes CPU the compute needs;
+  on a GPU the compute is timed on its own stream, not until NCCL's is done too);
 - concurrency: the same block computed by k processes at once (k = 1, 2, ...), each
   with a rank's thread count: how much slower compute runs when ranks share the host's
   cores and memory (CPU only; on GPUs each rank has its own device).
@@ -198,6 +199,27 @@ def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
     return samples
 
 
+def time_compute(fn: Callable[[], Any], device) -> float:
+    """Seconds `fn`'s work takes on the compute stream alone.
+
+    On CUDA, events recorded on the current stream around `fn` and a wait for the end
+    event only: a device-wide synchronize would also wait for NCCL's stream, and so
+    time max(compute, transfer) while a transfer is in flight. On CPU, wall time.
+    """
+    import torch
+
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def block_flops(kind: str, batch: int, heads: int, head_dim: int, q_tokens: int, kv_tokens: int,
                 mask: str) -> float:
     pairs = q_tokens * (q_tokens + 1) // 2 if mask == "diagonal" else q_tokens * kv_tokens
@@ -248,8 +270,9 @@ def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, dev
     from hw.blocks import select_block_ops
 
     if device_kind == "cuda":
-        torch.cuda.set_device(ctx.rank % torch.cuda.device_count())
-        device = torch.device("cuda", torch.cuda.current_device())
+        from hw.runner import pick_device
+
+        device = pick_device("cuda", ctx.rank, ctx.world)
     else:
         device = torch.device("cpu")
         torch.set_num_threads(threads)
@@ -304,22 +327,22 @@ def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, dev
             send = torch.ones(e["bytes"], dtype=torch.uint8, device=device)
             recv = torch.empty(e["bytes"], dtype=torch.uint8, device=device)
             alone, with_transfer = [], []
+
+            def compute() -> None:
+                ops.forward(q, k, v, causal)
+
             for i in range(warmup + samples):
                 ctx.barrier()
                 sync()
-                t0 = time.perf_counter()
-                ops.forward(q, k, v, causal)
-                sync()
-                t_alone = time.perf_counter() - t0
+                t_alone = time_compute(compute, device)
                 ctx.barrier()
                 works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, ctx.group),
                                                 dist.P2POp(dist.irecv, recv, peer, ctx.group)])
-                t0 = time.perf_counter()
-                ops.forward(q, k, v, causal)
-                sync()
-                t_with = time.perf_counter() - t0
+                # the compute's own stream: the transfer runs on NCCL's (on CUDA)
+                t_with = time_compute(compute, device)
                 for w in works:
                     w.wait()
+                sync()
                 if i >= warmup:
                     alone.append(t_alone)
                     with_transfer.append(t_with)

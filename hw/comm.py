@@ -2,10 +2,14 @@
 
 `post` sends the block a rank holds to rank + 1 and receives the next one from rank - 1
 in one `batch_isend_irecv` (NCCL groups the pair, so neither side can block on a send
-whose receive is queued behind it; gloo issues both at once). The rank then computes
-and calls `wait` before it touches the received block or reuses the sent one. Both
-verbs record their spans: send and receive from posted to completed, and the time the
-compute stream was blocked in `wait`.
+whose receive is queued behind it; gloo issues both at once). A block is one or more
+tensors (K and V as two, so that they travel from where they lie without being
+stacked into one buffer first), sent and received in the same order on both sides.
+The rank then computes and calls `wait` before it touches the received block or reuses
+the sent one. Both verbs record their spans: send and receive from posted (or, on
+NCCL, from the end of the batch queued before it) to completed, and the time the
+compute stream was blocked in `wait`. NCCL completes a group as one work, so there
+the send and the receive of a step end together.
 
 A failure of a transfer (the peer raised, died or hung past the process-group timeout)
 is raised as `PeerFailure`, naming the peer, so that the rank that failed first can be
@@ -15,7 +19,7 @@ told from the ranks that merely lost it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
@@ -86,26 +90,28 @@ class RingComm:
         self.kind = kind
         self._pending: list[Pending] = []
 
-    def post(self, send: torch.Tensor, recv: torch.Tensor, *, step: int,
+    def post(self, send: Sequence[torch.Tensor], recv: Sequence[torch.Tensor], *, step: int,
              send_chunks: tuple[int, ...], recv_chunks: tuple[int, ...]) -> None:
+        """Send the tensors of `send` to rank + 1, receive `recv`'s from rank - 1 (contiguous)."""
         ring = self.ring
         clock = ring.clock
         posted = clock.mark()
+        ops = ([dist.P2POp(dist.isend, t, ring.next, ring.group) for t in send]
+               + [dist.P2POp(dist.irecv, t, ring.prev, ring.group) for t in recv])
         try:
-            works = dist.batch_isend_irecv([
-                dist.P2POp(dist.isend, send, ring.next, ring.group),
-                dist.P2POp(dist.irecv, recv, ring.prev, ring.group),
-            ])
+            works = dist.batch_isend_irecv(ops)
         except Exception as e:
-            raise self._failure("posting a transfer", ring.prev, e) from e
-        # NCCL may coalesce the pair into one work: then both end together
-        send_w, recv_w = (works[0], works[-1]) if len(works) <= 2 else (works[0], works[1])
-        done_send = clock.watch(f"{self.kind}-send", send_w)
-        done_recv = done_send if recv_w is send_w else clock.watch(f"{self.kind}-recv", recv_w)
-        self._pending = [done_send] if done_recv is done_send else [done_send, done_recv]
+            raise peer_failure(ring, "posting a transfer", e) from e
+        if len(works) == len(ops):   # one work per operation (gloo)
+            done_send = clock.watch(f"{self.kind}-send", works[:len(send)])
+            done_recv = clock.watch(f"{self.kind}-recv", works[len(send):])
+            self._pending = [done_send, done_recv]
+        else:                        # coalesced into one work (NCCL): both end together
+            done_send = done_recv = clock.watch(f"{self.kind}-batch", works)
+            self._pending = [done_send]
         rec = ring.recorder
         if rec is not None:
-            nbytes = float(send.numel() * send.element_size())
+            nbytes = float(sum(t.numel() * t.element_size() for t in send))
             rec.transfer("send", self.kind, step, posted, done_send, nbytes, send_chunks, ring.next)
             rec.transfer("recv", self.kind, step, posted, done_recv, nbytes, recv_chunks, ring.prev)
 
@@ -120,16 +126,26 @@ class RingComm:
         except PeerFailure:
             raise
         except Exception as e:
-            raise self._failure("a transfer", ring.prev, e) from e
+            raise peer_failure(ring, "a transfer", e) from e
         if ring.recorder is not None:
             ring.recorder.wait(self.kind, step, ready, ring.clock.mark(), pending,
                                q_chunks, kv_chunks)
 
-    def _failure(self, what: str, peer: int, e: BaseException) -> PeerFailure:
-        ring = self.ring
-        note = ring.failure_note()
-        cause = f"{note}" if note else f"rank {ring.prev} or rank {ring.next} failed, exited or timed out"
-        return PeerFailure(
-            f"{what} with ranks {ring.prev}/{ring.next} failed ({cause}): "
-            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-            peer)
+
+def peer_failure(ring: Ring, what: str, e: BaseException) -> PeerFailure:
+    """The PeerFailure for `what` failing between `ring.rank` and its neighbours, naming
+    the rank that failed first when it left word in the store."""
+    note = ring.failure_note()
+    cause = note if note else f"rank {ring.prev} or rank {ring.next} failed, exited or timed out"
+    text = str(e).strip()
+    return PeerFailure(
+        f"{what} with ranks {ring.prev}/{ring.next} failed ({cause}): "
+        f"{type(e).__name__}: {text.splitlines()[0] if text else ''}",
+        ring.prev)
+
+
+def raise_if_peer_failed(ring: Ring) -> None:
+    """Raise PeerFailure at once when another rank has left word that it failed."""
+    note = ring.failure_note()
+    if note is not None:
+        raise PeerFailure(f"ranks {ring.prev}/{ring.next} stopped: {note}", ring.prev)

@@ -100,22 +100,47 @@ def join_group(backend: str, *, rank: int, world: int, local_rank: int, timeout_
     """Join the ring's process group; (group, control group for barriers and objects).
 
     With `store`, rendezvous there; else through torchrun's environment (env://). On
-    NCCL the rank's GPU is chosen first (`local_rank`), and a gloo group is added for
-    CPU-side barriers, which align clocks without waiting on the GPU.
+    NCCL the rank's GPU is chosen first (`local_rank`, one GPU per local rank; see
+    `hw.runner.gpu_for_rank`), and a gloo group with the same timeout is added for
+    CPU-side barriers, which align clocks without waiting on the GPU. NCCL's own timeout
+    (its watchdog's, which kills the process) is set longer than `timeout_s`, so that
+    the rank gives up first and names the peer it lost (`hw.timing.CudaClock`).
     """
     import torch
     import torch.distributed as dist
 
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
     timeout = timedelta(seconds=timeout_s)
+    pg_timeout = timeout
+    if backend == "nccl":
+        from hw.runner import gpu_for_rank
+
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        torch.cuda.set_device(gpu_for_rank(local_rank, local_world, torch.cuda.device_count()))
+        pg_timeout = timedelta(seconds=timeout_s + NCCL_WATCHDOG_GRACE_S)
     if store is not None:
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=pg_timeout)
     else:
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                                timeout=timeout)
+                                timeout=pg_timeout)
     group = dist.group.WORLD
-    return group, dist.new_group(backend="gloo") if backend == "nccl" else group
+    return group, dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else group
+
+
+NCCL_WATCHDOG_GRACE_S = 60.0
+"""How much later than the run's timeout NCCL's watchdog may tear a rank down."""
+
+
+def release_group_after_failure() -> None:
+    """Abort NCCL communicators after a failure, so that the exit neither hangs in a
+    collective with a lost peer nor skips the process group's teardown. (A gloo group
+    needs nothing: its sockets close with the process.) Never raises."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized() and "nccl" in str(dist.get_backend()).lower():
+            dist.distributed_c10d._abort_process_group()
+    except Exception:
+        pass
 
 
 def _rank_main(rank: int, world: int, port: int, backend: str, timeout_s: float,
@@ -140,10 +165,12 @@ def _rank_main(rank: int, world: int, port: int, backend: str, timeout_s: float,
         if world > 1:
             dist.destroy_process_group()
     except PeerFailure as e:
+        release_group_after_failure()
         send(("error", rank, "peer", str(e)))
     except BaseException as e:
         text = f"{type(e).__name__}: {e}"
         note_failure(store, f"rank {rank} failed: {text}")
+        release_group_after_failure()
         send(("error", rank, "own", text + "\n" + traceback.format_exc(limit=-3)))
 
 
@@ -342,13 +369,11 @@ def _failure(errors: dict[int, tuple[str, str]], world: int) -> RankFailure:
 # ---- running a configuration ----------------------------------------------------------
 
 def _run_worker(ctx: RankContext, cfg, inputs, keep_outputs: bool):
-    from hw.runner import make_inputs, pick_device, run_rank
+    from hw.runner import pick_device, run_rank
 
-    if inputs is None:
-        inputs = make_inputs(cfg)
     return run_rank(cfg, rank=ctx.rank, group=ctx.group, inputs=inputs,
-                    device=pick_device(cfg.device, ctx.rank), barrier=ctx.barrier, store=ctx.store,
-                    ranks_on_host=ctx.world, keep_outputs=keep_outputs)
+                    device=pick_device(cfg.device, ctx.rank, ctx.world), barrier=ctx.barrier,
+                    store=ctx.store, ranks_on_host=ctx.world, keep_outputs=keep_outputs)
 
 
 def run_config(cfg, inputs=None, *, keep_outputs: bool = False):

@@ -49,14 +49,14 @@ def _run(cfg, rank: int, world: int):
     import torch.distributed as dist
 
     from hw.comm import PeerFailure, note_failure
-    from hw.launch import join_group
-    from hw.runner import make_inputs, pick_device, run_rank
+    from hw.launch import join_group, release_group_after_failure
+    from hw.runner import pick_device, run_rank
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     store = group = control = None
     try:
-        device = pick_device(cfg.device, local_rank)
+        device = pick_device(cfg.device, local_rank, local_world)
         if world > 1:
             group, control = join_group(cfg.resolved_backend, rank=rank, world=world,
                                         local_rank=local_rank, timeout_s=cfg.timeout_s)
@@ -69,7 +69,7 @@ def _run(cfg, rank: int, world: int):
             if world > 1:
                 dist.barrier(group=control)
 
-        res = run_rank(cfg, rank=rank, group=group, inputs=make_inputs(cfg), device=device,
+        res = run_rank(cfg, rank=rank, group=group, inputs=None, device=device,
                        barrier=barrier, store=store, ranks_on_host=local_world)
         gathered = [None] * world if rank == 0 else None
         if world > 1:
@@ -80,10 +80,12 @@ def _run(cfg, rank: int, world: int):
         return gathered
     except PeerFailure as e:
         print(f"ringsim hw: rank {rank} stopped: {e}", file=sys.stderr)
+        release_group_after_failure()
         sys.exit(1)
     except Exception as e:
         note_failure(store, f"rank {rank} failed: {type(e).__name__}: {e}")
         print(f"ringsim hw: rank {rank} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        release_group_after_failure()
         sys.exit(1)
 
 

@@ -1,7 +1,8 @@
 """One rank's measured run, and the traces assembled from every rank's spans.
 
 `run_rank` is what each process of a run does, however it was started (`hw.launch`
-spawns them locally, `torchrun -m hw.main` anywhere): take its shard, pick the block
+spawns them locally, `torchrun -m hw.main` anywhere): take its shard (made for this
+rank alone, never the whole sequence, unless the caller hands it over), pick the block
 implementation, then for each warm-up and measured iteration align its clock with the
 other ranks at a barrier and run the ring (forward, backward, or both with backward
 steps numbered N..2N-1), recording spans. `build_traces` turns the ranks' spans into one
@@ -11,6 +12,7 @@ configuration header, the device in `hardware` and per-rank peak memory in `meta
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import time
@@ -20,20 +22,21 @@ from typing import Any, Callable
 import torch
 
 from sim.config import BWD_FLOPS_FACTOR
+from sim.errors import RingsimError
 from sim.memory import peak_memory_bytes
 from sim.trace import Span, Trace
 
 from hw.blocks import TORCH_DTYPES, select_block_ops
-from hw.comm import Ring
+from hw.comm import PeerFailure, Ring, peer_failure, raise_if_peer_failed
 from hw.config import RunConfig
-from hw.layouts import shard
-from hw.ring import ring_backward, ring_forward
-from hw.timing import CpuClock, CudaClock, Recorder
+from hw.layouts import shard, token_index
+from hw.ring import heads_first_memory, ring_backward, ring_forward
+from hw.timing import CpuClock, CudaClock, Recorder, TransferStalled
 
 
 @dataclass
 class Inputs:
-    """Full (unsharded) tensors: q, dout (b, s, h, d); k, v (b, s, kv_h, d)."""
+    """q, dout (b, s, h, d); k, v (b, s, kv_h, d): the whole sequence or one rank's shard."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -41,18 +44,76 @@ class Inputs:
     dout: torch.Tensor | None = None
 
 
-def make_inputs(cfg: RunConfig) -> Inputs:
-    """Random inputs reproducible from `cfg.seed` (generated in fp32 on the CPU, then cast)."""
+_M64 = 1 << 64
+_GOLDEN = 0x9E3779B97F4A7C15 - _M64      # splitmix64's increment, as a signed int64
+_C1, _C2 = 0xBF58476D1CE4E5B9 - _M64, 0x94D049BB133111EB - _M64
+
+
+def _shr(x, bits: int):
+    """Logical right shift of int64 values (torch's >> is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _mix(x):
+    """splitmix64's finalizer over int64 (products wrap modulo 2^64)."""
+    x = (x ^ _shr(x, 30)) * _C1
+    x = (x ^ _shr(x, 27)) * _C2
+    return x ^ _shr(x, 31)
+
+
+def _mix_int(x: int) -> int:
+    x %= _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % _M64
+    x ^= x >> 31
+    return x - _M64 if x >= 1 << 63 else x
+
+
+def normal_rows(seed: int, stream: int, rows: torch.Tensor, width: int,
+                device: torch.device | str = "cpu") -> torch.Tensor:
+    """Standard normal fp32 values, (len(rows), width): value (row, j) depends only on
+    (seed, stream, row, j), so any subset of rows is made without the others.
+
+    A splitmix64 hash of the element's index gives two 24-bit uniforms, Box-Muller one
+    normal; integer steps are exact on every device.
+    """
+    base = _mix_int(seed * 1_000_003 + stream)
+    rows = rows.to(device=device, dtype=torch.int64)
+    cols = torch.arange(width, dtype=torch.int64, device=device)
+    out = torch.empty(len(rows), width, dtype=torch.float32, device=device)
+    step = max(1, (1 << 20) // max(1, width))          # rows per pass: bounded temporaries
+    for i in range(0, len(rows), step):
+        idx = rows[i:i + step, None] * width + cols + 1
+        h = _mix(idx * _GOLDEN + base)
+        u1 = (_shr(h, 40).double() + 0.5) / (1 << 24)
+        u2 = ((_shr(h, 16) & 0xFFFFFF).double() + 0.5) / (1 << 24)
+        out[i:i + step] = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u2)
+    return out
+
+
+def _tensors(cfg: RunConfig, tokens: torch.Tensor, device: torch.device | str) -> Inputs:
     w = cfg.workload
-    gen = torch.Generator().manual_seed(cfg.seed)
     dt = TORCH_DTYPES[w.dtype]
+    rows = (torch.arange(w.batch)[:, None] * w.seq + tokens[None, :]).reshape(-1)
 
-    def rnd(heads: int) -> torch.Tensor:
-        return torch.randn(w.batch, w.seq, heads, w.head_dim, generator=gen).to(dt)
+    def rnd(stream: int, heads: int) -> torch.Tensor:
+        x = normal_rows(cfg.seed, stream, rows, heads * w.head_dim, device)
+        return x.reshape(w.batch, len(tokens), heads, w.head_dim).to(dt)
 
-    q, k, v = rnd(w.heads), rnd(w.kv_heads), rnd(w.kv_heads)
-    dout = rnd(w.heads) if w.pass_ != "fwd" else None
-    return Inputs(q, k, v, dout)
+    dout = rnd(3, w.heads) if w.pass_ != "fwd" else None
+    return Inputs(rnd(0, w.heads), rnd(1, w.kv_heads), rnd(2, w.kv_heads), dout)
+
+
+def make_inputs(cfg: RunConfig) -> Inputs:
+    """Random inputs of the whole sequence, reproducible from `cfg.seed`."""
+    return _tensors(cfg, torch.arange(cfg.workload.seq), "cpu")
+
+
+def make_rank_inputs(cfg: RunConfig, rank: int, device: torch.device | str = "cpu") -> Inputs:
+    """Rank `rank`'s shard of `make_inputs(cfg)` (the same values), made on `device`
+    without making the rest of the sequence."""
+    tokens = token_index(cfg.layout, cfg.workload.seq, cfg.world_size)[rank]
+    return _tensors(cfg, tokens, device)
 
 
 def cpu_model() -> str:
@@ -66,10 +127,21 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def pick_device(kind: str, local_rank: int) -> torch.device:
+def gpu_for_rank(local_rank: int, local_world: int, device_count: int) -> int:
+    """The GPU of local rank `local_rank`: its own, one per rank, or a RingsimError."""
+    if local_world > device_count or not 0 <= local_rank < device_count:
+        raise RingsimError(
+            f"{local_world} ranks on this host but {device_count} GPU"
+            f"{'s' if device_count != 1 else ''} visible (local rank {local_rank}): every rank "
+            f"needs a GPU of its own; start at most {device_count} ranks per host "
+            f"(torchrun --nproc-per-node {device_count}) or make more GPUs visible")
+    return local_rank
+
+
+def pick_device(kind: str, local_rank: int, local_world: int = 1) -> torch.device:
     """The rank's device: the CPU, or GPU `local_rank` of this host (made current)."""
     if kind == "cuda":
-        idx = local_rank % torch.cuda.device_count()
+        idx = gpu_for_rank(local_rank, local_world, torch.cuda.device_count())
         torch.cuda.set_device(idx)
         return torch.device("cuda", idx)
     return torch.device("cpu")
@@ -113,8 +185,9 @@ def _measure_rate(cfg: RunConfig, inputs: Inputs, ops, device: torch.device) -> 
     w = cfg.workload
     one = Ring(rank=0, world=1, group=None, clock=CpuClock(cfg.timeout_s))
     args = dict(ring=one, layout=cfg.layout, causal=w.causal, ops=ops)
-    q, k, v = (x.to(device) for x in (inputs.q, inputs.k, inputs.v))
-    dout = inputs.dout.to(device) if inputs.dout is not None else None
+    # laid out as the ring's shards are (`rank_shard`), so that the rate is the ring's
+    q, k, v = (heads_first_memory(x.to(device)) for x in (inputs.q, inputs.k, inputs.v))
+    dout = heads_first_memory(inputs.dout.to(device)) if inputs.dout is not None else None
     out, lse = ring_forward(q, k, v, **args)
     times = []
     for _ in range(2):
@@ -136,10 +209,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs, device: torch.device,
+def rank_shard(cfg: RunConfig, rank: int, inputs: Inputs | None, device: torch.device) -> Inputs:
+    """This rank's tensors on `device`, heads-first in memory (the kernel's fast case):
+    sharded from `inputs` when given, else made for this rank alone (`make_rank_inputs`)."""
+    if inputs is None:
+        mine = make_rank_inputs(cfg, rank, device)
+    else:
+        mine = Inputs(*(shard(x, cfg.layout, cfg.world_size, rank).to(device) if x is not None else None
+                        for x in (inputs.q, inputs.k, inputs.v, inputs.dout)))
+    return Inputs(*(heads_first_memory(x) if x is not None else None
+                    for x in (mine.q, mine.k, mine.v, mine.dout)))
+
+
+def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, device: torch.device,
              barrier: Callable[[], None], store: Any = None, ranks_on_host: int = 1,
              keep_outputs: bool = False) -> RankResult:
-    """Run `cfg` as rank `rank` of the ring on `group` (None when world_size is 1)."""
+    """Run `cfg` as rank `rank` of the ring on `group` (None when world_size is 1).
+
+    `inputs`: the whole sequence, to shard; None makes this rank's shard alone from the
+    seed. A transfer or barrier that fails because of another rank raises PeerFailure,
+    on either backend (see `hw.timing` for how CUDA runs notice).
+    """
     w, n = cfg.workload, cfg.world_size
     threads = cfg.threads(ranks_on_host)
     if device.type == "cpu":
@@ -147,30 +237,46 @@ def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs, device: t
     ops = select_block_ops(device.type, w.dtype, w.head_dim, cfg.block_impl)
     rate = None
     if cfg.measure_rate and rank == 0:
-        rate = _measure_rate(cfg, inputs, ops, device)
-    q, k, v = (shard(x, cfg.layout, n, rank).to(device) for x in (inputs.q, inputs.k, inputs.v))
-    dout = shard(inputs.dout, cfg.layout, n, rank).to(device) if inputs.dout is not None else None
+        rate = _measure_rate(cfg, inputs if inputs is not None else make_inputs(cfg), ops, device)
+    mine = rank_shard(cfg, rank, inputs, device)
+    q, k, v, dout = mine.q, mine.k, mine.v, mine.dout
     clock = CudaClock(device, cfg.timeout_s) if device.type == "cuda" else CpuClock(cfg.timeout_s)
+    untimed = Ring(rank, n, group, clock, None, store)
+    if device.type == "cuda":
+        clock.on_poll = lambda: raise_if_peer_failed(untimed)
     args = dict(layout=cfg.layout, causal=w.causal, ops=ops)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+
+    def settled(step: Callable[[], None], what: str) -> None:
+        try:
+            step()
+        except PeerFailure:
+            raise
+        except TransferStalled as e:
+            raise peer_failure(untimed, "a transfer", e) from e
+        except Exception as e:
+            if what == "a barrier":   # a barrier fails only for want of a peer
+                raise peer_failure(untimed, what, e) from e
+            raise
+
     out = lse = grads = None
-    if w.pass_ == "bwd":  # backward alone needs the forward's output and lse, untimed
-        out, lse = ring_forward(q, k, v, ring=Ring(rank, n, group, clock, None, store), **args)
     measured: list[list[Span]] = []
     try:
+        if w.pass_ == "bwd":  # backward alone needs the forward's output and lse, untimed
+            out, lse = ring_forward(q, k, v, ring=untimed, **args)
         for it in range(cfg.warmup + cfg.repeats):
             rec = Recorder(clock, rank)
             ring = Ring(rank, n, group, clock, rec, store)
             hook = _fault(cfg, rank) if it == 0 else None
-            clock.align(barrier)
+            settled(lambda: clock.align(barrier), "a barrier")
             if w.pass_ in ("fwd", "fwdbwd"):
                 out, lse = ring_forward(q, k, v, ring=ring, on_step=hook, **args)
             if w.pass_ in ("bwd", "fwdbwd"):
                 step0 = n if w.pass_ == "fwdbwd" else 0
                 grads = ring_backward(dout, q, k, v, out, lse, ring=ring, step0=step0,
                                       on_step=hook, **args)
-            clock.synchronize()
+            settled(clock.synchronize, "a transfer")
             if it >= cfg.warmup:
                 measured.append(rec.spans())
     finally:

@@ -8,6 +8,20 @@ rank's own thread is busy computing when it completes. On CUDA a mark is an even
 recorded on a stream and resolved after a synchronize; a transfer's completion is an
 event recorded on a side stream made to wait for the NCCL work.
 
+On CUDA the rank's thread never blocks on a transfer while the ring runs (the compute
+stream waits on the GPU), so a dead or hung peer shows only where the thread does
+block: `synchronize` (and `align`) poll the outstanding transfers, call `on_poll` (which
+may raise, for example when a peer left word that it failed) and raise
+`TransferStalled` when a transfer errs or is still in flight `timeout_s` after it was
+posted, so that the run gives up on its own timeout, before NCCL's watchdog (whose
+timeout `hw.launch.join_group` sets longer) tears the process down.
+
+NCCL runs the batched point-to-point operations of a device on one stream in posting
+order: a batch starts when the previous one has ended. The CUDA clock records that
+queue (`Pending.after`), and a transfer's span starts when it could actually start:
+at the later of its posting and the end of the batch before it. Gloo runs each
+operation on its own, so CPU transfers start when posted.
+
 Clocks of different ranks are aligned by a barrier: every rank takes its time origin
 on leaving the same barrier (`Clock.align`), so spans of all ranks share one axis up to
 the barrier's exit skew (tens of µs on one host).
@@ -24,23 +38,30 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from sim.trace import Span
 
 
+class TransferStalled(RuntimeError):
+    """A posted transfer failed, or was not complete within the timeout."""
+
+
 class Pending:
-    """A posted transfer: its work handle and, once complete, its completion mark."""
+    """Posted transfers (their work handles) and, once all are complete, the completion mark."""
 
-    __slots__ = ("work", "done", "mark", "error")
+    __slots__ = ("works", "done", "mark", "error", "posted_at", "after")
 
-    def __init__(self, work: Any):
-        self.work = work
+    def __init__(self, works: Sequence[Any], after: "Pending | None" = None):
+        self.works = list(works)
         self.done = threading.Event()
         self.mark: Any = None
         self.error: BaseException | None = None
+        self.posted_at = time.monotonic()
+        self.after = after
+        """The batch this one queued behind (NCCL's one stream per device), if any."""
 
 
 class _Watcher:
@@ -67,7 +88,8 @@ class _Watcher:
             if p is None:
                 return
             try:
-                p.work.wait()
+                for w in p.works:
+                    w.wait()
                 p.mark = time.perf_counter()
             except BaseException as e:  # handed to the rank's thread, which raises it
                 p.error = e
@@ -93,11 +115,11 @@ class CpuClock:
         barrier()
         self.origin = time.perf_counter()
 
-    def watch(self, channel: str, work: Any) -> Pending:
+    def watch(self, channel: str, works: Sequence[Any]) -> Pending:
         w = self._watchers.get(channel)
         if w is None:
             w = self._watchers[channel] = _Watcher(f"ringsim-watch-{channel}")
-        p = Pending(work)
+        p = Pending(works)
         w.submit(p)
         return p
 
@@ -127,16 +149,26 @@ class CudaClock:
 
     The side stream is made to wait for each NCCL work (`work.wait()` under it) and then
     records an event: that event completes when the transfer does. The compute stream
-    waits on the same event when it needs the data, so the rank's CPU thread never blocks.
+    waits on the same event when it needs the data, so the rank's CPU thread never blocks
+    there; it blocks in `synchronize`, which watches the transfers (see the module).
     """
 
     kind = "cuda_events"
+    POLL_S = 0.005
+    """How often `settle` looks at the transfers."""
+    ON_POLL_S = 0.2
+    """How often it calls `on_poll` (which may ask the rendezvous store)."""
 
-    def __init__(self, device: torch.device, timeout_s: float):
+    def __init__(self, device: torch.device, timeout_s: float,
+                 on_poll: Callable[[], None] | None = None):
         self.device = device
         self.timeout_s = timeout_s
+        self.on_poll = on_poll
+        """Called while waiting for transfers; may raise to give up early."""
         self.side = torch.cuda.Stream(device=device)
         self.origin: Any = None
+        self._last: Pending | None = None     # the batch at the tail of NCCL's queue
+        self._outstanding: list[Pending] = []
 
     def _event(self, stream: Any = None) -> Any:
         ev = torch.cuda.Event(enable_timing=True)
@@ -147,17 +179,20 @@ class CudaClock:
         return self._event()
 
     def align(self, barrier: Callable[[], None]) -> None:
-        torch.cuda.synchronize(self.device)
+        self.synchronize()
         barrier()
         # the stream is idle after the synchronize, so the event fires at once
         self.origin = self._event()
 
-    def watch(self, channel: str, work: Any) -> Pending:
-        p = Pending(work)
+    def watch(self, channel: str, works: Sequence[Any]) -> Pending:
+        p = Pending(works, after=self._last)
+        self._last = p
         with torch.cuda.stream(self.side):
-            work.wait()
+            for w in works:
+                w.wait()
             p.mark = self._event(self.side)
         p.done.set()
+        self._outstanding.append(p)
         return p
 
     def block(self, pending: list[Pending]) -> None:
@@ -165,14 +200,43 @@ class CudaClock:
         for p in pending:
             stream.wait_event(p.mark)
 
+    def settle(self) -> None:
+        """Wait (on the CPU) until every transfer posted so far is complete.
+
+        Raises TransferStalled when one fails or is still in flight `timeout_s` after it
+        was posted; `on_poll` runs between polls.
+        """
+        polled = time.monotonic()
+        while self._outstanding:
+            p = self._outstanding[0]
+            for w in p.works:
+                if w.is_completed():
+                    try:
+                        w.wait()   # complete: returns at once, or raises what went wrong
+                    except Exception as e:
+                        raise TransferStalled(f"{type(e).__name__}: {e}") from e
+            if all(w.is_completed() for w in p.works):
+                self._outstanding.pop(0)
+                continue
+            now = time.monotonic()
+            if self.on_poll is not None and now - polled >= self.ON_POLL_S:
+                polled = now
+                self.on_poll()
+            if now - p.posted_at > self.timeout_s:
+                raise TransferStalled(f"a transfer was not complete {self.timeout_s:.0f} s after "
+                                      "it was posted")
+            time.sleep(self.POLL_S)
+
     def synchronize(self) -> None:
+        self.settle()
         torch.cuda.synchronize(self.device)
 
     def seconds(self, mark: Any) -> float:
         return self.origin.elapsed_time(mark) / 1e3
 
     def close(self) -> None:
-        pass
+        self._outstanding.clear()
+        self._last = None
 
 
 @dataclass
@@ -223,6 +287,9 @@ class Recorder:
         out: list[Span] = []
         for r in self._recs:
             start = sec(r.start)
+            if isinstance(r.end, Pending) and r.end.after is not None:
+                # queued behind the batch before it on the device's one NCCL stream
+                start = max(start, sec(r.end.after.mark))
             end = sec(r.end.mark if isinstance(r.end, Pending) else r.end)
             end = max(end, start)
             kind = r.kind

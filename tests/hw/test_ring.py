@@ -43,14 +43,17 @@ def run_cases(ctx, cases: list[dict]) -> list[dict]:
     from hw.blocks import select_block_ops
     from hw.comm import Ring
     from hw.layouts import shard
-    from hw.ring import ring_backward, ring_forward
+    from hw.ring import heads_first_memory, ring_backward, ring_forward
     from hw.timing import CpuClock, Recorder
 
     torch.set_num_threads(1)
     n, r = ctx.world, ctx.rank
     rows = []
-    for case in cases:
+    for i, case in enumerate(cases):
         mine = [shard(x, case["layout"], n, r) for x in _inputs(case, n)]
+        if i % 2:   # both memory orders: heads-first K/V travel from the caller's tensors
+            mine = [heads_first_memory(x) for x in mine]
+        before = [x.clone() for x in mine]
         clock = CpuClock(30.0)
         rec = Recorder(clock, r)
         ring = Ring(r, n, ctx.group, clock, rec)
@@ -62,7 +65,8 @@ def run_cases(ctx, cases: list[dict]) -> list[dict]:
         grads = ring_backward(mine[3], *mine[:3], out, lse, step0=n, **args)
         clock.close()
         rows.append({"outputs": [x.contiguous() for x in (out, *grads)],
-                     "spans": [s.to_dict() for s in rec.spans()]})
+                     "spans": [s.to_dict() for s in rec.spans()],
+                     "inputs_kept": all(torch.equal(a, b) for a, b in zip(mine, before))})
     return rows
 
 
@@ -117,6 +121,7 @@ def test_output_and_gradients_match_float64_attention(world, index):
         return max_err(g, w) / scale
     err_out = err(got[0], want[0])
     err_grads = [err(g, w) for g, w in zip(got[1:], want[1:])]
+    assert all(rank_rows[index]["inputs_kept"] for rank_rows in results(world))
     assert err_out <= fwd_tol, f"out error {err_out:.3g}"
     assert max(err_grads) <= grad_tol, f"dq/dk/dv errors {err_grads}"
 

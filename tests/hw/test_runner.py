@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from hw.cli import trace_paths
@@ -35,3 +36,47 @@ def test_trace_paths_one_per_repeat():
     assert trace_paths("t.json", 1) == ["t.json"]
     assert trace_paths("t.json", 2) == ["t-r0.json", "t-r1.json"]
     assert trace_paths("run{i}.json", 2) == ["run0.json", "run1.json"]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "striped", "zigzag"])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_a_rank_makes_exactly_its_shard_of_the_inputs(layout, world):
+    from hw.layouts import shard
+    from hw.runner import make_rank_inputs
+
+    wl = Workload(batch=2, seq=48, heads=4, kv_heads=2, head_dim=8, dtype="fp32", pass_="fwdbwd")
+    c = RunConfig(workload=wl, world_size=world, layout=layout, seed=5)
+    full = make_inputs(c)
+    for r in range(world):
+        mine = make_rank_inputs(c, r)
+        for got, whole in zip((mine.q, mine.k, mine.v, mine.dout), (full.q, full.k, full.v, full.dout)):
+            assert torch.equal(got, shard(whole, layout, world, r))
+
+
+def test_a_rank_never_makes_rows_beyond_its_shard(monkeypatch):
+    from hw import runner
+
+    asked = []
+    real = runner.normal_rows
+
+    def spy(seed, stream, rows, width, device="cpu"):
+        asked.append(len(rows))
+        return real(seed, stream, rows, width, device)
+    monkeypatch.setattr(runner, "normal_rows", spy)
+    c = cfg(world_size=4, layout="striped", pass_="fwdbwd")
+    runner.make_rank_inputs(c, 3)
+    assert asked == [c.workload.batch * c.tokens_per_rank] * 4
+
+
+def test_inputs_are_standard_normal_and_independent_across_tensors():
+    from hw.runner import normal_rows
+
+    rows = torch.arange(4096)
+    a, b = normal_rows(0, 0, rows, 64), normal_rows(0, 1, rows, 64)
+    for x in (a, b):
+        # 262144 samples: the mean's standard error is 0.002, the variance's 0.003
+        assert abs(x.mean().item()) < 0.01 and abs(x.var().item() - 1.0) < 0.015
+        assert abs((x.abs() < 1).float().mean().item() - 0.6827) < 0.005   # within one sigma
+    assert abs(torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1].item()) < 0.01
+    assert torch.equal(normal_rows(0, 0, rows[1000:1010], 64), a[1000:1010])
+    assert not torch.equal(normal_rows(1, 0, rows[:10], 64), a[:10])
