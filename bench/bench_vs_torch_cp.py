@@ -179,7 +179,7 @@ def main() -> int:
 
     import torch
 
-    from hw.launch import spawn
+    from hw.spawn import spawn
     from sim.cli import table
 
     import bench_vs_torch_cp as me  # the ranks import the worker by this name

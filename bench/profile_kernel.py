@@ -133,7 +133,7 @@ def main() -> int:
     plan = {"seq": a.seq, "heads": a.heads, "head_dim": a.head_dim, "causal": a.causal,
             "pass": a.pass_, "repeats": a.repeats}
 
-    from hw.launch import spawn
+    from hw.spawn import spawn
     from sim.cli import table
 
     import profile_kernel as me  # the ranks import the worker by this name

@@ -23,7 +23,7 @@ _EXPORTS = {
     "run_config": "hw.launch",
     "run_configs": "hw.launch",
     "RunResult": "hw.launch",
-    "RankFailure": "hw.launch",
+    "RankFailure": "hw.spawn",
     "RunConfig": "hw.config",
     "ring_forward": "hw.ring",
     "ring_backward": "hw.ring",

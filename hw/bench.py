@@ -560,13 +560,13 @@ def run_bench(a: argparse.Namespace) -> int:
     if skipped:
         print("transfer and interference need two GPUs; skipped", file=sys.stderr)
     elif comm_jobs:
-        from hw.launch import spawn
+        from hw.spawn import spawn
 
         spawn(_comm_worker, 2, args=(comm_jobs, plan["samples"], plan["warmup"], kind, threads,
                                      a.block_impl),
               backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
     if conc_jobs:
-        from hw.launch import spawn
+        from hw.spawn import spawn
 
         for e in conc_jobs:
             per_rank = spawn(_concurrency_worker, e["processes"],

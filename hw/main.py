@@ -49,7 +49,7 @@ def _run(cfg, rank: int, world: int):
     import torch.distributed as dist
 
     from hw.comm import PeerFailure, note_failure
-    from hw.launch import join_group, release_group_after_failure
+    from hw.spawn import join_group, release_group_after_failure
     from hw.runner import pick_device, run_rank
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

@@ -1,6 +1,6 @@
 """One rank's measured run, and the traces assembled from every rank's spans.
 
-`run_rank` is what each process of a run does, however it was started (`hw.launch`
+`run_rank` is what each process of a run does, however it was started (`hw.spawn`
 spawns them locally, `torchrun -m hw.main` anywhere): take its shard (made for this
 rank alone, never the whole sequence, unless the caller hands it over), pick the block
 implementation, then for each warm-up and measured iteration align its clock with the

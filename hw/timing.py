@@ -14,7 +14,7 @@ block: `synchronize` (and `align`) poll the outstanding transfers, call `on_poll
 may raise, for example when a peer left word that it failed) and raise
 `TransferStalled` when a transfer errs or is still in flight `timeout_s` after it was
 posted, so that the run gives up on its own timeout, before NCCL's watchdog (whose
-timeout `hw.launch.join_group` sets longer) tears the process down.
+timeout `hw.spawn.join_group` sets longer) tears the process down.
 
 NCCL runs the batched point-to-point operations of a device on one stream in posting
 order: a batch starts when the previous one has ended. The CUDA clock records that

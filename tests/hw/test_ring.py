@@ -86,7 +86,7 @@ def results(world: int) -> list[list[dict]]:
         if world == 1:
             _RESULTS[world] = [run_cases(_Solo(), CASES)]
         else:
-            from hw.launch import spawn
+            from hw.spawn import spawn
             _RESULTS[world] = spawn(run_cases, world, args=(CASES,), timeout_s=60.0)
     return _RESULTS[world]
 

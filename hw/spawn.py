@@ -1,0 +1,364 @@
+"""Starting the ranks of a run on this host, and telling which one failed.
+
+`spawn` starts one process per rank (forked from a fresh launcher process), joins them
+into a process group over loopback TCP with the run's timeout, runs a function in each
+and collects what each returns or raises. When a rank
+raises or dies, the others lose their peer: their transfers fail within the timeout
+(`hw.comm.PeerFailure`) and they stop; any still running after the timeout are
+terminated. The failing rank is the first whose error was its own (not a lost peer),
+else the first that died without a word; `RankFailure` names it.
+
+The run API on top of it (`run_local`, `run_config`, `run_configs`) is hw.launch.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import queue as queue_mod
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+from sim.errors import RingsimError
+
+# Messages from a rank to the parent, over a local authenticated connection: ("ok",
+# rank, payload bytes), ("error", rank, "own" | "peer", text), ("progress", rank, object)
+# for long runs that report as they go.
+
+
+class RankFailure(RingsimError):
+    """A rank of a run raised or died; `rank` is the one that failed first.
+
+    The message is one line; `details` has what every rank reported (with the failing
+    rank's traceback), for a programming error that needs more than a line.
+    """
+
+    def __init__(self, rank: int, message: str, details: str = ""):
+        super().__init__(message)
+        self.rank = rank
+        self.details = details
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dumps(obj: Any) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _loads(data: bytes) -> Any:
+    import torch
+
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+@dataclass
+class RankContext:
+    """What a function run by `spawn` gets: its place, its group, a way to report."""
+
+    rank: int
+    world: int
+    backend: str
+    group: Any
+    """The process group (None when world is 1)."""
+    control: Any
+    """A gloo group for barriers and small objects (the main group on gloo)."""
+    store: Any
+    report: Callable[[Any], None]
+    """Send a progress object to the parent as it happens."""
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        if self.world > 1:
+            dist.barrier(group=self.control)
+
+
+def join_group(backend: str, *, rank: int, world: int, local_rank: int, timeout_s: float,
+               store: Any = None) -> tuple[Any, Any]:
+    """Join the ring's process group; (group, control group for barriers and objects).
+
+    With `store`, rendezvous there; else through torchrun's environment (env://). On
+    NCCL the rank's GPU is chosen first (`local_rank`, one GPU per local rank; see
+    `hw.runner.gpu_for_rank`), and a gloo group with the same timeout is added for
+    CPU-side barriers, which align clocks without waiting on the GPU. NCCL's own timeout
+    (its watchdog's, which kills the process) is set longer than `timeout_s`, so that
+    the rank gives up first and names the peer it lost (`hw.timing.CudaClock`).
+    """
+    import torch
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=timeout_s)
+    pg_timeout = timeout
+    if backend == "nccl":
+        from hw.runner import gpu_for_rank
+
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        torch.cuda.set_device(gpu_for_rank(local_rank, local_world, torch.cuda.device_count()))
+        pg_timeout = timedelta(seconds=timeout_s + NCCL_WATCHDOG_GRACE_S)
+    if store is not None:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=pg_timeout)
+    else:
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                                timeout=pg_timeout)
+    group = dist.group.WORLD
+    return group, dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else group
+
+
+NCCL_WATCHDOG_GRACE_S = 60.0
+"""How much later than the run's timeout NCCL's watchdog may tear a rank down."""
+
+
+def release_group_after_failure() -> None:
+    """Abort NCCL communicators after a failure, so that the exit neither hangs in a
+    collective with a lost peer nor skips the process group's teardown. (A gloo group
+    needs nothing: its sockets close with the process.) Never raises."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized() and "nccl" in str(dist.get_backend()).lower():
+            dist.distributed_c10d._abort_process_group()
+    except Exception:
+        pass
+
+
+def _rank_main(rank: int, world: int, port: int, backend: str, timeout_s: float,
+               send: Callable[[tuple], None], fn: Callable[..., Any], args: tuple) -> None:
+    """The life of one rank: join the group, run `fn`, say how it went."""
+    import torch.distributed as dist
+
+    from hw.comm import PeerFailure, note_failure
+
+    store = None
+    try:
+        group = control = None
+        if world > 1:
+            store = dist.TCPStore("127.0.0.1", port, world, rank == 0,
+                                  timeout=timedelta(seconds=timeout_s))
+            group, control = join_group(backend, rank=rank, world=world, local_rank=rank,
+                                        timeout_s=timeout_s, store=store)
+        ctx = RankContext(rank, world, backend, group, control, store,
+                          lambda obj: send(("progress", rank, obj)))
+        payload = fn(ctx, *args)
+        send(("ok", rank, _dumps(payload)))
+        if world > 1:
+            dist.destroy_process_group()
+    except PeerFailure as e:
+        release_group_after_failure()
+        send(("error", rank, "peer", str(e)))
+    except BaseException as e:
+        text = f"{type(e).__name__}: {e}"
+        note_failure(store, f"rank {rank} failed: {text}")
+        release_group_after_failure()
+        send(("error", rank, "own", text + "\n" + traceback.format_exc(limit=-3)))
+
+
+def worker_main() -> None:
+    """The launcher (`python -m hw.worker`): fetch the task, fork the ranks, report exits.
+
+    It imports torch and the task once and forks every rank from there: N processes
+    importing torch side by side cost several times one import on a small host (the
+    import is I/O bound). Nothing in the launcher has started a thread or an OpenMP
+    pool when it forks, so the children start clean.
+    """
+    from multiprocessing.connection import Client
+
+    addr = (os.environ["RINGSIM_SPAWN_HOST"], int(os.environ["RINGSIM_SPAWN_PORT"]))
+    key = bytes.fromhex(os.environ["RINGSIM_SPAWN_KEY"])
+    conn = Client(addr, authkey=key)
+    conn.send(("launcher", -1))
+    fn, args, world, port, backend, timeout_s = _loads(conn.recv_bytes())
+    import torch.distributed  # noqa: F401  (imported once, here, for every rank)
+
+    ranks: dict[int, int] = {}
+    for rank in range(world):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                conn.close()
+                own = Client(addr, authkey=key)
+                own.send(("rank", rank))
+                _rank_main(rank, world, port, backend, timeout_s, own.send, fn, args)
+                own.close()
+            except BaseException:
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                # no interpreter teardown: a broken process group can hang in it
+                os._exit(code)
+        ranks[pid] = rank
+        conn.send(("started", rank, pid))
+    while ranks:
+        pid, status = os.wait()
+        conn.send(("exit", ranks.pop(pid), os.waitstatus_to_exitcode(status)))
+    conn.close()
+
+
+def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str = "gloo",
+          timeout_s: float = 60.0, on_progress: Callable[[int, Any], None] | None = None,
+          env: dict[str, str] | None = None) -> list[Any]:
+    """Run `fn(ctx, *args)` on `world` fresh processes; their return values, by rank.
+
+    The ranks are forked by a launcher process started for the purpose (`python -m
+    hw.worker`), never from the caller, so the caller's main module is not re-imported
+    (no `if __name__ == "__main__"` needed) and its threads do not leak into the ranks.
+    `fn` must be importable by name. Raises RankFailure naming the rank that failed
+    first.
+    """
+    from multiprocessing.connection import Listener
+
+    if getattr(fn, "__module__", "__main__") == "__main__":
+        raise ValueError(f"spawn needs a function the ranks can import by name; {fn!r} is "
+                         "defined in the __main__ script (move it to a module)")
+    key = secrets.token_bytes(16)
+    listener = Listener(("127.0.0.1", 0), authkey=key)
+    task = _dumps((fn, args, world, free_port(), backend, timeout_s))
+    inbox: queue_mod.Queue = queue_mod.Queue()
+
+    def serve(conn) -> None:
+        try:
+            role, _rank = conn.recv()
+            if role == "launcher":
+                conn.send_bytes(task)
+            while True:
+                inbox.put(conn.recv())
+        except (EOFError, OSError):
+            pass
+
+    def accept() -> None:
+        for _ in range(world + 1):
+            try:
+                conn = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "hw.worker"], stdin=subprocess.DEVNULL,
+        env={**os.environ, "RINGSIM_SPAWN_HOST": "127.0.0.1",
+             "RINGSIM_SPAWN_PORT": str(listener.address[1]), "RINGSIM_SPAWN_KEY": key.hex(),
+             # each rank sets its own thread count; this only keeps the import lean
+             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+             "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+             **(env or {})})
+    pids: dict[int, int] = {}
+    exited: dict[int, int] = {}
+    results: dict[int, Any] = {}
+    errors: dict[int, tuple[str, str]] = {}   # rank -> (own | peer | died, text), in arrival order
+    give_up_at: float | None = None
+
+    def settled(r: int) -> bool:
+        return r in results or r in errors
+
+    def handle(msg: tuple) -> None:
+        kind, rank, *rest = msg
+        if kind == "ok":
+            results[rank] = _loads(rest[0])
+        elif kind == "error":
+            errors[rank] = (rest[0], rest[1])
+        elif kind == "progress" and on_progress is not None:
+            on_progress(rank, rest[0])
+        elif kind == "started":
+            pids[rank] = rest[0]
+        elif kind == "exit":
+            exited[rank] = rest[0]
+
+    try:
+        while not all(settled(r) for r in range(world)):
+            try:
+                handle(inbox.get(timeout=0.2))
+            except queue_mod.Empty:
+                pass
+            gone = [r for r in range(world) if not settled(r) and r in exited]
+            if launcher.poll() is not None:
+                gone = [r for r in range(world) if not settled(r)]
+            if gone:
+                # a rank that died: take what it may have said before it went
+                _drain(inbox, handle, wait_s=0.5)
+                for r in gone:
+                    if not settled(r):
+                        code = exited.get(r, launcher.returncode)
+                        how = (f"killed by signal {-code}" if code is not None and code < 0
+                               else f"exit code {code}")
+                        errors[r] = ("died", f"the process exited without a result ({how})")
+            if errors and give_up_at is None:
+                give_up_at = time.monotonic() + timeout_s
+            if give_up_at is not None and time.monotonic() > give_up_at:
+                for r in range(world):
+                    if not settled(r):
+                        errors[r] = ("peer", f"still running {timeout_s:.0f} s after another rank failed")
+    finally:
+        _reap(launcher, [pid for r, pid in pids.items() if r not in exited])
+        listener.close()
+    if errors:
+        raise _failure(errors, world)
+    return [results[r] for r in range(world)]
+
+
+def _reap(launcher: subprocess.Popen, rank_pids: list[int]) -> None:
+    """Let the launcher finish; stop ranks still running, and the launcher if it lingers."""
+    try:
+        launcher.wait(timeout=10.0)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in rank_pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        launcher.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        launcher.wait()
+
+
+def _drain(inbox: queue_mod.Queue, handle: Callable[[tuple], None], wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            handle(inbox.get(timeout=max(0.0, deadline - time.monotonic())))
+        except queue_mod.Empty:
+            return
+
+
+def _failure(errors: dict[int, tuple[str, str]], world: int) -> RankFailure:
+    order = list(errors)
+    for want in ("own", "died", "peer"):
+        culprits = [r for r in order if errors[r][0] == want]
+        if culprits:
+            r = culprits[0]
+            break
+    kind, text = errors[r]
+    first_line = text.strip().splitlines()[0] if text.strip() else kind
+    others = [x for x in range(world) if x != r]
+    tail = (f"; rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} stopped"
+            if others else "")
+    details = "\n".join(f"rank {x} ({errors[x][0]}): {errors[x][1].strip()}" for x in order)
+    if kind == "peer":
+        return RankFailure(r, f"rank {r} lost its peers: {first_line}{tail}", details)
+    return RankFailure(r, f"rank {r} failed: {first_line}{tail}", details)
+
+
+# ---- running a configuration ----------------------------------------------------------
