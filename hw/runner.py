@@ -19,12 +19,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from sim.config import BWD_FLOPS_FACTOR
 from sim.errors import RingsimError
 from sim.memory import peak_memory_bytes
-from sim.trace import Span, Trace
+from sim.record import wait_pieces
+from sim.trace import KIND_NAMES, STREAMS, Span, SpanTable, Trace
 
 from hw.blocks import TORCH_DTYPES, select_block_ops
 from hw.comm import PeerFailure, Ring, peer_failure, raise_if_peer_failed
@@ -160,6 +162,8 @@ class RankResult:
     rank: int
     spans: list[list[Span]]
     info: dict[str, Any]
+    needs: list[dict[int, list[int]]] = field(default_factory=list)
+    """Per measured iteration: each wait's index in `spans` -> the transfers it waited on."""
     out: torch.Tensor | None = None
     dq: torch.Tensor | None = None
     dk: torch.Tensor | None = None
@@ -262,6 +266,7 @@ def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, de
 
     out = lse = grads = None
     measured: list[list[Span]] = []
+    needs: list[dict[int, list[int]]] = []
     try:
         if w.pass_ == "bwd":  # backward alone needs the forward's output and lse, untimed
             out, lse = ring_forward(q, k, v, ring=untimed, **args)
@@ -279,6 +284,7 @@ def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, de
             settled(clock.synchronize, "a transfer")
             if it >= cfg.warmup:
                 measured.append(rec.spans())
+                needs.append(rec.needs)
     finally:
         clock.close()
     if device.type == "cuda":
@@ -289,7 +295,7 @@ def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, de
             "block_impl": ops.describe(), "peak_mem_bytes": peak, "clock": clock.kind}
     if rate is not None:
         info["rate_flops"] = rate
-    res = RankResult(rank, measured, info)
+    res = RankResult(rank, measured, info, needs=needs)
     if keep_outputs:
         res.out = out.contiguous().cpu() if out is not None else None
         if grads is not None:
@@ -298,7 +304,7 @@ def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, de
 
 
 def build_traces(cfg: RunConfig, results: list[RankResult]) -> list[Trace]:
-    """One measured trace per measured iteration, from every rank's spans."""
+    """One measured trace per measured iteration, from every rank's spans, as columns."""
     results = sorted(results, key=lambda r: r.rank)
     info = results[0].info
     hardware: dict[str, Any] = {
@@ -310,14 +316,52 @@ def build_traces(cfg: RunConfig, results: list[RankResult]) -> list[Trace]:
         hardware["rate_flops"] = info["rate_flops"]
     traces = []
     for i in range(cfg.repeats):
-        spans = [s for res in results for s in res.spans[i]]
+        spans = _split_waits([res.spans[i] for res in results],
+                             [res.needs[i] if i < len(res.needs) else {} for res in results])
         _add_trailing_idle(spans, cfg.world_size)
-        spans.sort(key=lambda s: (s.start_s, s.rank, s.stream))
         meta = {"peak_mem_bytes": [res.info["peak_mem_bytes"] for res in results],
                 "repeat": i, "repeats": cfg.repeats, "warmup": cfg.warmup, "seed": cfg.seed,
                 "clock": info["clock"], "schedule": "ring"}
-        traces.append(Trace("measured", cfg.world_size, spans, cfg.describe(), dict(hardware), meta))
+        table = SpanTable.from_spans(sorted(spans, key=lambda s: (s.rank, STREAMS.index(s.stream), s.start_s)))
+        traces.append(Trace("measured", cfg.world_size, table, cfg.describe(), dict(hardware), meta))
     return traces
+
+
+def _split_waits(per_rank: list[list[Span]], needs: list[dict[int, list[int]]]) -> list[Span]:
+    """Every rank's spans, each wait split as the simulator splits it (sim.record.wait_pieces):
+    exposed communication while a transfer it waited on was in flight, idle otherwise. A
+    transfer is in flight from when both ends had posted it (the later of the send's and
+    the receive's post, matched by ranks, kind and step) until it completed on this rank."""
+    posted: dict[tuple, float] = {}
+    for spans in per_rank:
+        for s in spans:
+            if s.stream in ("send", "recv"):
+                src, dst = (s.rank, s.peer) if s.stream == "send" else (s.peer, s.rank)
+                key = (src, dst, s.kind, s.step)
+                posted[key] = max(posted.get(key, s.start_s), s.start_s)
+    out: list[Span] = []
+    for spans, waited in zip(per_rank, needs):
+        for j, s in enumerate(spans):
+            if s.stream != "wait":
+                out.append(s)
+                continue
+            flights = [spans[x] for x in waited.get(j, [])]
+            if not flights:
+                out.append(Span(s.rank, "wait", "idle", s.step, s.start_s, s.end_s, 0.0, 0.0,
+                                s.q_chunks, s.kv_chunks))
+                continue
+            starts = np.array([[posted[((f.rank, f.peer) if f.stream == "send" else (f.peer, f.rank))
+                                       + (f.kind, f.step)] for f in flights]])
+            ends = np.array([[f.end_s for f in flights]])
+            kinds = np.array([[KIND_NAMES.index(f.kind) for f in flights]])
+            pieces = wait_pieces(np.array([s.start_s]), np.array([s.end_s]), starts, ends, kinds,
+                                 np.ones_like(kinds, dtype=bool), KIND_NAMES.index("idle"),
+                                 KIND_NAMES.index("dkv"))
+            got = sorted((float(a), float(b), int(k)) for a_, b_, k_, _ in pieces
+                         for a, b, k in zip(a_, b_, k_))
+            out.extend(Span(s.rank, "wait", KIND_NAMES[k], s.step, a, b, 0.0, 0.0, s.q_chunks, s.kv_chunks)
+                       for a, b, k in got)
+    return out
 
 
 def _add_trailing_idle(spans: list[Span], world: int) -> None:

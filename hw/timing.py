@@ -252,7 +252,7 @@ class _Rec:
     kv_chunks: tuple[int, ...] = ()
     peer: int = -1
     needs: list[Pending] = field(default_factory=list)
-    """For waits: the transfers waited on (exposed if one completed after the wait began)."""
+    """For waits: the transfers waited on (the wait is exposed while one is in flight)."""
 
 
 class Recorder:
@@ -282,9 +282,16 @@ class Recorder:
                                kv_chunks=kv_chunks, needs=list(needs)))
 
     def spans(self) -> list[Span]:
-        """Resolve every mark (after the clock's synchronize) into spans, in seconds."""
+        """Resolve every mark (after the clock's synchronize) into spans, in seconds.
+
+        A wait keeps the kind of what it waited for; `needs` (filled here) then lists, for
+        each wait's index in the returned spans, the indices of the transfers it waited on,
+        so that hw.runner can split it as the simulator does (sim.record.wait_pieces) once
+        it knows when each transfer really started (both ends posted)."""
         sec = self.clock.seconds
         out: list[Span] = []
+        index_of: dict[int, int] = {}          # id of a transfer's Pending -> its span
+        waits: list[tuple[int, list[Pending]]] = []
         for r in self._recs:
             start = sec(r.start)
             if isinstance(r.end, Pending) and r.end.after is not None:
@@ -292,12 +299,13 @@ class Recorder:
                 start = max(start, sec(r.end.after.mark))
             end = sec(r.end.mark if isinstance(r.end, Pending) else r.end)
             end = max(end, start)
-            kind = r.kind
             if r.stream == "wait":
                 if end - start < self.MIN_WAIT_S:
                     continue
-                if not any(sec(p.mark) > start for p in r.needs):
-                    kind = "idle"
-            out.append(Span(self.rank, r.stream, kind, r.step, start, end, r.flops, r.nbytes,
+                waits.append((len(out), r.needs))
+            elif isinstance(r.end, Pending):
+                index_of[id(r.end)] = len(out)
+            out.append(Span(self.rank, r.stream, r.kind, r.step, start, end, r.flops, r.nbytes,
                             r.q_chunks, r.kv_chunks, r.peer))
+        self.needs = {w: [index_of[id(p)] for p in needs if id(p) in index_of] for w, needs in waits}
         return out

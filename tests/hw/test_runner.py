@@ -80,3 +80,24 @@ def test_inputs_are_standard_normal_and_independent_across_tensors():
     assert abs(torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1].item()) < 0.01
     assert torch.equal(normal_rows(0, 0, rows[1000:1010], 64), a[1000:1010])
     assert not torch.equal(normal_rows(1, 0, rows[:10], 64), a[:10])
+
+
+def test_a_measured_wait_is_split_as_the_simulator_splits_it():
+    """Rank 1 waits [1, 5] for K/V from rank 0: it posted its receive at 0, but rank 0
+    posted the send only at 2, and the block arrived at 4. By the simulator's definitions:
+    idle [1, 2] (the transfer had not started), exposed [2, 4], idle [4, 5]; a wait on
+    nothing in flight is idle."""
+    info = {"device": "cpu", "threads_per_rank": 1, "block_impl": "x", "peak_mem_bytes": 1,
+            "clock": "perf_counter"}
+    rank0 = [Span(0, "compute", "fwd", 0, 0.0, 2.0), Span(0, "send", "kv", 0, 2.0, 4.0, bytes=8, peer=1),
+             Span(0, "wait", "kv", 1, 2.0, 4.0), Span(0, "compute", "fwd", 1, 4.0, 6.0)]
+    rank1 = [Span(1, "compute", "fwd", 0, 0.0, 1.0), Span(1, "recv", "kv", 0, 0.0, 4.0, bytes=8, peer=0),
+             Span(1, "wait", "kv", 1, 1.0, 5.0), Span(1, "compute", "fwd", 1, 5.0, 6.0)]
+    needs = [{2: [1]}, {2: [1]}]
+    results = [RankResult(r, [s], info, needs=[needs[r]]) for r, s in ((0, rank0), (1, rank1))]
+    t = build_traces(cfg(world_size=2), results)[0]
+    waits = [(s.rank, s.kind, s.start_s, s.end_s) for s in t.spans if s.stream == "wait"]
+    assert waits == [(0, "kv", 2.0, 4.0), (1, "idle", 1.0, 2.0), (1, "kv", 2.0, 4.0), (1, "idle", 4.0, 5.0)]
+    # the trace holds columns, in the simulator's record order
+    assert [s.rank for s in t.spans] == sorted(s.rank for s in t.spans)
+    assert t.columns.start_s.dtype.kind == "f" and len(t.columns) == len(t.spans)
