@@ -86,3 +86,23 @@ def test_ulysses_refuses_degrees_that_do_not_split_the_heads(heads, kv_heads, wo
     assert "\n" not in str(e.value)
     with pytest.raises(RingsimError, match=what):
         check_degree(heads, kv_heads, world)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["allgather", "ulysses"])
+def test_run_local_runs_the_scheme_and_records_its_trace(scheme):
+    import torch
+
+    from hw.launch import run_local
+    from tests.hw.conftest import max_err, reference_attention
+
+    g = torch.Generator().manual_seed(7)
+    q, dout = (torch.randn(1, 24, 4, 16, generator=g) for _ in range(2))
+    k, v = (torch.randn(1, 24, 2, 16, generator=g) for _ in range(2))
+    res = run_local(q, k, v, world_size=2, causal=True, scheme=scheme, dout=dout, timeout_s=30.0)
+    want = reference_attention(q, k, v, True, dout)
+    assert max_err(res.out, want[0]) <= 1e-5
+    assert max(max_err(a, b) for a, b in zip((res.dq, res.dk, res.dv), want[1:])) <= 1e-4
+    assert res.trace.config["scheme"] == scheme and res.trace.meta["schedule"] == scheme
+    kinds = {s.kind for s in res.trace.spans if s.stream == "send"}
+    assert kinds == ({"ag", "rs"} if scheme == "allgather" else {"a2a"})
