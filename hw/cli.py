@@ -34,6 +34,8 @@ def add_run_args(p: argparse.ArgumentParser, *, world_size: bool = True) -> None
     g.add_argument("--head-dim", type=int, default=64, help="(default 64)")
     g.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="(default fp32)")
     g.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
+    g.add_argument("--scheme", choices=["ring", "allgather", "ulysses"], default="ring",
+                   help="ring, allgather (zigzag layout) or ulysses (degree dividing the heads) (default ring)")
     g.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
                    help="causal mask (default on)")
     g.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd", help="(default fwd)")
@@ -74,7 +76,8 @@ def config_from_args(a: argparse.Namespace, *, world_size: int):
     workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads,
                         kv_heads=a.kv_heads if a.kv_heads is not None else a.heads,
                         head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
-    return RunConfig(workload=workload, world_size=world_size, layout=a.layout, device=device,
+    return RunConfig(workload=workload, world_size=world_size, layout=a.layout,
+                     scheme=getattr(a, "scheme", "ring"), device=device,
                      backend=a.backend, warmup=a.warmup, repeats=a.repeats, seed=a.seed,
                      timeout_s=a.timeout, threads_per_rank=a.threads, block_impl=a.block_impl,
                      measure_rate=a.measure_rate)
@@ -133,7 +136,7 @@ def report(a: argparse.Namespace, cfg, traces: list) -> int:
         return 0
     w = cfg.workload
     print(f"{cfg.world_size} ranks ({cfg.resolved_backend}, {hw['device']}, "
-          f"{hw['threads_per_rank'] or '-'} threads/rank, {hw['block_impl']}), {cfg.layout} layout, "
+          f"{hw['threads_per_rank'] or '-'} threads/rank, {hw['block_impl']}), {cfg.scheme}, {cfg.layout} layout, "
           f"{w.seq} tokens ({cfg.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x "
           f"{w.head_dim}, {w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
     s = spread(makespans)

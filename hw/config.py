@@ -16,6 +16,8 @@ from typing import Any
 from sim.config import LAYOUTS, Scenario, Workload
 from sim.errors import RingsimError
 
+from hw.kernels import SCHEMES
+
 BACKENDS = ("gloo", "nccl")
 DEVICES = ("cpu", "cuda")
 BLOCK_IMPLS = ("auto", "fused", "matmul")
@@ -38,7 +40,9 @@ class RunConfig:
     world_size: int = 2
     """Ranks in the ring."""
     layout: str = "zigzag"
-    """contiguous, striped or zigzag."""
+    """contiguous, striped or zigzag (allgather: zigzag only)."""
+    scheme: str = "ring"
+    """ring, allgather or ulysses (hw.kernels)."""
     device: str = "cpu"
     """cpu or cuda."""
     backend: str | None = None
@@ -77,6 +81,10 @@ class RunConfig:
                 raise RingsimError(f"{name} must be a non-negative integer, got {v!r}")
         if self.layout not in LAYOUTS:
             raise RingsimError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.scheme not in SCHEMES:
+            raise RingsimError(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        if self.scheme == "allgather" and self.layout != "zigzag":
+            raise RingsimError(f"the allgather scheme runs on the zigzag layout, got {self.layout!r}")
         if self.device not in DEVICES:
             raise RingsimError(f"device must be cpu or cuda, got {self.device!r}")
         backend = self.resolved_backend
@@ -112,7 +120,7 @@ class RunConfig:
 
     def scenario(self) -> Scenario:
         """The simulator's view of this run (its `describe()` is the trace's config)."""
-        return Scenario(workload=self.workload, n_gpus=self.world_size, layout=self.layout,
+        return Scenario(workload=self.workload, n_gpus=self.world_size, scheme=self.scheme, layout=self.layout,
                         overlap=True, granularity="exact")
 
     def describe(self) -> dict[str, Any]:

@@ -97,10 +97,13 @@ def _dtype_name(t) -> str:
     return names[t.dtype]
 
 
-def run_local(q, k, v, *, world_size: int, layout: str, causal: bool, backend: str = "gloo",
-              dout=None, warmup: int = 0, repeats: int = 1, timeout_s: float = 60.0,
+def run_local(q, k, v, *, world_size: int, causal: bool, layout: str = "zigzag", scheme: str = "ring",
+              backend: str = "gloo", dout=None, warmup: int = 0, repeats: int = 1, timeout_s: float = 60.0,
               block_impl: str = "auto", threads_per_rank: int | None = None) -> RunResult:
-    """Ring attention of full tensors on `world_size` local processes.
+    """Sequence-parallel attention of full tensors on `world_size` local processes.
+
+    scheme: "ring" (hw.ring), "allgather" (hw.allgather; zigzag layout) or "ulysses"
+    (hw.ulysses; any layout, the degree dividing the heads).
 
     q: (batch, seq, heads, head_dim); k, v: (batch, seq, kv_heads, head_dim); dout like
     q, or None for the forward alone. Shards by `layout`, runs the ring, and returns the
@@ -124,7 +127,7 @@ def run_local(q, k, v, *, world_size: int, layout: str, causal: bool, backend: s
     device = "cuda" if q.is_cuda else "cpu"
     workload = Workload(batch=b, seq=s, heads=h, kv_heads=k.shape[2], head_dim=d, dtype=dtype,
                         causal=causal, pass_="fwd" if dout is None else "fwdbwd")
-    cfg = RunConfig(workload=workload, world_size=world_size, layout=layout, device=device,
+    cfg = RunConfig(workload=workload, world_size=world_size, layout=layout, scheme=scheme, device=device,
                     backend=backend if device == "cpu" else (None if backend == "gloo" else backend),
                     warmup=warmup, repeats=repeats, timeout_s=timeout_s, block_impl=block_impl,
                     threads_per_rank=threads_per_rank)

@@ -31,6 +31,7 @@ from sim.trace import KIND_NAMES, STREAMS, Span, SpanTable, Trace
 from hw.blocks import TORCH_DTYPES, select_block_ops
 from hw.comm import PeerFailure, Ring, peer_failure, raise_if_peer_failed
 from hw.config import RunConfig
+from hw.kernels import kernels
 from hw.layouts import shard, token_index
 from hw.ring import heads_first_memory, ring_backward, ring_forward
 from hw.timing import CpuClock, CudaClock, Recorder, TransferStalled
@@ -249,6 +250,7 @@ def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, de
     if device.type == "cuda":
         clock.on_poll = lambda: raise_if_peer_failed(untimed)
     args = dict(layout=cfg.layout, causal=w.causal, ops=ops)
+    forward, backward = kernels(cfg.scheme)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -269,18 +271,18 @@ def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, de
     needs: list[dict[int, list[int]]] = []
     try:
         if w.pass_ == "bwd":  # backward alone needs the forward's output and lse, untimed
-            out, lse = ring_forward(q, k, v, ring=untimed, **args)
+            out, lse = forward(q, k, v, ring=untimed, **args)
         for it in range(cfg.warmup + cfg.repeats):
             rec = Recorder(clock, rank)
             ring = Ring(rank, n, group, clock, rec, store)
             hook = _fault(cfg, rank) if it == 0 else None
             settled(lambda: clock.align(barrier), "a barrier")
             if w.pass_ in ("fwd", "fwdbwd"):
-                out, lse = ring_forward(q, k, v, ring=ring, on_step=hook, **args)
+                out, lse = forward(q, k, v, ring=ring, on_step=hook, **args)
             if w.pass_ in ("bwd", "fwdbwd"):
                 step0 = n if w.pass_ == "fwdbwd" else 0
-                grads = ring_backward(dout, q, k, v, out, lse, ring=ring, step0=step0,
-                                      on_step=hook, **args)
+                grads = backward(dout, q, k, v, out, lse, ring=ring, step0=step0,
+                                 on_step=hook, **args)
             settled(clock.synchronize, "a transfer")
             if it >= cfg.warmup:
                 measured.append(rec.spans())
@@ -321,7 +323,7 @@ def build_traces(cfg: RunConfig, results: list[RankResult]) -> list[Trace]:
         _add_trailing_idle(spans, cfg.world_size)
         meta = {"peak_mem_bytes": [res.info["peak_mem_bytes"] for res in results],
                 "repeat": i, "repeats": cfg.repeats, "warmup": cfg.warmup, "seed": cfg.seed,
-                "clock": info["clock"], "schedule": "ring"}
+                "clock": info["clock"], "schedule": cfg.scheme}
         table = SpanTable.from_spans(sorted(spans, key=lambda s: (s.rank, STREAMS.index(s.stream), s.start_s)))
         traces.append(Trace("measured", cfg.world_size, table, cfg.describe(), dict(hardware), meta))
     return traces

@@ -41,7 +41,9 @@ def wait_pieces(t0: np.ndarray, t1: np.ndarray, starts: np.ndarray, ends: np.nda
     Returns the pieces as (start, end, kind, row) arrays, zero-length pieces dropped, in
     the order: for each transfer position, the idle before it then it, and the idle last.
     """
-    s = np.where(flying, np.maximum(starts, t0[:, None]), np.inf)
+    # a start past the wait's end (measured: the peer posted after this rank stopped
+    # waiting) is held at the end; the simulator's transfers never start so late
+    s = np.where(flying, np.minimum(np.maximum(starts, t0[:, None]), t1[:, None]), np.inf)
     e = np.where(flying, np.minimum(ends, t1[:, None]), np.inf)
     order = np.lexsort((kinds != dkv if tie is None else tie, e, s), axis=-1)
     s, e, kinds, flying = (np.take_along_axis(x, order, -1) for x in (s, e, kinds, flying))
@@ -52,7 +54,7 @@ def wait_pieces(t0: np.ndarray, t1: np.ndarray, starts: np.ndarray, ends: np.nda
         on = flying[:, j] & (e[:, j] > t)
         sj = np.maximum(s[:, j], t)
         pieces += [(t, sj, idle, on), (sj, e[:, j], kinds[:, j], on)]
-        t = np.where(on, e[:, j], t)
+        t = np.where(on, np.maximum(e[:, j], sj), t)   # never back: a measured start may pass its end
     pieces.append((t, t1, idle, True))
     out = []
     for a, b, kind, on in pieces:

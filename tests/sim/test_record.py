@@ -62,3 +62,10 @@ def test_spans_are_recorded_by_rank_then_stream_in_the_order_they_ran():
     assert table.peer.tolist() == [-1, -1, 1, -1, -1, -1, 0, -1]
     assert table.bytes.tolist() == [0, 0, 8, 0, 0, 0, 8, 0]
     assert table.flops.tolist() == [4, 4, 0, 0, 4, 4, 0, 0]
+
+
+def test_a_transfer_that_starts_after_the_wait_ends_leaves_it_idle():
+    # measured: the peer posted the receive of this rank's send only after the rank
+    # stopped waiting; no piece may reach past the wait
+    assert pieces(2.0, 5.0, [(6.0, 4.0, KV)]) == [(2.0, 5.0, IDLE)]
+    assert pieces(2.0, 5.0, [(6.0, 7.0, KV)]) == [(2.0, 5.0, IDLE)]

@@ -1,0 +1,67 @@
+"""All-gather attention (hw.allgather) against torch's attention in float64, on 1-4 gloo
+ranks: outputs and gradients, and the recorded trace (computes, collective bytes)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.hw.test_schemes_common import (BATCH, HEAD_DIM, HEADS, PER_CHUNK, check_exact, check_no_overlap,
+                                          results, trace_of)
+
+CASES = [dict(scheme="allgather", layout="zigzag", causal=c, kv_heads=kvh)
+         for c, kvh in itertools.product((True, False), (HEADS, 2, 1))]
+
+
+def _world(n: int):
+    return pytest.param(n, marks=[pytest.mark.slow] if n > 1 else [], id=f"n{n}")
+
+
+WORLDS = [_world(n) for n in (1, 2, 3, 4)]
+IDS = [f"{'causal' if c['causal'] else 'full'}-kv{c['kv_heads']}" for c in CASES]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("index", range(len(CASES)), ids=IDS)
+def test_allgather_matches_float64_attention(world, index):
+    check_exact(results("allgather", CASES, world), index, CASES[index], world)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("index", range(len(CASES)), ids=IDS)
+def test_allgather_trace(world, index):
+    case = CASES[index]
+    trace = trace_of(results("allgather", CASES, world), index, world)
+    check_no_overlap(trace)
+    n, seq, kvh = world, 2 * world * PER_CHUNK, case["kv_heads"]
+    c = PER_CHUNK
+    kv_bytes = (n - 1) / n * seq * 2 * kvh * HEAD_DIM * 4 * BATCH     # DESIGN.md: received K/V, fp32
+    for r, spans in enumerate(trace.by_rank()):
+        comp = [s for s in spans if s.stream == "compute"]
+        assert [(s.kind, s.step) for s in comp] == [("fwd", 0), ("bwd", n)]
+        if case["causal"]:
+            pairs = sum(a * c * c + c * (c + 1) // 2 for a in (r, 2 * n - 1 - r))
+        else:
+            pairs = 2 * c * seq
+        assert comp[0].flops == 4 * HEAD_DIM * pairs * HEADS * BATCH
+        assert comp[1].flops == 2.5 * comp[0].flops
+        assert comp[0].q_chunks == (r, 2 * n - 1 - r)
+        for stream in ("send", "recv"):
+            xs = sorted(((s.kind, s.step, s.bytes, s.peer) for s in spans if s.stream == stream))
+            want = [] if n == 1 else sorted([("ag", 0, kv_bytes, -1), ("ag", n, kv_bytes, -1),
+                                             ("rs", n + 1, kv_bytes, -1)])
+            assert xs == want
+        assert all(s.kind in ("ag", "rs", "idle") for s in spans if s.stream == "wait")
+
+
+def test_allgather_refuses_other_layouts():
+    import torch
+
+    from hw.launch import run_local
+    from sim.errors import RingsimError
+
+    q = torch.zeros(1, 8, 2, 8)
+    with pytest.raises(RingsimError, match="zigzag") as e:
+        run_local(q, q, q, world_size=2, causal=True, layout="contiguous", scheme="allgather")
+    assert "\n" not in str(e.value)
