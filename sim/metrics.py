@@ -74,27 +74,37 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 
 def _union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
     """Per group (0..n-1), the length of the union of its intervals: sorted by start (ties
-    in any order: they merge either way), merged where one starts before the running
-    end, the merged lengths summed in order."""
+    in their given order), merged where one starts after the running end, the merged
+    lengths summed in order. The groups are laid out as the rows of one padded table, so
+    that every step runs on all groups at once."""
     out = np.zeros(n)
     if not len(group):
         return out
+    counts = np.bincount(group, minlength=n)
     if (np.diff(group) < 0).any():     # a trace's spans usually come grouped by rank already
         order = np.argsort(group.astype(np.int16) if n <= 1 << 15 else group, kind="stable")
         group, start, end = group[order], start[order], end[order]
-    bounds = np.flatnonzero(np.diff(group)) + 1
-    for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(group)].tolist()):
-        gs, ge = start[lo:hi], end[lo:hi]
-        if (np.diff(gs) < 0).any():
-            by_start = np.argsort(gs, kind="stable")
-            gs, ge = gs[by_start], ge[by_start]
-        reach = np.maximum.accumulate(ge)
-        new = np.ones(len(gs), dtype=bool)
-        new[1:] = gs[1:] > reach[:-1]
-        firsts = np.flatnonzero(new)
-        lasts = np.append(firsts[1:] - 1, len(gs) - 1)
-        out[group[lo]] = np.cumsum(reach[lasts] - gs[firsts])[-1]
-    return out
+    width = int(counts.max())
+    col = np.arange(len(group)) - np.repeat(np.cumsum(counts) - counts, counts)
+    s_tab = np.full((n, width), np.inf)
+    e_tab = np.full((n, width), -np.inf)
+    s_tab[group, col] = start
+    e_tab[group, col] = end
+    by_start = np.argsort(s_tab, axis=1, kind="stable")      # the padding (inf) stays last
+    s_tab = np.take_along_axis(s_tab, by_start, axis=1)
+    e_tab = np.take_along_axis(e_tab, by_start, axis=1)
+    valid = np.arange(width)[None, :] < counts[:, None]
+    reach = np.maximum.accumulate(e_tab, axis=1)
+    new = np.ones((n, width), dtype=bool)
+    new[:, 1:] = s_tab[:, 1:] > reach[:, :-1]
+    new &= valid
+    last = valid.copy()
+    last[:, :-1] &= new[:, 1:] | ~valid[:, 1:]
+    run_start = np.maximum.accumulate(np.where(new, np.arange(width)[None, :], 0), axis=1)
+    # each merged run's length at its last interval, zero elsewhere: adding zeros leaves
+    # a running sum exactly as it was, so the sum is that of the runs in order
+    length = np.where(last, reach - np.take_along_axis(s_tab, run_start, axis=1), 0.0)
+    return np.cumsum(length, axis=1)[:, -1] if width else out
 
 
 def compute_metrics(trace: Trace) -> Metrics:
