@@ -13,9 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.colors import qualitative, sample_colorscale
 from plotly.subplots import make_subplots
 
+from dashboard.figures import style
 from dashboard.i18n import Translator
 
 MAX_RING_DRAWN = 16
@@ -23,24 +23,11 @@ MAX_RING_DRAWN = 16
 MAX_RUNS = 512
 """The token strip draws at most this many runs of consecutive tokens."""
 
-TEMPLATE = go.layout.Template(layout=dict(
-    font=dict(family="Inter, Helvetica, Arial, sans-serif", size=12, color="#222"),
-    paper_bgcolor="white", plot_bgcolor="white",
-    xaxis=dict(gridcolor="#ececec", zeroline=False, linecolor="#999", ticks="outside"),
-    yaxis=dict(gridcolor="#ececec", zeroline=False, linecolor="#999", ticks="outside"),
-    margin=dict(l=70, r=20, t=80, b=50),
-    legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
-    hoverlabel=dict(font_size=12),
-))
+# the other views' template, the legend below the plot (the title takes the top)
+TEMPLATE = go.layout.Template(style.TEMPLATE)
+TEMPLATE.layout.update(margin=dict(l=70, r=20, t=80, b=50),
+                       legend=dict(orientation="h", yanchor="top", y=-0.18, x=0))
 BLUE, ORANGE, RED, GREEN, GREY = "#3a6fd8", "#f28e2b", "#e0302a", "#2e9e5b", "#777777"
-
-
-def gpu_colors(n: int) -> list[str]:
-    if n <= 10:
-        return list(qualitative.Plotly[:n])
-    if n <= 24:
-        return list(qualitative.Dark24[:n])
-    return list(sample_colorscale("Turbo", [r / (n - 1) for r in range(n)]))
 
 
 def _title(text: str, sub: str | None = None) -> dict[str, Any]:
@@ -69,7 +56,7 @@ def token_split(owner: np.ndarray, heads: int, head_dim: int, t: Translator,
     ends = np.concatenate([cuts, [seq]])[:MAX_RUNS]
     ranks = owner[starts]
     hidden = heads * head_dim
-    colors = np.asarray(gpu_colors(n), dtype=object)[ranks]
+    colors = np.asarray(list(style.rank_colors(n)), dtype=object)[ranks]
     fig = go.Figure()
     fig.add_trace(go.Bar(
         x=ends - starts, base=starts, y=[hidden / 2] * len(starts), width=hidden,
@@ -104,7 +91,7 @@ def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, height: int = 440
                note: str | None = None) -> go.Figure:
     """GPUs on a ring; at step k GPU r holds the K/V block of GPU (r - k) mod n. Frame k
     moves every block k hops along the ring (trace 2) and names the step (the title)."""
-    colors = gpu_colors(n)
+    colors = list(style.rank_colors(n))
     gx, gy = _ring_xy(n, 1.0)
     qx, qy = _ring_xy(n, 0.62)
     bx, by = _ring_xy(n, 1.36)

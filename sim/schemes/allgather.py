@@ -38,7 +38,7 @@ from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario
 from sim.errors import RingsimError
 from sim.layouts import get as get_layout
 from sim.schedule import AG, BWD, DIAGONAL, EMPTY, FULL, FWD, NO_DEP, RS, Schedule, ScheduleBuilder
-from sim.schemes.base import BlockMap, OpKind, Scheme, only_settings
+from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings
 from sim.topology import Topology
 from sim.trace import COMPUTE, Trace
 
@@ -261,8 +261,7 @@ SCHEME = Scheme(
     build_schedule=build_allgather_schedule,
     peak_memory=peak_memory_bytes,
     op_kinds={
-        "fwd": OpKind("compute (forward)", "#3a6fd8"),
-        "bwd": OpKind("compute (backward)", "#8e44ad"),
+        **COMPUTE_KINDS,
         "ag": OpKind("all-gather", "#c0392b", "#e6837a"),
         "rs": OpKind("reduce-scatter", "#d35400", "#f0a875"),
     },

@@ -33,6 +33,13 @@ class OpKind:
     """Transfers: the colour of the receiving end (None for a compute)."""
 
 
+COMPUTE_KINDS = {
+    "fwd": OpKind("compute (forward)", "#3a6fd8"),
+    "bwd": OpKind("compute (backward)", "#8e44ad"),
+}
+"""The compute kinds every scheme shares, named and coloured alike."""
+
+
 @dataclass(frozen=True)
 class BlockMap:
     """The block map of a run: query chunk x key chunk, what each cell shows."""

@@ -44,7 +44,7 @@ from sim.config import ACCUM_BYTES, Scenario, Workload
 from sim.errors import RingsimError
 from sim.layouts import chunk_pair_work, chunks_of_rank, get as get_layout
 from sim.schedule import A2A, BWD, DKV, FWD, NO_DEP, Schedule, ScheduleBuilder
-from sim.schemes.base import BlockMap, OpKind, Scheme, only_settings
+from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings
 from sim.schemes.ring import build_ring_schedule
 from sim.topology import Topology
 from sim.trace import COMPUTE, Trace
@@ -299,8 +299,7 @@ def _block_map(trace: Trace) -> BlockMap:
 
 
 OP_KINDS = {
-    "fwd": OpKind("compute (forward)", "#3a6fd8"),
-    "bwd": OpKind("compute (backward)", "#8e44ad"),
+    **COMPUTE_KINDS,
     "kv": OpKind("K/V", "#2e9e5b", "#1aa3a3"),
     "dkv": OpKind("dK/dV", "#8ab833", "#7fc9c9"),
     "a2a": OpKind("all-to-all", "#e08a1e", "#f2b866"),

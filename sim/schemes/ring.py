@@ -44,7 +44,7 @@ from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.layouts import (block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank,
                          get as get_layout)
 from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
-from sim.schemes.base import BlockMap, OpKind, Scheme, only_settings
+from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings
 from sim.trace import COMPUTE, Trace
 
 # the rows of the builder's table: the small integer columns of a schedule, then `after`
@@ -290,8 +290,7 @@ SCHEME = Scheme(
     build_schedule=build_ring_schedule,
     peak_memory=lambda scenario: peak_memory_bytes(scenario.workload, scenario.tokens_per_rank),
     op_kinds={
-        "fwd": OpKind("compute (forward)", "#3a6fd8"),
-        "bwd": OpKind("compute (backward)", "#8e44ad"),
+        **COMPUTE_KINDS,
         "kv": OpKind("K/V", "#2e9e5b", "#1aa3a3"),
         "dkv": OpKind("dK/dV", "#8ab833", "#7fc9c9"),
     },

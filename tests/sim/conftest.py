@@ -14,17 +14,3 @@ def brute_pairs(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
             else:
                 out[r, s] = toks[r].size * toks[s].size
     return out
-
-
-def brute_extents(layout: str, seq: int, n: int, causal: bool) -> list[list[tuple[int, int]]]:
-    """(query tokens that see some key, key tokens some query sees) of every block, by
-    enumerating tokens."""
-    toks = rank_tokens(layout, seq, n)
-    out = []
-    for r in range(n):
-        row = []
-        for s in range(n):
-            seen = (toks[s][None, :] <= toks[r][:, None]) if causal else np.ones((toks[r].size, toks[s].size), bool)
-            row.append((int(seen.any(axis=1).sum()), int(seen.any(axis=0).sum())))
-        out.append(row)
-    return out

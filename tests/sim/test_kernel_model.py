@@ -10,7 +10,7 @@ from sim.config import Gpu, Hardware, Scenario, Workload
 from sim.engine import simulate
 from sim.layouts import block_extents
 from sim.metrics import compute_metrics
-from tests.sim.conftest import brute_extents
+from tests.sim.reference import block_extents as token_extents
 
 H, HKV, D, B = 32, 8, 128, 1            # the defaults the model assumes when not told
 H800_HBM = 3350e9
@@ -102,7 +102,7 @@ def test_ideal_rate_is_the_fastest_published_one():
 @pytest.mark.parametrize("causal", [True, False])
 def test_block_extents_count_the_tokens_that_take_part(layout, n, seq, causal):
     q_ext, kv_ext = block_extents(layout, seq, n, causal)
-    want = brute_extents(layout, seq, n, causal)
+    want = token_extents(layout, seq, n, causal)
     assert [[(int(a), int(b)) for a, b in zip(qr, kr)] for qr, kr in zip(q_ext, kv_ext)] == want
 
 
