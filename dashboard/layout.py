@@ -203,10 +203,11 @@ def views() -> html.Div:
             html.Div(id="merge-note", className="help"),
             _graph("merge", 620)],
         "measured": [
-            dcc.Upload(id="trace-upload", max_size=MAX_UPLOAD_BYTES, accept=".json,application/json",
+            dcc.Upload(id="trace-upload", max_size=MAX_UPLOAD_BYTES,
+                       accept=".json,.npz,application/json,application/zip",
                        className="upload wide", children=html.Div([
-                           "drop or ", html.A("choose"), " a measured trace (ringsim JSON from ",
-                           html.Code("ringsim hw"), ", at most 50 MB); it is re-simulated on the "
+                           "drop or ", html.A("choose"), " a measured trace (a ringsim trace from ",
+                           html.Code("ringsim hw"), ", .json or .npz, at most 50 MB); it is re-simulated on the "
                            "hardware chosen on the left"])),
             html.Div(id="trace-upload-status", className="help"),
             html.Div(id="trace-upload-msg", className="msg", role="alert"),

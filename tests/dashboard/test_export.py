@@ -88,3 +88,10 @@ def test_chrome_trace_of_a_large_trace_holds_its_first_ranks(small_trace):
     assert len(xs) == per_rank[0] + per_rank[1] and {e["pid"] for e in xs} == {0, 1}
     assert "ranks 0-1 of 4" in chrome["otherData"]["ranks"]
     assert export.chrome_ranks(small_trace, 1) == 1     # at least one rank
+
+
+def test_the_downloaded_archive_uploads_back(small_trace):
+    raw = export.trace_archive(small_trace)
+    back = export.parse_trace_upload("data:application/zip;base64," + base64.b64encode(raw).decode(),
+                                     "run.trace.npz", 50 * 2**20)
+    assert back.spans == small_trace.spans and back.config == small_trace.config
