@@ -15,7 +15,11 @@ validate it:
   on a GPU the compute is timed on its own stream, not until NCCL's is done too);
 - concurrency: the same block computed by k processes at once (k = 1, 2, ...), each
   with a rank's thread count: how much slower compute runs when ranks share the host's
-  cores and memory (CPU only; on GPUs each rank has its own device).
+  cores and memory (CPU only; on GPUs each rank has its own device);
+- collective: the collectives the all-gather and Ulysses schemes run (all_gather,
+  reduce_scatter, all_to_all, the list forms their kernels call), over shard sizes and
+  world sizes, each timed from a barrier to the slowest rank's completion: the input of
+  the alpha-beta fit of each collective (sim.calibrate.calibrate_collectives).
 
 Results are written to FILE as each completes (atomically), so an interrupted run
 keeps what it measured; `--resume` measures only what FILE lacks, `--force` starts
@@ -42,7 +46,12 @@ The JSON file (format "ringsim-hw-bench", version 1):
                        "median_alone_s", "median_with_s", "slowdown": with / alone}],
      "concurrency": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads", "kv_heads",
                       "head_dim", "q_tokens", "kv_tokens", "mask", "flops",
-                      "threads_per_rank", "time_s": [samples of every process], "median_s"}]}
+                      "threads_per_rank", "time_s": [samples of every process], "median_s"}],
+     "collective": [{"op": "allgather"|"reducescatter"|"alltoall", "world": ranks,
+                     "shard_bytes": a rank's piece (all-gather input, reduce-scatter output,
+                     all-to-all piece for one peer), "sent_bytes": what each rank sends,
+                     (world - 1) x shard_bytes, "time_s": [samples, each the slowest rank's],
+                     "median_s", "gbps": sent_bytes / median_s / 1e9}]}
 
 Times are seconds (CUDA events on GPU, perf_counter on CPU); samples follow `warmup`
 untimed calls. Every entry also has "load_avg_1m", the host's 1-minute load average when
@@ -66,15 +75,18 @@ from sim.trace import read_json, write_json
 
 FORMAT = "ringsim-hw-bench"
 VERSION = 1
-PARTS = ("compute", "transfer", "interference", "concurrency")
+PARTS = ("compute", "transfer", "interference", "concurrency", "collective")
+COLLECTIVES = ("allgather", "reducescatter", "alltoall")
 
 QUICK = dict(dtypes="fp32", heads="4", head_dims="64", blocks="128,256,512", masks="full,diagonal",
              kinds="fwd", sizes="64K,1M", interference_blocks="512", interference_sizes="1M",
-             concurrency="1,2", samples=3, warmup=1)
+             concurrency="1,2", collectives="allgather,reducescatter,alltoall", collective_worlds="2,3",
+             collective_sizes="64K,1M", samples=3, warmup=1)
 FULL = dict(dtypes="fp32,bf16", heads="8", head_dims="64", blocks="256,512,1024,2048,4096",
             masks="full,diagonal", kinds="fwd,bwd", sizes="64K,256K,1M,4M,16M,64M",
             interference_blocks="1024,2048", interference_sizes="kv,8M", concurrency="1,2,3,4",
-            samples=5, warmup=2)
+            collectives="allgather,reducescatter,alltoall", collective_worlds="2,3,4",
+            collective_sizes="64K,256K,1M,4M", samples=5, warmup=2)
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -82,7 +94,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="overwrite FILE and start over")
     p.add_argument("--resume", action="store_true", help="keep FILE's results and measure the rest")
     p.add_argument("--quick", action="store_true", help="a small grid (seconds, for a smoke test)")
-    p.add_argument("--parts", default=",".join(PARTS), help="comma list of compute,transfer,interference (default all)")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {','.join(PARTS)} (default all)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="(default: cuda when available)")
     p.add_argument("--dtypes", default=None, help=f"comma list (default {FULL['dtypes']})")
     p.add_argument("--heads", default=None, help=f"query head counts, comma list (default {FULL['heads']})")
@@ -101,6 +113,12 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                         f"(default {FULL['interference_sizes']})")
     p.add_argument("--concurrency", default=None,
                    help=f"process counts computing at once, comma list (default {FULL['concurrency']}; CPU only)")
+    p.add_argument("--collectives", default=None,
+                   help=f"collectives of the collective part, comma list (default {FULL['collectives']})")
+    p.add_argument("--collective-worlds", default=None,
+                   help=f"world sizes of the collective part, comma list (default {FULL['collective_worlds']})")
+    p.add_argument("--collective-sizes", default=None,
+                   help=f"shard sizes of the collective part, bytes (default {FULL['collective_sizes']})")
     p.add_argument("--samples", type=int, default=None, help=f"timed calls per entry (default {FULL['samples']})")
     p.add_argument("--warmup", type=int, default=None, help=f"untimed calls first (default {FULL['warmup']})")
     p.add_argument("--threads", type=int, default=None,
@@ -158,14 +176,19 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
         "interference_sizes": _list(pick("interference_sizes"), "interference-sizes",
                                     lambda x: "kv" if x.lower() == "kv" else parse_bytes(x)),
         "concurrency": _list(pick("concurrency"), "concurrency", lambda x: _positive(int(x))),
+        "collectives": _list(pick("collectives"), "collectives"),
+        "collective_worlds": _list(pick("collective_worlds"), "collective-worlds", lambda x: _positive(int(x))),
+        "collective_sizes": _list(pick("collective_sizes"), "collective-sizes", parse_bytes),
         "samples": pick("samples"), "warmup": pick("warmup"), "batch": a.batch,
         "kv_heads": a.kv_heads, "quick": a.quick,
     }
     for name, allowed in (("parts", PARTS), ("dtypes", tuple(DTYPE_BYTES)), ("masks", ("full", "diagonal")),
-                          ("kinds", ("fwd", "bwd"))):
+                          ("kinds", ("fwd", "bwd")), ("collectives", COLLECTIVES)):
         bad = [x for x in plan[name] if x not in allowed]
         if bad:
             raise RingsimError(f"--{name}: {', '.join(map(str, bad))} not among {', '.join(allowed)}")
+    if "collective" in plan["parts"] and min(plan["collective_worlds"]) < 2:
+        raise RingsimError("--collective-worlds: a collective needs two ranks or more")
     if plan["samples"] <= 0 or plan["warmup"] < 0 or a.batch <= 0:
         raise RingsimError("--samples and --batch must be positive, --warmup non-negative")
     for h in plan["heads"]:
@@ -362,6 +385,8 @@ def _key(part: str, e: dict[str, Any]) -> tuple:
                                     "q_tokens", "kv_tokens", "mask"))
     if part == "transfer":
         return (e["bytes"], e["direction"])
+    if part == "collective":
+        return (e["op"], e["world"], e["shard_bytes"])
     if part == "concurrency":
         return tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
                                     "q_tokens", "mask"))
@@ -402,7 +427,7 @@ def _open_doc(a: argparse.Namespace, device_desc: dict[str, Any], plan: dict[str
         raise RingsimError(f"cannot write {path}: no directory {parent}")
     return {"format": FORMAT, "version": VERSION, "complete": False, "device": device_desc,
             "settings": {"samples": plan["samples"], "warmup": plan["warmup"], "quick": plan["quick"]},
-            "compute": [], "transfer": [], "interference": [], "concurrency": []}
+            **{part: [] for part in PARTS}}
 
 
 def _fmt(entry_part: str, e: dict[str, Any]) -> str:
@@ -413,6 +438,9 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
     if entry_part == "concurrency":
         return (f"concurrency {e['processes']} processes, {e['dtype']} {e['q_tokens']} tokens: "
                 f"{e['median_s'] * 1e3:.3f} ms per block")
+    if entry_part == "collective":
+        return (f"collective {e['op']} world {e['world']}, {e['shard_bytes']} B shard: "
+                f"{e['median_s'] * 1e3:.3f} ms, {e['gbps']:.3f} GB/s sent per rank")
     if entry_part == "transfer":
         return (f"transfer {e['direction']} {e['bytes']} B: {e['median_s'] * 1e3:.3f} ms, "
                 f"{e['gbps']:.3f} GB/s")
@@ -503,6 +531,72 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
     return times
 
 
+def _plan_collectives(plan: dict[str, Any], seen: dict[str, set]) -> dict[int, list[dict[str, Any]]]:
+    """The collective entries still to measure, by world size (one process group each)."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    if "collective" not in plan["parts"]:
+        return out
+    for world, op, shard in itertools.product(plan["collective_worlds"], plan["collectives"],
+                                              plan["collective_sizes"]):
+        shard = max(4, shard - shard % 4)          # whole fp32 elements: reduce-scatter adds them
+        e = {"op": op, "world": world, "shard_bytes": shard, "sent_bytes": (world - 1) * shard}
+        key = _key("collective", e)
+        if key not in seen["collective"]:
+            seen["collective"].add(key)
+            out.setdefault(world, []).append(e)
+    return out
+
+
+def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup: int, device_kind: str,
+                       threads: int) -> None:
+    """Every rank runs each collective; a sample is the slowest rank's time from a barrier."""
+    import torch
+    import torch.distributed as dist
+
+    if device_kind == "cuda":
+        from hw.runner import pick_device
+
+        device = pick_device("cuda", ctx.rank, ctx.world)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(threads)
+    n = ctx.world
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for e in entries:
+        elems = e["shard_bytes"] // 4
+        pieces = [torch.ones(elems, dtype=torch.float32, device=device) for _ in range(n)]
+        out = [torch.empty(elems, dtype=torch.float32, device=device) for _ in range(n)]
+        mine = torch.ones(elems, dtype=torch.float32, device=device)
+        if e["op"] == "allgather":
+            def op():
+                dist.all_gather(out, mine, group=ctx.group)
+        elif e["op"] == "reducescatter":
+            def op():
+                dist.reduce_scatter(mine, pieces, group=ctx.group)
+        else:
+            def op():
+                dist.all_to_all(out, pieces, group=ctx.group)
+        mine_times = []
+        for i in range(warmup + samples):
+            ctx.barrier()
+            t0 = time.perf_counter()
+            op()
+            sync()
+            if i >= warmup:
+                mine_times.append(time.perf_counter() - t0)
+        every: list[Any] = [None] * n
+        dist.all_gather_object(every, mine_times, group=ctx.control)
+        if ctx.rank == 0:
+            times = [max(ts) for ts in zip(*every)]
+            med = statistics.median(times)
+            ctx.report(("collective", {**e, "time_s": times, "median_s": med,
+                                       "gbps": e["sent_bytes"] / med / 1e9 if med > 0 else None}))
+
+
 def run_bench(a: argparse.Namespace) -> int:
     import torch
 
@@ -537,7 +631,15 @@ def run_bench(a: argparse.Namespace) -> int:
     save()
     compute_jobs, comm_jobs = _plan_jobs(plan, seen)
     conc_jobs = _plan_concurrency(plan, seen) if kind == "cpu" else []
-    total = len(compute_jobs) + len(comm_jobs) + len(conc_jobs)
+    coll_jobs = _plan_collectives(plan, seen)
+    if kind == "cuda":
+        too_big = [w for w in coll_jobs if w > torch.cuda.device_count()]
+        if too_big:
+            print(f"collectives over {', '.join(map(str, too_big))} ranks need as many GPUs; skipped",
+                  file=sys.stderr)
+        coll_jobs = {w: es for w, es in coll_jobs.items() if w not in too_big}
+    total = (len(compute_jobs) + len(comm_jobs) + len(conc_jobs)
+             + sum(len(es) for es in coll_jobs.values()))
     count = 0
 
     def progress(part: str, entry: dict[str, Any]) -> None:
@@ -575,6 +677,13 @@ def run_bench(a: argparse.Namespace) -> int:
             times = [t for ts in per_rank for t in ts]
             progress("concurrency", {**e, "threads_per_rank": threads, "time_s": times,
                                      "median_s": statistics.median(times)})
+    for world, entries in sorted(coll_jobs.items()):
+        from hw.spawn import spawn
+
+        spawn(_collective_worker, world, args=(entries, plan["samples"], plan["warmup"], kind, threads),
+              backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
+    skipped = skipped or (kind == "cuda" and "collective" in plan["parts"]
+                          and any(w > torch.cuda.device_count() for w in plan["collective_worlds"]))
     doc["complete"] = count == total and not skipped
     save()
     print(f"{count} entries measured, {sum(len(doc[p]) for p in PARTS)} in {a.output}", file=sys.stderr)

@@ -9,6 +9,10 @@ fits the models of sim.profile:
   residuals of both are kept in the profile's report;
 - links: alpha-beta by least squares over message sizes, for one direction and for
   both directions at once; the ring uses the latter;
+- collectives (all-gather, reduce-scatter, all-to-all), per collective: alpha-beta
+  over shard sizes and world sizes, time = (world - 1) x alpha + bytes sent / bandwidth,
+  the time of the (world - 1) rounds the simulator plays (sim.topology), each a flow of
+  one shard; a collective that was not measured is played on the point-to-point fit;
 - contention: the slowdown of compute while a transfer is in flight (median time with a
   transfer / median alone) and, on CPUs, how much slower a block runs when k processes
   compute at once (median with k / median with one), or, when that was not measured,
@@ -24,7 +28,7 @@ import numpy as np
 
 from sim.contention import Contention
 from sim.errors import RingsimError
-from sim.profile import ComputeGroup, LinkFit, Profile
+from sim.profile import CollectiveFit, ComputeGroup, LinkFit, Profile
 
 
 def _median(x: Any, what: str) -> float:
@@ -122,11 +126,97 @@ def calibrate_link(records: list[dict[str, Any]]) -> tuple[dict[str, LinkFit], d
     return out, report
 
 
+COLLECTIVE_OPS = ("allgather", "reducescatter", "alltoall")
+
+
+def fit_rounds(rounds: list[float], sent: list[float], times: list[float]) -> tuple[float, float]:
+    """Least squares time = rounds x alpha + sent x beta with alpha, beta >= 0 (the
+    two-variable non-negative least squares: the free solution, else the best one-
+    variable fit on the boundary); returns (alpha, beta)."""
+    x = np.column_stack([np.asarray(rounds, float), np.asarray(sent, float)])
+    y = np.asarray(times, float)
+    candidates = []
+    if len(y) >= 2 and np.linalg.matrix_rank(x) == 2:
+        coef = np.linalg.lstsq(x, y, rcond=None)[0]
+        if (coef >= 0).all():
+            candidates.append((float(coef[0]), float(coef[1])))
+    for j in (0, 1):
+        col = x[:, j]
+        c = max(0.0, float(col @ y) / float(col @ col)) if col @ col > 0 else 0.0
+        candidates.append((c, 0.0) if j == 0 else (0.0, c))
+    return min(candidates, key=lambda ab: float(np.sum((x @ np.array(ab) - y) ** 2)))
+
+
+def calibrate_collectives(records: list[dict[str, Any]]) -> tuple[dict[str, CollectiveFit], dict]:
+    """Per collective: the per-round latency and bandwidth of its flows over every world
+    size, and a fit at each world size measured at two sizes or more."""
+    out, report = {}, {}
+    for op in COLLECTIVE_OPS:
+        pts = [r for r in records if r["op"] == op]
+        if not pts:
+            continue
+        if len({r["sent_bytes"] for r in pts}) < 2:
+            report[op] = {"points": len(pts), "skipped": "needs two sizes or more"}
+            continue
+        rounds = [r["world"] - 1 for r in pts]
+        alpha, beta = fit_rounds(rounds, [r["sent_bytes"] for r in pts], [r["time_s"] for r in pts])
+        if beta <= 0:
+            report[op] = {"points": len(pts), "skipped": "times do not grow with size"}
+            continue
+        by_world: dict[int, LinkFit] = {}
+        errors: dict[int, dict[str, list[float]]] = {}
+        for world in sorted({r["world"] for r in pts}):
+            mine = [r for r in pts if r["world"] == world]
+            err = errors.setdefault(world, {"rounds": [], "world": []})
+            err["rounds"] = [_rel((world - 1) * alpha + r["sent_bytes"] * beta, r["time_s"]) for r in mine]
+            if len({r["sent_bytes"] for r in mine}) < 2:
+                continue
+            try:
+                a, b = fit_line([r["sent_bytes"] for r in mine], [r["time_s"] for r in mine])
+            except RingsimError:
+                continue
+            by_world[world] = LinkFit(a / (world - 1), 1.0 / b)
+            err["world"] = [_rel(a + r["sent_bytes"] * b, r["time_s"]) for r in mine]
+        out[op] = CollectiveFit(LinkFit(alpha, 1.0 / beta), by_world)
+        report[op] = {"latency_per_round_s": alpha, "bandwidth_bytes_per_s": 1.0 / beta, "points": len(pts),
+                      "worlds": sorted(errors),
+                      "residuals": _stats([e for es in errors.values() for e in es["rounds"]]),
+                      "residuals_by_world": {str(w): _stats(es["rounds"]) for w, es in errors.items()},
+                      "by_world": {str(w): {"latency_per_round_s": f.latency_s,
+                                            "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
+                                            "residuals": _stats(errors[w]["world"])}
+                                   for w, f in by_world.items()}}
+    return out, report
+
+
 def _records(bench: dict[str, Any], part: str) -> list[dict[str, Any]]:
     raw = bench.get(part, [])
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
         raise RingsimError(f"bench: {part} must be a list of objects")
     return raw
+
+
+def merge_benches(benches: list[tuple[Any, str]]) -> dict[str, Any]:
+    """One bench document from several (`ringsim hw bench --parts ...` run apart) measured
+    on one device: their entries, part by part."""
+    first, first_src = benches[0]
+    for doc, src in benches:
+        if not isinstance(doc, dict) or doc.get("format") != "ringsim-hw-bench":
+            raise RingsimError(f"{src or 'input'}: not a `ringsim hw bench` result")
+    if len(benches) == 1:
+        return first
+    name = (first.get("device") or {}).get("name")
+    merged = dict(first)
+    for doc, src in benches[1:]:
+        other = (doc.get("device") or {}).get("name")
+        if other != name:
+            raise RingsimError(f"{src} was measured on {other!r}, {first_src} on {name!r}: "
+                               "calibrate one device at a time")
+        for part in ("compute", "transfer", "interference", "concurrency", "collective"):
+            extra = doc.get(part, [])
+            if extra:
+                merged[part] = list(merged.get(part, [])) + list(extra)
+    return merged
 
 
 def calibrate(bench: Any, source: str = "") -> Profile:
@@ -182,12 +272,23 @@ def calibrate(bench: Any, source: str = "") -> Profile:
         alone = statistics.median(by_k[1.0])
         if alone > 0:
             concurrency = tuple(sorted((k, statistics.median(ts) / alone) for k, ts in by_k.items()))
+    collective = []
+    for i, r in enumerate(_records(bench, "collective")):
+        world = r.get("world")
+        if r.get("op") not in COLLECTIVE_OPS or isinstance(world, bool) or not isinstance(world, int) or world < 2:
+            raise RingsimError(f"bench: collective entry {i} needs an op among {', '.join(COLLECTIVE_OPS)} "
+                               "and a world of two ranks or more")
+        collective.append({"op": r["op"], "world": world,
+                           "sent_bytes": _median(r.get("sent_bytes"), f"collective entry {i} sent_bytes"),
+                           "time_s": _median(r.get("time_s", r.get("median_s")), f"collective entry {i} time_s")})
+    collectives, collective_report = calibrate_collectives(collective)
     contention = Contention(slowdown_in_flight=max(1.0, measured_slowdown or 1.0), compute_slots=slots,
                             concurrency=concurrency)
     report = {"compute": compute_report, "link": link_report, "link_used": "both_ways" if "both_ways" in links else "one_way",
               "interference": {"measured_slowdowns": slowdowns, "median_slowdown": measured_slowdown,
                                "used": contention.slowdown_in_flight},
               "compute_slots": slots,
-              "concurrency_slowdown": [list(p) for p in concurrency] if concurrency else None}
+              "concurrency_slowdown": [list(p) for p in concurrency] if concurrency else None,
+              "collectives": collective_report}
     measured_on = {"device": device.get("name", "unknown"), **{k: v for k, v in device.items() if k != "name"}}
-    return Profile(model, groups, link, contention, measured_on, report, source)
+    return Profile(model, groups, link, contention, measured_on, report, source, collectives)

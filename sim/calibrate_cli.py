@@ -14,7 +14,8 @@ from sim.trace import read_json
 
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="fit a hardware profile to `ringsim hw bench` results")
-    p.add_argument("bench", metavar="BENCH.json", help="output of `ringsim hw bench`")
+    p.add_argument("bench", metavar="BENCH.json", nargs="+",
+                   help="output of `ringsim hw bench` (several files of one device are merged)")
     p.add_argument("-o", "--output", required=True, metavar="PROFILE.json", help="the profile to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
@@ -22,9 +23,10 @@ def register(sub) -> None:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
-    from sim.calibrate import calibrate
+    from sim.calibrate import calibrate, merge_benches
 
-    profile = calibrate(read_json(a.bench, what="bench results"), a.bench)
+    bench = merge_benches([(read_json(path, what="bench results"), path) for path in a.bench])
+    profile = calibrate(bench, ", ".join(a.bench))
     profile.save(a.output, overwrite=a.force)
     r = profile.report
     if a.json:
@@ -48,6 +50,17 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     ms = inter["median_slowdown"]
     print(f"interference: compute {'-' if ms is None else f'{ms:.3f}x'} slower while a transfer is in flight"
           f" (model uses {inter['used']:.3f}x)")
+    for op, c in (r.get("collectives") or {}).items():
+        if "skipped" in c:
+            print(f"collective {op:13}: not fitted ({c['skipped']})")
+            continue
+        by_world = ", ".join(f"ws{w} {e.get('median_abs_rel', 0):.1%}" for w, e in c["residuals_by_world"].items())
+        print(f"collective {op:13}: {c['latency_per_round_s'] * 1e6:.1f} us per round, "
+              f"{c['bandwidth_bytes_per_s'] / 1e9:.3f} GB/s; residual median by world size: {by_world}")
+        for w, f in c["by_world"].items():
+            print(f"  at ws{w}: {f['latency_per_round_s'] * 1e6:.1f} us per round, "
+                  f"{f['bandwidth_bytes_per_s'] / 1e9:.3f} GB/s, residual median "
+                  f"{f['residuals'].get('median_abs_rel', 0):.1%}")
     conc = r.get("concurrency_slowdown")
     if conc:
         print("ranks computing at once: " + ", ".join(f"{k:g} -> {f:.2f}x slower" for k, f in conc))

@@ -34,6 +34,7 @@ from sim.contention import Contention, Sharing
 from sim.schedule import EMPTY, KINDS, MASKS, Schedule
 
 _KIND_NAMES = np.array(KINDS)      # fixed-width strings: compared in C, not per object
+FIRST_COLLECTIVE = KINDS.index("ag")
 _MASK_NAMES = np.array(MASKS)
 
 
@@ -75,6 +76,15 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
             dur[xfer] = hardware.transfer_times_s(nbytes, src, dst)
         else:
             dur[xfer] = _per_distinct(hardware.transfer_time_s, [nbytes, src, dst])
+        # a calibrated profile times the flows of collectives on their own fits
+        coll = schedule.kind[xfer] >= FIRST_COLLECTIVE
+        if coll.any() and hasattr(hardware, "collective_times_s"):
+            ids = xfer[coll]
+            # a collective's rounds share one step: its group is 1 + the flows a rank sends in it
+            key = np.stack([schedule.kind[ids], schedule.rank[ids], schedule.step[ids]])
+            _, inverse, counts = np.unique(key, axis=1, return_inverse=True, return_counts=True)
+            dur[ids] = hardware.collective_times_s(_KIND_NAMES[schedule.kind[ids]], schedule.nbytes[ids],
+                                                   dur[ids], group=counts[inverse.ravel()] + 1)
     return dur
 
 

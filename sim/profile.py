@@ -11,7 +11,10 @@ whichever predicted held-out points better at calibration (recorded with residua
 A group that was not measured falls back, in order: backward to forward (backward
 FLOPs are 2.5x, so the rate carries over), diagonal to full; a dtype that was not
 measured is an error. Links: alpha-beta fitted for transfers in both directions at
-once (what a ring does: every rank sends and receives together).
+once (what a ring does: every rank sends and receives together). Collectives: per
+collective (all-gather, reduce-scatter, all-to-all) a latency per round and a bandwidth,
+which time each flow of the rounds the simulator plays (sim.topology); a collective the
+profile did not measure is played on the point-to-point link.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from sim.contention import Contention
 from sim.errors import RingsimError
 from sim.trace import read_json, write_json
@@ -28,6 +33,8 @@ from sim.trace import read_json, write_json
 FORMAT = "ringsim-profile"
 VERSION = 1
 MAX_PROFILE_BYTES = 16 * 1024 * 1024
+SIM_COLLECTIVES = {"ag": "allgather", "rs": "reducescatter", "a2a": "alltoall"}
+"""The simulator's collective operation kinds and the collectives that measure them."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,23 @@ class LinkFit:
 
 
 @dataclass(frozen=True)
+class CollectiveFit:
+    """One collective's flows: `rounds` fitted over every world size (time = rounds x
+    latency + bytes sent / bandwidth), `by_world` fitted at each measured world size
+    (time = latency + bytes sent / bandwidth, shared out over its rounds)."""
+
+    rounds: LinkFit
+    by_world: dict[int, LinkFit] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"latency_per_round_s": self.rounds.latency_s,
+                "bandwidth_bytes_per_s": self.rounds.bandwidth_bytes_per_s,
+                "by_world": {str(w): {"latency_per_round_s": f.latency_s,
+                                      "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s}
+                             for w, f in sorted(self.by_world.items())}}
+
+
+@dataclass(frozen=True)
 class Profile:
     compute_model: str
     """'table' or 'fit'."""
@@ -77,6 +101,8 @@ class Profile:
     report: dict[str, Any] = field(default_factory=dict)
     """Residuals and fitted values as calibration found them (for the record)."""
     source: str = ""
+    collectives: dict[str, CollectiveFit] = field(default_factory=dict)
+    """Per collective ('allgather', 'reducescatter', 'alltoall'): the fits of its flows."""
 
     def _group(self, dtype: str, mask: str, kind: str) -> ComputeGroup:
         for key in ((dtype, mask, kind), (dtype, mask, "fwd"), (dtype, "full", kind),
@@ -95,6 +121,24 @@ class Profile:
     def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
         return self.link.time_s(nbytes)
 
+    def collective_times_s(self, kind: np.ndarray, nbytes: np.ndarray, default: np.ndarray, *,
+                           group: np.ndarray | None = None) -> np.ndarray:
+        """The time of each collective flow (`kind`: names 'ag', 'rs', 'a2a'; `group`: the
+        ranks of its collective): the fit of that world size where one was measured, else
+        the fit over every world size; `default` where the collective was not measured."""
+        out = np.array(default, dtype=np.float64)
+        group = np.zeros(len(out), dtype=np.int64) if group is None else np.asarray(group)
+        for name, op in SIM_COLLECTIVES.items():
+            fit = self.collectives.get(op)
+            sel = kind == name
+            if fit is None or not sel.any():
+                continue
+            out[sel] = fit.rounds.time_s(nbytes[sel])
+            for world, per_world in fit.by_world.items():
+                at = sel & (group == world)
+                out[at] = per_world.time_s(nbytes[at])
+        return out
+
     def rate_flops(self, dtype: str) -> float:
         """Achieved FLOP/s on full blocks (the slope of the fit)."""
         return self._group(dtype, "full", "fwd").flops_per_s
@@ -107,6 +151,7 @@ class Profile:
                 "contention": {"slowdown_in_flight": self.contention.slowdown_in_flight,
                                "compute_slots": self.contention.compute_slots,
                                "concurrency": self.contention.concurrency},
+                "collectives": {op: f.to_dict() for op, f in self.collectives.items()},
                 "measured_on": self.measured_on}
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,6 +168,7 @@ class Profile:
                            "compute_slots": self.contention.compute_slots,
                            "concurrency": ([list(p) for p in self.contention.concurrency]
                                            if self.contention.concurrency else None)},
+            "collectives": {op: f.to_dict() for op, f in self.collectives.items()},
             "report": self.report,
         }
 
@@ -186,9 +232,29 @@ def profile_from_dict(d: Any, source: str = "") -> Profile:
         slowdown_in_flight=max(1.0, _num(cont.get("slowdown_in_flight", 1.0), "slowdown_in_flight", positive=True)),
         compute_slots=None if slots is None else _num(slots, "compute_slots", positive=True),
         concurrency=conc)
+    raw_coll = d.get("collectives", {})
+    raw_coll = {} if raw_coll is None else raw_coll
+    if not isinstance(raw_coll, dict):
+        raise RingsimError("profile: collectives must be an object")
+    collectives = {}
+    for op, fit in raw_coll.items():
+        if op not in SIM_COLLECTIVES.values() or not isinstance(fit, dict):
+            raise RingsimError(f"profile: unknown collective {op!r} (known: {', '.join(SIM_COLLECTIVES.values())})")
+        by_world = fit.get("by_world") or {}
+        if not isinstance(by_world, dict) or not all(isinstance(f, dict) for f in by_world.values()):
+            raise RingsimError(f"profile: collective {op} by_world must map world sizes to fits")
+        worlds = {}
+        for w, f in by_world.items():
+            if not str(w).isdigit() or int(w) < 2:
+                raise RingsimError(f"profile: collective {op} has a bad world size {w!r}")
+            worlds[int(w)] = LinkFit(_num(f.get("latency_per_round_s"), f"{op} latency_per_round_s"),
+                                     _num(f.get("bandwidth_bytes_per_s"), f"{op} bandwidth", positive=True))
+        collectives[op] = CollectiveFit(
+            LinkFit(_num(fit.get("latency_per_round_s"), f"{op} latency_per_round_s"),
+                    _num(fit.get("bandwidth_bytes_per_s"), f"{op} bandwidth", positive=True)), worlds)
     measured_on = d.get("measured_on") if isinstance(d.get("measured_on"), dict) else {}
     report = d.get("report") if isinstance(d.get("report"), dict) else {}
-    return Profile(comp["model"], groups, lf, contention, measured_on, report, source)
+    return Profile(comp["model"], groups, lf, contention, measured_on, report, source, collectives)
 
 
 def load_profile(path: str | os.PathLike) -> Profile:

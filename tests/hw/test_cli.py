@@ -60,7 +60,8 @@ def test_user_mistakes_are_one_line_errors(capsys, argv, match):
 def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
     path = tmp_path / "bench.json"
     argv = ["hw", "bench", "--quick", "--blocks", "16,32", "--sizes", "1K", "--interference-blocks",
-            "32", "--interference-sizes", "kv", "--samples", "2", "-o", str(path)]
+            "32", "--interference-sizes", "kv", "--samples", "2", "-o", str(path),
+            "--parts", "compute,transfer,interference,concurrency"]
     code, _, err = run(capsys, *argv)
     assert code == 0, err
     d = read_json(path)
