@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -24,6 +23,7 @@ import torch
 
 from sim.config import BWD_FLOPS_FACTOR
 from sim.errors import RingsimError
+from sim.host import cpu_model
 from sim.memory import peak_memory_bytes
 from sim.record import wait_pieces
 from sim.trace import KIND_NAMES, STREAMS, Span, SpanTable, Trace
@@ -117,17 +117,6 @@ def make_rank_inputs(cfg: RunConfig, rank: int, device: torch.device | str = "cp
     without making the rest of the sequence."""
     tokens = token_index(cfg.layout, cfg.workload.seq, cfg.world_size)[rank]
     return _tensors(cfg, tokens, device)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def gpu_for_rank(local_rank: int, local_world: int, device_count: int) -> int:

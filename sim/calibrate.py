@@ -105,8 +105,9 @@ def calibrate_compute(records: list[dict[str, Any]]) -> tuple[dict, str, dict]:
     table_m = statistics.median(all_table) if all_table else float("inf")
     # ties (within 0.1 point) go to the line: two parameters, and it extrapolates
     model = "table" if table_m + 1e-3 < line_m else "fit"
-    report["chosen"] = {"model": model, "held_out_median_abs_rel_fit": line_m,
-                        "held_out_median_abs_rel_table": table_m}
+    # None where no group had the three points a held-out error needs
+    report["chosen"] = {"model": model, "held_out_median_abs_rel_fit": line_m if all_line else None,
+                        "held_out_median_abs_rel_table": table_m if all_table else None}
     return groups, model, report
 
 

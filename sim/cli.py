@@ -1,10 +1,9 @@
 """The `ringsim` command line.
 
-Subcommands: simulate, compare (this module), calibrate (sim.calibrate_cli), sweep
-(sim.sweep_cli), plan (sim.plan_cli), and those
-other packages register through the `ringsim.commands` entry point group (pyproject.toml):
-hw and validate (the real kernel, hw.cli and hw.validate_cli), dashboard (the browser
-app). The simulator imports neither package. A user's mistake is a `RingsimError`:
+Subcommands: simulate, compare (this module), sweep (sim.sweep_cli), plan
+(sim.plan_cli), and those other packages register through the `ringsim.commands`
+entry point group (pyproject.toml): hw, calibrate and validate (beside the real kernel:
+hw.cli, hw.calibrate_cli, hw.validate_cli), dashboard (the browser app). The simulator imports neither package. A user's mistake is a `RingsimError`:
 printed as one line on stderr, exit status 2.
 """
 
@@ -150,8 +149,16 @@ def profile_from_args(a: argparse.Namespace):
     """The calibrated profile named by --profile, or None for the presets."""
     if not getattr(a, "profile", None):
         return None
+    from sim.host import mismatch_line, this_host
     from sim.profile import load_profile
-    return load_profile(a.profile)
+
+    profile = load_profile(a.profile)
+    if profile.measured_on.get("kind", "cpu") == "cpu":
+        # a CPU profile predicts a host like the one it was measured on: most often this one
+        line = mismatch_line(profile.measured_on, this_host(), a.profile)
+        if line:
+            print(line, file=sys.stderr)
+    return profile
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -328,9 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "makespan, exposed communication, bytes and memory per GPU, and what bounds each")
     cp.add_argument("--json", action="store_true", help="print one JSON object")
     cp.set_defaults(func=cmd_compare)
-    from sim import calibrate_cli, plan_cli, sweep_cli
+    from sim import plan_cli, sweep_cli
 
-    calibrate_cli.register(sub)
     sweep_cli.register(sub)
     plan_cli.register(sub)
     for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):

@@ -1,0 +1,210 @@
+"""`ringsim calibrate`: a hardware profile from measurements, and a check that one still
+holds.
+
+Three modes:
+- `ringsim calibrate BENCH.json... -o PROFILE`: fit the microbenchmarks of `ringsim hw
+  bench` (sim.calibrate);
+- `ringsim calibrate --from-traces TRACE... -o PROFILE [--holdout TRACE...] [--compare
+  PROFILE]`: fit measured ring traces (sim.calibrate_traces), then predict held-out runs
+  with it and with another profile, side by side;
+- `ringsim calibrate --check PROFILE`: a probe of under a minute that runs the real kernel
+  here and says whether the profile still predicts this host within 10% (hw.check);
+  exit status 1 when it does not.
+
+It lives beside the kernel because `--check` runs it; `ringsim validate` is the long form
+of the check (hw.validate_cli).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from sim.errors import RingsimError
+from sim.trace import read_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit a hardware profile to `ringsim hw bench` results or measured "
+                                         "traces, or check one against this host")
+    p.add_argument("bench", metavar="BENCH.json", nargs="*",
+                   help="output of `ringsim hw bench` (several files of one device are merged)")
+    p.add_argument("-o", "--output", metavar="PROFILE.json", help="the profile to write")
+    p.add_argument("--from-traces", nargs="+", metavar="TRACE", default=None,
+                   help="fit measured ring traces (`ringsim hw run --trace`) instead of microbenchmarks")
+    p.add_argument("--holdout", nargs="+", metavar="TRACE", default=None,
+                   help="with --from-traces: measured runs kept out of the fit, predicted to validate it")
+    p.add_argument("--compare", metavar="PROFILE.json", default=None,
+                   help="with --holdout: also predict the held-out runs with this profile (e.g. from microbenchmarks)")
+    p.add_argument("--check", metavar="PROFILE.json", default=None,
+                   help="run a short probe here and say whether PROFILE still predicts this host")
+    p.add_argument("--tolerance", type=float, default=0.10,
+                   help="with --check: the largest |makespan error| that passes (default 0.10)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing profile")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    modes = [m for m, on in (("BENCH.json", bool(a.bench)), ("--from-traces", a.from_traces is not None),
+                             ("--check", a.check is not None)) if on]
+    if len(modes) != 1:
+        raise RingsimError("calibrate needs one of BENCH.json..., --from-traces TRACE... or --check PROFILE"
+                           + (f" (got {' and '.join(modes)})" if modes else ""))
+    if (a.holdout or a.compare) and a.from_traces is None:
+        raise RingsimError("--holdout and --compare go with --from-traces")
+    if a.compare and not a.holdout:
+        raise RingsimError("--compare needs --holdout: the runs to predict")
+    if a.check is not None:
+        return cmd_check(a)
+    if not a.output:
+        raise RingsimError("calibrate needs -o PROFILE.json: where to write the profile")
+    if a.from_traces is not None:
+        return cmd_from_traces(a)
+    return cmd_bench(a)
+
+
+def _load_traces(paths: list[str]) -> list:
+    from sim.trace import Trace
+
+    return [(Trace.load(p), p) for p in paths]
+
+
+def cmd_from_traces(a: argparse.Namespace) -> int:
+    from sim.calibrate_traces import calibrate_from_traces, holdout
+    from sim.profile import load_profile
+
+    if os.path.exists(a.output) and not a.force:
+        raise RingsimError(f"{a.output} exists; pass --force to overwrite it")
+    fit_on = _load_traces(a.from_traces)
+    held = _load_traces(a.holdout) if a.holdout else []
+    overlap = {p for _, p in fit_on} & {p for _, p in held}
+    if overlap:
+        raise RingsimError(f"{sorted(overlap)[0]} is both fitted and held out: keep held-out runs apart")
+    compare = load_profile(a.compare) if a.compare else None
+    profile = calibrate_from_traces(fit_on, ", ".join(a.from_traces))
+    result = None
+    if held:
+        profiles = {"traces": profile}
+        if compare is not None:
+            profiles["compare"] = compare
+        result = holdout(held, profiles)
+        profile.report["holdout"] = {**result, "compare_profile": a.compare}
+    profile.save(a.output, overwrite=a.force)
+    if a.json:
+        print(json.dumps(profile.report, indent=2))
+        return 0
+    r = profile.report
+    print(f"profile for {profile.measured_on.get('device', '?')} from {len(fit_on)} measured traces "
+          f"({len(r['cases'])} cases) written to {a.output}")
+    _print_fits(r)
+    if result is None:
+        print("no held-out runs (--holdout): the fit is not validated")
+        return 0
+    names = list(result["summary"])
+    head = f"{'held-out case':42} {'measured':>10}" + "".join(f" {n:>22}" for n in names)
+    print(head)
+    for row in result["cases"]:
+        cells = "".join(f" {row[n]['predicted_s'] * 1e3:9.1f} ms ({row[n]['error']:+6.1%})" for n in names)
+        print(f"{row['key']:42} {row['measured_s'] * 1e3:7.1f} ms{cells}")
+    for n in names:
+        s = result["summary"][n]
+        label = "from these traces" if n == "traces" else f"from {a.compare}"
+        step = s["step_median_abs_error"]
+        print(f"{label}: median |makespan error| {s['median_abs_rel']:.1%}, worst {s['max_abs_rel']:.1%}, "
+              f"{s['within_10pct']} of {s['n']} within 10%, per-step median "
+              f"{'-' if step is None else f'{step:.1%}'}")
+    if len(names) > 1:
+        print(f"predicts the held-out runs better: {'these traces' if result['better'] == 'traces' else a.compare}")
+    return 0
+
+
+def cmd_check(a: argparse.Namespace) -> int:
+    from hw.check import check
+    from sim.profile import load_profile
+
+    if not 0 < a.tolerance < 1:
+        raise RingsimError("--tolerance must lie between 0 and 1")
+    profile = load_profile(a.check)
+
+    def show(row) -> None:
+        if not a.json:
+            print(f"  {row['key']:34} measured {row['measured_s'] * 1e3:7.1f} ms, predicted "
+                  f"{row['predicted_s'] * 1e3:7.1f} ms ({row['error']:+.1%}); compute block "
+                  f"{row['compute_block_s']['error']:+.1%}, transfer {row['transfer_s']['error']:+.1%}",
+                  file=sys.stderr, flush=True)
+
+    result = check(profile, tolerance=a.tolerance, on_probe=show)
+    if a.json:
+        print(json.dumps(result, indent=2))
+    else:
+        if result["host_differences"]:
+            print(f"measured on another host: {'; '.join(result['host_differences'])}")
+        verdict = "still predicts" if result["holds"] else "no longer predicts"
+        print(f"{a.check} {verdict} this host within {a.tolerance:.0%}: worst |makespan error| "
+              f"{result['worst_abs_error']:.1%}, median {result['median_abs_error']:.1%} "
+              f"({len(result['probes'])} probes, {result['wall_s']:.0f} s)")
+        cores = os.cpu_count() or 1
+        if result["load_avg_1m"] > 0.5 * cores + 1:
+            print(f"note: load average {result['load_avg_1m']:.1f} on {cores} cores: other processes shared "
+                  "this host during the probe, and its times include them")
+        if not result["holds"]:
+            print("recalibrate here: bench/calibrate_cpu.sh --force (or `ringsim hw bench` then "
+                  "`ringsim calibrate`)")
+    return 0 if result["holds"] else 1
+
+
+def _print_fits(r: dict) -> None:
+    chosen = r["compute"]["chosen"]
+    fit, tab = chosen["held_out_median_abs_rel_fit"], chosen["held_out_median_abs_rel_table"]
+    if fit is None:
+        print(f"compute model: {chosen['model']} (too few sizes per group for held-out errors)")
+    else:
+        print(f"compute model: {chosen['model']} (held-out median |error|: fit {fit:.1%}, table {tab:.1%})")
+    for key, g in r["compute"].items():
+        if key == "chosen":
+            continue
+        print(f"  {key:18} {g['points']:2} points  overhead {g['overhead_s'] * 1e6:8.1f} us  "
+              f"rate {g['flops_per_s'] / 1e9:7.2f} GFLOP/s  in-sample |err| median "
+              f"{g['in_sample_fit'].get('median_abs_rel', 0):.1%}")
+    for direction, l in r["link"].items():
+        print(f"link {direction:9}: latency {l['latency_s'] * 1e6:.1f} us, bandwidth "
+              f"{l['bandwidth_bytes_per_s'] / 1e9:.3f} GB/s, residual median "
+              f"{l['residuals'].get('median_abs_rel', 0):.1%}")
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from sim.calibrate import calibrate, merge_benches
+
+    bench = merge_benches([(read_json(path, what="bench results"), path) for path in a.bench])
+    profile = calibrate(bench, ", ".join(a.bench))
+    profile.save(a.output, overwrite=a.force)
+    r = profile.report
+    if a.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"profile for {profile.measured_on.get('device', '?')} written to {a.output}")
+    _print_fits(r)
+    inter = r["interference"]
+    ms = inter["median_slowdown"]
+    print(f"interference: compute {'-' if ms is None else f'{ms:.3f}x'} slower while a transfer is in flight"
+          f" (model uses {inter['used']:.3f}x)")
+    for op, c in (r.get("collectives") or {}).items():
+        if "skipped" in c:
+            print(f"collective {op:13}: not fitted ({c['skipped']})")
+            continue
+        by_world = ", ".join(f"ws{w} {e.get('median_abs_rel', 0):.1%}" for w, e in c["residuals_by_world"].items())
+        print(f"collective {op:13}: {c['latency_per_round_s'] * 1e6:.1f} us per round, "
+              f"{c['bandwidth_bytes_per_s'] / 1e9:.3f} GB/s; residual median by world size: {by_world}")
+        for w, f in c["by_world"].items():
+            print(f"  at ws{w}: {f['latency_per_round_s'] * 1e6:.1f} us per round, "
+                  f"{f['bandwidth_bytes_per_s'] / 1e9:.3f} GB/s, residual median "
+                  f"{f['residuals'].get('median_abs_rel', 0):.1%}")
+    conc = r.get("concurrency_slowdown")
+    if conc:
+        print("ranks computing at once: " + ", ".join(f"{k:g} -> {f:.2f}x slower" for k, f in conc))
+    else:
+        print(f"compute slots {r['compute_slots'] or 'unlimited'}")
+    return 0

@@ -1,0 +1,185 @@
+"""Calibration from measured runs: real ring traces in, a hardware profile out.
+
+The microbenchmark route (sim.calibrate) measures compute, links and contention apart
+and models how they interact. A measured ring trace already holds every block and every
+hop as it ran beside the others: each compute span is a block timed under the ring's
+own contention, each send span a hop from the moment both ends had posted it to its
+completion. This module fits the same profile models to those spans:
+
+- compute: each measured compute span is matched to the operation of its configuration's
+  schedule with the same rank, kind and step (the schedule gives its mask; the FLOPs
+  must agree, or the trace is refused as not of its configuration); the (FLOPs, seconds)
+  points per (dtype, mask, pass) go through the same table-or-line choice as
+  microbenchmarks (sim.calibrate.calibrate_compute);
+- link: alpha-beta over the send spans' bytes and durations (through the origin when
+  the traces hold a single size);
+- contention: none. The spans were timed under contention, so the model must not add it
+  again.
+
+`holdout` then predicts other measured runs (other sizes, layouts, world sizes: cases
+kept out of the fit) with this profile and, when given, with a microbenchmark profile,
+and reports the makespan error of each, so a person sees which route predicts better.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable
+
+import numpy as np
+
+from sim.calibrate import _stats, calibrate_compute, calibrate_link
+from sim.config import Scenario, Workload
+from sim.contention import Contention
+from sim.engine import simulate
+from sim.errors import RingsimError
+from sim.metrics import compute_metrics, step_durations
+from sim.profile import Profile
+from sim.schedule import KINDS, MASKS
+from sim.schemes import get as get_scheme
+from sim.trace import KIND_NAMES, Trace
+
+SCHEME_SETTINGS = ("ulysses_degree", "ring_degree", "placement", "head_groups")
+
+
+def scenario_from_config(config: dict[str, Any], hardware: Any = None) -> Scenario:
+    """The scenario a trace header describes (Scenario.describe() shape)."""
+    try:
+        w = dict(config["workload"])
+        w["pass_"] = w.pop("pass")
+        settings = {k: config[k] for k in SCHEME_SETTINGS if config.get(k) is not None}
+        extra = {} if hardware is None else {"hardware": hardware}
+        return Scenario(workload=Workload(**w), n_gpus=config["n_gpus"], scheme=config.get("scheme", "ring"),
+                        layout=config["layout"], overlap=config["overlap"], sync=config.get("sync", "step"),
+                        granularity=config.get("granularity", "exact"), tile=config.get("tile", 128),
+                        **settings, **extra)
+    except RingsimError as e:
+        raise RingsimError(f"the trace's configuration is not a valid scenario: {e}") from None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise RingsimError(f"the trace's header has no usable configuration (missing or bad {e})") from None
+
+
+def case_key(config: dict[str, Any]) -> str:
+    """scheme/layout/mask/world size/sequence/pass of a trace's configuration."""
+    w = config.get("workload", {})
+    return (f"{config.get('scheme', 'ring')}/{config.get('layout')}/{'causal' if w.get('causal') else 'full'}/"
+            f"ws{config.get('n_gpus')}/seq{w.get('seq')}/{w.get('pass')}")
+
+
+def _measured(trace: Trace, source: str) -> None:
+    if trace.source != "measured":
+        raise RingsimError(f"{source}: a {trace.source} trace; calibration needs measured runs "
+                           "(`ringsim hw run --trace`)")
+
+
+def compute_points(trace: Trace, source: str = "") -> list[dict[str, Any]]:
+    """(dtype, mask, kind, FLOPs, seconds) of every measured compute span of `trace`."""
+    _measured(trace, source)
+    scenario = scenario_from_config(trace.config)
+    sched = get_scheme(scenario.scheme).build_schedule(scenario)
+    comp = np.flatnonzero(~sched.is_transfer)
+    ops = {}
+    for i in comp.tolist():
+        ops.setdefault((int(sched.rank[i]), KINDS[sched.kind[i]], int(sched.step[i])), []).append(i)
+    c = trace.columns
+    out = []
+    seen: dict[tuple, int] = {}
+    for j in np.flatnonzero(c.stream == 0).tolist():
+        key = (int(c.rank[j]), KIND_NAMES[c.kind[j]], int(c.step[j]))
+        mine = ops.get(key)
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        if not mine or n >= len(mine):
+            raise RingsimError(f"{source}: compute span of rank {key[0]}, step {key[2]} ({key[1]}) is not in "
+                               f"the schedule of its configuration ({case_key(trace.config)})")
+        op = mine[n]
+        flops = float(c.flops[j])
+        if abs(flops - float(sched.flops[op])) > 1e-6 * max(1.0, flops):
+            raise RingsimError(f"{source}: compute span of rank {key[0]}, step {key[2]} does {flops:g} FLOPs, its "
+                               f"configuration's schedule {float(sched.flops[op]):g}: not a trace of that "
+                               "configuration")
+        if flops <= 0:
+            continue
+        out.append({"dtype": scenario.workload.dtype, "mask": MASKS[sched.mask[op]], "kind": key[1],
+                    "flops": flops, "time_s": float(c.end_s[j] - c.start_s[j])})
+    return out
+
+
+def transfer_points(trace: Trace) -> list[dict[str, Any]]:
+    c = trace.columns
+    send = np.flatnonzero((c.stream == 1) & (c.bytes > 0))
+    return [{"bytes": float(c.bytes[j]), "direction": "both_ways", "time_s": float(c.end_s[j] - c.start_s[j])}
+            for j in send.tolist()]
+
+
+def _measured_on(traces: list[Trace]) -> dict[str, Any]:
+    hw = traces[0].hardware
+    devices = {t.hardware.get("device") for t in traces}
+    if len(devices) > 1:
+        raise RingsimError(f"the traces come from several devices ({', '.join(sorted(map(str, devices)))}): "
+                           "calibrate one at a time")
+    out = {k: hw[k] for k in ("device", "torch", "backend", "threads_per_rank") if k in hw}
+    out["kind"] = "cuda" if hw.get("backend") == "nccl" else "cpu"
+    return out
+
+
+def calibrate_from_traces(traces: list[tuple[Trace, str]], source: str = "") -> Profile:
+    """A profile fitted to measured ring traces (module docstring)."""
+    if not traces:
+        raise RingsimError("--from-traces needs at least one measured trace")
+    compute, transfer, cases = [], [], {}
+    for trace, path in traces:
+        compute += compute_points(trace, path)
+        transfer += transfer_points(trace)
+        cases.setdefault(case_key(trace.config), []).append(path)
+    if len(transfer) < 2:
+        raise RingsimError("the traces hold fewer than two transfers: a link cannot be fitted "
+                           "(a world size of 2 or more is needed)")
+    groups, model, compute_report = calibrate_compute(compute)
+    links, link_report = calibrate_link(transfer)
+    report = {"route": "traces", "cases": {k: len(v) for k, v in sorted(cases.items())},
+              "compute": compute_report, "link": link_report, "link_used": "both_ways",
+              "contention": "none: the spans were timed under the ring's own contention"}
+    return Profile(model, groups, links["both_ways"], Contention(), _measured_on([t for t, _ in traces]),
+                   report, source)
+
+
+def holdout(traces: list[tuple[Trace, str]], profiles: dict[str, Any],
+            on_case: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every held-out case (its repeats grouped) predicted by each named profile: the
+    makespan error against the measured median and the median per-step error."""
+    by_case: dict[str, list[Trace]] = {}
+    for trace, path in traces:
+        _measured(trace, path)
+        by_case.setdefault(case_key(trace.config), []).append(trace)
+    rows = []
+    for key, runs in sorted(by_case.items()):
+        makespans = [compute_metrics(t).makespan_s for t in runs]
+        measured = statistics.median(makespans)
+        steps = [step_durations(t) for t in runs]
+        row: dict[str, Any] = {"key": key, "repeats": len(runs), "measured_s": measured,
+                               "measured_min_s": min(makespans), "measured_max_s": max(makespans)}
+        scenario = scenario_from_config(runs[0].config)
+        for name, profile in profiles.items():
+            sim = simulate(scenario, profile)
+            predicted = compute_metrics(sim).makespan_s
+            sim_steps = step_durations(sim)
+            errs = []
+            for k, d in sim_steps.items():
+                meas = [s[k] for s in steps if k in s]
+                if meas and statistics.median(meas) > 0:
+                    errs.append(abs(d - statistics.median(meas)) / statistics.median(meas))
+            row[name] = {"predicted_s": predicted, "error": (predicted - measured) / measured,
+                         "step_median_abs_error": statistics.median(errs) if errs else None}
+        rows.append(row)
+        if on_case:
+            on_case(row)
+    summary = {}
+    for name in profiles:
+        errs = [abs(r[name]["error"]) for r in rows]
+        steps = [r[name]["step_median_abs_error"] for r in rows if r[name]["step_median_abs_error"] is not None]
+        summary[name] = {**_stats(errs), "step_median_abs_error": statistics.median(steps) if steps else None,
+                         "within_10pct": sum(e <= 0.10 for e in errs)}
+    better = min(summary, key=lambda n: summary[n].get("median_abs_rel", float("inf"))) if rows else None
+    return {"cases": rows, "summary": summary, "better": better}
+

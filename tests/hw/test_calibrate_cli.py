@@ -1,0 +1,120 @@
+"""`ringsim calibrate`: its three modes, their refusals, and the check probe's verdict
+(the probe's kernel runs replaced by runs of a known model, so that the answer is known)."""
+
+import json
+
+import pytest
+
+import hw.launch
+from hw.check import PROBES, check
+from sim.cli import main
+from sim.engine import simulate
+from sim.config import Scenario
+from sim.trace import Trace
+from tests.sim.test_calibrate_traces import case, known_profile, measured
+
+
+@pytest.fixture
+def kernel_is(monkeypatch):
+    """Make the probe's kernel runs those of `profile`, three repeats each."""
+    def use(profile):
+        def run_configs(cfgs, on_done=None):
+            out = []
+            for cfg in cfgs:
+                sc = Scenario(workload=cfg.workload, n_gpus=cfg.world_size, layout=cfg.layout)
+                out.append((None, [measured(sc, profile) for _ in range(cfg.repeats)]))
+            return out
+        monkeypatch.setattr(hw.launch, "run_configs", run_configs)
+    return use
+
+
+def slower(factor):
+    from sim.calibrate import calibrate
+    from tests.sim.test_calibrate import bench
+
+    b = bench(slowdown=1.0)
+    b.update(device={"kind": "cpu", "name": "test cpu"}, concurrency=[])
+    for e in b["compute"]:
+        e["time_s"] = [factor * t for t in e["time_s"]]
+    return calibrate(b)
+
+
+def test_the_check_holds_for_the_hosts_own_model_and_fails_past_the_tolerance(kernel_is):
+    truth = known_profile()
+    kernel_is(truth)
+    r = check(truth)
+    assert r["holds"] and r["worst_abs_error"] == pytest.approx(0, abs=1e-12)
+    assert [p["key"] for p in r["probes"]] == [p.key for p in PROBES]
+    # the host is 25% slower at compute than the profile says
+    kernel_is(slower(1.25))
+    r = check(truth)
+    assert not r["holds"]
+    for row in r["probes"]:
+        assert row["compute_block_s"]["error"] == pytest.approx(1 / 1.25 - 1)
+        assert row["error"] < -0.10
+
+
+def test_check_cli_says_it_in_words_and_exit_status(kernel_is, tmp_path, capsys):
+    truth = known_profile()
+    path = tmp_path / "p.json"
+    truth.save(path)
+    kernel_is(truth)
+    assert main(["calibrate", "--check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{path} still predicts this host within 10%" in out
+    kernel_is(slower(1.25))
+    assert main(["calibrate", "--check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "no longer predicts" in out and "recalibrate here" in out
+    assert main(["calibrate", "--check", str(path), "--tolerance", "0.3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["holds"] is True
+
+
+def test_from_traces_writes_a_profile_and_compares_held_out_runs(tmp_path, capsys):
+    truth = known_profile()
+    fit, held = [], []
+    for seq in (2048, 4096):
+        p = tmp_path / f"fit{seq}.json"
+        measured(case(seq), truth).save(p)
+        fit.append(str(p))
+    for i in range(2):
+        p = tmp_path / f"held{i}.json"
+        measured(case(6144, "striped", 3), truth).save(p)
+        held.append(str(p))
+    other = tmp_path / "other.json"
+    slower(2.0).save(other)
+    out = tmp_path / "p.json"
+    argv = ["calibrate", "--from-traces", *fit, "--holdout", *held, "--compare", str(other), "-o", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "from these traces: median |makespan error| 0.0%" in text
+    assert "predicts the held-out runs better: these traces" in text
+    report = json.loads(out.read_text())["report"]
+    assert report["holdout"]["better"] == "traces" and len(report["holdout"]["cases"]) == 1
+    assert main(argv) == 2 and "exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,match", [
+    ([], "needs one of"),
+    (["b.json", "--check", "p.json"], "got BENCH.json and --check"),
+    (["--from-traces", "t.json"], "needs -o"),
+    (["--check", "p.json", "--holdout", "t.json"], "go with --from-traces"),
+    (["--from-traces", "t.json", "-o", "x.json", "--compare", "p.json"], "--compare needs --holdout"),
+    (["--from-traces", "t.json", "-o", "x.json", "--holdout", "t.json"], "both fitted and held out"),
+    (["--check", "p.json", "--tolerance", "2"], "--tolerance"),
+])
+def test_bad_combinations_get_one_line(argv, match, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    truth = known_profile()
+    truth.save(tmp_path / "p.json")
+    measured(case(2048), truth).save(tmp_path / "t.json")
+    assert main(["calibrate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1
+
+
+def test_saved_measured_traces_load_for_calibration(tmp_path):
+    p = tmp_path / "t.trace.npz"
+    measured(case(2048), known_profile()).save(p)
+    assert Trace.load(p).source == "measured"
+    assert simulate(case(2048), known_profile()).source == "simulated"

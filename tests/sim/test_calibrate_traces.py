@@ -1,0 +1,110 @@
+"""Calibration from measured ring traces: spans made by a known model give that model back,
+and held-out runs are predicted by each profile with the errors worked out by hand."""
+
+import json
+
+import pytest
+
+from sim.calibrate import calibrate
+from sim.calibrate_traces import calibrate_from_traces, case_key, compute_points, holdout, scenario_from_config
+from sim.config import Scenario, Workload
+from sim.engine import simulate
+from sim.errors import RingsimError
+from sim.metrics import compute_metrics
+from sim.trace import Trace
+from tests.sim.test_calibrate import LATENCY, BW, OVERHEAD, RATE, DIAG_RATE, bench
+
+
+def known_profile():
+    b = bench(slowdown=1.0)
+    b["device"]["kind"] = "cuda"          # no contention: every span is its model's time
+    b["concurrency"] = []
+    p = calibrate(b)
+    assert not p.contention.active
+    return p
+
+
+def measured(scenario: Scenario, profile) -> Trace:
+    """What the kernel would record if the hardware were exactly `profile`."""
+    t = simulate(scenario, profile)
+    return Trace("measured", t.world_size, t.columns, config=json.loads(json.dumps(t.config)),
+                 hardware={"kind": "measured", "device": "test device", "backend": "gloo", "torch": "2.13.0",
+                           "threads_per_rank": 1})
+
+
+def case(seq, layout="zigzag", n=2, causal=True):
+    return Scenario(workload=Workload(seq=seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=causal),
+                    n_gpus=n, layout=layout)
+
+
+def test_the_traces_of_a_known_model_give_it_back():
+    truth = known_profile()
+    runs = [(measured(case(s, layout, causal=causal), truth), f"{s}-{layout}")
+            for s in (2048, 4096) for layout, causal in (("zigzag", True), ("contiguous", False))]
+    p = calibrate_from_traces(runs)
+    full, diag = p.groups[("fp32", "full", "fwd")], p.groups[("fp32", "diagonal", "fwd")]
+    assert full.overhead_s == pytest.approx(OVERHEAD) and full.flops_per_s == pytest.approx(RATE)
+    assert diag.flops_per_s == pytest.approx(DIAG_RATE)
+    # two K/V sizes, 2 x 1024 and 2 x 2048 tokens x 8 heads x 64 x 4 bytes: alpha and beta
+    assert p.link.latency_s == pytest.approx(LATENCY) and p.link.bandwidth_bytes_per_s == pytest.approx(BW)
+    assert not p.contention.active
+    assert p.measured_on["device"] == "test device" and p.measured_on["kind"] == "cpu"
+    assert p.report["cases"] == {"ring/contiguous/full/ws2/seq2048/fwd": 1, "ring/contiguous/full/ws2/seq4096/fwd": 1,
+                                 "ring/zigzag/causal/ws2/seq2048/fwd": 1, "ring/zigzag/causal/ws2/seq4096/fwd": 1}
+
+
+def test_compute_points_take_the_mask_from_the_schedule():
+    pts = compute_points(measured(case(2048), known_profile()), "t")
+    # zigzag, 2 ranks, chunks of 512: step 0 holds two causal diagonals and one dense chunk
+    # pair, step 1 two dense chunk pairs (rank 0: chunk 3 against chunks 1 and 2)
+    assert sorted((p["mask"], p["flops"]) for p in pts) == sorted(
+        [("diagonal", 4 * 64 * 8 * (2 * 512 * 513 // 2 + 512 * 512))] * 2 + [("full", 4 * 64 * 8 * 2 * 512 * 512)] * 2)
+
+
+def test_held_out_runs_are_predicted_by_each_profile():
+    truth = known_profile()
+    fit_on = [(measured(case(s), truth), str(s)) for s in (2048, 4096)]
+    p = calibrate_from_traces(fit_on)
+    b = bench(slowdown=1.0)
+    b.update(device={"kind": "cuda", "name": "x"}, concurrency=[])
+    for e in b["compute"]:                          # every block twice as long
+        e["time_s"] = [2 * t for t in e["time_s"]]
+    slow = calibrate(b)
+    held = [(measured(case(6144, "striped", 3), truth), "a"), (measured(case(6144, "striped", 3), truth), "b")]
+    r = holdout(held, {"traces": p, "compare": slow})
+    (row,) = r["cases"]
+    assert row["key"] == "ring/striped/causal/ws3/seq6144/fwd" and row["repeats"] == 2
+    truth_makespan = compute_metrics(simulate(case(6144, "striped", 3), truth)).makespan_s
+    assert row["measured_s"] == pytest.approx(truth_makespan)
+    assert row["traces"]["error"] == pytest.approx(0, abs=1e-9)
+    slow_makespan = compute_metrics(simulate(case(6144, "striped", 3), slow)).makespan_s
+    assert row["compare"]["error"] == pytest.approx(slow_makespan / truth_makespan - 1)
+    assert row["compare"]["error"] > 0.5
+    assert r["better"] == "traces" and r["summary"]["traces"]["within_10pct"] == 1
+
+
+def test_traces_that_are_not_measured_or_not_of_their_configuration_are_refused():
+    truth = known_profile()
+    with pytest.raises(RingsimError, match="simulated trace"):
+        calibrate_from_traces([(simulate(case(2048), truth), "sim.json")])
+    t = measured(case(2048), truth)
+    t.config["workload"]["seq"] = 4096          # the header no longer describes the spans
+    with pytest.raises(RingsimError, match="not a trace of that configuration"):
+        compute_points(t, "t.json")
+    bad = measured(case(2048), truth)
+    bad.config["workload"]["heads"] = 7
+    with pytest.raises(RingsimError, match="configuration"):
+        compute_points(bad, "t.json")
+    other = measured(case(2048), truth)
+    other.hardware["device"] = "another device"
+    with pytest.raises(RingsimError, match="several devices"):
+        calibrate_from_traces([(measured(case(2048), truth), "a"), (other, "b")])
+
+
+def test_scenario_and_key_of_a_header():
+    sc = case(3072, "striped", 3)
+    config = simulate(sc, known_profile()).config
+    assert scenario_from_config(config).describe() == sc.describe()
+    assert case_key(config) == "ring/striped/causal/ws3/seq3072/fwd"
+    with pytest.raises(RingsimError, match="no usable configuration"):
+        scenario_from_config({"n_gpus": 2})
