@@ -254,6 +254,9 @@ class Hardware:
                 kv_tokens=np.array([kv_tokens]), head_dim=head_dim, kv_heads_per_head=kv_heads_per_head)[0])
         return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype)
 
+    p2p_queue = True
+    """GPUs run their ring hops through NCCL: one queue of batches per device (sim.queues)."""
+
     def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
         return self.link_between(src, dst).time_s(nbytes)
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from sim.config import Scenario, Workload
 from sim.players import durations_s, times_simpy, times_waves
+from sim.queues import queue_batches
 from sim.record import record_spans
 from sim.schedule import Schedule
 from sim.schemes import get as get_scheme
@@ -64,18 +65,23 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
 
     `hardware` replaces `scenario.hardware` (for example a calibrated profile); it must
     offer compute_time_s, transfer_time_s, rate_flops and describe, and may offer
-    compute_times_s and transfer_times_s (see sim.players.durations_s).
+    compute_times_s and transfer_times_s (see sim.players.durations_s), and `p2p_queue`:
+    true where a device runs its point-to-point batches one after another, as NCCL does
+    (sim.queues).
     """
     scheme = get_scheme(scenario.scheme)
     hw = hardware if hardware is not None else scenario.hardware
     with _gc_paused():
         schedule = scheme.build_schedule(scenario)
+        queued = bool(getattr(hw, "p2p_queue", False))
+        if queued:          # NCCL: one stream of point-to-point batches per device
+            schedule = queue_batches(schedule)
         mem = scheme.peak_memory(scenario)
         header = {
             "config": scenario.describe(),
             "hardware": {**hw.describe(), "rate_flops": hw.rate_flops(scenario.workload.dtype)},
             "meta": {"peak_mem_bytes": [mem["total"]] * scenario.n_gpus, "memory": mem,
-                     "schedule": scheme.name, "ops": len(schedule)},
+                     "schedule": scheme.name, "ops": len(schedule), "p2p_queue": queued},
         }
         return play(schedule, hw, scenario.workload, header, player=player)
 

@@ -104,6 +104,11 @@ class Profile:
     collectives: dict[str, CollectiveFit] = field(default_factory=dict)
     """Per collective ('allgather', 'reducescatter', 'alltoall'): the fits of its flows."""
 
+    @property
+    def p2p_queue(self) -> bool:
+        """Measured through NCCL: one queue of point-to-point batches per device (sim.queues)."""
+        return self.measured_on.get("backend") == "nccl"
+
     def _group(self, dtype: str, mask: str, kind: str) -> ComputeGroup:
         for key in ((dtype, mask, kind), (dtype, mask, "fwd"), (dtype, "full", kind),
                     (dtype, "full", "fwd")):

@@ -297,7 +297,34 @@ def _reference_wait_spans(spans, op, ops, t0, t1, start, end):
     add(t, t1, "idle")
 
 
-def reference_trace_spans(ops, n, hardware, workload, resources=None):
+def reference_queue(ops):
+    """NCCL's one queue per device (sim.queues), op by op: a rank's batch is its K/V or
+    dK/dV hops (sent or received) of one step, posted by step and, at one step, K/V
+    first; a hop also waits for the batch before its own on its sender and its receiver."""
+    batches = {}
+    for op in ops:
+        if isinstance(op, TransferOp) and op.kind in ("kv", "dkv"):
+            for r in (op.src, op.dst):
+                batches.setdefault(r, {}).setdefault((op.step, op.kind == "dkv"), []).append(op.id)
+    out = []
+    for op in ops:
+        if isinstance(op, TransferOp) and op.kind in ("kv", "dkv"):
+            extra = []
+            for r in (op.src, op.dst):
+                keys = sorted(batches[r])
+                i = keys.index((op.step, op.kind == "dkv"))
+                if i:
+                    extra += [d for d in batches[r][keys[i - 1]] if d < op.id]
+            op = op._replace(after=op.after + tuple(extra))
+        out.append(op)
+    return out
+
+
+def reference_trace_spans(ops, n, hardware, workload, resources=None, *, queue=False):
+    """The spans of `ops` played op by op; `queue`: as `simulate` plays them on hardware
+    with one queue of batches per device (`sim.engine.play` alone does not queue)."""
+    if queue:
+        ops = reference_queue(ops)
     start, end = reference_times(ops, reference_durations(ops, hardware, workload), resources)
     return reference_spans(ops, n, start, end)
 
@@ -308,6 +335,7 @@ class PerOpHardware:
 
     def __init__(self, hw):
         self.hw, self.calls = hw, 0
+        self.p2p_queue = getattr(hw, "p2p_queue", False)     # simulate() asks for it
 
     def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens):
         self.calls += 1

@@ -213,7 +213,7 @@ def test_wave_player_gives_the_per_op_recurrence_trace_bit_for_bit(layout, n, ca
                   inter_link=Link(bandwidth_gbps=gbps / 7, latency_us=9.0) if nodes else None,
                   gpus_per_node=2)
     sc = ring_scenario(layout, n, causal, overlap, pass_, sync, tile, hw)
-    want = reference_trace_spans(reference_ring_ops(sc), n, hw, sc.workload)
+    want = reference_trace_spans(reference_ring_ops(sc), n, hw, sc.workload, queue=True)   # GPUs: NCCL
     assert simulate(sc, player="recurrence").spans == want
     # a model with only per-op methods is asked once per distinct block or hop
     per_op = PerOpHardware(hw)
@@ -225,5 +225,5 @@ def test_wave_player_gives_the_per_op_recurrence_trace_bit_for_bit(layout, n, ca
 
 def test_wave_player_at_64_gpus_gives_the_per_op_trace():
     sc = Scenario(n_gpus=64, workload=Workload(seq=64 * 32, pass_="fwdbwd"))   # tokens enumerated by the reference
-    want = reference_trace_spans(reference_ring_ops(sc), 64, sc.hardware, sc.workload)
+    want = reference_trace_spans(reference_ring_ops(sc), 64, sc.hardware, sc.workload, queue=True)
     assert simulate(sc, player="recurrence").spans == want
