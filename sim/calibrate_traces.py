@@ -11,8 +11,8 @@ completion. This module fits the same profile models to those spans:
   must agree, or the trace is refused as not of its configuration); the (FLOPs, seconds)
   points per (dtype, mask, pass) go through the same table-or-line choice as
   microbenchmarks (sim.calibrate.calibrate_compute);
-- link: alpha-beta over the send spans' bytes and durations (through the origin when
-  the traces hold a single size);
+- link: alpha-beta over the median send span of each message size (through the origin
+  when the traces hold a single size);
 - contention: none. The spans were timed under contention, so the model must not add it
   again.
 
@@ -136,7 +136,15 @@ def calibrate_from_traces(traces: list[tuple[Trace, str]], source: str = "") -> 
         raise RingsimError("the traces hold fewer than two transfers: a link cannot be fitted "
                            "(a world size of 2 or more is needed)")
     groups, model, compute_report = calibrate_compute(compute)
-    links, link_report = calibrate_link(transfer)
+    # one point per message size, its median: a ring repeats one size many times over
+    by_size: dict[float, list[float]] = {}
+    for r in transfer:
+        by_size.setdefault(r["bytes"], []).append(r["time_s"])
+    points = [{"bytes": b, "direction": "both_ways", "time_s": statistics.median(ts)}
+              for b, ts in sorted(by_size.items())]
+    if len(points) == 1:        # one size: no latency to tell apart, bandwidth through the origin
+        points.append({**points[0], "bytes": 0.0, "time_s": 0.0})
+    links, link_report = calibrate_link(points)
     report = {"route": "traces", "cases": {k: len(v) for k, v in sorted(cases.items())},
               "compute": compute_report, "link": link_report, "link_used": "both_ways",
               "contention": "none: the spans were timed under the ring's own contention"}
