@@ -46,6 +46,14 @@ def _median(x: Any, what: str) -> float:
     return statistics.median(vals)
 
 
+def _mean(x: Any, what: str) -> float:
+    """The mean of samples taken back to back over a window (their throughput)."""
+    if not isinstance(x, list) or not x:
+        raise RingsimError(f"bench: {what} must be a non-empty list of numbers")
+    _median(x, what)        # the same checks on each value
+    return statistics.fmean(float(v) for v in x)
+
+
 def fit_line(x: list[float], y: list[float]) -> tuple[float, float]:
     """Least squares y = a + b x with a >= 0 and b > 0; returns (a, b)."""
     xa, ya = np.asarray(x, float), np.asarray(y, float)
@@ -225,8 +233,11 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
         if r.get("rejected"):
             rejected.append(f"concurrency {k}: {r['rejected']}")
             continue
-        by_k.setdefault(float(k), []).append(_median(r.get("time_s", r.get("median_s")),
-                                                     f"concurrency entry {i} time_s"))
+        # shared: the mean over a common window where the bench recorded one (throughput);
+        # alone, and in older files: the median
+        by_k.setdefault(float(k), []).append(
+            _median(r["mean_s"], f"concurrency entry {i} mean_s") if "mean_s" in r and k > 1
+            else _median(r.get("time_s", r.get("median_s")), f"concurrency entry {i} time_s"))
         threads_of[float(k)] = float(r.get("threads_per_rank") or (counts[1] if counts else 1))
     concurrency = None
     if 1.0 in by_k and len(by_k) >= 2:
@@ -286,10 +297,9 @@ def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str]) -> li
             rejected.append(f"ring conditions {k}: {r['rejected']}")
             continue
         what = f"ring_conditions entry {i}"
-        c_alone = _median(r.get("compute_alone_s"), f"{what} compute_alone_s")
-        c_ring = _median(r.get("compute_ring_s"), f"{what} compute_ring_s")
-        x_alone = _median(r.get("transfer_alone_s"), f"{what} transfer_alone_s")
-        x_ring = _median(r.get("transfer_ring_s"), f"{what} transfer_ring_s")
+        # under ring conditions the mean (throughput), alone the median (as hw.bench)
+        c_ring, x_ring = (_mean(r.get(name), f"{what} {name}") for name in ("compute_ring_s", "transfer_ring_s"))
+        c_alone, x_alone = (_median(r.get(name), f"{what} {name}") for name in ("compute_alone_s", "transfer_alone_s"))
         if not (c_alone > 0 and x_alone > 0):
             raise RingsimError(f"bench: {what} has a zero time alone")
         why = bound_violation(c_ring / c_alone, k, t, cores)
