@@ -1,6 +1,7 @@
 """Calibration recovers the parameters of synthetic measurements made from known models."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from sim.profile import load_profile, profile_from_dict
 OVERHEAD, RATE, DIAG_RATE = 150e-6, 20e9, 12e9
 LATENCY, BW = 80e-6, 1.2e9
 CONCURRENCY = [(1, 1.0), (2, 1.1), (4, 2.6)]
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 
 
 def bench(slowdown=1.3, cpu_count=2, threads=1, kinds=("fwd",), noise=0.0):
@@ -210,10 +212,10 @@ def test_an_old_bench_file_still_calibrates(tmp_path):
     p = calibrate(bench())
     assert p.contention.host.transfer_cores == 0.0 and p.contention.slowdown_in_flight == pytest.approx(1.3)
     assert "no ring-conditions" in p.report["host"]["note"]
-    committed = calibrate(json.load(open("bench/results/cpu-bench.json")))
+    committed = calibrate(json.loads((RESULTS / "cpu-bench.json").read_text()))
     assert committed.contention.host.cores == 2 and committed.report["rejected"] == []
     # and an old profile (no host) still loads, playing as it did
-    old = load_profile("bench/results/cpu-profile.json")
+    old = load_profile(RESULTS / "cpu-profile.json")
     assert old.contention.host is None and old.contention.concurrency is not None
 
 
