@@ -14,12 +14,29 @@ validate it:
   flight on the same ranks (on a 2-core host a transfer takes CPU the compute needs;
   on a GPU the compute is timed on its own stream, not until NCCL's is done too);
 - concurrency: the same block computed by k processes at once (k = 1, 2, ...), each
-  with a rank's thread count: how much slower compute runs when ranks share the host's
-  cores and memory (CPU only; on GPUs each rank has its own device);
+  with a rank's thread count, back to back over one common window (a start time and a
+  deadline every process shares, so that all k run at once the whole time): how much
+  slower compute runs when ranks share the host's cores and memory (CPU only; on GPUs
+  each rank has its own device);
+- ring_conditions: k ranks (k = 2, 3, ...) in a ring, as a ring run loads the host:
+  every rank computes the block back to back while it sends the block's K/V to the next
+  rank and receives from the previous one, exchange after exchange; the compute time
+  and the exchange time under those conditions, and both alone on the same ranks (each
+  rank computing in turn with the others idle; the exchanges with no compute). CPU only;
 - collective: the collectives the all-gather and Ulysses schemes run (all_gather,
   reduce_scatter, all_to_all, the list forms their kernels call), over shard sizes and
   world sizes, each timed from a barrier to the slowest rank's completion: the input of
   the alpha-beta fit of each collective (sim.calibrate.calibrate_collectives).
+
+Physical bounds are checked before a measurement is kept: k busy processes of t
+threads on C cores cannot each run faster than k·t/C times slower than one alone
+(sim.calibrate.bound_violation, with 5% for noise). A concurrency entry (against the
+1-process entry) or a ring-conditions entry (its compute) below the bound is measured
+again, up to three times in all; if every attempt violates it, the last is written
+with "rejected" (why) and a one-line message goes to stderr: calibration does not fit
+it. A slowdown is the mean of the samples under sharing (throughput: a time-sliced
+process's short blocks are untouched or very slow, and only the mean counts both) over
+the median alone (bench.ring_slowdown).
 
 Results are written to FILE as each completes (atomically), so an interrupted run
 keeps what it measured; `--resume` measures only what FILE lacks, `--force` starts
@@ -46,12 +63,26 @@ The JSON file (format "ringsim-hw-bench", version 1):
                        "median_alone_s", "median_with_s", "slowdown": with / alone}],
      "concurrency": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads", "kv_heads",
                       "head_dim", "q_tokens", "kv_tokens", "mask", "flops",
-                      "threads_per_rank", "time_s": [samples of every process], "median_s"}],
+                      "threads_per_rank", "time_s": [samples of every process], "median_s",
+                      "mean_s", "slowdown": mean_s / median_s of 1 process (k > 1),
+                      "bound": k·threads/cores (at least 1), "attempts": int,
+                      "rejected": why (only when every attempt broke the bound)}],
+     "ring_conditions": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads",
+                          "kv_heads", "head_dim", "q_tokens", "kv_tokens", "mask", "flops",
+                          "bytes" (each way per hop), "threads_per_rank",
+                          "compute_alone_s", "transfer_alone_s", "compute_ring_s",
+                          "transfer_ring_s": [samples of every rank],
+                          "compute_slowdown", "transfer_slowdown": mean ring / median alone,
+                          "bound", "attempts", "rejected" (as in concurrency)}],
      "collective": [{"op": "allgather"|"reducescatter"|"alltoall", "world": ranks,
                      "shard_bytes": a rank's piece (all-gather input, reduce-scatter output,
                      all-to-all piece for one peer), "sent_bytes": what each rank sends,
                      (world - 1) x shard_bytes, "time_s": [samples, each the slowest rank's],
                      "median_s", "gbps": sent_bytes / median_s / 1e9}]}
+
+
+Files written before ring_conditions and the concurrency fields after "median_s"
+existed lack them; calibration reads them as before.
 
 Times are seconds (CUDA events on GPU, perf_counter on CPU); samples follow `warmup`
 untimed calls. Every entry also has "load_avg_1m", the host's 1-minute load average when
@@ -69,23 +100,25 @@ import sys
 import time
 from typing import Any, Callable
 
+from sim.calibrate import bound_violation
 from sim.config import BWD_FLOPS_FACTOR, DTYPE_BYTES
+from sim.contention import sharing_bound
 from sim.errors import RingsimError
 from sim.trace import read_json, write_json
 
 FORMAT = "ringsim-hw-bench"
 VERSION = 1
-PARTS = ("compute", "transfer", "interference", "concurrency", "collective")
+PARTS = ("compute", "transfer", "interference", "concurrency", "ring_conditions", "collective")
 COLLECTIVES = ("allgather", "reducescatter", "alltoall")
 
 QUICK = dict(dtypes="fp32", heads="4", head_dims="64", blocks="128,256,512", masks="full,diagonal",
              kinds="fwd", sizes="64K,1M", interference_blocks="512", interference_sizes="1M",
-             concurrency="1,2", collectives="allgather,reducescatter,alltoall", collective_worlds="2,3",
-             collective_sizes="64K,1M", samples=3, warmup=1)
+             concurrency="1,2", ring_processes="2,3", collectives="allgather,reducescatter,alltoall",
+             collective_worlds="2,3", collective_sizes="64K,1M", samples=3, warmup=1)
 FULL = dict(dtypes="fp32,bf16", heads="8", head_dims="64", blocks="256,512,1024,2048,4096",
             masks="full,diagonal", kinds="fwd,bwd", sizes="64K,256K,1M,4M,16M,64M",
             interference_blocks="1024,2048", interference_sizes="kv,8M", concurrency="1,2,3,4",
-            collectives="allgather,reducescatter,alltoall", collective_worlds="2,3,4",
+            ring_processes="2,3,4", collectives="allgather,reducescatter,alltoall", collective_worlds="2,3,4",
             collective_sizes="64K,256K,1M,4M", samples=5, warmup=2)
 
 
@@ -119,6 +152,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                    help=f"world sizes of the collective part, comma list (default {FULL['collective_worlds']})")
     p.add_argument("--collective-sizes", default=None,
                    help=f"shard sizes of the collective part, bytes (default {FULL['collective_sizes']})")
+    p.add_argument("--ring-processes", default=None,
+                   help="ranks of the ring-conditions part, comma list "
+                        f"(default {FULL['ring_processes']}; CPU only)")
     p.add_argument("--samples", type=int, default=None, help=f"timed calls per entry (default {FULL['samples']})")
     p.add_argument("--warmup", type=int, default=None, help=f"untimed calls first (default {FULL['warmup']})")
     p.add_argument("--threads", type=int, default=None,
@@ -155,6 +191,12 @@ def _positive(v: int) -> int:
     return v
 
 
+def _at_least_2(v: int) -> int:
+    if v < 2:
+        raise ValueError(v)
+    return v
+
+
 def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
     base = QUICK if a.quick else FULL
 
@@ -179,6 +221,7 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
         "collectives": _list(pick("collectives"), "collectives"),
         "collective_worlds": _list(pick("collective_worlds"), "collective-worlds", lambda x: _positive(int(x))),
         "collective_sizes": _list(pick("collective_sizes"), "collective-sizes", parse_bytes),
+        "ring_processes": _list(pick("ring_processes"), "ring-processes", lambda x: _at_least_2(int(x))),
         "samples": pick("samples"), "warmup": pick("warmup"), "batch": a.batch,
         "kv_heads": a.kv_heads, "quick": a.quick,
     }
@@ -390,6 +433,9 @@ def _key(part: str, e: dict[str, Any]) -> tuple:
     if part == "concurrency":
         return tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
                                     "q_tokens", "mask"))
+    if part == "ring_conditions":
+        return tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
+                                    "q_tokens", "mask", "bytes"))
     return tuple(e[k] for k in ("dtype", "batch", "heads", "kv_heads", "head_dim", "q_tokens",
                                 "mask", "bytes"))
 
@@ -437,7 +483,10 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
                 f"{e['median_s'] * 1e3:.3f} ms, {e['rate_flops'] / 1e9:.2f} GFLOP/s")
     if entry_part == "concurrency":
         return (f"concurrency {e['processes']} processes, {e['dtype']} {e['q_tokens']} tokens: "
-                f"{e['median_s'] * 1e3:.3f} ms per block")
+                f"{e['mean_s'] * 1e3:.3f} ms per block" + _checked(e))
+    if entry_part == "ring_conditions":
+        return (f"ring conditions {e['processes']} ranks, {e['q_tokens']} tokens, {e['bytes']} B per hop: "
+                f"compute x{e['compute_slowdown']:.2f}, transfer x{e['transfer_slowdown']:.2f}" + _checked(e))
     if entry_part == "collective":
         return (f"collective {e['op']} world {e['world']}, {e['shard_bytes']} B shard: "
                 f"{e['median_s'] * 1e3:.3f} ms, {e['gbps']:.3f} GB/s sent per rank")
@@ -447,6 +496,60 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
     return (f"interference {e['dtype']} {e['q_tokens']} tokens, {e['bytes']} B each way: "
             f"{e['median_alone_s'] * 1e3:.3f} ms alone, {e['median_with_s'] * 1e3:.3f} ms with "
             f"transfer (x{e['slowdown']:.2f})")
+
+
+def _checked(e: dict[str, Any]) -> str:
+    if e.get("rejected"):
+        return f" REJECTED after {e['attempts']} attempts"
+    return f" (bound x{e['bound']:.2f})" if "bound" in e else ""
+
+
+# ---- physical bounds ------------------------------------------------------------------
+
+MAX_ATTEMPTS = 3
+"""Measurements of a concurrency or ring-conditions entry before one breaking a physical
+bound is given up on (written as rejected)."""
+
+
+def ring_slowdown(shared_s: list[float], alone_s: list[float]) -> float:
+    """How much slower under sharing than alone: the mean of the samples taken back to
+    back under sharing (their throughput: a time-sliced process's calls are either
+    untouched or very slow, and only the mean counts both) over the median alone (the
+    uncontended time, as the compute part measures it). 0 when nothing was measured."""
+    if not shared_s or not alone_s or statistics.median(alone_s) <= 0:
+        return 0.0
+    return statistics.fmean(shared_s) / statistics.median(alone_s)
+
+
+def concurrency_violation(entry: dict[str, Any], alone_s: float | None, cores: int) -> str | None:
+    """Why a concurrency entry cannot be right against the 1-process median block time
+    `alone_s` (None: nothing to check against), or None."""
+    if alone_s is None or alone_s <= 0 or entry["processes"] == 1:
+        return None
+    return bound_violation(ring_slowdown(entry["time_s"], [alone_s]), entry["processes"],
+                           entry["threads_per_rank"], cores)
+
+
+def ring_violation(entry: dict[str, Any], cores: int) -> str | None:
+    """Why a ring-conditions entry's compute slowdown cannot be right, or None."""
+    return bound_violation(entry["compute_slowdown"], entry["processes"], entry["threads_per_rank"], cores)
+
+
+def measure_within_bounds(measure: Callable[[], dict[str, Any]],
+                          violation: Callable[[dict[str, Any]], str | None], what: str,
+                          attempts: int = MAX_ATTEMPTS) -> dict[str, Any]:
+    """`measure()` until `violation` finds nothing wrong, `attempts` times at most. The
+    entry gets "attempts"; if the last still breaks its bound it gets "rejected" (why)
+    and stderr gets one line."""
+    for attempt in range(1, attempts + 1):
+        entry = measure()
+        entry["attempts"] = attempt
+        why = violation(entry)
+        if why is None:
+            return entry
+    entry["rejected"] = why
+    print(f"{what}: rejected after {attempts} attempts: {why}", file=sys.stderr, flush=True)
+    return entry
 
 
 def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:
@@ -489,28 +592,59 @@ def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:
     return compute, comm
 
 
-def _plan_concurrency(plan: dict[str, Any], seen: dict[str, set]) -> list[dict[str, Any]]:
-    """The block the interference part uses, computed by each planned number of processes."""
-    if "concurrency" not in plan["parts"]:
-        return []
+def _host_block(plan: dict[str, Any], processes: int) -> dict[str, Any]:
+    """The interference part's first block, as the host parts compute it with `processes`."""
     b, kvh = plan["batch"], plan["kv_heads"]
     dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
     c = plan["interference_blocks"][0]
+    return {"processes": processes, "kind": "fwd", "dtype": dt, "batch": b, "heads": h,
+            "kv_heads": kvh or h, "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": "full",
+            "flops": block_flops("fwd", b, h, d, c, c, "full")}
+
+
+def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[str, set]) -> list[dict[str, Any]]:
+    if part not in plan["parts"]:
+        return []
     out = []
-    for k in plan["concurrency"]:
-        e = {"processes": k, "kind": "fwd", "dtype": dt, "batch": b, "heads": h, "kv_heads": kvh or h,
-             "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": "full",
-             "flops": block_flops("fwd", b, h, d, c, c, "full")}
-        key = _key("concurrency", e)
-        if key not in seen["concurrency"]:
-            seen["concurrency"].add(key)
+    for k in counts:
+        e = _host_block(plan, k)
+        if part == "ring_conditions":
+            e["bytes"] = 2 * e["batch"] * e["kv_heads"] * e["q_tokens"] * e["head_dim"] * DTYPE_BYTES[e["dtype"]]
+        key = _key(part, e)
+        if key not in seen[part]:
+            seen[part].add(key)
             out.append(e)
     return out
 
 
+def _plan_concurrency(plan: dict[str, Any], seen: dict[str, set]) -> list[dict[str, Any]]:
+    """The interference part's block computed by each planned number of processes, one
+    process first (the bound checks compare with it)."""
+    return _plan_host(plan, "concurrency", sorted(set(plan["concurrency"]) | {1}), seen)
+
+
+def _plan_ring(plan: dict[str, Any], seen: dict[str, set]) -> list[dict[str, Any]]:
+    """The interference part's block and its K/V in a ring of each planned size."""
+    return _plan_host(plan, "ring_conditions", sorted(set(plan["ring_processes"])), seen)
+
+
+def _common_window(ctx, estimate_s: float, blocks: int) -> tuple[float, float]:
+    """(start, deadline) on the host's monotonic clock, the same for every rank: long
+    enough for `blocks` blocks of the slowest rank's estimate at full sharing."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([time.perf_counter() + 0.05, estimate_s], dtype=torch.float64)
+    if ctx.world > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.control)
+    start, est = float(t[0]), float(t[1])
+    return start, start + max(0.2, blocks * est * max(1.0, ctx.world / 2) * 1.5)
+
+
 def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads: int,
                         impl: str) -> list[float]:
-    """Every process computes the same block at the same time; each times its own calls."""
+    """Every process computes the same block back to back over one common window and
+    times each call; only calls that end inside the window count (all were running)."""
     import torch
 
     from hw.blocks import select_block_ops
@@ -520,14 +654,21 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
     ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
     q, k, v, _ = make_block(device, entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
                             entry["head_dim"], entry["q_tokens"], seed=ctx.rank)
-    for _ in range(warmup):
+    t0 = time.perf_counter()
+    for _ in range(max(1, warmup)):
         ops.forward(q, k, v, False)
-    ctx.barrier()
+    start, deadline = _common_window(ctx, (time.perf_counter() - t0) / max(1, warmup), samples)
+    while time.perf_counter() < start:
+        pass
     times = []
-    for _ in range(samples):
+    while True:
         t0 = time.perf_counter()
         ops.forward(q, k, v, False)
-        times.append(time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        if t1 > deadline:
+            break
+        times.append(t1 - t0)
+    ctx.barrier()
     return times
 
 
@@ -595,6 +736,77 @@ def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup:
             med = statistics.median(times)
             ctx.report(("collective", {**e, "time_s": times, "median_s": med,
                                        "gbps": e["sent_bytes"] / med / 1e9 if med > 0 else None}))
+def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads: int,
+                 impl: str) -> dict[str, list[float]]:
+    """One rank of the ring-conditions part: its compute and exchange times alone, then
+    under ring conditions (computing back to back while a thread runs exchanges)."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    from hw.blocks import select_block_ops
+
+    torch.set_num_threads(threads)
+    device = torch.device("cpu")
+    ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
+    q, k, v, _ = make_block(device, entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
+                            entry["head_dim"], entry["q_tokens"], seed=ctx.rank)
+    send = torch.ones(entry["bytes"], dtype=torch.uint8)
+    recv = torch.empty(entry["bytes"], dtype=torch.uint8)
+    nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
+
+    def compute() -> float:
+        t0 = time.perf_counter()
+        ops.forward(q, k, v, False)
+        return time.perf_counter() - t0
+
+    def exchange() -> float:
+        t0 = time.perf_counter()
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, nxt, ctx.group),
+                                        dist.P2POp(dist.irecv, recv, prv, ctx.group)])
+        for w in works:
+            w.wait()
+        return time.perf_counter() - t0
+
+    compute_alone: list[float] = []
+    for r in range(ctx.world):          # one rank computes at a time, the others wait
+        ctx.barrier()
+        if r == ctx.rank:
+            for _ in range(warmup):
+                compute()
+            compute_alone = [compute() for _ in range(samples)]
+    ctx.barrier()
+    for _ in range(max(1, warmup)):
+        exchange()
+    transfer_alone = [exchange() for _ in range(samples)]
+    # exchanges enough to cover `samples` blocks and 0.2 s, the same count on every rank
+    block_s, exchange_s = statistics.median(compute_alone), statistics.median(transfer_alone)
+    n = torch.tensor([samples * block_s / exchange_s + 2, 0.2 / exchange_s, samples], dtype=torch.float64)
+    dist.all_reduce(n, op=dist.ReduceOp.MAX, group=ctx.control)
+    n_exchanges = min(1000, int(float(n.max())) + 1)
+    transfer_ring: list[float] = []
+    done = threading.Event()
+
+    def exchanges() -> None:
+        try:
+            for _ in range(n_exchanges):
+                transfer_ring.append(exchange())
+        finally:
+            done.set()
+
+    ctx.barrier()
+    thread = threading.Thread(target=exchanges, daemon=True)
+    thread.start()
+    compute_ring = []
+    while not done.is_set():
+        t = compute()
+        if not done.is_set():           # a block that ended after the exchanges is not counted
+            compute_ring.append(t)
+    thread.join()
+    ctx.barrier()
+    return {"compute_alone_s": compute_alone, "transfer_alone_s": transfer_alone,
+            "compute_ring_s": compute_ring, "transfer_ring_s": transfer_ring[1:] or transfer_ring}
 
 
 def run_bench(a: argparse.Namespace) -> int:
@@ -631,6 +843,7 @@ def run_bench(a: argparse.Namespace) -> int:
     save()
     compute_jobs, comm_jobs = _plan_jobs(plan, seen)
     conc_jobs = _plan_concurrency(plan, seen) if kind == "cpu" else []
+    ring_jobs = _plan_ring(plan, seen) if kind == "cpu" else []
     coll_jobs = _plan_collectives(plan, seen)
     if kind == "cuda":
         too_big = [w for w in coll_jobs if w > torch.cuda.device_count()]
@@ -638,7 +851,7 @@ def run_bench(a: argparse.Namespace) -> int:
             print(f"collectives over {', '.join(map(str, too_big))} ranks need as many GPUs; skipped",
                   file=sys.stderr)
         coll_jobs = {w: es for w, es in coll_jobs.items() if w not in too_big}
-    total = (len(compute_jobs) + len(comm_jobs) + len(conc_jobs)
+    total = (len(compute_jobs) + len(comm_jobs) + len(conc_jobs) + len(ring_jobs)
              + sum(len(es) for es in coll_jobs.values()))
     count = 0
 
@@ -667,16 +880,49 @@ def run_bench(a: argparse.Namespace) -> int:
         spawn(_comm_worker, 2, args=(comm_jobs, plan["samples"], plan["warmup"], kind, threads,
                                      a.block_impl),
               backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
+    cores = doc["device"].get("cpu_count") or os.cpu_count() or 1
     if conc_jobs:
         from hw.spawn import spawn
 
+        def alone_s(e: dict[str, Any]) -> float | None:
+            one = _key("concurrency", {**e, "processes": 1})
+            return next((r["median_s"] for r in doc["concurrency"] if _key("concurrency", r) == one
+                         and not r.get("rejected")), None)
+
         for e in conc_jobs:
-            per_rank = spawn(_concurrency_worker, e["processes"],
-                             args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
-                             backend="gloo", timeout_s=a.timeout)
-            times = [t for ts in per_rank for t in ts]
-            progress("concurrency", {**e, "threads_per_rank": threads, "time_s": times,
-                                     "median_s": statistics.median(times)})
+            def measure(e=e) -> dict[str, Any]:
+                per_rank = spawn(_concurrency_worker, e["processes"],
+                                 args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
+                                 backend="gloo", timeout_s=a.timeout)
+                times = [t for ts in per_rank for t in ts]
+                out = {**e, "threads_per_rank": threads, "time_s": times,
+                       "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
+                       "bound": sharing_bound(e["processes"], threads, cores)}
+                one = alone_s(e)
+                if one and e["processes"] > 1:
+                    out["slowdown"] = ring_slowdown(times, [one])
+                return out
+
+            progress("concurrency", measure_within_bounds(
+                measure, lambda r: concurrency_violation(r, alone_s(r), cores),
+                f"concurrency {e['processes']} processes"))
+    if ring_jobs:
+        from hw.spawn import spawn
+
+        for e in ring_jobs:
+            def measure(e=e) -> dict[str, Any]:
+                per_rank = spawn(_ring_worker, e["processes"],
+                                 args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
+                                 backend="gloo", timeout_s=a.timeout)
+                out = {**e, "threads_per_rank": threads,
+                       **{name: [t for r in per_rank for t in r[name]] for name in per_rank[0]}}
+                out["compute_slowdown"] = ring_slowdown(out["compute_ring_s"], out["compute_alone_s"])
+                out["transfer_slowdown"] = ring_slowdown(out["transfer_ring_s"], out["transfer_alone_s"])
+                out["bound"] = sharing_bound(e["processes"], threads, cores)
+                return out
+
+            progress("ring_conditions", measure_within_bounds(
+                measure, lambda r: ring_violation(r, cores), f"ring conditions {e['processes']} ranks"))
     for world, entries in sorted(coll_jobs.items()):
         from hw.spawn import spawn
 

@@ -207,4 +207,15 @@ def cmd_bench(a: argparse.Namespace) -> int:
         print("ranks computing at once: " + ", ".join(f"{k:g} -> {f:.2f}x slower" for k, f in conc))
     else:
         print(f"compute slots {r['compute_slots'] or 'unlimited'}")
+    host = r.get("host")
+    if host:
+        print(f"host: {host['cores']:g} cores, {host['threads_per_rank']:g} threads per rank, "
+              f"{host['transfer_cores']:.2f} cores per transfer in flight "
+              f"(from {host['ring_entries']} ring-conditions entries)")
+        for p in host.get("points", []):
+            print(f"  {p['processes']:g} ranks in a ring: compute {p['compute_slowdown']:.2f}x "
+                  f"(model {p['predicted_compute_slowdown']:.2f}x), transfer {p['transfer_slowdown']:.2f}x "
+                  f"(model {p['predicted_transfer_slowdown']:.2f}x)")
+    for why in r.get("rejected", []):
+        print(f"rejected, not fitted: {why}", file=sys.stderr)
     return 0

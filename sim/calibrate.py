@@ -13,10 +13,18 @@ fits the models of sim.profile:
   over shard sizes and world sizes, time = (world - 1) x alpha + bytes sent / bandwidth,
   the time of the (world - 1) rounds the simulator plays (sim.topology), each a flow of
   one shard; a collective that was not measured is played on the point-to-point fit;
-- contention: the slowdown of compute while a transfer is in flight (median time with a
-  transfer / median alone) and, on CPUs, how much slower a block runs when k processes
-  compute at once (median with k / median with one), or, when that was not measured,
-  the compute slots (cores / threads per rank).
+- contention: on CPUs, the host model of sim.contention. Its cores and threads per rank
+  come from the bench file's device; its sharing law from the concurrency part (k
+  processes computing at once demand k·threads cores and run median with k / median
+  with one slower); the cores a transfer in flight demands, and what slows compute
+  beyond sharing (the in-flight slowdown, multiplying), from the ring-conditions part
+  by least squares in log space (fit_transfer_cores). Every concurrency and
+  ring-conditions slowdown is first checked against the physical bound (k busy
+  processes of t threads on C cores: at least k·t/C); one below it is rejected, listed
+  in the report, and not fitted. A bench file without the ring-conditions part (older
+  ones) gives a host whose transfers demand no cores and the in-flight slowdown of the
+  interference part (median time with a transfer / median alone), as before. On GPUs,
+  only the in-flight slowdown.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.contention import Contention
+from sim.contention import Contention, Host, sharing_bound
 from sim.errors import RingsimError
 from sim.profile import CollectiveFit, ComputeGroup, LinkFit, Profile
 
@@ -40,6 +48,14 @@ def _median(x: Any, what: str) -> float:
     if not vals or any(v != v or v < 0 for v in vals):
         raise RingsimError(f"bench: {what} must hold non-negative numbers")
     return statistics.median(vals)
+
+
+def _mean(x: Any, what: str) -> float:
+    """The mean of samples taken back to back over a window (their throughput)."""
+    if not isinstance(x, list) or not x:
+        raise RingsimError(f"bench: {what} must be a non-empty list of numbers")
+    _median(x, what)        # the same checks on each value
+    return statistics.fmean(float(v) for v in x)
 
 
 def fit_line(x: list[float], y: list[float]) -> tuple[float, float]:
@@ -213,11 +229,184 @@ def merge_benches(benches: list[tuple[Any, str]]) -> dict[str, Any]:
         if other != name:
             raise RingsimError(f"{src} was measured on {other!r}, {first_src} on {name!r}: "
                                "calibrate one device at a time")
-        for part in ("compute", "transfer", "interference", "concurrency", "collective"):
+        for part in ("compute", "transfer", "interference", "concurrency", "ring_conditions", "collective"):
             extra = doc.get(part, [])
             if extra:
                 merged[part] = list(merged.get(part, [])) + list(extra)
     return merged
+
+
+BOUND_TOLERANCE = 0.05
+"""How far (relative) below a physical bound a slowdown may be measured before it is
+rejected: timer and scheduling noise, not a faster-than-possible host."""
+
+
+def bound_violation(slowdown: float, processes: float, threads: float, cores: float,
+                    tolerance: float = BOUND_TOLERANCE) -> str | None:
+    """Why a slowdown of `processes` busy processes of `threads` threads each on `cores`
+    cores, against one alone, cannot be right, or None when it can (sharing_bound)."""
+    bound = sharing_bound(processes, threads, cores)
+    if slowdown < bound * (1.0 - tolerance):
+        return (f"{processes:g} processes of {threads:g} threads on {cores:g} cores measured "
+                f"{slowdown:.2f}x slower than one alone, below the physical {bound:.2f}x: "
+                "they did not run at once (or the one alone was slowed by other load)")
+    return None
+
+
+def _host_counts(device: dict[str, Any]) -> tuple[float, float] | None:
+    """(cores, threads per rank) of a CPU bench file, None on a GPU or when unknown."""
+    if device.get("kind", "cpu") != "cpu":
+        return None
+    cores, threads = device.get("cpu_count"), device.get("threads_per_rank") or 1
+    if isinstance(cores, int) and cores > 0 and isinstance(threads, int) and threads > 0:
+        return float(cores), float(threads)
+    return None
+
+
+def _positive_int(r: dict[str, Any], name: str, what: str) -> int:
+    v = r.get(name)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise RingsimError(f"bench: {what} needs a positive {name.replace('_', ' ')}")
+    return v
+
+
+def fit_transfer_cores(points: list[dict[str, float]], host: Host) -> tuple[float, float, float]:
+    """(cores a transfer demands, residual compute slowdown, sum of squared log errors)
+    that best explain ring-conditions measurements on `host`.
+
+    Each point: k ranks of t threads computing back to back while k ring transfers run,
+    compute slowdown s_c against a block alone and transfer stretch s_x against the same
+    ring exchange with no compute. With x cores per transfer the model predicts
+    s_c = sigma * law(k·t + k·x) (sigma: what sharing does not explain, >= 1, the two
+    multiply) and s_x = law(k·t + k·x) / law(k·x). x is searched on a grid of 0.01 core;
+    for each x, log sigma is the mean compute residual (least squares), floored at 0.
+    """
+    best = (0.0, 1.0, float("inf"))
+    limit = 4.0 * max(host.cores, host.threads_per_rank)
+    for step in range(int(round(limit / 0.01)) + 1):
+        x = step * 0.01
+        trial = Host(cores=host.cores, threads_per_rank=host.threads_per_rank, transfer_cores=x,
+                     law=host.law)
+        loaded = [trial.slowdown(p["k"] * (host.threads_per_rank + x)) for p in points]
+        comp = [np.log(p["compute_slowdown"] / f) for p, f in zip(points, loaded)]
+        log_sigma = max(0.0, float(np.mean(comp)))
+        err = sum((c - log_sigma) ** 2 for c in comp)
+        err += sum(np.log(p["transfer_slowdown"] * trial.slowdown(p["k"] * x) / f) ** 2
+                   for p, f in zip(points, loaded))
+        if err < best[2] - 1e-12:
+            best = (x, float(np.exp(log_sigma)), float(err))
+    return best
+
+
+def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: LinkFit
+                         ) -> tuple[Contention, LinkFit, dict[str, Any]]:
+    """The contention model, the link (the transfer's own share of the cores taken out of
+    its alone time), and the report's sections for them.
+
+    Physical bounds come first: a concurrency or ring-conditions measurement whose
+    slowdown is below what the core count allows is rejected (and reported), never
+    fitted; so is any entry the bench itself marked rejected.
+    """
+    rejected: list[str] = []
+    slowdowns = []
+    for i, r in enumerate(_records(bench, "interference")):
+        alone = _median(r.get("compute_alone_s", r.get("median_alone_s")), f"interference entry {i} alone")
+        with_ = _median(r.get("compute_with_transfer_s", r.get("median_with_s")), f"interference entry {i} with")
+        if alone > 0:
+            slowdowns.append(with_ / alone)
+    measured_slowdown = statistics.median(slowdowns) if slowdowns else None
+    counts = _host_counts(device)
+    slots = counts[0] / counts[1] if counts else None
+    by_k: dict[float, list[float]] = {}
+    threads_of: dict[float, float] = {}
+    for i, r in enumerate(_records(bench, "concurrency")):
+        k = _positive_int(r, "processes", f"concurrency entry {i}")
+        if r.get("rejected"):
+            rejected.append(f"concurrency {k}: {r['rejected']}")
+            continue
+        # shared: the mean over a common window where the bench recorded one (throughput);
+        # alone, and in older files: the median
+        by_k.setdefault(float(k), []).append(
+            _median(r["mean_s"], f"concurrency entry {i} mean_s") if "mean_s" in r and k > 1
+            else _median(r.get("time_s", r.get("median_s")), f"concurrency entry {i} time_s"))
+        threads_of[float(k)] = float(r.get("threads_per_rank") or (counts[1] if counts else 1))
+    concurrency = None
+    if 1.0 in by_k and len(by_k) >= 2:
+        alone = statistics.median(by_k[1.0])
+        if alone > 0:
+            pairs = []
+            for k, ts in sorted(by_k.items()):
+                f = statistics.median(ts) / alone
+                why = bound_violation(f, k, threads_of[k], counts[0]) if counts else None
+                if why:
+                    rejected.append(f"concurrency {k:g}: {why}")
+                else:
+                    pairs.append((k, f))
+            concurrency = tuple(pairs) if len(pairs) >= 2 else None
+    host = None
+    host_report: dict[str, Any] | None = None
+    sigma = max(1.0, measured_slowdown or 1.0)
+    if counts:
+        cores, threads = counts
+        # the law in cores demanded: k processes of t threads each demand k·t
+        law = tuple((k * threads_of[k], f) for k, f in concurrency) if concurrency else None
+        host = Host(cores=cores, threads_per_rank=threads, law=law)
+        ring_points = _ring_points(bench, cores, rejected)
+        host_report = {"cores": cores, "threads_per_rank": threads, "law": [list(p) for p in law] if law else None,
+                       "ring_entries": len(ring_points), "transfer_cores": 0.0}
+        if ring_points:
+            x, sigma, err = fit_transfer_cores(ring_points, host)
+            host = Host(cores=cores, threads_per_rank=threads, transfer_cores=x, law=law)
+            host_report.update(transfer_cores=x, residual_in_flight_slowdown=sigma, sum_sq_log_error=err,
+                               points=[_ring_residual(p, host, sigma) for p in ring_points])
+            # the link was measured alone: two transfers in flight, which may already
+            # have been stretched by their own demand
+            stretch = host.slowdown(host.demand(0, 2))
+            if stretch > 1.0:
+                link = LinkFit(link.latency_s / stretch, link.bandwidth_bytes_per_s * stretch)
+            host_report["link_alone_stretch"] = stretch
+        else:
+            host_report["note"] = ("no ring-conditions measurements: transfers demand no cores; "
+                                   "the interference slowdown stands in")
+    contention = Contention(slowdown_in_flight=sigma, compute_slots=slots, concurrency=concurrency,
+                            host=host)
+    report = {"interference": {"measured_slowdowns": slowdowns, "median_slowdown": measured_slowdown,
+                               "used": contention.slowdown_in_flight},
+              "compute_slots": slots,
+              "concurrency_slowdown": [list(p) for p in concurrency] if concurrency else None,
+              "host": host_report, "rejected": rejected}
+    return contention, link, report
+
+
+def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str]) -> list[dict[str, float]]:
+    """The accepted ring-conditions entries: ranks, compute slowdown, transfer slowdown."""
+    points = []
+    for i, r in enumerate(_records(bench, "ring_conditions")):
+        k = _positive_int(r, "processes", f"ring_conditions entry {i}")
+        t = _positive_int(r, "threads_per_rank", f"ring_conditions entry {i}")
+        if r.get("rejected"):
+            rejected.append(f"ring conditions {k}: {r['rejected']}")
+            continue
+        what = f"ring_conditions entry {i}"
+        # under ring conditions the mean (throughput), alone the median (as hw.bench)
+        c_ring, x_ring = (_mean(r.get(name), f"{what} {name}") for name in ("compute_ring_s", "transfer_ring_s"))
+        c_alone, x_alone = (_median(r.get(name), f"{what} {name}") for name in ("compute_alone_s", "transfer_alone_s"))
+        if not (c_alone > 0 and x_alone > 0):
+            raise RingsimError(f"bench: {what} has a zero time alone")
+        why = bound_violation(c_ring / c_alone, k, t, cores)
+        if why:
+            rejected.append(f"ring conditions {k}: {why}")
+            continue
+        points.append({"k": float(k), "compute_slowdown": c_ring / c_alone,
+                       "transfer_slowdown": x_ring / x_alone})
+    return points
+
+
+def _ring_residual(p: dict[str, float], host: Host, sigma: float) -> dict[str, float]:
+    loaded = host.slowdown(host.demand(int(p["k"]), int(p["k"])))
+    return {"processes": p["k"], "compute_slowdown": p["compute_slowdown"],
+            "predicted_compute_slowdown": sigma * loaded, "transfer_slowdown": p["transfer_slowdown"],
+            "predicted_transfer_slowdown": loaded / host.slowdown(host.demand(0, int(p["k"])))}
 
 
 def calibrate(bench: Any, source: str = "") -> Profile:
@@ -249,30 +438,6 @@ def calibrate(bench: Any, source: str = "") -> Profile:
     links, link_report = calibrate_link(transfers)
     # a ring step sends and receives at once on every rank: the both-ways fit applies
     link = links.get("both_ways") or links["one_way"]
-    slowdowns = []
-    for i, r in enumerate(_records(bench, "interference")):
-        alone = _median(r.get("compute_alone_s", r.get("median_alone_s")), f"interference entry {i} alone")
-        with_ = _median(r.get("compute_with_transfer_s", r.get("median_with_s")), f"interference entry {i} with")
-        if alone > 0:
-            slowdowns.append(with_ / alone)
-    measured_slowdown = statistics.median(slowdowns) if slowdowns else None
-    slots = None
-    if device.get("kind", "cpu") == "cpu":
-        cores, threads = device.get("cpu_count"), device.get("threads_per_rank") or 1
-        if isinstance(cores, int) and cores > 0 and isinstance(threads, int) and threads > 0:
-            slots = cores / threads
-    by_k: dict[float, list[float]] = {}
-    for i, r in enumerate(_records(bench, "concurrency")):
-        k = r.get("processes")
-        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-            raise RingsimError(f"bench: concurrency entry {i} needs a positive process count")
-        by_k.setdefault(float(k), []).append(_median(r.get("time_s", r.get("median_s")),
-                                                     f"concurrency entry {i} time_s"))
-    concurrency = None
-    if 1.0 in by_k and len(by_k) >= 2:
-        alone = statistics.median(by_k[1.0])
-        if alone > 0:
-            concurrency = tuple(sorted((k, statistics.median(ts) / alone) for k, ts in by_k.items()))
     collective = []
     for i, r in enumerate(_records(bench, "collective")):
         world = r.get("world")
@@ -283,13 +448,9 @@ def calibrate(bench: Any, source: str = "") -> Profile:
                            "sent_bytes": _median(r.get("sent_bytes"), f"collective entry {i} sent_bytes"),
                            "time_s": _median(r.get("time_s", r.get("median_s")), f"collective entry {i} time_s")})
     collectives, collective_report = calibrate_collectives(collective)
-    contention = Contention(slowdown_in_flight=max(1.0, measured_slowdown or 1.0), compute_slots=slots,
-                            concurrency=concurrency)
-    report = {"compute": compute_report, "link": link_report, "link_used": "both_ways" if "both_ways" in links else "one_way",
-              "interference": {"measured_slowdowns": slowdowns, "median_slowdown": measured_slowdown,
-                               "used": contention.slowdown_in_flight},
-              "compute_slots": slots,
-              "concurrency_slowdown": [list(p) for p in concurrency] if concurrency else None,
+    contention, link, contention_report = calibrate_contention(bench, device, link)
+    report = {"compute": compute_report, "link": link_report,
+              "link_used": "both_ways" if "both_ways" in links else "one_way", **contention_report,
               "collectives": collective_report}
     measured_on = {"device": device.get("name", "unknown"), **{k: v for k, v in device.items() if k != "name"}}
     return Profile(model, groups, link, contention, measured_on, report, source, collectives)

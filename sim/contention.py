@@ -1,20 +1,28 @@
-"""Compute slowed by what runs beside it: transfers in flight and shared CPU cores.
+"""Compute and transfers slowed by what runs beside them: transfers in flight and shared cores.
 
-Two effects a calibrated profile can carry (both absent from a datasheet preset):
+Effects a calibrated profile can carry (all absent from a datasheet preset):
 - interference: while a transfer of its own (a send or a receive) is in flight, a
-  rank's compute progresses at 1/slowdown of its speed (gloo on CPU burns cores to
-  move bytes; NCCL kernels take SMs from the attention kernel);
-- core sharing: when several ranks compute at once on one host, each slows down. If
-  the profile measured it (`concurrency`: the time of a block with k processes
-  computing at once, over the time alone), a rank progresses at 1 / slowdown(active),
-  interpolated between measured counts and extended along the last segment; otherwise
-  at slots / active once more ranks compute than there are compute slots (CPU cores /
-  threads per rank).
+  rank's compute progresses at 1/slowdown of its speed (NCCL kernels take SMs from the
+  attention kernel; on CPU, what the host model below does not already explain);
+- the host (CPU profiles): processor sharing of C cores. Every compute in progress
+  demands its rank's threads, every transfer in flight a measured share of a core for
+  gloo's threads; when the demand D exceeds C, everything in progress, computes and
+  transfers alike, runs slowdown(D) times slower than alone: D / C, or a law measured
+  on the host (k processes computing at once, at demand k·threads) that never goes
+  below D / C. A transfer is stretched by the computes and a compute by the transfers
+  of every rank, sends and receives alike;
+- core sharing without a host model (profiles calibrated before it): only computes
+  count, at 1 / slowdown(active) from the measured `concurrency` pairs, or at
+  slots / active once more ranks compute than there are compute slots; transfers keep
+  their duration.
 
-A block's duration from the hardware model is its work at full speed; `Sharing`
-tracks, inside the SimPy run, every compute in progress, and whenever a compute or a
-transfer starts or ends it books the progress made so far and re-times the computes
-whose rate changed (by interrupting their timeouts). Exact for this fluid model.
+The two slowdowns of a compute (its rank's transfer in flight, the host's sharing)
+multiply: they are independent causes acting on the same progress rate.
+
+A duration from the hardware model is the work at full speed. `Sharing` tracks, inside
+the SimPy run, every compute and transfer in progress, and whenever one starts or ends
+it books the progress made so far and re-times those whose rate changed (by
+interrupting their timeouts). Exact for this fluid model.
 """
 
 from __future__ import annotations
@@ -22,6 +30,57 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import simpy
+
+from sim.errors import RingsimError
+
+
+def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
+    """Slowdown at `x` from ascending (x, slowdown) pairs: 1 below the first point,
+    piecewise-linear between points, extended along the last segment; never below 1."""
+    if x <= points[0][0] or len(points) == 1:
+        return max(1.0, points[0][1]) if x >= points[0][0] else 1.0
+    for (k0, f0), (k1, f1) in zip(points, points[1:]):
+        if x <= k1:
+            break
+    return max(1.0, f0 + (f1 - f0) * (x - k0) / (k1 - k0))
+
+
+def sharing_bound(processes: float, threads_per_process: float, cores: float) -> float:
+    """The least slowdown `processes` busy processes of `threads_per_process` threads
+    each can show on `cores` cores against one alone: they cannot get more than all the
+    cores, so each runs at least processes·threads/cores times slower (1 if they fit)."""
+    return max(1.0, processes * threads_per_process / cores)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    """A CPU host whose cores the ranks' computes and their transfers share."""
+
+    cores: float
+    """Cores of the host (C)."""
+    threads_per_rank: float = 1.0
+    """Cores one compute in progress demands (the rank's thread count)."""
+    transfer_cores: float = 0.0
+    """Cores one transfer in flight demands (gloo's threads), measured."""
+    law: tuple[tuple[float, float], ...] | None = None
+    """Measured (cores demanded, slowdown) pairs, ascending; None: demand / cores."""
+
+    def __post_init__(self) -> None:
+        for name in ("cores", "threads_per_rank"):
+            if not getattr(self, name) > 0:
+                raise RingsimError(f"host: {name} must be positive, got {getattr(self, name)!r}")
+        if not self.transfer_cores >= 0:
+            raise RingsimError(f"host: transfer_cores must be non-negative, got {self.transfer_cores!r}")
+        if self.law is not None and not self.law:
+            raise RingsimError("host: law must hold (demand, slowdown) pairs or be None")
+
+    def demand(self, computes: int, transfers: int) -> float:
+        return computes * self.threads_per_rank + transfers * self.transfer_cores
+
+    def slowdown(self, demand: float) -> float:
+        """How much slower everything in progress runs than alone, at `demand` cores."""
+        bound = max(1.0, demand / self.cores)
+        return max(bound, interpolate(self.law, demand)) if self.law else bound
 
 
 @dataclass(frozen=True)
@@ -33,67 +92,75 @@ class Contention:
     concurrency: tuple[tuple[float, float], ...] | None = None
     """Measured (processes computing at once, slowdown of each) pairs, ascending; when
     given it replaces `compute_slots`."""
+    host: Host | None = None
+    """Processor sharing of the host's cores by computes and transfers; when given it
+    replaces `compute_slots` and `concurrency`."""
 
     @property
     def active(self) -> bool:
         return (self.slowdown_in_flight != 1.0 or self.compute_slots is not None
-                or self.concurrency is not None)
+                or self.concurrency is not None or self.host is not None)
 
     def sharing_slowdown(self, active: int) -> float:
-        """How much slower each of `active` computing ranks runs than one alone."""
+        """How much slower each of `active` computing ranks runs than one alone, counting
+        computes only (the model without a host)."""
         if self.concurrency:
-            pts = self.concurrency
-            if active <= pts[0][0] or len(pts) == 1:
-                return max(1.0, pts[0][1]) if active >= pts[0][0] else 1.0
-            for (k0, f0), (k1, f1) in zip(pts, pts[1:]):
-                if active <= k1:
-                    break
-            return max(1.0, f0 + (f1 - f0) * (active - k0) / (k1 - k0))
+            return interpolate(self.concurrency, active)
         if self.compute_slots is not None and active > self.compute_slots:
             return active / self.compute_slots
         return 1.0
 
+    def host_slowdown(self, computes: int, transfers: int) -> float:
+        """How much slower a compute runs, from sharing alone, with `computes` computes and
+        `transfers` transfers in progress on the host."""
+        if self.host is not None:
+            return self.host.slowdown(self.host.demand(computes, transfers))
+        return self.sharing_slowdown(computes)
+
 
 class _Running:
-    __slots__ = ("rank", "left", "since", "rate", "process")
+    __slots__ = ("rank", "transfer", "left", "since", "rate", "process")
 
-    def __init__(self, rank: int, left: float, since: float, process):
-        self.rank, self.left, self.since, self.rate, self.process = rank, left, since, 1.0, process
+    def __init__(self, rank: int, transfer: bool, left: float, since: float, process):
+        self.rank, self.transfer, self.left, self.since = rank, transfer, left, since
+        self.rate, self.process = 0.0, process    # 0.0 forces a fresh rate at the first re-time
 
 
 class Sharing:
-    """Progress rates of the computes in flight, re-timed at every change."""
+    """Progress rates of the computes and transfers in flight, re-timed at every change."""
 
     def __init__(self, env: simpy.Environment, n_ranks: int, model: Contention):
         self.env = env
         self.model = model
         self.in_flight = [0] * n_ranks
         self.running: dict[int, _Running] = {}
-
-    def _rate(self, rank: int) -> float:
-        rate = 1.0
-        if self.in_flight[rank]:
-            rate /= self.model.slowdown_in_flight
-        return rate / self.model.sharing_slowdown(len(self.running))
+        self.computes = 0
+        self.transfers = 0
 
     def _retime(self, caller: int | None) -> None:
         now = self.env.now
-        for op_id, run in self.running.items():
+        for run in self.running.values():
             run.left -= (now - run.since) * run.rate
             run.since = now
+        model = self.model
+        slowdown = model.host_slowdown(self.computes, self.transfers)
+        shared = 1.0 / slowdown
+        in_flight_rate = (1.0 / model.slowdown_in_flight) / slowdown
+        # without a host model a transfer keeps its duration
+        transfer_rate = shared if model.host is not None else 1.0
         for op_id, run in self.running.items():
-            rate = self._rate(run.rank)
+            if run.transfer:
+                rate = transfer_rate
+            else:
+                rate = in_flight_rate if self.in_flight[run.rank] else shared
             if rate != run.rate:
                 run.rate = rate
                 if op_id != caller and run.process.is_alive and run.process.target is not None:
                     run.process.interrupt()
 
-    def compute(self, op_id: int, rank: int, work_s: float):
-        """A SimPy process body: `work_s` of full-speed compute at the current rates."""
+    def _progress(self, op_id: int, run: _Running):
         env = self.env
-        run = _Running(rank, work_s, env.now, env.active_process)
         self.running[op_id] = run
-        run.rate = 0.0           # forces a fresh rate for this one
         self._retime(op_id)
         while True:
             try:
@@ -102,10 +169,22 @@ class Sharing:
             except simpy.Interrupt:
                 continue
         del self.running[op_id]
+
+    def compute(self, op_id: int, rank: int, work_s: float):
+        """A SimPy process body: `work_s` of full-speed compute at the current rates."""
+        self.computes += 1
+        yield from self._progress(op_id, _Running(rank, False, work_s, self.env.now, self.env.active_process))
+        self.computes -= 1
         self._retime(None)
 
-    def transfer(self, src: int, dst: int, delta: int) -> None:
-        """A transfer between src and dst starts (delta=1) or ends (delta=-1)."""
-        self.in_flight[src] += delta
-        self.in_flight[dst] += delta
+    def transfer(self, op_id: int, src: int, dst: int, work_s: float):
+        """A SimPy process body: a transfer from src to dst taking `work_s` alone; while it
+        is in flight, both ends count it (a send and a receive slow compute alike)."""
+        self.in_flight[src] += 1
+        self.in_flight[dst] += 1
+        self.transfers += 1
+        yield from self._progress(op_id, _Running(src, True, work_s, self.env.now, self.env.active_process))
+        self.in_flight[src] -= 1
+        self.in_flight[dst] -= 1
+        self.transfers -= 1
         self._retime(None)

@@ -11,6 +11,7 @@ DESIGN.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from typing import Any
 
@@ -46,7 +47,8 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
         player = "simpy"     # rates that change mid-block need the event loop
         meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
                               "compute_slots": contention.compute_slots,
-                              "concurrency": contention.concurrency}
+                              "concurrency": contention.concurrency,
+                              "host": dataclasses.asdict(contention.host) if contention.host else None}
     elif player == "auto":
         player = "recurrence"
     if player == "simpy":

@@ -17,9 +17,10 @@ The same fixed orders make start times a max-plus recurrence over the operations
 schedule order (schedule order is topological), so the wave player computes the
 identical times without an event loop, much faster: it times a whole wave of the
 schedule (sim.schedule) at once with numpy, reading the same resource column. Tests
-hold the two bit-identical. A calibrated profile may slow compute while transfers run
-or while ranks share CPU cores (sim.contention); rates that change inside a block need
-the event loop, so such a profile always plays on SimPy.
+hold the two bit-identical. A calibrated profile may slow compute while transfers run,
+or computes and transfers while they share a CPU host's cores (sim.contention); rates
+that change inside an operation need the event loop, so such a profile always plays on
+SimPy.
 """
 
 from __future__ import annotations
@@ -162,9 +163,7 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
             elif is_compute[op_id]:
                 yield from sharing.compute(op_id, rank[op_id], dur[op_id])
             else:
-                sharing.transfer(rank[op_id], peer[op_id], 1)
-                yield env.timeout(dur[op_id])
-                sharing.transfer(rank[op_id], peer[op_id], -1)
+                yield from sharing.transfer(op_id, rank[op_id], peer[op_id], dur[op_id])
             done(op_id)
 
     for queue in resource_queues(schedule):

@@ -11,10 +11,14 @@ whichever predicted held-out points better at calibration (recorded with residua
 A group that was not measured falls back, in order: backward to forward (backward
 FLOPs are 2.5x, so the rate carries over), diagonal to full; a dtype that was not
 measured is an error. Links: alpha-beta fitted for transfers in both directions at
-once (what a ring does: every rank sends and receives together). Collectives: per
-collective (all-gather, reduce-scatter, all-to-all) a latency per round and a bandwidth,
-which time each flow of the rounds the simulator plays (sim.topology); a collective the
-profile did not measure is played on the point-to-point link.
+once (what a ring does: every rank sends and receives together). Contention
+(sim.contention): the slowdown of compute while a transfer is in flight and, on a CPU
+host, the host model (`contention.host`: cores, threads per rank, the cores a transfer
+in flight demands, the measured sharing law) or, in profiles made before it, measured
+concurrency or compute slots. Collectives: per collective (all-gather, reduce-scatter,
+all-to-all) a latency per round and a bandwidth, which time each flow of the rounds the
+simulator plays (sim.topology); a collective the profile did not measure is played on
+the point-to-point link.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.contention import Contention
+from sim.contention import Contention, Host
 from sim.errors import RingsimError
 from sim.trace import read_json, write_json
 
@@ -155,7 +159,8 @@ class Profile:
                          "bandwidth_bytes_per_s": self.link.bandwidth_bytes_per_s},
                 "contention": {"slowdown_in_flight": self.contention.slowdown_in_flight,
                                "compute_slots": self.contention.compute_slots,
-                               "concurrency": self.contention.concurrency},
+                               "concurrency": self.contention.concurrency,
+                               "host": host_to_dict(self.contention.host)},
                 "collectives": {op: f.to_dict() for op, f in self.collectives.items()},
                 "measured_on": self.measured_on}
 
@@ -172,7 +177,8 @@ class Profile:
             "contention": {"slowdown_in_flight": self.contention.slowdown_in_flight,
                            "compute_slots": self.contention.compute_slots,
                            "concurrency": ([list(p) for p in self.contention.concurrency]
-                                           if self.contention.concurrency else None)},
+                                           if self.contention.concurrency else None),
+                           "host": host_to_dict(self.contention.host)},
             "collectives": {op: f.to_dict() for op, f in self.collectives.items()},
             "report": self.report,
         }
@@ -187,6 +193,31 @@ def _num(x: Any, what: str, *, positive: bool = False) -> float:
     if x < 0 or (positive and x == 0):
         raise RingsimError(f"profile: {what} must be {'positive' if positive else 'non-negative'}, got {x!r}")
     return float(x)
+
+
+def host_to_dict(host: Host | None) -> dict[str, Any] | None:
+    if host is None:
+        return None
+    return {"cores": host.cores, "threads_per_rank": host.threads_per_rank,
+            "transfer_cores": host.transfer_cores,
+            "law": [list(p) for p in host.law] if host.law else None}
+
+
+def _host(h: Any) -> Host | None:
+    """The host model of a profile's contention (absent from profiles made before it)."""
+    if h is None:
+        return None
+    if not isinstance(h, dict):
+        raise RingsimError("profile: contention.host must be an object")
+    law = h.get("law")
+    if law is not None:
+        if not isinstance(law, list) or not law or not all(isinstance(p, list) and len(p) == 2 for p in law):
+            raise RingsimError("profile: contention.host.law must be [cores demanded, slowdown] pairs")
+        law = tuple(sorted((_num(p[0], "host law demand"), _num(p[1], "host law slowdown", positive=True))
+                           for p in law))
+    return Host(cores=_num(h.get("cores"), "host cores", positive=True),
+                threads_per_rank=_num(h.get("threads_per_rank", 1.0), "host threads_per_rank", positive=True),
+                transfer_cores=_num(h.get("transfer_cores", 0.0), "host transfer_cores"), law=law)
 
 
 def profile_from_dict(d: Any, source: str = "") -> Profile:
@@ -236,7 +267,7 @@ def profile_from_dict(d: Any, source: str = "") -> Profile:
     contention = Contention(
         slowdown_in_flight=max(1.0, _num(cont.get("slowdown_in_flight", 1.0), "slowdown_in_flight", positive=True)),
         compute_slots=None if slots is None else _num(slots, "compute_slots", positive=True),
-        concurrency=conc)
+        concurrency=conc, host=_host(cont.get("host")))
     raw_coll = d.get("collectives", {})
     raw_coll = {} if raw_coll is None else raw_coll
     if not isinstance(raw_coll, dict):

@@ -1,6 +1,7 @@
 """Calibration recovers the parameters of synthetic measurements made from known models."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from sim.profile import load_profile, profile_from_dict
 OVERHEAD, RATE, DIAG_RATE = 150e-6, 20e9, 12e9
 LATENCY, BW = 80e-6, 1.2e9
 CONCURRENCY = [(1, 1.0), (2, 1.1), (4, 2.6)]
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 
 
 def bench(slowdown=1.3, cpu_count=2, threads=1, kinds=("fwd",), noise=0.0):
@@ -141,3 +143,84 @@ def test_calibrate_cli_writes_once_and_reports(tmp_path, capsys):
     assert d["makespan_s"] > 0
     (tmp_path / "junk.json").write_text("{nope")
     assert main(["calibrate", str(tmp_path / "junk.json"), "-o", str(tmp_path / "q.json")]) == 2
+
+
+# ---- the host model: physical bounds, ring conditions, older files ---------------------
+
+def test_a_concurrency_slowdown_below_the_core_bound_is_rejected_not_fitted():
+    b = bench()
+    # 3 processes on 2 cores measured 1.06x slower than one: impossible (at least 1.5x)
+    b["concurrency"].insert(2, {"processes": 3, "time_s": [0.02 * 1.06]})
+    p = calibrate(b)
+    assert [k for k, _ in p.contention.concurrency] == [1, 2, 4]
+    assert [d for d, _ in p.contention.host.law] == [1, 2, 4]
+    # fitted without the bad point: 3 cores demanded sit between the 2- and 4-process
+    # slowdowns, 1.1 + (2.6 - 1.1) / 2 = 1.85 (with it the law would say 1.06, raised to 1.5)
+    assert p.contention.host.slowdown(3.0) == pytest.approx(1.85)
+    assert len(p.report["rejected"]) == 1 and "concurrency 3" in p.report["rejected"][0]
+
+
+def test_entries_the_bench_rejected_are_not_fitted():
+    b = bench()
+    b["concurrency"][1]["rejected"] = "below the bound"
+    p = calibrate(b)
+    assert [k for k, _ in p.contention.concurrency] == [1, 4]
+    assert p.report["rejected"] == ["concurrency 2: below the bound"]
+
+
+# A host of 2 cores, 1 thread per rank, transfers demanding 0.5 core, the sharing law of
+# CONCURRENCY in cores demanded (1 thread per process: (1, 1.0), (2, 1.1), (4, 2.6), then
+# along the last segment, slope 0.75) and 1.2x more on compute while its transfer is in
+# flight. k ranks in a ring: demand k·1 + k·0.5; the k exchanges alone demand k·0.5.
+#   k=2: loaded law(3) = 1.85;  alone law(1) = 1.0;   compute 1.2 * 1.85, transfer 1.85
+#   k=3: loaded law(4.5) = 2.975; alone law(1.5) = 1.05; compute 1.2 * 2.975, transfer 2.975 / 1.05
+#   k=4: loaded law(6) = 4.1;   alone law(2) = 1.1;   compute 1.2 * 4.1, transfer 4.1 / 1.1
+RING = {2: (1.2 * 1.85, 1.85), 3: (1.2 * 2.975, 2.975 / 1.05), 4: (1.2 * 4.1, 4.1 / 1.1)}
+
+
+def ring_bench(ring=RING):
+    b = bench()
+    b["ring_conditions"] = [
+        {"processes": k, "threads_per_rank": 1, "bytes": 1 << 20,
+         "compute_alone_s": [0.009, 0.010, 0.030], "compute_ring_s": [0.010 * c] * 4,
+         "transfer_alone_s": [0.002, 0.002, 0.009], "transfer_ring_s": [0.002 * x] * 4}
+        for k, (c, x) in ring.items()]
+    return b
+
+
+def test_ring_conditions_give_the_cores_a_transfer_demands():
+    p = calibrate(ring_bench())
+    host = p.contention.host
+    assert (host.cores, host.threads_per_rank) == (2, 1)
+    assert host.transfer_cores == pytest.approx(0.5)
+    assert p.contention.slowdown_in_flight == pytest.approx(1.2)
+    assert p.report["host"]["sum_sq_log_error"] == pytest.approx(0, abs=1e-12)
+    # two hops alone demand 1 core: the link's alone time needs no correction
+    assert p.link.bandwidth_bytes_per_s == pytest.approx(BW)
+
+
+def test_a_ring_entry_below_the_core_bound_is_rejected():
+    # 4 ranks on 2 cores computing only 1.5x slower than alone: impossible (at least 2x)
+    p = calibrate(ring_bench({**RING, 4: (1.5, 4.1 / 1.1)}))
+    assert p.report["host"]["ring_entries"] == 2
+    assert any("ring conditions 4" in r for r in p.report["rejected"])
+    assert p.contention.host.transfer_cores == pytest.approx(0.5)
+
+
+def test_an_old_bench_file_still_calibrates(tmp_path):
+    # bench() has neither ring_conditions nor the concurrency fields added with them
+    p = calibrate(bench())
+    assert p.contention.host.transfer_cores == 0.0 and p.contention.slowdown_in_flight == pytest.approx(1.3)
+    assert "no ring-conditions" in p.report["host"]["note"]
+    committed = calibrate(json.loads((RESULTS / "cpu-bench.json").read_text()))
+    assert committed.contention.host.cores == 2 and committed.report["rejected"] == []
+    # and an old profile (no host) still loads, playing as it did
+    old = load_profile(RESULTS / "cpu-profile.json")
+    assert old.contention.host is None and old.contention.concurrency is not None
+
+
+def test_host_model_round_trips_through_the_profile(tmp_path):
+    p = calibrate(ring_bench())
+    p.save(tmp_path / "p.json")
+    back = load_profile(tmp_path / "p.json")
+    assert back.contention == p.contention and back.contention.host.transfer_cores == pytest.approx(0.5)

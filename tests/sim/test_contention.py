@@ -1,9 +1,10 @@
-"""Interference and core sharing against hand-computed timelines."""
+"""Interference, core sharing and the host model against hand-computed timelines."""
 
 import pytest
+import simpy
 
 from sim.config import Gpu, Hardware, Link, Scenario, Workload
-from sim.contention import Contention
+from sim.contention import Contention, Host, Sharing, sharing_bound
 from sim.engine import simulate
 from sim.metrics import compute_metrics
 
@@ -72,3 +73,95 @@ def test_measured_concurrency_slows_every_rank_computing_at_once():
     # four ranks compute in lock step: each block takes w_c times the measured 4-way slowdown
     assert compute_metrics(trace).makespan_s == pytest.approx(n * w_c * 2.6, rel=1e-6)
     assert model.sharing_slowdown(1) == 1.0 and model.sharing_slowdown(3) == pytest.approx(1.9)
+
+
+# ---- the fluid model on its own: operations started by hand at given times ----------
+
+def play_ops(model, n_ranks, ops):
+    """End time of each op: ("compute", rank, work_s, start_s) or
+    ("transfer", src, dst, work_s, start_s), started at its start on `model`."""
+    env = simpy.Environment()
+    sharing = Sharing(env, n_ranks, model)
+    ends = [None] * len(ops)
+
+    def one(i, op):
+        yield env.timeout(op[-1])
+        if op[0] == "compute":
+            yield from sharing.compute(i, op[1], op[2])
+        else:
+            yield from sharing.transfer(i, op[1], op[2], op[3])
+        ends[i] = env.now
+
+    for i, op in enumerate(ops):
+        env.process(one(i, op))
+    env.run()
+    return ends
+
+
+def test_two_computes_and_a_transfer_share_two_cores():
+    host = Host(cores=2, threads_per_rank=1, transfer_cores=1)
+    ends = play_ops(Contention(host=host), 2, [("compute", 0, 3.0, 0.0), ("compute", 1, 3.0, 0.0),
+                                               ("transfer", 0, 1, 1.0, 0.0)])
+    # demand 1 + 1 + 1 = 3 cores on 2: everything runs at 2/3. The transfer's 1 s of work
+    # ends at 1.5 s; by then each compute did 1 s of its 3; alone on the cores (demand 2)
+    # they do the other 2 s at full speed: 3.5 s.
+    assert ends == [pytest.approx(3.5), pytest.approx(3.5), pytest.approx(1.5)]
+
+
+def test_a_transfer_starting_late_stretches_computes_already_running():
+    host = Host(cores=2, threads_per_rank=1, transfer_cores=0.5)
+    ends = play_ops(Contention(host=host), 3, [("compute", 0, 2.0, 0.0), ("compute", 1, 2.0, 0.0),
+                                               ("transfer", 1, 2, 0.5, 1.0)])
+    # [0, 1]: demand 2, full speed, 1 s done each. From 1: demand 2.5 -> everything at 0.8;
+    # the transfer's 0.5 s take 0.625 s (ends 1.625), the computes do 0.5 of theirs meanwhile
+    # and their last 0.5 s at full speed: 2.125
+    assert ends == [pytest.approx(2.125), pytest.approx(2.125), pytest.approx(1.625)]
+
+
+@pytest.mark.parametrize("end", ["sender", "receiver"])
+def test_a_receive_slows_compute_as_a_send_does(end):
+    rank = 0 if end == "sender" else 1
+    ends = play_ops(Contention(slowdown_in_flight=2.0), 3,
+                    [("compute", rank, 2.0, 0.0), ("compute", 2, 2.0, 0.0), ("transfer", 0, 1, 1.0, 0.0)])
+    # in flight over [0, 1] (no host: the transfer keeps its duration): the rank at either
+    # end does 0.5 s of work there, the rest after: 1 + 1.5 = 2.5 s; rank 2 is untouched
+    assert ends == [pytest.approx(2.5), pytest.approx(2.0), pytest.approx(1.0)]
+
+
+@pytest.mark.parametrize("model", [
+    Contention(slowdown_in_flight=2.0, compute_slots=2),
+    Contention(slowdown_in_flight=2.0, host=Host(cores=2, threads_per_rank=1, transfer_cores=0.0)),
+])
+def test_a_transfer_in_flight_and_core_sharing_multiply(model):
+    ends = play_ops(model, 3, [("compute", 0, 3.0, 0.0), ("compute", 1, 3.0, 0.0),
+                               ("compute", 2, 3.0, 0.0), ("transfer", 0, 1, 100.0, 0.0)])
+    # three computes on two slots: 1.5x each. Rank 2 has no transfer: 3 s at 1/1.5 ends at
+    # 4.5. Ranks 0 and 1 have one in flight: 1.5 * 2 = 3x, 1.5 s done by 4.5; then two
+    # computes fit, 2x from the transfer alone: the last 1.5 s take 3 s, ending at 7.5.
+    # (The worse of the two slowdowns, 2x, would end them at 6.)
+    assert ends[:3] == [pytest.approx(7.5), pytest.approx(7.5), pytest.approx(4.5)]
+
+
+def test_the_host_law_never_beats_the_cores():
+    law = ((1.0, 1.0), (2.0, 1.1), (4.0, 2.6))
+    host = Host(cores=2, threads_per_rank=1, law=law)
+    assert host.slowdown(0.5) == 1.0
+    assert host.slowdown(3.0) == pytest.approx(1.85)          # measured, above 3/2
+    assert Host(cores=2, law=((1.0, 1.0), (3.0, 1.06))).slowdown(3.0) == pytest.approx(1.5)
+    assert host.demand(3, 2) == 3.0 and Host(cores=2, transfer_cores=0.25).demand(2, 4) == 3.0
+    assert sharing_bound(3, 1, 2) == 1.5 and sharing_bound(1, 1, 2) == 1.0 and sharing_bound(2, 2, 2) == 2.0
+
+
+def test_ring_step_on_a_two_core_host_through_the_engine():
+    host = Host(cores=2, threads_per_rank=1, transfer_cores=0.5)
+    w_c, t_x = base_times(gbps=2.0)
+    assert t_x < w_c
+    trace = run(hw(Contention(host=host), gbps=2.0))
+    first = sorted((s for s in trace.spans if s.step == 0 and s.stream in ("compute", "send")),
+                   key=lambda s: (s.stream, s.rank))
+    assert [(s.stream, s.rank) for s in first] == [("compute", 0), ("compute", 1), ("send", 0), ("send", 1)]
+    # both ranks compute (2 cores) while both hops run (2 x 0.5): demand 3, 1.5x slower.
+    # The hops end at 1.5 t_x; the computes did t_x of work by then, the rest at full speed.
+    for s in first:
+        expect = w_c + 0.5 * t_x if s.stream == "compute" else 1.5 * t_x
+        assert s.start_s == 0.0 and s.duration_s == pytest.approx(expect, rel=1e-9)

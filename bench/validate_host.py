@@ -1,0 +1,65 @@
+"""Validation of several profiles against the same measured runs: the kernel runs each
+case of the quick matrix once (its repeats), and every profile simulates it, so that a
+model change is compared on identical measurements (a shared host's load drifts between
+two separate `ringsim validate` runs). Prints a table, writes JSON with the host's load
+average at every case.
+
+    .venv/bin/python bench/validate_host.py --profiles before.json after.json \
+        --world-sizes 2 3 --seqs 3072 --out bench/results/validation-host.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+from hw.config import RunConfig
+from hw.launch import run_config
+from hw.validate import compare_case, matrix, summarize
+from sim.config import Scenario, Workload
+from sim.engine import simulate
+from sim.profile import load_profile
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--profiles", nargs="+", required=True)
+    p.add_argument("--world-sizes", nargs="+", type=int, default=[2, 3])
+    p.add_argument("--seqs", nargs="+", type=int, default=[3072])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    profiles = {path: load_profile(path) for path in a.profiles}
+    rows: dict[str, list] = {path: [] for path in a.profiles}
+    loads = []
+    for case in matrix(quick=True, seqs=a.seqs, world_sizes=a.world_sizes):
+        w = Workload(seq=case.seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=case.causal)
+        _, traces = run_config(RunConfig(workload=w, world_size=case.world_size, layout=case.layout,
+                                         warmup=a.warmup, repeats=a.repeats))
+        loads.append(os.getloadavg()[0])
+        line = [f"{case.key:32} measured {statistics.median(t.makespan_s for t in traces) * 1e3:7.1f} ms"]
+        for path, prof in profiles.items():
+            sim = Scenario(workload=w, n_gpus=case.world_size, layout=case.layout)
+            row = compare_case(case, traces, simulate(sim, prof))
+            row["key"], row["load_avg_1m"] = case.key, loads[-1]
+            rows[path].append(row)
+            line.append(f"{os.path.basename(path)} {row['error']:+6.1%}")
+        print("  ".join(line) + f"  load {loads[-1]:.1f}", file=sys.stderr, flush=True)
+    out = {"created": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_1m": loads,
+           "profiles": {path: {"summary": summarize(r), "cases": r} for path, r in rows.items()}}
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"{'profile':40} {'cases':>5} {'median |makespan err|':>22} {'per-step median':>16}")
+    for path, r in rows.items():
+        s = summarize(r)
+        print(f"{path:40} {s['cases']:5} {s['median_abs_error']:22.1%} {s['step_median_abs_error']:16.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The physical-bound checks of `ringsim hw bench`, as pure functions, against hand numbers."""
+
+import pytest
+
+from hw.bench import concurrency_violation, measure_within_bounds, ring_slowdown, ring_violation
+
+
+def test_ring_slowdown_is_mean_shared_over_median_alone():
+    # alone: median of (1, 2, 9) is 2; shared: mean of (1, 1, 10) is 4
+    assert ring_slowdown([1.0, 1.0, 10.0], [1.0, 2.0, 9.0]) == pytest.approx(2.0)
+    assert ring_slowdown([], [1.0]) == 0.0
+
+
+@pytest.mark.parametrize("processes,threads,mean_s,bad", [
+    (3, 1, 1.06, True),     # 3 busy processes on 2 cores: at least 1.5x; 1.06x is impossible
+    (3, 1, 1.45, False),    # within 5% of 1.5x: noise
+    (3, 1, 1.40, True),     # 1.40 < 0.95 * 1.5
+    (2, 1, 1.00, False),    # two fit on two cores
+    (2, 2, 1.50, True),     # 2 x 2 threads on 2 cores: at least 2x
+    (1, 1, 0.50, False),    # the one alone is the reference
+])
+def test_concurrency_bound(processes, threads, mean_s, bad):
+    entry = {"processes": processes, "threads_per_rank": threads, "time_s": [mean_s, mean_s]}
+    why = concurrency_violation(entry, 1.0, cores=2)
+    assert (why is not None) == bad
+    if bad:
+        assert "\n" not in why and "physical" in why
+
+
+def test_concurrency_bound_needs_the_one_alone():
+    assert concurrency_violation({"processes": 3, "threads_per_rank": 1, "time_s": [1.0]}, None, 2) is None
+
+
+def test_ring_bound_checks_the_compute_slowdown():
+    entry = {"processes": 4, "threads_per_rank": 1, "compute_slowdown": 1.8, "transfer_slowdown": 0.5}
+    assert "2.00x" in ring_violation(entry, cores=2)     # 4 ranks on 2 cores: at least 2x
+    assert ring_violation({**entry, "compute_slowdown": 2.3}, cores=2) is None
+
+
+def test_a_violation_is_measured_again_then_rejected(capsys):
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"processes": 3, "threads_per_rank": 1, "compute_slowdown": 1.06}
+
+    entry = measure_within_bounds(measure, lambda e: ring_violation(e, 2), "ring conditions 3 ranks")
+    assert len(calls) == 3 and entry["attempts"] == 3 and "1.50x" in entry["rejected"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ring conditions 3 ranks: rejected after 3 attempts")
+
+
+def test_a_repeat_within_the_bound_is_kept(capsys):
+    values = iter([1.06, 1.7])
+    entry = measure_within_bounds(
+        lambda: {"processes": 3, "threads_per_rank": 1, "compute_slowdown": next(values)},
+        lambda e: ring_violation(e, 2), "ring")
+    assert entry["compute_slowdown"] == 1.7 and entry["attempts"] == 2 and "rejected" not in entry
+    assert capsys.readouterr().err == ""
