@@ -72,4 +72,4 @@ def test_markdown_lists_every_case():
     sim = sim_trace()
     rows = [compare_case(Case("zigzag", True, 4, 4096), [scaled(sim, f) for f in (1.0, 1.1)], sim)]
     md = markdown({"summary": summarize(rows), "cases": rows, "measured_on": {"device": "x"}})
-    assert md.count("| zigzag/causal/ws4/seq4096/fwd |") == 1
+    assert md.count("| ring/zigzag/causal/ws4/seq4096/fwd |") == 1
