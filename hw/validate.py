@@ -24,8 +24,9 @@ from typing import Any
 from sim.metrics import step_durations
 from sim.trace import Trace
 
+from hw.kernels import SCHEMES
 
-SCHEMES = ("ring", "allgather", "ulysses")
+
 LAYOUTS = ("contiguous", "striped", "zigzag")
 WORLD_SIZES = [2, 3, 4]
 
