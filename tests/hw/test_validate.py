@@ -68,6 +68,33 @@ def test_quick_matrix_has_at_least_twelve_cases_over_three_world_sizes():
     assert len({c.key for c in cases}) == len(cases)
 
 
+def test_quick_matrix_is_forward_at_two_sizes_and_forward_backward_at_the_smaller():
+    cases = matrix(quick=True)
+    # per world size and size: 3 causal layouts and contiguous without a mask
+    fwd = [c for c in cases if c.pass_ == "fwd"]
+    both = [c for c in cases if c.pass_ == "fwdbwd"]
+    assert len(fwd) == 3 * 2 * 4 and len(both) == 3 * 1 * 4 and len(cases) == 36
+    assert {c.seq for c in fwd} == {3072, 6144} and {c.seq for c in both} == {3072}
+    assert {c.scheme for c in cases} == {"ring"}
+    # cases of one world size follow one another (they share processes)
+    sizes = [c.world_size for c in cases]
+    assert sum(a != b for a, b in zip(sizes, sizes[1:])) == 5
+
+
+def test_full_matrix_covers_every_pass_and_scheme():
+    cases = matrix(quick=False)
+    assert {c.pass_ for c in cases} == {"fwd", "bwd", "fwdbwd"}
+    assert {c.seq for c in cases} == {3072, 6144, 12288}
+    # per pass, size and world size: ring 3 layouts x 2 masks, allgather zigzag x 2 masks,
+    # ulysses 2 masks where the world size divides the 8 heads (2 and 4, not 3)
+    assert len(cases) == 3 * 3 * (3 * (6 + 2) + 2 * 2)
+    assert {c.layout for c in cases if c.scheme == "allgather"} == {"zigzag"}
+    assert {c.world_size for c in cases if c.scheme == "ulysses"} == {2, 4}
+    wide = matrix(quick=False, schemes=["ulysses"], heads=12, kv_heads=4, world_sizes=[2, 3, 4])
+    assert {c.world_size for c in wide} == {2, 4}                  # 3 does not divide the 4 K/V heads
+    assert {c.world_size for c in matrix(quick=True, schemes=["ulysses"], heads=12, kv_heads=12)} == {2, 3, 4}
+
+
 def test_markdown_lists_every_case():
     sim = sim_trace()
     rows = [compare_case(Case("zigzag", True, 4, 4096), [scaled(sim, f) for f in (1.0, 1.1)], sim)]
@@ -338,3 +365,33 @@ def test_bad_settings_are_one_line_errors(cli, capsys):
     assert cli("--seqs", "50") == 2                         # 50 tokens do not cut into 4 zigzag chunks
     assert "ringsim: error: sequence length 50" in capsys.readouterr().err
     assert cli.kernel.runs == []
+
+
+def test_backward_blocks_are_timed_from_the_profiles_backward_groups(tmp_path):
+    """What the validation simulates for a fwdbwd case: every backward block takes the
+    bwd group's time (overhead + FLOPs / the bwd rate), every forward block the fwd
+    group's; without bwd groups, backward falls back to the forward's and says so."""
+    from sim.profile import load_profile
+    from hw.validate_cli import profile_compute_groups
+
+    write_profile(tmp_path / "p.json")
+    profile = load_profile(tmp_path / "p.json")
+    rates = {("full", "fwd"): 2e9, ("diagonal", "fwd"): 1.5e9, ("full", "bwd"): 1e9, ("diagonal", "bwd"): 0.8e9}
+    w = Workload(seq=96, heads=2, kv_heads=2, head_dim=8, dtype="fp32", causal=True, pass_="fwdbwd")
+    trace = simulate(Scenario(workload=w, n_gpus=2, layout="zigzag"), profile)
+    seen = set()
+    for s in trace.spans:
+        if s.stream != "compute":
+            continue
+        # zigzag causal on 2 ranks: the diagonal block at the first step of each pass
+        # (forward steps 0-1, backward 2-3), full blocks after
+        mask = "diagonal" if s.step in (0, 2) else "full"
+        assert s.duration_s == pytest.approx(1e-4 + s.flops / rates[(mask, s.kind)]), s
+        seen.add((mask, s.kind))
+    assert seen == set(rates)
+    cases = [Case("zigzag", True, 2, 96, "fwdbwd")]
+    assert profile_compute_groups(profile, "fp32", cases) == {
+        "fp32/full/bwd": "fp32/full/bwd", "fp32/diagonal/bwd": "fp32/diagonal/bwd",
+        "fp32/full/fwd": "fp32/full/fwd", "fp32/diagonal/fwd": "fp32/diagonal/fwd"}
+    fwd_only = type(profile)("fit", {k: g for k, g in profile.groups.items() if k[2] == "fwd"}, profile.link)
+    assert profile_compute_groups(fwd_only, "fp32", cases)["fp32/diagonal/bwd"] == "fp32/diagonal/fwd (fallback)"
