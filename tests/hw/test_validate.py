@@ -230,8 +230,10 @@ class FakeKernel:
         self.factors = factors
         self.device = device
         self.runs = []
+        self.batches = []
 
     def __call__(self, cfgs):
+        self.batches.append([cfg.world_size for cfg in cfgs])
         out = []
         for cfg in cfgs:
             self.runs.append(cfg)
@@ -352,6 +354,7 @@ def test_schemes_are_measured_and_simulated_with_their_own_scheme(cli):
                     "allgather/zigzag/causal/ws3/seq96/fwd", "allgather/zigzag/full/ws3/seq96/fwd"]
     assert [(c.scheme, c.world_size) for c in cli.kernel.runs] == \
         [("allgather", 2), ("allgather", 2), ("ulysses", 2), ("ulysses", 2), ("allgather", 3), ("allgather", 3)]
+    assert cli.kernel.batches == [[2, 2, 2, 2], [3, 3]]         # one set of processes per world size
     for cfg in cli.kernel.runs:
         assert cfg.scenario().describe()["scheme"] == cfg.scheme
 
