@@ -398,3 +398,16 @@ def test_backward_blocks_are_timed_from_the_profiles_backward_groups(tmp_path):
         "fp32/full/fwd": "fp32/full/fwd", "fp32/diagonal/fwd": "fp32/diagonal/fwd"}
     fwd_only = type(profile)("fit", {k: g for k, g in profile.groups.items() if k[2] == "fwd"}, profile.link)
     assert profile_compute_groups(fwd_only, "fp32", cases)["fp32/diagonal/bwd"] == "fp32/diagonal/fwd (fallback)"
+
+
+def test_batches_hold_one_world_size_and_at_most_batch_cases():
+    from hw.validate_cli import BATCH, _batches
+
+    cases = [Case(layout, True, ws, 96 * (i + 1))
+             for layout, ws, n in (("zigzag", 2, BATCH + 3), ("zigzag", 3, 2), ("striped", 2, 1))
+             for i in range(n)]
+    done = {cases[1].key: {}}
+    batches = _batches(cases, done)
+    assert [len(b) for b in batches] == [BATCH, 2, 2, 1]           # 10 left on 2 ranks, then 3, then 2
+    assert [b[0].world_size for b in batches] == [2, 2, 3, 2]
+    assert cases[1] not in [c for b in batches for c in b]
