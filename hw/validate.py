@@ -21,13 +21,13 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sim.config import LAYOUTS
 from sim.metrics import step_durations
 from sim.trace import Trace
 
 from hw.kernels import SCHEMES
 
 
-LAYOUTS = ("contiguous", "striped", "zigzag")
 WORLD_SIZES = [2, 3, 4]
 
 

@@ -105,7 +105,7 @@ def _batches(cases, rows) -> list[list]:
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
-    from sim.config import Scenario, Workload
+    from sim.config import Workload
     from sim.engine import simulate
     from sim.profile import load_profile
     from hw.config import RunConfig
