@@ -1,7 +1,9 @@
 """`ringsim validate`: measure the real kernel over a matrix of cases (hw.launch),
 simulate the same cases on a calibrated profile, and report the errors (hw.validate).
-Each finished case is written to the report at once; a rerun with the same settings
-resumes where the last one stopped. torch is imported only when the command runs.
+Cases of one world size run in batches on one set of processes (start-up is paid once
+a batch); each finished batch is written to the report at once, and a rerun with the
+same settings resumes where the last one stopped, keeping what the report says about
+the machine. torch is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import time
 from typing import Any
 
 from sim.errors import RingsimError
-from sim.trace import read_json, write_json
+from sim.trace import Trace, read_json, write_json
+
+from hw.validate import SCHEMES
 
 
 def register(sub) -> None:
@@ -23,10 +27,16 @@ def register(sub) -> None:
     v.add_argument("--profile", required=True, metavar="PROFILE.json",
                    help="calibrated from separate microbenchmarks (`ringsim calibrate`)")
     v.add_argument("--quick", action="store_true",
-                   help="the quick matrix: forward, world sizes 2-4, two sizes (minutes on 2 cores)")
-    v.add_argument("--seqs", type=int, nargs="+", default=None, help="sequence lengths")
+                   help="the quick matrix: forward at two sizes and forward-backward at the smaller, "
+                        "world sizes 2-4, the ring (under ten minutes on 2 cores); without it fwd, bwd "
+                        "and fwdbwd at three sizes, every layout and mask, ring, allgather and ulysses")
+    v.add_argument("--seqs", type=int, nargs="+", default=None, help="sequence lengths (every pass)")
     v.add_argument("--world-sizes", type=int, nargs="+", default=None, help="(default 2 3 4)")
-    v.add_argument("--passes", nargs="+", choices=["fwd", "bwd", "fwdbwd"], default=None)
+    v.add_argument("--passes", nargs="+", choices=["fwd", "bwd", "fwdbwd"], default=None,
+                   help="(default: fwd fwdbwd with --quick, else fwd bwd fwdbwd)")
+    v.add_argument("--schemes", nargs="+", choices=list(SCHEMES), default=None,
+                   help="(default: ring with --quick, else all three); allgather runs the zigzag "
+                        "layout, ulysses the world sizes that divide the heads")
     v.add_argument("--heads", type=int, default=8)
     v.add_argument("--kv-heads", type=int, default=8)
     v.add_argument("--head-dim", type=int, default=64)
@@ -35,7 +45,8 @@ def register(sub) -> None:
     v.add_argument("--repeats", type=int, default=5, help="measured runs per case (default 5)")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--out", metavar="REPORT.json", default=None,
-                   help="report, written after every case; an unfinished one with the same settings resumes")
+                   help="report, written after every batch of cases; an unfinished one with the same "
+                        "settings resumes")
     v.add_argument("--markdown", metavar="REPORT.md", default=None, help="also write a Markdown table")
     v.add_argument("--force", action="store_true", help="start over even if --out holds other results")
     v.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -46,6 +57,17 @@ def register(sub) -> None:
     v.set_defaults(func=cmd_validate)
 
 
+BATCH = 8
+"""Cases of one world size measured by one set of processes: start-up (seconds at every
+spawn) is paid once per batch, and an interrupted run loses at most one batch."""
+
+
+def measure(cfgs: list) -> list[list[Trace]]:
+    """The measured traces (one per repeat) of each configuration, on local processes
+    that run every configuration in turn (one process group per world size)."""
+    from hw.launch import run_configs
+
+    return [traces for _, traces in run_configs(cfgs)]
 
 
 def _settings(a: argparse.Namespace, cases, profile_path: str) -> dict[str, Any]:
@@ -56,30 +78,80 @@ def _settings(a: argparse.Namespace, cases, profile_path: str) -> dict[str, Any]
             "seed": a.seed, "profile_sha256": digest}
 
 
+def profile_compute_groups(profile, dtype: str, cases) -> dict[str, str]:
+    """Which of the profile's compute groups times each (mask, pass) block the cases
+    compute: its own, or a fallback (sim.profile: backward to forward, diagonal to full)."""
+    kinds = sorted({k for c in cases for k in (("fwd", "bwd") if c.pass_ == "fwdbwd" else (c.pass_,))})
+    out = {}
+    for kind in kinds:
+        for mask in ("full", "diagonal"):
+            g = profile._group(dtype, mask, kind)   # the lookup the simulator makes
+            name = f"{g.dtype}/{g.mask}/{g.kind}"
+            out[f"{dtype}/{mask}/{kind}"] = name if (g.mask, g.kind) == (mask, kind) else f"{name} (fallback)"
+    return out
+
+
+def _batches(cases, rows) -> list[list]:
+    """The cases still to measure, in order, cut where the world size changes or a batch fills."""
+    out: list[list] = []
+    for c in cases:
+        if c.key in rows:
+            continue
+        if out and out[-1][-1].world_size == c.world_size and len(out[-1]) < BATCH:
+            out[-1].append(c)
+        else:
+            out.append([c])
+    return out
+
+
 def cmd_validate(a: argparse.Namespace) -> int:
-    from sim.config import Scenario, Workload
+    from sim.config import Workload
     from sim.engine import simulate
     from sim.profile import load_profile
-    from hw.validate import compare_case, markdown, matrix
+    from hw.config import RunConfig
+    from hw.validate import WORLD_SIZES, compare_case, default_schemes, markdown, matrix, ulysses_fits
 
     profile = load_profile(a.profile)
     if a.repeats < 2:
         raise RingsimError("--repeats must be at least 2 to report a spread")
     if a.warmup < 0:
         raise RingsimError("--warmup must be non-negative")
-    cases = matrix(quick=a.quick, seqs=a.seqs, passes=a.passes, world_sizes=a.world_sizes)
-    for c in cases:  # fail on a bad size before measuring anything
-        Scenario(workload=Workload(seq=c.seq, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
-                                   dtype=a.dtype, causal=c.causal, pass_=c.pass_),
-                 n_gpus=c.world_size, layout=c.layout)
+    for name in ("max_median_error", "max_case_error"):
+        if getattr(a, name) is not None and not getattr(a, name) >= 0:
+            raise RingsimError(f"--{name.replace('_', '-')} must be a non-negative fraction")
+    cases = matrix(quick=a.quick, seqs=a.seqs, passes=a.passes, world_sizes=a.world_sizes,
+                   schemes=a.schemes, heads=a.heads, kv_heads=a.kv_heads)
+    if "ulysses" in (a.schemes or default_schemes(a.quick)):
+        left = [ws for ws in (a.world_sizes or WORLD_SIZES) if not ulysses_fits(ws, a.heads, a.kv_heads)]
+        if left:
+            print(f"ulysses left out on {', '.join(map(str, left))} ranks: the degree must divide the "
+                  f"{a.heads} heads and the {a.kv_heads} K/V heads", file=sys.stderr)
+    if not cases:
+        raise RingsimError("no cases to run: no scheme fits these world sizes and heads")
+
+    def workload(c):
+        return Workload(seq=c.seq, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
+                        dtype=a.dtype, causal=c.causal, pass_=c.pass_)
+
+    # every case's configuration is checked (sizes, layouts, scheme rules) before anything runs
+    configs = {c.key: RunConfig(workload=workload(c), world_size=c.world_size, layout=c.layout,
+                                scheme=c.scheme, warmup=a.warmup, repeats=a.repeats, seed=a.seed)
+               for c in cases}
+    used = profile_compute_groups(profile, a.dtype, cases)
+    for block, group in used.items():
+        if group.endswith("(fallback)"):
+            print(f"profile has no {block} compute measurements: timed from {group}", file=sys.stderr)
     settings = _settings(a, cases, a.profile)
     rows: dict[str, dict] = {}
+    measured_on: dict[str, Any] = {}
     resumed = False
     if a.out and os.path.exists(a.out) and not a.force:
         old = read_json(a.out, what="report")
         if not isinstance(old, dict) or old.get("settings") != settings:
             raise RingsimError(f"{a.out} holds a report with other settings; pass --force to start over")
         rows = {r["key"]: r for r in old.get("cases", []) if isinstance(r, dict) and "key" in r}
+        if isinstance(old.get("measured_on"), dict):
+            measured_on = old["measured_on"]
         resumed = True
         if rows:
             print(f"resuming: {len(rows)} of {len(cases)} cases already in {a.out}", file=sys.stderr)
@@ -87,31 +159,23 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if a.markdown and os.path.exists(a.markdown) and not (a.force or resumed):
         raise RingsimError(f"{a.markdown} exists; pass --force to overwrite it")
 
-    from hw.config import RunConfig
-    from hw.launch import run_config
-
-    measured_on: dict[str, Any] = {}
+    index = {c.key: i for i, c in enumerate(cases, 1)}
     started = time.perf_counter()
-    for i, case in enumerate(cases, 1):
-        if case.key in rows:
-            continue
-        w = Workload(seq=case.seq, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
-                     dtype=a.dtype, causal=case.causal, pass_=case.pass_)
-        cfg = RunConfig(workload=w, world_size=case.world_size, layout=case.layout,
-                        warmup=a.warmup, repeats=a.repeats, seed=a.seed)
-        _, traces = run_config(cfg)
-        measured_on = dict(traces[0].hardware)
-        simulated = simulate(Scenario(workload=w, n_gpus=case.world_size, layout=case.layout), profile)
-        row = compare_case(case, traces, simulated)
-        row["key"] = case.key
-        rows[case.key] = row
-        print(f"[{i}/{len(cases)}] {case.key}: measured {row['measured_median_s'] * 1e3:.1f} ms "
-              f"(min {row['measured_min_s'] * 1e3:.1f}, max {row['measured_max_s'] * 1e3:.1f}, "
-              f"cv {row['measured_cv']:.1%}), simulated {row['simulated_s'] * 1e3:.1f} ms "
-              f"({row['error']:+.1%})  [{time.perf_counter() - started:.0f} s]", file=sys.stderr, flush=True)
+    for batch in _batches(cases, rows):
+        measured = measure([configs[c.key] for c in batch])
+        for case, traces in zip(batch, measured):
+            measured_on = dict(traces[0].hardware)
+            simulated = simulate(configs[case.key].scenario(), profile)
+            row = compare_case(case, traces, simulated)
+            row["key"] = case.key
+            rows[case.key] = row
+            print(f"[{index[case.key]}/{len(cases)}] {case.key}: measured {row['measured_median_s'] * 1e3:.1f} ms "
+                  f"(min {row['measured_min_s'] * 1e3:.1f}, max {row['measured_max_s'] * 1e3:.1f}, "
+                  f"cv {row['measured_cv']:.1%}), simulated {row['simulated_s'] * 1e3:.1f} ms "
+                  f"({row['error']:+.1%})  [{time.perf_counter() - started:.0f} s]", file=sys.stderr, flush=True)
         if a.out:
-            write_json(a.out, _report(a, settings, cases, rows, measured_on), overwrite=True)
-    report = _report(a, settings, cases, rows, measured_on)
+            write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=True)
+    report = _report(a, settings, cases, rows, measured_on, used)
     if a.out:
         write_json(a.out, report, overwrite=True)
     if a.markdown:
@@ -134,13 +198,14 @@ def cmd_validate(a: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _report(a, settings, cases, rows, measured_on) -> dict[str, Any]:
+def _report(a, settings, cases, rows, measured_on, used) -> dict[str, Any]:
     from hw.validate import summarize
 
     ordered = [rows[c.key] for c in cases if c.key in rows]
-    summary = summarize(ordered, max_case_error=a.max_case_error or 0.10)
+    summary = summarize(ordered, max_case_error=a.max_case_error if a.max_case_error is not None else 0.10)
     return {"settings": settings, "profile": a.profile, "measured_on": measured_on or {},
-            "warmup": a.warmup, "repeats": a.repeats, "complete": len(ordered) == len(cases),
+            "profile_compute": used, "warmup": a.warmup, "repeats": a.repeats,
+            "complete": len(ordered) == len(cases),
             "summary": summary, "median_abs_error": summary.get("median_abs_error"),
             "cases": ordered}
 

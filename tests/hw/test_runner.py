@@ -101,3 +101,24 @@ def test_a_measured_wait_is_split_as_the_simulator_splits_it():
     # the trace holds columns, in the simulator's record order
     assert [s.rank for s in t.spans] == sorted(s.rank for s in t.spans)
     assert t.columns.start_s.dtype.kind == "f" and len(t.columns) == len(t.spans)
+
+
+def test_a_measured_wait_is_exposed_while_its_transfer_flies_and_idle_once_it_landed():
+    """Rank 1 waits [1, 3] for the K/V block rank 0 sends: both ends had posted it by 0.5
+    (rank 1's receive) and it arrived at 3, so the whole wait is exposed communication.
+    Rank 0 waits [2, 2.5] on the block from rank 1, which arrived at 1.5: nothing it
+    waited on was in flight, so the wait is idle; it ends at 3.5 and idles to rank 1's
+    end at 4."""
+    info = {"device": "cpu", "threads_per_rank": 1, "block_impl": "x", "peak_mem_bytes": 1,
+            "clock": "perf_counter"}
+    rank0 = [Span(0, "compute", "fwd", 0, 0.0, 2.0), Span(0, "send", "kv", 0, 0.0, 3.0, bytes=8, peer=1),
+             Span(0, "recv", "kv", 0, 0.0, 1.5, bytes=8, peer=1), Span(0, "wait", "kv", 1, 2.0, 2.5),
+             Span(0, "compute", "fwd", 1, 2.5, 3.5)]
+    rank1 = [Span(1, "compute", "fwd", 0, 0.0, 1.0), Span(1, "send", "kv", 0, 0.5, 1.5, bytes=8, peer=0),
+             Span(1, "recv", "kv", 0, 0.5, 3.0, bytes=8, peer=0), Span(1, "wait", "kv", 1, 1.0, 3.0),
+             Span(1, "compute", "fwd", 1, 3.0, 4.0)]
+    needs = [{3: [2]}, {3: [2]}]            # each wait on its rank's receive
+    results = [RankResult(r, [s], info, needs=[needs[r]]) for r, s in ((0, rank0), (1, rank1))]
+    t = build_traces(cfg(world_size=2), results)[0]
+    waits = [(s.rank, s.kind, s.start_s, s.end_s) for s in t.spans if s.stream == "wait"]
+    assert waits == [(0, "idle", 2.0, 2.5), (0, "idle", 3.5, 4.0), (1, "kv", 1.0, 3.0)]

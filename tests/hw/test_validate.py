@@ -68,8 +68,346 @@ def test_quick_matrix_has_at_least_twelve_cases_over_three_world_sizes():
     assert len({c.key for c in cases}) == len(cases)
 
 
+def test_quick_matrix_is_forward_at_two_sizes_and_forward_backward_at_the_smaller():
+    cases = matrix(quick=True)
+    # per world size and size: 3 causal layouts and contiguous without a mask
+    fwd = [c for c in cases if c.pass_ == "fwd"]
+    both = [c for c in cases if c.pass_ == "fwdbwd"]
+    assert len(fwd) == 3 * 2 * 4 and len(both) == 3 * 1 * 4 and len(cases) == 36
+    assert {c.seq for c in fwd} == {3072, 6144} and {c.seq for c in both} == {3072}
+    assert {c.scheme for c in cases} == {"ring"}
+    # cases of one world size follow one another (they share processes)
+    sizes = [c.world_size for c in cases]
+    assert sum(a != b for a, b in zip(sizes, sizes[1:])) == 5
+
+
+def test_full_matrix_covers_every_pass_and_scheme():
+    cases = matrix(quick=False)
+    assert {c.pass_ for c in cases} == {"fwd", "bwd", "fwdbwd"}
+    assert {c.seq for c in cases} == {3072, 6144, 12288}
+    # per pass, size and world size: ring 3 layouts x 2 masks, allgather zigzag x 2 masks,
+    # ulysses 2 masks where the world size divides the 8 heads (2 and 4, not 3)
+    assert len(cases) == 3 * 3 * (3 * (6 + 2) + 2 * 2)
+    assert {c.layout for c in cases if c.scheme == "allgather"} == {"zigzag"}
+    assert {c.world_size for c in cases if c.scheme == "ulysses"} == {2, 4}
+    wide = matrix(quick=False, schemes=["ulysses"], heads=12, kv_heads=4, world_sizes=[2, 3, 4])
+    assert {c.world_size for c in wide} == {2, 4}                  # 3 does not divide the 4 K/V heads
+    assert {c.world_size for c in matrix(quick=True, schemes=["ulysses"], heads=12, kv_heads=12)} == {2, 3, 4}
+
+
 def test_markdown_lists_every_case():
     sim = sim_trace()
     rows = [compare_case(Case("zigzag", True, 4, 4096), [scaled(sim, f) for f in (1.0, 1.1)], sim)]
     md = markdown({"summary": summarize(rows), "cases": rows, "measured_on": {"device": "x"}})
-    assert md.count("| zigzag/causal/ws4/seq4096/fwd |") == 1
+    assert md.count("| ring/zigzag/causal/ws4/seq4096/fwd |") == 1
+
+
+# Hand-built two-rank traces. Each rank computes step 0 then step 1 (c seconds each) and
+# sends one K/V block (x seconds). Rank 1 starts `skew` after rank 0; rank 0 waits `w`
+# on K/V between its steps (exposed); a rank that ends early idles to the makespan.
+
+def two_ranks(t0, skew, c, w, x, source="measured"):
+    r0_end, r1_end = t0 + 2 * c + w, t0 + skew + 2 * c
+    spans = [Span(0, "compute", "fwd", 0, t0, t0 + c), Span(0, "send", "kv", 0, t0, t0 + x, peer=1),
+             Span(0, "compute", "fwd", 1, t0 + c + w, r0_end),
+             Span(1, "compute", "fwd", 0, t0 + skew, t0 + skew + c),
+             Span(1, "send", "kv", 0, t0 + skew, t0 + skew + x, peer=0),
+             Span(1, "compute", "fwd", 1, t0 + skew + c, r1_end)]
+    if w > 0:
+        spans.append(Span(0, "wait", "kv", 1, t0 + c, t0 + c + w))
+    for rank, end in ((0, r0_end), (1, r1_end)):
+        if end < max(r0_end, r1_end):
+            spans.append(Span(rank, "wait", "idle", 1, end, max(r0_end, r1_end)))
+    return Trace(source, 2, spans)
+
+
+def hand_built_case():
+    """simulated: both ranks compute [0, 2] and [2, 4], send for 1 s, never wait.
+
+    measured, three repeats (start t0, skew, c, w, x):
+      A (100, 0.5, 2.5, 0.25, 1.5): rank 0 ends 105.25, rank 1 105.5; makespan 5.5;
+         steps (0,0) 2.5, (0,1) 2.75, (1,0) 3.0 (it began 0.5 late), (1,1) 2.5;
+         compute 10, mean transfer 1.5, exposed 0.25 (the idle 0.25 is not), skew 0.5
+      B (7, 0.25, 2.25, 0.5, 1.25): ends 12.0 and 11.75; makespan 5.0;
+         steps 2.25, 2.75, 2.5, 2.25; compute 9, transfer 1.25, exposed 0.5, skew 0.25
+      C (0, 1.0, 2.75, 0, 2.0): ends 5.5 and 6.5; makespan 6.5;
+         steps 2.75, 2.75, 3.75, 2.75; compute 11, transfer 2.0, exposed 0, skew 1.0
+    """
+    sim = two_ranks(0.0, 0.0, 2.0, 0.0, 1.0, source="simulated")
+    measured = [two_ranks(100.0, 0.5, 2.5, 0.25, 1.5), two_ranks(7.0, 0.25, 2.25, 0.5, 1.25),
+                two_ranks(0.0, 1.0, 2.75, 0.0, 2.0)]
+    return compare_case(Case("zigzag", True, 2, 64), measured, sim)
+
+
+def test_makespan_error_and_spread_of_hand_built_traces():
+    row = hand_built_case()
+    assert (row["measured_min_s"], row["measured_median_s"], row["measured_max_s"]) == \
+        (pytest.approx(5.0), pytest.approx(5.5), pytest.approx(6.5))
+    assert row["simulated_s"] == pytest.approx(4.0)
+    assert row["error"] == pytest.approx((4.0 - 5.5) / 5.5)          # -3/11
+    assert row["abs_error"] == pytest.approx(3 / 11)
+    assert row["within_range"] is False                                # 4 < 5
+    # sample standard deviation of (5, 5.5, 6.5) over their mean 17/3
+    mean = 17 / 3
+    sd = (((5 - mean) ** 2 + (5.5 - mean) ** 2 + (6.5 - mean) ** 2) / 2) ** 0.5
+    assert row["measured_cv"] == pytest.approx(sd / mean)
+
+
+def test_step_errors_of_hand_built_traces():
+    row = hand_built_case()
+    # medians over the repeats: (0,0) 2.5, (0,1) 2.75, (1,0) 3.0, (1,1) 2.5; simulated 2 each
+    expected = {(0, 0): (2.5, 0.5 / 2.5), (0, 1): (2.75, 0.75 / 2.75),
+                (1, 0): (3.0, 1.0 / 3.0), (1, 1): (2.5, 0.5 / 2.5)}
+    got = {(s["rank"], s["step"]): (s["measured_s"], s["abs_error"]) for s in row["steps"]}
+    assert got.keys() == expected.keys()
+    for key, (meas, err) in expected.items():
+        assert got[key] == (pytest.approx(meas), pytest.approx(err)), key
+        assert row["steps"][list(got).index(key)]["simulated_s"] == pytest.approx(2.0)
+    assert row["step_median_abs_error"] == pytest.approx((0.2 + 3 / 11) / 2)   # of 0.2, 0.2, 3/11, 1/3
+    assert row["step_max_abs_error"] == pytest.approx(1 / 3)
+
+
+def test_breakdown_of_hand_built_traces_including_the_clock_skew():
+    p = hand_built_case()["parts"]
+    # medians of (10, 9, 11), (1.5, 1.25, 2.0), (0.25, 0.5, 0) and (0.5, 0.25, 1.0)
+    assert p["compute_s"] == {"measured": pytest.approx(10.0), "simulated": pytest.approx(8.0),
+                              "error": pytest.approx(-0.2)}
+    assert p["mean_transfer_s"] == {"measured": pytest.approx(1.5), "simulated": pytest.approx(1.0),
+                                    "error": pytest.approx(-1 / 3)}
+    assert p["exposed_comm_s"] == {"measured": pytest.approx(0.25), "simulated": 0.0,
+                                   "error": pytest.approx(-1.0)}
+    assert p["first_compute_skew_s"]["measured"] == pytest.approx(0.5)
+    assert p["first_compute_skew_s"]["simulated"] == 0.0
+
+
+def test_summary_groups_errors_by_scheme_and_pass():
+    row = hand_built_case()
+    sim = two_ranks(0.0, 0.0, 2.0, 0.0, 1.0, source="simulated")
+    exact = compare_case(Case("zigzag", True, 2, 64, "fwd", "allgather"),
+                         [two_ranks(0.0, 0.0, 2.0, 0.0, 1.0), two_ranks(5.0, 0.0, 2.0, 0.0, 1.0)], sim)
+    s = summarize([row, exact], max_case_error=0.3)
+    assert s["median_abs_error"] == pytest.approx((3 / 11 + 0.0) / 2)
+    assert s["worst_case"] == "ring/zigzag/causal/ws2/seq64/fwd"
+    assert s["cases_within_range_or_tolerance"] == 2                   # 3/11 < 0.3; the exact one in range
+    assert summarize([row, exact], max_case_error=0.2)["cases_within_range_or_tolerance"] == 1
+    assert s["median_abs_error_by_group"] == {
+        "ring/fwd": {"cases": 1, "median_abs_error": pytest.approx(3 / 11)},
+        "allgather/fwd": {"cases": 1, "median_abs_error": pytest.approx(0.0)}}
+    md = markdown({"summary": s, "cases": [row, exact], "measured_on": {"device": "x"}})
+    assert "| allgather/zigzag/causal/ws2/seq64/fwd |" in md
+    assert "within 30%: 2 of 2" in md
+    assert "| 500000 µs |" in md                                       # rank 1 of the median repeat, 0.5 s late
+
+
+def test_case_keys_carry_the_scheme():
+    assert Case("zigzag", True, 2, 3072, "fwd", "allgather").key == "allgather/zigzag/causal/ws2/seq3072/fwd"
+    assert Case("contiguous", False, 4, 6144, "bwd").key == "ring/contiguous/full/ws4/seq6144/bwd"
+    assert Case("zigzag", True, 2, 64, "fwdbwd", "ulysses").to_dict() == {
+        "layout": "zigzag", "causal": True, "world_size": 2, "seq": 64, "pass": "fwdbwd", "scheme": "ulysses"}
+
+
+# `ringsim validate` end to end, with the kernel replaced by prepared traces: every
+# measured repeat is the simulator's own trace slowed by a known factor, so each case's
+# error is known by hand (simulated / (factor x simulated) - 1).
+
+def write_profile(path):
+    from sim.profile import ComputeGroup, LinkFit, Profile
+
+    groups = {(m, k): ComputeGroup("fp32", m, k, (), 1e-4, rate)
+              for m, k, rate in (("full", "fwd", 2e9), ("diagonal", "fwd", 1.5e9),
+                                 ("full", "bwd", 1e9), ("diagonal", "bwd", 0.8e9))}
+    Profile("fit", {("fp32", m, k): g for (m, k), g in groups.items()}, LinkFit(5e-5, 1e9),
+            measured_on={"device": "test cpu"}).save(path)
+
+
+class FakeKernel:
+    """Stands in for hw.validate_cli.measure: counts the cases it is asked to run."""
+
+    def __init__(self, profile_path, factors=(1.2, 1.25, 1.3), device="bench cpu"):
+        from sim.profile import load_profile
+
+        self.profile = load_profile(profile_path)
+        self.factors = factors
+        self.device = device
+        self.runs = []
+        self.batches = []
+
+    def __call__(self, cfgs):
+        self.batches.append([cfg.world_size for cfg in cfgs])
+        out = []
+        for cfg in cfgs:
+            self.runs.append(cfg)
+            sim = simulate(cfg.scenario(), self.profile)
+            traces = [scaled(sim, f, shift=3.0) for f in self.factors[:cfg.repeats]]
+            for t in traces:
+                t.hardware = {"kind": "measured", "device": self.device}
+            out.append(traces)
+        return out
+
+
+ARGS = ["validate", "--quick", "--world-sizes", "2", "--seqs", "96", "--passes", "fwd",
+        "--heads", "2", "--kv-heads", "2", "--head-dim", "8", "--repeats", "3"]
+QUICK_KEYS = ["ring/contiguous/causal/ws2/seq96/fwd", "ring/contiguous/full/ws2/seq96/fwd",
+              "ring/striped/causal/ws2/seq96/fwd", "ring/zigzag/causal/ws2/seq96/fwd"]
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    from hw import validate_cli
+    from sim.cli import main
+
+    profile = tmp_path / "profile.json"
+    write_profile(profile)
+    kernel = FakeKernel(profile)
+    monkeypatch.setattr(validate_cli, "measure", kernel)
+
+    def run(*extra):
+        return main([*ARGS, "--profile", str(profile), *extra])
+    run.kernel, run.profile, run.out = kernel, profile, tmp_path / "report.json"
+    return run
+
+
+def test_validate_reports_every_case_with_the_error_made_by_hand(cli, capsys):
+    import json
+
+    assert cli("--out", str(cli.out)) == 0
+    assert [c.workload.seq for c in cli.kernel.runs] == [96] * 4
+    report = json.loads(cli.out.read_text())
+    assert [r["key"] for r in report["cases"]] == QUICK_KEYS and report["complete"] is True
+    for r in report["cases"]:
+        assert r["error"] == pytest.approx(1 / 1.25 - 1)              # median repeat is 1.25x slower
+        assert r["measured_min_s"] == pytest.approx(1.2 * r["simulated_s"])
+    assert report["measured_on"]["device"] == "bench cpu"
+    assert report["profile_compute"] == {"fp32/full/fwd": "fp32/full/fwd", "fp32/diagonal/fwd": "fp32/diagonal/fwd"}
+    assert "| ring/zigzag/causal/ws2/seq96/fwd |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, status", [
+    (["--max-median-error", "0.25"], 0),   # |1/1.25 - 1| = 0.2
+    (["--max-median-error", "0.15"], 1),
+    (["--max-case-error", "0.21"], 0),
+    (["--max-case-error", "0.19"], 1),     # every case below its measured minimum and off by 0.2
+    (["--max-median-error", "0.25", "--max-case-error", "0.19"], 1),
+    ([], 0),
+])
+def test_thresholds_set_the_exit_status(cli, capsys, flags, status):
+    assert cli(*flags) == status
+    err = capsys.readouterr().err
+    assert ("validation failed" in err) == (status == 1)
+
+
+def test_a_prediction_inside_the_measured_spread_passes_any_case_threshold(cli):
+    cli.kernel.factors = (0.9, 1.25, 1.3)                  # min below the prediction: in range
+    assert cli("--max-case-error", "0.01") == 0
+    assert cli("--max-median-error", "0.19") == 1           # the median is still off by 0.2
+
+
+def test_a_report_made_with_other_settings_is_refused_untouched(cli, capsys):
+    assert cli("--out", str(cli.out)) == 0
+    before = cli.out.read_bytes()
+    capsys.readouterr()
+    cli.kernel.runs.clear()
+    assert cli("--out", str(cli.out), "--seed", "1") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"ringsim: error: {cli.out} holds a report with other settings; pass --force to start over"
+    assert cli.out.read_bytes() == before and cli.kernel.runs == []
+    assert cli("--out", str(cli.out), "--seed", "1", "--force") == 0
+    assert len(cli.kernel.runs) == 4
+
+
+def test_a_resumed_run_measures_only_the_missing_cases(cli):
+    import json
+
+    assert cli("--out", str(cli.out)) == 0
+    report = json.loads(cli.out.read_text())
+    del report["cases"][1:3]                               # as if stopped before these two
+    report["complete"] = False
+    cli.out.write_text(json.dumps(report))
+    cli.kernel.runs.clear()
+    assert cli("--out", str(cli.out)) == 0
+    assert [(c.layout, c.workload.causal) for c in cli.kernel.runs] == [("contiguous", False), ("striped", True)]
+    resumed = json.loads(cli.out.read_text())
+    assert [r["key"] for r in resumed["cases"]] == QUICK_KEYS and resumed["complete"] is True
+
+
+def test_a_resumed_complete_run_measures_nothing_and_keeps_measured_on(cli):
+    import json
+
+    assert cli("--out", str(cli.out)) == 0
+    first = json.loads(cli.out.read_text())
+    cli.kernel.runs.clear()
+    assert cli("--out", str(cli.out)) == 0
+    assert cli.kernel.runs == []
+    again = json.loads(cli.out.read_text())
+    assert again["measured_on"] == first["measured_on"] == {"kind": "measured", "device": "bench cpu"}
+    assert again["cases"] == first["cases"]
+
+
+def test_schemes_are_measured_and_simulated_with_their_own_scheme(cli):
+    import json
+
+    assert cli("--out", str(cli.out), "--schemes", "allgather", "ulysses", "--world-sizes", "2", "3") == 0
+    keys = [r["key"] for r in json.loads(cli.out.read_text())["cases"]]
+    # allgather on the zigzag layout at both sizes; ulysses where the degree divides the 2 heads
+    assert keys == ["allgather/zigzag/causal/ws2/seq96/fwd", "allgather/zigzag/full/ws2/seq96/fwd",
+                    "ulysses/contiguous/causal/ws2/seq96/fwd", "ulysses/contiguous/full/ws2/seq96/fwd",
+                    "allgather/zigzag/causal/ws3/seq96/fwd", "allgather/zigzag/full/ws3/seq96/fwd"]
+    assert [(c.scheme, c.world_size) for c in cli.kernel.runs] == \
+        [("allgather", 2), ("allgather", 2), ("ulysses", 2), ("ulysses", 2), ("allgather", 3), ("allgather", 3)]
+    assert cli.kernel.batches == [[2, 2, 2, 2], [3, 3]]         # one set of processes per world size
+    for cfg in cli.kernel.runs:
+        assert cfg.scenario().describe()["scheme"] == cfg.scheme
+
+
+def test_bad_settings_are_one_line_errors(cli, capsys):
+    assert cli("--repeats", "1") == 2
+    assert capsys.readouterr().err.strip() == "ringsim: error: --repeats must be at least 2 to report a spread"
+    assert cli("--schemes", "ulysses", "--world-sizes", "3") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "ringsim: error: no cases to run: no scheme fits these world sizes and heads"
+    assert cli("--seqs", "50") == 2                         # 50 tokens do not cut into 4 zigzag chunks
+    assert "ringsim: error: sequence length 50" in capsys.readouterr().err
+    assert cli.kernel.runs == []
+
+
+def test_backward_blocks_are_timed_from_the_profiles_backward_groups(tmp_path):
+    """What the validation simulates for a fwdbwd case: every backward block takes the
+    bwd group's time (overhead + FLOPs / the bwd rate), every forward block the fwd
+    group's; without bwd groups, backward falls back to the forward's and says so."""
+    from sim.profile import load_profile
+    from hw.validate_cli import profile_compute_groups
+
+    write_profile(tmp_path / "p.json")
+    profile = load_profile(tmp_path / "p.json")
+    rates = {("full", "fwd"): 2e9, ("diagonal", "fwd"): 1.5e9, ("full", "bwd"): 1e9, ("diagonal", "bwd"): 0.8e9}
+    w = Workload(seq=96, heads=2, kv_heads=2, head_dim=8, dtype="fp32", causal=True, pass_="fwdbwd")
+    trace = simulate(Scenario(workload=w, n_gpus=2, layout="zigzag"), profile)
+    seen = set()
+    for s in trace.spans:
+        if s.stream != "compute":
+            continue
+        # zigzag causal on 2 ranks: the diagonal block at the first step of each pass
+        # (forward steps 0-1, backward 2-3), full blocks after
+        mask = "diagonal" if s.step in (0, 2) else "full"
+        assert s.duration_s == pytest.approx(1e-4 + s.flops / rates[(mask, s.kind)]), s
+        seen.add((mask, s.kind))
+    assert seen == set(rates)
+    cases = [Case("zigzag", True, 2, 96, "fwdbwd")]
+    assert profile_compute_groups(profile, "fp32", cases) == {
+        "fp32/full/bwd": "fp32/full/bwd", "fp32/diagonal/bwd": "fp32/diagonal/bwd",
+        "fp32/full/fwd": "fp32/full/fwd", "fp32/diagonal/fwd": "fp32/diagonal/fwd"}
+    fwd_only = type(profile)("fit", {k: g for k, g in profile.groups.items() if k[2] == "fwd"}, profile.link)
+    assert profile_compute_groups(fwd_only, "fp32", cases)["fp32/diagonal/bwd"] == "fp32/diagonal/fwd (fallback)"
+
+
+def test_batches_hold_one_world_size_and_at_most_batch_cases():
+    from hw.validate_cli import BATCH, _batches
+
+    cases = [Case(layout, True, ws, 96 * (i + 1))
+             for layout, ws, n in (("zigzag", 2, BATCH + 3), ("zigzag", 3, 2), ("striped", 2, 1))
+             for i in range(n)]
+    done = {cases[1].key: {}}
+    batches = _batches(cases, done)
+    assert [len(b) for b in batches] == [BATCH, 2, 2, 1]           # 10 left on 2 ranks, then 3, then 2
+    assert [b[0].world_size for b in batches] == [2, 2, 3, 2]
+    assert cases[1] not in [c for b in batches for c in b]

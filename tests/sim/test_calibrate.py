@@ -224,3 +224,37 @@ def test_host_model_round_trips_through_the_profile(tmp_path):
     p.save(tmp_path / "p.json")
     back = load_profile(tmp_path / "p.json")
     assert back.contention == p.contention and back.contention.host.transfer_cores == pytest.approx(0.5)
+
+
+# Calibration's choice of the table: block times that jump between two sizes (a step,
+# as when a kernel changes its tiling) are no line, and the table must win.
+
+def step_bench():
+    """fp32 full forward blocks of 1..8 GFLOP: 1 ms up to 4 GFLOP, 3 ms from 5 GFLOP."""
+    compute = [{"dtype": "fp32", "mask": "full", "kind": "fwd", "flops": g * 1e9,
+                "time_s": [1e-3 if g <= 4 else 3e-3] * 3} for g in range(1, 9)]
+    transfer = [{"bytes": b, "direction": "both_ways", "time_s": [1e-4 + b / 1e9]} for b in (1e6, 4e6)]
+    return {"format": "ringsim-hw-bench", "version": 1,
+            "device": {"kind": "cpu", "name": "step cpu", "cpu_count": 2, "threads_per_rank": 1},
+            "compute": compute, "transfer": transfer}
+
+
+def test_calibration_chooses_the_table_for_a_step_and_the_profile_interpolates_it():
+    p = calibrate(step_bench())
+    chosen = p.report["compute"]["chosen"]
+    assert chosen["held_out_median_abs_rel_table"] < chosen["held_out_median_abs_rel_fit"]
+    assert p.compute_model == "table" and chosen["model"] == "table"
+
+    def at(flops, profile=p):
+        return profile.compute_time_s(flops, dtype="fp32", kind="fwd", mask="full", q_tokens=1, kv_tokens=1)
+    # between 2 and 3 GFLOP (both 1 ms): 1 ms; a quarter of the way up the step from 4 to
+    # 5 GFLOP: 1 + (3 - 1) / 4 = 1.5 ms; between 6 and 7 GFLOP: 3 ms
+    assert at(2.5e9) == pytest.approx(1e-3)
+    assert at(4.25e9) == pytest.approx(1.5e-3)
+    assert at(6.5e9) == pytest.approx(3e-3)
+    # the line through the same points would not: it rises steadily
+    g = p.groups[("fp32", "full", "fwd")]
+    assert g.fit_s(4.25e9) != pytest.approx(1.5e-3, rel=0.1)
+    # the choice survives the profile's file
+    again = profile_from_dict(json.loads(json.dumps(p.to_dict())))
+    assert again.compute_model == "table" and at(4.25e9, again) == pytest.approx(1.5e-3)
