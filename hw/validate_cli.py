@@ -109,9 +109,18 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from sim.engine import simulate
     from sim.profile import load_profile
     from hw.config import RunConfig
+    from sim.host import mismatch_line, this_host
     from hw.validate import WORLD_SIZES, compare_case, default_schemes, markdown, matrix, ulysses_fits
 
     profile = load_profile(a.profile)
+    kind = profile.measured_on.get("kind", "cpu")
+    gpu = None
+    if kind == "cuda":
+        import torch
+
+        gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    here = this_host(kind=kind, device=gpu, threads_per_rank=profile.measured_on.get("threads_per_rank"))
+    elsewhere = mismatch_line(profile.measured_on, here, a.profile)
     if a.repeats < 2:
         raise RingsimError("--repeats must be at least 2 to report a spread")
     if a.warmup < 0:
@@ -160,6 +169,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
         raise RingsimError(f"{a.markdown} exists; pass --force to overwrite it")
 
     index = {c.key: i for i, c in enumerate(cases, 1)}
+    if elsewhere:       # the kernel runs here: a profile of another host predicts that host
+        print(elsewhere, file=sys.stderr)
     started = time.perf_counter()
     for batch in _batches(cases, rows):
         measured = measure([configs[c.key] for c in batch])

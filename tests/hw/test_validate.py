@@ -411,3 +411,20 @@ def test_batches_hold_one_world_size_and_at_most_batch_cases():
     assert [len(b) for b in batches] == [BATCH, 2, 2, 1]           # 10 left on 2 ranks, then 3, then 2
     assert [b[0].world_size for b in batches] == [2, 2, 3, 2]
     assert cases[1] not in [c for b in batches for c in b]
+
+
+def test_a_profile_from_another_host_is_named_once_and_one_from_here_is_not(cli, capsys):
+    import json
+
+    from sim.host import this_host
+
+    assert cli() == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: profile {cli.profile} was measured on another host (device test cpu here "
+                        f"{this_host()['device']}); check it with `ringsim calibrate --check {cli.profile}` "
+                        "or calibrate afresh"]
+    d = json.loads(cli.profile.read_text())
+    d["measured_on"] = {k: v for k, v in this_host().items() if k != "threads_per_rank"}
+    cli.profile.write_text(json.dumps(d))
+    assert cli("--force") == 0
+    assert "warning:" not in capsys.readouterr().err
