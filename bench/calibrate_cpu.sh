@@ -4,6 +4,7 @@
 #      conditions, checked against the core count) -> bench/results/cpu-bench.json
 #   2. a profile fitted to them                   -> bench/results/cpu-profile.json
 #   3. the quick validation matrix on that profile -> bench/results/validation-quick.{json,md}
+#   4. the same for the all-gather and Ulysses kernels -> bench/results/validation-quick-schemes.{json,md}
 # The validation runs are separate from the microbenchmarks the profile comes from.
 # Run it on an otherwise idle machine: other load shows up as error.
 #   bench/calibrate_cpu.sh [--force]
@@ -18,7 +19,10 @@ $R hw bench -o "$out/cpu-bench.json" ${force:+--force} \
     --dtypes fp32 --heads 8 --head-dims 64 --blocks 128,256,384,512,768,1024,1536,2048,3072 \
     --masks full,diagonal --kinds fwd,bwd --sizes 64K,256K,1M,2M,4M,8M \
     --interference-blocks 1024,2048 --interference-sizes kv --concurrency 1,2,3,4 \
-    --ring-processes 2,3,4 --samples 5 --warmup 2
+    --ring-processes 2,3,4 --collective-worlds 2,3,4 --collective-sizes 256K,1M,4M,16M \
+    --samples 5 --warmup 2
 $R calibrate "$out/cpu-bench.json" -o "$out/cpu-profile.json" ${force:+--force}
 $R validate --profile "$out/cpu-profile.json" --quick --repeats 5 --warmup 1 \
     --out "$out/validation-quick.json" --markdown "$out/validation-quick.md" ${force:+--force}
+$R validate --profile "$out/cpu-profile.json" --quick --schemes allgather ulysses --repeats 5 --warmup 1 \
+    --out "$out/validation-quick-schemes.json" --markdown "$out/validation-quick-schemes.md" ${force:+--force}
