@@ -7,7 +7,9 @@ hand them to the pure figure builders (dashboard/figures/). A user's mistake is 
 views keep the last valid scenario meanwhile. Views compute only while their tab is open.
 
 Uploaded traces and profiles stay on the server (bounded), the browser keeps only a
-token; uploads are capped in size and parsed as JSON only.
+token; uploads are capped in size and parsed as JSON only. The Measured view opens on
+the example runs shipped in dashboard/examples/ with the profile of their machine
+(dashboard/measured.py), read through the same checks as an upload.
 """
 
 from __future__ import annotations
@@ -150,6 +152,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
             return None, None
         token = profile_data.get("token")
         hw = profiles.get(token)
+        if hw is None and token == EXAMPLE_PROFILE_TOKEN:
+            hw = examples.example_profile()      # in every server process, not only the one asked
         if hw is None:
             raise RingsimError("the calibrated profile is no longer loaded on the server; "
                                "upload it again")
@@ -158,7 +162,10 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     def loaded_profile(profile_data: Any) -> Any:
         """The profile the store names, or None (none loaded, or no longer on the server:
         the views say so)."""
-        return profiles.get((profile_data or {}).get("token"))
+        try:
+            return hardware_of(profile_data)[0]
+        except RingsimError:
+            return None
 
     def scenario_of(data: Any):
         if not data:
