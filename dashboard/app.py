@@ -192,8 +192,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         if ctx.triggered_id in (None, "url"):
             values, ignored = values_from_query(search)
             url_out = no_update
-            if prof is not None and ctx.triggered_id is None:
-                # the page opens on a scenario the profile can time, within what it measured
+            if prof is not None and not current:
+                # the page's first scenario: one the profile can time, within what it measured
                 changes = profile_changes(values, prof)
                 values.update(changes)
                 if changes:

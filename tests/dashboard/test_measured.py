@@ -255,7 +255,7 @@ def test_a_cpu_profile_at_start_sets_a_scenario_it_can_time(with_profile):
     assert cards["scenario-line"]["children"].startswith("4 × AMD EPYC (2 cores) (cpu-profile.json)")
     _, hw = client.call("gpu.options", {"profile.data": profile, "gpu.value": "H100-SXM", "link.value": "nvlink4",
                                         "lang.value": "en"}, ["profile.data"])
-    assert [o["label"] for o in hw["gpu"]["options"]] == ["AMD EPYC (2 cores) (calibrated profile)"]
+    assert [o["label"] for o in hw["gpu"]["options"]] == ["AMD EPYC (2 cores) (profile)"]
     assert hw["gpu"]["disabled"] and hw["link"]["disabled"] and hw["tflops"]["disabled"]
     assert "1.02 GB/s" in hw["link"]["options"][0]["label"]
 
@@ -271,6 +271,11 @@ def test_a_link_keeps_its_scenario_and_an_unmeasured_dtype_is_named(with_profile
                          | _controls(values | {"dtype": "bf16"}), ["dtype.value"])
     assert "no compute measurements for bf16 (it has fp32)" in out["dtype-msg"]["children"]
     assert "scenario" not in out                        # the views keep the last valid one
+    # past the first scenario, the reader's choices stay, the page's defaults included
+    chosen = values | {"gpus": 8, "seq": 131072}
+    _, out = client.call("scenario.data", {"url.search": "?dtype=fp32&view=measured", "profile.data": profile,
+                                           "scenario.data": {"values": chosen}} | _controls(chosen), ["url.search"])
+    assert (out["gpus"]["value"], out["seq"]["value"]) == (8, 131072)
 
 
 def test_presets_restore_the_hardware_controls(with_profile):
