@@ -29,11 +29,10 @@ from sim.errors import RingsimError
 from sim.memory import full_kv_bytes
 from sim.units import fmt_bytes
 from sim.online_softmax import example as merge_example
+from sim.presets import GPU_PRESETS, LINK_PRESETS
 from sim.trace import Trace
 
-from sim.presets import GPU_PRESETS, LINK_PRESETS
-
-from dashboard import compute, export, figures, i18n, measured as examples, nav, plan, questions
+from dashboard import compute, export, figures, i18n, measured, nav, plan, questions
 from dashboard.i18n import Translator
 from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, field_style, page
 from dashboard.state import (CONTROL_IDS, CUSTOM, RING_CONTROLS, RING_SCHEMES, SCHEME_CONTROLS, ControlError,
@@ -114,7 +113,7 @@ def profile_note(token: str, name: str, profile: Any) -> dict[str, Any]:
 def _example_note() -> dict[str, Any] | None:
     """The store's data for the first example the package ships, if it ships one."""
     try:
-        shipped = examples.examples()
+        shipped = measured.examples()
     except RingsimError:
         return None          # the view names the refused file when it is opened
     return {"token": shipped[0].token, "name": shipped[0].file} if shipped else None
@@ -136,7 +135,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     # base64 inflates an upload by 4/3; refuse bodies well past the upload cap outright
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_UPLOAD_BYTES * 3 // 2
     profiles = _Kept()
-    measured = _Kept()
+    uploaded_traces = _Kept()
     initial_profile = None
     if profile_path:
         with open(profile_path, "rb") as f:
@@ -153,7 +152,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         token = profile_data.get("token")
         hw = profiles.get(token)
         if hw is None and token == EXAMPLE_PROFILE_TOKEN:
-            hw = examples.example_profile()      # in every server process, not only the one asked
+            hw = measured.example_profile()      # in every server process, not only the one asked
         if hw is None:
             raise RingsimError("the calibrated profile is no longer loaded on the server; "
                                "upload it again")
@@ -453,8 +452,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
             return None, ""
         try:
             if ctx.triggered_id == "profile-example":
-                hw = examples.example_profile()
-                token, name = EXAMPLE_PROFILE_TOKEN, examples.EXAMPLE_PROFILE
+                hw = measured.example_profile()
+                token, name = EXAMPLE_PROFILE_TOKEN, measured.EXAMPLE_PROFILE
             else:
                 hw, raw = profile_from_upload(contents, filename)
                 token = "profile-" + hashlib.sha256(raw).hexdigest()[:16]
@@ -487,23 +486,23 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
             except RingsimError as e:
                 return no_update, no_update, no_update, str(e)
             token = "trace-" + hashlib.sha256(raw).hexdigest()[:16]
-            measured.put(token, trace)
+            uploaded_traces.put(token, trace)
             name = filename if isinstance(filename, str) else "trace"
             return ({"token": token, "name": name}, None,
                     f"{name}: " + ", ".join(figures.trace_summary(trace)), "")
-        if ctx.triggered_id == "lang" and not examples.is_example((current or {}).get("token")):
+        if ctx.triggered_id == "lang" and not measured.is_example((current or {}).get("token")):
             raise PreventUpdate          # an upload's status has no words to translate
         if example_token is None:
             raise PreventUpdate
         try:
-            ex = examples.example(example_token)
+            ex = measured.example(example_token)
         except RingsimError as e:
             return no_update, no_update, no_update, str(e)
         if ex is None:
             raise PreventUpdate
         t = Translator(lang)
         status = t("measured.example.status", run=_example_label(ex, t),
-                   device=examples.measured_machine(ex.trace) or "?")
+                   device=measured.measured_machine(ex.trace) or "?")
         store = no_update if (current or {}).get("token") == ex.token else {"token": ex.token, "name": ex.file}
         return store, no_update, status, ""
 
@@ -511,13 +510,13 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     def example_options(lang):
         t = Translator(lang)
         try:
-            return [{"label": _example_label(e, t), "value": e.token} for e in examples.examples()]
+            return [{"label": _example_label(e, t), "value": e.token} for e in measured.examples()]
         except RingsimError:
             return []
 
     def measured_trace(token: Any) -> Trace | None:
-        ex = examples.example(token)
-        return ex.trace if ex is not None else measured.get(token)
+        ex = measured.example(token)
+        return ex.trace if ex is not None else uploaded_traces.get(token)
 
     @app.callback(Output("overlay", "figure"), Output("trace-notice", "children"),
                   Output("profile-example", "style"), Output("profile-example", "children"),
@@ -535,10 +534,10 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                 return (figures.message_figure("The uploaded trace is no longer on the server; upload it again."),
                         None, hidden, None)
             hw, key = hardware_of(profile_data)
-            if hw is None and examples.is_example(measured_data.get("token")):
+            if hw is None and measured.is_example(measured_data.get("token")):
                 # an example is set against the profile of the machine it ran on, unless
                 # the reader loaded a profile of their own
-                hw, key = examples.example_profile(), EXAMPLE_PROFILE_TOKEN
+                hw, key = measured.example_profile(), EXAMPLE_PROFILE_TOKEN
             base = scenario_of(data)
             sim_scenario = scenario_from_config(trace.config, base.hardware)
             if sim_scenario.n_gpus != trace.world_size:
@@ -546,14 +545,14 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                                    f"says {sim_scenario.n_gpus} GPUs")
             simulated = compute.run(sim_scenario, hw, key).trace
             notice, offer = None, hidden
-            apart = examples.mismatch(trace, hw if hw is not None else sim_scenario.hardware)
+            apart = measured.mismatch(trace, hw if hw is not None else sim_scenario.hardware)
             if apart is not None:
                 notice = t("measured.mismatch", measured=apart[0], simulated=apart[1])
-                if key != EXAMPLE_PROFILE_TOKEN and examples.mismatch(trace, examples.example_profile()) is None:
+                if key != EXAMPLE_PROFILE_TOKEN and measured.mismatch(trace, measured.example_profile()) is None:
                     offer = {}        # the profile shipped with the examples is of this machine
         except RingsimError as e:
             return figures.message_figure(str(e)), None, hidden, None
-        button = t("measured.use-profile", device=examples.measured_machine(trace))
+        button = t("measured.use-profile", device=measured.measured_machine(trace))
         return figures.overlay(simulated, trace, compute.step_errors(simulated, trace)), notice, offer, button
 
     i18n.register_callbacks(app)
@@ -567,7 +566,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     return app
 
 
-def _example_label(e: examples.Example, t: Translator) -> str:
+def _example_label(e: measured.Example, t: Translator) -> str:
     """An example run in a few words from its header: ranks, scheme and layout, tokens,
     mask, dtype."""
     cfg = e.trace.config
