@@ -188,7 +188,9 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     def sync(search, *vals_and_current):
         *vals, profile_data, current = vals_and_current
         prof = loaded_profile(profile_data)
-        if ctx.triggered_id in (None, "url"):
+        # the page's first call names every input it has a value for: the URL wins
+        triggered = set(ctx.triggered_prop_ids.values())
+        if not triggered or "url" in triggered:
             values, ignored = values_from_query(search)
             url_out = no_update
             if prof is not None and not current:
@@ -198,7 +200,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                 if changes:
                     url_out = nav.with_nav(query_from_values(values), search)
             value_out = [values[cid] for cid in CONTROL_IDS]
-        elif ctx.triggered_id == "profile":
+        elif triggered == {"profile"}:
             values, ignored = dict(zip(CONTROL_IDS, vals)), []
             changes = profile_changes(values, prof) if prof is not None else {}
             values.update(changes)
@@ -220,7 +222,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
             if prof is not None:
                 check_profile_dtype(values, prof)
             # a link that changes only the view, question or language keeps the scenario
-            same = ctx.triggered_id == "url" and (current or {}).get("values") == values
+            same = "url" in triggered and (current or {}).get("values") == values
             store = no_update if same else {"values": values}
         except ControlError as e:
             msgs[index[e.control]] = str(e)

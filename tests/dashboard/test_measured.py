@@ -263,8 +263,9 @@ def test_a_cpu_profile_at_start_sets_a_scenario_it_can_time(with_profile):
 def test_a_link_keeps_its_scenario_and_an_unmeasured_dtype_is_named(with_profile):
     app, client = with_profile
     profile = _layout_prop(app, "profile", "data")
+    # the browser's first call names the profile and the URL both: the URL's values stay
     _, out = client.call("scenario.data", {"url.search": "?seq=8192&gpus=2", "profile.data": profile}
-                         | _controls(defaults()), [])
+                         | _controls(defaults()), ["profile.data", "url.search"])
     assert (out["seq"]["value"], out["gpus"]["value"], out["dtype"]["value"]) == (8192, 2, "fp32")
     values = out["scenario"]["data"]["values"]
     _, out = client.call("scenario.data", {"url.search": "?seq=8192&gpus=2&dtype=fp32", "profile.data": profile}
