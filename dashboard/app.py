@@ -7,7 +7,9 @@ hand them to the pure figure builders (dashboard/figures/). A user's mistake is 
 views keep the last valid scenario meanwhile. Views compute only while their tab is open.
 
 Uploaded traces and profiles stay on the server (bounded), the browser keeps only a
-token; uploads are capped in size and parsed as JSON only.
+token; uploads are capped in size and parsed as JSON only. The Measured view opens on
+the example runs shipped in dashboard/examples/ with the profile of their machine
+(dashboard/measured.py), read through the same checks as an upload.
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ from sim.errors import RingsimError
 from sim.memory import full_kv_bytes
 from sim.units import fmt_bytes
 from sim.online_softmax import example as merge_example
+from sim.presets import GPU_PRESETS, LINK_PRESETS
 from sim.trace import Trace
 
-from dashboard import compute, export, figures, i18n, nav, plan, questions
+from dashboard import compute, export, figures, i18n, measured, nav, plan, questions
 from dashboard.i18n import Translator
 from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, field_style, page
-from dashboard.state import (CONTROL_IDS, RING_CONTROLS, RING_SCHEMES, SCHEME_CONTROLS, ControlError, cluster_values,
-                             query_from_values, scenario_from_config, scenario_from_values,
-                             values_from_query)
+from dashboard.state import (CONTROL_IDS, CUSTOM, RING_CONTROLS, RING_SCHEMES, SCHEME_CONTROLS, ControlError,
+                             check_profile_dtype, cluster_values, profile_changes, query_from_values,
+                             scenario_from_config, scenario_from_values, values_from_query)
 
 MERGE_MAX_GPUS = 16
 """The exact-merge view runs the numpy ring on at most this many ranks (small inputs)."""
@@ -45,6 +48,11 @@ _KEPT_UPLOADS = 8
 SCHEME_TABLE_COLUMNS = ("scheme", "variant", "makespan", "vs_best", "efficiency", "exposed", "sent", "memory",
                         "why")
 """The columns of the schemes' table (message keys sch.col.<column>)."""
+PRESET_HARDWARE_CONTROLS = ("cluster", "tflops", "efficiency", "overhead-us", "link-gbps", "link-latency-us",
+                            "inter-link", "nics-per-node", "nic-gbps")
+"""What a calibrated profile replaces besides the GPU and the link (sim.engine.simulate
+times every block and transfer on the profile): disabled while one is loaded."""
+EXAMPLE_PROFILE_TOKEN = "profile-examples"
 
 
 def _fmt_s(x: float | None) -> str:
@@ -95,6 +103,22 @@ def load_profile_file(path: str) -> Any:
     return _profile_module().load_profile(path)
 
 
+def profile_note(token: str, name: str, profile: Any) -> dict[str, Any]:
+    """What the page's `profile` store holds for a loaded profile: its token on the
+    server, its file name and the machine it was measured on."""
+    device = (getattr(profile, "measured_on", {}) or {}).get("device")
+    return {"token": token, "name": name, "device": device if isinstance(device, str) else None}
+
+
+def _example_note() -> dict[str, Any] | None:
+    """The store's data for the first example the package ships, if it ships one."""
+    try:
+        shipped = measured.examples()
+    except RingsimError:
+        return None          # the view names the refused file when it is opened
+    return {"token": shipped[0].token, "name": shipped[0].file} if shipped else None
+
+
 def profile_from_upload(contents: Any, filename: Any) -> tuple[Any, bytes]:
     """A calibrated profile from an upload (JSON only, size-capped) and its raw bytes."""
     mod = _profile_module()
@@ -111,24 +135,36 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     # base64 inflates an upload by 4/3; refuse bodies well past the upload cap outright
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_UPLOAD_BYTES * 3 // 2
     profiles = _Kept()
-    measured = _Kept()
+    uploaded_traces = _Kept()
     initial_profile = None
     if profile_path:
         with open(profile_path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()[:16]
-        profiles.put(f"profile-{digest}", load_profile_file(profile_path))
-        initial_profile = {"token": f"profile-{digest}", "name": os.path.basename(profile_path)}
-    app.layout = lambda: page(initial_profile)
+        loaded = load_profile_file(profile_path)
+        profiles.put(f"profile-{digest}", loaded)
+        initial_profile = profile_note(f"profile-{digest}", os.path.basename(profile_path), loaded)
+    initial_example = _example_note()
+    app.layout = lambda: page(initial_profile, initial_example)
 
     def hardware_of(profile_data: Any) -> tuple[Any, str | None]:
         if not profile_data:
             return None, None
         token = profile_data.get("token")
         hw = profiles.get(token)
+        if hw is None and token == EXAMPLE_PROFILE_TOKEN:
+            hw = measured.example_profile()      # in every server process, not only the one asked
         if hw is None:
             raise RingsimError("the calibrated profile is no longer loaded on the server; "
                                "upload it again")
         return hw, token
+
+    def loaded_profile(profile_data: Any) -> Any:
+        """The profile the store names, or None (none loaded, or no longer on the server:
+        the views say so)."""
+        try:
+            return hardware_of(profile_data)[0]
+        except RingsimError:
+            return None
 
     def scenario_of(data: Any):
         if not data:
@@ -146,15 +182,30 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         [Output(cid, "value") for cid in CONTROL_IDS]
         + [Output("url", "search"), Output("scenario", "data"), Output("banner", "children")]
         + [Output(f"{cid}-msg", "children") for cid in CONTROL_IDS],
-        [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS],
+        [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS] + [Input("profile", "data")],
         State("scenario", "data"),
     )
     def sync(search, *vals_and_current):
-        *vals, current = vals_and_current
-        if ctx.triggered_id in (None, "url"):
+        *vals, profile_data, current = vals_and_current
+        prof = loaded_profile(profile_data)
+        # the page's first call names every input it has a value for: the URL wins
+        triggered = set(ctx.triggered_prop_ids.values())
+        if not triggered or "url" in triggered:
             values, ignored = values_from_query(search)
-            value_out = [values[cid] for cid in CONTROL_IDS]
             url_out = no_update
+            if prof is not None and not current:
+                # the page's first scenario: one the profile can time, within what it measured
+                changes = profile_changes(values, prof)
+                values.update(changes)
+                if changes:
+                    url_out = nav.with_nav(query_from_values(values), search)
+            value_out = [values[cid] for cid in CONTROL_IDS]
+        elif triggered == {"profile"}:
+            values, ignored = dict(zip(CONTROL_IDS, vals)), []
+            changes = profile_changes(values, prof) if prof is not None else {}
+            values.update(changes)
+            value_out = [changes.get(cid, no_update) for cid in CONTROL_IDS]
+            url_out = nav.with_nav(query_from_values(values), search) if changes else no_update
         else:
             values, ignored = dict(zip(CONTROL_IDS, vals)), []
             value_out = [no_update] * len(CONTROL_IDS)
@@ -168,14 +219,35 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         banner = [f"ignored unreadable link parameters: {', '.join(ignored)}"] if ignored else []
         try:
             scenario_from_values(values)
+            if prof is not None:
+                check_profile_dtype(values, prof)
             # a link that changes only the view, question or language keeps the scenario
-            same = ctx.triggered_id == "url" and (current or {}).get("values") == values
+            same = "url" in triggered and (current or {}).get("values") == values
             store = no_update if same else {"values": values}
         except ControlError as e:
             msgs[index[e.control]] = str(e)
             store = no_update
             banner.append("The views show the last valid scenario until the highlighted value is fixed.")
         return value_out + [url_out, store, " ".join(banner) or None] + msgs
+
+    # a loaded profile is the hardware: the GPU and link controls name it, the preset
+    # numbers it replaces are disabled
+    @app.callback([Output("gpu", "options"), Output("gpu", "disabled"), Output("link", "options"),
+                   Output("link", "disabled")] + [Output(cid, "disabled") for cid in PRESET_HARDWARE_CONTROLS],
+                  Input("profile", "data"), Input("gpu", "value"), Input("link", "value"), Input("lang", "value"))
+    def hardware_controls(profile_data, gpu, link, lang):
+        prof = loaded_profile(profile_data)
+        if prof is None:
+            return ([{"label": x, "value": x} for x in (*GPU_PRESETS, CUSTOM)], False,
+                    [{"label": x, "value": x} for x in (*LINK_PRESETS, CUSTOM)], False,
+                    *[False] * len(PRESET_HARDWARE_CONTROLS))
+        t = Translator(lang)
+        device = (prof.measured_on or {}).get("device") or profile_data.get("name")
+        fit = prof.link
+        link_label = t("ctl.link.profile", gbps=t.gbps(fit.bandwidth_bytes_per_s / 1e9),
+                       latency=t.time(fit.latency_s))
+        return ([{"label": t("ctl.gpu.profile", device=device), "value": gpu}], True,
+                [{"label": link_label, "value": link}], True, *[True] * len(PRESET_HARDWARE_CONTROLS))
 
     # the scheme's own settings and the ring's controls, shown where they apply
     shown_by_scheme = sorted({cid for cids in SCHEME_CONTROLS.values() for cid in cids})
@@ -200,7 +272,10 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         w = sc.workload
         peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or None
         hw = sc.hardware
-        hw_name = (profile_data or {}).get("name") or f"{hw.gpu.name} / {hw.link.name}"
+        hw_name = f"{hw.gpu.name} / {hw.link.name}"
+        if profile_data:
+            device, name = profile_data.get("device"), profile_data.get("name", "profile")
+            hw_name = f"{device} ({name})" if device else name
         nodes = -(-sc.n_gpus // hw.gpus_per_node)
         if nodes > 1 and not profile_data:
             between = hw.inter_link.name if hw.inter_link is not None else hw.link.name
@@ -372,62 +447,115 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     # --- calibrated profile ---------------------------------------------------------------
     @app.callback(Output("profile", "data"), Output("profile-msg", "children"),
                   Input("profile-upload", "contents"), Input("profile-clear", "n_clicks"),
+                  Input("profile-example", "n_clicks"),
                   State("profile-upload", "filename"), prevent_initial_call=True)
-    def profile_upload(contents, _, filename):
+    def profile_upload(contents, _, __, filename):
         if ctx.triggered_id == "profile-clear":
             return None, ""
         try:
-            hw, raw = profile_from_upload(contents, filename)
+            if ctx.triggered_id == "profile-example":
+                hw = measured.example_profile()
+                token, name = EXAMPLE_PROFILE_TOKEN, measured.EXAMPLE_PROFILE
+            else:
+                hw, raw = profile_from_upload(contents, filename)
+                token = "profile-" + hashlib.sha256(raw).hexdigest()[:16]
+                name = filename if isinstance(filename, str) else "profile"
         except RingsimError as e:
             return no_update, str(e)
-        token = "profile-" + hashlib.sha256(raw).hexdigest()[:16]
         profiles.put(token, hw)
-        return {"token": token, "name": filename if isinstance(filename, str) else "profile"}, ""
+        return profile_note(token, name, hw), ""
 
     @app.callback(Output("profile-status", "children"), Input("profile", "data"))
     def profile_status(profile_data):
         if profile_data:
-            return f"using {profile_data.get('name', 'a calibrated profile')}"
+            name = profile_data.get("name", "a calibrated profile")
+            device = profile_data.get("device")
+            return f"using {name}" + (f", measured on {device}" if device else "")
         return "none: presets and custom numbers"
 
     # --- measured vs simulated --------------------------------------------------------------
-    @app.callback(Output("measured", "data"), Output("trace-upload-status", "children"),
-                  Output("trace-upload-msg", "children"),
-                  Input("trace-upload", "contents"), State("trace-upload", "filename"),
-                  prevent_initial_call=True)
-    def trace_upload(contents, filename):
+    # The view opens on the first example shipped with the package; an upload replaces
+    # it (and clears the example chosen), choosing an example brings one back.
+    @app.callback(Output("measured", "data"), Output("measured-example", "value"),
+                  Output("trace-upload-status", "children"), Output("trace-upload-msg", "children"),
+                  Input("trace-upload", "contents"), Input("measured-example", "value"), Input("lang", "value"),
+                  State("trace-upload", "filename"), State("measured", "data"))
+    def trace_source(contents, example_token, lang, filename, current):
+        if ctx.triggered_id == "trace-upload":
+            try:
+                raw = export.decode_upload(contents, filename, MAX_UPLOAD_BYTES)
+                trace = export.parse_trace_upload(contents, filename, MAX_UPLOAD_BYTES)
+            except RingsimError as e:
+                return no_update, no_update, no_update, str(e)
+            token = "trace-" + hashlib.sha256(raw).hexdigest()[:16]
+            uploaded_traces.put(token, trace)
+            name = filename if isinstance(filename, str) else "trace"
+            return ({"token": token, "name": name}, None,
+                    f"{name}: " + ", ".join(figures.trace_summary(trace)), "")
+        if ctx.triggered_id == "lang" and not measured.is_example((current or {}).get("token")):
+            raise PreventUpdate          # an upload's status has no words to translate
+        if example_token is None:
+            raise PreventUpdate
         try:
-            raw = export.decode_upload(contents, filename, MAX_UPLOAD_BYTES)
-            trace = export.parse_trace_upload(contents, filename, MAX_UPLOAD_BYTES)
+            ex = measured.example(example_token)
         except RingsimError as e:
-            return no_update, no_update, str(e)
-        token = "trace-" + hashlib.sha256(raw).hexdigest()[:16]
-        measured.put(token, trace)
-        name = filename if isinstance(filename, str) else "trace"
-        return ({"token": token, "name": name},
-                f"{name}: " + ", ".join(figures.trace_summary(trace)), "")
+            return no_update, no_update, no_update, str(e)
+        if ex is None:
+            raise PreventUpdate
+        t = Translator(lang)
+        status = t("measured.example.status", run=_example_label(ex, t),
+                   device=measured.measured_machine(ex.trace) or "?")
+        store = no_update if (current or {}).get("token") == ex.token else {"token": ex.token, "name": ex.file}
+        return store, no_update, status, ""
 
-    @app.callback(Output("overlay", "figure"),
-                  Input("measured", "data"), Input("scenario", "data"), Input("profile", "data"),
-                  Input("tabs", "value"))
-    def overlay(measured_data, data, profile_data, tab):
-        only_on("measured", tab)
-        if not measured_data:
-            return figures.message_figure("Upload a measured trace to compare it with the model.")
-        trace: Trace | None = measured.get(measured_data.get("token"))
-        if trace is None:
-            return figures.message_figure("The uploaded trace is no longer on the server; upload it again.")
+    @app.callback(Output("measured-example", "options"), Input("lang", "value"))
+    def example_options(lang):
+        t = Translator(lang)
         try:
+            return [{"label": _example_label(e, t), "value": e.token} for e in measured.examples()]
+        except RingsimError:
+            return []
+
+    def measured_trace(token: Any) -> Trace | None:
+        ex = measured.example(token)
+        return ex.trace if ex is not None else uploaded_traces.get(token)
+
+    @app.callback(Output("overlay", "figure"), Output("trace-notice", "children"),
+                  Output("profile-example", "style"), Output("profile-example", "children"),
+                  Input("measured", "data"), Input("scenario", "data"), Input("profile", "data"),
+                  Input("tabs", "value"), Input("lang", "value"))
+    def overlay(measured_data, data, profile_data, tab, lang):
+        only_on("measured", tab)
+        t = Translator(lang)
+        hidden = {"display": "none"}
+        if not measured_data:
+            return figures.message_figure("Upload a measured trace to compare it with the model."), None, hidden, None
+        try:
+            trace = measured_trace(measured_data.get("token"))
+            if trace is None:
+                return (figures.message_figure("The uploaded trace is no longer on the server; upload it again."),
+                        None, hidden, None)
             hw, key = hardware_of(profile_data)
+            if hw is None and measured.is_example(measured_data.get("token")):
+                # an example is set against the profile of the machine it ran on, unless
+                # the reader loaded a profile of their own
+                hw, key = measured.example_profile(), EXAMPLE_PROFILE_TOKEN
             base = scenario_of(data)
             sim_scenario = scenario_from_config(trace.config, base.hardware)
             if sim_scenario.n_gpus != trace.world_size:
                 raise RingsimError(f"the trace has {trace.world_size} ranks but its configuration "
                                    f"says {sim_scenario.n_gpus} GPUs")
             simulated = compute.run(sim_scenario, hw, key).trace
+            notice, offer = None, hidden
+            apart = measured.mismatch(trace, hw if hw is not None else sim_scenario.hardware)
+            if apart is not None:
+                notice = t("measured.mismatch", measured=apart[0], simulated=apart[1])
+                if key != EXAMPLE_PROFILE_TOKEN and measured.mismatch(trace, measured.example_profile()) is None:
+                    offer = {}        # the profile shipped with the examples is of this machine
         except RingsimError as e:
-            return figures.message_figure(str(e))
-        return figures.overlay(simulated, trace, compute.step_errors(simulated, trace))
+            return figures.message_figure(str(e)), None, hidden, None
+        button = t("measured.use-profile", device=measured.measured_machine(trace))
+        return figures.overlay(simulated, trace, compute.step_errors(simulated, trace)), notice, offer, button
 
     i18n.register_callbacks(app)
     nav.register_callbacks(app)
@@ -438,6 +566,20 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     # collector, which a large trace sets off many times, from walking them again and again
     gc.freeze()
     return app
+
+
+def _example_label(e: measured.Example, t: Translator) -> str:
+    """An example run in a few words from its header: ranks, scheme and layout, tokens,
+    mask, dtype."""
+    cfg = e.trace.config
+    w = cfg.get("workload", {})
+    seq = w.get("seq")
+    scheme = cfg.get("scheme", "ring")
+    run = f"{scheme}, {cfg['layout']}" if scheme == "ring" and cfg.get("layout") else scheme
+    return t("measured.example.option", ranks=t.int(e.trace.world_size), run=run,
+             tokens=t.int(seq) if isinstance(seq, int) else "?",
+             mask=t("measured.mask.causal" if w.get("causal") else "measured.mask.full"),
+             dtype=w.get("dtype", "?"))
 
 
 def _compare_table(rows: list[dict[str, Any]]) -> html.Table:

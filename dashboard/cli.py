@@ -55,7 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--debug", action="store_true",
                    help="Dash debug mode: reloader and dev tools, on the development server (off by default)")
     p.add_argument("--profile", default=None,
-                   help="calibrated hardware profile (from `ringsim calibrate`) to start with")
+                   help="calibrated hardware profile (from `ringsim calibrate`) to start with: it "
+                        "replaces the GPU and link presets, and the page opens on a scenario within "
+                        "what it measured (its dtype, GPUs and block sizes)")
     p.set_defaults(func=cmd_dashboard)
 
 

@@ -111,7 +111,12 @@ def decode_upload(contents: Any, filename: Any, max_bytes: int) -> bytes:
 def parse_trace_upload(contents: Any, filename: Any, max_bytes: int) -> Trace:
     """A trace from an upload (a version-2 archive or JSON), validated field by field."""
     raw = decode_upload(contents, filename, max_bytes)
-    name = filename if isinstance(filename, str) else "the file"
+    return parse_trace_bytes(raw, filename if isinstance(filename, str) else "the file")
+
+
+def parse_trace_bytes(raw: bytes, name: str) -> Trace:
+    """A trace from the bytes of a file (an upload, or an example shipped with the
+    package), through the trace's own validation; RingsimError naming `name` otherwise."""
     try:
         return Trace.loads(raw)
     except RingsimError as e:

@@ -144,6 +144,8 @@ def _page_texts() -> list[tuple[str, str, str]]:
         ("dl-csv-btn", "children", "btn.csv"),
         ("ranks-label", "children", "ctl.ranks.label"),
         ("merge-row-label", "children", "ctl.merge-row.label"),
+        ("measured-example-label", "children", "measured.example.label"),
+        ("measured-example", "placeholder", "measured.example.placeholder"),
         ("timeline-ring-label", "children", "ring.caption"),
         ("quiz-nav-label", "children", "quiz.nav"),
         ("quiz-next", "children", "quiz.next"),

@@ -176,7 +176,7 @@ def _graph(gid: str, height: int = 400) -> dcc.Loading:
                                  style={"minHeight": f"{height}px"}), type="dot", delay_show=300)
 
 
-def views() -> html.Div:
+def views(first_example: str | None = None) -> html.Div:
     d = defaults()
     tab_children = {
         "timeline": [
@@ -203,6 +203,12 @@ def views() -> html.Div:
             html.Div(id="merge-note", className="help"),
             _graph("merge", 620)],
         "measured": [
+            html.Div(className="inline", children=[
+                html.Label("Example run", htmlFor="measured-example", id="measured-example-label"),
+                html.Div(dcc.Dropdown(id="measured-example", options=[], value=first_example, clearable=False,
+                                      searchable=False, placeholder="your uploaded trace"),
+                         className="slider"),
+            ]),
             dcc.Upload(id="trace-upload", max_size=MAX_UPLOAD_BYTES,
                        accept=".json,.npz,application/json,application/zip",
                        className="upload wide", children=html.Div([
@@ -211,6 +217,9 @@ def views() -> html.Div:
                            "hardware chosen on the left"])),
             html.Div(id="trace-upload-status", className="help"),
             html.Div(id="trace-upload-msg", className="msg", role="alert"),
+            html.Div(className="notice", role="status", children=[
+                html.Span(id="trace-notice"),
+                html.Button(id="profile-example", n_clicks=0, className="small", style=_HIDDEN)]),
             _graph("overlay", 560)],
         "plan": [plan.view()],
     }
@@ -232,12 +241,15 @@ def views() -> html.Div:
     ])
 
 
-def page(profile_note: dict[str, Any] | None = None) -> html.Div:
+def page(profile_note: dict[str, Any] | None = None,
+         example_note: dict[str, Any] | None = None) -> html.Div:
+    """The page; `profile_note` names a profile loaded at start, `example_note` the
+    measured run the Measured view opens on (the store's data)."""
     return html.Div(className="page", children=[
         dcc.Location(id="url", refresh=False),
         dcc.Store(id="scenario"),
         dcc.Store(id="profile", data=profile_note),
-        dcc.Store(id="measured"),
+        dcc.Store(id="measured", data=example_note),
         *questions.stores(),
         html.Header(className="header", children=[
             html.H1("ringsim"),
@@ -245,5 +257,5 @@ def page(profile_note: dict[str, Any] | None = None) -> html.Div:
                       "when transfers hide, which layout wins.", className="tagline", id="tagline"),
             i18n.language_bar(),
         ]),
-        html.Div(className="body", children=[controls(), views()]),
+        html.Div(className="body", children=[controls(), views((example_note or {}).get("token"))]),
     ])

@@ -412,3 +412,83 @@ def scenario_key(scenario: Scenario, hardware_desc: Any | None = None) -> str:
     """A stable string key for caching (a Scenario is not hashable: it holds dicts)."""
     hw = hardware_desc if hardware_desc is not None else scenario.hardware.describe()
     return json.dumps([scenario.describe(), hw], sort_keys=True, default=str)
+
+
+# --- a calibrated profile in place of the presets ---------------------------------------
+
+DTYPE_PREFERENCE = ("bf16", "fp16", "fp32")
+"""The dtype a profile's scenario takes when the chosen one was not measured: the first
+of these it measured."""
+
+
+def profile_dtypes(profile: Any) -> tuple[str, ...]:
+    """The dtypes a calibrated profile has compute measurements for (sim.profile)."""
+    have = {key[0] for key in getattr(profile, "groups", {})}
+    return tuple(d for d in DTYPE_PREFERENCE if d in have)
+
+
+def _largest_block_flops(profile: Any, dtype: str) -> float | None:
+    points = [p[0] for key, g in getattr(profile, "groups", {}).items()
+              if key[0] == dtype and key[2] == "fwd" for p in g.points]
+    return max(points) if points else None
+
+
+def _profile_ranks(profile: Any) -> int | None:
+    """How many ranks a profile of processes sharing one machine (a CPU profile)
+    measured at once: the largest count of its concurrency table, else its cores."""
+    measured_on = getattr(profile, "measured_on", {}) or {}
+    if measured_on.get("kind") != "cpu":
+        return None
+    contention = getattr(profile, "contention", None)
+    table = getattr(contention, "concurrency", None)
+    if table:
+        return int(max(p[0] for p in table))
+    cores = measured_on.get("cpu_count")
+    return cores if isinstance(cores, int) and cores > 0 else None
+
+
+def profile_changes(values: dict[str, Any], profile: Any) -> dict[str, Any]:
+    """The control values that turn `values` into a scenario within what `profile`
+    measured.
+
+    The dtype: the chosen one if it was measured, else the first measured of
+    DTYPE_PREFERENCE (a profile cannot time a dtype it has no measurements for). The
+    GPUs and the sequence length, only while they are the page's defaults (a choice the
+    reader made stays): a CPU profile's ranks as many as it measured computing at once,
+    and the tokens per rank the largest power of two whose full forward block is no
+    larger than the largest block it measured (sim.profile interpolates inside its
+    table and extrapolates outside it)."""
+    changes: dict[str, Any] = {}
+    have = profile_dtypes(profile)
+    if not have:
+        return changes
+    dtype = values.get("dtype") if values.get("dtype") in have else have[0]
+    if dtype != values.get("dtype"):
+        changes["dtype"] = dtype
+    base = defaults()
+    n = values.get("gpus")
+    ranks = _profile_ranks(profile)
+    if n == base["gpus"] and ranks is not None and ranks < n:
+        n = changes["gpus"] = ranks
+    largest = _largest_block_flops(profile, dtype)
+    if values.get("seq") == base["seq"] and largest and isinstance(n, int) and n > 0:
+        try:
+            per_pair = _workload(values | changes).fwd_flops(1)
+        except ControlError:
+            return changes
+        fits = math.sqrt(largest / per_pair)
+        if fits >= 2:
+            per_rank = 1 << int(math.log2(fits))
+            seq = n * per_rank
+            if seq < values["seq"]:
+                changes["seq"] = seq
+    return changes
+
+
+def check_profile_dtype(values: dict[str, Any], profile: Any) -> None:
+    """ControlError beside the dtype when `profile` has no measurements for it."""
+    have = profile_dtypes(profile)
+    if values.get("dtype") not in have:
+        device = (getattr(profile, "measured_on", {}) or {}).get("device", "the calibrated profile")
+        raise ControlError("dtype", f"the profile of {device} has no compute measurements for "
+                                    f"{values.get('dtype')} (it has {', '.join(have) or 'none'})")

@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from sim.trace import COMPUTE, IDLE, WAIT, Trace
 
-from dashboard.figures.style import COLORS, TEMPLATE, time_unit
+from dashboard.figures.style import COLORS, LEGEND_BESIDE, TEMPLATE, time_unit
 from dashboard.figures.timeline import MAX_BAR_SPANS
 
 
@@ -92,8 +92,9 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
                         f"measured {measured.makespan_s * scale:.4g} {unit} ({err_total * 100:+.1f}%); "
                         f"median |step error| {np.median(finite) * 100 if finite else float('nan'):.1f}%",
                    font=dict(size=13), y=0.985),
-        legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"),
-        margin=dict(l=100, t=110),
+        # beside the plots: above them it would cover the first subplot's title
+        legend=LEGEND_BESIDE,
+        margin=dict(l=100, t=90),
         meta={"makespan_error": err_total, "steps": len(errors)})
     return fig
 

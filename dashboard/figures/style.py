@@ -28,6 +28,12 @@ TEMPLATE = go.layout.Template(layout=dict(
     hoverlabel=dict(font_size=12),
 ))
 
+LEGEND_BESIDE = dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top", yref="paper",
+                     bgcolor="rgba(255,255,255,0)")
+"""A legend to the right of the plots, top-aligned with them: the template's (above the
+plot, left) sits where a figure with subplot titles or a long title puts its text.
+Plotly widens the right margin to hold it."""
+
 COLORS = {
     "exposed": "#e0302a", "idle": "#d7d7d7",
     "compute": "#3a6fd8", "transfer": "#2e9e5b",

@@ -64,13 +64,24 @@ def test_link_with_a_scenario_reproduces_it(dash_duo):
     assert dash_duo.find_element("#gpus").get_attribute("value") == "4"
 
 
-def test_trace_upload_draws_the_overlay(dash_duo, tmp_path):
+def _overlaps(a, b) -> bool:
+    return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"]
+            and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"])
+
+
+def test_the_measured_view_opens_on_an_example_and_an_upload_replaces_it(dash_duo, tmp_path):
     sim = simulate(small_scenario(layout="zigzag"))
     path = tmp_path / "measured.json"
     path.write_text(export.trace_json(measured_from(sim, factor=1.2, noise=0.05)))
     _start(dash_duo)
     dash_duo.driver.find_element(By.XPATH, "//*[@id='tabs']//*[normalize-space()='Measured vs simulated']").click()
-    dash_duo.wait_for_contains_text("#overlay .annotation-text", "Upload a measured trace", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#overlay .gtitle", "Model vs measurement", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#trace-upload-status", "Example shipped with ringsim", timeout=TIMEOUT)
+    # the legend covers neither the figure's title nor a subplot's
+    legend = dash_duo.find_element("#overlay .legend").rect
+    titles = dash_duo.driver.find_elements(By.CSS_SELECTOR, "#overlay .gtitle, #overlay .annotation-text")
+    assert len(titles) >= 3 and legend["width"] > 0
+    assert not [t.text for t in titles if _overlaps(legend, t.rect)]
     dash_duo.find_element("#trace-upload input[type=file]").send_keys(str(path))
     dash_duo.wait_for_contains_text("#trace-upload-status", "measured trace, 4 ranks", timeout=TIMEOUT)
     dash_duo.wait_for_contains_text("#overlay .gtitle", "Model vs measurement", timeout=TIMEOUT)

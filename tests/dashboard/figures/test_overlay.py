@@ -73,3 +73,12 @@ def test_trace_summary_counts_the_spans(small_trace):
     assert words[0] == f"simulated trace, 4 ranks, {len(small_trace.spans)} spans"
     assert words[1] == "zigzag layout"
     assert isinstance(small_trace, Trace)
+
+
+def test_overlay_legend_sits_beside_the_plots_clear_of_the_titles(small_trace):
+    measured = measured_from(small_trace, factor=1.2)
+    fig = figures.overlay(small_trace, measured, compute.step_errors(small_trace, measured))
+    legend = fig.layout.legend
+    # right of the plotting area (paper x 1): the titles are centred over the plots
+    assert legend.x > 1 and legend.xanchor == "left" and legend.orientation == "v"
+    assert all(a.x <= 1 for a in fig.layout.annotations)
