@@ -24,7 +24,7 @@ import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from sim.config import Scenario
+from sim.config import Scenario, scenario_from_config
 from sim.errors import RingsimError
 from sim.memory import full_kv_bytes
 from sim.units import fmt_bytes
@@ -37,7 +37,7 @@ from dashboard.i18n import Translator
 from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, field_style, page
 from dashboard.state import (CONTROL_IDS, CUSTOM, RING_CONTROLS, RING_SCHEMES, SCHEME_CONTROLS, ControlError,
                              check_profile_dtype, cluster_values, profile_changes, query_from_values,
-                             scenario_from_config, scenario_from_values, values_from_query)
+                             scenario_from_values, values_from_query)
 
 MERGE_MAX_GPUS = 16
 """The exact-merge view runs the numpy ring on at most this many ranks (small inputs)."""

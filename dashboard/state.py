@@ -385,29 +385,6 @@ def ring_values(values: dict[str, Any]) -> dict[str, Any]:
     return dict(values) | {"scheme": "ring"}
 
 
-SCHEME_SETTINGS = tuple(_FIELD_OF.values())
-"""The Scenario fields a scheme may read (sim.schemes.base.Scheme.settings)."""
-
-
-def scenario_from_config(config: dict[str, Any], hardware: Hardware) -> Scenario:
-    """The scenario a trace header describes (Scenario.describe() shape), on `hardware`:
-    its scheme and the settings the header records for it."""
-    try:
-        w = dict(config["workload"])
-        w["pass_"] = w.pop("pass")
-        settings = {k: config[k] for k in SCHEME_SETTINGS if config.get(k) is not None}
-        return Scenario(workload=Workload(**w), hardware=hardware, n_gpus=config["n_gpus"],
-                        scheme=config.get("scheme", "ring"),
-                        layout=config["layout"], overlap=config["overlap"],
-                        sync=config.get("sync", "step"),
-                        granularity=config.get("granularity", "exact"),
-                        tile=config.get("tile", 128), **settings)
-    except RingsimError as e:
-        raise RingsimError(f"the trace's configuration is not a valid scenario: {e}") from None
-    except (KeyError, TypeError, AttributeError) as e:
-        raise RingsimError(f"the trace's header has no usable configuration (missing or bad {e})") from None
-
-
 def scenario_key(scenario: Scenario, hardware_desc: Any | None = None) -> str:
     """A stable string key for caching (a Scenario is not hashable: it holds dicts)."""
     hw = hardware_desc if hardware_desc is not None else scenario.hardware.describe()

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from sim.calibrate import _stats, calibrate_compute, calibrate_link
-from sim.config import Scenario, Workload
+from sim.config import scenario_from_config
 from sim.contention import Contention
 from sim.engine import simulate
 from sim.errors import RingsimError
@@ -38,26 +38,6 @@ from sim.profile import Profile
 from sim.schedule import KINDS, MASKS
 from sim.schemes import get as get_scheme
 from sim.trace import KIND_NAMES, Trace
-
-SCHEME_SETTINGS = ("ulysses_degree", "ring_degree", "placement", "head_groups")
-
-
-def scenario_from_config(config: dict[str, Any], hardware: Any = None) -> Scenario:
-    """The scenario a trace header describes (Scenario.describe() shape)."""
-    try:
-        w = dict(config["workload"])
-        w["pass_"] = w.pop("pass")
-        settings = {k: config[k] for k in SCHEME_SETTINGS if config.get(k) is not None}
-        extra = {} if hardware is None else {"hardware": hardware}
-        return Scenario(workload=Workload(**w), n_gpus=config["n_gpus"], scheme=config.get("scheme", "ring"),
-                        layout=config["layout"], overlap=config["overlap"], sync=config.get("sync", "step"),
-                        granularity=config.get("granularity", "exact"), tile=config.get("tile", 128),
-                        **settings, **extra)
-    except RingsimError as e:
-        raise RingsimError(f"the trace's configuration is not a valid scenario: {e}") from None
-    except (KeyError, TypeError, AttributeError) as e:
-        raise RingsimError(f"the trace's header has no usable configuration (missing or bad {e})") from None
-
 
 def case_key(config: dict[str, Any]) -> str:
     """scheme/layout/mask/world size/sequence/pass of a trace's configuration."""

@@ -385,3 +385,25 @@ class Scenario:
         return {"workload": w, "n_gpus": self.n_gpus, "scheme": self.scheme, "layout": self.layout,
                 "overlap": self.overlap, "sync": self.sync, "granularity": self.granularity,
                 "tile": self.tile, **get_scheme(self.scheme).settings(self)}
+
+
+SCHEME_SETTINGS = ("ulysses_degree", "ring_degree", "placement", "head_groups")
+"""The Scenario fields a scheme may read (sim.schemes.base.Scheme.settings)."""
+
+
+def scenario_from_config(config: dict[str, Any], hardware: Any = None) -> Scenario:
+    """The scenario a trace header describes (Scenario.describe() shape): its scheme and the
+    settings the header records for it; on `hardware` when given, else the default."""
+    try:
+        w = dict(config["workload"])
+        w["pass_"] = w.pop("pass")
+        settings = {k: config[k] for k in SCHEME_SETTINGS if config.get(k) is not None}
+        extra = {} if hardware is None else {"hardware": hardware}
+        return Scenario(workload=Workload(**w), n_gpus=config["n_gpus"], scheme=config.get("scheme", "ring"),
+                        layout=config["layout"], overlap=config["overlap"], sync=config.get("sync", "step"),
+                        granularity=config.get("granularity", "exact"), tile=config.get("tile", 128),
+                        **settings, **extra)
+    except RingsimError as e:
+        raise RingsimError(f"the trace's configuration is not a valid scenario: {e}") from None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise RingsimError(f"the trace's header has no usable configuration (missing or bad {e})") from None

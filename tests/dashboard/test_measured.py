@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import math
 import os
 import zipfile
@@ -14,7 +13,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from sim.config import Gpu, Hardware
+from sim.config import Gpu, Hardware, scenario_from_config
 from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.profile import ComputeGroup, LinkFit, Profile, load_profile
@@ -24,7 +23,7 @@ from dashboard import export, measured
 from dashboard.app import EXAMPLE_PROFILE_TOKEN, create_app
 from dashboard.client import CallbackClient
 from dashboard.layout import MAX_UPLOAD_BYTES
-from dashboard.state import CONTROL_IDS, defaults, profile_changes, scenario_from_config
+from dashboard.state import CONTROL_IDS, defaults, profile_changes
 from tests.dashboard.conftest import measured_from, small_scenario
 
 EXAMPLE_PROFILE_PATH = os.path.join(measured.EXAMPLES_DIR, measured.EXAMPLE_PROFILE)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.state import (ControlError, defaults, query_from_values, scenario_from_config,
-                             scenario_from_values, values_from_query)
-from sim.config import Hardware, Link
+from dashboard.state import ControlError, defaults, query_from_values, scenario_from_values, values_from_query
+from sim.config import Hardware, Link, scenario_from_config
 from sim.engine import simulate
 from tests.dashboard.conftest import small_scenario
 

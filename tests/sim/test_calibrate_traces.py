@@ -6,7 +6,8 @@ import json
 import pytest
 
 from sim.calibrate import calibrate
-from sim.calibrate_traces import calibrate_from_traces, case_key, compute_points, holdout, scenario_from_config
+from sim.calibrate_traces import calibrate_from_traces, case_key, compute_points, holdout
+from sim.config import scenario_from_config
 from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.errors import RingsimError
