@@ -63,26 +63,33 @@ def wait_pieces(t0: np.ndarray, t1: np.ndarray, starts: np.ndarray, ends: np.nda
     return out
 
 
+_CHUNK = 1 << 18
+"""Spans written per pass: a pass's temporaries take a few MB, which the allocator reuses,
+where whole-column temporaries would be fresh memory every time (what a trace of tens of
+millions of spans spends most of its time on)."""
+
+
 def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> SpanTable:
     """The trace's spans, grouped by rank, then by stream (compute, send, recv, wait), each
     in the order it ran (schedule order; a wait's pieces in time order; the idle at the
     end last)."""
     n = schedule.n_ranks
-    # 32-bit indices halve the memory this moves around (a schedule has under 2^31 ops)
-    rank, peer = schedule.rank.astype(np.int32, copy=False), schedule.peer.astype(np.int32, copy=False)
-    step = schedule.step.astype(np.int32, copy=False)
+    rank, peer, step = schedule.rank, schedule.peer, schedule.step
 
     # each rank's computes in order; a compute waits from the end of the one before
-    comp = np.flatnonzero(~schedule.is_transfer).astype(np.int32)
-    comp = comp[_by_rank(rank[comp], n)]
+    comp = schedule.compute_ids
+    comp_rank = rank[comp]
+    by_rank = _by_rank(comp_rank, n)
+    comp, comp_rank = comp[by_rank], comp_rank[by_rank]
+    del by_rank
     first = np.ones(len(comp), dtype=bool)
-    first[1:] = rank[comp[1:]] != rank[comp[:-1]]
-    ready = np.zeros(len(comp))
+    first[1:] = comp_rank[1:] != comp_rank[:-1]
+    ready = np.empty(len(comp))
     ready[1:] = end[comp[:-1]]
     ready[first] = 0.0
     waits = start[comp] > ready
     ran = comp[schedule.mask[comp] != EMPTY]
-    xfer = np.flatnonzero(schedule.is_transfer).astype(np.int32)
+    xfer = schedule.transfer_ids
 
     # each rank's last event: its last compute's end (its start, if skipped), or a later
     # transfer's end at either end; its last step likewise; idle from there to the end
@@ -91,41 +98,51 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     final = comp[np.append(first[1:], True)] if len(comp) else comp
     last[rank[final]] = end[final]
     last_step[rank[final]] = step[final]
-    for side in (rank[xfer], peer[xfer]):
-        np.maximum.at(last, side, end[xfer])
-        np.maximum.at(last_step, side, step[xfer])
+    for a in range(0, len(xfer), _CHUNK):
+        ids = xfer[a:a + _CHUNK]
+        t, k = end[ids], step[ids]
+        for side in (rank[ids], peer[ids]):
+            np.maximum.at(last, side, t)
+            np.maximum.at(last_step, side, k)
     makespan = last.max(initial=0.0)
     late = np.flatnonzero(last < makespan).astype(np.int32)
 
     # the spans, group by group (computes, sends, receives, wait pieces, idle ends), each
-    # in op order; a stable sort of their ranks (16-bit keys sort by radix, in linear
-    # time) gives each span's place in the record, and every column is written there
-    # group by group, so that no concatenation of all spans is ever made
-    # every group is laid out by rank, then op (comp already is), so that each group's
-    # places in the record ascend and its columns are written in one forward sweep
+    # laid out by rank, then op (comp already is), so that each group's places in the
+    # record ascend; every column is written there group by group, a chunk of spans at a
+    # time, so that no concatenation of all spans, nor any temporary of a whole column,
+    # is ever made
     w_op, w_kind, w_start, w_end = _compute_waits(schedule, comp[waits], ready[waits], start, end)
-    del comp, first, ready, waits
+    del comp, comp_rank, first, ready, waits
     sent = xfer[_by_rank(rank[xfer], n)]
     got = xfer[_by_rank(peer[xfer], n)]
-    del xfer
     kinds = schedule.kind
-    # per group: its ranks, its stream, then each column's values where they vary (made
-    # one at a time, when written) or the one value they all share
+
+    def of(column: np.ndarray, ids: np.ndarray):
+        return lambda a, b: column[ids[a:b]]
+
+    def kind_of(ids: np.ndarray):
+        return lambda a, b: _KIND_CODES[kinds[ids[a:b]]]
+
+    def part(values: np.ndarray):
+        return lambda a, b: values[a:b]
+
+    # per group: its ranks, its stream, then each column's values where they vary (a
+    # chunk at a time) or the one value they all share
     groups = [
-        (rank[ran], COMPUTE, dict(kind=lambda: kinds[ran], step=lambda: step[ran],
-                                  start_s=lambda: start[ran], end_s=lambda: end[ran],
-                                  flops=lambda: schedule.flops[ran], q_chunks=lambda: schedule.q_chunks[ran],
-                                  kv_chunks=lambda: schedule.kv_chunks[ran])),
-        (rank[sent], SEND, dict(kind=lambda: kinds[sent], step=lambda: step[sent], start_s=lambda: start[sent],
-                                end_s=lambda: end[sent], bytes=lambda: schedule.nbytes[sent],
-                                peer=lambda: peer[sent], kv_chunks=lambda: schedule.kv_chunks[sent])),
-        (peer[got], RECV, dict(kind=lambda: kinds[got], step=lambda: step[got], start_s=lambda: start[got],
-                               end_s=lambda: end[got], bytes=lambda: schedule.nbytes[got],
-                               peer=lambda: rank[got], kv_chunks=lambda: schedule.kv_chunks[got])),
-        (rank[w_op], WAIT, dict(kind=lambda: w_kind, step=lambda: step[w_op], start_s=lambda: w_start,
-                                end_s=lambda: w_end, q_chunks=lambda: schedule.q_chunks[w_op],
-                                kv_chunks=lambda: schedule.kv_chunks[w_op])),
-        (late, WAIT, dict(kind=_SCHED_IDLE, step=lambda: last_step[late], start_s=lambda: last[late],
+        (rank[ran], COMPUTE, dict(kind=kind_of(ran), step=of(step, ran), start_s=of(start, ran),
+                                  end_s=of(end, ran), flops=of(schedule.flops, ran),
+                                  q_chunks=of(schedule.q_chunks, ran), kv_chunks=of(schedule.kv_chunks, ran))),
+        (rank[sent], SEND, dict(kind=kind_of(sent), step=of(step, sent), start_s=of(start, sent),
+                                end_s=of(end, sent), bytes=of(schedule.nbytes, sent), peer=of(peer, sent),
+                                kv_chunks=of(schedule.kv_chunks, sent))),
+        (peer[got], RECV, dict(kind=kind_of(got), step=of(step, got), start_s=of(start, got),
+                               end_s=of(end, got), bytes=of(schedule.nbytes, got), peer=of(rank, got),
+                               kv_chunks=of(schedule.kv_chunks, got))),
+        (rank[w_op], WAIT, dict(kind=part(_KIND_CODES[w_kind]), step=of(step, w_op), start_s=part(w_start),
+                                end_s=part(w_end), q_chunks=of(schedule.q_chunks, w_op),
+                                kv_chunks=of(schedule.kv_chunks, w_op))),
+        (late, WAIT, dict(kind=_KIND_CODES[_SCHED_IDLE], step=part(last_step[late]), start_s=part(last[late]),
                           end_s=makespan)),
     ]
     shared = dict(flops=0.0, bytes=0.0, peer=-1, q_chunks=-1, kv_chunks=-1)
@@ -138,15 +155,39 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     cols = {name: np.empty(total, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
     cols["rank"] = np.repeat(np.arange(n, dtype=np.int32), counts.sum(axis=1))
     cols["stream"] = np.repeat(np.tile(np.array([g[1] for g in groups], dtype=np.int8), n), counts.ravel())
+    names = ("kind", "step", "start_s", "end_s", "flops", "bytes", "peer", "q_chunks", "kv_chunks")
     for g, (ranks, _, values) in enumerate(groups):
+        count = counts[:, g]
+        if not len(ranks):
+            continue
+        if (count == count[0]).all():
+            # as many spans on every rank (a ring's computes and hops): each rank's block
+            # is a row of a window view of the column, and rows are copied whole
+            width = int(count[0])
+            step_rows = max(1, _CHUNK // width)
+            for r0 in range(0, n, step_rows):
+                r1 = min(n, r0 + step_rows)
+                rows = block_start[r0:r1, g]
+                for name in names:
+                    v = values.get(name, shared.get(name))
+                    _windows(cols[name], width)[rows] = (v(r0 * width, r1 * width).reshape(r1 - r0, width)
+                                                         if callable(v) else v)
+            continue
         # place of the group's i-th span: its block's start + its index within the block
-        first_of_rank = np.cumsum(counts[:, g]) - counts[:, g]
-        at = np.repeat(block_start[:, g] - first_of_rank, counts[:, g]) + np.arange(len(ranks), dtype=np.int64)
-        for name in ("kind", "step", "start_s", "end_s", "flops", "bytes", "peer", "q_chunks", "kv_chunks"):
-            v = values.get(name, shared.get(name))
-            v = v() if callable(v) else v
-            cols[name][at] = _KIND_CODES[v] if name == "kind" else v
+        offset = block_start[:, g] - (np.cumsum(count) - count)
+        for a in range(0, len(ranks), _CHUNK):
+            b = min(a + _CHUNK, len(ranks))
+            at = offset[ranks[a:b]] + np.arange(a, b)
+            for name in names:
+                v = values.get(name, shared.get(name))
+                cols[name][at] = v(a, b) if callable(v) else v
     return SpanTable(**cols, chunk_sets=schedule.chunk_sets)
+
+
+def _windows(column: np.ndarray, width: int) -> np.ndarray:
+    """(len - width + 1, width) view of a column: row i is column[i:i + width]."""
+    return np.lib.stride_tricks.as_strided(column, (len(column) - width + 1, width),
+                                           (column.strides[0], column.strides[0]))
 
 
 def _by_rank(ranks: np.ndarray, n: int) -> np.ndarray:
