@@ -107,27 +107,48 @@ def _union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int
     return np.cumsum(length, axis=1)[:, -1] if width else out
 
 
+_SPANS = 1 << 18
+"""Spans read per pass (see compute_metrics)."""
+
+
 def compute_metrics(trace: Trace) -> Metrics:
-    """The metrics of a trace, from its columns (DESIGN.md, Definitions)."""
+    """The metrics of a trace, from its columns (DESIGN.md, Definitions).
+
+    A trace's spans come rank by rank (sim.record; a measured trace may not): the sums
+    are then taken over a few ranks at a time, each rank's in its own order as over the
+    whole columns, so that the temporaries stay a few MB (reused by the allocator, where
+    whole-column ones would be fresh memory every time on a trace of tens of millions of
+    spans)."""
     n = trace.world_size
     c = trace.columns
-    dur = c.end_s - c.start_s
-    is_compute = c.stream == COMPUTE
-    is_exposed = (c.stream == WAIT) & (c.kind != IDLE)
-    # bincount adds its weights in order, as a running sum per rank would
-    # (with no spans at all bincount gives integers: made floats)
-    ranks = c.rank[is_compute]
-    compute = np.bincount(ranks, dur[is_compute], minlength=n).astype(np.float64, copy=False)
-    flops = np.bincount(ranks, c.flops[is_compute], minlength=n).astype(np.float64, copy=False)
-    exposed = np.bincount(c.rank[is_exposed], dur[is_exposed], minlength=n).astype(np.float64, copy=False)
-    moves = (c.stream == SEND) | (c.stream == RECV)
-    comm = _union_lengths(c.rank[moves], c.start_s[moves], c.end_s[moves], n).tolist()
-    is_send = c.stream == SEND
-    sends = c.bytes[is_send]
-    total_bytes = float(np.cumsum(sends)[-1]) if len(sends) else 0.0
-    sent = np.bincount(c.rank[is_send], sends, minlength=n).tolist()
+    compute, flops, exposed, comm, sent = (np.zeros(n) for _ in range(5))
+    total_bytes = 0.0
+    any_sends = False
+    for g0, g1, a, b in _rank_blocks(c.rank, n):
+        rank, stream, kind = c.rank[a:b], c.stream[a:b], c.kind[a:b]
+        start, end = c.start_s[a:b], c.end_s[a:b]
+        dur = end - start
+        is_compute = stream == COMPUTE
+        is_exposed = (stream == WAIT) & (kind != IDLE)
+        # bincount adds its weights in order, as a running sum per rank would
+        # (with no spans at all bincount gives integers: made floats)
+        ranks = rank[is_compute] - g0
+        m = g1 - g0
+        compute[g0:g1] = np.bincount(ranks, dur[is_compute], minlength=m)
+        flops[g0:g1] = np.bincount(ranks, c.flops[a:b][is_compute], minlength=m)
+        exposed[g0:g1] = np.bincount(rank[is_exposed] - g0, dur[is_exposed], minlength=m)
+        moves = (stream == SEND) | (stream == RECV)
+        comm[g0:g1] = _union_lengths(rank[moves] - g0, start[moves], end[moves], m)
+        is_send = stream == SEND
+        sends = c.bytes[a:b][is_send]
+        if len(sends):     # a running sum over all sends, in order
+            any_sends = True
+            total_bytes = float(np.cumsum(np.append(total_bytes, sends))[-1])
+        sent[g0:g1] = np.bincount(rank[is_send] - g0, sends, minlength=m)
     makespan = trace.makespan_s
-    compute, exposed, flops = compute.tolist(), exposed.tolist(), flops.tolist()
+    if not any_sends:
+        sent = sent.astype(np.int64)       # what bincount gives with no weights at all
+    compute, exposed, flops, comm, sent = (x.tolist() for x in (compute, exposed, flops, comm, sent))
     mem = trace.meta.get("peak_mem_bytes")
     ranks = [RankMetrics(r, compute[r], comm[r], exposed[r],
                          max(0.0, makespan - compute[r] - exposed[r]), flops[r],
@@ -148,6 +169,22 @@ def compute_metrics(trace: Trace) -> Metrics:
         total_bytes=total_bytes,
         ranks=ranks,
     )
+
+
+def _rank_blocks(rank: np.ndarray, n: int) -> list[tuple[int, int, int, int]]:
+    """(first rank, end rank, first span, end span) of blocks of about _SPANS spans
+    holding every span of their ranks; one block of all ranks unless the spans come
+    rank by rank."""
+    if len(rank) <= _SPANS or n == 1 or (np.diff(rank) < 0).any():
+        return [(0, n, 0, len(rank))]
+    bounds = np.searchsorted(rank, np.arange(n + 1)).tolist()
+    out, g0 = [], 0
+    while g0 < n:
+        g1 = max(g0 + 1, int(np.searchsorted(bounds, bounds[g0] + _SPANS, side="right")) - 1)
+        g1 = min(g1, n)
+        out.append((g0, g1, bounds[g0], bounds[g1]))
+        g0 = g1
+    return out
 
 
 def step_durations(trace: Trace) -> dict[tuple[int, int], float]:

@@ -53,22 +53,29 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
     A hardware object may offer `compute_times_s` and `transfer_times_s`, the per-op
     methods over arrays (sim.config.Hardware does); otherwise its per-op methods are
     called once for each distinct argument tuple, which they must be pure functions of.
+    Either way a block is timed once per run of consecutive computes with the same
+    arguments (a ring's step repeats one or two block shapes over all its ranks): the
+    methods are elementwise, so this gives the same float for every op.
     """
     dur = np.zeros(len(schedule))
-    comp = np.flatnonzero(~schedule.is_transfer & (schedule.mask != EMPTY))
-    xfer = np.flatnonzero(schedule.is_transfer)
+    comp = schedule.compute_ids
+    comp = comp[schedule.mask[comp] != EMPTY]
+    xfer = schedule.transfer_ids
     if comp.size:
-        flops, kind, mask = schedule.flops[comp], schedule.kind[comp], schedule.mask[comp]
-        q_tokens, kv_tokens = schedule.q_tokens[comp], schedule.kv_tokens[comp]
         if hasattr(hardware, "compute_times_s"):
-            dur[comp] = hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
-                                                 mask=_MASK_NAMES[mask], q_tokens=q_tokens,
-                                                 kv_tokens=kv_tokens)
+            def times(flops, kind, mask, q_tokens, kv_tokens):
+                return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
+                                                mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens)
         else:
-            dur[comp] = _per_distinct(
-                lambda f, k, m, q, kv: hardware.compute_time_s(f, dtype=workload.dtype, kind=KINDS[k],
-                                                                mask=MASKS[m], q_tokens=q, kv_tokens=kv),
-                [flops, kind, mask, q_tokens, kv_tokens])
+            def times(*columns):
+                return _per_distinct(
+                    lambda f, k, m, q, kv: hardware.compute_time_s(f, dtype=workload.dtype, kind=KINDS[k],
+                                                                    mask=MASKS[m], q_tokens=q, kv_tokens=kv),
+                    list(columns))
+        columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens]
+        for a in range(0, len(comp), _CHUNK):
+            ids = comp[a:a + _CHUNK]
+            dur[ids] = _by_runs(times, [c[ids] for c in columns])
     if xfer.size:
         nbytes, src, dst = schedule.nbytes[xfer], schedule.rank[xfer], schedule.peer[xfer]
         if hasattr(hardware, "transfer_times_s"):
@@ -76,6 +83,25 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
         else:
             dur[xfer] = _per_distinct(hardware.transfer_time_s, [nbytes, src, dst])
     return dur
+
+
+_CHUNK = 1 << 18
+"""Ops timed per call (a few MB of temporaries, reused by the allocator)."""
+
+
+def _by_runs(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
+    """fn(*columns) (elementwise), called on the first op of each run of consecutive ops
+    whose arguments are all equal (floats compared bit for bit)."""
+    new = np.zeros(len(columns[0]), dtype=bool)
+    new[0] = True
+    for c in columns:
+        c = c.view(np.int64) if c.dtype == np.float64 else c
+        new[1:] |= c[1:] != c[:-1]
+    firsts = np.flatnonzero(new)
+    if 2 * len(firsts) > len(new):
+        return np.asarray(fn(*columns), dtype=np.float64)
+    values = np.asarray(fn(*(c[firsts] for c in columns)), dtype=np.float64)
+    return values[np.cumsum(new) - 1]
 
 
 def _per_distinct(fn: Any, columns: list[np.ndarray]) -> np.ndarray:

@@ -94,7 +94,7 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     # each rank's last event: its last compute's end (its start, if skipped), or a later
     # transfer's end at either end; its last step likewise; idle from there to the end
     last = np.zeros(n)
-    last_step = np.zeros(n, dtype=np.int32)
+    last_step = np.zeros(n, dtype=step.dtype)     # ufunc.at is many times slower when it must cast
     final = comp[np.append(first[1:], True)] if len(comp) else comp
     last[rank[final]] = end[final]
     last_step[rank[final]] = step[final]
@@ -118,14 +118,24 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     got = xfer[_by_rank(peer[xfer], n)]
     kinds = schedule.kind
 
+    # each column's values for spans a..b of a group (a chunk at a time); `across` is
+    # given for a group with as many spans on every rank, and then the values come as
+    # (span of the rank, rank) of the ranks a // across ..: read a span of every rank in
+    # turn, which for a schedule numbered step by step (a ring's) reads memory in order,
+    # where rank by rank would jump to another page at every span
     def of(column: np.ndarray, ids: np.ndarray):
-        return lambda a, b: column[ids[a:b]]
+        def values(a, b, across=None):
+            if across is None:
+                return column[ids[a:b]]
+            return column[np.ascontiguousarray(ids[a:b].reshape(-1, across).T)]
+        return values
 
     def kind_of(ids: np.ndarray):
-        return lambda a, b: _KIND_CODES[kinds[ids[a:b]]]
+        read = of(kinds, ids)
+        return lambda a, b, across=None: _KIND_CODES[read(a, b, across)]
 
     def part(values: np.ndarray):
-        return lambda a, b: values[a:b]
+        return lambda a, b, across=None: values[a:b] if across is None else values[a:b].reshape(-1, across).T
 
     # per group: its ranks, its stream, then each column's values where they vary (a
     # chunk at a time) or the one value they all share
@@ -170,8 +180,7 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
                 rows = block_start[r0:r1, g]
                 for name in names:
                     v = values.get(name, shared.get(name))
-                    _windows(cols[name], width)[rows] = (v(r0 * width, r1 * width).reshape(r1 - r0, width)
-                                                         if callable(v) else v)
+                    _windows(cols[name], width)[rows] = v(r0 * width, r1 * width, width).T if callable(v) else v
             continue
         # place of the group's i-th span: its block's start + its index within the block
         offset = block_start[:, g] - (np.cumsum(count) - count)
