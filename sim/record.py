@@ -69,33 +69,70 @@ where whole-column temporaries would be fresh memory every time (what a trace of
 millions of spans spends most of its time on)."""
 
 
+class _ByRank:
+    """Ops of one group laid out by rank, then in schedule order: either a grid (a
+    schedule that numbers them step by step, every rank once per step, in the same order
+    each step: a ring's), `ids[:, column[r]]` the ops of rank r, read without any sort;
+    or the ids sorted by rank (`ids`, their ranks `ranks`)."""
+
+    def __init__(self, ids: np.ndarray, keys: np.ndarray, n: int):
+        self.n = n
+        self.grid = None
+        if n > 1 and len(ids) and len(ids) % n == 0:
+            rows = keys[ids[:n]]
+            if np.array_equal(np.sort(rows), np.arange(n)) and _rows_equal(keys, ids, rows):
+                self.grid = ids.reshape(-1, n)
+                self.column = np.empty(n, dtype=np.int64)
+                self.column[rows] = np.arange(n)
+                self.counts = np.full(n, self.grid.shape[0])
+                return
+        order = _by_rank(keys[ids], n)
+        self.ids = ids[order]
+        self.ranks = keys[self.ids]
+        self.counts = np.bincount(self.ranks, minlength=n)
+
+    def block(self, r0: int, r1: int) -> np.ndarray:
+        """(span of the rank, rank) ids of ranks r0..r1-1 of a grid."""
+        cols = self.column[r0:r1]
+        if cols[-1] - cols[0] == r1 - r0 - 1 and (np.diff(cols) == 1).all():
+            return self.grid[:, cols[0]:cols[-1] + 1]
+        return self.grid[:, cols]
+
+    def sorted_ids(self) -> np.ndarray:
+        """The ids by rank, then schedule order."""
+        return self.ids if self.grid is None else self.grid[:, self.column].T.ravel()
+
+
+def _rows_equal(keys: np.ndarray, ids: np.ndarray, row: np.ndarray) -> bool:
+    """Whether keys[ids] is `row` over and over (read a chunk at a time)."""
+    n = len(row)
+    step = max(1, _CHUNK // n) * n
+    return all((keys[ids[a:a + step]].reshape(-1, n) == row).all() for a in range(0, len(ids), step))
+
+
 def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> SpanTable:
     """The trace's spans, grouped by rank, then by stream (compute, send, recv, wait), each
     in the order it ran (schedule order; a wait's pieces in time order; the idle at the
     end last)."""
     n = schedule.n_ranks
-    rank, peer, step = schedule.rank, schedule.peer, schedule.step
+    rank, peer, step, mask = schedule.rank, schedule.peer, schedule.step, schedule.mask
 
     # each rank's computes in order; a compute waits from the end of the one before
-    comp = schedule.compute_ids
-    comp_rank = rank[comp]
-    by_rank = _by_rank(comp_rank, n)
-    comp, comp_rank = comp[by_rank], comp_rank[by_rank]
-    del by_rank
-    first = np.ones(len(comp), dtype=bool)
-    first[1:] = comp_rank[1:] != comp_rank[:-1]
-    ready = np.empty(len(comp))
-    ready[1:] = end[comp[:-1]]
-    ready[first] = 0.0
-    waits = start[comp] > ready
-    ran = comp[schedule.mask[comp] != EMPTY]
+    comp = _ByRank(schedule.compute_ids, rank, n)
+    w_ops, w_ready, final = _compute_ready(comp, start, end)
+    if comp.grid is not None and all((mask[comp.grid[a:a + 64]] != EMPTY).all()
+                                     for a in range(0, len(comp.grid), 64)):
+        ran = comp
+    else:
+        ids = comp.sorted_ids()
+        ids = ids[mask[ids] != EMPTY]
+        ran = _sorted(ids, rank, n)
     xfer = schedule.transfer_ids
 
     # each rank's last event: its last compute's end (its start, if skipped), or a later
     # transfer's end at either end; its last step likewise; idle from there to the end
     last = np.zeros(n)
     last_step = np.zeros(n, dtype=step.dtype)     # ufunc.at is many times slower when it must cast
-    final = comp[np.append(first[1:], True)] if len(comp) else comp
     last[rank[final]] = end[final]
     last_step[rank[final]] = step[final]
     for a in range(0, len(xfer), _CHUNK):
@@ -108,89 +145,121 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     late = np.flatnonzero(last < makespan).astype(np.int32)
 
     # the spans, group by group (computes, sends, receives, wait pieces, idle ends), each
-    # laid out by rank, then op (comp already is), so that each group's places in the
-    # record ascend; every column is written there group by group, a chunk of spans at a
-    # time, so that no concatenation of all spans, nor any temporary of a whole column,
-    # is ever made
-    w_op, w_kind, w_start, w_end = _compute_waits(schedule, comp[waits], ready[waits], start, end)
-    del comp, comp_rank, first, ready, waits
-    sent = xfer[_by_rank(rank[xfer], n)]
-    got = xfer[_by_rank(peer[xfer], n)]
-    kinds = schedule.kind
-
-    # each column's values for spans a..b of a group (a chunk at a time); `across` is
-    # given for a group with as many spans on every rank, and then the values come as
-    # (span of the rank, rank) of the ranks a // across ..: read a span of every rank in
-    # turn, which for a schedule numbered step by step (a ring's) reads memory in order,
-    # where rank by rank would jump to another page at every span
-    def of(column: np.ndarray, ids: np.ndarray):
-        def values(a, b, across=None):
-            if across is None:
-                return column[ids[a:b]]
-            return column[np.ascontiguousarray(ids[a:b].reshape(-1, across).T)]
-        return values
-
-    def kind_of(ids: np.ndarray):
-        read = of(kinds, ids)
-        return lambda a, b, across=None: _KIND_CODES[read(a, b, across)]
-
-    def part(values: np.ndarray):
-        return lambda a, b, across=None: values[a:b] if across is None else values[a:b].reshape(-1, across).T
-
-    # per group: its ranks, its stream, then each column's values where they vary (a
-    # chunk at a time) or the one value they all share
+    # laid out by rank, then op, so that each group's places in the record ascend; every
+    # column is written there group by group, a chunk of spans at a time, so that no
+    # concatenation of all spans, nor any temporary of a whole column, is ever made
+    w_op, w_kind, w_start, w_end = _compute_waits(schedule, w_ops, w_ready, start, end)
+    del w_ops, w_ready
+    sent, got = _ByRank(xfer, rank, n), _ByRank(xfer, peer, n)
+    # per group: how its ops lie (or None: its values are given span by span), its
+    # stream, then each column: a schedule column read at the group's ops, the values
+    # span by span, or the one value they all share
     groups = [
-        (rank[ran], COMPUTE, dict(kind=kind_of(ran), step=of(step, ran), start_s=of(start, ran),
-                                  end_s=of(end, ran), flops=of(schedule.flops, ran),
-                                  q_chunks=of(schedule.q_chunks, ran), kv_chunks=of(schedule.kv_chunks, ran))),
-        (rank[sent], SEND, dict(kind=kind_of(sent), step=of(step, sent), start_s=of(start, sent),
-                                end_s=of(end, sent), bytes=of(schedule.nbytes, sent), peer=of(peer, sent),
-                                kv_chunks=of(schedule.kv_chunks, sent))),
-        (peer[got], RECV, dict(kind=kind_of(got), step=of(step, got), start_s=of(start, got),
-                               end_s=of(end, got), bytes=of(schedule.nbytes, got), peer=of(rank, got),
-                               kv_chunks=of(schedule.kv_chunks, got))),
-        (rank[w_op], WAIT, dict(kind=part(_KIND_CODES[w_kind]), step=of(step, w_op), start_s=part(w_start),
-                                end_s=part(w_end), q_chunks=of(schedule.q_chunks, w_op),
-                                kv_chunks=of(schedule.kv_chunks, w_op))),
-        (late, WAIT, dict(kind=_KIND_CODES[_SCHED_IDLE], step=part(last_step[late]), start_s=part(last[late]),
-                          end_s=makespan)),
+        (ran, COMPUTE, dict(kind=schedule.kind, step=step, start_s=start, end_s=end, flops=schedule.flops,
+                            q_chunks=schedule.q_chunks, kv_chunks=schedule.kv_chunks)),
+        (sent, SEND, dict(kind=schedule.kind, step=step, start_s=start, end_s=end, bytes=schedule.nbytes,
+                          peer=peer, kv_chunks=schedule.kv_chunks)),
+        (got, RECV, dict(kind=schedule.kind, step=step, start_s=start, end_s=end, bytes=schedule.nbytes,
+                         peer=rank, kv_chunks=schedule.kv_chunks)),
+        (_sorted(w_op, rank, n), WAIT, dict(kind=_KIND_CODES[w_kind], step=step, start_s=w_start, end_s=w_end,
+                                         q_chunks=schedule.q_chunks, kv_chunks=schedule.kv_chunks)),
+        (_Given(late, n), WAIT, dict(kind=_KIND_CODES[_SCHED_IDLE], step=last_step[late], start_s=last[late],
+                                     end_s=makespan)),
     ]
+    by_span = {3: ("kind", "start_s", "end_s"), 4: ("step", "start_s")}   # given span by span
     shared = dict(flops=0.0, bytes=0.0, peer=-1, q_chunks=-1, kv_chunks=-1)
     # the record is rank by rank, each rank's groups in turn: where each (rank, group)
     # block starts follows from the counts, and each group's spans (sorted by rank) go
     # to their blocks in one ascending sweep; no sort of all spans is needed
-    counts = np.stack([np.bincount(ranks, minlength=n) for ranks, _, _ in groups], axis=1)   # (n, groups)
+    counts = np.stack([g.counts for g, _, _ in groups], axis=1)   # (n, groups)
     total = int(counts.sum())
     block_start = (np.cumsum(counts.ravel()) - counts.ravel()).reshape(counts.shape)
     cols = {name: np.empty(total, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
     cols["rank"] = np.repeat(np.arange(n, dtype=np.int32), counts.sum(axis=1))
     cols["stream"] = np.repeat(np.tile(np.array([g[1] for g in groups], dtype=np.int8), n), counts.ravel())
     names = ("kind", "step", "start_s", "end_s", "flops", "bytes", "peer", "q_chunks", "kv_chunks")
-    for g, (ranks, _, values) in enumerate(groups):
-        count = counts[:, g]
-        if not len(ranks):
-            continue
-        if (count == count[0]).all():
-            # as many spans on every rank (a ring's computes and hops): each rank's block
-            # is a row of a window view of the column, and rows are copied whole
-            width = int(count[0])
-            step_rows = max(1, _CHUNK // width)
-            for r0 in range(0, n, step_rows):
-                r1 = min(n, r0 + step_rows)
+    for g, (ops, _, values) in enumerate(groups):
+        given = by_span.get(g, ())
+
+        def read(name: str, ids: np.ndarray | None, a: int, b: int):
+            v = values.get(name, shared.get(name))
+            if name in given:
+                return v[a:b]
+            if not isinstance(v, np.ndarray):
+                return v
+            v = v[ids]
+            return _KIND_CODES[v] if name == "kind" else v
+
+        if ops.grid is not None:
+            # each rank's block is a row of a window view of the column, and rows are
+            # copied whole; the values are read a step of every rank at a time, which
+            # reads the schedule's columns in order where rank by rank would jump to
+            # another page at every span
+            width = ops.grid.shape[0]
+            if not width:
+                continue
+            per_pass = max(1, _CHUNK // width)
+            for r0 in range(0, n, per_pass):
+                r1 = min(n, r0 + per_pass)
+                ids = ops.block(r0, r1)
                 rows = block_start[r0:r1, g]
                 for name in names:
-                    v = values.get(name, shared.get(name))
-                    _windows(cols[name], width)[rows] = v(r0 * width, r1 * width, width).T if callable(v) else v
+                    v = read(name, ids, 0, 0)
+                    _windows(cols[name], width)[rows] = v.T if isinstance(v, np.ndarray) else v
             continue
+        count = counts[:, g]
         # place of the group's i-th span: its block's start + its index within the block
         offset = block_start[:, g] - (np.cumsum(count) - count)
-        for a in range(0, len(ranks), _CHUNK):
-            b = min(a + _CHUNK, len(ranks))
-            at = offset[ranks[a:b]] + np.arange(a, b)
+        for a in range(0, len(ops.ranks), _CHUNK):
+            b = min(a + _CHUNK, len(ops.ranks))
+            at = offset[ops.ranks[a:b]] + np.arange(a, b)
+            ids = ops.ids[a:b] if ops.ids is not None else None
             for name in names:
-                v = values.get(name, shared.get(name))
-                cols[name][at] = v(a, b) if callable(v) else v
+                cols[name][at] = read(name, ids, a, b)
     return SpanTable(**cols, chunk_sets=schedule.chunk_sets)
+
+
+class _Given(_ByRank):
+    """A group whose spans are given in rank order, one per listed rank (no ops)."""
+
+    def __init__(self, ranks: np.ndarray, n: int):
+        self.n, self.grid, self.ids, self.ranks = n, None, None, ranks
+        self.counts = np.bincount(ranks, minlength=n)
+
+
+def _sorted(ids: np.ndarray, rank: np.ndarray, n: int) -> _ByRank:
+    """A group of ops already in rank order."""
+    out = _Given(rank[ids], n)
+    out.ids = ids
+    return out
+
+
+def _compute_ready(comp: _ByRank, start: np.ndarray, end: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The computes that wait (ready, its previous compute on the rank done, before they
+    start), by rank then order, with the time each is ready (0 for a rank's first); and
+    each rank's last compute (the ranks that have one)."""
+    if comp.grid is None:
+        ids, ranks = comp.ids, comp.ranks
+        first = np.ones(len(ids), dtype=bool)
+        first[1:] = ranks[1:] != ranks[:-1]
+        ready = np.empty(len(ids))
+        ready[1:] = end[ids[:-1]]
+        ready[first] = 0.0
+        waits = start[ids] > ready
+        final = ids[np.append(first[1:], True)] if len(ids) else ids
+        return ids[waits], ready[waits], final
+    n = comp.n
+    ops, readies = [], []
+    per_pass = max(1, _CHUNK // max(comp.grid.shape[0], 1))
+    for r0 in range(0, n, per_pass):
+        ids = comp.block(r0, min(n, r0 + per_pass)).T       # (rank, its computes)
+        ready = np.zeros(ids.shape)
+        ready[:, 1:] = end[ids[:, :-1]]
+        waits = start[ids] > ready
+        ops.append(ids[waits])
+        readies.append(ready[waits])
+    return np.concatenate(ops), np.concatenate(readies), comp.grid[-1, comp.column]
 
 
 def _windows(column: np.ndarray, width: int) -> np.ndarray:
