@@ -100,11 +100,18 @@ def _union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int
     new &= valid
     last = valid.copy()
     last[:, :-1] &= new[:, 1:] | ~valid[:, 1:]
-    run_start = np.maximum.accumulate(np.where(new, np.arange(width)[None, :], 0), axis=1)
-    # each merged run's length at its last interval, zero elsewhere: adding zeros leaves
-    # a running sum exactly as it was, so the sum is that of the runs in order
-    length = np.where(last, reach - np.take_along_axis(s_tab, run_start, axis=1), 0.0)
-    return np.cumsum(length, axis=1)[:, -1] if width else out
+    if not width:
+        return out
+    # each merged run's length, from its first interval's start to the reach at its last;
+    # the runs of each group, in order, as the rows of a padded table: a running sum along
+    # a row adds them in order (the zeros after them leave it exactly as it was)
+    firsts, lasts = np.flatnonzero(new), np.flatnonzero(last)
+    length = reach.ravel()[lasts] - s_tab.ravel()[firsts]
+    row = firsts // width
+    runs = np.bincount(row, minlength=n)
+    table = np.zeros((n, int(runs.max())))
+    table[row, np.arange(len(row)) - np.repeat(np.cumsum(runs) - runs, runs)] = length
+    return np.cumsum(table, axis=1)[:, -1]
 
 
 _SPANS = 1 << 18
