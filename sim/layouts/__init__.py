@@ -234,14 +234,14 @@ def block_extents(layout: str, seq: int, n: int, causal: bool) -> tuple[np.ndarr
     q_ext = np.empty((n, n), dtype=np.int64)
     kv_ext = np.empty((n, n), dtype=np.int64)
     for r in _row_blocks(n):
-        # queries of rank r at or after the first key of rank s: key <= query for that key
-        t = first[None, None, :]                                       # (1, 1, n_s)
-        below = np.clip(-(-(t - start[r, :, None]) // stride[r, :, None]), 0, count[r, :, None])
-        q_ext[r] = (count[r, :, None] - below).sum(axis=1)             # (n_r, n_s)
-        # keys of rank s at or before the last query of rank r
-        t = last[r, None, None]                                        # (n_r, 1, 1)
-        upto = np.clip((t - start[None]) // stride[None] + 1, 0, count[None])  # (n_r, n_s, m)
-        kv_ext[r] = upto.sum(axis=2)
+        q_ext[r] = 0
+        kv_ext[r] = 0
+        for j in range(start.shape[1]):             # segment by segment: (n_r, n_s) each
+            # queries of rank r at or after the first key of rank s: key <= query for that key
+            below = np.clip(-(-(first[None, :] - start[r, j, None]) // stride[r, j, None]), 0, count[r, j, None])
+            q_ext[r] += count[r, j, None] - below
+            # keys of rank s at or before the last query of rank r
+            kv_ext[r] += np.clip((last[r, None] - start[None, :, j]) // stride[None, :, j] + 1, 0, count[None, :, j])
     return q_ext, kv_ext
 
 
