@@ -232,16 +232,18 @@ def _fill(scenario: Scenario, phase: str, grid: _Grid, tables: dict[str, np.ndar
     # of rank (r - k) mod N; gathered a few steps at a time
     flops_per_pair = (1.0 if phase == "fwd" else BWD_FLOPS_FACTOR) * w.fwd_flops(1)
     flat = {name: t.ravel() for name, t in tables.items()}
+    twice = np.tile(r.astype(cols["kv_rank"].dtype), 2)      # (r - k) mod N, read off as a window
+    r_base = r * n
     per_pass = max(1, _ROWS // n)
     for k0 in range(0, n, per_pass):
         k1 = min(n, k0 + per_pass)
-        owner = (r[None, :] - np.arange(k0, k1)[:, None]) % n
+        owner = _rolled(twice, k0, k1)
         for group in grid.groups:
             stop = min(k1, n - 1) if group == "kv" else k1
             if k0 < stop:
                 grid.put(cols["kv_rank"], group, owner[:stop - k0], k0, stop)
                 grid.put(cols["kv_chunks"], group, owner[:stop - k0], k0, stop)
-        block = r * n + owner
+        block = r_base + owner
         for name, t in flat.items():
             v = t[block]
             grid.put(cols[name], "comp", v, k0, k1)
@@ -255,6 +257,13 @@ def _fill(scenario: Scenario, phase: str, grid: _Grid, tables: dict[str, np.ndar
             rule = rules[row] if row < len(rules) else None
             _put_rule(grid, regular, last, rule, gate, cols["pairs"])
     return grid.ids("comp")[-1] + r
+
+
+def _rolled(twice: np.ndarray, k0: int, k1: int) -> np.ndarray:
+    """(k1 - k0, N) view: row k is (r - k) mod N over the ranks r (`twice`: 0..N-1 twice)."""
+    n = len(twice) // 2
+    step = twice.strides[0]
+    return np.lib.stride_tricks.as_strided(twice[n - k0:], (k1 - k0, n), (-step, step), writeable=False)
 
 
 def _put_rule(grid: _Grid, regular: np.ndarray, last: np.ndarray | None, rule: tuple | None,
@@ -272,16 +281,17 @@ def _put_rule(grid: _Grid, regular: np.ndarray, last: np.ndarray | None, rule: t
             view[...] = np.roll(gate, -rule[1])
         return
     group, by, x, when = rule
-    shifted = (np.arange(n) + x) % n
+    dtype = regular.dtype
+    shifted = ((np.arange(n) + x) % n).astype(dtype)
     ids = grid.ids(group)
-    base = np.full(n, NO_DEP, dtype=np.int64)        # per step k: the id of rank 0's op at k - by
+    base = np.full(n, NO_DEP, dtype=dtype)        # per step k: the id of rank 0's op at k - by
     base[by:] = ids[:n - by]
     for view, k0, k1 in parts:
         rows = base[k0:k1]
         if view.ndim == 1:
             view[:] = rows[0] + shifted if rows[0] != NO_DEP else NO_DEP
         else:
-            np.add(rows[:, None], shifted[None, :], out=view, casting="same_kind")
+            np.add(rows[:, None], shifted[None, :], out=view)
             view[rows == NO_DEP] = NO_DEP
         if when == "k>=2":
             if view.ndim == 1:
