@@ -85,6 +85,18 @@ class _ByRank:
                 self.column = np.empty(n, dtype=np.int64)
                 self.column[rows] = np.arange(n)
                 self.counts = np.full(n, self.grid.shape[0])
+                # ranks whose columns follow one another (one run for the senders, two
+                # for the receivers of a ring: rank 0 receives from N - 1)
+                cuts = np.flatnonzero(np.diff(self.column) != 1) + 1
+                self.runs = list(zip([0, *cuts.tolist()], [*cuts.tolist(), n]))
+                # the ops of a step consecutive, and the steps equally spaced (a ring's
+                # computes, its forward hops): a block of the grid is a strided view of
+                # any column, read without a gather
+                starts = self.grid[:, 0]
+                pitch = np.diff(starts)
+                self.pitch = int(pitch[0]) if len(pitch) and (pitch == pitch[0]).all() else None
+                if self.pitch is not None and not _rows_consecutive(self.grid):
+                    self.pitch = None
                 return
         order = _by_rank(keys[ids], n)
         self.ids = ids[order]
@@ -98,9 +110,27 @@ class _ByRank:
             return self.grid[:, cols[0]:cols[-1] + 1]
         return self.grid[:, cols]
 
+    def read(self, column: np.ndarray, r0: int, r1: int) -> np.ndarray:
+        """(span of the rank, rank) values of `column` at the ops of ranks r0..r1-1 of a
+        grid, whose columns follow one another."""
+        if self.pitch is None or len(self.grid) < 2:
+            return column[self.block(r0, r1)]
+        at = int(self.grid[0, 0]) + int(self.column[r0])
+        step = column.strides[0]
+        return np.lib.stride_tricks.as_strided(column[at:], (len(self.grid), r1 - r0), (self.pitch * step, step),
+                                               writeable=False)
+
     def sorted_ids(self) -> np.ndarray:
         """The ids by rank, then schedule order."""
         return self.ids if self.grid is None else self.grid[:, self.column].T.ravel()
+
+
+def _rows_consecutive(grid: np.ndarray) -> bool:
+    """Whether every row of `grid` counts up by one (read a few rows at a time)."""
+    n = grid.shape[1]
+    step = max(1, _CHUNK // n)
+    up = np.arange(n)
+    return all(((grid[a:a + step] - grid[a:a + step, :1]) == up).all() for a in range(0, len(grid), step))
 
 
 def _rows_equal(keys: np.ndarray, ids: np.ndarray, row: np.ndarray) -> bool:
@@ -181,13 +211,13 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     for g, (ops, _, values) in enumerate(groups):
         given = by_span.get(g, ())
 
-        def read(name: str, ids: np.ndarray | None, a: int, b: int):
+        def read(name: str, ids: np.ndarray | tuple[int, int] | None, a: int, b: int):
             v = values.get(name, shared.get(name))
             if name in given:
                 return v[a:b]
             if not isinstance(v, np.ndarray):
                 return v
-            v = v[ids]
+            v = ops.read(v, *ids) if isinstance(ids, tuple) else v[ids]
             return _KIND_CODES[v] if name == "kind" else v
 
         if ops.grid is not None:
@@ -199,13 +229,13 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
             if not width:
                 continue
             per_pass = max(1, _CHUNK // width)
-            for r0 in range(0, n, per_pass):
-                r1 = min(n, r0 + per_pass)
-                ids = ops.block(r0, r1)
-                rows = block_start[r0:r1, g]
-                for name in names:
-                    v = read(name, ids, 0, 0)
-                    _windows(cols[name], width)[rows] = v.T if isinstance(v, np.ndarray) else v
+            for lo, hi in ops.runs:
+                for r0 in range(lo, hi, per_pass):
+                    r1 = min(hi, r0 + per_pass)
+                    rows = block_start[r0:r1, g]
+                    for name in names:
+                        v = read(name, (r0, r1), 0, 0)
+                        _windows(cols[name], width)[rows] = v.T if isinstance(v, np.ndarray) else v
             continue
         count = counts[:, g]
         # place of the group's i-th span: its block's start + its index within the block
