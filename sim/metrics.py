@@ -85,11 +85,15 @@ def _union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int
         order = np.argsort(group.astype(np.int16) if n <= 1 << 15 else group, kind="stable")
         group, start, end = group[order], start[order], end[order]
     width = int(counts.max())
-    col = np.arange(len(group)) - np.repeat(np.cumsum(counts) - counts, counts)
-    s_tab = np.full((n, width), np.inf)
-    e_tab = np.full((n, width), -np.inf)
-    s_tab[group, col] = start
-    e_tab[group, col] = end
+    if (counts == width).all():
+        # as many intervals in every group (a ring's hops): the table is the columns
+        s_tab, e_tab = start.reshape(n, width), end.reshape(n, width)
+    else:
+        col = np.arange(len(group)) - np.repeat(np.cumsum(counts) - counts, counts)
+        s_tab = np.full((n, width), np.inf)
+        e_tab = np.full((n, width), -np.inf)
+        s_tab[group, col] = start
+        e_tab[group, col] = end
     by_start = np.argsort(s_tab, axis=1, kind="stable")      # the padding (inf) stays last
     s_tab = np.take_along_axis(s_tab, by_start, axis=1)
     e_tab = np.take_along_axis(e_tab, by_start, axis=1)
