@@ -43,10 +43,24 @@ def wait_pieces(t0: np.ndarray, t1: np.ndarray, starts: np.ndarray, ends: np.nda
     """
     # a start past the wait's end (measured: the peer posted after this rank stopped
     # waiting) is held at the end; the simulator's transfers never start so late
+    # a position where nothing is in flight on any row sorts last everywhere and is
+    # never read: dropped (a schedule's padding, a dependency on a compute)
+    used = flying.any(axis=0)
+    if not used.all():
+        starts, ends, kinds, flying = (x[:, used] for x in (starts, ends, kinds, flying))
+        tie = tie[:, used] if tie is not None else None
     s = np.where(flying, np.minimum(np.maximum(starts, t0[:, None]), t1[:, None]), np.inf)
     e = np.where(flying, np.minimum(ends, t1[:, None]), np.inf)
-    order = np.lexsort((kinds != dkv if tie is None else tie, e, s), axis=-1)
-    s, e, kinds, flying = (np.take_along_axis(x, order, -1) for x in (s, e, kinds, flying))
+    tie = (kinds != dkv) if tie is None else tie
+    if s.shape[1] == 2:
+        # one compare-exchange sorts two (stable: only a strictly smaller key moves up)
+        swap = (s[:, 1] < s[:, 0]) | ((s[:, 1] == s[:, 0]) & (
+            (e[:, 1] < e[:, 0]) | ((e[:, 1] == e[:, 0]) & (tie[:, 1] < tie[:, 0]))))
+        if swap.any():
+            s, e, kinds, flying = (np.where(swap[:, None], x[:, ::-1], x) for x in (s, e, kinds, flying))
+    elif s.shape[1] > 2:
+        order = np.lexsort((tie, e, s), axis=-1)
+        s, e, kinds, flying = (np.take_along_axis(x, order, -1) for x in (s, e, kinds, flying))
     rows = np.arange(len(t0))
     t = t0
     pieces = []
