@@ -224,15 +224,15 @@ def times_waves(schedule: Schedule, dur: np.ndarray) -> tuple[np.ndarray, np.nda
     bounds = schedule.wave_starts.tolist()
     for a, b in zip(bounds, bounds[1:]):
         res = resource[a:b]
-        t = np.maximum(free[res], end[after[:, a:b]].max(axis=0, initial=0.0))
-        if extra is None:
-            start[a:b] = t
-            end[a:b] = free[res] = t + grow[a:b]
-            continue
-        more = extra[:, a:b]
-        t = np.maximum(t, free[more].max(axis=0, initial=0.0))
-        start[a:b] = t
-        end[a:b] = free[res] = t + grow[a:b]
-        free[more] = end[a:b]
-        free[-1] = 0.0
+        # written in place (start[a:b], end[a:b]): a wave of a ring is a few hundred ops,
+        # and allocations cost as much as the arithmetic
+        t = np.maximum(free[res], end[after[:, a:b]].max(axis=0, initial=0.0), out=start[a:b])
+        if extra is not None:
+            more = extra[:, a:b]
+            np.maximum(t, free[more].max(axis=0, initial=0.0), out=t)
+        done = np.add(t, grow[a:b], out=end[a:b])
+        free[res] = done
+        if extra is not None:
+            free[more] = done
+            free[-1] = 0.0
     return start, end[:n_ops]
