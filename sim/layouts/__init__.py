@@ -233,15 +233,18 @@ def block_extents(layout: str, seq: int, n: int, causal: bool) -> tuple[np.ndarr
     last = (start + (count - 1) * stride).max(axis=1)                  # and last
     q_ext = np.empty((n, n), dtype=np.int64)
     kv_ext = np.empty((n, n), dtype=np.int64)
+    unit = bool((stride == 1).all())           # runs of consecutive tokens: no division needed
     for r in _row_blocks(n):
         q_ext[r] = 0
         kv_ext[r] = 0
         for j in range(start.shape[1]):             # segment by segment: (n_r, n_s) each
             # queries of rank r at or after the first key of rank s: key <= query for that key
-            below = np.clip(-(-(first[None, :] - start[r, j, None]) // stride[r, j, None]), 0, count[r, j, None])
+            ahead = first[None, :] - start[r, j, None]
+            below = np.clip(ahead if unit else -(-ahead // stride[r, j, None]), 0, count[r, j, None])
             q_ext[r] += count[r, j, None] - below
             # keys of rank s at or before the last query of rank r
-            kv_ext[r] += np.clip((last[r, None] - start[None, :, j]) // stride[None, :, j] + 1, 0, count[None, :, j])
+            behind = last[r, None] - start[None, :, j]
+            kv_ext[r] += np.clip((behind if unit else behind // stride[None, :, j]) + 1, 0, count[None, :, j])
     return q_ext, kv_ext
 
 
