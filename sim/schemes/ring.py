@@ -31,8 +31,11 @@ Operations are numbered step by step: the N computes of step k (rank 0 first), t
 its N K/V hops (none at the last step), then in backward its N dK/dV hops. Each group
 waits only on earlier steps or groups and uses each rank and each link once: a wave of
 the schedule (sim.schedule); with overlap, a step's K/V hops wait on nothing of its
-computes, and the two groups make one wave. The rules are written once, as numpy
-arrays over a (step, rank) grid, instead of once per operation.
+computes, and the two groups make one wave. The rules are written once, over the
+(step, rank) grid, instead of once per operation: an op's id is affine in its step and
+rank, so each dependency is a rule (which group, how many steps back, which neighbour)
+written in place into the schedule's columns, which take the smallest integer types
+that hold them (a ring of 4096 GPUs has 33M operations).
 """
 
 from __future__ import annotations
