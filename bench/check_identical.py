@@ -236,7 +236,7 @@ def main() -> int:
     p.add_argument("--tree", help="import sim from this tree (what --against runs)")
     p.add_argument("--save", help="write the results (of --against's tree, or this one's) here")
     p.add_argument("--load", help="compare this tree with a reference written by --save")
-    p.add_argument("--quick", action="store_true", help="fewer sizes (a few seconds)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes (about ten seconds)")
     p.add_argument("--only", help="only the cases whose name contains this")
     a = p.parse_args()
     if a.tree:
