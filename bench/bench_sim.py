@@ -5,7 +5,8 @@ run's own; optionally the same on another commit, in the same run, for a before/
 Causal zigzag forward ring, Llama-3-8B attention shape (32/8 heads x 128, bf16), 4096
 tokens per rank, H100 / NVLink presets (the defaults). Per GPU count and code tree:
 - `simulate_s`: `simulate(..., player="recurrence")` plus `compute_metrics`, the first
-  call in the process (cold) and the best of the following ones (`--repeats`);
+  call in the process (cold), the best of the following ones (`--repeats`) and their
+  median (`simulate_median_s`);
 - `peak_rss_mb`: the process's peak resident memory, and `import_rss_mb` before the
   first call (what Python, numpy and simpy take on their own);
 - `cli_s`, `cli_rss_mb`: the whole `ringsim simulate --gpus N --json` process;
@@ -52,7 +53,8 @@ for i in range(1 + repeats):
                    ops=trace.meta["ops"], makespan_s=m.makespan_s, efficiency=m.efficiency)
     del trace
     gc.collect()
-row.update(simulate_cold_s=times[0], simulate_s=min(times[1:] or times))
+warm = sorted(times[1:] or times)
+row.update(simulate_cold_s=times[0], simulate_s=warm[0], simulate_median_s=warm[len(warm) // 2])
 if check:
     a = simulate(sc, player="recurrence").spans
     b = simulate(sc, player="simpy").spans
@@ -108,7 +110,8 @@ def main() -> None:
         ref_path = checkout(a.against)
         trees.insert(0, (a.against, ref_path))
     rows = []
-    print(f"{'tree':>10} {'GPUs':>5} {'spans':>9} | {'simulate s':>10} {'cold s':>7} {'peak MB':>8} "
+    load_start = os.getloadavg()
+    print(f"{'tree':>10} {'GPUs':>5} {'spans':>9} | {'simulate s':>10} {'median':>7} {'cold s':>7} {'peak MB':>8} "
           f"{'import MB':>9} | {'CLI s':>6} {'CLI MB':>7} | simpy")
     try:
         for n in a.sizes:
@@ -124,7 +127,8 @@ def main() -> None:
                     continue
                 cli_s = f"{r['cli_s']:>6.2f}" if "cli_s" in r else f"{'-':>6}"
                 cli_mb = f"{r['cli_rss_mb']:>7.0f}" if r.get("cli_rss_mb") else f"{'-':>7}"
-                print(f"{name:>10} {n:>5} {r['spans']:>9} | {r['simulate_s']:>10.3f} {r['simulate_cold_s']:>7.3f} "
+                print(f"{name:>10} {n:>5} {r['spans']:>9} | {r['simulate_s']:>10.3f} "
+                      f"{r.get('simulate_median_s', r['simulate_s']):>7.3f} {r['simulate_cold_s']:>7.3f} "
                       f"{r['peak_rss_mb']:>8.0f} {r['import_rss_mb']:>9.0f} | {cli_s} {cli_mb} | "
                       f"{r.get('simpy_identical', '-')}", flush=True)
     finally:
@@ -132,7 +136,7 @@ def main() -> None:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", ref_path], capture_output=True)
     with open(a.out, "w") as f:
         json.dump({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                   "load_avg": os.getloadavg(), "python": platform.python_version(),
+                   "load_avg_start": load_start, "load_avg": os.getloadavg(), "python": platform.python_version(),
                    "against": a.against, "rows": rows}, f, indent=2)
     print(f"wrote {a.out}")
 

@@ -13,7 +13,7 @@ from those numbers alone, what bounds it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -46,9 +46,14 @@ class Metrics:
     ranks: list[RankMetrics]
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ranks"] = [asdict(r) for r in self.ranks]
-        return d
+        # the fields are numbers (and the ranks' list): read directly, where asdict deep-
+        # copies every value (30 ms for 256 ranks, in every comparison row)
+        return {**self.overall(), "ranks": [{name: getattr(r, name) for name in _RANK_FIELDS}
+                                            for r in self.ranks]}
+
+    def overall(self) -> dict[str, Any]:
+        """The fields of to_dict but the ranks."""
+        return {name: getattr(self, name) for name in _OVERALL_FIELDS}
 
     @property
     def bytes_sent(self) -> list[float]:
@@ -56,12 +61,16 @@ class Metrics:
         return [r.bytes_sent for r in self.ranks]
 
 
+_RANK_FIELDS = tuple(f.name for f in fields(RankMetrics))
+_OVERALL_FIELDS = tuple(f.name for f in fields(Metrics) if f.name != "ranks")
+
+
 def comparison_row(layout: str, overlap: bool, m: Metrics) -> dict[str, Any]:
     """One row of a layout comparison: the overall metrics and the worst rank's exposed
     communication (what `ringsim compare` and the dashboard tabulate)."""
     return {"layout": layout, "overlap": overlap,
             "exposed_comm_s": max(r.exposed_comm_s for r in m.ranks),
-            **{k: v for k, v in m.to_dict().items() if k != "ranks"}}
+            **m.overall()}
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
@@ -85,11 +94,15 @@ def _union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int
         order = np.argsort(group.astype(np.int16) if n <= 1 << 15 else group, kind="stable")
         group, start, end = group[order], start[order], end[order]
     width = int(counts.max())
-    col = np.arange(len(group)) - np.repeat(np.cumsum(counts) - counts, counts)
-    s_tab = np.full((n, width), np.inf)
-    e_tab = np.full((n, width), -np.inf)
-    s_tab[group, col] = start
-    e_tab[group, col] = end
+    if (counts == width).all():
+        # as many intervals in every group (a ring's hops): the table is the columns
+        s_tab, e_tab = start.reshape(n, width), end.reshape(n, width)
+    else:
+        col = np.arange(len(group)) - np.repeat(np.cumsum(counts) - counts, counts)
+        s_tab = np.full((n, width), np.inf)
+        e_tab = np.full((n, width), -np.inf)
+        s_tab[group, col] = start
+        e_tab[group, col] = end
     by_start = np.argsort(s_tab, axis=1, kind="stable")      # the padding (inf) stays last
     s_tab = np.take_along_axis(s_tab, by_start, axis=1)
     e_tab = np.take_along_axis(e_tab, by_start, axis=1)
@@ -100,34 +113,62 @@ def _union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int
     new &= valid
     last = valid.copy()
     last[:, :-1] &= new[:, 1:] | ~valid[:, 1:]
-    run_start = np.maximum.accumulate(np.where(new, np.arange(width)[None, :], 0), axis=1)
-    # each merged run's length at its last interval, zero elsewhere: adding zeros leaves
-    # a running sum exactly as it was, so the sum is that of the runs in order
-    length = np.where(last, reach - np.take_along_axis(s_tab, run_start, axis=1), 0.0)
-    return np.cumsum(length, axis=1)[:, -1] if width else out
+    if not width:
+        return out
+    # each merged run's length, from its first interval's start to the reach at its last;
+    # the runs of each group, in order, as the rows of a padded table: a running sum along
+    # a row adds them in order (the zeros after them leave it exactly as it was)
+    firsts, lasts = np.flatnonzero(new), np.flatnonzero(last)
+    length = reach.ravel()[lasts] - s_tab.ravel()[firsts]
+    row = firsts // width
+    runs = np.bincount(row, minlength=n)
+    table = np.zeros((n, int(runs.max())))
+    table[row, np.arange(len(row)) - np.repeat(np.cumsum(runs) - runs, runs)] = length
+    return np.cumsum(table, axis=1)[:, -1]
+
+
+_SPANS = 1 << 18
+"""Spans read per pass (see compute_metrics)."""
 
 
 def compute_metrics(trace: Trace) -> Metrics:
-    """The metrics of a trace, from its columns (DESIGN.md, Definitions)."""
+    """The metrics of a trace, from its columns (DESIGN.md, Definitions).
+
+    A trace's spans come rank by rank (sim.record; a measured trace may not): the sums
+    are then taken over a few ranks at a time, each rank's in its own order as over the
+    whole columns, so that the temporaries stay a few MB (reused by the allocator, where
+    whole-column ones would be fresh memory every time on a trace of tens of millions of
+    spans)."""
     n = trace.world_size
     c = trace.columns
-    dur = c.end_s - c.start_s
-    is_compute = c.stream == COMPUTE
-    is_exposed = (c.stream == WAIT) & (c.kind != IDLE)
-    # bincount adds its weights in order, as a running sum per rank would
-    # (with no spans at all bincount gives integers: made floats)
-    ranks = c.rank[is_compute]
-    compute = np.bincount(ranks, dur[is_compute], minlength=n).astype(np.float64, copy=False)
-    flops = np.bincount(ranks, c.flops[is_compute], minlength=n).astype(np.float64, copy=False)
-    exposed = np.bincount(c.rank[is_exposed], dur[is_exposed], minlength=n).astype(np.float64, copy=False)
-    moves = (c.stream == SEND) | (c.stream == RECV)
-    comm = _union_lengths(c.rank[moves], c.start_s[moves], c.end_s[moves], n).tolist()
-    is_send = c.stream == SEND
-    sends = c.bytes[is_send]
-    total_bytes = float(np.cumsum(sends)[-1]) if len(sends) else 0.0
-    sent = np.bincount(c.rank[is_send], sends, minlength=n).tolist()
+    compute, flops, exposed, comm, sent = (np.zeros(n) for _ in range(5))
+    total_bytes = 0.0
+    any_sends = False
+    for g0, g1, a, b in _rank_blocks(c.rank, n):
+        rank, stream, kind = c.rank[a:b], c.stream[a:b], c.kind[a:b]
+        start, end = c.start_s[a:b], c.end_s[a:b]
+        dur = end - start
+        is_compute = stream == COMPUTE
+        is_exposed = (stream == WAIT) & (kind != IDLE)
+        # bincount adds its weights in order, as a running sum per rank would
+        # (with no spans at all bincount gives integers: made floats)
+        ranks = rank[is_compute] - g0
+        m = g1 - g0
+        compute[g0:g1] = np.bincount(ranks, dur[is_compute], minlength=m)
+        flops[g0:g1] = np.bincount(ranks, c.flops[a:b][is_compute], minlength=m)
+        exposed[g0:g1] = np.bincount(rank[is_exposed] - g0, dur[is_exposed], minlength=m)
+        moves = (stream == SEND) | (stream == RECV)
+        comm[g0:g1] = _union_lengths(rank[moves] - g0, start[moves], end[moves], m)
+        is_send = stream == SEND
+        sends = c.bytes[a:b][is_send]
+        if len(sends):     # a running sum over all sends, in order
+            any_sends = True
+            total_bytes = float(np.cumsum(np.append(total_bytes, sends))[-1])
+        sent[g0:g1] = np.bincount(rank[is_send] - g0, sends, minlength=m)
     makespan = trace.makespan_s
-    compute, exposed, flops = compute.tolist(), exposed.tolist(), flops.tolist()
+    if not any_sends:
+        sent = sent.astype(np.int64)       # what bincount gives with no weights at all
+    compute, exposed, flops, comm, sent = (x.tolist() for x in (compute, exposed, flops, comm, sent))
     mem = trace.meta.get("peak_mem_bytes")
     ranks = [RankMetrics(r, compute[r], comm[r], exposed[r],
                          max(0.0, makespan - compute[r] - exposed[r]), flops[r],
@@ -148,6 +189,22 @@ def compute_metrics(trace: Trace) -> Metrics:
         total_bytes=total_bytes,
         ranks=ranks,
     )
+
+
+def _rank_blocks(rank: np.ndarray, n: int) -> list[tuple[int, int, int, int]]:
+    """(first rank, end rank, first span, end span) of blocks of about _SPANS spans
+    holding every span of their ranks; one block of all ranks unless the spans come
+    rank by rank."""
+    if len(rank) <= _SPANS or n == 1 or (np.diff(rank) < 0).any():
+        return [(0, n, 0, len(rank))]
+    bounds = np.searchsorted(rank, np.arange(n + 1)).tolist()
+    out, g0 = [], 0
+    while g0 < n:
+        g1 = max(g0 + 1, int(np.searchsorted(bounds, bounds[g0] + _SPANS, side="right")) - 1)
+        g1 = min(g1, n)
+        out.append((g0, g1, bounds[g0], bounds[g1]))
+        g0 = g1
+    return out
 
 
 def step_durations(trace: Trace) -> dict[tuple[int, int], float]:
@@ -219,7 +276,7 @@ def scheme_row(scheme: str, variant: str, trace: Trace, m: Metrics) -> dict[str,
     gpu = trace.hardware.get("gpu", {})
     row = {
         "scheme": scheme, "variant": variant,
-        **{k: v for k, v in m.to_dict().items() if k != "ranks"},
+        **m.overall(),
         "exposed_comm_s": max((r.exposed_comm_s for r in m.ranks), default=0.0),
         "exposed_by_kind_s": {k: float(by_kind[KIND_NAMES.index(k)]) for k in TRANSFER_KINDS
                               if by_kind[KIND_NAMES.index(k)] > 0},

@@ -55,22 +55,29 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
     A hardware object may offer `compute_times_s` and `transfer_times_s`, the per-op
     methods over arrays (sim.config.Hardware does); otherwise its per-op methods are
     called once for each distinct argument tuple, which they must be pure functions of.
+    Either way a block is timed once per run of consecutive computes with the same
+    arguments (a ring's step repeats one or two block shapes over all its ranks): the
+    methods are elementwise, so this gives the same float for every op.
     """
     dur = np.zeros(len(schedule))
-    comp = np.flatnonzero(~schedule.is_transfer & (schedule.mask != EMPTY))
-    xfer = np.flatnonzero(schedule.is_transfer)
+    comp = schedule.compute_ids
+    comp = comp[schedule.mask[comp] != EMPTY]
+    xfer = schedule.transfer_ids
     if comp.size:
-        flops, kind, mask = schedule.flops[comp], schedule.kind[comp], schedule.mask[comp]
-        q_tokens, kv_tokens = schedule.q_tokens[comp], schedule.kv_tokens[comp]
         if hasattr(hardware, "compute_times_s"):
-            dur[comp] = hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
-                                                 mask=_MASK_NAMES[mask], q_tokens=q_tokens,
-                                                 kv_tokens=kv_tokens)
+            def times(flops, kind, mask, q_tokens, kv_tokens):
+                return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
+                                                mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens)
         else:
-            dur[comp] = _per_distinct(
-                lambda f, k, m, q, kv: hardware.compute_time_s(f, dtype=workload.dtype, kind=KINDS[k],
-                                                                mask=MASKS[m], q_tokens=q, kv_tokens=kv),
-                [flops, kind, mask, q_tokens, kv_tokens])
+            def times(*columns):
+                return _per_distinct(
+                    lambda f, k, m, q, kv: hardware.compute_time_s(f, dtype=workload.dtype, kind=KINDS[k],
+                                                                    mask=MASKS[m], q_tokens=q, kv_tokens=kv),
+                    list(columns))
+        columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens]
+        for a in range(0, len(comp), _CHUNK):
+            ids = comp[a:a + _CHUNK]
+            dur[ids] = _by_runs(times, [c[ids] for c in columns])
     if xfer.size:
         nbytes, src, dst = schedule.nbytes[xfer], schedule.rank[xfer], schedule.peer[xfer]
         if hasattr(hardware, "transfer_times_s"):
@@ -87,6 +94,25 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
             dur[ids] = hardware.collective_times_s(_KIND_NAMES[schedule.kind[ids]], schedule.nbytes[ids],
                                                    dur[ids], group=counts[inverse.ravel()] + 1)
     return dur
+
+
+_CHUNK = 1 << 18
+"""Ops timed per call (a few MB of temporaries, reused by the allocator)."""
+
+
+def _by_runs(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
+    """fn(*columns) (elementwise), called on the first op of each run of consecutive ops
+    whose arguments are all equal (floats compared bit for bit)."""
+    new = np.zeros(len(columns[0]), dtype=bool)
+    new[0] = True
+    for c in columns:
+        c = c.view(np.int64) if c.dtype == np.float64 else c
+        new[1:] |= c[1:] != c[:-1]
+    firsts = np.flatnonzero(new)
+    if 2 * len(firsts) > len(new):
+        return np.asarray(fn(*columns), dtype=np.float64)
+    values = np.asarray(fn(*(c[firsts] for c in columns)), dtype=np.float64)
+    return values[np.cumsum(new) - 1]
 
 
 def _per_distinct(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
@@ -207,15 +233,15 @@ def times_waves(schedule: Schedule, dur: np.ndarray) -> tuple[np.ndarray, np.nda
     bounds = schedule.wave_starts.tolist()
     for a, b in zip(bounds, bounds[1:]):
         res = resource[a:b]
-        t = np.maximum(free[res], end[after[:, a:b]].max(axis=0, initial=0.0))
-        if extra is None:
-            start[a:b] = t
-            end[a:b] = free[res] = t + grow[a:b]
-            continue
-        more = extra[:, a:b]
-        t = np.maximum(t, free[more].max(axis=0, initial=0.0))
-        start[a:b] = t
-        end[a:b] = free[res] = t + grow[a:b]
-        free[more] = end[a:b]
-        free[-1] = 0.0
+        # written in place (start[a:b], end[a:b]): a wave of a ring is a few hundred ops,
+        # and allocations cost as much as the arithmetic
+        t = np.maximum(free[res], end[after[:, a:b]].max(axis=0, initial=0.0), out=start[a:b])
+        if extra is not None:
+            more = extra[:, a:b]
+            np.maximum(t, free[more].max(axis=0, initial=0.0), out=t)
+        done = np.add(t, grow[a:b], out=end[a:b])
+        free[res] = done
+        if extra is not None:
+            free[more] = done
+            free[-1] = 0.0
     return start, end[:n_ops]

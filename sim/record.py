@@ -43,10 +43,24 @@ def wait_pieces(t0: np.ndarray, t1: np.ndarray, starts: np.ndarray, ends: np.nda
     """
     # a start past the wait's end (measured: the peer posted after this rank stopped
     # waiting) is held at the end; the simulator's transfers never start so late
+    # a position where nothing is in flight on any row sorts last everywhere and is
+    # never read: dropped (a schedule's padding, a dependency on a compute)
+    used = flying.any(axis=0)
+    if not used.all():
+        starts, ends, kinds, flying = (x[:, used] for x in (starts, ends, kinds, flying))
+        tie = tie[:, used] if tie is not None else None
     s = np.where(flying, np.minimum(np.maximum(starts, t0[:, None]), t1[:, None]), np.inf)
     e = np.where(flying, np.minimum(ends, t1[:, None]), np.inf)
-    order = np.lexsort((kinds != dkv if tie is None else tie, e, s), axis=-1)
-    s, e, kinds, flying = (np.take_along_axis(x, order, -1) for x in (s, e, kinds, flying))
+    tie = (kinds != dkv) if tie is None else tie
+    if s.shape[1] == 2:
+        # one compare-exchange sorts two (stable: only a strictly smaller key moves up)
+        swap = (s[:, 1] < s[:, 0]) | ((s[:, 1] == s[:, 0]) & (
+            (e[:, 1] < e[:, 0]) | ((e[:, 1] == e[:, 0]) & (tie[:, 1] < tie[:, 0]))))
+        if swap.any():
+            s, e, kinds, flying = (np.where(swap[:, None], x[:, ::-1], x) for x in (s, e, kinds, flying))
+    elif s.shape[1] > 2:
+        order = np.lexsort((tie, e, s), axis=-1)
+        s, e, kinds, flying = (np.take_along_axis(x, order, -1) for x in (s, e, kinds, flying))
     rows = np.arange(len(t0))
     t = t0
     pieces = []
@@ -63,90 +77,239 @@ def wait_pieces(t0: np.ndarray, t1: np.ndarray, starts: np.ndarray, ends: np.nda
     return out
 
 
+_CHUNK = 1 << 18
+"""Spans written per pass: a pass's temporaries take a few MB, which the allocator reuses,
+where whole-column temporaries would be fresh memory every time (what a trace of tens of
+millions of spans spends most of its time on)."""
+
+
+class _ByRank:
+    """Ops of one group laid out by rank, then in schedule order: either a grid (a
+    schedule that numbers them step by step, every rank once per step, in the same order
+    each step: a ring's), `ids[:, column[r]]` the ops of rank r, read without any sort;
+    or the ids sorted by rank (`ids`, their ranks `ranks`)."""
+
+    def __init__(self, ids: np.ndarray, keys: np.ndarray, n: int):
+        self.n = n
+        self.grid = None
+        if n > 1 and len(ids) and len(ids) % n == 0:
+            rows = keys[ids[:n]]
+            if np.array_equal(np.sort(rows), np.arange(n)) and _rows_equal(keys, ids, rows):
+                self.grid = ids.reshape(-1, n)
+                self.column = np.empty(n, dtype=np.int64)
+                self.column[rows] = np.arange(n)
+                self.counts = np.full(n, self.grid.shape[0])
+                # ranks whose columns follow one another (one run for the senders, two
+                # for the receivers of a ring: rank 0 receives from N - 1)
+                cuts = np.flatnonzero(np.diff(self.column) != 1) + 1
+                self.runs = list(zip([0, *cuts.tolist()], [*cuts.tolist(), n]))
+                # the ops of a step consecutive, and the steps equally spaced (a ring's
+                # computes, its forward hops): a block of the grid is a strided view of
+                # any column, read without a gather
+                starts = self.grid[:, 0]
+                pitch = np.diff(starts)
+                self.pitch = int(pitch[0]) if len(pitch) and (pitch == pitch[0]).all() else None
+                if self.pitch is not None and not _rows_consecutive(self.grid):
+                    self.pitch = None
+                return
+        order = _by_rank(keys[ids], n)
+        self.ids = ids[order]
+        self.ranks = keys[self.ids]
+        self.counts = np.bincount(self.ranks, minlength=n)
+
+    def block(self, r0: int, r1: int) -> np.ndarray:
+        """(span of the rank, rank) ids of ranks r0..r1-1 of a grid."""
+        cols = self.column[r0:r1]
+        if cols[-1] - cols[0] == r1 - r0 - 1 and (np.diff(cols) == 1).all():
+            return self.grid[:, cols[0]:cols[-1] + 1]
+        return self.grid[:, cols]
+
+    def read(self, column: np.ndarray, r0: int, r1: int) -> np.ndarray:
+        """(span of the rank, rank) values of `column` at the ops of ranks r0..r1-1 of a
+        grid, whose columns follow one another."""
+        if self.pitch is None or len(self.grid) < 2:
+            return column[self.block(r0, r1)]
+        at = int(self.grid[0, 0]) + int(self.column[r0])
+        step = column.strides[0]
+        return np.lib.stride_tricks.as_strided(column[at:], (len(self.grid), r1 - r0), (self.pitch * step, step),
+                                               writeable=False)
+
+    def sorted_ids(self) -> np.ndarray:
+        """The ids by rank, then schedule order."""
+        return self.ids if self.grid is None else self.grid[:, self.column].T.ravel()
+
+
+def _rows_consecutive(grid: np.ndarray) -> bool:
+    """Whether every row of `grid` counts up by one (read a few rows at a time)."""
+    n = grid.shape[1]
+    step = max(1, _CHUNK // n)
+    up = np.arange(n)
+    return all(((grid[a:a + step] - grid[a:a + step, :1]) == up).all() for a in range(0, len(grid), step))
+
+
+def _rows_equal(keys: np.ndarray, ids: np.ndarray, row: np.ndarray) -> bool:
+    """Whether keys[ids] is `row` over and over (read a chunk at a time)."""
+    n = len(row)
+    step = max(1, _CHUNK // n) * n
+    return all((keys[ids[a:a + step]].reshape(-1, n) == row).all() for a in range(0, len(ids), step))
+
+
 def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> SpanTable:
     """The trace's spans, grouped by rank, then by stream (compute, send, recv, wait), each
     in the order it ran (schedule order; a wait's pieces in time order; the idle at the
     end last)."""
     n = schedule.n_ranks
-    # 32-bit indices halve the memory this moves around (a schedule has under 2^31 ops)
-    rank, peer = schedule.rank.astype(np.int32, copy=False), schedule.peer.astype(np.int32, copy=False)
-    step = schedule.step.astype(np.int32, copy=False)
+    rank, peer, step, mask = schedule.rank, schedule.peer, schedule.step, schedule.mask
 
     # each rank's computes in order; a compute waits from the end of the one before
-    comp = np.flatnonzero(~schedule.is_transfer).astype(np.int32)
-    comp = comp[_by_rank(rank[comp], n)]
-    first = np.ones(len(comp), dtype=bool)
-    first[1:] = rank[comp[1:]] != rank[comp[:-1]]
-    ready = np.zeros(len(comp))
-    ready[1:] = end[comp[:-1]]
-    ready[first] = 0.0
-    waits = start[comp] > ready
-    ran = comp[schedule.mask[comp] != EMPTY]
-    xfer = np.flatnonzero(schedule.is_transfer).astype(np.int32)
+    comp = _ByRank(schedule.compute_ids, rank, n)
+    w_ops, w_ready, final = _compute_ready(comp, start, end)
+    if comp.grid is not None and all((mask[comp.grid[a:a + 64]] != EMPTY).all()
+                                     for a in range(0, len(comp.grid), 64)):
+        ran = comp
+    else:
+        ids = comp.sorted_ids()
+        ids = ids[mask[ids] != EMPTY]
+        ran = _sorted(ids, rank, n)
+    xfer = schedule.transfer_ids
 
     # each rank's last event: its last compute's end (its start, if skipped), or a later
     # transfer's end at either end; its last step likewise; idle from there to the end
     last = np.zeros(n)
-    last_step = np.zeros(n, dtype=np.int32)
-    final = comp[np.append(first[1:], True)] if len(comp) else comp
+    last_step = np.zeros(n, dtype=step.dtype)     # ufunc.at is many times slower when it must cast
     last[rank[final]] = end[final]
     last_step[rank[final]] = step[final]
-    for side in (rank[xfer], peer[xfer]):
-        np.maximum.at(last, side, end[xfer])
-        np.maximum.at(last_step, side, step[xfer])
+    for a in range(0, len(xfer), _CHUNK):
+        ids = xfer[a:a + _CHUNK]
+        t, k = end[ids], step[ids]
+        for side in (rank[ids], peer[ids]):
+            np.maximum.at(last, side, t)
+            np.maximum.at(last_step, side, k)
     makespan = last.max(initial=0.0)
     late = np.flatnonzero(last < makespan).astype(np.int32)
 
     # the spans, group by group (computes, sends, receives, wait pieces, idle ends), each
-    # in op order; a stable sort of their ranks (16-bit keys sort by radix, in linear
-    # time) gives each span's place in the record, and every column is written there
-    # group by group, so that no concatenation of all spans is ever made
-    # every group is laid out by rank, then op (comp already is), so that each group's
-    # places in the record ascend and its columns are written in one forward sweep
-    w_op, w_kind, w_start, w_end = _compute_waits(schedule, comp[waits], ready[waits], start, end)
-    del comp, first, ready, waits
-    sent = xfer[_by_rank(rank[xfer], n)]
-    got = xfer[_by_rank(peer[xfer], n)]
-    del xfer
-    kinds = schedule.kind
-    # per group: its ranks, its stream, then each column's values where they vary (made
-    # one at a time, when written) or the one value they all share
+    # laid out by rank, then op, so that each group's places in the record ascend; every
+    # column is written there group by group, a chunk of spans at a time, so that no
+    # concatenation of all spans, nor any temporary of a whole column, is ever made
+    w_op, w_kind, w_start, w_end = _compute_waits(schedule, w_ops, w_ready, start, end)
+    del w_ops, w_ready
+    sent, got = _ByRank(xfer, rank, n), _ByRank(xfer, peer, n)
+    # per group: how its ops lie (or None: its values are given span by span), its
+    # stream, then each column: a schedule column read at the group's ops, the values
+    # span by span, or the one value they all share
     groups = [
-        (rank[ran], COMPUTE, dict(kind=lambda: kinds[ran], step=lambda: step[ran],
-                                  start_s=lambda: start[ran], end_s=lambda: end[ran],
-                                  flops=lambda: schedule.flops[ran], q_chunks=lambda: schedule.q_chunks[ran],
-                                  kv_chunks=lambda: schedule.kv_chunks[ran])),
-        (rank[sent], SEND, dict(kind=lambda: kinds[sent], step=lambda: step[sent], start_s=lambda: start[sent],
-                                end_s=lambda: end[sent], bytes=lambda: schedule.nbytes[sent],
-                                peer=lambda: peer[sent], kv_chunks=lambda: schedule.kv_chunks[sent])),
-        (peer[got], RECV, dict(kind=lambda: kinds[got], step=lambda: step[got], start_s=lambda: start[got],
-                               end_s=lambda: end[got], bytes=lambda: schedule.nbytes[got],
-                               peer=lambda: rank[got], kv_chunks=lambda: schedule.kv_chunks[got])),
-        (rank[w_op], WAIT, dict(kind=lambda: w_kind, step=lambda: step[w_op], start_s=lambda: w_start,
-                                end_s=lambda: w_end, q_chunks=lambda: schedule.q_chunks[w_op],
-                                kv_chunks=lambda: schedule.kv_chunks[w_op])),
-        (late, WAIT, dict(kind=_SCHED_IDLE, step=lambda: last_step[late], start_s=lambda: last[late],
-                          end_s=makespan)),
+        (ran, COMPUTE, dict(kind=schedule.kind, step=step, start_s=start, end_s=end, flops=schedule.flops,
+                            q_chunks=schedule.q_chunks, kv_chunks=schedule.kv_chunks)),
+        (sent, SEND, dict(kind=schedule.kind, step=step, start_s=start, end_s=end, bytes=schedule.nbytes,
+                          peer=peer, kv_chunks=schedule.kv_chunks)),
+        (got, RECV, dict(kind=schedule.kind, step=step, start_s=start, end_s=end, bytes=schedule.nbytes,
+                         peer=rank, kv_chunks=schedule.kv_chunks)),
+        (_sorted(w_op, rank, n), WAIT, dict(kind=_KIND_CODES[w_kind], step=step, start_s=w_start, end_s=w_end,
+                                         q_chunks=schedule.q_chunks, kv_chunks=schedule.kv_chunks)),
+        (_Given(late, n), WAIT, dict(kind=_KIND_CODES[_SCHED_IDLE], step=last_step[late], start_s=last[late],
+                                     end_s=makespan)),
     ]
+    by_span = {3: ("kind", "start_s", "end_s"), 4: ("step", "start_s")}   # given span by span
     shared = dict(flops=0.0, bytes=0.0, peer=-1, q_chunks=-1, kv_chunks=-1)
     # the record is rank by rank, each rank's groups in turn: where each (rank, group)
     # block starts follows from the counts, and each group's spans (sorted by rank) go
     # to their blocks in one ascending sweep; no sort of all spans is needed
-    counts = np.stack([np.bincount(ranks, minlength=n) for ranks, _, _ in groups], axis=1)   # (n, groups)
+    counts = np.stack([g.counts for g, _, _ in groups], axis=1)   # (n, groups)
     total = int(counts.sum())
     block_start = (np.cumsum(counts.ravel()) - counts.ravel()).reshape(counts.shape)
     cols = {name: np.empty(total, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
     cols["rank"] = np.repeat(np.arange(n, dtype=np.int32), counts.sum(axis=1))
     cols["stream"] = np.repeat(np.tile(np.array([g[1] for g in groups], dtype=np.int8), n), counts.ravel())
-    for g, (ranks, _, values) in enumerate(groups):
-        # place of the group's i-th span: its block's start + its index within the block
-        first_of_rank = np.cumsum(counts[:, g]) - counts[:, g]
-        at = np.repeat(block_start[:, g] - first_of_rank, counts[:, g]) + np.arange(len(ranks), dtype=np.int64)
-        for name in ("kind", "step", "start_s", "end_s", "flops", "bytes", "peer", "q_chunks", "kv_chunks"):
+    names = ("kind", "step", "start_s", "end_s", "flops", "bytes", "peer", "q_chunks", "kv_chunks")
+    for g, (ops, _, values) in enumerate(groups):
+        given = by_span.get(g, ())
+
+        def read(name: str, ids: np.ndarray | tuple[int, int] | None, a: int, b: int):
             v = values.get(name, shared.get(name))
-            v = v() if callable(v) else v
-            cols[name][at] = _KIND_CODES[v] if name == "kind" else v
+            if name in given:
+                return v[a:b]
+            if not isinstance(v, np.ndarray):
+                return v
+            v = ops.read(v, *ids) if isinstance(ids, tuple) else v[ids]
+            return _KIND_CODES[v] if name == "kind" else v
+
+        if ops.grid is not None:
+            # each rank's block is a row of a window view of the column, and rows are
+            # copied whole; the values are read a step of every rank at a time, which
+            # reads the schedule's columns in order where rank by rank would jump to
+            # another page at every span
+            width = ops.grid.shape[0]
+            if not width:
+                continue
+            per_pass = max(1, _CHUNK // width)
+            for lo, hi in ops.runs:
+                for r0 in range(lo, hi, per_pass):
+                    r1 = min(hi, r0 + per_pass)
+                    rows = block_start[r0:r1, g]
+                    for name in names:
+                        v = read(name, (r0, r1), 0, 0)
+                        _windows(cols[name], width)[rows] = v.T if isinstance(v, np.ndarray) else v
+            continue
+        count = counts[:, g]
+        # place of the group's i-th span: its block's start + its index within the block
+        offset = block_start[:, g] - (np.cumsum(count) - count)
+        for a in range(0, len(ops.ranks), _CHUNK):
+            b = min(a + _CHUNK, len(ops.ranks))
+            at = offset[ops.ranks[a:b]] + np.arange(a, b)
+            ids = ops.ids[a:b] if ops.ids is not None else None
+            for name in names:
+                cols[name][at] = read(name, ids, a, b)
     return SpanTable(**cols, chunk_sets=schedule.chunk_sets)
+
+
+class _Given(_ByRank):
+    """A group whose spans are given in rank order, one per listed rank (no ops)."""
+
+    def __init__(self, ranks: np.ndarray, n: int):
+        self.n, self.grid, self.ids, self.ranks = n, None, None, ranks
+        self.counts = np.bincount(ranks, minlength=n)
+
+
+def _sorted(ids: np.ndarray, rank: np.ndarray, n: int) -> _ByRank:
+    """A group of ops already in rank order."""
+    out = _Given(rank[ids], n)
+    out.ids = ids
+    return out
+
+
+def _compute_ready(comp: _ByRank, start: np.ndarray, end: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The computes that wait (ready, its previous compute on the rank done, before they
+    start), by rank then order, with the time each is ready (0 for a rank's first); and
+    each rank's last compute (the ranks that have one)."""
+    if comp.grid is None:
+        ids, ranks = comp.ids, comp.ranks
+        first = np.ones(len(ids), dtype=bool)
+        first[1:] = ranks[1:] != ranks[:-1]
+        ready = np.empty(len(ids))
+        ready[1:] = end[ids[:-1]]
+        ready[first] = 0.0
+        waits = start[ids] > ready
+        final = ids[np.append(first[1:], True)] if len(ids) else ids
+        return ids[waits], ready[waits], final
+    n = comp.n
+    ops, readies = [], []
+    per_pass = max(1, _CHUNK // max(comp.grid.shape[0], 1))
+    for r0 in range(0, n, per_pass):
+        ids = comp.block(r0, min(n, r0 + per_pass)).T       # (rank, its computes)
+        ready = np.zeros(ids.shape)
+        ready[:, 1:] = end[ids[:, :-1]]
+        waits = start[ids] > ready
+        ops.append(ids[waits])
+        readies.append(ready[waits])
+    return np.concatenate(ops), np.concatenate(readies), comp.grid[-1, comp.column]
+
+
+def _windows(column: np.ndarray, width: int) -> np.ndarray:
+    """(len - width + 1, width) view of a column: row i is column[i:i + width]."""
+    return np.lib.stride_tricks.as_strided(column, (len(column) - width + 1, width),
+                                           (column.strides[0], column.strides[0]))
 
 
 def _by_rank(ranks: np.ndarray, n: int) -> np.ndarray:

@@ -123,6 +123,7 @@ class Schedule:
     `resource` (-1: none), such as the receiving port of a flow; None: none at all."""
     n_resources: int = field(init=False)
     _ops: list[ComputeOp | TransferOp] | None = field(default=None, init=False, repr=False)
+    _ids: dict[bool, np.ndarray] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         n = self.n_ranks
@@ -148,6 +149,24 @@ class Schedule:
     @property
     def is_transfer(self) -> np.ndarray:
         return self.kind >= KV
+
+    @property
+    def compute_ids(self) -> np.ndarray:
+        """The ids of the computes, ascending (made once: every stage of a play reads them)."""
+        return self._ids_of(False)
+
+    @property
+    def transfer_ids(self) -> np.ndarray:
+        """The ids of the transfers, ascending."""
+        return self._ids_of(True)
+
+    def _ids_of(self, transfer: bool) -> np.ndarray:
+        if transfer not in self._ids:
+            is_transfer = self.is_transfer
+            # int32 ids halve what every gather by them moves (a schedule has under 2^31 ops)
+            ids = np.flatnonzero(is_transfer if transfer else ~is_transfer)
+            self._ids[transfer] = ids.astype(np.int32) if len(self) < 2 ** 31 else ids
+        return self._ids[transfer]
 
     @property
     def n_waves(self) -> int:

@@ -200,13 +200,14 @@ def block_work_and_masks(layout: str, seq: int, n: int, causal: bool, granularit
     size = seq // lay.n_chunks(n)
     held = np.array(lay.chunks_of_rank(n), dtype=np.int64)        # (n, chunks per rank)
     exact = np.zeros((n, n), dtype=np.int64)
-    cut = np.zeros((n, n), dtype=bool)
-    for a in range(held.shape[1]):
-        for b in range(held.shape[1]):
-            p = lay.chunk_pair_work(size, n, held[:, a][:, None], held[:, b][None, :])
-            exact += p
-            cut |= (p > 0) & (p < size * size)
-    masks = np.where(exact == 0, 2, np.where(cut, 1, 0)).astype(np.int64)
+    masks = np.zeros((n, n), dtype=np.int64)
+    for rows in _row_blocks(n):
+        for a in range(held.shape[1]):
+            for b in range(held.shape[1]):
+                p = lay.chunk_pair_work(size, n, held[rows, a][:, None], held[:, b][None, :])
+                exact[rows] += p
+                masks[rows][(p > 0) & (p < size * size)] = 1
+        masks[rows][exact[rows] == 0] = 2
     work = tile_work(layout, seq, n, causal, tile) if granularity == "tile" else exact
     return work, masks
 
@@ -230,11 +231,26 @@ def block_extents(layout: str, seq: int, n: int, causal: bool) -> tuple[np.ndarr
     start, count, stride = sc[..., 0], sc[..., 1], sc[..., 2]          # (n, m)
     first = start.min(axis=1)                                          # each rank's first token
     last = (start + (count - 1) * stride).max(axis=1)                  # and last
-    # queries of rank r at or after the first key of rank s: key <= query for that key
-    t = first[None, None, :]                                           # (1, 1, n_s)
-    below = np.clip(-(-(t - start[:, :, None]) // stride[:, :, None]), 0, count[:, :, None])
-    q_ext = (count[:, :, None] - below).sum(axis=1)                    # (n_r, n_s)
-    # keys of rank s at or before the last query of rank r
-    t = last[:, None, None]                                            # (n_r, 1, 1)
-    upto = np.clip((t - start[None]) // stride[None] + 1, 0, count[None])  # (n_r, n_s, m)
-    return q_ext.astype(np.int64), upto.sum(axis=2).astype(np.int64)
+    q_ext = np.empty((n, n), dtype=np.int64)
+    kv_ext = np.empty((n, n), dtype=np.int64)
+    unit = bool((stride == 1).all())           # runs of consecutive tokens: no division needed
+    for r in _row_blocks(n):
+        q_ext[r] = 0
+        kv_ext[r] = 0
+        for j in range(start.shape[1]):             # segment by segment: (n_r, n_s) each
+            # queries of rank r at or after the first key of rank s: key <= query for that key
+            ahead = first[None, :] - start[r, j, None]
+            below = np.clip(ahead if unit else -(-ahead // stride[r, j, None]), 0, count[r, j, None])
+            q_ext[r] += count[r, j, None] - below
+            # keys of rank s at or before the last query of rank r
+            behind = last[r, None] - start[None, :, j]
+            kv_ext[r] += np.clip((behind if unit else behind // stride[None, :, j]) + 1, 0, count[None, :, j])
+    return q_ext, kv_ext
+
+
+def _row_blocks(n: int, entries: int = 1 << 16) -> list[slice]:
+    """Query ranks a few at a time, so that the (rank, rank) tables of a large ring are
+    built from temporaries of a few MB (reused by the allocator) instead of several of
+    the whole table's size (fresh memory each time)."""
+    rows = max(1, entries // n)
+    return [slice(r0, min(n, r0 + rows)) for r0 in range(0, n, rows)]

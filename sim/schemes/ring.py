@@ -31,8 +31,11 @@ Operations are numbered step by step: the N computes of step k (rank 0 first), t
 its N K/V hops (none at the last step), then in backward its N dK/dV hops. Each group
 waits only on earlier steps or groups and uses each rank and each link once: a wave of
 the schedule (sim.schedule); with overlap, a step's K/V hops wait on nothing of its
-computes, and the two groups make one wave. The rules are written once, as numpy
-arrays over a (step, rank) grid, instead of once per operation.
+computes, and the two groups make one wave. The rules are written once, over the
+(step, rank) grid, instead of once per operation: an op's id is affine in its step and
+rank, so each dependency is a rule (which group, how many steps back, which neighbour)
+written in place into the schedule's columns, which take the smallest integer types
+that hold them (a ring of 4096 GPUs has 33M operations).
 """
 
 from __future__ import annotations
@@ -47,177 +50,261 @@ from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
 from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings
 from sim.trace import COMPUTE, Trace
 
-# the rows of the builder's table: the small integer columns of a schedule, then `after`
-# (int32: half the memory of a million-op schedule); the counts that may pass 2^31 apart
-_INT_COLUMNS = ("kind", "rank", "peer", "step", "kv_rank", "mask", "q_tokens", "kv_tokens",
-                "q_chunks", "kv_chunks")
-_WIDE_COLUMNS = ("pairs", "nbytes")
+_ROWS = 1 << 18
+"""Grid entries gathered per pass (a few MB of temporaries, reused by the allocator)."""
 
 
 def build_ring_schedule(scenario: Scenario) -> Schedule:
     w = scenario.workload
     n = scenario.n_gpus
+    c = scenario.tokens_per_rank
     work, masks = block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity,
                                        scenario.tile)
-    mask_codes = masks.astype(np.int8)      # codes in the order of MASKS: full, diagonal, empty
     extents = block_extents(scenario.layout, w.seq, n, w.causal)   # each block's kernel call
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
-    tables, wides, flops, waves = [], [], [], []
+    grids = [_Grid(n, phase, base) for phase, base in zip(phases, _phase_bases(n, phases))]
+    n_ops = grids[-1].base + grids[-1].n_ops
+    width = max(g.width(scenario, gated=i > 0) for i, g in enumerate(grids))
+    # the columns in the smallest types that hold them: a ring of 4096 GPUs has 33M ops,
+    # and every byte per op is 33 MB written and read again
+    ids = np.int32 if n_ops < 2 ** 31 else np.int64
+    small = np.int16 if 4 * n < 2 ** 15 else np.int32       # ranks, steps (2N in fwdbwd), chunk sets
+    wide_bytes = max(w.kv_bytes(c), w.dkv_bytes(c))
+    cols = {
+        "kind": np.empty(n_ops, np.int8), "rank": np.empty(n_ops, small), "peer": np.empty(n_ops, small),
+        "step": np.empty(n_ops, small), "kv_rank": np.empty(n_ops, small), "mask": np.empty(n_ops, np.int8),
+        "q_tokens": np.empty(n_ops, np.int32 if c < 2 ** 31 else np.int64),
+        "kv_tokens": np.empty(n_ops, np.int32 if c < 2 ** 31 else np.int64),
+        "q_chunks": np.empty(n_ops, small), "kv_chunks": np.empty(n_ops, small),
+        "pairs": np.empty(n_ops, np.int32 if int(work.max(initial=0)) < 2 ** 31 else np.int64),
+        "nbytes": np.empty(n_ops, np.int32 if wide_bytes < 2 ** 31 else np.int64),
+        "flops": np.empty(n_ops), "resource": np.empty(n_ops, small),
+    }
+    after = np.empty((width, n_ops), ids)
+    tables = {"pairs": work, "mask": masks, "q_tokens": extents[0], "kv_tokens": extents[1]}
     gate = None          # last compute of the previous phase, per rank
-    base = 0
-    small = np.int32 if max(w.seq, 4 * n * n * len(phases)) < 2 ** 31 else np.int64
-    for i, phase in enumerate(phases):
-        table, wide, phase_flops, phase_waves, gate = _phase(scenario, phase, work, mask_codes, extents,
-                                                             base, i * n, gate, small)
-        tables.append(table)
-        wides.append(wide)
-        flops.append(phase_flops)
-        waves.append(phase_waves)
-        base += table.shape[1]
-    if len(tables) == 1:
-        table, wide, flops = tables[0], wides[0], flops[0]
-    else:
-        # phases may wait on different numbers of ops: pad the narrower `after` with NO_DEP
-        height = max(t.shape[0] for t in tables)
-        table = np.concatenate([np.pad(t, ((0, height - t.shape[0]), (0, 0)), constant_values=NO_DEP)
-                                for t in tables], axis=1)
-        wide = np.concatenate(wides, axis=1)
-        flops = np.concatenate(flops)
-    columns = dict(zip(_INT_COLUMNS, table)) | dict(zip(_WIDE_COLUMNS, wide))
-    # rank r computes on stream r and sends on one link, to r + 1: stream n + r
-    resource = np.where(columns["kind"] >= KV, n + columns["rank"], columns["rank"])
+    waves = []
+    for i, (phase, grid) in enumerate(zip(phases, grids)):
+        waves.append(grid.wave_starts(scenario.overlap))
+        gate = _fill(scenario, phase, grid, tables, cols, after, i * n, gate)
     names = [f"GPU {r} compute" for r in range(n)] + [f"link {r}->{(r + 1) % n}" for r in range(n)]
-    return Schedule(n_ranks=n, **columns, flops=flops, chunk_sets=chunks_of_rank(scenario.layout, n),
-                    after=table[len(_INT_COLUMNS):], wave_starts=np.append(np.concatenate(waves), base),
-                    resource=resource, resource_names=names)
+    return Schedule(n_ranks=n, **cols, chunk_sets=chunks_of_rank(scenario.layout, n), after=after,
+                    wave_starts=np.append(np.concatenate(waves), n_ops), resource_names=names)
 
 
-def _phase(scenario: Scenario, phase: str, work: np.ndarray, mask_codes: np.ndarray,
-           extents: tuple[np.ndarray, np.ndarray], base: int, step0: int, gate: np.ndarray | None,
-           small: type
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One phase's operations (ids from `base`): a table (of type `small`) whose rows are
-    _INT_COLUMNS then the dependencies, a column per operation; the int64 _WIDE_COLUMNS;
-    their FLOPs; where its waves start; and its last computes."""
+def _phase_bases(n: int, phases: list[str]) -> list[int]:
+    bases, base = [], 0
+    for phase in phases:
+        bases.append(base)
+        base += _Grid(n, phase, base).n_ops
+    return bases
+
+
+class _Grid:
+    """Where a phase's operations sit in the schedule's columns.
+
+    Operations are numbered step by step: the N computes of step k (rank 0 first), then
+    its N K/V hops (none at the last step), then in backward its N dK/dV hops. So group
+    g ("comp", "kv", "dkv") of steps 0..N-2 is a strided (step, rank) view of a column,
+    and the last step's are a slice after them."""
+
+    def __init__(self, n: int, phase: str, base: int):
+        self.n, self.base = n, base
+        self.bwd = phase == "bwd"
+        self.groups = ["comp", "kv"] + (["dkv"] if self.bwd and n > 1 else [])
+        k = np.arange(n)
+        self.has_kv = k <= n - 2
+        per_step = n * (1 + self.has_kv + (len(self.groups) == 3))
+        self.n_ops = int(per_step.sum())
+        self.first = base + np.concatenate(([0], np.cumsum(per_step)[:-1]))   # (steps,) id of each step's first op
+        self.offset = {"comp": np.zeros(n, dtype=np.int64), "kv": np.full(n, n),
+                       "dkv": n + n * self.has_kv.astype(np.int64)}
+
+    def ids(self, group: str) -> np.ndarray:
+        """(steps,) the id of rank 0's op of `group` at each step, NO_DEP where the step has none."""
+        out = self.first + self.offset[group]
+        return np.where(self.has_kv, out, NO_DEP) if group == "kv" else out
+
+    def width(self, scenario: Scenario, gated: bool) -> int:
+        """The most dependencies an op of this phase has (see _after); `gated`: it
+        follows another phase."""
+        return max(len(rows) for rows in _after(scenario, self, np.zeros(self.n) if gated else None).values())
+
+    def views(self, column: np.ndarray, group: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """(steps 0..N-2, rank) view of `column` for `group`, and the last step's (rank,)
+        slice (None for the K/V hops, which have none)."""
+        n, g = self.n, len(self.groups)
+        regular = column[self.base:self.base + (n - 1) * g * n].reshape(n - 1, g, n)[:, self.groups.index(group)]
+        if group == "kv":
+            return regular, None
+        at = int(self.first[-1] + self.offset[group][-1])
+        return regular, column[at:at + n]
+
+    def put(self, column: np.ndarray, group: str, value, k0: int = 0, k1: int | None = None) -> None:
+        """Write `value` on steps k0..k1-1 of the group: a number, a value per rank (n,),
+        per step (steps, 1), or per (step, rank) (steps, n), the steps k0..k1-1 only."""
+        n = self.n
+        k1 = n if k1 is None else k1
+        regular, last = self.views(column, group)
+        value = np.asarray(value)
+        rows = value.ndim == 2
+        stop = min(k1, n - 1)
+        if k0 < stop:
+            regular[k0:stop] = value[:stop - k0] if rows else value
+        if last is not None and k1 == n:
+            last[:] = value[n - 1 - k0] if rows else value
+
+    def wave_starts(self, overlap: bool) -> np.ndarray:
+        """A step's computes, its K/V hops, its dK/dV hops. With overlap a K/V hop waits
+        only on earlier steps, so it joins the computes of its step in one wave."""
+        starts = [self.ids("comp")] if overlap else [self.ids("comp"), self.ids("kv")[:-1]]
+        if "dkv" in self.groups:
+            starts.append(self.ids("dkv"))
+        return np.sort(np.concatenate(starts))
+
+
+def _after(scenario: Scenario, grid: _Grid, gate: np.ndarray | None) -> dict[str, list[tuple]]:
+    """What each group's ops wait on, per group a list of rows, each a rule:
+    (group, by, x, when): the op of `group` at step k - by on rank r + x (NO_DEP where
+    k < by), kept where `when` holds (None, "k>=2": from step 2, "pairs": a non-empty
+    block); or ("gate", x): the previous phase's last compute on rank r + x."""
+    overlap, stepped = scenario.overlap, scenario.overlap and scenario.sync == "step"
+    bwd = grid.bwd
+
+    def reach(x: int) -> list[tuple]:
+        """What rank r + x waits for before it starts step k (step-synchronous kernel)."""
+        out = [("comp", 1, x, None), ("kv", 1, x, None), ("kv", 1, x - 1, None)]
+        if bwd:
+            out += [("dkv", 2, x, None), ("dkv", 2, x - 1, None)]     # NO_DEP at k = 1 by construction
+        return out
+
+    def post_dkv(x: int) -> list[tuple]:
+        """What rank r + x waits for before it posts the dK/dV hop of step k."""
+        return [("comp", 0, x, None), ("dkv", 1, x, None), ("dkv", 1, x - 1, None)]
+
+    gated = [] if gate is None else [("gate", 0), ("gate", 1)]
+    rules = {}
+    # computes of step k on every rank
+    if stepped:
+        rules["comp"] = reach(0)
+    elif not overlap:
+        # lock-step: the step's exchanges, both ways, are done (nothing at k = 0)
+        rules["comp"] = [("kv", 1, -1, None), ("kv", 1, 0, None)] + (
+            [("dkv", 1, -1, None), ("dkv", 1, 0, None)] if bwd else [])
+    else:
+        rules["comp"] = [("kv", 1, -1, "pairs")]   # an empty block is skipped without its data
+    # K/V forwarded at step k (block k+1 of the receiver)
+    if stepped:
+        rules["kv"] = reach(0) + reach(1)
+    elif not overlap:
+        rules["kv"] = [("comp", 0, 0, None), ("comp", 0, 1, None)]
+    else:
+        rules["kv"] = [("kv", 1, -1, None), ("comp", 1, 1, "k>=2"), ("kv", 1, 1, "k>=2")]
+    rules["kv"] = rules["kv"] + gated
+    # dK/dV accumulators forwarded after the step's compute (backward only)
+    if "dkv" in grid.groups:
+        if stepped:
+            rules["dkv"] = post_dkv(0) + post_dkv(1)
+        else:
+            rules["dkv"] = [("comp", 0, 0, None), ("dkv", 1, -1, None)] + (
+                [("dkv", 1, 1, "k>=2")] if overlap else [("comp", 0, 1, None)])
+        rules["dkv"] = rules["dkv"] + gated
+    return rules
+
+
+def _fill(scenario: Scenario, phase: str, grid: _Grid, tables: dict[str, np.ndarray],
+          cols: dict[str, np.ndarray], after: np.ndarray, step0: int, gate: np.ndarray | None) -> np.ndarray:
+    """Write one phase's operations into the columns; returns its last computes (per rank)."""
     w = scenario.workload
     n = scenario.n_gpus
     c = scenario.tokens_per_rank
-    overlap = scenario.overlap
-    stepped = overlap and scenario.sync == "step"
-    bwd = phase == "bwd"
-    has_dkv = bwd and n > 1
-
-    # op ids on the (step k, rank r) grid, NO_DEP where a step has no such op; numbered
-    # step by step: the computes, then the K/V hops, then the dK/dV hops, rank by rank
-    k = np.arange(n, dtype=small)[:, None]
-    r = np.arange(n, dtype=small)[None, :]
-    nxt = (np.arange(n, dtype=small) + 1) % n
-    has_kv = k <= n - 2
-    per_step = n * (1 + has_kv[:, 0] + has_dkv)
-    first = (base + np.concatenate(([0], np.cumsum(per_step)[:-1]))[:, None]).astype(small)
-    comp = first + r
-    kv = np.where(has_kv, first + n + r, NO_DEP)
-    dkv = first + n + n * has_kv.astype(small) + r if has_dkv else np.full((n, n), NO_DEP, dtype=small)
-
-    def back(grid: np.ndarray, by: int) -> np.ndarray:
-        """grid[k - by][r] on the grid; NO_DEP where k < by."""
-        out = np.full_like(grid, NO_DEP)
-        out[by:] = grid[:n - by]
-        return out
-
-    def when(cond: np.ndarray, grid: np.ndarray) -> np.ndarray:
-        return np.where(cond, grid, NO_DEP)
-
-    comp1, kv1, dkv1, dkv2 = back(comp, 1), back(kv, 1), back(dkv, 1), back(dkv, 2)
-
-    def of(grid: np.ndarray, x: int) -> np.ndarray:
-        """grid[:, r + x] on the grid (x = 0: each rank's own, 1: its successor's, -1: its
-        predecessor's): a roll of whole rows, not a gather."""
-        return grid if x == 0 else np.roll(grid, -x, axis=1)
-
-    def reach(x: int) -> list[np.ndarray]:
-        """What rank r + x waits for before it starts step k (step-synchronous kernel)."""
-        out = [of(comp1, x), of(kv1, x), of(kv1, x - 1)]
-        if bwd:
-            out += [of(dkv2, x), of(dkv2, x - 1)]     # NO_DEP at k = 1 by construction
-        return out
-
-    def post_dkv(x: int) -> list[np.ndarray]:
-        """What rank r + x waits for before it posts the dK/dV hop of step k."""
-        return [of(comp, x), of(dkv1, x), of(dkv1, x - 1)]
-
-    gated = [] if gate is None else [np.broadcast_to(gate, (n, n)), np.broadcast_to(gate[nxt], (n, n))]
-    owner = (r - k) % n
-    pairs = work[r, owner]
-
-    # computes of step k on every rank
-    if stepped:
-        after = reach(0)
-    elif not overlap:
-        # lock-step: the step's exchanges, both ways, are done (nothing at k = 0)
-        after = [of(kv1, -1), kv1] + ([of(dkv1, -1), dkv1] if bwd else [])
-    else:
-        after = [when(pairs > 0, of(kv1, -1))]   # an empty block is skipped without its data
+    r = np.arange(n)
+    nxt = (r + 1) % n
+    steps = (step0 + np.arange(n))[:, None]
+    hop = dict(rank=r, peer=nxt, step=steps, pairs=0, mask=FULL, q_tokens=0, kv_tokens=0, q_chunks=-1,
+               flops=0.0, resource=n + r)
+    values = {
+        "comp": dict(kind=BWD if grid.bwd else FWD, rank=r, peer=-1, step=steps, nbytes=0, q_chunks=r, resource=r),
+        "kv": dict(hop, kind=KV, nbytes=w.kv_bytes(c)),
+        "dkv": dict(hop, kind=DKV, nbytes=w.dkv_bytes(c)),
+    }
+    for group in grid.groups:
+        for name, value in values[group].items():
+            grid.put(cols[name], group, value)
+    # what varies with the block: rank r at step k computes on (and forwards) the block
+    # of rank (r - k) mod N; gathered a few steps at a time
     flops_per_pair = (1.0 if phase == "fwd" else BWD_FLOPS_FACTOR) * w.fwd_flops(1)
-    steps = step0 + k
-    groups = [(comp, after, dict(
-        kind=BWD if bwd else FWD, rank=r, peer=-1, step=steps, kv_rank=owner, pairs=pairs,
-        mask=mask_codes[r, owner], q_tokens=extents[0][r, owner], kv_tokens=extents[1][r, owner],
-        nbytes=0, q_chunks=r, kv_chunks=owner))]
+    flat = {name: t.ravel() for name, t in tables.items()}
+    twice = np.tile(r.astype(cols["kv_rank"].dtype), 2)      # (r - k) mod N, read off as a window
+    r_base = r * n
+    per_pass = max(1, _ROWS // n)
+    for k0 in range(0, n, per_pass):
+        k1 = min(n, k0 + per_pass)
+        owner = _rolled(twice, k0, k1)
+        for group in grid.groups:
+            stop = min(k1, n - 1) if group == "kv" else k1
+            if k0 < stop:
+                grid.put(cols["kv_rank"], group, owner[:stop - k0], k0, stop)
+                grid.put(cols["kv_chunks"], group, owner[:stop - k0], k0, stop)
+        block = r_base + owner
+        for name, t in flat.items():
+            v = t[block]
+            grid.put(cols[name], "comp", v, k0, k1)
+            if name == "pairs":
+                grid.put(cols["flops"], "comp", flops_per_pair * v, k0, k1)
+    # the dependencies, row by row: an op's id is affine in (step, rank), so each row is
+    # written in place from a vector per step and one per rank
+    for group, rules in _after(scenario, grid, gate).items():
+        for row in range(after.shape[0]):
+            regular, last = grid.views(after[row], group)
+            rule = rules[row] if row < len(rules) else None
+            _put_rule(grid, regular, last, rule, gate, cols["pairs"])
+    return grid.ids("comp")[-1] + r
 
-    # K/V forwarded at step k (block k+1 of the receiver)
-    if stepped:
-        after = reach(0) + reach(1)
-    elif not overlap:
-        after = [comp, of(comp, 1)]
-    else:
-        after = [of(kv1, -1), when(k >= 2, of(comp1, 1)), when(k >= 2, of(kv1, 1))]
-    hop = dict(rank=r, peer=nxt[r], step=steps, kv_rank=owner, pairs=0, mask=FULL, q_tokens=0,
-               kv_tokens=0, q_chunks=-1, kv_chunks=owner)
-    groups.append((kv, after + gated, dict(hop, kind=KV, nbytes=w.kv_bytes(c))))
 
-    # dK/dV accumulators forwarded after the step's compute (backward only)
-    if has_dkv:
-        if stepped:
-            after = post_dkv(0) + post_dkv(1)
+def _rolled(twice: np.ndarray, k0: int, k1: int) -> np.ndarray:
+    """(k1 - k0, N) view: row k is (r - k) mod N over the ranks r (`twice`: 0..N-1 twice)."""
+    n = len(twice) // 2
+    step = twice.strides[0]
+    return np.lib.stride_tricks.as_strided(twice[n - k0:], (k1 - k0, n), (-step, step), writeable=False)
+
+
+def _put_rule(grid: _Grid, regular: np.ndarray, last: np.ndarray | None, rule: tuple | None,
+              gate: np.ndarray | None, pairs: np.ndarray) -> None:
+    """Write one dependency row of a group (see _after): `regular` (steps 0..N-2, rank)
+    and `last` (the last step's ranks, or None)."""
+    n = grid.n
+    parts = [(regular, 0, n - 1)] + ([(last, n - 1, n)] if last is not None else [])
+    if rule is None:
+        for view, _, _ in parts:
+            view[...] = NO_DEP
+        return
+    if rule[0] == "gate":
+        for view, _, _ in parts:
+            view[...] = np.roll(gate, -rule[1])
+        return
+    group, by, x, when = rule
+    dtype = regular.dtype
+    shifted = ((np.arange(n) + x) % n).astype(dtype)
+    ids = grid.ids(group)
+    base = np.full(n, NO_DEP, dtype=dtype)        # per step k: the id of rank 0's op at k - by
+    base[by:] = ids[:n - by]
+    for view, k0, k1 in parts:
+        rows = base[k0:k1]
+        if view.ndim == 1:
+            view[:] = rows[0] + shifted if rows[0] != NO_DEP else NO_DEP
         else:
-            after = [comp, of(dkv1, -1)] + ([when(k >= 2, of(dkv1, 1))] if overlap else [of(comp, 1)])
-        groups.append((dkv, after + gated, dict(hop, kind=DKV, nbytes=w.dkv_bytes(c))))
-
-    # the phase's ops in id order: step by step, each group's ops rank by rank, leaving
-    # out the K/V hops of the last step; an op may list an id twice (a rank and its
-    # successor both wait on it): Schedule.ops lists it once
-    width = max(len(after) for _, after, _ in groups)
-    table = np.empty((len(_INT_COLUMNS) + width, n, len(groups), n), dtype=small)
-    wide = np.empty((len(_WIDE_COLUMNS), n, len(groups), n), dtype=np.int64)
-    for g, (_, after, values) in enumerate(groups):
-        rows = [values[name] for name in _INT_COLUMNS] + after + [NO_DEP] * (width - len(after))
-        for row, value in zip(table, rows):
-            row[:, g] = value        # a number, a value per rank or a (step, rank) grid
-        for row, name in zip(wide, _WIDE_COLUMNS):
-            row[:, g] = values[name]
-    present = np.stack([ids[:, 0] != NO_DEP for ids, _, _ in groups], axis=1).ravel()
-    kept = int(present.sum())
-
-    def ops_of(x: np.ndarray) -> np.ndarray:
-        x = x.reshape(len(x), -1, n)                          # (row, (step, group), rank)
-        if present[:kept].all():
-            x = x[:, :kept]        # the missing blocks are the last ones: a view will do
-        else:
-            # np.compress: indexing a middle axis with [:, present] is many times slower
-            x = np.compress(present, x, axis=1)
-        return x.reshape(len(x), -1)
-
-    table, wide = ops_of(table), ops_of(wide)
-    flops = np.zeros((n, len(groups), n))
-    flops[:, 0] = flops_per_pair * pairs
-    # waves: a step's computes, its K/V hops, its dK/dV hops. With overlap a K/V hop waits
-    # only on earlier steps, so it joins the computes of its step in one wave.
-    starts = [comp[:, 0]] if overlap else [comp[:, 0], kv[:-1, 0]]
-    if has_dkv:
-        starts.append(dkv[:, 0])
-    waves = np.sort(np.concatenate(starts))
-    return table, wide, np.compress(present, flops.reshape(-1, n), axis=0).ravel(), waves, comp[n - 1]
+            np.add(rows[:, None], shifted[None, :], out=view)
+            view[rows == NO_DEP] = NO_DEP
+        if when == "k>=2":
+            if view.ndim == 1:
+                if k0 < 2:
+                    view[:] = NO_DEP
+            else:
+                view[:max(0, 2 - k0)] = NO_DEP
+        elif when == "pairs":
+            own = grid.views(pairs, "comp")[0 if view.ndim == 2 else 1]
+            np.copyto(view, NO_DEP, where=own == 0)
 
 
 def peak_memory_bytes(workload: Workload, tokens_per_rank: int) -> dict[str, int]:

@@ -154,3 +154,44 @@ def test_a_shared_nic_is_explained_by_how_long_it_is_busy():
     flow_in, flow_out = 512 * 3 * 16 * 2 / 1e9, 512 * 1 * 16 * 2 / 1e9
     assert r["busiest_nic_s"] == pytest.approx(16 * (flow_in + flow_out), rel=1e-9)
     assert "the busiest NIC carries flows" in r["explanation"]
+
+
+@pytest.mark.parametrize("spans_per_pass", [7, 1 << 18])
+def test_metrics_summed_a_few_ranks_at_a_time_are_the_per_rank_sums(monkeypatch, spans_per_pass):
+    """compute_metrics reads the spans a few ranks at a time: each rank's sums are still
+    its spans' durations added in record order, its transfer time the merged runs of its
+    sends and receives (sorted by start) added in order, and the bytes a running sum."""
+    from sim import metrics
+    from sim.engine import simulate
+    from tests.sim.reference import scenario
+
+    monkeypatch.setattr(metrics, "_SPANS", spans_per_pass)
+    sc = scenario(n=5, seq=5 * 512, layout="zigzag", causal=True, pass_="fwdbwd")
+    trace = simulate(sc)
+    m = compute_metrics(trace)
+    by_rank = trace.by_rank()
+    for r, spans in enumerate(by_rank):
+        compute = exposed = 0.0
+        for s in spans:
+            if s.stream == "compute":
+                compute += s.end_s - s.start_s
+            elif s.stream == "wait" and s.kind != "idle":
+                exposed += s.end_s - s.start_s
+        moves = sorted(((s.start_s, s.end_s) for s in spans if s.stream in ("send", "recv")),
+                       key=lambda x: x[0])
+        comm, run_start, reach = 0.0, None, None
+        for a, b in moves:
+            if run_start is None or a > reach:
+                if run_start is not None:
+                    comm += reach - run_start
+                run_start, reach = a, b
+            else:
+                reach = max(reach, b)
+        if run_start is not None:
+            comm += reach - run_start
+        assert (m.ranks[r].compute_s, m.ranks[r].exposed_comm_s, m.ranks[r].comm_s) == (compute, exposed, comm)
+    total = 0.0
+    for s in trace.spans:
+        if s.stream == "send":
+            total += s.bytes
+    assert m.total_bytes == total

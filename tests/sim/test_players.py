@@ -142,3 +142,23 @@ def test_scheme_schedules_with_shared_nics_play_the_same_on_both_players_and_the
     want = reference_trace_spans(schedule.ops, n, hw, w, resources_of(schedule))
     assert play(schedule, hw, w, player="recurrence").spans == want
     assert play(schedule, hw, w, player="simpy").spans == want
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "striped", "zigzag"])
+@pytest.mark.parametrize("chunk", [5, 1 << 18])
+def test_durations_timed_once_per_run_of_equal_blocks_are_each_ops_own(monkeypatch, layout, chunk):
+    """durations_s times a run of equal blocks once (chunk by chunk): every op still gets
+    the float the hardware's per-op method gives it, with the kernel table (rates by
+    pass, mask and size) and with a model that has only the per-op methods."""
+    from sim import players
+    from sim.config import Hardware
+    from sim.players import durations_s
+    from sim.schemes import get
+    from tests.sim.reference import PerOpHardware, reference_durations, scenario
+
+    monkeypatch.setattr(players, "_CHUNK", chunk)
+    for hw in (Hardware(), PerOpHardware(Hardware())):
+        sc = scenario(n=6, seq=6 * 1024, layout=layout, causal=True, pass_="fwdbwd", hw=Hardware())
+        schedule = get("ring").build_schedule(sc)
+        got = durations_s(schedule, hw, sc.workload).tolist()
+        assert got == reference_durations(schedule.ops, Hardware(), sc.workload)

@@ -69,3 +69,43 @@ def test_a_transfer_that_starts_after_the_wait_ends_leaves_it_idle():
     # stopped waiting; no piece may reach past the wait
     assert pieces(2.0, 5.0, [(6.0, 4.0, KV)]) == [(2.0, 5.0, IDLE)]
     assert pieces(2.0, 5.0, [(6.0, 7.0, KV)]) == [(2.0, 5.0, IDLE)]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "striped", "zigzag"])
+@pytest.mark.parametrize("pass_", ["fwd", "bwd", "fwdbwd"])
+@pytest.mark.parametrize("overlap,sync", [(True, "step"), (True, "buffered"), (False, "step")])
+@pytest.mark.parametrize("chunk", [8, 1 << 18])
+def test_a_ring_recorded_as_a_grid_of_steps_gives_the_reference_spans(monkeypatch, layout, pass_, overlap,
+                                                                        sync, chunk):
+    """A ring's ops are read as (step, rank) grids, a few ranks at a time (several passes
+    with a small chunk; a receiver's grid columns wrap around), or sorted where a rank
+    skips empty blocks (contiguous): each way the record is the per-op reference's."""
+    from sim import record
+    from sim.engine import play
+    from sim.schemes import get
+    from tests.sim.reference import reference_trace_spans, scenario
+
+    monkeypatch.setattr(record, "_CHUNK", chunk)
+    sc = scenario(n=5, seq=60, layout=layout, causal=True, overlap=overlap, pass_=pass_, heads=2, kv_heads=1,
+                  head_dim=4, sync=sync)
+    schedule = get("ring").build_schedule(sc)
+    want = reference_trace_spans(schedule.ops, 5, sc.hardware, sc.workload)
+    assert play(schedule, sc.hardware, sc.workload, player="recurrence").spans == want
+
+
+def test_two_transfers_in_flight_are_taken_in_the_row_sort_order():
+    """The two-transfer shortcut orders by start, then end, then tie, ties kept in place,
+    as a sort of the row does; a position nothing is in flight at is left out."""
+    t0, t1 = np.zeros(4), np.full(4, 10.0)
+    starts = np.array([[3.0, 1.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [2.0, 5.0, 0.0]])
+    ends = np.array([[4.0, 2.0, 9.0], [6.0, 5.0, 9.0], [5.0, 5.0, 9.0], [3.0, 6.0, 9.0]])
+    kinds = np.array([[KV, DKV, KV], [KV, DKV, KV], [KV, DKV, KV], [KV, DKV, KV]])
+    flying = np.array([[True, True, False]] * 4)
+    got = wait_pieces(t0, t1, starts, ends, kinds, flying, IDLE, DKV)
+    rows = [sorted((float(a), float(b), int(k)) for a_, b_, k_, r_ in got for a, b, k, r in zip(a_, b_, k_, r_)
+                   if r == i) for i in range(4)]
+    assert rows[0] == [(0.0, 1.0, IDLE), (1.0, 2.0, DKV), (2.0, 3.0, IDLE), (3.0, 4.0, KV), (4.0, 10.0, IDLE)]
+    assert rows[1] == [(0.0, 1.0, IDLE), (1.0, 5.0, DKV), (5.0, 6.0, KV), (6.0, 10.0, IDLE)]
+    # equal start and end: dK/dV first (its kind sorts first), the other adds nothing
+    assert rows[2] == [(0.0, 1.0, IDLE), (1.0, 5.0, DKV), (5.0, 10.0, IDLE)]
+    assert rows[3] == [(0.0, 2.0, IDLE), (2.0, 3.0, KV), (3.0, 5.0, IDLE), (5.0, 6.0, DKV), (6.0, 10.0, IDLE)]

@@ -83,3 +83,24 @@ def test_block_masks_from_the_token_mask(layout, n, per):
                         for a in range(len(qi) - 1) for b in range(len(ki) - 1))
             assert kinds[r, s] == ("full" if dense else "diagonal")
     assert (block_masks(layout, seq, n, False) == "full").all()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("entries", [1, 12, 1 << 16])
+def test_block_tables_built_a_few_query_ranks_at_a_time_match_the_token_enumeration(monkeypatch, layout, entries):
+    """block_work_and_masks and block_extents build their (rank, rank) tables a few query
+    ranks at a time (one, a few, all): the same as enumerating the tokens."""
+    from functools import partial
+
+    from sim import layouts
+    from sim.layouts import MASK_NAMES, block_extents, block_work_and_masks
+    from tests.sim import reference
+
+    monkeypatch.setattr(layouts, "_row_blocks", partial(layouts._row_blocks, entries=entries))
+    n, seq = 5, 5 * 12
+    work, masks = block_work_and_masks(layout, seq, n, True)
+    assert work.tolist() == reference.block_work(layout, seq, n, True).tolist()
+    assert [[MASK_NAMES[m] for m in row] for row in masks.tolist()] == reference.block_masks(layout, seq, n, True).tolist()
+    q_ext, kv_ext = block_extents(layout, seq, n, True)
+    assert [list(zip(q, kv)) for q, kv in zip(q_ext.tolist(), kv_ext.tolist())] == \
+        reference.block_extents(layout, seq, n, True)
