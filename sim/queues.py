@@ -11,8 +11,9 @@ s + 1 queues behind the dK/dV hop of step s (posted before it), on both of its r
 dK/dV hops) also waits on the transfers of the batch before its own, on its sender and on
 its receiver. A rank's batch is its transfers of one kind at one step (the ones it sends
 and the ones it receives); its batches are posted in order of step, and at one step the
-K/V hop before the dK/dV hop (the order `hw.ring` posts them in). The waves are cut again
-for the new dependencies. Collectives are left as they are.
+K/V hop before the dK/dV hop (the order `hw.ring` posts them in). The waves stay where
+each new dependency lies in an earlier wave than its hop (a ring's do), and are cut again
+otherwise. Collectives are left as they are.
 """
 
 from __future__ import annotations
@@ -26,39 +27,76 @@ from sim.schedule import DKV, KV, NO_DEP, Schedule, cut_waves
 
 def queue_batches(schedule: Schedule) -> Schedule:
     """The schedule with each rank's point-to-point batches run one after another."""
-    hops = np.flatnonzero((schedule.kind == KV) | (schedule.kind == DKV))
+    hops = schedule.transfer_ids
+    hops = hops[(schedule.kind[hops] == KV) | (schedule.kind[hops] == DKV)].astype(np.int64)
     if hops.size == 0:
         return schedule
-    # each hop belongs to a batch on its sender and on its receiver
+    src = schedule.rank[hops].astype(np.int64)
+    dst = schedule.peer[hops].astype(np.int64)
+    step = schedule.step[hops].astype(np.int64)
+    kinds = np.unique(schedule.kind[hops])
+    # a batch is a cell of a dense (rank, step, kind) table, in posting order within a rank
+    n_kinds, n_steps = len(kinds), int(step.max()) + 1
+    k = np.searchsorted(kinds, schedule.kind[hops]).astype(np.int64)
+    per_rank = n_steps * n_kinds
+    n_cells = schedule.n_ranks * per_rank
+    sent_in = (src * n_steps + step) * n_kinds + k
+    received_in = (dst * n_steps + step) * n_kinds + k
+    sends = np.bincount(sent_in, minlength=n_cells)
+    receives = np.bincount(received_in, minlength=n_cells)
+    if sends.max() > 1 or receives.max() > 1:
+        return _queue_sorted(schedule, hops, sent_in, received_in)
+    # members: the hop a batch sends and the hop it receives
+    members = np.full((n_cells, 2), NO_DEP, dtype=np.int64)
+    members[sent_in, 0] = hops
+    members[received_in, 1] = hops
+    # the batch before each one on the same rank: the last non-empty cell before it
+    cell = np.arange(n_cells, dtype=np.int64)
+    last = np.maximum.accumulate(np.where((sends + receives) > 0, cell, -1))
+    prev = np.empty(n_cells, dtype=np.int64)
+    prev[0] = -1
+    prev[1:] = last[:-1]
+    prev[prev < cell - cell % per_rank] = -1
+    return _with_deps(schedule, hops, [prev[sent_in], prev[received_in]], members)
+
+
+def _queue_sorted(schedule: Schedule, hops: np.ndarray, sent_in: np.ndarray, received_in: np.ndarray) -> Schedule:
+    """queue_batches where a rank sends (or receives) several hops of one kind at one step:
+    the batches' members gathered by sorting instead of a table of two."""
+    cells = np.concatenate([sent_in, received_in])
     op = np.concatenate([hops, hops])
-    rank = np.concatenate([schedule.rank[hops], schedule.peer[hops]]).astype(np.int64)
-    step = np.concatenate([schedule.step[hops], schedule.step[hops]]).astype(np.int64)
-    kind = np.concatenate([schedule.kind[hops], schedule.kind[hops]]).astype(np.int64)
-    # batches in posting order per rank: by rank, then step, then kind (K/V before dK/dV)
-    key = (rank * (int(step.max()) + 1) + step) * 2 + (kind - KV)
-    batches, batch_of = np.unique(key, return_inverse=True)
+    batches, batch_of = np.unique(cells, return_inverse=True)
     batch_of = batch_of.reshape(-1)
-    batch_rank = batches // (2 * (int(step.max()) + 1))
-    # members of each batch, padded: (batches, width)
     order = np.argsort(batch_of, kind="stable")
     counts = np.bincount(batch_of, minlength=len(batches))
     width = int(counts.max())
     slot = np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts)
     members = np.full((len(batches), width), NO_DEP, dtype=np.int64)
     members[batch_of[order], slot] = op[order]
-    # the batch before each one on the same rank (none for a rank's first)
-    prev = np.arange(len(batches)) - 1
-    first = np.ones(len(batches), dtype=bool)
-    first[1:] = batch_rank[1:] != batch_rank[:-1]
-    # per hop: the members of the batch before its sender's and before its receiver's
-    n_hops = hops.size
-    extra = np.full((2 * width, len(schedule)), NO_DEP, dtype=np.int64)
-    for side in range(2):
-        b = batch_of[side * n_hops:(side + 1) * n_hops]
-        deps = np.where(first[b][:, None], NO_DEP, members[np.maximum(prev[b], 0)])
+    per_rank = (int(schedule.step[hops].max()) + 1) * len(np.unique(schedule.kind[hops]))
+    rank_of = batches // per_rank
+    prev = np.arange(len(batches), dtype=np.int64) - 1
+    prev[np.r_[True, rank_of[1:] != rank_of[:-1]]] = -1
+    n = hops.size
+    return _with_deps(schedule, hops, [prev[batch_of[:n]], prev[batch_of[n:]]], members)
+
+
+def _with_deps(schedule: Schedule, hops: np.ndarray, prev_batches: list[np.ndarray],
+               members: np.ndarray) -> Schedule:
+    """Each hop also after the members of the batch before its own, on its sender's side
+    and on its receiver's (`prev_batches`: that batch's row in `members`, -1: none)."""
+    width = members.shape[1]
+    extra = np.full((2 * width, len(schedule)), NO_DEP, dtype=schedule.after.dtype)
+    for side, prev in enumerate(prev_batches):
+        deps = members[np.maximum(prev, 0)]
+        deps[prev < 0] = NO_DEP
         deps[deps >= hops[:, None]] = NO_DEP        # only what was posted earlier in schedule order
         extra[side * width:(side + 1) * width, hops] = deps.T
     after = np.vstack([schedule.after, extra])
+    # the waves stand where every new dependency lies in a wave before its hop's own
+    wave_of = np.searchsorted(schedule.wave_starts, hops, side="right") - 1
+    if (extra[:, hops].max(axis=0) < schedule.wave_starts[wave_of]).all():
+        return dataclasses.replace(schedule, after=after, wave_starts=schedule.wave_starts)
     resources = schedule.resource[None, :]
     if schedule.extra_resources is not None:
         resources = np.vstack([resources, schedule.extra_resources])
