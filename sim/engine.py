@@ -76,8 +76,8 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
     with _gc_paused():
         schedule = scheme.build_schedule(scenario)
         queued = bool(getattr(hw, "p2p_queue", False))
-        if queued:          # NCCL: one stream of point-to-point batches per device
-            schedule = queue_batches(schedule)
+        if queued and not scheme.batches_in_order(scenario):
+            schedule = queue_batches(schedule)     # NCCL: one stream of point-to-point batches per device
         mem = scheme.peak_memory(scenario)
         header = {
             "config": scenario.describe(),

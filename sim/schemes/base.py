@@ -70,6 +70,10 @@ class Scheme:
     """Raise RingsimError, one line, for a configuration this scheme cannot run."""
     settings: Callable[["Scenario"], dict[str, Any]] = field(default=lambda scenario: {})
     """The scheme's own Scenario fields, resolved (for Scenario.describe and tables)."""
+    batches_in_order: Callable[["Scenario"], bool] = field(default=lambda scenario: False)
+    """True where the schedule already makes every point-to-point hop wait for the batch
+    each of its ranks posted before (sim.queues): a device that queues its batches, as
+    NCCL does, then changes nothing, and the engine skips adding the same dependencies."""
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "summary": self.summary}

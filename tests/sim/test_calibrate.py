@@ -215,7 +215,7 @@ def test_an_old_bench_file_still_calibrates(tmp_path):
     committed = calibrate(json.loads((RESULTS / "cpu-bench.json").read_text()))
     assert committed.contention.host.cores == 2 and committed.report["rejected"] == []
     # and an old profile (no host) still loads, playing as it did
-    old = load_profile(RESULTS / "cpu-profile.json")
+    old = load_profile(RESULTS / "cpu-profile-host-before.json")
     assert old.contention.host is None and old.contention.concurrency is not None
 
 
@@ -258,3 +258,19 @@ def test_calibration_chooses_the_table_for_a_step_and_the_profile_interpolates_i
     # the choice survives the profile's file
     again = profile_from_dict(json.loads(json.dumps(p.to_dict())))
     assert again.compute_model == "table" and at(4.25e9, again) == pytest.approx(1.5e-3)
+
+
+def test_the_sharing_law_is_relative_to_the_block_time_the_simulator_starts_from():
+    """The concurrency part's one process ran its block in 8 ms, the compute part the same
+    block in 10 ms (the time the simulator multiplies): two processes at 10 ms are no
+    sharing at all, three at 16 ms are 1.6x; the median block counts, not a slow outlier."""
+    b = bench()
+    shape = {"kind": "fwd", "dtype": "fp32", "heads": 8, "kv_heads": 8, "head_dim": 64, "q_tokens": 1024,
+             "kv_tokens": 1024, "mask": "full"}
+    b["compute"].append({**shape, "flops": 4 * 64 * 8 * 1024 * 1024, "time_s": [0.010, 0.010, 0.011]})
+    b["concurrency"] = [{**shape, "processes": 1, "time_s": [0.008] * 3},
+                        {**shape, "processes": 2, "time_s": [0.010, 0.010, 0.010, 0.010, 0.050, 0.050]},
+                        {**shape, "processes": 3, "time_s": [0.016] * 9}]
+    p = calibrate(b)
+    assert p.contention.host.law == (pytest.approx((1, 1.0)), pytest.approx((2, 1.0)), pytest.approx((3, 1.6)))
+    assert p.report["rejected"] == []

@@ -5,11 +5,12 @@ import dataclasses
 import itertools
 
 import numpy as np
+import pytest
 
-from sim.config import Link, Scenario, Workload
+from sim.config import Hardware, Link, Scenario, Workload
 from sim.engine import play, simulate
 from sim.queues import queue_batches
-from sim.schedule import ComputeOp, Schedule, TransferOp
+from sim.schedule import KINDS, ComputeOp, Schedule, TransferOp
 from sim.schemes import get as get_scheme
 from tests.sim.test_calibrate import bench
 from sim.calibrate import calibrate
@@ -93,3 +94,46 @@ def test_gpu_presets_and_nccl_profiles_queue_gloo_profiles_do_not():
     assert calibrate(b).p2p_queue is True
     assert simulate(Scenario(workload=Workload(seq=6144, heads=8, kv_heads=8, head_dim=64, dtype="fp32"),
                              n_gpus=3), calibrate(bench())).meta["p2p_queue"] is False
+
+
+@pytest.mark.parametrize("layout,causal,n,sync,overlap,nodes", [
+    ("zigzag", True, 4, "step", True, False), ("contiguous", True, 3, "step", True, False),
+    ("striped", False, 8, "step", True, True), ("zigzag", True, 8, "step", False, True),
+    ("contiguous", False, 3, "buffered", False, False),
+])
+def test_where_the_ring_says_its_batches_are_in_order_the_queue_adds_no_dependency(
+        layout, causal, n, sync, overlap, nodes):
+    """The ring's claim (batches_in_order) against the queue's own dependencies."""
+    w = Workload(seq=24 * n, heads=2, kv_heads=2, head_dim=8, causal=causal)
+    hw = Hardware(link=Link(bandwidth_gbps=100.0), inter_link=Link(bandwidth_gbps=5.0) if nodes else None,
+                  gpus_per_node=2)
+    sc = Scenario(workload=w, hardware=hw, n_gpus=n, layout=layout, sync=sync, overlap=overlap)
+    ring = get_scheme("ring")
+    assert ring.batches_in_order(sc)
+    s = ring.build_schedule(sc)
+    q = queue_batches(s)
+    before: list[set[int]] = []            # every op's ancestors in the schedule as built
+    for op in range(len(s)):
+        deps = set(s.after[:, op].tolist()) - {-1}
+        before.append(deps.union(*(before[d] for d in deps)))
+    for op in range(len(s)):               # every added dependency was implied already
+        new = set(q.after[s.after.shape[0]:, op].tolist()) - {-1}
+        assert new <= before[op]
+    # backward, and forward with a buffered double buffer, are not in order by construction
+    assert not ring.batches_in_order(Scenario(workload=Workload(seq=24 * n, heads=2, kv_heads=2, head_dim=8,
+                                                                pass_="bwd"), n_gpus=n))
+    assert not ring.batches_in_order(Scenario(workload=w, n_gpus=n, sync="buffered"))
+
+
+def test_in_backward_the_queue_adds_what_the_ring_does_not_imply():
+    sc = Scenario(workload=Workload(seq=96, heads=2, kv_heads=2, head_dim=8, pass_="bwd"), n_gpus=4)
+    s = get_scheme("ring").build_schedule(sc)
+    q = queue_batches(s)
+    before: list[set[int]] = []
+    for op in range(len(s)):
+        deps = set(s.after[:, op].tolist()) - {-1}
+        before.append(deps.union(*(before[d] for d in deps)))
+    added = [(op, d) for op in range(len(s)) for d in set(q.after[s.after.shape[0]:, op].tolist()) - {-1}
+             if d not in before[op]]
+    # K/V hop k behind dK/dV hop k-1 (and dK/dV hop k behind K/V hop k), on both ranks
+    assert added and {(KINDS[s.kind[op]], KINDS[s.kind[d]]) for op, d in added} == {("kv", "dkv"), ("dkv", "kv")}
