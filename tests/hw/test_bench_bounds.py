@@ -57,3 +57,18 @@ def test_a_repeat_within_the_bound_is_kept(capsys):
         lambda e: ring_violation(e, 2), "ring")
     assert entry["compute_slowdown"] == 1.7 and entry["attempts"] == 2 and "rejected" not in entry
     assert capsys.readouterr().err == ""
+
+
+def test_a_slowdown_far_above_its_bound_is_measured_again_and_the_least_kept():
+    # 3 processes on 2 cores: bound 1.5x; 2.8x is more than 1.5 times that, 1.6x is not
+    values = iter([2.8, 1.6, 9.9])
+    entry = measure_within_bounds(
+        lambda: {"processes": 3, "threads_per_rank": 1, "bound": 1.5, "slow": next(values)},
+        lambda e: None, "concurrency 3", slowdown=lambda e: e["slow"])
+    assert entry["slow"] == 1.6 and entry["attempts"] == 2 and entry["attempt_slowdowns"] == [2.8, 1.6]
+    # every attempt suspect: the least slowed of the three
+    values = iter([3.0, 2.6, 2.9])
+    entry = measure_within_bounds(
+        lambda: {"processes": 3, "threads_per_rank": 1, "bound": 1.5, "slow": next(values)},
+        lambda e: None, "concurrency 3", slowdown=lambda e: e["slow"])
+    assert entry["slow"] == 2.6 and entry["attempts"] == 3 and entry["attempt_slowdowns"] == [3.0, 2.6, 2.9]
