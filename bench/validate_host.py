@@ -19,7 +19,8 @@ import time
 
 from hw.config import RunConfig
 from hw.launch import run_config
-from hw.validate import compare_case, matrix, summarize
+from hw.validate import matrix, summarize
+from sim.validation import compare_case
 from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.profile import load_profile

@@ -131,9 +131,10 @@ def cmd_check(a: argparse.Namespace) -> int:
 
     def show(row) -> None:
         if not a.json:
-            print(f"  {row['key']:34} measured {row['measured_s'] * 1e3:7.1f} ms, predicted "
-                  f"{row['predicted_s'] * 1e3:7.1f} ms ({row['error']:+.1%}); compute block "
-                  f"{row['compute_block_s']['error']:+.1%}, transfer {row['transfer_s']['error']:+.1%}",
+            parts = row["parts"]
+            print(f"  {row['key']:39} measured {row['measured_median_s'] * 1e3:7.1f} ms, predicted "
+                  f"{row['simulated_s'] * 1e3:7.1f} ms ({row['error']:+.1%}); compute "
+                  f"{parts['compute_s']['error']:+.1%}, transfer {parts['mean_transfer_s']['error']:+.1%}",
                   file=sys.stderr, flush=True)
 
     result = check(profile, tolerance=a.tolerance, on_probe=show)

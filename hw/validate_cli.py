@@ -110,7 +110,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from sim.profile import load_profile
     from hw.config import RunConfig
     from sim.host import mismatch_line, this_host
-    from hw.validate import WORLD_SIZES, compare_case, default_schemes, markdown, matrix, ulysses_fits
+    from hw.validate import WORLD_SIZES, default_schemes, markdown, matrix, ulysses_fits
+    from sim.validation import compare_case
 
     profile = load_profile(a.profile)
     kind = profile.measured_on.get("kind", "cpu")

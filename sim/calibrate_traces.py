@@ -33,18 +33,11 @@ from sim.config import scenario_from_config
 from sim.contention import Contention
 from sim.engine import simulate
 from sim.errors import RingsimError
-from sim.metrics import compute_metrics, step_durations
 from sim.profile import Profile
 from sim.schedule import KINDS, MASKS
 from sim.schemes import get as get_scheme
 from sim.trace import KIND_NAMES, Trace
-
-def case_key(config: dict[str, Any]) -> str:
-    """scheme/layout/mask/world size/sequence/pass of a trace's configuration."""
-    w = config.get("workload", {})
-    return (f"{config.get('scheme', 'ring')}/{config.get('layout')}/{'causal' if w.get('causal') else 'full'}/"
-            f"ws{config.get('n_gpus')}/seq{w.get('seq')}/{w.get('pass')}")
-
+from sim.validation import Case, compare_case
 
 def _measured(trace: Trace, source: str) -> None:
     if trace.source != "measured":
@@ -71,7 +64,7 @@ def compute_points(trace: Trace, source: str = "") -> list[dict[str, Any]]:
         seen[key] = n + 1
         if not mine or n >= len(mine):
             raise RingsimError(f"{source}: compute span of rank {key[0]}, step {key[2]} ({key[1]}) is not in "
-                               f"the schedule of its configuration ({case_key(trace.config)})")
+                               f"the schedule of its configuration ({Case.from_config(trace.config).key})")
         op = mine[n]
         flops = float(c.flops[j])
         if abs(flops - float(sched.flops[op])) > 1e-6 * max(1.0, flops):
@@ -111,7 +104,7 @@ def calibrate_from_traces(traces: list[tuple[Trace, str]], source: str = "") -> 
     for trace, path in traces:
         compute += compute_points(trace, path)
         transfer += transfer_points(trace)
-        cases.setdefault(case_key(trace.config), []).append(path)
+        cases.setdefault(Case.from_config(trace.config).key, []).append(path)
     if len(transfer) < 2:
         raise RingsimError("the traces hold fewer than two transfers: a link cannot be fitted "
                            "(a world size of 2 or more is needed)")
@@ -135,30 +128,23 @@ def calibrate_from_traces(traces: list[tuple[Trace, str]], source: str = "") -> 
 def holdout(traces: list[tuple[Trace, str]], profiles: dict[str, Any],
             on_case: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Every held-out case (its repeats grouped) predicted by each named profile: the
-    makespan error against the measured median and the median per-step error."""
+    makespan error against the measured median and the median per-step error, as
+    `ringsim validate` scores a case (sim.validation.compare_case)."""
     by_case: dict[str, list[Trace]] = {}
     for trace, path in traces:
         _measured(trace, path)
-        by_case.setdefault(case_key(trace.config), []).append(trace)
+        by_case.setdefault(Case.from_config(trace.config).key, []).append(trace)
     rows = []
     for key, runs in sorted(by_case.items()):
-        makespans = [compute_metrics(t).makespan_s for t in runs]
-        measured = statistics.median(makespans)
-        steps = [step_durations(t) for t in runs]
-        row: dict[str, Any] = {"key": key, "repeats": len(runs), "measured_s": measured,
-                               "measured_min_s": min(makespans), "measured_max_s": max(makespans)}
+        case = Case.from_config(runs[0].config)
         scenario = scenario_from_config(runs[0].config)
+        row: dict[str, Any] = {"key": key, "repeats": len(runs)}
         for name, profile in profiles.items():
-            sim = simulate(scenario, profile)
-            predicted = compute_metrics(sim).makespan_s
-            sim_steps = step_durations(sim)
-            errs = []
-            for k, d in sim_steps.items():
-                meas = [s[k] for s in steps if k in s]
-                if meas and statistics.median(meas) > 0:
-                    errs.append(abs(d - statistics.median(meas)) / statistics.median(meas))
-            row[name] = {"predicted_s": predicted, "error": (predicted - measured) / measured,
-                         "step_median_abs_error": statistics.median(errs) if errs else None}
+            r = compare_case(case, runs, simulate(scenario, profile))
+            row.update(measured_s=r["measured_median_s"], measured_min_s=r["measured_min_s"],
+                       measured_max_s=r["measured_max_s"])
+            row[name] = {"predicted_s": r["simulated_s"], "error": r["error"],
+                         "step_median_abs_error": r["step_median_abs_error"]}
         rows.append(row)
         if on_case:
             on_case(row)

@@ -50,7 +50,7 @@ def test_the_check_holds_for_the_hosts_own_model_and_fails_past_the_tolerance(ke
     r = check(truth)
     assert not r["holds"]
     for row in r["probes"]:
-        assert row["compute_block_s"]["error"] == pytest.approx(1 / 1.25 - 1)
+        assert row["parts"]["compute_s"]["error"] == pytest.approx(1 / 1.25 - 1)
         assert row["error"] < -0.10
 
 

@@ -5,7 +5,8 @@ import pytest
 from sim.config import Gpu, Hardware, Link, Scenario, Workload
 from sim.engine import simulate
 from sim.trace import Span, Trace
-from hw.validate import Case, compare_case, markdown, matrix, summarize
+from hw.validate import markdown, matrix, summarize
+from sim.validation import Case, compare_case
 from sim.metrics import step_durations
 
 

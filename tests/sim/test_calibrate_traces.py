@@ -6,13 +6,14 @@ import json
 import pytest
 
 from sim.calibrate import calibrate
-from sim.calibrate_traces import calibrate_from_traces, case_key, compute_points, holdout
+from sim.calibrate_traces import calibrate_from_traces, compute_points, holdout
 from sim.config import scenario_from_config
 from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.metrics import compute_metrics
 from sim.trace import Trace
+from sim.validation import Case
 from tests.sim.test_calibrate import LATENCY, BW, OVERHEAD, RATE, DIAG_RATE, bench
 
 
@@ -106,6 +107,6 @@ def test_scenario_and_key_of_a_header():
     sc = case(3072, "striped", 3)
     config = simulate(sc, known_profile()).config
     assert scenario_from_config(config).describe() == sc.describe()
-    assert case_key(config) == "ring/striped/causal/ws3/seq3072/fwd"
+    assert Case.from_config(config).key == "ring/striped/causal/ws3/seq3072/fwd"
     with pytest.raises(RingsimError, match="no usable configuration"):
         scenario_from_config({"n_gpus": 2})

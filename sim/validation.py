@@ -1,0 +1,124 @@
+"""How far a simulated run falls from measured runs of the same case.
+
+For one case (a scheme, layout, mask, world size, sequence length and pass) the real
+kernel gives several measured traces (repeats) and the simulator gives one.
+`compare_case` reports the measured spread (min, median, max, coefficient of variation),
+the makespan error against the median, the error of every rank's every step, and a
+breakdown that says which part of the model misses: compute (sum of compute spans),
+transfer (mean time of a transfer: a ring hop, an all-gather or all-to-all piece),
+exposed communication, and the clock skew between ranks (how far apart their first
+computes start). It reads traces only: `ringsim validate` (hw.validate), `ringsim
+calibrate --check` (hw.check) and the held-out runs of calibration from traces
+(sim.calibrate_traces) all score their runs with it. A step's duration is
+sim.metrics.step_durations.
+
+Step errors are |simulated - measured| / measured per (rank, step),
+the measured side the median over repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sim.errors import RingsimError
+from sim.metrics import step_durations
+from sim.trace import Trace
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured configuration: its layout, mask, ranks, tokens, pass and scheme."""
+
+    layout: str
+    causal: bool
+    world_size: int
+    seq: int
+    pass_: str = "fwd"
+    scheme: str = "ring"
+
+    @property
+    def key(self) -> str:
+        return (f"{self.scheme}/{self.layout}/{'causal' if self.causal else 'full'}/ws{self.world_size}/"
+                f"seq{self.seq}/{self.pass_}")
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "Case":
+        """The case a trace header describes (Scenario.describe() shape)."""
+        try:
+            w = config["workload"]
+            return cls(config["layout"], bool(w["causal"]), int(config["n_gpus"]), int(w["seq"]), w["pass"],
+                       config.get("scheme", "ring"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise RingsimError(f"the trace's header has no usable configuration (missing or bad {e})") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pass"] = d.pop("pass_")
+        return d
+
+
+def _components(trace: Trace) -> dict[str, float]:
+    compute = sum(s.duration_s for s in trace.spans if s.stream == "compute")
+    sends = [s.duration_s for s in trace.spans if s.stream == "send"]
+    exposed = sum(s.duration_s for s in trace.spans if s.stream == "wait" and s.kind != "idle")
+    first = {}
+    for s in trace.spans:
+        if s.stream == "compute":
+            first[s.rank] = min(first.get(s.rank, s.start_s), s.start_s)
+    skew = (max(first.values()) - min(first.values())) if first else 0.0
+    return {"compute_s": compute, "mean_transfer_s": statistics.mean(sends) if sends else 0.0,
+            "exposed_comm_s": exposed, "first_compute_skew_s": skew}
+
+
+def _rel(sim: float, meas: float) -> float | None:
+    return (sim - meas) / meas if meas > 0 else None
+
+
+def compare_case(case: Case, measured: list[Trace], simulated: Trace) -> dict[str, Any]:
+    """One row of the validation report."""
+    spans = sorted(t.makespan_s for t in measured)
+    med = statistics.median(spans)
+    mean = statistics.mean(spans)
+    cv = statistics.stdev(spans) / mean if len(spans) > 1 and mean > 0 else 0.0
+    sim = simulated.makespan_s
+    # per-step errors against the median of the repeats
+    per_repeat = [step_durations(t) for t in measured]
+    sim_steps = step_durations(simulated)
+    step_errors = []
+    steps = []
+    for key in sorted(sim_steps):
+        vals = [d[key] for d in per_repeat if key in d]
+        if not vals:
+            continue
+        m = statistics.median(vals)
+        err = abs(sim_steps[key] - m) / m if m > 0 else None
+        steps.append({"rank": key[0], "step": key[1], "measured_s": m,
+                      "simulated_s": sim_steps[key], "abs_error": err})
+        if err is not None:
+            step_errors.append(err)
+    comp_meas = [_components(t) for t in measured]
+    comp_sim = _components(simulated)
+    parts = {}
+    for name in ("compute_s", "mean_transfer_s", "exposed_comm_s"):
+        m = statistics.median(c[name] for c in comp_meas)
+        parts[name] = {"measured": m, "simulated": comp_sim[name], "error": _rel(comp_sim[name], m)}
+    # the clock skew is the measurement's (how far apart the ranks began); the simulator's
+    # ranks start together unless the schedule holds one back
+    parts["first_compute_skew_s"] = {"measured": statistics.median(c["first_compute_skew_s"] for c in comp_meas),
+                                     "simulated": comp_sim["first_compute_skew_s"]}
+    return {
+        **case.to_dict(),
+        "repeats": len(spans),
+        "measured_min_s": spans[0], "measured_median_s": med, "measured_max_s": spans[-1],
+        "measured_cv": cv,
+        "simulated_s": sim,
+        "error": (sim - med) / med,
+        "abs_error": abs(sim - med) / med,
+        "within_range": spans[0] <= sim <= spans[-1],
+        "step_median_abs_error": statistics.median(step_errors) if step_errors else None,
+        "step_max_abs_error": max(step_errors) if step_errors else None,
+        "parts": parts,
+        "steps": steps,
+    }
