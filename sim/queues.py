@@ -44,12 +44,12 @@ def queue_batches(schedule: Schedule) -> Schedule:
     received_in = (dst * n_steps + step) * n_kinds + k
     sends = np.bincount(sent_in, minlength=n_cells)
     receives = np.bincount(received_in, minlength=n_cells)
-    if sends.max() > 1 or receives.max() > 1:
-        return _queue_sorted(schedule, hops, sent_in, received_in)
-    # members: the hop a batch sends and the hop it receives
-    members = np.full((n_cells, 2), NO_DEP, dtype=np.int64)
-    members[sent_in, 0] = hops
-    members[received_in, 1] = hops
+    # members: the hops a batch sends, then the hops it receives (one of each in a ring)
+    send_slot, n_send = _slots(sent_in, sends)
+    recv_slot, n_recv = _slots(received_in, receives)
+    members = np.full((n_cells, n_send + n_recv), NO_DEP, dtype=np.int64)
+    members[sent_in, send_slot] = hops
+    members[received_in, n_send + recv_slot] = hops
     # the batch before each one on the same rank: the last non-empty cell before it
     cell = np.arange(n_cells, dtype=np.int64)
     last = np.maximum.accumulate(np.where((sends + receives) > 0, cell, -1))
@@ -60,25 +60,17 @@ def queue_batches(schedule: Schedule) -> Schedule:
     return _with_deps(schedule, hops, [prev[sent_in], prev[received_in]], members)
 
 
-def _queue_sorted(schedule: Schedule, hops: np.ndarray, sent_in: np.ndarray, received_in: np.ndarray) -> Schedule:
-    """queue_batches where a rank sends (or receives) several hops of one kind at one step:
-    the batches' members gathered by sorting instead of a table of two."""
-    cells = np.concatenate([sent_in, received_in])
-    op = np.concatenate([hops, hops])
-    batches, batch_of = np.unique(cells, return_inverse=True)
-    batch_of = batch_of.reshape(-1)
-    order = np.argsort(batch_of, kind="stable")
-    counts = np.bincount(batch_of, minlength=len(batches))
+def _slots(cells: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each entry's place among the entries of its cell (in order), and the most places
+    a cell needs: all 0 where no cell holds two (a ring's batches), without sorting."""
     width = int(counts.max())
-    slot = np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts)
-    members = np.full((len(batches), width), NO_DEP, dtype=np.int64)
-    members[batch_of[order], slot] = op[order]
-    per_rank = (int(schedule.step[hops].max()) + 1) * len(np.unique(schedule.kind[hops]))
-    rank_of = batches // per_rank
-    prev = np.arange(len(batches), dtype=np.int64) - 1
-    prev[np.r_[True, rank_of[1:] != rank_of[:-1]]] = -1
-    n = hops.size
-    return _with_deps(schedule, hops, [prev[batch_of[:n]], prev[batch_of[n:]]], members)
+    if width <= 1:
+        return np.zeros(len(cells), dtype=np.int64), 1
+    order = np.argsort(cells, kind="stable")
+    starts = np.cumsum(counts) - counts
+    slot = np.empty(len(cells), dtype=np.int64)
+    slot[order] = np.arange(len(cells)) - starts[cells[order]]
+    return slot, width
 
 
 def _with_deps(schedule: Schedule, hops: np.ndarray, prev_batches: list[np.ndarray],

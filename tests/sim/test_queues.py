@@ -12,6 +12,7 @@ from sim.engine import play, simulate
 from sim.queues import queue_batches
 from sim.schedule import KINDS, ComputeOp, Schedule, TransferOp
 from sim.schemes import get as get_scheme
+from tests.sim.reference import reference_trace_spans
 from tests.sim.test_calibrate import bench
 from sim.calibrate import calibrate
 
@@ -137,3 +138,15 @@ def test_in_backward_the_queue_adds_what_the_ring_does_not_imply():
              if d not in before[op]]
     # K/V hop k behind dK/dV hop k-1 (and dK/dV hop k behind K/V hop k), on both ranks
     assert added and {(KINDS[s.kind[op]], KINDS[s.kind[d]]) for op, d in added} == {("kv", "dkv"), ("dkv", "kv")}
+
+
+def test_batches_of_several_hops_queue_as_the_op_by_op_reference_does():
+    # rank 0 sends two K/V hops at step 0 (to 1 and 2) and receives one: one batch of three
+    ops = [hop(0, 0, 1, "kv", 0, 2), hop(1, 0, 2, "kv", 0, 3), hop(2, 2, 0, "kv", 0, 1),
+           hop(3, 1, 2, "dkv", 0, 1), hop(4, 2, 0, "dkv", 0, 2), hop(5, 0, 1, "kv", 1, 1),
+           block(6, 0, 1, after=[5])]
+    s = Schedule.from_ops(3, ops)
+    w = Workload(seq=8, heads=1, kv_heads=1, head_dim=8)
+    want = reference_trace_spans(ops, 3, Seconds(), w, queue=True)
+    assert play(queue_batches(s), Seconds(), w).spans == want
+    assert play(s, Seconds(), w).spans != want           # the queue changes this schedule
