@@ -15,6 +15,7 @@ import torch
 
 from sim.layouts import chunks_of_rank, exact_work
 from sim.trace import Trace
+from tests.hw import test_schemes_common as common
 from tests.hw.conftest import max_err, reference_attention
 
 LAYOUTS = ("contiguous", "striped", "zigzag")
@@ -38,57 +39,9 @@ def _inputs(case: dict, world: int):
     return q, k, v, dout
 
 
-def run_cases(ctx, cases: list[dict]) -> list[dict]:
-    """Run in every rank: each case forward and backward; this rank's outputs and spans."""
-    from hw.blocks import select_block_ops
-    from hw.comm import Ring
-    from hw.layouts import shard
-    from hw.ring import heads_first_memory, ring_backward, ring_forward
-    from hw.timing import CpuClock, Recorder
-
-    torch.set_num_threads(1)
-    n, r = ctx.world, ctx.rank
-    rows = []
-    for i, case in enumerate(cases):
-        mine = [shard(x, case["layout"], n, r) for x in _inputs(case, n)]
-        if i % 2:   # both memory orders: heads-first K/V travel from the caller's tensors
-            mine = [heads_first_memory(x) for x in mine]
-        before = [x.clone() for x in mine]
-        clock = CpuClock(30.0)
-        rec = Recorder(clock, r)
-        ring = Ring(r, n, ctx.group, clock, rec)
-        ops = select_block_ops("cpu", case["dtype"], HEAD_DIM)
-        args = dict(ring=ring, layout=case["layout"], causal=case["causal"], ops=ops)
-        ctx.barrier()
-        clock.origin = clock.mark()
-        out, lse = ring_forward(*mine[:3], **args)
-        grads = ring_backward(mine[3], *mine[:3], out, lse, step0=n, **args)
-        clock.close()
-        rows.append({"outputs": [x.contiguous() for x in (out, *grads)],
-                     "spans": [s.to_dict() for s in rec.spans()],
-                     "inputs_kept": all(torch.equal(a, b) for a, b in zip(mine, before))})
-    return rows
-
-
-class _Solo:
-    rank, world, group = 0, 1, None
-
-    def barrier(self) -> None:
-        pass
-
-
-_RESULTS: dict[int, list[list[dict]]] = {}
-
-
 def results(world: int) -> list[list[dict]]:
     """Per rank, per case: outputs and spans (one spawned group per world size, cached)."""
-    if world not in _RESULTS:
-        if world == 1:
-            _RESULTS[world] = [run_cases(_Solo(), CASES)]
-        else:
-            from hw.spawn import spawn
-            _RESULTS[world] = spawn(run_cases, world, args=(CASES,), timeout_s=60.0)
-    return _RESULTS[world]
+    return common.results("ring", CASES, world, _inputs)
 
 
 def _id(case: dict) -> str:

@@ -1,5 +1,5 @@
-"""Shared runner of the all-gather and Ulysses kernel tests: every case of a world size
-in one spawned group (start-up paid once), each rank returning its outputs and spans."""
+"""Shared runner of the kernel tests (ring, all-gather, Ulysses): every case of a world
+size in one spawned group (start-up paid once), each rank returning its outputs and spans."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ def inputs(case: dict, world: int):
     return q, k, v, dout
 
 
-def run_cases(ctx, cases: list[dict]) -> list[dict]:
-    """Run in every rank: each case forward (steps from 0) and backward (steps from N)."""
+def run_cases(ctx, cases: list[dict], make_inputs=inputs) -> list[dict]:
+    """Run in every rank: each case forward (steps from 0) and backward (steps from N),
+    on `make_inputs(case, world)` (a case names its scheme, ring by default, and dtype)."""
     from hw.blocks import select_block_ops
     from hw.comm import Ring
     from hw.kernels import kernels
@@ -32,15 +33,15 @@ def run_cases(ctx, cases: list[dict]) -> list[dict]:
     n, r = ctx.world, ctx.rank
     rows = []
     for i, case in enumerate(cases):
-        mine = [shard(x, case["layout"], n, r) for x in inputs(case, n)]
+        mine = [shard(x, case["layout"], n, r) for x in make_inputs(case, n)]
         if i % 2:
             mine = [heads_first_memory(x) for x in mine]
         before = [x.clone() for x in mine]
-        forward, backward = kernels(case["scheme"])
+        forward, backward = kernels(case.get("scheme", "ring"))
         clock = CpuClock(30.0)
         rec = Recorder(clock, r)
         ring = Ring(r, n, ctx.group, clock, rec)
-        ops = select_block_ops("cpu", "fp32", HEAD_DIM)
+        ops = select_block_ops("cpu", case.get("dtype", "fp32"), HEAD_DIM)
         args = dict(ring=ring, layout=case["layout"], causal=case["causal"], ops=ops)
         ctx.barrier()
         clock.origin = clock.mark()
@@ -63,14 +64,15 @@ class Solo:
 _RESULTS: dict[tuple[str, int], list[list[dict]]] = {}
 
 
-def results(name: str, cases: list[dict], world: int) -> list[list[dict]]:
+def results(name: str, cases: list[dict], world: int, make_inputs=inputs) -> list[list[dict]]:
+    """Per rank, per case: outputs and spans (one spawned group per name and world size, cached)."""
     key = (name, world)
     if key not in _RESULTS:
         if world == 1:
-            _RESULTS[key] = [run_cases(Solo(), cases)]
+            _RESULTS[key] = [run_cases(Solo(), cases, make_inputs)]
         else:
             from hw.spawn import spawn
-            _RESULTS[key] = spawn(run_cases, world, args=(cases,), timeout_s=60.0)
+            _RESULTS[key] = spawn(run_cases, world, args=(cases, make_inputs), timeout_s=60.0)
     return _RESULTS[key]
 
 
