@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.trace import COMPUTE
 
 if TYPE_CHECKING:
     from sim.config import Scenario
@@ -83,6 +84,26 @@ _SETTING_DEFAULTS = {"ulysses_degree": None, "ring_degree": None, "placement": "
                      "head_groups": 1}
 _SETTING_FLAGS = {"ulysses_degree": "--ulysses-degree", "ring_degree": "--ring-degree",
                   "placement": "--placement", "head_groups": "--head-groups"}
+
+
+def ring_step_grid(trace: "Trace", work: np.ndarray, ring: int) -> np.ndarray:
+    """Query chunk x key chunk: the ring step (step mod `ring`) at which the trace's first
+    pass (fwd before bwd) computed each pair; NaN where no compute covered it or the pair
+    has no work (the block map of the ring and of the hybrid's rings)."""
+    grid = np.full(work.shape, np.nan)
+    c = trace.columns
+    comp = np.flatnonzero(c.stream == COMPUTE)
+    if len(comp):
+        kinds = c.kind[comp]
+        sel = comp[kinds == kinds.min()]
+        q, k = c.chunk_matrix("q_chunks")[sel], c.chunk_matrix("kv_chunks")[sel]
+        step = (c.step[sel] % ring).astype(np.float64)
+        for i in range(q.shape[1]):
+            for j in range(k.shape[1]):
+                ok = (q[:, i] >= 0) & (k[:, j] >= 0) & (q[:, i] < work.shape[0]) & (k[:, j] < work.shape[1])
+                grid[q[ok, i], k[ok, j]] = step[ok]
+    grid[work == 0] = np.nan
+    return grid
 
 
 def only_settings(scenario: "Scenario", scheme: str, *own: str) -> None:

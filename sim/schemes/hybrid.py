@@ -44,10 +44,10 @@ from sim.config import ACCUM_BYTES, Scenario, Workload
 from sim.errors import RingsimError
 from sim.layouts import chunk_pair_work, chunks_of_rank, get as get_layout
 from sim.schedule import A2A, BWD, DKV, FWD, NO_DEP, Schedule, ScheduleBuilder
-from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings
+from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.schemes.ring import build_ring_schedule
 from sim.topology import Topology
-from sim.trace import COMPUTE, Trace
+from sim.trace import Trace
 
 PHASES = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}
 
@@ -246,19 +246,7 @@ def block_map_of(trace: Trace, u: int, r: int, placement: str) -> BlockMap:
     except (KeyError, TypeError, ValueError, RingsimError):
         raise RingsimError("the trace's header has no layout or workload to draw the block map") from None
     work = chunk_pair_work(layout, seq, r, causal)
-    grid = np.full(work.shape, np.nan)
-    col = trace.columns
-    comp = np.flatnonzero(col.stream == COMPUTE)
-    if len(comp):
-        kinds = col.kind[comp]
-        sel = comp[kinds == kinds.min()]
-        q, k = col.chunk_matrix("q_chunks")[sel], col.chunk_matrix("kv_chunks")[sel]
-        step = (col.step[sel] % r).astype(np.float64)
-        for a in range(q.shape[1]):
-            for c in range(k.shape[1]):
-                ok = (q[:, a] >= 0) & (k[:, c] >= 0) & (q[:, a] < work.shape[0]) & (k[:, c] < work.shape[1])
-                grid[q[ok, a], k[ok, c]] = step[ok]
-    grid[work == 0] = np.nan
+    grid = ring_step_grid(trace, work, r)
     owner = rank_grid(u, r, placement)[lay.owner_of_chunk(r), 0]
     label = (f"step (every pair at once, {u} GPUs on 1/{u} of the heads each)" if r == 1
              else f"ring step ({u} rings side by side, 1/{u} of the heads each)")

@@ -47,8 +47,8 @@ from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.layouts import (block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank,
                          get as get_layout)
 from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
-from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings
-from sim.trace import COMPUTE, Trace
+from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
+from sim.trace import Trace
 
 _ROWS = 1 << 18
 """Grid entries gathered per pass (a few MB of temporaries, reused by the allocator)."""
@@ -348,20 +348,7 @@ def block_map(trace: Trace) -> BlockMap:
         raise RingsimError("the trace's header has no layout or workload to draw the block map") from None
     n = trace.world_size
     work = chunk_pair_work(layout, seq, n, causal)
-    grid = np.full(work.shape, np.nan)
-    c = trace.columns
-    comp = c.stream == COMPUTE
-    if comp.any():
-        kinds = c.kind[comp]
-        first = kinds.min()      # fwd before bwd: the first pass the trace has
-        sel = np.flatnonzero(comp)[kinds == first]
-        q, k = c.chunk_matrix("q_chunks")[sel], c.chunk_matrix("kv_chunks")[sel]
-        step = (c.step[sel] % n).astype(np.float64)
-        for i in range(q.shape[1]):
-            for j in range(k.shape[1]):
-                ok = (q[:, i] >= 0) & (k[:, j] >= 0) & (q[:, i] < work.shape[0]) & (k[:, j] < work.shape[1])
-                grid[q[ok, i], k[ok, j]] = step[ok]
-    grid[work == 0] = np.nan
+    grid = ring_step_grid(trace, work, n)
     return BlockMap(value=grid, work=work, owner=lay.owner_of_chunk(n), chunk_size=seq // lay.n_chunks(n),
                     value_label="ring step", axis_label=lay.chunk_axis)
 
