@@ -28,17 +28,6 @@ def kernel_is(monkeypatch):
     return use
 
 
-def slower(factor):
-    from sim.calibrate import calibrate
-    from tests.sim.test_calibrate import bench
-
-    b = bench(slowdown=1.0)
-    b.update(device={"kind": "cpu", "name": "test cpu"}, concurrency=[])
-    for e in b["compute"]:
-        e["time_s"] = [factor * t for t in e["time_s"]]
-    return calibrate(b)
-
-
 def test_the_check_holds_for_the_hosts_own_model_and_fails_past_the_tolerance(kernel_is):
     truth = known_profile()
     kernel_is(truth)
@@ -46,7 +35,7 @@ def test_the_check_holds_for_the_hosts_own_model_and_fails_past_the_tolerance(ke
     assert r["holds"] and r["worst_abs_error"] == pytest.approx(0, abs=1e-12)
     assert [p["key"] for p in r["probes"]] == [p.key for p in PROBES]
     # the host is 25% slower at compute than the profile says
-    kernel_is(slower(1.25))
+    kernel_is(known_profile(1.25))
     r = check(truth)
     assert not r["holds"]
     for row in r["probes"]:
@@ -62,7 +51,7 @@ def test_check_cli_says_it_in_words_and_exit_status(kernel_is, tmp_path, capsys)
     assert main(["calibrate", "--check", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"{path} still predicts this host within 10%" in out
-    kernel_is(slower(1.25))
+    kernel_is(known_profile(1.25))
     assert main(["calibrate", "--check", str(path)]) == 1
     out = capsys.readouterr().out
     assert "no longer predicts" in out and "recalibrate here" in out
@@ -82,7 +71,7 @@ def test_from_traces_writes_a_profile_and_compares_held_out_runs(tmp_path, capsy
         measured(case(6144, "striped", 3), truth).save(p)
         held.append(str(p))
     other = tmp_path / "other.json"
-    slower(2.0).save(other)
+    known_profile(2.0).save(other)
     out = tmp_path / "p.json"
     argv = ["calibrate", "--from-traces", *fit, "--holdout", *held, "--compare", str(other), "-o", str(out)]
     assert main(argv) == 0

@@ -17,10 +17,14 @@ from sim.validation import Case
 from tests.sim.test_calibrate import LATENCY, BW, OVERHEAD, RATE, DIAG_RATE, bench
 
 
-def known_profile():
+def known_profile(compute_factor: float = 1.0):
+    """The synthetic bench's models with no contention (every span is its model's time),
+    every block `compute_factor` times as long."""
     b = bench(slowdown=1.0)
-    b["device"]["kind"] = "cuda"          # no contention: every span is its model's time
+    b["device"]["kind"] = "cuda"
     b["concurrency"] = []
+    for e in b["compute"]:
+        e["time_s"] = [compute_factor * t for t in e["time_s"]]
     p = calibrate(b)
     assert not p.contention.active
     return p
@@ -67,11 +71,7 @@ def test_held_out_runs_are_predicted_by_each_profile():
     truth = known_profile()
     fit_on = [(measured(case(s), truth), str(s)) for s in (2048, 4096)]
     p = calibrate_from_traces(fit_on)
-    b = bench(slowdown=1.0)
-    b.update(device={"kind": "cuda", "name": "x"}, concurrency=[])
-    for e in b["compute"]:                          # every block twice as long
-        e["time_s"] = [2 * t for t in e["time_s"]]
-    slow = calibrate(b)
+    slow = known_profile(2.0)                       # every block twice as long
     held = [(measured(case(6144, "striped", 3), truth), "a"), (measured(case(6144, "striped", 3), truth), "b")]
     r = holdout(held, {"traces": p, "compare": slow})
     (row,) = r["cases"]
