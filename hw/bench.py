@@ -330,6 +330,26 @@ def measure_compute(entry: dict[str, Any], ops, device, samples: int, warmup: in
             "rate_flops": entry["flops"] / med if med > 0 else None}
 
 
+def _rank_device(ctx, device_kind: str, threads: int):
+    """The device of a spawned rank: its own GPU, or the CPU with `threads` threads."""
+    import torch
+
+    if device_kind == "cuda":
+        from hw.runner import pick_device
+
+        return pick_device("cuda", ctx.rank, ctx.world)
+    torch.set_num_threads(threads)
+    return torch.device("cpu")
+
+
+def _sync(device) -> None:
+    """Wait for the device's queued work (nothing to wait for on the CPU)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, device_kind: str,
                  threads: int, impl: str) -> None:
     """Rank 0 and 1 of the transfer and interference parts; rank 0 reports each entry."""
@@ -338,19 +358,9 @@ def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, dev
 
     from hw.blocks import select_block_ops
 
-    if device_kind == "cuda":
-        from hw.runner import pick_device
-
-        device = pick_device("cuda", ctx.rank, ctx.world)
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(threads)
+    device = _rank_device(ctx, device_kind, threads)
     peer = 1 - ctx.rank
     timer = _timer(device)
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
 
     def exchange(send, recv) -> None:
         works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, ctx.group),
@@ -371,7 +381,7 @@ def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, dev
                     else:
                         dist.recv(recv, peer, group=ctx.group)
                         dist.send(send, peer, group=ctx.group)
-                    sync()
+                    _sync(device)
                 ctx.barrier()
                 times = [t / 2 for t in timer(fn, samples, warmup)]  # half a round trip
             else:
@@ -379,7 +389,7 @@ def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, dev
                     ctx.barrier()
                     t0 = time.perf_counter()
                     exchange(send, recv)
-                    sync()
+                    _sync(device)
                     return time.perf_counter() - t0
                 for _ in range(warmup):
                     fn()
@@ -402,7 +412,7 @@ def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, dev
 
             for i in range(warmup + samples):
                 ctx.barrier()
-                sync()
+                _sync(device)
                 t_alone = time_compute(compute, device)
                 ctx.barrier()
                 works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, ctx.group),
@@ -411,7 +421,7 @@ def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, dev
                 t_with = time_compute(compute, device)
                 for w in works:
                     w.wait()
-                sync()
+                _sync(device)
                 if i >= warmup:
                     alone.append(t_alone)
                     with_transfer.append(t_with)
@@ -718,18 +728,8 @@ def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup:
     import torch
     import torch.distributed as dist
 
-    if device_kind == "cuda":
-        from hw.runner import pick_device
-
-        device = pick_device("cuda", ctx.rank, ctx.world)
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(threads)
+    device = _rank_device(ctx, device_kind, threads)
     n = ctx.world
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
 
     for e in entries:
         elems = e["shard_bytes"] // 4
@@ -750,7 +750,7 @@ def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup:
             ctx.barrier()
             t0 = time.perf_counter()
             op()
-            sync()
+            _sync(device)
             if i >= warmup:
                 mine_times.append(time.perf_counter() - t0)
         every: list[Any] = [None] * n
@@ -838,6 +838,7 @@ def run_bench(a: argparse.Namespace) -> int:
 
     from hw.blocks import select_block_ops
     from hw.config import default_threads
+    from hw.spawn import spawn
 
     plan = plan_from_args(a)
     kind = a.device
@@ -899,15 +900,11 @@ def run_bench(a: argparse.Namespace) -> int:
     if skipped:
         print("transfer and interference need two GPUs; skipped", file=sys.stderr)
     elif comm_jobs:
-        from hw.spawn import spawn
-
         spawn(_comm_worker, 2, args=(comm_jobs, plan["samples"], plan["warmup"], kind, threads,
                                      a.block_impl),
               backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
     cores = doc["device"].get("cpu_count") or os.cpu_count() or 1
     if conc_jobs:
-        from hw.spawn import spawn
-
         def alone_s(e: dict[str, Any]) -> float | None:
             one = _key("concurrency", {**e, "processes": 1})
             return next((r["median_s"] for r in doc["concurrency"] if _key("concurrency", r) == one
@@ -932,8 +929,6 @@ def run_bench(a: argparse.Namespace) -> int:
                 f"concurrency {e['processes']} processes",
                 slowdown=lambda r: (r["median_s"] / alone_s(r)) if alone_s(r) else 0.0))
     if ring_jobs:
-        from hw.spawn import spawn
-
         for e in ring_jobs:
             def measure(e=e) -> dict[str, Any]:
                 per_rank = spawn(_ring_worker, e["processes"],
@@ -949,8 +944,6 @@ def run_bench(a: argparse.Namespace) -> int:
             progress("ring_conditions", measure_within_bounds(
                 measure, lambda r: ring_violation(r, cores), f"ring conditions {e['processes']} ranks"))
     for world, entries in sorted(coll_jobs.items()):
-        from hw.spawn import spawn
-
         spawn(_collective_worker, world, args=(entries, plan["samples"], plan["warmup"], kind, threads),
               backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
     skipped = skipped or (kind == "cuda" and "collective" in plan["parts"]
