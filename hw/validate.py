@@ -98,7 +98,29 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
         "median_transfer_error": _median_part(rows, "mean_transfer_s"),
         "median_abs_error_by_group": {g: {"cases": len(v), "median_abs_error": statistics.median(v)}
                                       for g, v in groups.items()},
+        **_at_host_speed(rows, max_case_error),
     }
+
+
+def _at_host_speed(rows: list[dict[str, Any]], max_case_error: float) -> dict[str, Any]:
+    """The errors again with the profile at the host's compute speed of each case's batch
+    (hw.reference), where every case has a reading: what is left once the host's drift
+    since calibration is taken out."""
+    if not all("host_speed" in r for r in rows):
+        return {}
+    errors = [abs(r["error_at_host_speed"]) for r in rows]
+    worst = max(rows, key=lambda r: abs(r["error_at_host_speed"]))
+    steps = [e for r in rows for e in r["step_abs_errors_at_host_speed"] if e is not None]
+    speeds = [r["host_speed"] for r in rows]
+    return {"host_speed": {"median": statistics.median(speeds), "min": min(speeds), "max": max(speeds)},
+            "at_host_speed": {
+                "median_abs_error": statistics.median(errors),
+                "max_abs_error": abs(worst["error_at_host_speed"]),
+                "worst_case": _key(worst),
+                "cases_within_range_or_tolerance": sum(
+                    r["within_range_at_host_speed"] or abs(r["error_at_host_speed"]) <= max_case_error
+                    for r in rows),
+                "step_median_abs_error": statistics.median(steps) if steps else None}}
 
 
 def _median_part(rows, name: str) -> float | None:
@@ -134,14 +156,24 @@ def markdown(report: dict[str, Any]) -> str:
         f"- median coefficient of variation of the measurements: {s['median_measured_cv']:.1%}",
         f"- median error of compute time {_pct(s['median_compute_error'])}, of transfer time {_pct(s['median_transfer_error'])}",
     ]
+    if "at_host_speed" in s:
+        h, at = s["host_speed"], s["at_host_speed"]
+        lines += [
+            f"- the host's compute speed (the profile's reference block timed before and after each batch, "
+            f"against the profile): median {h['median']:.2f}x its time in the profile ({h['min']:.2f}x-{h['max']:.2f}x)",
+            f"- at the host's speed of the moment: median |makespan error| {at['median_abs_error']:.1%}; worst "
+            f"{at['max_abs_error']:.1%} ({at['worst_case']}); inside the measured [min, max] or within {tol:.0%}: "
+            f"{at['cases_within_range_or_tolerance']} of {s['cases']}; per-step median |error| "
+            f"{'-' if at['step_median_abs_error'] is None else format(at['step_median_abs_error'], '.1%')}",
+        ]
     used = report.get("profile_compute")
     if used:
         lines.append("- profile compute groups: " + "; ".join(f"{k} from {v}" for k, v in used.items()))
     lines += [
         "",
         "| case | measured min | median | max | CV | simulated | error | in range | step err (median) "
-        "| compute err | transfer err | exposed (measured / simulated) | skew |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| compute err | transfer err | exposed (measured / simulated) | skew | host speed | error at host speed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["cases"]:
         p = r["parts"]
@@ -152,5 +184,6 @@ def markdown(report: dict[str, Any]) -> str:
             f"{'-' if r['step_median_abs_error'] is None else format(r['step_median_abs_error'], '.1%')} | "
             f"{_pct(p['compute_s']['error'])} | {_pct(p['mean_transfer_s']['error'])} | "
             f"{p['exposed_comm_s']['measured'] * 1e3:.1f} / {p['exposed_comm_s']['simulated'] * 1e3:.1f} ms | "
-            f"{p['first_compute_skew_s']['measured'] * 1e6:.0f} µs |")
+            f"{p['first_compute_skew_s']['measured'] * 1e6:.0f} µs | "
+            + (f"{r['host_speed']:.2f}x | {r['error_at_host_speed']:+.1%} |" if "host_speed" in r else "- | - |"))
     return "\n".join(lines) + "\n"

@@ -50,6 +50,10 @@ def register(sub) -> None:
     v.add_argument("--markdown", metavar="REPORT.md", default=None, help="also write a Markdown table")
     v.add_argument("--force", action="store_true", help="start over even if --out holds other results")
     v.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    v.add_argument("--reference-s", type=float, default=1.0, metavar="SECONDS",
+                   help="CPU profiles: time one of the profile's own blocks for this long before each "
+                        "batch of cases and after the last, and report every case's error also at the "
+                        "host's compute speed of that moment (hw.reference); 0: off (default 1.0)")
     v.add_argument("--max-median-error", type=float, default=None,
                    help="exit 1 if the median |makespan error| exceeds this fraction")
     v.add_argument("--max-case-error", type=float, default=None,
@@ -75,7 +79,7 @@ def _settings(a: argparse.Namespace, cases, profile_path: str) -> dict[str, Any]
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     return {"cases": [c.key for c in cases], "warmup": a.warmup, "repeats": a.repeats,
             "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim, "dtype": a.dtype,
-            "seed": a.seed, "profile_sha256": digest}
+            "seed": a.seed, "reference_s": a.reference_s, "profile_sha256": digest}
 
 
 def profile_compute_groups(profile, dtype: str, cases) -> dict[str, str]:
@@ -126,6 +130,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
         raise RingsimError("--repeats must be at least 2 to report a spread")
     if a.warmup < 0:
         raise RingsimError("--warmup must be non-negative")
+    if not a.reference_s >= 0:
+        raise RingsimError("--reference-s must be a non-negative number of seconds")
     for name in ("max_median_error", "max_case_error"):
         if getattr(a, name) is not None and not getattr(a, name) >= 0:
             raise RingsimError(f"--{name.replace('_', '-')} must be a non-negative fraction")
@@ -173,18 +179,28 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if elsewhere:       # the kernel runs here: a profile of another host predicts that host
         print(elsewhere, file=sys.stderr)
     started = time.perf_counter()
-    for batch in _batches(cases, rows):
+    todo = _batches(cases, rows)
+    speed = _host_speed_reader(a, profile, kind) if todo else None
+    before = speed() if speed else None
+    for batch in todo:
         measured = measure([configs[c.key] for c in batch])
+        after = speed() if speed else None
         for case, traces in zip(batch, measured):
             measured_on = dict(traces[0].hardware)
-            simulated = simulate(configs[case.key].scenario(), profile)
-            row = compare_case(case, traces, simulated)
+            scenario = configs[case.key].scenario()
+            row = compare_case(case, traces, simulate(scenario, profile))
             row["key"] = case.key
+            if before and after:
+                now = profile.at_compute_speed((before["factor"] + after["factor"]) / 2)
+                row.update(at_host_speed(compare_case(case, traces, simulate(scenario, now)), before, after))
             rows[case.key] = row
+            at_speed = f", at the host's speed {row['error_at_host_speed']:+.1%}" if "host_speed" in row else ""
             print(f"[{index[case.key]}/{len(cases)}] {case.key}: measured {row['measured_median_s'] * 1e3:.1f} ms "
                   f"(min {row['measured_min_s'] * 1e3:.1f}, max {row['measured_max_s'] * 1e3:.1f}, "
                   f"cv {row['measured_cv']:.1%}), simulated {row['simulated_s'] * 1e3:.1f} ms "
-                  f"({row['error']:+.1%})  [{time.perf_counter() - started:.0f} s]", file=sys.stderr, flush=True)
+                  f"({row['error']:+.1%}{at_speed})  [{time.perf_counter() - started:.0f} s]",
+                  file=sys.stderr, flush=True)
+        before = after
         if a.out:
             write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=True)
     report = _report(a, settings, cases, rows, measured_on, used)
@@ -208,6 +224,49 @@ def cmd_validate(a: argparse.Namespace) -> int:
     for f in failed:
         print(f"ringsim: validation failed: {f}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _host_speed_reader(a: argparse.Namespace, profile, kind: str):
+    """A function that reads the host's compute speed against the profile (hw.reference),
+    printing each reading; None where there is nothing to read (--reference-s 0, a GPU
+    profile, or a profile without the reference block, which is said once)."""
+    if kind != "cpu" or a.reference_s == 0:
+        return None
+    from hw.reference import reference_block
+
+    if reference_block(profile, a.dtype, a.heads, a.head_dim) is None:
+        print(f"profile has no full {a.dtype} forward block of {a.heads} heads x {a.head_dim}: "
+              f"the host's speed is not read", file=sys.stderr)
+        return None
+    threads = int(profile.measured_on.get("threads_per_rank") or 1)
+
+    def read() -> dict[str, Any] | None:
+        r = host_speed(profile, dtype=a.dtype, heads=a.heads, head_dim=a.head_dim, threads=threads,
+                       seconds=a.reference_s)
+        if r:
+            print(f"host speed: the {r['tokens']}-token reference block takes {r['now_s'] * 1e3:.1f} ms, "
+                  f"{r['factor']:.2f}x the profile's {r['profile_s'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+        return r
+    return read
+
+
+def host_speed(profile, **kw) -> dict[str, Any] | None:
+    """hw.reference.host_speed (a name the tests replace)."""
+    from hw.reference import host_speed as read
+
+    return read(profile, **kw)
+
+
+def at_host_speed(at_speed: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """A case's prediction and errors at the host's compute speed of its batch, the mean
+    of the readings before and after it; `at_speed`: the case scored (compare_case)
+    against the profile at that speed."""
+    return {"host_speed": (before["factor"] + after["factor"]) / 2,
+            "host_speed_readings": [before["factor"], after["factor"]],
+            "simulated_at_host_speed_s": at_speed["simulated_s"],
+            "error_at_host_speed": at_speed["error"],
+            "within_range_at_host_speed": at_speed["within_range"],
+            "step_abs_errors_at_host_speed": [st["abs_error"] for st in at_speed["steps"]]}
 
 
 def _report(a, settings, cases, rows, measured_on, used) -> dict[str, Any]:

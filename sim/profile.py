@@ -148,6 +148,19 @@ class Profile:
                 out[at] = per_world.time_s(nbytes[at])
         return out
 
+    def at_compute_speed(self, factor: float) -> "Profile":
+        """This profile on a host that computes `factor` times slower (every block time,
+        table and fit, times `factor`; links, collectives and contention as they are):
+        what the profile predicts once the host's speed of the moment is known
+        (hw.reference)."""
+        if not (factor > 0 and np.isfinite(factor)):
+            raise RingsimError(f"a compute speed factor must be positive, got {factor!r}")
+        groups = {key: ComputeGroup(g.dtype, g.mask, g.kind, tuple((f, s * factor) for f, s in g.points),
+                                    g.overhead_s * factor, g.flops_per_s / factor)
+                  for key, g in self.groups.items()}
+        return Profile(self.compute_model, groups, self.link, self.contention, self.measured_on,
+                       self.report, self.source, self.collectives)
+
     def rate_flops(self, dtype: str) -> float:
         """Achieved FLOP/s on full blocks (the slope of the fit)."""
         return self._group(dtype, "full", "fwd").flops_per_s

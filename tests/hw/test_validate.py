@@ -214,9 +214,13 @@ def test_case_keys_carry_the_scheme():
 def write_profile(path):
     from sim.profile import ComputeGroup, LinkFit, Profile
 
-    groups = {(m, k): ComputeGroup("fp32", m, k, (), 1e-4, rate)
-              for m, k, rate in (("full", "fwd", 2e9), ("diagonal", "fwd", 1.5e9),
-                                 ("full", "bwd", 1e9), ("diagonal", "bwd", 0.8e9))}
+    # the fit times every block; the one measured point is the reference block of the
+    # cases' shape (2 heads x 8: 64 FLOPs per pair, 64 tokens), which `ringsim validate`
+    # times again to read the host's speed
+    groups = {(m, k): ComputeGroup("fp32", m, k, points, 1e-4, rate)
+              for m, k, rate, points in (("full", "fwd", 2e9, ((64.0 * 64 * 64, 3e-4),)),
+                                         ("diagonal", "fwd", 1.5e9, ()),
+                                         ("full", "bwd", 1e9, ()), ("diagonal", "bwd", 0.8e9, ()))}
     Profile("fit", {("fp32", m, k): g for (m, k), g in groups.items()}, LinkFit(5e-5, 1e9),
             measured_on={"device": "test cpu"}).save(path)
 
@@ -233,13 +237,21 @@ class FakeKernel:
         self.runs = []
         self.batches = []
 
+        self.compute_only = False
+        """True: each repeat is the simulation on a host computing `factor` times slower
+        (links as they are), not the whole trace stretched."""
+
     def __call__(self, cfgs):
         self.batches.append([cfg.world_size for cfg in cfgs])
         out = []
         for cfg in cfgs:
             self.runs.append(cfg)
             sim = simulate(cfg.scenario(), self.profile)
-            traces = [scaled(sim, f, shift=3.0) for f in self.factors[:cfg.repeats]]
+            if self.compute_only:
+                traces = [scaled(simulate(cfg.scenario(), self.profile.at_compute_speed(f)), 1.0, shift=3.0)
+                          for f in self.factors[:cfg.repeats]]
+            else:
+                traces = [scaled(sim, f, shift=3.0) for f in self.factors[:cfg.repeats]]
             for t in traces:
                 t.hardware = {"kind": "measured", "device": self.device}
             out.append(traces)
@@ -261,10 +273,16 @@ def cli(tmp_path, monkeypatch):
     write_profile(profile)
     kernel = FakeKernel(profile)
     monkeypatch.setattr(validate_cli, "measure", kernel)
+    readings = []                        # the host's speed: as calibrated unless a test says otherwise
+
+    def host_speed(profile, **kw):
+        factor = readings.pop(0) if readings else 1.0
+        return {"tokens": 64, "profile_s": 3e-4, "now_s": 3e-4 * factor, "factor": factor}
+    monkeypatch.setattr(validate_cli, "host_speed", host_speed)
 
     def run(*extra):
         return main([*ARGS, "--profile", str(profile), *extra])
-    run.kernel, run.profile, run.out = kernel, profile, tmp_path / "report.json"
+    run.kernel, run.profile, run.out, run.readings = kernel, profile, tmp_path / "report.json", readings
     return run
 
 
@@ -429,3 +447,71 @@ def test_a_profile_from_another_host_is_named_once_and_one_from_here_is_not(cli,
     cli.profile.write_text(json.dumps(d))
     assert cli("--force") == 0
     assert "warning:" not in capsys.readouterr().err
+
+
+def test_errors_at_the_hosts_speed_take_out_a_host_that_computes_slower(cli, capsys):
+    """The host computes 1.2, 1.25 and 1.3x slower than the profile in the three repeats
+    (its links as calibrated), and its speed reads 1.2 before the batch and 1.3 after:
+    at the mean, 1.25, the profile predicts the median repeat exactly, while the raw
+    error is the whole slowdown's."""
+    import json
+
+    cli.kernel.compute_only = True
+    cli.readings[:] = [1.2, 1.3]
+    assert cli("--out", str(cli.out)) == 0
+    report = json.loads(cli.out.read_text())
+    profile = cli.kernel.profile
+    for cfg, r in zip(cli.kernel.runs, report["cases"]):
+        plain = simulate(cfg.scenario(), profile).makespan_s
+        median = simulate(cfg.scenario(), profile.at_compute_speed(1.25)).makespan_s
+        assert r["error"] == pytest.approx(plain / median - 1)
+        assert r["error"] < -0.1                                   # mostly compute: most of the 20%
+        assert r["host_speed"] == pytest.approx(1.25) and r["host_speed_readings"] == [1.2, 1.3]
+        assert r["simulated_at_host_speed_s"] == pytest.approx(median)
+        assert r["error_at_host_speed"] == pytest.approx(0.0, abs=1e-9)
+        assert r["within_range_at_host_speed"] is True
+        assert r["step_abs_errors_at_host_speed"] and max(r["step_abs_errors_at_host_speed"]) < 1e-9
+    s = report["summary"]
+    assert s["host_speed"] == {"median": pytest.approx(1.25), "min": pytest.approx(1.25), "max": pytest.approx(1.25)}
+    assert s["at_host_speed"]["median_abs_error"] == pytest.approx(0.0, abs=1e-9)
+    assert s["at_host_speed"]["cases_within_range_or_tolerance"] == 4
+    assert s["median_abs_error"] > 0.1
+    out, err = capsys.readouterr()
+    assert "at the host's speed of the moment: median |makespan error| 0.0%" in out
+    assert "| 1.25x | +0.0% |" in out
+    assert err.count("host speed: the 64-token reference block") == 2      # before the batch, after it
+
+
+def test_the_hosts_speed_is_read_before_each_batch_and_after_the_last(cli):
+    import json
+
+    # 2 ranks: 4 cases in one batch; 3 ranks: 4 more in another
+    cli.readings[:] = [1.0, 1.1, 1.5]
+    assert cli("--out", str(cli.out), "--world-sizes", "2", "3") == 0
+    rows = json.loads(cli.out.read_text())["cases"]
+    assert [r["host_speed_readings"] for r in rows] == [[1.0, 1.1]] * 4 + [[1.1, 1.5]] * 4
+    assert [r["host_speed"] for r in rows] == pytest.approx([1.05] * 4 + [1.3] * 4)
+
+
+def test_without_a_reading_the_report_has_no_errors_at_the_hosts_speed(cli, tmp_path, capsys):
+    import json
+
+    from sim.profile import load_profile
+
+    assert cli("--out", str(cli.out), "--reference-s", "0") == 0
+    report = json.loads(cli.out.read_text())
+    assert "at_host_speed" not in report["summary"] and all("host_speed" not in r for r in report["cases"])
+    assert "| - | - |" in capsys.readouterr().out
+    # a profile that never measured the reference block: said once, nothing read
+    p = load_profile(cli.profile)
+    bare = type(p)("fit", {k: type(g)(g.dtype, g.mask, g.kind, (), g.overhead_s, g.flops_per_s)
+                           for k, g in p.groups.items()}, p.link, measured_on=p.measured_on)
+    bare.save(cli.profile, overwrite=True)
+    cli.readings[:] = [9.0]
+    assert cli("--out", str(tmp_path / "bare.json")) == 0
+    assert cli.readings == [9.0]
+    assert capsys.readouterr().err.count("profile has no full fp32 forward block of 2 heads x 8") == 1
+    assert cli("--reference-s", "-1") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "ringsim: error: --reference-s must be a non-negative number of seconds"
+    assert cli("--reference-s", "nan") == 2

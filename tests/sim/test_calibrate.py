@@ -274,3 +274,28 @@ def test_the_sharing_law_is_relative_to_the_block_time_the_simulator_starts_from
     p = calibrate(b)
     assert p.contention.host.law == (pytest.approx((1, 1.0)), pytest.approx((2, 1.0)), pytest.approx((3, 1.6)))
     assert p.report["rejected"] == []
+
+
+def test_a_profile_at_another_compute_speed_scales_every_block_time_and_nothing_else():
+    """At_compute_speed(f): a host computing f times slower. Hand values: the table
+    profile's 1.5 ms at 4.25 GFLOP (see above) becomes 1.5 f ms; the fitted line's
+    overhead + FLOPs / rate becomes f times that; links, collectives and contention stay."""
+    table = calibrate(step_bench())
+    fit = calibrate(bench())
+    for p in (table, fit):
+        slower = p.at_compute_speed(1.25)
+        for kind, mask in (("fwd", "full"), ("fwd", "diagonal")):
+            for flops in (3e8, 4.25e9, 9e9):
+                kw = dict(dtype="fp32", kind=kind, mask=mask, q_tokens=1, kv_tokens=1)
+                assert slower.compute_time_s(flops, **kw) == pytest.approx(1.25 * p.compute_time_s(flops, **kw))
+        assert slower.link == p.link and slower.contention == p.contention
+        assert slower.collectives == p.collectives and slower.compute_model == p.compute_model
+    assert table.at_compute_speed(1.25).compute_time_s(4.25e9, dtype="fp32", kind="fwd", mask="full",
+                                                       q_tokens=1, kv_tokens=1) == pytest.approx(1.875e-3)
+    g = fit.groups[("fp32", "full", "fwd")]
+    assert g.overhead_s == pytest.approx(OVERHEAD) and g.flops_per_s == pytest.approx(RATE)
+    assert fit.at_compute_speed(2.0).compute_time_s(1e9, dtype="fp32", kind="fwd", mask="full", q_tokens=1,
+                                                    kv_tokens=1) == pytest.approx(2 * (OVERHEAD + 1e9 / RATE))
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(RingsimError, match="compute speed factor must be positive"):
+            fit.at_compute_speed(bad)

@@ -1,0 +1,83 @@
+"""How fast this host computes now, against the profile it is predicted with.
+
+A profile is measured at one moment and a validation at another. A shared CPU host
+does not keep one speed: the same block, timed alone on an idle two-core VM, took 27 ms
+for a minute and 33 ms for the half minute before it. Part of a validation's error is
+then the host's change, not the model's. `host_speed` times one of the blocks the
+profile measured again, as the compute part of `ringsim hw bench` timed it (the same
+operator, inputs and thread count), and returns its time now over the profile's: 1.10
+means the host computes 10% slower than when it was calibrated.
+
+`ringsim validate` takes this reading before each batch of cases and after the last,
+and reports every case's error twice: against the profile as it is, and against the
+profile with its compute times scaled to the host's speed of that moment
+(`sim.profile.Profile.at_compute_speed`). The first is the prediction a person gets;
+the gap between the two is the host's drift.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from sim.errors import RingsimError
+
+REFERENCE_TOKENS = 1024
+"""The measured block closest to this size is the reference (about 30 ms on 2 CPU cores)."""
+
+
+def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tuple[int, float] | None:
+    """(tokens, seconds): the square full-mask forward block of this shape (batch 1) that
+    the profile measured, the one closest to REFERENCE_TOKENS; None where it measured none."""
+    group = profile.groups.get((dtype, "full", "fwd"))
+    if group is None:
+        return None
+    per_pair = 4.0 * heads * head_dim          # FLOPs of a query-key pair (sim.config.Workload)
+    found = []
+    for flops, seconds in group.points:
+        tokens = round(math.sqrt(flops / per_pair))
+        if tokens > 0 and per_pair * tokens * tokens == flops and seconds > 0:
+            found.append((abs(tokens - REFERENCE_TOKENS), tokens, seconds))
+    if not found:
+        return None
+    _, tokens, seconds = min(found)
+    return tokens, seconds
+
+
+def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: int,
+               seconds: float = 1.0, block_impl: str = "auto") -> dict[str, Any] | None:
+    """Time the reference block for about `seconds` (median of its calls) with `threads`
+    threads and return {tokens, profile_s, now_s, factor, at}; None where the profile
+    measured no such block (then nothing is timed)."""
+    import statistics
+
+    import torch
+
+    from hw.bench import make_block
+    from hw.blocks import select_block_ops
+
+    if not seconds > 0:
+        raise RingsimError("the reference time must be positive")
+    ref = reference_block(profile, dtype, heads, head_dim)
+    if ref is None:
+        return None
+    tokens, profile_s = ref
+    device = torch.device("cpu")
+    ops = select_block_ops("cpu", dtype, head_dim, block_impl)
+    q, k, v, _ = make_block(device, dtype, 1, heads, heads, head_dim, tokens)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ops.forward(q, k, v, False)                       # warm-up, as the bench's
+        times = []
+        stop = time.perf_counter() + seconds
+        while len(times) < 3 or time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            ops.forward(q, k, v, False)
+            times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(saved)
+    now_s = statistics.median(times)
+    return {"tokens": tokens, "profile_s": profile_s, "now_s": now_s, "factor": now_s / profile_s,
+            "calls": len(times), "at": time.time()}
