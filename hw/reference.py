@@ -46,7 +46,7 @@ def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tupl
 
 
 def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: int,
-               seconds: float = 1.0, block_impl: str = "auto") -> dict[str, Any] | None:
+               seconds: float = 3.0, block_impl: str = "auto") -> dict[str, Any] | None:
     """Time the reference block for about `seconds` (median of its calls) with `threads`
     threads and return {tokens, profile_s, now_s, factor, at}; None where the profile
     measured no such block (then nothing is timed)."""

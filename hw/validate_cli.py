@@ -50,10 +50,10 @@ def register(sub) -> None:
     v.add_argument("--markdown", metavar="REPORT.md", default=None, help="also write a Markdown table")
     v.add_argument("--force", action="store_true", help="start over even if --out holds other results")
     v.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    v.add_argument("--reference-s", type=float, default=1.0, metavar="SECONDS",
+    v.add_argument("--reference-s", type=float, default=3.0, metavar="SECONDS",
                    help="CPU profiles: time one of the profile's own blocks for this long before each "
                         "batch of cases and after the last, and report every case's error also at the "
-                        "host's compute speed of that moment (hw.reference); 0: off (default 1.0)")
+                        "host's compute speed of that moment (hw.reference); 0: off (default 3)")
     v.add_argument("--max-median-error", type=float, default=None,
                    help="exit 1 if the median |makespan error| exceeds this fraction")
     v.add_argument("--max-case-error", type=float, default=None,
