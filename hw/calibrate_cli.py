@@ -134,7 +134,8 @@ def cmd_check(a: argparse.Namespace) -> int:
             parts = row["parts"]
             print(f"  {row['key']:39} measured {row['measured_median_s'] * 1e3:7.1f} ms, predicted "
                   f"{row['simulated_s'] * 1e3:7.1f} ms ({row['error']:+.1%}); compute "
-                  f"{parts['compute_s']['error']:+.1%}, transfer {parts['mean_transfer_s']['error']:+.1%}",
+                  f"{parts['compute_s']['error']:+.1%}, transfer {parts['mean_transfer_s']['error']:+.1%}"
+                  + (f"; at the host's speed {row['error_at_host_speed']:+.1%}" if "error_at_host_speed" in row else ""),
                   file=sys.stderr, flush=True)
 
     result = check(profile, tolerance=a.tolerance, on_probe=show)
@@ -143,6 +144,12 @@ def cmd_check(a: argparse.Namespace) -> int:
     else:
         if result["host_differences"]:
             print(f"measured on another host: {'; '.join(result['host_differences'])}")
+        speed = result["host_speed"]
+        if speed:
+            print(f"this host computes the profile's {speed['tokens']}-token reference block in "
+                  f"{speed['now_s'] * 1e3:.1f} ms, {speed['factor']:.2f}x its {speed['profile_s'] * 1e3:.1f} ms "
+                  f"there; at that speed the median |makespan error| is "
+                  f"{result['median_abs_error_at_host_speed']:.1%}")
         verdict = "still predicts" if result["holds"] else "no longer predicts"
         print(f"{a.check} {verdict} this host within {a.tolerance:.0%}: worst |makespan error| "
               f"{result['worst_abs_error']:.1%}, median {result['median_abs_error']:.1%} "

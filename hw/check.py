@@ -6,7 +6,8 @@ cases as the validation matrix (hw.validate) uses, at its smallest size. A probe
 passes when its median makespan lies within the tolerance of the prediction. Each probe
 is scored as `ringsim validate` scores a case (sim.validation.compare_case), whose
 breakdown (compute, transfer) names the part of a miss; the report also sets the host
-the profile was measured on against this one (sim.host).
+the profile was measured on against this one (sim.host) and, on CPU profiles, reads this
+host's compute speed against the profile's (hw.reference).
 """
 
 from __future__ import annotations
@@ -37,19 +38,31 @@ def dtype_of(profile: Any) -> str:
 
 
 def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: int = 1,
-          probes: tuple[Case, ...] = PROBES, on_probe=None) -> dict[str, Any]:
-    """Run the probes, predict them with `profile`, and say whether it still holds."""
+          probes: tuple[Case, ...] = PROBES, on_probe=None, reference_s: float = 3.0) -> dict[str, Any]:
+    """Run the probes, predict them with `profile`, and say whether it still holds.
+
+    On a CPU profile the host's compute speed against the profile is read first
+    (hw.reference, `reference_s` seconds; 0: not read), and each probe is also predicted
+    at that speed: a miss that goes away there is the host's speed having changed since
+    calibration, one that stays is the model's."""
     from hw.config import RunConfig, default_threads
     from hw.launch import run_configs
 
     dtype = dtype_of(profile)
     started = time.perf_counter()
+    speed = None
+    if reference_s > 0 and profile.measured_on.get("kind", "cpu") == "cpu":
+        speed = host_speed(profile, dtype=dtype, heads=8, head_dim=64,
+                           threads=int(profile.measured_on.get("threads_per_rank") or 1), seconds=reference_s)
+    at_speed = profile.at_compute_speed(speed["factor"]) if speed else None
     cfgs = [RunConfig(workload=_workload(p, dtype), world_size=p.world_size, layout=p.layout,
                       warmup=warmup, repeats=repeats) for p in probes]
     rows = []
     for probe, cfg, (_, traces) in zip(probes, cfgs, run_configs(cfgs)):
         row = compare_case(probe, traces, simulate(cfg.scenario(), profile))
         row.update(key=probe.key, within=abs(row["error"]) <= tolerance)
+        if at_speed is not None:
+            row["error_at_host_speed"] = compare_case(probe, traces, simulate(cfg.scenario(), at_speed))["error"]
         rows.append(row)
         if on_probe:
             on_probe(row)
@@ -58,6 +71,16 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
     return {"profile": profile.source, "tolerance": tolerance, "repeats": repeats,
             "probes": rows, "holds": all(r["within"] for r in rows), "worst_abs_error": worst,
             "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
+            "host_speed": speed,
+            "median_abs_error_at_host_speed": (statistics.median(abs(r["error_at_host_speed"]) for r in rows)
+                                               if speed else None),
             "measured_on": profile.measured_on, "this_host": here,
             "host_differences": differences(profile.measured_on, here),
             "load_avg_1m": os.getloadavg()[0], "wall_s": time.perf_counter() - started}
+
+
+def host_speed(profile: Any, **kw) -> dict[str, Any] | None:
+    """hw.reference.host_speed (a name the tests replace)."""
+    from hw.reference import host_speed as read
+
+    return read(profile, **kw)

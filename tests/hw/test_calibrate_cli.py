@@ -43,6 +43,39 @@ def test_the_check_holds_for_the_hosts_own_model_and_fails_past_the_tolerance(ke
         assert row["error"] < -0.10
 
 
+def test_a_host_that_computes_slower_now_is_read_and_named(kernel_is, tmp_path, capsys, monkeypatch):
+    """A CPU profile: the probe first reads the host's speed (here 1.25x the profile's
+    reference block, as the host really is), and at that speed every probe is exact."""
+    import dataclasses
+
+    import hw.check
+
+    truth = dataclasses.replace(known_profile(), measured_on={**known_profile().measured_on, "kind": "cpu"})
+    asked = []
+
+    def host_speed(profile, **kw):
+        asked.append(kw)
+        return {"tokens": 1024, "profile_s": 0.02, "now_s": 0.025, "factor": 1.25}
+    monkeypatch.setattr(hw.check, "host_speed", host_speed)
+    kernel_is(known_profile(1.25))
+    r = check(truth)
+    assert asked == [{"dtype": "fp32", "heads": 8, "head_dim": 64, "threads": 1, "seconds": 3.0}]
+    assert not r["holds"] and r["host_speed"]["factor"] == 1.25
+    assert r["median_abs_error_at_host_speed"] == pytest.approx(0.0, abs=1e-9)
+    for row in r["probes"]:
+        assert row["error"] < -0.10 and row["error_at_host_speed"] == pytest.approx(0.0, abs=1e-9)
+    path = tmp_path / "p.json"
+    truth.save(path)
+    assert main(["calibrate", "--check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert ("this host computes the profile's 1024-token reference block in 25.0 ms, 1.25x its 20.0 ms there; "
+            "at that speed the median |makespan error| is 0.0%") in out
+    # no reading at all when asked for none, or for a GPU profile
+    asked.clear()
+    assert check(truth, reference_s=0)["host_speed"] is None
+    assert check(known_profile())["host_speed"] is None and asked == []
+
+
 def test_check_cli_says_it_in_words_and_exit_status(kernel_is, tmp_path, capsys):
     truth = known_profile()
     path = tmp_path / "p.json"
