@@ -66,8 +66,9 @@ The JSON file (format "ringsim-hw-bench", version 1):
                        "median_alone_s", "median_with_s", "slowdown": with / alone}],
      "concurrency": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads", "kv_heads",
                       "head_dim", "q_tokens", "kv_tokens", "mask", "flops",
-                      "threads_per_rank", "time_s": [samples of every process], "median_s",
-                      "mean_s", "slowdown": mean_s / median_s of 1 process (k > 1),
+                      "threads_per_rank", "time_s": [samples of every process, all at once],
+                      "alone_s": [samples of every process alone, just before], "median_s",
+                      "mean_s", "slowdown": mean_s / median of alone_s (k > 1),
                       "bound": k·threads/cores (at least 1), "attempts": int,
                       "rejected": why (only when every attempt broke the bound)}],
      "ring_conditions": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads",
@@ -676,9 +677,13 @@ def _common_window(ctx, estimate_s: float, blocks: int) -> tuple[float, float]:
 
 
 def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads: int,
-                        impl: str) -> list[float]:
-    """Every process computes the same block back to back over one common window and
-    times each call; only calls that end inside the window count (all were running)."""
+                        impl: str) -> dict[str, list[float]]:
+    """Each process first computes the block alone, one after another while the others
+    wait (`alone_s`), then all compute it back to back over one common window (`time_s`:
+    only calls that end inside the window count, all were running). The slowdown is the
+    ratio of the two, measured seconds apart in the same processes: a host whose speed
+    drifts between the compute part and this one (20% on a shared VM) does not pass for
+    sharing."""
     import torch
 
     from hw.blocks import select_block_ops
@@ -688,10 +693,20 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
     ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
     q, k, v, _ = make_block(device, entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
                             entry["head_dim"], entry["q_tokens"], seed=ctx.rank)
-    t0 = time.perf_counter()
-    for _ in range(max(1, warmup)):
+
+    def compute() -> float:
+        t0 = time.perf_counter()
         ops.forward(q, k, v, False)
-    start, deadline = _common_window(ctx, (time.perf_counter() - t0) / max(1, warmup), samples)
+        return time.perf_counter() - t0
+
+    alone: list[float] = []
+    for r in range(ctx.world):
+        ctx.barrier()
+        if r == ctx.rank:
+            for _ in range(max(1, warmup)):
+                compute()
+            alone = [compute() for _ in range(samples)]
+    start, deadline = _common_window(ctx, statistics.median(alone), samples)
     while time.perf_counter() < start:
         pass
     times = []
@@ -703,7 +718,7 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
             break
         times.append(t1 - t0)
     ctx.barrier()
-    return times
+    return {"time_s": times, "alone_s": alone}
 
 
 def _plan_collectives(plan: dict[str, Any], seen: dict[str, set]) -> dict[int, list[dict[str, Any]]]:
@@ -906,22 +921,21 @@ def run_bench(a: argparse.Namespace) -> int:
     cores = doc["device"].get("cpu_count") or os.cpu_count() or 1
     if conc_jobs:
         def alone_s(e: dict[str, Any]) -> float | None:
-            one = _key("concurrency", {**e, "processes": 1})
-            return next((r["median_s"] for r in doc["concurrency"] if _key("concurrency", r) == one
-                         and not r.get("rejected")), None)
+            """The block's time alone, measured beside the entry's shared window."""
+            return statistics.median(e["alone_s"]) if e.get("alone_s") else None
 
         for e in conc_jobs:
             def measure(e=e) -> dict[str, Any]:
                 per_rank = spawn(_concurrency_worker, e["processes"],
                                  args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
                                  backend="gloo", timeout_s=a.timeout)
-                times = [t for ts in per_rank for t in ts]
+                times = [t for r in per_rank for t in r["time_s"]]
                 out = {**e, "threads_per_rank": threads, "time_s": times,
+                       "alone_s": [t for r in per_rank for t in r["alone_s"]],
                        "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
                        "bound": sharing_bound(e["processes"], threads, cores)}
-                one = alone_s(e)
-                if one and e["processes"] > 1:
-                    out["slowdown"] = ring_slowdown(times, [one])
+                if e["processes"] > 1:
+                    out["slowdown"] = ring_slowdown(times, out["alone_s"])
                 return out
 
             progress("concurrency", measure_within_bounds(

@@ -317,7 +317,8 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
     measured_slowdown = statistics.median(slowdowns) if slowdowns else None
     counts = _host_counts(device)
     slots = counts[0] / counts[1] if counts else None
-    by_k: dict[float, list[float]] = {}
+    by_k: dict[float, list[float]] = {}       # median block time under sharing, by k
+    ratio_k: dict[float, list[float]] = {}    # ... over the block alone just before it
     threads_of: dict[float, float] = {}
     for i, r in enumerate(_records(bench, "concurrency")):
         k = _positive_int(r, "processes", f"concurrency entry {i}")
@@ -326,35 +327,44 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
             continue
         # the median block: a few blocks slowed by whatever else woke up on the host pull a
         # mean far up on two cores, and the law multiplies every block of a simulation
-        by_k.setdefault(float(k), []).append(_median(r.get("time_s", r.get("median_s")),
-                                                     f"concurrency entry {i} time_s"))
+        t = _median(r.get("time_s", r.get("median_s")), f"concurrency entry {i} time_s")
+        if r.get("alone_s"):
+            alone = _median(r["alone_s"], f"concurrency entry {i} alone_s")
+            if alone > 0:
+                ratio_k.setdefault(float(k), []).append(t / alone)
+        else:
+            by_k.setdefault(float(k), []).append(t)
         threads_of[float(k)] = float(r.get("threads_per_rank") or (counts[1] if counts else 1))
     concurrency = None
+    # the slowdown of k processes: against the same processes alone seconds before (what
+    # the bench measures now), so that the host's drift between parts is not counted as
+    # sharing; in bench files without that, against the compute part's time for the block
+    # (the time the simulator starts from), else the block computed by one process here
     baseline = _compute_baseline(bench, _records(bench, "concurrency"))
-    if 1.0 in by_k and len(by_k) >= 2:
-        # against the time the simulator starts from (the compute part's, for this block),
-        # else the block computed by one process of this part
-        alone = baseline or statistics.median(by_k[1.0])
-        if alone > 0:
-            pairs = []
-            for k, ts in sorted(by_k.items()):
-                if k == 1.0:            # one process alone: no sharing, by definition
-                    pairs.append((k, 1.0))
-                    continue
-                f = statistics.median(ts) / alone
-                why = bound_violation(f, k, threads_of[k], counts[0]) if counts else None
-                if why:
-                    rejected.append(f"concurrency {k:g}: {why}")
-                else:
-                    pairs.append((k, f))
-            concurrency = tuple(pairs) if len(pairs) >= 2 else None
+    alone = baseline or (statistics.median(by_k[1.0]) if 1.0 in by_k else None)
+    factors = {k: statistics.median(v) for k, v in ratio_k.items()}
+    if alone and alone > 0:
+        factors.update({k: statistics.median(ts) / alone for k, ts in by_k.items() if k not in factors})
+    if any(k > 1.0 for k in factors):
+        pairs = []
+        for k, f in sorted(factors.items()):
+            if k == 1.0:            # one process alone: no sharing, by definition
+                continue
+            why = bound_violation(f, k, threads_of[k], counts[0]) if counts else None
+            if why:
+                rejected.append(f"concurrency {k:g}: {why}")
+            else:
+                pairs.append((k, f))
+        if pairs:
+            pairs.insert(0, (1.0, 1.0))
+            concurrency = tuple(pairs)
     host = None
     host_report: dict[str, Any] | None = None
     sigma = max(1.0, measured_slowdown or 1.0)
     if counts:
         cores, threads = counts
         # the law in cores demanded: k processes of t threads each demand k·t
-        law = tuple((k * threads_of[k], f) for k, f in concurrency) if concurrency else None
+        law = tuple((k * threads_of.get(k, threads), f) for k, f in concurrency) if concurrency else None
         host = Host(cores=cores, threads_per_rank=threads, law=law)
         ring_points = _ring_points(bench, cores, rejected)
         host_report = {"cores": cores, "threads_per_rank": threads, "law": [list(p) for p in law] if law else None,
@@ -386,10 +396,11 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
 def _compute_baseline(bench: dict[str, Any], concurrency: list[dict[str, Any]]) -> float | None:
     """The compute part's median time of the block the concurrency part computed, or None.
 
-    The simulator times a block from the compute part and multiplies it by the sharing
-    law, so the law must be relative to that time: the concurrency part's own
-    one-process block runs in a fresh process and can be faster than the compute part's
-    (20% on a 2-core VM), which would count that difference as sharing."""
+    For bench files whose concurrency entries carry no `alone_s` (the same processes
+    timed alone just before): the simulator times a block from the compute part and
+    multiplies it by the sharing law, and the concurrency part's own one-process block
+    was measured at another moment, up to 20% faster or slower on a shared VM whose speed
+    drifts; this is the better of the two references such a file offers."""
     shape = ("dtype", "heads", "kv_heads", "head_dim", "q_tokens", "kv_tokens", "mask")
     ones = [r for r in concurrency if r.get("processes") == 1 and not r.get("rejected")]
     if not ones:

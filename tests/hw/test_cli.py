@@ -81,6 +81,8 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
     # over a common window: at least the samples asked for, from every process
     assert [e["processes"] for e in d["concurrency"]] == [1, 2]
     assert [len(e["time_s"]) >= 2 * e["processes"] for e in d["concurrency"]] == [True, True]
+    # each process also timed alone, just before: the law's reference (sim.calibrate)
+    assert [len(e["alone_s"]) for e in d["concurrency"]] == [2 * e["processes"] for e in d["concurrency"]]
     assert all(e["q_tokens"] == 32 and e["mean_s"] > 0 and e["bound"] == 1.0 for e in d["concurrency"])
     ring = d["ring_conditions"][0]
     assert ring["processes"] == 2 and ring["bytes"] == inter["bytes"] and ring["attempts"] >= 1

@@ -276,6 +276,28 @@ def test_the_sharing_law_is_relative_to_the_block_time_the_simulator_starts_from
     assert p.report["rejected"] == []
 
 
+def test_the_sharing_law_is_the_same_processes_shared_over_alone_when_the_bench_timed_both():
+    """The bench now times each entry's processes alone just before they share the
+    cores. The host ran 20% slower than during the compute part (10 ms) for the two
+    processes' entry (alone 12 ms, together 12 ms: no sharing) and 10% faster for the
+    three (alone 9 ms, together 14.4 ms: 1.6x): the law is those ratios, not the times
+    over the compute part's 10 ms (1.2x and 1.44x)."""
+    b = bench()
+    shape = {"kind": "fwd", "dtype": "fp32", "heads": 8, "kv_heads": 8, "head_dim": 64, "q_tokens": 1024,
+             "kv_tokens": 1024, "mask": "full"}
+    b["compute"].append({**shape, "flops": 4 * 64 * 8 * 1024 * 1024, "time_s": [0.010, 0.010, 0.011]})
+    b["concurrency"] = [{**shape, "processes": 1, "time_s": [0.0095] * 3, "alone_s": [0.0095] * 3},
+                        {**shape, "processes": 2, "time_s": [0.012] * 5 + [0.06], "alone_s": [0.012, 0.012, 0.030]},
+                        {**shape, "processes": 3, "time_s": [0.0144] * 9, "alone_s": [0.009] * 3}]
+    p = calibrate(b)
+    assert p.contention.host.law == (pytest.approx((1, 1.0)), pytest.approx((2, 1.0)), pytest.approx((3, 1.6)))
+    # a ratio below the physical bound (3 processes on 2 cores: 1.5x) is still rejected
+    b["concurrency"][2]["time_s"] = [0.0126] * 9                           # 1.4x
+    p = calibrate(b)
+    assert p.contention.host.law == (pytest.approx((1, 1.0)), pytest.approx((2, 1.0)))
+    assert [r.split(":")[0] for r in p.report["rejected"]] == ["concurrency 3"]
+
+
 def test_a_profile_at_another_compute_speed_scales_every_block_time_and_nothing_else():
     """At_compute_speed(f): a host computing f times slower. Hand values: the table
     profile's 1.5 ms at 4.25 GFLOP (see above) becomes 1.5 f ms; the fitted line's
