@@ -57,8 +57,8 @@ def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: 
     from hw.bench import make_block
     from hw.blocks import select_block_ops
 
-    if not seconds > 0:
-        raise RingsimError("the reference time must be positive")
+    if not 0 < seconds <= 60:
+        raise RingsimError("the reference time must be a number of seconds above 0, at most 60")
     ref = reference_block(profile, dtype, heads, head_dim)
     if ref is None:
         return None

@@ -130,8 +130,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
         raise RingsimError("--repeats must be at least 2 to report a spread")
     if a.warmup < 0:
         raise RingsimError("--warmup must be non-negative")
-    if not a.reference_s >= 0:
-        raise RingsimError("--reference-s must be a non-negative number of seconds")
+    if not 0 <= a.reference_s <= 60:
+        raise RingsimError("--reference-s must be a number of seconds from 0 to 60")
     for name in ("max_median_error", "max_case_error"):
         if getattr(a, name) is not None and not getattr(a, name) >= 0:
             raise RingsimError(f"--{name.replace('_', '-')} must be a non-negative fraction")

@@ -3,6 +3,7 @@ and its reading is the time now over the time then."""
 
 import pytest
 
+from sim.errors import RingsimError
 from sim.profile import ComputeGroup, LinkFit, Profile
 from hw.reference import REFERENCE_TOKENS, host_speed, reference_block
 
@@ -37,3 +38,6 @@ def test_a_reading_is_the_blocks_time_now_over_the_profiles():
     assert r["calls"] >= 3 and 0 < r["now_s"] < 0.5
     assert r["factor"] == pytest.approx(r["now_s"] / 0.5e-3)
     assert host_speed(profile_with([]), dtype="fp32", heads=2, head_dim=8, threads=1) is None
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(RingsimError, match="reference time must be a number of seconds"):
+            host_speed(p, dtype="fp32", heads=2, head_dim=8, threads=1, seconds=bad)

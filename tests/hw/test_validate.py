@@ -513,5 +513,5 @@ def test_without_a_reading_the_report_has_no_errors_at_the_hosts_speed(cli, tmp_
     assert capsys.readouterr().err.count("profile has no full fp32 forward block of 2 heads x 8") == 1
     assert cli("--reference-s", "-1") == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == \
-        "ringsim: error: --reference-s must be a non-negative number of seconds"
-    assert cli("--reference-s", "nan") == 2
+        "ringsim: error: --reference-s must be a number of seconds from 0 to 60"
+    assert cli("--reference-s", "nan") == 2 and cli("--reference-s", "inf") == 2
