@@ -57,7 +57,9 @@ The JSON file (format "ringsim-hw-bench", version 1):
                   "kv_heads", "head_dim", "q_tokens", "kv_tokens",
                   "mask": "full"|"diagonal", "flops": work of the block (DESIGN.md: 4·d·pairs
                   ·heads·batch, backward 2.5x), "impl": per-block operator,
-                  "time_s": [samples], "median_s", "rate_flops": flops / median_s}],
+                  "time_s": [samples], "median_s", "rate_flops": flops / median_s,
+                  "reference_s": [samples of the reference block (full forward, 1024
+                  tokens) timed just before the entry; CPU only]}],
      "transfer": [{"bytes", "direction": "one_way"|"both_ways", "time_s": [samples],
                    "median_s", "gbps": bytes / median_s / 1e9}],
      "interference": [{"kind": "fwd", "dtype", "batch", "heads", "kv_heads", "head_dim",
@@ -627,6 +629,22 @@ def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:
     return compute, comm
 
 
+REFERENCE_TOKENS = 1024
+"""The compute part's reference block (about 30 ms on 2 CPU cores): see _reference_entry."""
+
+
+def _reference_entry(plan: dict[str, Any]) -> dict[str, Any]:
+    """The block the compute part times before every entry on CPU (full forward, 1024
+    tokens, the plan's first dtype and shape): a shared host's speed drifts by up to 20%
+    over tens of seconds, and `ringsim calibrate` brings every entry to one speed with it
+    (sim.calibrate)."""
+    b, kvh = plan["batch"], plan["kv_heads"]
+    dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
+    c = REFERENCE_TOKENS
+    return {"kind": "fwd", "dtype": dt, "batch": b, "heads": h, "kv_heads": kvh or h, "head_dim": d,
+            "q_tokens": c, "kv_tokens": c, "mask": "full", "flops": block_flops("fwd", b, h, d, c, c, "full")}
+
+
 def _host_block(plan: dict[str, Any], processes: int) -> dict[str, Any]:
     """The interference part's first block, as the host parts compute it with `processes`."""
     b, kvh = plan["batch"], plan["kv_heads"]
@@ -905,10 +923,18 @@ def run_bench(a: argparse.Namespace) -> int:
         saved_threads = torch.get_num_threads()
         if device.type == "cpu":
             torch.set_num_threads(threads)
+        reference = _reference_entry(plan) if device.type == "cpu" else None
         try:
             for e in compute_jobs:
                 ops = select_block_ops(device.type, e["dtype"], e["head_dim"], a.block_impl)
-                progress("compute", measure_compute(e, ops, device, plan["samples"], plan["warmup"]))
+                ref_s = None
+                if reference is not None:   # the host's speed of the moment, just before the entry
+                    ref_ops = select_block_ops("cpu", reference["dtype"], reference["head_dim"], a.block_impl)
+                    ref_s = measure_compute(reference, ref_ops, device, plan["samples"], 1)["time_s"]
+                entry = measure_compute(e, ops, device, plan["samples"], plan["warmup"])
+                if ref_s is not None:
+                    entry["reference_s"] = ref_s
+                progress("compute", entry)
         finally:
             torch.set_num_threads(saved_threads)
     skipped = bool(comm_jobs) and kind == "cuda" and torch.cuda.device_count() < 2

@@ -171,8 +171,13 @@ def _print_fits(r: dict) -> None:
         print(f"compute model: {chosen['model']} (too few sizes per group for held-out errors)")
     else:
         print(f"compute model: {chosen['model']} (held-out median |error|: fit {fit:.1%}, table {tab:.1%})")
+    drift = r["compute"].get("host_speed")
+    if drift:
+        print(f"host speed over the compute part: the reference block took {drift['fastest_over_median']:.2f}x-"
+              f"{drift['slowest_over_median']:.2f}x its median {drift['reference_median_s'] * 1e3:.1f} ms; "
+              f"every entry brought to the median")
     for key, g in r["compute"].items():
-        if key == "chosen":
+        if key in ("chosen", "host_speed"):
             continue
         print(f"  {key:18} {g['points']:2} points  overhead {g['overhead_s'] * 1e6:8.1f} us  "
               f"rate {g['flops_per_s'] / 1e9:7.2f} GFLOP/s  in-sample |err| median "

@@ -445,6 +445,26 @@ def _ring_residual(p: dict[str, float], host: Host, sigma: float) -> dict[str, f
             "predicted_transfer_slowdown": loaded / host.slowdown(host.demand(0, int(p["k"])))}
 
 
+def at_one_speed(compute: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Bring every compute entry to one speed of the host, in place, and say how far apart
+    they were; None (nothing changed) unless every entry carries the time of the
+    reference block taken just before it (`reference_s`, CPU benches).
+
+    A shared host drifts by up to 20% over tens of seconds, so the entries of one part,
+    measured a minute apart, would mix speeds: a table or line through them would bend
+    where the host changed, not where the operator does. Entry i measured while the
+    reference block took ref_i is scaled by median(ref) / ref_i: every entry at the
+    host's median speed over the part."""
+    refs = [r.get("reference_s") for r in compute]
+    if not refs or any(x is None or not x > 0 for x in refs):
+        return None
+    common = statistics.median(refs)
+    for r, ref in zip(compute, refs):
+        r["time_s"] *= common / ref
+    return {"entries": len(refs), "reference_median_s": common,
+            "slowest_over_median": max(refs) / common, "fastest_over_median": min(refs) / common}
+
+
 def calibrate(bench: Any, source: str = "") -> Profile:
     """A profile from a decoded `ringsim hw bench` JSON object."""
     if not isinstance(bench, dict) or bench.get("format") != "ringsim-hw-bench":
@@ -463,7 +483,12 @@ def calibrate(bench: Any, source: str = "") -> Profile:
         compute.append({"dtype": r["dtype"], "mask": r["mask"], "kind": r.get("kind", "fwd"),
                         "flops": float(flops),
                         "time_s": _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")})
+        if r.get("reference_s") is not None:
+            compute[-1]["reference_s"] = _median(r["reference_s"], f"compute entry {i} reference_s")
+    drift = at_one_speed(compute)
     groups, model, compute_report = calibrate_compute(compute)
+    if drift:
+        compute_report["host_speed"] = drift
     transfers = []
     for i, r in enumerate(_records(bench, "transfer")):
         if r.get("direction") not in ("one_way", "both_ways"):

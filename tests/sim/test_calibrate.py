@@ -298,6 +298,29 @@ def test_the_sharing_law_is_the_same_processes_shared_over_alone_when_the_bench_
     assert [r.split(":")[0] for r in p.report["rejected"]] == ["concurrency 3"]
 
 
+def test_compute_entries_are_brought_to_one_speed_of_the_host_by_their_reference_block():
+    """The host ran 25% slower for the entries of 1024 tokens (their reference block took
+    25 ms, 20 ms for the others): their times are scaled by 20/25, and the line through
+    all of them is the true one again; the report says how far apart the entries were."""
+    b = bench()
+    for e in b["compute"]:
+        slow = e["flops"] in (4 * 64 * 8 * 1024 * 1024, 4 * 64 * 8 * 1024 * 1025 / 2)
+        e["time_s"] = [t * (1.25 if slow else 1.0) for t in e["time_s"]]
+        e["reference_s"] = [0.025] * 3 if slow else [0.020, 0.019, 0.021]
+    p = calibrate(b)
+    for mask, rate in (("full", RATE), ("diagonal", DIAG_RATE)):
+        g = p.groups[("fp32", mask, "fwd")]
+        assert g.overhead_s == pytest.approx(OVERHEAD) and g.flops_per_s == pytest.approx(rate)
+    assert p.report["compute"]["host_speed"] == {
+        "entries": 8, "reference_median_s": pytest.approx(0.020), "slowest_over_median": pytest.approx(1.25),
+        "fastest_over_median": pytest.approx(1.0)}
+    # one entry without its reference: nothing is scaled, the slow entries bend the line
+    del b["compute"][0]["reference_s"]
+    p = calibrate(b)
+    assert "host_speed" not in p.report["compute"]
+    assert p.groups[("fp32", "full", "fwd")].overhead_s > OVERHEAD + 1e-3
+
+
 def test_a_profile_at_another_compute_speed_scales_every_block_time_and_nothing_else():
     """At_compute_speed(f): a host computing f times slower. Hand values: the table
     profile's 1.5 ms at 4.25 GFLOP (see above) becomes 1.5 f ms; the fitted line's
