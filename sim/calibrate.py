@@ -6,7 +6,9 @@ fits the models of sim.profile:
   against its FLOPs, as a table (piecewise-linear) and as a line time = overhead +
   FLOPs / rate by least squares. Each model predicts every point with that point held
   out (leave-one-out); the one with the smaller median held-out error is used, and the
-  residuals of both are kept in the profile's report;
+  residuals of both are kept in the profile's report. A CPU bench times a reference
+  block just before every entry; each entry is first brought to the host's median speed
+  over the part (at_one_speed), since a shared host drifts by up to 20% in a minute;
 - links: alpha-beta by least squares over message sizes, for one direction and for
   both directions at once; the ring uses the latter;
 - collectives (all-gather, reduce-scatter, all-to-all), per collective: alpha-beta
@@ -15,8 +17,9 @@ fits the models of sim.profile:
   one shard; a collective that was not measured is played on the point-to-point fit;
 - contention: on CPUs, the host model of sim.contention. Its cores and threads per rank
   come from the bench file's device; its sharing law from the concurrency part (k
-  processes computing at once demand k·threads cores and run median with k / median
-  with one slower); the cores a transfer in flight demands, and what slows compute
+  processes computing at once demand k·threads cores and run median with k / median of
+  the same processes alone, seconds before, slower); the cores a transfer in flight
+  demands, and what slows compute
   beyond sharing (the in-flight slowdown, multiplying), from the ring-conditions part
   by least squares in log space (fit_transfer_cores). Every concurrency and
   ring-conditions slowdown is first checked against the physical bound (k busy
