@@ -58,7 +58,7 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
     cfgs = [RunConfig(workload=_workload(p, dtype), world_size=p.world_size, layout=p.layout,
                       warmup=warmup, repeats=repeats) for p in probes]
     rows = []
-    for probe, cfg, (_, traces) in zip(probes, cfgs, run_configs(cfgs)):
+    for probe, cfg, (_, traces) in zip(probes, cfgs, run_configs(cfgs, interleave=True)):
         row = compare_case(probe, traces, simulate(cfg.scenario(), profile))
         row.update(key=probe.key, within=abs(row["error"]) <= tolerance)
         if at_speed is not None:

@@ -39,23 +39,50 @@ def run_config(cfg, inputs=None, *, keep_outputs: bool = False):
     return results, build_traces(cfg, results)
 
 
-def _run_many_worker(ctx: RankContext, cfgs: list, report: bool):
-    out = []
-    for i, cfg in enumerate(cfgs):
-        res = _run_worker(ctx, cfg, None, False)
-        if report and ctx.rank == 0:
+def _run_many_worker(ctx: RankContext, cfgs: list, report: bool, interleave: bool = False):
+    if not interleave:
+        out = []
+        for i, cfg in enumerate(cfgs):
+            res = _run_worker(ctx, cfg, None, False)
+            if report and ctx.rank == 0:
+                ctx.report(i)
+            out.append(res)
+        return out
+    from hw.runner import RankRun, pick_device
+
+    runs: list = []
+    try:
+        for cfg in cfgs:
+            runs.append(RankRun(cfg, rank=ctx.rank, group=ctx.group, inputs=None,
+                                device=pick_device(cfg.device, ctx.rank, ctx.world), barrier=ctx.barrier,
+                                store=ctx.store, ranks_on_host=ctx.world))
+        for run in runs:                     # each one's warm-up, then repeat i of every one
+            for it in range(run.cfg.warmup):
+                run.iteration(it)
+        for r in range(max(run.cfg.repeats for run in runs)):
+            for run in runs:
+                if r < run.cfg.repeats:
+                    run.iteration(run.cfg.warmup + r)
+    finally:
+        for run in runs:
+            run.close()
+    if report and ctx.rank == 0:
+        for i in range(len(runs)):
             ctx.report(i)
-        out.append(res)
-    return out
+    return [run.result() for run in runs]
 
 
-def run_configs(cfgs: list, *, on_done: Callable[[int], None] | None = None) -> list:
+def run_configs(cfgs: list, *, on_done: Callable[[int], None] | None = None, interleave: bool = False) -> list:
     """Run several configurations, one process group per world size and backend.
 
     Start-up (seconds per group) is paid once per group instead of once per run; the
-    runs of a group follow one another in the order given. Returns (results, traces)
-    for each configuration, in the order given; `on_done(i)` is called as configuration
-    i completes.
+    runs of a group follow one another in the order given. With `interleave`, a group's
+    configurations are set up together, each runs its warm-up, and then repeat i of every
+    one runs before repeat i + 1 of any: a slow spell of a shared host then weighs on
+    every configuration alike instead of on whichever ran during it (every
+    configuration's inputs are held at once: for CPU-sized runs). Returns (results,
+    traces) for each configuration, in the order given; `on_done(i)` is called as
+    configuration i completes (with `interleave`, when the group does).
     """
     from hw.runner import build_traces
 
@@ -65,7 +92,7 @@ def run_configs(cfgs: list, *, on_done: Callable[[int], None] | None = None) -> 
     out: list = [None] * len(cfgs)
     for (world, backend, _device), idx in groups.items():
         mine = [cfgs[i] for i in idx]
-        per_rank = spawn(_run_many_worker, world, args=(mine, on_done is not None), backend=backend,
+        per_rank = spawn(_run_many_worker, world, args=(mine, on_done is not None, interleave), backend=backend,
                          timeout_s=max(c.timeout_s for c in mine),
                          on_progress=(lambda _r, j: on_done(idx[j])) if on_done else None)
         for j, i in enumerate(idx):

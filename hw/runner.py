@@ -224,74 +224,104 @@ def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, de
     seed. A transfer or barrier that fails because of another rank raises PeerFailure,
     on either backend (see `hw.timing` for how CUDA runs notice).
     """
-    w, n = cfg.workload, cfg.world_size
-    threads = cfg.threads(ranks_on_host)
-    if device.type == "cpu":
-        torch.set_num_threads(threads)
-    ops = select_block_ops(device.type, w.dtype, w.head_dim, cfg.block_impl)
-    rate = None
-    if cfg.measure_rate and rank == 0:
-        rate = _measure_rate(cfg, inputs if inputs is not None else make_inputs(cfg), ops, device)
-    mine = rank_shard(cfg, rank, inputs, device)
-    q, k, v, dout = mine.q, mine.k, mine.v, mine.dout
-    clock = CudaClock(device, cfg.timeout_s) if device.type == "cuda" else CpuClock(cfg.timeout_s)
-    untimed = Ring(rank, n, group, clock, None, store)
-    if device.type == "cuda":
-        clock.on_poll = lambda: raise_if_peer_failed(untimed)
-    args = dict(layout=cfg.layout, causal=w.causal, ops=ops)
-    forward, backward = kernels(cfg.scheme)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    run = RankRun(cfg, rank=rank, group=group, inputs=inputs, device=device, barrier=barrier, store=store,
+                  ranks_on_host=ranks_on_host)
+    try:
+        for it in range(cfg.warmup + cfg.repeats):
+            run.iteration(it)
+    finally:
+        run.close()
+    return run.result(keep_outputs)
 
-    def settled(step: Callable[[], None], what: str) -> None:
+
+class RankRun:
+    """One rank's run of a configuration, an iteration at a time (`run_rank` runs them
+    all in turn; hw.launch can interleave the iterations of several configurations)."""
+
+    def __init__(self, cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, device: torch.device,
+                 barrier: Callable[[], None], store: Any = None, ranks_on_host: int = 1):
+        w, n = cfg.workload, cfg.world_size
+        self.cfg, self.rank, self.group, self.device, self.barrier, self.store = cfg, rank, group, device, barrier, store
+        self.threads = cfg.threads(ranks_on_host)
+        if device.type == "cpu":
+            torch.set_num_threads(self.threads)
+        self.ops = select_block_ops(device.type, w.dtype, w.head_dim, cfg.block_impl)
+        self.rate = None
+        if cfg.measure_rate and rank == 0:
+            self.rate = _measure_rate(cfg, inputs if inputs is not None else make_inputs(cfg), self.ops, device)
+        self.inputs = rank_shard(cfg, rank, inputs, device)
+        self.clock = CudaClock(device, cfg.timeout_s) if device.type == "cuda" else CpuClock(cfg.timeout_s)
+        self.untimed = Ring(rank, n, group, self.clock, None, store)
+        if device.type == "cuda":
+            self.clock.on_poll = lambda: raise_if_peer_failed(self.untimed)
+        self.args = dict(layout=cfg.layout, causal=w.causal, ops=self.ops)
+        self.forward, self.backward = kernels(cfg.scheme)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        self.out = self.lse = self.grads = None
+        self.measured: list[list[Span]] = []
+        self.needs: list[dict[int, list[int]]] = []
+        if w.pass_ == "bwd":  # backward alone needs the forward's output and lse, untimed
+            mine = self.inputs
+            try:
+                self.out, self.lse = self.forward(mine.q, mine.k, mine.v, ring=self.untimed, **self.args)
+            except BaseException:
+                self.clock.close()
+                raise
+
+    def _settled(self, step: Callable[[], None], what: str) -> None:
         try:
             step()
         except PeerFailure:
             raise
         except TransferStalled as e:
-            raise peer_failure(untimed, "a transfer", e) from e
+            raise peer_failure(self.untimed, "a transfer", e) from e
         except Exception as e:
             if what == "a barrier":   # a barrier fails only for want of a peer
-                raise peer_failure(untimed, what, e) from e
+                raise peer_failure(self.untimed, what, e) from e
             raise
 
-    out = lse = grads = None
-    measured: list[list[Span]] = []
-    needs: list[dict[int, list[int]]] = []
-    try:
-        if w.pass_ == "bwd":  # backward alone needs the forward's output and lse, untimed
-            out, lse = forward(q, k, v, ring=untimed, **args)
-        for it in range(cfg.warmup + cfg.repeats):
-            rec = Recorder(clock, rank)
-            ring = Ring(rank, n, group, clock, rec, store)
-            hook = _fault(cfg, rank) if it == 0 else None
-            settled(lambda: clock.align(barrier), "a barrier")
-            if w.pass_ in ("fwd", "fwdbwd"):
-                out, lse = forward(q, k, v, ring=ring, on_step=hook, **args)
-            if w.pass_ in ("bwd", "fwdbwd"):
-                step0 = n if w.pass_ == "fwdbwd" else 0
-                grads = backward(dout, q, k, v, out, lse, ring=ring, step0=step0,
-                                 on_step=hook, **args)
-            settled(clock.synchronize, "a transfer")
-            if it >= cfg.warmup:
-                measured.append(rec.spans())
-                needs.append(rec.needs)
-    finally:
-        clock.close()
-    if device.type == "cuda":
-        peak = int(torch.cuda.max_memory_allocated(device))
-    else:
-        peak = int(peak_memory_bytes(w, cfg.tokens_per_rank)["total"])
-    info = {"device": describe_device(device), "threads_per_rank": threads if device.type == "cpu" else None,
-            "block_impl": ops.describe(), "peak_mem_bytes": peak, "clock": clock.kind}
-    if rate is not None:
-        info["rate_flops"] = rate
-    res = RankResult(rank, measured, info, needs=needs)
-    if keep_outputs:
-        res.out = out.contiguous().cpu() if out is not None else None
-        if grads is not None:
-            res.dq, res.dk, res.dv = (g.contiguous().cpu() for g in grads)
-    return res
+    def iteration(self, it: int) -> None:
+        """Iteration `it` (the first `cfg.warmup` are not recorded)."""
+        cfg, w, n, rank = self.cfg, self.cfg.workload, self.cfg.world_size, self.rank
+        q, k, v, dout = self.inputs.q, self.inputs.k, self.inputs.v, self.inputs.dout
+        if self.device.type == "cpu":      # another configuration's run may have set others
+            torch.set_num_threads(self.threads)
+        rec = Recorder(self.clock, rank)
+        ring = Ring(rank, n, self.group, self.clock, rec, self.store)
+        hook = _fault(cfg, rank) if it == 0 else None
+        self._settled(lambda: self.clock.align(self.barrier), "a barrier")
+        if w.pass_ in ("fwd", "fwdbwd"):
+            self.out, self.lse = self.forward(q, k, v, ring=ring, on_step=hook, **self.args)
+        if w.pass_ in ("bwd", "fwdbwd"):
+            step0 = n if w.pass_ == "fwdbwd" else 0
+            self.grads = self.backward(dout, q, k, v, self.out, self.lse, ring=ring, step0=step0,
+                                       on_step=hook, **self.args)
+        self._settled(self.clock.synchronize, "a transfer")
+        if it >= cfg.warmup:
+            self.measured.append(rec.spans())
+            self.needs.append(rec.needs)
+
+    def close(self) -> None:
+        self.clock.close()
+
+    def result(self, keep_outputs: bool = False) -> RankResult:
+        device, w = self.device, self.cfg.workload
+        if device.type == "cuda":
+            peak = int(torch.cuda.max_memory_allocated(device))
+        else:
+            peak = int(peak_memory_bytes(w, self.cfg.tokens_per_rank)["total"])
+        info = {"device": describe_device(device),
+                "threads_per_rank": self.threads if device.type == "cpu" else None,
+                "block_impl": self.ops.describe(), "peak_mem_bytes": peak, "clock": self.clock.kind}
+        if self.rate is not None:
+            info["rate_flops"] = self.rate
+        res = RankResult(self.rank, self.measured, info, needs=self.needs)
+        if keep_outputs:
+            res.out = self.out.contiguous().cpu() if self.out is not None else None
+            if self.grads is not None:
+                res.dq, res.dk, res.dv = (g.contiguous().cpu() for g in self.grads)
+        return res
 
 
 def build_traces(cfg: RunConfig, results: list[RankResult]) -> list[Trace]:

@@ -1,7 +1,7 @@
 """`ringsim validate`: measure the real kernel over a matrix of cases (hw.launch),
 simulate the same cases on a calibrated profile, and report the errors (hw.validate).
 Cases of one world size run in batches on one set of processes (start-up is paid once
-a batch); each finished batch is written to the report at once, and a rerun with the
+a batch), their repeats interleaved (hw.launch.run_configs); each finished batch is written to the report at once, and a rerun with the
 same settings resumes where the last one stopped, keeping what the report says about
 the machine. torch is imported only when the command runs.
 """
@@ -71,7 +71,7 @@ def measure(cfgs: list) -> list[list[Trace]]:
     that run every configuration in turn (one process group per world size)."""
     from hw.launch import run_configs
 
-    return [traces for _, traces in run_configs(cfgs)]
+    return [traces for _, traces in run_configs(cfgs, interleave=True)]
 
 
 def _settings(a: argparse.Namespace, cases, profile_path: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from tests.sim.test_calibrate_traces import case, known_profile, measured
 def kernel_is(monkeypatch):
     """Make the probe's kernel runs those of `profile`, three repeats each."""
     def use(profile):
-        def run_configs(cfgs, on_done=None):
+        def run_configs(cfgs, on_done=None, interleave=False):
             out = []
             for cfg in cfgs:
                 sc = Scenario(workload=cfg.workload, n_gpus=cfg.world_size, layout=cfg.layout)

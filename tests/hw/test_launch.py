@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -70,5 +72,43 @@ def test_run_configs_shares_one_group_per_world_size():
     for c, (results, traces) in zip(cfgs, out):
         assert len(results) == c.world_size and len(traces) == 2
         assert traces[0].config == c.describe()
+        phases = ["fwd", "bwd"] if c.workload.pass_ == "fwdbwd" else ["fwd"]
+        check_trace_structure(traces[0], c.layout, True, phases, 24, batch=1, heads=2, head_dim=8)
+
+
+def test_interleaved_configurations_run_repeat_by_repeat_and_give_the_same_traces():
+    """With interleave, a group sets every configuration up, runs each one's warm-up, then
+    repeat i of every configuration before repeat i + 1 of any; each still gets its own
+    traces, as many as its repeats, of the right structure."""
+    import types
+
+    import hw.runner
+    from hw.launch import _run_many_worker
+
+    def cfg(layout, pass_="fwd", repeats=2, warmup=1):
+        return RunConfig(workload=Workload(seq=24, heads=2, kv_heads=1, head_dim=8, dtype="fp32", pass_=pass_),
+                         world_size=1, layout=layout, warmup=warmup, repeats=repeats)
+    cfgs = [cfg("zigzag"), cfg("striped", "fwdbwd", repeats=3), cfg("contiguous", warmup=0)]
+    order = []
+    iteration = hw.runner.RankRun.iteration
+
+    def recorded(self, it):
+        order.append((self.cfg.layout, it))
+        iteration(self, it)
+    ctx = types.SimpleNamespace(rank=0, world=1, group=None, barrier=lambda: None, store=None)
+    try:
+        hw.runner.RankRun.iteration = recorded
+        results = _run_many_worker(ctx, cfgs, False, True)
+    finally:
+        hw.runner.RankRun.iteration = iteration
+    assert order == [("zigzag", 0), ("striped", 0),                                   # warm-ups
+                     ("zigzag", 1), ("striped", 1), ("contiguous", 0),                # repeat 0
+                     ("zigzag", 2), ("striped", 2), ("contiguous", 1),                # repeat 1
+                     ("striped", 3)]                                                  # repeat 2
+    assert [len(r.spans) for r in results] == [2, 3, 2]
+    # on real process groups: the same structure as run one after another
+    two = [dataclasses.replace(c, world_size=2, repeats=2) for c in cfgs]
+    for c, (ranks, traces) in zip(two, run_configs(two, interleave=True)):
+        assert len(ranks) == 2 and len(traces) == 2 and traces[0].config == c.describe()
         phases = ["fwd", "bwd"] if c.workload.pass_ == "fwdbwd" else ["fwd"]
         check_trace_structure(traces[0], c.layout, True, phases, 24, batch=1, heads=2, head_dim=8)
