@@ -75,6 +75,7 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
         assert e["flops"] == 4 * 64 * pairs * 4          # --quick: head dim 64, 4 heads, batch 1
         assert len(e["time_s"]) == 2 and e["median_s"] > 0 and e["kind"] == "fwd"
         assert len(e["reference_s"]) == 2 and min(e["reference_s"]) > 0    # the host's speed just before
+        assert "pass_medians_s" not in e                                     # --quick: one pass
     assert {(e["bytes"], e["direction"]) for e in d["transfer"]} == {(1024, "one_way"), (1024, "both_ways")}
     inter = d["interference"][0]
     assert inter["bytes"] == 2 * 4 * 32 * 64 * 4 and inter["slowdown"] > 0
@@ -95,6 +96,16 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
     code, _, err = run(capsys, *argv, "--resume", "--blocks", "16,32,48", "--parts", "compute")
     assert code == 0 and "[1/2]" in err and "[2/2]" in err
     assert len(read_json(path)["compute"]) == 6
+    # two passes over the grid: each entry lists both medians and keeps the lower one's samples
+    again = tmp_path / "again.json"
+    code, _, err = run(capsys, "hw", "bench", "--quick", "--blocks", "16,32", "--samples", "3", "--parts",
+                       "compute", "--compute-passes", "2", "-o", str(again))
+    assert code == 0 and err.count("[compute, again]") == 4
+    for e in read_json(again)["compute"]:
+        assert len(e["pass_medians_s"]) == 2 and e["median_s"] == min(e["pass_medians_s"])
+        assert sorted(e["time_s"])[1] == e["median_s"]
+    code, _, err = run(capsys, "hw", "bench", "--quick", "--compute-passes", "0", "-o", str(tmp_path / "x.json"))
+    assert code == 2 and "--compute-passes" in err
 
 
 @pytest.mark.slow
