@@ -17,10 +17,11 @@ fits the models of sim.profile:
   one shard; a collective that was not measured is played on the point-to-point fit;
 - contention: on CPUs, the host model of sim.contention. Its cores and threads per rank
   come from the bench file's device; its sharing law from the concurrency part (k
-  processes computing at once demand k·threads cores and run median with k / median of
-  the same processes alone, seconds before, slower); the cores a transfer in flight
-  demands, and what slows compute
-  beyond sharing (the in-flight slowdown, multiplying), from the ring-conditions part
+  processes computing at once demand k·threads cores and run their time shared / the
+  median of the same processes alone, seconds before, slower, where the time shared is
+  the median block while they fit the cores and the mean once they are time-sliced);
+  the cores a transfer in flight demands, and what slows compute beyond sharing (the
+  in-flight slowdown, multiplying), from the ring-conditions part
   by least squares in log space (fit_transfer_cores). Every concurrency and
   ring-conditions slowdown is first checked against the physical bound (k busy
   processes of t threads on C cores: at least k·t/C); one below it is rejected, listed
@@ -328,16 +329,23 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
         if r.get("rejected"):
             rejected.append(f"concurrency {k}: {r['rejected']}")
             continue
-        # the median block: a few blocks slowed by whatever else woke up on the host pull a
-        # mean far up on two cores, and the law multiplies every block of a simulation
-        t = _median(r.get("time_s", r.get("median_s")), f"concurrency entry {i} time_s")
+        # while the processes fit the cores, the median block: a few blocks slowed by
+        # whatever else woke up on the host pull a mean far up, and the law multiplies
+        # every block of a simulation; once they are time-sliced, the mean (their
+        # throughput): each call is then either untouched or very slow, the median can
+        # be an untouched one, and only the mean counts both (as hw.bench checks bounds)
+        threads = float(r.get("threads_per_rank") or (counts[1] if counts else 1))
+        sliced = counts is not None and k * threads > counts[0]
+        samples = r.get("time_s", r.get("median_s"))
+        t = (_mean(samples, f"concurrency entry {i} time_s") if sliced and isinstance(samples, list)
+             else _median(samples, f"concurrency entry {i} time_s"))
         if r.get("alone_s"):
             alone = _median(r["alone_s"], f"concurrency entry {i} alone_s")
             if alone > 0:
                 ratio_k.setdefault(float(k), []).append(t / alone)
         else:
             by_k.setdefault(float(k), []).append(t)
-        threads_of[float(k)] = float(r.get("threads_per_rank") or (counts[1] if counts else 1))
+        threads_of[float(k)] = threads
     concurrency = None
     # the slowdown of k processes: against the same processes alone seconds before (what
     # the bench measures now), so that the host's drift between parts is not counted as

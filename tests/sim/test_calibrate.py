@@ -298,6 +298,22 @@ def test_the_sharing_law_is_the_same_processes_shared_over_alone_when_the_bench_
     assert [r.split(":")[0] for r in p.report["rejected"]] == ["concurrency 3"]
 
 
+def test_time_sliced_processes_count_by_their_mean_block_and_fitting_ones_by_their_median():
+    """Three processes on two cores are time-sliced: of six blocks four ran untouched
+    (10 ms) and two waited their turn (35 ms). Their median is 10 ms, below the physical
+    1.5x; their mean, the throughput, is 110/6 ms: 1.833x. Two processes fit the cores,
+    and one slow block among six (50 ms) leaves their median at 10 ms: 1.0x."""
+    b = bench()
+    shape = {"kind": "fwd", "dtype": "fp32", "heads": 8, "kv_heads": 8, "head_dim": 64, "q_tokens": 1024,
+             "kv_tokens": 1024, "mask": "full", "threads_per_rank": 1}
+    b["concurrency"] = [{**shape, "processes": 2, "time_s": [0.010] * 5 + [0.050], "alone_s": [0.010] * 2},
+                        {**shape, "processes": 3, "time_s": [0.010] * 4 + [0.035] * 2, "alone_s": [0.010] * 3}]
+    p = calibrate(b)
+    assert p.contention.host.law == (pytest.approx((1, 1.0)), pytest.approx((2, 1.0)),
+                                     pytest.approx((3, 0.110 / 6 / 0.010)))
+    assert p.report["rejected"] == []
+
+
 def test_compute_entries_are_brought_to_one_speed_of_the_host_by_their_reference_block():
     """The host ran 25% slower for the entries of 1024 tokens (their reference block took
     25 ms, 20 ms for the others): their times are scaled by 20/25, and the line through
