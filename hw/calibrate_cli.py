@@ -135,7 +135,8 @@ def cmd_check(a: argparse.Namespace) -> int:
             print(f"  {row['key']:39} measured {row['measured_median_s'] * 1e3:7.1f} ms, predicted "
                   f"{row['simulated_s'] * 1e3:7.1f} ms ({row['error']:+.1%}); compute "
                   f"{parts['compute_s']['error']:+.1%}, transfer {parts['mean_transfer_s']['error']:+.1%}"
-                  + (f"; at the host's speed {row['error_at_host_speed']:+.1%}" if "error_at_host_speed" in row else ""),
+                  + (f"; at the host's speed {row['error_at_host_speed']:+.1%}"
+                     if "error_at_host_speed" in row else ""),
                   file=sys.stderr, flush=True)
 
     result = check(profile, tolerance=a.tolerance, on_probe=show)

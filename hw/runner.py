@@ -241,7 +241,8 @@ class RankRun:
     def __init__(self, cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, device: torch.device,
                  barrier: Callable[[], None], store: Any = None, ranks_on_host: int = 1):
         w, n = cfg.workload, cfg.world_size
-        self.cfg, self.rank, self.group, self.device, self.barrier, self.store = cfg, rank, group, device, barrier, store
+        self.cfg, self.rank, self.group, self.device = cfg, rank, group, device
+        self.barrier, self.store = barrier, store
         self.threads = cfg.threads(ranks_on_host)
         if device.type == "cpu":
             torch.set_num_threads(self.threads)

@@ -1,9 +1,11 @@
 """`ringsim validate`: measure the real kernel over a matrix of cases (hw.launch),
 simulate the same cases on a calibrated profile, and report the errors (hw.validate).
 Cases of one world size run in batches on one set of processes (start-up is paid once
-a batch), their repeats interleaved (hw.launch.run_configs); each finished batch is written to the report at once, and a rerun with the
-same settings resumes where the last one stopped, keeping what the report says about
-the machine. torch is imported only when the command runs.
+a batch), their repeats interleaved (hw.launch.run_configs); each finished batch is
+written to the report at once, and a rerun with the same settings resumes where the
+last one stopped, keeping what the report says about the machine. On CPU profiles the
+host's compute speed is read around every batch (hw.reference) and each case is scored
+at it too. torch is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -191,8 +193,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
             row = compare_case(case, traces, simulate(scenario, profile))
             row["key"] = case.key
             if before and after:
-                now = profile.at_compute_speed((before["factor"] + after["factor"]) / 2)
-                row.update(at_host_speed(compare_case(case, traces, simulate(scenario, now)), before, after))
+                row.update(at_host_speed(case, traces, scenario, profile, before, after))
             rows[case.key] = row
             at_speed = f", at the host's speed {row['error_at_host_speed']:+.1%}" if "host_speed" in row else ""
             print(f"[{index[case.key]}/{len(cases)}] {case.key}: measured {row['measured_median_s'] * 1e3:.1f} ms "
@@ -257,16 +258,21 @@ def host_speed(profile, **kw) -> dict[str, Any] | None:
     return read(profile, **kw)
 
 
-def at_host_speed(at_speed: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """A case's prediction and errors at the host's compute speed of its batch, the mean
-    of the readings before and after it; `at_speed`: the case scored (compare_case)
-    against the profile at that speed."""
-    return {"host_speed": (before["factor"] + after["factor"]) / 2,
+def at_host_speed(case, traces: list[Trace], scenario, profile, before: dict[str, Any],
+                  after: dict[str, Any]) -> dict[str, Any]:
+    """A case's prediction and errors at the host's compute speed of its batch: the mean
+    of the readings before and after it, applied to the profile's compute times."""
+    from sim.engine import simulate
+    from sim.validation import compare_case
+
+    factor = (before["factor"] + after["factor"]) / 2
+    row = compare_case(case, traces, simulate(scenario, profile.at_compute_speed(factor)))
+    return {"host_speed": factor,
             "host_speed_readings": [before["factor"], after["factor"]],
-            "simulated_at_host_speed_s": at_speed["simulated_s"],
-            "error_at_host_speed": at_speed["error"],
-            "within_range_at_host_speed": at_speed["within_range"],
-            "step_abs_errors_at_host_speed": [st["abs_error"] for st in at_speed["steps"]]}
+            "simulated_at_host_speed_s": row["simulated_s"],
+            "error_at_host_speed": row["error"],
+            "within_range_at_host_speed": row["within_range"],
+            "step_abs_errors_at_host_speed": [st["abs_error"] for st in row["steps"]]}
 
 
 def _report(a, settings, cases, rows, measured_on, used) -> dict[str, Any]:
