@@ -23,8 +23,7 @@ from typing import Any
 
 from sim.errors import RingsimError
 
-REFERENCE_TOKENS = 1024
-"""The measured block closest to this size is the reference (about 30 ms on 2 CPU cores)."""
+from hw.bench import REFERENCE_TOKENS   # the compute part's own reference block: the measured one closest to it
 
 
 def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tuple[int, float] | None:
