@@ -52,8 +52,12 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
     started = time.perf_counter()
     speed = None
     if reference_s > 0 and profile.measured_on.get("kind", "cpu") == "cpu":
-        speed = host_speed(profile, dtype=dtype, heads=8, head_dim=64,
-                           threads=int(profile.measured_on.get("threads_per_rank") or 1), seconds=reference_s)
+        from hw import reference
+
+        shape = _workload(probes[0], dtype)      # every probe's heads and head dim
+        speed = reference.host_speed(profile, dtype=dtype, heads=shape.heads, head_dim=shape.head_dim,
+                                     threads=int(profile.measured_on.get("threads_per_rank") or 1),
+                                     seconds=reference_s)
     at_speed = profile.at_compute_speed(speed["factor"]) if speed else None
     cfgs = [RunConfig(workload=_workload(p, dtype), world_size=p.world_size, layout=p.layout,
                       warmup=warmup, repeats=repeats) for p in probes]
@@ -78,9 +82,3 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
             "host_differences": differences(profile.measured_on, here),
             "load_avg_1m": os.getloadavg()[0], "wall_s": time.perf_counter() - started}
 
-
-def host_speed(profile: Any, **kw) -> dict[str, Any] | None:
-    """hw.reference.host_speed (a name the tests replace)."""
-    from hw.reference import host_speed as read
-
-    return read(profile, **kw)

@@ -233,29 +233,22 @@ def _host_speed_reader(a: argparse.Namespace, profile, kind: str):
     profile, or a profile without the reference block, which is said once)."""
     if kind != "cpu" or a.reference_s == 0:
         return None
-    from hw.reference import reference_block
+    from hw import reference
 
-    if reference_block(profile, a.dtype, a.heads, a.head_dim) is None:
+    if reference.reference_block(profile, a.dtype, a.heads, a.head_dim) is None:
         print(f"profile has no full {a.dtype} forward block of {a.heads} heads x {a.head_dim}: "
               f"the host's speed is not read", file=sys.stderr)
         return None
     threads = int(profile.measured_on.get("threads_per_rank") or 1)
 
     def read() -> dict[str, Any] | None:
-        r = host_speed(profile, dtype=a.dtype, heads=a.heads, head_dim=a.head_dim, threads=threads,
-                       seconds=a.reference_s)
+        r = reference.host_speed(profile, dtype=a.dtype, heads=a.heads, head_dim=a.head_dim, threads=threads,
+                                 seconds=a.reference_s)
         if r:
             print(f"host speed: the {r['tokens']}-token reference block takes {r['now_s'] * 1e3:.1f} ms, "
                   f"{r['factor']:.2f}x the profile's {r['profile_s'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
         return r
     return read
-
-
-def host_speed(profile, **kw) -> dict[str, Any] | None:
-    """hw.reference.host_speed (a name the tests replace)."""
-    from hw.reference import host_speed as read
-
-    return read(profile, **kw)
 
 
 def at_host_speed(case, traces: list[Trace], scenario, profile, before: dict[str, Any],

@@ -48,15 +48,13 @@ def test_a_host_that_computes_slower_now_is_read_and_named(kernel_is, tmp_path, 
     reference block, as the host really is), and at that speed every probe is exact."""
     import dataclasses
 
-    import hw.check
-
     truth = dataclasses.replace(known_profile(), measured_on={**known_profile().measured_on, "kind": "cpu"})
     asked = []
 
     def host_speed(profile, **kw):
         asked.append(kw)
         return {"tokens": 1024, "profile_s": 0.02, "now_s": 0.025, "factor": 1.25}
-    monkeypatch.setattr(hw.check, "host_speed", host_speed)
+    monkeypatch.setattr("hw.reference.host_speed", host_speed)
     kernel_is(known_profile(1.25))
     r = check(truth)
     assert asked == [{"dtype": "fp32", "heads": 8, "head_dim": 64, "threads": 1, "seconds": 3.0}]

@@ -278,7 +278,7 @@ def cli(tmp_path, monkeypatch):
     def host_speed(profile, **kw):
         factor = readings.pop(0) if readings else 1.0
         return {"tokens": 64, "profile_s": 3e-4, "now_s": 3e-4 * factor, "factor": factor}
-    monkeypatch.setattr(validate_cli, "host_speed", host_speed)
+    monkeypatch.setattr("hw.reference.host_speed", host_speed)
 
     def run(*extra):
         return main([*ARGS, "--profile", str(profile), *extra])
