@@ -23,7 +23,7 @@ from typing import Any
 
 from sim.errors import RingsimError
 
-from hw.bench import REFERENCE_TOKENS   # the compute part's own reference block: the measured one closest to it
+from hw.bench import REFERENCE_TOKENS, block_flops   # the compute part's reference size; block FLOPs
 
 
 def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tuple[int, float] | None:
@@ -32,11 +32,11 @@ def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tupl
     group = profile.groups.get((dtype, "full", "fwd"))
     if group is None:
         return None
-    per_pair = 4.0 * heads * head_dim          # FLOPs of a query-key pair (sim.config.Workload)
+    per_pair = block_flops("fwd", 1, heads, head_dim, 1, 1, "full")
     found = []
     for flops, seconds in group.points:
         tokens = round(math.sqrt(flops / per_pair))
-        if tokens > 0 and per_pair * tokens * tokens == flops and seconds > 0:
+        if tokens > 0 and block_flops("fwd", 1, heads, head_dim, tokens, tokens, "full") == flops and seconds > 0:
             found.append((abs(tokens - REFERENCE_TOKENS), tokens, seconds))
     if not found:
         return None
@@ -46,14 +46,13 @@ def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tupl
 
 def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: int,
                seconds: float = 3.0, block_impl: str = "auto") -> dict[str, Any] | None:
-    """Time the reference block for about `seconds` (median of its calls) with `threads`
-    threads and return {tokens, profile_s, now_s, factor, at}; None where the profile
-    measured no such block (then nothing is timed)."""
-    import statistics
-
+    """Time the reference block for about `seconds` with `threads` threads, as the
+    bench's compute part times it (hw.bench.measure_compute: one warm-up call, the
+    median of the calls), and return {tokens, profile_s, now_s, factor, calls, at}; None
+    where the profile measured no such block (then nothing is timed)."""
     import torch
 
-    from hw.bench import make_block
+    from hw.bench import measure_compute
     from hw.blocks import select_block_ops
 
     if not 0 < seconds <= 60:
@@ -62,21 +61,16 @@ def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: 
     if ref is None:
         return None
     tokens, profile_s = ref
-    device = torch.device("cpu")
-    ops = select_block_ops("cpu", dtype, head_dim, block_impl)
-    q, k, v, _ = make_block(device, dtype, 1, heads, heads, head_dim, tokens)
+    entry = {"kind": "fwd", "dtype": dtype, "batch": 1, "heads": heads, "kv_heads": heads, "head_dim": head_dim,
+             "q_tokens": tokens, "kv_tokens": tokens, "mask": "full",
+             "flops": block_flops("fwd", 1, heads, head_dim, tokens, tokens, "full")}
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        ops.forward(q, k, v, False)                       # warm-up, as the bench's
-        times = []
-        stop = time.perf_counter() + seconds
-        while len(times) < 3 or time.perf_counter() < stop:
-            t0 = time.perf_counter()
-            ops.forward(q, k, v, False)
-            times.append(time.perf_counter() - t0)
+        timed = measure_compute(entry, select_block_ops("cpu", dtype, head_dim, block_impl), torch.device("cpu"),
+                                max(3, math.ceil(seconds / profile_s)), 1)
     finally:
         torch.set_num_threads(saved)
-    now_s = statistics.median(times)
+    now_s = timed["median_s"]
     return {"tokens": tokens, "profile_s": profile_s, "now_s": now_s, "factor": now_s / profile_s,
-            "calls": len(times), "at": time.time()}
+            "calls": len(timed["time_s"]), "at": time.time()}
