@@ -78,21 +78,19 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
     """The whole report in a few numbers, and the median |error| of each scheme and pass."""
     if not rows:
         return {"cases": 0}
-    errors = [r["abs_error"] for r in rows]
-    step_errors = [s["abs_error"] for r in rows for s in r["steps"] if s["abs_error"] is not None]
-    worst = max(rows, key=lambda r: r["abs_error"])
-    ok = [r["within_range"] or r["abs_error"] <= max_case_error for r in rows]
     groups: dict[str, list[float]] = {}
     for r in rows:
         groups.setdefault(f"{r.get('scheme', 'ring')}/{r['pass']}", []).append(r["abs_error"])
+    plain = _scores(rows, [r["error"] for r in rows], [r["within_range"] for r in rows],
+                    [s["abs_error"] for r in rows for s in r["steps"]], max_case_error)
     return {
         "cases": len(rows),
-        "median_abs_error": statistics.median(errors),
-        "max_abs_error": worst["abs_error"],
-        "worst_case": _key(worst),
+        "median_abs_error": plain["median_abs_error"],
+        "max_abs_error": plain["max_abs_error"],
+        "worst_case": plain["worst_case"],
         "tolerance": max_case_error,
-        "cases_within_range_or_tolerance": sum(ok),
-        "step_median_abs_error": statistics.median(step_errors) if step_errors else None,
+        "cases_within_range_or_tolerance": plain["cases_within_range_or_tolerance"],
+        "step_median_abs_error": plain["step_median_abs_error"],
         "median_measured_cv": statistics.median(r["measured_cv"] for r in rows),
         "median_compute_error": _median_part(rows, "compute_s"),
         "median_transfer_error": _median_part(rows, "mean_transfer_s"),
@@ -102,25 +100,31 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
     }
 
 
+def _scores(rows: list[dict[str, Any]], errors: list[float], within: list[bool], step_errors: list[float | None],
+            max_case_error: float) -> dict[str, Any]:
+    """Median and worst |makespan error|, the cases inside their measured range or within
+    the tolerance, and the median |step error|, of one set of predictions of `rows`."""
+    worst = max(range(len(rows)), key=lambda i: abs(errors[i]))
+    steps = [e for e in step_errors if e is not None]
+    return {"median_abs_error": statistics.median(abs(e) for e in errors),
+            "max_abs_error": abs(errors[worst]),
+            "worst_case": _key(rows[worst]),
+            "cases_within_range_or_tolerance": sum(w or abs(e) <= max_case_error for e, w in zip(errors, within)),
+            "step_median_abs_error": statistics.median(steps) if steps else None}
+
+
 def _at_host_speed(rows: list[dict[str, Any]], max_case_error: float) -> dict[str, Any]:
     """The errors again with the profile at the host's compute speed of each case's batch
     (hw.reference), where every case has a reading: what is left once the host's drift
     since calibration is taken out."""
     if not all("host_speed" in r for r in rows):
         return {}
-    errors = [abs(r["error_at_host_speed"]) for r in rows]
-    worst = max(rows, key=lambda r: abs(r["error_at_host_speed"]))
-    steps = [e for r in rows for e in r["step_abs_errors_at_host_speed"] if e is not None]
     speeds = [r["host_speed"] for r in rows]
     return {"host_speed": {"median": statistics.median(speeds), "min": min(speeds), "max": max(speeds)},
-            "at_host_speed": {
-                "median_abs_error": statistics.median(errors),
-                "max_abs_error": abs(worst["error_at_host_speed"]),
-                "worst_case": _key(worst),
-                "cases_within_range_or_tolerance": sum(
-                    r["within_range_at_host_speed"] or abs(r["error_at_host_speed"]) <= max_case_error
-                    for r in rows),
-                "step_median_abs_error": statistics.median(steps) if steps else None}}
+            "at_host_speed": _scores(rows, [r["error_at_host_speed"] for r in rows],
+                                     [r["within_range_at_host_speed"] for r in rows],
+                                     [e for r in rows for e in r["step_abs_errors_at_host_speed"]],
+                                     max_case_error)}
 
 
 def _median_part(rows, name: str) -> float | None:
