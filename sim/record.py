@@ -248,8 +248,7 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
                     r1 = min(hi, r0 + per_pass)
                     rows = block_start[r0:r1, g]
                     for name in names:
-                        v = read(name, (r0, r1), 0, 0)
-                        _windows(cols[name], width)[rows] = v.T if isinstance(v, np.ndarray) else v
+                        _put_rows(_windows(cols[name], width), rows, read(name, (r0, r1), 0, 0))
             continue
         count = counts[:, g]
         # place of the group's i-th span: its block's start + its index within the block
@@ -304,6 +303,28 @@ def _compute_ready(comp: _ByRank, start: np.ndarray, end: np.ndarray
         ops.append(ids[waits])
         readies.append(ready[waits])
     return np.concatenate(ops), np.concatenate(readies), comp.grid[-1, comp.column]
+
+
+def _put_rows(windows: np.ndarray, rows: np.ndarray, value) -> None:
+    """Write a (span, rank) block of a grid group as rank rows: `windows[rows[i]]` gets
+    column i of `value` (or `value` itself, where it is one number).
+
+    The block is a strided view that steps through the schedule a step at a time; read
+    in that order into one contiguous block, it is then written across, a transpose
+    that no longer jumps a schedule's step for every value. A block whose values depend
+    only on the rank (a rank's own chunks, its peer) or only on the step is written
+    from one row or one column of it (compared bit for bit), without the transpose."""
+    if not isinstance(value, np.ndarray):
+        windows[rows] = value
+        return
+    block = np.ascontiguousarray(value)
+    bits = block.view(np.int64) if block.dtype == np.float64 else block
+    if (bits[1:] == bits[:1]).all():
+        windows[rows] = block[0][:, None]
+    elif (bits[:, 1:] == bits[:, :1]).all():
+        windows[rows] = block[:, 0]
+    else:
+        windows[rows] = block.T
 
 
 def _windows(column: np.ndarray, width: int) -> np.ndarray:

@@ -109,3 +109,24 @@ def test_two_transfers_in_flight_are_taken_in_the_row_sort_order():
     # equal start and end: dK/dV first (its kind sorts first), the other adds nothing
     assert rows[2] == [(0.0, 1.0, IDLE), (1.0, 5.0, DKV), (5.0, 10.0, IDLE)]
     assert rows[3] == [(0.0, 2.0, IDLE), (2.0, 3.0, KV), (3.0, 5.0, IDLE), (5.0, 6.0, DKV), (6.0, 10.0, IDLE)]
+
+
+@pytest.mark.parametrize("block", [
+    np.array([[1, 2, 3], [1, 2, 3]]),                       # by rank only (a rank's peer, its chunks)
+    np.array([[5.0, 5.0, 5.0], [6.0, 6.0, 6.0]]),           # by step only
+    np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),           # both
+    np.array([[0.0, 0.0, 0.0], [-0.0, 0.0, 0.0]]),          # equal as numbers, not bit for bit
+    np.array([[-0.0, 0.0, 0.0], [-0.0, 0.0, 0.0]]),
+])
+def test_a_block_of_steps_by_ranks_is_written_as_one_row_per_rank_bit_for_bit(block):
+    from sim.record import _put_rows, _windows
+
+    column = np.full(12, 9.0, dtype=block.dtype)
+    rows = np.array([0, 4, 8])                  # each rank's place; two spans of its own
+    _put_rows(_windows(column, 2), rows, block[:, ::1])
+    want = np.full(12, 9.0, dtype=block.dtype)
+    for i, at in enumerate(rows):
+        want[at:at + 2] = block[:, i]
+    assert column.tobytes() == want.tobytes()
+    _put_rows(_windows(column, 2), rows, 7)
+    assert (column[[0, 1, 4, 5, 8, 9]] == 7).all() and (column[[2, 3, 6, 7, 10, 11]] == 9).all()
