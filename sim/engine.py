@@ -34,12 +34,20 @@ __all__ = ["PLAYERS", "durations_s", "play", "simulate"]
 
 
 def play(schedule: Schedule, hardware: Any, workload: Workload,
-         header: dict[str, Any] | None = None, *, player: str = "auto") -> Trace:
+         header: dict[str, Any] | None = None, *, player: str = "auto", own: bool = False) -> Trace:
     """Play `schedule` and return its simulated trace (spans by rank and stream, see
-    sim.record)."""
+    sim.record).
+
+    own: the schedule was built for this play alone (as `simulate` builds it), so the
+    columns each stage is the last to read are released after it (Schedule.release):
+    the block shapes once timed, the resources and dependencies once played and the
+    waits found, before the trace's table is written.
+    """
     if player not in PLAYERS:
         raise ValueError(f"unknown player {player!r}")
     dur = durations_s(schedule, hardware, workload)
+    if own:
+        schedule.release("pairs", "q_tokens", "kv_tokens", "kv_rank")
     header = dict(header or {})
     meta = dict(header.get("meta", {}))
     contention = getattr(hardware, "contention", None)
@@ -57,8 +65,10 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     else:
         start, end = times_waves(schedule, dur)
     del dur
+    if own:
+        schedule.release("resource", "extra_resources", "wave_starts")
     meta["player"] = player
-    return Trace("simulated", schedule.n_ranks, record_spans(schedule, start, end),
+    return Trace("simulated", schedule.n_ranks, record_spans(schedule, start, end, release=own),
                  header.get("config", {}), header.get("hardware", {}), meta)
 
 
@@ -85,7 +95,7 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
             "meta": {"peak_mem_bytes": [mem["total"]] * scenario.n_gpus, "memory": mem,
                      "schedule": scheme.name, "ops": len(schedule), "p2p_queue": queued},
         }
-        return play(schedule, hw, scenario.workload, header, player=player)
+        return play(schedule, hw, scenario.workload, header, player=player, own=True)
 
 
 @contextlib.contextmanager

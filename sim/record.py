@@ -154,10 +154,11 @@ def _rows_equal(keys: np.ndarray, ids: np.ndarray, row: np.ndarray) -> bool:
     return all((keys[ids[a:a + step]].reshape(-1, n) == row).all() for a in range(0, len(ids), step))
 
 
-def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> SpanTable:
+def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray, *, release: bool = False) -> SpanTable:
     """The trace's spans, grouped by rank, then by stream (compute, send, recv, wait), each
     in the order it ran (schedule order; a wait's pieces in time order; the idle at the
-    end last)."""
+    end last). release: let go of the schedule's dependencies once the waits are found,
+    before the table is written (a schedule built for this record alone)."""
     n = schedule.n_ranks
     rank, peer, step, mask = schedule.rank, schedule.peer, schedule.step, schedule.mask
 
@@ -194,6 +195,8 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     # concatenation of all spans, nor any temporary of a whole column, is ever made
     w_op, w_kind, w_start, w_end = _compute_waits(schedule, w_ops, w_ready, start, end)
     del w_ops, w_ready
+    if release:
+        schedule.release("after")
     sent, got = _ByRank(xfer, rank, n), _ByRank(xfer, peer, n)
     # per group: how its ops lie (or None: its values are given span by span), its
     # stream, then each column: a schedule column read at the group's ops, the values
