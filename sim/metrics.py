@@ -191,11 +191,17 @@ def compute_metrics(trace: Trace) -> Metrics:
     )
 
 
+def _ascending(values: np.ndarray) -> bool:
+    """Whether `values` never decrease (read _SPANS at a time: no temporary of a whole
+    column)."""
+    return all(not (np.diff(values[a:a + _SPANS + 1]) < 0).any() for a in range(0, len(values), _SPANS))
+
+
 def _rank_blocks(rank: np.ndarray, n: int) -> list[tuple[int, int, int, int]]:
     """(first rank, end rank, first span, end span) of blocks of about _SPANS spans
     holding every span of their ranks; one block of all ranks unless the spans come
     rank by rank."""
-    if len(rank) <= _SPANS or n == 1 or (np.diff(rank) < 0).any():
+    if len(rank) <= _SPANS or n == 1 or not _ascending(rank):
         return [(0, n, 0, len(rank))]
     bounds = np.searchsorted(rank, np.arange(n + 1)).tolist()
     out, g0 = [], 0

@@ -12,6 +12,9 @@ traces mean the same thing (DESIGN.md, Definitions).
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from sim.schedule import DKV, EMPTY, KINDS, NO_DEP, Schedule
@@ -221,48 +224,66 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray, *, rele
     counts = np.stack([g.counts for g, _, _ in groups], axis=1)   # (n, groups)
     total = int(counts.sum())
     block_start = (np.cumsum(counts.ravel()) - counts.ravel()).reshape(counts.shape)
-    cols = {name: np.empty(total, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
+    names = ("start_s", "end_s", "flops", "bytes", "step", "peer", "q_chunks", "kv_chunks", "kind")
+
+    def column(name: str) -> np.ndarray:
+        """One column of the record, written group by group."""
+        out = np.empty(total, dtype=COLUMN_TYPES[name])
+        for g, (ops, _, values) in enumerate(groups):
+            given = by_span.get(g, ())
+
+            def read(ids: np.ndarray | tuple[int, int] | None, a: int, b: int):
+                v = values.get(name, shared.get(name))
+                if name in given:
+                    return v[a:b]
+                if not isinstance(v, np.ndarray):
+                    return v
+                v = ops.read(v, *ids) if isinstance(ids, tuple) else v[ids]
+                return _KIND_CODES[v] if name == "kind" else v
+
+            if ops.grid is not None:
+                # each rank's block is a row of a window view of the column, and rows
+                # are copied whole; the values are read a step of every rank at a
+                # time, which reads the schedule's columns in order where rank by rank
+                # would jump to another page at every span
+                width = ops.grid.shape[0]
+                if not width:
+                    continue
+                per_pass = max(1, _CHUNK // width)
+                for lo, hi in ops.runs:
+                    for r0 in range(lo, hi, per_pass):
+                        r1 = min(hi, r0 + per_pass)
+                        _put_rows(_windows(out, width), block_start[r0:r1, g], read((r0, r1), 0, 0))
+                continue
+            count = counts[:, g]
+            # place of the group's i-th span: its block's start + its index within the block
+            offset = block_start[:, g] - (np.cumsum(count) - count)
+            for a in range(0, len(ops.ranks), _CHUNK):
+                b = min(a + _CHUNK, len(ops.ranks))
+                out[offset[ops.ranks[a:b]] + np.arange(a, b)] = read(ops.ids[a:b] if ops.ids is not None else None,
+                                                                   a, b)
+        return out
+
+    # the columns are independent: written side by side on the host's cores (NumPy lets
+    # go of the interpreter while it copies), the widest first; each writes (and so
+    # first touches) its own memory
+    cols = dict(zip(names, _in_threads(column, names) if total >= _CHUNK else map(column, names)))
     cols["rank"] = np.repeat(np.arange(n, dtype=np.int32), counts.sum(axis=1))
     cols["stream"] = np.repeat(np.tile(np.array([g[1] for g in groups], dtype=np.int8), n), counts.ravel())
-    names = ("kind", "step", "start_s", "end_s", "flops", "bytes", "peer", "q_chunks", "kv_chunks")
-    for g, (ops, _, values) in enumerate(groups):
-        given = by_span.get(g, ())
-
-        def read(name: str, ids: np.ndarray | tuple[int, int] | None, a: int, b: int):
-            v = values.get(name, shared.get(name))
-            if name in given:
-                return v[a:b]
-            if not isinstance(v, np.ndarray):
-                return v
-            v = ops.read(v, *ids) if isinstance(ids, tuple) else v[ids]
-            return _KIND_CODES[v] if name == "kind" else v
-
-        if ops.grid is not None:
-            # each rank's block is a row of a window view of the column, and rows are
-            # copied whole; the values are read a step of every rank at a time, which
-            # reads the schedule's columns in order where rank by rank would jump to
-            # another page at every span
-            width = ops.grid.shape[0]
-            if not width:
-                continue
-            per_pass = max(1, _CHUNK // width)
-            for lo, hi in ops.runs:
-                for r0 in range(lo, hi, per_pass):
-                    r1 = min(hi, r0 + per_pass)
-                    rows = block_start[r0:r1, g]
-                    for name in names:
-                        _put_rows(_windows(cols[name], width), rows, read(name, (r0, r1), 0, 0))
-            continue
-        count = counts[:, g]
-        # place of the group's i-th span: its block's start + its index within the block
-        offset = block_start[:, g] - (np.cumsum(count) - count)
-        for a in range(0, len(ops.ranks), _CHUNK):
-            b = min(a + _CHUNK, len(ops.ranks))
-            at = offset[ops.ranks[a:b]] + np.arange(a, b)
-            ids = ops.ids[a:b] if ops.ids is not None else None
-            for name in names:
-                cols[name][at] = read(name, ids, a, b)
     return SpanTable(**cols, chunk_sets=schedule.chunk_sets)
+
+
+def _in_threads(fn, items) -> list:
+    """[fn(item) for item in items], on up to as many threads as the process has cores."""
+    items = list(items)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:       # not Linux
+        cores = os.cpu_count() or 1
+    if cores < 2 or len(items) < 2:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(cores, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 class _Given(_ByRank):

@@ -55,6 +55,23 @@ def test_every_metric_of_the_hand_built_trace(shift, shuffle, source):
     assert m.ideal_s == pytest.approx(2.5) and m.efficiency == pytest.approx(0.5)
 
 
+def test_spans_out_of_rank_order_where_two_passes_meet_are_still_summed_per_rank(monkeypatch):
+    """Metrics read spans that come rank by rank a few ranks at a time; a trace whose
+    ranks step back only where two passes of the order check meet (a rank-1 span among
+    rank 0's, at the 4th place of 4 per pass) must still be read as a whole."""
+    from sim import metrics
+
+    monkeypatch.setattr(metrics, "_SPANS", 4)
+    spans = two_ranks().spans
+    spans = spans[0:3] + spans[6:7] + spans[3:6] + spans[7:]
+    assert [s.rank for s in spans] == [0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1, 1]
+    m = compute_metrics(Trace("measured", 2, spans, hardware={"rate_flops": 4.0}))
+    assert [r.compute_s for r in m.ranks] == pytest.approx([3.0, 2.0])
+    assert [r.comm_s for r in m.ranks] == pytest.approx([3.0, 3.0])
+    assert [r.exposed_comm_s for r in m.ranks] == pytest.approx([1.5, 2.0])
+    assert [r.flops for r in m.ranks] == [12.0, 8.0]
+
+
 def test_the_comparison_row_reports_the_worst_rank():
     row = comparison_row("zigzag", True, compute_metrics(two_ranks()))
     assert row["exposed_comm_s"] == pytest.approx(2.0)          # rank 1, not 1.5, not 3.5
