@@ -203,12 +203,13 @@ def _rank_blocks(rank: np.ndarray, n: int) -> list[tuple[int, int, int, int]]:
     rank by rank."""
     if len(rank) <= _SPANS or n == 1 or not _ascending(rank):
         return [(0, n, 0, len(rank))]
-    bounds = np.searchsorted(rank, np.arange(n + 1)).tolist()
+    # keys of the column's own type: other ones would have NumPy convert the whole column
+    bounds = np.searchsorted(rank, np.arange(n + 1, dtype=rank.dtype))
     out, g0 = [], 0
     while g0 < n:
         g1 = max(g0 + 1, int(np.searchsorted(bounds, bounds[g0] + _SPANS, side="right")) - 1)
         g1 = min(g1, n)
-        out.append((g0, g1, bounds[g0], bounds[g1]))
+        out.append((g0, g1, int(bounds[g0]), int(bounds[g1])))
         g0 = g1
     return out
 
