@@ -79,11 +79,13 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
             ids = comp[a:a + _CHUNK]
             dur[ids] = _by_runs(times, [c[ids] for c in columns])
     if xfer.size:
-        nbytes, src, dst = schedule.nbytes[xfer], schedule.rank[xfer], schedule.peer[xfer]
         if hasattr(hardware, "transfer_times_s"):
-            dur[xfer] = hardware.transfer_times_s(nbytes, src, dst)
+            for a in range(0, len(xfer), _CHUNK):
+                ids = xfer[a:a + _CHUNK]
+                dur[ids] = hardware.transfer_times_s(schedule.nbytes[ids], schedule.rank[ids], schedule.peer[ids])
         else:
-            dur[xfer] = _per_distinct(hardware.transfer_time_s, [nbytes, src, dst])
+            dur[xfer] = _per_distinct(hardware.transfer_time_s,
+                                      [schedule.nbytes[xfer], schedule.rank[xfer], schedule.peer[xfer]])
         # a calibrated profile times the flows of collectives on their own fits
         coll = schedule.kind[xfer] >= FIRST_COLLECTIVE
         if coll.any() and hasattr(hardware, "collective_times_s"):
@@ -228,8 +230,9 @@ def times_waves(schedule: Schedule, dur: np.ndarray) -> tuple[np.ndarray, np.nda
     end = np.zeros(n_ops + 1)   # end[NO_DEP], the last: waiting on nothing is ready at 0
     free = np.zeros(schedule.n_resources + 1)   # free[-1]: no resource (an extra's padding)
     resource, after, extra = schedule.resource, schedule.after, schedule.extra_resources
-    # adding 0.0 to a time leaves it exactly as it is: one addition serves every op
-    grow = np.where(dur > 0, dur, 0.0)
+    # adding 0.0 to a time leaves it exactly as it is: one addition serves every op (the
+    # durations themselves where none is negative or NaN: -0.0 adds as 0.0 to a time)
+    grow = dur if ((dur >= 0).all()) else np.where(dur > 0, dur, 0.0)
     bounds = schedule.wave_starts.tolist()
     for a, b in zip(bounds, bounds[1:]):
         res = resource[a:b]

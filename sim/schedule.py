@@ -43,6 +43,10 @@ NO_DEP = -1
 """Fills the rows of `after` beyond an operation's dependencies."""
 
 
+_ID_PIECE = 1 << 20
+"""Ops searched at a time for the ids of the computes or of the transfers."""
+
+
 class ComputeOp(NamedTuple):
     id: int
     rank: int
@@ -171,9 +175,15 @@ class Schedule:
     def _ids_of(self, transfer: bool) -> np.ndarray:
         if transfer not in self._ids:
             is_transfer = self.is_transfer
-            # int32 ids halve what every gather by them moves (a schedule has under 2^31 ops)
-            ids = np.flatnonzero(is_transfer if transfer else ~is_transfer)
-            self._ids[transfer] = ids.astype(np.int32) if len(self) < 2 ** 31 else ids
+            # int32 ids halve what every gather by them moves (a schedule has under 2^31
+            # ops); found a piece at a time, with no temporary of 64-bit ids of them all
+            chosen = ~is_transfer if not transfer else is_transfer
+            if len(self) >= 2 ** 31:
+                self._ids[transfer] = np.flatnonzero(chosen)
+            else:
+                self._ids[transfer] = np.concatenate(
+                    [np.flatnonzero(chosen[a:a + _ID_PIECE]).astype(np.int32) + np.int32(a)
+                     for a in range(0, len(chosen), _ID_PIECE)] or [np.zeros(0, np.int32)])
         return self._ids[transfer]
 
     @property

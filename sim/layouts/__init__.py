@@ -191,16 +191,18 @@ def block_work_and_masks(layout: str, seq: int, n: int, causal: bool, granularit
                          tile: int = 128) -> tuple[np.ndarray, np.ndarray]:
     """block_work and block_masks (as codes into MASK_NAMES) from one count of the pairs
     between chunks: a block of two ranks is the union of their chunk pairs, and a chunk
-    pair is cut by the mask when some but not all of its pairs are unmasked."""
+    pair is cut by the mask when some but not all of its pairs are unmasked. Both in the
+    smallest integer types that hold them (the tables of 4096 ranks have 16M entries)."""
     _check(layout, seq, n)
+    c = seq // n
+    counts = _holding(c * c)                 # a block's work is at most its c x c pairs
     if not causal:
-        c = seq // n
-        return np.full((n, n), c * c, dtype=np.int64), np.zeros((n, n), dtype=np.int64)
+        return np.full((n, n), c * c, dtype=counts), np.zeros((n, n), dtype=np.int8)
     lay = get(layout)
     size = seq // lay.n_chunks(n)
     held = np.array(lay.chunks_of_rank(n), dtype=np.int64)        # (n, chunks per rank)
-    exact = np.zeros((n, n), dtype=np.int64)
-    masks = np.zeros((n, n), dtype=np.int64)
+    exact = np.zeros((n, n), dtype=counts)
+    masks = np.zeros((n, n), dtype=np.int8)
     for rows in _row_blocks(n):
         for a in range(held.shape[1]):
             for b in range(held.shape[1]):
@@ -208,13 +210,14 @@ def block_work_and_masks(layout: str, seq: int, n: int, causal: bool, granularit
                 exact[rows] += p
                 masks[rows][(p > 0) & (p < size * size)] = 1
         masks[rows][exact[rows] == 0] = 2
-    work = tile_work(layout, seq, n, causal, tile) if granularity == "tile" else exact
+    work = tile_work(layout, seq, n, causal, tile).astype(counts) if granularity == "tile" else exact
     return work, masks
 
 
 def block_extents(layout: str, seq: int, n: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Arrays (n, n) of int64 for every (query rank, K/V rank) block: the query tokens
-    that see some key of the block, and the key tokens that some query of it sees.
+    """Arrays (n, n) for every (query rank, K/V rank) block, in the smallest integer type
+    that holds a rank's tokens: the query tokens that see some key of the block, and the
+    key tokens that some query of it sees.
 
     That is the extent of the block's kernel call: all of a dense or diagonal block; for
     zigzag's off-diagonal blocks half the keys (the K/V rank is earlier) or half the
@@ -225,14 +228,14 @@ def block_extents(layout: str, seq: int, n: int, causal: bool) -> tuple[np.ndarr
     segs = segments(layout, seq, n)
     c = seq // n
     if not causal:
-        full = np.full((n, n), c, dtype=np.int64)
+        full = np.full((n, n), c, dtype=_holding(c))
         return full, full.copy()
     sc = np.array([[(g.start, g.count, g.stride) for g in rank] for rank in segs], dtype=np.int64)
     start, count, stride = sc[..., 0], sc[..., 1], sc[..., 2]          # (n, m)
     first = start.min(axis=1)                                          # each rank's first token
     last = (start + (count - 1) * stride).max(axis=1)                  # and last
-    q_ext = np.empty((n, n), dtype=np.int64)
-    kv_ext = np.empty((n, n), dtype=np.int64)
+    q_ext = np.empty((n, n), dtype=_holding(c))
+    kv_ext = np.empty((n, n), dtype=_holding(c))
     unit = bool((stride == 1).all())           # runs of consecutive tokens: no division needed
     for r in _row_blocks(n):
         q_ext[r] = 0
@@ -246,6 +249,11 @@ def block_extents(layout: str, seq: int, n: int, causal: bool) -> tuple[np.ndarr
             behind = last[r, None] - start[None, :, j]
             kv_ext[r] += np.clip((behind if unit else behind // stride[None, :, j]) + 1, 0, count[None, :, j])
     return q_ext, kv_ext
+
+
+def _holding(most: int) -> type:
+    """The smallest signed integer type that holds 0..most."""
+    return next(t for t in (np.int16, np.int32, np.int64) if most <= np.iinfo(t).max)
 
 
 def _row_blocks(n: int, entries: int = 1 << 16) -> list[slice]:

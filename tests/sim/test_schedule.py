@@ -60,3 +60,19 @@ def test_the_builder_numbers_groups_in_order_and_cuts_waves_greedily():
     with pytest.raises(ValueError, match="earlier"):
         b.computes(kind=FWD, rank=0, step=0, pairs=0, flops=0.0, mask=EMPTY, q_tokens=0, kv_tokens=0,
                    q_chunks=0, kv_chunks=-1, after=[np.array([9])])
+
+
+@pytest.mark.parametrize("piece", [1, 3, 1 << 20])
+def test_the_ids_of_computes_and_transfers_found_a_piece_at_a_time_are_theirs_in_order(monkeypatch, piece):
+    from sim import schedule as module
+
+    monkeypatch.setattr(module, "_ID_PIECE", piece)
+    ops = [ComputeOp(0, 0, "fwd", 0, 0, 1, 1.0, "full", 1, 1, (0,), (0,), ()),
+           TransferOp(1, 0, 1, "kv", 0, 0, 8, (0,), ()),
+           TransferOp(2, 1, 0, "kv", 0, 1, 8, (1,), ()),
+           ComputeOp(3, 1, "fwd", 1, 0, 1, 1.0, "full", 1, 1, (1,), (0,), (1,)),
+           TransferOp(4, 1, 0, "kv", 1, 0, 8, (0,), (3,)),
+           ComputeOp(5, 0, "fwd", 1, 1, 1, 1.0, "full", 1, 1, (0,), (1,), (2, 4))]
+    s = Schedule.from_ops(2, ops)
+    assert s.compute_ids.tolist() == [0, 3, 5] and s.compute_ids.dtype == np.int32
+    assert s.transfer_ids.tolist() == [1, 2, 4]
