@@ -12,12 +12,10 @@ traces mean the same thing (DESIGN.md, Definitions).
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 from sim.schedule import DKV, EMPTY, KINDS, NO_DEP, Schedule
+from sim.threads import each
 from sim.trace import COLUMN_TYPES, COMPUTE, IDLE, KIND_NAMES, RECV, SEND, WAIT, SpanTable
 
 # a schedule's kind codes as the trace's; the trace's idle after them
@@ -267,23 +265,10 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray, *, rele
     # the columns are independent: written side by side on the host's cores (NumPy lets
     # go of the interpreter while it copies), the widest first; each writes (and so
     # first touches) its own memory
-    cols = dict(zip(names, _in_threads(column, names) if total >= _CHUNK else map(column, names)))
+    cols = dict(zip(names, each(column, names, threads=total >= _CHUNK)))
     cols["rank"] = np.repeat(np.arange(n, dtype=np.int32), counts.sum(axis=1))
     cols["stream"] = np.repeat(np.tile(np.array([g[1] for g in groups], dtype=np.int8), n), counts.ravel())
     return SpanTable(**cols, chunk_sets=schedule.chunk_sets)
-
-
-def _in_threads(fn, items) -> list:
-    """[fn(item) for item in items], on up to as many threads as the process has cores."""
-    items = list(items)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:       # not Linux
-        cores = os.cpu_count() or 1
-    if cores < 2 or len(items) < 2:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(cores, len(items))) as pool:
-        return list(pool.map(fn, items))
 
 
 class _Given(_ByRank):

@@ -48,19 +48,22 @@ from sim.layouts import (block_extents, block_work_and_masks, chunk_pair_work, c
                          get as get_layout)
 from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
 from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
+from sim.threads import each
 from sim.trace import Trace
 
 _ROWS = 1 << 18
-"""Grid entries gathered per pass (a few MB of temporaries, reused by the allocator)."""
+"""Grid entries gathered per pass (a few MB of temporaries, reused by the allocator); a
+ring of at least this many (step, rank) entries is built on threads (sim.threads)."""
 
 
 def build_ring_schedule(scenario: Scenario) -> Schedule:
     w = scenario.workload
     n = scenario.n_gpus
     c = scenario.tokens_per_rank
-    work, masks = block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity,
-                                       scenario.tile)
-    extents = block_extents(scenario.layout, w.seq, n, w.causal)   # each block's kernel call
+    # the block tables (extents: each block's kernel call), side by side
+    (work, masks), extents = each(lambda f: f(), [
+        lambda: block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile),
+        lambda: block_extents(scenario.layout, w.seq, n, w.causal)], threads=n * n >= _ROWS)
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
     grids = [_Grid(n, phase, base) for phase, base in zip(phases, _phase_bases(n, phases))]
     n_ops = grids[-1].base + grids[-1].n_ops
@@ -230,37 +233,51 @@ def _fill(scenario: Scenario, phase: str, grid: _Grid, tables: dict[str, np.ndar
         "kv": dict(hop, kind=KV, nbytes=w.kv_bytes(c)),
         "dkv": dict(hop, kind=DKV, nbytes=w.dkv_bytes(c)),
     }
-    for group in grid.groups:
-        for name, value in values[group].items():
-            grid.put(cols[name], group, value)
     # what varies with the block: rank r at step k computes on (and forwards) the block
     # of rank (r - k) mod N; gathered a few steps at a time
     flops_per_pair = (1.0 if phase == "fwd" else BWD_FLOPS_FACTOR) * w.fwd_flops(1)
-    flat = {name: t.ravel() for name, t in tables.items()}
     twice = np.tile(r.astype(cols["kv_rank"].dtype), 2)      # (r - k) mod N, read off as a window
-    r_base = r * n
     per_pass = max(1, _ROWS // n)
-    for k0 in range(0, n, per_pass):
-        k1 = min(n, k0 + per_pass)
-        owner = _rolled(twice, k0, k1)
+    passes = [(k0, min(n, k0 + per_pass)) for k0 in range(0, n, per_pass)]
+
+    def shared() -> None:
+        """What a group's ops share, or what varies only by step or by rank."""
         for group in grid.groups:
-            stop = min(k1, n - 1) if group == "kv" else k1
-            if k0 < stop:
-                grid.put(cols["kv_rank"], group, owner[:stop - k0], k0, stop)
-                grid.put(cols["kv_chunks"], group, owner[:stop - k0], k0, stop)
-        block = r_base + owner
-        for name, t in flat.items():
-            v = t[block]
+            for name, value in values[group].items():
+                grid.put(cols[name], group, value)
+
+    def owners() -> None:
+        for k0, k1 in passes:
+            owner = _rolled(twice, k0, k1)
+            for group in grid.groups:
+                stop = min(k1, n - 1) if group == "kv" else k1
+                if k0 < stop:
+                    grid.put(cols["kv_rank"], group, owner[:stop - k0], k0, stop)
+                    grid.put(cols["kv_chunks"], group, owner[:stop - k0], k0, stop)
+
+    def from_table(name: str) -> None:
+        flat = tables[name].ravel()
+        for k0, k1 in passes:
+            v = flat[r * n + _rolled(twice, k0, k1)]
             grid.put(cols[name], "comp", v, k0, k1)
             if name == "pairs":
                 grid.put(cols["flops"], "comp", flops_per_pair * v, k0, k1)
+
     # the dependencies, row by row: an op's id is affine in (step, rank), so each row is
-    # written in place from a vector per step and one per rank
-    for group, rules in _after(scenario, grid, gate).items():
-        for row in range(after.shape[0]):
-            regular, last = grid.views(after[row], group)
-            rule = rules[row] if row < len(rules) else None
-            _put_rule(grid, regular, last, rule, gate, cols["pairs"])
+    # written in place from a vector per step and one per rank (a rule may read the
+    # blocks' work: after the tables)
+    rules = _after(scenario, grid, gate)
+
+    def dependencies(at: tuple[str, int]) -> None:
+        group, row = at
+        regular, last = grid.views(after[row], group)
+        rule = rules[group][row] if row < len(rules[group]) else None
+        _put_rule(grid, regular, last, rule, gate, cols["pairs"])
+
+    # each piece writes its own columns, or its own ops of a shared one: side by side
+    big = n * n >= _ROWS
+    each(lambda f: f(), [shared, owners] + [lambda name=name: from_table(name) for name in tables], threads=big)
+    each(dependencies, [(group, row) for group in rules for row in range(after.shape[0])], threads=big)
     return grid.ids("comp")[-1] + r
 
 

@@ -227,3 +227,20 @@ def test_wave_player_at_64_gpus_gives_the_per_op_trace():
     sc = Scenario(n_gpus=64, workload=Workload(seq=64 * 32, pass_="fwdbwd"))   # tokens enumerated by the reference
     want = reference_trace_spans(reference_ring_ops(sc), 64, sc.hardware, sc.workload, queue=True)
     assert simulate(sc, player="recurrence").spans == want
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("pass_", ["fwd", "bwd", "fwdbwd"])
+@pytest.mark.parametrize("overlap,sync", [(True, "step"), (True, "buffered"), (False, "step")])
+def test_a_ring_built_on_threads_a_step_per_pass_lists_the_per_op_schedule(monkeypatch, layout, pass_, overlap,
+                                                                           sync):
+    """A large ring is built a few steps per pass, its pieces (the block tables, what the
+    ops share, the blocks' owners, each table's gathers, each row of dependencies) on
+    threads: forced here on a small ring, one step per pass."""
+    from sim.schemes import ring
+
+    monkeypatch.setattr(ring, "_ROWS", 4)
+    sc = ring_scenario(layout, 5, True, overlap, pass_, sync, None)
+    schedule = build_ring_schedule(sc)
+    schedule.check()
+    assert schedule.ops == reference_ring_ops(sc)
