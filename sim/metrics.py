@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.threads import each
 from sim.trace import COMPUTE, IDLE, KIND_NAMES, RECV, SEND, TRANSFER_KINDS, WAIT, Trace
 from sim.units import fmt_bytes, fmt_s
 
@@ -142,9 +143,10 @@ def compute_metrics(trace: Trace) -> Metrics:
     n = trace.world_size
     c = trace.columns
     compute, flops, exposed, comm, sent = (np.zeros(n) for _ in range(5))
-    total_bytes = 0.0
-    any_sends = False
-    for g0, g1, a, b in _rank_blocks(c.rank, n):
+
+    def block(at: tuple[int, int, int, int]) -> None:
+        """The sums of ranks g0..g1-1, whose spans are a..b-1."""
+        g0, g1, a, b = at
         rank, stream, kind = c.rank[a:b], c.stream[a:b], c.kind[a:b]
         start, end = c.start_s[a:b], c.end_s[a:b]
         dur = end - start
@@ -160,11 +162,18 @@ def compute_metrics(trace: Trace) -> Metrics:
         moves = (stream == SEND) | (stream == RECV)
         comm[g0:g1] = _union_lengths(rank[moves] - g0, start[moves], end[moves], m)
         is_send = stream == SEND
-        sends = c.bytes[a:b][is_send]
-        if len(sends):     # a running sum over all sends, in order
+        sent[g0:g1] = np.bincount(rank[is_send] - g0, c.bytes[a:b][is_send], minlength=m)
+
+    # the blocks' ranks are disjoint: summed side by side (sim.threads)
+    blocks = _rank_blocks(c.rank, n)
+    each(block, blocks, threads=len(blocks) > 1)
+    total_bytes = 0.0
+    any_sends = False
+    for _, _, a, b in blocks:      # a running sum over all sends, in order
+        sends = c.bytes[a:b][c.stream[a:b] == SEND]
+        if len(sends):
             any_sends = True
             total_bytes = float(np.cumsum(np.append(total_bytes, sends))[-1])
-        sent[g0:g1] = np.bincount(rank[is_send] - g0, sends, minlength=m)
     makespan = trace.makespan_s
     if not any_sends:
         sent = sent.astype(np.int64)       # what bincount gives with no weights at all
