@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -71,18 +70,24 @@ def child(tree: str, n: int, repeats: int, check: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+CLI = r"""
+import atexit, resource, sys
+# the process's own peak, written as it exits (after the command's output)
+atexit.register(lambda: sys.stderr.write("\npeak_rss_kb %d\n" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+from sim.cli import main
+sys.exit(main())
+"""
+
+
 def cli(tree: str, n: int) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", "import sys; from sim.cli import main; sys.exit(main())",
-                          "simulate", "--gpus", str(n), "--seq", str(4096 * n), "--json"],
+    out = subprocess.run([sys.executable, "-c", CLI, "simulate", "--gpus", str(n), "--seq", str(4096 * n), "--json"],
                          capture_output=True, text=True, cwd=tree, env={**os.environ, "PYTHONPATH": tree})
     wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if out.returncode:
         return {"cli_error": out.stderr.strip()[-200:]}
-    # ru_maxrss of children is the largest child so far: only trust a new maximum
-    return {"cli_s": wall, "cli_rss_mb": peak / 1024 if peak > before else None}
+    peak = [line.split()[1] for line in out.stderr.splitlines() if line.startswith("peak_rss_kb ")]
+    return {"cli_s": wall, "cli_rss_mb": int(peak[-1]) / 1024 if peak else None}
 
 
 def checkout(ref: str) -> str:
