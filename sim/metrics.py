@@ -166,7 +166,7 @@ def compute_metrics(trace: Trace) -> Metrics:
 
     # the blocks' ranks are disjoint: summed side by side (sim.threads)
     blocks = _rank_blocks(c.rank, n)
-    each(block, blocks, threads=len(blocks) > 1)
+    each(block, blocks, size=len(c))
     total_bytes = 0.0
     any_sends = False
     for _, _, a, b in blocks:      # a running sum over all sends, in order

@@ -265,7 +265,7 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray, *, rele
     # the columns are independent: written side by side on the host's cores (NumPy lets
     # go of the interpreter while it copies), the widest first; each writes (and so
     # first touches) its own memory
-    cols = dict(zip(names, each(column, names, threads=total >= _CHUNK)))
+    cols = dict(zip(names, each(column, names, size=total)))
     cols["rank"] = np.repeat(np.arange(n, dtype=np.int32), counts.sum(axis=1))
     cols["stream"] = np.repeat(np.tile(np.array([g[1] for g in groups], dtype=np.int8), n), counts.ravel())
     return SpanTable(**cols, chunk_sets=schedule.chunk_sets)

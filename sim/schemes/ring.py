@@ -52,8 +52,7 @@ from sim.threads import each
 from sim.trace import Trace
 
 _ROWS = 1 << 18
-"""Grid entries gathered per pass (a few MB of temporaries, reused by the allocator); a
-ring of at least this many (step, rank) entries is built on threads (sim.threads)."""
+"""Grid entries gathered per pass (a few MB of temporaries, reused by the allocator)."""
 
 
 def build_ring_schedule(scenario: Scenario) -> Schedule:
@@ -63,7 +62,7 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     # the block tables (extents: each block's kernel call), side by side
     (work, masks), extents = each(lambda f: f(), [
         lambda: block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile),
-        lambda: block_extents(scenario.layout, w.seq, n, w.causal)], threads=n * n >= _ROWS)
+        lambda: block_extents(scenario.layout, w.seq, n, w.causal)], size=n * n)
     phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
     grids = [_Grid(n, phase, base) for phase, base in zip(phases, _phase_bases(n, phases))]
     n_ops = grids[-1].base + grids[-1].n_ops
@@ -275,9 +274,9 @@ def _fill(scenario: Scenario, phase: str, grid: _Grid, tables: dict[str, np.ndar
         _put_rule(grid, regular, last, rule, gate, cols["pairs"])
 
     # each piece writes its own columns, or its own ops of a shared one: side by side
-    big = n * n >= _ROWS
-    each(lambda f: f(), [shared, owners] + [lambda name=name: from_table(name) for name in tables], threads=big)
-    each(dependencies, [(group, row) for group in rules for row in range(after.shape[0])], threads=big)
+    each(lambda f: f(), [shared, owners] + [lambda name=name: from_table(name) for name in tables],
+         size=n * n)
+    each(dependencies, [(group, row) for group in rules for row in range(after.shape[0])], size=n * n)
     return grid.ids("comp")[-1] + r
 
 

@@ -178,11 +178,12 @@ def test_metrics_summed_a_few_ranks_at_a_time_are_the_per_rank_sums(monkeypatch,
     """compute_metrics reads the spans a few ranks at a time: each rank's sums are still
     its spans' durations added in record order, its transfer time the merged runs of its
     sends and receives (sorted by start) added in order, and the bytes a running sum."""
-    from sim import metrics
+    from sim import metrics, threads
     from sim.engine import simulate
     from tests.sim.reference import scenario
 
     monkeypatch.setattr(metrics, "_SPANS", spans_per_pass)
+    monkeypatch.setattr(threads, "WORTH_THREADS", 0)      # the rank blocks on threads
     sc = scenario(n=5, seq=5 * 512, layout="zigzag", causal=True, pass_="fwdbwd")
     trace = simulate(sc)
     m = compute_metrics(trace)

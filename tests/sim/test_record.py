@@ -80,12 +80,13 @@ def test_a_ring_recorded_as_a_grid_of_steps_gives_the_reference_spans(monkeypatc
     """A ring's ops are read as (step, rank) grids, a few ranks at a time (several passes
     with a small chunk; a receiver's grid columns wrap around), or sorted where a rank
     skips empty blocks (contiguous): each way the record is the per-op reference's."""
-    from sim import record
+    from sim import record, threads
     from sim.engine import play
     from sim.schemes import get
     from tests.sim.reference import reference_trace_spans, scenario
 
     monkeypatch.setattr(record, "_CHUNK", chunk)
+    monkeypatch.setattr(threads, "WORTH_THREADS", 0 if chunk == 8 else threads.WORTH_THREADS)   # columns on threads
     sc = scenario(n=5, seq=60, layout=layout, causal=True, overlap=overlap, pass_=pass_, heads=2, kv_heads=1,
                   head_dim=4, sync=sync)
     schedule = get("ring").build_schedule(sc)

@@ -237,9 +237,11 @@ def test_a_ring_built_on_threads_a_step_per_pass_lists_the_per_op_schedule(monke
     """A large ring is built a few steps per pass, its pieces (the block tables, what the
     ops share, the blocks' owners, each table's gathers, each row of dependencies) on
     threads: forced here on a small ring, one step per pass."""
+    from sim import threads
     from sim.schemes import ring
 
     monkeypatch.setattr(ring, "_ROWS", 4)
+    monkeypatch.setattr(threads, "WORTH_THREADS", 0)
     sc = ring_scenario(layout, 5, True, overlap, pass_, sync, None)
     schedule = build_ring_schedule(sc)
     schedule.check()
