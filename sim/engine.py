@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import threading
 from typing import Any
 
 import numpy as np
@@ -98,28 +99,51 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
         return play(schedule, hw, scenario.workload, header, player=player, own=True)
 
 
+_pages_lock = threading.Lock()
+_pages_users = 0
+_pages_before: bool | None = None
+
+
 @contextlib.contextmanager
 def _small_pages():
     """NumPy asks Linux for huge pages for every large array (madvise); on a VM whose
     host takes freed memory back (the balloon's free page reporting works on blocks of
     huge-page size and up), each huge page is then memory the host must supply afresh,
     where small pages reuse what the guest freed. Measured on a 2-core VM of the kind
-    these benchmarks run on, 4096 GPUs in a fresh process: 10.6-11.6 s of system time
-    with huge pages, 6.0-7.1 s without (bench/bench_sim.py). A simulation writes its
-    arrays once, so it loses little to the smaller pages wherever they cost no more."""
+    these benchmarks run on, 4096 GPUs in a fresh process: 17.3-18.0 s with huge pages,
+    12.9-14.3 s without (bench/bench_sim.py, before the other changes of that commit).
+    A simulation writes its arrays once, so it loses little to the smaller pages
+    wherever they cost no more. The setting is the process's: simulations on several
+    threads (a dashboard server's) share it, the first one in turns it off and the last
+    one out restores it."""
+    global _pages_users, _pages_before
+    setting = _madvise_setter()
+    if setting is None:
+        yield
+        return
+    with _pages_lock:
+        if _pages_users == 0:
+            _pages_before = setting(False)
+        _pages_users += 1
+    try:
+        yield
+    finally:
+        with _pages_lock:
+            _pages_users -= 1
+            if _pages_users == 0 and _pages_before is not None:
+                setting(_pages_before)
+
+
+def _madvise_setter():
+    """NumPy's switch for huge-page advice (it returns the previous setting), or None."""
     try:
         from numpy._core.multiarray import _set_madvise_hugepage
     except ImportError:           # NumPy 1.x
         try:
             from numpy.core.multiarray import _set_madvise_hugepage
         except ImportError:
-            _set_madvise_hugepage = None
-    was = _set_madvise_hugepage(False) if _set_madvise_hugepage is not None else None
-    try:
-        yield
-    finally:
-        if was is not None:
-            _set_madvise_hugepage(was)
+            return None
+    return _set_madvise_hugepage
 
 
 @contextlib.contextmanager
