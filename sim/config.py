@@ -15,7 +15,7 @@ import numpy as np
 from sim.errors import RingsimError
 from sim.kernel_model import best_rate_flops, block_times_s, kernel_table
 from sim.layouts import NAMES as LAYOUT_NAMES, get as get_layout
-from sim.presets import LAUNCH_OVERHEAD_US, MERGE_BYTES, gpu_preset, link_preset
+from sim.presets import LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ACCUM_BYTES = 4
@@ -242,17 +242,25 @@ class Hardware:
 
     def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str,
                        q_tokens: int, kv_tokens: int, head_dim: int | None = None,
-                       kv_heads_per_head: float | None = None) -> float:
+                       kv_heads_per_head: float | None = None, sliced: bool = False) -> float:
         """Time of one block: overhead + FLOPs / achieved rate (DESIGN.md); with a kernel
         table, the rate of its pass, mask and size plus its merge (sim.kernel_model).
         head_dim and kv_heads_per_head (the engine does not pass them) default to those
-        of sim.config.Workload."""
+        of sim.config.Workload; sliced: the block's queries are part of its rank's
+        (the engine passes it where `merge_copies_slices`)."""
         if self.gpu.uses_kernel_table(dtype):
             return float(self.compute_times_s(
                 np.array([flops], dtype=float), dtype=dtype, kind=np.array([kind], dtype=object),
                 mask=np.array([mask], dtype=object), q_tokens=np.array([q_tokens]),
-                kv_tokens=np.array([kv_tokens]), head_dim=head_dim, kv_heads_per_head=kv_heads_per_head)[0])
+                kv_tokens=np.array([kv_tokens]), head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
+                sliced=np.array([sliced]))[0])
         return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype)
+
+    @property
+    def merge_copies_slices(self) -> bool:
+        """Whether a block on part of its rank's queries costs more to merge (the unfused
+        merge copies the slice back: sim.presets.MERGE_SLICE_BYTES)."""
+        return any(MERGE_SLICE_BYTES[self.gpu.merge])
 
     p2p_queue = True
     """GPUs run their ring hops through NCCL: one queue of batches per device (sim.queues)."""
@@ -265,7 +273,7 @@ class Hardware:
 
     def compute_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
                         q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
-                        kv_heads_per_head: float | None = None) -> np.ndarray:
+                        kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None) -> np.ndarray:
         """compute_time_s over arrays of blocks (kind and mask: arrays of names)."""
         g = self.gpu
         if g.uses_kernel_table(dtype):
@@ -274,7 +282,7 @@ class Hardware:
                 head_dim=head_dim or _GEOMETRY.head_dim,
                 kv_heads_per_head=kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads,
                 elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
-                launch_overhead_us=g.launch_overhead_us)
+                launch_overhead_us=g.launch_overhead_us, sliced=sliced)
         return g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype)
 
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -21,8 +21,9 @@ block, and the merge added:
   (a choice of this model: the merge is folded into the block's time, as ring kernels
   run it on the compute stream right after the block). Forward: per output element the
   bytes of sim.presets.MERGE_BYTES (one fused pass, or the unfused chain of elementwise
-  kernels ring-flash-attention runs), per (query row, head) those of the statistics.
-  Backward: dQ accumulates over the block's query rows and dK, dV over its key rows, one
+  kernels ring-flash-attention runs), per (query row, head) those of the statistics;
+  a block on part of its rank's queries (`sliced`) adds the bytes of
+  sim.presets.MERGE_SLICE_BYTES (the unfused merge copies the slice back). Backward: dQ accumulates over the block's query rows and dK, dV over its key rows, one
   in-place add each (read the fp32 accumulator and the block's gradient, write back).
 - **Launch**: a fixed cost per block (sim.presets.LAUNCH_OVERHEAD_US).
 
@@ -39,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.presets import KERNEL_TABLES, MERGE_BYTES, KernelTable
+from sim.presets import KERNEL_TABLES, MERGE_BYTES, MERGE_SLICE_BYTES, KernelTable
 
 PASS_FLOPS_FACTOR = {"fwd": 1.0, "bwd": 2.5}
 """FLOPs per forward FLOP of the same pairs (sim.config.BWD_FLOPS_FACTOR)."""
@@ -88,12 +89,17 @@ def output_width(kind: str, mask: str, flops, q_tokens, kv_tokens):
 
 
 def merge_bytes(kind: str, mask: str, flops, q_tokens, kv_tokens, *, head_dim: int,
-                kv_heads_per_head: float, elem_bytes: int, merge: str) -> np.ndarray:
-    """Bytes the merge after one block moves (module docstring)."""
+                kv_heads_per_head: float, elem_bytes: int, merge: str, sliced=False) -> np.ndarray:
+    """Bytes the merge after one block moves (module docstring); `sliced`: the block's
+    queries are part of its rank's (scalar or array)."""
     width = output_width(kind, mask, flops, q_tokens, kv_tokens)
     q = np.asarray(q_tokens, dtype=float)
     if kind == "fwd":
         per_elem, per_row = MERGE_BYTES[merge](elem_bytes)
+        slice_elem, slice_row = MERGE_SLICE_BYTES[merge]
+        on_slice = np.asarray(sliced, dtype=bool)
+        per_elem = np.where(on_slice, per_elem + slice_elem, per_elem)
+        per_row = np.where(on_slice, per_row + slice_row, per_row)
         return q * width * (per_elem + per_row / head_dim)
     kv = np.asarray(kv_tokens, dtype=float)
     per_elem = 2 * ACCUM_BYTES + elem_bytes
@@ -102,8 +108,9 @@ def merge_bytes(kind: str, mask: str, flops, q_tokens, kv_tokens, *, head_dim: i
 
 def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens, head_dim: int,
                   kv_heads_per_head: float, elem_bytes: int, merge: str,
-                  memory_bandwidth_gbps: float, launch_overhead_us: float) -> np.ndarray:
-    """Time of each block (arrays of equal length; kind and mask: arrays of names).
+                  memory_bandwidth_gbps: float, launch_overhead_us: float, sliced=None) -> np.ndarray:
+    """Time of each block (arrays of equal length; kind and mask: arrays of names;
+    sliced: whether each block's queries are part of its rank's, None: none are).
 
     An "empty" block is skipped: 0 s, no launch.
     """
@@ -112,6 +119,7 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
     flops = np.asarray(flops, dtype=float)
     kind, mask = np.asarray(kind, dtype=str), np.asarray(mask, dtype=str)
     q_tokens, kv_tokens = np.asarray(q_tokens), np.asarray(kv_tokens)
+    sliced = np.zeros(flops.shape, dtype=bool) if sliced is None else np.asarray(sliced, dtype=bool)
     out = np.zeros(flops.shape)
     for k in ("fwd", "bwd"):
         for m in ("full", "diagonal"):
@@ -121,7 +129,7 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
             f, q, kv = flops[sel], q_tokens[sel], kv_tokens[sel]
             rate = rate_tflops(table, k, m, head_dim, loop_tokens(k, m, q, kv)) * 1e12
             moved = merge_bytes(k, m, f, q, kv, head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
-                                elem_bytes=elem_bytes, merge=merge)
+                                elem_bytes=elem_bytes, merge=merge, sliced=sliced[sel])
             out[sel] = launch_overhead_us * 1e-6 + f / rate + moved / (memory_bandwidth_gbps * 1e9)
     unknown = ~((mask == "full") | (mask == "diagonal") | (mask == "empty")) | ~((kind == "fwd") | (kind == "bwd"))
     if unknown.any():

@@ -64,17 +64,24 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
     comp = comp[schedule.mask[comp] != EMPTY]
     xfer = schedule.transfer_ids
     if comp.size:
+        # a hardware model whose merge costs more on part of a rank's queries is told
+        # which blocks those are (sliced: narrower than the rank's widest block)
+        sliced = _sliced(schedule) if getattr(hardware, "merge_copies_slices", False) else None
+        more = {} if sliced is None else {"sliced": sliced}
         if hasattr(hardware, "compute_times_s"):
-            def times(flops, kind, mask, q_tokens, kv_tokens):
+            def times(flops, kind, mask, q_tokens, kv_tokens, *flag):
                 return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
-                                                mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens)
+                                                mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
+                                                **({"sliced": flag[0]} if flag else {}))
         else:
             def times(*columns):
                 return _per_distinct(
-                    lambda f, k, m, q, kv: hardware.compute_time_s(f, dtype=workload.dtype, kind=KINDS[k],
-                                                                    mask=MASKS[m], q_tokens=q, kv_tokens=kv),
+                    lambda f, k, m, q, kv, *flag: hardware.compute_time_s(
+                        f, dtype=workload.dtype, kind=KINDS[k], mask=MASKS[m], q_tokens=q, kv_tokens=kv,
+                        **({"sliced": bool(flag[0])} if flag else {})),
                     list(columns))
-        columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens]
+        columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens,
+                   *more.values()]
         for a in range(0, len(comp), _CHUNK):
             ids = comp[a:a + _CHUNK]
             dur[ids] = _by_runs(times, [c[ids] for c in columns])
@@ -100,6 +107,18 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
 
 _CHUNK = 1 << 18
 """Ops timed per call (a few MB of temporaries, reused by the allocator)."""
+
+
+def _sliced(schedule: Schedule) -> np.ndarray:
+    """Per op, whether it is a compute on part of its rank's queries: fewer query tokens
+    than the widest block its rank computes (a rank's own block covers all of them)."""
+    comp = schedule.compute_ids
+    rank, q = schedule.rank[comp], schedule.q_tokens[comp]
+    widest = np.zeros(schedule.n_ranks, dtype=q.dtype)
+    np.maximum.at(widest, rank, q)
+    out = np.zeros(len(schedule), dtype=bool)
+    out[comp] = q < widest[rank]
+    return out
 
 
 def _by_runs(fn: Any, columns: list[np.ndarray]) -> np.ndarray:

@@ -193,6 +193,13 @@ MERGE_BYTES = {
     "fused": lambda b: (8 + b, 12),
     "unfused": lambda b: (36 + b, 52),
 }
+# A block computed on part of its rank's queries (zigzag's half-query blocks, stripe's
+# q[:, 1:]) merges into that slice of the output. ring-flash-attention's
+# `update_out_and_lse(..., slice_=...)` merges a view of the slice into new tensors and
+# copies them back (`out[slice_], lse[slice_] = slice_out, slice_lse`): one more read and
+# write of the fp32 slice, 8 bytes per output element and per (query row, head). A fused
+# merge writes the slice in place: nothing more.
+MERGE_SLICE_BYTES = {"fused": (0, 0), "unfused": (8, 8)}
 
 # H100 and H200 have the same SMs and clocks (H200 has more, faster memory); H800 is the
 # H100 SXM5 die with NVLink cut to 400 GB/s. Attention tables measured on H100 apply to all.

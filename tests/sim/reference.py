@@ -210,6 +210,10 @@ def _reference_phase(ops, scenario, phase, work, masks, chunks, c, extents, step
 
 
 def reference_durations(ops, hardware, workload):
+    """Each op's time on `hardware`; a ring block on fewer query tokens than its rank
+    holds (seq / ranks) is sliced, where the hardware's merge tells them apart."""
+    ranks = 1 + max((op.rank for op in ops if isinstance(op, ComputeOp)), default=0)
+    slices = getattr(hardware, "merge_copies_slices", False)
     out = []
     for op in ops:
         if isinstance(op, TransferOp):
@@ -217,8 +221,9 @@ def reference_durations(ops, hardware, workload):
         elif op.mask == "empty":
             out.append(0.0)
         else:
+            more = {"sliced": op.q_tokens < workload.seq // ranks} if slices else {}
             out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind,
-                                               mask=op.mask, q_tokens=op.q_tokens, kv_tokens=op.kv_tokens))
+                                               mask=op.mask, q_tokens=op.q_tokens, kv_tokens=op.kv_tokens, **more))
     return out
 
 
@@ -336,12 +341,14 @@ class PerOpHardware:
     def __init__(self, hw):
         self.hw, self.calls = hw, 0
         self.p2p_queue = getattr(hw, "p2p_queue", False)     # simulate() asks for it
+        self.merge_copies_slices = getattr(hw, "merge_copies_slices", False)
 
-    def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens):
+    def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens, **more):
         self.calls += 1
         assert type(flops) is float and type(q_tokens) is int and type(kind) is str
+        assert set(more) <= {"sliced"} and all(type(v) is bool for v in more.values())
         return self.hw.compute_time_s(flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens,
-                                      kv_tokens=kv_tokens)
+                                      kv_tokens=kv_tokens, **more)
 
     def transfer_time_s(self, nbytes, src, dst):
         self.calls += 1

@@ -43,6 +43,26 @@ def test_unfused_merge_moves_the_bytes_of_each_elementwise_kernel():
     assert block(h800("unfused"), flops, "fwd", "full", q, kv) == pytest.approx(want, rel=1e-12)
 
 
+def test_an_unfused_merge_on_part_of_the_rank_s_queries_also_copies_the_slice_back():
+    q, kv = 4096, 8192                  # zigzag's half-query block
+    flops = 4 * D * q * kv * H * B
+    # ring-flash-attention: out[slice_], lse[slice_] = slice_out, slice_lse after the
+    # elementwise kernels: one more fp32 read and write, 8 bytes per element and per row
+    merge = q * H * B * (D * (38 + 8) + 52 + 8)
+    rate = 370e12                       # FlashAttention-2 dense forward, head dim 128, 8k keys
+    want = 5e-6 + flops / rate + merge / H800_HBM
+    hw = h800("unfused")
+    got = hw.compute_time_s(flops, dtype="bf16", kind="fwd", mask="full", q_tokens=q, kv_tokens=kv, sliced=True)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert hw.merge_copies_slices and not h800().merge_copies_slices
+    # a fused merge writes the slice in place; a backward block adds into its slice in place
+    fused = h800()
+    assert fused.compute_time_s(flops, dtype="bf16", kind="fwd", mask="full", q_tokens=q, kv_tokens=kv,
+                                sliced=True) == block(fused, flops, "fwd", "full", q, kv)
+    assert hw.compute_time_s(2.5 * flops, dtype="bf16", kind="bwd", mask="full", q_tokens=q, kv_tokens=kv,
+                             sliced=True) == block(hw, 2.5 * flops, "bwd", "full", q, kv)
+
+
 def test_causal_block_runs_at_the_causal_rate_and_merges_every_row():
     c = 4096
     flops = 4 * D * (c * (c + 1) // 2) * H * B

@@ -151,14 +151,16 @@ def test_durations_timed_once_per_run_of_equal_blocks_are_each_ops_own(monkeypat
     the float the hardware's per-op method gives it, with the kernel table (rates by
     pass, mask and size) and with a model that has only the per-op methods."""
     from sim import players
-    from sim.config import Hardware
+    from sim.config import Gpu, Hardware
     from sim.players import durations_s
     from sim.schemes import get
     from tests.sim.reference import PerOpHardware, reference_durations, scenario
 
     monkeypatch.setattr(players, "_CHUNK", chunk)
-    for hw in (Hardware(), PerOpHardware(Hardware())):
-        sc = scenario(n=6, seq=6 * 1024, layout=layout, causal=True, pass_="fwdbwd", hw=Hardware())
-        schedule = get("ring").build_schedule(sc)
-        got = durations_s(schedule, hw, sc.workload).tolist()
-        assert got == reference_durations(schedule.ops, Hardware(), sc.workload)
+    unfused = Hardware(gpu=Gpu.preset("H100-SXM", kernel="fa2", merge="unfused"))   # merges on slices cost more
+    for model in (Hardware(), unfused):
+        for hw in (model, PerOpHardware(model)):
+            sc = scenario(n=6, seq=6 * 1024, layout=layout, causal=True, pass_="fwdbwd", hw=Hardware())
+            schedule = get("ring").build_schedule(sc)
+            got = durations_s(schedule, hw, sc.workload).tolist()
+            assert got == reference_durations(schedule.ops, model, sc.workload)
