@@ -19,12 +19,14 @@ from typing import Any
 import numpy as np
 
 from sim.config import Scenario, Workload
+from sim.errors import RingsimError
 from sim.players import durations_s, times_simpy, times_waves
 from sim.queues import queue_batches
 from sim.record import record_spans
 from sim.schedule import Schedule
 from sim.schemes import get as get_scheme
 from sim.trace import Trace
+from sim.units import fmt_bytes
 
 PLAYERS = ("auto", "simpy", "recurrence")
 """"recurrence" is the wave player (the max-plus recurrence, a wave at a time); "auto"
@@ -84,6 +86,7 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
     """
     scheme = get_scheme(scenario.scheme)
     hw = hardware if hardware is not None else scenario.hardware
+    _check_fits(scheme, scenario)
     with _gc_paused(), _small_pages():
         schedule = scheme.build_schedule(scenario)
         queued = bool(getattr(hw, "p2p_queue", False))
@@ -97,6 +100,39 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
                      "schedule": scheme.name, "ops": len(schedule), "p2p_queue": queued},
         }
         return play(schedule, hw, scenario.workload, header, player=player, own=True)
+
+
+BYTES_PER_OP = 130
+"""Peak memory of a simulation per operation of its schedule (the schedule, the times and
+the trace together): 4161 MB for the 33.5M operations of a forward ring of 4096 GPUs
+(bench/bench_sim.py)."""
+
+
+def _check_fits(scheme: Any, scenario: Scenario) -> None:
+    """RingsimError, one line, where the schedule cannot fit in the memory this machine has
+    available (rather than the system stopping the process part way)."""
+    if scheme.count_ops is None:
+        return
+    free = available_memory_bytes()
+    ops = scheme.count_ops(scenario)
+    need = ops * BYTES_PER_OP
+    if free is not None and need > free:
+        raise RingsimError(f"{scheme.name} on {scenario.n_gpus} GPUs is {ops:,} operations: simulating it takes "
+                           f"about {fmt_bytes(need, '.1f')}, and this machine has {fmt_bytes(free, '.1f')} "
+                           f"available; use fewer GPUs or a machine with more memory")
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the system can give this process without swapping (Linux: MemAvailable),
+    or None where it does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 _pages_lock = threading.Lock()

@@ -75,6 +75,10 @@ class Scheme:
     """True where the schedule already makes every point-to-point hop wait for the batch
     each of its ranks posted before (sim.queues): a device that queues its batches, as
     NCCL does, then changes nothing, and the engine skips adding the same dependencies."""
+    count_ops: Callable[["Scenario"], int] | None = None
+    """How many operations the schedule will hold, without building it: the engine
+    refuses a run that cannot fit in the machine's memory before it starts (None: not
+    known, no such check)."""
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "summary": self.summary}

@@ -94,6 +94,13 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
                     wave_starts=np.append(np.concatenate(waves), n_ops), resource_names=names)
 
 
+def count_ring_ops(scenario: Scenario) -> int:
+    """The operations of the scenario's ring schedule (its phases' grids), without building it."""
+    n = scenario.n_gpus
+    phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[scenario.workload.pass_]
+    return sum(_Grid(n, phase, 0).n_ops for phase in phases)
+
+
 def _phase_bases(n: int, phases: list[str]) -> list[int]:
     bases, base = [], 0
     for phase in phases:
@@ -393,4 +400,5 @@ SCHEME = Scheme(
     # batches adds nothing; backward posts K/V hop k before dK/dV hop k-1 is done
     batches_in_order=lambda scenario: scenario.workload.pass_ == "fwd" and (
         scenario.sync == "step" or not scenario.overlap),
+    count_ops=count_ring_ops,
 )

@@ -131,3 +131,18 @@ def test_compare_all_schemes_lists_every_scheme_and_names_the_fastest(capsys):
     rows = json.loads(out)["rows"]
     assert [r["scheme"] for r in rows] == ["ring"] * 3 + ["ulysses"]
     assert "does not divide the 32 query heads" in rows[-1]["refused"]
+
+
+def test_a_ring_too_large_for_the_machine_is_refused_in_one_line_before_it_is_built(capsys, monkeypatch):
+    from sim import engine
+
+    # 512 GPUs forward: 512^2 computes + 512 x 511 hops = 523,776 operations x 130 bytes = 64.9 MiB
+    monkeypatch.setattr(engine, "available_memory_bytes", lambda: 100 * 2 ** 20)
+    code, out, err = run(capsys, "simulate", "--gpus", "512", "--seq", str(512 * 64))
+    assert code == 0 and "512 x H100-SXM" in out
+    monkeypatch.setattr(engine, "available_memory_bytes", lambda: 50 * 2 ** 20)
+    code, out, err = run(capsys, "simulate", "--gpus", "512", "--seq", str(512 * 64), "--json")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        "ringsim: error: ring on 512 GPUs is 523,776 operations: simulating it takes about 64.9 MiB, "
+        "and this machine has 50.0 MiB available; use fewer GPUs or a machine with more memory"]

@@ -246,3 +246,12 @@ def test_a_ring_built_on_threads_a_step_per_pass_lists_the_per_op_schedule(monke
     schedule = build_ring_schedule(sc)
     schedule.check()
     assert schedule.ops == reference_ring_ops(sc)
+
+
+@pytest.mark.parametrize("pass_,want", [("fwd", 2 * 25 - 5), ("bwd", 3 * 25 - 5), ("fwdbwd", 5 * 25 - 10)])
+def test_the_ring_counts_its_operations_without_building_them(pass_, want):
+    """N^2 computes and N(N-1) K/V hops a pass, N^2 dK/dV hops in backward (N = 5)."""
+    from sim.schemes.ring import count_ring_ops
+
+    sc = ring_scenario("zigzag", 5, True, True, pass_, "step", None)
+    assert count_ring_ops(sc) == want == len(build_ring_schedule(sc))
