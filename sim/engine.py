@@ -82,7 +82,9 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
     offer compute_time_s, transfer_time_s, rate_flops and describe, and may offer
     compute_times_s and transfer_times_s (see sim.players.durations_s), and `p2p_queue`:
     true where a device runs its point-to-point batches one after another, as NCCL does
-    (sim.queues).
+    (sim.queues). Where the scheme counts its operations (Scheme.count_ops), a schedule
+    that would not fit in the memory the machine has available is refused, RingsimError,
+    before it is built.
     """
     scheme = get_scheme(scenario.scheme)
     hw = hardware if hardware is not None else scenario.hardware
