@@ -137,6 +137,13 @@ class Topology:
                                "nodes needs a multiple of --gpus-per-node")
         return ranks // g, g
 
+    def collective_flows(self) -> int:
+        """How many flows one two-level ring collective over every rank has (`all_gather`,
+        `reduce_scatter`): every rank sends once per step, at nodes - 1 steps across nodes
+        and GPUs per node - 1 inside them."""
+        nodes, g = self._levels(self.n_gpus)
+        return self.n_gpus * (nodes - 1 + g - 1)
+
     def all_gather(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """The steps of a two-level ring all-gather over every rank (module docstring):
         per step (level, src, dst, blocks) with level 0 across nodes (each flow carries one

@@ -86,6 +86,17 @@ def _pieces(scenario: Scenario) -> dict[str, np.ndarray]:
     return {k: (v if k in ("q", "kv") else np.array(v)) for k, v in rows.items()}
 
 
+def count_allgather_ops(scenario: Scenario) -> int:
+    """The operations of the scenario's schedule, without building it: per pass and head
+    group, the gather's flows and as many take-ins (sim.schedule.ScheduleBuilder.take_in),
+    each rank's kernel calls (_pieces: two per query chunk under the mask, one without),
+    and in backward the reduce-scatter's flows and their take-ins."""
+    w, n, groups = scenario.workload, scenario.n_gpus, scenario.head_groups
+    flows = Topology.of(scenario.hardware, n).collective_flows()
+    calls = n * (4 if w.causal else 1)
+    return sum(groups * (2 * flows + calls + (2 * flows if phase == "bwd" else 0)) for phase in PHASES[w.pass_])
+
+
 def build_allgather_schedule(scenario: Scenario) -> Schedule:
     w, n, groups = scenario.workload, scenario.n_gpus, scenario.head_groups
     topo = Topology.of(scenario.hardware, n)
@@ -268,4 +279,5 @@ SCHEME = Scheme(
     block_map=block_map,
     check=_check,
     settings=lambda scenario: {"head_groups": scenario.head_groups},
+    count_ops=count_allgather_ops,
 )

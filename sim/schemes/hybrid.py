@@ -45,7 +45,7 @@ from sim.errors import RingsimError
 from sim.layouts import chunk_pair_work, chunks_of_rank, get as get_layout
 from sim.schedule import A2A, BWD, DKV, FWD, NO_DEP, Schedule, ScheduleBuilder
 from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
-from sim.schemes.ring import build_ring_schedule
+from sim.schemes.ring import build_ring_schedule, count_ring_ops
 from sim.topology import Topology
 from sim.trace import Trace
 
@@ -110,6 +110,16 @@ def ring_scenario(scenario: Scenario, u: int, r: int, pass_: str) -> Scenario:
     return Scenario(workload=sub, hardware=scenario.hardware, n_gpus=r, scheme="ring",
                     layout=ring_layout(scenario, r), overlap=scenario.overlap, sync=scenario.sync,
                     granularity=scenario.granularity, tile=scenario.tile)
+
+
+def count_hybrid_ops(scenario: Scenario, u: int | None = None, r: int | None = None) -> int:
+    """The operations of the schedule, without building it: per pass, u rings of r GPUs
+    (sim.schemes.ring.count_ring_ops) and two all-to-alls inside the r groups of u, each
+    flow taken in by its receiver (2 x 2 x r x u(u - 1))."""
+    if u is None or r is None:
+        u, r = degrees(scenario)
+    return sum(u * count_ring_ops(ring_scenario(scenario, u, r, phase)) + 4 * r * u * (u - 1)
+               for phase in PHASES[scenario.workload.pass_])
 
 
 def build_hybrid_schedule(scenario: Scenario, u: int | None = None, r: int | None = None) -> Schedule:
@@ -303,4 +313,5 @@ SCHEME = Scheme(
     block_map=_block_map,
     check=_check,
     settings=_settings,
+    count_ops=count_hybrid_ops,
 )

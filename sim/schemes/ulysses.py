@@ -39,6 +39,7 @@ SCHEME = replace(
     summary="DeepSpeed-Ulysses: all-to-all from token shards to head shards, attention over the whole "
             "sequence on H/N heads, all-to-all back",
     build_schedule=lambda scenario: hybrid.build_hybrid_schedule(scenario, _degree(scenario), 1),
+    count_ops=lambda scenario: hybrid.count_hybrid_ops(scenario, _degree(scenario), 1),
     peak_memory=lambda scenario: hybrid.peak_memory_bytes(scenario, _degree(scenario), 1),
     op_kinds={k: v for k, v in hybrid.OP_KINDS.items() if k not in ("kv", "dkv")},
     check=_check,

@@ -117,3 +117,23 @@ def test_every_unmasked_pair_is_computed_once_per_head_and_pass(n, causal, pass_
 def test_configurations_allgather_cannot_run_are_refused_in_one_line(kw, match):
     with pytest.raises(RingsimError, match=match):
         allgather(**kw)
+
+
+def test_the_allgather_counts_its_operations_without_building_them():
+    """16 GPUs in 2 nodes of 8: a gather is 16 ranks x (1 step across + 7 inside) = 128
+    flows, each taken in by its receiver; 4 kernel calls per rank under the mask."""
+    from sim.config import Hardware
+    from sim.schemes.allgather import build_allgather_schedule, count_allgather_ops
+
+    def sc(n, pass_, causal=True, groups=1, per_node=8):
+        return Scenario(workload=Workload(seq=n * 256, pass_=pass_, causal=causal), n_gpus=n, scheme="allgather",
+                        layout="zigzag", head_groups=groups, hardware=Hardware(gpus_per_node=per_node))
+
+    assert count_allgather_ops(sc(16, "fwd")) == 2 * 128 + 16 * 4 == 320
+    assert count_allgather_ops(sc(16, "fwdbwd", groups=2)) == 2 * (320 + 320 + 2 * 128)
+    for n, per_node in ((1, 8), (2, 8), (8, 4), (16, 4)):
+        for pass_ in ("fwd", "bwd", "fwdbwd"):
+            for causal in (True, False):
+                for groups in (1, 2):
+                    s = sc(n, pass_, causal, groups, per_node)
+                    assert count_allgather_ops(s) == len(build_allgather_schedule(s)), (n, per_node, pass_, causal)

@@ -115,3 +115,22 @@ def test_block_maps_show_when_and_by_whom_each_pair_is_computed():
     assert (np.isnan(ag.value) == (ag.work == 0)).all()
     # rank 1 (chunks 1 and 6): the dense call on chunk 0, the diagonal, then chunk 6's two
     assert (ag.value[1, 0], ag.value[1, 1], ag.value[6, 3], ag.value[6, 6]) == (0, 1, 2, 3)
+
+
+def test_the_hybrid_counts_its_operations_without_building_them():
+    """Per pass: u rings of r GPUs (2r^2 - r operations forward, 3r^2 - r backward) and two
+    all-to-alls in each of the r groups of u, u(u - 1) flows each, every flow taken in."""
+    from sim.schemes import get
+
+    def sc(n, u, pass_, placement="ulysses-inner", causal=True):
+        return Scenario(workload=Workload(seq=n * 256, pass_=pass_, causal=causal), n_gpus=n, scheme="hybrid",
+                        layout="zigzag", ulysses_degree=u, placement=placement)
+
+    hybrid = get("hybrid")
+    assert hybrid.count_ops(sc(16, 4, "fwd")) == 4 * (2 * 16 - 4) + 4 * 4 * 4 * 3 == 304
+    assert hybrid.count_ops(sc(16, 4, "fwdbwd")) == 4 * (2 * 16 - 4) + 4 * (3 * 16 - 4) + 2 * 192
+    for n, u in ((4, 2), (8, 4), (16, 2), (16, 8)):
+        for pass_ in ("fwd", "bwd", "fwdbwd"):
+            for placement in ("ulysses-inner", "ring-inner"):
+                s = sc(n, u, pass_, placement)
+                assert hybrid.count_ops(s) == len(hybrid.build_schedule(s)), (n, u, pass_, placement)

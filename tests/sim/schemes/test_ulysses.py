@@ -83,3 +83,16 @@ def test_peak_memory_by_hand():
 def test_configurations_ulysses_cannot_run_are_refused_in_one_line(kw, match):
     with pytest.raises(RingsimError, match=match):
         ulysses(**kw)
+
+
+@pytest.mark.parametrize("n,pass_,want", [(16, "fwd", 16 + 4 * 16 * 15), (8, "fwdbwd", 2 * (8 + 4 * 8 * 7)),
+                                          (2, "bwd", 2 + 4 * 2 * 1)])
+def test_ulysses_counts_its_operations_without_building_them(n, pass_, want):
+    """One attention call per GPU and two all-to-alls of N(N - 1) flows a pass, every
+    flow taken in by its receiver."""
+    from sim.config import Scenario, Workload
+    from sim.schemes import get
+
+    s = Scenario(workload=Workload(seq=n * 256, pass_=pass_), n_gpus=n, scheme="ulysses", layout="zigzag")
+    ulysses = get("ulysses")
+    assert ulysses.count_ops(s) == want == len(ulysses.build_schedule(s))
