@@ -10,11 +10,13 @@ tokens per rank, H100 / NVLink presets (the defaults). Per GPU count and code tr
 - `peak_rss_mb`: the process's peak resident memory, and `import_rss_mb` before the
   first call (what Python, numpy and simpy take on their own);
 - `cli_s`, `cli_rss_mb`: the whole `ringsim simulate --gpus N --json` process;
-- with `--simpy-check N...`: whether the SimPy player gives the identical trace.
+- with `--simpy-check N...`: whether the SimPy player gives the identical trace;
+- with `--huge-pages`: this tree once more ("this+huge") with NumPy's huge-page advice
+  left on, as it is outside `simulate` (sim.engine asks for small pages while it runs).
 Prints a table and writes JSON.
 
     .venv/bin/python bench/bench_sim.py [--sizes 8 64 256 1024 4096] [--against REF]
-        [--against-max-gpus 1024] [--out bench/results/sim.json]
+        [--against-max-gpus 1024] [--huge-pages] [--out bench/results/sim.json]
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.metrics import compute_metrics
 n, repeats, check = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+if sys.argv[5] == "1":        # leave NumPy's huge-page advice as it is
+    import sim.engine
+    sim.engine._madvise_setter = lambda: None
 rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 sc = Scenario(workload=Workload(seq=4096 * n), n_gpus=n, layout="zigzag")
 row = {"import_rss_mb": rss()}
@@ -62,8 +67,9 @@ print(json.dumps(row))
 """
 
 
-def child(tree: str, n: int, repeats: int, check: bool) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, tree, str(n), str(repeats), "1" if check else "0"],
+def child(tree: str, n: int, repeats: int, check: bool, huge: bool = False) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, tree, str(n), str(repeats), "1" if check else "0",
+                          "1" if huge else "0"],
                          capture_output=True, text=True, cwd=tree, env={**os.environ, "PYTHONPATH": tree})
     if out.returncode:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
@@ -107,24 +113,26 @@ def main() -> None:
     p.add_argument("--simpy-check", type=int, nargs="*", default=[8, 64],
                    help="sizes at which to check that SimPy gives the identical trace")
     p.add_argument("--no-cli", action="store_true", help="skip the whole-CLI runs")
+    p.add_argument("--huge-pages", action="store_true",
+                   help="also run this tree with NumPy's huge-page advice left on (no CLI runs)")
     p.add_argument("--out", default="bench/results/sim.json")
     a = p.parse_args()
-    trees = [("this", ROOT)]
+    trees = [("this", ROOT, False)] + ([("this+huge", ROOT, True)] if a.huge_pages else [])
     ref_path = None
     if a.against:
         ref_path = checkout(a.against)
-        trees.insert(0, (a.against, ref_path))
+        trees.insert(0, (a.against, ref_path, False))
     rows = []
     load_start = os.getloadavg()
     print(f"{'tree':>10} {'GPUs':>5} {'spans':>9} | {'simulate s':>10} {'median':>7} {'cold s':>7} {'peak MB':>8} "
           f"{'import MB':>9} | {'CLI s':>6} {'CLI MB':>7} | simpy")
     try:
         for n in a.sizes:
-            for name, tree in trees:
+            for name, tree, huge in trees:
                 if tree == ref_path and n > a.against_max_gpus:
                     continue
-                r = {"tree": name, "n_gpus": n, **child(tree, n, a.repeats, n in a.simpy_check)}
-                if not a.no_cli and "error" not in r:
+                r = {"tree": name, "n_gpus": n, **child(tree, n, a.repeats, n in a.simpy_check, huge)}
+                if not a.no_cli and not huge and "error" not in r:
                     r.update(cli(tree, n))
                 rows.append(r)
                 if "error" in r:

@@ -22,7 +22,7 @@ from sim.config import Scenario, Workload
 from sim.errors import RingsimError
 from sim.players import durations_s, times_simpy, times_waves
 from sim.queues import queue_batches
-from sim.record import record_spans
+from sim.record import record_owned
 from sim.schedule import Schedule
 from sim.schemes import get as get_scheme
 from sim.trace import Trace
@@ -64,14 +64,16 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
         player = "recurrence"
     if player == "simpy":
         start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention)
-        start, end = np.array(start), np.array(end)
+        times = [np.array(start), np.array(end)]
+        del start, end
     else:
-        start, end = times_waves(schedule, dur)
+        times = list(times_waves(schedule, dur))
     del dur
     if own:
         schedule.release("resource", "extra_resources", "wave_starts")
     meta["player"] = player
-    return Trace("simulated", schedule.n_ranks, record_spans(schedule, start, end, release=own),
+    # the record takes the times over, and with `own` lets them go as it is done with them
+    return Trace("simulated", schedule.n_ranks, record_owned(schedule, times, release=own),
                  header.get("config", {}), header.get("hardware", {}), meta)
 
 

@@ -12,6 +12,8 @@ traces mean the same thing (DESIGN.md, Definitions).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from sim.schedule import DKV, EMPTY, KINDS, NO_DEP, Schedule
@@ -77,6 +79,9 @@ def wait_pieces(t0: np.ndarray, t1: np.ndarray, starts: np.ndarray, ends: np.nda
         out.append((a[keep], b[keep], np.broadcast_to(kind, keep.shape)[keep], rows[keep]))
     return out
 
+
+_SOURCES = ("kind", "step", "flops", "nbytes", "q_chunks", "kv_chunks", "peer", "rank")
+"""The schedule's columns the table's columns are read from."""
 
 _CHUNK = 1 << 18
 """Spans written per pass: a pass's temporaries take a few MB, which the allocator reuses,
@@ -155,11 +160,21 @@ def _rows_equal(keys: np.ndarray, ids: np.ndarray, row: np.ndarray) -> bool:
     return all((keys[ids[a:a + step]].reshape(-1, n) == row).all() for a in range(0, len(ids), step))
 
 
-def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray, *, release: bool = False) -> SpanTable:
+def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> SpanTable:
     """The trace's spans, grouped by rank, then by stream (compute, send, recv, wait), each
     in the order it ran (schedule order; a wait's pieces in time order; the idle at the
-    end last). release: let go of the schedule's dependencies once the waits are found,
-    before the table is written (a schedule built for this record alone)."""
+    end last)."""
+    return record_owned(schedule, [start, end], release=False)
+
+
+def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool) -> SpanTable:
+    """record_spans of the times [start, end], which this call takes over (it empties the
+    list). release: the schedule and the times were made for this record alone, so each
+    input is let go once the record has read it for the last time (the dependencies once
+    the waits are found, a column once the table's columns that read it are written),
+    and the table takes their memory back."""
+    start, end = times
+    times.clear()
     n = schedule.n_ranks
     rank, peer, step, mask = schedule.rank, schedule.peer, schedule.step, schedule.mask
 
@@ -199,21 +214,43 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray, *, rele
     if release:
         schedule.release("after")
     sent, got = _ByRank(xfer, rank, n), _ByRank(xfer, peer, n)
+    waits = _sorted(w_op, rank, n)
+    # a column read from the schedule or the times is named (a key of `source`), so that
+    # the record can let it go after its last reader
+    source = {"start": start, "end": end, **{name: getattr(schedule, name) for name in _SOURCES}}
+    del start, end, rank, peer, step, mask
     # per group: how its ops lie (or None: its values are given span by span), its
-    # stream, then each column: a schedule column read at the group's ops, the values
-    # span by span, or the one value they all share
+    # stream, then each column: a source read at the group's ops, the values span by
+    # span, or the one value they all share
     groups = [
-        (ran, COMPUTE, dict(kind=schedule.kind, step=step, start_s=start, end_s=end, flops=schedule.flops,
-                            q_chunks=schedule.q_chunks, kv_chunks=schedule.kv_chunks)),
-        (sent, SEND, dict(kind=schedule.kind, step=step, start_s=start, end_s=end, bytes=schedule.nbytes,
-                          peer=peer, kv_chunks=schedule.kv_chunks)),
-        (got, RECV, dict(kind=schedule.kind, step=step, start_s=start, end_s=end, bytes=schedule.nbytes,
-                         peer=rank, kv_chunks=schedule.kv_chunks)),
-        (_sorted(w_op, rank, n), WAIT, dict(kind=_KIND_CODES[w_kind], step=step, start_s=w_start, end_s=w_end,
-                                         q_chunks=schedule.q_chunks, kv_chunks=schedule.kv_chunks)),
+        (ran, COMPUTE, dict(kind="kind", step="step", start_s="start", end_s="end", flops="flops",
+                            q_chunks="q_chunks", kv_chunks="kv_chunks")),
+        (sent, SEND, dict(kind="kind", step="step", start_s="start", end_s="end", bytes="nbytes",
+                          peer="peer", kv_chunks="kv_chunks")),
+        (got, RECV, dict(kind="kind", step="step", start_s="start", end_s="end", bytes="nbytes",
+                         peer="rank", kv_chunks="kv_chunks")),
+        (waits, WAIT, dict(kind=_KIND_CODES[w_kind], step="step", start_s=w_start, end_s=w_end,
+                           q_chunks="q_chunks", kv_chunks="kv_chunks")),
         (_Given(late, n), WAIT, dict(kind=_KIND_CODES[_SCHED_IDLE], step=last_step[late], start_s=last[late],
                                      end_s=makespan)),
     ]
+    names = ("start_s", "end_s", "flops", "bytes", "step", "peer", "q_chunks", "kv_chunks", "kind")
+    reads = {name: {v[name] for _, _, v in groups if isinstance(v.get(name), str)} for name in names}
+    readers: dict[str, int] = {}          # per source, the columns still to read it
+    for keys in reads.values():
+        for key in keys:
+            readers[key] = readers.get(key, 0) + 1
+    lock = threading.Lock()
+
+    def done_with(keys: set[str]) -> None:
+        """A column is written: let go of the sources no other column reads."""
+        with lock:
+            for key in keys:
+                readers[key] -= 1
+                if readers[key] == 0 and release:
+                    del source[key]
+                    if key in _SOURCES:
+                        schedule.release(key)
     by_span = {3: ("kind", "start_s", "end_s"), 4: ("step", "start_s")}   # given span by span
     shared = dict(flops=0.0, bytes=0.0, peer=-1, q_chunks=-1, kv_chunks=-1)
     # the record is rank by rank, each rank's groups in turn: where each (rank, group)
@@ -222,7 +259,6 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray, *, rele
     counts = np.stack([g.counts for g, _, _ in groups], axis=1)   # (n, groups)
     total = int(counts.sum())
     block_start = (np.cumsum(counts.ravel()) - counts.ravel()).reshape(counts.shape)
-    names = ("start_s", "end_s", "flops", "bytes", "step", "peer", "q_chunks", "kv_chunks", "kind")
 
     def column(name: str) -> np.ndarray:
         """One column of the record, written group by group."""
@@ -232,6 +268,8 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray, *, rele
 
             def read(ids: np.ndarray | tuple[int, int] | None, a: int, b: int):
                 v = values.get(name, shared.get(name))
+                if isinstance(v, str):
+                    v = source[v]
                 if name in given:
                     return v[a:b]
                 if not isinstance(v, np.ndarray):
@@ -260,6 +298,7 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray, *, rele
                 b = min(a + _CHUNK, len(ops.ranks))
                 out[offset[ops.ranks[a:b]] + np.arange(a, b)] = read(ops.ids[a:b] if ops.ids is not None else None,
                                                                    a, b)
+        done_with(reads[name])
         return out
 
     # the columns are independent: written side by side on the host's cores (NumPy lets
