@@ -150,9 +150,11 @@ def _small_pages():
     host takes freed memory back (the balloon's free page reporting works on blocks of
     huge-page size and up), each huge page is then memory the host must supply afresh,
     where small pages reuse what the guest freed. Measured on a 2-core VM of the kind
-    these benchmarks run on, 4096 GPUs in a fresh process: 17.3-18.0 s with huge pages,
-    12.9-14.3 s without (bench/bench_sim.py, before the other changes of that commit).
-    A simulation writes its arrays once, so it loses little to the smaller pages
+    these benchmarks run on, a forward ring of 4096 GPUs, the first call in a fresh
+    process: 6.8 s with small pages and 7.8 s with huge ones in one run of
+    `bench/bench_sim.py --huge-pages`; in three pairs of fresh processes, taken in turn,
+    6.9-7.1 s against 8.1-8.9 s, of which system time 4.0-4.3 s against 6.9-7.4 s. A
+    simulation writes its arrays once, so it loses little to the smaller pages
     wherever they cost no more. The setting is the process's: simulations on several
     threads (a dashboard server's) share it, the first one in turns it off and the last
     one out restores it."""
