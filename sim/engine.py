@@ -44,7 +44,8 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     own: the schedule was built for this play alone (as `simulate` builds it), so the
     columns each stage is the last to read are released after it (Schedule.release):
     the block shapes once timed, the resources and dependencies once played and the
-    waits found, before the trace's table is written.
+    waits found, and the columns the trace's table is read from (the times too) as the
+    table's columns that read them are written (sim.record.record_owned).
     """
     if player not in PLAYERS:
         raise ValueError(f"unknown player {player!r}")
