@@ -640,12 +640,18 @@ def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:
         dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
         for c, size in itertools.product(plan["interference_blocks"], plan["interference_sizes"]):
             nbytes = 2 * b * (kvh or h) * c * d * DTYPE_BYTES[dt] if size == "kv" else size
-            e = {"kind": "fwd", "dtype": dt, "batch": b, "heads": h, "kv_heads": kvh or h,
-                 "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": "full",
-                 "flops": block_flops("fwd", b, h, d, c, c, "full"), "bytes": nbytes}
+            e = {**full_forward_block(dt, b, h, kvh or h, d, c), "bytes": nbytes}
             if fresh("interference", e):
                 comm.append({"part": "interference", "entry": e})
     return compute, comm
+
+
+def full_forward_block(dtype: str, batch: int, heads: int, kv_heads: int, head_dim: int,
+                       tokens: int) -> dict[str, Any]:
+    """A square forward block without a mask, as the parts that time one block describe it."""
+    return {"kind": "fwd", "dtype": dtype, "batch": batch, "heads": heads, "kv_heads": kv_heads,
+            "head_dim": head_dim, "q_tokens": tokens, "kv_tokens": tokens, "mask": "full",
+            "flops": block_flops("fwd", batch, heads, head_dim, tokens, tokens, "full")}
 
 
 REFERENCE_TOKENS = 1024
@@ -657,21 +663,16 @@ def _reference_entry(plan: dict[str, Any]) -> dict[str, Any]:
     tokens, the plan's first dtype and shape): a shared host's speed drifts by up to 20%
     over tens of seconds, and `ringsim calibrate` brings every entry to one speed with it
     (sim.calibrate)."""
-    b, kvh = plan["batch"], plan["kv_heads"]
-    dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
-    c = REFERENCE_TOKENS
-    return {"kind": "fwd", "dtype": dt, "batch": b, "heads": h, "kv_heads": kvh or h, "head_dim": d,
-            "q_tokens": c, "kv_tokens": c, "mask": "full", "flops": block_flops("fwd", b, h, d, c, c, "full")}
+    h = plan["heads"][0]
+    return full_forward_block(plan["dtypes"][0], plan["batch"], h, plan["kv_heads"] or h, plan["head_dims"][0],
+                              REFERENCE_TOKENS)
 
 
 def _host_block(plan: dict[str, Any], processes: int) -> dict[str, Any]:
     """The interference part's first block, as the host parts compute it with `processes`."""
-    b, kvh = plan["batch"], plan["kv_heads"]
-    dt, h, d = plan["dtypes"][0], plan["heads"][0], plan["head_dims"][0]
-    c = plan["interference_blocks"][0]
-    return {"processes": processes, "kind": "fwd", "dtype": dt, "batch": b, "heads": h,
-            "kv_heads": kvh or h, "head_dim": d, "q_tokens": c, "kv_tokens": c, "mask": "full",
-            "flops": block_flops("fwd", b, h, d, c, c, "full")}
+    h = plan["heads"][0]
+    return {"processes": processes, **full_forward_block(plan["dtypes"][0], plan["batch"], h, plan["kv_heads"] or h,
+                                                         plan["head_dims"][0], plan["interference_blocks"][0])}
 
 
 def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[str, set]) -> list[dict[str, Any]]:
@@ -943,12 +944,13 @@ def run_bench(a: argparse.Namespace) -> int:
         if device.type == "cpu":
             torch.set_num_threads(threads)
         reference = _reference_entry(plan) if device.type == "cpu" else None
+        ref_ops = (select_block_ops("cpu", reference["dtype"], reference["head_dim"], a.block_impl)
+                   if reference is not None else None)
 
         def measure_entry(e: dict[str, Any]) -> dict[str, Any]:
             ops = select_block_ops(device.type, e["dtype"], e["head_dim"], a.block_impl)
             ref_s = None
             if reference is not None:   # the host's speed of the moment, just before the entry
-                ref_ops = select_block_ops("cpu", reference["dtype"], reference["head_dim"], a.block_impl)
                 ref_s = measure_compute(reference, ref_ops, device, plan["samples"], 1)["time_s"]
             entry = measure_compute(e, ops, device, plan["samples"], plan["warmup"])
             if ref_s is not None:

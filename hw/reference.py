@@ -52,7 +52,7 @@ def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: 
     where the profile measured no such block (then nothing is timed)."""
     import torch
 
-    from hw.bench import measure_compute
+    from hw.bench import full_forward_block, measure_compute
     from hw.blocks import select_block_ops
 
     if not 0 < seconds <= 60:
@@ -61,9 +61,7 @@ def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: 
     if ref is None:
         return None
     tokens, profile_s = ref
-    entry = {"kind": "fwd", "dtype": dtype, "batch": 1, "heads": heads, "kv_heads": heads, "head_dim": head_dim,
-             "q_tokens": tokens, "kv_tokens": tokens, "mask": "full",
-             "flops": block_flops("fwd", 1, heads, head_dim, tokens, tokens, "full")}
+    entry = full_forward_block(dtype, 1, heads, heads, head_dim, tokens)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
