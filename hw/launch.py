@@ -22,12 +22,18 @@ __all__ = ["RankFailure", "RunResult", "free_port", "join_group", "release_group
            "run_config", "run_configs", "run_local", "spawn", "worker_main"]
 
 
-def _run_worker(ctx: RankContext, cfg, inputs, keep_outputs: bool):
-    from hw.runner import pick_device, run_rank
+def _rank_args(ctx: RankContext, cfg) -> dict[str, Any]:
+    """What a rank's run of `cfg` takes from its process (hw.runner.run_rank, RankRun)."""
+    from hw.runner import pick_device
 
-    return run_rank(cfg, rank=ctx.rank, group=ctx.group, inputs=inputs,
-                    device=pick_device(cfg.device, ctx.rank, ctx.world), barrier=ctx.barrier,
-                    store=ctx.store, ranks_on_host=ctx.world, keep_outputs=keep_outputs)
+    return dict(rank=ctx.rank, group=ctx.group, device=pick_device(cfg.device, ctx.rank, ctx.world),
+                barrier=ctx.barrier, store=ctx.store, ranks_on_host=ctx.world)
+
+
+def _run_worker(ctx: RankContext, cfg, inputs, keep_outputs: bool):
+    from hw.runner import run_rank
+
+    return run_rank(cfg, inputs=inputs, keep_outputs=keep_outputs, **_rank_args(ctx, cfg))
 
 
 def run_config(cfg, inputs=None, *, keep_outputs: bool = False):
@@ -48,14 +54,12 @@ def _run_many_worker(ctx: RankContext, cfgs: list, report: bool, interleave: boo
                 ctx.report(i)
             out.append(res)
         return out
-    from hw.runner import RankRun, pick_device
+    from hw.runner import RankRun
 
     runs: list = []
     try:
         for cfg in cfgs:
-            runs.append(RankRun(cfg, rank=ctx.rank, group=ctx.group, inputs=None,
-                                device=pick_device(cfg.device, ctx.rank, ctx.world), barrier=ctx.barrier,
-                                store=ctx.store, ranks_on_host=ctx.world))
+            runs.append(RankRun(cfg, inputs=None, **_rank_args(ctx, cfg)))
         for run in runs:                     # each one's warm-up, then repeat i of every one
             for it in range(run.cfg.warmup):
                 run.iteration(it)
