@@ -109,8 +109,9 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
 
 BYTES_PER_OP = 130
 """Peak memory of a simulation per operation of its schedule (the schedule, the times and
-the trace together): 4161 MB for the 33.5M operations of a forward ring of 4096 GPUs
-(bench/bench_sim.py)."""
+the trace together), with room to spare: a forward ring of 4096 GPUs, 33.5M operations,
+peaks at 2911 MB (87 bytes an operation; bench/bench_sim.py), and at 4161 MB before the
+record let go of its sources."""
 
 
 def _check_fits(scheme: Any, scenario: Scenario) -> None:

@@ -23,7 +23,8 @@ block, and the merge added:
   bytes of sim.presets.MERGE_BYTES (one fused pass, or the unfused chain of elementwise
   kernels ring-flash-attention runs), per (query row, head) those of the statistics;
   a block on part of its rank's queries (`sliced`) adds the bytes of
-  sim.presets.MERGE_SLICE_BYTES (the unfused merge copies the slice back). Backward: dQ accumulates over the block's query rows and dK, dV over its key rows, one
+  sim.presets.MERGE_SLICE_BYTES (the unfused merge copies the slice back).
+  Backward: dQ accumulates over the block's query rows and dK, dV over its key rows, one
   in-place add each (read the fp32 accumulator and the block's gradient, write back).
 - **Launch**: a fixed cost per block (sim.presets.LAUNCH_OVERHEAD_US).
 

@@ -66,22 +66,20 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
     if comp.size:
         # a hardware model whose merge costs more on part of a rank's queries is told
         # which blocks those are (sliced: narrower than the rank's widest block)
-        sliced = _sliced(schedule) if getattr(hardware, "merge_copies_slices", False) else None
-        more = {} if sliced is None else {"sliced": sliced}
+        extra = [_sliced(schedule)] if getattr(hardware, "merge_copies_slices", False) else []
         if hasattr(hardware, "compute_times_s"):
-            def times(flops, kind, mask, q_tokens, kv_tokens, *flag):
+            def times(flops, kind, mask, q_tokens, kv_tokens, *sliced):
                 return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
                                                 mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
-                                                **({"sliced": flag[0]} if flag else {}))
+                                                **({"sliced": sliced[0]} if sliced else {}))
         else:
             def times(*columns):
                 return _per_distinct(
-                    lambda f, k, m, q, kv, *flag: hardware.compute_time_s(
+                    lambda f, k, m, q, kv, *sliced: hardware.compute_time_s(
                         f, dtype=workload.dtype, kind=KINDS[k], mask=MASKS[m], q_tokens=q, kv_tokens=kv,
-                        **({"sliced": bool(flag[0])} if flag else {})),
+                        **({"sliced": bool(sliced[0])} if sliced else {})),
                     list(columns))
-        columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens,
-                   *more.values()]
+        columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens, *extra]
         for a in range(0, len(comp), _CHUNK):
             ids = comp[a:a + _CHUNK]
             dur[ids] = _by_runs(times, [c[ids] for c in columns])

@@ -177,7 +177,7 @@ class Schedule:
             is_transfer = self.is_transfer
             # int32 ids halve what every gather by them moves (a schedule has under 2^31
             # ops); found a piece at a time, with no temporary of 64-bit ids of them all
-            chosen = ~is_transfer if not transfer else is_transfer
+            chosen = is_transfer if transfer else ~is_transfer
             if len(self) >= 2 ** 31:
                 self._ids[transfer] = np.flatnonzero(chosen)
             else:

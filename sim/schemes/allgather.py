@@ -38,11 +38,9 @@ from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario
 from sim.errors import RingsimError
 from sim.layouts import get as get_layout
 from sim.schedule import AG, BWD, DIAGONAL, EMPTY, FULL, FWD, NO_DEP, RS, Schedule, ScheduleBuilder
-from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings
+from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings
 from sim.topology import Topology
 from sim.trace import COMPUTE, Trace
-
-PHASES = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}
 
 
 def triangle_pairs(c: int, granularity: str, tile: int) -> int:

@@ -34,6 +34,9 @@ class OpKind:
     """Transfers: the colour of the receiving end (None for a compute)."""
 
 
+PHASES = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}
+"""The phases each pass runs, in order (a schedule's backward follows its forward)."""
+
 COMPUTE_KINDS = {
     "fwd": OpKind("compute (forward)", "#3a6fd8"),
     "bwd": OpKind("compute (backward)", "#8e44ad"),

@@ -47,7 +47,7 @@ from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.layouts import (block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank,
                          get as get_layout)
 from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
-from sim.schemes.base import COMPUTE_KINDS, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
+from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.threads import each
 from sim.trace import Trace
 
@@ -63,7 +63,7 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     (work, masks), extents = each(lambda f: f(), [
         lambda: block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile),
         lambda: block_extents(scenario.layout, w.seq, n, w.causal)], size=n * n)
-    phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[w.pass_]
+    phases = PHASES[w.pass_]
     grids = [_Grid(n, phase, base) for phase, base in zip(phases, _phase_bases(n, phases))]
     n_ops = grids[-1].base + grids[-1].n_ops
     width = max(g.width(scenario, gated=i > 0) for i, g in enumerate(grids))
@@ -97,8 +97,7 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
 def count_ring_ops(scenario: Scenario) -> int:
     """The operations of the scenario's ring schedule (its phases' grids), without building it."""
     n = scenario.n_gpus
-    phases = {"fwd": ["fwd"], "bwd": ["bwd"], "fwdbwd": ["fwd", "bwd"]}[scenario.workload.pass_]
-    return sum(_Grid(n, phase, 0).n_ops for phase in phases)
+    return sum(_Grid(n, phase, 0).n_ops for phase in PHASES[scenario.workload.pass_])
 
 
 def _phase_bases(n: int, phases: list[str]) -> list[int]:
