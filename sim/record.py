@@ -13,6 +13,7 @@ traces mean the same thing (DESIGN.md, Definitions).
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import numpy as np
 
@@ -236,10 +237,7 @@ def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool) 
     ]
     names = ("start_s", "end_s", "flops", "bytes", "step", "peer", "q_chunks", "kv_chunks", "kind")
     reads = {name: {v[name] for _, _, v in groups if isinstance(v.get(name), str)} for name in names}
-    readers: dict[str, int] = {}          # per source, the columns still to read it
-    for keys in reads.values():
-        for key in keys:
-            readers[key] = readers.get(key, 0) + 1
+    readers = Counter(key for keys in reads.values() for key in keys)   # per source: columns still to read it
     lock = threading.Lock()
 
     def done_with(keys: set[str]) -> None:
@@ -251,6 +249,7 @@ def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool) 
                     del source[key]
                     if key in _SOURCES:
                         schedule.release(key)
+
     by_span = {3: ("kind", "start_s", "end_s"), 4: ("step", "start_s")}   # given span by span
     shared = dict(flops=0.0, bytes=0.0, peer=-1, q_chunks=-1, kv_chunks=-1)
     # the record is rank by rank, each rank's groups in turn: where each (rank, group)
