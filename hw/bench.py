@@ -61,7 +61,10 @@ The JSON file (format "ringsim-hw-bench", version 1):
                   "reference_s": [samples of the reference block (full forward, 1024
                   tokens) timed just before the entry; CPU only],
                   "pass_medians_s": [median of each pass over the grid, with
-                  --compute-passes 2 or more; the samples above are the lowest's]}],
+                  --compute-passes 2 or more; the samples above are every pass's],
+                  "pass_references_s": [median of each pass's reference_s]}],
+     "reference_block": {the block reference_s times: kind, dtype, batch, heads, kv_heads,
+                         head_dim, q_tokens, kv_tokens, mask, flops; CPU only},
      "transfer": [{"bytes", "direction": "one_way"|"both_ways", "time_s": [samples],
                    "median_s", "gbps": bytes / median_s / 1e9}],
      "interference": [{"kind": "fwd", "dtype", "batch", "heads", "kv_heads", "head_dim",
@@ -71,6 +74,7 @@ The JSON file (format "ringsim-hw-bench", version 1):
      "concurrency": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads", "kv_heads",
                       "head_dim", "q_tokens", "kv_tokens", "mask", "flops",
                       "threads_per_rank", "time_s": [samples of every process, all at once],
+                      "time_by_process_s": [[the same samples, one list per process]],
                       "alone_s": [samples of every process alone, just before], "median_s",
                       "mean_s", "slowdown": mean_s / median of alone_s (k > 1),
                       "bound": k·threads/cores (at least 1), "attempts": int,
@@ -80,6 +84,7 @@ The JSON file (format "ringsim-hw-bench", version 1):
                           "bytes" (each way per hop), "threads_per_rank",
                           "compute_alone_s", "transfer_alone_s", "compute_ring_s",
                           "transfer_ring_s": [samples of every rank],
+                          "compute_ring_by_process_s": [[compute_ring_s, one list per rank]],
                           "compute_slowdown", "transfer_slowdown": mean ring / median alone,
                           "bound", "attempts", "rejected" (as in concurrency)}],
      "collective": [{"op": "allgather"|"reducescatter"|"alltoall", "world": ranks,
@@ -166,7 +171,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, default=None, help=f"timed calls per entry (default {FULL['samples']})")
     p.add_argument("--compute-passes", type=int, default=None,
                    help="times the compute grid is measured, the second pass in reverse order; each entry "
-                        f"keeps its least slowed pass (default {FULL['compute_passes']}, 1 with --quick)")
+                        f"keeps every pass, calibration their mean (default {FULL['compute_passes']}, 1 with --quick)")
     p.add_argument("--warmup", type=int, default=None, help=f"untimed calls first (default {FULL['warmup']})")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads of the compute part, as a rank of a 2-rank run has (default: cores / 2)")
@@ -535,17 +540,24 @@ SUSPECT = 1.5
 bound is given up on (written as rejected)."""
 
 
-def keep_least_slowed(entry: dict[str, Any], again: dict[str, Any]) -> None:
-    """Fold another pass over a compute entry into it, in place: every pass's median is
-    listed (`pass_medians_s`), and the samples of the pass with the lowest median are
-    kept. Another job on a shared host, or a slow spell of the host itself, only ever
-    slows a block down: of two passes minutes apart the faster is the block's own time."""
-    medians = entry.setdefault("pass_medians_s", [entry["median_s"]])
-    medians.append(again["median_s"])
-    if again["median_s"] < entry["median_s"]:
-        for name in ("time_s", "median_s", "rate_flops", "reference_s"):
-            if name in again:
-                entry[name] = again[name]
+def add_pass(entry: dict[str, Any], again: dict[str, Any]) -> None:
+    """Fold another pass over a compute entry into it, in place: its samples and its
+    reference block's samples join the entry's, and every pass's median and reference
+    median are listed (`pass_medians_s`, `pass_references_s`). A shared host's speed
+    swings by 20% within seconds; a run meets the host at its typical speed, not at the
+    best moment of a pass, so calibration (sim.calibrate) takes the mean of the passes."""
+    if "pass_medians_s" not in entry:
+        entry["pass_medians_s"] = [entry["median_s"]]
+        if entry.get("reference_s"):
+            entry["pass_references_s"] = [statistics.median(entry["reference_s"])]
+    entry["pass_medians_s"].append(again["median_s"])
+    entry["time_s"] = list(entry["time_s"]) + list(again["time_s"])
+    if again.get("reference_s") and "pass_references_s" in entry:
+        entry["pass_references_s"].append(statistics.median(again["reference_s"]))
+        entry["reference_s"] = list(entry["reference_s"]) + list(again["reference_s"])
+    entry["median_s"] = statistics.median(entry["time_s"])
+    if entry.get("flops") and entry["median_s"] > 0:
+        entry["rate_flops"] = entry["flops"] / entry["median_s"]
 
 
 def ring_slowdown(shared_s: list[float], alone_s: list[float]) -> float:
@@ -944,6 +956,8 @@ def run_bench(a: argparse.Namespace) -> int:
         if device.type == "cpu":
             torch.set_num_threads(threads)
         reference = _reference_entry(plan) if device.type == "cpu" else None
+        if reference is not None:
+            doc["reference_block"] = reference
         ref_ops = (select_block_ops("cpu", reference["dtype"], reference["head_dim"], a.block_impl)
                    if reference is not None else None)
 
@@ -964,7 +978,7 @@ def run_bench(a: argparse.Namespace) -> int:
                 progress("compute", measured[-1])
             for _ in range(plan["compute_passes"] - 1):     # again, last first
                 for e, entry in reversed(list(zip(compute_jobs, measured))):
-                    keep_least_slowed(entry, measure_entry(e))
+                    add_pass(entry, measure_entry(e))
                     save()
                     print(f"[compute, again] {_fmt('compute', entry)}", file=sys.stderr, flush=True)
         finally:
@@ -990,6 +1004,7 @@ def run_bench(a: argparse.Namespace) -> int:
                 times = [t for r in per_rank for t in r["time_s"]]
                 out = {**e, "threads_per_rank": threads, "time_s": times,
                        "alone_s": [t for r in per_rank for t in r["alone_s"]],
+                       "time_by_process_s": [r["time_s"] for r in per_rank],
                        "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
                        "bound": sharing_bound(e["processes"], threads, cores)}
                 if e["processes"] > 1:
@@ -1007,7 +1022,8 @@ def run_bench(a: argparse.Namespace) -> int:
                                  args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
                                  backend="gloo", timeout_s=a.timeout)
                 out = {**e, "threads_per_rank": threads,
-                       **{name: [t for r in per_rank for t in r[name]] for name in per_rank[0]}}
+                       **{name: [t for r in per_rank for t in r[name]] for name in per_rank[0]},
+                       "compute_ring_by_process_s": [r["compute_ring_s"] for r in per_rank]}
                 out["compute_slowdown"] = ring_slowdown(out["compute_ring_s"], out["compute_alone_s"])
                 out["transfer_slowdown"] = ring_slowdown(out["transfer_ring_s"], out["transfer_alone_s"])
                 out["bound"] = sharing_bound(e["processes"], threads, cores)

@@ -28,7 +28,13 @@ from hw.bench import REFERENCE_TOKENS, block_flops   # the compute part's refere
 
 def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tuple[int, float] | None:
     """(tokens, seconds): the square full-mask forward block of this shape (batch 1) that
-    the profile measured, the one closest to REFERENCE_TOKENS; None where it measured none."""
+    the profile measured, the one closest to REFERENCE_TOKENS; None where it measured none.
+
+    Where that block is the compute part's own reference (the profile's report names
+    it) and the profile brought its entries to one speed (sim.calibrate.at_one_speed), the seconds
+    are the reference's median over the part: the speed every entry was brought to.
+    The block's own entry is no better: it was timed once, at whatever speed the host had
+    in those seconds, then scaled."""
     group = profile.groups.get((dtype, "full", "fwd"))
     if group is None:
         return None
@@ -41,6 +47,11 @@ def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tupl
     if not found:
         return None
     _, tokens, seconds = min(found)
+    speed = ((getattr(profile, "report", None) or {}).get("compute") or {}).get("host_speed") or {}
+    common = speed.get("reference_median_s")
+    if (isinstance(common, (int, float)) and common > 0 and speed.get("reference_block") ==
+            {"dtype": dtype, "heads": heads, "head_dim": head_dim, "q_tokens": tokens}):
+        return tokens, float(common)
     return tokens, seconds
 
 

@@ -8,7 +8,8 @@ fits the models of sim.profile:
   out (leave-one-out); the one with the smaller median held-out error is used, and the
   residuals of both are kept in the profile's report. A CPU bench times a reference
   block just before every entry; each entry is first brought to the host's median speed
-  over the part (at_one_speed), since a shared host drifts by up to 20% in a minute;
+  over the part (at_one_speed), since a shared host drifts by up to 20% in a minute.
+  An entry measured in several passes counts at the mean of their medians;
 - links: alpha-beta by least squares over message sizes, for one direction and for
   both directions at once; the ring uses the latter;
 - collectives (all-gather, reduce-scatter, all-to-all), per collective: alpha-beta
@@ -456,24 +457,59 @@ def _ring_residual(p: dict[str, float], host: Host, sigma: float) -> dict[str, f
             "predicted_transfer_slowdown": loaded / host.slowdown(host.demand(0, int(p["k"])))}
 
 
-def at_one_speed(compute: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _entry_time(r: dict[str, Any], i: int) -> float:
+    """A compute entry's time: the mean of its passes' medians where it was measured in
+    several (hw.bench.add_pass), else the median of its samples. A shared host's speed
+    swings within seconds and a run meets it at its typical speed: the least slowed of
+    two passes is the host's best moment, and predicted every run 4-9% short (the
+    validation of 2026-11-30 and 2026-12-01, re-simulated both ways)."""
+    passes = r.get("pass_medians_s")
+    if isinstance(passes, list) and len(passes) > 1:
+        return _mean(passes, f"compute entry {i} pass_medians_s")
+    return _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")
+
+
+def _entry_reference(r: dict[str, Any], i: int) -> float | None:
+    """The reference block's time around a compute entry: the mean over its passes where
+    each pass's is listed, else the median of its samples; None where it has none."""
+    passes = r.get("pass_references_s")
+    if isinstance(passes, list) and len(passes) > 1:
+        return _mean(passes, f"compute entry {i} pass_references_s")
+    if r.get("reference_s") is None:
+        return None
+    return _median(r["reference_s"], f"compute entry {i} reference_s")
+
+
+SPEED_WINDOW = 9
+"""Compute entries, in the order they were measured, over which the reference block's
+median gives the host's speed around an entry (at_one_speed)."""
+
+
+def at_one_speed(compute: list[dict[str, Any]], window: int | None = None) -> dict[str, Any] | None:
     """Bring every compute entry to one speed of the host, in place, and say how far apart
     they were; None (nothing changed) unless every entry carries the time of the
     reference block taken just before it (`reference_s`, CPU benches).
 
     A shared host drifts by up to 20% over tens of seconds, so the entries of one part,
     measured a minute apart, would mix speeds: a table or line through them would bend
-    where the host changed, not where the operator does. Entry i measured while the
-    reference block took ref_i is scaled by median(ref) / ref_i: every entry at the
-    host's median speed over the part."""
+    where the host changed, not where the operator does. It also swings within seconds:
+    a reference block timed at 35 ms was followed by the same block at 27 ms. One
+    reading is then noise, not the speed an entry met, and scaling by it moves the entry
+    by as much. The host's speed around entry i is the median reference over the
+    `window` entries measured around it (local_i; SPEED_WINDOW unless given); the entry is scaled by
+    median(ref) / local_i, every entry at the host's median speed over the part, where
+    the reference block takes median(ref) (hw.reference reads the host against that)."""
     refs = [r.get("reference_s") for r in compute]
     if not refs or any(x is None or not x > 0 for x in refs):
         return None
     common = statistics.median(refs)
-    for r, ref in zip(compute, refs):
-        r["time_s"] *= common / ref
-    return {"entries": len(refs), "reference_median_s": common,
-            "slowest_over_median": max(refs) / common, "fastest_over_median": min(refs) / common}
+    window = SPEED_WINDOW if window is None else window
+    half = max(0, window) // 2
+    local = [statistics.median(refs[max(0, i - half):i + half + 1]) for i in range(len(refs))]
+    for r, here in zip(compute, local):
+        r["time_s"] *= common / here
+    return {"entries": len(refs), "window": window, "reference_median_s": common,
+            "slowest_over_median": max(local) / common, "fastest_over_median": min(local) / common}
 
 
 def calibrate(bench: Any, source: str = "") -> Profile:
@@ -492,13 +528,16 @@ def calibrate(bench: Any, source: str = "") -> Profile:
         if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not flops > 0:
             raise RingsimError(f"bench: compute entry {i} needs positive flops")
         compute.append({"dtype": r["dtype"], "mask": r["mask"], "kind": r.get("kind", "fwd"),
-                        "flops": float(flops),
-                        "time_s": _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")})
-        if r.get("reference_s") is not None:
-            compute[-1]["reference_s"] = _median(r["reference_s"], f"compute entry {i} reference_s")
+                        "flops": float(flops), "time_s": _entry_time(r, i)})
+        reference = _entry_reference(r, i)
+        if reference is not None:
+            compute[-1]["reference_s"] = reference
     drift = at_one_speed(compute)
     groups, model, compute_report = calibrate_compute(compute)
     if drift:
+        block = bench.get("reference_block")
+        if isinstance(block, dict):
+            drift["reference_block"] = {k: block.get(k) for k in ("dtype", "heads", "head_dim", "q_tokens")}
         compute_report["host_speed"] = drift
     transfers = []
     for i, r in enumerate(_records(bench, "transfer")):

@@ -74,13 +74,17 @@ def test_a_slowdown_far_above_its_bound_is_measured_again_and_the_least_kept():
     assert entry["slow"] == 2.6 and entry["attempts"] == 3 and entry["attempt_slowdowns"] == [3.0, 2.6, 2.9]
 
 
-def test_a_second_pass_over_a_compute_entry_keeps_the_faster_one():
-    from hw.bench import keep_least_slowed
+def test_a_second_pass_over_a_compute_entry_joins_it_and_lists_every_pass():
+    from hw.bench import add_pass
 
-    entry = {"time_s": [2.0, 2.2, 2.1], "median_s": 2.1, "rate_flops": 10.0, "reference_s": [1.3]}
-    keep_least_slowed(entry, {"time_s": [1.5, 1.4, 1.6], "median_s": 1.5, "rate_flops": 14.0, "reference_s": [1.0]})
-    assert entry == {"time_s": [1.5, 1.4, 1.6], "median_s": 1.5, "rate_flops": 14.0, "reference_s": [1.0],
-                     "pass_medians_s": [2.1, 1.5]}
-    # a slower third pass is listed and nothing else changes
-    keep_least_slowed(entry, {"time_s": [3.0], "median_s": 3.0, "rate_flops": 7.0, "reference_s": [2.0]})
-    assert entry["median_s"] == 1.5 and entry["reference_s"] == [1.0] and entry["pass_medians_s"] == [2.1, 1.5, 3.0]
+    entry = {"time_s": [2.0, 2.2, 2.1], "median_s": 2.1, "rate_flops": 10.0, "flops": 21.0, "reference_s": [1.3]}
+    add_pass(entry, {"time_s": [1.5, 1.4, 1.6], "median_s": 1.5, "rate_flops": 14.0, "reference_s": [1.0, 1.2]})
+    assert entry == {"time_s": [2.0, 2.2, 2.1, 1.5, 1.4, 1.6], "median_s": (1.6 + 2.0) / 2,
+                     "rate_flops": 21.0 / 1.8, "flops": 21.0, "reference_s": [1.3, 1.0, 1.2],
+                     "pass_medians_s": [2.1, 1.5], "pass_references_s": [1.3, 1.1]}
+    # a third pass is listed as well; an entry without references (GPUs) lists none
+    add_pass(entry, {"time_s": [3.0], "median_s": 3.0, "reference_s": [2.0]})
+    assert entry["pass_medians_s"] == [2.1, 1.5, 3.0] and entry["pass_references_s"] == [1.3, 1.1, 2.0]
+    gpu = {"time_s": [1.0], "median_s": 1.0}
+    add_pass(gpu, {"time_s": [3.0], "median_s": 3.0})
+    assert gpu == {"time_s": [1.0, 3.0], "median_s": 2.0, "pass_medians_s": [1.0, 3.0]}

@@ -41,3 +41,18 @@ def test_a_reading_is_the_blocks_time_now_over_the_profiles():
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(RingsimError, match="reference time must be a number of seconds"):
             host_speed(p, dtype="fp32", heads=2, head_dim=8, threads=1, seconds=bad)
+
+
+def test_the_compute_parts_own_reference_is_read_at_its_median_over_the_part():
+    """A profile whose entries were brought to one speed (sim.calibrate.at_one_speed) at
+    a reference median of 30 ms: its 1024-token block, when it is that reference, is the
+    30 ms the entries were brought to, not the 23.5 ms its own entry was scaled to
+    (timed at 27 ms just after a 35 ms reading). Another shape keeps its point."""
+    points = [(square(1024), 0.0235), (square(1024, head_dim=128), 0.05)]
+    profile = profile_with(points)
+    speed = {"reference_median_s": 0.030,
+             "reference_block": {"dtype": "fp32", "heads": 8, "head_dim": 64, "q_tokens": 1024}}
+    assert reference_block(profile, "fp32", 8, 64) == (1024, 0.0235)     # no such report: the point
+    profile.report["compute"] = {"host_speed": speed}
+    assert reference_block(profile, "fp32", 8, 64) == (1024, 0.030)
+    assert reference_block(profile, "fp32", 8, 128) == (1024, 0.05)

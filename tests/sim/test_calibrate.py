@@ -314,27 +314,73 @@ def test_time_sliced_processes_count_by_their_mean_block_and_fitting_ones_by_the
     assert p.report["rejected"] == []
 
 
-def test_compute_entries_are_brought_to_one_speed_of_the_host_by_their_reference_block():
+def test_compute_entries_are_brought_to_one_speed_of_the_host_by_their_reference_block(monkeypatch):
     """The host ran 25% slower for the entries of 1024 tokens (their reference block took
-    25 ms, 20 ms for the others): their times are scaled by 20/25, and the line through
-    all of them is the true one again; the report says how far apart the entries were."""
+    25 ms, 20 ms for the others). Read one entry at a time (a window of 1), their times
+    are scaled by 20/25 and the line through all of them is the true one again; the
+    report says how far apart the entries were."""
+    import sim.calibrate as cal
+
+    monkeypatch.setattr(cal, "SPEED_WINDOW", 1)
     b = bench()
     for e in b["compute"]:
         slow = e["flops"] in (4 * 64 * 8 * 1024 * 1024, 4 * 64 * 8 * 1024 * 1025 / 2)
         e["time_s"] = [t * (1.25 if slow else 1.0) for t in e["time_s"]]
         e["reference_s"] = [0.025] * 3 if slow else [0.020, 0.019, 0.021]
+    b["reference_block"] = {"kind": "fwd", "dtype": "fp32", "batch": 1, "heads": 8, "kv_heads": 8,
+                            "head_dim": 64, "q_tokens": 1024, "kv_tokens": 1024, "mask": "full"}
     p = calibrate(b)
     for mask, rate in (("full", RATE), ("diagonal", DIAG_RATE)):
         g = p.groups[("fp32", mask, "fwd")]
         assert g.overhead_s == pytest.approx(OVERHEAD) and g.flops_per_s == pytest.approx(rate)
     assert p.report["compute"]["host_speed"] == {
-        "entries": 8, "reference_median_s": pytest.approx(0.020), "slowest_over_median": pytest.approx(1.25),
-        "fastest_over_median": pytest.approx(1.0)}
+        "entries": 8, "window": 1, "reference_median_s": pytest.approx(0.020),
+        "slowest_over_median": pytest.approx(1.25), "fastest_over_median": pytest.approx(1.0),
+        "reference_block": {"dtype": "fp32", "heads": 8, "head_dim": 64, "q_tokens": 1024}}
     # one entry without its reference: nothing is scaled, the slow entries bend the line
     del b["compute"][0]["reference_s"]
     p = calibrate(b)
     assert "host_speed" not in p.report["compute"]
     assert p.groups[("fp32", "full", "fwd")].overhead_s > OVERHEAD + 1e-3
+
+
+def test_the_hosts_speed_around_an_entry_is_the_median_reference_of_the_entries_beside_it():
+    """References of nine entries in the order measured, a window of three: 20 ms, a
+    blip of 35 ms at entry 2 (one reading, the entry beside it was not slowed), and a
+    spell at 25 ms over entries 5-7. Their median is 20 ms. By hand, the medians of each
+    entry and its neighbours: 20, 20, 20, 20, 20, 25, 25, 25, 22.5; so the blip's entry
+    keeps its time, the spell's are scaled by 20/25 and the last by 20/22.5."""
+    from sim.calibrate import at_one_speed
+
+    refs = [20, 20, 35, 20, 20, 25, 25, 25, 20]
+    compute = [{"time_s": 1.0, "reference_s": r / 1000} for r in refs]
+    report = at_one_speed(compute, window=3)
+    assert [c["time_s"] for c in compute] == pytest.approx([1, 1, 1, 1, 1, 0.8, 0.8, 0.8, 20 / 22.5])
+    assert report == {"entries": 9, "window": 3, "reference_median_s": pytest.approx(0.020),
+                      "slowest_over_median": pytest.approx(1.25), "fastest_over_median": pytest.approx(1.0)}
+    # without a window given, SPEED_WINDOW entries
+    from sim.calibrate import SPEED_WINDOW
+
+    assert at_one_speed([dict(c) for c in compute])["window"] == SPEED_WINDOW == 9
+
+
+def test_an_entry_measured_in_two_passes_counts_at_their_mean_and_its_reference_likewise():
+    """Each entry was measured twice, once 10% fast and once 10% slow, and its samples
+    are the fast pass's (as files that kept the least slowed pass hold them): the mean
+    of the passes is the true time, and the line through them is the true one. The
+    references (19 and 21 ms, the same mean everywhere) move nothing."""
+    b = bench()
+    for e in b["compute"]:
+        t = e["median_s"]
+        e["time_s"] = [0.9 * t] * 3
+        e["pass_medians_s"] = [0.9 * t, 1.1 * t]
+        e["reference_s"] = [0.019]
+        e["pass_references_s"] = [0.019, 0.021]
+    p = calibrate(b)
+    for mask, rate in (("full", RATE), ("diagonal", DIAG_RATE)):
+        g = p.groups[("fp32", mask, "fwd")]
+        assert g.overhead_s == pytest.approx(OVERHEAD) and g.flops_per_s == pytest.approx(rate)
+    assert p.report["compute"]["host_speed"]["reference_median_s"] == pytest.approx(0.020)
 
 
 def test_a_profile_at_another_compute_speed_scales_every_block_time_and_nothing_else():
