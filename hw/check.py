@@ -18,9 +18,8 @@ import time
 from typing import Any
 
 from sim.config import Workload
-from sim.engine import simulate
 from sim.host import differences, this_host
-from sim.validation import Case, compare_case
+from sim.validation import Case, compare_case, simulate_replays
 
 
 PROBES = (Case("zigzag", True, 2, 3072), Case("contiguous", False, 2, 3072), Case("zigzag", True, 3, 3072))
@@ -63,10 +62,11 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
                       warmup=warmup, repeats=repeats) for p in probes]
     rows = []
     for probe, cfg, (_, traces) in zip(probes, cfgs, run_configs(cfgs, interleave=True)):
-        row = compare_case(probe, traces, simulate(cfg.scenario(), profile))
+        row = compare_case(probe, traces, simulate_replays(cfg.scenario(), profile))
         row.update(key=probe.key, within=abs(row["error"]) <= tolerance)
         if at_speed is not None:
-            row["error_at_host_speed"] = compare_case(probe, traces, simulate(cfg.scenario(), at_speed))["error"]
+            at = compare_case(probe, traces, simulate_replays(cfg.scenario(), at_speed))
+            row["error_at_host_speed"] = at["error"]
         rows.append(row)
         if on_probe:
             on_probe(row)

@@ -112,12 +112,11 @@ def _batches(cases, rows) -> list[list]:
 
 def cmd_validate(a: argparse.Namespace) -> int:
     from sim.config import Workload
-    from sim.engine import simulate
     from sim.profile import load_profile
     from hw.config import RunConfig
     from sim.host import mismatch_line, this_host
     from hw.validate import WORLD_SIZES, default_schemes, markdown, matrix, ulysses_fits
-    from sim.validation import compare_case
+    from sim.validation import compare_case, simulate_replays
 
     profile = load_profile(a.profile)
     kind = profile.measured_on.get("kind", "cpu")
@@ -190,7 +189,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
         for case, traces in zip(batch, measured):
             measured_on = dict(traces[0].hardware)
             scenario = configs[case.key].scenario()
-            row = compare_case(case, traces, simulate(scenario, profile))
+            row = compare_case(case, traces, simulate_replays(scenario, profile))
             row["key"] = case.key
             if before and after:
                 row.update(at_host_speed(case, traces, scenario, profile, before, after))
@@ -255,11 +254,10 @@ def at_host_speed(case, traces: list[Trace], scenario, profile, before: dict[str
                   after: dict[str, Any]) -> dict[str, Any]:
     """A case's prediction and errors at the host's compute speed of its batch: the mean
     of the readings before and after it, applied to the profile's compute times."""
-    from sim.engine import simulate
-    from sim.validation import compare_case
+    from sim.validation import compare_case, simulate_replays
 
     factor = (before["factor"] + after["factor"]) / 2
-    row = compare_case(case, traces, simulate(scenario, profile.at_compute_speed(factor)))
+    row = compare_case(case, traces, simulate_replays(scenario, profile.at_compute_speed(factor)))
     return {"host_speed": factor,
             "host_speed_readings": [before["factor"], after["factor"]],
             "simulated_at_host_speed_s": row["simulated_s"],

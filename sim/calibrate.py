@@ -377,13 +377,15 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
         cores, threads = counts
         # the law in cores demanded: k processes of t threads each demand k·t
         law = tuple((k * threads_of.get(k, threads), f) for k, f in concurrency) if concurrency else None
-        host = Host(cores=cores, threads_per_rank=threads, law=law)
+        spread = host_spread(_records(bench, "concurrency"))
+        host = Host(cores=cores, threads_per_rank=threads, law=law, spread=spread)
         ring_points = _ring_points(bench, cores, rejected)
         host_report = {"cores": cores, "threads_per_rank": threads, "law": [list(p) for p in law] if law else None,
+                       "spread": [list(p) for p in spread] if spread else None,
                        "ring_entries": len(ring_points), "transfer_cores": 0.0}
         if ring_points:
             x, sigma, err = fit_transfer_cores(ring_points, host)
-            host = Host(cores=cores, threads_per_rank=threads, transfer_cores=x, law=law)
+            host = Host(cores=cores, threads_per_rank=threads, transfer_cores=x, law=law, spread=spread)
             host_report.update(transfer_cores=x, residual_in_flight_slowdown=sigma, sum_sq_log_error=err,
                                points=[_ring_residual(p, host, sigma) for p in ring_points])
             # the link was measured alone: two transfers in flight, which may already
@@ -403,6 +405,40 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
               "concurrency_slowdown": [list(p) for p in concurrency] if concurrency else None,
               "host": host_report, "rejected": rejected}
     return contention, link, report
+
+
+def host_spread(records: list[dict[str, Any]]) -> tuple[tuple[float, float, float], ...] | None:
+    """(processes, per-rank CV, per-block CV) of each accepted concurrency entry with its
+    alone time, ascending; None where there is none (sim.contention.Host.spread).
+
+    Every sample is taken over the processes' median block alone. With each process's
+    samples (`time_by_process_s`), the per-rank CV is the sample standard deviation of
+    the processes' means over their mean (how far apart whole processes ran), and the
+    per-block CV the mean over processes of their samples' CV; without them (older
+    files), the CV of all samples together is the per-block CV and the per-rank CV 0."""
+    points = {}
+    for i, r in enumerate(records):
+        if r.get("rejected") or not r.get("alone_s"):
+            continue
+        what = f"concurrency entry {i}"
+        k = float(_positive_int(r, "processes", what))
+        alone = _median(r["alone_s"], f"{what} alone_s")
+        if not alone > 0:
+            continue
+        by = r.get("time_by_process_s")
+        if isinstance(by, list) and by and all(isinstance(x, list) and x for x in by):
+            per = [[_median([t], f"{what} time_by_process_s") / alone for t in x] for x in by]
+            means = [statistics.fmean(x) for x in per]
+            rank_cv = statistics.stdev(means) / statistics.fmean(means) if len(means) > 1 else 0.0
+            block_cv = statistics.fmean(statistics.pstdev(x) / statistics.fmean(x) for x in per)
+        else:
+            xs = [t / alone for t in r.get("time_s") or []]
+            if len(xs) < 2:
+                continue
+            _mean(xs, f"{what} time_s")
+            rank_cv, block_cv = 0.0, statistics.pstdev(xs) / statistics.fmean(xs)
+        points[k] = (k, rank_cv, block_cv)
+    return tuple(points[k] for k in sorted(points)) or None
 
 
 def _compute_baseline(bench: dict[str, Any], concurrency: list[dict[str, Any]]) -> float | None:

@@ -19,6 +19,15 @@ Effects a calibrated profile can carry (all absent from a datasheet preset):
 The two slowdowns of a compute (its rank's transfer in flight, the host's sharing)
 multiply: they are independent causes acting on the same progress rate.
 
+The law is a mean. On a host whose processes outnumber its cores, the scheduler serves
+them unevenly: of three processes on two cores one holds a core and two share the other
+(their blocks take 1x and 2x alone, the mean 1.5-1.8x), and the placement changes as
+they block and wake; even two processes on two cores run a few percent apart for a
+whole run. A ring waits for its slowest rank, so a mean-rate play predicts it short.
+A host with a measured `spread` gives a play with a jitter seed a factor per rank for
+the run and one per block, lognormal of mean 1 with the measured CVs; the prediction
+of a run is then the median over seeded plays (sim.validation.simulate_replays).
+
 A duration from the hardware model is the work at full speed. `Sharing` tracks, inside
 the SimPy run, every compute and transfer in progress, and whenever one starts or ends
 it books the progress made so far and re-times those whose rate changed (by
@@ -29,9 +38,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import simpy
 
 from sim.errors import RingsimError
+
+
+def _unit_lognormal(rng: np.random.Generator, cv: float) -> float:
+    """A draw of mean 1 and coefficient of variation `cv` (1.0 when cv is 0): lognormal,
+    as a time is positive and its spread multiplies."""
+    if cv <= 0:
+        return 1.0
+    s2 = float(np.log1p(cv * cv))
+    return float(rng.lognormal(-s2 / 2, np.sqrt(s2)))
 
 
 def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
@@ -64,6 +83,11 @@ class Host:
     """Cores one transfer in flight demands (gloo's threads), measured."""
     law: tuple[tuple[float, float], ...] | None = None
     """Measured (cores demanded, slowdown) pairs, ascending; None: demand / cores."""
+    spread: tuple[tuple[float, float, float], ...] | None = None
+    """Measured (processes on the host, per-rank CV, per-block CV), ascending: how much a
+    rank's speed over a run, and a block's time around it, vary when that many processes
+    compute at once. None: every rank and block at the law's mean rate. A play draws from
+    it only when given a seed (`jitter`)."""
 
     def __post_init__(self) -> None:
         for name in ("cores", "threads_per_rank"):
@@ -73,9 +97,22 @@ class Host:
             raise RingsimError(f"host: transfer_cores must be non-negative, got {self.transfer_cores!r}")
         if self.law is not None and not self.law:
             raise RingsimError("host: law must hold (demand, slowdown) pairs or be None")
+        if self.spread is not None and (not self.spread or any(
+                len(p) != 3 or not p[0] > 0 or not p[1] >= 0 or not p[2] >= 0 for p in self.spread)):
+            raise RingsimError("host: spread must hold (processes, rank CV, block CV) triples, processes "
+                               "positive and CVs non-negative, or be None")
 
     def demand(self, computes: int, transfers: int) -> float:
         return computes * self.threads_per_rank + transfers * self.transfer_cores
+
+    def spread_at(self, processes: int) -> tuple[float, float]:
+        """(per-rank CV, per-block CV) with `processes` on the host: the measured point at
+        or below it (the nearest above where none is below), (0, 0) without a spread."""
+        if not self.spread:
+            return 0.0, 0.0
+        below = [p for p in self.spread if p[0] <= processes]
+        k, rank_cv, block_cv = below[-1] if below else self.spread[0]
+        return rank_cv, block_cv
 
     def slowdown(self, demand: float) -> float:
         """How much slower everything in progress runs than alone, at `demand` cores."""
@@ -129,13 +166,19 @@ class _Running:
 class Sharing:
     """Progress rates of the computes and transfers in flight, re-timed at every change."""
 
-    def __init__(self, env: simpy.Environment, n_ranks: int, model: Contention):
+    def __init__(self, env: simpy.Environment, n_ranks: int, model: Contention, jitter: int | None = None):
         self.env = env
         self.model = model
         self.in_flight = [0] * n_ranks
         self.running: dict[int, _Running] = {}
         self.computes = 0
         self.transfers = 0
+        self.rank_factor: list[float] | None = None
+        self.block_cv = 0.0
+        if jitter is not None and model.host is not None and model.host.spread:
+            rank_cv, self.block_cv = model.host.spread_at(n_ranks)
+            self.rng = np.random.default_rng(jitter)
+            self.rank_factor = [_unit_lognormal(self.rng, rank_cv) for _ in range(n_ranks)]
 
     def _retime(self, caller: int | None) -> None:
         now = self.env.now
@@ -171,7 +214,10 @@ class Sharing:
         del self.running[op_id]
 
     def compute(self, op_id: int, rank: int, work_s: float):
-        """A SimPy process body: `work_s` of full-speed compute at the current rates."""
+        """A SimPy process body: `work_s` of full-speed compute at the current rates (with
+        a jitter seed, times its rank's factor for the run and a draw of its own)."""
+        if self.rank_factor is not None:
+            work_s *= self.rank_factor[rank] * _unit_lognormal(self.rng, self.block_cv)
         self.computes += 1
         yield from self._progress(op_id, _Running(rank, False, work_s, self.env.now, self.env.active_process))
         self.computes -= 1

@@ -37,7 +37,8 @@ __all__ = ["PLAYERS", "durations_s", "play", "simulate"]
 
 
 def play(schedule: Schedule, hardware: Any, workload: Workload,
-         header: dict[str, Any] | None = None, *, player: str = "auto", own: bool = False) -> Trace:
+         header: dict[str, Any] | None = None, *, player: str = "auto", own: bool = False,
+         jitter: int | None = None) -> Trace:
     """Play `schedule` and return its simulated trace (spans by rank and stream, see
     sim.record).
 
@@ -46,6 +47,10 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     the block shapes once timed, the resources and dependencies once played and the
     waits found, and the columns the trace's table is read from (the times too) as the
     table's columns that read them are written (sim.record.record_owned).
+
+    jitter: a seed for the host's measured spread of rank and block speeds, where the
+    hardware's contention model has one (sim.contention); None plays every rank and
+    block at the mean rate.
     """
     if player not in PLAYERS:
         raise ValueError(f"unknown player {player!r}")
@@ -64,7 +69,10 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     elif player == "auto":
         player = "recurrence"
     if player == "simpy":
-        start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention)
+        start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention, jitter)
+        host = contention.host if contention is not None else None
+        if jitter is not None and host is not None and host.spread:
+            meta["jitter"] = jitter
         times = [np.array(start), np.array(end)]
         del start, end
     else:
@@ -78,7 +86,8 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
                  header.get("config", {}), header.get("hardware", {}), meta)
 
 
-def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "auto") -> Trace:
+def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "auto",
+             jitter: int | None = None) -> Trace:
     """Build the schedule of the scenario's scheme and play it.
 
     `hardware` replaces `scenario.hardware` (for example a calibrated profile); it must
@@ -87,7 +96,7 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
     true where a device runs its point-to-point batches one after another, as NCCL does
     (sim.queues). Where the scheme counts its operations (Scheme.count_ops), a schedule
     that would not fit in the memory the machine has available is refused, RingsimError,
-    before it is built.
+    before it is built. `jitter` seeds the host's spread of speeds (see play).
     """
     scheme = get_scheme(scenario.scheme)
     hw = hardware if hardware is not None else scenario.hardware
@@ -104,7 +113,7 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
             "meta": {"peak_mem_bytes": [mem["total"]] * scenario.n_gpus, "memory": mem,
                      "schedule": scheme.name, "ops": len(schedule), "p2p_queue": queued},
         }
-        return play(schedule, hw, scenario.workload, header, player=player, own=True)
+        return play(schedule, hw, scenario.workload, header, player=player, own=True, jitter=jitter)
 
 
 BYTES_PER_OP = 130

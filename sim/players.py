@@ -164,11 +164,13 @@ def resource_queues(schedule: Schedule) -> list[list[int]]:
     return [queues[r].tolist() for r in ids]
 
 
-def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | None = None
-                ) -> tuple[list[float], list[float], int]:
-    """Start and end of every operation, and the events SimPy processed."""
+def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | None = None,
+                jitter: int | None = None) -> tuple[list[float], list[float], int]:
+    """Start and end of every operation, and the events SimPy processed; `jitter` seeds
+    the host's measured spread of rank and block speeds (sim.contention)."""
     env = _CountingEnvironment()
-    sharing = Sharing(env, schedule.n_ranks, contention) if contention is not None and contention.active else None
+    sharing = (Sharing(env, schedule.n_ranks, contention, jitter)
+               if contention is not None and contention.active else None)
     n_ops = len(schedule)
     start = [0.0] * n_ops
     end = [0.0] * n_ops

@@ -213,7 +213,8 @@ def host_to_dict(host: Host | None) -> dict[str, Any] | None:
         return None
     return {"cores": host.cores, "threads_per_rank": host.threads_per_rank,
             "transfer_cores": host.transfer_cores,
-            "law": [list(p) for p in host.law] if host.law else None}
+            "law": [list(p) for p in host.law] if host.law else None,
+            "spread": [list(p) for p in host.spread] if host.spread else None}
 
 
 def _host(h: Any) -> Host | None:
@@ -228,9 +229,15 @@ def _host(h: Any) -> Host | None:
             raise RingsimError("profile: contention.host.law must be [cores demanded, slowdown] pairs")
         law = tuple(sorted((_num(p[0], "host law demand"), _num(p[1], "host law slowdown", positive=True))
                            for p in law))
+    spread = h.get("spread")
+    if spread is not None:
+        if not isinstance(spread, list) or not spread or not all(isinstance(p, list) and len(p) == 3 for p in spread):
+            raise RingsimError("profile: contention.host.spread must be [processes, rank CV, block CV] triples")
+        spread = tuple(sorted((_num(p[0], "host spread processes", positive=True), _num(p[1], "host spread rank CV"),
+                               _num(p[2], "host spread block CV")) for p in spread))
     return Host(cores=_num(h.get("cores"), "host cores", positive=True),
                 threads_per_rank=_num(h.get("threads_per_rank", 1.0), "host threads_per_rank", positive=True),
-                transfer_cores=_num(h.get("transfer_cores", 0.0), "host transfer_cores"), law=law)
+                transfer_cores=_num(h.get("transfer_cores", 0.0), "host transfer_cores"), law=law, spread=spread)
 
 
 def profile_from_dict(d: Any, source: str = "") -> Profile:

@@ -154,6 +154,54 @@ def test_makespan_error_and_spread_of_hand_built_traces():
     assert row["measured_cv"] == pytest.approx(sd / mean)
 
 
+def test_several_seeded_plays_count_by_their_median_as_the_repeats_do():
+    """The three measured runs above, played back as three simulated plays against the
+    simulated run as the measurement: the prediction is their median makespan, 5.5; each
+    step's the median of the plays' (2.5, 2.75, 3.0, 2.5, by hand above); compute and
+    transfer their medians, 10 and 1.5; the plays' spread is [5.0, 6.5]."""
+    sim = two_ranks(0.0, 0.0, 2.0, 0.0, 1.0)
+    plays = [two_ranks(100.0, 0.5, 2.5, 0.25, 1.5, source="simulated"),
+             two_ranks(7.0, 0.25, 2.25, 0.5, 1.25, source="simulated"),
+             two_ranks(0.0, 1.0, 2.75, 0.0, 2.0, source="simulated")]
+    row = compare_case(Case("zigzag", True, 2, 64), [sim], plays)
+    assert row["simulated_s"] == pytest.approx(5.5) and row["simulated_plays"] == 3
+    assert (row["simulated_min_s"], row["simulated_max_s"]) == (pytest.approx(5.0), pytest.approx(6.5))
+    assert row["error"] == pytest.approx((5.5 - 4.0) / 4.0)
+    steps = {(s["rank"], s["step"]): s["simulated_s"] for s in row["steps"]}
+    assert steps == {(0, 0): pytest.approx(2.5), (0, 1): pytest.approx(2.75), (1, 0): pytest.approx(3.0),
+                     (1, 1): pytest.approx(2.5)}
+    assert row["parts"]["compute_s"]["simulated"] == pytest.approx(10.0)
+    assert row["parts"]["mean_transfer_s"]["simulated"] == pytest.approx(1.5)
+    # one trace is one play
+    assert compare_case(Case("zigzag", True, 2, 64), [sim], plays[0])["simulated_plays"] == 1
+
+
+def test_a_profile_with_a_host_spread_is_played_with_seeds_and_one_without_once():
+    """simulate_replays: a CPU host with a measured spread gives REPLAYS plays seeded 0,
+    1, ..., which differ; the same profile without the spread (or asked for one play)
+    gives one play at the mean rate, the unseeded simulation."""
+    import dataclasses
+
+    from sim.contention import Contention, Host
+    from sim.profile import ComputeGroup, LinkFit, Profile
+    from sim.validation import REPLAYS, simulate_replays
+    from hw.config import RunConfig
+
+    groups = {("fp32", m, k): ComputeGroup("fp32", m, k, (), 1e-4, 1e9)
+              for m in ("full", "diagonal") for k in ("fwd", "bwd")}
+    host = Host(cores=2, threads_per_rank=1, spread=((2.0, 0.05, 0.1),))
+    spread = Profile("fit", groups, LinkFit(5e-5, 1e9), Contention(host=host))
+    flat = dataclasses.replace(spread, contention=Contention(host=dataclasses.replace(host, spread=None)))
+    w = Workload(seq=96, heads=2, kv_heads=2, head_dim=8, dtype="fp32", causal=True)
+    sc = RunConfig(workload=w, world_size=2, layout="zigzag").scenario()
+    plays = simulate_replays(sc, spread)
+    assert len(plays) == REPLAYS and [t.meta["jitter"] for t in plays] == list(range(REPLAYS))
+    assert len({t.makespan_s for t in plays}) > REPLAYS // 2
+    once = simulate_replays(sc, flat)
+    assert len(once) == 1 and "jitter" not in once[0].meta
+    assert once[0].makespan_s == simulate(sc, spread).makespan_s == simulate_replays(sc, spread, 1)[0].makespan_s
+
+
 def test_step_errors_of_hand_built_traces():
     row = hand_built_case()
     # medians over the repeats: (0,0) 2.5, (0,1) 2.75, (1,0) 3.0, (1,1) 2.5; simulated 2 each

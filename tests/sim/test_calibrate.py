@@ -406,3 +406,29 @@ def test_a_profile_at_another_compute_speed_scales_every_block_time_and_nothing_
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(RingsimError, match="compute speed factor must be positive"):
             fit.at_compute_speed(bad)
+
+
+def test_the_hosts_spread_is_read_from_each_processes_samples_over_their_time_alone():
+    """Two processes, alone 1.0 s: one ran blocks of 1.0 and 1.2 s, the other 2.0 and
+    2.0. By hand: their means 1.1 and 2.0, the per-rank CV their sample standard
+    deviation over their mean, 0.6364 / 1.55; the per-block CV the mean of their own,
+    (0.1 / 1.1 + 0) / 2. Three processes without per-process samples (older files):
+    the CV of all samples together, 0.5 / 1.5 for 1 and 2 s, and no per-rank spread. A
+    rejected entry and one without its time alone give nothing."""
+    from sim.calibrate import host_spread
+
+    two = {"processes": 2, "alone_s": [1.0, 1.0], "time_s": [1.0, 1.2, 2.0, 2.0],
+           "time_by_process_s": [[1.0, 1.2], [2.0, 2.0]]}
+    three = {"processes": 3, "alone_s": [1.0], "time_s": [1.0, 2.0, 1.0, 2.0]}
+    spread = host_spread([three, two, {"processes": 4, "alone_s": [1.0], "time_s": [9.0, 9.0], "rejected": "x"},
+                          {"processes": 5, "time_s": [9.0, 9.0]}])
+    assert spread == ((2.0, pytest.approx(0.9 / 2 ** 0.5 / 1.55), pytest.approx(0.1 / 1.1 / 2)),
+                      (3.0, 0.0, pytest.approx(0.5 / 1.5)))
+    assert host_spread([]) is None
+    # and it reaches the profile, through a file and back
+    b = bench()
+    for e in b["concurrency"]:
+        e["alone_s"] = [0.02]
+        e["time_by_process_s"] = [e["time_s"][:1], e["time_s"][1:]]
+    p = calibrate(b)
+    assert p.contention.host.spread is not None and len(p.contention.host.spread) == len(b["concurrency"])

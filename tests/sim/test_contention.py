@@ -1,11 +1,15 @@
 """Interference, core sharing and the host model against hand-computed timelines."""
 
+import math
+
+import numpy as np
 import pytest
 import simpy
 
 from sim.config import Gpu, Hardware, Link, Scenario, Workload
 from sim.contention import Contention, Host, Sharing, sharing_bound
 from sim.engine import simulate
+from sim.errors import RingsimError
 from sim.metrics import compute_metrics
 
 
@@ -77,11 +81,11 @@ def test_measured_concurrency_slows_every_rank_computing_at_once():
 
 # ---- the fluid model on its own: operations started by hand at given times ----------
 
-def play_ops(model, n_ranks, ops):
+def play_ops(model, n_ranks, ops, jitter=None):
     """End time of each op: ("compute", rank, work_s, start_s) or
     ("transfer", src, dst, work_s, start_s), started at its start on `model`."""
     env = simpy.Environment()
-    sharing = Sharing(env, n_ranks, model)
+    sharing = Sharing(env, n_ranks, model, jitter)
     ends = [None] * len(ops)
 
     def one(i, op):
@@ -165,3 +169,55 @@ def test_ring_step_on_a_two_core_host_through_the_engine():
     for s in first:
         expect = w_c + 0.5 * t_x if s.stream == "compute" else 1.5 * t_x
         assert s.start_s == 0.0 and s.duration_s == pytest.approx(expect, rel=1e-9)
+
+
+# ---- the host's spread of speeds: seeded plays ------------------------------------------
+
+def unit_lognormal(rng, cv):
+    """Mean 1 and coefficient of variation cv, written out: sigma^2 = ln(1 + cv^2),
+    mu = -sigma^2 / 2."""
+    s2 = math.log(1 + cv * cv)
+    return rng.lognormal(-s2 / 2, math.sqrt(s2))
+
+
+def test_a_seeded_play_draws_a_factor_per_rank_and_one_per_block_from_the_measured_spread():
+    """Two ranks on four cores (no sharing): each compute's time is its work times its
+    rank's factor and its own. The factors are drawn by hand from the same seed, in the
+    order a play draws them: one per rank for the run (the rank CV at two processes,
+    0.05), then one per block as each starts (the block CV, 0.2). Transfers keep their
+    time. The spread at 3 processes is the point at 2 (the one at or below); at 1 the
+    first point's."""
+    spread = ((1.0, 0.0, 0.01), (2.0, 0.05, 0.2), (4.0, 0.1, 0.4))
+    host = Host(cores=4, threads_per_rank=1, spread=spread)
+    assert host.spread_at(2) == (0.05, 0.2) and host.spread_at(3) == (0.05, 0.2)
+    assert host.spread_at(1) == (0.0, 0.01) and host.spread_at(9) == (0.1, 0.4)
+    assert Host(cores=2).spread_at(3) == (0.0, 0.0)
+    ops = [("compute", 0, 1.0, 0.0), ("compute", 1, 1.0, 0.0), ("compute", 1, 2.0, 5.0), ("transfer", 0, 1, 1.0, 0.0)]
+    ends = play_ops(Contention(host=host), 2, ops, jitter=7)
+    rng = np.random.default_rng(7)
+    rank = [unit_lognormal(rng, 0.05), unit_lognormal(rng, 0.05)]
+    blocks = [unit_lognormal(rng, 0.2) for _ in range(3)]
+    assert ends == [pytest.approx(rank[0] * blocks[0]), pytest.approx(rank[1] * blocks[1]),
+                    pytest.approx(5.0 + 2.0 * rank[1] * blocks[2]), pytest.approx(1.0)]
+    assert len({round(e, 9) for e in ends[:2]}) == 2
+    # without a seed, or without a spread, every block at its mean rate
+    assert play_ops(Contention(host=host), 2, ops) == [pytest.approx(1.0), pytest.approx(1.0),
+                                                        pytest.approx(7.0), pytest.approx(1.0)]
+    assert play_ops(Contention(host=Host(cores=4)), 2, ops, jitter=7)[:3] == [pytest.approx(1.0)] * 2 + [
+        pytest.approx(7.0)]
+
+
+def test_the_draws_have_mean_one_and_the_asked_spread():
+    """The lognormal's closed form: mean 1, CV as asked; 200000 draws are within 1%."""
+    from sim.contention import _unit_lognormal
+
+    rng = np.random.default_rng(0)
+    xs = np.array([_unit_lognormal(rng, 0.3) for _ in range(200_000)])
+    assert xs.mean() == pytest.approx(1.0, abs=0.01) and xs.std() / xs.mean() == pytest.approx(0.3, rel=0.01)
+    assert _unit_lognormal(rng, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("spread", [(), ((2.0, -0.1, 0.2),), ((0.0, 0.1, 0.2),), ((2.0, 0.1),)])
+def test_a_spread_that_is_no_measurement_is_refused(spread):
+    with pytest.raises(RingsimError, match="spread"):
+        Host(cores=2, spread=spread)
