@@ -17,7 +17,8 @@ validate it:
   with a rank's thread count, back to back over one common window (a start time and a
   deadline every process shares, so that all k run at once the whole time): how much
   slower compute runs when ranks share the host's cores and memory (CPU only; on GPUs
-  each rank has its own device);
+  each rank has its own device); the forward block, and its backward where the kinds
+  hold bwd (time-sliced, a backward loses more than its share of the cores);
 - ring_conditions: k ranks (k = 2, 3, ...) in a ring, as a ring run loads the host:
   every rank computes the block back to back while it sends the block's K/V to the next
   rank and receives from the previous one, exchange after exchange; the compute time
@@ -71,7 +72,7 @@ The JSON file (format "ringsim-hw-bench", version 1):
                        "q_tokens", "kv_tokens", "mask", "flops", "bytes" (each way),
                        "compute_alone_s": [samples], "compute_with_transfer_s": [samples],
                        "median_alone_s", "median_with_s", "slowdown": with / alone}],
-     "concurrency": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads", "kv_heads",
+     "concurrency": [{"processes": k, "kind": "fwd"|"bwd", "dtype", "batch", "heads", "kv_heads",
                       "head_dim", "q_tokens", "kv_tokens", "mask", "flops",
                       "threads_per_rank", "time_s": [samples of every process, all at once],
                       "time_by_process_s": [[the same samples, one list per process]],
@@ -458,8 +459,8 @@ def _key(part: str, e: dict[str, Any]) -> tuple:
     if part == "collective":
         return (e["op"], e["world"], e["shard_bytes"])
     if part == "concurrency":
-        return tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
-                                    "q_tokens", "mask"))
+        return (e.get("kind", "fwd"),) + tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads",
+                                                              "head_dim", "q_tokens", "mask"))
     if part == "ring_conditions":
         return tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
                                     "q_tokens", "mask", "bytes"))
@@ -509,7 +510,7 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
                 f"d={e['head_dim']} {e['q_tokens']}x{e['kv_tokens']} {e['mask']}: "
                 f"{e['median_s'] * 1e3:.3f} ms, {e['rate_flops'] / 1e9:.2f} GFLOP/s")
     if entry_part == "concurrency":
-        return (f"concurrency {e['processes']} processes, {e['dtype']} {e['q_tokens']} tokens: "
+        return (f"concurrency {e['processes']} processes, {e.get('kind', 'fwd')} {e['dtype']} {e['q_tokens']} tokens: "
                 f"{e['mean_s'] * 1e3:.3f} ms per block" + _checked(e))
     if entry_part == "ring_conditions":
         return (f"ring conditions {e['processes']} ranks, {e['q_tokens']} tokens, {e['bytes']} B per hop: "
@@ -659,11 +660,12 @@ def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:
 
 
 def full_forward_block(dtype: str, batch: int, heads: int, kv_heads: int, head_dim: int,
-                       tokens: int) -> dict[str, Any]:
-    """A square forward block without a mask, as the parts that time one block describe it."""
-    return {"kind": "fwd", "dtype": dtype, "batch": batch, "heads": heads, "kv_heads": kv_heads,
+                       tokens: int, kind: str = "fwd") -> dict[str, Any]:
+    """A square block without a mask, as the parts that time one block describe it (a
+    forward one unless `kind` says bwd)."""
+    return {"kind": kind, "dtype": dtype, "batch": batch, "heads": heads, "kv_heads": kv_heads,
             "head_dim": head_dim, "q_tokens": tokens, "kv_tokens": tokens, "mask": "full",
-            "flops": block_flops("fwd", batch, heads, head_dim, tokens, tokens, "full")}
+            "flops": block_flops(kind, batch, heads, head_dim, tokens, tokens, "full")}
 
 
 REFERENCE_TOKENS = 1024
@@ -680,19 +682,22 @@ def _reference_entry(plan: dict[str, Any]) -> dict[str, Any]:
                               REFERENCE_TOKENS)
 
 
-def _host_block(plan: dict[str, Any], processes: int) -> dict[str, Any]:
-    """The interference part's first block, as the host parts compute it with `processes`."""
+def _host_block(plan: dict[str, Any], processes: int, kind: str = "fwd") -> dict[str, Any]:
+    """The interference part's first block, as the host parts compute it with `processes`
+    (its forward, or with kind bwd its backward)."""
     h = plan["heads"][0]
     return {"processes": processes, **full_forward_block(plan["dtypes"][0], plan["batch"], h, plan["kv_heads"] or h,
-                                                         plan["head_dims"][0], plan["interference_blocks"][0])}
+                                                         plan["head_dims"][0], plan["interference_blocks"][0],
+                                                         kind)}
 
 
-def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[str, set]) -> list[dict[str, Any]]:
+def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[str, set],
+               kinds: tuple[str, ...] = ("fwd",)) -> list[dict[str, Any]]:
     if part not in plan["parts"]:
         return []
     out = []
-    for k in counts:
-        e = _host_block(plan, k)
+    for kind, k in ((kind, k) for kind in kinds for k in counts):
+        e = _host_block(plan, k, kind)
         if part == "ring_conditions":
             e["bytes"] = 2 * e["batch"] * e["kv_heads"] * e["q_tokens"] * e["head_dim"] * DTYPE_BYTES[e["dtype"]]
         key = _key(part, e)
@@ -704,8 +709,13 @@ def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[st
 
 def _plan_concurrency(plan: dict[str, Any], seen: dict[str, set]) -> list[dict[str, Any]]:
     """The interference part's block computed by each planned number of processes, one
-    process first (the bound checks compare with it)."""
-    return _plan_host(plan, "concurrency", sorted(set(plan["concurrency"]) | {1}), seen)
+    process first (the bound checks compare with it): its forward, and its backward too
+    where the plan's kinds hold bwd. Time-sliced processes lose more than their share of
+    the cores on a backward block (its larger working set is refilled at every switch):
+    on the 2-core VM four processes ran a 1024-token backward 2.2-3.5x slower than one,
+    the forward 2.0x."""
+    kinds = tuple(k for k in ("fwd", "bwd") if k == "fwd" or k in plan["kinds"])
+    return _plan_host(plan, "concurrency", sorted(set(plan["concurrency"]) | {1}), seen, kinds)
 
 
 def _plan_ring(plan: dict[str, Any], seen: dict[str, set]) -> list[dict[str, Any]]:
@@ -741,12 +751,20 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
     torch.set_num_threads(threads)
     device = torch.device("cpu")
     ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
-    q, k, v, _ = make_block(device, entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
-                            entry["head_dim"], entry["q_tokens"], seed=ctx.rank)
+    q, k, v, dout = make_block(device, entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
+                               entry["head_dim"], entry["q_tokens"], seed=ctx.rank)
+    if entry.get("kind", "fwd") == "bwd":
+        out, lse = ops.forward(q, k, v, False)
+
+        def block() -> None:
+            ops.backward(dout, q, k, v, out, lse, False)
+    else:
+        def block() -> None:
+            ops.forward(q, k, v, False)
 
     def compute() -> float:
         t0 = time.perf_counter()
-        ops.forward(q, k, v, False)
+        block()
         return time.perf_counter() - t0
 
     alone: list[float] = []
@@ -762,7 +780,7 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
     times = []
     while True:
         t0 = time.perf_counter()
-        ops.forward(q, k, v, False)
+        block()
         t1 = time.perf_counter()
         if t1 > deadline:
             break
@@ -1013,7 +1031,7 @@ def run_bench(a: argparse.Namespace) -> int:
 
             progress("concurrency", measure_within_bounds(
                 measure, lambda r: concurrency_violation(r, alone_s(r), cores),
-                f"concurrency {e['processes']} processes",
+                f"concurrency {e['processes']} processes, {e.get('kind', 'fwd')}",
                 slowdown=lambda r: (r["median_s"] / alone_s(r)) if alone_s(r) else 0.0))
     if ring_jobs:
         for e in ring_jobs:

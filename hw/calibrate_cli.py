@@ -219,6 +219,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
     conc = r.get("concurrency_slowdown")
     if conc:
         print("ranks computing at once: " + ", ".join(f"{k:g} -> {f:.2f}x slower" for k, f in conc))
+        bwd = r.get("concurrency_slowdown_bwd")
+        if bwd:
+            print("  on a backward block: " + ", ".join(f"{k:g} -> {f:.2f}x slower" for k, f in bwd))
     else:
         print(f"compute slots {r['compute_slots'] or 'unlimited'}")
     host = r.get("host")

@@ -322,54 +322,15 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
     measured_slowdown = statistics.median(slowdowns) if slowdowns else None
     counts = _host_counts(device)
     slots = counts[0] / counts[1] if counts else None
-    by_k: dict[float, list[float]] = {}       # median block time under sharing, by k
-    ratio_k: dict[float, list[float]] = {}    # ... over the block alone just before it
-    threads_of: dict[float, float] = {}
-    for i, r in enumerate(_records(bench, "concurrency")):
-        k = _positive_int(r, "processes", f"concurrency entry {i}")
-        if r.get("rejected"):
-            rejected.append(f"concurrency {k}: {r['rejected']}")
-            continue
-        # while the processes fit the cores, the median block: a few blocks slowed by
-        # whatever else woke up on the host pull a mean far up, and the law multiplies
-        # every block of a simulation; once they are time-sliced, the mean (their
-        # throughput): each call is then either untouched or very slow, the median can
-        # be an untouched one, and only the mean counts both (as hw.bench checks bounds)
-        threads = float(r.get("threads_per_rank") or (counts[1] if counts else 1))
-        sliced = counts is not None and k * threads > counts[0]
-        samples = r.get("time_s", r.get("median_s"))
-        t = (_mean(samples, f"concurrency entry {i} time_s") if sliced and isinstance(samples, list)
-             else _median(samples, f"concurrency entry {i} time_s"))
-        if r.get("alone_s"):
-            alone = _median(r["alone_s"], f"concurrency entry {i} alone_s")
-            if alone > 0:
-                ratio_k.setdefault(float(k), []).append(t / alone)
-        else:
-            by_k.setdefault(float(k), []).append(t)
-        threads_of[float(k)] = threads
-    concurrency = None
-    # the slowdown of k processes: against the same processes alone seconds before (what
-    # the bench measures now), so that the host's drift between parts is not counted as
-    # sharing; in bench files without that, against the compute part's time for the block
-    # (the time the simulator starts from), else the block computed by one process here
-    baseline = _compute_baseline(bench, _records(bench, "concurrency"))
-    alone = baseline or (statistics.median(by_k[1.0]) if 1.0 in by_k else None)
-    factors = {k: statistics.median(v) for k, v in ratio_k.items()}
-    if alone and alone > 0:
-        factors.update({k: statistics.median(ts) / alone for k, ts in by_k.items() if k not in factors})
-    if any(k > 1.0 for k in factors):
-        pairs = []
-        for k, f in sorted(factors.items()):
-            if k == 1.0:            # one process alone: no sharing, by definition
-                continue
-            why = bound_violation(f, k, threads_of[k], counts[0]) if counts else None
-            if why:
-                rejected.append(f"concurrency {k:g}: {why}")
-            else:
-                pairs.append((k, f))
-        if pairs:
-            pairs.insert(0, (1.0, 1.0))
-            concurrency = tuple(pairs)
+    records = _records(bench, "concurrency")
+    for i, r in enumerate(records):
+        if r.get("kind", "fwd") not in ("fwd", "bwd"):
+            raise RingsimError(f"bench file: concurrency entry {i} has kind {r.get('kind')!r}, not fwd or bwd")
+    forward = [r for r in records if r.get("kind", "fwd") == "fwd"]
+    backward = [r for r in records if r.get("kind", "fwd") == "bwd"]
+    concurrency, threads_of = _sharing_law(forward, counts, rejected, "concurrency",
+                                           _compute_baseline(bench, forward))
+    concurrency_bwd, threads_of_bwd = _sharing_law(backward, counts, rejected, "concurrency bwd", None)
     host = None
     host_report: dict[str, Any] | None = None
     sigma = max(1.0, measured_slowdown or 1.0)
@@ -377,15 +338,19 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
         cores, threads = counts
         # the law in cores demanded: k processes of t threads each demand k·t
         law = tuple((k * threads_of.get(k, threads), f) for k, f in concurrency) if concurrency else None
-        spread = host_spread(_records(bench, "concurrency"))
-        host = Host(cores=cores, threads_per_rank=threads, law=law, spread=spread)
+        law_bwd = (tuple((k * threads_of_bwd.get(k, threads), f) for k, f in concurrency_bwd)
+                   if concurrency_bwd else None)
+        spread = host_spread(forward)
+        host = Host(cores=cores, threads_per_rank=threads, law=law, law_bwd=law_bwd, spread=spread)
         ring_points = _ring_points(bench, cores, rejected)
         host_report = {"cores": cores, "threads_per_rank": threads, "law": [list(p) for p in law] if law else None,
+                       "law_bwd": [list(p) for p in law_bwd] if law_bwd else None,
                        "spread": [list(p) for p in spread] if spread else None,
                        "ring_entries": len(ring_points), "transfer_cores": 0.0}
         if ring_points:
             x, sigma, err = fit_transfer_cores(ring_points, host)
-            host = Host(cores=cores, threads_per_rank=threads, transfer_cores=x, law=law, spread=spread)
+            host = Host(cores=cores, threads_per_rank=threads, transfer_cores=x, law=law, law_bwd=law_bwd,
+                        spread=spread)
             host_report.update(transfer_cores=x, residual_in_flight_slowdown=sigma, sum_sq_log_error=err,
                                points=[_ring_residual(p, host, sigma) for p in ring_points])
             # the link was measured alone: two transfers in flight, which may already
@@ -403,8 +368,67 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
                                "used": contention.slowdown_in_flight},
               "compute_slots": slots,
               "concurrency_slowdown": [list(p) for p in concurrency] if concurrency else None,
+              "concurrency_slowdown_bwd": [list(p) for p in concurrency_bwd] if concurrency_bwd else None,
               "host": host_report, "rejected": rejected}
     return contention, link, report
+
+
+def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | None, rejected: list[str],
+                 label: str, baseline: float | None
+                 ) -> tuple[tuple[tuple[float, float], ...] | None, dict[float, float]]:
+    """The (processes, slowdown) pairs of one kind's concurrency entries, (1, 1) first,
+    or None where no entry of more than one process is accepted; and each count's threads
+    per rank. A pair below the physical bound is rejected (into `rejected`, named by
+    `label`), never fitted. `baseline`: the compute part's time of the block, for files
+    whose entries carry no time alone."""
+    by_k: dict[float, list[float]] = {}       # median block time under sharing, by k
+    ratio_k: dict[float, list[float]] = {}    # ... over the block alone just before it
+    threads_of: dict[float, float] = {}
+    for i, r in enumerate(records):
+        k = _positive_int(r, "processes", f"{label} entry {i}")
+        if r.get("rejected"):
+            rejected.append(f"{label} {k}: {r['rejected']}")
+            continue
+        # while the processes fit the cores, the median block: a few blocks slowed by
+        # whatever else woke up on the host pull a mean far up, and the law multiplies
+        # every block of a simulation; once they are time-sliced, the mean (their
+        # throughput): each call is then either untouched or very slow, the median can
+        # be an untouched one, and only the mean counts both (as hw.bench checks bounds)
+        threads = float(r.get("threads_per_rank") or (counts[1] if counts else 1))
+        sliced = counts is not None and k * threads > counts[0]
+        samples = r.get("time_s", r.get("median_s"))
+        t = (_mean(samples, f"{label} entry {i} time_s") if sliced and isinstance(samples, list)
+             else _median(samples, f"{label} entry {i} time_s"))
+        if r.get("alone_s"):
+            alone = _median(r["alone_s"], f"{label} entry {i} alone_s")
+            if alone > 0:
+                ratio_k.setdefault(float(k), []).append(t / alone)
+        else:
+            by_k.setdefault(float(k), []).append(t)
+        threads_of[float(k)] = threads
+    concurrency = None
+    # the slowdown of k processes: against the same processes alone seconds before (what
+    # the bench measures now), so that the host's drift between parts is not counted as
+    # sharing; in bench files without that, against the compute part's time for the block
+    # (the time the simulator starts from), else the block computed by one process here
+    alone = baseline or (statistics.median(by_k[1.0]) if 1.0 in by_k else None)
+    factors = {k: statistics.median(v) for k, v in ratio_k.items()}
+    if alone and alone > 0:
+        factors.update({k: statistics.median(ts) / alone for k, ts in by_k.items() if k not in factors})
+    if any(k > 1.0 for k in factors):
+        pairs = []
+        for k, f in sorted(factors.items()):
+            if k == 1.0:            # one process alone: no sharing, by definition
+                continue
+            why = bound_violation(f, k, threads_of[k], counts[0]) if counts else None
+            if why:
+                rejected.append(f"{label} {k:g}: {why}")
+            else:
+                pairs.append((k, f))
+        if pairs:
+            pairs.insert(0, (1.0, 1.0))
+            concurrency = tuple(pairs)
+    return concurrency, threads_of
 
 
 def host_spread(records: list[dict[str, Any]]) -> tuple[tuple[float, float, float], ...] | None:

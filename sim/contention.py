@@ -9,8 +9,10 @@ Effects a calibrated profile can carry (all absent from a datasheet preset):
   gloo's threads; when the demand D exceeds C, everything in progress, computes and
   transfers alike, runs slowdown(D) times slower than alone: D / C, or a law measured
   on the host (k processes computing at once, at demand k·threads) that never goes
-  below D / C. A transfer is stretched by the computes and a compute by the transfers
-  of every rank, sends and receives alike;
+  below D / C. A backward compute runs by the law measured on a backward block where
+  the profile has one: time-sliced, it loses more than its share of the cores (its
+  working set is refilled at every switch). A transfer is stretched by the computes
+  and a compute by the transfers of every rank, sends and receives alike;
 - core sharing without a host model (profiles calibrated before it): only computes
   count, at 1 / slowdown(active) from the measured `concurrency` pairs, or at
   slots / active once more ranks compute than there are compute slots; transfers keep
@@ -83,6 +85,9 @@ class Host:
     """Cores one transfer in flight demands (gloo's threads), measured."""
     law: tuple[tuple[float, float], ...] | None = None
     """Measured (cores demanded, slowdown) pairs, ascending; None: demand / cores."""
+    law_bwd: tuple[tuple[float, float], ...] | None = None
+    """The same pairs measured on a backward block, for backward computes; None: `law`.
+    Time-sliced processes lose more than their share of the cores on a backward block."""
     spread: tuple[tuple[float, float, float], ...] | None = None
     """Measured (processes on the host, per-rank CV, per-block CV), ascending: how much a
     rank's speed over a run, and a block's time around it, vary when that many processes
@@ -95,8 +100,9 @@ class Host:
                 raise RingsimError(f"host: {name} must be positive, got {getattr(self, name)!r}")
         if not self.transfer_cores >= 0:
             raise RingsimError(f"host: transfer_cores must be non-negative, got {self.transfer_cores!r}")
-        if self.law is not None and not self.law:
-            raise RingsimError("host: law must hold (demand, slowdown) pairs or be None")
+        for name in ("law", "law_bwd"):
+            if getattr(self, name) is not None and not getattr(self, name):
+                raise RingsimError(f"host: {name} must hold (demand, slowdown) pairs or be None")
         if self.spread is not None and (not self.spread or any(
                 len(p) != 3 or not p[0] > 0 or not p[1] >= 0 or not p[2] >= 0 for p in self.spread)):
             raise RingsimError("host: spread must hold (processes, rank CV, block CV) triples, processes "
@@ -114,10 +120,12 @@ class Host:
         k, rank_cv, block_cv = below[-1] if below else self.spread[0]
         return rank_cv, block_cv
 
-    def slowdown(self, demand: float) -> float:
-        """How much slower everything in progress runs than alone, at `demand` cores."""
+    def slowdown(self, demand: float, backward: bool = False) -> float:
+        """How much slower everything in progress runs than alone, at `demand` cores (a
+        backward compute by its own law where one was measured)."""
         bound = max(1.0, demand / self.cores)
-        return max(bound, interpolate(self.law, demand)) if self.law else bound
+        law = self.law_bwd if backward and self.law_bwd else self.law
+        return max(bound, interpolate(law, demand)) if law else bound
 
 
 @dataclass(frozen=True)
@@ -147,20 +155,21 @@ class Contention:
             return active / self.compute_slots
         return 1.0
 
-    def host_slowdown(self, computes: int, transfers: int) -> float:
-        """How much slower a compute runs, from sharing alone, with `computes` computes and
-        `transfers` transfers in progress on the host."""
+    def host_slowdown(self, computes: int, transfers: int, backward: bool = False) -> float:
+        """How much slower a compute (a backward one with `backward`) runs, from sharing
+        alone, with `computes` computes and `transfers` transfers in progress on the host."""
         if self.host is not None:
-            return self.host.slowdown(self.host.demand(computes, transfers))
+            return self.host.slowdown(self.host.demand(computes, transfers), backward)
         return self.sharing_slowdown(computes)
 
 
 class _Running:
-    __slots__ = ("rank", "transfer", "left", "since", "rate", "process")
+    __slots__ = ("rank", "transfer", "left", "since", "rate", "process", "backward")
 
-    def __init__(self, rank: int, transfer: bool, left: float, since: float, process):
+    def __init__(self, rank: int, transfer: bool, left: float, since: float, process, backward: bool = False):
         self.rank, self.transfer, self.left, self.since = rank, transfer, left, since
         self.rate, self.process = 0.0, process    # 0.0 forces a fresh rate at the first re-time
+        self.backward = backward
 
 
 class Sharing:
@@ -189,11 +198,19 @@ class Sharing:
         slowdown = model.host_slowdown(self.computes, self.transfers)
         shared = 1.0 / slowdown
         in_flight_rate = (1.0 / model.slowdown_in_flight) / slowdown
+        host = model.host
+        if host is not None and host.law_bwd:
+            slowdown_bwd = model.host_slowdown(self.computes, self.transfers, True)
+            shared_bwd, in_flight_bwd = 1.0 / slowdown_bwd, (1.0 / model.slowdown_in_flight) / slowdown_bwd
+        else:
+            shared_bwd, in_flight_bwd = shared, in_flight_rate
         # without a host model a transfer keeps its duration
-        transfer_rate = shared if model.host is not None else 1.0
+        transfer_rate = shared if host is not None else 1.0
         for op_id, run in self.running.items():
             if run.transfer:
                 rate = transfer_rate
+            elif run.backward:
+                rate = in_flight_bwd if self.in_flight[run.rank] else shared_bwd
             else:
                 rate = in_flight_rate if self.in_flight[run.rank] else shared
             if rate != run.rate:
@@ -213,13 +230,15 @@ class Sharing:
                 continue
         del self.running[op_id]
 
-    def compute(self, op_id: int, rank: int, work_s: float):
-        """A SimPy process body: `work_s` of full-speed compute at the current rates (with
-        a jitter seed, times its rank's factor for the run and a draw of its own)."""
+    def compute(self, op_id: int, rank: int, work_s: float, backward: bool = False):
+        """A SimPy process body: `work_s` of full-speed compute at the current rates, a
+        backward block's by the host's backward law (with a jitter seed, times its rank's
+        factor for the run and a draw of its own)."""
         if self.rank_factor is not None:
             work_s *= self.rank_factor[rank] * _unit_lognormal(self.rng, self.block_cv)
         self.computes += 1
-        yield from self._progress(op_id, _Running(rank, False, work_s, self.env.now, self.env.active_process))
+        yield from self._progress(op_id, _Running(rank, False, work_s, self.env.now, self.env.active_process,
+                                                  backward))
         self.computes -= 1
         self._retime(None)
 

@@ -32,7 +32,7 @@ import simpy
 
 from sim.config import Workload
 from sim.contention import Contention, Sharing
-from sim.schedule import EMPTY, KINDS, MASKS, Schedule
+from sim.schedule import BWD, EMPTY, KINDS, MASKS, Schedule
 
 _KIND_NAMES = np.array(KINDS)      # fixed-width strings: compared in C, not per object
 FIRST_COLLECTIVE = KINDS.index("ag")
@@ -183,6 +183,7 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
         for d in deps:
             dependents[d].append(op_id)
     is_compute = (~schedule.is_transfer).tolist()
+    is_backward = (schedule.kind == BWD).tolist()
     rank, peer = schedule.rank.tolist(), schedule.peer.tolist()
     waiting: dict[int, simpy.Event] = {}
 
@@ -208,7 +209,7 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
             elif sharing is None:
                 yield env.timeout(dur[op_id])
             elif is_compute[op_id]:
-                yield from sharing.compute(op_id, rank[op_id], dur[op_id])
+                yield from sharing.compute(op_id, rank[op_id], dur[op_id], is_backward[op_id])
             else:
                 yield from sharing.transfer(op_id, rank[op_id], peer[op_id], dur[op_id])
             done(op_id)

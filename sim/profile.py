@@ -214,6 +214,7 @@ def host_to_dict(host: Host | None) -> dict[str, Any] | None:
     return {"cores": host.cores, "threads_per_rank": host.threads_per_rank,
             "transfer_cores": host.transfer_cores,
             "law": [list(p) for p in host.law] if host.law else None,
+            "law_bwd": [list(p) for p in host.law_bwd] if host.law_bwd else None,
             "spread": [list(p) for p in host.spread] if host.spread else None}
 
 
@@ -223,12 +224,15 @@ def _host(h: Any) -> Host | None:
         return None
     if not isinstance(h, dict):
         raise RingsimError("profile: contention.host must be an object")
-    law = h.get("law")
-    if law is not None:
-        if not isinstance(law, list) or not law or not all(isinstance(p, list) and len(p) == 2 for p in law):
-            raise RingsimError("profile: contention.host.law must be [cores demanded, slowdown] pairs")
-        law = tuple(sorted((_num(p[0], "host law demand"), _num(p[1], "host law slowdown", positive=True))
-                           for p in law))
+    laws = {}
+    for name in ("law", "law_bwd"):
+        law = h.get(name)
+        if law is not None:
+            if not isinstance(law, list) or not law or not all(isinstance(p, list) and len(p) == 2 for p in law):
+                raise RingsimError(f"profile: contention.host.{name} must be [cores demanded, slowdown] pairs")
+            law = tuple(sorted((_num(p[0], f"host {name} demand"), _num(p[1], f"host {name} slowdown", positive=True))
+                               for p in law))
+        laws[name] = law
     spread = h.get("spread")
     if spread is not None:
         if not isinstance(spread, list) or not spread or not all(isinstance(p, list) and len(p) == 3 for p in spread):
@@ -237,7 +241,7 @@ def _host(h: Any) -> Host | None:
                                _num(p[2], "host spread block CV")) for p in spread))
     return Host(cores=_num(h.get("cores"), "host cores", positive=True),
                 threads_per_rank=_num(h.get("threads_per_rank", 1.0), "host threads_per_rank", positive=True),
-                transfer_cores=_num(h.get("transfer_cores", 0.0), "host transfer_cores"), law=law, spread=spread)
+                transfer_cores=_num(h.get("transfer_cores", 0.0), "host transfer_cores"), spread=spread, **laws)
 
 
 def profile_from_dict(d: Any, source: str = "") -> Profile:

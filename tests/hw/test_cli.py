@@ -107,6 +107,16 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
         assert len(e["time_s"]) == 6 and e["median_s"] == statistics.median(e["time_s"])
     code, _, err = run(capsys, "hw", "bench", "--quick", "--compute-passes", "0", "-o", str(tmp_path / "x.json"))
     assert code == 2 and "--compute-passes" in err
+    # with backward among the kinds, the concurrency part times the block's backward too,
+    # each entry with its own processes alone
+    both = tmp_path / "both.json"
+    code, _, err = run(capsys, "hw", "bench", "--quick", "--kinds", "fwd,bwd", "--interference-blocks", "32",
+                       "--samples", "2", "--parts", "concurrency", "-o", str(both))
+    assert code == 0, err
+    conc = read_json(both)["concurrency"]
+    assert [(e["kind"], e["processes"]) for e in conc] == [("fwd", 1), ("fwd", 2), ("bwd", 1), ("bwd", 2)]
+    assert conc[2]["flops"] == 2.5 * conc[0]["flops"] == 2.5 * 4 * 64 * 32 * 32 * 4
+    assert all(len(e["alone_s"]) == 2 * e["processes"] and e["mean_s"] > 0 for e in conc)
 
 
 @pytest.mark.slow

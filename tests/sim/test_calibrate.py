@@ -432,3 +432,46 @@ def test_the_hosts_spread_is_read_from_each_processes_samples_over_their_time_al
         e["time_by_process_s"] = [e["time_s"][:1], e["time_s"][1:]]
     p = calibrate(b)
     assert p.contention.host.spread is not None and len(p.contention.host.spread) == len(b["concurrency"])
+
+
+def test_a_backward_block_shared_by_time_sliced_processes_gets_its_own_law():
+    """The concurrency part timed the block's forward and its backward. Forward: three
+    processes 15 ms against 10 ms alone, 1.5x; four 20 ms, 2.0x. Backward: alone 25 ms,
+    three 45 ms (1.8x), four 62.5 ms (2.5x), two 25 ms (1.0x). Each law is its own kind's
+    ratios; a backward ratio below the bound (four at 1.8x, under 2.0x less 5% for noise) is rejected under its kind's
+    name; the spread comes from the forward entries alone; both laws go through a file
+    and back. A kind other than fwd or bwd is refused in one line."""
+    b = bench()
+    shape = {"dtype": "fp32", "heads": 8, "kv_heads": 8, "head_dim": 64, "q_tokens": 1024, "kv_tokens": 1024,
+             "mask": "full", "threads_per_rank": 1}
+    fwd = [{**shape, "kind": "fwd", "processes": k, "time_s": [t] * 4, "alone_s": [0.010] * k,
+            "time_by_process_s": [[t] * 2, [t] * 2]} for k, t in ((1, 0.010), (3, 0.015), (4, 0.020))]
+    bwd = [{**shape, "kind": "bwd", "processes": k, "time_s": [t] * 4, "alone_s": [0.025] * k,
+            "time_by_process_s": [[t, t * 1.5], [t, t]]} for k, t in ((2, 0.025), (3, 0.045), (4, 0.0625))]
+    b["concurrency"] = fwd + bwd
+    p = calibrate(b)
+    host = p.contention.host
+    assert host.law == (pytest.approx((1, 1.0)), pytest.approx((3, 1.5)), pytest.approx((4, 2.0)))
+    assert host.law_bwd == (pytest.approx((1, 1.0)), pytest.approx((2, 1.0)), pytest.approx((3, 1.8)),
+                            pytest.approx((4, 2.5)))
+    assert [k for k, _, _ in host.spread] == [1, 3, 4] and all(cv == 0 for _, cv, _ in host.spread)
+    assert p.report["concurrency_slowdown_bwd"][-1] == pytest.approx([4, 2.5])
+    assert load_profile_from(p).contention.host == host
+    b["concurrency"][-1]["time_s"] = [0.025 * 1.8] * 4
+    p = calibrate(b)
+    assert p.contention.host.law_bwd[-1] == pytest.approx((3, 1.8))
+    assert [r.split(":")[0] for r in p.report["rejected"]] == ["concurrency bwd 4"]
+    # files without backward entries keep one law
+    b["concurrency"] = fwd
+    assert calibrate(b).contention.host.law_bwd is None
+    b["concurrency"] = fwd + [{**bwd[0], "kind": "dkv"}]
+    with pytest.raises(RingsimError, match="concurrency entry 3 has kind 'dkv'"):
+        calibrate(b)
+
+
+def load_profile_from(p):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        p.save(Path(d) / "p.json")
+        return load_profile(Path(d) / "p.json")

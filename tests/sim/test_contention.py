@@ -82,16 +82,16 @@ def test_measured_concurrency_slows_every_rank_computing_at_once():
 # ---- the fluid model on its own: operations started by hand at given times ----------
 
 def play_ops(model, n_ranks, ops, jitter=None):
-    """End time of each op: ("compute", rank, work_s, start_s) or
-    ("transfer", src, dst, work_s, start_s), started at its start on `model`."""
+    """End time of each op: ("compute", rank, work_s, start_s), ("backward", rank, work_s,
+    start_s) or ("transfer", src, dst, work_s, start_s), started at its start on `model`."""
     env = simpy.Environment()
     sharing = Sharing(env, n_ranks, model, jitter)
     ends = [None] * len(ops)
 
     def one(i, op):
         yield env.timeout(op[-1])
-        if op[0] == "compute":
-            yield from sharing.compute(i, op[1], op[2])
+        if op[0] in ("compute", "backward"):
+            yield from sharing.compute(i, op[1], op[2], op[0] == "backward")
         else:
             yield from sharing.transfer(i, op[1], op[2], op[3])
         ends[i] = env.now
@@ -169,6 +169,52 @@ def test_ring_step_on_a_two_core_host_through_the_engine():
     for s in first:
         expect = w_c + 0.5 * t_x if s.stream == "compute" else 1.5 * t_x
         assert s.start_s == 0.0 and s.duration_s == pytest.approx(expect, rel=1e-9)
+
+
+def test_a_backward_compute_runs_by_the_backward_law_beside_a_forward_one():
+    """One core; the backward law says two at once run 3x slower, the forward has no law
+    (demand / cores). A forward and a backward of 1 s each start together: the forward
+    at 1/2 ends at 2 s, when the backward has done 2/3 of its work; alone (demand 1) it
+    does the last third at full speed, ending at 7/3 s. A transfer beside them runs by
+    the forward law, and without a backward law both computes run alike."""
+    host = Host(cores=1, threads_per_rank=1, law_bwd=((1.0, 1.0), (2.0, 3.0)))
+    ends = play_ops(Contention(host=host), 2, [("compute", 0, 1.0, 0.0), ("backward", 1, 1.0, 0.0)])
+    assert ends == [pytest.approx(2.0), pytest.approx(7 / 3)]
+    assert host.slowdown(2.0) == 2.0 and host.slowdown(2.0, backward=True) == 3.0
+    # a backward law never goes below the bound either
+    assert Host(cores=1, law_bwd=((1.0, 1.0), (2.0, 1.2))).slowdown(2.0, backward=True) == 2.0
+    flat = Host(cores=1, threads_per_rank=1)
+    assert play_ops(Contention(host=flat), 2, [("compute", 0, 1.0, 0.0), ("backward", 1, 1.0, 0.0)]) == [
+        pytest.approx(2.0), pytest.approx(2.0)]
+    # the rank's transfer in flight multiplies the backward's own slowdown too
+    with_transfer = Host(cores=1, threads_per_rank=1, transfer_cores=0.0, law_bwd=((1.0, 1.0), (2.0, 3.0)))
+    ends = play_ops(Contention(slowdown_in_flight=2.0, host=with_transfer), 2,
+                    [("backward", 0, 1.0, 0.0), ("compute", 1, 1.0, 0.0), ("transfer", 0, 1, 10.0, 0.0)])
+    # the 10 s transfer (no cores) keeps both ranks in flight: the forward runs at 1/(2·2)
+    # and ends at 4 s; the backward at 1/(3·2) has done 4/6 by then, and alone, still in
+    # flight, at 1/2, its last third takes 2/3 s
+    assert ends[1] == pytest.approx(4.0) and ends[0] == pytest.approx(4.0 + (1 - 4 / 6) * 2)
+
+
+def test_the_engine_plays_a_ring_s_backward_blocks_by_the_backward_law():
+    """Four ranks on two cores, a ring's forward and backward without a mask and with
+    transfers too fast to matter: every rank computes in lock step, so each forward block
+    takes its time alone times 2.0 (the forward law at four processes) and each backward
+    block its time alone times 3.5 (the backward law), the times alone read from the same
+    ring played without contention."""
+    w = Workload(seq=4096, heads=1, kv_heads=1, head_dim=64, causal=False, pass_="fwdbwd")
+
+    def computes(hardware):
+        sc = Scenario(workload=w, hardware=hardware, n_gpus=4, layout="contiguous")
+        return sorted(((s.kind, s.rank, s.step), s.duration_s) for s in simulate(sc, player="simpy").spans
+                      if s.stream == "compute")
+
+    host = Host(cores=2, threads_per_rank=1, law=((1.0, 1.0), (4.0, 2.0)), law_bwd=((1.0, 1.0), (4.0, 3.5)))
+    alone = computes(hw(Contention(), gbps=1e9))
+    shared = computes(hw(Contention(host=host), gbps=1e9))
+    assert [k for k, _ in shared] == [k for k, _ in alone] and {k[0] for k, _ in alone} == {"fwd", "bwd"}
+    for (key, t), (_, t_alone) in zip(shared, alone):
+        assert t == pytest.approx(t_alone * (3.5 if key[0] == "bwd" else 2.0), rel=1e-9)
 
 
 # ---- the host's spread of speeds: seeded plays ------------------------------------------
