@@ -77,7 +77,10 @@ The JSON file (format "ringsim-hw-bench", version 1):
                       "threads_per_rank", "time_s": [samples of every process, all at once],
                       "time_by_process_s": [[the same samples, one list per process]],
                       "alone_s": [samples of every process alone, just before], "median_s",
-                      "mean_s", "slowdown": mean_s / median of alone_s (k > 1),
+                      "rounds": [{"alone_s", "time_s"}: the samples of each of the rounds
+                                 the entry alternated alone and shared, every process's],
+                      "mean_s", "slowdown": the rounds' median of mean shared / median
+                      alone (k > 1),
                       "bound": k·threads/cores (at least 1), "attempts": int,
                       "rejected": why (only when every attempt broke the bound)}],
      "ring_conditions": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads",
@@ -571,13 +574,31 @@ def ring_slowdown(shared_s: list[float], alone_s: list[float]) -> float:
     return statistics.fmean(shared_s) / statistics.median(alone_s)
 
 
+def round_slowdown(entry: dict[str, Any], median: bool = False) -> float:
+    """A concurrency entry's slowdown: the median over its rounds of each round's shared
+    samples over its samples alone (ring_slowdown; with `median`, their medians'
+    ratio), so that the host's drift between rounds cancels; an entry without rounds
+    (older files) over all its samples. 0 when nothing was measured."""
+    def one(shared: list[float], alone: list[float]) -> float:
+        if not median:
+            return ring_slowdown(shared, alone)
+        return statistics.median(shared) / statistics.median(alone) if shared and alone else 0.0
+
+    ratios = [one(r["time_s"], r["alone_s"]) for r in entry.get("rounds") or []]
+    ratios = [x for x in ratios if x > 0]
+    if ratios:
+        return statistics.median(ratios)
+    return one(entry.get("time_s") or [], entry.get("alone_s") or [])
+
+
 def concurrency_violation(entry: dict[str, Any], alone_s: float | None, cores: int) -> str | None:
     """Why a concurrency entry cannot be right against the 1-process median block time
-    `alone_s` (None: nothing to check against), or None."""
+    `alone_s` (None: nothing to check against), or None; an entry with rounds is checked
+    by its rounds' median (round_slowdown)."""
     if alone_s is None or alone_s <= 0 or entry["processes"] == 1:
         return None
-    return bound_violation(ring_slowdown(entry["time_s"], [alone_s]), entry["processes"],
-                           entry["threads_per_rank"], cores)
+    slowdown = round_slowdown(entry) if entry.get("rounds") else ring_slowdown(entry["time_s"], [alone_s])
+    return bound_violation(slowdown, entry["processes"], entry["threads_per_rank"], cores)
 
 
 def ring_violation(entry: dict[str, Any], cores: int) -> str | None:
@@ -736,14 +757,21 @@ def _common_window(ctx, estimate_s: float, blocks: int) -> tuple[float, float]:
     return start, start + max(0.2, blocks * est * max(1.0, ctx.world / 2) * 1.5)
 
 
+CONCURRENCY_ROUNDS = 3
+"""Rounds of (alone, shared) a concurrency entry alternates: see _concurrency_worker."""
+
+
 def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads: int,
-                        impl: str) -> dict[str, list[float]]:
+                        impl: str, rounds: int = CONCURRENCY_ROUNDS) -> dict[str, Any]:
     """Each process first computes the block alone, one after another while the others
     wait (`alone_s`), then all compute it back to back over one common window (`time_s`:
-    only calls that end inside the window count, all were running). The slowdown is the
-    ratio of the two, measured seconds apart in the same processes: a host whose speed
-    drifts between the compute part and this one (20% on a shared VM) does not pass for
-    sharing."""
+    only calls that end inside the window count, all were running); `rounds` times, each
+    round's samples also kept apart (`rounds`). The slowdown is the ratio of the two,
+    measured seconds apart in the same processes: a host whose speed drifts between the
+    compute part and this one (20% on a shared VM) does not pass for sharing, and one
+    that drifts within the entry (on the 2-core VM a backward block alone took 110 ms and
+    165 ms a few seconds apart) lands on both sides of one round's ratio, of which the
+    calibration takes the median (round_slowdown)."""
     import torch
 
     from hw.blocks import select_block_ops
@@ -767,26 +795,30 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
         block()
         return time.perf_counter() - t0
 
-    alone: list[float] = []
-    for r in range(ctx.world):
+    by_round = []
+    for i in range(rounds):
+        alone: list[float] = []
+        for r in range(ctx.world):
+            ctx.barrier()
+            if r == ctx.rank:
+                for _ in range(max(1, warmup) if i == 0 else 1):
+                    compute()
+                alone = [compute() for _ in range(samples)]
+        start, deadline = _common_window(ctx, statistics.median(alone), samples)
+        while time.perf_counter() < start:
+            pass
+        times = []
+        while True:
+            t0 = time.perf_counter()
+            block()
+            t1 = time.perf_counter()
+            if t1 > deadline:
+                break
+            times.append(t1 - t0)
         ctx.barrier()
-        if r == ctx.rank:
-            for _ in range(max(1, warmup)):
-                compute()
-            alone = [compute() for _ in range(samples)]
-    start, deadline = _common_window(ctx, statistics.median(alone), samples)
-    while time.perf_counter() < start:
-        pass
-    times = []
-    while True:
-        t0 = time.perf_counter()
-        block()
-        t1 = time.perf_counter()
-        if t1 > deadline:
-            break
-        times.append(t1 - t0)
-    ctx.barrier()
-    return {"time_s": times, "alone_s": alone}
+        by_round.append({"alone_s": alone, "time_s": times})
+    return {"time_s": [t for r in by_round for t in r["time_s"]],
+            "alone_s": [t for r in by_round for t in r["alone_s"]], "rounds": by_round}
 
 
 def _plan_collectives(plan: dict[str, Any], seen: dict[str, set]) -> dict[int, list[dict[str, Any]]]:
@@ -1020,19 +1052,22 @@ def run_bench(a: argparse.Namespace) -> int:
                                  args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
                                  backend="gloo", timeout_s=a.timeout)
                 times = [t for r in per_rank for t in r["time_s"]]
+                n_rounds = len(per_rank[0]["rounds"])
                 out = {**e, "threads_per_rank": threads, "time_s": times,
                        "alone_s": [t for r in per_rank for t in r["alone_s"]],
                        "time_by_process_s": [r["time_s"] for r in per_rank],
+                       "rounds": [{name: [t for r in per_rank for t in r["rounds"][i][name]]
+                                   for name in ("alone_s", "time_s")} for i in range(n_rounds)],
                        "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
                        "bound": sharing_bound(e["processes"], threads, cores)}
                 if e["processes"] > 1:
-                    out["slowdown"] = ring_slowdown(times, out["alone_s"])
+                    out["slowdown"] = round_slowdown(out)
                 return out
 
             progress("concurrency", measure_within_bounds(
                 measure, lambda r: concurrency_violation(r, alone_s(r), cores),
                 f"concurrency {e['processes']} processes, {e.get('kind', 'fwd')}",
-                slowdown=lambda r: (r["median_s"] / alone_s(r)) if alone_s(r) else 0.0))
+                slowdown=lambda r: round_slowdown(r, median=True)))
     if ring_jobs:
         for e in ring_jobs:
             def measure(e=e) -> dict[str, Any]:

@@ -399,7 +399,12 @@ def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | No
         samples = r.get("time_s", r.get("median_s"))
         t = (_mean(samples, f"{label} entry {i} time_s") if sliced and isinstance(samples, list)
              else _median(samples, f"{label} entry {i} time_s"))
-        if r.get("alone_s"):
+        rounds = _round_ratios(r.get("rounds"), sliced, f"{label} entry {i}")
+        if rounds:
+            # the entry alternated alone and shared: the median of its rounds' ratios,
+            # each of samples seconds apart (the host's drift between rounds cancels)
+            ratio_k.setdefault(float(k), []).append(statistics.median(rounds))
+        elif r.get("alone_s"):
             alone = _median(r["alone_s"], f"{label} entry {i} alone_s")
             if alone > 0:
                 ratio_k.setdefault(float(k), []).append(t / alone)
@@ -429,6 +434,26 @@ def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | No
             pairs.insert(0, (1.0, 1.0))
             concurrency = tuple(pairs)
     return concurrency, threads_of
+
+
+def _round_ratios(rounds: Any, sliced: bool, what: str) -> list[float]:
+    """Each round's shared block time (the mean once time-sliced, else the median, as
+    for a whole entry) over its median alone; [] without rounds."""
+    if rounds is None:
+        return []
+    if not isinstance(rounds, list) or not all(isinstance(x, dict) for x in rounds):
+        raise RingsimError(f"bench: {what} rounds must be a list of objects with alone_s and time_s")
+    out = []
+    for j, rd in enumerate(rounds):
+        shared, alone = rd.get("time_s"), rd.get("alone_s")
+        if not shared or not alone:
+            continue
+        t = (_mean(shared, f"{what} round {j} time_s") if sliced and isinstance(shared, list)
+             else _median(shared, f"{what} round {j} time_s"))
+        a = _median(alone, f"{what} round {j} alone_s")
+        if a > 0:
+            out.append(t / a)
+    return out
 
 
 def host_spread(records: list[dict[str, Any]]) -> tuple[tuple[float, float, float], ...] | None:

@@ -88,3 +88,23 @@ def test_a_second_pass_over_a_compute_entry_joins_it_and_lists_every_pass():
     gpu = {"time_s": [1.0], "median_s": 1.0}
     add_pass(gpu, {"time_s": [3.0], "median_s": 3.0})
     assert gpu == {"time_s": [1.0, 3.0], "median_s": 2.0, "pass_medians_s": [1.0, 3.0]}
+
+
+def test_an_entry_with_rounds_is_checked_by_the_median_of_its_rounds():
+    """Three processes on two cores, three rounds: the host at half speed for two (32 ms
+    shared over 20 alone: 1.6x each), at full speed for the third (mean 17 ms over 10:
+    1.7x). Their median, 1.6x, keeps the 1.5x bound; all samples at once (mean 27 ms over
+    the median alone, 20 ms: 1.35x) would not. With `median`, each round's medians: 1.6,
+    1.6, 1.7. Without rounds, all samples at once."""
+    from hw.bench import round_slowdown
+
+    rounds = [{"alone_s": [0.020] * 3, "time_s": [0.032] * 2}, {"alone_s": [0.020] * 3, "time_s": [0.032] * 2},
+              {"alone_s": [0.010] * 3, "time_s": [0.016, 0.018]}]
+    entry = {"processes": 3, "threads_per_rank": 1, "rounds": rounds,
+             "alone_s": [t for r in rounds for t in r["alone_s"]], "time_s": [t for r in rounds for t in r["time_s"]]}
+    assert round_slowdown(entry) == pytest.approx(1.6) and round_slowdown(entry, median=True) == pytest.approx(1.6)
+    assert concurrency_violation(entry, 0.020, cores=2) is None
+    flat = {k: v for k, v in entry.items() if k != "rounds"}
+    assert round_slowdown(flat) == pytest.approx(0.027 / 0.020)
+    assert "physical" in concurrency_violation(flat, 0.020, cores=2)
+    assert round_slowdown({"time_s": [], "alone_s": []}) == 0.0

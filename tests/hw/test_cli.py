@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from hw.bench import CONCURRENCY_ROUNDS
 from sim.cli import main
 from sim.trace import Trace, read_json
 
@@ -84,8 +85,13 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
     # over a common window: at least the samples asked for, from every process
     assert [e["processes"] for e in d["concurrency"]] == [1, 2]
     assert [len(e["time_s"]) >= 2 * e["processes"] for e in d["concurrency"]] == [True, True]
-    # each process also timed alone, just before: the law's reference (sim.calibrate)
-    assert [len(e["alone_s"]) for e in d["concurrency"]] == [2 * e["processes"] for e in d["concurrency"]]
+    # each process also timed alone, just before: the law's reference (sim.calibrate), in
+    # rounds that alternate alone and shared, each round's samples kept apart too
+    rounds = CONCURRENCY_ROUNDS
+    assert [len(e["alone_s"]) for e in d["concurrency"]] == [rounds * 2 * e["processes"] for e in d["concurrency"]]
+    for e in d["concurrency"]:
+        assert len(e["rounds"]) == rounds and [len(r["alone_s"]) for r in e["rounds"]] == [2 * e["processes"]] * rounds
+        assert sorted(t for r in e["rounds"] for t in r["time_s"]) == sorted(e["time_s"])
     assert all(e["q_tokens"] == 32 and e["mean_s"] > 0 and e["bound"] == 1.0 for e in d["concurrency"])
     ring = d["ring_conditions"][0]
     assert ring["processes"] == 2 and ring["bytes"] == inter["bytes"] and ring["attempts"] >= 1
@@ -116,7 +122,7 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
     conc = read_json(both)["concurrency"]
     assert [(e["kind"], e["processes"]) for e in conc] == [("fwd", 1), ("fwd", 2), ("bwd", 1), ("bwd", 2)]
     assert conc[2]["flops"] == 2.5 * conc[0]["flops"] == 2.5 * 4 * 64 * 32 * 32 * 4
-    assert all(len(e["alone_s"]) == 2 * e["processes"] and e["mean_s"] > 0 for e in conc)
+    assert all(len(e["alone_s"]) == rounds * 2 * e["processes"] and e["mean_s"] > 0 for e in conc)
 
 
 @pytest.mark.slow

@@ -213,7 +213,9 @@ def test_an_old_bench_file_still_calibrates(tmp_path):
     assert p.contention.host.transfer_cores == 0.0 and p.contention.slowdown_in_flight == pytest.approx(1.3)
     assert "no ring-conditions" in p.report["host"]["note"]
     committed = calibrate(json.loads((RESULTS / "cpu-bench.json").read_text()))
-    assert committed.contention.host.cores == 2 and committed.report["rejected"] == []
+    # the committed measurements calibrate; what they break of a physical bound is named
+    assert committed.contention.host.cores == 2
+    assert all(r.split(":")[0].startswith(("concurrency", "ring")) for r in committed.report["rejected"])
     # and an old profile (no host) still loads, playing as it did
     old = load_profile(RESULTS / "cpu-profile-host-before.json")
     assert old.contention.host is None and old.contention.concurrency is not None
@@ -475,3 +477,29 @@ def load_profile_from(p):
     with tempfile.TemporaryDirectory() as d:
         p.save(Path(d) / "p.json")
         return load_profile(Path(d) / "p.json")
+
+
+def test_an_entry_that_alternated_alone_and_shared_counts_by_the_median_of_its_rounds():
+    """Three processes on two cores (time-sliced: means), three rounds. The host ran at
+    half speed in the first two (alone 20 ms, shared 32 ms: 1.6x) and at full speed in
+    the third (alone 10 ms, shared mean (16 + 18) / 2 = 17 ms: 1.7x). The law is their
+    median, 1.6x; over all samples at once (mean 27 ms over the median alone, 20 ms) it
+    would read 1.35x, below the physical 1.5x, and be rejected. A round without samples
+    is passed over; rounds that are no list of objects are refused in one line."""
+    b = bench()
+    shape = {"kind": "fwd", "dtype": "fp32", "heads": 8, "kv_heads": 8, "head_dim": 64, "q_tokens": 1024,
+             "kv_tokens": 1024, "mask": "full", "threads_per_rank": 1}
+    rounds = [{"alone_s": [0.020] * 3, "time_s": [0.032] * 2}, {"alone_s": [0.020] * 3, "time_s": [0.032] * 2},
+              {"alone_s": [0.010] * 3, "time_s": [0.016, 0.018]}, {"alone_s": [], "time_s": []}]
+    entry = {**shape, "processes": 3, "rounds": rounds,
+             "alone_s": [t for r in rounds for t in r["alone_s"]], "time_s": [t for r in rounds for t in r["time_s"]]}
+    b["concurrency"] = [entry]
+    p = calibrate(b)
+    assert p.contention.host.law == (pytest.approx((1, 1.0)), pytest.approx((3, 1.6)))
+    assert p.report["rejected"] == []
+    without = {k: v for k, v in entry.items() if k != "rounds"}
+    b["concurrency"] = [without]
+    assert calibrate(b).contention.host.law is None
+    b["concurrency"] = [{**entry, "rounds": [[0.01]]}]
+    with pytest.raises(RingsimError, match="rounds must be a list of objects"):
+        calibrate(b)
