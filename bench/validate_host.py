@@ -1,6 +1,7 @@
 """Validation of several profiles against the same measured runs: the kernel runs each
-case of the quick matrix once (its repeats), and every profile simulates it, so that a
-model change is compared on identical measurements (a shared host's load drifts between
+case of the quick matrix once (its repeats), and every profile simulates it (the median
+of seeded plays where its host has a measured spread, as `ringsim validate` does), so
+that a model change is compared on identical measurements (a shared host's load drifts between
 two separate `ringsim validate` runs). Prints a table, writes JSON with the host's load
 average at every case.
 
@@ -20,9 +21,8 @@ import time
 from hw.config import RunConfig
 from hw.launch import run_config
 from hw.validate import matrix, summarize
-from sim.validation import compare_case
+from sim.validation import compare_case, simulate_replays
 from sim.config import Scenario, Workload
-from sim.engine import simulate
 from sim.profile import load_profile
 
 
@@ -46,7 +46,7 @@ def main() -> int:
         line = [f"{case.key:32} measured {statistics.median(t.makespan_s for t in traces) * 1e3:7.1f} ms"]
         for path, prof in profiles.items():
             sim = Scenario(workload=w, n_gpus=case.world_size, layout=case.layout)
-            row = compare_case(case, traces, simulate(sim, prof))
+            row = compare_case(case, traces, simulate_replays(sim, prof))
             row["key"], row["load_avg_1m"] = case.key, loads[-1]
             rows[path].append(row)
             line.append(f"{os.path.basename(path)} {row['error']:+6.1%}")
