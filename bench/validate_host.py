@@ -1,9 +1,9 @@
 """Validation of several profiles against the same measured runs: the kernel runs each
-case of the quick matrix once (its repeats), and every profile simulates it (the median
-of seeded plays where its host has a measured spread, as `ringsim validate` does), so
-that a model change is compared on identical measurements (a shared host's load drifts between
-two separate `ringsim validate` runs). Prints a table, writes JSON with the host's load
-average at every case.
+case of the quick matrix once (its repeats), and every profile simulates it (with
+`--replays N`, by the median of N plays seeded with its host's spread, as `ringsim
+validate --replays` does), so that a model change is compared on identical measurements
+(a shared host's load drifts between two separate `ringsim validate` runs). Prints a
+table, writes JSON with the host's load average at every case.
 
     .venv/bin/python bench/validate_host.py --profiles before.json after.json \
         --world-sizes 2 3 --seqs 3072 --out bench/results/validation-host.json
@@ -34,6 +34,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--out", required=True)
+    p.add_argument("--replays", type=int, default=1, help="seeded plays per case (ringsim validate --replays)")
     a = p.parse_args()
     profiles = {path: load_profile(path) for path in a.profiles}
     rows: dict[str, list] = {path: [] for path in a.profiles}
@@ -46,7 +47,7 @@ def main() -> int:
         line = [f"{case.key:32} measured {statistics.median(t.makespan_s for t in traces) * 1e3:7.1f} ms"]
         for path, prof in profiles.items():
             sim = Scenario(workload=w, n_gpus=case.world_size, layout=case.layout)
-            row = compare_case(case, traces, simulate_replays(sim, prof))
+            row = compare_case(case, traces, simulate_replays(sim, prof, a.replays))
             row["key"], row["load_avg_1m"] = case.key, loads[-1]
             rows[path].append(row)
             line.append(f"{os.path.basename(path)} {row['error']:+6.1%}")

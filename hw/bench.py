@@ -77,8 +77,9 @@ The JSON file (format "ringsim-hw-bench", version 1):
                       "threads_per_rank", "time_s": [samples of every process, all at once],
                       "time_by_process_s": [[the same samples, one list per process]],
                       "alone_s": [samples of every process alone, just before], "median_s",
-                      "rounds": [{"alone_s", "time_s"}: the samples of each of the rounds
-                                 the entry alternated alone and shared, every process's],
+                      "rounds": [{"alone_s", "time_s", "time_by_process_s"}: the samples
+                                 of each of the rounds the entry alternated alone and
+                                 shared, every process's],
                       "mean_s", "slowdown": the rounds' median of mean shared / median
                       alone (k > 1),
                       "bound": k·threads/cores (at least 1), "attempts": int,
@@ -139,6 +140,10 @@ FULL = dict(dtypes="fp32,bf16", heads="8", head_dims="64", blocks="256,512,1024,
             collective_sizes="64K,256K,1M,4M", samples=5, warmup=2, compute_passes=2)
 
 
+CONCURRENCY_ROUNDS = 3
+"""Rounds of (alone, shared) a concurrency entry alternates: see _concurrency_worker."""
+
+
 def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON results, written as they complete")
     p.add_argument("--force", action="store_true", help="overwrite FILE and start over")
@@ -162,7 +167,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                    help="bytes each way during the compute; 'kv' is the block's K/V "
                         f"(default {FULL['interference_sizes']})")
     p.add_argument("--concurrency", default=None,
-                   help=f"process counts computing at once, comma list (default {FULL['concurrency']}; CPU only)")
+                   help=f"process counts computing at once, comma list (default {FULL['concurrency']}; CPU only): "
+                        "the interference part's first block forward, and backward where --kinds holds bwd, "
+                        f"in {CONCURRENCY_ROUNDS} rounds alternating alone and shared")
     p.add_argument("--collectives", default=None,
                    help=f"collectives of the collective part, comma list (default {FULL['collectives']})")
     p.add_argument("--collective-worlds", default=None,
@@ -757,10 +764,6 @@ def _common_window(ctx, estimate_s: float, blocks: int) -> tuple[float, float]:
     return start, start + max(0.2, blocks * est * max(1.0, ctx.world / 2) * 1.5)
 
 
-CONCURRENCY_ROUNDS = 3
-"""Rounds of (alone, shared) a concurrency entry alternates: see _concurrency_worker."""
-
-
 def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads: int,
                         impl: str, rounds: int = CONCURRENCY_ROUNDS) -> dict[str, Any]:
     """Each process first computes the block alone, one after another while the others
@@ -1056,8 +1059,10 @@ def run_bench(a: argparse.Namespace) -> int:
                 out = {**e, "threads_per_rank": threads, "time_s": times,
                        "alone_s": [t for r in per_rank for t in r["alone_s"]],
                        "time_by_process_s": [r["time_s"] for r in per_rank],
-                       "rounds": [{name: [t for r in per_rank for t in r["rounds"][i][name]]
-                                   for name in ("alone_s", "time_s")} for i in range(n_rounds)],
+                       "rounds": [{**{name: [t for r in per_rank for t in r["rounds"][i][name]]
+                                      for name in ("alone_s", "time_s")},
+                                   "time_by_process_s": [r["rounds"][i]["time_s"] for r in per_rank]}
+                                  for i in range(n_rounds)],
                        "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
                        "bound": sharing_bound(e["processes"], threads, cores)}
                 if e["processes"] > 1:

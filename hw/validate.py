@@ -145,10 +145,12 @@ def markdown(report: dict[str, Any]) -> str:
     """The report as a Markdown table with its summary."""
     s = report["summary"]
     tol = s.get("tolerance", 0.10)
+    replays = (report.get("settings") or {}).get("replays", 1)
     lines = [
         f"Measured on: {report.get('measured_on', {}).get('device', '?')}; profile "
         f"{report.get('profile', '?')}; {s['cases']} cases, "
-        f"{report.get('repeats', '?')} repeats each after {report.get('warmup', '?')} warm-up.",
+        f"{report.get('repeats', '?')} repeats each after {report.get('warmup', '?')} warm-up"
+        + (f"; each case predicted by the median of {replays} seeded plays." if replays > 1 else "."),
         "",
         f"- median |makespan error|: {s['median_abs_error']:.1%}; worst {s['max_abs_error']:.1%} ({s['worst_case']})",
     ]

@@ -46,6 +46,9 @@ def register(sub) -> None:
     v.add_argument("--warmup", type=int, default=1, help="untimed runs per case (default 1)")
     v.add_argument("--repeats", type=int, default=5, help="measured runs per case (default 5)")
     v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--replays", type=int, default=1, metavar="N",
+                   help="CPU profiles with a measured spread of speeds: predict each case by the median of N "
+                        "plays seeded with it (31 is a good number; default 1: one play at the mean rate)")
     v.add_argument("--out", metavar="REPORT.json", default=None,
                    help="report, written after every batch of cases; an unfinished one with the same "
                         "settings resumes")
@@ -81,7 +84,7 @@ def _settings(a: argparse.Namespace, cases, profile_path: str) -> dict[str, Any]
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     return {"cases": [c.key for c in cases], "warmup": a.warmup, "repeats": a.repeats,
             "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim, "dtype": a.dtype,
-            "seed": a.seed, "reference_s": a.reference_s, "profile_sha256": digest}
+            "seed": a.seed, "reference_s": a.reference_s, "replays": a.replays, "profile_sha256": digest}
 
 
 def profile_compute_groups(profile, dtype: str, cases) -> dict[str, str]:
@@ -129,6 +132,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
     elsewhere = mismatch_line(profile.measured_on, here, a.profile)
     if a.repeats < 2:
         raise RingsimError("--repeats must be at least 2 to report a spread")
+    if a.replays < 1:
+        raise RingsimError("--replays must be at least 1")
     if a.warmup < 0:
         raise RingsimError("--warmup must be non-negative")
     if not 0 <= a.reference_s <= 60:
@@ -189,10 +194,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
         for case, traces in zip(batch, measured):
             measured_on = dict(traces[0].hardware)
             scenario = configs[case.key].scenario()
-            row = compare_case(case, traces, simulate_replays(scenario, profile))
+            row = compare_case(case, traces, simulate_replays(scenario, profile, a.replays))
             row["key"] = case.key
             if before and after:
-                row.update(at_host_speed(case, traces, scenario, profile, before, after))
+                row.update(at_host_speed(case, traces, scenario, profile, before, after, a.replays))
             rows[case.key] = row
             at_speed = f", at the host's speed {row['error_at_host_speed']:+.1%}" if "host_speed" in row else ""
             print(f"[{index[case.key]}/{len(cases)}] {case.key}: measured {row['measured_median_s'] * 1e3:.1f} ms "
@@ -251,13 +256,13 @@ def _host_speed_reader(a: argparse.Namespace, profile, kind: str):
 
 
 def at_host_speed(case, traces: list[Trace], scenario, profile, before: dict[str, Any],
-                  after: dict[str, Any]) -> dict[str, Any]:
+                  after: dict[str, Any], replays: int = 1) -> dict[str, Any]:
     """A case's prediction and errors at the host's compute speed of its batch: the mean
     of the readings before and after it, applied to the profile's compute times."""
     from sim.validation import compare_case, simulate_replays
 
     factor = (before["factor"] + after["factor"]) / 2
-    row = compare_case(case, traces, simulate_replays(scenario, profile.at_compute_speed(factor)))
+    row = compare_case(case, traces, simulate_replays(scenario, profile.at_compute_speed(factor), replays))
     return {"host_speed": factor,
             "host_speed_readings": [before["factor"], after["factor"]],
             "simulated_at_host_speed_s": row["simulated_s"],

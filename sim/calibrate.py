@@ -464,30 +464,44 @@ def host_spread(records: list[dict[str, Any]]) -> tuple[tuple[float, float, floa
     samples (`time_by_process_s`), the per-rank CV is the sample standard deviation of
     the processes' means over their mean (how far apart whole processes ran), and the
     per-block CV the mean over processes of their samples' CV; without them (older
-    files), the CV of all samples together is the per-block CV and the per-rank CV 0."""
+    files), the CV of all samples together is the per-block CV and the per-rank CV 0.
+    An entry in rounds is read a round at a time, over that round's time alone, and its
+    CVs are the rounds' means: the host's drift between rounds is no spread."""
     points = {}
     for i, r in enumerate(records):
         if r.get("rejected") or not r.get("alone_s"):
             continue
         what = f"concurrency entry {i}"
         k = float(_positive_int(r, "processes", what))
-        alone = _median(r["alone_s"], f"{what} alone_s")
-        if not alone > 0:
-            continue
-        by = r.get("time_by_process_s")
-        if isinstance(by, list) and by and all(isinstance(x, list) and x for x in by):
-            per = [[_median([t], f"{what} time_by_process_s") / alone for t in x] for x in by]
-            means = [statistics.fmean(x) for x in per]
-            rank_cv = statistics.stdev(means) / statistics.fmean(means) if len(means) > 1 else 0.0
-            block_cv = statistics.fmean(statistics.pstdev(x) / statistics.fmean(x) for x in per)
-        else:
-            xs = [t / alone for t in r.get("time_s") or []]
-            if len(xs) < 2:
-                continue
-            _mean(xs, f"{what} time_s")
-            rank_cv, block_cv = 0.0, statistics.pstdev(xs) / statistics.fmean(xs)
-        points[k] = (k, rank_cv, block_cv)
+        rounds = r.get("rounds")
+        parts = ([rd for rd in rounds if isinstance(rd, dict) and rd.get("alone_s") and rd.get("time_by_process_s")]
+                 if isinstance(rounds, list) else [])
+        cvs = [_spread_of(rd, f"{what} round {j}") for j, rd in enumerate(parts)] if parts else [_spread_of(r, what)]
+        cvs = [c for c in cvs if c is not None]
+        if cvs:
+            points[k] = (k, statistics.fmean(c[0] for c in cvs), statistics.fmean(c[1] for c in cvs))
     return tuple(points[k] for k in sorted(points)) or None
+
+
+def _spread_of(r: dict[str, Any], what: str) -> tuple[float, float] | None:
+    """(per-rank CV, per-block CV) of one set of samples and its time alone (host_spread),
+    or None where there is nothing to read."""
+    alone = _median(r["alone_s"], f"{what} alone_s")
+    if not alone > 0:
+        return None
+    by = r.get("time_by_process_s")
+    if isinstance(by, list) and by and all(isinstance(x, list) and x for x in by):
+        per = [[_median([t], f"{what} time_by_process_s") / alone for t in x] for x in by]
+        means = [statistics.fmean(x) for x in per]
+        if min(means) <= 0:
+            return None
+        rank_cv = statistics.stdev(means) / statistics.fmean(means) if len(means) > 1 else 0.0
+        block_cv = statistics.fmean(statistics.pstdev(x) / statistics.fmean(x) for x in per)
+        return rank_cv, block_cv
+    xs = [t / alone for t in r.get("time_s") or []]
+    if len(xs) < 2 or _mean(xs, f"{what} time_s") <= 0:
+        return None
+    return 0.0, statistics.pstdev(xs) / statistics.fmean(xs)
 
 
 def _compute_baseline(bench: dict[str, Any], concurrency: list[dict[str, Any]]) -> float | None:

@@ -92,6 +92,7 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
     for e in d["concurrency"]:
         assert len(e["rounds"]) == rounds and [len(r["alone_s"]) for r in e["rounds"]] == [2 * e["processes"]] * rounds
         assert sorted(t for r in e["rounds"] for t in r["time_s"]) == sorted(e["time_s"])
+        assert [len(r["time_by_process_s"]) for r in e["rounds"]] == [e["processes"]] * rounds
     assert all(e["q_tokens"] == 32 and e["mean_s"] > 0 and e["bound"] == 1.0 for e in d["concurrency"])
     ring = d["ring_conditions"][0]
     assert ring["processes"] == 2 and ring["bytes"] == inter["bytes"] and ring["attempts"] >= 1

@@ -177,9 +177,10 @@ def test_several_seeded_plays_count_by_their_median_as_the_repeats_do():
 
 
 def test_a_profile_with_a_host_spread_is_played_with_seeds_and_one_without_once():
-    """simulate_replays: a CPU host with a measured spread gives REPLAYS plays seeded 0,
-    1, ..., which differ; the same profile without the spread (or asked for one play)
-    gives one play at the mean rate, the unseeded simulation."""
+    """simulate_replays: asked for REPLAYS plays, a CPU host with a measured spread gives
+    that many seeded 0, 1, ..., which differ; the same profile without the spread, or
+    asked for one play (the default), gives one play at the mean rate, the unseeded
+    simulation."""
     import dataclasses
 
     from sim.contention import Contention, Host
@@ -194,12 +195,13 @@ def test_a_profile_with_a_host_spread_is_played_with_seeds_and_one_without_once(
     flat = dataclasses.replace(spread, contention=Contention(host=dataclasses.replace(host, spread=None)))
     w = Workload(seq=96, heads=2, kv_heads=2, head_dim=8, dtype="fp32", causal=True)
     sc = RunConfig(workload=w, world_size=2, layout="zigzag").scenario()
-    plays = simulate_replays(sc, spread)
+    plays = simulate_replays(sc, spread, REPLAYS)
     assert len(plays) == REPLAYS and [t.meta["jitter"] for t in plays] == list(range(REPLAYS))
     assert len({t.makespan_s for t in plays}) > REPLAYS // 2
-    once = simulate_replays(sc, flat)
+    once = simulate_replays(sc, flat, REPLAYS)
     assert len(once) == 1 and "jitter" not in once[0].meta
-    assert once[0].makespan_s == simulate(sc, spread).makespan_s == simulate_replays(sc, spread, 1)[0].makespan_s
+    assert once[0].makespan_s == simulate(sc, spread).makespan_s == simulate_replays(sc, spread)[0].makespan_s
+    assert len(simulate_replays(sc, spread)) == 1
 
 
 def test_step_errors_of_hand_built_traces():
@@ -563,3 +565,39 @@ def test_without_a_reading_the_report_has_no_errors_at_the_hosts_speed(cli, tmp_
     assert capsys.readouterr().err.strip().splitlines()[-1] == \
         "ringsim: error: --reference-s must be a number of seconds from 0 to 60"
     assert cli("--reference-s", "nan") == 2 and cli("--reference-s", "inf") == 2
+
+
+def test_replays_are_asked_for_and_a_report_keeps_how_many(cli, capsys):
+    """The default predicts each case by one play at the mean rate; `--replays 5` on a
+    profile whose host has a measured spread by the median of five seeded plays (the
+    plays are the ones simulate_replays gives, by hand below); the count is one of the
+    report's settings, so a resumed run with another count is refused; 0 is refused in
+    one line."""
+    import dataclasses
+    import json
+    import statistics
+
+    from sim.contention import Contention, Host
+    from sim.profile import load_profile
+    from hw.validate import markdown
+    from sim.validation import simulate_replays
+
+    host = Host(cores=2, threads_per_rank=1, spread=((2.0, 0.1, 0.2),))
+    spread = dataclasses.replace(load_profile(cli.profile), contention=Contention(host=host))
+    spread.save(cli.profile, overwrite=True)
+    assert cli("--out", str(cli.out)) == 0
+    assert all(r["simulated_plays"] == 1 for r in json.loads(cli.out.read_text())["cases"])
+    assert cli("--out", str(cli.out), "--replays", "5") == 2
+    assert "other settings" in capsys.readouterr().err
+    assert cli("--out", str(cli.out), "--replays", "5", "--force") == 0
+    report = json.loads(cli.out.read_text())
+    assert report["settings"]["replays"] == 5
+    assert "each case predicted by the median of 5 seeded plays." in markdown(report).splitlines()[0]
+    for r, cfg in zip(report["cases"], cli.kernel.runs[-4:]):
+        plays = simulate_replays(cfg.scenario(), load_profile(cli.profile), 5)
+        assert r["simulated_plays"] == 5
+        assert r["simulated_s"] == pytest.approx(statistics.median(t.makespan_s for t in plays))
+    capsys.readouterr()
+    assert cli("--replays", "0") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "ringsim: error: --replays must be at least 1"

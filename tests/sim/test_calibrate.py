@@ -503,3 +503,21 @@ def test_an_entry_that_alternated_alone_and_shared_counts_by_the_median_of_its_r
     b["concurrency"] = [{**entry, "rounds": [[0.01]]}]
     with pytest.raises(RingsimError, match="rounds must be a list of objects"):
         calibrate(b)
+
+
+def test_the_hosts_spread_of_an_entry_in_rounds_is_read_a_round_at_a_time():
+    """Two processes, two rounds: in the first, alone 1.0 s, one ran 1.0 and 1.2 s, the
+    other 2.0 and 2.0; in the second the host ran at half speed (alone 2.0 s) and so did
+    they (2.0, 2.4; 4.0, 4.0). Each round reads as the one-round entry of the test above
+    (per-rank CV 0.6364 / 1.55, per-block 0.1 / 1.1 / 2), and so does their mean: the
+    host's drift between rounds is no spread. Read over all samples at once against the
+    median alone (1.5 s), the drift would count."""
+    from sim.calibrate import host_spread
+
+    rounds = [{"alone_s": [1.0, 1.0], "time_s": [1.0, 1.2, 2.0, 2.0], "time_by_process_s": [[1.0, 1.2], [2.0, 2.0]]},
+              {"alone_s": [2.0, 2.0], "time_s": [2.0, 2.4, 4.0, 4.0], "time_by_process_s": [[2.0, 2.4], [4.0, 4.0]]}]
+    entry = {"processes": 2, "alone_s": [1.0, 1.0, 2.0, 2.0], "time_s": [1.0, 1.2, 2.0, 2.0, 2.0, 2.4, 4.0, 4.0],
+             "time_by_process_s": [[1.0, 1.2, 2.0, 2.4], [2.0, 2.0, 4.0, 4.0]], "rounds": rounds}
+    assert host_spread([entry]) == ((2.0, pytest.approx(0.9 / 2 ** 0.5 / 1.55), pytest.approx(0.1 / 1.1 / 2)),)
+    flat = host_spread([{k: v for k, v in entry.items() if k != "rounds"}])
+    assert flat[0][2] > 2 * (0.1 / 1.1 / 2)
