@@ -18,7 +18,7 @@ validate it:
   deadline every process shares, so that all k run at once the whole time): how much
   slower compute runs when ranks share the host's cores and memory (CPU only; on GPUs
   each rank has its own device); the forward block, and its backward where the kinds
-  hold bwd (time-sliced, a backward loses more than its share of the cores);
+  hold bwd (time-sliced, a backward can lose more than its share of the cores);
 - ring_conditions: k ranks (k = 2, 3, ...) in a ring, as a ring run loads the host:
   every rank computes the block back to back while it sends the block's K/V to the next
   rank and receives from the previous one, exchange after exchange; the compute time
@@ -738,10 +738,9 @@ def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[st
 def _plan_concurrency(plan: dict[str, Any], seen: dict[str, set]) -> list[dict[str, Any]]:
     """The interference part's block computed by each planned number of processes, one
     process first (the bound checks compare with it): its forward, and its backward too
-    where the plan's kinds hold bwd. Time-sliced processes lose more than their share of
-    the cores on a backward block (its larger working set is refilled at every switch):
-    on the 2-core VM four processes ran a 1024-token backward 2.2-3.5x slower than one,
-    the forward 2.0x."""
+    where the plan's kinds hold bwd. Time-sliced processes can lose more than their share
+    of the cores on a backward block: in probes on the 2-core VM four processes ran a
+    1024-token backward 2.2-3.5x slower than one, the forward 2.0x."""
     kinds = tuple(k for k in ("fwd", "bwd") if k == "fwd" or k in plan["kinds"])
     return _plan_host(plan, "concurrency", sorted(set(plan["concurrency"]) | {1}), seen, kinds)
 

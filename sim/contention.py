@@ -10,9 +10,9 @@ Effects a calibrated profile can carry (all absent from a datasheet preset):
   transfers alike, runs slowdown(D) times slower than alone: D / C, or a law measured
   on the host (k processes computing at once, at demand k·threads) that never goes
   below D / C. A backward compute runs by the law measured on a backward block where
-  the profile has one: time-sliced, it loses more than its share of the cores (its
-  working set is refilled at every switch). A transfer is stretched by the computes
-  and a compute by the transfers of every rank, sends and receives alike;
+  the profile has one: time-sliced, it can lose more than its share of the cores. A
+  transfer is stretched by the computes and a compute by the transfers of every rank,
+  sends and receives alike;
 - core sharing without a host model (profiles calibrated before it): only computes
   count, at 1 / slowdown(active) from the measured `concurrency` pairs, or at
   slots / active once more ranks compute than there are compute slots; transfers keep
@@ -28,7 +28,9 @@ they block and wake; even two processes on two cores run a few percent apart for
 whole run. A ring waits for its slowest rank, so a mean-rate play predicts it short.
 A host with a measured `spread` gives a play with a jitter seed a factor per rank for
 the run and one per block, lognormal of mean 1 with the measured CVs; the prediction
-of a run is then the median over seeded plays (sim.validation.simulate_replays).
+of a run is then the median over seeded plays (sim.validation.simulate_replays, asked
+for with `ringsim validate --replays`: the draws are independent where the host's cores
+tie the ranks together, and on the 2-core VM they did not help on balance).
 
 A duration from the hardware model is the work at full speed. `Sharing` tracks, inside
 the SimPy run, every compute and transfer in progress, and whenever one starts or ends
@@ -87,7 +89,7 @@ class Host:
     """Measured (cores demanded, slowdown) pairs, ascending; None: demand / cores."""
     law_bwd: tuple[tuple[float, float], ...] | None = None
     """The same pairs measured on a backward block, for backward computes; None: `law`.
-    Time-sliced processes lose more than their share of the cores on a backward block."""
+    Time-sliced, a backward block can lose more than its share of the cores."""
     spread: tuple[tuple[float, float, float], ...] | None = None
     """Measured (processes on the host, per-rank CV, per-block CV), ascending: how much a
     rank's speed over a run, and a block's time around it, vary when that many processes
