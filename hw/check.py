@@ -18,8 +18,9 @@ import time
 from typing import Any
 
 from sim.config import Workload
+from sim.engine import simulate
 from sim.host import differences, this_host
-from sim.validation import Case, compare_case, simulate_replays
+from sim.validation import Case, compare_case
 
 
 PROBES = (Case("zigzag", True, 2, 3072), Case("contiguous", False, 2, 3072), Case("zigzag", True, 3, 3072))
@@ -62,11 +63,10 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
                       warmup=warmup, repeats=repeats) for p in probes]
     rows = []
     for probe, cfg, (_, traces) in zip(probes, cfgs, run_configs(cfgs, interleave=True)):
-        row = compare_case(probe, traces, simulate_replays(cfg.scenario(), profile))
+        row = compare_case(probe, traces, simulate(cfg.scenario(), profile))
         row.update(key=probe.key, within=abs(row["error"]) <= tolerance)
         if at_speed is not None:
-            at = compare_case(probe, traces, simulate_replays(cfg.scenario(), at_speed))
-            row["error_at_host_speed"] = at["error"]
+            row["error_at_host_speed"] = compare_case(probe, traces, simulate(cfg.scenario(), at_speed))["error"]
         rows.append(row)
         if on_probe:
             on_probe(row)

@@ -22,6 +22,7 @@ from sim.errors import RingsimError
 from sim.trace import Trace, read_json, write_json
 
 from hw.validate import SCHEMES
+from sim.validation import REPLAYS
 
 
 def register(sub) -> None:
@@ -48,8 +49,8 @@ def register(sub) -> None:
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--replays", type=int, default=1, metavar="N",
                    help="CPU profiles with a measured spread of speeds: predict each case by the median of N "
-                        "plays seeded with it (the README's comparisons used 31; default 1: one play at the "
-                        "mean rate)")
+                        f"plays seeded with it (the README's comparisons used {REPLAYS}; default 1: one play at "
+                        "the mean rate)")
     v.add_argument("--out", metavar="REPORT.json", default=None,
                    help="report, written after every batch of cases; an unfinished one with the same "
                         "settings resumes")

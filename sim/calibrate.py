@@ -34,6 +34,7 @@ fits the models of sim.profile:
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from typing import Any
 
@@ -349,8 +350,7 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
                        "ring_entries": len(ring_points), "transfer_cores": 0.0}
         if ring_points:
             x, sigma, err = fit_transfer_cores(ring_points, host)
-            host = Host(cores=cores, threads_per_rank=threads, transfer_cores=x, law=law, law_bwd=law_bwd,
-                        spread=spread)
+            host = dataclasses.replace(host, transfer_cores=x)
             host_report.update(transfer_cores=x, residual_in_flight_slowdown=sigma, sum_sq_log_error=err,
                                points=[_ring_residual(p, host, sigma) for p in ring_points])
             # the link was measured alone: two transfers in flight, which may already

@@ -31,12 +31,13 @@ import numpy as np
 from sim.calibrate import _stats, calibrate_compute, calibrate_link
 from sim.config import scenario_from_config
 from sim.contention import Contention
+from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.profile import Profile
 from sim.schedule import KINDS, MASKS
 from sim.schemes import get as get_scheme
 from sim.trace import KIND_NAMES, Trace
-from sim.validation import Case, compare_case, simulate_replays
+from sim.validation import Case, compare_case
 
 def _measured(trace: Trace, source: str) -> None:
     if trace.source != "measured":
@@ -139,7 +140,7 @@ def holdout(traces: list[tuple[Trace, str]], profiles: dict[str, Any],
         scenario = scenario_from_config(runs[0].config)
         row: dict[str, Any] = {"key": key, "repeats": len(runs)}
         for name, profile in profiles.items():
-            r = compare_case(case, runs, simulate_replays(scenario, profile))
+            r = compare_case(case, runs, simulate(scenario, profile))
             row.update(measured_s=r["measured_median_s"], measured_min_s=r["measured_min_s"],
                        measured_max_s=r["measured_max_s"])
             row[name] = {"predicted_s": r["simulated_s"], "error": r["error"],

@@ -82,11 +82,11 @@ def _rel(sim: float, meas: float) -> float | None:
 REPLAYS = 31
 """Seeded plays a validation asks for when it plays the host's spread of speeds
 (`ringsim validate --replays`): the prediction is their median, as the measurement is
-the median of its repeats. Off by default: on three calibrations of the 2-core VM the
-plays lengthened the prediction of runs it already predicted long (median |error| on the
-same measurements 12.0%, 4.8%, 18.1% with 31 plays against 12.8%, 4.3%, 16.4% without);
-their draws are independent where the host's cores couple them (a rank served less
-leaves more to the others)."""
+the median of its repeats. Off by default: on four calibrations of the 2-core VM the
+plays did not help on balance (median |error| on the same measurements 12.0%, 4.8%,
+18.1%, 15.7% with 31 plays against 12.8%, 4.3%, 16.4%, 15.6% without, README); their
+draws are independent where the host's cores couple them (a rank served less leaves
+more to the others)."""
 
 
 def simulate_replays(scenario: Any, profile: Any, replays: int = 1) -> list[Trace]:
