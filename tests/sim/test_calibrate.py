@@ -436,7 +436,7 @@ def test_the_hosts_spread_is_read_from_each_processes_samples_over_their_time_al
     assert p.contention.host.spread is not None and len(p.contention.host.spread) == len(b["concurrency"])
 
 
-def test_a_backward_block_shared_by_time_sliced_processes_gets_its_own_law():
+def test_a_backward_block_shared_by_time_sliced_processes_gets_its_own_law(tmp_path):
     """The concurrency part timed the block's forward and its backward. Forward: three
     processes 15 ms against 10 ms alone, 1.5x; four 20 ms, 2.0x. Backward: alone 25 ms,
     three 45 ms (1.8x), four 62.5 ms (2.5x), two 25 ms (1.0x). Each law is its own kind's
@@ -458,7 +458,8 @@ def test_a_backward_block_shared_by_time_sliced_processes_gets_its_own_law():
                             pytest.approx((4, 2.5)))
     assert [k for k, _, _ in host.spread] == [1, 3, 4] and all(cv == 0 for _, cv, _ in host.spread)
     assert p.report["concurrency_slowdown_bwd"][-1] == pytest.approx([4, 2.5])
-    assert load_profile_from(p).contention.host == host
+    p.save(tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json").contention.host == host
     b["concurrency"][-1]["time_s"] = [0.025 * 1.8] * 4
     p = calibrate(b)
     assert p.contention.host.law_bwd[-1] == pytest.approx((3, 1.8))
@@ -469,14 +470,6 @@ def test_a_backward_block_shared_by_time_sliced_processes_gets_its_own_law():
     b["concurrency"] = fwd + [{**bwd[0], "kind": "dkv"}]
     with pytest.raises(RingsimError, match="concurrency entry 3 has kind 'dkv'"):
         calibrate(b)
-
-
-def load_profile_from(p):
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        p.save(Path(d) / "p.json")
-        return load_profile(Path(d) / "p.json")
 
 
 def test_an_entry_that_alternated_alone_and_shared_counts_by_the_median_of_its_rounds():
