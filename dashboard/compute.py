@@ -26,6 +26,7 @@ from sim.errors import RingsimError
 from sim.layouts import get as get_layout
 from sim.memory import full_kv_bytes, peak_memory, peak_memory_bytes
 from sim.metrics import Metrics, comparison_row, compute_metrics
+from sim.players import head_geometry
 from sim.trace import COMPUTE, Trace
 
 from dashboard.figures import rank_starts
@@ -260,7 +261,7 @@ def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, floa
     w = scenario.workload
     flops = w.fwd_flops(tokens * tokens)
     compute = hw.compute_time_s(flops, dtype=w.dtype, kind="fwd", mask="full",
-                                q_tokens=int(tokens), kv_tokens=int(tokens))
+                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(hw, w))
     transfer = hw.transfer_time_s(w.kv_bytes(1) * tokens, 0, 1)
     return compute, transfer
 

@@ -245,8 +245,8 @@ class Hardware:
                        kv_heads_per_head: float | None = None, sliced: bool = False) -> float:
         """Time of one block: overhead + FLOPs / achieved rate (DESIGN.md); with a kernel
         table, the rate of its pass, mask and size plus its merge (sim.kernel_model).
-        head_dim and kv_heads_per_head (the engine does not pass them) default to those
-        of sim.config.Workload; sliced: the block's queries are part of its rank's
+        head_dim and kv_heads_per_head (the engine passes the workload's) default to
+        those of sim.config.Workload; sliced: the block's queries are part of its rank's
         (the engine passes it where `merge_copies_slices`)."""
         if self.gpu.uses_kernel_table(dtype):
             return float(self.compute_times_s(
@@ -254,7 +254,7 @@ class Hardware:
                 mask=np.array([mask], dtype=object), q_tokens=np.array([q_tokens]),
                 kv_tokens=np.array([kv_tokens]), head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
                 sliced=np.array([sliced]))[0])
-        return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype)
+        return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype, head_dim)
 
     @property
     def merge_copies_slices(self) -> bool:
@@ -264,6 +264,10 @@ class Hardware:
 
     p2p_queue = True
     """GPUs run their ring hops through NCCL: one queue of batches per device (sim.queues)."""
+
+    takes_head_geometry = True
+    """compute_time(s)_s and rate_flops take the workload's head dim and K/V heads per
+    query head (a kernel table's rates and merge depend on them); the engine passes them."""
 
     def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
         return self.link_between(src, dst).time_s(nbytes)
@@ -283,7 +287,7 @@ class Hardware:
                 kv_heads_per_head=kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads,
                 elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
                 launch_overhead_us=g.launch_overhead_us, sliced=sliced)
-        return g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype)
+        return g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype, head_dim)
 
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """transfer_time_s over arrays of transfers."""
@@ -293,8 +297,8 @@ class Hardware:
         between_nodes = src // self.gpus_per_node != dst // self.gpus_per_node
         return np.where(between_nodes, self.inter_link.time_s(nbytes), t)
 
-    def rate_flops(self, dtype: str) -> float:
-        return self.gpu.rate_flops(dtype)
+    def rate_flops(self, dtype: str, head_dim: int | None = None) -> float:
+        return self.gpu.rate_flops(dtype, head_dim)
 
     def describe(self) -> dict[str, Any]:
         out = {"kind": "preset", **asdict(self)}

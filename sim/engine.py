@@ -109,11 +109,19 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
         mem = scheme.peak_memory(scenario)
         header = {
             "config": scenario.describe(),
-            "hardware": {**hw.describe(), "rate_flops": hw.rate_flops(scenario.workload.dtype)},
+            "hardware": {**hw.describe(), "rate_flops": ideal_rate_flops(hw, scenario.workload)},
             "meta": {"peak_mem_bytes": [mem["total"]] * scenario.n_gpus, "memory": mem,
                      "schedule": scheme.name, "ops": len(schedule), "p2p_queue": queued},
         }
         return play(schedule, hw, scenario.workload, header, player=player, own=True, jitter=jitter)
+
+
+def ideal_rate_flops(hw: Any, workload: Workload) -> float:
+    """The rate of the ideal time (DESIGN.md) on `hw`, at the workload's head dim where
+    the hardware's rates depend on it (`takes_head_geometry`)."""
+    if getattr(hw, "takes_head_geometry", False):
+        return hw.rate_flops(workload.dtype, workload.head_dim)
+    return hw.rate_flops(workload.dtype)
 
 
 BYTES_PER_OP = 130

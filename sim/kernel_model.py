@@ -32,8 +32,8 @@ The engine gives each block's FLOPs, pass, mask and the extent of its kernel cal
 query and key tokens that take part, sim.layouts.block_extents), not the workload's head count: the
 output's width (heads x batch x head dim) is recovered from the FLOPs, taking the
 block's pairs as q x kv for a full block and q x kv / 2 for a diagonal one. The head dim
-and the K/V-to-query head ratio are not passed either: callers give them, or the
-defaults of sim.config.Workload apply.
+and the K/V-to-query head ratio come from the workload (sim.players.head_geometry), or
+the defaults of sim.config.Workload where a caller gives none.
 """
 
 from __future__ import annotations

@@ -67,17 +67,18 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
         # a hardware model whose merge costs more on part of a rank's queries is told
         # which blocks those are (sliced: narrower than the rank's widest block)
         extra = [_sliced(schedule)] if getattr(hardware, "merge_copies_slices", False) else []
+        geometry = head_geometry(hardware, workload)
         if hasattr(hardware, "compute_times_s"):
             def times(flops, kind, mask, q_tokens, kv_tokens, *sliced):
                 return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
                                                 mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
-                                                **({"sliced": sliced[0]} if sliced else {}))
+                                                **geometry, **({"sliced": sliced[0]} if sliced else {}))
         else:
             def times(*columns):
                 return _per_distinct(
                     lambda f, k, m, q, kv, *sliced: hardware.compute_time_s(
                         f, dtype=workload.dtype, kind=KINDS[k], mask=MASKS[m], q_tokens=q, kv_tokens=kv,
-                        **({"sliced": bool(sliced[0])} if sliced else {})),
+                        **geometry, **({"sliced": bool(sliced[0])} if sliced else {})),
                     list(columns))
         columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens, *extra]
         for a in range(0, len(comp), _CHUNK):
@@ -101,6 +102,14 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
             dur[ids] = hardware.collective_times_s(_KIND_NAMES[schedule.kind[ids]], schedule.nbytes[ids],
                                                    dur[ids], group=counts[inverse.ravel()] + 1)
     return dur
+
+
+def head_geometry(hardware: Any, workload: Workload) -> dict[str, Any]:
+    """The workload's head dim and K/V heads per query head, as keyword arguments for a
+    hardware object that takes them (`takes_head_geometry`); none for one that does not."""
+    if not getattr(hardware, "takes_head_geometry", False):
+        return {}
+    return {"head_dim": workload.head_dim, "kv_heads_per_head": workload.kv_heads / workload.heads}
 
 
 _CHUNK = 1 << 18

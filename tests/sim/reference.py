@@ -222,6 +222,8 @@ def reference_durations(ops, hardware, workload):
             out.append(0.0)
         else:
             more = {"sliced": op.q_tokens < workload.seq // ranks} if slices else {}
+            if getattr(hardware, "takes_head_geometry", False):
+                more |= {"head_dim": workload.head_dim, "kv_heads_per_head": workload.kv_heads / workload.heads}
             out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind,
                                                mask=op.mask, q_tokens=op.q_tokens, kv_tokens=op.kv_tokens, **more))
     return out
@@ -342,11 +344,13 @@ class PerOpHardware:
         self.hw, self.calls = hw, 0
         self.p2p_queue = getattr(hw, "p2p_queue", False)     # simulate() asks for it
         self.merge_copies_slices = getattr(hw, "merge_copies_slices", False)
+        self.takes_head_geometry = getattr(hw, "takes_head_geometry", False)
 
     def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens, **more):
         self.calls += 1
         assert type(flops) is float and type(q_tokens) is int and type(kind) is str
-        assert set(more) <= {"sliced"} and all(type(v) is bool for v in more.values())
+        assert set(more) <= {"sliced", "head_dim", "kv_heads_per_head"}
+        assert type(more.get("sliced", False)) is bool
         return self.hw.compute_time_s(flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens,
                                       kv_tokens=kv_tokens, **more)
 
@@ -355,8 +359,8 @@ class PerOpHardware:
         assert type(nbytes) is int and type(src) is int
         return self.hw.transfer_time_s(nbytes, src, dst)
 
-    def rate_flops(self, dtype):
-        return self.hw.rate_flops(dtype)
+    def rate_flops(self, dtype, *head_dim):
+        return self.hw.rate_flops(dtype, *head_dim)
 
     def describe(self):
         return {"kind": "per-op test model"}

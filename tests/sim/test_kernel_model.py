@@ -134,3 +134,29 @@ def test_the_layouts_no_longer_tie():
     eff = {lay: compute_metrics(simulate(Scenario(workload=w, layout=lay), player="recurrence")).efficiency
            for lay in ("contiguous", "striped", "zigzag")}
     assert eff["contiguous"] < eff["striped"] < eff["zigzag"] < 0.95
+
+
+def test_the_workload_s_head_dim_and_kv_heads_choose_the_rates_and_the_bytes():
+    """Head dim 64 and 4 K/V heads per 32 query heads: every block of a simulated ring is
+    read off the head-dim-64 series, its dK/dV adds are those of 4 K/V heads, and the
+    ideal time runs at the head-dim-64 dense forward's best rate."""
+    from sim.players import durations_s
+    from sim.schemes import get as get_scheme
+
+    d, hkv, c = 64, 4, 8192
+    w = Workload(seq=2 * c, heads=H, kv_heads=hkv, head_dim=d, causal=False, pass_="fwdbwd")
+    sc = Scenario(workload=w, hardware=h800(), n_gpus=2, layout="contiguous")
+    schedule = get_scheme("ring").build_schedule(sc)
+    dur = durations_s(schedule, sc.hardware, w)
+    comp = schedule.compute_ids
+    flops = 4 * d * c * c * H * B
+    # FlashAttention-2 on H100, dense, head dim 64, 8k: forward 322, backward 287 TFLOP/s
+    fwd = 5e-6 + flops / 322e12 + c * H * B * (d * 10 + 12) / H800_HBM
+    bwd = 5e-6 + 2.5 * flops / 287e12 + 10 * d * (c * H + 2 * c * hkv) * B / H800_HBM
+    assert sorted(set(np.round(dur[comp], 15).tolist())) == pytest.approx(sorted([fwd, bwd]), rel=1e-12)
+    trace = simulate(sc, player="recurrence")
+    assert trace.hardware["rate_flops"] == 324e12      # FA2 forward, dense, head dim 64, 16k
+    # the same blocks at the default geometry (head dim 128, 8 K/V heads) take other times
+    default = Scenario(workload=Workload(seq=2 * c, causal=False, pass_="fwdbwd", head_dim=128),
+                       hardware=h800(), n_gpus=2, layout="contiguous")
+    assert trace.hardware["rate_flops"] != simulate(default, player="recurrence").hardware["rate_flops"]
