@@ -19,6 +19,7 @@ from typing import Any
 
 from sim.config import LAYOUTS, PASSES, Workload
 from sim.errors import RingsimError
+from sim.spec import tokens
 
 
 def add_run_args(p: argparse.ArgumentParser, *, world_size: bool = True) -> None:
@@ -26,7 +27,8 @@ def add_run_args(p: argparse.ArgumentParser, *, world_size: bool = True) -> None
     g = p.add_argument_group("run")
     if world_size:
         g.add_argument("--world-size", type=int, default=2, help="ranks in the ring (default 2)")
-    g.add_argument("--seq", type=int, default=4096, help="tokens per sequence (default 4096)")
+    g.add_argument("--seq", type=tokens, default=4096,
+                   help="tokens per sequence: a number or a size such as 4k (default 4096)")
     g.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
     g.add_argument("--heads", type=int, default=8, help="query heads (default 8)")
     g.add_argument("--kv-heads", type=int, default=None,

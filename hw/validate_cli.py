@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from sim.errors import RingsimError
+from sim.spec import tokens
 from sim.trace import Trace, read_json, write_json
 
 from hw.validate import SCHEMES
@@ -33,7 +34,7 @@ def register(sub) -> None:
                    help="the quick matrix: forward at two sizes and forward-backward at the smaller, "
                         "world sizes 2-4, the ring (under ten minutes on 2 cores); without it fwd, bwd "
                         "and fwdbwd at three sizes, every layout and mask, ring, allgather and ulysses")
-    v.add_argument("--seqs", type=int, nargs="+", default=None, help="sequence lengths (every pass)")
+    v.add_argument("--seqs", type=tokens, nargs="+", default=None, help="sequence lengths (every pass)")
     v.add_argument("--world-sizes", type=int, nargs="+", default=None, help="(default 2 3 4)")
     v.add_argument("--passes", nargs="+", choices=["fwd", "bwd", "fwdbwd"], default=None,
                    help="(default: fwd fwdbwd with --quick, else fwd bwd fwdbwd)")

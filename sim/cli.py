@@ -19,6 +19,7 @@ from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenari
 from sim.errors import RingsimError
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
 from sim.schemes import names as scheme_names
+from sim.spec import tokens
 from sim.units import fmt_bytes, fmt_s
 
 COMMAND_GROUP = "ringsim.commands"
@@ -36,7 +37,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
     d = Workload()
     g = p.add_argument_group("workload")
     g.add_argument("--gpus", type=int, default=8, help="ranks in the ring (default 8)")
-    g.add_argument("--seq", type=int, default=d.seq, help=f"tokens per sequence (default {d.seq})")
+    g.add_argument("--seq", type=tokens, default=d.seq,
+                   help=f"tokens per sequence: a number or a size such as 64k or 1M (default {d.seq})")
     g.add_argument("--batch", type=int, default=d.batch, help="sequences (default 1)")
     g.add_argument("--heads", type=int, default=d.heads, help=f"query heads (default {d.heads})")
     g.add_argument("--kv-heads", type=int, default=d.kv_heads,

@@ -69,6 +69,14 @@ def parse_count(value: Any, what: str = "value") -> int:
     return n
 
 
+def tokens(value: str) -> int:
+    """argparse type of a token count: a whole number or a size (parse_count: 64k, 1M)."""
+    try:
+        return parse_count(value, "tokens")
+    except RingsimError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 # --- simulate's options -------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -114,6 +122,8 @@ def options() -> tuple[Option, ...]:
             kind = "bool"
         elif action.type in (int, float):
             kind = action.type.__name__
+        elif action.type is tokens:
+            kind = "int"
         else:
             kind = "str"
         flag = next(s for s in action.option_strings if s.startswith("--"))

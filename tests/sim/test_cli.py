@@ -146,3 +146,18 @@ def test_a_ring_too_large_for_the_machine_is_refused_in_one_line_before_it_is_bu
     assert err.strip().splitlines() == [
         "ringsim: error: ring on 512 GPUs is 523,776 operations: simulating it takes about 64.9 MiB, "
         "and this machine has 50.0 MiB available; use fewer GPUs or a machine with more memory"]
+
+
+def test_seq_takes_a_size_as_the_sweep_specs_do(capsys):
+    _, by_size, _ = run(capsys, "simulate", "--gpus", "4", "--seq", "8k", "--json")
+    _, by_number, _ = run(capsys, "simulate", "--gpus", "4", "--seq", "8192", "--json")
+    assert json.loads(by_size) == json.loads(by_number)
+    assert json.loads(run(capsys, "simulate", "--gpus", "2", "--seq", "1.5k", "--json")[1])["scenario"]["workload"]["seq"] == 1536
+
+
+@pytest.mark.parametrize("seq,says", [("64q", "a size such as 128k"), ("0", "must be positive"),
+                                      ("1.5", "not a whole number")])
+def test_a_bad_seq_is_one_line(capsys, seq, says):
+    code, out, err = run(capsys, "simulate", "--seq", seq)
+    assert code == 2 and out == ""
+    assert says in err and len(err.strip().splitlines()) == 1
