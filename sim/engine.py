@@ -94,7 +94,8 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
     offer compute_time_s, transfer_time_s, rate_flops and describe, and may offer
     compute_times_s and transfer_times_s (see sim.players.durations_s), and `p2p_queue`:
     true where a device runs its point-to-point batches one after another, as NCCL does
-    (sim.queues). Where the scheme counts its operations (Scheme.count_ops), a schedule
+    (sim.queues), and `takes_head_geometry`: true where its compute times and rate take
+    the workload's head dim and K/V heads per query head (sim.players.head_geometry). Where the scheme counts its operations (Scheme.count_ops), a schedule
     that would not fit in the memory the machine has available is refused, RingsimError,
     before it is built. `jitter` seeds the host's spread of speeds (see play).
     """
