@@ -118,7 +118,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from sim.calibrate import bound_violation
+from sim.calibrate import bound_violation, round_ratios
 from sim.config import BWD_FLOPS_FACTOR, DTYPE_BYTES
 from sim.contention import sharing_bound
 from sim.errors import RingsimError
@@ -583,19 +583,17 @@ def ring_slowdown(shared_s: list[float], alone_s: list[float]) -> float:
 
 def round_slowdown(entry: dict[str, Any], median: bool = False) -> float:
     """A concurrency entry's slowdown: the median over its rounds of each round's shared
-    samples over its samples alone (ring_slowdown; with `median`, their medians'
-    ratio), so that the host's drift between rounds cancels; an entry without rounds
-    (older files) over all its samples. 0 when nothing was measured."""
-    def one(shared: list[float], alone: list[float]) -> float:
-        if not median:
-            return ring_slowdown(shared, alone)
-        return statistics.median(shared) / statistics.median(alone) if shared and alone else 0.0
-
-    ratios = [one(r["time_s"], r["alone_s"]) for r in entry.get("rounds") or []]
-    ratios = [x for x in ratios if x > 0]
+    samples over its samples alone (sim.calibrate.round_ratios: their mean over the
+    median alone, as ring_slowdown; with `median`, their medians' ratio), so that the
+    host's drift between rounds cancels; an entry without rounds (older files) over all
+    its samples. 0 when nothing was measured."""
+    ratios = round_ratios(entry.get("rounds"), not median, "concurrency entry")
     if ratios:
         return statistics.median(ratios)
-    return one(entry.get("time_s") or [], entry.get("alone_s") or [])
+    shared, alone = entry.get("time_s") or [], entry.get("alone_s") or []
+    if not median:
+        return ring_slowdown(shared, alone)
+    return statistics.median(shared) / statistics.median(alone) if shared and alone else 0.0
 
 
 def concurrency_violation(entry: dict[str, Any], alone_s: float | None, cores: int) -> str | None:

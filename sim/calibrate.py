@@ -399,7 +399,7 @@ def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | No
         samples = r.get("time_s", r.get("median_s"))
         t = (_mean(samples, f"{label} entry {i} time_s") if sliced and isinstance(samples, list)
              else _median(samples, f"{label} entry {i} time_s"))
-        rounds = _round_ratios(r.get("rounds"), sliced, f"{label} entry {i}")
+        rounds = round_ratios(r.get("rounds"), sliced, f"{label} entry {i}")
         if rounds:
             # the entry alternated alone and shared: the median of its rounds' ratios,
             # each of samples seconds apart (the host's drift between rounds cancels)
@@ -436,9 +436,10 @@ def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | No
     return concurrency, threads_of
 
 
-def _round_ratios(rounds: Any, sliced: bool, what: str) -> list[float]:
+def round_ratios(rounds: Any, sliced: bool, what: str) -> list[float]:
     """Each round's shared block time (the mean once time-sliced, else the median, as
-    for a whole entry) over its median alone; [] without rounds."""
+    for a whole entry) over its median alone; [] without rounds (hw.bench.round_slowdown
+    reads an entry's slowdown by the same rule)."""
     if rounds is None:
         return []
     if not isinstance(rounds, list) or not all(isinstance(x, dict) for x in rounds):

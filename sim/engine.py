@@ -20,7 +20,7 @@ import numpy as np
 
 from sim.config import Scenario, Workload
 from sim.errors import RingsimError
-from sim.players import durations_s, times_simpy, times_waves
+from sim.players import durations_s, head_geometry, times_simpy, times_waves
 from sim.queues import queue_batches
 from sim.record import record_owned
 from sim.schedule import Schedule
@@ -120,9 +120,8 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
 def ideal_rate_flops(hw: Any, workload: Workload) -> float:
     """The rate of the ideal time (DESIGN.md) on `hw`, at the workload's head dim where
     the hardware's rates depend on it (`takes_head_geometry`)."""
-    if getattr(hw, "takes_head_geometry", False):
-        return hw.rate_flops(workload.dtype, workload.head_dim)
-    return hw.rate_flops(workload.dtype)
+    geometry = head_geometry(hw, workload)
+    return hw.rate_flops(workload.dtype, geometry["head_dim"]) if geometry else hw.rate_flops(workload.dtype)
 
 
 BYTES_PER_OP = 130
