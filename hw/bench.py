@@ -822,6 +822,18 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
             "alone_s": [t for r in by_round for t in r["alone_s"]], "rounds": by_round}
 
 
+def gather_concurrency(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """The samples of every process of a _concurrency_worker run, as one entry holds
+    them: all together, by process, and by round."""
+    times = [t for r in per_rank for t in r["time_s"]]
+    return {"time_s": times, "alone_s": [t for r in per_rank for t in r["alone_s"]],
+            "time_by_process_s": [r["time_s"] for r in per_rank],
+            "rounds": [{**{name: [t for r in per_rank for t in r["rounds"][i][name]] for name in ("alone_s", "time_s")},
+                        "time_by_process_s": [r["rounds"][i]["time_s"] for r in per_rank]}
+                       for i in range(len(per_rank[0]["rounds"]))],
+            "median_s": statistics.median(times), "mean_s": statistics.fmean(times)}
+
+
 def _plan_collectives(plan: dict[str, Any], seen: dict[str, set]) -> dict[int, list[dict[str, Any]]]:
     """The collective entries still to measure, by world size (one process group each)."""
     out: dict[int, list[dict[str, Any]]] = {}
@@ -1052,16 +1064,7 @@ def run_bench(a: argparse.Namespace) -> int:
                 per_rank = spawn(_concurrency_worker, e["processes"],
                                  args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
                                  backend="gloo", timeout_s=a.timeout)
-                times = [t for r in per_rank for t in r["time_s"]]
-                n_rounds = len(per_rank[0]["rounds"])
-                out = {**e, "threads_per_rank": threads, "time_s": times,
-                       "alone_s": [t for r in per_rank for t in r["alone_s"]],
-                       "time_by_process_s": [r["time_s"] for r in per_rank],
-                       "rounds": [{**{name: [t for r in per_rank for t in r["rounds"][i][name]]
-                                      for name in ("alone_s", "time_s")},
-                                   "time_by_process_s": [r["rounds"][i]["time_s"] for r in per_rank]}
-                                  for i in range(n_rounds)],
-                       "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
+                out = {**e, "threads_per_rank": threads, **gather_concurrency(per_rank),
                        "bound": sharing_bound(e["processes"], threads, cores)}
                 if e["processes"] > 1:
                     out["slowdown"] = round_slowdown(out)

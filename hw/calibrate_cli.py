@@ -136,7 +136,8 @@ def cmd_check(a: argparse.Namespace) -> int:
                   f"{row['simulated_s'] * 1e3:7.1f} ms ({row['error']:+.1%}); compute "
                   f"{parts['compute_s']['error']:+.1%}, transfer {parts['mean_transfer_s']['error']:+.1%}"
                   + (f"; at the host's speed {row['error_at_host_speed']:+.1%}"
-                     if "error_at_host_speed" in row else ""),
+                     if "error_at_host_speed" in row else "")
+                  + (f", and sharing {row['error_at_host_state']:+.1%}" if "error_at_host_state" in row else ""),
                   file=sys.stderr, flush=True)
 
     result = check(profile, tolerance=a.tolerance, on_probe=show)
@@ -151,6 +152,17 @@ def cmd_check(a: argparse.Namespace) -> int:
                   f"{speed['now_s'] * 1e3:.1f} ms, {speed['factor']:.2f}x its {speed['profile_s'] * 1e3:.1f} ms "
                   f"there; at that speed the median |makespan error| is "
                   f"{result['median_abs_error_at_host_speed']:.1%}")
+        sharing = result.get("host_sharing")
+        if sharing:
+            from hw.validate import SHARING_OFF
+            from hw.validate_cli import sharing_line
+
+            print(f"{sharing_line(sharing)}; at that speed and sharing the median |makespan error| is "
+                  f"{result['median_abs_error_at_host_state']:.1%}")
+            if abs(sharing["factor"] - 1) > SHARING_OFF:
+                print(f"note: this host's cores serve {sharing['processes']} processes "
+                      f"{'worse' if sharing['factor'] > 1 else 'better'} than when the profile was measured: "
+                      "on a virtual machine, its physical cores are shared with other tenants now and then")
         verdict = "still predicts" if result["holds"] else "no longer predicts"
         print(f"{a.check} {verdict} this host within {a.tolerance:.0%}: worst |makespan error| "
               f"{result['worst_abs_error']:.1%}, median {result['median_abs_error']:.1%} "

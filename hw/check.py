@@ -42,23 +42,26 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
     """Run the probes, predict them with `profile`, and say whether it still holds.
 
     On a CPU profile the host's compute speed against the profile is read first
-    (hw.reference, `reference_s` seconds; 0: not read), and each probe is also predicted
-    at that speed: a miss that goes away there is the host's speed having changed since
-    calibration, one that stays is the model's."""
+    (hw.reference, `reference_s` seconds; 0: not read), then, where the profile has a
+    host model, how two processes share its cores against the profile's law; each probe
+    is also predicted at that speed, and at that speed and sharing: a miss that goes away
+    there is the host having changed since calibration, one that stays is the model's."""
     from hw.config import RunConfig, default_threads
     from hw.launch import run_configs
 
     dtype = dtype_of(profile)
     started = time.perf_counter()
-    speed = None
+    speed = sharing = None
     if reference_s > 0 and profile.measured_on.get("kind", "cpu") == "cpu":
         from hw import reference
 
         shape = _workload(probes[0], dtype)      # every probe's heads and head dim
-        speed = reference.host_speed(profile, dtype=dtype, heads=shape.heads, head_dim=shape.head_dim,
-                                     threads=int(profile.measured_on.get("threads_per_rank") or 1),
-                                     seconds=reference_s)
+        read = dict(dtype=dtype, heads=shape.heads, head_dim=shape.head_dim,
+                    threads=int(profile.measured_on.get("threads_per_rank") or 1), seconds=reference_s)
+        speed = reference.host_speed(profile, **read)
+        sharing = reference.host_sharing(profile, **read) if speed else None
     at_speed = profile.at_compute_speed(speed["factor"]) if speed else None
+    at_state = profile.at_host_state(speed["factor"], sharing["factor"]) if sharing else None
     cfgs = [RunConfig(workload=_workload(p, dtype), world_size=p.world_size, layout=p.layout,
                       warmup=warmup, repeats=repeats) for p in probes]
     rows = []
@@ -67,6 +70,8 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
         row.update(key=probe.key, within=abs(row["error"]) <= tolerance)
         if at_speed is not None:
             row["error_at_host_speed"] = compare_case(probe, traces, simulate(cfg.scenario(), at_speed))["error"]
+        if at_state is not None:
+            row["error_at_host_state"] = compare_case(probe, traces, simulate(cfg.scenario(), at_state))["error"]
         rows.append(row)
         if on_probe:
             on_probe(row)
@@ -78,6 +83,9 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
             "host_speed": speed,
             "median_abs_error_at_host_speed": (statistics.median(abs(r["error_at_host_speed"]) for r in rows)
                                                if speed else None),
+            "host_sharing": sharing,
+            "median_abs_error_at_host_state": (statistics.median(abs(r["error_at_host_state"]) for r in rows)
+                                               if sharing else None),
             "measured_on": profile.measured_on, "this_host": here,
             "host_differences": differences(profile.measured_on, here),
             "load_avg_1m": os.getloadavg()[0], "wall_s": time.perf_counter() - started}

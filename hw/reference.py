@@ -8,11 +8,22 @@ profile measured again, as the compute part of `ringsim hw bench` timed it (the 
 operator, inputs and thread count), and returns its time now over the profile's: 1.10
 means the host computes 10% slower than when it was calibrated.
 
-`ringsim validate` takes this reading before each batch of cases and after the last,
-and reports every case's error twice: against the profile as it is, and against the
+A virtual machine's cores can also be shared from outside it while one process alone
+keeps its speed. On a 2-core VM, read back to back for 300 s (bench/host_sharing.py),
+two processes computing the block at once ran 1.01-1.06x slower than one alone in 27
+readings of 32 and 1.62-1.71x in the other 5 (stretches of 10-30 s), while one process
+stayed at 1.05-1.19x its time in the profile throughout. `host_sharing` reads that: two
+processes compute the reference block at once, alternating with each alone, as the
+bench's concurrency part measures its law (hw.bench._concurrency_worker), and the ratio
+is set against the profile's law at two processes: 1.5 means two ranks now run 1.5x
+slower beside each other than when the profile was measured.
+
+`ringsim validate` takes these readings before each batch of cases and after the last,
+and reports every case's error three times: against the profile as it is, against the
 profile with its compute times scaled to the host's speed of that moment
-(`sim.profile.Profile.at_compute_speed`). The first is the prediction a person gets;
-the gap between the two is the host's drift.
+(`sim.profile.Profile.at_compute_speed`), and with its sharing law scaled as well
+(`sim.profile.Profile.at_host_state`). The first is the prediction a person gets; the
+gaps are the host's drift.
 """
 
 from __future__ import annotations
@@ -24,6 +35,9 @@ from typing import Any
 from sim.errors import RingsimError
 
 from hw.bench import REFERENCE_TOKENS, block_flops   # the compute part's reference size; block FLOPs
+
+SHARING_PROCESSES = 2
+"""Processes of a sharing reading: the fewest that share the host's cores."""
 
 
 def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tuple[int, float] | None:
@@ -83,3 +97,42 @@ def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: 
     now_s = timed["median_s"]
     return {"tokens": tokens, "profile_s": profile_s, "now_s": now_s, "factor": now_s / profile_s,
             "calls": len(timed["time_s"]), "at": time.time()}
+
+
+def host_sharing(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: int,
+                 seconds: float = 3.0, block_impl: str = "auto", timeout_s: float = 120.0) -> dict[str, Any] | None:
+    """Two processes of `threads` threads compute the reference block at once and each
+    alone, in rounds (hw.bench._concurrency_worker), for about `seconds`; returns
+    {tokens, processes, slowdown, profile_slowdown, factor, alone_s, at}: the slowdown
+    read as calibration reads a concurrency entry (sim.calibrate.round_ratios, the median
+    of the rounds), the profile's law at that many processes, and their ratio. None where
+    the profile has no host model or measured no reference block (then nothing runs)."""
+    import statistics
+
+    from hw.bench import CONCURRENCY_ROUNDS, _concurrency_worker, full_forward_block, gather_concurrency
+    from hw.spawn import spawn
+    from sim.calibrate import round_ratios
+
+    if not 0 < seconds <= 60:
+        raise RingsimError("the reference time must be a number of seconds above 0, at most 60")
+    contention = getattr(profile, "contention", None)
+    host = getattr(contention, "host", None)
+    ref = reference_block(profile, dtype, heads, head_dim)
+    if host is None or ref is None:
+        return None
+    tokens, profile_s = ref
+    k = SHARING_PROCESSES
+    entry = full_forward_block(dtype, 1, heads, heads, head_dim, tokens)
+    # a round: each process alone (k x samples blocks), then all at once for about 1.5
+    # x samples blocks (hw.bench._common_window)
+    samples = max(3, math.ceil(seconds / (CONCURRENCY_ROUNDS * (k + 1.5) * profile_s)))
+    per_rank = spawn(_concurrency_worker, k, args=(entry, samples, 1, threads, block_impl),
+                     backend="gloo", timeout_s=timeout_s)
+    got = gather_concurrency(per_rank)
+    ratios = round_ratios(got["rounds"], k * threads > host.cores, "sharing reading")
+    if not ratios:
+        raise RingsimError("the sharing reading measured no block under sharing; raise --reference-s")
+    slowdown = statistics.median(ratios)
+    law = host.slowdown(k * threads)
+    return {"tokens": tokens, "processes": k, "slowdown": slowdown, "profile_slowdown": law,
+            "factor": slowdown / law, "alone_s": statistics.median(got["alone_s"]), "at": time.time()}

@@ -120,11 +120,32 @@ def _at_host_speed(rows: list[dict[str, Any]], max_case_error: float) -> dict[st
     if not all("host_speed" in r for r in rows):
         return {}
     speeds = [r["host_speed"] for r in rows]
-    return {"host_speed": {"median": statistics.median(speeds), "min": min(speeds), "max": max(speeds)},
-            "at_host_speed": _scores(rows, [r["error_at_host_speed"] for r in rows],
-                                     [r["within_range_at_host_speed"] for r in rows],
-                                     [e for r in rows for e in r["step_abs_errors_at_host_speed"]],
-                                     max_case_error)}
+    out = {"host_speed": {"median": statistics.median(speeds), "min": min(speeds), "max": max(speeds)},
+           "at_host_speed": _scores(rows, [r["error_at_host_speed"] for r in rows],
+                                    [r["within_range_at_host_speed"] for r in rows],
+                                    [e for r in rows for e in r["step_abs_errors_at_host_speed"]],
+                                    max_case_error)}
+    if all("host_sharing" in r for r in rows):
+        readings = [x for r in rows for x in r["host_sharing_readings"]]
+        off = sorted({_batch(r) for r in rows if abs(r["host_sharing"] - 1) > SHARING_OFF})
+        out["host_sharing"] = {"min": min(readings), "max": max(readings),
+                               "profile": statistics.median(r["profile_sharing"] for r in rows),
+                               "batches_off": off}
+        out["at_host_state"] = _scores(rows, [r["error_at_host_state"] for r in rows],
+                                       [r["within_range_at_host_state"] for r in rows],
+                                       [e for r in rows for e in r["step_abs_errors_at_host_state"]],
+                                       max_case_error)
+    return out
+
+
+SHARING_OFF = 0.15
+"""A batch whose sharing readings (their mean over the profile's law) lie further than
+this from 1 is named in the report: the host shared its cores unlike at calibration."""
+
+
+def _batch(row: dict[str, Any]) -> str:
+    """The group of batches a case ran in: its scheme, world size and pass."""
+    return f"{row.get('scheme', 'ring')} ws{row['world_size']} {row['pass']}"
 
 
 def _median_part(rows, name: str) -> float | None:
@@ -172,14 +193,27 @@ def markdown(report: dict[str, Any]) -> str:
             f"{at['cases_within_range_or_tolerance']} of {s['cases']}; per-step median |error| "
             f"{'-' if at['step_median_abs_error'] is None else format(at['step_median_abs_error'], '.1%')}",
         ]
+    if "at_host_state" in s:
+        h, at = s["host_sharing"], s["at_host_state"]
+        lines += [
+            f"- the host's sharing (the same block in two processes at once against each alone, before and after "
+            f"each batch): {h['min']:.2f}x-{h['max']:.2f}x slower, the profile's law {h['profile']:.2f}x; "
+            + (f"batches read more than {SHARING_OFF:.0%} off it: {', '.join(h['batches_off'])}"
+               if h["batches_off"] else f"every batch within {SHARING_OFF:.0%} of it"),
+            f"- at the host's speed and sharing of the moment: median |makespan error| {at['median_abs_error']:.1%}; "
+            f"worst {at['max_abs_error']:.1%} ({at['worst_case']}); inside the measured [min, max] or within "
+            f"{tol:.0%}: {at['cases_within_range_or_tolerance']} of {s['cases']}; per-step median |error| "
+            f"{'-' if at['step_median_abs_error'] is None else format(at['step_median_abs_error'], '.1%')}",
+        ]
     used = report.get("profile_compute")
     if used:
         lines.append("- profile compute groups: " + "; ".join(f"{k} from {v}" for k, v in used.items()))
     lines += [
         "",
         "| case | measured min | median | max | CV | simulated | error | in range | step err (median) "
-        "| compute err | transfer err | exposed (measured / simulated) | skew | host speed | error at host speed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| compute err | transfer err | exposed (measured / simulated) | skew | host speed | error at host speed "
+        "| host sharing | error at host state |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["cases"]:
         p = r["parts"]
@@ -191,5 +225,6 @@ def markdown(report: dict[str, Any]) -> str:
             f"{_pct(p['compute_s']['error'])} | {_pct(p['mean_transfer_s']['error'])} | "
             f"{p['exposed_comm_s']['measured'] * 1e3:.1f} / {p['exposed_comm_s']['simulated'] * 1e3:.1f} ms | "
             f"{p['first_compute_skew_s']['measured'] * 1e6:.0f} µs | "
-            + (f"{r['host_speed']:.2f}x | {r['error_at_host_speed']:+.1%} |" if "host_speed" in r else "- | - |"))
+            + (f"{r['host_speed']:.2f}x | {r['error_at_host_speed']:+.1%} |" if "host_speed" in r else "- | - |")
+            + (f" {r['host_sharing']:.2f}x | {r['error_at_host_state']:+.1%} |" if "host_sharing" in r else " - | - |"))
     return "\n".join(lines) + "\n"

@@ -60,8 +60,9 @@ def register(sub) -> None:
     v.add_argument("--json", action="store_true", help="print the report as one JSON object")
     v.add_argument("--reference-s", type=float, default=3.0, metavar="SECONDS",
                    help="CPU profiles: time one of the profile's own blocks for this long before each "
-                        "batch of cases and after the last, and report every case's error also at the "
-                        "host's compute speed of that moment (hw.reference); 0: off (default 3)")
+                        "batch of cases and after the last, alone and in two processes at once, and "
+                        "report every case's error also at the host's compute speed and sharing of "
+                        "that moment (hw.reference); 0: off (default 3)")
     v.add_argument("--max-median-error", type=float, default=None,
                    help="exit 1 if the median |makespan error| exceeds this fraction")
     v.add_argument("--max-case-error", type=float, default=None,
@@ -235,8 +236,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def _host_speed_reader(a: argparse.Namespace, profile, kind: str):
-    """A function that reads the host's compute speed against the profile (hw.reference),
-    printing each reading; None where there is nothing to read (--reference-s 0, a GPU
+    """A function that reads the host's compute speed and sharing against the profile
+    (hw.reference), printing each reading; None where there is nothing to read (--reference-s 0, a GPU
     profile, or a profile without the reference block, which is said once)."""
     if kind != "cpu" or a.reference_s == 0:
         return None
@@ -254,24 +255,49 @@ def _host_speed_reader(a: argparse.Namespace, profile, kind: str):
         if r:
             print(f"host speed: the {r['tokens']}-token reference block takes {r['now_s'] * 1e3:.1f} ms, "
                   f"{r['factor']:.2f}x the profile's {r['profile_s'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+            r["sharing"] = reference.host_sharing(profile, dtype=a.dtype, heads=a.heads, head_dim=a.head_dim,
+                                                  threads=threads, seconds=a.reference_s)
+            if r["sharing"]:
+                print(f"host sharing: {sharing_line(r['sharing'])}", file=sys.stderr, flush=True)
         return r
     return read
+
+
+def sharing_line(r: dict[str, Any]) -> str:
+    """A sharing reading (hw.reference.host_sharing) in words."""
+    return (f"{r['processes']} processes at once compute the {r['tokens']}-token reference block "
+            f"{r['slowdown']:.2f}x slower than one alone; the profile's law says {r['profile_slowdown']:.2f}x "
+            f"({r['factor']:.2f}x it)")
 
 
 def at_host_speed(case, traces: list[Trace], scenario, profile, before: dict[str, Any],
                   after: dict[str, Any], replays: int = 1) -> dict[str, Any]:
     """A case's prediction and errors at the host's compute speed of its batch: the mean
-    of the readings before and after it, applied to the profile's compute times."""
+    of the readings before and after it, applied to the profile's compute times; and,
+    where both readings hold the host's sharing, at its state (speed and sharing, each
+    the mean of its two readings: sim.profile.Profile.at_host_state)."""
     from sim.validation import compare_case, simulate_replays
 
     factor = (before["factor"] + after["factor"]) / 2
     row = compare_case(case, traces, simulate_replays(scenario, profile.at_compute_speed(factor), replays))
-    return {"host_speed": factor,
-            "host_speed_readings": [before["factor"], after["factor"]],
-            "simulated_at_host_speed_s": row["simulated_s"],
-            "error_at_host_speed": row["error"],
-            "within_range_at_host_speed": row["within_range"],
-            "step_abs_errors_at_host_speed": [st["abs_error"] for st in row["steps"]]}
+    out = {"host_speed": factor,
+           "host_speed_readings": [before["factor"], after["factor"]],
+           "simulated_at_host_speed_s": row["simulated_s"],
+           "error_at_host_speed": row["error"],
+           "within_range_at_host_speed": row["within_range"],
+           "step_abs_errors_at_host_speed": [st["abs_error"] for st in row["steps"]]}
+    if before.get("sharing") and after.get("sharing"):
+        readings = [before["sharing"], after["sharing"]]
+        sharing = (readings[0]["factor"] + readings[1]["factor"]) / 2
+        state = compare_case(case, traces, simulate_replays(scenario, profile.at_host_state(factor, sharing), replays))
+        out.update({"host_sharing": sharing,
+                    "host_sharing_readings": [r["slowdown"] for r in readings],
+                    "profile_sharing": readings[0]["profile_slowdown"],
+                    "simulated_at_host_state_s": state["simulated_s"],
+                    "error_at_host_state": state["error"],
+                    "within_range_at_host_state": state["within_range"],
+                    "step_abs_errors_at_host_state": [st["abs_error"] for st in state["steps"]]})
+    return out
 
 
 def _report(a, settings, cases, rows, measured_on, used) -> dict[str, Any]:

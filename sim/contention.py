@@ -40,7 +40,7 @@ interrupting their timeouts). Exact for this fluid model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import simpy
@@ -121,6 +121,27 @@ class Host:
         below = [p for p in self.spread if p[0] <= processes]
         k, rank_cv, block_cv = below[-1] if below else self.spread[0]
         return rank_cv, block_cv
+
+    def with_sharing(self, factor: float) -> "Host":
+        """This host with its cores serving more than one process `factor` times worse
+        (hw.reference.host_sharing: the law at two processes, read again, over the
+        profile's): every law point from two processes' demand up times `factor`, a
+        point between one process and two by the share of the way, one process as it
+        is. Without a measured law, the law is first the bound it stands for (demand /
+        cores, at one to four processes' demand and the law's own points)."""
+        if not (factor > 0 and np.isfinite(factor)):
+            raise RingsimError(f"a sharing factor must be positive, got {factor!r}")
+        one, two = self.threads_per_rank, 2 * self.threads_per_rank
+
+        def scaled(law):
+            if law is None:
+                law = tuple((k * one, max(1.0, k * one / self.cores)) for k in (1, 2, 3, 4))
+            out = []
+            for d, f in law:
+                share = min(1.0, max(0.0, (d - one) / (two - one)))
+                out.append((d, f * (1.0 + (factor - 1.0) * share)))
+            return tuple(out)
+        return replace(self, law=scaled(self.law), law_bwd=None if self.law_bwd is None else scaled(self.law_bwd))
 
     def slowdown(self, demand: float, backward: bool = False) -> float:
         """How much slower everything in progress runs than alone, at `demand` cores (a

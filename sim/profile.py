@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -160,6 +160,18 @@ class Profile:
                   for key, g in self.groups.items()}
         return Profile(self.compute_model, groups, self.link, self.contention, self.measured_on,
                        self.report, self.source, self.collectives)
+
+    def at_host_state(self, speed: float, sharing: float) -> "Profile":
+        """This profile on a host that computes `speed` times slower alone and whose cores
+        serve more than one process `sharing` times worse (hw.reference: both read
+        again, over the profile's): compute times as at_compute_speed, the host's
+        sharing law as sim.contention.Host.with_sharing. A profile without a host model
+        takes the speed only."""
+        at = self.at_compute_speed(speed)
+        host = self.contention.host
+        if host is None:
+            return at
+        return replace(at, contention=replace(self.contention, host=host.with_sharing(sharing)))
 
     def rate_flops(self, dtype: str) -> float:
         """Achieved FLOP/s on full blocks (the slope of the fit)."""

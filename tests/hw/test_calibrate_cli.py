@@ -74,6 +74,40 @@ def test_a_host_that_computes_slower_now_is_read_and_named(kernel_is, tmp_path, 
     assert check(known_profile())["host_speed"] is None and asked == []
 
 
+def test_a_host_sharing_its_cores_worse_now_is_read_and_named(kernel_is, tmp_path, capsys, monkeypatch):
+    """A CPU profile with a host model (two processes 1.04x slower than one); the host
+    computes at the profile's speed alone but serves two processes 1.5x worse, and the
+    sharing reads so: at that state every probe is exact, and the CLI names the cause."""
+    import dataclasses
+
+    from sim.contention import Contention, Host
+
+    host = Host(cores=2, threads_per_rank=1, law=((1.0, 1.0), (2.0, 1.04), (4.0, 2.1)))
+    truth = dataclasses.replace(known_profile(), measured_on={**known_profile().measured_on, "kind": "cpu"},
+                                contention=Contention(host=host))
+    monkeypatch.setattr("hw.reference.host_speed", lambda profile, **kw: {
+        "tokens": 1024, "profile_s": 0.02, "now_s": 0.02, "factor": 1.0})
+    asked = []
+
+    def host_sharing(profile, **kw):
+        asked.append(kw)
+        return {"tokens": 1024, "processes": 2, "slowdown": 1.56, "profile_slowdown": 1.04, "factor": 1.5}
+    monkeypatch.setattr("hw.reference.host_sharing", host_sharing)
+    kernel_is(truth.at_host_state(1.0, 1.5))
+    r = check(truth)
+    assert asked == [{"dtype": "fp32", "heads": 8, "head_dim": 64, "threads": 1, "seconds": 3.0}]
+    assert r["host_sharing"]["factor"] == 1.5
+    assert r["median_abs_error_at_host_state"] == pytest.approx(0.0, abs=1e-9)
+    assert r["median_abs_error_at_host_speed"] > 0.05
+    path = tmp_path / "p.json"
+    truth.save(path)
+    main(["calibrate", "--check", str(path)])
+    out = capsys.readouterr().out
+    assert ("2 processes at once compute the 1024-token reference block 1.56x slower than one alone; the "
+            "profile's law says 1.04x (1.50x it); at that speed and sharing the median |makespan error| is 0.0%") in out
+    assert "note: this host's cores serve 2 processes worse than when the profile was measured" in out
+
+
 def test_check_cli_says_it_in_words_and_exit_status(kernel_is, tmp_path, capsys):
     truth = known_profile()
     path = tmp_path / "p.json"

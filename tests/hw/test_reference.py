@@ -1,11 +1,14 @@
-"""The host's speed against a profile: the reference block is one the profile measured,
-and its reading is the time now over the time then."""
+"""The host's speed and sharing against a profile: the reference block is one the
+profile measured; a speed reading is its time now over the time then, a sharing reading
+two processes computing it at once over each alone, against the profile's law."""
+
+import math
 
 import pytest
 
 from sim.errors import RingsimError
 from sim.profile import ComputeGroup, LinkFit, Profile
-from hw.reference import REFERENCE_TOKENS, host_speed, reference_block
+from hw.reference import REFERENCE_TOKENS, host_sharing, host_speed, reference_block
 
 
 def profile_with(points, dtype="fp32"):
@@ -56,3 +59,65 @@ def test_the_compute_parts_own_reference_is_read_at_its_median_over_the_part():
     profile.report["compute"] = {"host_speed": speed}
     assert reference_block(profile, "fp32", 8, 64) == (1024, 0.030)
     assert reference_block(profile, "fp32", 8, 128) == (1024, 0.05)
+
+
+def hosted(points, cores=2, law=((1.0, 1.0), (2.0, 1.2))):
+    """profile_with(points) with a host model of `cores` cores and a sharing law."""
+    import dataclasses
+
+    from sim.contention import Contention, Host
+
+    return dataclasses.replace(profile_with(points), contention=Contention(host=Host(cores=cores, law=law)))
+
+
+def fake_spawn(per_rank, asked):
+    def spawn(fn, world, *, args=(), **kw):
+        asked.append((fn.__name__, world, args))
+        return per_rank
+    return spawn
+
+
+def rounds_of(alone, shared, n=3):
+    return {"time_s": shared * n, "alone_s": alone * n, "rounds": [{"alone_s": alone, "time_s": shared}] * n}
+
+
+def test_a_sharing_reading_is_the_rounds_median_ratio_over_the_profiles_law(monkeypatch):
+    """Two processes each 0.1 s alone and 0.1, 0.1, 0.4 s beside the other. On two cores
+    they fit, and a round counts its median shared block (0.1: 1.0x, as calibration
+    reads a two-process entry); on one core they are time-sliced and it counts the mean
+    (0.2: 2.0x). The profile's law says 1.2x on two cores, the bound 2x on one."""
+    asked = []
+    per_rank = [rounds_of([0.1, 0.1, 0.1], [0.1, 0.1, 0.4])] * 2
+    monkeypatch.setattr("hw.spawn.spawn", fake_spawn(per_rank, asked))
+    p = hosted([(square(64, heads=2, head_dim=8), 0.01)])
+    r = host_sharing(p, dtype="fp32", heads=2, head_dim=8, threads=1, seconds=1.2)
+    assert r["processes"] == 2 and r["tokens"] == 64
+    assert r["slowdown"] == pytest.approx(1.0) and r["profile_slowdown"] == pytest.approx(1.2)
+    assert r["factor"] == pytest.approx(1.0 / 1.2) and r["alone_s"] == pytest.approx(0.1)
+    # the concurrency part's worker, two processes, samples for about 1.2 s: 3 rounds of
+    # 3.5 blocks of 10 ms per sample
+    (name, world, args), = asked
+    assert name == "_concurrency_worker" and world == 2
+    assert args[0]["q_tokens"] == 64 and args[0]["mask"] == "full" and args[1] == math.ceil(1.2 / (3 * 3.5 * 0.01))
+    one_core = hosted([(square(64, heads=2, head_dim=8), 0.01)], cores=1, law=None)
+    r = host_sharing(one_core, dtype="fp32", heads=2, head_dim=8, threads=1, seconds=1.2)
+    assert r["slowdown"] == pytest.approx(2.0) and r["profile_slowdown"] == pytest.approx(2.0)
+    assert r["factor"] == pytest.approx(1.0)
+
+
+def test_no_sharing_reading_without_a_host_model_or_reference_block(monkeypatch):
+    asked = []
+    monkeypatch.setattr("hw.spawn.spawn", fake_spawn([], asked))
+    assert host_sharing(profile_with([(square(64, heads=2, head_dim=8), 0.01)]), dtype="fp32", heads=2,
+                        head_dim=8, threads=1) is None
+    assert host_sharing(hosted([]), dtype="fp32", heads=2, head_dim=8, threads=1) is None
+    assert asked == []
+    with pytest.raises(RingsimError, match="reference time must be a number of seconds"):
+        host_sharing(hosted([]), dtype="fp32", heads=2, head_dim=8, threads=1, seconds=0)
+
+
+def test_a_sharing_reading_runs_two_real_processes():
+    p = hosted([(square(64, heads=2, head_dim=8), 0.5e-3)])
+    r = host_sharing(p, dtype="fp32", heads=2, head_dim=8, threads=1, seconds=0.1)
+    assert r["processes"] == 2 and 0 < r["alone_s"] < 0.5
+    assert r["slowdown"] > 0 and r["factor"] == pytest.approx(r["slowdown"] / 1.2)

@@ -290,6 +290,9 @@ class FakeKernel:
         self.compute_only = False
         """True: each repeat is the simulation on a host computing `factor` times slower
         (links as they are), not the whole trace stretched."""
+        self.sharing = 1.0
+        """With compute_only: the host's cores also serve two processes this many times
+        worse than the profile's law (sim.profile.Profile.at_host_state)."""
 
     def __call__(self, cfgs):
         self.batches.append([cfg.world_size for cfg in cfgs])
@@ -298,7 +301,7 @@ class FakeKernel:
             self.runs.append(cfg)
             sim = simulate(cfg.scenario(), self.profile)
             if self.compute_only:
-                traces = [scaled(simulate(cfg.scenario(), self.profile.at_compute_speed(f)), 1.0, shift=3.0)
+                traces = [scaled(simulate(cfg.scenario(), self.profile.at_host_state(f, self.sharing)), 1.0, shift=3.0)
                           for f in self.factors[:cfg.repeats]]
             else:
                 traces = [scaled(sim, f, shift=3.0) for f in self.factors[:cfg.repeats]]
@@ -329,10 +332,20 @@ def cli(tmp_path, monkeypatch):
         factor = readings.pop(0) if readings else 1.0
         return {"tokens": 64, "profile_s": 3e-4, "now_s": 3e-4 * factor, "factor": factor}
     monkeypatch.setattr("hw.reference.host_speed", host_speed)
+    sharing = []                         # the host's sharing: none read unless a test says so
+
+    def host_sharing(profile, **kw):
+        if not sharing:
+            return None
+        slowdown, law = sharing.pop(0)
+        return {"tokens": 64, "processes": 2, "slowdown": slowdown, "profile_slowdown": law,
+                "factor": slowdown / law}
+    monkeypatch.setattr("hw.reference.host_sharing", host_sharing)
 
     def run(*extra):
         return main([*ARGS, "--profile", str(profile), *extra])
     run.kernel, run.profile, run.out, run.readings = kernel, profile, tmp_path / "report.json", readings
+    run.sharing = sharing
     return run
 
 
@@ -530,6 +543,57 @@ def test_errors_at_the_hosts_speed_take_out_a_host_that_computes_slower(cli, cap
     assert "at the host's speed of the moment: median |makespan error| 0.0%" in out
     assert "| 1.25x | +0.0% |" in out
     assert err.count("host speed: the 64-token reference block") == 2      # before the batch, after it
+
+
+def test_errors_at_the_hosts_state_take_out_cores_shared_worse_as_well(cli, capsys):
+    """A profile with a host model (two processes at once 1.04x slower than one). The
+    host computes 1.2-1.3x slower, as above, and its cores also serve two processes 1.5x
+    worse than the law: the sharing reads 1.56x before the batch and after it. At the
+    host's speed alone the cases that compute on both ranks at once stay long of the
+    profile; at its speed and sharing the profile predicts the median repeat exactly."""
+    import dataclasses
+    import json
+
+    from sim.contention import Contention, Host
+    from sim.profile import load_profile
+
+    host = Host(cores=2, threads_per_rank=1, law=((1.0, 1.0), (2.0, 1.04), (4.0, 2.1)))
+    profile = dataclasses.replace(load_profile(cli.profile), contention=Contention(host=host))
+    profile.save(cli.profile, overwrite=True)
+    cli.kernel.profile = load_profile(cli.profile)
+    cli.kernel.compute_only, cli.kernel.sharing = True, 1.5
+    cli.readings[:] = [1.2, 1.3]
+    cli.sharing[:] = [(1.56, 1.04), (1.56, 1.04)]
+    assert cli("--out", str(cli.out)) == 0
+    report = json.loads(cli.out.read_text())
+    for cfg, r in zip(cli.kernel.runs, report["cases"]):
+        state = simulate(cfg.scenario(), cli.kernel.profile.at_host_state(1.25, 1.5)).makespan_s
+        assert r["host_sharing"] == pytest.approx(1.5) and r["host_sharing_readings"] == [1.56, 1.56]
+        assert r["profile_sharing"] == 1.04
+        assert r["simulated_at_host_state_s"] == pytest.approx(state)
+        assert r["error_at_host_state"] == pytest.approx(0.0, abs=1e-9)
+        assert r["within_range_at_host_state"] is True
+        assert max(r["step_abs_errors_at_host_state"]) < 1e-9
+        assert r["error_at_host_speed"] < -0.05          # the sharing's part is left
+    s = report["summary"]
+    assert s["at_host_state"]["median_abs_error"] == pytest.approx(0.0, abs=1e-9)
+    assert s["at_host_speed"]["median_abs_error"] > 0.05
+    assert s["host_sharing"] == {"min": 1.56, "max": 1.56, "profile": 1.04, "batches_off": ["ring ws2 fwd"]}
+    out, err = capsys.readouterr()
+    assert ("the host's sharing (the same block in two processes at once against each alone, before and after "
+            "each batch): 1.56x-1.56x slower, the profile's law 1.04x; batches read more than 15% off it: "
+            "ring ws2 fwd") in out
+    assert "at the host's speed and sharing of the moment: median |makespan error| 0.0%" in out
+    assert "| 1.50x | +0.0% |" in out
+    assert err.count("host sharing: 2 processes at once compute the 64-token reference block 1.56x slower "
+                     "than one alone; the profile's law says 1.04x (1.50x it)") == 2
+    # read as calibrated: no batch named
+    cli.readings[:] = [1.0, 1.0]
+    cli.sharing[:] = [(1.04, 1.04), (1.1, 1.04)]
+    cli.kernel.compute_only, cli.kernel.sharing = False, 1.0
+    assert cli("--out", str(cli.out), "--force") == 0
+    assert json.loads(cli.out.read_text())["summary"]["host_sharing"]["batches_off"] == []
+    assert "every batch within 15% of it" in capsys.readouterr().out
 
 
 def test_the_hosts_speed_is_read_before_each_batch_and_after_the_last(cli):

@@ -267,3 +267,58 @@ def test_the_draws_have_mean_one_and_the_asked_spread():
 def test_a_spread_that_is_no_measurement_is_refused(spread):
     with pytest.raises(RingsimError, match="spread"):
         Host(cores=2, spread=spread)
+
+
+def flat(pairs):
+    """(demand, slowdown) pairs as one list, for pytest.approx."""
+    return [x for pair in pairs for x in pair]
+
+
+def test_a_host_sharing_its_cores_worse_scales_the_law_from_two_processes_up():
+    """Read again, two processes run 1.5x worse beside each other than the law says:
+    every point from two processes' demand up takes the factor, one between one and two
+    processes the share of the way (1.5 cores: half, 1.25x), one process none."""
+    law = ((1.0, 1.0), (1.5, 1.02), (2.0, 1.04), (3.0, 1.7), (4.0, 2.1))
+    host = Host(cores=2, threads_per_rank=1, transfer_cores=0.3, law=law, law_bwd=((1.0, 1.0), (2.0, 1.2)))
+    worse = host.with_sharing(1.5)
+    assert flat(worse.law) == pytest.approx(flat(((1.0, 1.0), (1.5, 1.02 * 1.25), (2.0, 1.56), (3.0, 2.55), (4.0, 3.15))))
+    assert flat(worse.law_bwd) == pytest.approx(flat(((1.0, 1.0), (2.0, 1.8))))
+    assert (worse.cores, worse.transfer_cores, worse.threads_per_rank) == (2, 0.3, 1)
+    assert worse.slowdown(2.0) == pytest.approx(1.56) and worse.slowdown(1.0) == 1.0
+    assert worse.slowdown(2.0, backward=True) == pytest.approx(1.8)
+    # two threads a rank: two processes are a demand of 4 cores
+    wide = Host(cores=4, threads_per_rank=2, law=((2.0, 1.0), (4.0, 1.1))).with_sharing(2.0)
+    assert flat(wide.law) == pytest.approx(flat(((2.0, 1.0), (4.0, 2.2))))
+    # as calibrated: the same slowdowns; better: lower, never under the cores' bound
+    assert flat(host.with_sharing(1.0).law) == pytest.approx(flat(law))
+    assert host.with_sharing(0.5).slowdown(3.0) == pytest.approx(1.5)      # 0.85 read, 3/2 bound
+    # no measured law: the bound it stands for, scaled
+    assert flat(Host(cores=2).with_sharing(1.5).law) == pytest.approx(flat(((1, 1.0), (2, 1.5), (3, 2.25), (4, 3.0))))
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(RingsimError, match="sharing factor must be positive"):
+            host.with_sharing(bad)
+
+
+def test_a_profile_at_the_hosts_state_computes_slower_and_shares_worse():
+    """Two ranks each computing one block beside the other, with no transfer worth
+    counting: at 1.2x the compute speed and 1.5x the sharing, each block takes
+    1.2 x 1.56 / 1.04 = 1.8x its time in the profile as it is."""
+    from sim.profile import ComputeGroup, LinkFit, Profile
+
+    groups = {("fp32", m, "fwd"): ComputeGroup("fp32", m, "fwd", (), 0.0, 1e9) for m in ("full", "diagonal")}
+    host = Host(cores=2, threads_per_rank=1, law=((1.0, 1.0), (2.0, 1.04), (4.0, 2.1)))
+    profile = Profile("fit", groups, LinkFit(0.0, 1e15), Contention(host=host))
+    state = profile.at_host_state(1.2, 1.5)
+    assert flat(state.contention.host.law) == pytest.approx(flat(((1.0, 1.0), (2.0, 1.56), (4.0, 3.15))))
+    assert state.groups[("fp32", "full", "fwd")].flops_per_s == pytest.approx(1e9 / 1.2)
+    w = Workload(seq=2048, heads=1, kv_heads=1, head_dim=64, dtype="fp32", causal=False)
+    sc = Scenario(workload=w, n_gpus=2, layout="contiguous")
+    plain, slow = simulate(sc, profile), simulate(sc, state)
+    blocks = [(a.duration_s, b.duration_s) for a, b in zip(plain.spans, slow.spans) if a.stream == "compute"]
+    assert len(blocks) == 4
+    for a, b in blocks:
+        assert b == pytest.approx(a * 1.2 * 1.56 / 1.04, rel=1e-6)
+    # a profile without a host model takes the speed only
+    bare = Profile("fit", groups, LinkFit(0.0, 1e15))
+    assert bare.at_host_state(1.2, 1.5).contention == bare.contention
+    assert bare.at_host_state(1.2, 1.5).groups[("fp32", "full", "fwd")].flops_per_s == pytest.approx(1e9 / 1.2)
