@@ -97,6 +97,8 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
         "median_abs_error_by_group": {g: {"cases": len(v), "median_abs_error": statistics.median(v)}
                                       for g, v in groups.items()},
         **_at_host_speed(rows, max_case_error),
+        "measured_again": {g: max(len(r["attempts"]) for r in rows if r.get("attempts") and _batch(r) == g)
+                           for g in sorted({_batch(r) for r in rows if r.get("attempts")})},
     }
 
 
@@ -205,6 +207,11 @@ def markdown(report: dict[str, Any]) -> str:
             f"{tol:.0%}: {at['cases_within_range_or_tolerance']} of {s['cases']}; per-step median |error| "
             f"{'-' if at['step_median_abs_error'] is None else format(at['step_median_abs_error'], '.1%')}",
         ]
+    again = s.get("measured_again")
+    if again:
+        lines.append(f"- measured again, the host's sharing having read more than {SHARING_OFF:.0%} off the law "
+                     "around them (the attempt read closest to it kept): "
+                     + ", ".join(f"{g} ({n} attempts)" for g, n in again.items()))
     used = report.get("profile_compute")
     if used:
         lines.append("- profile compute groups: " + "; ".join(f"{k} from {v}" for k, v in used.items()))

@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import sys
 import time
 from typing import Any
@@ -63,6 +64,11 @@ def register(sub) -> None:
                         "batch of cases and after the last, alone and in two processes at once, and "
                         "report every case's error also at the host's compute speed and sharing of "
                         "that moment (hw.reference); 0: off (default 3)")
+    v.add_argument("--remeasure", type=int, default=2, metavar="N",
+                   help="with the host's sharing read (CPU profiles with a host model): measure a batch "
+                        "again, N times at most, while the readings around it lie more than 15%% from the "
+                        "profile's law, and keep the attempt read closest to it; every attempt is in the "
+                        "report (default 2; 0: never)")
     v.add_argument("--max-median-error", type=float, default=None,
                    help="exit 1 if the median |makespan error| exceeds this fraction")
     v.add_argument("--max-case-error", type=float, default=None,
@@ -88,7 +94,8 @@ def _settings(a: argparse.Namespace, cases, profile_path: str) -> dict[str, Any]
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     return {"cases": [c.key for c in cases], "warmup": a.warmup, "repeats": a.repeats,
             "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim, "dtype": a.dtype,
-            "seed": a.seed, "reference_s": a.reference_s, "replays": a.replays, "profile_sha256": digest}
+            "seed": a.seed, "reference_s": a.reference_s, "replays": a.replays, "remeasure": a.remeasure,
+            "profile_sha256": digest}
 
 
 def profile_compute_groups(profile, dtype: str, cases) -> dict[str, str]:
@@ -142,6 +149,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
         raise RingsimError("--warmup must be non-negative")
     if not 0 <= a.reference_s <= 60:
         raise RingsimError("--reference-s must be a number of seconds from 0 to 60")
+    if not 0 <= a.remeasure <= 5:
+        raise RingsimError(f"--remeasure must be a count from 0 to 5, got {a.remeasure}")
     for name in ("max_median_error", "max_case_error"):
         if getattr(a, name) is not None and not getattr(a, name) >= 0:
             raise RingsimError(f"--{name.replace('_', '-')} must be a non-negative fraction")
@@ -193,8 +202,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     speed = _host_speed_reader(a, profile, kind) if todo else None
     before = speed() if speed else None
     for batch in todo:
-        measured = measure([configs[c.key] for c in batch])
-        after = speed() if speed else None
+        measured, before, after, tried, latest = _measure_batch(batch, configs, speed, before, a.remeasure)
         for case, traces in zip(batch, measured):
             measured_on = dict(traces[0].hardware)
             scenario = configs[case.key].scenario()
@@ -202,6 +210,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
             row["key"] = case.key
             if before and after:
                 row.update(at_host_speed(case, traces, scenario, profile, before, after, a.replays))
+            if len(tried) > 1:
+                row["attempts"] = [{**t, "measured_median_s": t["measured_median_s"][batch.index(case)]}
+                                   for t in tried]
             rows[case.key] = row
             at_speed = f", at the host's speed {row['error_at_host_speed']:+.1%}" if "host_speed" in row else ""
             print(f"[{index[case.key]}/{len(cases)}] {case.key}: measured {row['measured_median_s'] * 1e3:.1f} ms "
@@ -209,7 +220,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
                   f"cv {row['measured_cv']:.1%}), simulated {row['simulated_s'] * 1e3:.1f} ms "
                   f"({row['error']:+.1%}{at_speed})  [{time.perf_counter() - started:.0f} s]",
                   file=sys.stderr, flush=True)
-        before = after
+        before = latest
         if a.out:
             write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=True)
     report = _report(a, settings, cases, rows, measured_on, used)
@@ -233,6 +244,49 @@ def cmd_validate(a: argparse.Namespace) -> int:
     for f in failed:
         print(f"ringsim: validation failed: {f}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _sharing_off(before: dict[str, Any] | None, after: dict[str, Any] | None) -> float | None:
+    """How far the mean of two sharing readings lies from the profile's law (|factor -
+    1|), None where either reading has none."""
+    if not (before and after and before.get("sharing") and after.get("sharing")):
+        return None
+    return abs((before["sharing"]["factor"] + after["sharing"]["factor"]) / 2 - 1)
+
+
+def _measure_batch(batch, configs, speed, before, remeasure: int):
+    """Measure a batch, and again (`remeasure` times at most, each after a fresh reading)
+    while the host's sharing read around it lies more than hw.validate.SHARING_OFF from
+    the profile's law: the host's cores then served the ranks unlike the host the profile
+    describes, from outside the run. Of the attempts, the one read closest to the law is
+    kept, chosen by the readings alone (never by the cases' errors); every attempt's
+    readings and medians are returned for the report. Returns (traces by case, the kept
+    attempt's readings before and after, the attempts)."""
+    from hw.validate import SHARING_OFF
+
+    tried, kept = [], None
+    for attempt in range(remeasure + 1):
+        if attempt:
+            before = speed()
+        measured = measure([configs[c.key] for c in batch])
+        after = speed() if speed else None
+        off = _sharing_off(before, after)
+        tried.append({"sharing_readings": [before["sharing"]["slowdown"], after["sharing"]["slowdown"]]
+                      if off is not None else None,
+                      "measured_median_s": [statistics.median(t.makespan_s for t in traces) for traces in measured]})
+        if kept is None or (off is not None and off < kept[0]):
+            kept = (off if off is not None else 0.0, measured, before, after, attempt)
+        if off is None or off <= SHARING_OFF:
+            break
+        if attempt < remeasure:
+            print(f"host sharing read {off:.0%} off the profile's law around this batch of "
+                  f"{configs[batch[0].key].world_size} ranks: measuring it again ({attempt + 1} of {remeasure})",
+                  file=sys.stderr, flush=True)
+    latest = after
+    _, measured, before, after, chosen = kept
+    for i, t in enumerate(tried):
+        t["kept"] = i == chosen
+    return measured, before, after, tried, latest
 
 
 def _host_speed_reader(a: argparse.Namespace, profile, kind: str):

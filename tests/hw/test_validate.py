@@ -1,5 +1,7 @@
 """Validation arithmetic on traces whose errors are known by construction."""
 
+import statistics
+
 import pytest
 
 from sim.config import Gpu, Hardware, Link, Scenario, Workload
@@ -564,7 +566,7 @@ def test_errors_at_the_hosts_state_take_out_cores_shared_worse_as_well(cli, caps
     cli.kernel.compute_only, cli.kernel.sharing = True, 1.5
     cli.readings[:] = [1.2, 1.3]
     cli.sharing[:] = [(1.56, 1.04), (1.56, 1.04)]
-    assert cli("--out", str(cli.out)) == 0
+    assert cli("--out", str(cli.out), "--remeasure", "0") == 0
     report = json.loads(cli.out.read_text())
     for cfg, r in zip(cli.kernel.runs, report["cases"]):
         state = simulate(cfg.scenario(), cli.kernel.profile.at_host_state(1.25, 1.5)).makespan_s
@@ -591,9 +593,56 @@ def test_errors_at_the_hosts_state_take_out_cores_shared_worse_as_well(cli, caps
     cli.readings[:] = [1.0, 1.0]
     cli.sharing[:] = [(1.04, 1.04), (1.1, 1.04)]
     cli.kernel.compute_only, cli.kernel.sharing = False, 1.0
-    assert cli("--out", str(cli.out), "--force") == 0
+    assert cli("--out", str(cli.out), "--force", "--remeasure", "0") == 0
     assert json.loads(cli.out.read_text())["summary"]["host_sharing"]["batches_off"] == []
     assert "every batch within 15% of it" in capsys.readouterr().out
+
+
+def test_a_batch_read_off_the_law_is_measured_again_and_the_attempt_read_closest_kept(cli, monkeypatch, capsys):
+    """The sharing reads 1.0x the law before the batch and 1.6x after it (30% off on
+    average): measured again after a fresh reading, it reads 1.6x and 1.3x (45% off),
+    and a third time 1.0x and 1.1x (5%): that attempt is kept and nothing more is
+    measured. Each attempt's runs are 1.1x the last one's, so the kept one is known by
+    its times; every attempt's readings and median are in the report."""
+    import json
+
+    from hw import validate_cli
+
+    calls = []
+
+    def measure(cfgs):
+        calls.append(len(cfgs))
+        return [[scaled(t, 1.0 + 0.1 * (len(calls) - 1)) for t in traces] for traces in cli.kernel(cfgs)]
+    monkeypatch.setattr(validate_cli, "measure", measure)
+    cli.sharing[:] = [(1.0, 1.0), (1.6, 1.0), (1.6, 1.0), (1.3, 1.0), (1.0, 1.0), (1.1, 1.0)]
+    assert cli("--out", str(cli.out)) == 0
+    assert calls == [4, 4, 4]
+    report = json.loads(cli.out.read_text())
+    for cfg, r in zip(cli.kernel.runs, report["cases"]):
+        first = statistics.median(t.makespan_s for t in cli.kernel([cfg])[0])
+        assert r["measured_median_s"] == pytest.approx(1.2 * first)
+        assert [t["measured_median_s"] for t in r["attempts"]] == pytest.approx([first, 1.1 * first, 1.2 * first])
+        assert [t["sharing_readings"] for t in r["attempts"]] == [[1.0, 1.6], [1.6, 1.3], [1.0, 1.1]]
+        assert [t["kept"] for t in r["attempts"]] == [False, False, True]
+        assert r["host_sharing_readings"] == [1.0, 1.1]
+    assert report["summary"]["measured_again"] == {"ring ws2 fwd": 3}
+    out, err = capsys.readouterr()
+    assert err.count("host sharing read 30% off the profile's law around this batch of 2 ranks: measuring it "
+                     "again (1 of 2)") == 1
+    assert "measuring it again (2 of 2)" in err
+    assert ("- measured again, the host's sharing having read more than 15% off the law around them (the attempt "
+            "read closest to it kept): ring ws2 fwd (3 attempts)") in out
+    # never with --remeasure 0; at most 2 more by default, the closest kept even if off
+    calls.clear()
+    cli.sharing[:] = [(1.0, 1.0), (1.6, 1.0)]
+    assert cli("--out", str(cli.out), "--force", "--remeasure", "0") == 0 and calls == [4]
+    calls.clear()
+    cli.sharing[:] = [(1.0, 1.0), (1.6, 1.0), (1.7, 1.0), (1.5, 1.0), (1.9, 1.0), (1.9, 1.0)]
+    assert cli("--out", str(cli.out), "--force") == 0 and calls == [4, 4, 4]
+    rows = json.loads(cli.out.read_text())["cases"]
+    assert [t["kept"] for t in rows[0]["attempts"]] == [True, False, False]
+    assert cli("--out", str(cli.out), "--force", "--remeasure", "6") == 2
+    assert "ringsim: error: --remeasure must be a count from 0 to 5, got 6" in capsys.readouterr().err
 
 
 def test_the_hosts_speed_is_read_before_each_batch_and_after_the_last(cli):
