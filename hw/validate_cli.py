@@ -261,7 +261,7 @@ def _measure_batch(batch, configs, speed, before, remeasure: int):
     describes, from outside the run. Of the attempts, the one read closest to the law is
     kept, chosen by the readings alone (never by the cases' errors); every attempt's
     readings and medians are returned for the report. Returns (traces by case, the kept
-    attempt's readings before and after, the attempts)."""
+    attempt's readings before and after, the attempts, the last reading taken)."""
     from hw.validate import SHARING_OFF
 
     tried, kept = [], None
@@ -291,8 +291,9 @@ def _measure_batch(batch, configs, speed, before, remeasure: int):
 
 def _host_speed_reader(a: argparse.Namespace, profile, kind: str):
     """A function that reads the host's compute speed and sharing against the profile
-    (hw.reference), printing each reading; None where there is nothing to read (--reference-s 0, a GPU
-    profile, or a profile without the reference block, which is said once)."""
+    (hw.reference), printing each reading; None where there is nothing to read
+    (--reference-s 0, a GPU profile, or a profile without the reference block, which is
+    said once)."""
     if kind != "cpu" or a.reference_s == 0:
         return None
     from hw import reference
