@@ -143,6 +143,9 @@ def _at_host_speed(rows: list[dict[str, Any]], max_case_error: float) -> dict[st
 SHARING_OFF = 0.15
 """A batch whose sharing readings (their mean over the profile's law) lie further than
 this from 1 is named in the report: the host shared its cores unlike at calibration."""
+STATE_OFF = SHARING_OFF
+"""A batch whose speed readings, or sharing readings, lie further than this from the
+profile on average is measured again (ringsim validate --remeasure)."""
 
 
 def _batch(row: dict[str, Any]) -> str:
@@ -209,8 +212,8 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     again = s.get("measured_again")
     if again:
-        lines.append(f"- measured again, the host's sharing having read more than {SHARING_OFF:.0%} off the law "
-                     "around them (the attempt read closest to it kept): "
+        lines.append(f"- measured again, the host having read more than {STATE_OFF:.0%} off the profile around "
+                     "them, in speed or sharing (the attempt read closest to it kept): "
                      + ", ".join(f"{g} ({n} attempts)" for g, n in again.items()))
     used = report.get("profile_compute")
     if used:

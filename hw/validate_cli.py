@@ -65,9 +65,9 @@ def register(sub) -> None:
                         "report every case's error also at the host's compute speed and sharing of "
                         "that moment (hw.reference); 0: off (default 3)")
     v.add_argument("--remeasure", type=int, default=2, metavar="N",
-                   help="with the host's sharing read (CPU profiles with a host model): measure a batch "
-                        "again, N times at most, while the readings around it lie more than 15%% from the "
-                        "profile's law, and keep the attempt read closest to it; every attempt is in the "
+                   help="with the host read (CPU profiles): measure a batch again, N times at most, "
+                        "while the readings around it lie more than 15%% from the profile, in speed or in "
+                        "sharing, and keep the attempt read closest to it; every attempt is in the "
                         "report (default 2; 0: never)")
     v.add_argument("--max-median-error", type=float, default=None,
                    help="exit 1 if the median |makespan error| exceeds this fraction")
@@ -246,23 +246,28 @@ def cmd_validate(a: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _sharing_off(before: dict[str, Any] | None, after: dict[str, Any] | None) -> float | None:
-    """How far the mean of two sharing readings lies from the profile's law (|factor -
-    1|), None where either reading has none."""
-    if not (before and after and before.get("sharing") and after.get("sharing")):
+def _state_off(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, float] | None:
+    """How far the host read from the profile around a batch: |mean factor - 1| of the
+    speed readings before and after it, and of their sharing readings where both hold
+    one; None without readings."""
+    if not (before and after):
         return None
-    return abs((before["sharing"]["factor"] + after["sharing"]["factor"]) / 2 - 1)
+    off = {"speed": abs((before["factor"] + after["factor"]) / 2 - 1)}
+    if before.get("sharing") and after.get("sharing"):
+        off["sharing"] = abs((before["sharing"]["factor"] + after["sharing"]["factor"]) / 2 - 1)
+    return off
 
 
 def _measure_batch(batch, configs, speed, before, remeasure: int):
     """Measure a batch, and again (`remeasure` times at most, each after a fresh reading)
-    while the host's sharing read around it lies more than hw.validate.SHARING_OFF from
-    the profile's law: the host's cores then served the ranks unlike the host the profile
-    describes, from outside the run. Of the attempts, the one read closest to the law is
-    kept, chosen by the readings alone (never by the cases' errors); every attempt's
-    readings and medians are returned for the report. Returns (traces by case, the kept
-    attempt's readings before and after, the attempts, the last reading taken)."""
-    from hw.validate import SHARING_OFF
+    while the host read around it lies more than hw.validate.STATE_OFF from the profile,
+    in speed or in sharing: the host then computed, or served the ranks on its cores,
+    unlike the host the profile describes, for reasons outside the run. Of the attempts,
+    the one read closest to the profile is kept, chosen by the readings alone (never by
+    the cases' errors); every attempt's readings and medians are returned for the
+    report. Returns (traces by case, the kept attempt's readings before and after, the
+    attempts, the last reading taken)."""
+    from hw.validate import STATE_OFF
 
     tried, kept = [], None
     for attempt in range(remeasure + 1):
@@ -270,18 +275,20 @@ def _measure_batch(batch, configs, speed, before, remeasure: int):
             before = speed()
         measured = measure([configs[c.key] for c in batch])
         after = speed() if speed else None
-        off = _sharing_off(before, after)
-        tried.append({"sharing_readings": [before["sharing"]["slowdown"], after["sharing"]["slowdown"]]
-                      if off is not None else None,
+        off = _state_off(before, after)
+        worst = max(off.values()) if off else 0.0
+        tried.append({"speed_readings": [before["factor"], after["factor"]] if off else None,
+                      "sharing_readings": [before["sharing"]["slowdown"], after["sharing"]["slowdown"]]
+                      if off and "sharing" in off else None,
                       "measured_median_s": [statistics.median(t.makespan_s for t in traces) for traces in measured]})
-        if kept is None or (off is not None and off < kept[0]):
-            kept = (off if off is not None else 0.0, measured, before, after, attempt)
-        if off is None or off <= SHARING_OFF:
+        if kept is None or worst < kept[0]:
+            kept = (worst, measured, before, after, attempt)
+        if worst <= STATE_OFF:
             break
         if attempt < remeasure:
-            print(f"host sharing read {off:.0%} off the profile's law around this batch of "
-                  f"{configs[batch[0].key].world_size} ranks: measuring it again ({attempt + 1} of {remeasure})",
-                  file=sys.stderr, flush=True)
+            parts = ", ".join(f"{name} {value:.0%}" for name, value in off.items())
+            print(f"the host read off the profile around this batch of {configs[batch[0].key].world_size} ranks "
+                  f"({parts} off): measuring it again ({attempt + 1} of {remeasure})", file=sys.stderr, flush=True)
     latest = after
     _, measured, before, after, chosen = kept
     for i, t in enumerate(tried):

@@ -523,7 +523,7 @@ def test_errors_at_the_hosts_speed_take_out_a_host_that_computes_slower(cli, cap
 
     cli.kernel.compute_only = True
     cli.readings[:] = [1.2, 1.3]
-    assert cli("--out", str(cli.out)) == 0
+    assert cli("--out", str(cli.out), "--remeasure", "0") == 0
     report = json.loads(cli.out.read_text())
     profile = cli.kernel.profile
     for cfg, r in zip(cli.kernel.runs, report["cases"]):
@@ -598,7 +598,7 @@ def test_errors_at_the_hosts_state_take_out_cores_shared_worse_as_well(cli, caps
     assert "every batch within 15% of it" in capsys.readouterr().out
 
 
-def test_a_batch_read_off_the_law_is_measured_again_and_the_attempt_read_closest_kept(cli, monkeypatch, capsys):
+def test_a_batch_read_off_the_profile_is_measured_again_and_the_attempt_read_closest_kept(cli, monkeypatch, capsys):
     """The sharing reads 1.0x the law before the batch and 1.6x after it (30% off on
     average): measured again after a fresh reading, it reads 1.6x and 1.3x (45% off),
     and a third time 1.0x and 1.1x (5%): that attempt is kept and nothing more is
@@ -627,11 +627,11 @@ def test_a_batch_read_off_the_law_is_measured_again_and_the_attempt_read_closest
         assert r["host_sharing_readings"] == [1.0, 1.1]
     assert report["summary"]["measured_again"] == {"ring ws2 fwd": 3}
     out, err = capsys.readouterr()
-    assert err.count("host sharing read 30% off the profile's law around this batch of 2 ranks: measuring it "
-                     "again (1 of 2)") == 1
+    assert err.count("the host read off the profile around this batch of 2 ranks (speed 0%, sharing 30% off): "
+                     "measuring it again (1 of 2)") == 1
     assert "measuring it again (2 of 2)" in err
-    assert ("- measured again, the host's sharing having read more than 15% off the law around them (the attempt "
-            "read closest to it kept): ring ws2 fwd (3 attempts)") in out
+    assert ("- measured again, the host having read more than 15% off the profile around them, in speed or sharing "
+            "(the attempt read closest to it kept): ring ws2 fwd (3 attempts)") in out
     # never with --remeasure 0; at most 2 more by default, the closest kept even if off
     calls.clear()
     cli.sharing[:] = [(1.0, 1.0), (1.6, 1.0)]
@@ -641,6 +641,15 @@ def test_a_batch_read_off_the_law_is_measured_again_and_the_attempt_read_closest
     assert cli("--out", str(cli.out), "--force") == 0 and calls == [4, 4, 4]
     rows = json.loads(cli.out.read_text())["cases"]
     assert [t["kept"] for t in rows[0]["attempts"]] == [True, False, False]
+    # the one-process speed read off as well: 1.0x then 1.4x (20% off), then 1.05x and 1.1x
+    calls.clear()
+    cli.readings[:] = [1.0, 1.4, 1.05, 1.1]
+    cli.sharing[:] = [(1.0, 1.0)] * 4
+    assert cli("--out", str(cli.out), "--force") == 0 and calls == [4, 4]
+    rows = json.loads(cli.out.read_text())["cases"]
+    assert [t["speed_readings"] for t in rows[0]["attempts"]] == [[1.0, 1.4], [1.05, 1.1]]
+    assert [t["kept"] for t in rows[0]["attempts"]] == [False, True] and rows[0]["host_speed"] == pytest.approx(1.075)
+    assert "(speed 20%, sharing 0% off)" in capsys.readouterr().err
     assert cli("--out", str(cli.out), "--force", "--remeasure", "6") == 2
     assert "ringsim: error: --remeasure must be a count from 0 to 5, got 6" in capsys.readouterr().err
 
@@ -650,7 +659,7 @@ def test_the_hosts_speed_is_read_before_each_batch_and_after_the_last(cli):
 
     # 2 ranks: 4 cases in one batch; 3 ranks: 4 more in another
     cli.readings[:] = [1.0, 1.1, 1.5]
-    assert cli("--out", str(cli.out), "--world-sizes", "2", "3") == 0
+    assert cli("--out", str(cli.out), "--world-sizes", "2", "3", "--remeasure", "0") == 0
     rows = json.loads(cli.out.read_text())["cases"]
     assert [r["host_speed_readings"] for r in rows] == [[1.0, 1.1]] * 4 + [[1.1, 1.5]] * 4
     assert [r["host_speed"] for r in rows] == pytest.approx([1.05] * 4 + [1.3] * 4)
