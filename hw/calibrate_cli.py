@@ -154,8 +154,8 @@ def cmd_check(a: argparse.Namespace) -> int:
                   f"{result['median_abs_error_at_host_speed']:.1%}")
         sharing = result.get("host_sharing")
         if sharing:
+            from hw.reference import sharing_line
             from hw.validate import SHARING_OFF
-            from hw.validate_cli import sharing_line
 
             print(f"{sharing_line(sharing)}; at that speed and sharing the median |makespan error| is "
                   f"{result['median_abs_error_at_host_state']:.1%}")

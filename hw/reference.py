@@ -136,3 +136,10 @@ def host_sharing(profile: Any, *, dtype: str, heads: int, head_dim: int, threads
     law = host.slowdown(k * threads)
     return {"tokens": tokens, "processes": k, "slowdown": slowdown, "profile_slowdown": law,
             "factor": slowdown / law, "alone_s": statistics.median(got["alone_s"]), "at": time.time()}
+
+
+def sharing_line(r: dict[str, Any]) -> str:
+    """A sharing reading (host_sharing) in words."""
+    return (f"{r['processes']} processes at once compute the {r['tokens']}-token reference block "
+            f"{r['slowdown']:.2f}x slower than one alone; the profile's law says {r['profile_slowdown']:.2f}x "
+            f"({r['factor']:.2f}x it)")

@@ -97,9 +97,17 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
         "median_abs_error_by_group": {g: {"cases": len(v), "median_abs_error": statistics.median(v)}
                                       for g, v in groups.items()},
         **_at_host_speed(rows, max_case_error),
-        "measured_again": {g: max(len(r["attempts"]) for r in rows if r.get("attempts") and _batch(r) == g)
-                           for g in sorted({_batch(r) for r in rows if r.get("attempts")})},
+        "measured_again": _measured_again(rows),
     }
+
+
+def _measured_again(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """The attempts of each group of batches measured more than once, by group."""
+    again: dict[str, int] = {}
+    for r in rows:
+        if r.get("attempts"):
+            again[_batch(r)] = max(again.get(_batch(r), 0), len(r["attempts"]))
+    return dict(sorted(again.items()))
 
 
 def _scores(rows: list[dict[str, Any]], errors: list[float], within: list[bool], step_errors: list[float | None],

@@ -246,16 +246,21 @@ def cmd_validate(a: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _batch_factors(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """The host's state around a batch: the mean of the speed readings before and after
+    it, and of their sharing readings where both hold one."""
+    out = {"speed": (before["factor"] + after["factor"]) / 2}
+    if before.get("sharing") and after.get("sharing"):
+        out["sharing"] = (before["sharing"]["factor"] + after["sharing"]["factor"]) / 2
+    return out
+
+
 def _state_off(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, float] | None:
-    """How far the host read from the profile around a batch: |mean factor - 1| of the
-    speed readings before and after it, and of their sharing readings where both hold
-    one; None without readings."""
+    """How far the host read from the profile around a batch (|factor - 1| of each of
+    _batch_factors); None without readings."""
     if not (before and after):
         return None
-    off = {"speed": abs((before["factor"] + after["factor"]) / 2 - 1)}
-    if before.get("sharing") and after.get("sharing"):
-        off["sharing"] = abs((before["sharing"]["factor"] + after["sharing"]["factor"]) / 2 - 1)
-    return off
+    return {name: abs(f - 1) for name, f in _batch_factors(before, after).items()}
 
 
 def _measure_batch(batch, configs, speed, before, remeasure: int):
@@ -320,16 +325,9 @@ def _host_speed_reader(a: argparse.Namespace, profile, kind: str):
             r["sharing"] = reference.host_sharing(profile, dtype=a.dtype, heads=a.heads, head_dim=a.head_dim,
                                                   threads=threads, seconds=a.reference_s)
             if r["sharing"]:
-                print(f"host sharing: {sharing_line(r['sharing'])}", file=sys.stderr, flush=True)
+                print(f"host sharing: {reference.sharing_line(r['sharing'])}", file=sys.stderr, flush=True)
         return r
     return read
-
-
-def sharing_line(r: dict[str, Any]) -> str:
-    """A sharing reading (hw.reference.host_sharing) in words."""
-    return (f"{r['processes']} processes at once compute the {r['tokens']}-token reference block "
-            f"{r['slowdown']:.2f}x slower than one alone; the profile's law says {r['profile_slowdown']:.2f}x "
-            f"({r['factor']:.2f}x it)")
 
 
 def at_host_speed(case, traces: list[Trace], scenario, profile, before: dict[str, Any],
@@ -340,7 +338,8 @@ def at_host_speed(case, traces: list[Trace], scenario, profile, before: dict[str
     the mean of its two readings: sim.profile.Profile.at_host_state)."""
     from sim.validation import compare_case, simulate_replays
 
-    factor = (before["factor"] + after["factor"]) / 2
+    factors = _batch_factors(before, after)
+    factor = factors["speed"]
     row = compare_case(case, traces, simulate_replays(scenario, profile.at_compute_speed(factor), replays))
     out = {"host_speed": factor,
            "host_speed_readings": [before["factor"], after["factor"]],
@@ -348,9 +347,9 @@ def at_host_speed(case, traces: list[Trace], scenario, profile, before: dict[str
            "error_at_host_speed": row["error"],
            "within_range_at_host_speed": row["within_range"],
            "step_abs_errors_at_host_speed": [st["abs_error"] for st in row["steps"]]}
-    if before.get("sharing") and after.get("sharing"):
+    if "sharing" in factors:
         readings = [before["sharing"], after["sharing"]]
-        sharing = (readings[0]["factor"] + readings[1]["factor"]) / 2
+        sharing = factors["sharing"]
         state = compare_case(case, traces, simulate_replays(scenario, profile.at_host_state(factor, sharing), replays))
         out.update({"host_sharing": sharing,
                     "host_sharing_readings": [r["slowdown"] for r in readings],

@@ -95,9 +95,10 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
     compute_times_s and transfer_times_s (see sim.players.durations_s), and `p2p_queue`:
     true where a device runs its point-to-point batches one after another, as NCCL does
     (sim.queues), and `takes_head_geometry`: true where its compute times and rate take
-    the workload's head dim and K/V heads per query head (sim.players.head_geometry). Where the scheme counts its operations (Scheme.count_ops), a schedule
-    that would not fit in the memory the machine has available is refused, RingsimError,
-    before it is built. `jitter` seeds the host's spread of speeds (see play).
+    the workload's head dim and K/V heads per query head (sim.players.head_geometry).
+    Where the scheme counts its operations (Scheme.count_ops), a schedule that would not
+    fit in the memory the machine has available is refused, RingsimError, before it is
+    built. `jitter` seeds the host's spread of speeds (see play).
     """
     scheme = get_scheme(scenario.scheme)
     hw = hardware if hardware is not None else scenario.hardware
