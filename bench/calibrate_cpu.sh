@@ -20,7 +20,7 @@ $R hw bench -o "$out/cpu-bench.json" ${force:+--force} \
     --masks full,diagonal --kinds fwd,bwd --sizes 64K,256K,1M,2M,4M,8M \
     --interference-blocks 1024,2048 --interference-sizes kv --concurrency 1,2,3,4 \
     --ring-processes 2,3,4 --collective-worlds 2,3,4 --collective-sizes 256K,1M,4M,16M \
-    --samples 5 --warmup 2
+    --host-passes 3 --samples 5 --warmup 2
 $R calibrate "$out/cpu-bench.json" -o "$out/cpu-profile.json" ${force:+--force}
 $R validate --profile "$out/cpu-profile.json" --quick --repeats 5 --warmup 1 \
     --out "$out/validation-quick.json" --markdown "$out/validation-quick.md" ${force:+--force}

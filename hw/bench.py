@@ -83,7 +83,8 @@ The JSON file (format "ringsim-hw-bench", version 1):
                       "mean_s", "slowdown": the rounds' median of mean shared / median
                       alone (k > 1),
                       "bound": k·threads/cores (at least 1), "attempts": int,
-                      "rejected": why (only when every attempt broke the bound)}],
+                      "rejected": why (only when every attempt broke the bound),
+                      "pass": which of the --host-passes measured it (1 in older files)}],
      "ring_conditions": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads",
                           "kv_heads", "head_dim", "q_tokens", "kv_tokens", "mask", "flops",
                           "bytes" (each way per hop), "threads_per_rank",
@@ -91,7 +92,7 @@ The JSON file (format "ringsim-hw-bench", version 1):
                           "transfer_ring_s": [samples of every rank],
                           "compute_ring_by_process_s": [[compute_ring_s, one list per rank]],
                           "compute_slowdown", "transfer_slowdown": mean ring / median alone,
-                          "bound", "attempts", "rejected" (as in concurrency)}],
+                          "bound", "attempts", "rejected", "pass" (as in concurrency)}],
      "collective": [{"op": "allgather"|"reducescatter"|"alltoall", "world": ranks,
                      "shard_bytes": a rank's piece (all-gather input, reduce-scatter output,
                      all-to-all piece for one peer), "sent_bytes": what each rank sends,
@@ -132,16 +133,22 @@ COLLECTIVES = ("allgather", "reducescatter", "alltoall")
 QUICK = dict(dtypes="fp32", heads="4", head_dims="64", blocks="128,256,512", masks="full,diagonal",
              kinds="fwd", sizes="64K,1M", interference_blocks="512", interference_sizes="1M",
              concurrency="1,2", ring_processes="2,3", collectives="allgather,reducescatter,alltoall",
-             collective_worlds="2,3", collective_sizes="64K,1M", samples=3, warmup=1, compute_passes=1)
+             collective_worlds="2,3", collective_sizes="64K,1M", samples=3, warmup=1, compute_passes=1,
+             host_passes=1)
 FULL = dict(dtypes="fp32,bf16", heads="8", head_dims="64", blocks="256,512,1024,2048,4096",
             masks="full,diagonal", kinds="fwd,bwd", sizes="64K,256K,1M,4M,16M,64M",
             interference_blocks="1024,2048", interference_sizes="kv,8M", concurrency="1,2,3,4",
             ring_processes="2,3,4", collectives="allgather,reducescatter,alltoall", collective_worlds="2,3,4",
-            collective_sizes="64K,256K,1M,4M", samples=5, warmup=2, compute_passes=2)
+            collective_sizes="64K,256K,1M,4M", samples=5, warmup=2, compute_passes=2, host_passes=3)
 
 
 CONCURRENCY_ROUNDS = 3
 """Rounds of (alone, shared) a concurrency entry alternates: see _concurrency_worker."""
+
+HOST_PASSES = ("start", "middle", "end")
+"""Where the host parts' passes run, in time order, with --host-passes 3: before the
+compute part, after the transfer and interference parts (the one place of a single pass)
+and after the collectives; two passes take the last two places."""
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -183,6 +190,11 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-passes", type=int, default=None,
                    help="times the compute grid is measured, the second pass in reverse order; each entry "
                         f"keeps every pass, calibration their mean (default {FULL['compute_passes']}, 1 with --quick)")
+    p.add_argument("--host-passes", type=int, default=None,
+                   help="times the concurrency and ring-conditions parts are measured, minutes apart (1 to 3: "
+                        "before the compute part, after the interference part, at the end); calibration takes "
+                        "each entry's median over the passes, so that a spell of the host's cores serving "
+                        f"something else weighs on one pass only (default {FULL['host_passes']}, 1 with --quick)")
     p.add_argument("--warmup", type=int, default=None, help=f"untimed calls first (default {FULL['warmup']})")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads of the compute part, as a rank of a 2-rank run has (default: cores / 2)")
@@ -250,6 +262,7 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
         "collective_sizes": _list(pick("collective_sizes"), "collective-sizes", parse_bytes),
         "ring_processes": _list(pick("ring_processes"), "ring-processes", lambda x: _at_least_2(int(x))),
         "samples": pick("samples"), "warmup": pick("warmup"), "compute_passes": pick("compute_passes"),
+        "host_passes": pick("host_passes"),
         "batch": a.batch,
         "kv_heads": a.kv_heads, "quick": a.quick,
     }
@@ -262,6 +275,8 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
         raise RingsimError("--collective-worlds: a collective needs two ranks or more")
     if plan["samples"] <= 0 or plan["warmup"] < 0 or a.batch <= 0 or plan["compute_passes"] <= 0:
         raise RingsimError("--samples, --compute-passes and --batch must be positive, --warmup non-negative")
+    if not 1 <= plan["host_passes"] <= len(HOST_PASSES):
+        raise RingsimError(f"--host-passes must be 1 to {len(HOST_PASSES)}, got {plan['host_passes']}")
     for h in plan["heads"]:
         if plan["kv_heads"] is not None and (plan["kv_heads"] <= 0 or h % plan["kv_heads"]):
             raise RingsimError(f"--kv-heads {plan['kv_heads']} must divide every head count (got {h})")
@@ -470,10 +485,10 @@ def _key(part: str, e: dict[str, Any]) -> tuple:
         return (e["op"], e["world"], e["shard_bytes"])
     if part == "concurrency":
         return (e.get("kind", "fwd"),) + tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads",
-                                                              "head_dim", "q_tokens", "mask"))
+                                                              "head_dim", "q_tokens", "mask")) + (e.get("pass", 1),)
     if part == "ring_conditions":
         return tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
-                                    "q_tokens", "mask", "bytes"))
+                                    "q_tokens", "mask", "bytes")) + (e.get("pass", 1),)
     return tuple(e[k] for k in ("dtype", "batch", "heads", "kv_heads", "head_dim", "q_tokens",
                                 "mask", "bytes"))
 
@@ -521,10 +536,11 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
                 f"{e['median_s'] * 1e3:.3f} ms, {e['rate_flops'] / 1e9:.2f} GFLOP/s")
     if entry_part == "concurrency":
         return (f"concurrency {e['processes']} processes, {e.get('kind', 'fwd')} {e['dtype']} {e['q_tokens']} tokens: "
-                f"{e['mean_s'] * 1e3:.3f} ms per block" + _checked(e))
+                f"{e['mean_s'] * 1e3:.3f} ms per block" + _checked(e) + _pass(e))
     if entry_part == "ring_conditions":
         return (f"ring conditions {e['processes']} ranks, {e['q_tokens']} tokens, {e['bytes']} B per hop: "
-                f"compute x{e['compute_slowdown']:.2f}, transfer x{e['transfer_slowdown']:.2f}" + _checked(e))
+                f"compute x{e['compute_slowdown']:.2f}, transfer x{e['transfer_slowdown']:.2f}" + _checked(e)
+                + _pass(e))
     if entry_part == "collective":
         return (f"collective {e['op']} world {e['world']}, {e['shard_bytes']} B shard: "
                 f"{e['median_s'] * 1e3:.3f} ms, {e['gbps']:.3f} GB/s sent per rank")
@@ -536,6 +552,10 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
             f"transfer (x{e['slowdown']:.2f})")
 
 
+def _pass(e: dict[str, Any]) -> str:
+    return f", pass {e['pass']}" if e.get("pass", 1) > 1 else ""
+
+
 def _checked(e: dict[str, Any]) -> str:
     if e.get("rejected"):
         return f" REJECTED after {e['attempts']} attempts"
@@ -545,10 +565,10 @@ def _checked(e: dict[str, Any]) -> str:
 # ---- physical bounds ------------------------------------------------------------------
 
 MAX_ATTEMPTS = 3
-SUSPECT = 1.5
-"""A slowdown this many times its physical bound is measured again (and the least kept)."""
 """Measurements of a concurrency or ring-conditions entry before one breaking a physical
 bound is given up on (written as rejected)."""
+SUSPECT = 1.5
+"""A slowdown this many times its physical bound is measured again (and the least kept)."""
 
 
 def add_pass(entry: dict[str, Any], again: dict[str, Any]) -> None:
@@ -717,14 +737,19 @@ def _host_block(plan: dict[str, Any], processes: int, kind: str = "fwd") -> dict
                                                          kind)}
 
 
+def host_pass_places(passes: int) -> tuple[str, ...]:
+    """Where each of `passes` passes of the host parts runs, in time order (HOST_PASSES)."""
+    return HOST_PASSES[1:2] if passes == 1 else HOST_PASSES[len(HOST_PASSES) - passes:]
+
+
 def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[str, set],
-               kinds: tuple[str, ...] = ("fwd",)) -> list[dict[str, Any]]:
+               kinds: tuple[str, ...] = ("fwd",), pass_: int = 1) -> list[dict[str, Any]]:
     if part not in plan["parts"]:
         return []
     out = []
     for kind in kinds:
         for k in counts:
-            e = _host_block(plan, k, kind)
+            e = {**_host_block(plan, k, kind), "pass": pass_}
             if part == "ring_conditions":
                 e["bytes"] = 2 * e["batch"] * e["kv_heads"] * e["q_tokens"] * e["head_dim"] * DTYPE_BYTES[e["dtype"]]
             key = _key(part, e)
@@ -734,19 +759,19 @@ def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[st
     return out
 
 
-def _plan_concurrency(plan: dict[str, Any], seen: dict[str, set]) -> list[dict[str, Any]]:
+def _plan_concurrency(plan: dict[str, Any], seen: dict[str, set], pass_: int = 1) -> list[dict[str, Any]]:
     """The interference part's block computed by each planned number of processes, one
     process first (the bound checks compare with it): its forward, and its backward too
     where the plan's kinds hold bwd. Time-sliced processes can lose more than their share
     of the cores on a backward block: in probes on the 2-core VM four processes ran a
     1024-token backward 2.2-3.5x slower than one, the forward 2.0x."""
     kinds = ("fwd", "bwd") if "bwd" in plan["kinds"] else ("fwd",)
-    return _plan_host(plan, "concurrency", sorted(set(plan["concurrency"]) | {1}), seen, kinds)
+    return _plan_host(plan, "concurrency", sorted(set(plan["concurrency"]) | {1}), seen, kinds, pass_)
 
 
-def _plan_ring(plan: dict[str, Any], seen: dict[str, set]) -> list[dict[str, Any]]:
+def _plan_ring(plan: dict[str, Any], seen: dict[str, set], pass_: int = 1) -> list[dict[str, Any]]:
     """The interference part's block and its K/V in a ring of each planned size."""
-    return _plan_host(plan, "ring_conditions", sorted(set(plan["ring_processes"])), seen)
+    return _plan_host(plan, "ring_conditions", sorted(set(plan["ring_processes"])), seen, ("fwd",), pass_)
 
 
 def _common_window(ctx, estimate_s: float, blocks: int) -> tuple[float, float]:
@@ -961,6 +986,50 @@ def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads:
             "compute_ring_s": compute_ring, "transfer_ring_s": transfer_ring[1:] or transfer_ring}
 
 
+def _measure_host_parts(conc_jobs: list[dict[str, Any]], ring_jobs: list[dict[str, Any]], plan: dict[str, Any],
+                        threads: int, cores: int, a: argparse.Namespace,
+                        progress: Callable[[str, dict[str, Any]], None]) -> None:
+    """One pass of the concurrency and ring-conditions parts (CPU only): each entry in its
+    own processes, measured again while it breaks its physical bound (measure_within_bounds),
+    then handed to `progress`."""
+    from hw.spawn import spawn
+
+    def alone_s(e: dict[str, Any]) -> float | None:
+        """The block's time alone, measured beside the entry's shared window."""
+        return statistics.median(e["alone_s"]) if e.get("alone_s") else None
+
+    for e in conc_jobs:
+        def measure(e=e) -> dict[str, Any]:
+            per_rank = spawn(_concurrency_worker, e["processes"],
+                             args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
+                             backend="gloo", timeout_s=a.timeout)
+            out = {**e, "threads_per_rank": threads, **gather_concurrency(per_rank),
+                   "bound": sharing_bound(e["processes"], threads, cores)}
+            if e["processes"] > 1:
+                out["slowdown"] = round_slowdown(out)
+            return out
+
+        progress("concurrency", measure_within_bounds(
+            measure, lambda r: concurrency_violation(r, alone_s(r), cores),
+            f"concurrency {e['processes']} processes, {e.get('kind', 'fwd')}",
+            slowdown=lambda r: round_slowdown(r, median=True)))
+    for e in ring_jobs:
+        def measure(e=e) -> dict[str, Any]:
+            per_rank = spawn(_ring_worker, e["processes"],
+                             args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
+                             backend="gloo", timeout_s=a.timeout)
+            out = {**e, "threads_per_rank": threads,
+                   **{name: [t for r in per_rank for t in r[name]] for name in per_rank[0]},
+                   "compute_ring_by_process_s": [r["compute_ring_s"] for r in per_rank]}
+            out["compute_slowdown"] = ring_slowdown(out["compute_ring_s"], out["compute_alone_s"])
+            out["transfer_slowdown"] = ring_slowdown(out["transfer_ring_s"], out["transfer_alone_s"])
+            out["bound"] = sharing_bound(e["processes"], threads, cores)
+            return out
+
+        progress("ring_conditions", measure_within_bounds(
+            measure, lambda r: ring_violation(r, cores), f"ring conditions {e['processes']} ranks"))
+
+
 def run_bench(a: argparse.Namespace) -> int:
     import torch
 
@@ -995,8 +1064,10 @@ def run_bench(a: argparse.Namespace) -> int:
 
     save()
     compute_jobs, comm_jobs = _plan_jobs(plan, seen)
-    conc_jobs = _plan_concurrency(plan, seen) if kind == "cpu" else []
-    ring_jobs = _plan_ring(plan, seen) if kind == "cpu" else []
+    places = host_pass_places(plan["host_passes"])
+    # the host parts' entries of each pass, by where it runs (HOST_PASSES)
+    host_jobs = {place: (_plan_concurrency(plan, seen, i), _plan_ring(plan, seen, i)) if kind == "cpu" else ([], [])
+                 for i, place in enumerate(places, 1)}
     coll_jobs = _plan_collectives(plan, seen)
     if kind == "cuda":
         too_big = [w for w in coll_jobs if w > torch.cuda.device_count()]
@@ -1004,7 +1075,7 @@ def run_bench(a: argparse.Namespace) -> int:
             print(f"collectives over {', '.join(map(str, too_big))} ranks need as many GPUs; skipped",
                   file=sys.stderr)
         coll_jobs = {w: es for w, es in coll_jobs.items() if w not in too_big}
-    total = (len(compute_jobs) + len(comm_jobs) + len(conc_jobs) + len(ring_jobs)
+    total = (len(compute_jobs) + len(comm_jobs) + sum(len(c) + len(r) for c, r in host_jobs.values())
              + sum(len(es) for es in coll_jobs.values()))
     count = 0
 
@@ -1014,6 +1085,13 @@ def run_bench(a: argparse.Namespace) -> int:
         add(part, entry)
         print(f"[{count}/{total}] {_fmt(part, entry)}", file=sys.stderr, flush=True)
 
+    cores = doc["device"].get("cpu_count") or os.cpu_count() or 1
+
+    def host_parts(place: str) -> None:
+        if place in host_jobs:
+            _measure_host_parts(*host_jobs[place], plan, threads, cores, a, progress)
+
+    host_parts("start")
     if compute_jobs:
         saved_threads = torch.get_num_threads()
         if device.type == "cpu":
@@ -1053,46 +1131,11 @@ def run_bench(a: argparse.Namespace) -> int:
         spawn(_comm_worker, 2, args=(comm_jobs, plan["samples"], plan["warmup"], kind, threads,
                                      a.block_impl),
               backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
-    cores = doc["device"].get("cpu_count") or os.cpu_count() or 1
-    if conc_jobs:
-        def alone_s(e: dict[str, Any]) -> float | None:
-            """The block's time alone, measured beside the entry's shared window."""
-            return statistics.median(e["alone_s"]) if e.get("alone_s") else None
-
-        for e in conc_jobs:
-            def measure(e=e) -> dict[str, Any]:
-                per_rank = spawn(_concurrency_worker, e["processes"],
-                                 args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
-                                 backend="gloo", timeout_s=a.timeout)
-                out = {**e, "threads_per_rank": threads, **gather_concurrency(per_rank),
-                       "bound": sharing_bound(e["processes"], threads, cores)}
-                if e["processes"] > 1:
-                    out["slowdown"] = round_slowdown(out)
-                return out
-
-            progress("concurrency", measure_within_bounds(
-                measure, lambda r: concurrency_violation(r, alone_s(r), cores),
-                f"concurrency {e['processes']} processes, {e.get('kind', 'fwd')}",
-                slowdown=lambda r: round_slowdown(r, median=True)))
-    if ring_jobs:
-        for e in ring_jobs:
-            def measure(e=e) -> dict[str, Any]:
-                per_rank = spawn(_ring_worker, e["processes"],
-                                 args=(e, plan["samples"], plan["warmup"], threads, a.block_impl),
-                                 backend="gloo", timeout_s=a.timeout)
-                out = {**e, "threads_per_rank": threads,
-                       **{name: [t for r in per_rank for t in r[name]] for name in per_rank[0]},
-                       "compute_ring_by_process_s": [r["compute_ring_s"] for r in per_rank]}
-                out["compute_slowdown"] = ring_slowdown(out["compute_ring_s"], out["compute_alone_s"])
-                out["transfer_slowdown"] = ring_slowdown(out["transfer_ring_s"], out["transfer_alone_s"])
-                out["bound"] = sharing_bound(e["processes"], threads, cores)
-                return out
-
-            progress("ring_conditions", measure_within_bounds(
-                measure, lambda r: ring_violation(r, cores), f"ring conditions {e['processes']} ranks"))
+    host_parts("middle")
     for world, entries in sorted(coll_jobs.items()):
         spawn(_collective_worker, world, args=(entries, plan["samples"], plan["warmup"], kind, threads),
               backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
+    host_parts("end")
     skipped = skipped or (kind == "cuda" and "collective" in plan["parts"]
                           and any(w > torch.cuda.device_count() for w in plan["collective_worlds"]))
     doc["complete"] = count == total and not skipped

@@ -238,13 +238,20 @@ def cmd_bench(a: argparse.Namespace) -> int:
         print(f"compute slots {r['compute_slots'] or 'unlimited'}")
     host = r.get("host")
     if host:
+        for name, what in (("law_passes", "forward"), ("law_bwd_passes", "backward")):
+            if host.get(name):
+                print(f"  {what} by pass (the median counts): "
+                      + "; ".join(f"{k:g} -> " + ", ".join(f"{f:.2f}x" for f in fs) for k, fs in host[name]))
         print(f"host: {host['cores']:g} cores, {host['threads_per_rank']:g} threads per rank, "
               f"{host['transfer_cores']:.2f} cores per transfer in flight "
               f"(from {host['ring_entries']} ring-conditions entries)")
         for p in host.get("points", []):
+            by_pass = (" (by pass: compute " + ", ".join(f"{q['compute_slowdown']:.2f}x" for q in p["passes"])
+                       + "; transfer " + ", ".join(f"{q['transfer_slowdown']:.2f}x" for q in p["passes"]) + ")"
+                       if p.get("passes") else "")
             print(f"  {p['processes']:g} ranks in a ring: compute {p['compute_slowdown']:.2f}x "
                   f"(model {p['predicted_compute_slowdown']:.2f}x), transfer {p['transfer_slowdown']:.2f}x "
-                  f"(model {p['predicted_transfer_slowdown']:.2f}x)")
+                  f"(model {p['predicted_transfer_slowdown']:.2f}x)" + by_pass)
     for why in r.get("rejected", []):
         print(f"rejected, not fitted: {why}", file=sys.stderr)
     return 0

@@ -329,9 +329,11 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
             raise RingsimError(f"bench file: concurrency entry {i} has kind {r.get('kind')!r}, not fwd or bwd")
     forward = [r for r in records if r.get("kind", "fwd") == "fwd"]
     backward = [r for r in records if r.get("kind", "fwd") == "bwd"]
+    passes_fwd: dict[float, list[float]] = {}
+    passes_bwd: dict[float, list[float]] = {}
     concurrency, threads_of = _sharing_law(forward, counts, rejected, "concurrency",
-                                           _compute_baseline(bench, forward))
-    concurrency_bwd, threads_of_bwd = _sharing_law(backward, counts, rejected, "concurrency bwd", None)
+                                           _compute_baseline(bench, forward), passes_fwd)
+    concurrency_bwd, threads_of_bwd = _sharing_law(backward, counts, rejected, "concurrency bwd", None, passes_bwd)
     host = None
     host_report: dict[str, Any] | None = None
     sigma = max(1.0, measured_slowdown or 1.0)
@@ -347,7 +349,11 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
         host_report = {"cores": cores, "threads_per_rank": threads, "law": [list(p) for p in law] if law else None,
                        "law_bwd": [list(p) for p in law_bwd] if law_bwd else None,
                        "spread": [list(p) for p in spread] if spread else None,
-                       "ring_entries": len(ring_points), "transfer_cores": 0.0}
+                       "ring_entries": sum(len(p.get("passes", [p])) for p in ring_points),
+                       "transfer_cores": 0.0}
+        for name, passes in (("law_passes", passes_fwd), ("law_bwd_passes", passes_bwd)):
+            if any(len(v) > 1 for v in passes.values()):
+                host_report[name] = [[k, v] for k, v in sorted(passes.items())]
         if ring_points:
             x, sigma, err = fit_transfer_cores(ring_points, host)
             host = dataclasses.replace(host, transfer_cores=x)
@@ -374,13 +380,16 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
 
 
 def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | None, rejected: list[str],
-                 label: str, baseline: float | None
+                 label: str, baseline: float | None, passes: dict[float, list[float]] | None = None
                  ) -> tuple[tuple[tuple[float, float], ...] | None, dict[float, float]]:
     """The (processes, slowdown) pairs of one kind's concurrency entries, (1, 1) first,
     or None where no entry of more than one process is accepted; and each count's threads
     per rank. A pair below the physical bound is rejected (into `rejected`, named by
     `label`), never fitted. `baseline`: the compute part's time of the block, for files
-    whose entries carry no time alone."""
+    whose entries carry no time alone. Entries of the same count (the bench's
+    --host-passes, minutes apart) count by their median: a spell of the host's cores
+    serving something else slows one pass, and the law multiplies every block of a
+    simulation; `passes` gets each count's slowdowns, one per entry, in order."""
     by_k: dict[float, list[float]] = {}       # median block time under sharing, by k
     ratio_k: dict[float, list[float]] = {}    # ... over the block alone just before it
     threads_of: dict[float, float] = {}
@@ -400,15 +409,22 @@ def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | No
         t = (_mean(samples, f"{label} entry {i} time_s") if sliced and isinstance(samples, list)
              else _median(samples, f"{label} entry {i} time_s"))
         rounds = round_ratios(r.get("rounds"), sliced, f"{label} entry {i}")
+        ratio = None
         if rounds:
             # the entry alternated alone and shared: the median of its rounds' ratios,
             # each of samples seconds apart (the host's drift between rounds cancels)
-            ratio_k.setdefault(float(k), []).append(statistics.median(rounds))
+            ratio = statistics.median(rounds)
         elif r.get("alone_s"):
             alone = _median(r["alone_s"], f"{label} entry {i} alone_s")
             if alone > 0:
-                ratio_k.setdefault(float(k), []).append(t / alone)
-        else:
+                ratio = t / alone
+        if ratio is not None:
+            why = bound_violation(ratio, k, threads, counts[0]) if counts and k > 1 else None
+            if why:     # each entry is checked on its own: one of several passes cannot hide in their median
+                rejected.append(f"{label} {k:g}" + (f" (pass {r['pass']})" if "pass" in r else "") + f": {why}")
+                continue
+            ratio_k.setdefault(float(k), []).append(ratio)
+        elif not r.get("alone_s"):
             by_k.setdefault(float(k), []).append(t)
         threads_of[float(k)] = threads
     concurrency = None
@@ -418,6 +434,8 @@ def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | No
     # (the time the simulator starts from), else the block computed by one process here
     alone = baseline or (statistics.median(by_k[1.0]) if 1.0 in by_k else None)
     factors = {k: statistics.median(v) for k, v in ratio_k.items()}
+    if passes is not None:
+        passes.update({k: list(v) for k, v in ratio_k.items() if k > 1.0})
     if alone and alone > 0:
         factors.update({k: statistics.median(ts) / alone for k, ts in by_k.items() if k not in factors})
     if any(k > 1.0 for k in factors):
@@ -467,8 +485,9 @@ def host_spread(records: list[dict[str, Any]]) -> tuple[tuple[float, float, floa
     per-block CV the mean over processes of their samples' CV; without them (older
     files), the CV of all samples together is the per-block CV and the per-rank CV 0.
     An entry in rounds is read a round at a time, over that round's time alone, and its
-    CVs are the rounds' means: the host's drift between rounds is no spread."""
-    points = {}
+    CVs are the rounds' means: the host's drift between rounds is no spread. Entries of
+    the same count (the bench's --host-passes) pool their rounds."""
+    by_k: dict[float, list[tuple[float, float]]] = {}
     for i, r in enumerate(records):
         if r.get("rejected") or not r.get("alone_s"):
             continue
@@ -478,10 +497,10 @@ def host_spread(records: list[dict[str, Any]]) -> tuple[tuple[float, float, floa
         parts = ([rd for rd in rounds if isinstance(rd, dict) and rd.get("alone_s") and rd.get("time_by_process_s")]
                  if isinstance(rounds, list) else [])
         cvs = [_spread_of(rd, f"{what} round {j}") for j, rd in enumerate(parts)] if parts else [_spread_of(r, what)]
-        cvs = [c for c in cvs if c is not None]
-        if cvs:
-            points[k] = (k, statistics.fmean(c[0] for c in cvs), statistics.fmean(c[1] for c in cvs))
-    return tuple(points[k] for k in sorted(points)) or None
+        by_k.setdefault(k, []).extend(c for c in cvs if c is not None)
+    points = [(k, statistics.fmean(c[0] for c in cvs), statistics.fmean(c[1] for c in cvs))
+              for k, cvs in sorted(by_k.items()) if cvs]
+    return tuple(points) or None
 
 
 def _spread_of(r: dict[str, Any], what: str) -> tuple[float, float] | None:
@@ -527,8 +546,11 @@ def _compute_baseline(bench: dict[str, Any], concurrency: list[dict[str, Any]]) 
 
 
 def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str]) -> list[dict[str, float]]:
-    """The accepted ring-conditions entries: ranks, compute slowdown, transfer slowdown."""
-    points = []
+    """The accepted ring-conditions entries: ranks, compute slowdown, transfer slowdown;
+    one point per ring size, each slowdown the median over the entries of that size (the
+    bench's --host-passes, minutes apart: a spell of the cores serving something else
+    slows one of them), with each entry's own ("passes")."""
+    by_k: dict[float, list[dict[str, float]]] = {}
     for i, r in enumerate(_records(bench, "ring_conditions")):
         k = _positive_int(r, "processes", f"ring_conditions entry {i}")
         t = _positive_int(r, "threads_per_rank", f"ring_conditions entry {i}")
@@ -545,16 +567,26 @@ def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str]) -> li
         if why:
             rejected.append(f"ring conditions {k}: {why}")
             continue
-        points.append({"k": float(k), "compute_slowdown": c_ring / c_alone,
-                       "transfer_slowdown": x_ring / x_alone})
+        by_k.setdefault(float(k), []).append({"compute_slowdown": c_ring / c_alone,
+                                              "transfer_slowdown": x_ring / x_alone})
+    points = []
+    for k, ps in sorted(by_k.items()):
+        point = {"k": k, **{name: statistics.median(p[name] for p in ps)
+                            for name in ("compute_slowdown", "transfer_slowdown")}}
+        if len(ps) > 1:
+            point["passes"] = ps
+        points.append(point)
     return points
 
 
-def _ring_residual(p: dict[str, float], host: Host, sigma: float) -> dict[str, float]:
+def _ring_residual(p: dict[str, Any], host: Host, sigma: float) -> dict[str, Any]:
     loaded = host.slowdown(host.demand(int(p["k"]), int(p["k"])))
-    return {"processes": p["k"], "compute_slowdown": p["compute_slowdown"],
-            "predicted_compute_slowdown": sigma * loaded, "transfer_slowdown": p["transfer_slowdown"],
-            "predicted_transfer_slowdown": loaded / host.slowdown(host.demand(0, int(p["k"])))}
+    out = {"processes": p["k"], "compute_slowdown": p["compute_slowdown"],
+           "predicted_compute_slowdown": sigma * loaded, "transfer_slowdown": p["transfer_slowdown"],
+           "predicted_transfer_slowdown": loaded / host.slowdown(host.demand(0, int(p["k"])))}
+    if "passes" in p:
+        out["passes"] = p["passes"]
+    return out
 
 
 def _entry_time(r: dict[str, Any], i: int) -> float:

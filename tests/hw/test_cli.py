@@ -127,6 +127,31 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
 
 
 @pytest.mark.slow
+def test_hw_bench_measures_the_host_parts_in_passes_minutes_apart(capsys, tmp_path):
+    """--host-passes 3: the host parts (here the concurrency part) before the compute
+    part, after the transfer part and after the collectives, every entry naming its
+    pass; a resumed file measures only the passes it lacks."""
+    path = tmp_path / "passes.json"
+    argv = ["hw", "bench", "--quick", "--blocks", "16", "--masks", "full", "--interference-blocks", "32",
+            "--concurrency", "1", "--collectives", "allgather", "--collective-worlds", "2", "--collective-sizes",
+            "1K", "--samples", "2", "--parts", "compute,concurrency,collective", "-o", str(path)]
+    code, _, err = run(capsys, *argv, "--host-passes", "3")
+    assert code == 0, err
+    lines = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("[")]
+    kinds = [line.split()[0] + (line.rsplit(", pass ", 1)[1] if ", pass " in line else "") for line in lines]
+    assert kinds == ["concurrency", "compute", "concurrency2", "collective", "concurrency3"]
+    d = read_json(path)
+    assert [e["pass"] for e in d["concurrency"]] == [1, 2, 3] and d["complete"] is True
+    d["concurrency"] = d["concurrency"][:1]
+    path.write_text(json.dumps(d))
+    code, _, err = run(capsys, *argv, "--host-passes", "3", "--resume")
+    assert code == 0 and "[1/2]" in err and "[2/2]" in err, err
+    assert [e["pass"] for e in read_json(path)["concurrency"]] == [1, 2, 3]
+    code, _, err = run(capsys, *argv, "--host-passes", "4", "--force")
+    assert code == 2 and "--host-passes must be 1 to 3" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
 def test_torchrun_entry_runs_the_same_options(tmp_path):
     trace = tmp_path / "t.json"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

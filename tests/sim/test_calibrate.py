@@ -514,3 +514,65 @@ def test_the_hosts_spread_of_an_entry_in_rounds_is_read_a_round_at_a_time():
     assert host_spread([entry]) == ((2.0, pytest.approx(0.9 / 2 ** 0.5 / 1.55), pytest.approx(0.1 / 1.1 / 2)),)
     flat = host_spread([{k: v for k, v in entry.items() if k != "rounds"}])
     assert flat[0][2] > 2 * (0.1 / 1.1 / 2)
+
+
+def _sliced_entry(processes: int, slowdown: float, pass_: int) -> dict:
+    """One pass's entry of `processes` time-sliced processes, one round: alone 10 ms,
+    shared `slowdown` times that (a mean)."""
+    rounds = [{"alone_s": [0.010] * 3, "time_s": [0.010 * slowdown] * 2}]
+    return {"kind": "fwd", "dtype": "fp32", "heads": 8, "kv_heads": 8, "head_dim": 64, "q_tokens": 1024,
+            "kv_tokens": 1024, "mask": "full", "threads_per_rank": 1, "processes": processes, "pass": pass_,
+            "rounds": rounds, "alone_s": rounds[0]["alone_s"], "time_s": rounds[0]["time_s"]}
+
+
+def test_entries_of_one_count_measured_in_passes_count_by_their_median():
+    """Three processes on two cores, measured in four passes minutes apart: 1.55x, 2.0x
+    (the cores served something else then), 1.6x and 1.2x. 1.2x is below the physical
+    1.5x: rejected on its own and named by its pass (pooled, the median of the four would
+    be (1.55 + 1.6) / 2 = 1.575x and pass). The law is the median of the other three,
+    1.6x (their mean, 1.717x, would carry the slow pass into every block); the report
+    keeps every accepted pass."""
+    b = bench()
+    b["concurrency"] = [_sliced_entry(3, f, i) for i, f in enumerate((1.55, 2.0, 1.6, 1.2), 1)]
+    p = calibrate(b)
+    assert p.contention.host.law == (pytest.approx((1, 1.0)), pytest.approx((3, 1.6)))
+    assert len(p.report["rejected"]) == 1 and p.report["rejected"][0].startswith("concurrency 3 (pass 4): ")
+    assert p.report["host"]["law_passes"] == [[3.0, pytest.approx([1.55, 2.0, 1.6])]]
+    b["concurrency"] = [_sliced_entry(3, 1.6, 1)]           # one pass: nothing to list
+    assert "law_passes" not in calibrate(b).report["host"]
+
+
+def test_ring_entries_of_one_size_measured_in_passes_count_by_their_median():
+    """The host of RING, its 2-rank entry measured in three passes, the second while the
+    cores served something else (compute 1.3x and transfer 1.4x slower still): each
+    slowdown is the median of its passes, so the fit is RING's own (0.5 core per
+    transfer, 1.2x in flight, no residual); all five entries are counted, and the point
+    lists its three passes."""
+    b = ring_bench()
+    two = b["ring_conditions"][0]
+    slow = {**two, "compute_ring_s": [t * 1.3 for t in two["compute_ring_s"]],
+            "transfer_ring_s": [t * 1.4 for t in two["transfer_ring_s"]]}
+    b["ring_conditions"][1:1] = [{**slow, "pass": 2}, {**two, "pass": 3}]
+    p = calibrate(b)
+    assert p.contention.host.transfer_cores == pytest.approx(0.5)
+    assert p.contention.slowdown_in_flight == pytest.approx(1.2)
+    assert p.report["host"]["sum_sq_log_error"] == pytest.approx(0, abs=1e-12)
+    assert p.report["host"]["ring_entries"] == 5
+    point = p.report["host"]["points"][0]
+    assert point["processes"] == 2 and [q["compute_slowdown"] for q in point["passes"]] == pytest.approx(
+        [1.2 * 1.85, 1.3 * 1.2 * 1.85, 1.2 * 1.85])
+
+
+def test_the_hosts_spread_pools_the_rounds_of_passes_of_one_count():
+    """The two-round entry of the test above, cut into two passes of one round each,
+    reads the same spread: the passes' rounds are pooled, not the last pass kept."""
+    from sim.calibrate import host_spread
+
+    rounds = [{"alone_s": [1.0, 1.0], "time_s": [1.0, 1.2, 2.0, 2.0], "time_by_process_s": [[1.0, 1.2], [2.0, 2.0]]},
+              {"alone_s": [2.0, 2.0], "time_s": [2.0, 2.4, 4.0, 4.0], "time_by_process_s": [[2.0, 2.4], [4.0, 4.0]]}]
+    passes = [{"processes": 2, "pass": i, "alone_s": r["alone_s"], "time_s": r["time_s"],
+               "time_by_process_s": r["time_by_process_s"], "rounds": [r]} for i, r in enumerate(rounds, 1)]
+    assert host_spread(passes) == ((2.0, pytest.approx(0.9 / 2 ** 0.5 / 1.55), pytest.approx(0.1 / 1.1 / 2)),)
+    # different samples in the second pass move the spread: it is read, not dropped
+    passes[1]["rounds"] = [{**rounds[1], "time_by_process_s": [[2.0, 2.0], [4.0, 4.0]]}]
+    assert host_spread(passes)[0][2] == pytest.approx(0.1 / 1.1 / 2 / 2)
