@@ -193,7 +193,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-passes", type=int, default=None,
                    help="times the concurrency and ring-conditions parts are measured, minutes apart (1 to 3: "
                         "before the compute part, after the interference part, at the end); calibration takes "
-                        "each entry's median over the passes, so that a spell of the host's cores serving "
+                        "each count's median over the passes, so that a spell of the host's cores serving "
                         f"something else weighs on one pass only (default {FULL['host_passes']}, 1 with --quick)")
     p.add_argument("--warmup", type=int, default=None, help=f"untimed calls first (default {FULL['warmup']})")
     p.add_argument("--threads", type=int, default=None,
