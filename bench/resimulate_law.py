@@ -8,7 +8,13 @@ the median |makespan error| and the cases within 10% both ways, and each (world 
 pass) group's median error. It asks how much of the run-to-run swing of the error comes
 from the law one bench measured, not what law to use: the pooled law is in-sample.
 
+With `--plays N` it compares, on each run's own profile, one play at the mean rate with
+the median of N plays seeded with the host's spread (`ringsim validate --replays N`);
+"within" then counts the cases inside their measured [min, max] or within 10%, as the
+validation report does.
+
     .venv/bin/python bench/resimulate_law.py 556f71a eb5500d c904fae ... [--json out.json]
+    .venv/bin/python bench/resimulate_law.py --plays 31 556f71a ... [--json out.json]
 """
 
 from __future__ import annotations
@@ -58,17 +64,60 @@ def _makespan(profile, key: str, report: dict) -> float:
     return simulate(cfg.scenario(), profile).makespan_s
 
 
+def _plays(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
+    """One play against the median of `n` seeded plays, on each run's own profile."""
+    from sim.validation import simulate_replays
+
+    rows = []
+    for commit, prof, report in runs:
+        profile = profile_from_dict(prof)
+        s = report["settings"]
+        errors: dict[str, list[float]] = {"one": [], "seeded": []}
+        within = {"one": 0, "seeded": 0}
+        for r in report["cases"]:
+            scheme, layout, mask, ws, seq, pass_ = r["key"].split("/")
+            w = Workload(seq=int(seq[3:]), heads=s["heads"], kv_heads=s["kv_heads"], head_dim=s["head_dim"],
+                         dtype=s["dtype"], causal=mask == "causal", pass_=pass_)
+            sc = RunConfig(workload=w, world_size=int(ws[2:]), layout=layout, scheme=scheme, warmup=1, repeats=2,
+                           seed=0).scenario()
+            m = r["measured_median_s"]
+            for name, plays in (("one", 1), ("seeded", n)):
+                sim = statistics.median(t.makespan_s for t in simulate_replays(sc, profile, plays))
+                errors[name].append(sim / m - 1)
+                within[name] += abs(sim / m - 1) <= 0.10 or r["measured_min_s"] <= sim <= r["measured_max_s"]
+        rows.append({"commit": commit, "cases": len(report["cases"]),
+                     **{name: {"median_abs_error": statistics.median(map(abs, errors[name])),
+                               "median_error": statistics.median(errors[name]), "within": within[name]}
+                        for name in errors}})
+    print(f"{'commit':8}  {'one play':>16}  {f'{n} seeded plays':>16}")
+    for r in rows:
+        print(f"{r['commit']:8}  " + "  ".join(
+            f"{r[name]['median_abs_error']:>8.1%}, {r[name]['within']:>2} of {r['cases']}" for name in ("one", "seeded")))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("commits", nargs="+", help="commits holding a calibration run's profile and ring report")
     ap.add_argument("--json", metavar="FILE", help="also write the table as JSON")
+    ap.add_argument("--plays", type=int, metavar="N",
+                    help="compare one play with the median of N seeded plays instead (each run's own profile)")
     a = ap.parse_args(argv)
+    if a.plays is not None and a.plays < 2:
+        print("resimulate_law: --plays must be at least 2", file=sys.stderr)
+        return 2
     try:
         runs = [(c, _show(c, f"{RESULTS}/cpu-profile.json"), _show(c, f"{RESULTS}/validation-quick.json"))
                 for c in a.commits]
     except RingsimError as e:
         print(f"resimulate_law: {e}", file=sys.stderr)
         return 2
+    if a.plays:
+        rows = _plays(runs, a.plays)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"plays": a.plays, "runs": rows}, f, indent=2)
+        return 0
     laws = {name: pooled_law([p for _, p, _ in runs], name) for name in ("law", "law_bwd")}
     print("pooled law:", ", ".join(f"{k:g} -> {f:.3f}x" for k, f in laws["law"]),
           "| backward:", ", ".join(f"{k:g} -> {f:.3f}x" for k, f in laws["law_bwd"]))
