@@ -22,7 +22,7 @@ $R hw bench -o "$out/cpu-bench.json" ${force:+--force} \
     --ring-processes 2,3,4 --collective-worlds 2,3,4 --collective-sizes 256K,1M,4M,16M \
     --host-passes 3 --samples 5 --warmup 2
 $R calibrate "$out/cpu-bench.json" -o "$out/cpu-profile.json" ${force:+--force}
-$R validate --profile "$out/cpu-profile.json" --quick --repeats 5 --warmup 1 \
+$R validate --profile "$out/cpu-profile.json" --quick --repeats 5 --warmup 1 --replays 31 \
     --out "$out/validation-quick.json" --markdown "$out/validation-quick.md" ${force:+--force}
-$R validate --profile "$out/cpu-profile.json" --quick --schemes allgather ulysses --repeats 5 --warmup 1 \
+$R validate --profile "$out/cpu-profile.json" --quick --schemes allgather ulysses --repeats 5 --warmup 1 --replays 31 \
     --out "$out/validation-quick-schemes.json" --markdown "$out/validation-quick-schemes.md" ${force:+--force}
