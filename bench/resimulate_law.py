@@ -55,13 +55,12 @@ def pooled_law(profiles: list[dict], name: str) -> list[list[float]]:
     return [[k, statistics.median(v)] for k, v in sorted(by_k.items())]
 
 
-def _makespan(profile, key: str, report: dict) -> float:
-    scheme, layout, mask, ws, seq, pass_ = key.split("/")
-    s = report["settings"]
-    w = Workload(seq=int(seq[3:]), heads=s["heads"], kv_heads=s["kv_heads"], head_dim=s["head_dim"],
-                 dtype=s["dtype"], causal=mask == "causal", pass_=pass_)
-    cfg = RunConfig(workload=w, world_size=int(ws[2:]), layout=layout, scheme=scheme, warmup=1, repeats=2, seed=0)
-    return simulate(cfg.scenario(), profile).makespan_s
+def _scenario(row: dict, settings: dict):
+    """The scenario of one case of a validation report, from its row and the report's settings."""
+    w = Workload(seq=row["seq"], heads=settings["heads"], kv_heads=settings["kv_heads"],
+                 head_dim=settings["head_dim"], dtype=settings["dtype"], causal=row["causal"], pass_=row["pass"])
+    return RunConfig(workload=w, world_size=row["world_size"], layout=row["layout"], scheme=row["scheme"],
+                     warmup=1, repeats=2, seed=0).scenario()
 
 
 def _plays(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
@@ -71,15 +70,10 @@ def _plays(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
     rows = []
     for commit, prof, report in runs:
         profile = profile_from_dict(prof)
-        s = report["settings"]
         errors: dict[str, list[float]] = {"one": [], "seeded": []}
         within = {"one": 0, "seeded": 0}
         for r in report["cases"]:
-            scheme, layout, mask, ws, seq, pass_ = r["key"].split("/")
-            w = Workload(seq=int(seq[3:]), heads=s["heads"], kv_heads=s["kv_heads"], head_dim=s["head_dim"],
-                         dtype=s["dtype"], causal=mask == "causal", pass_=pass_)
-            sc = RunConfig(workload=w, world_size=int(ws[2:]), layout=layout, scheme=scheme, warmup=1, repeats=2,
-                           seed=0).scenario()
+            sc = _scenario(r, report["settings"])
             m = r["measured_median_s"]
             for name, plays in (("one", 1), ("seeded", n)):
                 sim = statistics.median(t.makespan_s for t in simulate_replays(sc, profile, plays))
@@ -130,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         own, pool, groups = [], [], {}
         for r in report["cases"]:
             m = r["measured_median_s"]
-            e_own, e_pool = _makespan(own_p, r["key"], report) / m - 1, _makespan(pooled_p, r["key"], report) / m - 1
+            sc = _scenario(r, report["settings"])
+            e_own, e_pool = (simulate(sc, p).makespan_s / m - 1 for p in (own_p, pooled_p))
             own.append(e_own)
             pool.append(e_pool)
-            k = r["key"].split("/")
-            groups.setdefault(f"{k[3]} {k[5]}", []).append((e_own, e_pool))
+            groups.setdefault(f"ws{r['world_size']} {r['pass']}", []).append((e_own, e_pool))
         law = {name: [f for _, f in prof["contention"]["host"].get(name) or []] for name in laws}
         rows.append({"commit": commit, "law": law["law"], "law_bwd": law["law_bwd"],
                      "own": {"median_abs_error": statistics.median(map(abs, own)),

@@ -1064,10 +1064,9 @@ def run_bench(a: argparse.Namespace) -> int:
 
     save()
     compute_jobs, comm_jobs = _plan_jobs(plan, seen)
-    places = host_pass_places(plan["host_passes"])
-    # the host parts' entries of each pass, by where it runs (HOST_PASSES)
-    host_jobs = {place: (_plan_concurrency(plan, seen, i), _plan_ring(plan, seen, i)) if kind == "cpu" else ([], [])
-                 for i, place in enumerate(places, 1)}
+    # the host parts' entries of each pass (CPU only), by where it runs (HOST_PASSES)
+    host_jobs = ({place: (_plan_concurrency(plan, seen, i), _plan_ring(plan, seen, i))
+                  for i, place in enumerate(host_pass_places(plan["host_passes"]), 1)} if kind == "cpu" else {})
     coll_jobs = _plan_collectives(plan, seen)
     if kind == "cuda":
         too_big = [w for w in coll_jobs if w > torch.cuda.device_count()]
