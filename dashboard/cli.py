@@ -69,6 +69,16 @@ def _serve_waitress(app, host: str, port: int, threads: int) -> None:
           send_bytes=1 << 16, outbuf_overflow=1 << 24)
 
 
+def _set_up(app) -> None:
+    """Dash builds its page's script list and registers the files it may serve on its
+    first request (dash.Dash._setup_server, a before-request hook). Under a threaded
+    server the first burst of requests races it: a request for a component's script can
+    find its path not yet registered and fail ("is registered but the path requested is
+    not valid"), leaving the page at "Loading...". One request here, before any server
+    thread starts or worker forks from this process, does it once for all of them."""
+    app.server.test_client().get("/")
+
+
 def _serve_gunicorn(app, host: str, port: int, workers: int, threads: int) -> None:
     try:
         from gunicorn.app.base import BaseApplication
@@ -118,6 +128,8 @@ def cmd_dashboard(a: argparse.Namespace) -> int:
               f"gunicorn, {a.workers} workers x {a.threads} threads" if a.workers > 1 else
               f"waitress, {a.threads} threads")
     print(f"ringsim dashboard on http://{a.host}:{a.port}/ ({server}; Ctrl-C to stop)", file=sys.stderr)
+    if not dev:
+        _set_up(app)
     try:
         if dev:
             app.run(host=a.host, port=a.port, debug=a.debug)

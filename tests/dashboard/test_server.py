@@ -85,3 +85,20 @@ def test_the_dashboard_serves(flags, server):
         proc.wait(timeout=30)
     if server == "ringsim":
         assert "waitress" in proc.stderr.read()
+
+
+def test_the_app_is_set_up_before_any_request_is_served():
+    """A fresh app registers the component files it may serve only on its first request;
+    _set_up makes that request before the server starts, so that a burst of first
+    requests on several threads cannot ask for a file not yet registered."""
+    from dashboard.app import create_app
+    from dashboard.cli import _set_up
+
+    app = create_app()
+    assert not any(path.startswith("deps/react-dom") for path in app.registered_paths["dash"])
+    _set_up(app)
+    assert any(path.startswith("deps/react-dom") for path in app.registered_paths["dash"])
+    # every script the page names is now served, from a client that made no request before
+    page = app.server.test_client().get("/").get_data(as_text=True)
+    scripts = [s.split('"')[0] for s in page.split('<script src="')[1:]]
+    assert scripts and all(app.server.test_client().get(s).status_code == 200 for s in scripts)
