@@ -14,8 +14,8 @@ Here the same ratio comes from the model alone: the ideal is 8 times the time th
 kernel model gives one 8192-token causal flash-attention call (forward, or forward and
 backward), the ring's time is the simulated makespan. Nothing is fitted to the table:
 the rates come from FlashAttention's published kernel tables, the merge from
-ring-flash-attention's code and the datasheet HBM bandwidth, the links from datasheets
-(sim.presets). The GPUs run FlashAttention-2 (what ring-flash-attention calls) and its
+ring-flash-attention's code at the streaming bandwidth measured on each GPU, the links
+from datasheets (sim.presets). The GPUs run FlashAttention-2 (what ring-flash-attention calls) and its
 merge as ring-flash-attention writes it ('unfused'); two more columns show the same
 simulation without any merge cost and with a fused one, to show what each part does.
 
@@ -51,7 +51,7 @@ PUBLISHED = {
     ("8xA100", "fwdbwd"): (94.7, {"ring_attn": 52.5, "zigzag_ring": 89.8, "stripe_attn": 82.6}),
 }
 # The README says 8xA100 without the memory size; FlashAttention's A100 table is of the
-# 80GB SXM4. `--a100 40GB` runs the 40GB one (same compute, 1,555 instead of 2,039 GB/s).
+# 80GB SXM4. `--a100 40GB` runs the 40GB one (same compute, 1,555 instead of 2,039 GB/s peak).
 MACHINES = {"8xH800": ("H800-SXM", "nvlink-h800"), "8xA100": ("A100-SXM-80GB", "nvlink3")}
 MERGES = ("unfused", "none", "fused")
 NO_MERGE_GBPS = 1e15

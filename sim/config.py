@@ -121,7 +121,9 @@ class Gpu:
     memory_gb: float = 80.0
     """Device memory capacity, GB (10^9 bytes)."""
     memory_bandwidth_gbps: float | None = None
-    """HBM bandwidth, GB/s: the rate of the merge after each block (kernel model)."""
+    """The rate memory-bound work streams at, GB/s: the merge after each block (kernel
+    model). A preset gives the measured rate of a streaming kernel on that GPU where one is
+    published (sim.presets, `stream_bandwidth_gbps`), else the datasheet's HBM peak."""
     kernel: str | None = None
     """Published kernel table the block rates come from (for example 'fa2-h100'); None: flat."""
     merge: str = "fused"
@@ -164,7 +166,7 @@ class Gpu:
             have = ", ".join([*p.kernels, "flat"])
             raise RingsimError(f"GPU {p.name} has no published table for kernel {kernel!r}; choose from {have}")
         fields = {"name": p.name, "peak_tflops": dict(p.peak_tflops), "memory_gb": p.memory_gb,
-                  "memory_bandwidth_gbps": p.memory_bandwidth_gbps, "kernel": table}
+                  "memory_bandwidth_gbps": p.stream_bandwidth_gbps or p.memory_bandwidth_gbps, "kernel": table}
         fields.update(overrides)
         return cls(**fields)
 

@@ -3,8 +3,9 @@ with its source.
 
 Peak rates are dense (no structured sparsity). Link bandwidths are per direction: a
 datasheet's "bidirectional" or "total" figure is halved. Memory bandwidths are the
-datasheet's HBM peak (the merge of partial results is memory-bound work; see
-sim.kernel_model).
+datasheet's HBM peak; the merge of partial results is memory-bound work (see
+sim.kernel_model) and streams at the rate a copy kernel was measured to reach on the GPU
+where one is published (`stream_bandwidth_gbps`, 66-89% of the peak), else at the peak.
 
 Kernel tables: the throughput FlashAttention's authors published for their kernels,
 by pass (fwd, bwd), mask (dense "full" or "diagonal", the causal mask) and head dim, at
@@ -33,7 +34,12 @@ class GpuPreset:
     """Dense peak TFLOP/s by dtype (fp32 is the non-tensor-core rate)."""
     memory_gb: float
     memory_bandwidth_gbps: float
-    """HBM bandwidth, GB/s (10^9 bytes/s)."""
+    """HBM bandwidth, GB/s (10^9 bytes/s): the datasheet's peak."""
+    stream_bandwidth_gbps: float | None = None
+    """What a kernel streaming one read and one write reaches, GB/s (both counted),
+    measured and published; the rate of the merge. None: none found, the peak is used."""
+    stream_source: str = ""
+    """Where stream_bandwidth_gbps was measured."""
     kernels: dict[str, str] = field(default_factory=dict)
     """Attention kernels with published tables for this GPU: short name -> KERNEL_TABLES
     key; the first is the default. Empty: only the flat model (peak x efficiency)."""
@@ -204,26 +210,40 @@ MERGE_SLICE_BYTES = {"fused": (0, 0), "unfused": (8, 8)}
 # H100 and H200 have the same SMs and clocks (H200 has more, faster memory); H800 is the
 # H100 SXM5 die with NVLink cut to 400 GB/s. Attention tables measured on H100 apply to all.
 _HOPPER_KERNELS = {"fa2": "fa2-h100", "fa3": "fa3-h100"}
+_H100_STREAM = dict(
+    stream_bandwidth_gbps=2500.0,
+    stream_source="NVIDIA/nccl issue #1264, p2pBandwidthLatencyTest on an HGX H100 SXM (80GB HBM3): the "
+                  "device-local copy, read and write counted (the sample's `gb *= 2`), 2,475-2,515 GB/s "
+                  "on the eight GPUs: 2,500 GB/s (75% of 3,350); H800 SXM5 has the same HBM3")
 
 GPU_PRESETS: dict[str, GpuPreset] = {p.name: p for p in [
     GpuPreset(name="A100-SXM-80GB", peak_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
               memory_gb=80.0, memory_bandwidth_gbps=2039.0, kernels={"fa2": "fa2-a100"},
+              stream_bandwidth_gbps=1732.0,
+              stream_source="te42kyfo/gpu-benches cuda-stream/a100_80.txt: 'scale' (A[i] = B[i] * c) at full "
+                            "occupancy, 1,732 GB/s (85% of 2,039)",
               source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM): BF16/FP16 312 TFLOPS dense, "
                      "FP32 19.5 TFLOPS, 80 GB HBM2e at 2,039 GB/s"),
     GpuPreset(name="A100-SXM-40GB", peak_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
               memory_gb=40.0, memory_bandwidth_gbps=1555.0, kernels={"fa2": "fa2-a100"},
+              stream_bandwidth_gbps=1381.0,
+              stream_source="te42kyfo/gpu-benches gpu-stream/a100_40.txt: 'scale' at full occupancy, "
+                            "1,381 GB/s (89% of 1,555)",
               source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM): BF16/FP16 312 TFLOPS dense, "
                      "FP32 19.5 TFLOPS, 40 GB HBM2 at 1,555 GB/s"),
     GpuPreset(name="H100-SXM", peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
-              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS,
+              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS, **_H100_STREAM,
               source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16/FP16 1979 TFLOPS with sparsity = 989.4 "
                      "dense, FP32 66.9 TFLOPS, 80 GB HBM3 at 3.35 TB/s"),
     GpuPreset(name="H800-SXM", peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
-              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS,
+              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS, **_H100_STREAM,
               source="NVIDIA H800 Tensor Core GPU (SXM5) product brief: the H100 SXM5 compute (BF16/FP16 1979 "
                      "TFLOPS with sparsity = 989.4 dense, FP32 67 TFLOPS), 80 GB HBM3 at 3.35 TB/s, NVLink 400 GB/s"),
     GpuPreset(name="H200", peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
               memory_gb=141.0, memory_bandwidth_gbps=4800.0, kernels=_HOPPER_KERNELS,
+              stream_bandwidth_gbps=3165.0,
+              stream_source="te42kyfo/gpu-benches gpu-stream/h200.txt: 'scale' at full occupancy, "
+                            "3,165 GB/s (66% of 4,800)",
               source="NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16/FP16 1979 TFLOPS with sparsity = 989.4 "
                      "dense, FP32 67 TFLOPS, 141 GB HBM3e at 4.8 TB/s"),
     # No per-mask, per-length attention table was found published for these two: the flat

@@ -27,8 +27,26 @@ def test_every_preset_and_kernel_series_names_its_source():
     ("H200", 989.4, 141.0, 4800.0),
 ])
 def test_new_and_changed_gpu_presets_have_the_datasheet_numbers(name, tflops, memory_gb, hbm_gbps):
-    g = Gpu.preset(name)
-    assert (g.peak_tflops["bf16"], g.memory_gb, g.memory_bandwidth_gbps) == (tflops, memory_gb, hbm_gbps)
+    g, p = Gpu.preset(name), gpu_preset(name)
+    assert (g.peak_tflops["bf16"], g.memory_gb, p.memory_bandwidth_gbps) == (tflops, memory_gb, hbm_gbps)
+
+
+@pytest.mark.parametrize("name,stream_gbps", [
+    ("A100-SXM-80GB", 1732.0),   # gpu-benches cuda-stream/a100_80.txt, 'scale' at 100% occupancy
+    ("A100-SXM-40GB", 1381.0),   # gpu-benches gpu-stream/a100_40.txt, 'scale' at 100% occupancy
+    ("H100-SXM", 2500.0),        # nccl #1264: local copy 2474.76-2514.71 GB/s on 8 H100 SXM
+    ("H800-SXM", 2500.0),        # the same HBM3 as H100 SXM5
+    ("H200", 3165.0),            # gpu-benches gpu-stream/h200.txt, 'scale' at 100% occupancy
+    ("B200", 8000.0),            # none published here: the datasheet's peak
+    ("MI300X", 5300.0),
+])
+def test_the_merge_streams_at_the_measured_rate_where_one_is_published(name, stream_gbps):
+    p = gpu_preset(name)
+    assert Gpu.preset(name).memory_bandwidth_gbps == stream_gbps
+    assert stream_gbps <= p.memory_bandwidth_gbps
+    if p.stream_bandwidth_gbps is not None:
+        assert len(p.stream_source) > 20 and f"{stream_gbps:,.0f}" in p.stream_source
+    assert Gpu.preset(name, memory_bandwidth_gbps=123.0).memory_bandwidth_gbps == 123.0
 
 
 def test_h800_nvlink_is_half_of_400_gb_per_s():
