@@ -60,10 +60,14 @@ The JSON file (format "ringsim-hw-bench", version 1):
                   ·heads·batch, backward 2.5x), "impl": per-block operator,
                   "time_s": [samples], "median_s", "rate_flops": flops / median_s,
                   "reference_s": [samples of the reference block (full forward, 1024
-                  tokens) timed just before the entry; CPU only],
+                  tokens): one before the entry's first sample and one after each; CPU
+                  only (files before speed_ratios: the samples just before the entry)],
+                  "speed_ratios": [each sample over the mean of the references just
+                  before and after it; CPU only],
                   "pass_medians_s": [median of each pass over the grid, with
                   --compute-passes 2 or more; the samples above are every pass's],
-                  "pass_references_s": [median of each pass's reference_s]}],
+                  "pass_references_s": [median of each pass's reference_s],
+                  "pass_speed_ratios": [median of each pass's speed_ratios]}],
      "reference_block": {the block reference_s times: kind, dtype, batch, heads, kv_heads,
                          head_dim, q_tokens, kv_tokens, mask, flops; CPU only},
      "transfer": [{"bytes", "direction": "one_way"|"both_ways", "time_s": [samples],
@@ -351,8 +355,8 @@ def make_block(device, dtype: str, batch: int, heads: int, kv_heads: int, head_d
     return rnd(heads), rnd(kv_heads), rnd(kv_heads), rnd(heads)
 
 
-def measure_compute(entry: dict[str, Any], ops, device, samples: int, warmup: int) -> dict[str, Any]:
-    """Time one block of `ops` (forward or backward) for the shape in `entry`."""
+def _block_fn(entry: dict[str, Any], ops, device) -> Callable[[], Any]:
+    """A call computing one block of `ops` (forward or backward) for the shape in `entry`."""
     q, k, v, dout = make_block(device, entry["dtype"], entry["batch"], entry["heads"],
                                entry["kv_heads"], entry["head_dim"], entry["q_tokens"])
     causal = entry["mask"] == "diagonal"
@@ -364,10 +368,47 @@ def measure_compute(entry: dict[str, Any], ops, device, samples: int, warmup: in
 
         def fn():
             return ops.backward(dout, q, k, v, out, lse, causal)
-    times = _timer(device)(fn, samples, warmup)
+    return fn
+
+
+def _timed(entry: dict[str, Any], ops, times: list[float]) -> dict[str, Any]:
     med = statistics.median(times)
     return {**entry, "impl": ops.describe(), "time_s": times, "median_s": med,
             "rate_flops": entry["flops"] / med if med > 0 else None}
+
+
+def measure_compute(entry: dict[str, Any], ops, device, samples: int, warmup: int) -> dict[str, Any]:
+    """Time one block of `ops` (forward or backward) for the shape in `entry`."""
+    return _timed(entry, ops, _timer(device)(_block_fn(entry, ops, device), samples, warmup))
+
+
+def measure_compute_paired(entry: dict[str, Any], ops, reference: dict[str, Any], ref_ops, samples: int,
+                           warmup: int) -> dict[str, Any]:
+    """Time one block on the CPU with the reference block timed just before and just after
+    every sample: reference, sample, reference, ... (`samples` + 1 references). A shared
+    host's speed swings by up to 1.5x over seconds, and a block timed between two
+    readings of the reference, a fraction of a second apart, meets the speed they read:
+    each sample over the mean of its two references (`speed_ratios`) leaves the block's
+    own time in units of the reference's. In 44 repetitions over 150 s on the 2-core VM,
+    three blocks (768-2048 tokens) timed this way spread by 2.8-3.6% (standard deviation
+    over mean), against 7.6-12.4% for their plain median and 5.7-8.8% for their median
+    over the median of five references taken before them."""
+    fn, ref = _block_fn(entry, ops, "cpu"), _block_fn(reference, ref_ops, "cpu")
+    for _ in range(warmup):
+        fn()
+    ref()
+
+    def clock(call: Callable[[], Any]) -> float:
+        t0 = time.perf_counter()
+        call()
+        return time.perf_counter() - t0
+
+    refs, times = [clock(ref)], []
+    for _ in range(samples):
+        times.append(clock(fn))
+        refs.append(clock(ref))
+    ratios = [t / ((a + b) / 2) for t, a, b in zip(times, refs, refs[1:])]
+    return {**_timed(entry, ops, times), "reference_s": refs, "speed_ratios": ratios}
 
 
 def _rank_device(ctx, device_kind: str, threads: int):
@@ -574,18 +615,25 @@ SUSPECT = 1.5
 def add_pass(entry: dict[str, Any], again: dict[str, Any]) -> None:
     """Fold another pass over a compute entry into it, in place: its samples and its
     reference block's samples join the entry's, and every pass's median and reference
-    median are listed (`pass_medians_s`, `pass_references_s`). A shared host's speed
+    median are listed (`pass_medians_s`, `pass_references_s`), and so are the samples'
+    ratios to their references and each pass's median of them (`speed_ratios`,
+    `pass_speed_ratios`). A shared host's speed
     swings by 20% within seconds; a run meets the host at its typical speed, not at the
     best moment of a pass, so calibration (sim.calibrate) takes the mean of the passes."""
     if "pass_medians_s" not in entry:
         entry["pass_medians_s"] = [entry["median_s"]]
         if entry.get("reference_s"):
             entry["pass_references_s"] = [statistics.median(entry["reference_s"])]
+        if entry.get("speed_ratios"):
+            entry["pass_speed_ratios"] = [statistics.median(entry["speed_ratios"])]
     entry["pass_medians_s"].append(again["median_s"])
     entry["time_s"] = list(entry["time_s"]) + list(again["time_s"])
     if again.get("reference_s") and "pass_references_s" in entry:
         entry["pass_references_s"].append(statistics.median(again["reference_s"]))
         entry["reference_s"] = list(entry["reference_s"]) + list(again["reference_s"])
+    if again.get("speed_ratios") and "pass_speed_ratios" in entry:
+        entry["pass_speed_ratios"].append(statistics.median(again["speed_ratios"]))
+        entry["speed_ratios"] = list(entry["speed_ratios"]) + list(again["speed_ratios"])
     entry["median_s"] = statistics.median(entry["time_s"])
     if entry.get("flops") and entry["median_s"] > 0:
         entry["rate_flops"] = entry["flops"] / entry["median_s"]
@@ -1103,13 +1151,9 @@ def run_bench(a: argparse.Namespace) -> int:
 
         def measure_entry(e: dict[str, Any]) -> dict[str, Any]:
             ops = select_block_ops(device.type, e["dtype"], e["head_dim"], a.block_impl)
-            ref_s = None
-            if reference is not None:   # the host's speed of the moment, just before the entry
-                ref_s = measure_compute(reference, ref_ops, device, plan["samples"], 1)["time_s"]
-            entry = measure_compute(e, ops, device, plan["samples"], plan["warmup"])
-            if ref_s is not None:
-                entry["reference_s"] = ref_s
-            return entry
+            if reference is not None:   # the host's speed of the moment, around every sample
+                return measure_compute_paired(e, ops, reference, ref_ops, plan["samples"], plan["warmup"])
+            return measure_compute(e, ops, device, plan["samples"], plan["warmup"])
 
         try:
             measured = []

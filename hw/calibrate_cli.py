@@ -188,7 +188,9 @@ def _print_fits(r: dict) -> None:
     if drift:
         print(f"host speed over the compute part: the reference block took {drift['fastest_over_median']:.2f}x-"
               f"{drift['slowest_over_median']:.2f}x its median {drift['reference_median_s'] * 1e3:.1f} ms; "
-              f"every entry brought to the median")
+              f"every entry brought to the median"
+              + (f" ({drift['paired']} of {drift['entries']} by their samples' ratios to the reference around each)"
+                 if drift.get("paired") else ""))
     for key, g in r["compute"].items():
         if key in ("chosen", "host_speed"):
             continue

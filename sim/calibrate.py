@@ -8,8 +8,10 @@ fits the models of sim.profile:
   out (leave-one-out); the one with the smaller median held-out error is used, and the
   residuals of both are kept in the profile's report. A CPU bench times a reference
   block just before every entry; each entry is first brought to the host's median speed
-  over the part (at_one_speed), since a shared host drifts by up to 20% in a minute.
-  An entry measured in several passes counts at the mean of their medians;
+  over the part (at_one_speed), since a shared host drifts by up to 20% in a minute;
+  where every sample was timed between two readings of the reference, the entry is its
+  median ratio to them times the reference's median. An entry measured in several
+  passes counts at the mean of their medians;
 - links: alpha-beta by least squares over message sizes, for one direction and for
   both directions at once; the ring uses the latter;
 - collectives (all-gather, reduce-scatter, all-to-all), per collective: alpha-beta
@@ -601,6 +603,19 @@ def _entry_time(r: dict[str, Any], i: int) -> float:
     return _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")
 
 
+def _entry_ratio(r: dict[str, Any], i: int) -> float | None:
+    """A compute entry's time in units of the reference block's, from its samples each
+    over the references timed just before and after it (hw.bench.measure_compute_paired):
+    the mean of its passes' medians, or the median of its ratios; None where it has none
+    (GPU benches, and CPU benches written before the samples were paired)."""
+    passes = r.get("pass_speed_ratios")
+    if isinstance(passes, list) and len(passes) > 1:
+        return _mean(passes, f"compute entry {i} pass_speed_ratios")
+    if r.get("speed_ratios") is None:
+        return None
+    return _median(r["speed_ratios"], f"compute entry {i} speed_ratios")
+
+
 def _entry_reference(r: dict[str, Any], i: int) -> float | None:
     """The reference block's time around a compute entry: the mean over its passes where
     each pass's is listed, else the median of its samples; None where it has none."""
@@ -630,7 +645,12 @@ def at_one_speed(compute: list[dict[str, Any]], window: int | None = None) -> di
     by as much. The host's speed around entry i is the median reference over the
     `window` entries measured around it (local_i; SPEED_WINDOW unless given); the entry is scaled by
     median(ref) / local_i, every entry at the host's median speed over the part, where
-    the reference block takes median(ref) (hw.reference reads the host against that)."""
+    the reference block takes median(ref) (hw.reference reads the host against that).
+
+    An entry whose samples were each timed between two readings of the reference
+    (`ratio`: the entry in units of the reference, _entry_ratio) is instead ratio x
+    median(ref): the references around a sample, a fraction of a second apart, read the
+    speed that sample met, which no window of whole entries can."""
     refs = [r.get("reference_s") for r in compute]
     if not refs or any(x is None or not x > 0 for x in refs):
         return None
@@ -638,10 +658,19 @@ def at_one_speed(compute: list[dict[str, Any]], window: int | None = None) -> di
     window = SPEED_WINDOW if window is None else window
     half = max(0, window) // 2
     local = [statistics.median(refs[max(0, i - half):i + half + 1]) for i in range(len(refs))]
+    paired = 0
     for r, here in zip(compute, local):
-        r["time_s"] *= common / here
-    return {"entries": len(refs), "window": window, "reference_median_s": common,
-            "slowest_over_median": max(local) / common, "fastest_over_median": min(local) / common}
+        ratio = r.pop("ratio", None)
+        if ratio is not None:       # each sample read against the references around it
+            r["time_s"] = ratio * common
+            paired += 1
+        else:
+            r["time_s"] *= common / here
+    out = {"entries": len(refs), "window": window, "reference_median_s": common,
+           "slowest_over_median": max(local) / common, "fastest_over_median": min(local) / common}
+    if paired:
+        out["paired"] = paired
+    return out
 
 
 def calibrate(bench: Any, source: str = "") -> Profile:
@@ -664,6 +693,9 @@ def calibrate(bench: Any, source: str = "") -> Profile:
         reference = _entry_reference(r, i)
         if reference is not None:
             compute[-1]["reference_s"] = reference
+            ratio = _entry_ratio(r, i)
+            if ratio is not None:
+                compute[-1]["ratio"] = ratio
     drift = at_one_speed(compute)
     groups, model, compute_report = calibrate_compute(compute)
     if drift:

@@ -90,6 +90,54 @@ def test_a_second_pass_over_a_compute_entry_joins_it_and_lists_every_pass():
     assert gpu == {"time_s": [1.0, 3.0], "median_s": 2.0, "pass_medians_s": [1.0, 3.0]}
 
 
+def test_passes_over_a_paired_compute_entry_list_each_passs_median_ratio():
+    from hw.bench import add_pass
+
+    entry = {"time_s": [2.0, 2.2], "median_s": 2.1, "flops": 21.0, "reference_s": [1.0, 1.1, 1.0],
+             "speed_ratios": [2.0, 2.1]}
+    add_pass(entry, {"time_s": [1.5], "median_s": 1.5, "reference_s": [0.5, 0.7], "speed_ratios": [2.5]})
+    assert entry["speed_ratios"] == [2.0, 2.1, 2.5] and entry["pass_speed_ratios"] == [2.05, 2.5]
+    assert entry["pass_references_s"] == [1.0, 0.6]
+
+
+def test_a_paired_compute_entry_reads_every_sample_against_the_references_around_it(monkeypatch):
+    """On a fake clock: the reference block takes 10, 20, 20, 10 ms around three samples
+    of the entry of 30, 50 and 45 ms (the host slow in the middle). By hand, the calls go
+    reference, entry, reference, ... after the entry's warm-up and one of the
+    reference's, and the ratios are 30/15, 50/20 and 45/15."""
+    import hw.bench as bench
+
+    clock = [0.0]
+    calls: list[str] = []
+    durations = {"ref": iter([0.005, 0.010, 0.020, 0.020, 0.010]), "entry": iter([0.001, 0.030, 0.050, 0.045])}
+
+    class Ops:
+        def __init__(self, name):
+            self.name = name
+
+        def forward(self, q, k, v, causal):
+            calls.append(self.name)
+            clock[0] += next(durations[self.name])
+
+        def describe(self):
+            return self.name
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter():
+            return clock[0]
+
+    monkeypatch.setattr(bench, "time", FakeTime)
+    shape = {"kind": "fwd", "dtype": "fp32", "batch": 1, "heads": 1, "kv_heads": 1, "head_dim": 8,
+             "q_tokens": 4, "kv_tokens": 4, "mask": "full", "flops": 1.0}
+    e = bench.measure_compute_paired(shape, Ops("entry"), dict(shape), Ops("ref"), samples=3, warmup=1)
+    assert calls == ["entry", "ref", "ref", "entry", "ref", "entry", "ref", "entry", "ref"]
+    assert e["time_s"] == pytest.approx([0.030, 0.050, 0.045])
+    assert e["reference_s"] == pytest.approx([0.010, 0.020, 0.020, 0.010])
+    assert e["speed_ratios"] == pytest.approx([2.0, 2.5, 3.0])
+    assert e["median_s"] == pytest.approx(0.045) and e["impl"] == "entry"
+
+
 def test_an_entry_with_rounds_is_checked_by_the_median_of_its_rounds():
     """Three processes on two cores, three rounds: the host at half speed for two (32 ms
     shared over 20 alone: 1.6x each), at full speed for the third (mean 17 ms over 10:

@@ -76,7 +76,9 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
             pairs = e["q_tokens"] * (e["q_tokens"] + 1) // 2
         assert e["flops"] == 4 * 64 * pairs * 4          # --quick: head dim 64, 4 heads, batch 1
         assert len(e["time_s"]) == 2 and e["median_s"] > 0 and e["kind"] == "fwd"
-        assert len(e["reference_s"]) == 2 and min(e["reference_s"]) > 0    # the host's speed just before
+        assert len(e["reference_s"]) == 3 and min(e["reference_s"]) > 0    # before and after each sample
+        assert e["speed_ratios"] == pytest.approx([t / ((a + b) / 2) for t, a, b in
+                                                   zip(e["time_s"], e["reference_s"], e["reference_s"][1:])])
         assert "pass_medians_s" not in e                                     # --quick: one pass
     assert {(e["bytes"], e["direction"]) for e in d["transfer"]} == {(1024, "one_way"), (1024, "both_ways")}
     inter = d["interference"][0]

@@ -346,6 +346,39 @@ def test_compute_entries_are_brought_to_one_speed_of_the_host_by_their_reference
     assert p.groups[("fp32", "full", "fwd")].overhead_s > OVERHEAD + 1e-3
 
 
+def test_entries_timed_between_readings_of_the_reference_come_to_one_speed_by_their_ratios():
+    """Every entry met the host at its own speed (0.7x to 1.5x, one for each entry, their
+    median 1x, as a shared host swings over seconds), its samples and the references
+    around them alike: the reference block takes 20 ms at speed 1. Each entry's samples over
+    its references are its true time over 20 ms whatever the speed, so times of ratio x
+    20 ms put every point back on the true line. The window over whole entries cannot:
+    without the ratios the line bends."""
+    b = bench()
+    speeds = [1.0, 1.5, 0.7, 1.2, 0.9, 1.4, 0.8, 1.0]
+    for e, f in zip(b["compute"], speeds):
+        t = e["median_s"]
+        e["time_s"] = [t * f] * 3
+        e["reference_s"] = [0.020 * f] * 4
+        e["speed_ratios"] = [t / 0.020] * 3
+    p = calibrate(b)
+    for mask, rate in (("full", RATE), ("diagonal", DIAG_RATE)):
+        g = p.groups[("fp32", mask, "fwd")]
+        assert g.overhead_s == pytest.approx(OVERHEAD) and g.flops_per_s == pytest.approx(rate)
+    drift = p.report["compute"]["host_speed"]
+    assert drift["paired"] == 8 and drift["reference_median_s"] == pytest.approx(0.020)
+    # two passes' ratios count at their mean (1.1x the true one here), as their times do
+    for e in b["compute"]:
+        r = e.pop("speed_ratios")[0]
+        e["speed_ratios"], e["pass_speed_ratios"] = [r] * 3, [r, 1.2 * r]
+    g = calibrate(b).groups[("fp32", "full", "fwd")]
+    assert g.overhead_s == pytest.approx(1.1 * OVERHEAD) and g.flops_per_s == pytest.approx(RATE / 1.1)
+    for e in b["compute"]:
+        del e["speed_ratios"], e["pass_speed_ratios"]
+    p = calibrate(b)
+    assert "paired" not in p.report["compute"]["host_speed"]
+    assert abs(p.groups[("fp32", "full", "fwd")].flops_per_s / RATE - 1) > 0.05
+
+
 def test_the_hosts_speed_around_an_entry_is_the_median_reference_of_the_entries_beside_it():
     """References of nine entries in the order measured, a window of three: 20 ms, a
     blip of 35 ms at entry 2 (one reading, the entry beside it was not slowed), and a
