@@ -389,10 +389,10 @@ def measure_compute_paired(entry: dict[str, Any], ops, reference: dict[str, Any]
     host's speed swings by up to 1.5x over seconds, and a block timed between two
     readings of the reference, a fraction of a second apart, meets the speed they read:
     each sample over the mean of its two references (`speed_ratios`) leaves the block's
-    own time in units of the reference's. In 44 repetitions over 150 s on the 2-core VM,
-    three blocks (768-2048 tokens) timed this way spread by 2.8-3.6% (standard deviation
-    over mean), against 7.6-12.4% for their plain median and 5.7-8.8% for their median
-    over the median of five references taken before them."""
+    own time in units of the reference's. bench/paired_reference.py (20 measurements of
+    three blocks of 768-2048 tokens over 90 s on the 2-core VM): timed this way they
+    spread by 2.3-2.9% (standard deviation over mean), against 7.1-8.1% for their plain
+    median and 7.2-12.8% for their median over that of five references taken before."""
     fn, ref = _block_fn(entry, ops, "cpu"), _block_fn(reference, ref_ops, "cpu")
     for _ in range(warmup):
         fn()
