@@ -14,7 +14,6 @@ Prints a table, writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hw.bench import block_flops, full_forward_block, measure_compute, measure_compute_paired  # noqa: E402
 from hw.blocks import select_block_ops  # noqa: E402
+from sim.trace import write_json  # noqa: E402
 
 HEADS, HEAD_DIM = 8, 64
 WAYS = ("plain", "reference before", "reference around each sample")
@@ -90,8 +90,8 @@ def main() -> int:
             print(f"{name:15}  {w:29}  {m * 1e3:6.2f} ms  {rows[-1]['sd_over_mean']:7.1%}  "
                   f"{min(v) * 1e3:6.1f}-{max(v) * 1e3:6.1f} ms")
     if a.out:
-        Path(a.out).write_text(json.dumps({"seconds": a.seconds, "samples": a.samples, "reference_median_s": r,
-                                           "cpu_count": os.cpu_count(), "rows": rows}, indent=1) + "\n")
+        write_json(a.out, {"seconds": a.seconds, "samples": a.samples, "reference_median_s": r,
+                           "cpu_count": os.cpu_count(), "rows": rows}, overwrite=a.force)
         print(f"wrote {a.out}")
     return 0
 

@@ -393,20 +393,17 @@ def measure_compute_paired(entry: dict[str, Any], ops, reference: dict[str, Any]
     three blocks of 768-2048 tokens over 90 s on the 2-core VM): timed this way they
     spread by 2.3-2.9% (standard deviation over mean), against 7.1-8.1% for their plain
     median and 7.2-12.8% for their median over that of five references taken before."""
-    fn, ref = _block_fn(entry, ops, "cpu"), _block_fn(reference, ref_ops, "cpu")
+    import torch
+
+    cpu = torch.device("cpu")
+    fn, ref = _block_fn(entry, ops, cpu), _block_fn(reference, ref_ops, cpu)
     for _ in range(warmup):
         fn()
     ref()
-
-    def clock(call: Callable[[], Any]) -> float:
-        t0 = time.perf_counter()
-        call()
-        return time.perf_counter() - t0
-
-    refs, times = [clock(ref)], []
+    refs, times = [time_compute(ref, cpu)], []
     for _ in range(samples):
-        times.append(clock(fn))
-        refs.append(clock(ref))
+        times.append(time_compute(fn, cpu))
+        refs.append(time_compute(ref, cpu))
     ratios = [t / ((a + b) / 2) for t, a, b in zip(times, refs, refs[1:])]
     return {**_timed(entry, ops, times), "reference_s": refs, "speed_ratios": ratios}
 
@@ -620,20 +617,18 @@ def add_pass(entry: dict[str, Any], again: dict[str, Any]) -> None:
     `pass_speed_ratios`). A shared host's speed
     swings by 20% within seconds; a run meets the host at its typical speed, not at the
     best moment of a pass, so calibration (sim.calibrate) takes the mean of the passes."""
+    listed = (("reference_s", "pass_references_s"), ("speed_ratios", "pass_speed_ratios"))
     if "pass_medians_s" not in entry:
         entry["pass_medians_s"] = [entry["median_s"]]
-        if entry.get("reference_s"):
-            entry["pass_references_s"] = [statistics.median(entry["reference_s"])]
-        if entry.get("speed_ratios"):
-            entry["pass_speed_ratios"] = [statistics.median(entry["speed_ratios"])]
+        for key, per_pass in listed:
+            if entry.get(key):
+                entry[per_pass] = [statistics.median(entry[key])]
     entry["pass_medians_s"].append(again["median_s"])
     entry["time_s"] = list(entry["time_s"]) + list(again["time_s"])
-    if again.get("reference_s") and "pass_references_s" in entry:
-        entry["pass_references_s"].append(statistics.median(again["reference_s"]))
-        entry["reference_s"] = list(entry["reference_s"]) + list(again["reference_s"])
-    if again.get("speed_ratios") and "pass_speed_ratios" in entry:
-        entry["pass_speed_ratios"].append(statistics.median(again["speed_ratios"]))
-        entry["speed_ratios"] = list(entry["speed_ratios"]) + list(again["speed_ratios"])
+    for key, per_pass in listed:
+        if again.get(key) and per_pass in entry:
+            entry[per_pass].append(statistics.median(again[key]))
+            entry[key] = list(entry[key]) + list(again[key])
     entry["median_s"] = statistics.median(entry["time_s"])
     if entry.get("flops") and entry["median_s"] > 0:
         entry["rate_flops"] = entry["flops"] / entry["median_s"]

@@ -603,28 +603,28 @@ def _entry_time(r: dict[str, Any], i: int) -> float:
     return _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")
 
 
+def _entry_listed(r: dict[str, Any], i: int, key: str, per_pass: str) -> float | None:
+    """A compute entry's `key` (a list of samples): the mean of its passes' medians where
+    `per_pass` lists them (hw.bench.add_pass), else the median of the samples; None where
+    it has none."""
+    passes = r.get(per_pass)
+    if isinstance(passes, list) and len(passes) > 1:
+        return _mean(passes, f"compute entry {i} {per_pass}")
+    if r.get(key) is None:
+        return None
+    return _median(r[key], f"compute entry {i} {key}")
+
+
 def _entry_ratio(r: dict[str, Any], i: int) -> float | None:
     """A compute entry's time in units of the reference block's, from its samples each
-    over the references timed just before and after it (hw.bench.measure_compute_paired):
-    the mean of its passes' medians, or the median of its ratios; None where it has none
-    (GPU benches, and CPU benches written before the samples were paired)."""
-    passes = r.get("pass_speed_ratios")
-    if isinstance(passes, list) and len(passes) > 1:
-        return _mean(passes, f"compute entry {i} pass_speed_ratios")
-    if r.get("speed_ratios") is None:
-        return None
-    return _median(r["speed_ratios"], f"compute entry {i} speed_ratios")
+    over the references timed just before and after it (hw.bench.measure_compute_paired);
+    None in GPU benches and CPU benches written before the samples were paired."""
+    return _entry_listed(r, i, "speed_ratios", "pass_speed_ratios")
 
 
 def _entry_reference(r: dict[str, Any], i: int) -> float | None:
-    """The reference block's time around a compute entry: the mean over its passes where
-    each pass's is listed, else the median of its samples; None where it has none."""
-    passes = r.get("pass_references_s")
-    if isinstance(passes, list) and len(passes) > 1:
-        return _mean(passes, f"compute entry {i} pass_references_s")
-    if r.get("reference_s") is None:
-        return None
-    return _median(r["reference_s"], f"compute entry {i} reference_s")
+    """The reference block's time around a compute entry; None where it has none."""
+    return _entry_listed(r, i, "reference_s", "pass_references_s")
 
 
 SPEED_WINDOW = 9
