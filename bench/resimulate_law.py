@@ -13,8 +13,13 @@ the median of N plays seeded with the host's spread (`ringsim validate --replays
 "within" then counts the cases inside their measured [min, max] or within 10%, as the
 validation report does.
 
+With `--placement N` it compares, on each run's own profile and by the median of N
+seeded plays each, the host's cores serving the computes evenly with the computes
+placed on cores (sim.contention.Host.placement), counted the same way.
+
     .venv/bin/python bench/resimulate_law.py 556f71a eb5500d c904fae ... [--json out.json]
     .venv/bin/python bench/resimulate_law.py --plays 31 556f71a ... [--json out.json]
+    .venv/bin/python bench/resimulate_law.py --placement 31 556f71a ... [--json out.json]
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from sim.config import Workload  # noqa: E402
 from sim.engine import simulate  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.profile import profile_from_dict  # noqa: E402
+from sim.trace import write_json  # noqa: E402
 
 RESULTS = "bench/results"
 
@@ -90,15 +96,70 @@ def _plays(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
     return rows
 
 
+def _placements(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
+    """Even sharing against placed computes, each by the median of `n` seeded plays."""
+    from sim.metrics import step_durations
+    from sim.validation import simulate_replays
+
+    rows = []
+    for commit, prof, report in runs:
+        if not (prof.get("contention") or {}).get("host"):
+            continue
+        profiles = {}
+        for name in ("even", "cores"):
+            d = copy.deepcopy(prof)
+            d["contention"]["host"]["placement"] = name
+            profiles[name] = profile_from_dict(d)
+        errors: dict[str, list[float]] = {name: [] for name in profiles}
+        step_errors: dict[str, list[float]] = {name: [] for name in profiles}
+        within = {name: 0 for name in profiles}
+        for r in report["cases"]:
+            sc = _scenario(r, report["settings"])
+            m = r["measured_median_s"]
+            for name, profile in profiles.items():
+                plays = simulate_replays(sc, profile, n)
+                sim = statistics.median(t.makespan_s for t in plays)
+                errors[name].append(sim / m - 1)
+                within[name] += abs(sim / m - 1) <= 0.10 or r["measured_min_s"] <= sim <= r["measured_max_s"]
+                # per step, against the report's measured medians (as the report scores them)
+                per_play = [step_durations(t) for t in plays]
+                case_steps = []
+                for st in r.get("steps") or []:
+                    vals = [d[st["rank"], st["step"]] for d in per_play if (st["rank"], st["step"]) in d]
+                    if vals and st["measured_s"] > 0:
+                        case_steps.append(abs(statistics.median(vals) / st["measured_s"] - 1))
+                if case_steps:
+                    step_errors[name].append(statistics.median(case_steps))
+        rows.append({"commit": commit, "cases": len(report["cases"]),
+                     **{name: {"median_abs_error": statistics.median(map(abs, errors[name])),
+                               "median_error": statistics.median(errors[name]), "within": within[name],
+                               "step_median_abs_error": (statistics.median(step_errors[name])
+                                                         if step_errors[name] else None)}
+                        for name in errors}})
+        r = rows[-1]
+        print(f"{commit:8}  " + "  ".join(
+            f"{r[name]['median_abs_error']:>6.1%}, {r[name]['within']:>2} of {r['cases']}, per-step "
+            + (f"{r[name]['step_median_abs_error']:5.1%}" if r[name]["step_median_abs_error"] is not None else "  n/a")
+            for name in profiles), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("commits", nargs="+", help="commits holding a calibration run's profile and ring report")
     ap.add_argument("--json", metavar="FILE", help="also write the table as JSON")
     ap.add_argument("--plays", type=int, metavar="N",
                     help="compare one play with the median of N seeded plays instead (each run's own profile)")
+    ap.add_argument("--placement", type=int, metavar="N",
+                    help="compare even sharing with computes placed on cores instead, each by the median of N "
+                         "seeded plays (each run's own profile)")
     a = ap.parse_args(argv)
-    if a.plays is not None and a.plays < 2:
-        print("resimulate_law: --plays must be at least 2", file=sys.stderr)
+    for flag in ("plays", "placement"):
+        if getattr(a, flag) is not None and getattr(a, flag) < 2:
+            print(f"resimulate_law: --{flag} must be at least 2", file=sys.stderr)
+            return 2
+    if a.plays is not None and a.placement is not None:
+        print("resimulate_law: give --plays or --placement, not both", file=sys.stderr)
         return 2
     try:
         runs = [(c, _show(c, f"{RESULTS}/cpu-profile.json"), _show(c, f"{RESULTS}/validation-quick.json"))
@@ -106,6 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     except RingsimError as e:
         print(f"resimulate_law: {e}", file=sys.stderr)
         return 2
+    if a.placement:
+        print(f"{'commit':8}  {'even':<31}  {'placed on cores':<31}  (median |makespan error|, cases within, "
+              f"per-step median |error|; {a.placement} seeded plays)")
+        rows = _placements(runs, a.placement)
+        if a.json:
+            write_json(a.json, {"plays": a.placement, "runs": rows}, overwrite=True)
+        return 0
     if a.plays:
         rows = _plays(runs, a.plays)
         if a.json:

@@ -346,11 +346,12 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
         law_bwd = (tuple((k * threads_of_bwd.get(k, threads), f) for k, f in concurrency_bwd)
                    if concurrency_bwd else None)
         spread = host_spread(forward)
+        # shared evenly: computes placed on cores (PLACEMENTS) did no better on the committed runs
         host = Host(cores=cores, threads_per_rank=threads, law=law, law_bwd=law_bwd, spread=spread)
         ring_points = _ring_points(bench, cores, rejected)
         host_report = {"cores": cores, "threads_per_rank": threads, "law": [list(p) for p in law] if law else None,
                        "law_bwd": [list(p) for p in law_bwd] if law_bwd else None,
-                       "spread": [list(p) for p in spread] if spread else None,
+                       "spread": [list(p) for p in spread] if spread else None, "placement": host.placement,
                        "ring_entries": sum(len(p.get("passes", [p])) for p in ring_points),
                        "transfer_cores": 0.0}
         for name, passes in (("law_passes", passes_fwd), ("law_bwd_passes", passes_bwd)):

@@ -26,6 +26,11 @@ them unevenly: of three processes on two cores one holds a core and two share th
 (their blocks take 1x and 2x alone, the mean 1.5-1.8x), and the placement changes as
 they block and wake; even two processes on two cores run a few percent apart for a
 whole run. A ring waits for its slowest rank, so a mean-rate play predicts it short.
+A host with placement "cores" plays the first of these: a compute is put on a core as
+it starts (the least-loaded one; among equal ones the first, or in a seeded play a drawn
+one), the computes on a core split it, and when a compute ends and two cores' loads
+differ by two, one moves from the busier to the idler; the rates are scaled so that
+their mean is the law's, the host's throughput as measured.
 A host with a measured `spread` gives a play with a jitter seed a factor per rank for
 the run and one per block, lognormal of mean 1 with the measured CVs; the prediction
 of a run is then the median over seeded plays (sim.validation.simulate_replays, asked
@@ -75,6 +80,13 @@ def sharing_bound(processes: float, threads_per_process: float, cores: float) ->
     return max(1.0, processes * threads_per_process / cores)
 
 
+PLACEMENTS = ("even", "cores")
+"""Host.placement's values. Measured on the 2-core VM, three processes computing the same
+block at once took either about their time alone or about twice it, in runs of several
+blocks (one process held a core, two shared the other), not 1.5x each
+(bench/results/cpu-bench.json, its concurrency entries' time_by_process_s)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Host:
     """A CPU host whose cores the ranks' computes and their transfers share."""
@@ -95,6 +107,13 @@ class Host:
     rank's speed over a run, and a block's time around it, vary when that many processes
     compute at once. None: every rank and block at the law's mean rate. A play draws from
     it only when given a seed (`jitter`)."""
+    placement: str = "even"
+    """How the cores serve more computes than there are cores. "even": every compute at
+    the law's rate. "cores": each compute sits on one core, as the scheduler places a
+    process (a new one on the least-loaded core, one moved from the busiest core to the
+    idlest when a compute ends and their loads differ by two), and a core's occupants
+    split it, scaled so that the mean rate is still the law's (PLACEMENTS). Only for one
+    thread per rank on a whole number of cores; otherwise even."""
 
     def __post_init__(self) -> None:
         for name in ("cores", "threads_per_rank"):
@@ -105,6 +124,8 @@ class Host:
         for name in ("law", "law_bwd"):
             if getattr(self, name) is not None and not getattr(self, name):
                 raise RingsimError(f"host: {name} must hold (demand, slowdown) pairs or be None")
+        if self.placement not in PLACEMENTS:
+            raise RingsimError(f"host: placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if self.spread is not None and (not self.spread or any(
                 len(p) != 3 or not p[0] > 0 or not p[1] >= 0 or not p[2] >= 0 for p in self.spread)):
             raise RingsimError("host: spread must hold (processes, rank CV, block CV) triples, processes "
@@ -211,6 +232,58 @@ class Sharing:
             rank_cv, self.block_cv = model.host.spread_at(n_ranks)
             self.rng = np.random.default_rng(jitter)
             self.rank_factor = [_unit_lognormal(self.rng, rank_cv) for _ in range(n_ranks)]
+        host = model.host
+        self.load: list[int] | None = None      # computes placed on each core (placement "cores")
+        self.core_of: dict[int, int] = {}
+        self.placed_at: dict[int, float] = {}    # when each placed compute started
+        self.pick: np.random.Generator | None = None
+        if (host is not None and host.placement == "cores" and host.threads_per_rank == 1
+                and float(host.cores).is_integer()):
+            self.load = [0] * int(host.cores)
+            if jitter is not None:
+                self.pick = np.random.default_rng([jitter, 1])
+
+    def _choose(self, options: list[int]) -> int:
+        """The first of equal options, or a seeded pick among them in a jittered play."""
+        return options[0] if self.pick is None or len(options) == 1 else options[int(self.pick.integers(len(options)))]
+
+    def _place(self, op_id: int) -> None:
+        """Put a starting compute on the least-loaded core. In a seeded play the computes
+        that start at this same instant are placed again with it, in a drawn order: which
+        of them the scheduler leaves alone on a core is not their rank order."""
+        now = self.env.now
+        same = [op for op, t in self.placed_at.items() if t == now] if self.pick is not None else []
+        for op in same:
+            self.load[self.core_of.pop(op)] -= 1
+        order = same + [op_id]
+        if same:
+            self.pick.shuffle(order)
+        for op in order:
+            least = min(self.load)
+            core = self._choose([c for c, n in enumerate(self.load) if n == least])
+            self.core_of[op] = core
+            self.load[core] += 1
+        self.placed_at[op_id] = now
+
+    def _unplace(self, op_id: int) -> None:
+        load = self.load
+        load[self.core_of.pop(op_id)] -= 1
+        del self.placed_at[op_id]
+        while max(load) - min(load) >= 2:
+            busiest, idlest = load.index(max(load)), load.index(min(load))
+            moved = self._choose(sorted(op for op, c in self.core_of.items() if c == busiest))
+            self.core_of[moved] = idlest
+            load[busiest] -= 1
+            load[idlest] += 1
+
+    def _weights(self) -> dict[int, float] | None:
+        """Each placed compute's rate over the law's mean: its core's share (1 / the
+        computes on it) over the mean share; None while every compute has a core."""
+        if self.load is None or self.computes <= len(self.load):
+            return None
+        share = {op: 1.0 / self.load[c] for op, c in self.core_of.items()}
+        mean = sum(share.values()) / len(share)
+        return {op: v / mean for op, v in share.items()}
 
     def _retime(self, caller: int | None) -> None:
         now = self.env.now
@@ -229,13 +302,17 @@ class Sharing:
             shared_bwd, in_flight_bwd = shared, in_flight_rate
         # without a host model a transfer keeps its duration
         transfer_rate = shared if host is not None else 1.0
+        weights = self._weights()
         for op_id, run in self.running.items():
             if run.transfer:
                 rate = transfer_rate
-            elif run.backward:
-                rate = in_flight_bwd if self.in_flight[run.rank] else shared_bwd
             else:
-                rate = in_flight_rate if self.in_flight[run.rank] else shared
+                if run.backward:
+                    rate = in_flight_bwd if self.in_flight[run.rank] else shared_bwd
+                else:
+                    rate = in_flight_rate if self.in_flight[run.rank] else shared
+                if weights is not None:
+                    rate *= weights[op_id]
             if rate != run.rate:
                 run.rate = rate
                 if op_id != caller and run.process.is_alive and run.process.target is not None:
@@ -260,8 +337,12 @@ class Sharing:
         if self.rank_factor is not None:
             work_s *= self.rank_factor[rank] * _unit_lognormal(self.rng, self.block_cv)
         self.computes += 1
+        if self.load is not None:
+            self._place(op_id)
         yield from self._progress(op_id, _Running(rank, False, work_s, self.env.now, self.env.active_process,
                                                   backward))
+        if self.load is not None:
+            self._unplace(op_id)
         self.computes -= 1
         self._retime(None)
 

@@ -71,7 +71,7 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     if player == "simpy":
         start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention, jitter)
         host = contention.host if contention is not None else None
-        if jitter is not None and host is not None and host.spread:
+        if jitter is not None and host is not None and (host.spread or host.placement == "cores"):
             meta["jitter"] = jitter
         times = [np.array(start), np.array(end)]
         del start, end

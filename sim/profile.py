@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.contention import Contention, Host
+from sim.contention import PLACEMENTS, Contention, Host
 from sim.errors import RingsimError
 from sim.trace import read_json, write_json
 
@@ -227,7 +227,8 @@ def host_to_dict(host: Host | None) -> dict[str, Any] | None:
             "transfer_cores": host.transfer_cores,
             "law": [list(p) for p in host.law] if host.law else None,
             "law_bwd": [list(p) for p in host.law_bwd] if host.law_bwd else None,
-            "spread": [list(p) for p in host.spread] if host.spread else None}
+            "spread": [list(p) for p in host.spread] if host.spread else None,
+            "placement": host.placement}
 
 
 def _host(h: Any) -> Host | None:
@@ -251,9 +252,13 @@ def _host(h: Any) -> Host | None:
             raise RingsimError("profile: contention.host.spread must be [processes, rank CV, block CV] triples")
         spread = tuple(sorted((_num(p[0], "host spread processes", positive=True), _num(p[1], "host spread rank CV"),
                                _num(p[2], "host spread block CV")) for p in spread))
+    placement = h.get("placement", "even")      # profiles made before it: even
+    if placement not in PLACEMENTS:
+        raise RingsimError(f"profile: contention.host.placement must be one of {', '.join(PLACEMENTS)}")
     return Host(cores=_num(h.get("cores"), "host cores", positive=True),
                 threads_per_rank=_num(h.get("threads_per_rank", 1.0), "host threads_per_rank", positive=True),
-                transfer_cores=_num(h.get("transfer_cores", 0.0), "host transfer_cores"), spread=spread, **laws)
+                transfer_cores=_num(h.get("transfer_cores", 0.0), "host transfer_cores"), spread=spread,
+                placement=placement, **laws)
 
 
 def profile_from_dict(d: Any, source: str = "") -> Profile:

@@ -609,3 +609,26 @@ def test_the_hosts_spread_pools_the_rounds_of_passes_of_one_count():
     # different samples in the second pass move the spread: it is read, not dropped
     passes[1]["rounds"] = [{**rounds[1], "time_by_process_s": [[2.0, 2.0], [4.0, 4.0]]}]
     assert host_spread(passes)[0][2] == pytest.approx(0.1 / 1.1 / 2 / 2)
+
+
+def test_a_hosts_placement_goes_through_a_file_and_older_profiles_share_evenly(tmp_path):
+    """A calibrated host shares its cores evenly (sim.contention.Host.placement); placing
+    computes on cores, set in the profile, goes through a file and back; a profile made
+    before the field shares evenly; a value that is no placement is refused in one line."""
+    import dataclasses
+
+    b = bench()
+    for e in b["concurrency"]:
+        e["alone_s"] = [0.02]
+    p = calibrate(b)
+    assert p.contention.host.placement == "even" and p.report["host"]["placement"] == "even"
+    placed = dataclasses.replace(p, contention=dataclasses.replace(
+        p.contention, host=dataclasses.replace(p.contention.host, placement="cores")))
+    placed.save(tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json").contention.host.placement == "cores"
+    d = json.loads((tmp_path / "p.json").read_text())
+    del d["contention"]["host"]["placement"]
+    assert profile_from_dict(d).contention.host.placement == "even"
+    d["contention"]["host"]["placement"] = "round-robin"
+    with pytest.raises(RingsimError, match="contention.host.placement must be one of even, cores"):
+        profile_from_dict(d)

@@ -322,3 +322,75 @@ def test_a_profile_at_the_hosts_state_computes_slower_and_shares_worse():
     bare = Profile("fit", groups, LinkFit(0.0, 1e15))
     assert bare.at_host_state(1.2, 1.5).contention == bare.contention
     assert bare.at_host_state(1.2, 1.5).groups[("fp32", "full", "fwd")].flops_per_s == pytest.approx(1e9 / 1.2)
+
+
+def test_three_computes_placed_on_two_cores_one_alone_and_two_sharing():
+    """Placement "cores", law = the bound (3 on 2: 1.5x). Started together, the computes
+    land on cores 0, 1, 0: the one alone on core 1 runs at full speed (share 1 over the
+    mean share 2/3 is 1.5, over the law's 1.5x: 1), the two on core 0 at half. When it
+    ends at W, one of the two moves to the idle core and both do their other W/2 at full
+    speed: 1.5 W. Evenly, all three end at 1.5 W."""
+    W = 2.0
+    ops = [("compute", r, W, 0.0) for r in range(3)]
+    placed = Contention(host=Host(cores=2, threads_per_rank=1, placement="cores"))
+    even = Contention(host=Host(cores=2, threads_per_rank=1))
+    assert play_ops(placed, 3, ops) == [pytest.approx(1.5 * W), pytest.approx(W), pytest.approx(1.5 * W)]
+    assert play_ops(even, 3, ops) == [pytest.approx(1.5 * W)] * 3
+
+
+def test_placed_computes_keep_the_law_s_mean_rate():
+    """Law 1.8x at three processes, 1x at two: rates are 1.5/1.8 for the one alone and
+    0.75/1.8 for the pair (three computes of mean rate 1/1.8, as the law says). The one
+    alone ends at 1.2 W; by then the pair did 0.5 W each and, two on two cores, do the rest
+    at full speed: 1.7 W. Evenly: 1.8 W for all."""
+    W = 1.0
+    law = ((1.0, 1.0), (2.0, 1.0), (3.0, 1.8))
+    ops = [("compute", r, W, 0.0) for r in range(3)]
+    placed = play_ops(Contention(host=Host(cores=2, law=law, placement="cores")), 3, ops)
+    assert placed == [pytest.approx(1.7 * W), pytest.approx(1.2 * W), pytest.approx(1.7 * W)]
+    assert play_ops(Contention(host=Host(cores=2, law=law)), 3, ops) == [pytest.approx(1.8 * W)] * 3
+
+
+def test_placement_spreads_four_computes_two_per_core_and_skips_several_threads():
+    """Four on two cores sit two per core: every one at the law's rate (2x). A rank of two
+    threads is not placed: the same as even."""
+    ops = [("compute", r, 1.0, 0.0) for r in range(4)]
+    assert play_ops(Contention(host=Host(cores=2, placement="cores")), 4, ops) == [pytest.approx(2.0)] * 4
+    ops3 = [("compute", r, 1.0, 0.0) for r in range(3)]
+    two_threads = Host(cores=4, threads_per_rank=2, placement="cores")
+    assert play_ops(Contention(host=two_threads), 3, ops3) == play_ops(
+        Contention(host=Host(cores=4, threads_per_rank=2)), 3, ops3)
+
+
+def test_a_late_compute_joins_the_least_loaded_core():
+    """Two computes of 2 s on two cores from 0 s, a third of 1 s from 1 s. By 1 s the two
+    did 1 s each; the third joins core 0 beside compute 0, and compute 1 keeps core 1 at
+    full speed: it ends at 2 s. Computes 0 and 2 run at half speed until then (0.5 s done
+    of each, 0.5 s left), then one to a core: both end at 2.5 s."""
+    ops = [("compute", 0, 2.0, 0.0), ("compute", 1, 2.0, 0.0), ("compute", 2, 1.0, 1.0)]
+    ends = play_ops(Contention(host=Host(cores=2, placement="cores")), 3, ops)
+    assert ends == [pytest.approx(2.5), pytest.approx(2.0), pytest.approx(2.5)]
+
+
+def test_a_seeded_play_picks_among_equal_cores():
+    """With a seed, computes that start at the same instant are placed in a drawn order
+    and on a drawn core among equal ones: over seeds each of the three is the one alone
+    (without the draw the third to start would always share), and every play ends them
+    at W, 1.5 W, 1.5 W in some order. A compute that starts later still joins the
+    least-loaded core: it shares, in every play."""
+    ops = [("compute", r, 1.0, 0.0) for r in range(3)]
+    model = Contention(host=Host(cores=2, placement="cores"))
+    alone = set()
+    for seed in range(40):
+        ends = play_ops(model, 3, ops, jitter=seed)
+        assert sorted(ends) == [pytest.approx(1.0), pytest.approx(1.5), pytest.approx(1.5)]
+        alone.add(min(range(3), key=lambda i: ends[i]))
+    assert alone == {0, 1, 2}
+    late = [("compute", 0, 2.0, 0.0), ("compute", 1, 2.0, 0.0), ("compute", 2, 1.0, 1.0)]
+    for seed in range(10):
+        assert play_ops(model, 3, late, jitter=seed)[2] == pytest.approx(2.5)
+
+
+def test_a_placement_that_is_no_model_is_refused():
+    with pytest.raises(RingsimError, match="placement must be one of even, cores"):
+        Host(cores=2, placement="random")
