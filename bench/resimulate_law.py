@@ -69,26 +69,46 @@ def _scenario(row: dict, settings: dict):
                      warmup=1, repeats=2, seed=0).scenario()
 
 
-def _plays(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
-    """One play against the median of `n` seeded plays, on each run's own profile."""
+def _score(report: dict, variants: dict[str, tuple]) -> dict[str, dict]:
+    """Each variant's (profile, plays) prediction of every case of a validation report, by
+    the median of its plays, scored as the report does: median |makespan error|, median
+    signed error, cases inside their measured [min, max] or within 10%, and the median
+    over cases of each case's median |step error| against the report's measured steps."""
+    from sim.metrics import step_durations
     from sim.validation import simulate_replays
 
+    errors: dict[str, list[float]] = {name: [] for name in variants}
+    step_errors: dict[str, list[float]] = {name: [] for name in variants}
+    within = {name: 0 for name in variants}
+    for r in report["cases"]:
+        sc = _scenario(r, report["settings"])
+        m = r["measured_median_s"]
+        for name, (profile, n) in variants.items():
+            plays = simulate_replays(sc, profile, n)
+            sim = statistics.median(t.makespan_s for t in plays)
+            errors[name].append(sim / m - 1)
+            within[name] += abs(sim / m - 1) <= 0.10 or r["measured_min_s"] <= sim <= r["measured_max_s"]
+            per_play = [step_durations(t) for t in plays]
+            case_steps = []
+            for st in r.get("steps") or []:
+                vals = [d[st["rank"], st["step"]] for d in per_play if (st["rank"], st["step"]) in d]
+                if vals and st["measured_s"] > 0:
+                    case_steps.append(abs(statistics.median(vals) / st["measured_s"] - 1))
+            if case_steps:
+                step_errors[name].append(statistics.median(case_steps))
+    return {name: {"median_abs_error": statistics.median(map(abs, errors[name])),
+                   "median_error": statistics.median(errors[name]), "within": within[name],
+                   "step_median_abs_error": statistics.median(step_errors[name]) if step_errors[name] else None}
+            for name in variants}
+
+
+def _plays(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
+    """One play against the median of `n` seeded plays, on each run's own profile."""
     rows = []
     for commit, prof, report in runs:
         profile = profile_from_dict(prof)
-        errors: dict[str, list[float]] = {"one": [], "seeded": []}
-        within = {"one": 0, "seeded": 0}
-        for r in report["cases"]:
-            sc = _scenario(r, report["settings"])
-            m = r["measured_median_s"]
-            for name, plays in (("one", 1), ("seeded", n)):
-                sim = statistics.median(t.makespan_s for t in simulate_replays(sc, profile, plays))
-                errors[name].append(sim / m - 1)
-                within[name] += abs(sim / m - 1) <= 0.10 or r["measured_min_s"] <= sim <= r["measured_max_s"]
         rows.append({"commit": commit, "cases": len(report["cases"]),
-                     **{name: {"median_abs_error": statistics.median(map(abs, errors[name])),
-                               "median_error": statistics.median(errors[name]), "within": within[name]}
-                        for name in errors}})
+                     **_score(report, {"one": (profile, 1), "seeded": (profile, n)})})
     print(f"{'commit':8}  {'one play':>16}  {f'{n} seeded plays':>16}")
     for r in rows:
         print(f"{r['commit']:8}  " + "  ".join(
@@ -98,49 +118,21 @@ def _plays(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
 
 def _placements(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
     """Even sharing against placed computes, each by the median of `n` seeded plays."""
-    from sim.metrics import step_durations
-    from sim.validation import simulate_replays
-
     rows = []
     for commit, prof, report in runs:
         if not (prof.get("contention") or {}).get("host"):
             continue
-        profiles = {}
+        variants = {}
         for name in ("even", "cores"):
             d = copy.deepcopy(prof)
             d["contention"]["host"]["placement"] = name
-            profiles[name] = profile_from_dict(d)
-        errors: dict[str, list[float]] = {name: [] for name in profiles}
-        step_errors: dict[str, list[float]] = {name: [] for name in profiles}
-        within = {name: 0 for name in profiles}
-        for r in report["cases"]:
-            sc = _scenario(r, report["settings"])
-            m = r["measured_median_s"]
-            for name, profile in profiles.items():
-                plays = simulate_replays(sc, profile, n)
-                sim = statistics.median(t.makespan_s for t in plays)
-                errors[name].append(sim / m - 1)
-                within[name] += abs(sim / m - 1) <= 0.10 or r["measured_min_s"] <= sim <= r["measured_max_s"]
-                # per step, against the report's measured medians (as the report scores them)
-                per_play = [step_durations(t) for t in plays]
-                case_steps = []
-                for st in r.get("steps") or []:
-                    vals = [d[st["rank"], st["step"]] for d in per_play if (st["rank"], st["step"]) in d]
-                    if vals and st["measured_s"] > 0:
-                        case_steps.append(abs(statistics.median(vals) / st["measured_s"] - 1))
-                if case_steps:
-                    step_errors[name].append(statistics.median(case_steps))
-        rows.append({"commit": commit, "cases": len(report["cases"]),
-                     **{name: {"median_abs_error": statistics.median(map(abs, errors[name])),
-                               "median_error": statistics.median(errors[name]), "within": within[name],
-                               "step_median_abs_error": (statistics.median(step_errors[name])
-                                                         if step_errors[name] else None)}
-                        for name in errors}})
-        r = rows[-1]
+            variants[name] = (profile_from_dict(d), n)
+        r = {"commit": commit, "cases": len(report["cases"]), **_score(report, variants)}
+        rows.append(r)
         print(f"{commit:8}  " + "  ".join(
             f"{r[name]['median_abs_error']:>6.1%}, {r[name]['within']:>2} of {r['cases']}, per-step "
             + (f"{r[name]['step_median_abs_error']:5.1%}" if r[name]["step_median_abs_error"] is not None else "  n/a")
-            for name in profiles), flush=True)
+            for name in variants), flush=True)
     return rows
 
 
