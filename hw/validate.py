@@ -10,6 +10,7 @@ business (`ringsim validate`, hw.validate_cli).
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from typing import Any
 
 from sim.config import LAYOUTS
@@ -102,11 +103,13 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
 
 
 def _measured_again(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """The attempts of each group of batches measured more than once, by group."""
+    """The attempts of each group of batches measured more than once, by group (with
+    rounds, the most any one round took)."""
     again: dict[str, int] = {}
     for r in rows:
         if r.get("attempts"):
-            again[_batch(r)] = max(again.get(_batch(r), 0), len(r["attempts"]))
+            by_round = Counter(t.get("round", 0) for t in r["attempts"])
+            again[_batch(r)] = max(again.get(_batch(r), 0), max(by_round.values()))
     return dict(sorted(again.items()))
 
 
@@ -180,10 +183,13 @@ def markdown(report: dict[str, Any]) -> str:
     s = report["summary"]
     tol = s.get("tolerance", 0.10)
     replays = (report.get("settings") or {}).get("replays", 1)
+    rounds = report.get("rounds", 1)
     lines = [
         f"Measured on: {report.get('measured_on', {}).get('device', '?')}; profile "
         f"{report.get('profile', '?')}; {s['cases']} cases, "
-        f"{report.get('repeats', '?')} repeats each after {report.get('warmup', '?')} warm-up"
+        f"{report.get('repeats', '?')} repeats each"
+        + (f" in {rounds} rounds spread over the run, each" if rounds > 1 else "")
+        + f" after {report.get('warmup', '?')} warm-up"
         + (f"; each case predicted by the median of {replays} seeded plays." if replays > 1 else "."),
         "",
         f"- median |makespan error|: {s['median_abs_error']:.1%}; worst {s['max_abs_error']:.1%} ({s['worst_case']})",

@@ -1,8 +1,10 @@
 """`ringsim validate`: measure the real kernel over a matrix of cases (hw.launch),
 simulate the same cases on a calibrated profile, and report the errors (hw.validate).
 Cases of one world size run in batches on one set of processes (start-up is paid once
-a batch), their repeats interleaved (hw.launch.run_configs); each finished batch is
-written to the report at once, and a rerun with the same settings resumes where the
+a batch), their repeats interleaved (hw.launch.run_configs); with --rounds a batch is
+measured in rounds spread over the run (round_order), so that a slow or fast stretch of
+the host sets a part of each case's repeats. Each finished batch is written to the
+report at once, and a rerun with the same settings resumes where the
 last one stopped, keeping what the report says about the machine. On CPU profiles the
 host's compute speed is read around every batch (hw.reference) and each case is scored
 at it too. torch is imported only when the command runs.
@@ -11,6 +13,7 @@ at it too. torch is imported only when the command runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -48,6 +51,11 @@ def register(sub) -> None:
     v.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     v.add_argument("--warmup", type=int, default=1, help="untimed runs per case (default 1)")
     v.add_argument("--repeats", type=int, default=5, help="measured runs per case (default 5)")
+    v.add_argument("--rounds", type=int, default=1, metavar="N",
+                   help="measure each batch in N rounds spread evenly over the run, the repeats split "
+                        "among them and each round after its own warm-up and host readings: a stretch of "
+                        "a minute or two in which the host runs fast or slow then sets a part of a case's "
+                        "repeats, not all of them (default 1)")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--replays", type=int, default=1, metavar="N",
                    help="CPU profiles with a measured spread of speeds: predict each case by the median of N "
@@ -78,7 +86,23 @@ def register(sub) -> None:
 
 BATCH = 8
 """Cases of one world size measured by one set of processes: start-up (seconds at every
-spawn) is paid once per batch, and an interrupted run loses at most one batch."""
+spawn) is paid once per batch (once per round of it), and an interrupted run loses at most
+one batch (with --rounds, the batches whose rounds are not all in)."""
+
+
+def round_order(batches: int, rounds: int) -> list[tuple[int, int]]:
+    """The order in which the rounds of `batches` batches run: round r of batch i in slot
+    i + r * S, S = ceil(batches / rounds), so that a batch's rounds lie S slots apart and
+    spread over the whole run; within a slot the later rounds first, so that the batches
+    begun earliest are completed (and written) first."""
+    step = -(-batches // rounds)
+    pairs = [(i, r) for i in range(batches) for r in range(rounds)]
+    return sorted(pairs, key=lambda p: (p[0] + p[1] * step, -p[1]))
+
+
+def split_repeats(repeats: int, rounds: int) -> list[int]:
+    """`repeats` split over `rounds` as evenly as they go, the first rounds one more."""
+    return [repeats // rounds + (r < repeats % rounds) for r in range(rounds)]
 
 
 def measure(cfgs: list) -> list[list[Trace]]:
@@ -95,7 +119,7 @@ def _settings(a: argparse.Namespace, cases, profile_path: str) -> dict[str, Any]
     return {"cases": [c.key for c in cases], "warmup": a.warmup, "repeats": a.repeats,
             "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim, "dtype": a.dtype,
             "seed": a.seed, "reference_s": a.reference_s, "replays": a.replays, "remeasure": a.remeasure,
-            "profile_sha256": digest}
+            **({"rounds": a.rounds} if a.rounds != 1 else {}), "profile_sha256": digest}
 
 
 def profile_compute_groups(profile, dtype: str, cases) -> dict[str, str]:
@@ -143,6 +167,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
     elsewhere = mismatch_line(profile.measured_on, here, a.profile)
     if a.repeats < 2:
         raise RingsimError("--repeats must be at least 2 to report a spread")
+    if not 1 <= a.rounds <= a.repeats:
+        raise RingsimError(f"--rounds must be a count from 1 to --repeats ({a.repeats}), got {a.rounds}")
     if a.replays < 1:
         raise RingsimError("--replays must be at least 1")
     if a.warmup < 0:
@@ -201,18 +227,29 @@ def cmd_validate(a: argparse.Namespace) -> int:
     todo = _batches(cases, rows)
     speed = _host_speed_reader(a, profile, kind) if todo else None
     before = speed() if speed else None
-    for batch in todo:
-        measured, before, after, tried, latest = _measure_batch(batch, configs, speed, before, a.remeasure)
-        for case, traces in zip(batch, measured):
+    per_round = [{key: dataclasses.replace(cfg, repeats=n) for key, cfg in configs.items()}
+                 for n in split_repeats(a.repeats, a.rounds)]
+    rounds: dict[int, list] = {i: [] for i in range(len(todo))}
+    for i, r in round_order(len(todo), a.rounds):
+        batch = todo[i]
+        *got, latest = _measure_batch(batch, per_round[r], speed, before, a.remeasure)
+        rounds[i].append(got)
+        before = latest
+        if len(rounds[i]) < a.rounds:
+            continue
+        for k, case in enumerate(batch):
+            traces = [t for measured, *_ in rounds[i] for t in measured[k]]
+            readings = [(b, e) for _, b, e, _ in rounds[i]]
             measured_on = dict(traces[0].hardware)
             scenario = configs[case.key].scenario()
             row = compare_case(case, traces, simulate_replays(scenario, profile, a.replays))
             row["key"] = case.key
-            if before and after:
-                row.update(at_host_speed(case, traces, scenario, profile, before, after, a.replays))
-            if len(tried) > 1:
-                row["attempts"] = [{**t, "measured_median_s": t["measured_median_s"][batch.index(case)]}
-                                   for t in tried]
+            if all(b and e for b, e in readings):
+                row.update(at_host_speed(case, traces, scenario, profile, readings, a.replays))
+            if any(len(tried) > 1 for *_, tried in rounds[i]):
+                row["attempts"] = [{**t, "measured_median_s": t["measured_median_s"][k],
+                                    **({"round": n} if a.rounds > 1 else {})}
+                                   for n, (*_, tried) in enumerate(rounds[i]) for t in tried]
             rows[case.key] = row
             at_speed = f", at the host's speed {row['error_at_host_speed']:+.1%}" if "host_speed" in row else ""
             print(f"[{index[case.key]}/{len(cases)}] {case.key}: measured {row['measured_median_s'] * 1e3:.1f} ms "
@@ -220,7 +257,6 @@ def cmd_validate(a: argparse.Namespace) -> int:
                   f"cv {row['measured_cv']:.1%}), simulated {row['simulated_s'] * 1e3:.1f} ms "
                   f"({row['error']:+.1%}{at_speed})  [{time.perf_counter() - started:.0f} s]",
                   file=sys.stderr, flush=True)
-        before = latest
         if a.out:
             write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=True)
     report = _report(a, settings, cases, rows, measured_on, used)
@@ -246,12 +282,12 @@ def cmd_validate(a: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _batch_factors(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+def _batch_factors(readings: list[dict[str, Any]]) -> dict[str, float]:
     """The host's state around a batch: the mean of the speed readings before and after
-    it, and of their sharing readings where both hold one."""
-    out = {"speed": (before["factor"] + after["factor"]) / 2}
-    if before.get("sharing") and after.get("sharing"):
-        out["sharing"] = (before["sharing"]["factor"] + after["sharing"]["factor"]) / 2
+    it (and its other rounds), and of their sharing readings where every one holds one."""
+    out = {"speed": statistics.fmean(r["factor"] for r in readings)}
+    if all(r.get("sharing") for r in readings):
+        out["sharing"] = statistics.fmean(r["sharing"]["factor"] for r in readings)
     return out
 
 
@@ -260,7 +296,7 @@ def _state_off(before: dict[str, Any] | None, after: dict[str, Any] | None) -> d
     _batch_factors); None without readings."""
     if not (before and after):
         return None
-    return {name: abs(f - 1) for name, f in _batch_factors(before, after).items()}
+    return {name: abs(f - 1) for name, f in _batch_factors([before, after]).items()}
 
 
 def _measure_batch(batch, configs, speed, before, remeasure: int):
@@ -330,30 +366,31 @@ def _host_speed_reader(a: argparse.Namespace, profile, kind: str):
     return read
 
 
-def at_host_speed(case, traces: list[Trace], scenario, profile, before: dict[str, Any],
-                  after: dict[str, Any], replays: int = 1) -> dict[str, Any]:
+def at_host_speed(case, traces: list[Trace], scenario, profile, readings: list[tuple[dict[str, Any], dict[str, Any]]],
+                  replays: int = 1) -> dict[str, Any]:
     """A case's prediction and errors at the host's compute speed of its batch: the mean
-    of the readings before and after it, applied to the profile's compute times; and,
-    where both readings hold the host's sharing, at its state (speed and sharing, each
-    the mean of its two readings: sim.profile.Profile.at_host_state)."""
+    of the readings before and after it (each round's, with --rounds), applied to the
+    profile's compute times; and, where every reading holds the host's sharing, at its
+    state (speed and sharing, each the mean of its readings:
+    sim.profile.Profile.at_host_state)."""
     from sim.validation import compare_case, simulate_replays
 
-    factors = _batch_factors(before, after)
+    flat = [r for pair in readings for r in pair]
+    factors = _batch_factors(flat)
     factor = factors["speed"]
     row = compare_case(case, traces, simulate_replays(scenario, profile.at_compute_speed(factor), replays))
     out = {"host_speed": factor,
-           "host_speed_readings": [before["factor"], after["factor"]],
+           "host_speed_readings": [r["factor"] for r in flat],
            "simulated_at_host_speed_s": row["simulated_s"],
            "error_at_host_speed": row["error"],
            "within_range_at_host_speed": row["within_range"],
            "step_abs_errors_at_host_speed": [st["abs_error"] for st in row["steps"]]}
     if "sharing" in factors:
-        readings = [before["sharing"], after["sharing"]]
         sharing = factors["sharing"]
         state = compare_case(case, traces, simulate_replays(scenario, profile.at_host_state(factor, sharing), replays))
         out.update({"host_sharing": sharing,
-                    "host_sharing_readings": [r["slowdown"] for r in readings],
-                    "profile_sharing": readings[0]["profile_slowdown"],
+                    "host_sharing_readings": [r["sharing"]["slowdown"] for r in flat],
+                    "profile_sharing": flat[0]["sharing"]["profile_slowdown"],
                     "simulated_at_host_state_s": state["simulated_s"],
                     "error_at_host_state": state["error"],
                     "within_range_at_host_state": state["within_range"],
@@ -367,7 +404,7 @@ def _report(a, settings, cases, rows, measured_on, used) -> dict[str, Any]:
     ordered = [rows[c.key] for c in cases if c.key in rows]
     summary = summarize(ordered, max_case_error=a.max_case_error if a.max_case_error is not None else 0.10)
     return {"settings": settings, "profile": a.profile, "measured_on": measured_on or {},
-            "profile_compute": used, "warmup": a.warmup, "repeats": a.repeats,
+            "profile_compute": used, "warmup": a.warmup, "repeats": a.repeats, "rounds": a.rounds,
             "complete": len(ordered) == len(cases),
             "summary": summary, "median_abs_error": summary.get("median_abs_error"),
             "cases": ordered}

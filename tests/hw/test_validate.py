@@ -723,3 +723,87 @@ def test_replays_are_asked_for_and_a_report_keeps_how_many(cli, capsys):
     assert cli("--replays", "0") == 2
     err = capsys.readouterr().err.strip()
     assert err == "ringsim: error: --replays must be at least 1"
+
+
+def test_rounds_of_a_batch_lie_apart_and_spread_over_the_run():
+    """Round r of batch i in slot i + r * ceil(batches / rounds), later rounds first
+    within a slot: worked out by hand for 6 batches in 3 rounds (slots 2 apart) and 2
+    batches in 3 (1 apart); one round is the batches in order."""
+    from hw.validate_cli import round_order, split_repeats
+
+    assert round_order(6, 3) == [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1), (3, 0), (0, 2), (2, 1), (4, 0),
+                                 (1, 2), (3, 1), (5, 0), (2, 2), (4, 1), (3, 2), (5, 1), (4, 2), (5, 2)]
+    assert round_order(2, 3) == [(0, 0), (0, 1), (1, 0), (0, 2), (1, 1), (1, 2)]
+    assert round_order(4, 1) == [(0, 0), (1, 0), (2, 0), (3, 0)]
+    for batches, rounds in ((6, 3), (5, 2), (1, 4), (7, 3)):
+        order = round_order(batches, rounds)
+        assert sorted(order) == [(i, r) for i in range(batches) for r in range(rounds)]
+        for i in range(batches):                          # each batch's rounds in turn
+            assert [r for j, r in order if j == i] == list(range(rounds))
+    assert split_repeats(6, 3) == [2, 2, 2] and split_repeats(5, 3) == [2, 2, 1] and split_repeats(5, 1) == [5]
+
+
+def test_a_batch_measured_in_rounds_counts_every_rounds_repeats_and_readings(cli, monkeypatch, capsys):
+    """Two batches (2 and 3 ranks) in 3 rounds of one repeat each, run in the order
+    round_order gives; the n-th set of processes runs 1 + 0.1 n times slower than the
+    simulation, so a case's median is the middle of its rounds' factors. The host's
+    speed is read before the first round and after every one: a case counts the
+    readings around each of its batch's rounds, at their mean."""
+    import json
+
+    from hw import validate_cli
+
+    calls = []
+
+    def measure(cfgs):
+        calls.append([(cfg.world_size, cfg.repeats) for cfg in cfgs])
+        n = len(calls) - 1
+        return [[scaled(t, 1.0 + 0.1 * n, shift=3.0) for t in traces] for traces in cli.kernel(cfgs)]
+    monkeypatch.setattr(validate_cli, "measure", measure)
+    cli.kernel.factors = (1.0,)
+    cli.readings[:] = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]
+    assert cli("--out", str(cli.out), "--world-sizes", "2", "3", "--rounds", "3", "--remeasure", "0") == 0
+    # order (0,0) (0,1) (1,0) (0,2) (1,1) (1,2): the 2-rank batch is the 1st, 2nd and 4th set of processes
+    assert [c[0] for c in calls] == [(2, 1), (2, 1), (3, 1), (2, 1), (3, 1), (3, 1)]
+    report = json.loads(cli.out.read_text())
+    assert report["rounds"] == 3 and report["settings"]["rounds"] == 3
+    profile = cli.kernel.profile
+    runs = {(cfg.world_size, cfg.layout, cfg.workload.causal): cfg for cfg in cli.kernel.runs}
+    for r in report["cases"]:
+        cfg = runs[r["world_size"], r["layout"], r["causal"]]
+        sim = simulate(cfg.scenario(), profile).makespan_s
+        calls_of_batch, readings = ((0, 1, 3), [1.0, 1.1, 1.1, 1.2, 1.3, 1.4]) if cfg.world_size == 2 else \
+            ((2, 4, 5), [1.2, 1.3, 1.4, 1.5, 1.5, 1.6])
+        assert r["repeats"] == 3
+        assert r["measured_median_s"] == pytest.approx((1.0 + 0.1 * calls_of_batch[1]) * sim)
+        assert r["measured_min_s"] == pytest.approx((1.0 + 0.1 * calls_of_batch[0]) * sim)
+        assert r["measured_max_s"] == pytest.approx((1.0 + 0.1 * calls_of_batch[2]) * sim)
+        assert r["host_speed_readings"] == pytest.approx(readings)
+        assert r["host_speed"] == pytest.approx(sum(readings) / 6)
+    assert "5 repeats" not in markdown(report)
+    assert "3 repeats each in 3 rounds spread over the run, each after 1 warm-up" in markdown(report).splitlines()[0]
+    # a report stopped before the 3-rank batch resumes with it alone, in its three rounds
+    del report["cases"][4:]
+    report["complete"] = False
+    cli.out.write_text(json.dumps(report))
+    calls.clear()
+    cli.readings[:] = []
+    assert cli("--out", str(cli.out), "--world-sizes", "2", "3", "--rounds", "3", "--remeasure", "0") == 0
+    assert [c[0] for c in calls] == [(3, 1)] * 3
+    assert json.loads(cli.out.read_text())["complete"] is True
+    # other rounds are other settings; a count outside 1..repeats is one line
+    capsys.readouterr()
+    assert cli("--out", str(cli.out), "--world-sizes", "2", "3", "--remeasure", "0") == 2
+    assert "other settings" in capsys.readouterr().err
+    for bad in ("0", "4"):
+        assert cli("--rounds", bad) == 2
+        assert capsys.readouterr().err.strip() == \
+            f"ringsim: error: --rounds must be a count from 1 to --repeats (3), got {bad}"
+
+
+def test_a_round_measured_again_counts_its_own_attempts():
+    from hw.validate import _measured_again
+
+    row = {"world_size": 3, "pass": "fwd", "attempts": [{"round": 0}, {"round": 1}, {"round": 1}, {"round": 2}]}
+    old = {"world_size": 2, "pass": "fwdbwd", "attempts": [{}, {}]}       # a report without rounds
+    assert _measured_again([row, old]) == {"ring ws2 fwdbwd": 2, "ring ws3 fwd": 2}
