@@ -41,7 +41,8 @@ def run(profile: str, rounds: int, repeats: int, out: Path) -> dict:
             "max_abs_error": s["max_abs_error"], "in_tolerance": s["cases_within_range_or_tolerance"],
             "cases": s["cases"], "step_median_abs_error": s["step_median_abs_error"],
             "median_measured_cv": s["median_measured_cv"],
-            "medians": {r["key"]: r["measured_median_s"] for r in report["cases"]}}
+            "medians": {r["key"]: r["measured_median_s"] for r in report["cases"]},
+            "errors": {r["key"]: r["error"] for r in report["cases"]}}
 
 
 def moved(a: dict, b: dict) -> float:
