@@ -232,24 +232,25 @@ def cmd_validate(a: argparse.Namespace) -> int:
     rounds: dict[int, list] = {i: [] for i in range(len(todo))}
     for i, r in round_order(len(todo), a.rounds):
         batch = todo[i]
-        *got, latest = _measure_batch(batch, per_round[r], speed, before, a.remeasure)
-        rounds[i].append(got)
-        before = latest
+        measured, kept_before, kept_after, tried, before = _measure_batch(batch, per_round[r], speed, before,
+                                                                          a.remeasure)
+        rounds[i].append({"measured": measured, "readings": [kept_before, kept_after], "tried": tried})
         if len(rounds[i]) < a.rounds:
             continue
+        readings = [x for rnd in rounds[i] for x in rnd["readings"]]
+        again = any(len(rnd["tried"]) > 1 for rnd in rounds[i])
         for k, case in enumerate(batch):
-            traces = [t for measured, *_ in rounds[i] for t in measured[k]]
-            readings = [(b, e) for _, b, e, _ in rounds[i]]
+            traces = [t for rnd in rounds[i] for t in rnd["measured"][k]]
             measured_on = dict(traces[0].hardware)
             scenario = configs[case.key].scenario()
             row = compare_case(case, traces, simulate_replays(scenario, profile, a.replays))
             row["key"] = case.key
-            if all(b and e for b, e in readings):
+            if all(readings):
                 row.update(at_host_speed(case, traces, scenario, profile, readings, a.replays))
-            if any(len(tried) > 1 for *_, tried in rounds[i]):
+            if again:
                 row["attempts"] = [{**t, "measured_median_s": t["measured_median_s"][k],
                                     **({"round": n} if a.rounds > 1 else {})}
-                                   for n, (*_, tried) in enumerate(rounds[i]) for t in tried]
+                                   for n, rnd in enumerate(rounds[i]) for t in rnd["tried"]]
             rows[case.key] = row
             at_speed = f", at the host's speed {row['error_at_host_speed']:+.1%}" if "host_speed" in row else ""
             print(f"[{index[case.key]}/{len(cases)}] {case.key}: measured {row['measured_median_s'] * 1e3:.1f} ms "
@@ -366,7 +367,7 @@ def _host_speed_reader(a: argparse.Namespace, profile, kind: str):
     return read
 
 
-def at_host_speed(case, traces: list[Trace], scenario, profile, readings: list[tuple[dict[str, Any], dict[str, Any]]],
+def at_host_speed(case, traces: list[Trace], scenario, profile, readings: list[dict[str, Any]],
                   replays: int = 1) -> dict[str, Any]:
     """A case's prediction and errors at the host's compute speed of its batch: the mean
     of the readings before and after it (each round's, with --rounds), applied to the
@@ -375,12 +376,11 @@ def at_host_speed(case, traces: list[Trace], scenario, profile, readings: list[t
     sim.profile.Profile.at_host_state)."""
     from sim.validation import compare_case, simulate_replays
 
-    flat = [r for pair in readings for r in pair]
-    factors = _batch_factors(flat)
+    factors = _batch_factors(readings)
     factor = factors["speed"]
     row = compare_case(case, traces, simulate_replays(scenario, profile.at_compute_speed(factor), replays))
     out = {"host_speed": factor,
-           "host_speed_readings": [r["factor"] for r in flat],
+           "host_speed_readings": [r["factor"] for r in readings],
            "simulated_at_host_speed_s": row["simulated_s"],
            "error_at_host_speed": row["error"],
            "within_range_at_host_speed": row["within_range"],
@@ -389,8 +389,8 @@ def at_host_speed(case, traces: list[Trace], scenario, profile, readings: list[t
         sharing = factors["sharing"]
         state = compare_case(case, traces, simulate_replays(scenario, profile.at_host_state(factor, sharing), replays))
         out.update({"host_sharing": sharing,
-                    "host_sharing_readings": [r["sharing"]["slowdown"] for r in flat],
-                    "profile_sharing": flat[0]["sharing"]["profile_slowdown"],
+                    "host_sharing_readings": [r["sharing"]["slowdown"] for r in readings],
+                    "profile_sharing": readings[0]["sharing"]["profile_slowdown"],
                     "simulated_at_host_state_s": state["simulated_s"],
                     "error_at_host_state": state["error"],
                     "within_range_at_host_state": state["within_range"],
