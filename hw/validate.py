@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from sim.config import LAYOUTS
-from sim.validation import Case
+from sim.validation import Case, error_parts
 
 from hw.kernels import SCHEMES
 
@@ -95,6 +95,8 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
         "median_measured_cv": statistics.median(r["measured_cv"] for r in rows),
         "median_compute_error": _median_part(rows, "compute_s"),
         "median_transfer_error": _median_part(rows, "mean_transfer_s"),
+        "median_error": statistics.median(r["error"] for r in rows),
+        "median_error_parts": _median_error_parts(rows),
         "median_abs_error_by_group": {g: {"cases": len(v), "median_abs_error": statistics.median(v)}
                                       for g, v in groups.items()},
         **_at_host_speed(rows, max_case_error),
@@ -169,6 +171,15 @@ def _median_part(rows, name: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def _median_error_parts(rows) -> dict[str, float] | None:
+    """The median over the rows of each part of the makespan error (sim.validation.error_parts,
+    worked out again from the row, so that a report written before it has them too)."""
+    parts = [p for p in (error_parts(r) for r in rows) if p is not None]
+    if not parts:
+        return None
+    return {name: statistics.median(p[name] for p in parts) for name in ("compute", "outside_compute")}
+
+
 def _key(row: dict[str, Any]) -> str:
     return Case(row["layout"], row["causal"], row["world_size"], row["seq"], row["pass"],
                 row.get("scheme", "ring")).key
@@ -202,6 +213,12 @@ def markdown(report: dict[str, Any]) -> str:
         f"- median coefficient of variation of the measurements: {s['median_measured_cv']:.1%}",
         f"- median error of compute time {_pct(s['median_compute_error'])}, of transfer time {_pct(s['median_transfer_error'])}",
     ]
+    if s.get("median_error_parts"):
+        ep = s["median_error_parts"]
+        lines.append(f"- median makespan error {_pct(s['median_error'])}; its parts, median over cases, as shares of "
+                     f"the measured makespan: the mean rank's compute {_pct(ep['compute'])}, the time outside it "
+                     f"(waits on transfers and on slower ranks, skew, the time between blocks) "
+                     f"{_pct(ep['outside_compute'])}")
     if "at_host_speed" in s:
         h, at = s["host_speed"], s["at_host_speed"]
         lines += [

@@ -10,7 +10,9 @@ the makespan error against the median, the error of every rank's every step, and
 breakdown that says which part of the model misses: compute (sum of compute spans),
 transfer (mean time of a transfer: a ring hop, an all-gather or all-to-all piece),
 exposed communication, and the clock skew between ranks (how far apart their first
-computes start). It reads traces only: `ringsim validate` (hw.validate), `ringsim
+computes start); and the makespan error in two parts that add up to it (`error_parts`):
+the mean rank's compute, and the time outside it (waits on transfers and on slower
+ranks, the start skew, the glue between blocks). It reads traces only: `ringsim validate` (hw.validate), `ringsim
 calibrate --check` (hw.check) and the held-out runs of calibration from traces
 (sim.calibrate_traces) all score their runs with it. A step's duration is
 sim.metrics.step_durations.
@@ -79,6 +81,23 @@ def _rel(sim: float, meas: float) -> float | None:
     return (sim - meas) / meas if meas > 0 else None
 
 
+def error_parts(row: dict[str, Any]) -> dict[str, float] | None:
+    """A report row's makespan error in two parts, each a fraction of the measured
+    makespan, that add up to it: "compute", how much longer the simulated mean rank
+    computes than the measured one (the compute part over the world size), and
+    "outside_compute", the rest: how much longer the simulation spends outside its
+    computes (waiting on transfers and on slower ranks, the skew of the start, the time
+    between blocks). A ring that waits on its slowest rank while its mean rank computes
+    as predicted shows as a negative outside part. Rows of any report carry what it
+    needs; None where the measured makespan is not positive."""
+    m = row["measured_median_s"]
+    c = row["parts"]["compute_s"]
+    if not m > 0:
+        return None
+    compute = (c["simulated"] - c["measured"]) / row["world_size"] / m
+    return {"compute": compute, "outside_compute": row["error"] - compute}
+
+
 REPLAYS = 31
 """Seeded plays a validation asks for when it plays the host's spread of speeds
 (`ringsim validate --replays`): the prediction is their median, as the measurement is
@@ -140,7 +159,7 @@ def compare_case(case: Case, measured: list[Trace], simulated: Trace | list[Trac
     # ranks start together unless the schedule holds one back
     parts["first_compute_skew_s"] = {"measured": statistics.median(c["first_compute_skew_s"] for c in comp_meas),
                                      "simulated": comp_sim["first_compute_skew_s"]}
-    return {
+    row = {
         **case.to_dict(),
         "repeats": len(spans),
         "measured_min_s": spans[0], "measured_median_s": med, "measured_max_s": spans[-1],
@@ -156,3 +175,5 @@ def compare_case(case: Case, measured: list[Trace], simulated: Trace | list[Trac
         "parts": parts,
         "steps": steps,
     }
+    row["error_parts"] = error_parts(row)
+    return row

@@ -156,6 +156,29 @@ def test_makespan_error_and_spread_of_hand_built_traces():
     assert row["measured_cv"] == pytest.approx(sd / mean)
 
 
+def test_makespan_error_splits_into_compute_and_the_time_outside_it():
+    """The hand-built case: simulated, each rank computes 4 of a 4 s run, nothing outside;
+    measured, the median compute 10 over two ranks (5 each) of a 5.5 s median makespan.
+    The compute part is (4 - 5) / 5.5 = -2/11, the rest 0 - (5.5 - 5) over 5.5 = -1/11,
+    and the two add up to the error, -3/11."""
+    row = hand_built_case()
+    assert row["error_parts"]["compute"] == pytest.approx(-2 / 11)
+    assert row["error_parts"]["outside_compute"] == pytest.approx(-1 / 11)
+    # a measurement that computes twice as long and waits as simulated: all of it is compute
+    sim = two_ranks(0.0, 0.0, 2.0, 0.0, 1.0, source="simulated")
+    slow = compare_case(Case("zigzag", True, 2, 64), [two_ranks(0.0, 0.0, 4.0, 0.0, 1.0)], sim)
+    assert slow["error"] == pytest.approx(-0.5)
+    assert slow["error_parts"] == {"compute": pytest.approx(-0.5), "outside_compute": pytest.approx(0.0, abs=1e-12)}
+    # the summary takes each part's median, also for a row written before the parts were
+    old = {k: v for k, v in slow.items() if k != "error_parts"}
+    s = summarize([row, old, row])
+    assert s["median_error"] == pytest.approx(-3 / 11)
+    assert s["median_error_parts"] == {"compute": pytest.approx(-2 / 11), "outside_compute": pytest.approx(-1 / 11)}
+    md = markdown({"summary": s, "cases": [row, old, row], "measured_on": {"device": "x"}})
+    assert "median makespan error -27.3%" in md and "the mean rank's compute -18.2%" in md
+    assert "the time outside it (waits on transfers and on slower ranks, skew, the time between blocks) -9.1%" in md
+
+
 def test_several_seeded_plays_count_by_their_median_as_the_repeats_do():
     """The three measured runs above, played back as three simulated plays against the
     simulated run as the measurement: the prediction is their median makespan, 5.5; each

@@ -1,0 +1,107 @@
+"""The makespan error of committed validation runs, split into compute and the rest.
+
+For each commit given, reads that commit's `bench/results/validation-quick.json`
+(git show; or a report file given by path) and splits every case's makespan error in
+two parts that add up to it (sim.validation.error_parts): the mean rank's compute, and
+the time outside compute (waits on transfers and on slower ranks, the start skew, the
+time between blocks), each a share of the measured makespan. Prints, per run, the
+median signed makespan error, the median of each part, how many cases have each part
+negative, and the outside part's median per world size and pass; `--json` writes the
+same. It asks which part of the model a run's lean comes from: a part whose median has
+the same sign in every run is the model's, one that changes sign from run to run is the
+host's drift.
+
+    .venv/bin/python bench/error_parts.py 556f71a c904fae ... [--json out.json]
+    .venv/bin/python bench/error_parts.py bench/results/validation-quick.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.errors import RingsimError  # noqa: E402
+from sim.trace import read_json, write_json  # noqa: E402
+from sim.validation import error_parts  # noqa: E402
+
+REPORT = "bench/results/validation-quick.json"
+
+
+def load(source: str) -> dict:
+    """A validation report: a file's, or the one committed at `source`."""
+    if Path(source).is_file():
+        return read_json(source, what="validation report")
+    try:
+        text = subprocess.run(["git", "show", f"{source}:{REPORT}"], check=True, capture_output=True,
+                              text=True).stdout
+    except subprocess.CalledProcessError as e:
+        raise RingsimError(f"{source}: neither a file nor a commit with {REPORT} ({e.stderr.strip()})") from None
+    return json.loads(text)
+
+
+def split(report: dict) -> dict:
+    """One run's medians over its cases: signed error, each part, the cases with a part
+    below zero, and the outside part by world size and pass."""
+    rows = [r for r in report.get("cases") or [] if error_parts(r) is not None]
+    if not rows:
+        raise RingsimError("the report has no case with a measured makespan")
+    parts = [error_parts(r) for r in rows]
+    groups: dict[str, list[float]] = {}
+    for r, p in zip(rows, parts):
+        groups.setdefault(f"ws{r['world_size']} {r['pass']}", []).append(p["outside_compute"])
+    return {"cases": len(rows),
+            "median_error": statistics.median(r["error"] for r in rows),
+            "median_compute": statistics.median(p["compute"] for p in parts),
+            "median_outside_compute": statistics.median(p["outside_compute"] for p in parts),
+            "compute_below_zero": sum(p["compute"] < 0 for p in parts),
+            "outside_below_zero": sum(p["outside_compute"] < 0 for p in parts),
+            "outside_by_group": {g: statistics.median(v) for g, v in sorted(groups.items())}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sources", nargs="+", help="commits holding bench/results/validation-quick.json, or report files")
+    ap.add_argument("--json", metavar="FILE", help="also write the table as JSON (an existing file is kept "
+                                                    "unless --force)")
+    ap.add_argument("--force", action="store_true", help="overwrite the --json file")
+    a = ap.parse_args(argv)
+    try:
+        runs = [(src, split(load(src))) for src in a.sources]
+    except (RingsimError, json.JSONDecodeError, KeyError, TypeError) as e:
+        print(f"error_parts: {e}", file=sys.stderr)
+        return 2
+    groups = sorted({g for _, r in runs for g in r["outside_by_group"]},
+                    key=lambda g: (g.split()[1], int(g.split()[0][2:])))
+    head = (f"{'run':>10}  {'cases':>5}  {'error':>7}  {'compute':>7}  {'outside':>7}  {'c<0':>4}  {'o<0':>4}  "
+            + "  ".join(f"{g:>11}" for g in groups))
+    print("median over cases, shares of the measured makespan; c<0, o<0: cases whose compute or outside "
+          "part is negative; then the outside part by world size and pass")
+    print(head)
+    for src, r in runs:
+        print(f"{src[:10]:>10}  {r['cases']:>5}  {r['median_error']:>+7.1%}  {r['median_compute']:>+7.1%}  "
+              f"{r['median_outside_compute']:>+7.1%}  {r['compute_below_zero']:>4}  {r['outside_below_zero']:>4}  "
+              + "  ".join(f"{r['outside_by_group'][g]:>+11.1%}" if g in r["outside_by_group"] else f"{'-':>11}"
+                          for g in groups))
+    outside = [r["median_outside_compute"] for _, r in runs]
+    compute = [r["median_compute"] for _, r in runs]
+    print(f"over the {len(runs)} runs: outside part below zero in {sum(x < 0 for x in outside)}, median "
+          f"{statistics.median(outside):+.1%} ({min(outside):+.1%} to {max(outside):+.1%}); compute part below "
+          f"zero in {sum(x < 0 for x in compute)}, median {statistics.median(compute):+.1%} "
+          f"({min(compute):+.1%} to {max(compute):+.1%})")
+    if a.json:
+        try:
+            write_json(a.json, {"runs": [{"source": s, **r} for s, r in runs]}, overwrite=a.force)
+        except (RingsimError, OSError) as e:
+            print(f"error_parts: {e}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
