@@ -12,9 +12,9 @@ transfer (mean time of a transfer: a ring hop, an all-gather or all-to-all piece
 exposed communication, and the clock skew between ranks (how far apart their first
 computes start); and the makespan error in two parts that add up to it (`error_parts`):
 the mean rank's compute, and the time outside it (waits on transfers and on slower
-ranks, the start skew, the glue between blocks). It reads traces only: `ringsim validate` (hw.validate), `ringsim
-calibrate --check` (hw.check) and the held-out runs of calibration from traces
-(sim.calibrate_traces) all score their runs with it. A step's duration is
+ranks, the start skew, the time between blocks). It reads traces only: `ringsim
+validate` (hw.validate), `ringsim calibrate --check` (hw.check) and the held-out runs of
+calibration from traces (sim.calibrate_traces) all score their runs with it. A step's duration is
 sim.metrics.step_durations.
 
 Step errors are |simulated - measured| / measured per (rank, step),
