@@ -17,15 +17,22 @@ With `--placement N` it compares, on each run's own profile and by the median of
 seeded plays each, the host's cores serving the computes evenly with the computes
 placed on cores (sim.contention.Host.placement), counted the same way.
 
+With `--protocol N` it compares, on each run's own profile and by the median of N
+seeded plays each, playing the ring without and with gloo's point-to-point protocol (a
+send posted after its receiver posted the receive holds the posting rank's compute,
+sim.players.times_simpy), counted the same way.
+
     .venv/bin/python bench/resimulate_law.py 556f71a eb5500d c904fae ... [--json out.json]
     .venv/bin/python bench/resimulate_law.py --plays 31 556f71a ... [--json out.json]
     .venv/bin/python bench/resimulate_law.py --placement 31 556f71a ... [--json out.json]
+    .venv/bin/python bench/resimulate_law.py --protocol 31 556f71a ... [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -136,6 +143,28 @@ def _placements(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
     return rows
 
 
+def _protocols(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
+    """Each run's own profile with and without gloo's point-to-point protocol (a send
+    posted after its receive is written by the posting thread, holding its compute:
+    sim.players.times_simpy), each by the median of `n` seeded plays."""
+    rows = []
+    for commit, prof, report in runs:
+        if not (prof.get("contention") or {}).get("host"):
+            continue
+        gloo = profile_from_dict(prof)
+        # the same profile with its backend unknown: every compute starts on its dependencies
+        plain = dataclasses.replace(gloo, measured_on=dict(gloo.measured_on, backend=None))
+        r = {"commit": commit, "cases": len(report["cases"]),
+             **_score(report, {"without": (plain, n), "gloo": (gloo, n)})}
+        rows.append(r)
+        print(f"{commit:8}  " + "  ".join(
+            f"{r[name]['median_abs_error']:>6.1%} ({r[name]['median_error']:+6.1%}), {r[name]['within']:>2} of "
+            f"{r['cases']}, per-step " + (f"{r[name]['step_median_abs_error']:5.1%}"
+                                          if r[name]["step_median_abs_error"] is not None else "  n/a")
+            for name in ("without", "gloo")), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("commits", nargs="+", help="commits holding a calibration run's profile and ring report")
@@ -145,13 +174,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--placement", type=int, metavar="N",
                     help="compare even sharing with computes placed on cores instead, each by the median of N "
                          "seeded plays (each run's own profile)")
+    ap.add_argument("--protocol", type=int, metavar="N",
+                    help="compare playing without and with gloo's point-to-point protocol instead, each by "
+                         "the median of N seeded plays (each run's own profile)")
     a = ap.parse_args(argv)
-    for flag in ("plays", "placement"):
+    flags = ("plays", "placement", "protocol")
+    for flag in flags:
         if getattr(a, flag) is not None and getattr(a, flag) < 2:
             print(f"resimulate_law: --{flag} must be at least 2", file=sys.stderr)
             return 2
-    if a.plays is not None and a.placement is not None:
-        print("resimulate_law: give --plays or --placement, not both", file=sys.stderr)
+    if sum(getattr(a, flag) is not None for flag in flags) > 1:
+        print("resimulate_law: give one of --plays, --placement and --protocol", file=sys.stderr)
         return 2
     try:
         runs = [(c, _show(c, f"{RESULTS}/cpu-profile.json"), _show(c, f"{RESULTS}/validation-quick.json"))
@@ -159,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     except RingsimError as e:
         print(f"resimulate_law: {e}", file=sys.stderr)
         return 2
+    if a.protocol:
+        print(f"{'commit':8}  {'without the protocol':<41}  {'with gloo protocol':<41}  (median |makespan error| "
+              f"(median signed), cases within, per-step median |error|; {a.protocol} seeded plays)")
+        rows = _protocols(runs, a.protocol)
+        if a.json:
+            write_json(a.json, {"plays": a.protocol, "runs": rows}, overwrite=True)
+        return 0
     if a.placement:
         print(f"{'commit':8}  {'even':<31}  {'placed on cores':<31}  (median |makespan error|, cases within, "
               f"per-step median |error|; {a.placement} seeded plays)")

@@ -91,8 +91,15 @@ class RingComm:
         self._pending: list[Pending] = []
 
     def post(self, send: Sequence[torch.Tensor], recv: Sequence[torch.Tensor], *, step: int,
-             send_chunks: tuple[int, ...], recv_chunks: tuple[int, ...]) -> None:
-        """Send the tensors of `send` to rank + 1, receive `recv`'s from rank - 1 (contiguous)."""
+             send_chunks: tuple[int, ...], recv_chunks: tuple[int, ...],
+             holds: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> None:
+        """Send the tensors of `send` to rank + 1, receive `recv`'s from rank - 1 (contiguous).
+
+        `holds`: the (query, K/V) chunks of the compute this post comes before, at the
+        same step; on gloo the time the post call takes is then recorded as that
+        compute's wait on the send (gloo writes a send in the posting thread when the
+        receive was posted first; the simulator plays the same, sim.players.times_simpy).
+        NCCL's posts return at once."""
         ring = self.ring
         clock = ring.clock
         posted = clock.mark()
@@ -102,7 +109,9 @@ class RingComm:
             works = dist.batch_isend_irecv(ops)
         except Exception as e:
             raise peer_failure(ring, "posting a transfer", e) from e
-        if len(works) == len(ops):   # one work per operation (gloo)
+        gloo = len(works) == len(ops)    # one work per operation; NCCL coalesces a batch
+        returned = clock.mark() if holds is not None and gloo else None
+        if gloo:
             done_send = clock.watch(f"{self.kind}-send", works[:len(send)])
             done_recv = clock.watch(f"{self.kind}-recv", works[len(send):])
             self._pending = [done_send, done_recv]
@@ -114,6 +123,8 @@ class RingComm:
             nbytes = float(sum(t.numel() * t.element_size() for t in send))
             rec.transfer("send", self.kind, step, posted, done_send, nbytes, send_chunks, ring.next)
             rec.transfer("recv", self.kind, step, posted, done_recv, nbytes, recv_chunks, ring.prev)
+            if returned is not None:
+                rec.wait(self.kind, step, posted, returned, [done_send], *holds)
 
     def wait(self, *, step: int, q_chunks: tuple[int, ...] = (),
              kv_chunks: tuple[int, ...] = ()) -> None:

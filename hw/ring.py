@@ -96,7 +96,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
         cur = block_at(step)
         if step < n - 1:
             comm.post(cur, block_at(step + 1), step=step0 + step, send_chunks=chunks[owner],
-                      recv_chunks=chunks[(owner - 1) % n])
+                      recv_chunks=chunks[(owner - 1) % n], holds=(chunks[r], chunks[owner]))
         pieces = block_pieces(layout, r, owner, n, c, causal)
         if pieces:
             t0 = ring.clock.mark()
@@ -156,7 +156,7 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         cur = block_at(step)
         if step < n - 1:
             kv_comm.post(cur, block_at(step + 1), step=step0 + step, send_chunks=chunks[owner],
-                         recv_chunks=chunks[(owner - 1) % n])
+                         recv_chunks=chunks[(owner - 1) % n], holds=(chunks[r], chunks[owner]))
         pieces = block_pieces(layout, r, owner, n, c, causal)
         shares = []
         if pieces:

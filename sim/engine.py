@@ -60,6 +60,10 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     header = dict(header or {})
     meta = dict(header.get("meta", {}))
     contention = getattr(hardware, "contention", None)
+    inline_after_s = getattr(hardware, "inline_send_after_s", None) if schedule.posts is not None else None
+    if inline_after_s is not None:
+        player = "simpy"     # whether a post writes its send depends on who posted first
+        meta["inline_send_after_s"] = inline_after_s
     if contention is not None and contention.active:
         player = "simpy"     # rates that change mid-block need the event loop
         meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
@@ -69,7 +73,7 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     elif player == "auto":
         player = "recurrence"
     if player == "simpy":
-        start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention, jitter)
+        start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention, jitter, inline_after_s)
         host = contention.host if contention is not None else None
         if jitter is not None and host is not None and (host.spread or host.placement == "cores"):
             meta["jitter"] = jitter

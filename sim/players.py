@@ -32,7 +32,7 @@ import simpy
 
 from sim.config import Workload
 from sim.contention import Contention, Sharing
-from sim.schedule import BWD, EMPTY, KINDS, MASKS, Schedule
+from sim.schedule import BWD, EMPTY, KINDS, MASKS, NO_DEP, Schedule
 
 _KIND_NAMES = np.array(KINDS)      # fixed-width strings: compared in C, not per object
 FIRST_COLLECTIVE = KINDS.index("ag")
@@ -174,9 +174,20 @@ def resource_queues(schedule: Schedule) -> list[list[int]]:
 
 
 def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | None = None,
-                jitter: int | None = None) -> tuple[list[float], list[float], int]:
+                jitter: int | None = None, inline_after_s: float | None = None
+                ) -> tuple[list[float], list[float], int]:
     """Start and end of every operation, and the events SimPy processed; `jitter` seeds
-    the host's measured spread of rank and block speeds (sim.contention)."""
+    the host's measured spread of rank and block speeds (sim.contention).
+
+    `inline_after_s` plays gloo's point-to-point protocol on the transfers the schedule
+    says are posted before a compute (Schedule.posts): a receive posted first tells the
+    sender it is ready, and a send posted once that word is in (at least
+    `inline_after_s` later, the link's latency) is written by the posting thread before
+    the post returns, so the rank's compute starts when the send ends; a send posted
+    before its receive is written later by gloo's own thread, behind the compute. The
+    receive is posted after the sends (batch_isend_irecv posts them in order), so a
+    transfer starts once its receiver's compute has come up and started. None: every
+    compute starts once its dependencies are done (NCCL, GPUs, the presets)."""
     env = _CountingEnvironment()
     sharing = (Sharing(env, schedule.n_ranks, contention, jitter)
                if contention is not None and contention.active else None)
@@ -195,6 +206,17 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
     is_backward = (schedule.kind == BWD).tolist()
     rank, peer = schedule.rank.tolist(), schedule.peer.tolist()
     waiting: dict[int, simpy.Event] = {}
+    posts = schedule.posts if inline_after_s is not None else None
+    if posts is not None:
+        posted = np.flatnonzero(posts[0] != NO_DEP)
+        send_of = dict(zip(posts[0, posted].tolist(), posted.tolist()))   # compute -> the send it posts
+        receiver_of = dict(zip(posted.tolist(), posts[1, posted].tolist()))  # send -> its receiver's compute
+    else:
+        send_of, receiver_of = {}, {}
+    started: set[int] = set()
+    on_start: dict[int, simpy.Event] = {}
+    on_end: dict[int, simpy.Event] = {}
+    finished: set[int] = set()
 
     def ready(op_id: int):
         ev = env.event()
@@ -203,16 +225,38 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
 
     def done(op_id: int) -> None:
         end[op_id] = env.now
+        if send_of:
+            finished.add(op_id)
+            if op_id in on_end:
+                on_end.pop(op_id).succeed()
         for x in dependents[op_id]:
             remaining[x] -= 1
             if remaining[x] == 0 and x in waiting:
                 waiting.pop(x).succeed()
 
+    def posting(op_id: int):
+        """What an op waits for besides its dependencies under gloo's protocol."""
+        send = send_of.get(op_id)
+        if send is not None:
+            receiver = receiver_of[send]
+            if (receiver in started and start[receiver] + inline_after_s <= env.now
+                    and send not in finished):
+                yield on_end.setdefault(send, env.event())     # written by this rank's thread
+        receiver = receiver_of.get(op_id)
+        if receiver is not None and receiver not in started:
+            yield on_start.setdefault(receiver, env.event())   # the receive is not posted yet
+
     def stream(op_ids):
         for op_id in op_ids:
             if remaining[op_id]:
                 yield ready(op_id)
+            if send_of:
+                yield from posting(op_id)
             start[op_id] = env.now
+            if send_of:
+                started.add(op_id)
+                if op_id in on_start:
+                    on_start.pop(op_id).succeed()
             if dur[op_id] <= 0:
                 pass
             elif sharing is None:

@@ -113,6 +113,13 @@ class Profile:
         """Measured through NCCL: one queue of point-to-point batches per device (sim.queues)."""
         return self.measured_on.get("backend") == "nccl"
 
+    @property
+    def inline_send_after_s(self) -> float | None:
+        """Measured through gloo: a send posted once its receiver's word that it posted
+        the receive has come (the link's latency after it) is written by the posting
+        thread before the post returns (sim.players.times_simpy); None on NCCL."""
+        return max(self.link.latency_s, 0.0) if self.measured_on.get("backend") == "gloo" else None
+
     def _group(self, dtype: str, mask: str, kind: str) -> ComputeGroup:
         for key in ((dtype, mask, kind), (dtype, mask, "fwd"), (dtype, "full", kind),
                     (dtype, "full", "fwd")):

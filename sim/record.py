@@ -213,7 +213,7 @@ def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool) 
     w_op, w_kind, w_start, w_end = _compute_waits(schedule, w_ops, w_ready, start, end)
     del w_ops, w_ready
     if release:
-        schedule.release("after")
+        schedule.release("after", "posts")
     sent, got = _ByRank(xfer, rank, n), _ByRank(xfer, peer, n)
     waits = _sorted(w_op, rank, n)
     # a column read from the schedule or the times is named (a key of `source`), so that
@@ -390,6 +390,12 @@ def _compute_waits(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: n
     """The wait pieces of each compute in `ops` (waiting from t0 to its start), as
     (op, schedule kind code, start, end) arrays, in the order of `ops`."""
     deps = np.take(schedule.after, ops, axis=1).T                       # (ops, width)
+    if schedule.posts is not None:
+        # a compute whose post wrote its send (sim.players.times_simpy) waited on that send
+        posted = np.flatnonzero(schedule.posts[0] != NO_DEP)
+        sent = np.full(len(schedule), NO_DEP, dtype=deps.dtype)
+        sent[schedule.posts[0, posted]] = posted
+        deps = np.concatenate([deps, sent[ops][:, None]], axis=1)
     flying = (deps != NO_DEP) & schedule.is_transfer[deps]   # a pad reads the last op: masked
     kinds = schedule.kind[deps]
     pieces = wait_pieces(t0, start[ops], start[deps], end[deps], kinds, flying, _SCHED_IDLE, DKV,

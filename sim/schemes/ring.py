@@ -90,8 +90,22 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
         waves.append(grid.wave_starts(scenario.overlap))
         gate = _fill(scenario, phase, grid, tables, cols, after, i * n, gate)
     names = [f"GPU {r} compute" for r in range(n)] + [f"link {r}->{(r + 1) % n}" for r in range(n)]
+    stepped = n > 1 and scenario.overlap and scenario.sync == "step"
     return Schedule(n_ranks=n, **cols, chunk_sets=chunks_of_rank(scenario.layout, n), after=after,
-                    wave_starts=np.append(np.concatenate(waves), n_ops), resource_names=names)
+                    wave_starts=np.append(np.concatenate(waves), n_ops), resource_names=names,
+                    posts=_kv_posts(grids, n, n_ops, ids) if stepped else None)
+
+
+def _kv_posts(grids: list["_Grid"], n: int, n_ops: int, ids: type) -> np.ndarray:
+    """Schedule.posts of a step-synchronous ring: rank r posts the K/V hop of step k to
+    r + 1 as its compute of step k comes up, and r + 1 its receive as its own does."""
+    posts = np.full((2, n_ops), NO_DEP, dtype=ids)
+    r = np.arange(n)
+    for g in grids:
+        kv, comp = g.ids("kv")[:-1, None], g.ids("comp")[:-1, None]     # steps 0..N-2
+        posts[0, kv + r] = comp + r
+        posts[1, kv + r] = comp + (r + 1) % n
+    return posts
 
 
 def count_ring_ops(scenario: Scenario) -> int:

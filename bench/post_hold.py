@@ -1,0 +1,119 @@
+"""How long a ring rank's K/V post holds its compute, by who posted first.
+
+gloo runs a send at once, in the posting thread, when its receiver has already posted
+the receive; otherwise it tells the receiver and writes the send later from its own
+thread. So a rank whose receiver posted first should start its compute only when its
+send ends (sim.players.times_simpy plays that rule). This script runs the ring kernel
+(gloo, CPU) on a few cases at each world size, and for every K/V hop of every repeat
+reads off the measured trace: how long before the sender's post the receiver posted its
+receive (the lead), the time from the post to the sender's compute of that step (the
+hold), and the send's time from post to completion. It prints, per world size and side
+(the receiver first by more than `--lead-ms`, or not), the hops and the medians of the
+hold, of the send and of the compute's start minus the send's end; `--json` writes the
+same with every hop.
+
+    .venv/bin/python bench/post_hold.py [--world-sizes 2 3 4] [--seq 6144] [--pass fwd]
+        [--repeats 5] [--lead-ms 0.2] [--json out.json [--force]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.errors import RingsimError  # noqa: E402
+from sim.trace import COMPUTE, KIND_NAMES, RECV, SEND, Trace, write_json  # noqa: E402
+
+KV = KIND_NAMES.index("kv")
+CASES = (("contiguous", False), ("zigzag", True), ("contiguous", True))
+
+
+def hops(trace: Trace) -> list[dict[str, float]]:
+    """Per K/V hop that a compute of the same step follows on its sender: the lead of
+    the receiver's post, the hold before the compute and the send's time (ms), and the
+    compute's start minus the send's end."""
+    c = trace.columns
+    n = trace.world_size
+    out = []
+    for i in np.flatnonzero((c.stream == SEND) & (c.kind == KV)):
+        r, step = int(c.rank[i]), int(c.step[i])
+        recv = np.flatnonzero((c.stream == RECV) & (c.kind == KV) & (c.rank == (r + 1) % n) & (c.step == step))
+        comp = np.flatnonzero((c.stream == COMPUTE) & (c.rank == r) & (c.step == step))
+        if not recv.size or not comp.size:
+            continue
+        posted, ended = float(c.start_s[i]), float(c.end_s[i])
+        started = float(c.start_s[comp].min())
+        out.append({"rank": r, "step": step, "lead_ms": (posted - float(c.start_s[recv].min())) * 1e3,
+                    "hold_ms": (started - posted) * 1e3, "send_ms": (ended - posted) * 1e3,
+                    "start_minus_send_end_ms": (started - ended) * 1e3})
+    return out
+
+
+def summary(rows: list[dict], lead_ms: float) -> list[dict]:
+    out = []
+    for ws in sorted({r["world_size"] for r in rows}):
+        for side, first in (("receiver first", True), ("sender first", False)):
+            g = [r for r in rows if r["world_size"] == ws and (r["lead_ms"] > lead_ms) == first]
+            if g:
+                out.append({"world_size": ws, "side": side, "hops": len(g), **{
+                    f"median_{k}": statistics.median(r[k] for r in g)
+                    for k in ("hold_ms", "send_ms", "start_minus_send_end_ms")}})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 3, 4])
+    ap.add_argument("--seq", type=int, default=6144, help="tokens (default 6144)")
+    ap.add_argument("--pass", dest="pass_", choices=("fwd", "fwdbwd"), default="fwd")
+    ap.add_argument("--repeats", type=int, default=5, help="measured runs of each case (default 5)")
+    ap.add_argument("--lead-ms", type=float, default=0.2,
+                    help="a receiver posted first by more than this (default 0.2 ms)")
+    ap.add_argument("--json", metavar="FILE", help="also write the table and every hop as JSON")
+    ap.add_argument("--force", action="store_true", help="overwrite the --json file")
+    a = ap.parse_args(argv)
+    if a.repeats < 1 or any(w < 2 for w in a.world_sizes):
+        print("post_hold: --repeats must be at least 1, world sizes at least 2", file=sys.stderr)
+        return 2
+    if a.json and Path(a.json).exists() and not a.force:
+        print(f"post_hold: {a.json} exists (--force overwrites it)", file=sys.stderr)
+        return 2
+    from hw.config import RunConfig
+    from hw.launch import run_configs
+    from sim.config import Workload
+
+    try:
+        cfgs = [RunConfig(workload=Workload(seq=a.seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32",
+                                            causal=causal, pass_=a.pass_),
+                          world_size=ws, layout=layout, warmup=1, repeats=a.repeats, seed=0, device="cpu")
+                for ws in a.world_sizes for layout, causal in CASES]
+        measured = run_configs(cfgs, interleave=True)
+    except RingsimError as e:
+        print(f"post_hold: {e}", file=sys.stderr)
+        return 2
+    rows = []
+    for cfg, (_, traces) in zip(cfgs, measured):
+        for repeat, t in enumerate(traces):
+            for h in hops(t):
+                rows.append({"case": f"{cfg.layout}/{'causal' if cfg.workload.causal else 'full'}",
+                             "world_size": cfg.world_size, "repeat": repeat, **h})
+    table = summary(rows, a.lead_ms)
+    print(f"{a.pass_}, {a.seq} tokens, {a.repeats} runs of {len(CASES)} cases per world size; medians, ms")
+    print(f"{'ranks':>5}  {'side':<15} {'hops':>5}  {'hold':>6}  {'send':>6}  {'compute start - send end':>24}")
+    for r in table:
+        print(f"{r['world_size']:>5}  {r['side']:<15} {r['hops']:>5}  {r['median_hold_ms']:>6.2f}  "
+              f"{r['median_send_ms']:>6.2f}  {r['median_start_minus_send_end_ms']:>24.2f}")
+    if a.json:
+        write_json(a.json, {"seq": a.seq, "pass": a.pass_, "repeats": a.repeats, "lead_ms": a.lead_ms,
+                            "table": table, "hops": rows}, overwrite=a.force)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
