@@ -123,46 +123,42 @@ def _plays(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
     return rows
 
 
-def _placements(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
-    """Even sharing against placed computes, each by the median of `n` seeded plays."""
+def _variants(runs: list[tuple[str, dict, dict]], n: int, variants_of) -> list[dict]:
+    """Each run with a host model scored under the variants `variants_of(profile dict)`
+    gives (name -> Profile), each by the median of `n` seeded plays, one line per run."""
     rows = []
     for commit, prof, report in runs:
         if not (prof.get("contention") or {}).get("host"):
             continue
-        variants = {}
-        for name in ("even", "cores"):
-            d = copy.deepcopy(prof)
-            d["contention"]["host"]["placement"] = name
-            variants[name] = (profile_from_dict(d), n)
-        r = {"commit": commit, "cases": len(report["cases"]), **_score(report, variants)}
-        rows.append(r)
-        print(f"{commit:8}  " + "  ".join(
-            f"{r[name]['median_abs_error']:>6.1%}, {r[name]['within']:>2} of {r['cases']}, per-step "
-            + (f"{r[name]['step_median_abs_error']:5.1%}" if r[name]["step_median_abs_error"] is not None else "  n/a")
-            for name in variants), flush=True)
-    return rows
-
-
-def _protocols(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
-    """Each run's own profile with and without gloo's point-to-point protocol (a send
-    posted after its receive is written by the posting thread, holding its compute:
-    sim.players.times_simpy), each by the median of `n` seeded plays."""
-    rows = []
-    for commit, prof, report in runs:
-        if not (prof.get("contention") or {}).get("host"):
-            continue
-        gloo = profile_from_dict(prof)
-        # the same profile with its backend unknown: every compute starts on its dependencies
-        plain = dataclasses.replace(gloo, measured_on=dict(gloo.measured_on, backend=None))
+        variants = variants_of(prof)
         r = {"commit": commit, "cases": len(report["cases"]),
-             **_score(report, {"without": (plain, n), "gloo": (gloo, n)})}
+             **_score(report, {name: (p, n) for name, p in variants.items()})}
         rows.append(r)
         print(f"{commit:8}  " + "  ".join(
             f"{r[name]['median_abs_error']:>6.1%} ({r[name]['median_error']:+6.1%}), {r[name]['within']:>2} of "
             f"{r['cases']}, per-step " + (f"{r[name]['step_median_abs_error']:5.1%}"
                                           if r[name]["step_median_abs_error"] is not None else "  n/a")
-            for name in ("without", "gloo")), flush=True)
+            for name in variants), flush=True)
     return rows
+
+
+def _placements(prof: dict) -> dict:
+    """Even sharing and computes placed on cores (sim.contention.Host.placement)."""
+    out = {}
+    for name in ("even", "cores"):
+        d = copy.deepcopy(prof)
+        d["contention"]["host"]["placement"] = name
+        out[name] = profile_from_dict(d)
+    return out
+
+
+def _protocols(prof: dict) -> dict:
+    """The profile without and with gloo's point-to-point protocol (a send posted after
+    its receive is written by the posting thread, holding its compute:
+    sim.players.times_simpy)."""
+    gloo = profile_from_dict(prof)
+    # the same profile with its backend unknown: every compute starts on its dependencies
+    return {"without": dataclasses.replace(gloo, measured_on=dict(gloo.measured_on, backend=None)), "gloo": gloo}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,20 +188,17 @@ def main(argv: list[str] | None = None) -> int:
     except RingsimError as e:
         print(f"resimulate_law: {e}", file=sys.stderr)
         return 2
-    if a.protocol:
-        print(f"{'commit':8}  {'without the protocol':<41}  {'with gloo protocol':<41}  (median |makespan error| "
-              f"(median signed), cases within, per-step median |error|; {a.protocol} seeded plays)")
-        rows = _protocols(runs, a.protocol)
-        if a.json:
-            write_json(a.json, {"plays": a.protocol, "runs": rows}, overwrite=True)
-        return 0
-    if a.placement:
-        print(f"{'commit':8}  {'even':<31}  {'placed on cores':<31}  (median |makespan error|, cases within, "
-              f"per-step median |error|; {a.placement} seeded plays)")
-        rows = _placements(runs, a.placement)
-        if a.json:
-            write_json(a.json, {"plays": a.placement, "runs": rows}, overwrite=True)
-        return 0
+    for flag, names, variants_of in (("protocol", ("without the protocol", "with gloo's"), _protocols),
+                                     ("placement", ("even", "placed on cores"), _placements)):
+        n = getattr(a, flag)
+        if n:
+            print(f"{'commit':8}  " + "  ".join(f"{name:<41}" for name in names)
+                  + f"  (median |makespan error| (median signed), cases within, per-step median |error|; "
+                  f"{n} seeded plays)")
+            rows = _variants(runs, n, variants_of)
+            if a.json:
+                write_json(a.json, {"plays": n, "runs": rows}, overwrite=True)
+            return 0
     if a.plays:
         rows = _plays(runs, a.plays)
         if a.json:

@@ -181,7 +181,7 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
 
     `inline_after_s` plays gloo's point-to-point protocol on the transfers the schedule
     says are posted before a compute (Schedule.posts): a receive posted first tells the
-    sender it is ready, and a send posted once that word is in (at least
+    sender it is ready, and a send posted once that word is in (more than
     `inline_after_s` later, the link's latency) is written by the posting thread before
     the post returns, so the rank's compute starts when the send ends; a send posted
     before its receive is written later by gloo's own thread, behind the compute. The
@@ -239,7 +239,9 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
         send = send_of.get(op_id)
         if send is not None:
             receiver = receiver_of[send]
-            if (receiver in started and start[receiver] + inline_after_s <= env.now
+            # strictly later: ranks that post at the same instant (a ring's first step)
+            # are each the first to post, whatever order the event loop takes them in
+            if (receiver in started and start[receiver] + inline_after_s < env.now
                     and send not in finished):
                 yield on_end.setdefault(send, env.event())     # written by this rank's thread
         receiver = receiver_of.get(op_id)

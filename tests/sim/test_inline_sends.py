@@ -89,6 +89,15 @@ def test_a_receive_posted_less_than_the_notice_before_the_send_does_not_hold_it(
     assert ring4(Timed(inline_after_s=F - T - 0.5)).makespan_s == pytest.approx(D + 3 * F + T)
 
 
+def test_ranks_that_post_at_the_same_instant_do_not_hold_each_other_even_with_no_latency():
+    # every rank posts at 0 and at D: whichever the event loop takes first, none was
+    # first; rank 0's lead at step 2 (F - T) still holds rank 3
+    t = ring4(Timed(inline_after_s=0.0))
+    assert [spans(t, COMPUTE, r, 0) for r in range(4)] == [[("fwd", 0.0, D)]] * 4
+    assert [spans(t, SEND, r, 0) for r in range(4)] == [[("kv", 0.0, T)]] * 4
+    assert t.makespan_s == pytest.approx(D + 3 * F + T)
+
+
 def test_a_gloo_profile_writes_sends_after_its_links_latency_and_an_nccl_one_never():
     d = json.loads(Path("bench/results/cpu-profile.json").read_text())
     d["measured_on"]["backend"] = "gloo"
