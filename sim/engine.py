@@ -61,9 +61,11 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     meta = dict(header.get("meta", {}))
     contention = getattr(hardware, "contention", None)
     inline_after_s = getattr(hardware, "inline_send_after_s", None) if schedule.posts is not None else None
+    posts = None
     if inline_after_s is not None:
         player = "simpy"     # whether a post writes its send depends on who posted first
         meta["inline_send_after_s"] = inline_after_s
+        posts = schedule.posts()
     if contention is not None and contention.active:
         player = "simpy"     # rates that change mid-block need the event loop
         meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
@@ -73,7 +75,8 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     elif player == "auto":
         player = "recurrence"
     if player == "simpy":
-        start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention, jitter, inline_after_s)
+        start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention, jitter, posts,
+                                                     inline_after_s or 0.0)
         host = contention.host if contention is not None else None
         if jitter is not None and host is not None and (host.spread or host.placement == "cores"):
             meta["jitter"] = jitter
@@ -86,7 +89,7 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
         schedule.release("resource", "extra_resources", "wave_starts")
     meta["player"] = player
     # the record takes the times over, and with `own` lets them go as it is done with them
-    return Trace("simulated", schedule.n_ranks, record_owned(schedule, times, release=own),
+    return Trace("simulated", schedule.n_ranks, record_owned(schedule, times, release=own, posts=posts),
                  header.get("config", {}), header.get("hardware", {}), meta)
 
 

@@ -174,20 +174,20 @@ def resource_queues(schedule: Schedule) -> list[list[int]]:
 
 
 def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | None = None,
-                jitter: int | None = None, inline_after_s: float | None = None
+                jitter: int | None = None, posts: np.ndarray | None = None, inline_after_s: float = 0.0
                 ) -> tuple[list[float], list[float], int]:
     """Start and end of every operation, and the events SimPy processed; `jitter` seeds
     the host's measured spread of rank and block speeds (sim.contention).
 
-    `inline_after_s` plays gloo's point-to-point protocol on the transfers the schedule
-    says are posted before a compute (Schedule.posts): a receive posted first tells the
-    sender it is ready, and a send posted once that word is in (more than
-    `inline_after_s` later, the link's latency) is written by the posting thread before
-    the post returns, so the rank's compute starts when the send ends; a send posted
-    before its receive is written later by gloo's own thread, behind the compute. The
-    receive is posted after the sends (batch_isend_irecv posts them in order), so a
-    transfer starts once its receiver's compute has come up and started. None: every
-    compute starts once its dependencies are done (NCCL, GPUs, the presets)."""
+    `posts` (Schedule.posts, made) plays gloo's point-to-point protocol on the transfers
+    posted before a compute: a receive posted first tells the sender it is ready, and a
+    send posted once that word is in (more than `inline_after_s` later, the link's
+    latency) is written by the posting thread before the post returns, so the rank's
+    compute starts when the send ends; a send posted before its receive is written later
+    by gloo's own thread, behind the compute. The receive is posted after the sends
+    (batch_isend_irecv posts them in order), so a transfer starts once its receiver's
+    compute has come up and started. None: every compute starts once its dependencies
+    are done (NCCL, GPUs, the presets)."""
     env = _CountingEnvironment()
     sharing = (Sharing(env, schedule.n_ranks, contention, jitter)
                if contention is not None and contention.active else None)
@@ -206,7 +206,6 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
     is_backward = (schedule.kind == BWD).tolist()
     rank, peer = schedule.rank.tolist(), schedule.peer.tolist()
     waiting: dict[int, simpy.Event] = {}
-    posts = schedule.posts if inline_after_s is not None else None
     if posts is not None:
         posted = np.flatnonzero(posts[0] != NO_DEP)
         send_of = dict(zip(posts[0, posted].tolist(), posted.tolist()))   # compute -> the send it posts
@@ -242,7 +241,7 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
             # strictly later: ranks that post at the same instant (a ring's first step)
             # are each the first to post, whatever order the event loop takes them in
             if (receiver in started and start[receiver] + inline_after_s < env.now
-                    and send not in finished):
+                    and send not in finished):     # (a send of no duration may be done)
                 yield on_end.setdefault(send, env.event())     # written by this rank's thread
         receiver = receiver_of.get(op_id)
         if receiver is not None and receiver not in started:

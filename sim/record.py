@@ -168,12 +168,14 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
     return record_owned(schedule, [start, end], release=False)
 
 
-def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool) -> SpanTable:
+def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool,
+                 posts: np.ndarray | None = None) -> SpanTable:
     """record_spans of the times [start, end], which this call takes over (it empties the
     list). release: the schedule and the times were made for this record alone, so each
     input is let go once the record has read it for the last time (the dependencies once
     the waits are found, a column once the table's columns that read it are written),
-    and the table takes their memory back."""
+    and the table takes their memory back. posts: the play held computes on the sends
+    they posted (Schedule.posts, made; sim.players.times_simpy), which they then wait on."""
     start, end = times
     times.clear()
     n = schedule.n_ranks
@@ -210,10 +212,10 @@ def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool) 
     # laid out by rank, then op, so that each group's places in the record ascend; every
     # column is written there group by group, a chunk of spans at a time, so that no
     # concatenation of all spans, nor any temporary of a whole column, is ever made
-    w_op, w_kind, w_start, w_end = _compute_waits(schedule, w_ops, w_ready, start, end)
+    w_op, w_kind, w_start, w_end = _compute_waits(schedule, w_ops, w_ready, start, end, posts)
     del w_ops, w_ready
     if release:
-        schedule.release("after", "posts")
+        schedule.release("after")
     sent, got = _ByRank(xfer, rank, n), _ByRank(xfer, peer, n)
     waits = _sorted(w_op, rank, n)
     # a column read from the schedule or the times is named (a key of `source`), so that
@@ -386,15 +388,17 @@ def _by_rank(ranks: np.ndarray, n: int) -> np.ndarray:
 
 
 def _compute_waits(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: np.ndarray,
-                   end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                   end: np.ndarray, posts: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The wait pieces of each compute in `ops` (waiting from t0 to its start), as
-    (op, schedule kind code, start, end) arrays, in the order of `ops`."""
+    (op, schedule kind code, start, end) arrays, in the order of `ops`; `posts`: the
+    play held computes on the sends they posted (Schedule.posts, made)."""
     deps = np.take(schedule.after, ops, axis=1).T                       # (ops, width)
-    if schedule.posts is not None:
+    if posts is not None:
         # a compute whose post wrote its send (sim.players.times_simpy) waited on that send
-        posted = np.flatnonzero(schedule.posts[0] != NO_DEP)
+        posted = np.flatnonzero(posts[0] != NO_DEP)
         sent = np.full(len(schedule), NO_DEP, dtype=deps.dtype)
-        sent[schedule.posts[0, posted]] = posted
+        sent[posts[0, posted]] = posted
         deps = np.concatenate([deps, sent[ops][:, None]], axis=1)
     flying = (deps != NO_DEP) & schedule.is_transfer[deps]   # a pad reads the last op: masked
     kinds = schedule.kind[deps]

@@ -27,7 +27,7 @@ read, are made from the columns on first use.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 
@@ -125,12 +125,13 @@ class Schedule:
     extra_resources: np.ndarray | None = None
     """(k, ops) int: more resources each operation holds while it runs, besides
     `resource` (-1: none), such as the receiving port of a flow; None: none at all."""
-    posts: np.ndarray | None = None
-    """(2, ops) int, where a kernel posts a step's transfers before that step's compute
-    (the ring's "step" sync): for each such transfer the compute whose turn marks its
-    sender's post (row 0) and its receiver's (row 1); NO_DEP elsewhere. Read by a player
-    whose host writes a send in the posting thread when the receiver posted first
-    (sim.players.times_simpy); None: no transfer is posted so."""
+    posts: Callable[[], np.ndarray] | None = None
+    """Where a kernel posts a step's transfers before that step's compute (the ring's
+    "step" sync): a function giving a (2, ops) int array, for each such transfer the
+    compute whose turn marks its sender's post (row 0) and its receiver's (row 1),
+    NO_DEP elsewhere. Made only for a player whose host writes a send in the posting
+    thread when the receiver posted first (sim.engine.play, sim.players.times_simpy):
+    at 4096 GPUs the array alone would take 268 MB. None: no transfer is posted so."""
     n_resources: int = field(init=False)
     _ops: list[ComputeOp | TransferOp] | None = field(default=None, init=False, repr=False)
     _ids: dict[bool, np.ndarray] = field(default_factory=dict, init=False, repr=False)
@@ -146,8 +147,6 @@ class Schedule:
                 self.resource_names = ([f"GPU {r} compute" for r in range(n)]
                                        + [f"link {x // n}->{x % n}" for x in links.tolist()])
         top = int(self.resource.max(initial=n - 1))
-        if self.posts is not None:
-            self.posts = np.asarray(self.posts).reshape(2, len(self.kind))
         if self.extra_resources is not None:
             self.extra_resources = np.asarray(self.extra_resources).reshape(-1, len(self.kind))
             top = max(top, int(self.extra_resources.max(initial=-1)))

@@ -93,7 +93,7 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     stepped = n > 1 and scenario.overlap and scenario.sync == "step"
     return Schedule(n_ranks=n, **cols, chunk_sets=chunks_of_rank(scenario.layout, n), after=after,
                     wave_starts=np.append(np.concatenate(waves), n_ops), resource_names=names,
-                    posts=_kv_posts(grids, n, n_ops, ids) if stepped else None)
+                    posts=(lambda: _kv_posts(grids, n, n_ops, ids)) if stepped else None)
 
 
 def _kv_posts(grids: list["_Grid"], n: int, n_ops: int, ids: type) -> np.ndarray:
