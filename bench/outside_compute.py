@@ -66,6 +66,20 @@ def split(trace: Trace) -> dict[str, float]:
     return {k: v / max(ranks, 1) for k, v in out.items()}
 
 
+def measure_cases(world_sizes: list[int], cases, seq: int, repeats: int, pass_: str = "fwd") -> tuple[list, list]:
+    """The ring kernel (gloo, CPU; 8 heads x 64, fp32) on each (layout, causal) case at
+    each world size, repeats interleaved: (configurations, their (results, traces))."""
+    from hw.config import RunConfig
+    from hw.launch import run_configs
+    from sim.config import Workload
+
+    cfgs = [RunConfig(workload=Workload(seq=seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=causal,
+                                        pass_=pass_),
+                      world_size=ws, layout=layout, warmup=1, repeats=repeats, seed=0, device="cpu")
+            for ws in world_sizes for layout, causal in cases]
+    return cfgs, run_configs(cfgs, interleave=True)
+
+
 def _mean_parts(traces: list[Trace]) -> dict[str, float]:
     """Each part's mean over the traces, and the mean makespan: means, so that the parts
     of a case still add up to its makespan."""
@@ -91,21 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.json and Path(a.json).exists() and not a.force:
         print(f"outside_compute: {a.json} exists (--force overwrites it)", file=sys.stderr)
         return 2
-    from hw.config import RunConfig
-    from hw.launch import run_configs
-    from sim.config import Workload
     from sim.profile import load_profile
     from sim.validation import simulate_replays
 
     try:
         profile = load_profile(a.profile)
-        cfgs = []
-        for ws in a.world_sizes:
-            for layout, causal in CASES:
-                w = Workload(seq=a.seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=causal)
-                cfgs.append(RunConfig(workload=w, world_size=ws, layout=layout, warmup=1, repeats=a.repeats,
-                                      seed=0, device="cpu"))
-        measured = run_configs(cfgs, interleave=True)
+        cfgs, measured = measure_cases(a.world_sizes, CASES, a.seq, a.repeats)
     except RingsimError as e:
         print(f"outside_compute: {e}", file=sys.stderr)
         return 2

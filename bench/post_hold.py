@@ -84,16 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.json and Path(a.json).exists() and not a.force:
         print(f"post_hold: {a.json} exists (--force overwrites it)", file=sys.stderr)
         return 2
-    from hw.config import RunConfig
-    from hw.launch import run_configs
-    from sim.config import Workload
+    from outside_compute import measure_cases
 
     try:
-        cfgs = [RunConfig(workload=Workload(seq=a.seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32",
-                                            causal=causal, pass_=a.pass_),
-                          world_size=ws, layout=layout, warmup=1, repeats=a.repeats, seed=0, device="cpu")
-                for ws in a.world_sizes for layout, causal in CASES]
-        measured = run_configs(cfgs, interleave=True)
+        cfgs, measured = measure_cases(a.world_sizes, CASES, a.seq, a.repeats, a.pass_)
     except RingsimError as e:
         print(f"post_hold: {e}", file=sys.stderr)
         return 2
