@@ -1,16 +1,17 @@
-"""How long a ring rank's K/V post holds its compute, by who posted first.
+"""How long a ring rank's post holds it, by who posted first.
 
 gloo runs a send at once, in the posting thread, when its receiver has already posted
 the receive; otherwise it tells the receiver and writes the send later from its own
-thread. So a rank whose receiver posted first should start its compute only when its
-send ends (sim.players.times_simpy plays that rule). This script runs the ring kernel
-(gloo, CPU) on a few cases at each world size, and for every K/V hop of every repeat
+thread. So a rank whose receiver posted first should go on only when its send ends
+(sim.players.times_simpy plays that rule for the K/V hops). This script runs the ring
+kernel (gloo, CPU) on a few cases at each world size, and for every hop of every repeat
 reads off the measured trace: how long before the sender's post the receiver posted its
-receive (the lead), the time from the post to the sender's compute of that step (the
-hold), and the send's time from post to completion. It prints, per world size and side
-(the receiver first by more than `--lead-ms`, or not), the hops and the medians of the
-hold, of the send and of the compute's start minus the send's end; `--json` writes the
-same with every hop.
+receive (the lead), the time from the post to what the rank does next (the hold: for a
+K/V hop the compute of its step, for a dK/dV hop, posted after a compute, the rank's
+next span), and the send's time from post to completion. It prints, per kind of hop,
+world size and side (the receiver first by more than `--lead-ms`, or not), the hops and
+the medians of the hold, of the send and of the next start minus the send's end;
+`--json` writes the same with every hop. dK/dV hops need `--pass fwdbwd`.
 
     .venv/bin/python bench/post_hold.py [--world-sizes 2 3 4] [--seq 6144] [--pass fwd]
         [--repeats 5] [--lead-ms 0.2] [--json out.json [--force]]
@@ -30,26 +31,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sim.errors import RingsimError  # noqa: E402
 from sim.trace import COMPUTE, KIND_NAMES, RECV, SEND, Trace, write_json  # noqa: E402
 
-KV = KIND_NAMES.index("kv")
+KV, DKV = KIND_NAMES.index("kv"), KIND_NAMES.index("dkv")
 CASES = (("contiguous", False), ("zigzag", True), ("contiguous", True))
 
 
 def hops(trace: Trace) -> list[dict[str, float]]:
-    """Per K/V hop that a compute of the same step follows on its sender: the lead of
-    the receiver's post, the hold before the compute and the send's time (ms), and the
-    compute's start minus the send's end."""
+    """Per hop: the lead of the receiver's post, the hold (ms) from the post to what its
+    rank does next (a K/V hop: the compute of its step; a dK/dV hop, posted after a
+    compute: the rank's next span), the send's time from its post, and that next start
+    minus the send's end."""
     c = trace.columns
     n = trace.world_size
     out = []
-    for i in np.flatnonzero((c.stream == SEND) & (c.kind == KV)):
-        r, step = int(c.rank[i]), int(c.step[i])
-        recv = np.flatnonzero((c.stream == RECV) & (c.kind == KV) & (c.rank == (r + 1) % n) & (c.step == step))
-        comp = np.flatnonzero((c.stream == COMPUTE) & (c.rank == r) & (c.step == step))
-        if not recv.size or not comp.size:
-            continue
+    for i in np.flatnonzero((c.stream == SEND) & ((c.kind == KV) | (c.kind == DKV))):
+        r, step, kind = int(c.rank[i]), int(c.step[i]), int(c.kind[i])
         posted, ended = float(c.start_s[i]), float(c.end_s[i])
-        started = float(c.start_s[comp].min())
-        out.append({"rank": r, "step": step, "lead_ms": (posted - float(c.start_s[recv].min())) * 1e3,
+        recv = np.flatnonzero((c.stream == RECV) & (c.kind == kind) & (c.rank == (r + 1) % n) & (c.step == step))
+        if kind == KV:
+            after = np.flatnonzero((c.stream == COMPUTE) & (c.rank == r) & (c.step == step))
+        else:   # the post's own spans start at the post; the kernel's next act after it
+            after = np.flatnonzero((c.rank == r) & (c.start_s > posted))
+        if not recv.size or not after.size:
+            continue
+        started = float(c.start_s[after].min())
+        out.append({"kind": KIND_NAMES[kind], "rank": r, "step": step,
+                    "lead_ms": (posted - float(c.start_s[recv].min())) * 1e3,
                     "hold_ms": (started - posted) * 1e3, "send_ms": (ended - posted) * 1e3,
                     "start_minus_send_end_ms": (started - ended) * 1e3})
     return out
@@ -57,13 +63,15 @@ def hops(trace: Trace) -> list[dict[str, float]]:
 
 def summary(rows: list[dict], lead_ms: float) -> list[dict]:
     out = []
-    for ws in sorted({r["world_size"] for r in rows}):
-        for side, first in (("receiver first", True), ("sender first", False)):
-            g = [r for r in rows if r["world_size"] == ws and (r["lead_ms"] > lead_ms) == first]
-            if g:
-                out.append({"world_size": ws, "side": side, "hops": len(g), **{
-                    f"median_{k}": statistics.median(r[k] for r in g)
-                    for k in ("hold_ms", "send_ms", "start_minus_send_end_ms")}})
+    for kind in ("kv", "dkv"):
+        for ws in sorted({r["world_size"] for r in rows}):
+            for side, first in (("receiver first", True), ("sender first", False)):
+                g = [r for r in rows if r["kind"] == kind and r["world_size"] == ws
+                     and (r["lead_ms"] > lead_ms) == first]
+                if g:
+                    out.append({"kind": kind, "world_size": ws, "side": side, "hops": len(g), **{
+                        f"median_{k}": statistics.median(r[k] for r in g)
+                        for k in ("hold_ms", "send_ms", "start_minus_send_end_ms")}})
     return out
 
 
@@ -99,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                              "world_size": cfg.world_size, "repeat": repeat, **h})
     table = summary(rows, a.lead_ms)
     print(f"{a.pass_}, {a.seq} tokens, {a.repeats} runs of {len(CASES)} cases per world size; medians, ms")
-    print(f"{'ranks':>5}  {'side':<15} {'hops':>5}  {'hold':>6}  {'send':>6}  {'compute start - send end':>24}")
+    print(f"{'hop':<4} {'ranks':>5}  {'side':<15} {'hops':>5}  {'hold':>6}  {'send':>6}  "
+          f"{'next start - send end':>21}")
     for r in table:
-        print(f"{r['world_size']:>5}  {r['side']:<15} {r['hops']:>5}  {r['median_hold_ms']:>6.2f}  "
-              f"{r['median_send_ms']:>6.2f}  {r['median_start_minus_send_end_ms']:>24.2f}")
+        print(f"{r['kind']:<4} {r['world_size']:>5}  {r['side']:<15} {r['hops']:>5}  {r['median_hold_ms']:>6.2f}  "
+              f"{r['median_send_ms']:>6.2f}  {r['median_start_minus_send_end_ms']:>21.2f}")
     if a.json:
         write_json(a.json, {"seq": a.seq, "pass": a.pass_, "repeats": a.repeats, "lead_ms": a.lead_ms,
                             "table": table, "hops": rows}, overwrite=a.force)
