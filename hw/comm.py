@@ -92,12 +92,12 @@ class RingComm:
 
     def post(self, send: Sequence[torch.Tensor], recv: Sequence[torch.Tensor], *, step: int,
              send_chunks: tuple[int, ...], recv_chunks: tuple[int, ...],
-             holds: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> None:
+             holds: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None) -> None:
         """Send the tensors of `send` to rank + 1, receive `recv`'s from rank - 1 (contiguous).
 
-        `holds`: the (query, K/V) chunks of the compute this post comes before, at the
-        same step; on gloo the time the post call takes is then recorded as that
-        compute's wait on the send (gloo writes a send in the posting thread when the
+        `holds`: the (step, query chunks, K/V chunks) of the compute this post comes
+        before; on gloo the time the post call takes is then recorded as that compute's
+        wait on the send (gloo writes a send in the posting thread when the
         receive was posted first; the simulator plays the same, sim.players.times_simpy).
         NCCL's posts return at once."""
         ring = self.ring
@@ -124,7 +124,8 @@ class RingComm:
             rec.transfer("send", self.kind, step, posted, done_send, nbytes, send_chunks, ring.next)
             rec.transfer("recv", self.kind, step, posted, done_recv, nbytes, recv_chunks, ring.prev)
             if returned is not None:
-                rec.wait(self.kind, step, posted, returned, [done_send], *holds)
+                held_step, q_chunks, kv_chunks = holds
+                rec.wait(self.kind, held_step, posted, returned, [done_send], q_chunks, kv_chunks)
 
     def wait(self, *, step: int, q_chunks: tuple[int, ...] = (),
              kv_chunks: tuple[int, ...] = ()) -> None:

@@ -96,7 +96,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
         cur = block_at(step)
         if step < n - 1:
             comm.post(cur, block_at(step + 1), step=step0 + step, send_chunks=chunks[owner],
-                      recv_chunks=chunks[(owner - 1) % n], holds=(chunks[r], chunks[owner]))
+                      recv_chunks=chunks[(owner - 1) % n], holds=(step0 + step, chunks[r], chunks[owner]))
         pieces = block_pieces(layout, r, owner, n, c, causal)
         if pieces:
             t0 = ring.clock.mark()
@@ -156,7 +156,7 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         cur = block_at(step)
         if step < n - 1:
             kv_comm.post(cur, block_at(step + 1), step=step0 + step, send_chunks=chunks[owner],
-                         recv_chunks=chunks[(owner - 1) % n], holds=(chunks[r], chunks[owner]))
+                         recv_chunks=chunks[(owner - 1) % n], holds=(step0 + step, chunks[r], chunks[owner]))
         pieces = block_pieces(layout, r, owner, n, c, causal)
         shares = []
         if pieces:
@@ -180,9 +180,11 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                 acc[0][:, :, sl] += g_k
                 acc[1][:, :, sl] += g_v
         if n > 1:  # tokens-first messages: contiguous views of the accumulators
+            # posted on its own, before the next step's compute (held by it on gloo)
+            nxt = (step0 + step + 1, chunks[r], chunks[(owner - 1) % n]) if step < n - 1 else None
             dkv_comm.post([_heads_first(x) for x in acc], [_heads_first(x) for x in dkv_in[step % 2]],
                           step=step0 + step, send_chunks=chunks[owner],
-                          recv_chunks=chunks[(owner - 1) % n])
+                          recv_chunks=chunks[(owner - 1) % n], holds=nxt)
         if step < n - 1:
             kv_comm.wait(step=step0 + step + 1, q_chunks=chunks[r], kv_chunks=chunks[(owner - 1) % n])
     if n > 1:  # our own block's accumulator, home after N hops

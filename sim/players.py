@@ -32,7 +32,7 @@ import simpy
 
 from sim.config import Workload
 from sim.contention import Contention, Sharing
-from sim.schedule import BWD, EMPTY, KINDS, MASKS, NO_DEP, Schedule
+from sim.schedule import BWD, EMPTY, KINDS, MASKS, NO_DEP, Posts, Schedule
 
 _KIND_NAMES = np.array(KINDS)      # fixed-width strings: compared in C, not per object
 FIRST_COLLECTIVE = KINDS.index("ag")
@@ -174,20 +174,23 @@ def resource_queues(schedule: Schedule) -> list[list[int]]:
 
 
 def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | None = None,
-                jitter: int | None = None, posts: np.ndarray | None = None, inline_after_s: float = 0.0
+                jitter: int | None = None, posts: Posts | None = None, inline_after_s: float = 0.0
                 ) -> tuple[list[float], list[float], int]:
     """Start and end of every operation, and the events SimPy processed; `jitter` seeds
     the host's measured spread of rank and block speeds (sim.contention).
 
-    `posts` (Schedule.posts, made) plays gloo's point-to-point protocol on the transfers
-    posted before a compute: a receive posted first tells the sender it is ready, and a
-    send posted once that word is in (more than `inline_after_s` later, the link's
-    latency) is written by the posting thread before the post returns, so the rank's
-    compute starts when the send ends; a send posted before its receive is written later
-    by gloo's own thread, behind the compute. The receive is posted after the sends
-    (batch_isend_irecv posts them in order), so a transfer starts once its receiver's
-    compute has come up and started. None: every compute starts once its dependencies
-    are done (NCCL, GPUs, the presets)."""
+    `posts` (Schedule.posts, made) plays gloo's point-to-point protocol. A rank posts a
+    batch: a send, then a receive (batch_isend_irecv posts them in order). A receive
+    posted first tells the sender it is ready, and a send posted once that word is in
+    (more than `inline_after_s` later, the link's latency) is written by the posting
+    thread before the post returns: the compute that follows the post in the rank's
+    program starts only when the send ends. A send posted before its receive is written
+    later by gloo's own thread, behind the compute. A transfer starts once the post that
+    carries its receive has returned. A post comes up either with its compute's turn
+    (the K/V hop, posted right before it) or on its own, when the ops it waits for are
+    done (the dK/dV hop, after the step's compute); the compute after a post on its own
+    waits for it to return before its own post comes up. None: every compute starts
+    once its dependencies are done (NCCL, GPUs, the presets)."""
     env = _CountingEnvironment()
     sharing = (Sharing(env, schedule.n_ranks, contention, jitter)
                if contention is not None and contention.active else None)
@@ -206,14 +209,26 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
     is_backward = (schedule.kind == BWD).tolist()
     rank, peer = schedule.rank.tolist(), schedule.peer.tolist()
     waiting: dict[int, simpy.Event] = {}
-    if posts is not None:
-        posted = np.flatnonzero(posts[0] != NO_DEP)
-        send_of = dict(zip(posts[0, posted].tolist(), posted.tolist()))   # compute -> the send it posts
-        receiver_of = dict(zip(posted.tolist(), posts[1, posted].tolist()))  # send -> its receiver's compute
-    else:
-        send_of, receiver_of = {}, {}
-    started: set[int] = set()
-    on_start: dict[int, simpy.Event] = {}
+    protocol = posts is not None
+    send_of: dict[int, int] = {}               # compute -> the send posted with its turn
+    alone_before: dict[int, list[int]] = {}    # compute -> the sends posted on their own before it
+    partner: dict[int, int] = {}               # send -> the send whose post carries its receive
+    alone: dict[int, list[int]] = {}           # a send posted on its own -> what its post waits for
+    if protocol:
+        posted = posts.posted
+        held, pair = posts.held[posted].tolist(), posts.partner[posted].tolist()
+        waits_for = posts.after[:, posted].T.tolist()
+        for send, compute, other, deps in zip(posted.tolist(), held, pair, waits_for):
+            partner[send] = other
+            deps = [d for d in deps if d != NO_DEP]
+            if deps:
+                alone[send] = deps
+                if compute != NO_DEP:
+                    alone_before.setdefault(compute, []).append(send)
+            elif compute != NO_DEP:
+                send_of[compute] = send
+    returned: dict[int, float] = {}            # send -> when its post returned
+    on_return: dict[int, simpy.Event] = {}
     on_end: dict[int, simpy.Event] = {}
     finished: set[int] = set()
 
@@ -224,7 +239,7 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
 
     def done(op_id: int) -> None:
         end[op_id] = env.now
-        if send_of:
+        if protocol:
             finished.add(op_id)
             if op_id in on_end:
                 on_end.pop(op_id).succeed()
@@ -233,31 +248,48 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
             if remaining[x] == 0 and x in waiting:
                 waiting.pop(x).succeed()
 
+    def post_returns(send: int) -> None:
+        returned[send] = env.now
+        if send in on_return:
+            on_return.pop(send).succeed()
+
+    def write(send: int):
+        """The post of `send`, from now: written by this thread when its receiver's
+        post returned strictly more than the notice before (ranks that post at the same
+        instant, a ring's first step, are each the first, whatever order the event loop
+        takes them in)."""
+        other = returned.get(partner[send])
+        if other is not None and other + inline_after_s < env.now and send not in finished:
+            yield on_end.setdefault(send, env.event())     # (a send of no duration may be done)
+
     def posting(op_id: int):
         """What an op waits for besides its dependencies under gloo's protocol."""
+        for send in alone_before.get(op_id, ()):
+            if send not in returned:
+                yield on_return.setdefault(send, env.event())
         send = send_of.get(op_id)
         if send is not None:
-            receiver = receiver_of[send]
-            # strictly later: ranks that post at the same instant (a ring's first step)
-            # are each the first to post, whatever order the event loop takes them in
-            if (receiver in started and start[receiver] + inline_after_s < env.now
-                    and send not in finished):     # (a send of no duration may be done)
-                yield on_end.setdefault(send, env.event())     # written by this rank's thread
-        receiver = receiver_of.get(op_id)
-        if receiver is not None and receiver not in started:
-            yield on_start.setdefault(receiver, env.event())   # the receive is not posted yet
+            yield from write(send)
+        other = partner.get(op_id)
+        if other is not None and other not in returned:
+            yield on_return.setdefault(other, env.event())     # the receive is not posted yet
+
+    def post_alone(send: int, deps: list[int]):
+        for d in deps:
+            if d not in finished:
+                yield on_end.setdefault(d, env.event())
+        yield from write(send)
+        post_returns(send)
 
     def stream(op_ids):
         for op_id in op_ids:
             if remaining[op_id]:
                 yield ready(op_id)
-            if send_of:
+            if protocol:
                 yield from posting(op_id)
             start[op_id] = env.now
-            if send_of:
-                started.add(op_id)
-                if op_id in on_start:
-                    on_start.pop(op_id).succeed()
+            if op_id in send_of:
+                post_returns(send_of[op_id])
             if dur[op_id] <= 0:
                 pass
             elif sharing is None:
@@ -270,6 +302,8 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
 
     for queue in resource_queues(schedule):
         env.process(stream(queue))
+    for send, deps in alone.items():
+        env.process(post_alone(send, deps))
     env.run()
     return start, end, env.events
 

@@ -17,7 +17,7 @@ from collections import Counter
 
 import numpy as np
 
-from sim.schedule import DKV, EMPTY, KINDS, NO_DEP, Schedule
+from sim.schedule import DKV, EMPTY, KINDS, NO_DEP, Posts, Schedule
 from sim.threads import each
 from sim.trace import COLUMN_TYPES, COMPUTE, IDLE, KIND_NAMES, RECV, SEND, WAIT, SpanTable
 
@@ -169,7 +169,7 @@ def record_spans(schedule: Schedule, start: np.ndarray, end: np.ndarray) -> Span
 
 
 def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool,
-                 posts: np.ndarray | None = None) -> SpanTable:
+                 posts: Posts | None = None) -> SpanTable:
     """record_spans of the times [start, end], which this call takes over (it empties the
     list). release: the schedule and the times were made for this record alone, so each
     input is let go once the record has read it for the last time (the dependencies once
@@ -388,18 +388,25 @@ def _by_rank(ranks: np.ndarray, n: int) -> np.ndarray:
 
 
 def _compute_waits(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: np.ndarray,
-                   end: np.ndarray, posts: np.ndarray | None = None
+                   end: np.ndarray, posts: Posts | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The wait pieces of each compute in `ops` (waiting from t0 to its start), as
     (op, schedule kind code, start, end) arrays, in the order of `ops`; `posts`: the
     play held computes on the sends they posted (Schedule.posts, made)."""
     deps = np.take(schedule.after, ops, axis=1).T                       # (ops, width)
     if posts is not None:
-        # a compute whose post wrote its send (sim.players.times_simpy) waited on that send
-        posted = np.flatnonzero(posts[0] != NO_DEP)
-        sent = np.full(len(schedule), NO_DEP, dtype=deps.dtype)
-        sent[posts[0, posted]] = posted
-        deps = np.concatenate([deps, sent[ops][:, None]], axis=1)
+        # a compute that a post held while it wrote its send (sim.players.times_simpy)
+        # waited on that send: one column per post before it (a K/V post, and in backward
+        # the dK/dV post of the step before)
+        posted = posts.posted
+        posted = posted[posts.held[posted] != NO_DEP]
+        while posted.size:
+            held = posts.held[posted]
+            _, first = np.unique(held, return_index=True)
+            sent = np.full(len(schedule), NO_DEP, dtype=deps.dtype)
+            sent[held[first]] = posted[first]
+            deps = np.concatenate([deps, sent[ops][:, None]], axis=1)
+            posted = np.delete(posted, first)
     flying = (deps != NO_DEP) & schedule.is_transfer[deps]   # a pad reads the last op: masked
     kinds = schedule.kind[deps]
     pieces = wait_pieces(t0, start[ops], start[deps], end[deps], kinds, flying, _SCHED_IDLE, DKV,

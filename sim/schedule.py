@@ -80,6 +80,30 @@ class TransferOp(NamedTuple):
     after: tuple[int, ...]
 
 
+class Posts(NamedTuple):
+    """Where a kernel posts its point-to-point transfers, for gloo's protocol
+    (sim.players.times_simpy). A rank posts a batch: its send to the next rank, then the
+    receive from the previous one (batch_isend_irecv posts them in that order). Arrays
+    over all operations, NO_DEP where they do not apply (on every op that is not such a
+    transfer)."""
+
+    held: np.ndarray
+    """(ops,) the compute of the sender that comes after the post of this transfer in its
+    program: a post that writes its send holds it until the send ends."""
+    partner: np.ndarray
+    """(ops,) the send the receiver posts in the batch that holds this transfer's
+    receive: the receive is posted once that post returns."""
+    after: np.ndarray
+    """(k, ops) the ops a post standing on its own waits for (a dK/dV hop, posted after
+    the step's compute): the sender posts when they are done. All NO_DEP for a post that
+    comes up with its held compute's turn (a K/V hop, posted right before it)."""
+
+    @property
+    def posted(self) -> np.ndarray:
+        """The ids of the transfers posted so."""
+        return np.flatnonzero(self.partner != NO_DEP)
+
+
 @dataclass(eq=False, kw_only=True)
 class Schedule:
     """Operations as columns; entry i of every array describes operation i."""
@@ -125,13 +149,11 @@ class Schedule:
     extra_resources: np.ndarray | None = None
     """(k, ops) int: more resources each operation holds while it runs, besides
     `resource` (-1: none), such as the receiving port of a flow; None: none at all."""
-    posts: Callable[[], np.ndarray] | None = None
-    """Where a kernel posts a step's transfers before that step's compute (the ring's
-    "step" sync): a function giving a (2, ops) int array, for each such transfer the
-    compute whose turn marks its sender's post (row 0) and its receiver's (row 1),
-    NO_DEP elsewhere. Made only for a player whose host writes a send in the posting
-    thread when the receiver posted first (sim.engine.play, sim.players.times_simpy):
-    at 4096 GPUs the array alone would take 268 MB. None: no transfer is posted so."""
+    posts: Callable[[], "Posts"] | None = None
+    """How a kernel posts its transfers (the ring's "step" sync): a function giving its
+    Posts. Made only for a player whose host writes a send in the posting thread when the
+    receiver posted first (sim.engine.play, sim.players.times_simpy): at 4096 GPUs the
+    arrays would take over 500 MB. None: no transfer is posted so."""
     n_resources: int = field(init=False)
     _ops: list[ComputeOp | TransferOp] | None = field(default=None, init=False, repr=False)
     _ids: dict[bool, np.ndarray] = field(default_factory=dict, init=False, repr=False)

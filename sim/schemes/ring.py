@@ -46,7 +46,7 @@ from sim.errors import RingsimError
 from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.layouts import (block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank,
                          get as get_layout)
-from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Schedule
+from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Posts, Schedule
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.threads import each
 from sim.trace import Trace
@@ -93,19 +93,31 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     stepped = n > 1 and scenario.overlap and scenario.sync == "step"
     return Schedule(n_ranks=n, **cols, chunk_sets=chunks_of_rank(scenario.layout, n), after=after,
                     wave_starts=np.append(np.concatenate(waves), n_ops), resource_names=names,
-                    posts=(lambda: _kv_posts(grids, n, n_ops, ids)) if stepped else None)
+                    posts=(lambda: _posts(grids, n, n_ops, ids)) if stepped else None)
 
 
-def _kv_posts(grids: list["_Grid"], n: int, n_ops: int, ids: type) -> np.ndarray:
-    """Schedule.posts of a step-synchronous ring: rank r posts the K/V hop of step k to
-    r + 1 as its compute of step k comes up, and r + 1 its receive as its own does."""
-    posts = np.full((2, n_ops), NO_DEP, dtype=ids)
+def _posts(grids: list["_Grid"], n: int, n_ops: int, ids: type) -> Posts:
+    """Schedule.posts of a step-synchronous ring (hw.ring). Rank r posts the K/V hop of
+    step k to r + 1 right before its compute of step k, in one batch with the receive of
+    the K/V hop from r - 1. In backward it posts the dK/dV hop of step k on its own,
+    once its compute of step k is done and the dK/dV hops of step k - 1 it sends and
+    receives are in, before its compute of step k + 1; again with the receive from r - 1."""
+    held = np.full(n_ops, NO_DEP, dtype=ids)
+    partner = np.full(n_ops, NO_DEP, dtype=ids)
+    after = np.full((3, n_ops), NO_DEP, dtype=ids)
     r = np.arange(n)
     for g in grids:
-        kv, comp = g.ids("kv")[:-1, None], g.ids("comp")[:-1, None]     # steps 0..N-2
-        posts[0, kv + r] = comp + r
-        posts[1, kv + r] = comp + (r + 1) % n
-    return posts
+        comp, kv = g.ids("comp")[:, None], g.ids("kv")[:-1, None]
+        held[kv + r] = comp[:-1] + r
+        partner[kv + r] = kv + (r + 1) % n
+        if "dkv" in g.groups:
+            dkv = g.ids("dkv")[:, None]
+            held[dkv[:-1] + r] = comp[1:] + r
+            partner[dkv + r] = dkv + (r + 1) % n
+            after[0, dkv + r] = comp + r
+            after[1, dkv[1:] + r] = dkv[:-1] + r
+            after[2, dkv[1:] + r] = dkv[:-1] + (r - 1) % n
+    return Posts(held, partner, after)
 
 
 def count_ring_ops(scenario: Scenario) -> int:

@@ -98,6 +98,57 @@ def test_ranks_that_post_at_the_same_instant_do_not_hold_each_other_even_with_no
     assert t.makespan_s == pytest.approx(D + 3 * F + T)
 
 
+def backward(n, hw):
+    # contiguous causal backward on n ranks, as ring4; K/V and dK/dV hops each take T
+    return simulate(scenario(n=n, seq=4 * n, layout="contiguous", causal=True, heads=1, kv_heads=1,
+                             head_dim=4, dtype="fp32", pass_="bwd"), hw, player="simpy")
+
+
+def test_a_dkv_send_posted_after_its_receive_holds_the_next_compute_until_it_ends():
+    # By hand, 3 ranks. Step 0: every rank computes D and posts its dK/dV hop at D (ties).
+    # Step 1: rank 0's block is skipped, so it posts its dK/dV hop (and receive) at D + T,
+    # once the hops of step 0 are in; ranks 1 and 2 post at D + F. Rank 2 sends to rank 0,
+    # whose receive is posted: rank 2 writes the hop itself, D + F .. D + F + T, and its
+    # full block of step 2 starts at its end. Rank 1 sends to rank 2, whose receive comes
+    # after that send (D + F + T): the hop runs D + F + T .. D + F + 2T. Step 2: rank 2
+    # posts at D + 2F + T, after rank 0 (D + F + T): held again, its hop runs
+    # D + 2F + T .. D + 2F + 2T, and rank 1's hop into rank 2 only after it: the run ends
+    # at D + 2F + 3T, against D + 2F + T without the protocol.
+    t = backward(3, Timed(inline_after_s=1e-6))
+    assert spans(t, SEND, 2, 1) == [("dkv", D + F, D + F + T), ("kv", D + T, D + 2 * T)]
+    assert spans(t, SEND, 1, 1) == [("dkv", D + F + T, D + F + 2 * T), ("kv", D + T, D + 2 * T)]
+    assert spans(t, COMPUTE, 2, 2) == [("bwd", D + F + T, D + 2 * F + T)]
+    # the held compute waited on the dK/dV hop its rank's post wrote: exposed, not idle
+    assert spans(t, WAIT, 2, 2) == [("dkv", D + F, D + F + T)]
+    assert spans(t, SEND, 2, 2) == [("dkv", D + 2 * F + T, D + 2 * F + 2 * T)]
+    assert spans(t, SEND, 1, 2) == [("dkv", D + 2 * F + 2 * T, D + 2 * F + 3 * T)]
+    assert t.makespan_s == pytest.approx(D + 2 * F + 3 * T)
+    plain = backward(3, Timed())
+    assert spans(plain, COMPUTE, 2, 2) == [("bwd", D + F, D + 2 * F)]
+    assert plain.makespan_s == pytest.approx(D + 2 * F + T)
+
+
+def test_a_compute_held_by_both_its_posts_waits_on_each_send_in_turn():
+    # 4 ranks, rank 3 at step 2: its dK/dV post of step 1 comes at D + F, after rank 0's
+    # (D + T): it writes the hop, D + F .. D + F + T. Its K/V post of step 2 follows, after
+    # rank 0's (D + 2T: rank 0's skipped block of step 2 came up when its K/V hop of step 1
+    # was in): it writes that hop too, D + F + T .. D + F + 2T, and computes after it
+    t = backward(4, Timed(inline_after_s=1e-6))
+    assert spans(t, COMPUTE, 3, 2) == [("bwd", D + F + 2 * T, D + 2 * F + 2 * T)]
+    assert spans(t, WAIT, 3, 2) == [("dkv", D + F, D + F + T), ("kv", D + F + T, D + F + 2 * T)]
+
+
+def test_a_receive_is_posted_only_after_the_send_of_its_batch_returns():
+    # 2 ranks: at the last step rank 0 (skipped block) posts at D + T, rank 1 at D + F.
+    # Rank 1 writes its hop to rank 0 itself (D + F .. D + F + T) and posts its receive
+    # only then: rank 0's hop runs D + F + T .. D + F + 2T (D + F .. D + F + T without)
+    t = backward(2, Timed(inline_after_s=1e-6))
+    assert spans(t, SEND, 1, 1) == [("dkv", D + F, D + F + T)]
+    assert spans(t, SEND, 0, 1) == [("dkv", D + F + T, D + F + 2 * T)]
+    assert t.makespan_s == pytest.approx(D + F + 2 * T)
+    assert backward(2, Timed()).makespan_s == pytest.approx(D + F + T)
+
+
 def test_a_gloo_profile_writes_sends_after_its_links_latency_and_an_nccl_one_never():
     d = json.loads(Path("bench/results/cpu-profile.json").read_text())
     d["measured_on"]["backend"] = "gloo"
