@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import COMPUTE, KIND_NAMES, RECV, SEND, Trace, write_json  # noqa: E402
+from sim.trace import COMPUTE, KIND_NAMES, RECV, SEND, WAIT, Trace, write_json  # noqa: E402
 
 KV, DKV = KIND_NAMES.index("kv"), KIND_NAMES.index("dkv")
 CASES = (("contiguous", False), ("zigzag", True), ("contiguous", True))
@@ -50,7 +50,8 @@ def hops(trace: Trace) -> list[dict[str, float]]:
         if kind == KV:
             after = np.flatnonzero((c.stream == COMPUTE) & (c.rank == r) & (c.step == step))
         else:   # the post's own spans start at the post; the kernel's next act after it
-            after = np.flatnonzero((c.rank == r) & (c.start_s > posted))
+            # (not the wait it records for its own hold: hw.comm.RingComm.post)
+            after = np.flatnonzero((c.rank == r) & (c.start_s > posted) & ~((c.stream == WAIT) & (c.kind == DKV)))
         if not recv.size or not after.size:
             continue
         started = float(c.start_s[after].min())
