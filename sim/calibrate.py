@@ -66,6 +66,15 @@ def _mean(x: Any, what: str) -> float:
     return statistics.fmean(float(v) for v in x)
 
 
+def _entry_heads(r: dict[str, Any]) -> dict[str, int | None]:
+    """A compute entry's heads (times batch) and head dim; None where one is missing or
+    not a positive integer (older bench files, hand-made entries)."""
+    dims = [r.get(k) for k in ("batch", "heads", "head_dim")]
+    if all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in dims):
+        return {"heads": dims[0] * dims[1], "head_dim": dims[2]}
+    return {"heads": None, "head_dim": None}
+
+
 def fit_line(x: list[float], y: list[float]) -> tuple[float, float]:
     """Least squares y = a + b x with a >= 0 and b > 0; returns (a, b)."""
     xa, ya = np.asarray(x, float), np.asarray(y, float)
@@ -106,9 +115,11 @@ def _held_out(points: list[tuple[float, float]]) -> tuple[list[float], list[floa
 def calibrate_compute(records: list[dict[str, Any]]) -> tuple[dict, str, dict]:
     """Groups, the chosen model, and a report of fits and held-out residuals."""
     by_group: dict[tuple[str, str, str], dict[float, list[float]]] = {}
+    widths: dict[tuple[str, str, str], set] = {}
     for r in records:
         key = (r["dtype"], r["mask"], r.get("kind", "fwd"))
         by_group.setdefault(key, {}).setdefault(float(r["flops"]), []).append(r["time_s"])
+        widths.setdefault(key, set()).add((r.get("heads"), r.get("head_dim")))
     if not by_group:
         raise RingsimError("bench: no compute measurements")
     groups, report = {}, {}
@@ -116,13 +127,17 @@ def calibrate_compute(records: list[dict[str, Any]]) -> tuple[dict, str, dict]:
     for key, pts in sorted(by_group.items()):
         points = sorted((f, statistics.median(ts)) for f, ts in pts.items())
         a, b = fit_line([p[0] for p in points], [p[1] for p in points])
-        g = ComputeGroup(*key, tuple(points), a, 1.0 / b)
+        # one (heads, head dim) for every block of the group, or none (priced by FLOPs alone)
+        heads, head_dim = next(iter(widths[key])) if len(widths[key]) == 1 else (None, None)
+        if not heads or not head_dim:
+            heads = head_dim = None
+        g = ComputeGroup(*key, tuple(points), a, 1.0 / b, heads, head_dim)
         groups[key] = g
         line_err, table_err = _held_out(points)
         all_line += line_err
         all_table += table_err
         report["/".join(key)] = {
-            "points": len(points), "overhead_s": a, "flops_per_s": 1.0 / b,
+            "points": len(points), "overhead_s": a, "flops_per_s": 1.0 / b, "heads": heads, "head_dim": head_dim,
             "in_sample_fit": _stats([_rel(g.fit_s(x), y) for x, y in points]),
             "held_out_fit": _stats(line_err), "held_out_table": _stats(table_err)}
     line_m = statistics.median(all_line) if all_line else float("inf")
@@ -690,7 +705,7 @@ def calibrate(bench: Any, source: str = "") -> Profile:
         if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not flops > 0:
             raise RingsimError(f"bench: compute entry {i} needs positive flops")
         compute.append({"dtype": r["dtype"], "mask": r["mask"], "kind": r.get("kind", "fwd"),
-                        "flops": float(flops), "time_s": _entry_time(r, i)})
+                        "flops": float(flops), "time_s": _entry_time(r, i), **_entry_heads(r)})
         reference = _entry_reference(r, i)
         if reference is not None:
             compute[-1]["reference_s"] = reference

@@ -33,6 +33,7 @@ from sim.config import scenario_from_config
 from sim.contention import Contention
 from sim.engine import simulate
 from sim.errors import RingsimError
+from sim.kernel_model import output_width
 from sim.profile import Profile
 from sim.schedule import KINDS, MASKS
 from sim.schemes import get as get_scheme
@@ -73,8 +74,12 @@ def compute_points(trace: Trace, source: str = "") -> list[dict[str, Any]]:
                                "configuration")
         if flops <= 0:
             continue
-        out.append({"dtype": scenario.workload.dtype, "mask": MASKS[sched.mask[op]], "kind": key[1],
-                    "flops": flops, "time_s": float(c.end_s[j] - c.start_s[j])})
+        # the call's heads (times batch), whole ones, from its FLOPs and extent
+        mask = MASKS[sched.mask[op]]
+        d = scenario.workload.head_dim
+        heads = round(float(output_width(key[1], mask, flops, int(sched.q_tokens[op]), int(sched.kv_tokens[op]))) / d)
+        out.append({"dtype": scenario.workload.dtype, "mask": mask, "kind": key[1], "flops": flops,
+                    "time_s": float(c.end_s[j] - c.start_s[j]), "heads": heads or None, "head_dim": d})
     return out
 
 

@@ -8,7 +8,14 @@ describe) plus a `contention` model (sim.contention).
 Compute: per (dtype, mask kind, pass) group, measured block times against FLOPs, used
 either as an interpolated table or as a fitted line time = overhead + FLOPs / rate,
 whichever predicted held-out points better at calibration (recorded with residuals).
-A group that was not measured falls back, in order: backward to forward (backward
+A group knows the heads (times batch) and head dim of the blocks it measured; a block
+with other heads, such as Ulysses' H/N heads over the whole sequence, or a model with
+more heads than the microbenchmarks, is priced as k measured blocks of its own extent
+(k = its heads / theirs, its heads read off its FLOPs and extent in whole heads of the
+measured head dim: sim.kernel_model.output_width), since a kernel call runs its heads
+one after another and its rate follows its extent, not its FLOPs (a causal block's rate
+grows with its length). A profile from before heads were kept prices a block by its
+FLOPs alone. A group that was not measured falls back, in order: backward to forward (backward
 FLOPs are 2.5x, so the rate carries over), diagonal to full; a dtype that was not
 measured is an error. Links: alpha-beta fitted for transfers in both directions at
 once (what a ring does: every rank sends and receives together). Contention
@@ -32,6 +39,7 @@ import numpy as np
 
 from sim.contention import PLACEMENTS, Contention, Host
 from sim.errors import RingsimError
+from sim.kernel_model import output_width
 from sim.trace import read_json, write_json
 
 FORMAT = "ringsim-profile"
@@ -50,6 +58,11 @@ class ComputeGroup:
     """(FLOPs, median seconds), ascending in FLOPs."""
     overhead_s: float
     flops_per_s: float
+    heads: int | None = None
+    """Heads (times batch) of every block the points were measured on; None where they
+    differ or the profile did not keep them."""
+    head_dim: int | None = None
+    """The head dim of those blocks (with `heads`)."""
 
     def fit_s(self, flops: float) -> float:
         return self.overhead_s + flops / self.flops_per_s
@@ -132,7 +145,15 @@ class Profile:
     def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str,
                        q_tokens: int, kv_tokens: int) -> float:
         g = self._group(dtype, mask, kind)
-        return g.table_s(flops) if self.compute_model == "table" else g.fit_s(flops)
+        price = g.table_s if self.compute_model == "table" else g.fit_s
+        if g.heads and flops > 0 and q_tokens > 0 and kv_tokens > 0:
+            # the block's heads (whole heads of the measured head dim) against the measured
+            # blocks': k measured blocks of its extent, one after another
+            heads = round(float(output_width(kind, mask, flops, q_tokens, kv_tokens)) / g.head_dim)
+            if heads > 0:
+                k = heads / g.heads
+                return price(flops / k) * k
+        return price(flops)
 
     def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
         return self.link.time_s(nbytes)
@@ -163,7 +184,7 @@ class Profile:
         if not (factor > 0 and np.isfinite(factor)):
             raise RingsimError(f"a compute speed factor must be positive, got {factor!r}")
         groups = {key: ComputeGroup(g.dtype, g.mask, g.kind, tuple((f, s * factor) for f, s in g.points),
-                                    g.overhead_s * factor, g.flops_per_s / factor)
+                                    g.overhead_s * factor, g.flops_per_s / factor, g.heads, g.head_dim)
                   for key, g in self.groups.items()}
         return Profile(self.compute_model, groups, self.link, self.contention, self.measured_on,
                        self.report, self.source, self.collectives)
@@ -202,7 +223,8 @@ class Profile:
             "compute": {"model": self.compute_model, "groups": [
                 {"dtype": g.dtype, "mask": g.mask, "kind": g.kind,
                  "points": [list(p) for p in g.points],
-                 "fit": {"overhead_s": g.overhead_s, "flops_per_s": g.flops_per_s}}
+                 "fit": {"overhead_s": g.overhead_s, "flops_per_s": g.flops_per_s},
+                 **({"heads": g.heads, "head_dim": g.head_dim} if g.heads else {})}
                 for g in self.groups.values()]},
             "link": {"latency_s": self.link.latency_s,
                      "bandwidth_bytes_per_s": self.link.bandwidth_bytes_per_s},
@@ -293,8 +315,13 @@ def profile_from_dict(d: Any, source: str = "") -> Profile:
         fit = g.get("fit")
         if not isinstance(fit, dict):
             raise RingsimError(f"profile: compute group {i} has no fit")
+        heads, head_dim = g.get("heads"), g.get("head_dim")
+        if (heads, head_dim) != (None, None) and not all(
+                isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (heads, head_dim)):
+            raise RingsimError(f"profile: compute group {i} heads and head_dim must be positive integers, "
+                               f"got {heads!r} and {head_dim!r}")
         groups[key] = ComputeGroup(*key, points, _num(fit.get("overhead_s"), "overhead_s"),
-                                   _num(fit.get("flops_per_s"), "flops_per_s", positive=True))
+                                   _num(fit.get("flops_per_s"), "flops_per_s", positive=True), heads, head_dim)
     link = d.get("link")
     if not isinstance(link, dict):
         raise RingsimError("profile: link must be an object")

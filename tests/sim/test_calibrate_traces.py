@@ -65,6 +65,8 @@ def test_compute_points_take_the_mask_from_the_schedule():
     # pair, step 1 two dense chunk pairs (rank 0: chunk 3 against chunks 1 and 2)
     assert sorted((p["mask"], p["flops"]) for p in pts) == sorted(
         [("diagonal", 4 * 64 * 8 * (2 * 512 * 513 // 2 + 512 * 512))] * 2 + [("full", 4 * 64 * 8 * 2 * 512 * 512)] * 2)
+    # each a call on the workload's 8 heads of 64, whatever its mask and extent
+    assert {(p["heads"], p["head_dim"]) for p in pts} == {(8, 64)}
 
 
 def test_held_out_runs_are_predicted_by_each_profile():
