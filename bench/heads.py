@@ -16,22 +16,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.trace import write_json  # noqa: E402
-
-
-def _time(fn, samples: int) -> float:
-    fn()
-    out = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
+    from bench_hw import timed
     from hw.bench import make_block
     from hw.blocks import select_block_ops
 
@@ -67,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                     out, lse = ops.forward(q, k, v, causal)
                     fn = ((lambda: ops.forward(q, k, v, causal)) if kind == "fwd"
                           else (lambda: ops.backward(dout, q, k, v, out, lse, causal)))
-                    per_head[h] = _time(fn, a.samples) / h
+                    per_head[h] = statistics.median(timed(fn, a.samples)) / h
                 rows.append({"kind": kind, "mask": "diagonal" if causal else "full", "tokens": tokens,
                              "s_per_head": {str(h): t for h, t in per_head.items()}})
                 print(f"{kind:<5} {rows[-1]['mask']:<7} {tokens:>6}  "

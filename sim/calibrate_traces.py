@@ -33,7 +33,7 @@ from sim.config import scenario_from_config
 from sim.contention import Contention
 from sim.engine import simulate
 from sim.errors import RingsimError
-from sim.kernel_model import output_width
+from sim.kernel_model import whole_heads
 from sim.profile import Profile
 from sim.schedule import KINDS, MASKS
 from sim.schemes import get as get_scheme
@@ -77,7 +77,7 @@ def compute_points(trace: Trace, source: str = "") -> list[dict[str, Any]]:
         # the call's heads (times batch), whole ones, from its FLOPs and extent
         mask = MASKS[sched.mask[op]]
         d = scenario.workload.head_dim
-        heads = round(float(output_width(key[1], mask, flops, int(sched.q_tokens[op]), int(sched.kv_tokens[op]))) / d)
+        heads = whole_heads(key[1], mask, flops, int(sched.q_tokens[op]), int(sched.kv_tokens[op]), d)
         out.append({"dtype": scenario.workload.dtype, "mask": mask, "kind": key[1], "flops": flops,
                     "time_s": float(c.end_s[j] - c.start_s[j]), "heads": heads or None, "head_dim": d})
     return out

@@ -89,6 +89,12 @@ def output_width(kind: str, mask: str, flops, q_tokens, kv_tokens):
     return np.asarray(flops, dtype=float) / (4.0 * PASS_FLOPS_FACTOR[kind] * np.maximum(pairs, 1.0))
 
 
+def whole_heads(kind: str, mask: str, flops: float, q_tokens: int, kv_tokens: int, head_dim: int) -> int:
+    """A kernel call's heads (times batch), whole ones: its output width in heads of
+    `head_dim`, rounded (a causal block's exact pairs are a little more than q x kv / 2)."""
+    return round(float(output_width(kind, mask, flops, q_tokens, kv_tokens)) / head_dim)
+
+
 def merge_bytes(kind: str, mask: str, flops, q_tokens, kv_tokens, *, head_dim: int,
                 kv_heads_per_head: float, elem_bytes: int, merge: str, sliced=False) -> np.ndarray:
     """Bytes the merge after one block moves (module docstring); `sliced`: the block's

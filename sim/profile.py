@@ -12,7 +12,7 @@ A group knows the heads (times batch) and head dim of the blocks it measured; a 
 with other heads, such as Ulysses' H/N heads over the whole sequence, or a model with
 more heads than the microbenchmarks, is priced as k measured blocks of its own extent
 (k = its heads / theirs, its heads read off its FLOPs and extent in whole heads of the
-measured head dim: sim.kernel_model.output_width), since a kernel call runs its heads
+measured head dim: sim.kernel_model.whole_heads), since a kernel call runs its heads
 one after another and its rate follows its extent, not its FLOPs (a causal block's rate
 grows with its length). A profile from before heads were kept prices a block by its
 FLOPs alone. A group that was not measured falls back, in order: backward to forward (backward
@@ -39,7 +39,7 @@ import numpy as np
 
 from sim.contention import PLACEMENTS, Contention, Host
 from sim.errors import RingsimError
-from sim.kernel_model import output_width
+from sim.kernel_model import whole_heads
 from sim.trace import read_json, write_json
 
 FORMAT = "ringsim-profile"
@@ -149,7 +149,7 @@ class Profile:
         if g.heads and flops > 0 and q_tokens > 0 and kv_tokens > 0:
             # the block's heads (whole heads of the measured head dim) against the measured
             # blocks': k measured blocks of its extent, one after another
-            heads = round(float(output_width(kind, mask, flops, q_tokens, kv_tokens)) / g.head_dim)
+            heads = whole_heads(kind, mask, flops, q_tokens, kv_tokens, g.head_dim)
             if heads > 0:
                 k = heads / g.heads
                 return price(flops / k) * k
