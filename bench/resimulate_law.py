@@ -26,6 +26,13 @@ sim.players.times_simpy), counted the same way.
     .venv/bin/python bench/resimulate_law.py --plays 31 556f71a ... [--json out.json]
     .venv/bin/python bench/resimulate_law.py --placement 31 556f71a ... [--json out.json]
     .venv/bin/python bench/resimulate_law.py --protocol 31 556f71a ... [--json out.json]
+    .venv/bin/python bench/resimulate_law.py --weight 31 556f71a ... [--json out.json]
+
+With `--weight N` it compares, by the median of N seeded plays each, each run's own
+profile (its transfers at the law's rate) with the same profile whose transfer cores,
+transfer weight and in-flight slowdown are fitted again to its own ring-conditions
+points (sim.calibrate.fit_transfer_cores, from the profile's report: the microbenchmarks
+only, nothing of the validation), counted the same way.
 """
 
 from __future__ import annotations
@@ -161,6 +168,24 @@ def _protocols(prof: dict) -> dict:
     return {"without": dataclasses.replace(gloo, measured_on=dict(gloo.measured_on, backend=None)), "gloo": gloo}
 
 
+def _weights(prof: dict) -> dict:
+    """The profile as it is, and with its transfers' share of the cores fitted again to
+    its ring-conditions points with a transfer weight (sim.contention.split_cores)."""
+    from sim.calibrate import fit_transfer_cores
+    from sim.contention import Host
+
+    h, points = prof["contention"]["host"], prof["report"]["host"].get("points") or []
+    host = Host(cores=h["cores"], threads_per_rank=h["threads_per_rank"], law=tuple(map(tuple, h["law"])))
+    x, w, sigma, _ = fit_transfer_cores([{"k": p["processes"], "compute_slowdown": p["compute_slowdown"],
+                                          "transfer_slowdown": p["transfer_slowdown"]} for p in points], host)
+    weighted = copy.deepcopy(prof)
+    weighted["contention"]["host"].update(transfer_cores=x, transfer_weight=w)
+    weighted["contention"]["slowdown_in_flight"] = sigma
+    print(f"          {x:.2f} cores a transfer and weight {w:.2f} (was {h['transfer_cores']:.2f} and "
+          f"{h.get('transfer_weight', 1.0):.2f}), in-flight slowdown {sigma:.3f}", flush=True)
+    return {"as committed": profile_from_dict(prof), "weighted": profile_from_dict(weighted)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("commits", nargs="+", help="commits holding a calibration run's profile and ring report")
@@ -173,14 +198,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocol", type=int, metavar="N",
                     help="compare playing without and with gloo's point-to-point protocol instead, each by "
                          "the median of N seeded plays (each run's own profile)")
+    ap.add_argument("--weight", type=int, metavar="N",
+                    help="compare each run's own profile with it refitted with a transfer weight instead, each "
+                         "by the median of N seeded plays")
     a = ap.parse_args(argv)
-    flags = ("plays", "placement", "protocol")
+    flags = ("plays", "placement", "protocol", "weight")
     for flag in flags:
         if getattr(a, flag) is not None and getattr(a, flag) < 2:
             print(f"resimulate_law: --{flag} must be at least 2", file=sys.stderr)
             return 2
     if sum(getattr(a, flag) is not None for flag in flags) > 1:
-        print("resimulate_law: give one of --plays, --placement and --protocol", file=sys.stderr)
+        print("resimulate_law: give one of --plays, --placement, --protocol and --weight", file=sys.stderr)
         return 2
     try:
         runs = [(c, _show(c, f"{RESULTS}/cpu-profile.json"), _show(c, f"{RESULTS}/validation-quick.json"))
@@ -188,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     except RingsimError as e:
         print(f"resimulate_law: {e}", file=sys.stderr)
         return 2
-    for flag, names, variants_of in (("protocol", ("without the protocol", "with gloo's"), _protocols),
+    for flag, names, variants_of in (("weight", ("as committed", "with a transfer weight"), _weights),
+                                     ("protocol", ("without the protocol", "with gloo's"), _protocols),
                                      ("placement", ("even", "placed on cores"), _placements)):
         n = getattr(a, flag)
         if n:

@@ -245,7 +245,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
                 print(f"  {what} by pass (the median counts): "
                       + "; ".join(f"{k:g} -> " + ", ".join(f"{f:.2f}x" for f in fs) for k, fs in host[name]))
         print(f"host: {host['cores']:g} cores, {host['threads_per_rank']:g} threads per rank, "
-              f"{host['transfer_cores']:.2f} cores per transfer in flight "
+              f"{host['transfer_cores']:.2f} cores per transfer in flight, a transfer "
+              f"{host.get('transfer_weight', 1.0):.2f}x as slowed as a compute beside it "
               f"(from {host['ring_entries']} ring-conditions entries)")
         for p in host.get("points", []):
             by_pass = (" (by pass: compute " + ", ".join(f"{q['compute_slowdown']:.2f}x" for q in p["passes"])

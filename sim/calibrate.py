@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.contention import Contention, Host, sharing_bound
+from sim.contention import Contention, Host, sharing_bound, split_cores
 from sim.errors import RingsimError
 from sim.profile import CollectiveFit, ComputeGroup, LinkFit, Profile
 
@@ -293,31 +293,35 @@ def _positive_int(r: dict[str, Any], name: str, what: str) -> int:
     return v
 
 
-def fit_transfer_cores(points: list[dict[str, float]], host: Host) -> tuple[float, float, float]:
-    """(cores a transfer demands, residual compute slowdown, sum of squared log errors)
-    that best explain ring-conditions measurements on `host`.
+def fit_transfer_cores(points: list[dict[str, float]], host: Host) -> tuple[float, float, float, float]:
+    """(cores a transfer demands, transfer weight, residual compute slowdown, sum of
+    squared log errors) that best explain ring-conditions measurements on `host`.
 
     Each point: k ranks of t threads computing back to back while k ring transfers run,
     compute slowdown s_c against a block alone and transfer stretch s_x against the same
-    ring exchange with no compute. With x cores per transfer the model predicts
-    s_c = sigma * law(k·t + k·x) (sigma: what sharing does not explain, >= 1, the two
-    multiply) and s_x = law(k·t + k·x) / law(k·x). x is searched on a grid of 0.01 core;
-    for each x, log sigma is the mean compute residual (least squares), floored at 0.
+    ring exchange with no compute. With x cores per transfer and weight w the model
+    predicts (sim.contention.split_cores, at the law's slowdown of k·t + k·x)
+    s_c = sigma * compute part (sigma: what sharing does not explain, >= 1, the two
+    multiply) and s_x = transfer part / law(k·x). x is searched on a grid of 0.01 core
+    and w on one of 0.02 from 0.5 to 4; for each, log sigma is the mean compute residual
+    (least squares), floored at 0.
     """
-    best = (0.0, 1.0, float("inf"))
-    limit = 4.0 * max(host.cores, host.threads_per_rank)
+    best = (0.0, 1.0, 1.0, float("inf"))
+    t = host.threads_per_rank
+    limit = 4.0 * max(host.cores, t)
+    weights = [1.0] + [0.5 + 0.02 * i for i in range(176)]
     for step in range(int(round(limit / 0.01)) + 1):
         x = step * 0.01
-        trial = Host(cores=host.cores, threads_per_rank=host.threads_per_rank, transfer_cores=x,
-                     law=host.law)
-        loaded = [trial.slowdown(p["k"] * (host.threads_per_rank + x)) for p in points]
-        comp = [np.log(p["compute_slowdown"] / f) for p, f in zip(points, loaded)]
-        log_sigma = max(0.0, float(np.mean(comp)))
-        err = sum((c - log_sigma) ** 2 for c in comp)
-        err += sum(np.log(p["transfer_slowdown"] * trial.slowdown(p["k"] * x) / f) ** 2
-                   for p, f in zip(points, loaded))
-        if err < best[2] - 1e-12:
-            best = (x, float(np.exp(log_sigma)), float(err))
+        at = [(p["k"] * t, p["k"] * x, host.slowdown(p["k"] * (t + x)), host.slowdown(p["k"] * x)) for p in points]
+        for w in weights:
+            parts = [split_cores(law, c, xs, w) for c, xs, law, _ in at]
+            comp = [np.log(p["compute_slowdown"] / sc) for p, (sc, _) in zip(points, parts)]
+            log_sigma = max(0.0, float(np.mean(comp)))
+            err = sum((v - log_sigma) ** 2 for v in comp)
+            err += sum(np.log(p["transfer_slowdown"] * alone / sx) ** 2
+                       for p, (_, sx), (_, _, _, alone) in zip(points, parts, at))
+            if err < best[3] - 1e-12:
+                best = (x, w, float(np.exp(log_sigma)), float(err))
     return best
 
 
@@ -373,9 +377,10 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
             if any(len(v) > 1 for v in passes.values()):
                 host_report[name] = [[k, v] for k, v in sorted(passes.items())]
         if ring_points:
-            x, sigma, err = fit_transfer_cores(ring_points, host)
-            host = dataclasses.replace(host, transfer_cores=x)
-            host_report.update(transfer_cores=x, residual_in_flight_slowdown=sigma, sum_sq_log_error=err,
+            x, w, sigma, err = fit_transfer_cores(ring_points, host)
+            host = dataclasses.replace(host, transfer_cores=x, transfer_weight=w)
+            host_report.update(transfer_cores=x, transfer_weight=w, residual_in_flight_slowdown=sigma,
+                               sum_sq_log_error=err,
                                points=[_ring_residual(p, host, sigma) for p in ring_points])
             # the link was measured alone: two transfers in flight, which may already
             # have been stretched by their own demand
@@ -598,10 +603,10 @@ def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str]) -> li
 
 
 def _ring_residual(p: dict[str, Any], host: Host, sigma: float) -> dict[str, Any]:
-    loaded = host.slowdown(host.demand(int(p["k"]), int(p["k"])))
+    compute, transfer = host.slowdowns(int(p["k"]), int(p["k"]))
     out = {"processes": p["k"], "compute_slowdown": p["compute_slowdown"],
-           "predicted_compute_slowdown": sigma * loaded, "transfer_slowdown": p["transfer_slowdown"],
-           "predicted_transfer_slowdown": loaded / host.slowdown(host.demand(0, int(p["k"])))}
+           "predicted_compute_slowdown": sigma * compute, "transfer_slowdown": p["transfer_slowdown"],
+           "predicted_transfer_slowdown": transfer / host.slowdown(host.demand(0, int(p["k"])))}
     if "passes" in p:
         out["passes"] = p["passes"]
     return out

@@ -6,10 +6,12 @@ Effects a calibrated profile can carry (all absent from a datasheet preset):
   attention kernel; on CPU, what the host model below does not already explain);
 - the host (CPU profiles): processor sharing of C cores. Every compute in progress
   demands its rank's threads, every transfer in flight a measured share of a core for
-  gloo's threads; when the demand D exceeds C, everything in progress, computes and
-  transfers alike, runs slowdown(D) times slower than alone: D / C, or a law measured
-  on the host (k processes computing at once, at demand k·threads) that never goes
-  below D / C. A backward compute runs by the law measured on a backward block where
+  gloo's threads; when the demand D exceeds C, the host delivers D / slowdown(D) cores,
+  slowdown(D) being D / C or a law measured on the host (k processes computing at
+  once, at demand k·threads) that never goes below D / C. Computes and transfers split
+  them with a transfer `transfer_weight` times slower than a compute (split_cores;
+  measured in ring conditions: the scheduler does not serve gloo's threads as it
+  serves the computes), at weight 1 everything slowdown(D) times slower than alone. A backward compute runs by the law measured on a backward block where
   the profile has one: time-sliced, it can lose more than its share of the cores. A
   transfer is stretched by the computes and a compute by the transfers of every rank,
   sends and receives alike;
@@ -80,6 +82,18 @@ def sharing_bound(processes: float, threads_per_process: float, cores: float) ->
     return max(1.0, processes * threads_per_process / cores)
 
 
+def split_cores(law: float, c: float, x: float, weight: float) -> tuple[float, float]:
+    """(compute slowdown, transfer slowdown) when computes demanding `c` cores and
+    transfers demanding `x` run at once on a host that serves the demand c + x at
+    `law` times slower than alone: it delivers (c + x) / law cores in all, and a transfer
+    runs `weight` times slower than a compute, except that a compute never runs faster
+    than alone (the transfers then get what it leaves)."""
+    if weight == 1.0 or not c or not x:
+        return law, law
+    compute = max(1.0, law * (c + x / weight) / (c + x))
+    return compute, max(1.0, x / ((c + x) / law - c / compute))
+
+
 PLACEMENTS = ("even", "cores")
 """Host.placement's values. Measured on the 2-core VM, three processes computing the same
 block at once took either about their time alone or about twice it, in runs of several
@@ -97,6 +111,9 @@ class Host:
     """Cores one compute in progress demands (the rank's thread count)."""
     transfer_cores: float = 0.0
     """Cores one transfer in flight demands (gloo's threads), measured."""
+    transfer_weight: float = 1.0
+    """How many times slower than a compute a transfer runs while the cores are
+    oversubscribed by both, measured (`slowdowns`); 1: everything at the same rate."""
     law: tuple[tuple[float, float], ...] | None = None
     """Measured (cores demanded, slowdown) pairs, ascending; None: demand / cores."""
     law_bwd: tuple[tuple[float, float], ...] | None = None
@@ -121,6 +138,8 @@ class Host:
                 raise RingsimError(f"host: {name} must be positive, got {getattr(self, name)!r}")
         if not self.transfer_cores >= 0:
             raise RingsimError(f"host: transfer_cores must be non-negative, got {self.transfer_cores!r}")
+        if not (self.transfer_weight > 0 and np.isfinite(self.transfer_weight)):
+            raise RingsimError(f"host: transfer_weight must be positive, got {self.transfer_weight!r}")
         for name in ("law", "law_bwd"):
             if getattr(self, name) is not None and not getattr(self, name):
                 raise RingsimError(f"host: {name} must hold (demand, slowdown) pairs or be None")
@@ -164,6 +183,15 @@ class Host:
             return tuple(out)
         return replace(self, law=scaled(self.law), law_bwd=None if self.law_bwd is None else scaled(self.law_bwd))
 
+    def slowdowns(self, computes: int, transfers: int, backward: bool = False) -> tuple[float, float]:
+        """(compute slowdown, transfer slowdown) with `computes` computes (backward ones
+        with `backward`) and `transfers` transfers in progress. The host delivers
+        demand / slowdown(demand) cores in all (the law); computes and transfers split
+        them so that a transfer runs `transfer_weight` times slower than a compute, none
+        faster than alone (a compute at full speed leaves the rest to the transfers)."""
+        c, x = computes * self.threads_per_rank, transfers * self.transfer_cores
+        return split_cores(self.slowdown(c + x, backward), c, x, self.transfer_weight)
+
     def slowdown(self, demand: float, backward: bool = False) -> float:
         """How much slower everything in progress runs than alone, at `demand` cores (a
         backward compute by its own law where one was measured)."""
@@ -203,7 +231,7 @@ class Contention:
         """How much slower a compute (a backward one with `backward`) runs, from sharing
         alone, with `computes` computes and `transfers` transfers in progress on the host."""
         if self.host is not None:
-            return self.host.slowdown(self.host.demand(computes, transfers), backward)
+            return self.host.slowdowns(computes, transfers, backward)[0]
         return self.sharing_slowdown(computes)
 
 
@@ -301,7 +329,7 @@ class Sharing:
         else:
             shared_bwd, in_flight_bwd = shared, in_flight_rate
         # without a host model a transfer keeps its duration
-        transfer_rate = shared if host is not None else 1.0
+        transfer_rate = 1.0 / host.slowdowns(self.computes, self.transfers)[1] if host is not None else 1.0
         weights = self._weights()
         for op_id, run in self.running.items():
             if run.transfer:

@@ -253,7 +253,7 @@ def host_to_dict(host: Host | None) -> dict[str, Any] | None:
     if host is None:
         return None
     return {"cores": host.cores, "threads_per_rank": host.threads_per_rank,
-            "transfer_cores": host.transfer_cores,
+            "transfer_cores": host.transfer_cores, "transfer_weight": host.transfer_weight,
             "law": [list(p) for p in host.law] if host.law else None,
             "law_bwd": [list(p) for p in host.law_bwd] if host.law_bwd else None,
             "spread": [list(p) for p in host.spread] if host.spread else None,
@@ -286,7 +286,8 @@ def _host(h: Any) -> Host | None:
         raise RingsimError(f"profile: contention.host.placement must be one of {', '.join(PLACEMENTS)}")
     return Host(cores=_num(h.get("cores"), "host cores", positive=True),
                 threads_per_rank=_num(h.get("threads_per_rank", 1.0), "host threads_per_rank", positive=True),
-                transfer_cores=_num(h.get("transfer_cores", 0.0), "host transfer_cores"), spread=spread,
+                transfer_cores=_num(h.get("transfer_cores", 0.0), "host transfer_cores"),
+                transfer_weight=_num(h.get("transfer_weight", 1.0), "host transfer_weight", positive=True), spread=spread,
                 placement=placement, **laws)
 
 

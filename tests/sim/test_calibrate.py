@@ -199,6 +199,31 @@ def test_ring_conditions_give_the_cores_a_transfer_demands():
     assert p.link.bandwidth_bytes_per_s == pytest.approx(BW)
 
 
+# The same host with transfers 2x slower than computes while both oversubscribe the
+# cores (sim.contention.split_cores on the law's slowdown of k + k·0.5, delivering
+# (k + k·0.5) / law cores):
+#   k=2: law 1.85;  compute 1.85 * (2 + 0.5) / 3 = 1.5417, transfer 2 * that / law(1) 1.0
+#   k=3: law 2.975; compute 2.975 * (3 + 0.75) / 4.5 = 2.4792, transfer 2 * that / 1.05
+#   k=4: law 4.1;   compute 4.1 * (4 + 1) / 6 = 3.4167,  transfer 2 * that / 1.1
+WEIGHTED = {k: (1.2 * c, 2 * c / alone) for k, c, alone in
+            ((2, 1.85 * 2.5 / 3, 1.0), (3, 2.975 * 3.75 / 4.5, 1.05), (4, 4.1 * 5 / 6, 1.1))}
+
+
+def test_ring_conditions_give_how_much_slower_a_transfer_runs_than_a_compute():
+    p = calibrate(ring_bench(WEIGHTED))
+    host = p.contention.host
+    assert host.transfer_cores == pytest.approx(0.5) and host.transfer_weight == pytest.approx(2.0)
+    assert p.contention.slowdown_in_flight == pytest.approx(1.2)
+    assert p.report["host"]["transfer_weight"] == pytest.approx(2.0)
+    assert p.report["host"]["sum_sq_log_error"] == pytest.approx(0, abs=1e-12)
+    for point in p.report["host"]["points"]:
+        c, x = WEIGHTED[int(point["processes"])]
+        assert point["predicted_compute_slowdown"] == pytest.approx(c)
+        assert point["predicted_transfer_slowdown"] == pytest.approx(x)
+    # the even fit of the same measurements explains them worse
+    assert RING != WEIGHTED and calibrate(ring_bench()).contention.host.transfer_weight == pytest.approx(1.0)
+
+
 def test_a_ring_entry_below_the_core_bound_is_rejected():
     # 4 ranks on 2 cores computing only 1.5x slower than alone: impossible (at least 2x)
     p = calibrate(ring_bench({**RING, 4: (1.5, 4.1 / 1.1)}))
@@ -226,6 +251,18 @@ def test_host_model_round_trips_through_the_profile(tmp_path):
     p.save(tmp_path / "p.json")
     back = load_profile(tmp_path / "p.json")
     assert back.contention == p.contention and back.contention.host.transfer_cores == pytest.approx(0.5)
+    weighted = calibrate(ring_bench(WEIGHTED))
+    weighted.save(tmp_path / "w.json")
+    assert load_profile(tmp_path / "w.json").contention.host.transfer_weight == pytest.approx(2.0)
+    # a profile from before the weight plays its transfers at the law's rate
+    d = json.loads((tmp_path / "w.json").read_text())
+    del d["contention"]["host"]["transfer_weight"]
+    (tmp_path / "old.json").write_text(json.dumps(d))
+    assert load_profile(tmp_path / "old.json").contention.host.transfer_weight == 1.0
+    d["contention"]["host"]["transfer_weight"] = 0
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(RingsimError, match="transfer_weight must be positive"):
+        load_profile(tmp_path / "bad.json")
 
 
 # Calibration's choice of the table: block times that jump between two sizes (a step,

@@ -7,7 +7,7 @@ import pytest
 import simpy
 
 from sim.config import Gpu, Hardware, Link, Scenario, Workload
-from sim.contention import Contention, Host, Sharing, sharing_bound
+from sim.contention import Contention, Host, Sharing, sharing_bound, split_cores
 from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.metrics import compute_metrics
@@ -110,6 +110,41 @@ def test_two_computes_and_a_transfer_share_two_cores():
     # ends at 1.5 s; by then each compute did 1 s of its 3; alone on the cores (demand 2)
     # they do the other 2 s at full speed: 3.5 s.
     assert ends == [pytest.approx(3.5), pytest.approx(3.5), pytest.approx(1.5)]
+
+
+def test_a_weighted_transfer_takes_the_rest_of_what_the_host_delivers():
+    # computes demanding 2 cores and transfers 2 at a law of 2x: 4 / 2 = 2 cores delivered.
+    # Weight 3: compute 2 * (2 + 2/3) / 4 = 4/3, taking 2 / (4/3) = 1.5 cores; the
+    # transfers get 0.5 core for their 2: 4x, three times the compute's 4/3
+    assert split_cores(2.0, 2.0, 2.0, 3.0) == (pytest.approx(4 / 3), pytest.approx(4.0))
+    # weight 1: everything at the law's rate; nothing to split with one side absent
+    assert split_cores(2.0, 2.0, 2.0, 1.0) == (2.0, 2.0)
+    assert split_cores(1.5, 3.0, 0.0, 3.0) == (1.5, 1.5) and split_cores(1.5, 0.0, 3.0, 3.0) == (1.5, 1.5)
+    # 1 core of compute and 1.5 of transfers at 1.25x (2 cores delivered), weight 4: the
+    # compute would run at 1.25 * 1.375 / 2.5 = 0.69x, faster than alone, so it runs alone's
+    # speed on 1 core and the transfers get the other: 1.5x
+    assert split_cores(1.25, 1.0, 1.5, 4.0) == (1.0, pytest.approx(1.5))
+    # weight below 1 favours the transfers: 2 * (2 + 2 / 0.5) / 4 = 3 for the computes,
+    # 2 / (2 - 2/3) = 1.5 for the transfers
+    assert split_cores(2.0, 2.0, 2.0, 0.5) == (pytest.approx(3.0), pytest.approx(1.5))
+
+
+def test_two_computes_and_a_weighted_transfer_share_two_cores():
+    host = Host(cores=2, threads_per_rank=1, transfer_cores=1, transfer_weight=2.0)
+    assert host.slowdowns(2, 1) == (pytest.approx(1.25), pytest.approx(2.5))
+    ends = play_ops(Contention(host=host), 2, [("compute", 0, 3.0, 0.0), ("compute", 1, 3.0, 0.0),
+                                               ("transfer", 0, 1, 1.0, 0.0)])
+    # demand 3 on 2 cores: 2 delivered. Weight 2: computes at 1.5 * (2 + 1/2) / 3 = 1.25x
+    # (1.6 cores), the transfer on the other 0.4: 2.5x, its 1 s ending at 2.5 s. By then each
+    # compute did 2 s of its 3 and does the last alone: 3.5 s, as with even sharing (the
+    # host's throughput is the law's either way)
+    assert ends == [pytest.approx(3.5), pytest.approx(3.5), pytest.approx(2.5)]
+
+
+@pytest.mark.parametrize("weight", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_transfer_weight_that_is_no_measurement_is_refused(weight):
+    with pytest.raises(RingsimError, match="transfer_weight"):
+        Host(cores=2, transfer_cores=0.5, transfer_weight=weight)
 
 
 def test_a_transfer_starting_late_stretches_computes_already_running():
