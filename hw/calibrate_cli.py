@@ -42,6 +42,10 @@ def register(sub) -> None:
                    help="run a short probe here and say whether PROFILE still predicts this host")
     p.add_argument("--tolerance", type=float, default=0.10,
                    help="with --check: the largest |makespan error| that passes (default 0.10)")
+    p.add_argument("--replays", type=int, default=None, metavar="N",
+                   help="with --check: predict each probe by the median of N plays seeded with the profile's "
+                        "measured spread, as bench/calibrate_cpu.sh validates (default 31; 1: one play at the "
+                        "mean rate)")
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_calibrate)
@@ -57,6 +61,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         raise RingsimError("--holdout and --compare go with --from-traces")
     if a.compare and not a.holdout:
         raise RingsimError("--compare needs --holdout: the runs to predict")
+    if a.replays is not None and a.check is None:
+        raise RingsimError("--replays goes with --check")
     if a.check is not None:
         return cmd_check(a)
     if not a.output:
@@ -127,6 +133,9 @@ def cmd_check(a: argparse.Namespace) -> int:
 
     if not 0 < a.tolerance < 1:
         raise RingsimError("--tolerance must lie between 0 and 1")
+    replays = 31 if a.replays is None else a.replays
+    if replays < 1:
+        raise RingsimError("--replays must be at least 1")
     profile = load_profile(a.check)
 
     def show(row) -> None:
@@ -140,7 +149,7 @@ def cmd_check(a: argparse.Namespace) -> int:
                   + (f", and sharing {row['error_at_host_state']:+.1%}" if "error_at_host_state" in row else ""),
                   file=sys.stderr, flush=True)
 
-    result = check(profile, tolerance=a.tolerance, on_probe=show)
+    result = check(profile, tolerance=a.tolerance, on_probe=show, replays=replays)
     if a.json:
         print(json.dumps(result, indent=2))
     else:
@@ -166,7 +175,9 @@ def cmd_check(a: argparse.Namespace) -> int:
         verdict = "still predicts" if result["holds"] else "no longer predicts"
         print(f"{a.check} {verdict} this host within {a.tolerance:.0%}: worst |makespan error| "
               f"{result['worst_abs_error']:.1%}, median {result['median_abs_error']:.1%} "
-              f"({len(result['probes'])} probes, {result['wall_s']:.0f} s)")
+              f"({len(result['probes'])} probes, {result['wall_s']:.0f} s"
+              + (f"; each predicted by the median of {replays} seeded plays" if _has_spread(profile) and replays > 1
+                 else "") + ")")
         cores = os.cpu_count() or 1
         if result["load_avg_1m"] > 0.5 * cores + 1:
             print(f"note: load average {result['load_avg_1m']:.1f} on {cores} cores: other processes shared "
@@ -175,6 +186,11 @@ def cmd_check(a: argparse.Namespace) -> int:
             print("recalibrate here: bench/calibrate_cpu.sh --force (or `ringsim hw bench` then "
                   "`ringsim calibrate`)")
     return 0 if result["holds"] else 1
+
+
+def _has_spread(profile) -> bool:
+    host = getattr(getattr(profile, "contention", None), "host", None)
+    return bool(host is not None and host.spread)
 
 
 def _print_fits(r: dict) -> None:

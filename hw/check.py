@@ -5,7 +5,10 @@ kernel, each measured a few times, and the profile's prediction of each; the sam
 cases as the validation matrix (hw.validate) uses, at its smallest size. A probe
 passes when its median makespan lies within the tolerance of the prediction. Each probe
 is scored as `ringsim validate` scores a case (sim.validation.compare_case), whose
-breakdown (compute, transfer) names the part of a miss; the report also sets the host
+breakdown (compute, transfer) names the part of a miss, and predicted as
+`bench/calibrate_cpu.sh` validates: by the median of `replays` plays seeded with the
+host's measured spread (sim.validation.simulate_replays; one play at the mean rate where
+the profile has no spread). The report also sets the host
 the profile was measured on against this one (sim.host) and, on CPU profiles, reads this
 host's compute speed against the profile's (hw.reference).
 """
@@ -18,9 +21,8 @@ import time
 from typing import Any
 
 from sim.config import Workload
-from sim.engine import simulate
 from sim.host import differences, this_host
-from sim.validation import Case, compare_case
+from sim.validation import Case, compare_case, simulate_replays
 
 
 PROBES = (Case("zigzag", True, 2, 3072), Case("contiguous", False, 2, 3072), Case("zigzag", True, 3, 3072))
@@ -38,7 +40,8 @@ def dtype_of(profile: Any) -> str:
 
 
 def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: int = 1,
-          probes: tuple[Case, ...] = PROBES, on_probe=None, reference_s: float = 3.0) -> dict[str, Any]:
+          probes: tuple[Case, ...] = PROBES, on_probe=None, reference_s: float = 3.0,
+          replays: int = 31) -> dict[str, Any]:
     """Run the probes, predict them with `profile`, and say whether it still holds.
 
     On a CPU profile the host's compute speed against the profile is read first
@@ -66,18 +69,21 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
                       warmup=warmup, repeats=repeats) for p in probes]
     rows = []
     for probe, cfg, (_, traces) in zip(probes, cfgs, run_configs(cfgs, interleave=True)):
-        row = compare_case(probe, traces, simulate(cfg.scenario(), profile))
+        scenario = cfg.scenario()
+        row = compare_case(probe, traces, simulate_replays(scenario, profile, replays))
         row.update(key=probe.key, within=abs(row["error"]) <= tolerance)
         if at_speed is not None:
-            row["error_at_host_speed"] = compare_case(probe, traces, simulate(cfg.scenario(), at_speed))["error"]
+            row["error_at_host_speed"] = compare_case(probe, traces,
+                                                      simulate_replays(scenario, at_speed, replays))["error"]
         if at_state is not None:
-            row["error_at_host_state"] = compare_case(probe, traces, simulate(cfg.scenario(), at_state))["error"]
+            row["error_at_host_state"] = compare_case(probe, traces,
+                                                      simulate_replays(scenario, at_state, replays))["error"]
         rows.append(row)
         if on_probe:
             on_probe(row)
     here = this_host(threads_per_rank=default_threads(2))
     worst = max(abs(r["error"]) for r in rows)
-    return {"profile": profile.source, "tolerance": tolerance, "repeats": repeats,
+    return {"profile": profile.source, "tolerance": tolerance, "repeats": repeats, "replays": replays,
             "probes": rows, "holds": all(r["within"] for r in rows), "worst_abs_error": worst,
             "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
             "host_speed": speed,

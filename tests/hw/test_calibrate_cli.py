@@ -9,7 +9,7 @@ import hw.launch
 from hw.check import PROBES, check
 from sim.cli import main
 from sim.engine import simulate
-from sim.config import Scenario
+from sim.config import Scenario, Workload
 from sim.trace import Trace
 from tests.sim.test_calibrate_traces import case, known_profile, measured
 
@@ -41,6 +41,33 @@ def test_the_check_holds_for_the_hosts_own_model_and_fails_past_the_tolerance(ke
     for row in r["probes"]:
         assert row["parts"]["compute_s"]["error"] == pytest.approx(1 / 1.25 - 1)
         assert row["error"] < -0.10
+
+
+def test_the_check_predicts_by_the_median_of_seeded_plays_as_the_validation_does(kernel_is, tmp_path, capsys):
+    """A profile whose host has a measured spread: each probe is predicted by the median
+    of N plays seeded 0..N-1 (simulated here independently), one play at the mean rate
+    with --replays 1; the kernel's runs are the mean-rate play, so that one is exact."""
+    import dataclasses
+    import statistics
+
+    from sim.contention import Contention, Host
+
+    host = Host(cores=4, threads_per_rank=1, spread=((1.0, 0.0, 0.05), (2.0, 0.1, 0.05), (3.0, 0.2, 0.1)))
+    truth = dataclasses.replace(known_profile(), contention=Contention(host=host))
+    kernel_is(truth)
+    one = check(truth, replays=1)
+    assert one["replays"] == 1 and one["worst_abs_error"] == pytest.approx(0, abs=1e-12)
+    r = check(truth, replays=5)
+    for probe, row in zip(PROBES, r["probes"]):
+        sc = Scenario(workload=Workload(seq=probe.seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32",
+                                        causal=probe.causal), n_gpus=probe.world_size, layout=probe.layout)
+        plays = statistics.median(simulate(sc, truth, jitter=seed).makespan_s for seed in range(5))
+        assert row["simulated_s"] == pytest.approx(plays)
+        assert row["simulated_s"] != pytest.approx(simulate(sc, truth).makespan_s, rel=1e-6)
+    path = tmp_path / "p.json"
+    truth.save(path)
+    main(["calibrate", "--check", str(path), "--replays", "5"])
+    assert "each predicted by the median of 5 seeded plays" in capsys.readouterr().out
 
 
 def test_a_host_that_computes_slower_now_is_read_and_named(kernel_is, tmp_path, capsys, monkeypatch):
@@ -156,6 +183,8 @@ def test_from_traces_writes_a_profile_and_compares_held_out_runs(tmp_path, capsy
     (["--from-traces", "t.json", "-o", "x.json", "--compare", "p.json"], "--compare needs --holdout"),
     (["--from-traces", "t.json", "-o", "x.json", "--holdout", "t.json"], "both fitted and held out"),
     (["--check", "p.json", "--tolerance", "2"], "--tolerance"),
+    (["--from-traces", "t.json", "-o", "x.json", "--replays", "3"], "--replays goes with --check"),
+    (["--check", "p.json", "--replays", "0"], "--replays must be at least 1"),
 ])
 def test_bad_combinations_get_one_line(argv, match, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
