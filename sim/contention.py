@@ -237,13 +237,6 @@ class Contention:
             return active / self.compute_slots
         return 1.0
 
-    def host_slowdown(self, computes: int, transfers: int, backward: bool = False) -> float:
-        """How much slower a compute (a backward one with `backward`) runs, from sharing
-        alone, with `computes` computes and `transfers` transfers in progress on the host."""
-        if self.host is not None:
-            return self.host.slowdowns(computes, transfers, backward)[0]
-        return self.sharing_slowdown(computes)
-
 
 class _Running:
     __slots__ = ("rank", "transfer", "left", "since", "rate", "process", "backward")
@@ -330,17 +323,20 @@ class Sharing:
             run.left -= (now - run.since) * run.rate
             run.since = now
         model = self.model
-        slowdown = model.host_slowdown(self.computes, self.transfers)
+        host = model.host
+        if host is not None:
+            slowdown, transfer_slowdown = host.slowdowns(self.computes, self.transfers)
+            transfer_rate = 1.0 / transfer_slowdown
+        else:
+            # without a host model a transfer keeps its duration
+            slowdown, transfer_rate = model.sharing_slowdown(self.computes), 1.0
         shared = 1.0 / slowdown
         in_flight_rate = (1.0 / model.slowdown_in_flight) / slowdown
-        host = model.host
         if host is not None and host.law_bwd:
-            slowdown_bwd = model.host_slowdown(self.computes, self.transfers, True)
+            slowdown_bwd = host.slowdowns(self.computes, self.transfers, True)[0]
             shared_bwd, in_flight_bwd = 1.0 / slowdown_bwd, (1.0 / model.slowdown_in_flight) / slowdown_bwd
         else:
             shared_bwd, in_flight_bwd = shared, in_flight_rate
-        # without a host model a transfer keeps its duration
-        transfer_rate = 1.0 / host.slowdowns(self.computes, self.transfers)[1] if host is not None else 1.0
         weights = self._weights()
         for op_id, run in self.running.items():
             if run.transfer:
