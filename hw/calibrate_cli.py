@@ -176,7 +176,7 @@ def cmd_check(a: argparse.Namespace) -> int:
         print(f"{a.check} {verdict} this host within {a.tolerance:.0%}: worst |makespan error| "
               f"{result['worst_abs_error']:.1%}, median {result['median_abs_error']:.1%} "
               f"({len(result['probes'])} probes, {result['wall_s']:.0f} s"
-              + (f"; each predicted by the median of {replays} seeded plays" if _has_spread(profile) and replays > 1
+              + (f"; each predicted by the median of {result['replays']} seeded plays" if result["replays"] > 1
                  else "") + ")")
         cores = os.cpu_count() or 1
         if result["load_avg_1m"] > 0.5 * cores + 1:
@@ -186,11 +186,6 @@ def cmd_check(a: argparse.Namespace) -> int:
             print("recalibrate here: bench/calibrate_cpu.sh --force (or `ringsim hw bench` then "
                   "`ringsim calibrate`)")
     return 0 if result["holds"] else 1
-
-
-def _has_spread(profile) -> bool:
-    host = getattr(getattr(profile, "contention", None), "host", None)
-    return bool(host is not None and host.spread)
 
 
 def _print_fits(r: dict) -> None:

@@ -70,7 +70,8 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
     rows = []
     for probe, cfg, (_, traces) in zip(probes, cfgs, run_configs(cfgs, interleave=True)):
         scenario = cfg.scenario()
-        row = compare_case(probe, traces, simulate_replays(scenario, profile, replays))
+        plays = simulate_replays(scenario, profile, replays)
+        row = compare_case(probe, traces, plays)
         row.update(key=probe.key, within=abs(row["error"]) <= tolerance)
         if at_speed is not None:
             row["error_at_host_speed"] = compare_case(probe, traces,
@@ -83,7 +84,8 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
             on_probe(row)
     here = this_host(threads_per_rank=default_threads(2))
     worst = max(abs(r["error"]) for r in rows)
-    return {"profile": profile.source, "tolerance": tolerance, "repeats": repeats, "replays": replays,
+    # the plays each probe was predicted by: `replays`, or one where the profile has no spread
+    return {"profile": profile.source, "tolerance": tolerance, "repeats": repeats, "replays": len(plays),
             "probes": rows, "holds": all(r["within"] for r in rows), "worst_abs_error": worst,
             "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
             "host_speed": speed,
