@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.trace import write_json  # noqa: E402
+from sim.trace import kept_file, write_json  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.samples < 1 or min(a.tokens) < 1 or a.heads < 1:
         print("merge_cost: --samples, --tokens and --heads must be positive", file=sys.stderr)
         return 2
-    if a.json and Path(a.json).exists() and not a.force:
-        print(f"merge_cost: {a.json} exists (--force overwrites it)", file=sys.stderr)
+    why = kept_file(a.json, a.force)
+    if why:
+        print(f"merge_cost: {why}", file=sys.stderr)
         return 2
     import torch
 

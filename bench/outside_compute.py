@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import COMPUTE, IDLE, SEND, WAIT, Trace, write_json  # noqa: E402
+from sim.trace import COMPUTE, IDLE, SEND, WAIT, Trace, kept_file, write_json  # noqa: E402
 
 PARTS = ("compute", "start", "between", "exposed", "post", "end")
 CASES = (("contiguous", False), ("zigzag", True))
@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.repeats < 1 or a.plays < 1 or any(w < 2 for w in a.world_sizes):
         print("outside_compute: --repeats and --plays must be at least 1, world sizes at least 2", file=sys.stderr)
         return 2
-    if a.json and Path(a.json).exists() and not a.force:
-        print(f"outside_compute: {a.json} exists (--force overwrites it)", file=sys.stderr)
+    why = kept_file(a.json, a.force)
+    if why:
+        print(f"outside_compute: {why}", file=sys.stderr)
         return 2
     from sim.profile import load_profile
     from sim.validation import simulate_replays

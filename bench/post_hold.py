@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import COMPUTE, KIND_NAMES, RECV, SEND, WAIT, Trace, write_json  # noqa: E402
+from sim.trace import COMPUTE, KIND_NAMES, RECV, SEND, WAIT, Trace, kept_file, write_json  # noqa: E402
 
 KV, DKV = KIND_NAMES.index("kv"), KIND_NAMES.index("dkv")
 CASES = (("contiguous", False), ("zigzag", True), ("contiguous", True))
@@ -90,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.repeats < 1 or any(w < 2 for w in a.world_sizes):
         print("post_hold: --repeats must be at least 1, world sizes at least 2", file=sys.stderr)
         return 2
-    if a.json and Path(a.json).exists() and not a.force:
-        print(f"post_hold: {a.json} exists (--force overwrites it)", file=sys.stderr)
+    why = kept_file(a.json, a.force)
+    if why:
+        print(f"post_hold: {why}", file=sys.stderr)
         return 2
     from outside_compute import measure_cases
 

@@ -23,13 +23,12 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from sim.trace import write_json  # noqa: E402
+from sim.trace import kept_file, write_json  # noqa: E402
 
 MESSAGE_BYTES = 64 * 1024
 BLOCK_TOKENS = 1024
@@ -95,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.samples < 2 or min(a.worlds) < 2:
         print("wakeup: --samples must be at least 2 and world sizes at least 2", file=sys.stderr)
         return 2
-    if a.json and Path(a.json).exists() and not a.force:
-        print(f"wakeup: {a.json} exists (--force overwrites it)", file=sys.stderr)
+    why = kept_file(a.json, a.force)
+    if why:
+        print(f"wakeup: {why}", file=sys.stderr)
         return 2
     from hw.spawn import spawn
 

@@ -23,7 +23,7 @@ import os
 import sys
 
 from sim.errors import RingsimError
-from sim.trace import read_json
+from sim.trace import kept_file, read_json
 
 
 def register(sub) -> None:
@@ -82,8 +82,9 @@ def cmd_from_traces(a: argparse.Namespace) -> int:
     from sim.calibrate_traces import calibrate_from_traces, holdout
     from sim.profile import load_profile
 
-    if os.path.exists(a.output) and not a.force:
-        raise RingsimError(f"{a.output} exists; pass --force to overwrite it")
+    why = kept_file(a.output, a.force)
+    if why:
+        raise RingsimError(why)
     fit_on = _load_traces(a.from_traces)
     held = _load_traces(a.holdout) if a.holdout else []
     overlap = {p for _, p in fit_on} & {p for _, p in held}

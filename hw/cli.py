@@ -97,10 +97,13 @@ def trace_paths(pattern: str, repeats: int) -> list[str]:
 
 def check_outputs(a: argparse.Namespace, repeats: int) -> None:
     """Refuse before the run, not after it, to overwrite a file without --force."""
+    from sim.trace import kept_file
+
     paths = (trace_paths(a.trace, repeats) if a.trace else []) + ([a.chrome_trace] if a.chrome_trace else [])
     for path in paths:
-        if os.path.exists(path) and not a.force:
-            raise RingsimError(f"{path} exists; pass --force to overwrite it")
+        why = kept_file(path, a.force)
+        if why:
+            raise RingsimError(why)
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise RingsimError(f"cannot write {path}: no directory {parent}")

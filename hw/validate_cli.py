@@ -24,7 +24,7 @@ from typing import Any
 
 from sim.errors import RingsimError
 from sim.spec import tokens
-from sim.trace import Trace, read_json, write_json
+from sim.trace import Trace, kept_file, read_json, write_json
 
 from hw.validate import SCHEMES
 from sim.validation import REPLAYS
@@ -217,8 +217,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
         if rows:
             print(f"resuming: {len(rows)} of {len(cases)} cases already in {a.out}", file=sys.stderr)
 
-    if a.markdown and os.path.exists(a.markdown) and not (a.force or resumed):
-        raise RingsimError(f"{a.markdown} exists; pass --force to overwrite it")
+    why = kept_file(a.markdown, a.force or resumed)
+    if why:
+        raise RingsimError(why)
 
     index = {c.key: i for i, c in enumerate(cases, 1)}
     if elsewhere:       # the kernel runs here: a profile of another host predicts that host
@@ -411,8 +412,9 @@ def _report(a, settings, cases, rows, measured_on, used) -> dict[str, Any]:
 
 
 def _write_text(path: str, text: str, *, overwrite: bool) -> None:
-    if os.path.exists(path) and not overwrite:
-        raise RingsimError(f"{path} exists; pass --force to overwrite it")
+    why = kept_file(path, overwrite)
+    if why:
+        raise RingsimError(why)
     try:
         with open(path, "w") as f:
             f.write(text)

@@ -510,10 +510,19 @@ def read_json(path: str | os.PathLike, *, what: str = "file",
         raise RingsimError(f"cannot read {what} {path}: {e}") from None
 
 
+def kept_file(path: str | os.PathLike | None, overwrite: bool) -> str | None:
+    """Why writing `path` would be refused (it exists and replacing it was not asked
+    for), or None; a command checks it before its work, as write_bytes does at the end."""
+    if path is not None and os.path.exists(path) and not overwrite:
+        return f"{path} exists; pass --force to overwrite it"
+    return None
+
+
 def write_bytes(path: str | os.PathLike, data: bytes, *, overwrite: bool = False) -> None:
     """Write a file atomically; refuse to replace an existing file unless asked to."""
-    if os.path.exists(path) and not overwrite:
-        raise RingsimError(f"{path} exists; pass --force to overwrite it")
+    why = kept_file(path, overwrite)
+    if why:
+        raise RingsimError(why)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
