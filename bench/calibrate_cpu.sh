@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 force=${1:-}
 out=bench/results
 mkdir -p "$out"
+scripts/setup.sh  # .venv with ringsim, as the README's commands make it (quick when it is there)
 R=.venv/bin/ringsim
 # block sizes cover the validation's pieces: 3072..6144 tokens on 2..4 ranks, zigzag halves
 $R hw bench -o "$out/cpu-bench.json" ${force:+--force} \

@@ -15,6 +15,7 @@ if [ "${1:-}" = "--force" ]; then force=--force; shift; fi
 micro=${1:-bench/results/cpu-profile.json}
 out=bench/results
 dir=${TRACE_DIR:-$out/traces}
+scripts/setup.sh  # .venv with ringsim, as the README's commands make it (quick when it is there)
 R=.venv/bin/ringsim
 mkdir -p "$dir/fit" "$dir/held"
 run() {  # set name layout causal world seq pass
