@@ -9,7 +9,10 @@ median signed makespan error, the median of each part, how many cases have each 
 negative, and the outside part's median per world size and pass; `--json` writes the
 same. It asks which part of the model a run's lean comes from: a part whose median has
 the same sign in every run is the model's, one that changes sign from run to run is the
-host's drift.
+host's drift. Given two runs or more, it also splits every case's signed error over the
+runs (sim.validation.error_spread) into the case's own part (its mean over the runs: the
+model's), its batch's shift in each run (the host's drift around that batch) and the
+rest, as plain errors and at the host's speed, with the cases whose own part is largest.
 
     .venv/bin/python bench/error_parts.py 556f71a c904fae ... [--json out.json]
     .venv/bin/python bench/error_parts.py bench/results/validation-quick.json
@@ -28,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.errors import RingsimError  # noqa: E402
 from sim.trace import read_json, write_json  # noqa: E402
-from sim.validation import error_parts  # noqa: E402
+from sim.validation import error_parts, error_spread  # noqa: E402
 
 REPORT = "bench/results/validation-quick.json"
 
@@ -72,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="overwrite the --json file")
     a = ap.parse_args(argv)
     try:
-        runs = [(src, split(load(src))) for src in a.sources]
+        reports = [load(src) for src in a.sources]
+        runs = [(src, split(rep)) for src, rep in zip(a.sources, reports)]
+        spreads = {}
+        if len(reports) > 1:
+            for field in ("error", "error_at_host_speed"):
+                if all(any(r.get(field) is not None for r in rep.get("cases") or []) for rep in reports):
+                    spreads[field] = error_spread(reports, field)
     except (RingsimError, json.JSONDecodeError, KeyError, TypeError) as e:
         print(f"error_parts: {e}", file=sys.stderr)
         return 2
@@ -94,9 +103,16 @@ def main(argv: list[str] | None = None) -> int:
           f"{statistics.median(outside):+.1%} ({min(outside):+.1%} to {max(outside):+.1%}); compute part below "
           f"zero in {sum(x < 0 for x in compute)}, median {statistics.median(compute):+.1%} "
           f"({min(compute):+.1%} to {max(compute):+.1%})")
+    for field, sp in spreads.items():
+        worst = sorted(sp["case_means"].items(), key=lambda kv: -abs(kv[1]))[:3]
+        print(f"{'at the host' + chr(39) + 's speed' if field != 'error' else 'plain error'}, {sp['cases']} cases "
+              f"in all {sp['runs']} runs: mean {sp['mean']:+.1%}, spread {sp['sd']:.1%}, in quadrature the case's "
+              f"own {sp['case_sd']:.1%}, its batch's shift {sp['group_sd']:.1%} and the rest {sp['rest_sd']:.1%}; "
+              "own part largest: " + ", ".join(f"{k} {v:+.1%}" for k, v in worst))
     if a.json:
         try:
-            write_json(a.json, {"runs": [{"source": s, **r} for s, r in runs]}, overwrite=a.force)
+            write_json(a.json, {"runs": [{"source": s, **r} for s, r in runs], "spread": spreads},
+                       overwrite=a.force)
         except (RingsimError, OSError) as e:
             print(f"error_parts: {e}", file=sys.stderr)
             return 2

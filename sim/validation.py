@@ -12,7 +12,9 @@ transfer (mean time of a transfer: a ring hop, an all-gather or all-to-all piece
 exposed communication, and the clock skew between ranks (how far apart their first
 computes start); and the makespan error in two parts that add up to it (`error_parts`):
 the mean rank's compute, and the time outside it (waits on transfers and on slower
-ranks, the start skew, the time between blocks). It reads traces only: `ringsim
+ranks, the start skew, the time between blocks). Over several runs of the same cases
+`error_spread` splits each error into the case's own part, its batch's shift in that
+run and the rest. It reads traces only: `ringsim
 validate` (hw.validate), `ringsim calibrate --check` (hw.check) and the held-out runs of
 calibration from traces (sim.calibrate_traces) all score their runs with it. A step's duration is
 sim.metrics.step_durations.
@@ -96,6 +98,41 @@ def error_parts(row: dict[str, Any]) -> dict[str, float] | None:
         return None
     compute = (c["simulated"] - c["measured"]) / row["world_size"] / m
     return {"compute": compute, "outside_compute": row["error"] - compute}
+
+
+def error_spread(reports: list[dict[str, Any]], field: str = "error") -> dict[str, Any]:
+    """Several validation runs of the same cases: each case's signed `field` ("error", or
+    "error_at_host_speed") split in three parts that add up to it, to say whose a miss
+    is. The case's own part is its mean over the runs (the model's: it comes back in
+    every run); a group's shift is how far the cases of one world size and pass (a batch
+    of processes in the quick matrix, measured within a minute or two) lie, on average,
+    from their own means in one run (the host's drift around that batch, with the run's
+    own lean); the rest is what is left of each case in each run (its repeats' noise).
+    The parts are orthogonal, so the three spreads' squares add up to the variance of
+    every error. Only cases every report has with a value are counted."""
+    if len(reports) < 2:
+        raise RingsimError("the spread of errors needs at least two validation runs")
+    rows = [{r["key"]: r for r in rep.get("cases") or [] if r.get(field) is not None} for rep in reports]
+    keys = [k for k in rows[0] if all(k in run for run in rows[1:])]
+    if not keys:
+        raise RingsimError(f"no case has {field!r} in every run")
+    err = {k: [run[k][field] for run in rows] for k in keys}
+    n = len(reports)
+    own = {k: statistics.fmean(v) for k, v in err.items()}
+    groups: dict[str, list[str]] = {}
+    for k in keys:
+        r = rows[0][k]
+        groups.setdefault(f"{r.get('scheme', 'ring')} ws{r['world_size']} {r['pass']}", []).append(k)
+    shift = {g: [statistics.fmean(err[k][i] - own[k] for k in ks) for i in range(n)] for g, ks in groups.items()}
+    group_of = {k: g for g, ks in groups.items() for k in ks}
+    rest = [err[k][i] - own[k] - shift[group_of[k]][i] for k in keys for i in range(n)]
+    all_errors = [e for v in err.values() for e in v]
+    return {"runs": n, "cases": len(keys), "field": field,
+            "mean": statistics.fmean(all_errors), "sd": statistics.pstdev(all_errors),
+            "case_sd": statistics.pstdev(own.values()),
+            "group_sd": statistics.fmean(shift[group_of[k]][i] ** 2 for k in keys for i in range(n)) ** 0.5,
+            "rest_sd": statistics.fmean(x * x for x in rest) ** 0.5,
+            "case_means": own, "group_shifts": shift}
 
 
 REPLAYS = 31

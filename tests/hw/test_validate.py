@@ -830,3 +830,61 @@ def test_a_round_measured_again_counts_its_own_attempts():
     row = {"world_size": 3, "pass": "fwd", "attempts": [{"round": 0}, {"round": 1}, {"round": 1}, {"round": 2}]}
     old = {"world_size": 2, "pass": "fwdbwd", "attempts": [{}, {}]}       # a report without rounds
     assert _measured_again([row, old]) == {"ring ws2 fwdbwd": 2, "ring ws3 fwd": 2}
+
+
+def _spread_reports(errors, groups):
+    """Reports of len(errors[k]) runs whose case k (in group groups[k] = (ws, pass)) has
+    the signed errors errors[k]."""
+    n = len(next(iter(errors.values())))
+    return [{"cases": [{"key": k, "world_size": groups[k][0], "pass": groups[k][1], "error": errors[k][i]}
+                       for k in errors]} for i in range(n)]
+
+
+def test_error_spread_recovers_case_and_batch_parts_built_in():
+    from sim.validation import error_spread
+    # case parts (the model's, in every run) and one shift per batch and run, no rest
+    own = {"a": 0.04, "b": -0.02, "c": 0.01, "d": -0.03}
+    groups = {"a": (2, "fwd"), "b": (2, "fwd"), "c": (3, "fwd"), "d": (3, "fwd")}
+    shift = {(2, "fwd"): [0.05, -0.05, 0.0], (3, "fwd"): [-0.02, 0.0, 0.02]}
+    errors = {k: [own[k] + shift[groups[k]][i] for i in range(3)] for k in own}
+    s = error_spread(_spread_reports(errors, groups))
+    assert (s["runs"], s["cases"]) == (3, 4)
+    assert s["case_means"] == pytest.approx(own)
+    assert s["case_sd"] == pytest.approx(statistics.pstdev(own.values()))
+    assert s["group_shifts"]["ring ws2 fwd"] == pytest.approx([0.05, -0.05, 0.0])
+    assert s["group_sd"] == pytest.approx(((2 * (0.05 ** 2 * 2) + 2 * (0.02 ** 2 * 2)) / 12) ** 0.5)
+    assert s["rest_sd"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_error_spread_parts_add_up_as_a_numpy_two_way_split():
+    import numpy as np
+    from sim.validation import error_spread
+    rng = np.random.default_rng(7)
+    keys = [f"k{i}" for i in range(10)]
+    groups = {k: (2 + i % 3, "fwd" if i < 6 else "fwdbwd") for i, k in enumerate(keys)}
+    e = rng.normal(0.0, 0.05, size=(10, 4))
+    s = error_spread(_spread_reports({k: list(e[i]) for i, k in enumerate(keys)}, groups))
+    own = e.mean(axis=1, keepdims=True)
+    r = e - own
+    g = np.zeros_like(r)
+    for grp in set(groups.values()):
+        idx = [i for i, k in enumerate(keys) if groups[k] == grp]
+        g[idx] = r[idx].mean(axis=0)
+    assert s["mean"] == pytest.approx(e.mean())
+    assert s["case_sd"] == pytest.approx(own.std())
+    assert s["group_sd"] == pytest.approx(np.sqrt((g ** 2).mean()))
+    assert s["rest_sd"] == pytest.approx((r - g).std())
+    assert s["sd"] ** 2 == pytest.approx(s["case_sd"] ** 2 + s["group_sd"] ** 2 + s["rest_sd"] ** 2)
+
+
+def test_error_spread_counts_only_cases_every_run_has_and_refuses_one_run():
+    from sim.errors import RingsimError
+    from sim.validation import error_spread
+    reps = _spread_reports({"a": [0.1, 0.2], "b": [0.0, 0.0]}, {"a": (2, "fwd"), "b": (2, "fwd")})
+    reps[1]["cases"][1]["error"] = None
+    s = error_spread(reps)
+    assert s["cases"] == 1 and s["case_means"] == {"a": pytest.approx(0.15)}
+    with pytest.raises(RingsimError, match="at least two"):
+        error_spread(reps[:1])
+    with pytest.raises(RingsimError, match="no case has 'error_at_host_speed'"):
+        error_spread(reps, "error_at_host_speed")
