@@ -140,7 +140,7 @@ REPLAYS = 31
 (`ringsim validate --replays`): the prediction is their median, as the measurement is
 the median of its repeats. Off by default: on four calibrations of the 2-core VM the
 plays did not help on balance (median |error| on the same measurements 12.0%, 4.8%,
-18.1%, 15.7% with 31 plays against 12.8%, 4.3%, 16.4%, 15.6% without, README); their
+18.1%, 15.7% with 31 plays against 12.8%, 4.3%, 16.4%, 15.6% without, docs/cpu-validation.md); their
 draws are independent where the host's cores couple them (a rank served less leaves
 more to the others)."""
 
