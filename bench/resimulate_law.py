@@ -28,12 +28,21 @@ sim.players.times_simpy), counted the same way.
     .venv/bin/python bench/resimulate_law.py --placement 31 556f71a ... [--json out.json]
     .venv/bin/python bench/resimulate_law.py --protocol 31 556f71a ... [--json out.json]
     .venv/bin/python bench/resimulate_law.py --weight 31 556f71a ... [--json out.json]
+    .venv/bin/python bench/resimulate_law.py --schemes 31 a4be431 ... [--json out.json]
 
 With `--weight N` it compares, by the median of N seeded plays each, each run's own
 profile (its transfers at the law's rate) with the same profile whose transfer cores,
 transfer weight and in-flight slowdown are fitted again to its own ring-conditions
 points (sim.calibrate.fit_transfer_cores, from the profile's report: the microbenchmarks
 only, nothing of the validation), counted the same way.
+
+With `--schemes N` it reads each commit's all-gather and Ulysses report
+(`bench/results/validation-quick-schemes.json`) instead and sets the predictions it
+committed beside the same cases simulated again, by the median of N seeded plays, with
+the code as it now stands, on the run's own profile with its collectives fitted again by
+the code as it stands to the run's own microbenchmarks (`bench/results/cpu-bench.json`
+of the same commit): each scheme's median |makespan error|, cases inside their measured
+[min, max] or within 10%, and per-step median (the median over cases of each case's).
 """
 
 from __future__ import annotations
@@ -150,6 +159,43 @@ def _variants(runs: list[tuple[str, dict, dict]], n: int, variants_of) -> list[d
     return rows
 
 
+def _committed(report: dict) -> dict:
+    """A report's own predictions scored as _score scores a variant."""
+    errors = [r["error"] for r in report["cases"]]
+    steps = [r["step_median_abs_error"] for r in report["cases"] if r.get("step_median_abs_error") is not None]
+    return {"median_abs_error": statistics.median(map(abs, errors)), "median_error": statistics.median(errors),
+            "within": sum(r["within_range"] or abs(r["error"]) <= 0.10 for r in report["cases"]),
+            "step_median_abs_error": statistics.median(steps) if steps else None}
+
+
+def _schemes(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
+    """Each run's all-gather and Ulysses cases: the committed predictions against the same
+    cases simulated again now (median of `n` seeded plays), per scheme and in all."""
+    rows = []
+    print(f"{'commit':8}  {'scheme':9}  {'committed':>40}  {'now':>40}  (median |makespan error| (median "
+          f"signed), cases within, per-step median |error|; {n} seeded plays)")
+    from sim.calibrate import calibrate_collectives
+
+    for commit, prof, report in runs:
+        bench = _show(commit, f"{RESULTS}/cpu-bench.json")
+        records = [{"op": r["op"], "world": r["world"], "sent_bytes": r["sent_bytes"],
+                    "time_s": statistics.median(r["time_s"])} for r in bench.get("collective") or []]
+        refit = copy.deepcopy(prof)
+        refit["collectives"] = {op: fit.to_dict() for op, fit in calibrate_collectives(records)[0].items()}
+        profile = profile_from_dict(refit)
+        row = {"commit": commit}
+        for scheme in sorted({r["scheme"] for r in report["cases"]}) + ["all"]:
+            sub = dict(report, cases=[r for r in report["cases"] if scheme in ("all", r["scheme"])])
+            row[scheme] = {"cases": len(sub["cases"]), "committed": _committed(sub),
+                           "now": _score(sub, {"now": (profile, n)})["now"]}
+            print(f"{commit:8}  {scheme:9}  " + "  ".join(
+                f"{v['median_abs_error']:>6.1%} ({v['median_error']:+6.1%}), {v['within']:>2} of "
+                f"{len(sub['cases']):>2}, per-step {v['step_median_abs_error']:5.1%}"
+                for v in (row[scheme]["committed"], row[scheme]["now"])), flush=True)
+        rows.append(row)
+    return rows
+
+
 def _placements(prof: dict) -> dict:
     """Even sharing, computes placed on cores and computes held on their core
     (sim.contention.Host.placement)."""
@@ -203,21 +249,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weight", type=int, metavar="N",
                     help="compare each run's own profile with it refitted with a transfer weight instead, each "
                          "by the median of N seeded plays")
+    ap.add_argument("--schemes", type=int, metavar="N",
+                    help="set each run's committed all-gather and Ulysses predictions beside the same cases "
+                         "simulated again now instead, by the median of N seeded plays")
     a = ap.parse_args(argv)
-    flags = ("plays", "placement", "protocol", "weight")
+    flags = ("plays", "placement", "protocol", "weight", "schemes")
     for flag in flags:
         if getattr(a, flag) is not None and getattr(a, flag) < 2:
             print(f"resimulate_law: --{flag} must be at least 2", file=sys.stderr)
             return 2
     if sum(getattr(a, flag) is not None for flag in flags) > 1:
-        print("resimulate_law: give one of --plays, --placement, --protocol and --weight", file=sys.stderr)
+        print("resimulate_law: give one of --plays, --placement, --protocol, --weight and --schemes", file=sys.stderr)
         return 2
+    report = "validation-quick-schemes.json" if a.schemes else "validation-quick.json"
     try:
-        runs = [(c, _show(c, f"{RESULTS}/cpu-profile.json"), _show(c, f"{RESULTS}/validation-quick.json"))
-                for c in a.commits]
+        runs = [(c, _show(c, f"{RESULTS}/cpu-profile.json"), _show(c, f"{RESULTS}/{report}")) for c in a.commits]
     except RingsimError as e:
         print(f"resimulate_law: {e}", file=sys.stderr)
         return 2
+    if a.schemes:
+        rows = _schemes(runs, a.schemes)
+        if a.json:
+            write_json(a.json, {"plays": a.schemes, "runs": rows}, overwrite=True)
+        return 0
     for flag, names, variants_of in (("weight", ("as committed", "with a transfer weight"), _weights),
                                      ("protocol", ("without the protocol", "with gloo's"), _protocols),
                                      ("placement", ("even", "placed on cores", "held on their core"),

@@ -75,14 +75,18 @@ def _entry_heads(r: dict[str, Any]) -> dict[str, int | None]:
     return {"heads": None, "head_dim": None}
 
 
-def fit_line(x: list[float], y: list[float]) -> tuple[float, float]:
-    """Least squares y = a + b x with a >= 0 and b > 0; returns (a, b)."""
+def fit_line(x: list[float], y: list[float], *, relative: bool = False) -> tuple[float, float]:
+    """Least squares y = a + b x with a >= 0 and b > 0; returns (a, b). With `relative`,
+    each point's residual counts over its own y (every point's relative error weighs
+    alike, where plain least squares lets the largest y decide the line)."""
     xa, ya = np.asarray(x, float), np.asarray(y, float)
+    w = 1.0 / ya if relative and (ya > 0).all() else np.ones_like(ya)
     if len(xa) >= 2 and np.ptp(xa) > 0:
-        b, a = np.polyfit(xa, ya, 1)
+        b, a = np.polyfit(xa, ya, 1, w=w)
         if a >= 0 and b > 0:
             return float(a), float(b)
-    b = float((xa @ ya) / (xa @ xa)) if (xa @ xa) > 0 else 0.0
+    xw, yw = xa * w, ya * w
+    b = float((xw @ yw) / (xw @ xw)) if (xw @ xw) > 0 else 0.0
     if b <= 0:
         raise RingsimError("bench: times do not grow with size; cannot fit a rate")
     return 0.0, b
@@ -169,12 +173,16 @@ def calibrate_link(records: list[dict[str, Any]]) -> tuple[dict[str, LinkFit], d
 COLLECTIVE_OPS = ("allgather", "reducescatter", "alltoall")
 
 
-def fit_rounds(rounds: list[float], sent: list[float], times: list[float]) -> tuple[float, float]:
+def fit_rounds(rounds: list[float], sent: list[float], times: list[float], *,
+               relative: bool = False) -> tuple[float, float]:
     """Least squares time = rounds x alpha + sent x beta with alpha, beta >= 0 (the
     two-variable non-negative least squares: the free solution, else the best one-
-    variable fit on the boundary); returns (alpha, beta)."""
+    variable fit on the boundary); returns (alpha, beta). With `relative`, each point's
+    residual counts over its own time (fit_line)."""
     x = np.column_stack([np.asarray(rounds, float), np.asarray(sent, float)])
     y = np.asarray(times, float)
+    if relative and (y > 0).all():
+        x, y = x / y[:, None], np.ones_like(y)
     candidates = []
     if len(y) >= 2 and np.linalg.matrix_rank(x) == 2:
         coef = np.linalg.lstsq(x, y, rcond=None)[0]
@@ -189,7 +197,11 @@ def fit_rounds(rounds: list[float], sent: list[float], times: list[float]) -> tu
 
 def calibrate_collectives(records: list[dict[str, Any]]) -> tuple[dict[str, CollectiveFit], dict]:
     """Per collective: the per-round latency and bandwidth of its flows over every world
-    size, and a fit at each world size measured at two sizes or more."""
+    size, and a fit at each world size measured at two sizes or more, each fitted to
+    the points' relative errors (fit_line): the sizes span decades, and on the 2-core
+    VM a collective's rate falls at the largest (an all-to-all of 16 MB shards at 0.33
+    GB/s, of 1-4 MB at 0.6-1.0 GB/s, bench/results/cpu-bench.json), which an absolute fit
+    would carry to every size."""
     out, report = {}, {}
     for op in COLLECTIVE_OPS:
         pts = [r for r in records if r["op"] == op]
@@ -199,7 +211,7 @@ def calibrate_collectives(records: list[dict[str, Any]]) -> tuple[dict[str, Coll
             report[op] = {"points": len(pts), "skipped": "needs two sizes or more"}
             continue
         rounds = [r["world"] - 1 for r in pts]
-        alpha, beta = fit_rounds(rounds, [r["sent_bytes"] for r in pts], [r["time_s"] for r in pts])
+        alpha, beta = fit_rounds(rounds, [r["sent_bytes"] for r in pts], [r["time_s"] for r in pts], relative=True)
         if beta <= 0:
             report[op] = {"points": len(pts), "skipped": "times do not grow with size"}
             continue
@@ -212,7 +224,7 @@ def calibrate_collectives(records: list[dict[str, Any]]) -> tuple[dict[str, Coll
             if len({r["sent_bytes"] for r in mine}) < 2:
                 continue
             try:
-                a, b = fit_line([r["sent_bytes"] for r in mine], [r["time_s"] for r in mine])
+                a, b = fit_line([r["sent_bytes"] for r in mine], [r["time_s"] for r in mine], relative=True)
             except RingsimError:
                 continue
             by_world[world] = LinkFit(a / (world - 1), 1.0 / b)

@@ -96,12 +96,45 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
         coll = schedule.kind[xfer] >= FIRST_COLLECTIVE
         if coll.any() and hasattr(hardware, "collective_times_s"):
             ids = xfer[coll]
-            # a collective's rounds share one step: its group is 1 + the flows a rank sends in it
-            key = np.stack([schedule.kind[ids], schedule.rank[ids], schedule.step[ids]])
-            _, inverse, counts = np.unique(key, axis=1, return_inverse=True, return_counts=True)
+            group = collective_groups(schedule.kind[ids], schedule.step[ids], schedule.rank[ids], schedule.peer[ids])
             dur[ids] = hardware.collective_times_s(_KIND_NAMES[schedule.kind[ids]], schedule.nbytes[ids],
-                                                   dur[ids], group=counts[inverse.ravel()] + 1)
+                                                   dur[ids], group=group)
     return dur
+
+
+def collective_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarray) -> np.ndarray:
+    """The group size of each collective flow: how many ranks its collective joins. The
+    flows of one kind and step that link ranks, directly or through others, are one
+    collective (an all-gather's rounds pass blocks around its ring; an all-to-all sends
+    to every peer), so a flow's group is the number of ranks in its connected set. A
+    rank that sends two collectives of one kind in a step (Ulysses' all-to-all in and
+    out) still counts once. Connected sets by label propagation with pointer jumping."""
+    n = len(kind)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    keys, key_of = np.unique(np.stack([kind, step]), axis=1, return_inverse=True)
+    key_of = key_of.ravel()
+    ranks = int(max(rank.max(), peer.max())) + 1
+    a = key_of * ranks + rank
+    b = key_of * ranks + peer
+    label = np.arange(keys.shape[1] * ranks, dtype=np.int64)
+    while True:
+        low = np.minimum(label[a], label[b])
+        before = label.copy()
+        np.minimum.at(label, label[a], low)
+        np.minimum.at(label, label[b], low)
+        while True:
+            jumped = label[label]
+            if np.array_equal(jumped, label):
+                break
+            label = jumped
+        label[a] = label[label[a]]
+        label[b] = label[label[b]]
+        if np.array_equal(label, before):
+            break
+    nodes = np.unique(np.concatenate([a, b]))
+    roots, size = np.unique(label[nodes], return_counts=True)
+    return size[np.searchsorted(roots, label[a])]
 
 
 def head_geometry(hardware: Any, workload: Workload) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from sim.calibrate import calibrate, fit_rounds
+from sim.calibrate import calibrate, fit_line, fit_rounds
 from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.errors import RingsimError
@@ -15,7 +15,7 @@ from sim.profile import profile_from_dict
 # per collective: (latency per round at world 2, at world 3, at world 4), bandwidth
 MODEL = {"allgather": ((100e-6, 100e-6, 100e-6), 0.5e9),
          "reducescatter": ((1e-3, 3e-3, 3e-3), 2e9),
-         "alltoall": ((50e-6, 50e-6, 50e-6), 0.25e9)}
+         "alltoall": ((50e-6, 400e-6, 800e-6), 0.25e9)}
 SHARDS = (4096, 65536, 1 << 20)
 
 
@@ -71,7 +71,7 @@ def test_each_flow_takes_its_world_sizes_fit_and_unmeasured_collectives_the_defa
     rounds = p.collectives["reducescatter"].rounds
     assert got.tolist() == pytest.approx([1e-3 + 1e6 / 2e9, 3e-3 + 1e6 / 2e9,
                                           rounds.latency_s + 1e6 / rounds.bandwidth_bytes_per_s,
-                                          100e-6 + 1e6 / 0.5e9, 50e-6 + 1e6 / 0.25e9])
+                                          100e-6 + 1e6 / 0.5e9, 400e-6 + 1e6 / 0.25e9])
     bench = synthetic_bench()
     bench["collective"] = [r for r in bench["collective"] if r["op"] != "alltoall"]
     no_a2a = calibrate(bench)
@@ -91,6 +91,34 @@ def test_the_simulator_plays_an_all_gather_on_the_measured_fit():
     assert [s.duration_s for s in sends] == pytest.approx([100e-6 + block / 0.5e9] * 6)
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_ulysses_all_to_alls_in_and_out_take_their_world_sizes_fit(world):
+    # the all-to-all in (Q, K, V) and the one out (O) share a step; each flow is one of a
+    # collective of `world` ranks, not of more
+    p = calibrate(synthetic_bench())
+    sc = Scenario(workload=Workload(seq=3072, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=True),
+                  n_gpus=world, layout="contiguous", scheme="ulysses")
+    sends = [s for s in simulate(sc, p).spans if s.stream == "send" and s.kind == "a2a"]
+    piece = 3072 // world * 8 // world * 64 * 4           # one rank's tokens, one peer's heads
+    assert sorted({s.bytes for s in sends}) == [piece, 3 * piece]
+    alpha = dict(zip((2, 3, 4), MODEL["alltoall"][0]))[world]
+    assert [s.duration_s for s in sends] == pytest.approx([alpha + s.bytes / 0.25e9 for s in sends])
+
+
+def test_collective_groups_are_the_ranks_each_collective_joins():
+    from sim.players import collective_groups
+    a2a, ag = 6, 4
+    # a ring all-gather of three ranks in two rounds; two all-to-alls of two ranks each
+    # in the same step; ranks 0 and 1 exchange twice (in and out) in one step; an
+    # all-gather of ranks 4 and 5 at another step stays apart from ranks 0-2
+    kind = np.array([ag] * 6 + [a2a] * 4 + [a2a] * 4 + [ag] * 2)
+    step = np.array([0] * 6 + [1] * 4 + [2] * 4 + [5] * 2)
+    rank = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 0, 1, 0, 1, 4, 5])
+    peer = np.array([1, 2, 0, 1, 2, 0, 1, 0, 3, 2, 1, 0, 1, 0, 5, 4])
+    assert collective_groups(kind, step, rank, peer).tolist() == [3] * 6 + [2] * 4 + [2] * 4 + [2] * 2
+    assert collective_groups(*(np.zeros(0, dtype=np.int64),) * 4).tolist() == []
+
+
 @pytest.mark.parametrize("mutate,match", [
     (lambda d: d["collectives"].update(broadcast={}), "unknown collective"),
     (lambda d: d["collectives"]["allgather"].update(bandwidth_bytes_per_s=0), "bandwidth"),
@@ -104,3 +132,41 @@ def test_malformed_collective_fits_are_refused_and_good_ones_round_trip(mutate, 
     mutate(d)
     with pytest.raises(RingsimError, match=match):
         profile_from_dict(d)
+
+
+def test_relative_fits_weigh_every_points_relative_error_alike():
+    x = np.array([0.25e6, 1e6, 4e6, 16e6])
+    y = 1e-3 + x / 1e9
+    y[-1] *= 1.3                                    # the largest size runs slow
+    a, b = fit_line(x, y, relative=True)
+    # the normal equations of sum(((a + b x) / y - 1)^2), solved by hand
+    u, v = 1 / y, x / y
+    m = np.array([[u @ u, u @ v], [u @ v, v @ v]])
+    want = np.linalg.solve(m, np.array([u.sum(), v.sum()]))
+    assert (a, b) == (pytest.approx(want[0]), pytest.approx(want[1]))
+    # the absolute fit follows the slow point; the relative one stays nearer the rest
+    a0, b0 = fit_line(x, y)
+    rel = lambda a, b: np.abs((a + b * x[:3]) / y[:3] - 1).max()  # noqa: E731
+    assert rel(a, b) < rel(a0, b0)
+    # exact lines come back exactly either way, and so do rounds
+    assert fit_line(x, 1e-4 + x / 1e9, relative=True) == (pytest.approx(1e-4), pytest.approx(1e-9))
+    rounds, sent = [1, 1, 2, 2, 3], [1e3, 1e6, 2e3, 2e6, 3e6]
+    times = [k * 2e-4 + s / 1e9 for k, s in zip(rounds, sent)]
+    assert fit_rounds(rounds, sent, times, relative=True) == (pytest.approx(2e-4), pytest.approx(1e-9))
+
+
+def test_a_collective_slow_at_its_largest_size_is_fitted_to_the_rest():
+    bench = synthetic_bench()
+    big = max(SHARDS)
+    for r in bench["collective"]:
+        if r["op"] == "alltoall" and r["world"] == 2 and r["shard_bytes"] == big:
+            r["time_s"] = [r["time_s"][0] * 3]
+    fit = calibrate(bench).collectives["alltoall"].by_world[2]
+    # at the smaller sizes the fit stays within 25% of what was measured; a line through
+    # the points' absolute times (fit_line's default) is off by 154% at 64 KiB
+    absolute = fit_line([float(s) for s in SHARDS],
+                        [50e-6 + s / 0.25e9 * (3 if s == big else 1) for s in SHARDS])
+    for shard in SHARDS[:-1]:
+        measured = 50e-6 + shard / 0.25e9
+        assert fit.time_s(float(shard)) == pytest.approx(measured, rel=0.25)
+    assert absolute[0] + absolute[1] * SHARDS[1] > 2.5 * (50e-6 + SHARDS[1] / 0.25e9)
