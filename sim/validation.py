@@ -8,7 +8,8 @@ the repeats is the measurement).
 `compare_case` reports the measured spread (min, median, max, coefficient of variation),
 the makespan error against the median, the error of every rank's every step, and a
 breakdown that says which part of the model misses: compute (sum of compute spans),
-transfer (mean time of a transfer: a ring hop, an all-gather or all-to-all piece),
+transfer (mean time of a transfer: a ring hop from the moment both its ends had posted,
+an all-gather or all-to-all piece),
 exposed communication, and the clock skew between ranks (how far apart their first
 computes start); and the makespan error in two parts that add up to it (`error_parts`):
 the mean rank's compute, and the time outside it (waits on transfers and on slower
@@ -66,9 +67,25 @@ class Case:
         return d
 
 
+def _hop_times(trace: Trace) -> list[float]:
+    """Each send's time from the moment both its ends had posted to its end: a measured
+    send runs from its own post and so holds the wait for a receiver that posts later,
+    which the simulated one (its transfer alone, its receive beside it) does not. A send
+    is paired with its receiver's receive of the same kind and step; one without a
+    receive to pair (a collective's) keeps its span."""
+    posted = {(s.rank, s.peer, s.kind, s.step): s.start_s for s in trace.spans if s.stream == "recv" and s.peer >= 0}
+    out = []
+    for s in trace.spans:
+        if s.stream != "send":
+            continue
+        start = max(s.start_s, posted.get((s.peer, s.rank, s.kind, s.step), s.start_s)) if s.peer >= 0 else s.start_s
+        out.append(max(0.0, s.end_s - start))
+    return out
+
+
 def _components(trace: Trace) -> dict[str, float]:
     compute = sum(s.duration_s for s in trace.spans if s.stream == "compute")
-    sends = [s.duration_s for s in trace.spans if s.stream == "send"]
+    sends = _hop_times(trace)
     exposed = sum(s.duration_s for s in trace.spans if s.stream == "wait" and s.kind != "idle")
     first = {}
     for s in trace.spans:

@@ -888,3 +888,25 @@ def test_error_spread_counts_only_cases_every_run_has_and_refuses_one_run():
         error_spread(reps[:1])
     with pytest.raises(RingsimError, match="no case has 'error_at_host_speed'"):
         error_spread(reps, "error_at_host_speed")
+
+
+def test_a_hop_counts_from_the_later_post_of_its_two_ends():
+    """Measured: rank 0 posts its send to rank 1 at 0, rank 1 posts the receive at 3, the
+    hop ends at 5: 2 s of transfer and 3 of waiting for the receiver. Rank 1's send to
+    rank 0 finds its receive posted and takes 1 s. Simulated, the same hops take 2 s
+    and 1 s with their receives beside them: the transfer part agrees, where the
+    sends' own spans (5 s and 1 s) would put it 50% short. A send without a receive to
+    pair (a collective's, peer -1) keeps its span."""
+    def trace(source, late):
+        spans = [Span(0, "compute", "fwd", 0, 0.0, 6.0), Span(1, "compute", "fwd", 0, 0.0, 6.0),
+                 Span(0, "send", "kv", 0, 0.0, 2.0 + late, peer=1),
+                 Span(1, "recv", "kv", 0, late, 2.0 + late, peer=0),
+                 Span(1, "send", "kv", 0, 0.0, 1.0, peer=0),
+                 Span(0, "recv", "kv", 0, 0.0, 1.1, peer=1)]
+        return Trace(source, 2, spans)
+    row = compare_case(Case("zigzag", True, 2, 64), [trace("measured", 3.0)], trace("simulated", 0.0))
+    assert row["parts"]["mean_transfer_s"] == {"measured": pytest.approx(1.5), "simulated": pytest.approx(1.5),
+                                               "error": pytest.approx(0.0, abs=1e-12)}
+    lone = Trace("measured", 2, [Span(0, "compute", "fwd", 0, 0.0, 6.0), Span(1, "compute", "fwd", 0, 0.0, 6.0),
+                                 Span(0, "send", "ag", 0, 0.0, 4.0, peer=-1)])
+    assert compare_case(Case("zigzag", True, 2, 64), [lone], lone)["parts"]["mean_transfer_s"]["measured"] == 4.0
