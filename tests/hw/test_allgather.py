@@ -65,3 +65,25 @@ def test_allgather_refuses_other_layouts():
     with pytest.raises(RingsimError, match="zigzag") as e:
         run_local(q, q, q, world_size=2, causal=True, layout="contiguous", scheme="allgather")
     assert "\n" not in str(e.value)
+
+
+def test_the_gathered_kv_lands_in_buffers_kept_from_one_call_to_the_next():
+    """A second gather of the same shape writes the same storage (no fresh pages to touch)
+    and holds the second call's K/V in token order; another shape gets its own."""
+    import torch
+
+    from hw.allgather import gather_kv
+    from hw.comm import Ring
+
+    ring = Ring.__new__(Ring)
+    ring.rank, ring.world, ring.recorder = 0, 1, None
+    k1, v1 = torch.randn(1, 8, 2, 4), torch.randn(1, 8, 2, 4)      # (batch, tokens, kv heads, d)
+    kf1, _ = gather_kv(k1, v1, ring, 0, (0, 1))
+    first = kf1.data_ptr()
+    assert torch.equal(kf1, k1.transpose(1, 2))
+    k2, v2 = torch.randn(1, 8, 2, 4), torch.randn(1, 8, 2, 4)
+    kf2, vf2 = gather_kv(k2, v2, ring, 0, (0, 1))
+    assert kf2.data_ptr() == first
+    assert torch.equal(kf2, k2.transpose(1, 2)) and torch.equal(vf2, v2.transpose(1, 2))
+    kf3, _ = gather_kv(torch.randn(1, 16, 2, 4), torch.randn(1, 16, 2, 4), ring, 0, (0, 1))
+    assert kf3.data_ptr() != first
