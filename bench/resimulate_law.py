@@ -171,15 +171,13 @@ def _committed(report: dict) -> dict:
 def _schemes(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
     """Each run's all-gather and Ulysses cases: the committed predictions against the same
     cases simulated again now (median of `n` seeded plays), per scheme and in all."""
+    from sim.calibrate import calibrate_collectives, collective_records
+
     rows = []
     print(f"{'commit':8}  {'scheme':9}  {'committed':>40}  {'now':>40}  (median |makespan error| (median "
           f"signed), cases within, per-step median |error|; {n} seeded plays)")
-    from sim.calibrate import calibrate_collectives
-
     for commit, prof, report in runs:
-        bench = _show(commit, f"{RESULTS}/cpu-bench.json")
-        records = [{"op": r["op"], "world": r["world"], "sent_bytes": r["sent_bytes"],
-                    "time_s": statistics.median(r["time_s"])} for r in bench.get("collective") or []]
+        records = collective_records(_show(commit, f"{RESULTS}/cpu-bench.json"))
         refit = copy.deepcopy(prof)
         refit["collectives"] = {op: fit.to_dict() for op, fit in calibrate_collectives(records)[0].items()}
         profile = profile_from_dict(refit)

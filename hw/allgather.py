@@ -87,7 +87,7 @@ def _gather_buffers(local: torch.Tensor, n: int) -> tuple[list[torch.Tensor], to
             _GATHER_BUFFERS.clear()
         shape = list(local.shape)
         shape[3] *= n
-        kept = _GATHER_BUFFERS[key] = ([torch.empty_like(local) for _ in range(n)],
+        kept = _GATHER_BUFFERS[key] = ([torch.empty_like(local) for _ in range(n)] if n > 1 else [],
                                        torch.empty(shape, dtype=local.dtype, device=local.device))
     return kept
 

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from sim.config import LAYOUTS
-from sim.validation import Case, error_parts
+from sim.validation import Case, batch_of, error_parts
 
 from hw.kernels import SCHEMES
 
@@ -111,7 +111,7 @@ def _measured_again(rows: list[dict[str, Any]]) -> dict[str, int]:
     for r in rows:
         if r.get("attempts"):
             by_round = Counter(t.get("round", 0) for t in r["attempts"])
-            again[_batch(r)] = max(again.get(_batch(r), 0), max(by_round.values()))
+            again[batch_of(r)] = max(again.get(batch_of(r), 0), max(by_round.values()))
     return dict(sorted(again.items()))
 
 
@@ -142,7 +142,7 @@ def _at_host_speed(rows: list[dict[str, Any]], max_case_error: float) -> dict[st
                                     max_case_error)}
     if all("host_sharing" in r for r in rows):
         readings = [x for r in rows for x in r["host_sharing_readings"]]
-        off = sorted({_batch(r) for r in rows if abs(r["host_sharing"] - 1) > SHARING_OFF})
+        off = sorted({batch_of(r) for r in rows if abs(r["host_sharing"] - 1) > SHARING_OFF})
         out["host_sharing"] = {"min": min(readings), "max": max(readings),
                                "profile": statistics.median(r["profile_sharing"] for r in rows),
                                "batches_off": off}
@@ -159,11 +159,6 @@ this from 1 is named in the report: the host shared its cores unlike at calibrat
 STATE_OFF = SHARING_OFF
 """A batch whose speed readings, or sharing readings, lie further than this from the
 profile on average is measured again (ringsim validate --remeasure)."""
-
-
-def _batch(row: dict[str, Any]) -> str:
-    """The group of batches a case ran in: its scheme, world size and pass."""
-    return f"{row.get('scheme', 'ring')} ws{row['world_size']} {row['pass']}"
 
 
 def _median_part(rows, name: str) -> float | None:

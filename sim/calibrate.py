@@ -195,6 +195,21 @@ def fit_rounds(rounds: list[float], sent: list[float], times: list[float], *,
     return min(candidates, key=lambda ab: float(np.sum((x @ np.array(ab) - y) ** 2)))
 
 
+def collective_records(bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """A bench's collective entries as calibrate_collectives takes them: op, world, and
+    the median of the bytes sent and of the times; a malformed entry is refused."""
+    out = []
+    for i, r in enumerate(_records(bench, "collective")):
+        world = r.get("world")
+        if r.get("op") not in COLLECTIVE_OPS or isinstance(world, bool) or not isinstance(world, int) or world < 2:
+            raise RingsimError(f"bench: collective entry {i} needs an op among {', '.join(COLLECTIVE_OPS)} "
+                               "and a world of two ranks or more")
+        out.append({"op": r["op"], "world": world,
+                    "sent_bytes": _median(r.get("sent_bytes"), f"collective entry {i} sent_bytes"),
+                    "time_s": _median(r.get("time_s", r.get("median_s")), f"collective entry {i} time_s")})
+    return out
+
+
 def calibrate_collectives(records: list[dict[str, Any]]) -> tuple[dict[str, CollectiveFit], dict]:
     """Per collective: the per-round latency and bandwidth of its flows over every world
     size, and a fit at each world size measured at two sizes or more, each fitted to
@@ -748,16 +763,7 @@ def calibrate(bench: Any, source: str = "") -> Profile:
     links, link_report = calibrate_link(transfers)
     # a ring step sends and receives at once on every rank: the both-ways fit applies
     link = links.get("both_ways") or links["one_way"]
-    collective = []
-    for i, r in enumerate(_records(bench, "collective")):
-        world = r.get("world")
-        if r.get("op") not in COLLECTIVE_OPS or isinstance(world, bool) or not isinstance(world, int) or world < 2:
-            raise RingsimError(f"bench: collective entry {i} needs an op among {', '.join(COLLECTIVE_OPS)} "
-                               "and a world of two ranks or more")
-        collective.append({"op": r["op"], "world": world,
-                           "sent_bytes": _median(r.get("sent_bytes"), f"collective entry {i} sent_bytes"),
-                           "time_s": _median(r.get("time_s", r.get("median_s")), f"collective entry {i} time_s")})
-    collectives, collective_report = calibrate_collectives(collective)
+    collectives, collective_report = calibrate_collectives(collective_records(bench))
     contention, link, contention_report = calibrate_contention(bench, device, link)
     report = {"compute": compute_report, "link": link_report,
               "link_used": "both_ways" if "both_ways" in links else "one_way", **contention_report,

@@ -128,8 +128,6 @@ def collective_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer
             if np.array_equal(jumped, label):
                 break
             label = jumped
-        label[a] = label[label[a]]
-        label[b] = label[label[b]]
         if np.array_equal(label, before):
             break
     nodes = np.unique(np.concatenate([a, b]))

@@ -78,7 +78,7 @@ def _hop_times(trace: Trace) -> list[float]:
     for s in trace.spans:
         if s.stream != "send":
             continue
-        start = max(s.start_s, posted.get((s.peer, s.rank, s.kind, s.step), s.start_s)) if s.peer >= 0 else s.start_s
+        start = max(s.start_s, posted.get((s.peer, s.rank, s.kind, s.step), s.start_s))
         out.append(max(0.0, s.end_s - start))
     return out
 
@@ -117,6 +117,11 @@ def error_parts(row: dict[str, Any]) -> dict[str, float] | None:
     return {"compute": compute, "outside_compute": row["error"] - compute}
 
 
+def batch_of(row: dict[str, Any]) -> str:
+    """The group of batches a report row's case ran in: its scheme, world size and pass."""
+    return f"{row.get('scheme', 'ring')} ws{row['world_size']} {row['pass']}"
+
+
 def error_spread(reports: list[dict[str, Any]], field: str = "error") -> dict[str, Any]:
     """Several validation runs of the same cases: each case's signed `field` ("error", or
     "error_at_host_speed") split in three parts that add up to it, to say whose a miss
@@ -138,8 +143,7 @@ def error_spread(reports: list[dict[str, Any]], field: str = "error") -> dict[st
     own = {k: statistics.fmean(v) for k, v in err.items()}
     groups: dict[str, list[str]] = {}
     for k in keys:
-        r = rows[0][k]
-        groups.setdefault(f"{r.get('scheme', 'ring')} ws{r['world_size']} {r['pass']}", []).append(k)
+        groups.setdefault(batch_of(rows[0][k]), []).append(k)
     shift = {g: [statistics.fmean(err[k][i] - own[k] for k in ks) for i in range(n)] for g, ks in groups.items()}
     group_of = {k: g for g, ks in groups.items() for k in ks}
     rest = [err[k][i] - own[k] - shift[group_of[k]][i] for k in keys for i in range(n)]
