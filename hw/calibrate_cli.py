@@ -26,6 +26,10 @@ from sim.errors import RingsimError
 from sim.trace import kept_file, read_json
 
 
+DEFAULT_REPLAYS = 31
+"""Plays per prediction, as bench/calibrate_cpu.sh validates (`ringsim validate --replays 31`)."""
+
+
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="fit a hardware profile to `ringsim hw bench` results or measured "
                                          "traces, or check one against this host")
@@ -43,9 +47,9 @@ def register(sub) -> None:
     p.add_argument("--tolerance", type=float, default=0.10,
                    help="with --check: the largest |makespan error| that passes (default 0.10)")
     p.add_argument("--replays", type=int, default=None, metavar="N",
-                   help="with --check: predict each probe by the median of N plays seeded with the profile's "
-                        "measured spread, as bench/calibrate_cpu.sh validates (default 31; 1: one play at the "
-                        "mean rate)")
+                   help="with --check or --holdout: predict each run by the median of N plays seeded with the "
+                        "profile's measured spread, as bench/calibrate_cpu.sh validates (default 31; 1: one play "
+                        "at the mean rate; a profile without a spread plays once)")
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_calibrate)
@@ -61,8 +65,10 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         raise RingsimError("--holdout and --compare go with --from-traces")
     if a.compare and not a.holdout:
         raise RingsimError("--compare needs --holdout: the runs to predict")
-    if a.replays is not None and a.check is None:
-        raise RingsimError("--replays goes with --check")
+    if a.replays is not None and a.check is None and not a.holdout:
+        raise RingsimError("--replays goes with --check or --holdout")
+    if a.replays is not None and a.replays < 1:
+        raise RingsimError("--replays must be at least 1")
     if a.check is not None:
         return cmd_check(a)
     if not a.output:
@@ -97,7 +103,7 @@ def cmd_from_traces(a: argparse.Namespace) -> int:
         profiles = {"traces": profile}
         if compare is not None:
             profiles["compare"] = compare
-        result = holdout(held, profiles)
+        result = holdout(held, profiles, replays=DEFAULT_REPLAYS if a.replays is None else a.replays)
         profile.report["holdout"] = {**result, "compare_profile": a.compare}
     profile.save(a.output, overwrite=a.force)
     if a.json:
@@ -122,7 +128,8 @@ def cmd_from_traces(a: argparse.Namespace) -> int:
         step = s["step_median_abs_error"]
         print(f"{label}: median |makespan error| {s['median_abs_rel']:.1%}, worst {s['max_abs_rel']:.1%}, "
               f"{s['within_10pct']} of {s['n']} within 10%, per-step median "
-              f"{'-' if step is None else f'{step:.1%}'}")
+              f"{'-' if step is None else f'{step:.1%}'}"
+              + (f" (each the median of {s['plays']} seeded plays)" if s["plays"] > 1 else " (one play each)"))
     if len(names) > 1:
         print(f"predicts the held-out runs better: {'these traces' if result['better'] == 'traces' else a.compare}")
     return 0
@@ -134,9 +141,7 @@ def cmd_check(a: argparse.Namespace) -> int:
 
     if not 0 < a.tolerance < 1:
         raise RingsimError("--tolerance must lie between 0 and 1")
-    replays = 31 if a.replays is None else a.replays
-    if replays < 1:
-        raise RingsimError("--replays must be at least 1")
+    replays = DEFAULT_REPLAYS if a.replays is None else a.replays
     profile = load_profile(a.check)
 
     def show(row) -> None:

@@ -18,7 +18,9 @@ completion. This module fits the same profile models to those spans:
 
 `holdout` then predicts other measured runs (other sizes, layouts, world sizes: cases
 kept out of the fit) with this profile and, when given, with a microbenchmark profile,
-and reports the makespan error of each, so a person sees which route predicts better.
+and reports the makespan error of each, so a person sees which route predicts better;
+each profile predicts as `ringsim validate` does (the median of seeded plays where the
+profile kept its host's spread of speeds).
 """
 
 from __future__ import annotations
@@ -31,14 +33,13 @@ import numpy as np
 from sim.calibrate import _stats, calibrate_compute, calibrate_link
 from sim.config import scenario_from_config
 from sim.contention import Contention
-from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.kernel_model import whole_heads
 from sim.profile import Profile
 from sim.schedule import KINDS, MASKS
 from sim.schemes import get as get_scheme
 from sim.trace import KIND_NAMES, Trace
-from sim.validation import Case, compare_case
+from sim.validation import Case, compare_case, simulate_replays
 
 def _measured(trace: Trace, source: str) -> None:
     if trace.source != "measured":
@@ -131,25 +132,30 @@ def calibrate_from_traces(traces: list[tuple[Trace, str]], source: str = "") -> 
 
 
 def holdout(traces: list[tuple[Trace, str]], profiles: dict[str, Any],
-            on_case: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+            on_case: Callable[[dict[str, Any]], None] | None = None, replays: int = 1) -> dict[str, Any]:
     """Every held-out case (its repeats grouped) predicted by each named profile: the
     makespan error against the measured median and the median per-step error, as
-    `ringsim validate` scores a case (sim.validation.compare_case)."""
+    `ringsim validate` scores a case (sim.validation.compare_case). With `replays` above
+    1, a profile whose host kept its measured spread predicts each case by the median of
+    that many seeded plays, as the validation does (sim.validation.simulate_replays); a
+    profile fitted to traces has no spread and plays once."""
     by_case: dict[str, list[Trace]] = {}
     for trace, path in traces:
         _measured(trace, path)
         by_case.setdefault(Case.from_config(trace.config).key, []).append(trace)
     rows = []
+    plays = {name: 1 for name in profiles}
     for key, runs in sorted(by_case.items()):
         case = Case.from_config(runs[0].config)
         scenario = scenario_from_config(runs[0].config)
         row: dict[str, Any] = {"key": key, "repeats": len(runs)}
         for name, profile in profiles.items():
-            r = compare_case(case, runs, simulate(scenario, profile))
+            r = compare_case(case, runs, simulate_replays(scenario, profile, replays))
             row.update(measured_s=r["measured_median_s"], measured_min_s=r["measured_min_s"],
                        measured_max_s=r["measured_max_s"])
             row[name] = {"predicted_s": r["simulated_s"], "error": r["error"],
                          "step_median_abs_error": r["step_median_abs_error"]}
+            plays[name] = r["simulated_plays"]
         rows.append(row)
         if on_case:
             on_case(row)
@@ -158,7 +164,7 @@ def holdout(traces: list[tuple[Trace, str]], profiles: dict[str, Any],
         errs = [abs(r[name]["error"]) for r in rows]
         steps = [r[name]["step_median_abs_error"] for r in rows if r[name]["step_median_abs_error"] is not None]
         summary[name] = {**_stats(errs), "step_median_abs_error": statistics.median(steps) if steps else None,
-                         "within_10pct": sum(e <= 0.10 for e in errs)}
+                         "within_10pct": sum(e <= 0.10 for e in errs), "plays": plays[name]}
     better = min(summary, key=lambda n: summary[n].get("median_abs_rel", float("inf"))) if rows else None
     return {"cases": rows, "summary": summary, "better": better}
 

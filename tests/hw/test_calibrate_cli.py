@@ -11,7 +11,7 @@ from sim.cli import main
 from sim.engine import simulate
 from sim.config import Scenario, Workload
 from sim.trace import Trace
-from tests.sim.test_calibrate_traces import case, known_profile, measured
+from tests.sim.test_calibrate_traces import case, known_profile, measured, spread_profile
 
 
 @pytest.fixture
@@ -47,13 +47,9 @@ def test_the_check_predicts_by_the_median_of_seeded_plays_as_the_validation_does
     """A profile whose host has a measured spread: each probe is predicted by the median
     of N plays seeded 0..N-1 (simulated here independently), one play at the mean rate
     with --replays 1; the kernel's runs are the mean-rate play, so that one is exact."""
-    import dataclasses
     import statistics
 
-    from sim.contention import Contention, Host
-
-    host = Host(cores=4, threads_per_rank=1, spread=((1.0, 0.0, 0.05), (2.0, 0.1, 0.05), (3.0, 0.2, 0.1)))
-    truth = dataclasses.replace(known_profile(), contention=Contention(host=host))
+    truth = spread_profile()
     kernel_is(truth)
     one = check(truth, replays=1)
     assert one["replays"] == 1 and one["worst_abs_error"] == pytest.approx(0, abs=1e-12)
@@ -175,6 +171,37 @@ def test_from_traces_writes_a_profile_and_compares_held_out_runs(tmp_path, capsy
     assert main(argv) == 2 and "exists" in capsys.readouterr().err
 
 
+def test_from_traces_predicts_the_held_out_runs_by_seeded_plays(tmp_path, capsys):
+    """The compared profile kept its host's spread: by default each held-out run is the
+    median of 31 seeded plays, as `ringsim validate` predicts it; --replays 1 plays once."""
+    import statistics
+
+    from sim.profile import load_profile
+
+    truth = known_profile()
+    fit = []
+    for seq in (2048, 4096):
+        p = tmp_path / f"fit{seq}.json"
+        measured(case(seq), truth).save(p)
+        fit.append(str(p))
+    held = tmp_path / "held.json"
+    sc = case(6144, "striped", 3)
+    measured(sc, truth).save(held)
+    other = tmp_path / "other.json"
+    spread_profile().save(other)
+    argv = ["calibrate", "--from-traces", *fit, "--holdout", str(held), "--compare", str(other)]
+    assert main([*argv, "-o", str(tmp_path / "a.json")]) == 0
+    assert "(each the median of 31 seeded plays)" in capsys.readouterr().out
+    row = json.loads((tmp_path / "a.json").read_text())["report"]["holdout"]["cases"][0]
+    spread = load_profile(str(other))
+    plays = statistics.median(simulate(sc, spread, jitter=seed).makespan_s for seed in range(31))
+    assert row["compare"]["predicted_s"] == pytest.approx(plays)
+    assert main([*argv, "-o", str(tmp_path / "b.json"), "--replays", "1"]) == 0
+    assert "(one play each)" in capsys.readouterr().out
+    row = json.loads((tmp_path / "b.json").read_text())["report"]["holdout"]["cases"][0]
+    assert row["compare"]["predicted_s"] == pytest.approx(simulate(sc, spread).makespan_s)
+
+
 @pytest.mark.parametrize("argv,match", [
     ([], "needs one of"),
     (["b.json", "--check", "p.json"], "got BENCH.json and --check"),
@@ -183,7 +210,10 @@ def test_from_traces_writes_a_profile_and_compares_held_out_runs(tmp_path, capsy
     (["--from-traces", "t.json", "-o", "x.json", "--compare", "p.json"], "--compare needs --holdout"),
     (["--from-traces", "t.json", "-o", "x.json", "--holdout", "t.json"], "both fitted and held out"),
     (["--check", "p.json", "--tolerance", "2"], "--tolerance"),
-    (["--from-traces", "t.json", "-o", "x.json", "--replays", "3"], "--replays goes with --check"),
+    (["--from-traces", "t.json", "-o", "x.json", "--replays", "3"], "--replays goes with --check or --holdout"),
+    (["b.json", "-o", "x.json", "--replays", "3"], "--replays goes with --check or --holdout"),
+    (["--from-traces", "t.json", "-o", "x.json", "--holdout", "h.json", "--replays", "0"],
+     "--replays must be at least 1"),
     (["--check", "p.json", "--replays", "0"], "--replays must be at least 1"),
 ])
 def test_bad_combinations_get_one_line(argv, match, tmp_path, capsys, monkeypatch):

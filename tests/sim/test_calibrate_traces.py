@@ -87,6 +87,43 @@ def test_held_out_runs_are_predicted_by_each_profile():
     assert r["better"] == "traces" and r["summary"]["traces"]["within_10pct"] == 1
 
 
+def spread_profile():
+    """The known model on a host with a measured spread of speeds (per run and per block),
+    as a CPU profile from `hw bench` keeps it: a play seeded with it differs from the
+    mean-rate one."""
+    import dataclasses
+
+    from sim.contention import Contention, Host
+
+    host = Host(cores=4, threads_per_rank=1, spread=((1.0, 0.0, 0.05), (2.0, 0.1, 0.05), (3.0, 0.2, 0.1)))
+    return dataclasses.replace(known_profile(), contention=Contention(host=host))
+
+
+def test_held_out_runs_are_predicted_as_the_validation_predicts_them():
+    """With replays, a profile that kept its host's spread predicts a held-out case by the
+    median of that many plays seeded 0..N-1 (simulated here one by one); one fitted to
+    traces has no spread and plays once, at the mean rate."""
+    import statistics
+
+    truth = known_profile()
+    fit_on = [(measured(case(s), truth), str(s)) for s in (2048, 4096)]
+    p = calibrate_from_traces(fit_on)
+    spread = spread_profile()
+    sc = case(6144, "striped", 3)
+    held = [(measured(sc, truth), "a"), (measured(sc, truth), "b")]
+    r = holdout(held, {"traces": p, "compare": spread}, replays=5)
+    (row,) = r["cases"]
+    median_of_plays = statistics.median(simulate(sc, spread, jitter=seed).makespan_s for seed in range(5))
+    assert row["compare"]["predicted_s"] == pytest.approx(median_of_plays)
+    mean_rate = simulate(sc, spread).makespan_s
+    assert row["compare"]["predicted_s"] != pytest.approx(mean_rate, rel=1e-6)
+    assert row["traces"]["error"] == pytest.approx(0, abs=1e-9)
+    assert r["summary"]["compare"]["plays"] == 5 and r["summary"]["traces"]["plays"] == 1
+    once = holdout(held, {"compare": spread})
+    assert once["cases"][0]["compare"]["predicted_s"] == pytest.approx(mean_rate)
+    assert once["summary"]["compare"]["plays"] == 1
+
+
 def test_traces_that_are_not_measured_or_not_of_their_configuration_are_refused():
     truth = known_profile()
     with pytest.raises(RingsimError, match="simulated trace"):
