@@ -266,10 +266,18 @@ def test_summary_groups_errors_by_scheme_and_pass():
     assert s["worst_case"] == "ring/zigzag/causal/ws2/seq64/fwd"
     assert s["cases_within_range_or_tolerance"] == 2                   # 3/11 < 0.3; the exact one in range
     assert summarize([row, exact], max_case_error=0.2)["cases_within_range_or_tolerance"] == 1
+    # each group scored as the whole report: the hand-built case's steps are medians 2.5,
+    # 2.75, 3.0 and 2.5 over its repeats against 2.0 simulated (1/5, 3/11, 1/3, 1/5 off)
     assert s["median_abs_error_by_group"] == {
-        "ring/fwd": {"cases": 1, "median_abs_error": pytest.approx(3 / 11)},
-        "allgather/fwd": {"cases": 1, "median_abs_error": pytest.approx(0.0)}}
+        "ring/fwd": {"cases": 1, "median_abs_error": pytest.approx(3 / 11), "max_abs_error": pytest.approx(3 / 11),
+                     "cases_within_range_or_tolerance": 1, "step_median_abs_error": pytest.approx((1 / 5 + 3 / 11) / 2)},
+        "allgather/fwd": {"cases": 1, "median_abs_error": pytest.approx(0.0), "max_abs_error": pytest.approx(0.0),
+                          "cases_within_range_or_tolerance": 1, "step_median_abs_error": pytest.approx(0.0)}}
+    strict = summarize([row, exact], max_case_error=0.2)["median_abs_error_by_group"]
+    assert strict["ring/fwd"]["cases_within_range_or_tolerance"] == 0
     md = markdown({"summary": s, "cases": [row, exact], "measured_on": {"device": "x"}})
+    assert ("  - ring/fwd: median |makespan error| 27.3% over 1 cases; worst 27.3%, 1 of 1 inside their range "
+            "or within 30%, per-step median |error| 23.6%") in md
     assert "| allgather/zigzag/causal/ws2/seq64/fwd |" in md
     assert "within 30%: 2 of 2" in md
     assert "| 500000 µs |" in md                                       # rank 1 of the median repeat, 0.5 s late
