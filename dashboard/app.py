@@ -503,18 +503,14 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         if ex is None:
             raise PreventUpdate
         t = Translator(lang)
-        status = t("measured.example.status", run=_example_label(ex, t),
+        status = t("measured.example.status", run=measured.example_label(ex, t),
                    device=measured.measured_machine(ex.trace) or "?")
         store = no_update if (current or {}).get("token") == ex.token else {"token": ex.token, "name": ex.file}
         return store, no_update, status, ""
 
     @app.callback(Output("measured-example", "options"), Input("lang", "value"))
     def example_options(lang):
-        t = Translator(lang)
-        try:
-            return [{"label": _example_label(e, t), "value": e.token} for e in measured.examples()]
-        except RingsimError:
-            return []
+        return measured.example_options(lang)
 
     def measured_trace(token: Any) -> Trace | None:
         ex = measured.example(token)
@@ -568,18 +564,6 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     return app
 
 
-def _example_label(e: measured.Example, t: Translator) -> str:
-    """An example run in a few words from its header: ranks, scheme and layout, tokens,
-    mask, dtype."""
-    cfg = e.trace.config
-    w = cfg.get("workload", {})
-    seq = w.get("seq")
-    scheme = cfg.get("scheme", "ring")
-    run = f"{scheme}, {cfg['layout']}" if scheme == "ring" and cfg.get("layout") else scheme
-    return t("measured.example.option", ranks=t.int(e.trace.world_size), run=run,
-             tokens=t.int(seq) if isinstance(seq, int) else "?",
-             mask=t("measured.mask.causal" if w.get("causal") else "measured.mask.full"),
-             dtype=w.get("dtype", "?"))
 
 
 def _compare_table(rows: list[dict[str, Any]]) -> html.Table:
@@ -636,4 +620,3 @@ def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
     shown = ran[:2] + ([ran[-1]] if len(ran) > 2 else [])
     return [html.Strong(lead), html.Ul([html.Li(t("sch.bounds", run=name(r), why=r["explanation"]))
                                         for r in shown])]
-

@@ -14,7 +14,7 @@ from sim.config import LAYOUTS, PASSES, PLACEMENTS
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
 from sim.schemes import names as scheme_names
 
-from dashboard import i18n, plan, questions
+from dashboard import i18n, measured, plan, questions
 from dashboard.state import CUSTOM, NO_CLUSTER, SAME_LINK, applies, defaults
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
@@ -205,7 +205,8 @@ def views(first_example: str | None = None) -> html.Div:
         "measured": [
             html.Div(className="inline", children=[
                 html.Label("Example run", htmlFor="measured-example", id="measured-example-label"),
-                html.Div(dcc.Dropdown(id="measured-example", options=[], value=first_example, clearable=False,
+                html.Div(dcc.Dropdown(id="measured-example", options=measured.example_options(i18n.DEFAULT_LANG),
+                                      value=first_example, clearable=False,
                                       searchable=False, placeholder="your uploaded trace"),
                          className="slider"),
             ]),

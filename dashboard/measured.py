@@ -24,6 +24,7 @@ from sim.errors import RingsimError
 from sim.trace import Trace
 
 from dashboard import export
+from dashboard.i18n import Translator
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(__file__), "examples")
 EXAMPLE_PROFILE = "cpu-profile.json"
@@ -67,6 +68,31 @@ def examples(folder: str = EXAMPLES_DIR) -> tuple[Example, ...]:
                  for n in names)
 
 
+def example_label(e: Example, t: Translator) -> str:
+    """An example run in a few words from its header: ranks, scheme and layout, tokens,
+    mask, dtype."""
+    cfg = e.trace.config
+    w = cfg.get("workload", {})
+    seq = w.get("seq")
+    scheme = cfg.get("scheme", "ring")
+    run = f"{scheme}, {cfg['layout']}" if scheme == "ring" and cfg.get("layout") else scheme
+    return t("measured.example.option", ranks=t.int(e.trace.world_size), run=run,
+             tokens=t.int(seq) if isinstance(seq, int) else "?",
+             mask=t("measured.mask.causal" if w.get("causal") else "measured.mask.full"),
+             dtype=w.get("dtype", "?"))
+
+
+def example_options(lang: Any) -> list[dict[str, str]]:
+    """The Example run dropdown's options in `lang`. The page is built with them, not
+    only sent by a callback after: a dropdown that mounts with a value missing from its
+    options drops the value (the view opened from `?view=measured` showed no example)."""
+    t = Translator(lang)
+    try:
+        return [{"label": example_label(e, t), "value": e.token} for e in examples()]
+    except RingsimError:
+        return []
+
+
 def example(token: Any, folder: str = EXAMPLES_DIR) -> Example | None:
     """The example a store token names, or None when it names none."""
     if not isinstance(token, str) or not token.startswith(EXAMPLE_TOKEN_PREFIX):
@@ -84,16 +110,6 @@ def example_profile(folder: str = EXAMPLES_DIR) -> Any:
     from sim.profile import load_profile
 
     return load_profile(os.path.join(folder, EXAMPLE_PROFILE))
-
-
-def example_label(e: Example) -> str:
-    """An example in a few words from its header: ranks, scheme and layout, tokens."""
-    cfg = e.trace.config
-    w = cfg.get("workload", {})
-    how = cfg.get("layout", "") if cfg.get("scheme", "ring") == "ring" else cfg.get("scheme", "")
-    mask = "causal" if w.get("causal") else "no mask"
-    return (f"{e.trace.world_size} ranks, {cfg.get('scheme', 'ring')} {how}, {w.get('seq', '?')} tokens, "
-            f"{mask}, {w.get('dtype', '?')}, {w.get('pass', '?')}")
 
 
 # --- the machine a trace ran on, and the one the simulation models -------------------

@@ -6,7 +6,8 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from dashboard import export
+from dashboard import export, measured
+from dashboard.i18n import Translator
 from dashboard.app import create_app
 from sim.engine import simulate
 from tests.dashboard.conftest import measured_from, small_scenario
@@ -85,6 +86,20 @@ def test_the_measured_view_opens_on_an_example_and_an_upload_replaces_it(dash_du
     dash_duo.find_element("#trace-upload input[type=file]").send_keys(str(path))
     dash_duo.wait_for_contains_text("#trace-upload-status", "measured trace, 4 ranks", timeout=TIMEOUT)
     dash_duo.wait_for_contains_text("#overlay .gtitle", "Model vs measurement", timeout=TIMEOUT)
+    assert _severe(dash_duo) == []
+
+
+def test_the_measured_view_opened_from_its_link_shows_the_example_it_draws(dash_duo):
+    """Opened straight on the view (`?view=measured`), the Example run dropdown names the
+    example the overlay draws, and its status line says so: a dropdown that mounted before
+    its options came dropped its value and read "your uploaded trace"."""
+    first = measured.examples()[0]
+    dash_duo.start_server(create_app())
+    dash_duo.driver.get(dash_duo.server_url + "/?view=measured")
+    dash_duo.wait_for_contains_text("#overlay .gtitle", "Model vs measurement", timeout=TIMEOUT)
+    label = measured.example_label(first, Translator("en"))
+    dash_duo.wait_for_contains_text("#measured-example", label, timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#trace-upload-status", "Example shipped with ringsim", timeout=TIMEOUT)
     assert _severe(dash_duo) == []
 
 
