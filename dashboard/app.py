@@ -564,8 +564,6 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     return app
 
 
-
-
 def _compare_table(rows: list[dict[str, Any]]) -> html.Table:
     best = min(r["makespan_s"] for r in rows)
     head = ["layout", "overlap", "makespan", "vs best", "efficiency", "load imbalance",
