@@ -13,6 +13,8 @@ host's drift. Given two runs or more, it also splits every case's signed error o
 runs (sim.validation.error_spread) into the case's own part (its mean over the runs: the
 model's), its batch's shift in each run (the host's drift around that batch) and the
 rest, as plain errors and at the host's speed, with the cases whose own part is largest.
+Last, where the per-step error lies over all the runs (sim.validation.step_spread): the
+median signed and |error| of each step index per pass and world size.
 
     .venv/bin/python bench/error_parts.py 556f71a c904fae ... [--json out.json]
     .venv/bin/python bench/error_parts.py bench/results/validation-quick.json
@@ -31,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.errors import RingsimError  # noqa: E402
 from sim.trace import read_json, write_json  # noqa: E402
-from sim.validation import error_parts, error_spread  # noqa: E402
+from sim.validation import error_parts, error_spread, step_spread  # noqa: E402
 
 REPORT = "bench/results/validation-quick.json"
 
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             for field in ("error", "error_at_host_speed"):
                 if all(any(r.get(field) is not None for r in rep.get("cases") or []) for rep in reports):
                     spreads[field] = error_spread(reports, field)
+        steps = step_spread(reports)
     except (RingsimError, json.JSONDecodeError, KeyError, TypeError) as e:
         print(f"error_parts: {e}", file=sys.stderr)
         return 2
@@ -109,9 +112,14 @@ def main(argv: list[str] | None = None) -> int:
               f"in all {sp['runs']} runs: mean {sp['mean']:+.1%}, spread {sp['sd']:.1%}, in quadrature the case's "
               f"own {sp['case_sd']:.1%}, its batch's shift {sp['group_sd']:.1%} and the rest {sp['rest_sd']:.1%}; "
               "own part largest: " + ", ".join(f"{k} {v:+.1%}" for k, v in worst))
+    print("per-step error by step index, over every run: median signed / median |error| (steps counted)")
+    for g in steps["groups"]:
+        cells = [f"{r['step']}: {r['median_error']:+.1%} / {r['median_abs_error']:.1%} ({r['n']})"
+                 for r in steps["steps"] if (r["group"], r["world_size"]) == (g["group"], g["world_size"])]
+        print(f"  {g['group']} ws{g['world_size']}: all steps {g['median_abs_error']:.1%}; " + ", ".join(cells))
     if a.json:
         try:
-            write_json(a.json, {"runs": [{"source": s, **r} for s, r in runs], "spread": spreads},
+            write_json(a.json, {"runs": [{"source": s, **r} for s, r in runs], "spread": spreads, "steps": steps},
                        overwrite=a.force)
         except (RingsimError, OSError) as e:
             print(f"error_parts: {e}", file=sys.stderr)

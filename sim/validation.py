@@ -156,6 +156,36 @@ def error_spread(reports: list[dict[str, Any]], field: str = "error") -> dict[st
             "case_means": own, "group_shifts": shift}
 
 
+def step_spread(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the per-step error lies: every step row of every case of the reports,
+    grouped by the case's scheme, pass and world size and the step's index, with the
+    median signed error (simulated against measured, over the measured step) and the
+    median |error| of each step index, and the median |error| of each scheme, pass and
+    world size over all its steps. A step index whose signed median leans one way in
+    every group of runs is the model's shape; steps that only scatter are noise."""
+    by_step: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
+    for rep in reports:
+        for r in rep.get("cases") or []:
+            for st in r.get("steps") or []:
+                if st.get("abs_error") is None or not st["measured_s"] > 0:
+                    continue
+                key = (f"{r.get('scheme', 'ring')}/{r['pass']}", int(r["world_size"]), int(st["step"]))
+                by_step.setdefault(key, []).append(((st["simulated_s"] - st["measured_s"]) / st["measured_s"],
+                                                    st["abs_error"]))
+    if not by_step:
+        raise RingsimError("no step with a measured duration in the reports")
+    steps = [{"group": g, "world_size": n, "step": k, "n": len(v),
+              "median_error": statistics.median(e for e, _ in v),
+              "median_abs_error": statistics.median(a for _, a in v)}
+             for (g, n, k), v in sorted(by_step.items())]
+    groups: dict[tuple[str, int], list[float]] = {}
+    for (g, n, _), v in by_step.items():
+        groups.setdefault((g, n), []).extend(a for _, a in v)
+    return {"steps": steps,
+            "groups": [{"group": g, "world_size": n, "n": len(v), "median_abs_error": statistics.median(v)}
+                       for (g, n), v in sorted(groups.items())]}
+
+
 REPLAYS = 31
 """Seeded plays a validation asks for when it plays the host's spread of speeds
 (`ringsim validate --replays`): the prediction is their median, as the measurement is

@@ -918,3 +918,34 @@ def test_a_hop_counts_from_the_later_post_of_its_two_ends():
     lone = Trace("measured", 2, [Span(0, "compute", "fwd", 0, 0.0, 6.0), Span(1, "compute", "fwd", 0, 0.0, 6.0),
                                  Span(0, "send", "ag", 0, 0.0, 4.0, peer=-1)])
     assert compare_case(Case("zigzag", True, 2, 64), [lone], lone)["parts"]["mean_transfer_s"]["measured"] == 4.0
+
+
+def test_step_spread_groups_steps_by_scheme_pass_world_size_and_index():
+    from sim.errors import RingsimError
+    from sim.validation import step_spread
+
+    def case(ws, pass_, steps, scheme="ring"):
+        # steps: (step, simulated, measured); abs_error as compare_case writes it
+        return {"scheme": scheme, "world_size": ws, "pass": pass_,
+                "steps": [{"rank": 0, "step": k, "simulated_s": s, "measured_s": m,
+                           "abs_error": abs(s - m) / m if m > 0 else None} for k, s, m in steps]}
+
+    one = {"cases": [case(3, "fwd", [(0, 0.8, 1.0), (1, 1.3, 1.0)]), case(2, "fwd", [(0, 1.0, 1.0)])]}
+    two = {"cases": [case(3, "fwd", [(0, 0.9, 1.0), (1, 1.1, 1.0)]),
+                     case(3, "fwd", [(0, 0.7, 1.0), (1, 1.0, 0.0)]),         # no measured step: left out
+                     case(2, "fwd", [(0, 2.0, 1.0)], scheme="ulysses")]}
+    s = step_spread([one, two])
+    rows = {(r["group"], r["world_size"], r["step"]): r for r in s["steps"]}
+    # ring ws3 step 0: errors -0.2, -0.1, -0.3 -> median -0.2, |median| 0.2
+    assert rows["ring/fwd", 3, 0]["n"] == 3
+    assert rows["ring/fwd", 3, 0]["median_error"] == pytest.approx(-0.2)
+    assert rows["ring/fwd", 3, 0]["median_abs_error"] == pytest.approx(0.2)
+    # step 1: +0.3 and +0.1 -> 0.2
+    assert rows["ring/fwd", 3, 1]["median_error"] == pytest.approx(0.2) and rows["ring/fwd", 3, 1]["n"] == 2
+    assert rows["ulysses/fwd", 2, 0]["median_error"] == pytest.approx(1.0)
+    groups = {(g["group"], g["world_size"]): g for g in s["groups"]}
+    # ring ws3 over all steps: |errors| 0.2, 0.3, 0.1, 0.1, 0.3 -> 0.2
+    assert groups["ring/fwd", 3]["n"] == 5 and groups["ring/fwd", 3]["median_abs_error"] == pytest.approx(0.2)
+    assert groups["ring/fwd", 2]["median_abs_error"] == pytest.approx(0.0)
+    with pytest.raises(RingsimError, match="no step"):
+        step_spread([{"cases": []}])
