@@ -24,10 +24,7 @@ import sys
 
 from sim.errors import RingsimError
 from sim.trace import kept_file, read_json
-
-
-DEFAULT_REPLAYS = 31
-"""Plays per prediction, as bench/calibrate_cpu.sh validates (`ringsim validate --replays 31`)."""
+from sim.validation import REPLAYS
 
 
 def register(sub) -> None:
@@ -48,7 +45,7 @@ def register(sub) -> None:
                    help="with --check: the largest |makespan error| that passes (default 0.10)")
     p.add_argument("--replays", type=int, default=None, metavar="N",
                    help="with --check or --holdout: predict each run by the median of N plays seeded with the "
-                        "profile's measured spread, as bench/calibrate_cpu.sh validates (default 31; 1: one play "
+                        f"profile's measured spread, as bench/calibrate_cpu.sh validates (default {REPLAYS}; 1: one play "
                         "at the mean rate; a profile without a spread plays once)")
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -103,7 +100,7 @@ def cmd_from_traces(a: argparse.Namespace) -> int:
         profiles = {"traces": profile}
         if compare is not None:
             profiles["compare"] = compare
-        result = holdout(held, profiles, replays=DEFAULT_REPLAYS if a.replays is None else a.replays)
+        result = holdout(held, profiles, replays=REPLAYS if a.replays is None else a.replays)
         profile.report["holdout"] = {**result, "compare_profile": a.compare}
     profile.save(a.output, overwrite=a.force)
     if a.json:
@@ -141,7 +138,7 @@ def cmd_check(a: argparse.Namespace) -> int:
 
     if not 0 < a.tolerance < 1:
         raise RingsimError("--tolerance must lie between 0 and 1")
-    replays = DEFAULT_REPLAYS if a.replays is None else a.replays
+    replays = REPLAYS if a.replays is None else a.replays
     profile = load_profile(a.check)
 
     def show(row) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from sim.config import Workload
 from sim.host import differences, this_host
-from sim.validation import Case, compare_case, simulate_replays
+from sim.validation import REPLAYS, Case, compare_case, simulate_replays
 
 
 PROBES = (Case("zigzag", True, 2, 3072), Case("contiguous", False, 2, 3072), Case("zigzag", True, 3, 3072))
@@ -41,7 +41,7 @@ def dtype_of(profile: Any) -> str:
 
 def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: int = 1,
           probes: tuple[Case, ...] = PROBES, on_probe=None, reference_s: float = 3.0,
-          replays: int = 31) -> dict[str, Any]:
+          replays: int = REPLAYS) -> dict[str, Any]:
     """Run the probes, predict them with `profile`, and say whether it still holds.
 
     On a CPU profile the host's compute speed against the profile is read first

@@ -82,8 +82,7 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(f"{r.get('scheme', 'ring')}/{r['pass']}", []).append(r)
-    plain = _scores(rows, [r["error"] for r in rows], [r["within_range"] for r in rows],
-                    [s["abs_error"] for r in rows for s in r["steps"]], max_case_error)
+    plain = _plain_scores(rows, max_case_error)
     return {
         "cases": len(rows),
         "median_abs_error": plain["median_abs_error"],
@@ -103,11 +102,16 @@ def summarize(rows: list[dict[str, Any]], *, max_case_error: float = 0.10) -> di
     }
 
 
+def _plain_scores(rows: list[dict[str, Any]], max_case_error: float) -> dict[str, Any]:
+    """_scores of the plain predictions of `rows`."""
+    return _scores(rows, [r["error"] for r in rows], [r["within_range"] for r in rows],
+                   [s["abs_error"] for r in rows for s in r["steps"]], max_case_error)
+
+
 def _group_scores(rows: list[dict[str, Any]], max_case_error: float) -> dict[str, Any]:
     """One scheme and pass scored as the whole report is: a goal set for forward and
     forward+backward alike is read off each group."""
-    g = _scores(rows, [r["error"] for r in rows], [r["within_range"] for r in rows],
-                [s["abs_error"] for r in rows for s in r["steps"]], max_case_error)
+    g = _plain_scores(rows, max_case_error)
     return {"cases": len(rows), "median_abs_error": g["median_abs_error"], "max_abs_error": g["max_abs_error"],
             "cases_within_range_or_tolerance": g["cases_within_range_or_tolerance"],
             "step_median_abs_error": g["step_median_abs_error"]}
