@@ -13,9 +13,12 @@ an all-gather or all-to-all piece),
 exposed communication, and the clock skew between ranks (how far apart their first
 computes start); and the makespan error in two parts that add up to it (`error_parts`):
 the mean rank's compute, and the time outside it (waits on transfers and on slower
-ranks, the start skew, the time between blocks). Over several runs of the same cases
+ranks, the start skew, the time between blocks). `compare_again` scores a report's row
+against new simulated runs from what the report kept of its measurement, so that a
+changed model or profile can predict runs measured before. Over several runs of the same cases
 `error_spread` splits each error into the case's own part, its batch's shift in that
-run and the rest. It reads traces only: `ringsim
+run and the rest; `run_to_run` says how far two runs of the same cases
+measured them apart, a floor under any model's error on that host. It reads traces only: `ringsim
 validate` (hw.validate), `ringsim calibrate --check` (hw.check) and the held-out runs of
 calibration from traces (sim.calibrate_traces) all score their runs with it. A step's duration is
 sim.metrics.step_durations.
@@ -26,6 +29,7 @@ the measured side the median over repeats.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -156,6 +160,25 @@ def error_spread(reports: list[dict[str, Any]], field: str = "error") -> dict[st
             "case_means": own, "group_shifts": shift}
 
 
+def run_to_run(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """How far two validation runs of the same cases measured them apart: the median over
+    the cases both have of |ln(m_a / m_b)| / sqrt(2), m each run's measured median. Where
+    the two runs' deviations from a case's own time are independent and alike, it is the
+    median |error| that a prediction of each case's own time, exact, would show against
+    one run: a floor under the makespan error of any model on that host, from the host's
+    own irreproducibility (the drift between batches and runs, and the repeats' noise)."""
+    def medians(rep: dict[str, Any]) -> dict[str, float]:
+        return {Case(r["layout"], bool(r["causal"]), int(r["world_size"]), int(r["seq"]), r["pass"],
+                     r.get("scheme", "ring")).key: float(r["measured_median_s"])
+                for r in rep.get("cases") or [] if r.get("measured_median_s", 0) > 0}
+    ma, mb = medians(a), medians(b)
+    keys = [k for k in ma if k in mb]
+    if not keys:
+        raise RingsimError("the two runs have no measured case in common")
+    apart = [abs(math.log(ma[k] / mb[k])) / math.sqrt(2) for k in keys]
+    return {"cases": len(keys), "median": statistics.median(apart)}
+
+
 def step_spread(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Where the per-step error lies: every step row of every case of the reports,
     grouped by the case's scheme, pass and world size and the step's index, with the
@@ -211,53 +234,83 @@ def simulate_replays(scenario: Any, profile: Any, replays: int = 1) -> list[Trac
 def compare_case(case: Case, measured: list[Trace], simulated: Trace | list[Trace]) -> dict[str, Any]:
     """One row of the validation report; several simulated traces (seeded plays) count
     by their median, as the measured repeats do."""
+    spans = sorted(t.makespan_s for t in measured)
+    mean = statistics.mean(spans)
+    per_repeat = [step_durations(t) for t in measured]
+    keys = sorted({key for d in per_repeat for key in d})
+    comp_meas = [_components(t) for t in measured]
+    side = {
+        "repeats": len(spans), "measured_min_s": spans[0], "measured_median_s": statistics.median(spans),
+        "measured_max_s": spans[-1],
+        "measured_cv": statistics.stdev(spans) / mean if len(spans) > 1 and mean > 0 else 0.0,
+        # per-step errors against the median of the repeats
+        "steps": {key: statistics.median(d[key] for d in per_repeat if key in d) for key in keys},
+        "parts": {name: statistics.median(c[name] for c in comp_meas)
+                  for name in ("compute_s", "mean_transfer_s", "exposed_comm_s", "first_compute_skew_s")},
+    }
+    return _row(case, side, simulated)
+
+
+def compare_again(row: dict[str, Any], simulated: Trace | list[Trace]) -> dict[str, Any]:
+    """A report row predicted again: its measured side as the report kept it (the
+    spread, each step's median over the repeats, the parts), set against new simulated
+    runs and scored as compare_case scores them. What a changed model or profile
+    predicts for runs measured before, without measuring them again."""
+    try:
+        case = Case(row["layout"], bool(row["causal"]), int(row["world_size"]), int(row["seq"]), row["pass"],
+                    row.get("scheme", "ring"))
+        side = {name: row[name] for name in ("repeats", "measured_min_s", "measured_median_s", "measured_max_s",
+                                             "measured_cv")}
+        side["steps"] = {(int(s["rank"]), int(s["step"])): float(s["measured_s"]) for s in row["steps"]}
+        side["parts"] = {name: part["measured"] for name, part in row["parts"].items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise RingsimError(f"the report's row has no usable measurement (missing or bad {e})") from None
+    return _row(case, side, simulated)
+
+
+def _row(case: Case, side: dict[str, Any], simulated: Trace | list[Trace]) -> dict[str, Any]:
+    """The report row of a case's measured side (compare_case) against its simulated runs."""
     sims = [simulated] if isinstance(simulated, Trace) else list(simulated)
     if not sims:
         raise RingsimError("no simulated run to compare with")
-    spans = sorted(t.makespan_s for t in measured)
-    med = statistics.median(spans)
-    mean = statistics.mean(spans)
-    cv = statistics.stdev(spans) / mean if len(spans) > 1 and mean > 0 else 0.0
+    med = side["measured_median_s"]
     played = sorted(t.makespan_s for t in sims)
     sim = statistics.median(played)
-    # per-step errors against the median of the repeats
-    per_repeat = [step_durations(t) for t in measured]
     per_play = [step_durations(t) for t in sims]
     sim_steps = {key: statistics.median(d[key] for d in per_play if key in d) for key in per_play[0]}
     step_errors = []
     steps = []
     for key in sorted(sim_steps):
-        vals = [d[key] for d in per_repeat if key in d]
-        if not vals:
+        if key not in side["steps"]:
             continue
-        m = statistics.median(vals)
+        m = side["steps"][key]
         err = abs(sim_steps[key] - m) / m if m > 0 else None
         steps.append({"rank": key[0], "step": key[1], "measured_s": m,
                       "simulated_s": sim_steps[key], "abs_error": err})
         if err is not None:
             step_errors.append(err)
-    comp_meas = [_components(t) for t in measured]
     comp_plays = [_components(t) for t in sims]
     comp_sim = {name: statistics.median(c[name] for c in comp_plays) for name in comp_plays[0]}
     parts = {}
     for name in ("compute_s", "mean_transfer_s", "exposed_comm_s"):
-        m = statistics.median(c[name] for c in comp_meas)
+        m = side["parts"][name]
         parts[name] = {"measured": m, "simulated": comp_sim[name], "error": _rel(comp_sim[name], m)}
     # the clock skew is the measurement's (how far apart the ranks began); the simulator's
     # ranks start together unless the schedule holds one back
-    parts["first_compute_skew_s"] = {"measured": statistics.median(c["first_compute_skew_s"] for c in comp_meas),
+    parts["first_compute_skew_s"] = {"measured": side["parts"]["first_compute_skew_s"],
                                      "simulated": comp_sim["first_compute_skew_s"]}
     row = {
         **case.to_dict(),
-        "repeats": len(spans),
-        "measured_min_s": spans[0], "measured_median_s": med, "measured_max_s": spans[-1],
-        "measured_cv": cv,
+        "repeats": side["repeats"],
+        "measured_min_s": side["measured_min_s"], "measured_median_s": med,
+        "measured_max_s": side["measured_max_s"],
+        "measured_cv": side["measured_cv"],
         "simulated_s": sim,
         "simulated_plays": len(sims),
         "simulated_min_s": played[0], "simulated_max_s": played[-1],
         "error": (sim - med) / med,
         "abs_error": abs(sim - med) / med,
-        "within_range": spans[0] <= sim <= spans[-1],
+        "within_range": side["measured_min_s"] <= sim <= side["measured_max_s"],
         "step_median_abs_error": statistics.median(step_errors) if step_errors else None,
         "step_max_abs_error": max(step_errors) if step_errors else None,
         "parts": parts,

@@ -8,7 +8,8 @@ from sim.config import Gpu, Hardware, Link, Scenario, Workload
 from sim.engine import simulate
 from sim.trace import Span, Trace
 from hw.validate import markdown, matrix, summarize
-from sim.validation import Case, compare_case
+from sim.errors import RingsimError
+from sim.validation import Case, compare_again, compare_case
 from sim.metrics import step_durations
 
 
@@ -40,6 +41,34 @@ def test_errors_of_a_uniformly_slower_measurement():
     assert row["parts"]["compute_s"]["error"] == pytest.approx(1 / 1.10 - 1)
     cv = (sum((f - 1.1167) ** 2 for f in (1.05, 1.10, 1.20)) / 2) ** 0.5 / 1.1167
     assert row["measured_cv"] == pytest.approx(cv, rel=1e-3)
+
+
+def test_a_row_predicted_again_by_the_same_runs_is_the_same_row():
+    sim = sim_trace()
+    measured = [scaled(sim, f, shift=2.0) for f in (0.95, 1.05, 1.30)]
+    row = compare_case(Case("zigzag", True, 4, 4096), measured, sim)
+    assert compare_again(row, sim) == row
+
+
+def test_a_row_predicted_again_is_scored_against_what_the_report_kept():
+    sim = sim_trace()
+    row = compare_case(Case("zigzag", True, 4, 4096), [scaled(sim, f) for f in (1.0, 1.1, 1.2)], sim)
+    again = compare_again(row, scaled(sim, 1.21))
+    # measured median 1.1x, the new prediction 1.21x: 10% long, past the measured max 1.2x
+    assert again["error"] == pytest.approx(1.21 / 1.1 - 1)
+    assert again["within_range"] is False
+    assert again["step_median_abs_error"] == pytest.approx(1.21 / 1.1 - 1)
+    assert again["parts"]["compute_s"]["error"] == pytest.approx(1.21 / 1.1 - 1)
+    assert [(s["rank"], s["step"]) for s in again["steps"]] == [(s["rank"], s["step"]) for s in row["steps"]]
+    assert again["measured_cv"] == row["measured_cv"] and again["repeats"] == 3
+
+
+def test_a_row_without_its_measurement_is_a_one_line_error():
+    sim = sim_trace()
+    row = compare_case(Case("zigzag", True, 4, 4096), [sim], sim)
+    del row["steps"]
+    with pytest.raises(RingsimError, match="no usable measurement"):
+        compare_again(row, sim)
 
 
 def test_a_prediction_inside_the_spread_is_in_range():
@@ -949,3 +978,23 @@ def test_step_spread_groups_steps_by_scheme_pass_world_size_and_index():
     assert groups["ring/fwd", 2]["median_abs_error"] == pytest.approx(0.0)
     with pytest.raises(RingsimError, match="no step"):
         step_spread([{"cases": []}])
+
+
+def test_run_to_run_is_the_median_log_ratio_of_shared_cases_over_root_two():
+    import numpy as np
+
+    from sim.validation import run_to_run
+
+    def case(seq, median, layout="zigzag", scheme="ring"):
+        return {"layout": layout, "causal": True, "world_size": 2, "seq": seq, "pass": "fwd", "scheme": scheme,
+                "measured_median_s": median}
+
+    a = {"cases": [case(1, 1.0), case(2, 2.0), case(3, 1.0), case(4, 5.0), case(5, 1.0, scheme="ulysses")]}
+    b = {"cases": [case(1, 1.1), case(2, 1.6), case(3, 1.0), case(5, 2.0, scheme="ulysses"),
+                   case(6, 1.0)]}                                   # cases 4 and 6: one run only, left out
+    r = run_to_run(a, b)
+    expected = np.median(np.abs(np.log([1.0 / 1.1, 2.0 / 1.6, 1.0, 0.5]))) / np.sqrt(2)
+    assert r["cases"] == 4 and r["median"] == pytest.approx(expected)
+    assert run_to_run(b, a)["median"] == pytest.approx(expected)
+    with pytest.raises(RingsimError, match="no measured case in common"):
+        run_to_run(a, {"cases": [case(9, 1.0)]})
