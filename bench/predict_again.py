@@ -26,45 +26,27 @@ there, which checks the harness itself.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hw.config import RunConfig  # noqa: E402
+from bench.resimulate_law import RESULTS, _scenario, _show  # noqa: E402
 from hw.reference import reference_block  # noqa: E402
 from hw.validate import summarize  # noqa: E402
 from sim.calibrate import calibrate  # noqa: E402
-from sim.config import Workload  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.profile import profile_from_dict  # noqa: E402
 from sim.trace import write_json  # noqa: E402
 from sim.validation import REPLAYS, compare_again, run_to_run, simulate_replays  # noqa: E402
 
-RESULTS = "bench/results"
 PASSES = ("fwd", "fwdbwd")
-
-
-def _show(commit: str, path: str) -> str:
-    try:
-        return subprocess.run(["git", "show", f"{commit}:{path}"], check=True, capture_output=True,
-                              text=True).stdout
-    except subprocess.CalledProcessError as e:
-        raise RingsimError(f"git show {commit}:{path}: {e.stderr.strip()}") from None
 
 
 def _date(commit: str) -> str:
     return subprocess.run(["git", "show", "-s", "--format=%ad", "--date=format:%d %b %H:%M", commit],
                           check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _scenario(row: dict, settings: dict):
-    w = Workload(seq=row["seq"], heads=settings["heads"], kv_heads=settings["kv_heads"],
-                 head_dim=settings["head_dim"], dtype=settings["dtype"], causal=row["causal"], pass_=row["pass"])
-    return RunConfig(workload=w, world_size=row["world_size"], layout=row["layout"], scheme=row["scheme"],
-                     warmup=1, repeats=2, seed=0).scenario()
 
 
 def _scores(summary: dict) -> dict:
@@ -83,8 +65,8 @@ def predict_again(commit: str, plays: int, previous: dict | None = None) -> tupl
     profile fitted now to the run's own microbenchmarks; with the report of the run
     before, how far the two measured their cases apart. Returns the row and the run's
     ring report (cases only)."""
-    bench = json.loads(_show(commit, f"{RESULTS}/cpu-bench.json"))
-    report = json.loads(_show(commit, f"{RESULTS}/validation-quick.json"))
+    bench = _show(commit, f"{RESULTS}/cpu-bench.json")
+    report = _show(commit, f"{RESULTS}/validation-quick.json")
     cases = [r for r in report["cases"] if r.get("scheme", "ring") == "ring"]
     if not cases:
         raise RingsimError(f"{commit}: the report has no ring case")
@@ -115,7 +97,7 @@ def _reading_scale(commit: str, profile, settings: dict) -> float | None:
     reference block) into one against the refitted profile's; None where either profile
     has no such block or the committed one cannot be read by the code as it stands."""
     try:
-        then = profile_from_dict(json.loads(_show(commit, f"{RESULTS}/cpu-profile.json")))
+        then = profile_from_dict(_show(commit, f"{RESULTS}/cpu-profile.json"))
     except (RingsimError, ValueError, KeyError, TypeError):
         return None
     shape = (settings["dtype"], settings["heads"], settings["head_dim"])
