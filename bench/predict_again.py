@@ -71,18 +71,19 @@ def predict_again(commit: str, plays: int, previous: dict | None = None) -> tupl
     if not cases:
         raise RingsimError(f"{commit}: the report has no ring case")
     settings = report["settings"]
+    scenarios = [_scenario(r, settings) for r in cases]
     profile = calibrate(bench, f"{commit}:{RESULTS}/cpu-bench.json")
-    rows = [compare_again(r, simulate_replays(_scenario(r, settings), profile, plays)) for r in cases]
+    rows = [compare_again(r, simulate_replays(sc, profile, plays)) for r, sc in zip(cases, scenarios)]
+    committed = summarize(cases)
     out = {"commit": commit, "date": _date(commit), "device": (report.get("measured_on") or {}).get("device"),
-           "median_measured_cv": summarize(cases)["median_measured_cv"],
-           "committed": _scores(summarize(cases)), "now": _scores(summarize(rows)),
+           "median_measured_cv": committed["median_measured_cv"],
+           "committed": _scores(committed), "now": _scores(summarize(rows)),
            "max_diff_s": max(abs(a["simulated_s"] - r["simulated_s"]) for a, r in zip(rows, cases)),
            "errors": {a_key(a): a["error"] for a in rows}}
     scale = _reading_scale(commit, profile, settings)
     if scale is not None and all("host_speed" in r for r in cases):
-        at = [compare_again(r, simulate_replays(_scenario(r, settings),
-                                                profile.at_compute_speed(r["host_speed"] * scale), plays))
-              for r in cases]
+        at = [compare_again(r, simulate_replays(sc, profile.at_compute_speed(r["host_speed"] * scale), plays))
+              for r, sc in zip(cases, scenarios)]
         out["host_speed"] = {"min": min(r["host_speed"] for r in cases) * scale,
                              "max": max(r["host_speed"] for r in cases) * scale}
         out["now_at_host_speed"] = _scores(summarize(at))

@@ -189,8 +189,7 @@ def _median_error_parts(rows) -> dict[str, float] | None:
 
 
 def _key(row: dict[str, Any]) -> str:
-    return Case(row["layout"], row["causal"], row["world_size"], row["seq"], row["pass"],
-                row.get("scheme", "ring")).key
+    return Case.from_row(row).key
 
 
 def _pct(x: float | None) -> str:

@@ -65,6 +65,12 @@ class Case:
         except (KeyError, TypeError, ValueError) as e:
             raise RingsimError(f"the trace's header has no usable configuration (missing or bad {e})") from None
 
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Case":
+        """The case a validation report's row describes."""
+        return cls(row["layout"], bool(row["causal"]), int(row["world_size"]), int(row["seq"]), row["pass"],
+                   row.get("scheme", "ring"))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["pass"] = d.pop("pass_")
@@ -168,8 +174,7 @@ def run_to_run(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     one run: a floor under the makespan error of any model on that host, from the host's
     own irreproducibility (the drift between batches and runs, and the repeats' noise)."""
     def medians(rep: dict[str, Any]) -> dict[str, float]:
-        return {Case(r["layout"], bool(r["causal"]), int(r["world_size"]), int(r["seq"]), r["pass"],
-                     r.get("scheme", "ring")).key: float(r["measured_median_s"])
+        return {Case.from_row(r).key: float(r["measured_median_s"])
                 for r in rep.get("cases") or [] if r.get("measured_median_s", 0) > 0}
     ma, mb = medians(a), medians(b)
     keys = [k for k in ma if k in mb]
@@ -257,8 +262,7 @@ def compare_again(row: dict[str, Any], simulated: Trace | list[Trace]) -> dict[s
     runs and scored as compare_case scores them. What a changed model or profile
     predicts for runs measured before, without measuring them again."""
     try:
-        case = Case(row["layout"], bool(row["causal"]), int(row["world_size"]), int(row["seq"]), row["pass"],
-                    row.get("scheme", "ring"))
+        case = Case.from_row(row)
         side = {name: row[name] for name in ("repeats", "measured_min_s", "measured_median_s", "measured_max_s",
                                              "measured_cv")}
         side["steps"] = {(int(s["rank"]), int(s["step"])): float(s["measured_s"]) for s in row["steps"]}
