@@ -846,18 +846,8 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
     from hw.blocks import select_block_ops
 
     torch.set_num_threads(threads)
-    device = torch.device("cpu")
     ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
-    q, k, v, dout = make_block(device, entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
-                               entry["head_dim"], entry["q_tokens"], seed=ctx.rank)
-    if entry.get("kind", "fwd") == "bwd":
-        out, lse = ops.forward(q, k, v, False)
-
-        def block() -> None:
-            ops.backward(dout, q, k, v, out, lse, False)
-    else:
-        def block() -> None:
-            ops.forward(q, k, v, False)
+    block = _host_block_call(ops, entry, ctx.rank)
 
     def compute() -> float:
         t0 = time.perf_counter()
@@ -956,10 +946,25 @@ def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup:
             med = statistics.median(times)
             ctx.report(("collective", {**e, "time_s": times, "median_s": med,
                                        "gbps": e["sent_bytes"] / med / 1e9 if med > 0 else None}))
+def _host_block_call(ops, entry: dict[str, Any], seed: int) -> Callable[[], Any]:
+    """The host parts' block as one call: its forward, or where the entry's kind is bwd its
+    backward (on a forward computed once beforehand)."""
+    import torch
+
+    q, k, v, dout = make_block(torch.device("cpu"), entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
+                               entry["head_dim"], entry["q_tokens"], seed=seed)
+    if entry.get("kind", "fwd") == "bwd":
+        out, lse = ops.forward(q, k, v, False)
+        return lambda: ops.backward(dout, q, k, v, out, lse, False)
+    return lambda: ops.forward(q, k, v, False)
+
+
 def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads: int,
                  impl: str) -> dict[str, list[float]]:
     """One rank of the ring-conditions part: its compute and exchange times alone, then
-    under ring conditions (computing back to back while a thread runs exchanges)."""
+    under ring conditions (computing back to back while a thread runs exchanges). The
+    block is the entry's kind: the plan's entries are forwards; `bench/ring_backward.py`
+    measures backwards too."""
     import threading
 
     import torch
@@ -968,17 +973,15 @@ def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads:
     from hw.blocks import select_block_ops
 
     torch.set_num_threads(threads)
-    device = torch.device("cpu")
     ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
-    q, k, v, _ = make_block(device, entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
-                            entry["head_dim"], entry["q_tokens"], seed=ctx.rank)
+    block = _host_block_call(ops, entry, ctx.rank)
     send = torch.ones(entry["bytes"], dtype=torch.uint8)
     recv = torch.empty(entry["bytes"], dtype=torch.uint8)
     nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
 
     def compute() -> float:
         t0 = time.perf_counter()
-        ops.forward(q, k, v, False)
+        block()
         return time.perf_counter() - t0
 
     def exchange() -> float:

@@ -1,0 +1,118 @@
+"""Does a backward block slow more than a forward one under ring conditions?
+
+The bench's ring-conditions part (hw.bench) times a forward block computed back to back
+on k ranks while each rank's thread exchanges the block's K/V with its neighbours, against
+the same block alone; the calibration fits the host model's transfer cores and weight to
+those forwards and prices a backward by the same split, on its own sharing law. This
+measures the same entry with the backward block as well, forward and backward taking turns
+pass after pass (the host's drift lands on both), and prints each kind's compute and
+transfer slowdown next to what a profile's host model says for it.
+
+    .venv/bin/python bench/ring_backward.py [--profile bench/results/cpu-profile.json]
+        [--ranks 2 3 4] [--passes 3] [--tokens 1024] [--samples 5]
+        [--json out.json [--force]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.errors import RingsimError  # noqa: E402
+from sim.trace import kept_file, write_json  # noqa: E402
+
+KINDS = ("fwd", "bwd")
+
+
+def predicted(profile, k: int, kind: str) -> tuple[float, float] | None:
+    """The profile's (compute, transfer) slowdown for k ranks each computing a `kind` block
+    while one transfer of each is in flight, against each alone (sim.calibrate's residuals)."""
+    host = profile.contention.host if profile is not None else None
+    if host is None:
+        return None
+    compute, transfer = host.slowdowns(k, k, backward=kind == "bwd")
+    return profile.contention.slowdown_in_flight * compute, transfer / host.slowdown(host.demand(0, k))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default=None, help="a CPU profile whose host model to set beside the measurement")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 3, 4])
+    ap.add_argument("--passes", type=int, default=3, help="passes over every entry (default 3)")
+    ap.add_argument("--tokens", type=int, default=1024, help="the block's tokens (default 1024, as the bench)")
+    ap.add_argument("--samples", type=int, default=5, help="timed blocks alone per rank (default 5)")
+    ap.add_argument("--json", metavar="FILE", help="also write every pass as JSON")
+    ap.add_argument("--force", action="store_true", help="overwrite the --json file")
+    a = ap.parse_args(argv)
+    if a.passes < 1 or a.samples < 1 or a.tokens < 1 or min(a.ranks) < 2:
+        print("ring_backward: --passes, --samples and --tokens must be positive, --ranks at least 2",
+              file=sys.stderr)
+        return 2
+    why = kept_file(a.json, a.force)
+    if why:
+        print(f"ring_backward: {why}", file=sys.stderr)
+        return 2
+    profile = None
+    if a.profile:
+        from sim.profile import load_profile
+        try:
+            profile = load_profile(a.profile)
+        except (RingsimError, OSError) as e:
+            print(f"ring_backward: {e}", file=sys.stderr)
+            return 2
+
+    from hw.bench import _ring_worker, full_forward_block, ring_slowdown
+    from hw.spawn import spawn
+    from sim.config import DTYPE_BYTES
+
+    heads, head_dim = 8, 64
+    kv_bytes = 2 * heads * a.tokens * head_dim * DTYPE_BYTES["fp32"]
+    runs: list[dict] = []
+    for p in range(a.passes):
+        for k in a.ranks:
+            for kind in KINDS:
+                entry = {"processes": k, **full_forward_block("fp32", 1, heads, heads, head_dim, a.tokens, kind),
+                         "bytes": kv_bytes}
+                per_rank = spawn(_ring_worker, k, args=(entry, a.samples, 1, 1, "auto"), backend="gloo",
+                                 timeout_s=600)
+                got = {name: [t for r in per_rank for t in r[name]] for name in per_rank[0]}
+                run = {"pass": p + 1, "ranks": k, "kind": kind,
+                       "compute_alone_ms": 1e3 * statistics.median(got["compute_alone_s"]),
+                       "compute_slowdown": ring_slowdown(got["compute_ring_s"], got["compute_alone_s"]),
+                       "transfer_slowdown": ring_slowdown(got["transfer_ring_s"], got["transfer_alone_s"])}
+                runs.append(run)
+                print(f"pass {p + 1}: {k} ranks, {kind}: block alone {run['compute_alone_ms']:.1f} ms, "
+                      f"compute x{run['compute_slowdown']:.2f}, transfer x{run['transfer_slowdown']:.2f}",
+                      flush=True)
+    rows = []
+    print()
+    print(f"{'ranks':>5} {'kind':<4} {'compute (passes)':<24} {'median':>7} {'model':>6}   "
+          f"{'transfer':>8} {'model':>6}   bwd/fwd compute")
+    for k in a.ranks:
+        by_kind = {}
+        for kind in KINDS:
+            mine = [r for r in runs if r["ranks"] == k and r["kind"] == kind]
+            c = statistics.median(r["compute_slowdown"] for r in mine)
+            x = statistics.median(r["transfer_slowdown"] for r in mine)
+            model = predicted(profile, k, kind)
+            by_kind[kind] = c
+            rows.append({"ranks": k, "kind": kind, "compute_slowdown": c, "transfer_slowdown": x,
+                         "compute_by_pass": [r["compute_slowdown"] for r in mine],
+                         "model_compute_slowdown": model[0] if model else None,
+                         "model_transfer_slowdown": model[1] if model else None})
+            passes = ", ".join(f"{r['compute_slowdown']:.2f}" for r in mine)
+            ratio = f"{by_kind['bwd'] / by_kind['fwd']:.2f}x" if kind == "bwd" else ""
+            mc, mx = (f"{model[0]:.2f}", f"{model[1]:.2f}") if model else ("-", "-")
+            print(f"{k:>5} {kind:<4} {passes:<24} {c:>7.2f} {mc:>6}   {x:>8.2f} {mx:>6}   {ratio}")
+    if a.json:
+        write_json(a.json, {"tokens": a.tokens, "heads": heads, "head_dim": head_dim, "profile": a.profile,
+                            "rows": rows, "runs": runs})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The host parts' block (hw.bench._host_block_call): the forward or the backward of a
+square block without a mask, against torch's own attention and autograd, and a ring of
+ranks timing a backward under ring conditions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hw.bench import _host_block_call, _ring_worker, full_forward_block, make_block
+from hw.blocks import select_block_ops
+from hw.spawn import spawn
+
+HEADS, HEAD_DIM, TOKENS = 2, 16, 32
+
+
+def entry(kind: str) -> dict:
+    return {"processes": 2, **full_forward_block("fp32", 1, HEADS, HEADS, HEAD_DIM, TOKENS, kind),
+            "bytes": 2 * HEADS * TOKENS * HEAD_DIM * 4}
+
+
+def reference(seed: int):
+    q, k, v, dout = make_block(torch.device("cpu"), "fp32", 1, HEADS, HEADS, HEAD_DIM, TOKENS, seed=seed)
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v)
+    out.backward(dout)
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+def test_the_forward_block_is_torchs_attention():
+    ops = select_block_ops("cpu", "fp32", HEAD_DIM, "auto")
+    out, _ = _host_block_call(ops, entry("fwd"), seed=3)()
+    want, *_ = reference(3)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_backward_block_gives_autograds_gradients():
+    ops = select_block_ops("cpu", "fp32", HEAD_DIM, "auto")
+    dq, dk, dv = _host_block_call(ops, entry("bwd"), seed=5)()
+    _, want_dq, want_dk, want_dv = reference(5)
+    for got, want in ((dq, want_dq), (dk, want_dk), (dv, want_dv)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_ring_times_backward_blocks_under_ring_conditions():
+    per_rank = spawn(_ring_worker, 2, args=(entry("bwd"), 2, 1, 1, "auto"), backend="gloo", timeout_s=120)
+    assert len(per_rank) == 2
+    for r in per_rank:
+        assert len(r["compute_alone_s"]) == 2 and len(r["transfer_alone_s"]) == 2
+        assert r["compute_ring_s"] and r["transfer_ring_s"]
+        assert min(r["compute_alone_s"] + r["compute_ring_s"]) > 0
