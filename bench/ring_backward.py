@@ -30,12 +30,13 @@ KINDS = ("fwd", "bwd")
 
 def predicted(profile, k: int, kind: str) -> tuple[float, float] | None:
     """The profile's (compute, transfer) slowdown for k ranks each computing a `kind` block
-    while one transfer of each is in flight, against each alone (sim.calibrate's residuals)."""
+    while one transfer of each is in flight, against each alone; None without a host model."""
+    from sim.calibrate import ring_conditions_slowdowns
+
     host = profile.contention.host if profile is not None else None
     if host is None:
         return None
-    compute, transfer = host.slowdowns(k, k, backward=kind == "bwd")
-    return profile.contention.slowdown_in_flight * compute, transfer / host.slowdown(host.demand(0, k))
+    return ring_conditions_slowdowns(host, profile.contention.slowdown_in_flight, k, backward=kind == "bwd")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,18 +66,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ring_backward: {e}", file=sys.stderr)
             return 2
 
-    from hw.bench import _ring_worker, full_forward_block, ring_slowdown
+    from hw.bench import _ring_worker, block_kv_bytes, full_forward_block, ring_slowdown
     from hw.spawn import spawn
-    from sim.config import DTYPE_BYTES
 
     heads, head_dim = 8, 64
-    kv_bytes = 2 * heads * a.tokens * head_dim * DTYPE_BYTES["fp32"]
     runs: list[dict] = []
     for p in range(a.passes):
         for k in a.ranks:
             for kind in KINDS:
-                entry = {"processes": k, **full_forward_block("fp32", 1, heads, heads, head_dim, a.tokens, kind),
-                         "bytes": kv_bytes}
+                block = full_forward_block("fp32", 1, heads, heads, head_dim, a.tokens, kind)
+                entry = {"processes": k, **block, "bytes": block_kv_bytes(block)}
                 per_rank = spawn(_ring_worker, k, args=(entry, a.samples, 1, 1, "auto"), backend="gloo",
                                  timeout_s=600)
                 got = {name: [t for r in per_rank for t in r[name]] for name in per_rank[0]}

@@ -748,6 +748,11 @@ def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:
     return compute, comm
 
 
+def block_kv_bytes(block: dict[str, Any]) -> int:
+    """The bytes of a block's K and V: what a ring-conditions entry sends each exchange."""
+    return 2 * block["batch"] * block["kv_heads"] * block["q_tokens"] * block["head_dim"] * DTYPE_BYTES[block["dtype"]]
+
+
 def full_forward_block(dtype: str, batch: int, heads: int, kv_heads: int, head_dim: int,
                        tokens: int, kind: str = "fwd") -> dict[str, Any]:
     """A square block without a mask, as the parts that time one block describe it (a
@@ -794,7 +799,7 @@ def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[st
         for k in counts:
             e = {**_host_block(plan, k, kind), "pass": pass_}
             if part == "ring_conditions":
-                e["bytes"] = 2 * e["batch"] * e["kv_heads"] * e["q_tokens"] * e["head_dim"] * DTYPE_BYTES[e["dtype"]]
+                e["bytes"] = block_kv_bytes(e)
             key = _key(part, e)
             if key not in seen[part]:
                 seen[part].add(key)
@@ -946,6 +951,8 @@ def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup:
             med = statistics.median(times)
             ctx.report(("collective", {**e, "time_s": times, "median_s": med,
                                        "gbps": e["sent_bytes"] / med / 1e9 if med > 0 else None}))
+
+
 def _host_block_call(ops, entry: dict[str, Any], seed: int) -> Callable[[], Any]:
     """The host parts' block as one call: its forward, or where the entry's kind is bwd its
     backward (on a forward computed once beforehand)."""

@@ -631,11 +631,20 @@ def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str]) -> li
     return points
 
 
+def ring_conditions_slowdowns(host: Host, sigma: float, k: int, backward: bool = False) -> tuple[float, float]:
+    """What the host model says a ring-conditions entry of k ranks measures: (compute
+    slowdown, transfer slowdown), each against its time alone, with k computes (backward
+    ones with `backward`) and k transfers in progress; a transfer alone already ran beside
+    the other ranks' transfers (hw.bench's ring-conditions part)."""
+    compute, transfer = host.slowdowns(k, k, backward=backward)
+    return sigma * compute, transfer / host.slowdown(host.demand(0, k))
+
+
 def _ring_residual(p: dict[str, Any], host: Host, sigma: float) -> dict[str, Any]:
-    compute, transfer = host.slowdowns(int(p["k"]), int(p["k"]))
+    compute, transfer = ring_conditions_slowdowns(host, sigma, int(p["k"]))
     out = {"processes": p["k"], "compute_slowdown": p["compute_slowdown"],
-           "predicted_compute_slowdown": sigma * compute, "transfer_slowdown": p["transfer_slowdown"],
-           "predicted_transfer_slowdown": transfer / host.slowdown(host.demand(0, int(p["k"])))}
+           "predicted_compute_slowdown": compute, "transfer_slowdown": p["transfer_slowdown"],
+           "predicted_transfer_slowdown": transfer}
     if "passes" in p:
         out["passes"] = p["passes"]
     return out

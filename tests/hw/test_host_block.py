@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hw.bench import _host_block_call, _ring_worker, full_forward_block, make_block
+from hw.bench import _host_block_call, _ring_worker, block_kv_bytes, full_forward_block, make_block
 from hw.blocks import select_block_ops
 from hw.spawn import spawn
 
@@ -17,7 +17,11 @@ HEADS, HEAD_DIM, TOKENS = 2, 16, 32
 
 def entry(kind: str) -> dict:
     return {"processes": 2, **full_forward_block("fp32", 1, HEADS, HEADS, HEAD_DIM, TOKENS, kind),
-            "bytes": 2 * HEADS * TOKENS * HEAD_DIM * 4}
+            "bytes": 2 * HEADS * TOKENS * HEAD_DIM * 4}          # K and V, fp32
+
+
+def test_a_blocks_kv_bytes_are_its_k_and_v():
+    assert block_kv_bytes(entry("bwd")) == entry("bwd")["bytes"]
 
 
 def reference(seed: int):
