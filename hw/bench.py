@@ -23,7 +23,9 @@ validate it:
   every rank computes the block back to back while it sends the block's K/V to the next
   rank and receives from the previous one, exchange after exchange; the compute time
   and the exchange time under those conditions, and both alone on the same ranks (each
-  rank computing in turn with the others idle; the exchanges with no compute). CPU only;
+  rank computing in turn with the others idle; the exchanges with no compute). The
+  forward block with one hop each exchange, as a forward step; where the kinds hold bwd,
+  the backward block with two (K/V and dK/dV), as a step of the backward pass. CPU only;
 - collective: the collectives the all-gather and Ulysses schemes run (all_gather,
   reduce_scatter, all_to_all, the list forms their kernels call), over shard sizes and
   world sizes, each timed from a barrier to the slowest rank's completion: the input of
@@ -89,9 +91,10 @@ The JSON file (format "ringsim-hw-bench", version 1):
                       "bound": k·threads/cores (at least 1), "attempts": int,
                       "rejected": why (only when every attempt broke the bound),
                       "pass": which of the --host-passes measured it (1 in older files)}],
-     "ring_conditions": [{"processes": k, "kind": "fwd", "dtype", "batch", "heads",
+     "ring_conditions": [{"processes": k, "kind": "fwd"|"bwd", "dtype", "batch", "heads",
                           "kv_heads", "head_dim", "q_tokens", "kv_tokens", "mask", "flops",
-                          "bytes" (each way per hop), "threads_per_rank",
+                          "bytes" (each way per hop), "hops": hops each exchange (bwd: 2,
+                          K/V and dK/dV; absent: 1), "threads_per_rank",
                           "compute_alone_s", "transfer_alone_s", "compute_ring_s",
                           "transfer_ring_s": [samples of every rank],
                           "compute_ring_by_process_s": [[compute_ring_s, one list per rank]],
@@ -104,8 +107,8 @@ The JSON file (format "ringsim-hw-bench", version 1):
                      "median_s", "gbps": sent_bytes / median_s / 1e9}]}
 
 
-Files written before ring_conditions and the concurrency fields after "median_s"
-existed lack them; calibration reads them as before.
+Files written before ring_conditions (or its backward entries) and the concurrency
+fields after "median_s" existed lack them; calibration reads them as before.
 
 Times are seconds (CUDA events on GPU, perf_counter on CPU); samples follow `warmup`
 untimed calls. Every entry also has "load_avg_1m", the host's 1-minute load average when
@@ -525,7 +528,7 @@ def _key(part: str, e: dict[str, Any]) -> tuple:
         return (e.get("kind", "fwd"),) + tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads",
                                                               "head_dim", "q_tokens", "mask")) + (e.get("pass", 1),)
     if part == "ring_conditions":
-        return tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
+        return (e.get("kind", "fwd"), e.get("hops", 1)) + tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
                                     "q_tokens", "mask", "bytes")) + (e.get("pass", 1),)
     return tuple(e[k] for k in ("dtype", "batch", "heads", "kv_heads", "head_dim", "q_tokens",
                                 "mask", "bytes"))
@@ -576,7 +579,8 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
         return (f"concurrency {e['processes']} processes, {e.get('kind', 'fwd')} {e['dtype']} {e['q_tokens']} tokens: "
                 f"{e['mean_s'] * 1e3:.3f} ms per block" + _checked(e) + _pass(e))
     if entry_part == "ring_conditions":
-        return (f"ring conditions {e['processes']} ranks, {e['q_tokens']} tokens, {e['bytes']} B per hop: "
+        return (f"ring conditions {e['processes']} ranks, {e.get('kind', 'fwd')} {e['q_tokens']} tokens, "
+                f"{e.get('hops', 1)} x {e['bytes']} B per exchange: "
                 f"compute x{e['compute_slowdown']:.2f}, transfer x{e['transfer_slowdown']:.2f}" + _checked(e)
                 + _pass(e))
     if entry_part == "collective":
@@ -800,6 +804,8 @@ def _plan_host(plan: dict[str, Any], part: str, counts: list[int], seen: dict[st
             e = {**_host_block(plan, k, kind), "pass": pass_}
             if part == "ring_conditions":
                 e["bytes"] = block_kv_bytes(e)
+                if kind == "bwd":
+                    e["hops"] = 2
             key = _key(part, e)
             if key not in seen[part]:
                 seen[part].add(key)
@@ -818,8 +824,13 @@ def _plan_concurrency(plan: dict[str, Any], seen: dict[str, set], pass_: int = 1
 
 
 def _plan_ring(plan: dict[str, Any], seen: dict[str, set], pass_: int = 1) -> list[dict[str, Any]]:
-    """The interference part's block and its K/V in a ring of each planned size."""
-    return _plan_host(plan, "ring_conditions", sorted(set(plan["ring_processes"])), seen, ("fwd",), pass_)
+    """The interference part's block and its K/V in a ring of each planned size: its
+    forward beside one hop, as a forward step; and where the plan's kinds hold bwd, its
+    backward beside two (K/V, then dK/dV), as a step of the ring's backward pass (hw.ring).
+    On the 2-core VM on 4 December a backward with two hops in flight slowed 4-13% more
+    than the host model fitted to the forwards said (bench/results/ring_backward.json)."""
+    kinds = ("fwd", "bwd") if "bwd" in plan["kinds"] else ("fwd",)
+    return _plan_host(plan, "ring_conditions", sorted(set(plan["ring_processes"])), seen, kinds, pass_)
 
 
 def _common_window(ctx, estimate_s: float, blocks: int) -> tuple[float, float]:
@@ -971,7 +982,9 @@ def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads:
     """One rank of the ring-conditions part: its compute and exchange times alone, then
     under ring conditions (computing back to back while a thread runs exchanges). The
     block is the entry's kind: the plan's entries are forwards; `bench/ring_backward.py`
-    measures backwards too."""
+    measures backwards too, and with "hops": 2 an exchange posts two hops of "bytes" each
+    way one after the other and waits for all, as a backward step has its K/V and its
+    dK/dV hop in flight (hw.ring)."""
     import threading
 
     import torch
@@ -982,8 +995,9 @@ def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads:
     torch.set_num_threads(threads)
     ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
     block = _host_block_call(ops, entry, ctx.rank)
-    send = torch.ones(entry["bytes"], dtype=torch.uint8)
-    recv = torch.empty(entry["bytes"], dtype=torch.uint8)
+    hops = entry.get("hops", 1)
+    sends = [torch.ones(entry["bytes"], dtype=torch.uint8) for _ in range(hops)]
+    recvs = [torch.empty(entry["bytes"], dtype=torch.uint8) for _ in range(hops)]
     nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
 
     def compute() -> float:
@@ -993,8 +1007,9 @@ def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads:
 
     def exchange() -> float:
         t0 = time.perf_counter()
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, nxt, ctx.group),
-                                        dist.P2POp(dist.irecv, recv, prv, ctx.group)])
+        works = [w for send, recv in zip(sends, recvs)     # one post per hop, as the kernel posts them
+                 for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, nxt, ctx.group),
+                                                  dist.P2POp(dist.irecv, recv, prv, ctx.group)])]
         for w in works:
             w.wait()
         return time.perf_counter() - t0

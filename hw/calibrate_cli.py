@@ -262,13 +262,22 @@ def cmd_bench(a: argparse.Namespace) -> int:
               f"{host['transfer_cores']:.2f} cores per transfer in flight, a transfer "
               f"{host.get('transfer_weight', 1.0):.2f}x as slowed as a compute beside it "
               f"(from {host['ring_entries']} ring-conditions entries)")
-        for p in host.get("points", []):
-            by_pass = (" (by pass: compute " + ", ".join(f"{q['compute_slowdown']:.2f}x" for q in p["passes"])
-                       + "; transfer " + ", ".join(f"{q['transfer_slowdown']:.2f}x" for q in p["passes"]) + ")"
-                       if p.get("passes") else "")
-            print(f"  {p['processes']:g} ranks in a ring: compute {p['compute_slowdown']:.2f}x "
-                  f"(model {p['predicted_compute_slowdown']:.2f}x), transfer {p['transfer_slowdown']:.2f}x "
-                  f"(model {p['predicted_transfer_slowdown']:.2f}x)" + by_pass)
+        _ring_rows(host.get("points", []), "")
+        bwd = host.get("backward")
+        if bwd:
+            print(f"  backward blocks with two hops in flight: {bwd['residual_in_flight_slowdown']:.2f}x slower in "
+                  f"flight than the host model says (from {bwd['ring_entries']} entries)")
+            _ring_rows(bwd.get("points", []), "  ")
     for why in r.get("rejected", []):
         print(f"rejected, not fitted: {why}", file=sys.stderr)
     return 0
+
+
+def _ring_rows(points: list[dict], indent: str) -> None:
+    for p in points:
+        by_pass = (" (by pass: compute " + ", ".join(f"{q['compute_slowdown']:.2f}x" for q in p["passes"])
+                   + "; transfer " + ", ".join(f"{q['transfer_slowdown']:.2f}x" for q in p["passes"]) + ")"
+                   if p.get("passes") else "")
+        print(f"  {indent}{p['processes']:g} ranks in a ring: compute {p['compute_slowdown']:.2f}x "
+              f"(model {p['predicted_compute_slowdown']:.2f}x), transfer {p['transfer_slowdown']:.2f}x "
+              f"(model {p['predicted_transfer_slowdown']:.2f}x)" + by_pass)

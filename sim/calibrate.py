@@ -385,6 +385,7 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
     host = None
     host_report: dict[str, Any] | None = None
     sigma = max(1.0, measured_slowdown or 1.0)
+    sigma_bwd = None
     if counts:
         cores, threads = counts
         # the law in cores demanded: k processes of t threads each demand k·t
@@ -417,11 +418,18 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
             if stretch > 1.0:
                 link = LinkFit(link.latency_s / stretch, link.bandwidth_bytes_per_s * stretch)
             host_report["link_alone_stretch"] = stretch
+            backward_points = _ring_points(bench, cores, rejected, "bwd")
+            if backward_points:
+                sigma_bwd = fit_backward_in_flight(backward_points, host)
+                host_report["backward"] = {
+                    "ring_entries": sum(len(p.get("passes", [p])) for p in backward_points),
+                    "residual_in_flight_slowdown": sigma_bwd,
+                    "points": [_ring_residual(p, host, sigma_bwd, backward=True) for p in backward_points]}
         else:
             host_report["note"] = ("no ring-conditions measurements: transfers demand no cores; "
                                    "the interference slowdown stands in")
-    contention = Contention(slowdown_in_flight=sigma, compute_slots=slots, concurrency=concurrency,
-                            host=host)
+    contention = Contention(slowdown_in_flight=sigma, slowdown_in_flight_bwd=sigma_bwd, compute_slots=slots,
+                            concurrency=concurrency, host=host)
     report = {"interference": {"measured_slowdowns": slowdowns, "median_slowdown": measured_slowdown,
                                "used": contention.slowdown_in_flight},
               "compute_slots": slots,
@@ -597,17 +605,24 @@ def _compute_baseline(bench: dict[str, Any], concurrency: list[dict[str, Any]]) 
     return statistics.median(times) if times else None
 
 
-def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str]) -> list[dict[str, float]]:
-    """The accepted ring-conditions entries: ranks, compute slowdown, transfer slowdown;
-    one point per ring size, each slowdown the median over the entries of that size (the
-    bench's --host-passes, minutes apart: a spell of the cores serving something else
-    slows one of them), with each entry's own ("passes")."""
+def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str],
+                 kind: str = "fwd") -> list[dict[str, float]]:
+    """The accepted ring-conditions entries of a block kind (fwd: forwards beside one hop;
+    bwd: backwards beside their two): ranks, compute slowdown, transfer slowdown; one point
+    per ring size, each slowdown the median over the entries of that size (the bench's
+    --host-passes, minutes apart: a spell of the cores serving something else slows one of
+    them), with each entry's own ("passes")."""
     by_k: dict[float, list[dict[str, float]]] = {}
+    label = "ring conditions" if kind == "fwd" else f"ring conditions {kind}"
     for i, r in enumerate(_records(bench, "ring_conditions")):
+        if r.get("kind", "fwd") not in ("fwd", "bwd"):
+            raise RingsimError(f"bench file: ring_conditions entry {i} has kind {r.get('kind')!r}, not fwd or bwd")
+        if r.get("kind", "fwd") != kind:
+            continue
         k = _positive_int(r, "processes", f"ring_conditions entry {i}")
         t = _positive_int(r, "threads_per_rank", f"ring_conditions entry {i}")
         if r.get("rejected"):
-            rejected.append(f"ring conditions {k}: {r['rejected']}")
+            rejected.append(f"{label} {k}: {r['rejected']}")
             continue
         what = f"ring_conditions entry {i}"
         # under ring conditions the mean (throughput), alone the median (as hw.bench)
@@ -617,7 +632,7 @@ def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str]) -> li
             raise RingsimError(f"bench: {what} has a zero time alone")
         why = bound_violation(c_ring / c_alone, k, t, cores)
         if why:
-            rejected.append(f"ring conditions {k}: {why}")
+            rejected.append(f"{label} {k}: {why}")
             continue
         by_k.setdefault(float(k), []).append({"compute_slowdown": c_ring / c_alone,
                                               "transfer_slowdown": x_ring / x_alone})
@@ -640,8 +655,20 @@ def ring_conditions_slowdowns(host: Host, sigma: float, k: int, backward: bool =
     return sigma * compute, transfer / host.slowdown(host.demand(0, k))
 
 
-def _ring_residual(p: dict[str, Any], host: Host, sigma: float) -> dict[str, Any]:
-    compute, transfer = ring_conditions_slowdowns(host, sigma, int(p["k"]))
+def fit_backward_in_flight(points: list[dict[str, float]], host: Host) -> float:
+    """The in-flight slowdown of a backward compute that best explains backward
+    ring-conditions points on the fitted `host` (its transfer cores and weight from the
+    forwards): the geometric mean of each point's compute slowdown over the host model's
+    (least squares in log), at least 1. The two hops of a backward step go one after the
+    other on the link to the next rank, as the simulator plays a link's transfers, so the
+    model holds one transfer of each rank in flight."""
+    logs = [np.log(p["compute_slowdown"] / ring_conditions_slowdowns(host, 1.0, int(p["k"]), backward=True)[0])
+            for p in points]
+    return max(1.0, float(np.exp(np.mean(logs))))
+
+
+def _ring_residual(p: dict[str, Any], host: Host, sigma: float, backward: bool = False) -> dict[str, Any]:
+    compute, transfer = ring_conditions_slowdowns(host, sigma, int(p["k"]), backward=backward)
     out = {"processes": p["k"], "compute_slowdown": p["compute_slowdown"],
            "predicted_compute_slowdown": compute, "transfer_slowdown": p["transfer_slowdown"],
            "predicted_transfer_slowdown": transfer}

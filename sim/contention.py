@@ -214,6 +214,9 @@ class Host:
 class Contention:
     slowdown_in_flight: float = 1.0
     """Compute time factor while a transfer of the same rank is in flight (>= 1)."""
+    slowdown_in_flight_bwd: float | None = None
+    """The same for a backward compute, measured apart where it was (a backward step has
+    its K/V and its dK/dV hop to send); None: `slowdown_in_flight`."""
     compute_slots: float | None = None
     """Ranks that can compute at full speed at once (None: unlimited, as on GPUs)."""
     concurrency: tuple[tuple[float, float], ...] | None = None
@@ -225,7 +228,8 @@ class Contention:
 
     @property
     def active(self) -> bool:
-        return (self.slowdown_in_flight != 1.0 or self.compute_slots is not None
+        return (self.slowdown_in_flight != 1.0 or self.slowdown_in_flight_bwd not in (None, 1.0)
+                or self.compute_slots is not None
                 or self.concurrency is not None or self.host is not None)
 
     def sharing_slowdown(self, active: int) -> float:
@@ -332,11 +336,10 @@ class Sharing:
             slowdown, transfer_rate = model.sharing_slowdown(self.computes), 1.0
         shared = 1.0 / slowdown
         in_flight_rate = (1.0 / model.slowdown_in_flight) / slowdown
-        if host is not None and host.law_bwd:
-            slowdown_bwd = host.slowdowns(self.computes, self.transfers, True)[0]
-            shared_bwd, in_flight_bwd = 1.0 / slowdown_bwd, (1.0 / model.slowdown_in_flight) / slowdown_bwd
-        else:
-            shared_bwd, in_flight_bwd = shared, in_flight_rate
+        slowdown_bwd = (host.slowdowns(self.computes, self.transfers, True)[0] if host is not None and host.law_bwd
+                        else slowdown)
+        in_flight_bwd = (1.0 / (model.slowdown_in_flight_bwd or model.slowdown_in_flight)) / slowdown_bwd
+        shared_bwd = 1.0 / slowdown_bwd
         weights = self._weights()
         for op_id, run in self.running.items():
             if run.transfer:

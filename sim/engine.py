@@ -69,6 +69,7 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
     if contention is not None and contention.active:
         player = "simpy"     # rates that change mid-block need the event loop
         meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
+                              "slowdown_in_flight_bwd": contention.slowdown_in_flight_bwd,
                               "compute_slots": contention.compute_slots,
                               "concurrency": contention.concurrency,
                               "host": dataclasses.asdict(contention.host) if contention.host else None}

@@ -211,6 +211,7 @@ class Profile:
                 "link": {"latency_s": self.link.latency_s,
                          "bandwidth_bytes_per_s": self.link.bandwidth_bytes_per_s},
                 "contention": {"slowdown_in_flight": self.contention.slowdown_in_flight,
+                               "slowdown_in_flight_bwd": self.contention.slowdown_in_flight_bwd,
                                "compute_slots": self.contention.compute_slots,
                                "concurrency": self.contention.concurrency,
                                "host": host_to_dict(self.contention.host)},
@@ -229,6 +230,7 @@ class Profile:
             "link": {"latency_s": self.link.latency_s,
                      "bandwidth_bytes_per_s": self.link.bandwidth_bytes_per_s},
             "contention": {"slowdown_in_flight": self.contention.slowdown_in_flight,
+                           "slowdown_in_flight_bwd": self.contention.slowdown_in_flight_bwd,
                            "compute_slots": self.contention.compute_slots,
                            "concurrency": ([list(p) for p in self.contention.concurrency]
                                            if self.contention.concurrency else None),
@@ -340,8 +342,10 @@ def profile_from_dict(d: Any, source: str = "") -> Profile:
             raise RingsimError("profile: contention.concurrency must be [processes, slowdown] pairs")
         conc = tuple(sorted((_num(p[0], "processes", positive=True), _num(p[1], "slowdown", positive=True))
                             for p in conc))
+    bwd = cont.get("slowdown_in_flight_bwd")
     contention = Contention(
         slowdown_in_flight=max(1.0, _num(cont.get("slowdown_in_flight", 1.0), "slowdown_in_flight", positive=True)),
+        slowdown_in_flight_bwd=None if bwd is None else max(1.0, _num(bwd, "slowdown_in_flight_bwd", positive=True)),
         compute_slots=None if slots is None else _num(slots, "compute_slots", positive=True),
         concurrency=conc, host=_host(cont.get("host")))
     raw_coll = d.get("collectives", {})

@@ -1,6 +1,6 @@
 """The host parts' block (hw.bench._host_block_call): the forward or the backward of a
 square block without a mask, against torch's own attention and autograd, and a ring of
-ranks timing a backward under ring conditions."""
+ranks timing a backward under ring conditions, with one hop in flight and with two."""
 
 from __future__ import annotations
 
@@ -55,3 +55,14 @@ def test_a_ring_times_backward_blocks_under_ring_conditions():
         assert len(r["compute_alone_s"]) == 2 and len(r["transfer_alone_s"]) == 2
         assert r["compute_ring_s"] and r["transfer_ring_s"]
         assert min(r["compute_alone_s"] + r["compute_ring_s"]) > 0
+
+
+@pytest.mark.slow
+def test_a_ring_of_three_exchanges_a_backward_steps_two_hops():
+    """Two hops posted one after the other each exchange (K/V, then dK/dV) complete on
+    every rank of a ring of three: none waits on a post its neighbour has not made."""
+    per_rank = spawn(_ring_worker, 3, args=({**entry("bwd"), "processes": 3, "hops": 2}, 2, 1, 1, "auto"),
+                     backend="gloo", timeout_s=120)
+    assert len(per_rank) == 3
+    for r in per_rank:
+        assert len(r["transfer_alone_s"]) == 2 and r["transfer_ring_s"] and r["compute_ring_s"]

@@ -224,6 +224,39 @@ def test_ring_conditions_give_how_much_slower_a_transfer_runs_than_a_compute():
     assert RING != WEIGHTED and calibrate(ring_bench()).contention.host.transfer_weight == pytest.approx(1.0)
 
 
+def test_backward_ring_entries_give_a_backward_compute_its_own_in_flight_slowdown():
+    """RING's host with backward entries beside its forwards, their computes 1.35x the host
+    model's (the law for backwards too: bench() measured none apart), at each size: the
+    forwards' fit is as before (0.5 core, 1.2x) and a backward computes 1.35x slower in
+    flight; backward entries at the model's own slowdown give 1.0, never below."""
+    def with_backward(factor):
+        b = ring_bench()
+        b["ring_conditions"] += [{**e, "kind": "bwd", "hops": 2,
+                                  "compute_ring_s": [t / 1.2 * factor for t in e["compute_ring_s"]]}
+                                 for e in b["ring_conditions"]]
+        return calibrate(b)
+
+    p = with_backward(1.35)
+    assert p.contention.host.transfer_cores == pytest.approx(0.5)
+    assert p.contention.slowdown_in_flight == pytest.approx(1.2)
+    assert p.contention.slowdown_in_flight_bwd == pytest.approx(1.35)
+    back = p.report["host"]["backward"]
+    assert back["ring_entries"] == 3 and back["residual_in_flight_slowdown"] == pytest.approx(1.35)
+    for point in back["points"]:
+        assert point["predicted_compute_slowdown"] == pytest.approx(point["compute_slowdown"])
+    assert with_backward(0.9).contention.slowdown_in_flight_bwd == 1.0
+    assert calibrate(ring_bench()).contention.slowdown_in_flight_bwd is None
+    saved = profile_from_dict(p.to_dict())
+    assert saved.contention.slowdown_in_flight_bwd == pytest.approx(1.35)
+
+
+def test_a_ring_entry_of_an_unknown_kind_is_a_clear_error():
+    b = ring_bench()
+    b["ring_conditions"][0]["kind"] = "sideways"
+    with pytest.raises(RingsimError, match="ring_conditions entry 0 has kind 'sideways'"):
+        calibrate(b)
+
+
 def test_a_ring_entry_below_the_core_bound_is_rejected():
     # 4 ranks on 2 cores computing only 1.5x slower than alone: impossible (at least 2x)
     p = calibrate(ring_bench({**RING, 4: (1.5, 4.1 / 1.1)}))

@@ -231,6 +231,20 @@ def test_a_backward_compute_runs_by_the_backward_law_beside_a_forward_one():
     assert ends[1] == pytest.approx(4.0) and ends[0] == pytest.approx(4.0 + (1 - 4 / 6) * 2)
 
 
+def test_a_backward_compute_in_flight_runs_by_its_own_in_flight_slowdown():
+    """No host: a forward and a backward of 1 s on ranks 0 and 1, a 10 s transfer between
+    them keeping both in flight. The forward runs at 1/2 (slowdown_in_flight) and ends at
+    2 s, the backward at 1/3 (slowdown_in_flight_bwd) and ends at 3 s; without a backward
+    factor both run at 1/2."""
+    ops = [("compute", 0, 1.0, 0.0), ("backward", 1, 1.0, 0.0), ("transfer", 0, 1, 10.0, 0.0)]
+    ends = play_ops(Contention(slowdown_in_flight=2.0, slowdown_in_flight_bwd=3.0), 2, ops)
+    assert ends[:2] == [pytest.approx(2.0), pytest.approx(3.0)]
+    assert play_ops(Contention(slowdown_in_flight=2.0), 2, ops)[:2] == [pytest.approx(2.0), pytest.approx(2.0)]
+    # out of flight it is the host's rate alone: a backward of 1 s and no transfer ends at 1 s
+    assert play_ops(Contention(slowdown_in_flight_bwd=3.0), 2, [("backward", 1, 1.0, 0.0)])[0] == pytest.approx(1.0)
+    assert Contention(slowdown_in_flight_bwd=1.5).active and not Contention(slowdown_in_flight_bwd=1.0).active
+
+
 def test_the_engine_plays_a_ring_s_backward_blocks_by_the_backward_law():
     """Four ranks on two cores, a ring's forward and backward without a mask and with
     transfers too fast to matter: every rank computes in lock step, so each forward block
