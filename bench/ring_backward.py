@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                        "compute_slowdown": ring_slowdown(got["compute_ring_s"], got["compute_alone_s"]),
                        "transfer_slowdown": ring_slowdown(got["transfer_ring_s"], got["transfer_alone_s"])}
                 runs.append(run)
-                print(f"pass {p + 1}: {k} ranks, {kind} with {hops} hop(s): block alone {run['compute_alone_ms']:.1f} ms, "
+                print(f"pass {p + 1}: {k} ranks, {kind} with {hops} hop(s): "
+                      f"block alone {run['compute_alone_ms']:.1f} ms, "
                       f"compute x{run['compute_slowdown']:.2f}, transfer x{run['transfer_slowdown']:.2f}",
                       flush=True)
     rows = []

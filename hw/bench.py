@@ -528,8 +528,9 @@ def _key(part: str, e: dict[str, Any]) -> tuple:
         return (e.get("kind", "fwd"),) + tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads",
                                                               "head_dim", "q_tokens", "mask")) + (e.get("pass", 1),)
     if part == "ring_conditions":
-        return (e.get("kind", "fwd"), e.get("hops", 1)) + tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim",
-                                    "q_tokens", "mask", "bytes")) + (e.get("pass", 1),)
+        return ((e.get("kind", "fwd"), e.get("hops", 1))
+                + tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads", "head_dim", "q_tokens",
+                                       "mask", "bytes")) + (e.get("pass", 1),))
     return tuple(e[k] for k in ("dtype", "batch", "heads", "kv_heads", "head_dim", "q_tokens",
                                 "mask", "bytes"))
 
