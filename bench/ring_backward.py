@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{k:>5} {kind:<4} {hops:>4} {passes:<24} {c:>7.2f} {mc:>6}   {x:>8.2f} {mx:>6}   {ratio}")
     if a.json:
         write_json(a.json, {"tokens": a.tokens, "heads": heads, "head_dim": head_dim, "profile": a.profile,
-                            "rows": rows, "runs": runs})
+                            "rows": rows, "runs": runs}, overwrite=a.force)
     return 0
 
 
