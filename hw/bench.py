@@ -827,9 +827,9 @@ def _plan_concurrency(plan: dict[str, Any], seen: dict[str, set], pass_: int = 1
 def _plan_ring(plan: dict[str, Any], seen: dict[str, set], pass_: int = 1) -> list[dict[str, Any]]:
     """The interference part's block and its K/V in a ring of each planned size: its
     forward beside one hop, as a forward step; and where the plan's kinds hold bwd, its
-    backward beside two (K/V, then dK/dV), as a step of the ring's backward pass (hw.ring).
-    On the 2-core VM on 4 December a backward with two hops in flight slowed 4-13% more
-    than the host model fitted to the forwards said (bench/results/ring_backward.json)."""
+    backward beside two (K/V, then dK/dV), as a step of the ring's backward pass (hw.ring):
+    calibration fits the transfers' share of the cores to both kinds, each with its own
+    in-flight slowdown (sim.calibrate.fit_ring_conditions)."""
     kinds = ("fwd", "bwd") if "bwd" in plan["kinds"] else ("fwd",)
     return _plan_host(plan, "ring_conditions", sorted(set(plan["ring_processes"])), seen, kinds, pass_)
 

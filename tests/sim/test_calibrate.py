@@ -250,6 +250,20 @@ def test_backward_ring_entries_give_a_backward_compute_its_own_in_flight_slowdow
     assert saved.contention.slowdown_in_flight_bwd == pytest.approx(1.35)
 
 
+def test_backward_ring_entries_weigh_in_the_transfers_share():
+    """The transfers' cores and weight are fitted to both kinds at once: RING's forwards
+    with backward entries whose exchanges ran 1.5x slower than RING's give another host
+    than the forwards alone (0.5 core, weight 1), and no longer explain every point."""
+    b = ring_bench()
+    b["ring_conditions"] += [{**e, "kind": "bwd", "hops": 2,
+                              "transfer_ring_s": [t * 1.5 for t in e["transfer_ring_s"]]}
+                             for e in ring_bench()["ring_conditions"]]
+    p = calibrate(b)
+    host = p.contention.host
+    assert (host.transfer_cores, host.transfer_weight) != pytest.approx((0.5, 1.0))
+    assert p.report["host"]["sum_sq_log_error"] > 0.01
+
+
 def test_a_ring_entry_of_an_unknown_kind_is_a_clear_error():
     b = ring_bench()
     b["ring_conditions"][0]["kind"] = "sideways"
