@@ -264,6 +264,21 @@ def test_backward_ring_entries_weigh_in_the_transfers_share():
     assert p.report["host"]["sum_sq_log_error"] > 0.01
 
 
+def test_calibrate_cli_reports_the_backward_ring_points(tmp_path, capsys):
+    b = ring_bench()
+    b["ring_conditions"] += [{**e, "kind": "bwd", "hops": 2,
+                              "compute_ring_s": [t / 1.2 * 1.35 for t in e["compute_ring_s"]]}
+                             for e in ring_bench()["ring_conditions"]]
+    src = tmp_path / "b.json"
+    src.write_text(json.dumps(b))
+    assert main(["calibrate", str(src), "-o", str(tmp_path / "p.json")]) == 0
+    text = capsys.readouterr().out
+    assert "backward blocks with two hops in flight: 1.35x slower in flight than the host model says (from 3" in text
+    # the forward point and the backward one of two ranks, each beside the model's figure
+    assert f"  2 ranks in a ring: compute {1.2 * 1.85:.2f}x (model {1.2 * 1.85:.2f}x)" in text
+    assert f"    2 ranks in a ring: compute {1.35 * 1.85:.2f}x (model {1.35 * 1.85:.2f}x)" in text
+
+
 def test_a_ring_entry_of_an_unknown_kind_is_a_clear_error():
     b = ring_bench()
     b["ring_conditions"][0]["kind"] = "sideways"
