@@ -42,9 +42,8 @@ def predicted(profile, k: int, kind: str) -> tuple[float, float] | None:
     host = profile.contention.host if profile is not None else None
     if host is None:
         return None
-    cont = profile.contention
-    sigma = (cont.slowdown_in_flight_bwd or cont.slowdown_in_flight) if kind == "bwd" else cont.slowdown_in_flight
-    return ring_conditions_slowdowns(host, sigma, k, backward=kind == "bwd")
+    backward = kind == "bwd"
+    return ring_conditions_slowdowns(host, profile.contention.in_flight(backward), k, backward=backward)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -427,7 +427,7 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
         host_report = {"cores": cores, "threads_per_rank": threads, "law": [list(p) for p in law] if law else None,
                        "law_bwd": [list(p) for p in law_bwd] if law_bwd else None,
                        "spread": [list(p) for p in spread] if spread else None, "placement": host.placement,
-                       "ring_entries": sum(len(p.get("passes", [p])) for p in ring_points),
+                       "ring_entries": _entry_count(ring_points),
                        "transfer_cores": 0.0}
         for name, passes in (("law_passes", passes_fwd), ("law_bwd_passes", passes_bwd)):
             if any(len(v) > 1 for v in passes.values()):
@@ -446,7 +446,7 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
             host_report["link_alone_stretch"] = stretch
             if backward_points:
                 host_report["backward"] = {
-                    "ring_entries": sum(len(p.get("passes", [p])) for p in backward_points),
+                    "ring_entries": _entry_count(backward_points),
                     "residual_in_flight_slowdown": sigma_bwd,
                     "points": [_ring_residual(p, host, sigma_bwd, backward=True) for p in backward_points]}
         else:
@@ -668,6 +668,11 @@ def _ring_points(bench: dict[str, Any], cores: float, rejected: list[str],
             point["passes"] = ps
         points.append(point)
     return points
+
+
+def _entry_count(points: list[dict[str, Any]]) -> int:
+    """The ring-conditions entries behind `points` (a point of several passes lists each)."""
+    return sum(len(p.get("passes", [p])) for p in points)
 
 
 def ring_conditions_slowdowns(host: Host, sigma: float, k: int, backward: bool = False) -> tuple[float, float]:

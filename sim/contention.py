@@ -232,6 +232,11 @@ class Contention:
                 or self.compute_slots is not None
                 or self.concurrency is not None or self.host is not None)
 
+    def in_flight(self, backward: bool = False) -> float:
+        """The compute time factor while a transfer of the same rank is in flight, of a
+        backward compute with `backward` (its own where it was measured)."""
+        return (self.slowdown_in_flight_bwd or self.slowdown_in_flight) if backward else self.slowdown_in_flight
+
     def sharing_slowdown(self, active: int) -> float:
         """How much slower each of `active` computing ranks runs than one alone, counting
         computes only (the model without a host)."""
@@ -338,7 +343,7 @@ class Sharing:
         in_flight_rate = (1.0 / model.slowdown_in_flight) / slowdown
         slowdown_bwd = (host.slowdowns(self.computes, self.transfers, True)[0] if host is not None and host.law_bwd
                         else slowdown)
-        in_flight_bwd = (1.0 / (model.slowdown_in_flight_bwd or model.slowdown_in_flight)) / slowdown_bwd
+        in_flight_bwd = (1.0 / model.in_flight(backward=True)) / slowdown_bwd
         shared_bwd = 1.0 / slowdown_bwd
         weights = self._weights()
         for op_id, run in self.running.items():

@@ -224,19 +224,26 @@ def test_ring_conditions_give_how_much_slower_a_transfer_runs_than_a_compute():
     assert RING != WEIGHTED and calibrate(ring_bench()).contention.host.transfer_weight == pytest.approx(1.0)
 
 
+def with_backward(b, compute=None, transfer=None):
+    """Bench `b` with a backward entry beside each of RING's, a backward step's two hops
+    each exchange: as RING's, or with its compute `compute` times the host model's (RING's
+    in-flight 1.2x taken out) and its exchanges `transfer` times RING's."""
+    for e in ring_bench()["ring_conditions"]:
+        back = {**e, "kind": "bwd", "hops": 2}
+        if compute is not None:
+            back["compute_ring_s"] = [t / 1.2 * compute for t in e["compute_ring_s"]]
+        if transfer is not None:
+            back["transfer_ring_s"] = [t * transfer for t in e["transfer_ring_s"]]
+        b["ring_conditions"].append(back)
+    return b
+
+
 def test_backward_ring_entries_give_a_backward_compute_its_own_in_flight_slowdown():
     """RING's host with backward entries beside its forwards, their computes 1.35x the host
     model's (the law for backwards too: bench() measured none apart), at each size: the
     forwards' fit is as before (0.5 core, 1.2x) and a backward computes 1.35x slower in
     flight; backward entries at the model's own slowdown give 1.0, never below."""
-    def with_backward(factor):
-        b = ring_bench()
-        b["ring_conditions"] += [{**e, "kind": "bwd", "hops": 2,
-                                  "compute_ring_s": [t / 1.2 * factor for t in e["compute_ring_s"]]}
-                                 for e in b["ring_conditions"]]
-        return calibrate(b)
-
-    p = with_backward(1.35)
+    p = calibrate(with_backward(ring_bench(), compute=1.35))
     assert p.contention.host.transfer_cores == pytest.approx(0.5)
     assert p.contention.slowdown_in_flight == pytest.approx(1.2)
     assert p.contention.slowdown_in_flight_bwd == pytest.approx(1.35)
@@ -244,7 +251,7 @@ def test_backward_ring_entries_give_a_backward_compute_its_own_in_flight_slowdow
     assert back["ring_entries"] == 3 and back["residual_in_flight_slowdown"] == pytest.approx(1.35)
     for point in back["points"]:
         assert point["predicted_compute_slowdown"] == pytest.approx(point["compute_slowdown"])
-    assert with_backward(0.9).contention.slowdown_in_flight_bwd == 1.0
+    assert calibrate(with_backward(ring_bench(), compute=0.9)).contention.slowdown_in_flight_bwd == 1.0
     assert calibrate(ring_bench()).contention.slowdown_in_flight_bwd is None
     saved = profile_from_dict(p.to_dict())
     assert saved.contention.slowdown_in_flight_bwd == pytest.approx(1.35)
@@ -254,23 +261,15 @@ def test_backward_ring_entries_weigh_in_the_transfers_share():
     """The transfers' cores and weight are fitted to both kinds at once: RING's forwards
     with backward entries whose exchanges ran 1.5x slower than RING's give another host
     than the forwards alone (0.5 core, weight 1), and no longer explain every point."""
-    b = ring_bench()
-    b["ring_conditions"] += [{**e, "kind": "bwd", "hops": 2,
-                              "transfer_ring_s": [t * 1.5 for t in e["transfer_ring_s"]]}
-                             for e in ring_bench()["ring_conditions"]]
-    p = calibrate(b)
+    p = calibrate(with_backward(ring_bench(), transfer=1.5))
     host = p.contention.host
     assert (host.transfer_cores, host.transfer_weight) != pytest.approx((0.5, 1.0))
     assert p.report["host"]["sum_sq_log_error"] > 0.01
 
 
 def test_calibrate_cli_reports_the_backward_ring_points(tmp_path, capsys):
-    b = ring_bench()
-    b["ring_conditions"] += [{**e, "kind": "bwd", "hops": 2,
-                              "compute_ring_s": [t / 1.2 * 1.35 for t in e["compute_ring_s"]]}
-                             for e in ring_bench()["ring_conditions"]]
     src = tmp_path / "b.json"
-    src.write_text(json.dumps(b))
+    src.write_text(json.dumps(with_backward(ring_bench(), compute=1.35)))
     assert main(["calibrate", str(src), "-o", str(tmp_path / "p.json")]) == 0
     text = capsys.readouterr().out
     assert "backward blocks with two hops in flight: 1.35x slower in flight than the host model says (from 3" in text
