@@ -50,6 +50,14 @@ class Ring:
     """Where spans go; None runs untimed."""
     store: Any = None
     """The rendezvous store, where a failing rank leaves its name (see `note_failure`)."""
+    channel: Any = None
+    """Makes the ring's transfer channels, `channel(ring, kind)`; None: `RingComm` over
+    torch.distributed. `bench/ring_in_process.py` plays the ring's ranks as threads of one
+    process and hands the blocks between them in memory."""
+
+    def comm(self, kind: str) -> "RingComm":
+        """The channel for one kind of block ('kv' or 'dkv') to rank + 1 and from rank - 1."""
+        return (self.channel or RingComm)(self, kind)
 
     @property
     def next(self) -> int:

@@ -37,7 +37,7 @@ from sim.config import BWD_FLOPS_FACTOR, Workload
 from sim.layouts import chunks_of_rank, exact_work
 
 from hw.blocks import BlockOps
-from hw.comm import Ring, RingComm
+from hw.comm import Ring
 from hw.layouts import block_pieces
 from sim.layouts.base import ALL
 from hw.merge import merge_, new_accumulators
@@ -88,7 +88,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
     out = lse = None
     qh = _heads_first(q)
     block_at = _kv_buffers(k, v, n)
-    comm = RingComm(ring, "kv")
+    comm = ring.comm("kv")
     for step in range(n):
         if on_step is not None:
             on_step(step0 + step)
@@ -147,7 +147,7 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     # dK/dV accumulators arriving from r - 1 (fp32, K and V as two tensors), two in turn
     dkv_in = [(_tokens_first_fp32(kv_shape, q.device), _tokens_first_fp32(kv_shape, q.device))
               for _ in range(2 if n > 1 else 0)]
-    kv_comm, dkv_comm = RingComm(ring, "kv"), RingComm(ring, "dkv")
+    kv_comm, dkv_comm = ring.comm("kv"), ring.comm("dkv")
     acc: tuple[torch.Tensor, torch.Tensor] | None = None
     for step in range(n):
         if on_step is not None:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The kernel's checks on one GPU, in one go (a few minutes on an H100/H200):
+#   1. exactness: the ring on 2-8 ranks (threads of one process, bench/ring_exact.py) on
+#      the CUDA block operators, forward and backward, against fp64 attention
+#   2. the bf16 block compute grid for calibration (bench/gpu_block_grid.sh)
+#   3. one measured run of the kernel on the GPU (world size 1, CUDA events): a trace in
+#      the simulator's format and the attention's measured FLOP/s
+#
+#   bench/gpu_check.sh OUTDIR
+#
+# Needs ringsim installed (its `ringsim hw` commands) in $PYTHON (default python3), with a
+# torch build with CUDA (>= 2.11). Writes ring_exact.json, hw_bench_gpu_block_grid.json, hw_run_ws1.json and
+# trace_ws1_fwdbwd.json to OUTDIR; exit status 1 when a step failed (the others still run).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ $# -eq 1 ] || { echo "usage: bench/gpu_check.sh OUTDIR" >&2; exit 2; }
+out=$1
+mkdir -p "$out"
+export PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
+"$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device visible to torch " + torch.__version__)' || exit 2
+"$PYTHON" -m sim.cli hw --help >/dev/null || { echo "ringsim's hw commands are not installed in $PYTHON (pip install .)" >&2; exit 2; }
+"$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())'
+failed=0
+step() { echo "== $*" >&2; local t0=$SECONDS; "$@" || { echo "== failed: $*" >&2; failed=1; }; echo "== $((SECONDS - t0)) s" >&2; }
+steps=${GPU_CHECK_STEPS:-exact,grid,run}   # a subset reruns the named steps alone
+[[ ,$steps, == *,exact,* ]] && step "$PYTHON" bench/ring_exact.py --device cuda --block-impl fused --json "$out/ring_exact.json" --force
+[[ ,$steps, == *,grid,* ]] && step bench/gpu_block_grid.sh "$out/hw_bench_gpu_block_grid.json"
+[[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli hw run --device cuda --world-size 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
+    --pass fwdbwd --warmup 2 --repeats 3 --measure-rate --trace "$out/trace_ws1_fwdbwd.json" --force --json \
+    > "$out/hw_run_ws1.json"
+exit $failed

@@ -1,0 +1,136 @@
+"""The ring's ranks as threads of one process, its transfers handed over in memory.
+
+NCCL puts one rank on one GPU, so a machine with a single GPU cannot run the ring over
+torch.distributed. `play_ring` runs `hw.ring.ring_forward` and `ring_backward`
+unchanged, each rank in a thread of this process on the same device, with the ring's
+channels (`Ring.channel`) replaced by `ThreadChannel`: a post puts a copy of the
+blocks it sends in the receiver's queue, a wait takes the oldest from its own. Every
+piece, merge and dK/dV accumulation is the kernel's own, on the device's own operators
+(`hw.blocks`), so the numbers are the kernel's; the timings are not (the ranks share
+one device and one Python interpreter), and nothing is recorded.
+
+All threads enqueue on the device's current stream, so a copy made at a post is
+ordered after the work that wrote the block and before the receiver's use of it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any
+
+import torch
+
+from hw.blocks import BlockOps
+from hw.comm import Ring
+from hw.layouts import shard, unshard
+from hw.ring import ring_backward, ring_forward
+from sim.errors import RingsimError
+
+
+class _Mailbox:
+    """One queue per (receiving rank, kind of block)."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self._cv = threading.Condition()
+        self._queues: dict[tuple[int, str], collections.deque] = collections.defaultdict(collections.deque)
+        self.failed: BaseException | None = None
+
+    def put(self, to: int, kind: str, tensors: list[torch.Tensor]) -> None:
+        with self._cv:
+            self._queues[(to, kind)].append(tensors)
+            self._cv.notify_all()
+
+    def take(self, rank: int, kind: str) -> list[torch.Tensor]:
+        queue = self._queues[(rank, kind)]
+        with self._cv:
+            if not self._cv.wait_for(lambda: queue or self.failed is not None, self.timeout_s):
+                raise RingsimError(f"rank {rank}: no {kind} block arrived within {self.timeout_s:g} s")
+            if self.failed is not None and not queue:
+                raise RingsimError(f"rank {rank}: a peer failed ({self.failed})")
+            return queue.popleft()
+
+    def fail(self, e: BaseException) -> None:
+        with self._cv:
+            if self.failed is None:   # the first failure is the cause; later ones follow it
+                self.failed = e
+            self._cv.notify_all()
+
+
+class ThreadChannel:
+    """`hw.comm.RingComm`'s post and wait between threads: send to rank + 1, receive from
+    rank - 1, in order."""
+
+    def __init__(self, ring: Ring, kind: str):
+        self.ring = ring
+        self.kind = kind
+        self._recv: list[torch.Tensor] | None = None
+
+    def post(self, send, recv, *, step: int, send_chunks=(), recv_chunks=(), holds=None) -> None:
+        ring = self.ring
+        ring.group.put(ring.next, self.kind, [t.clone() for t in send])
+        self._recv = list(recv)
+
+    def wait(self, *, step: int, q_chunks=(), kv_chunks=()) -> None:
+        recv, self._recv = self._recv, None
+        if recv is None:
+            raise RingsimError(f"rank {self.ring.rank}: wait on {self.kind} with nothing posted")
+        got = self.ring.group.take(self.ring.rank, self.kind)
+        for dst, src in zip(recv, got, strict=True):
+            dst.copy_(src)
+
+
+class _Clock:
+    """What the ring asks of a clock when nothing is recorded."""
+
+    @staticmethod
+    def mark() -> float:
+        return time.perf_counter()
+
+
+def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor | None, *,
+              world: int, layout: str, causal: bool, ops: BlockOps,
+              timeout_s: float = 120.0) -> tuple[torch.Tensor, ...]:
+    """Output (and dq, dk, dv when dout is given) of the ring on `world` threads, in the
+    original token order, on q's device.
+
+    q, dout: (batch, seq, heads, head_dim); k, v: (batch, seq, kv_heads, head_dim); seq
+    divisible by the layout's chunks (2 x world for zigzag).
+    """
+    chunks = 2 * world if layout == "zigzag" else world
+    if world < 1 or q.shape[1] % chunks:
+        raise RingsimError(f"{q.shape[1]} tokens do not split into {chunks} chunks of the {layout} layout")
+    device = q.device
+    box = _Mailbox(timeout_s)
+    parts: list[Any] = [None] * world
+
+    def shard_of(x: torch.Tensor, rank: int) -> torch.Tensor:
+        return shard(x.cpu(), layout, world, rank).to(device)
+
+    def rank_main(rank: int) -> None:
+        try:
+            ring = Ring(rank=rank, world=world, group=box, clock=_Clock(), channel=ThreadChannel)
+            mine = [shard_of(x, rank) for x in (q, k, v)]
+            out, lse = ring_forward(*mine, ring=ring, layout=layout, causal=causal, ops=ops)
+            if dout is None:
+                parts[rank] = (out,)
+                return
+            grads = ring_backward(shard_of(dout, rank), *mine, out, lse, ring=ring, layout=layout,
+                                  causal=causal, ops=ops)
+            parts[rank] = (out, *grads)
+        except BaseException as e:  # handed to the caller below
+            parts[rank] = e
+            box.fail(e)
+
+    threads = [threading.Thread(target=rank_main, args=(r,), name=f"ring-rank-{r}") for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if box.failed is not None:
+        raise box.failed
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return tuple(unshard([p[i].cpu() for p in parts], layout).to(device) for i in range(len(parts[0])))

@@ -1,0 +1,87 @@
+"""bench/gpu_vs_preset.py: measured GPU blocks against the preset's published-throughput
+time, checked against the table's own numbers worked by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("gpu_vs_preset", ROOT / "bench" / "gpu_vs_preset.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _entry(kind, mask, tokens, heads, median_s, batch=1):
+    pairs = tokens * tokens if mask == "full" else tokens * (tokens + 1) // 2
+    flops = 4.0 * batch * heads * 128 * pairs * (2.5 if kind == "bwd" else 1.0)
+    return {"kind": kind, "dtype": "bf16", "batch": batch, "heads": heads, "kv_heads": heads, "head_dim": 128,
+            "q_tokens": tokens, "kv_tokens": tokens, "mask": mask, "flops": flops, "median_s": median_s}
+
+
+def _bench(entries):
+    return {"device": {"kind": "cuda", "name": "NVIDIA H200", "torch": "2.11"}, "compute": entries}
+
+
+# FlashAttention-2 on H100, head dim 128, as its authors published it (the preset's fa2 table):
+# forward dense 4k 368 TFLOP/s, forward causal 16k 335, backward dense 2k 291.
+PUBLISHED = [("fwd", "full", 4096, 368.0), ("fwd", "diagonal", 16384, 335.0), ("bwd", "full", 2048, 291.0)]
+
+
+@pytest.mark.parametrize("kind,mask,tokens,tflops", PUBLISHED)
+def test_a_block_at_the_published_rate_has_no_error(kind, mask, tokens, tflops):
+    s = _script()
+    e = _entry(kind, mask, tokens, 16, 0.0)
+    e["median_s"] = 5e-6 + e["flops"] / (tflops * 1e12)     # the preset's 5 us launch + FLOPs / rate
+    (row,) = s.block_rows(_bench([e]), s.preset_gpu("H200", "fa2"))
+    assert row["preset_tflops"] == pytest.approx(tflops)
+    assert row["error"] == pytest.approx(0.0, abs=1e-9)
+    assert row["tiles"] == 16 * tokens // 128
+
+
+def test_a_block_twice_as_slow_reads_minus_half():
+    s = _script()
+    e = _entry("fwd", "full", 4096, 8, 0.0)
+    e["median_s"] = 2 * (5e-6 + e["flops"] / 368e12)
+    (row,) = s.block_rows(_bench([e]), s.preset_gpu("H200", "fa2"))
+    assert row["error"] == pytest.approx(-0.5)
+    assert row["measured_tflops"] == pytest.approx(e["flops"] / e["median_s"] / 1e12)
+
+
+def test_command_prints_rows_and_writes_json(tmp_path, capsys):
+    s = _script()
+    bench = tmp_path / "b.json"
+    e = _entry("fwd", "full", 4096, 16, 0.0)
+    e["median_s"] = 5e-6 + e["flops"] / 368e12
+    bench.write_text(json.dumps(_bench([e])))
+    out = tmp_path / "o.json"
+    assert s.main([str(bench), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "+0.0%" in printed and "257-1024 tiles 0.0% (1)" in printed
+    assert json.loads(out.read_text())["blocks"][0]["tokens"] == 4096
+    assert s.main([str(bench), "--json", str(out)]) == 2          # kept unless --force
+    assert "exists; pass --force" in capsys.readouterr().err
+
+
+def test_cpu_benches_and_unreadable_files_are_refused(tmp_path, capsys):
+    s = _script()
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps({"device": {"kind": "cpu"}, "compute": [_entry("fwd", "full", 512, 8, 1e-3)]}))
+    assert s.main([str(cpu)]) == 2
+    assert "no GPU compute entries" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert s.main([str(bad)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert s.main([str(tmp_path / "missing.json")]) == 2
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"device": {"kind": "cuda"}, "compute": [{"kind": "fwd"}]}))
+    assert s.main([str(broken)]) == 2
+    assert "lacks a field" in capsys.readouterr().err
