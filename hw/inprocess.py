@@ -44,8 +44,8 @@ class _Mailbox:
             self._cv.notify_all()
 
     def take(self, rank: int, kind: str) -> list[torch.Tensor]:
-        queue = self._queues[(rank, kind)]
         with self._cv:
+            queue = self._queues[(rank, kind)]   # made under the lock, as put makes it
             if not self._cv.wait_for(lambda: queue or self.failed is not None, self.timeout_s):
                 raise RingsimError(f"rank {rank}: no {kind} block arrived within {self.timeout_s:g} s")
             if self.failed is not None and not queue:
