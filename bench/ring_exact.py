@@ -36,23 +36,14 @@ whatever torch's own is: a few units of the dtype's rounding of a result near 1.
 NAMES = ("out", "dq", "dk", "dv")
 
 
-def _reference(q, k, v, dout, causal: bool):
-    """Output, dq, dk, dv of full attention in float64 (SDPA and autograd, on q's device)."""
+def _attention(q, k, v, dout, causal: bool, dtype=None):
+    """Output, dq, dk, dv of full attention by torch's SDPA and autograd, on q's device, in
+    `dtype` (None: the inputs' own, torch's fused kernel where it has one)."""
     import torch.nn.functional as F
 
-    qq, kk, vv = (x.detach().double().transpose(1, 2).requires_grad_() for x in (q, k, v))
+    qq, kk, vv = (x.detach().to(dtype or x.dtype).transpose(1, 2).requires_grad_() for x in (q, k, v))
     out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, enable_gqa=qq.shape[1] != kk.shape[1])
-    out.backward(dout.double().transpose(1, 2))
-    return (out.detach().transpose(1, 2), *(x.grad.transpose(1, 2) for x in (qq, kk, vv)))
-
-
-def _torch_own(q, k, v, dout, causal: bool):
-    """The same by torch's attention in the inputs' dtype (its fused kernel where it has one)."""
-    import torch.nn.functional as F
-
-    qq, kk, vv = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
-    out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, enable_gqa=qq.shape[1] != kk.shape[1])
-    out.backward(dout.transpose(1, 2))
+    out.backward(dout.to(dtype or dout.dtype).transpose(1, 2))
     return (out.detach().transpose(1, 2), *(x.grad.transpose(1, 2) for x in (qq, kk, vv)))
 
 
@@ -77,8 +68,8 @@ def run(device: str, *, seq: int, batch: int, heads: int, kv_heads: list[int], h
         dt = TORCH_DTYPES[dtype]
         q, dout = (torch.randn(batch, seq, heads, head_dim, generator=gen).to(dev, dt) for _ in range(2))
         k, v = (torch.randn(batch, seq, kvh, head_dim, generator=gen).to(dev, dt) for _ in range(2))
-        ref = _reference(q, k, v, dout, causal)
-        own = _errors(_torch_own(q, k, v, dout, causal), ref)
+        ref = _attention(q, k, v, dout, causal, torch.float64)
+        own = _errors(_attention(q, k, v, dout, causal), ref)
         ops = select_block_ops(dev.type, dtype, head_dim, block_impl)
         for world, layout in itertools.product(worlds, layouts):
             t0 = time.perf_counter()

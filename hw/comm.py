@@ -52,8 +52,8 @@ class Ring:
     """The rendezvous store, where a failing rank leaves its name (see `note_failure`)."""
     channel: Any = None
     """Makes the ring's transfer channels, `channel(ring, kind)`; None: `RingComm` over
-    torch.distributed. `bench/ring_in_process.py` plays the ring's ranks as threads of one
-    process and hands the blocks between them in memory."""
+    torch.distributed. `hw.inprocess` plays the ring's ranks as threads of one process and
+    hands the blocks between them in memory (`ThreadChannel`)."""
 
     def comm(self, kind: str) -> "RingComm":
         """The channel for one kind of block ('kv' or 'dkv') to rank + 1 and from rank - 1."""

@@ -3,20 +3,11 @@ time, checked against the table's own numbers worked by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("gpu_vs_preset", ROOT / "bench" / "gpu_vs_preset.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+import bench.gpu_vs_preset as gpu_vs_preset
 
 
 def _entry(kind, mask, tokens, heads, median_s, batch=1):
@@ -37,51 +28,47 @@ PUBLISHED = [("fwd", "full", 4096, 368.0), ("fwd", "diagonal", 16384, 335.0), ("
 
 @pytest.mark.parametrize("kind,mask,tokens,tflops", PUBLISHED)
 def test_a_block_at_the_published_rate_has_no_error(kind, mask, tokens, tflops):
-    s = _script()
     e = _entry(kind, mask, tokens, 16, 0.0)
     e["median_s"] = 5e-6 + e["flops"] / (tflops * 1e12)     # the preset's 5 us launch + FLOPs / rate
-    (row,) = s.block_rows(_bench([e]), s.preset_gpu("H200", "fa2"))
+    (row,) = gpu_vs_preset.block_rows(_bench([e]), gpu_vs_preset.preset_gpu("H200", "fa2"))
     assert row["preset_tflops"] == pytest.approx(tflops)
     assert row["error"] == pytest.approx(0.0, abs=1e-9)
     assert row["tiles"] == 16 * tokens // 128
 
 
 def test_a_block_twice_as_slow_reads_minus_half():
-    s = _script()
     e = _entry("fwd", "full", 4096, 8, 0.0)
     e["median_s"] = 2 * (5e-6 + e["flops"] / 368e12)
-    (row,) = s.block_rows(_bench([e]), s.preset_gpu("H200", "fa2"))
+    (row,) = gpu_vs_preset.block_rows(_bench([e]), gpu_vs_preset.preset_gpu("H200", "fa2"))
     assert row["error"] == pytest.approx(-0.5)
     assert row["measured_tflops"] == pytest.approx(e["flops"] / e["median_s"] / 1e12)
 
 
 def test_command_prints_rows_and_writes_json(tmp_path, capsys):
-    s = _script()
-    bench = tmp_path / "b.json"
+    src = tmp_path / "b.json"
     e = _entry("fwd", "full", 4096, 16, 0.0)
     e["median_s"] = 5e-6 + e["flops"] / 368e12
-    bench.write_text(json.dumps(_bench([e])))
+    src.write_text(json.dumps(_bench([e])))
     out = tmp_path / "o.json"
-    assert s.main([str(bench), "--json", str(out)]) == 0
+    assert gpu_vs_preset.main([str(src), "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "+0.0%" in printed and "257-1024 tiles 0.0% (1)" in printed
     assert json.loads(out.read_text())["blocks"][0]["tokens"] == 4096
-    assert s.main([str(bench), "--json", str(out)]) == 2          # kept unless --force
+    assert gpu_vs_preset.main([str(src), "--json", str(out)]) == 2          # kept unless --force
     assert "exists; pass --force" in capsys.readouterr().err
 
 
 def test_cpu_benches_and_unreadable_files_are_refused(tmp_path, capsys):
-    s = _script()
     cpu = tmp_path / "cpu.json"
     cpu.write_text(json.dumps({"device": {"kind": "cpu"}, "compute": [_entry("fwd", "full", 512, 8, 1e-3)]}))
-    assert s.main([str(cpu)]) == 2
+    assert gpu_vs_preset.main([str(cpu)]) == 2
     assert "no GPU compute entries" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert s.main([str(bad)]) == 2
+    assert gpu_vs_preset.main([str(bad)]) == 2
     assert "cannot read" in capsys.readouterr().err
-    assert s.main([str(tmp_path / "missing.json")]) == 2
+    assert gpu_vs_preset.main([str(tmp_path / "missing.json")]) == 2
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"device": {"kind": "cuda"}, "compute": [{"kind": "fwd"}]}))
-    assert s.main([str(broken)]) == 2
+    assert gpu_vs_preset.main([str(broken)]) == 2
     assert "lacks a field" in capsys.readouterr().err

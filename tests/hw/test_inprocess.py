@@ -3,29 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import threading
-from pathlib import Path
 
 import pytest
 import torch
 
+import bench.ring_exact as ring_exact
 from hw.blocks import CpuFlashOps
 from hw.comm import Ring
 from hw.inprocess import ThreadChannel, play_ring
 from sim.errors import RingsimError
 from tests.hw.conftest import max_err, reference_attention
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("ring_exact", ROOT / "bench" / "ring_exact.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def _inputs(seq: int, kv_heads: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
@@ -77,13 +66,12 @@ def test_a_wait_with_nothing_posted_is_an_error():
 
 
 def test_bench_passes_the_kernel_and_fails_a_planted_error(monkeypatch):
-    bench = _bench()
     kw = dict(seq=24, batch=1, heads=4, kv_heads=[4, 2], head_dim=16, worlds=[2, 3], dtypes=["fp32", "bf16"],
               log=lambda *_: None)
-    good = bench.run("cpu", **kw)
+    good = ring_exact.run("cpu", **kw)
     assert len(good["cases"]) == 2 * 2 * 2 * 2 * 3 and good["failed"] == 0
     for c in good["cases"]:
-        assert c["errors"]["out"] <= max(2 * c["torch"]["out"], bench.FLOOR[c["dtype"]])
+        assert c["errors"]["out"] <= max(2 * c["torch"]["out"], ring_exact.FLOOR[c["dtype"]])
 
     class Skewed(CpuFlashOps):
         def _forward(self, q, k, v, causal):   # a block's output 0.1% off
@@ -92,22 +80,21 @@ def test_bench_passes_the_kernel_and_fails_a_planted_error(monkeypatch):
 
     import hw.blocks
     monkeypatch.setattr(hw.blocks, "select_block_ops", lambda *a, **k: Skewed())
-    bad = bench.run("cpu", **{**kw, "dtypes": ["fp32"], "kv_heads": [4], "worlds": [2]})
+    bad = ring_exact.run("cpu", **{**kw, "dtypes": ["fp32"], "kv_heads": [4], "worlds": [2]})
     assert bad["failed"] == len(bad["cases"]) == 6
     assert all(c["errors"]["out"] > 1e-4 for c in bad["cases"])
 
 
 def test_bench_command_line_refusals(tmp_path, capsys):
-    bench = _bench()
-    assert bench.main(["--device", "cpu", "--seq", "12", "--worlds", "4"]) == 2
+    assert ring_exact.main(["--device", "cpu", "--seq", "12", "--worlds", "4"]) == 2
     assert "--seq 12 must divide into 2 x 4 chunks" in capsys.readouterr().err
-    assert bench.main(["--device", "cpu", "--heads", "8", "--kv-heads", "3"]) == 2
+    assert ring_exact.main(["--device", "cpu", "--heads", "8", "--kv-heads", "3"]) == 2
     assert "--kv-heads 3 must divide --heads 8" in capsys.readouterr().err
     out = tmp_path / "r.json"
     out.write_text("mine")
-    assert bench.main(["--device", "cpu", "--seq", "16", "--worlds", "2", "--json", str(out)]) == 2
+    assert ring_exact.main(["--device", "cpu", "--seq", "16", "--worlds", "2", "--json", str(out)]) == 2
     assert "exists; pass --force" in capsys.readouterr().err and out.read_text() == "mine"
     if not torch.cuda.is_available():
-        assert bench.main(["--device", "cuda"]) == 2
+        assert ring_exact.main(["--device", "cuda"]) == 2
         assert "sees no CUDA device" in capsys.readouterr().err
 
