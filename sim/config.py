@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.kernel_model import best_rate_flops, block_times_s, kernel_table
+from sim.kernel_model import Floors, best_rate_flops, block_times_s, kernel_table
 from sim.layouts import NAMES as LAYOUT_NAMES, get as get_layout
 from sim.presets import LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+RATE_GROUPS = ("fwd-full", "fwd-diagonal", "bwd-full", "bwd-diagonal")
 ACCUM_BYTES = 4
 """dK/dV travel in fp32 (the accumulation dtype) whatever the input dtype."""
 PASSES = ("fwd", "bwd", "fwdbwd")
@@ -104,9 +105,10 @@ class Gpu:
     """A GPU's compute: the rate of each attention block and its fixed overheads.
 
     Two models. With `kernel` (a published kernel table, sim.presets.KERNEL_TABLES) and a
-    16-bit dtype, each block's rate depends on its pass, mask and size, and the merge of
-    its result and its launch are added (sim.kernel_model). Otherwise, flat: every block
-    runs at peak x efficiency (or `achieved_tflops`) after a fixed launch overhead.
+    16-bit dtype, the block model (sim.kernel_model): each block is cut into the kernel's
+    thread blocks, played in waves on the GPU's SMs at the step time the table gives, with
+    its other kernels, its merge and the per-call floor. Otherwise, flat: every block runs
+    at peak x efficiency (or `achieved_tflops`) after a fixed launch overhead.
     """
 
     name: str = "custom"
@@ -129,6 +131,14 @@ class Gpu:
     merge: str = "fused"
     """How the (out, lse) merge moves memory: 'fused' (one pass) or 'unfused' (one
     elementwise kernel per operation, as ring-flash-attention writes it)."""
+    sms: int | None = None
+    """Streaming multiprocessors (block model); None: those of the GPU the table was measured on."""
+    floors: Floors = field(default_factory=Floors)
+    """Block model: the per-call floor (host time of a call and of an elementwise operation,
+    the gap between queued kernels)."""
+    rate_scale: dict[str, float] = field(default_factory=dict)
+    """Block model: a calibrated factor on the table's rate by 'fwd-full', 'fwd-diagonal',
+    'bwd-full', 'bwd-diagonal' (`ringsim calibrate` of a GPU's block grid); missing: 1."""
 
     def __post_init__(self) -> None:
         if not 0 < self.efficiency <= 1:
@@ -148,6 +158,16 @@ class Gpu:
                 raise RingsimError(f"GPU {self.name}: a kernel table needs memory_bandwidth_gbps (for the merge)")
         if self.memory_bandwidth_gbps is not None:
             _positive(self, "memory_bandwidth_gbps")
+        if self.sms is not None:
+            _positive_int(self, "sms")
+        if not isinstance(self.floors, Floors):
+            raise RingsimError(f"floors must be a sim.kernel_model.Floors, got {self.floors!r}")
+        _positive(self.floors, "fwd_host_us", "bwd_host_us", "kernel_gap_us", "op_host_us", allow_zero=True)
+        for key, v in self.rate_scale.items():
+            if key not in RATE_GROUPS:
+                raise RingsimError(f"rate_scale: unknown group {key!r}; choose from {', '.join(RATE_GROUPS)}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+                raise RingsimError(f"rate_scale {key} must be a positive finite number, got {v!r}")
 
     @classmethod
     def preset(cls, name: str, *, kernel: str | None = "default", **overrides: Any) -> "Gpu":
@@ -166,7 +186,8 @@ class Gpu:
             have = ", ".join([*p.kernels, "flat"])
             raise RingsimError(f"GPU {p.name} has no published table for kernel {kernel!r}; choose from {have}")
         fields = {"name": p.name, "peak_tflops": dict(p.peak_tflops), "memory_gb": p.memory_gb,
-                  "memory_bandwidth_gbps": p.stream_bandwidth_gbps or p.memory_bandwidth_gbps, "kernel": table}
+                  "memory_bandwidth_gbps": p.stream_bandwidth_gbps or p.memory_bandwidth_gbps, "kernel": table,
+                  "sms": p.sms}
         fields.update(overrides)
         return cls(**fields)
 
@@ -244,18 +265,22 @@ class Hardware:
 
     def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str,
                        q_tokens: int, kv_tokens: int, head_dim: int | None = None,
-                       kv_heads_per_head: float | None = None, sliced: bool = False) -> float:
+                       kv_heads_per_head: float | None = None, sliced: bool = False, opens: bool = False,
+                       isolated: bool = False) -> float:
         """Time of one block: overhead + FLOPs / achieved rate (DESIGN.md); with a kernel
         table, the rate of its pass, mask and size plus its merge (sim.kernel_model).
         head_dim and kv_heads_per_head (the engine passes the workload's) default to
         those of sim.config.Workload; sliced: the block's queries are part of its rank's
-        (the engine passes it where `merge_copies_slices`)."""
+        (the engine passes it where `merge_copies_slices`); opens: the first block of its
+        pass on its rank, which has nothing to merge into; isolated: the GPU is idle when
+        it is called (the first block of its rank): the call's host-side floor is paid in
+        front, not hidden behind queued work (the engine passes both: `takes_call_order`)."""
         if self.gpu.uses_kernel_table(dtype):
             return float(self.compute_times_s(
                 np.array([flops], dtype=float), dtype=dtype, kind=np.array([kind], dtype=object),
                 mask=np.array([mask], dtype=object), q_tokens=np.array([q_tokens]),
                 kv_tokens=np.array([kv_tokens]), head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
-                sliced=np.array([sliced]))[0])
+                sliced=np.array([sliced]), opens=np.array([opens]), isolated=np.array([isolated]))[0])
         return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype, head_dim)
 
     @property
@@ -266,6 +291,12 @@ class Hardware:
 
     p2p_queue = True
     """GPUs run their ring hops through NCCL: one queue of batches per device (sim.queues)."""
+
+    @property
+    def takes_call_order(self) -> bool:
+        """Whether blocks depend on `opens` and `isolated` (the block model's merge and floor),
+        which sim.players.durations_s then passes to compute_time(s)_s."""
+        return self.gpu.kernel is not None and self.gpu.achieved_tflops is None
 
     takes_head_geometry = True
     """compute_time(s)_s and rate_flops take the workload's head dim and K/V heads per
@@ -279,7 +310,8 @@ class Hardware:
 
     def compute_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
                         q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
-                        kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None) -> np.ndarray:
+                        kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None,
+                        opens: np.ndarray | None = None, isolated: np.ndarray | None = None) -> np.ndarray:
         """compute_time_s over arrays of blocks (kind and mask: arrays of names)."""
         g = self.gpu
         if g.uses_kernel_table(dtype):
@@ -288,7 +320,7 @@ class Hardware:
                 head_dim=head_dim or _GEOMETRY.head_dim,
                 kv_heads_per_head=kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads,
                 elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
-                launch_overhead_us=g.launch_overhead_us, sliced=sliced)
+                sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, opens=opens, isolated=isolated)
         return g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype, head_dim)
 
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

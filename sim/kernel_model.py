@@ -38,10 +38,16 @@ the defaults of sim.config.Workload where a caller gives none.
 
 from __future__ import annotations
 
+import functools
+import heapq
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.presets import KERNEL_TABLES, MERGE_BYTES, MERGE_SLICE_BYTES, KernelTable
+from sim.presets import (CALL_HOST_US, FA3_CAUSAL_TILES, KERNEL_GAP_US, KERNEL_SHAPES, KERNEL_TABLES, MERGE_BYTES,
+                         MERGE_KERNELS, MERGE_SLICE_BYTES, MERGE_SLICE_KERNELS, OP_HOST_US, KernelTable)
 
 PASS_FLOPS_FACTOR = {"fwd": 1.0, "bwd": 2.5}
 """FLOPs per forward FLOP of the same pairs (sim.config.BWD_FLOPS_FACTOR)."""
@@ -113,11 +119,36 @@ def merge_bytes(kind: str, mask: str, flops, q_tokens, kv_tokens, *, head_dim: i
     return per_elem * width * (q + 2.0 * kv_heads_per_head * kv)
 
 
+def merge_kernels(kind: str, merge: str, sliced) -> np.ndarray:
+    """Kernels one merge launches (sim.presets.MERGE_KERNELS), with the slice's copies."""
+    return MERGE_KERNELS[merge][kind] + np.where(np.asarray(sliced, dtype=bool), MERGE_SLICE_KERNELS[merge], 0)
+
+
+@dataclass(frozen=True)
+class Floors:
+    """The per-call floor of the block model (sim.presets): host-side time of an eager
+    attention call by pass, GPU time between queued kernels, host time of an eager
+    elementwise operation (the merge's); µs."""
+
+    fwd_host_us: float = CALL_HOST_US["fwd"]
+    bwd_host_us: float = CALL_HOST_US["bwd"]
+    kernel_gap_us: float = KERNEL_GAP_US
+    op_host_us: float = OP_HOST_US
+
+    def host_us(self, kind: str) -> float:
+        return self.fwd_host_us if kind == "fwd" else self.bwd_host_us
+
+
 def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens, head_dim: int,
                   kv_heads_per_head: float, elem_bytes: int, merge: str,
-                  memory_bandwidth_gbps: float, launch_overhead_us: float, sliced=None) -> np.ndarray:
+                  memory_bandwidth_gbps: float, sms: int | None = None, floors: Floors = Floors(),
+                  rate_scale: dict[str, float] | None = None, sliced=None, opens=None,
+                  isolated=None) -> np.ndarray:
     """Time of each block (arrays of equal length; kind and mask: arrays of names;
-    sliced: whether each block's queries are part of its rank's, None: none are).
+    sliced: whether each block's queries are part of its rank's; opens: whether it is the
+    first block of its pass on its rank, whose result starts the running output (no
+    merge); isolated: whether the GPU is idle when it is called (its host-side floor is
+    paid in front rather than hidden)). Module docstring: the block model.
 
     An "empty" block is skipped: 0 s, no launch.
     """
@@ -126,23 +157,194 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
     flops = np.asarray(flops, dtype=float)
     kind, mask = np.asarray(kind, dtype=str), np.asarray(mask, dtype=str)
     q_tokens, kv_tokens = np.asarray(q_tokens), np.asarray(kv_tokens)
-    sliced = np.zeros(flops.shape, dtype=bool) if sliced is None else np.asarray(sliced, dtype=bool)
-    out = np.zeros(flops.shape)
+    n = flops.shape
+
+    def flags(x):
+        return np.zeros(n, dtype=bool) if x is None else np.broadcast_to(np.asarray(x, dtype=bool), n)
+
+    sliced, opens, isolated = flags(sliced), flags(opens), flags(isolated)
+    unknown = ~((mask == "full") | (mask == "diagonal") | (mask == "empty")) | ~((kind == "fwd") | (kind == "bwd"))
+    if unknown.any():
+        i = int(np.flatnonzero(unknown)[0])
+        raise RingsimError(f"no kernel rate for a {kind[i]!r} block with mask {mask[i]!r}")
+    bw = memory_bandwidth_gbps * 1e9
+    scale = rate_scale or {}
+    out = np.zeros(n)
     for k in ("fwd", "bwd"):
         for m in ("full", "diagonal"):
             sel = (kind == k) & (mask == m)
             if not sel.any():
                 continue
             f, q, kv = flops[sel], q_tokens[sel], kv_tokens[sel]
-            rate = rate_tflops(table, k, m, head_dim, loop_tokens(k, m, q, kv)) * 1e12
+            heads = np.maximum(np.rint(output_width(k, m, f, q, kv) / head_dim), 1).astype(np.int64)
+            call = np.array([call_gpu_s(table.name, k, m, int(a), int(b), int(h), head_dim, kv_heads_per_head,
+                                        elem_bytes, bw, sms or table.sms, floors.kernel_gap_us,
+                                        scale.get(f"{k}-{m}", 1.0))
+                             for a, b, h in zip(q, kv, heads)])
             moved = merge_bytes(k, m, f, q, kv, head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
                                 elem_bytes=elem_bytes, merge=merge, sliced=sliced[sel])
-            out[sel] = launch_overhead_us * 1e-6 + f / rate + moved / (memory_bandwidth_gbps * 1e9)
-    unknown = ~((mask == "full") | (mask == "diagonal") | (mask == "empty")) | ~((kind == "fwd") | (kind == "bwd"))
-    if unknown.any():
-        i = int(np.flatnonzero(unknown)[0])
-        raise RingsimError(f"no kernel rate for a {kind[i]!r} block with mask {mask[i]!r}")
+            merges = np.where(opens[sel], 0, merge_kernels(k, merge, sliced[sel]))
+            gpu = call + np.where(opens[sel], 0.0, moved / bw) + merges * floors.kernel_gap_us * 1e-6
+            host = (floors.host_us(k) + merges * floors.op_host_us) * 1e-6
+            out[sel] = np.where(isolated[sel], host + gpu, np.maximum(host, gpu))
     return out
+
+
+def _load(work: np.ndarray, copies: int, sms: int) -> float:
+    """The most work any SM does when `copies` runs of CTAs of `work` each (in launch
+    order) are handed, one at a time, to the SM with the least work so far: the block
+    scheduler gives each CTA the first slot to free. Equal CTAs: ceil(N / SMs) of them on
+    the busiest SM. Beyond EXACT_CTAS, the last CTA is taken to start when the rest are
+    spread evenly."""
+    total_ctas = work.size * copies
+    if work.min() == work.max():
+        return float(-(-total_ctas // sms) * work[0])
+    if total_ctas <= EXACT_CTAS:
+        loads = [0.0] * sms
+        heapq.heapify(loads)
+        for w in np.tile(work, copies).tolist():
+            heapq.heapreplace(loads, loads[0] + w)
+        return max(loads)
+    last = float(work[-1])
+    return (float(work.sum()) * copies - last) / sms + last
+
+
+EXACT_CTAS = 4096
+
+
+def _tile(tiles: dict[int, tuple[int, int]], head_dim: int) -> tuple[int, int]:
+    return tiles[min(tiles, key=lambda d: (abs(d - head_dim), d))]
+
+
+def _split_count(ctas: int, slots: int, n_blocks: int) -> int:
+    """FlashAttention-2's num_splits_heuristic (flash_api.cpp): the fewest splits of the
+    keys that reach 85% of the best wave efficiency, one when the CTAs nearly fill the GPU."""
+    if ctas >= 0.8 * slots:
+        return 1
+    top = min(128, slots, n_blocks)
+    eff = []
+    for s in range(1, top + 1):
+        eligible = s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
+        waves = ctas * s / slots
+        eff.append(waves / math.ceil(waves) if eligible else 0.0)
+    best = max(eff)
+    for s in range(1, top + 1):
+        if eff[s - 1] and eff[s - 1] >= 0.85 * best:
+            return s
+    return 1
+
+
+SPLIT_ROWS = 64
+"""FlashAttention-2's split-key forward kernel: 64 query rows per CTA."""
+
+
+def _split_keys(head_dim: int) -> int:
+    """Keys per step of FlashAttention-2's split-key kernel (run_mha_fwd_splitkv_dispatch)."""
+    return 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64
+
+
+def cta_work(table: KernelTable, kind: str, mask: str, q: int, kv: int, heads: int, head_dim: int,
+             sms: int) -> tuple[np.ndarray, int, float]:
+    """How a call of `heads` (times batch) heads cuts into CTAs: the work of one head's
+    CTAs in launch order (in inner-loop steps of the kernel's main tile), the number of
+    key splits (FlashAttention-2's forward; 1 otherwise), and the main tile's area."""
+    shape = KERNEL_SHAPES[table.shape]
+    causal = mask == "diagonal"
+    if kind == "fwd":
+        tm, tn = _tile(FA3_CAUSAL_TILES["fwd"] if causal and table.shape == "FlashAttention-3"
+                       and head_dim in FA3_CAUSAL_TILES["fwd"] else shape.fwd_tile, head_dim)
+        if shape.split_kv:
+            bn = _split_keys(head_dim)
+            n_blocks = -(-kv // bn)
+            splits = _split_count(heads * -(-q // SPLIT_ROWS), sms * shape.fwd_ctas_per_sm, n_blocks)
+            if splits > 1:
+                per = -(-n_blocks // splits)
+                rows = np.arange(-(-q // SPLIT_ROWS))
+                allowed = (np.minimum((rows + 1) * SPLIT_ROWS + (kv - q), kv) + bn - 1) // bn if causal \
+                    else np.full(rows.size, n_blocks)
+                starts = np.arange(splits) * per
+                steps = np.clip(np.minimum(allowed[:, None], starts[None, :] + per) - starts[None, :], 0, None)
+                return steps.ravel().astype(float) * (SPLIT_ROWS * bn) / (tm * tn), splits, float(tm * tn)
+        m_tiles, n_steps = -(-q // tm), -(-kv // tn)
+        if causal:
+            rows_end = np.minimum((np.arange(m_tiles) + 1) * tm + (kv - q), kv)
+            work = np.maximum(-(-rows_end // tn), 0).astype(float)
+        else:
+            work = np.full(m_tiles, float(n_steps))
+    else:
+        tm, tn = _tile(FA3_CAUSAL_TILES["bwd"] if causal and table.shape == "FlashAttention-3"
+                       and head_dim in FA3_CAUSAL_TILES["bwd"] else shape.bwd_tile, head_dim)
+        n_tiles, m_steps = -(-kv // tn), -(-q // tm)
+        if causal:
+            first = np.maximum(np.arange(n_tiles) * tn - (kv - q), 0) // tm
+            work = (m_steps - first).astype(float)
+        else:
+            work = np.full(n_tiles, float(m_steps))
+    if causal and table.shape != "FlashAttention-2":
+        work = work[::-1].copy()      # scheduled longest first (FlashAttention-3's LPT tile order)
+    return work, 1, float(tm * tn)
+
+
+@functools.lru_cache(maxsize=4096)
+def step_s(table_name: str, kind: str, mask: str, head_dim: int, length: float) -> float:
+    """SM time of one inner-loop step of the kernel's main tile at inner-loop `length`:
+    the published time at the table's setting (batch x length = 16k tokens, hidden 2048)
+    over the most steps any SM ran there; piecewise linear in log2(length) between the
+    published lengths, held beyond them."""
+    table = kernel_table(table_name)
+    d = series_head_dim(table, kind, mask, head_dim)
+    series = table.series[kind, mask, d]
+    xs, ys = [], []
+    for seq, tflops in zip(table.seqlens, series.tflops):
+        if tflops is None:
+            continue
+        heads = (16384 // seq) * (2048 // d)
+        pairs = seq * seq / 2 if mask == "diagonal" else seq * seq
+        published_s = 4.0 * PASS_FLOPS_FACTOR[kind] * d * pairs * heads / (tflops * 1e12)
+        work, _, _ = cta_work(table, kind, mask, seq, seq, heads, d, table.sms)
+        # the published call also ran its other kernels (a backward's preprocess, dQ conversion)
+        others_s = sum(_other_kernels_bytes(table, kind, seq, seq, heads, d, 1.0, 2, 1)) / (table.stream_gbps * 1e9)
+        xs.append(math.log2(seq))
+        ys.append((published_s - others_s) / _load(work, heads, table.sms))
+    return float(np.interp(math.log2(max(length, 1.0)), xs, ys))
+
+
+def _other_kernels_bytes(table: KernelTable, kind: str, q: int, kv: int, heads: int, head_dim: int,
+                        kv_heads_per_head: float, elem_bytes: int, splits: int) -> list[float]:
+    """Bytes each memory-bound kernel of a call moves beside its main kernel."""
+    shape = KERNEL_SHAPES[table.shape]
+    rows = float(q) * heads
+    out: list[float] = []
+    if kind == "fwd" and splits > 1:
+        # the combine kernel reads every split's fp32 output and statistics, writes the output
+        out.append(rows * (splits * (head_dim + 1) * ACCUM_BYTES + head_dim * elem_bytes))
+    if kind == "bwd":
+        for name in shape.bwd_kernels:
+            if name == "preprocess":      # reads dO and O, writes rowsum, clears the fp32 dQ
+                out.append(rows * (2 * head_dim * elem_bytes + ACCUM_BYTES + head_dim * ACCUM_BYTES))
+            elif name == "convert_dq":
+                out.append(rows * head_dim * (ACCUM_BYTES + elem_bytes))
+        if shape.gqa_sum and kv_heads_per_head < 1:
+            per = float(kv) * heads * head_dim * elem_bytes
+            out += [per * (1 + kv_heads_per_head)] * 2     # dK, dV summed over each group
+    return out
+
+
+@functools.lru_cache(maxsize=65536)
+def call_gpu_s(table_name: str, kind: str, mask: str, q: int, kv: int, heads: int, head_dim: int,
+               kv_heads_per_head: float, elem_bytes: int, bandwidth_bytes_s: float, sms: int,
+               kernel_gap_us: float, rate_scale: float = 1.0) -> float:
+    """GPU time of one attention call of `heads` (times batch) heads, q x kv tokens: its
+    main kernel (the busiest SM's steps at the step time of its inner-loop length) and
+    the other kernels of the call (memory-bound, at `bandwidth_bytes_s`), each with the
+    gap between queued kernels."""
+    table = kernel_table(table_name)
+    shape = KERNEL_SHAPES[table.shape]
+    work, splits, _ = cta_work(table, kind, mask, q, kv, heads, head_dim, sms)
+    main = _load(work, heads, sms) * step_s(table_name, kind, mask, head_dim, loop_tokens(kind, mask, q, kv)) / rate_scale
+    aux_bytes = _other_kernels_bytes(table, kind, q, kv, heads, head_dim, kv_heads_per_head, elem_bytes, splits)
+    kernels = 1 + len(aux_bytes)
+    return main + sum(aux_bytes) / bandwidth_bytes_s + kernels * kernel_gap_us * 1e-6
 
 
 def best_rate_flops(table: KernelTable, head_dim: int) -> float:

@@ -66,19 +66,26 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
     if comp.size:
         # a hardware model whose merge costs more on part of a rank's queries is told
         # which blocks those are (sliced: narrower than the rank's widest block)
-        extra = [_sliced(schedule)] if getattr(hardware, "merge_copies_slices", False) else []
+        names = []
+        extra = []
+        if getattr(hardware, "merge_copies_slices", False):
+            names.append("sliced")
+            extra.append(_sliced(schedule))
+        if getattr(hardware, "takes_call_order", False):
+            names += ["opens", "isolated"]
+            extra += list(_call_order(schedule, comp))
         geometry = head_geometry(hardware, workload)
         if hasattr(hardware, "compute_times_s"):
-            def times(flops, kind, mask, q_tokens, kv_tokens, *sliced):
+            def times(flops, kind, mask, q_tokens, kv_tokens, *flags):
                 return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
                                                 mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
-                                                **geometry, **({"sliced": sliced[0]} if sliced else {}))
+                                                **geometry, **dict(zip(names, flags)))
         else:
             def times(*columns):
                 return _per_distinct(
-                    lambda f, k, m, q, kv, *sliced: hardware.compute_time_s(
+                    lambda f, k, m, q, kv, *flags: hardware.compute_time_s(
                         f, dtype=workload.dtype, kind=KINDS[k], mask=MASKS[m], q_tokens=q, kv_tokens=kv,
-                        **geometry, **({"sliced": bool(sliced[0])} if sliced else {})),
+                        **geometry, **{n: bool(x) for n, x in zip(names, flags)}),
                     list(columns))
         columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens, *extra]
         for a in range(0, len(comp), _CHUNK):
@@ -157,6 +164,21 @@ def _sliced(schedule: Schedule) -> np.ndarray:
     out = np.zeros(len(schedule), dtype=bool)
     out[comp] = q < widest[rank]
     return out
+
+
+def _call_order(schedule: Schedule, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op, whether it is the first computed block of its pass on its rank (its result
+    opens the running output: nothing to merge into) and whether it is its rank's first
+    computed block (the GPU is idle when it is called), in schedule order; `comp`: the
+    computed (not fully masked) blocks, ascending."""
+    opens = np.zeros(len(schedule), dtype=bool)
+    isolated = np.zeros(len(schedule), dtype=bool)
+    rank, kind = schedule.rank[comp], schedule.kind[comp]
+    _, first = np.unique(rank, return_index=True)
+    isolated[comp[first]] = True
+    _, first = np.unique(rank.astype(np.int64) * len(KINDS) + kind, return_index=True)
+    opens[comp[first]] = True
+    return opens, isolated
 
 
 def _by_runs(fn: Any, columns: list[np.ndarray]) -> np.ndarray:

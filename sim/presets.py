@@ -43,6 +43,9 @@ class GpuPreset:
     kernels: dict[str, str] = field(default_factory=dict)
     """Attention kernels with published tables for this GPU: short name -> KERNEL_TABLES
     key; the first is the default. Empty: only the flat model (peak x efficiency)."""
+    sms: int | None = None
+    """Streaming multiprocessors (compute units): how many thread blocks run at once
+    (sim.kernel_model). None: not known; a block then runs at its table's rate."""
     source: str
 
 
@@ -67,6 +70,13 @@ class KernelTable:
     name: str
     kernel: str
     measured_on: str
+    sms: int
+    """SMs of the GPU the table was measured on (sim.kernel_model reads its CTAs' rate off it)."""
+    shape: str
+    """The kernel's KERNEL_SHAPES entry."""
+    stream_gbps: float
+    """The streaming rate of that GPU (GpuPreset.stream_bandwidth_gbps): the memory-bound
+    kernels of a published backward call ran at it."""
     seqlens: tuple[int, ...]
     series: dict[tuple[str, str, int], RateSeries]
     """(kind 'fwd'/'bwd', mask 'full'/'diagonal', head dim) -> rates by sequence length."""
@@ -108,6 +118,14 @@ _H100_FA3_FWD = {
 }
 _H100_FA3_BWD_FULL = {64: (272, 363, 422, 453, 472, 474), 128: (316, 424, 501, 542, 559, 561)}
 
+# cuDNN's fused attention (cuDNN 9), the bars beside FlashAttention-3's in the same figures.
+_H100_CUDNN_FWD = {
+    ("full", 64): (335, 373, 395, 408, 412, 413),
+    ("full", 128): (497, 574, 617, 609, 600, 595),
+    ("diagonal", 128): (315, 410, 484, 518, 529, 539),
+}
+_H100_CUDNN_BWD_FULL = {128: (305, 408, 465, 499, 518, 516)}
+
 # --- FlashAttention-2 on A100 80GB SXM4: forward+backward only was published in the repo -----
 # hdim 128 dense at 512 is hidden behind the figure's legend: not published here (None).
 _A100_FA2_FWDBWD = {
@@ -144,7 +162,8 @@ def _fa2_h100() -> KernelTable:
             source="derived: 2.5 / (3.5/R_fwdbwd - 1/R_fwd) from " + _FA2_README.format(
                 gpu="h100", mask="with causal mask", d=d) + " and " + _FA3_FWD.format(
                 kernel="FlashAttention-2", mask="causal mask", d=d))
-    return KernelTable(name="fa2-h100", kernel="FlashAttention-2", measured_on="H100 80GB SXM5",
+    return KernelTable(name="fa2-h100", kernel="FlashAttention-2", measured_on="H100 80GB SXM5", sms=132,
+                       shape="FlashAttention-2", stream_gbps=2500.0,
                        seqlens=SEQLENS, series=s)
 
 
@@ -162,7 +181,26 @@ def _fa3_h100() -> KernelTable:
             source="assumed (no causal backward published for FlashAttention-3): its dense backward, "
                    + _FA3_BWD.format(d=d, kernel="FlashAttention-3")
                    + ", x FlashAttention-2's causal/dense backward ratio at the same length (the fa2-h100 series)")
-    return KernelTable(name="fa3-h100", kernel="FlashAttention-3", measured_on="H100 80GB SXM5",
+    return KernelTable(name="fa3-h100", kernel="FlashAttention-3", measured_on="H100 80GB SXM5", sms=132,
+                       shape="FlashAttention-3", stream_gbps=2500.0,
+                       seqlens=SEQLENS, series=s)
+
+
+def _cudnn_h100() -> KernelTable:
+    s: dict[tuple[str, str, int], RateSeries] = {}
+    for (mask, d), v in _H100_CUDNN_FWD.items():
+        s["fwd", mask, d] = RateSeries(tflops=v, source=_FA3_FWD.format(
+            kernel="cuDNN", mask="causal mask" if mask == "diagonal" else "no mask", d=d))
+    fa2 = _fa2_h100().series
+    for d, v in _H100_CUDNN_BWD_FULL.items():
+        s["bwd", "full", d] = RateSeries(tflops=v, source=_FA3_BWD.format(d=d, kernel="cuDNN"))
+        s["bwd", "diagonal", d] = RateSeries(
+            tflops=_scale(v, fa2["bwd", "diagonal", d].tflops, fa2["bwd", "full", d].tflops),
+            source="assumed (no causal backward published for cuDNN): its dense backward, "
+                   + _FA3_BWD.format(d=d, kernel="cuDNN")
+                   + ", x FlashAttention-2's causal/dense backward ratio at the same length (the fa2-h100 series)")
+    return KernelTable(name="cudnn-h100", kernel="cuDNN", measured_on="H100 80GB SXM5", sms=132,
+                       shape="cuDNN", stream_gbps=2500.0,
                        seqlens=SEQLENS, series=s)
 
 
@@ -180,11 +218,95 @@ def _fa2_a100() -> KernelTable:
         s["bwd", mask, d] = RateSeries(
             tflops=_bwd_from(fb, fwd), source="derived: 2.5 / (3.5/R_fwdbwd - 1/R_fwd) from " + ref
             + " and the forward above")
-    return KernelTable(name="fa2-a100", kernel="FlashAttention-2", measured_on="A100 80GB SXM4",
+    return KernelTable(name="fa2-a100", kernel="FlashAttention-2", measured_on="A100 80GB SXM4", sms=108,
+                       shape="FlashAttention-2", stream_gbps=1732.0,
                        seqlens=SEQLENS, series=s)
 
 
-KERNEL_TABLES: dict[str, KernelTable] = {t.name: t for t in (_fa2_h100(), _fa3_h100(), _fa2_a100())}
+KERNEL_TABLES: dict[str, KernelTable] = {t.name: t for t in (_fa2_h100(), _fa3_h100(), _cudnn_h100(), _fa2_a100())}
+
+# How each kernel cuts a block into thread blocks (CTAs), from its source: the tile a CTA
+# owns and the tile its inner loop steps over, by head dim; how many CTAs share an SM; the
+# kernels of a backward call. sim.kernel_model builds a block's time from these.
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelShape:
+    name: str
+    fwd_tile: dict[int, tuple[int, int]]
+    """Head dim -> (query rows a forward CTA owns, key columns per inner-loop step)."""
+    bwd_tile: dict[int, tuple[int, int]]
+    """Head dim -> (query rows per inner-loop step, key rows a backward CTA owns): the
+    backward parallelises over key tiles and loops over the queries."""
+    fwd_ctas_per_sm: int
+    bwd_ctas_per_sm: int
+    split_kv: bool = False
+    """The forward splits the keys over several CTAs when the query tiles are too few to
+    fill the GPU, and a combine kernel adds the parts (FlashAttention-2's heuristic)."""
+    bwd_kernels: tuple[str, ...] = ("preprocess", "main", "convert_dq")
+    """The kernels of one backward call, in order: 'preprocess' (rowsum(dO * O), and the
+    fp32 dQ accumulator cleared), 'main', 'convert_dq' (the fp32 dQ to the input dtype)."""
+    gqa_sum: bool = False
+    """With fewer K/V heads than query heads the backward writes dK and dV per query head
+    and sums each group after (two more reductions)."""
+    source: str
+
+
+_FA2_SRC = ("Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_launch_template.h and "
+            "flash_bwd_launch_template.h (vendored by torch as aten/src/ATen/native/transformers/cuda/"
+            "flash_attn): sm80/sm90, no dropout: forward hdim64 Flash_fwd_kernel_traits<64, 128, 128, 4 warps>, "
+            "hdim128 <128, 128, 64, 4 warps>, hdim256 <256, 128, 64, 8 warps>; grid (query tiles, batch, heads); "
+            "flash_api.cpp set_params_splitkv / num_splits_heuristic ('We multiply number of SMs by 2 to hard-code "
+            "the fact that we're using 128 threads per block': two CTAs per SM; split kernel kBlockM 64, kBlockN "
+            "256/128/64 by head dim); backward (>= 144 KB shared memory per block) hdim64 <64, 128, 128, 8 warps>, "
+            "hdim128 <128, 64, 128, 8 warps>, hdim256 <256, 64, 64, 8 warps>, one CTA per SM, grid (key tiles, batch, "
+            "heads), run_flash_bwd_seqk_parallel: flash_bwd_dot_do_o_kernel (clears dq_accum), the main kernel, "
+            "flash_bwd_convert_dq_kernel; mha_bwd sums dk_expanded/dv_expanded over each K/V group")
+_FA3_SRC = ("Dao-AILab/flash-attention hopper/tile_size.h tile_size_fwd_sm90 (16-bit: hdim64 192 x 192, causal "
+            "192 x 128; hdim128 128 x 176, causal 128 x 128; hdim256 128 x 80) and hopper/flash_bwd_launch_template.h "
+            "run_mha_bwd_hdim128 (sm90: causal 64 x 128, otherwise 80 x 128; hdim64 128 x 128; hdim256 64 x 64), "
+            "warp-specialised: one CTA (producer + two consumer warpgroups) per SM; backward preprocess, main and "
+            "postprocess (dQ) kernels; GQA accumulates dK/dV in the kernel")
+_CUDNN_SRC = ("assumed: cuDNN's fused attention is closed source; its Hopper kernel taken as FlashAttention-3's "
+              "shape (128-row query tiles and 128-key steps, one warp-specialised CTA per SM, backward over 128-key "
+              "tiles in 64-row steps with preprocess and dQ conversion kernels)")
+
+KERNEL_SHAPES: dict[str, KernelShape] = {k.name: k for k in [
+    KernelShape(name="FlashAttention-2", fwd_tile={64: (128, 128), 128: (128, 64), 256: (128, 64)},
+                bwd_tile={64: (128, 128), 128: (64, 128), 256: (64, 64)}, fwd_ctas_per_sm=2, bwd_ctas_per_sm=1,
+                split_kv=True, gqa_sum=True, source=_FA2_SRC),
+    KernelShape(name="FlashAttention-3", fwd_tile={64: (192, 192), 128: (128, 176), 256: (128, 80)},
+                bwd_tile={64: (128, 128), 128: (80, 128), 256: (64, 64)}, fwd_ctas_per_sm=1, bwd_ctas_per_sm=1,
+                source=_FA3_SRC),
+    KernelShape(name="cuDNN", fwd_tile={64: (128, 128), 128: (128, 128), 256: (128, 64)},
+                bwd_tile={64: (64, 128), 128: (64, 128), 256: (64, 64)}, fwd_ctas_per_sm=1, bwd_ctas_per_sm=1,
+                source=_CUDNN_SRC),
+]}
+FA3_CAUSAL_TILES = {"fwd": {64: (192, 128), 128: (128, 128)}, "bwd": {128: (64, 128)}}
+"""FlashAttention-3's tiles under a causal mask, where they differ (hopper/tile_size.h,
+flash_bwd_launch_template.h)."""
+
+# The per-call floor: what a call costs beside its kernels' work.
+CALL_HOST_US = {"fwd": 40.0, "bwd": 60.0}
+"""Host-side time of one eager attention call (Python, torch's dispatcher, the output
+allocations, the launches), µs: paid in full by an isolated call, whose GPU waits for it,
+and hidden behind queued work otherwise. Measured on one H200 (bench/results/gpu_h200/
+block_grid.json, torch 2.11, `ringsim hw bench --device cuda`): see docs/gpu-validation.md;
+`ringsim calibrate` fits it for another host."""
+KERNEL_GAP_US = 1.0
+"""GPU time between two kernels queued on one stream, µs: NVIDIA's 'Getting Started with
+CUDA Graphs' (developer.nvidia.com/blog/cuda-graphs) times a 2.9 µs kernel at 3.8 µs each
+when launched back to back without synchronising."""
+OP_HOST_US = 10.0
+"""Host-side time of one eager elementwise operation (the merge's), µs: assumed, between a
+bare launch's ~5 µs (the same blog) and the ~20 µs NVIDIA's Nsight Systems user guide
+measured for a PyTorch elementwise kernel's round trip on a V100 host."""
+MERGE_KERNELS = {"fused": {"fwd": 1, "bwd": 1}, "unfused": {"fwd": 9, "bwd": 3}}
+"""Kernels one merge launches. Unfused, ring-flash-attention's `_update_out_and_lse`:
+to(fp32), out - block_out, block_lse - lse, sigmoid, multiply, subtract, then the
+statistics' subtract, logsigmoid, subtract; its backward adds dQ, dK and dV, one each."""
+MERGE_SLICE_KERNELS = {"fused": 0, "unfused": 2}
+"""More kernels when the merge writes part of the output (the slice copied back)."""
 
 # The merge of (out, lse) after each block, as bytes moved per output element and per
 # (query row, head) of statistics (sim.kernel_model). "fused": one pass, reading the fp32
@@ -209,7 +331,10 @@ MERGE_SLICE_BYTES = {"fused": (0, 0), "unfused": (8, 8)}
 
 # H100 and H200 have the same SMs and clocks (H200 has more, faster memory); H800 is the
 # H100 SXM5 die with NVLink cut to 400 GB/s. Attention tables measured on H100 apply to all.
-_HOPPER_KERNELS = {"fa2": "fa2-h100", "fa3": "fa3-h100"}
+_HOPPER_KERNELS = {"fa2": "fa2-h100", "fa3": "fa3-h100", "cudnn": "cudnn-h100"}
+_HOPPER_SMS = dict(sms=132)
+"""NVIDIA H100 Tensor Core GPU Architecture whitepaper: the H100 SXM5 has 132 SMs; the
+H800 SXM5 and the H200 SXM are the same GH100 configuration."""
 _H100_STREAM = dict(
     stream_bandwidth_gbps=2500.0,
     stream_source="NVIDIA/nccl issue #1264, p2pBandwidthLatencyTest on an HGX H100 SXM (80GB HBM3): the "
@@ -218,29 +343,31 @@ _H100_STREAM = dict(
 
 GPU_PRESETS: dict[str, GpuPreset] = {p.name: p for p in [
     GpuPreset(name="A100-SXM-80GB", peak_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
-              memory_gb=80.0, memory_bandwidth_gbps=2039.0, kernels={"fa2": "fa2-a100"},
+              memory_gb=80.0, memory_bandwidth_gbps=2039.0, kernels={"fa2": "fa2-a100"}, sms=108,
               stream_bandwidth_gbps=1732.0,
               stream_source="te42kyfo/gpu-benches cuda-stream/a100_80.txt: 'scale' (A[i] = B[i] * c) at full "
                             "occupancy, 1,732 GB/s (85% of 2,039)",
               source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM): BF16/FP16 312 TFLOPS dense, "
-                     "FP32 19.5 TFLOPS, 80 GB HBM2e at 2,039 GB/s"),
+                     "FP32 19.5 TFLOPS, 80 GB HBM2e at 2,039 GB/s; NVIDIA A100 Tensor Core GPU Architecture "
+                     "whitepaper: 108 SMs"),
     GpuPreset(name="A100-SXM-40GB", peak_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
-              memory_gb=40.0, memory_bandwidth_gbps=1555.0, kernels={"fa2": "fa2-a100"},
+              memory_gb=40.0, memory_bandwidth_gbps=1555.0, kernels={"fa2": "fa2-a100"}, sms=108,
               stream_bandwidth_gbps=1381.0,
               stream_source="te42kyfo/gpu-benches gpu-stream/a100_40.txt: 'scale' at full occupancy, "
                             "1,381 GB/s (89% of 1,555)",
               source="NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM): BF16/FP16 312 TFLOPS dense, "
-                     "FP32 19.5 TFLOPS, 40 GB HBM2 at 1,555 GB/s"),
+                     "FP32 19.5 TFLOPS, 40 GB HBM2 at 1,555 GB/s; NVIDIA A100 Tensor Core GPU Architecture "
+                     "whitepaper: 108 SMs"),
     GpuPreset(name="H100-SXM", peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
-              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS, **_H100_STREAM,
+              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS, **_HOPPER_SMS, **_H100_STREAM,
               source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16/FP16 1979 TFLOPS with sparsity = 989.4 "
                      "dense, FP32 66.9 TFLOPS, 80 GB HBM3 at 3.35 TB/s"),
     GpuPreset(name="H800-SXM", peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
-              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS, **_H100_STREAM,
+              memory_gb=80.0, memory_bandwidth_gbps=3350.0, kernels=_HOPPER_KERNELS, **_HOPPER_SMS, **_H100_STREAM,
               source="NVIDIA H800 Tensor Core GPU (SXM5) product brief: the H100 SXM5 compute (BF16/FP16 1979 "
                      "TFLOPS with sparsity = 989.4 dense, FP32 67 TFLOPS), 80 GB HBM3 at 3.35 TB/s, NVLink 400 GB/s"),
     GpuPreset(name="H200", peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
-              memory_gb=141.0, memory_bandwidth_gbps=4800.0, kernels=_HOPPER_KERNELS,
+              memory_gb=141.0, memory_bandwidth_gbps=4800.0, kernels=_HOPPER_KERNELS, **_HOPPER_SMS,
               stream_bandwidth_gbps=3165.0,
               stream_source="te42kyfo/gpu-benches gpu-stream/h200.txt: 'scale' at full occupancy, "
                             "3,165 GB/s (66% of 4,800)",

@@ -214,6 +214,8 @@ def reference_durations(ops, hardware, workload):
     holds (seq / ranks) is sliced, where the hardware's merge tells them apart."""
     ranks = 1 + max((op.rank for op in ops if isinstance(op, ComputeOp)), default=0)
     slices = getattr(hardware, "merge_copies_slices", False)
+    order = getattr(hardware, "takes_call_order", False)
+    seen_ranks, seen_passes = set(), set()
     out = []
     for op in ops:
         if isinstance(op, TransferOp):
@@ -222,6 +224,10 @@ def reference_durations(ops, hardware, workload):
             out.append(0.0)
         else:
             more = {"sliced": op.q_tokens < workload.seq // ranks} if slices else {}
+            if order:     # a rank's first block finds its GPU idle; a pass's first opens its output
+                more |= {"opens": (op.rank, op.kind) not in seen_passes, "isolated": op.rank not in seen_ranks}
+                seen_ranks.add(op.rank)
+                seen_passes.add((op.rank, op.kind))
             if getattr(hardware, "takes_head_geometry", False):
                 more |= {"head_dim": workload.head_dim, "kv_heads_per_head": workload.kv_heads / workload.heads}
             out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind,
@@ -345,12 +351,13 @@ class PerOpHardware:
         self.p2p_queue = getattr(hw, "p2p_queue", False)     # simulate() asks for it
         self.merge_copies_slices = getattr(hw, "merge_copies_slices", False)
         self.takes_head_geometry = getattr(hw, "takes_head_geometry", False)
+        self.takes_call_order = getattr(hw, "takes_call_order", False)
 
     def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens, **more):
         self.calls += 1
         assert type(flops) is float and type(q_tokens) is int and type(kind) is str
-        assert set(more) <= {"sliced", "head_dim", "kv_heads_per_head"}
-        assert type(more.get("sliced", False)) is bool
+        assert set(more) <= {"sliced", "head_dim", "kv_heads_per_head", "opens", "isolated"}
+        assert all(type(more.get(k, False)) is bool for k in ("sliced", "opens", "isolated"))
         return self.hw.compute_time_s(flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens,
                                       kv_tokens=kv_tokens, **more)
 
