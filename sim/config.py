@@ -265,14 +265,14 @@ class Hardware:
 
     def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str,
                        q_tokens: int, kv_tokens: int, head_dim: int | None = None,
-                       kv_heads_per_head: float | None = None, sliced: bool = False, opens: bool = False,
+                       kv_heads_per_head: float | None = None, sliced: bool = False, alone: bool = False,
                        isolated: bool = False) -> float:
         """Time of one block: overhead + FLOPs / achieved rate (DESIGN.md); with a kernel
         table, the rate of its pass, mask and size plus its merge (sim.kernel_model).
         head_dim and kv_heads_per_head (the engine passes the workload's) default to
         those of sim.config.Workload; sliced: the block's queries are part of its rank's
-        (the engine passes it where `merge_copies_slices`); opens: the first block of its
-        pass on its rank, which has nothing to merge into; isolated: the GPU is idle when
+        (the engine passes it where `merge_copies_slices`); alone: the only block of its
+        pass on its rank, whose result is the output (nothing to merge); isolated: the GPU is idle when
         it is called (the first block of its rank): the call's host-side floor is paid in
         front, not hidden behind queued work (the engine passes both: `takes_call_order`)."""
         if self.gpu.uses_kernel_table(dtype):
@@ -280,7 +280,7 @@ class Hardware:
                 np.array([flops], dtype=float), dtype=dtype, kind=np.array([kind], dtype=object),
                 mask=np.array([mask], dtype=object), q_tokens=np.array([q_tokens]),
                 kv_tokens=np.array([kv_tokens]), head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
-                sliced=np.array([sliced]), opens=np.array([opens]), isolated=np.array([isolated]))[0])
+                sliced=np.array([sliced]), alone=np.array([alone]), isolated=np.array([isolated]))[0])
         return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype, head_dim)
 
     @property
@@ -294,7 +294,7 @@ class Hardware:
 
     @property
     def takes_call_order(self) -> bool:
-        """Whether blocks depend on `opens` and `isolated` (the block model's merge and floor),
+        """Whether blocks depend on `alone` and `isolated` (the block model's merge and floor),
         which sim.players.durations_s then passes to compute_time(s)_s."""
         return self.gpu.kernel is not None and self.gpu.achieved_tflops is None
 
@@ -311,7 +311,7 @@ class Hardware:
     def compute_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
                         q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
                         kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None,
-                        opens: np.ndarray | None = None, isolated: np.ndarray | None = None) -> np.ndarray:
+                        alone: np.ndarray | None = None, isolated: np.ndarray | None = None) -> np.ndarray:
         """compute_time_s over arrays of blocks (kind and mask: arrays of names)."""
         g = self.gpu
         if g.uses_kernel_table(dtype):
@@ -320,7 +320,7 @@ class Hardware:
                 head_dim=head_dim or _GEOMETRY.head_dim,
                 kv_heads_per_head=kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads,
                 elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
-                sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, opens=opens, isolated=isolated)
+                sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated)
         return g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype, head_dim)
 
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -142,12 +142,11 @@ class Floors:
 def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens, head_dim: int,
                   kv_heads_per_head: float, elem_bytes: int, merge: str,
                   memory_bandwidth_gbps: float, sms: int | None = None, floors: Floors = Floors(),
-                  rate_scale: dict[str, float] | None = None, sliced=None, opens=None,
+                  rate_scale: dict[str, float] | None = None, sliced=None, alone=None,
                   isolated=None) -> np.ndarray:
     """Time of each block (arrays of equal length; kind and mask: arrays of names;
-    sliced: whether each block's queries are part of its rank's; opens: whether it is the
-    first block of its pass on its rank, whose result starts the running output (no
-    merge); isolated: whether the GPU is idle when it is called (its host-side floor is
+    sliced: whether each block's queries are part of its rank's; alone: whether it is the
+    only block of its pass on its rank, whose result is the output (no merge); isolated: whether the GPU is idle when it is called (its host-side floor is
     paid in front rather than hidden)). Module docstring: the block model.
 
     An "empty" block is skipped: 0 s, no launch.
@@ -162,7 +161,7 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
     def flags(x):
         return np.zeros(n, dtype=bool) if x is None else np.broadcast_to(np.asarray(x, dtype=bool), n)
 
-    sliced, opens, isolated = flags(sliced), flags(opens), flags(isolated)
+    sliced, alone, isolated = flags(sliced), flags(alone), flags(isolated)
     unknown = ~((mask == "full") | (mask == "diagonal") | (mask == "empty")) | ~((kind == "fwd") | (kind == "bwd"))
     if unknown.any():
         i = int(np.flatnonzero(unknown)[0])
@@ -183,8 +182,8 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
                              for a, b, h in zip(q, kv, heads)])
             moved = merge_bytes(k, m, f, q, kv, head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
                                 elem_bytes=elem_bytes, merge=merge, sliced=sliced[sel])
-            merges = np.where(opens[sel], 0, merge_kernels(k, merge, sliced[sel]))
-            gpu = call + np.where(opens[sel], 0.0, moved / bw) + merges * floors.kernel_gap_us * 1e-6
+            merges = np.where(alone[sel], 0, merge_kernels(k, merge, sliced[sel]))
+            gpu = call + np.where(alone[sel], 0.0, moved / bw) + merges * floors.kernel_gap_us * 1e-6
             host = (floors.host_us(k) + merges * floors.op_host_us) * 1e-6
             out[sel] = np.where(isolated[sel], host + gpu, np.maximum(host, gpu))
     return out

@@ -72,7 +72,7 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
             names.append("sliced")
             extra.append(_sliced(schedule))
         if getattr(hardware, "takes_call_order", False):
-            names += ["opens", "isolated"]
+            names += ["alone", "isolated"]
             extra += list(_call_order(schedule, comp))
         geometry = head_geometry(hardware, workload)
         if hasattr(hardware, "compute_times_s"):
@@ -167,18 +167,18 @@ def _sliced(schedule: Schedule) -> np.ndarray:
 
 
 def _call_order(schedule: Schedule, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per op, whether it is the first computed block of its pass on its rank (its result
-    opens the running output: nothing to merge into) and whether it is its rank's first
-    computed block (the GPU is idle when it is called), in schedule order; `comp`: the
-    computed (not fully masked) blocks, ascending."""
-    opens = np.zeros(len(schedule), dtype=bool)
+    """Per op, whether it is the only computed block of its pass on its rank (its result is
+    the output: nothing to merge) and whether it is its rank's first computed block (the
+    GPU is idle when it is called), in schedule order; `comp`: the computed (not fully
+    masked) blocks, ascending."""
+    alone = np.zeros(len(schedule), dtype=bool)
     isolated = np.zeros(len(schedule), dtype=bool)
     rank, kind = schedule.rank[comp], schedule.kind[comp]
     _, first = np.unique(rank, return_index=True)
     isolated[comp[first]] = True
-    _, first = np.unique(rank.astype(np.int64) * len(KINDS) + kind, return_index=True)
-    opens[comp[first]] = True
-    return opens, isolated
+    _, first, count = np.unique(rank.astype(np.int64) * len(KINDS) + kind, return_index=True, return_counts=True)
+    alone[comp[first[count == 1]]] = True
+    return alone, isolated
 
 
 def _by_runs(fn: Any, columns: list[np.ndarray]) -> np.ndarray:

@@ -287,7 +287,7 @@ FA3_CAUSAL_TILES = {"fwd": {64: (192, 128), 128: (128, 128)}, "bwd": {128: (64, 
 flash_bwd_launch_template.h)."""
 
 # The per-call floor: what a call costs beside its kernels' work.
-CALL_HOST_US = {"fwd": 40.0, "bwd": 60.0}
+CALL_HOST_US = {"fwd": 33.3, "bwd": 36.3}
 """Host-side time of one eager attention call (Python, torch's dispatcher, the output
 allocations, the launches), µs: paid in full by an isolated call, whose GPU waits for it,
 and hidden behind queued work otherwise. Measured on one H200 (bench/results/gpu_h200/

@@ -106,7 +106,7 @@ def test_the_url_reproduces_view_question_and_language(dash_duo):
     _until(dash_duo, lambda d: "q=7" in d.current_url)
     url = dash_duo.driver.current_url
     assert "gpus=4" in url and "lang=id" in url and "view=questions" in url
-    # the same link in a fresh page opens the same place
+    # the same link in a fresh page alone the same place
     dash_duo.driver.get(url)
     dash_duo.wait_for_text_to_equal("#quiz-title", id_("quiz.title", n=7, total=8), timeout=TIMEOUT)
     _click_label(dash_duo, "#tabs .tab", 1)                      # the timeline

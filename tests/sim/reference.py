@@ -215,7 +215,11 @@ def reference_durations(ops, hardware, workload):
     ranks = 1 + max((op.rank for op in ops if isinstance(op, ComputeOp)), default=0)
     slices = getattr(hardware, "merge_copies_slices", False)
     order = getattr(hardware, "takes_call_order", False)
-    seen_ranks, seen_passes = set(), set()
+    seen_ranks = set()
+    per_pass = {}
+    for op in ops:
+        if isinstance(op, ComputeOp) and op.mask != "empty":
+            per_pass[op.rank, op.kind] = per_pass.get((op.rank, op.kind), 0) + 1
     out = []
     for op in ops:
         if isinstance(op, TransferOp):
@@ -224,10 +228,9 @@ def reference_durations(ops, hardware, workload):
             out.append(0.0)
         else:
             more = {"sliced": op.q_tokens < workload.seq // ranks} if slices else {}
-            if order:     # a rank's first block finds its GPU idle; a pass's first opens its output
-                more |= {"opens": (op.rank, op.kind) not in seen_passes, "isolated": op.rank not in seen_ranks}
+            if order:     # a rank's first block finds its GPU idle; a pass's only block is its output
+                more |= {"alone": per_pass[op.rank, op.kind] == 1, "isolated": op.rank not in seen_ranks}
                 seen_ranks.add(op.rank)
-                seen_passes.add((op.rank, op.kind))
             if getattr(hardware, "takes_head_geometry", False):
                 more |= {"head_dim": workload.head_dim, "kv_heads_per_head": workload.kv_heads / workload.heads}
             out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind,
@@ -356,8 +359,8 @@ class PerOpHardware:
     def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens, **more):
         self.calls += 1
         assert type(flops) is float and type(q_tokens) is int and type(kind) is str
-        assert set(more) <= {"sliced", "head_dim", "kv_heads_per_head", "opens", "isolated"}
-        assert all(type(more.get(k, False)) is bool for k in ("sliced", "opens", "isolated"))
+        assert set(more) <= {"sliced", "head_dim", "kv_heads_per_head", "alone", "isolated"}
+        assert all(type(more.get(k, False)) is bool for k in ("sliced", "alone", "isolated"))
         return self.hw.compute_time_s(flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens,
                                       kv_tokens=kv_tokens, **more)
 
