@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -71,17 +70,11 @@ def hardware(machine: str, merge: str) -> Hardware:
 
 
 def flash_attn_s(hw: Hardware, pass_: str) -> float:
-    """One causal flash-attention call on one GPU's tokens (no merge: a single call)."""
-    w = workload(pass_, TOKENS_PER_GPU)
-    pairs = TOKENS_PER_GPU * (TOKENS_PER_GPU + 1) // 2
-    no_merge = replace(hw, gpu=replace(hw.gpu, memory_bandwidth_gbps=NO_MERGE_GBPS))
-    t = 0.0
-    for kind, factor in (("fwd", 1.0), ("bwd", 2.5)):
-        if kind == "bwd" and pass_ == "fwd":
-            continue
-        t += no_merge.compute_time_s(factor * w.fwd_flops(pairs), dtype="bf16", kind=kind, mask="diagonal",
-                                     q_tokens=TOKENS_PER_GPU, kv_tokens=TOKENS_PER_GPU)
-    return t
+    """One causal flash-attention call per pass on one GPU's tokens, as `ringsim simulate`
+    reports it (sim.cli.one_gpu_s: called in a loop, nothing to merge)."""
+    from sim.cli import one_gpu_s
+
+    return one_gpu_s(Scenario(workload=workload(pass_, N_GPUS * TOKENS_PER_GPU), hardware=hw, n_gpus=N_GPUS), hw)
 
 
 def ring_s(hw: Hardware, pass_: str, layout: str) -> float:

@@ -47,6 +47,8 @@ def register(sub) -> None:
                    help="with --check or --holdout: predict each run by the median of N plays seeded with the "
                         f"profile's measured spread, as bench/calibrate_cpu.sh validates (default {REPLAYS}; 1: one play "
                         "at the mean rate; a profile without a spread plays once)")
+    p.add_argument("--gpu", default=None,
+                   help="with a GPU's compute-only bench: the GPU preset it calibrates (default: from the device name)")
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_calibrate)
@@ -217,10 +219,44 @@ def _print_fits(r: dict) -> None:
               f"{l['residuals'].get('median_abs_rel', 0):.1%}")
 
 
+def _compute_only_gpu(benches: list) -> bool:
+    """Whether the benches are one GPU's compute grid (no transfers: a GPU profile)."""
+    return all(isinstance(b, dict) and isinstance(b.get("device"), dict) and b["device"].get("kind") == "cuda"
+               and not any(b.get(part) for part in ("transfer", "collective", "ring_conditions"))
+               for b, _ in benches)
+
+
+def cmd_gpu(a: argparse.Namespace, benches: list) -> int:
+    from sim.gpu_profile import calibrate_gpu
+
+    why = kept_file(a.output, a.force)
+    if why:
+        raise RingsimError(why)
+    profile = calibrate_gpu(benches, a.gpu)
+    profile.save(a.output, overwrite=a.force)
+    if a.json:
+        print(json.dumps(profile.to_dict(), indent=2))
+        return 0
+    print(f"GPU profile for {profile.measured_on.get('device')} (the {profile.gpu} preset's block model) written to "
+          f"{a.output}; it replaces the GPU and keeps --link, --inter-link and the nodes")
+    for kernel, r in profile.report["kernels"].items():
+        floors = ", ".join(f"{k} call {v:.1f} us" for k, v in r["floors_us"].items())
+        scale = ", ".join(f"{g} x{v:.3f}" for g, v in r["rate_scale"].items())
+        print(f"  {kernel}: {r['entries']} blocks; floor {floors}; rate {scale or 'as published'}; in-sample "
+              f"median |error| {r['median_abs_rel']:.1%}, worst {r['max_abs_rel']:.1%}, "
+              f"{r['within_10pct']} of {r['n']} within 10%")
+    return 0
+
+
 def cmd_bench(a: argparse.Namespace) -> int:
     from sim.calibrate import calibrate, merge_benches
 
-    bench = merge_benches([(read_json(path, what="bench results"), path) for path in a.bench])
+    benches = [(read_json(path, what="bench results"), path) for path in a.bench]
+    if _compute_only_gpu(benches):
+        return cmd_gpu(a, benches)
+    if a.gpu:
+        raise RingsimError("--gpu goes with a GPU's compute-only bench (a GPU profile)")
+    bench = merge_benches(benches)
     profile = calibrate(bench, ", ".join(a.bench))
     profile.save(a.output, overwrite=a.force)
     r = profile.report

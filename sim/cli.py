@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from importlib.metadata import entry_points
 from typing import Any, Sequence
 
 from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
-from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
+from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset, gpu_preset
 from sim.schemes import names as scheme_names
 from sim.spec import tokens
 from sim.units import fmt_bytes, fmt_s
@@ -63,18 +64,23 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
     h.add_argument("--nic-gbps", type=float, default=None,
                    help="GB/s per direction of a NIC, replacing the inter-link's (default: the preset's)")
     h.add_argument("--kernel", default="default",
-                   help="attention kernel whose published throughput times each block: fa2, fa3 "
-                        "(where the preset has its table; default: the preset's first) or flat "
-                        "(every block at peak x efficiency)")
+                   help="attention kernel whose published throughput and structure time each block (the block "
+                        "model): fa2, fa3, cudnn (where the preset has its table; default: the preset's first) or "
+                        "flat (every block at peak x efficiency)")
+    h.add_argument("--merge", choices=["fused", "unfused"], default="fused",
+                   help="how each block's partial result is merged: one fused kernel (default) or the chain of "
+                        "elementwise kernels ring-flash-attention and torch's context_parallel run")
     h.add_argument("--tflops", type=float, default=None,
                    help="achieved TFLOP/s per GPU for every block (flat model)")
     h.add_argument("--efficiency", type=float, default=None,
                    help="fraction of the preset's peak achieved by every block (flat model; default 0.5)")
-    h.add_argument("--overhead-us", type=float, default=None, help="per-block launch overhead, µs")
+    h.add_argument("--overhead-us", type=float, default=None,
+                   help="flat model: per-block launch overhead; block model: the host-side floor of a call, µs")
     h.add_argument("--link-gbps", type=float, default=None, help="link GB/s per direction")
     h.add_argument("--link-latency-us", type=float, default=None, help="link latency, µs")
     h.add_argument("--profile", default=None,
-                   help="calibrated hardware profile (from `ringsim calibrate`), replacing presets")
+                   help="calibrated hardware profile (from `ringsim calibrate`), replacing presets; a GPU profile "
+                        "(from one GPU's compute grid) replaces the GPU alone and keeps the link flags")
     s = p.add_argument_group("schedule")
     s.add_argument("--scheme", choices=scheme_names(), default="ring",
                    help="sequence-parallel scheme (default ring)")
@@ -109,6 +115,7 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
         gpu_over["efficiency"] = a.efficiency
     if a.overhead_us is not None:
         gpu_over["launch_overhead_us"] = a.overhead_us
+    gpu_over["merge"] = getattr(a, "merge", "fused")
     link_over: dict[str, Any] = {}
     if a.link_gbps is not None:
         link_over["bandwidth_gbps"] = a.link_gbps
@@ -124,8 +131,18 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
     nic_gbps = getattr(a, "nic_gbps", None)
     if nic_gbps is not None:
         inter = inter or link_name
+    gpu_profile = _gpu_profile(a)
+    if gpu_profile is not None:
+        if a.gpu is not None and gpu_preset(a.gpu).name != gpu_profile.gpu:
+            raise RingsimError(f"--gpu {a.gpu} and the GPU profile {a.profile} ({gpu_profile.gpu}) disagree")
+        gpu = gpu_profile.gpu_for(a.kernel, gpu_over.pop("merge"))
+        gpu = replace(gpu, **gpu_over) if gpu_over else gpu
+    else:
+        gpu = Gpu.preset(pick(a.gpu, c and c.gpu, "H100-SXM"), kernel=a.kernel, **gpu_over)
+    if a.overhead_us is not None and gpu.kernel is not None:
+        gpu = replace(gpu, floors=replace(gpu.floors, fwd_host_us=a.overhead_us, bwd_host_us=a.overhead_us))
     return Hardware(
-        gpu=Gpu.preset(pick(a.gpu, c and c.gpu, "H100-SXM"), kernel=a.kernel, **gpu_over),
+        gpu=gpu,
         link=Link.preset(link_name, **link_over),
         inter_link=(Link.preset(inter, **({} if nic_gbps is None else {"bandwidth_gbps": nic_gbps}))
                     if inter else None),
@@ -147,9 +164,21 @@ def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
     return Scenario(**fields)
 
 
-def profile_from_args(a: argparse.Namespace):
-    """The calibrated profile named by --profile, or None for the presets."""
+def _gpu_profile(a: argparse.Namespace):
+    """The GPU profile --profile names, or None (no profile, or a whole-hardware one)."""
     if not getattr(a, "profile", None):
+        return None
+    from sim.gpu_profile import gpu_profile_from_dict, is_gpu_profile
+    from sim.trace import read_json
+
+    d = read_json(a.profile, what="profile", max_bytes=16 * 1024 * 1024)
+    return gpu_profile_from_dict(d, a.profile) if is_gpu_profile(d) else None
+
+
+def profile_from_args(a: argparse.Namespace):
+    """The calibrated profile named by --profile, or None for the presets (and for a GPU
+    profile, which hardware_from_args applies to the GPU)."""
+    if not getattr(a, "profile", None) or _gpu_profile(a) is not None:
         return None
     from sim.host import mismatch_line, this_host
     from sim.profile import load_profile
@@ -181,20 +210,43 @@ def _summary(scenario: Scenario, metrics) -> dict[str, Any]:
             **metrics.to_dict()}
 
 
+def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
+    """One GPU's attention on its own share of the tokens (seq / GPUs, one causal or full
+    call per pass, called in a loop as a benchmark does: queued, nothing to merge). The
+    ratio ring-flash-attention's table reports is GPUs x this / the makespan: the GPUs do
+    the work of one sequence of seq tokens, each would do 1 / GPUs^2 of it alone."""
+    from sim.players import head_geometry
+
+    w = scenario.workload
+    c = w.seq // scenario.n_gpus
+    pairs = c * (c + 1) // 2 if w.causal else c * c
+    more = dict(head_geometry(hardware, w))
+    if getattr(hardware, "takes_call_order", False):
+        more |= {"alone": True, "isolated": False}
+    kinds = {"fwd": ("fwd",), "bwd": ("bwd",), "fwdbwd": ("fwd", "bwd")}[w.pass_]
+    return sum(hardware.compute_time_s((2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs), dtype=w.dtype, kind=k,
+                                       mask="diagonal" if w.causal else "full", q_tokens=c, kv_tokens=c, **more)
+               for k in kinds)
+
+
 def cmd_simulate(a: argparse.Namespace) -> int:
     from sim.engine import simulate
     from sim.metrics import compute_metrics
     from sim.trace import to_chrome_trace, write_json
 
     scenario = scenario_from_args(a)
-    trace = simulate(scenario, profile_from_args(a))
+    profile = profile_from_args(a)
+    trace = simulate(scenario, profile)
     m = compute_metrics(trace)
+    alone_s = one_gpu_s(scenario, profile or scenario.hardware)
+    vs_one = scenario.n_gpus * alone_s / m.makespan_s if m.makespan_s > 0 else None
     if a.trace:
         trace.save(a.trace, overwrite=a.force)
     if a.chrome_trace:
         write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
     if a.json:
-        out = {"scenario": scenario.describe(), **_summary(scenario, m), "bytes_sent": m.bytes_sent}
+        out = {"scenario": scenario.describe(), **_summary(scenario, m), "bytes_sent": m.bytes_sent,
+               "one_gpu_s": alone_s, "vs_one_gpu": vs_one}
         print(json.dumps(out, indent=2))
         return 0
     w = scenario.workload
@@ -206,6 +258,9 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     print(f"makespan {fmt_s(m.makespan_s)}   ideal {fmt_s(m.ideal_s)}   efficiency "
           f"{m.efficiency:.1%}   load imbalance {m.load_imbalance:.3f}   overlap efficiency "
           f"{m.overlap_efficiency:.1%}")
+    if vs_one is not None and scenario.n_gpus > 1:
+        print(f"against one GPU: its kernel on {scenario.tokens_per_rank} tokens takes {fmt_s(alone_s)}; "
+              f"{scenario.n_gpus} x that / makespan = {vs_one:.1%} (ring-flash-attention's ratio)")
     print(f"total {m.total_flops / 1e12:.2f} TFLOP, {fmt_bytes(m.total_bytes)} sent "
           f"({fmt_bytes(max(m.bytes_sent, default=0.0))} by the busiest GPU)")
     capacity_gb = trace.hardware.get("gpu", {}).get("memory_gb")

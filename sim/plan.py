@@ -98,6 +98,8 @@ class PlanRequest:
     cluster: str | None = None
     nics_per_node: int | None = None
     kernel: str = "default"
+    merge: str = "fused"
+    """How each block's partial result is merged: 'fused' or 'unfused' (sim.presets.MERGE_BYTES)."""
     profile: str | None = None
     """A calibrated profile (`ringsim calibrate`) instead of the presets."""
     dtype: str = "bf16"
@@ -122,6 +124,8 @@ class PlanRequest:
         if self.memory_gb is not None and not (isinstance(self.memory_gb, (int, float)) and self.memory_gb > 0):
             raise RingsimError(f"memory-gb must be positive, got {self.memory_gb!r}")
         parse_headroom(self.headroom)
+        if self.merge not in ("fused", "unfused"):
+            raise RingsimError(f"merge must be fused or unfused, got {self.merge!r}")
 
     @property
     def n_gpus(self) -> int:
@@ -144,6 +148,8 @@ class PlanRequest:
             o["nics-per-node"] = self.nics_per_node
         if self.kernel != "default":
             o["kernel"] = self.kernel
+        if self.merge != "fused":
+            o["merge"] = self.merge
         if self.profile is not None:
             o["profile"] = self.profile
         return o
@@ -152,7 +158,7 @@ class PlanRequest:
         return {"model": self.model.describe(), "seq": self.seq, "batch": self.batch, "nodes": self.nodes,
                 "gpus_per_node": self.gpus_per_node, "gpus": self.n_gpus, "gpu": self.gpu, "link": self.link,
                 "inter_link": self.inter_link, "cluster": self.cluster, "nics_per_node": self.nics_per_node,
-                "kernel": self.kernel, "profile": self.profile, "dtype": self.dtype, "causal": self.causal,
+                "kernel": self.kernel, "merge": self.merge, "profile": self.profile, "dtype": self.dtype, "causal": self.causal,
                 "pass": self.pass_, "headroom": self.headroom, "memory_gb": self.memory_gb,
                 "param_shards": self.param_shards}
 

@@ -46,8 +46,12 @@ def register(sub) -> None:
     h.add_argument("--link", default=None, help="link inside a node (default: the cluster's, else nvlink4)")
     h.add_argument("--inter-link", default=None, help="link of a NIC, between nodes")
     h.add_argument("--nics-per-node", type=int, default=None, help="(default one per GPU)")
-    h.add_argument("--kernel", default="default", help="fa2, fa3 or flat (default: the preset's first)")
-    h.add_argument("--profile", default=None, help="calibrated profile from `ringsim calibrate`")
+    h.add_argument("--kernel", default="default", help="fa2, fa3, cudnn or flat (default: the preset's first)")
+    h.add_argument("--merge", choices=["fused", "unfused"], default="fused",
+                   help="merge of each block's partial result: one fused kernel (default) or ring-flash-attention's "
+                        "chain of elementwise kernels")
+    h.add_argument("--profile", default=None,
+                   help="calibrated profile from `ringsim calibrate` (a GPU profile keeps the link flags)")
     r = p.add_argument_group("memory")
     r.add_argument("--headroom", default=None, help="memory to keep free per GPU: 10%% or 8GB (default none)")
     r.add_argument("--memory-gb", type=float, default=None,
@@ -97,7 +101,7 @@ def request_from_args(a: argparse.Namespace):
         gpn = cluster_preset(a.cluster).gpus_per_node if a.cluster else 8
     return request_from(model_from_args(a), seq=a.seq, batch=a.batch, nodes=a.nodes, gpus_per_node=gpn,
                         gpu=a.gpu, link=a.link, inter_link=a.inter_link, cluster=a.cluster,
-                        nics_per_node=a.nics_per_node, kernel=a.kernel, profile=a.profile, dtype=a.dtype,
+                        nics_per_node=a.nics_per_node, kernel=a.kernel, merge=a.merge, profile=a.profile, dtype=a.dtype,
                         causal=a.causal, pass_=a.pass_, headroom=a.headroom, memory_gb=a.memory_gb,
                         param_shards=a.param_shards)
 

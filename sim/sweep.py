@@ -93,9 +93,14 @@ def _parser():
 
 @lru_cache(maxsize=8)
 def _profile(path: str):
-    from sim.profile import load_profile
+    """The whole-hardware profile at `path`, or None for a GPU profile (the scenario's
+    hardware already carries it: sim.cli.hardware_from_args)."""
+    from sim.gpu_profile import is_gpu_profile
+    from sim.profile import load_profile, profile_from_dict
+    from sim.trace import read_json
 
-    return load_profile(path)
+    d = read_json(path, what="profile", max_bytes=16 * 1024 * 1024)
+    return None if is_gpu_profile(d) else profile_from_dict(d, path)
 
 
 def simulate_config(argv: Sequence[str]) -> dict[str, Any]:
