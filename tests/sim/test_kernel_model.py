@@ -1,5 +1,6 @@
-"""The kernel model against hand computation: launch + FLOPs / (the cited table's rate) +
-merge bytes / HBM bandwidth, with the rates read off the published figures here."""
+"""The block model (sim.kernel_model) against hand computation: CTAs by the kernel's tiles
+(FlashAttention-2's, read off its launch templates), waves on the SMs, the step time read
+back from the published table, the other kernels, the merge and the per-call floor."""
 
 import math
 
@@ -8,89 +9,137 @@ import pytest
 
 from sim.config import Gpu, Hardware, Scenario, Workload
 from sim.engine import simulate
+from sim.kernel_model import Floors, _load, _split_count, call_gpu_s, cta_work, kernel_table, step_s
 from sim.layouts import block_extents
 from sim.metrics import compute_metrics
 from tests.sim.reference import block_extents as token_extents
 
-H, HKV, D, B = 32, 8, 128, 1            # the defaults the model assumes when not told
-H800_HBM = 2500e9                       # the merge's rate: an H100 SXM's measured device-local copy
+D = 128
+SMS = 132                               # H100 / H800 / H200
+H800_STREAM = 2500e9                    # the merge's and the small kernels' rate on an H100 SXM
+GAP = 1e-6                              # between queued kernels
+FA2 = kernel_table("fa2-h100")
 
 
-def h800(merge="fused", kernel="fa2"):
-    return Hardware(gpu=Gpu.preset("H800-SXM", kernel=kernel, merge=merge))
+def published_s(tflops, kind, seq, causal, d=D):
+    """The time FlashAttention's benchmark ran one call in: batch x seq = 16k, hidden 2048."""
+    heads = (16384 // seq) * (2048 // d)
+    pairs = seq * seq / 2 if causal else seq * seq
+    return 4 * d * pairs * heads * (2.5 if kind == "bwd" else 1.0) / (tflops * 1e12)
 
 
-def block(hw, flops, kind, mask, q, kv):
-    return hw.compute_time_s(flops, dtype="bf16", kind=kind, mask=mask, q_tokens=q, kv_tokens=kv)
+def test_waves_by_hand():
+    one = np.array([5.0])
+    assert _load(one, 1, SMS) == 5.0                       # a block of one CTA: one CTA's steps
+    assert _load(one, SMS, SMS) == 5.0                     # exactly one wave
+    assert _load(one, SMS + 1, SMS) == 10.0                # one CTA more: a second wave, all of it
+    assert _load(one, 2 * SMS, SMS) == 10.0
+    # unequal CTAs go to the SM with the least work: [3 | 1], then 1 -> [3 | 2], then 1 -> [3 | 3]
+    assert _load(np.array([3.0, 1.0, 1.0, 1.0]), 1, 2) == 3.0
+    assert _load(np.array([1.0, 1.0, 3.0]), 1, 2) == 4.0   # [1 | 1], then 3 on an SM with 1
 
 
-def test_dense_forward_block_by_hand():
+def test_flashattention2_cuts_a_block_into_query_tiles_and_key_steps():
+    # forward, head dim 128: 128-row tiles, 64-key steps; 32 heads x 8 tiles = 256 CTAs, no split
+    work, splits, area = cta_work(FA2, "fwd", "full", 1024, 1024, 32, D, SMS)
+    assert (splits, area) == (1, 128 * 64) and work.tolist() == [16.0] * 8
+    # causal: tile i sees keys up to its last row, (i + 1) * 128 / 64 steps
+    work, _, _ = cta_work(FA2, "fwd", "diagonal", 1024, 1024, 32, D, SMS)
+    assert work.tolist() == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]
+    # backward: 128-key tiles, 64-query steps; causal, key tile j starts at query step 2j
+    work, _, _ = cta_work(FA2, "bwd", "full", 1024, 1024, 32, D, SMS)
+    assert work.tolist() == [16.0] * 8
+    work, _, _ = cta_work(FA2, "bwd", "diagonal", 1024, 1024, 32, D, SMS)
+    assert work.tolist() == [16.0, 14.0, 12.0, 10.0, 8.0, 6.0, 4.0, 2.0]
+
+
+def test_few_query_tiles_split_the_keys():
+    # 8 heads x 1024 tokens: 8 x 16 tiles of 64 rows = 128 < 0.8 x 264; 128 keys a step, 8 of
+    # them; waves 128s/264: s=1 0.48, s=2 0.97, s=4 0.97 (2 waves of 1.94): the fewest within
+    # 85% of the best is 2
+    assert _split_count(128, 264, 8) == 2
+    assert _split_count(212, 264, 8) == 1                  # nearly fills the GPU: no split
+    work, splits, _ = cta_work(FA2, "fwd", "full", 1024, 1024, 8, D, SMS)
+    # 16 row tiles x 2 splits, each 4 steps of 64 x 128 = one 128 x 64 step each
+    assert splits == 2 and work.tolist() == [4.0] * 32
+
+
+@pytest.mark.parametrize("seq", [512, 4096, 16384])
+@pytest.mark.parametrize("kind,mask,series", [("fwd", "full", (309, 350, 362, 368, 370, 370)),
+                                              ("fwd", "diagonal", (191, 260, 298, 319, 333, 335))])
+def test_at_the_published_setting_a_call_takes_the_published_time(seq, kind, mask, series):
+    tflops = series[[512, 1024, 2048, 4096, 8192, 16384].index(seq)]
+    heads = 16384 // seq * 16
+    got = call_gpu_s("fa2-h100", kind, mask, seq, seq, heads, D, 1.0, 2, H800_STREAM, SMS, 0.0)
+    assert got == pytest.approx(published_s(tflops, kind, seq, mask == "diagonal"), rel=1e-12)
+
+
+def test_one_cta_takes_the_steps_of_one_cta_at_the_published_step_time():
+    # 1 head x 128 tokens, dense forward: one CTA of 2 steps; at 512 keys the published
+    # setting (32 x 16 heads, 4 tiles, 2048 CTAs: 16 on the busiest SM, 8 steps each) ran
+    # 309 TFLOP/s, so one step took published / (16 x 8); the length is held below 512
+    step = published_s(309, "fwd", 512, False) / (16 * 8)
+    assert step_s("fa2-h100", "fwd", "full", D, 128) == pytest.approx(step, rel=1e-12)
+    got = call_gpu_s("fa2-h100", "fwd", "full", 128, 128, 1, D, 1.0, 2, H800_STREAM, SMS, 1.0)
+    assert got == pytest.approx(2 * step + GAP, rel=1e-12)
+
+
+def test_the_backward_runs_its_preprocess_and_dq_conversion_kernels():
+    q = kv = 1024
+    heads = 32
+    gpu = call_gpu_s("fa2-h100", "bwd", "full", q, kv, heads, D, 1.0, 2, H800_STREAM, SMS, 1.0)
+    main = _load(np.array([16.0] * 8), heads, SMS) * step_s("fa2-h100", "bwd", "full", D, q)
+    rows = q * heads
+    preprocess = rows * (2 * D * 2 + 4 + 4 * D)             # dO, O read; rowsum; fp32 dQ cleared
+    convert = rows * D * (4 + 2)
+    assert gpu == pytest.approx(main + (preprocess + convert) / H800_STREAM + 3 * GAP, rel=1e-12)
+    # with GQA the expanded dK and dV are summed over each group: two more kernels
+    gqa = call_gpu_s("fa2-h100", "bwd", "full", q, kv, heads, D, 0.25, 2, H800_STREAM, SMS, 1.0)
+    per = kv * heads * D * 2
+    assert gqa - gpu == pytest.approx(2 * per * 1.25 / H800_STREAM + 2 * GAP, rel=1e-9)
+
+
+def h800(merge="fused", **over):
+    return Hardware(gpu=Gpu.preset("H800-SXM", kernel="fa2", merge=merge, **over))
+
+
+def block(hw, flops, kind, mask, q, kv, **flags):
+    return hw.compute_time_s(flops, dtype="bf16", kind=kind, mask=mask, q_tokens=q, kv_tokens=kv, **flags)
+
+
+def test_a_tiny_isolated_call_pays_its_floor_and_a_queued_one_hides_it():
+    floors = Floors(fwd_host_us=30.0, bwd_host_us=45.0)
+    hw = h800(floors=floors)
+    flops = 4 * D * 128 * 128 * 1
+    gpu = call_gpu_s("fa2-h100", "fwd", "full", 128, 128, 1, D, 0.25, 2, H800_STREAM, SMS, 1.0)
+    assert block(hw, flops, "fwd", "full", 128, 128, alone=True, isolated=True) == pytest.approx(30e-6 + gpu)
+    # queued behind other work, the host issues it while the GPU runs: the host's 30 us bound it
+    assert block(hw, flops, "fwd", "full", 128, 128, alone=True, isolated=False) == pytest.approx(30e-6)
+    # a large queued block: the GPU bounds it, the floor is hidden
+    big = 4 * D * 8192 * 8192 * 32
+    gpu = call_gpu_s("fa2-h100", "fwd", "full", 8192, 8192, 32, D, 0.25, 2, H800_STREAM, SMS, 1.0)
+    assert block(hw, big, "fwd", "full", 8192, 8192, alone=True) == pytest.approx(gpu, rel=1e-12)
+
+
+def test_the_merge_adds_its_bytes_and_its_kernels():
     q = kv = 8192
-    flops = 4 * D * q * kv * H * B
-    # rate: FlashAttention-2 forward, no mask, head dim 128, 8k, H100: 370 TFLOP/s
-    # merge (fused): per output element 4 + 2 + 4 bytes, per (row, head) 12
-    merge = q * H * B * D * 10 + q * H * B * 12
-    want = 5e-6 + flops / 370e12 + merge / H800_HBM
-    assert block(h800(), flops, "fwd", "full", q, kv) == pytest.approx(want, rel=1e-12)
-
-
-def test_unfused_merge_moves_the_bytes_of_each_elementwise_kernel():
-    q = kv = 8192
-    flops = 4 * D * q * kv * H * B
-    # to(fp32) 2+4, sub 12, mul 8, sub 12 = 38 per element; statistics 52 per (row, head)
-    merge = q * H * B * (D * 38 + 52)
-    want = 5e-6 + flops / 370e12 + merge / H800_HBM
-    assert block(h800("unfused"), flops, "fwd", "full", q, kv) == pytest.approx(want, rel=1e-12)
-
-
-def test_an_unfused_merge_on_part_of_the_rank_s_queries_also_copies_the_slice_back():
-    q, kv = 4096, 8192                  # zigzag's half-query block
-    flops = 4 * D * q * kv * H * B
-    # ring-flash-attention: out[slice_], lse[slice_] = slice_out, slice_lse after the
-    # elementwise kernels: one more fp32 read and write, 8 bytes per element and per row
-    merge = q * H * B * (D * (38 + 8) + 52 + 8)
-    rate = 370e12                       # FlashAttention-2 dense forward, head dim 128, 8k keys
-    want = 5e-6 + flops / rate + merge / H800_HBM
-    hw = h800("unfused")
-    got = hw.compute_time_s(flops, dtype="bf16", kind="fwd", mask="full", q_tokens=q, kv_tokens=kv, sliced=True)
-    assert got == pytest.approx(want, rel=1e-12)
-    assert hw.merge_copies_slices and not h800().merge_copies_slices
-    # a fused merge writes the slice in place; a backward block adds into its slice in place
-    fused = h800()
-    assert fused.compute_time_s(flops, dtype="bf16", kind="fwd", mask="full", q_tokens=q, kv_tokens=kv,
-                                sliced=True) == block(fused, flops, "fwd", "full", q, kv)
-    assert hw.compute_time_s(2.5 * flops, dtype="bf16", kind="bwd", mask="full", q_tokens=q, kv_tokens=kv,
-                             sliced=True) == block(hw, 2.5 * flops, "bwd", "full", q, kv)
-
-
-def test_causal_block_runs_at_the_causal_rate_and_merges_every_row():
-    c = 4096
-    flops = 4 * D * (c * (c + 1) // 2) * H * B
-    # FlashAttention-2 forward, causal, head dim 128, 4k: 319; width from q x kv / 2 pairs
-    width = flops / (4 * c * c / 2)
-    want = 5e-6 + flops / 319e12 + c * width * (10 + 12 / D) / H800_HBM
-    assert block(h800(), flops, "fwd", "diagonal", c, c) == pytest.approx(want, rel=1e-12)
-    assert width == pytest.approx(H * B * D, rel=1e-3)
-
-
-def test_backward_rate_follows_the_queries_and_accumulates_dq_dk_dv():
-    q, kv = 4096, 8192                  # a zigzag half block with half the queries
-    flops = 2.5 * 4 * D * q * kv * H * B
-    # FlashAttention-3 paper: FlashAttention-2 backward, head dim 128, 4k: 310
-    grads = 10 * D * (q * H + 2 * kv * HKV) * B    # fp32 += bf16 on dQ, dK, dV
-    want = 5e-6 + flops / 310e12 + grads / H800_HBM
-    assert block(h800(), flops, "bwd", "full", q, kv) == pytest.approx(want, rel=1e-12)
-
-
-@pytest.mark.parametrize("length,rate", [
-    (3000, 298 + (319 - 298) * (math.log2(3000) - 11)),   # between 2k (298) and 4k (319), in log2
-    (256, 191),                                            # held at 512's
-    (65536, 335),                                          # held at 16k's
-])
-def test_rate_between_and_beyond_the_published_lengths(length, rate):
-    hw = Hardware(gpu=Gpu.preset("H800-SXM", memory_bandwidth_gbps=1e15, launch_overhead_us=0.0))
-    flops = 1e12
-    assert block(hw, flops, "fwd", "diagonal", length, length) == pytest.approx(flops / (rate * 1e12), rel=1e-9)
+    flops = 4 * D * q * kv * 32
+    gpu = call_gpu_s("fa2-h100", "fwd", "full", q, kv, 32, D, 0.25, 2, H800_STREAM, SMS, 1.0)
+    # fused: per output element 4 + 2 + 4 bytes, per (row, head) 12; one kernel
+    fused = q * 32 * (D * 10 + 12) / H800_STREAM + GAP
+    assert block(h800(), flops, "fwd", "full", q, kv) == pytest.approx(gpu + fused, rel=1e-12)
+    # unfused (ring-flash-attention): to(fp32) 2+4, sub 12, mul 8, sub 12 = 38 per element,
+    # statistics 52 per (row, head); nine kernels, each issued by the host
+    unfused = q * 32 * (D * 38 + 52) / H800_STREAM + 9 * GAP
+    assert block(h800("unfused"), flops, "fwd", "full", q, kv) == pytest.approx(gpu + unfused, rel=1e-12)
+    # on part of the rank's queries the unfused merge copies the slice back: 8 more bytes, 2 kernels
+    sliced = q * 32 * (D * 46 + 60) / H800_STREAM + 11 * GAP
+    assert block(h800("unfused"), flops, "fwd", "full", q, kv, sliced=True) == pytest.approx(gpu + sliced, rel=1e-12)
+    # a block alone in its pass on its rank is the output: nothing to merge
+    assert block(h800("unfused"), flops, "fwd", "full", q, kv, alone=True) == pytest.approx(gpu, rel=1e-12)
+    # small unfused merges are host-bound: 9 elementwise operations at 10 us after the call's floor
+    small = 4 * D * 128 * 128
+    assert block(h800("unfused"), small, "fwd", "full", 128, 128) == pytest.approx((33.3 + 9 * 10.0) * 1e-6)
 
 
 def test_flat_model_is_overhead_plus_flops_over_rate():
@@ -115,6 +164,17 @@ def test_per_block_and_array_times_agree():
 def test_ideal_rate_is_the_fastest_published_one():
     assert Gpu.preset("H800-SXM").rate_flops("bf16") == 370e12      # FA2 forward, dense, 8k-16k
     assert Gpu.preset("H100-SXM", kernel="fa3").rate_flops("bf16") == 648e12
+    assert Gpu.preset("H200", kernel="cudnn").rate_flops("bf16") == 617e12     # cuDNN's best, at 2k
+
+
+def test_a_one_gpu_simulation_is_one_isolated_call():
+    """`ringsim simulate --gpus 1`: the block is its rank's first (the GPU idle: the floor
+    paid in front) and the only one of its pass (nothing to merge)."""
+    w = Workload(seq=2048, heads=8, kv_heads=8, causal=False, pass_="fwd")
+    sc = Scenario(workload=w, hardware=h800(), n_gpus=1, layout="contiguous")
+    got = compute_metrics(simulate(sc)).makespan_s
+    gpu = call_gpu_s("fa2-h100", "fwd", "full", 2048, 2048, 8, D, 1.0, 2, H800_STREAM, SMS, 1.0)
+    assert got == pytest.approx(33.3e-6 + gpu, rel=1e-12)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "striped", "zigzag"])
@@ -136,27 +196,3 @@ def test_the_layouts_no_longer_tie():
     assert eff["contiguous"] < eff["striped"] < eff["zigzag"] < 0.95
 
 
-def test_the_workload_s_head_dim_and_kv_heads_choose_the_rates_and_the_bytes():
-    """Head dim 64 and 4 K/V heads per 32 query heads: every block of a simulated ring is
-    read off the head-dim-64 series, its dK/dV adds are those of 4 K/V heads, and the
-    ideal time runs at the head-dim-64 dense forward's best rate."""
-    from sim.players import durations_s
-    from sim.schemes import get as get_scheme
-
-    d, hkv, c = 64, 4, 8192
-    w = Workload(seq=2 * c, heads=H, kv_heads=hkv, head_dim=d, causal=False, pass_="fwdbwd")
-    sc = Scenario(workload=w, hardware=h800(), n_gpus=2, layout="contiguous")
-    schedule = get_scheme("ring").build_schedule(sc)
-    dur = durations_s(schedule, sc.hardware, w)
-    comp = schedule.compute_ids
-    flops = 4 * d * c * c * H * B
-    # FlashAttention-2 on H100, dense, head dim 64, 8k: forward 322, backward 287 TFLOP/s
-    fwd = 5e-6 + flops / 322e12 + c * H * B * (d * 10 + 12) / H800_HBM
-    bwd = 5e-6 + 2.5 * flops / 287e12 + 10 * d * (c * H + 2 * c * hkv) * B / H800_HBM
-    assert sorted(set(np.round(dur[comp], 15).tolist())) == pytest.approx(sorted([fwd, bwd]), rel=1e-12)
-    trace = simulate(sc, player="recurrence")
-    assert trace.hardware["rate_flops"] == 324e12      # FA2 forward, dense, head dim 64, 16k
-    # the same blocks at the default geometry (head dim 128, 8 K/V heads) take other times
-    default = Scenario(workload=Workload(seq=2 * c, causal=False, pass_="fwdbwd", head_dim=128),
-                       hardware=h800(), n_gpus=2, layout="contiguous")
-    assert trace.hardware["rate_flops"] != simulate(default, player="recurrence").hardware["rate_flops"]
