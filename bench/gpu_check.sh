@@ -5,6 +5,9 @@
 #   2. the bf16 block compute grid for calibration (bench/gpu_block_grid.sh)
 #   3. one measured run of the kernel on the GPU (world size 1, CUDA events): a trace in
 #      the simulator's format and the attention's measured FLOP/s
+#   4. isolated calls of torch's SDPA by backend (flash, cuDNN), 8-64 heads with and without
+#      GQA, 512-32k tokens (bench/gpu_sdpa_grid.py): the block model's check and a GPU
+#      profile's input (`ringsim calibrate OUTDIR/sdpa_grid.json -o P.json`)
 #
 #   bench/gpu_check.sh OUTDIR
 #
@@ -22,10 +25,12 @@ export PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())'
 failed=0
 step() { echo "== $*" >&2; local t0=$SECONDS; "$@" || { echo "== failed: $*" >&2; failed=1; }; echo "== $((SECONDS - t0)) s" >&2; }
-steps=${GPU_CHECK_STEPS:-exact,grid,run}   # a subset reruns the named steps alone
+steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa}   # a subset reruns the named steps alone
 [[ ,$steps, == *,exact,* ]] && step "$PYTHON" bench/ring_exact.py --device cuda --block-impl fused --json "$out/ring_exact.json" --force
 [[ ,$steps, == *,grid,* ]] && step bench/gpu_block_grid.sh "$out/hw_bench_gpu_block_grid.json"
 [[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli hw run --device cuda --world-size 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
     --pass fwdbwd --warmup 2 --repeats 3 --measure-rate --trace "$out/trace_ws1_fwdbwd.json" --force --json \
     > "$out/hw_run_ws1.json"
+[[ ,$steps, == *,sdpa,* ]] && step "$PYTHON" bench/gpu_sdpa_grid.py "$out/sdpa_grid.json" --heads 8,16,32,64 \
+    --kv-heads 0,8 --tokens 512,1024,2048,4096,8192,16384,32768 --backends flash,cudnn --force
 exit $failed

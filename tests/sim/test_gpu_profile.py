@@ -146,3 +146,23 @@ def test_the_unfused_merge_is_slower_from_the_command_line():
         return json.loads(buf.getvalue())["makespan_s"]
 
     assert makespan("--merge", "unfused") > makespan("--merge", "fused") > makespan("--kernel", "fa3")
+
+
+@pytest.mark.slow
+def test_the_sdpa_grid_harness_writes_a_bench_that_calibrates(tmp_path):
+    """bench/gpu_sdpa_grid.py on the CPU (wall clock, the flash backend): a bench file in
+    the format `ringsim calibrate` reads, GQA entries included; an existing file is kept."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = tmp_path / "g.json"
+    args = [sys.executable, "bench/gpu_sdpa_grid.py", str(out), "--device", "cpu", "--heads", "2",
+            "--kv-heads", "0,1", "--tokens", "64", "--backends", "flash", "--samples", "1", "--warmup", "0"]
+    run = subprocess.run(args, capture_output=True, text=True, cwd=root)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(out.read_text())
+    assert doc["complete"] and len(doc["compute"]) == 8
+    assert {(e["heads"], e["kv_heads"]) for e in doc["compute"]} == {(2, 2), (2, 1)}
+    assert all(e["median_s"] > 0 and e["impl"] == "cuda-flash" for e in doc["compute"])
+    again = subprocess.run(args, capture_output=True, text=True, cwd=root)
+    assert again.returncode == 2 and "exists" in again.stderr
