@@ -260,8 +260,11 @@ def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, floa
     """Compute and transfer time of one full (unmasked) forward block of `tokens` x `tokens`."""
     w = scenario.workload
     flops = w.fwd_flops(tokens * tokens)
+    # called isolated and alone (the block model): the floor in front and no merge, so that
+    # differences between sizes are the GPU's work, not a host-bound queued call's floor
+    order = {"alone": True, "isolated": True} if getattr(hw, "takes_call_order", False) else {}
     compute = hw.compute_time_s(flops, dtype=w.dtype, kind="fwd", mask="full",
-                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(hw, w))
+                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(hw, w), **order)
     transfer = hw.transfer_time_s(w.kv_bytes(1) * tokens, 0, 1)
     return compute, transfer
 

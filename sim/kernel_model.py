@@ -221,6 +221,8 @@ def _split_count(ctas: int, slots: int, n_blocks: int) -> int:
     if ctas >= 0.8 * slots:
         return 1
     top = min(128, slots, n_blocks)
+    if top < 2:
+        return 1
     eff = []
     for s in range(1, top + 1):
         eligible = s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
@@ -338,7 +340,7 @@ def call_gpu_s(table_name: str, kind: str, mask: str, q: int, kv: int, heads: in
     the other kernels of the call (memory-bound, at `bandwidth_bytes_s`), each with the
     gap between queued kernels."""
     table = kernel_table(table_name)
-    shape = KERNEL_SHAPES[table.shape]
+    q, kv = max(q, 1), max(kv, 1)        # an extent the schedule did not give: one token
     work, splits, _ = cta_work(table, kind, mask, q, kv, heads, head_dim, sms)
     main = _load(work, heads, sms) * step_s(table_name, kind, mask, head_dim, loop_tokens(kind, mask, q, kv)) / rate_scale
     aux_bytes = _other_kernels_bytes(table, kind, q, kv, heads, head_dim, kv_heads_per_head, elem_bytes, splits)
