@@ -8,12 +8,15 @@
 #   4. isolated calls of torch's SDPA by backend (flash, cuDNN), 8-64 heads with and without
 #      GQA, 512-32k tokens (bench/gpu_sdpa_grid.py): the block model's check and a GPU
 #      profile's input (`ringsim calibrate OUTDIR/sdpa_grid.json -o P.json`)
+#   5. a ring on 2, 4 and 8 ranks of the one GPU (hw.inprocess, each step's compute alone),
+#      every step against the block model with a fused and an unfused merge
+#      (bench/gpu_ring_steps.py)
 #
 #   bench/gpu_check.sh OUTDIR
 #
 # Needs ringsim installed (its `ringsim hw` commands) in $PYTHON (default python3), with a
-# torch build with CUDA (>= 2.11). Writes ring_exact.json, hw_bench_gpu_block_grid.json, hw_run_ws1.json and
-# trace_ws1_fwdbwd.json to OUTDIR; exit status 1 when a step failed (the others still run).
+# torch build with CUDA (>= 2.11). Writes ring_exact.json, hw_bench_gpu_block_grid.json, hw_run_ws1.json,
+# trace_ws1_fwdbwd.json, sdpa_grid.json and ring_steps.json to OUTDIR; exit status 1 when a step failed (the others still run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: bench/gpu_check.sh OUTDIR" >&2; exit 2; }
@@ -25,7 +28,7 @@ export PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())'
 failed=0
 step() { echo "== $*" >&2; local t0=$SECONDS; "$@" || { echo "== failed: $*" >&2; failed=1; }; echo "== $((SECONDS - t0)) s" >&2; }
-steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa}   # a subset reruns the named steps alone
+steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps}   # a subset reruns the named steps alone
 [[ ,$steps, == *,exact,* ]] && step "$PYTHON" bench/ring_exact.py --device cuda --block-impl fused --json "$out/ring_exact.json" --force
 [[ ,$steps, == *,grid,* ]] && step bench/gpu_block_grid.sh "$out/hw_bench_gpu_block_grid.json"
 [[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli hw run --device cuda --world-size 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
@@ -33,4 +36,6 @@ steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa}   # a subset reruns the named step
     > "$out/hw_run_ws1.json"
 [[ ,$steps, == *,sdpa,* ]] && step "$PYTHON" bench/gpu_sdpa_grid.py "$out/sdpa_grid.json" --heads 8,16,32,64 \
     --kv-heads 0,8 --tokens 512,1024,2048,4096,8192,16384,32768 --backends flash,cudnn --force
+[[ ,$steps, == *,steps,* ]] && step "$PYTHON" bench/gpu_ring_steps.py "$out/ring_steps.json" --worlds 2,4,8 \
+    --tokens-per-rank 4096 --force
 exit $failed

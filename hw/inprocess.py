@@ -6,8 +6,12 @@ unchanged, each rank in a thread of this process on the same device, with the ri
 channels (`Ring.channel`) replaced by `ThreadChannel`: a post puts a copy of the
 blocks it sends in the receiver's queue, a wait takes the oldest from its own. Every
 piece, merge and dK/dV accumulation is the kernel's own, on the device's own operators
-(`hw.blocks`), so the numbers are the kernel's; the timings are not (the ranks share
-one device and one Python interpreter), and nothing is recorded.
+(`hw.blocks`), so the numbers are the kernel's. The ranks share one device and one
+Python interpreter, so their timings are not a ring's; with `timed=True` each rank's
+compute of each step (its blocks, and the forward's merges) runs alone, one rank at a
+time, between two marks of a `StepClock` (CUDA events on a GPU), and comes back as the
+ring's spans: what one block and its merge take, queued on the device, as the simulator's
+block model times them.
 
 All threads enqueue on the device's current stream, so a copy made at a post is
 ordered after the work that wrote the block and before the receiver's use of it.
@@ -26,6 +30,7 @@ from hw.blocks import BlockOps
 from hw.comm import Ring
 from hw.layouts import shard, unshard
 from hw.ring import ring_backward, ring_forward
+from hw.timing import Recorder
 from sim.errors import RingsimError
 
 
@@ -90,11 +95,51 @@ class _Clock:
         return time.perf_counter()
 
 
+class StepClock:
+    """Marks for `timed` plays: the ring marks the start and the end of each step's compute
+    (hw.ring), and between the two this rank holds the device alone (`lock`), so no other
+    rank's work lands inside. CUDA events on a GPU, perf_counter (after a synchronize) on
+    the CPU; `seconds` after `synchronize`."""
+
+    def __init__(self, device: torch.device, lock: threading.Lock):
+        self.device, self.lock = device, lock
+        self.cuda = device.type == "cuda"
+        self._open = False
+        self.origin = self._stamp()
+
+    def _stamp(self) -> Any:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def mark(self) -> Any:
+        if not self._open:
+            self.lock.acquire()
+            self._open = True
+            return self._stamp()
+        end = self._stamp()       # CPU operators return when done: the stamp follows the work
+        self._open = False
+        self.lock.release()
+        return end
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def seconds(self, mark: Any) -> float:
+        if self.cuda:
+            return self.origin.elapsed_time(mark) / 1e3
+        return mark - self.origin
+
+
 def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor | None, *,
               world: int, layout: str, causal: bool, ops: BlockOps,
-              timeout_s: float = 120.0) -> tuple[torch.Tensor, ...]:
+              timeout_s: float = 120.0, timed: bool = False):
     """Output (and dq, dk, dv when dout is given) of the ring on `world` threads, in the
-    original token order, on q's device.
+    original token order, on q's device; with `timed`, also each rank's compute spans
+    (hw.timing.Span: rank, kind, step, start_s, end_s, flops), each step run alone.
 
     q, dout: (batch, seq, heads, head_dim); k, v: (batch, seq, kv_heads, head_dim); seq
     divisible by the layout's chunks (2 x world for zigzag).
@@ -105,20 +150,27 @@ def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Ten
     device = q.device
     box = _Mailbox(timeout_s)
     parts: list[Any] = [None] * world
+    lock = threading.Lock()
+    if timed and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    clocks = [StepClock(device, lock) if timed else _Clock() for _ in range(world)]
+    recorders = [Recorder(clocks[r], r) if timed else None for r in range(world)]
 
     def shard_of(x: torch.Tensor, rank: int) -> torch.Tensor:
         return shard(x.cpu(), layout, world, rank).to(device)
 
     def rank_main(rank: int) -> None:
         try:
-            ring = Ring(rank=rank, world=world, group=box, clock=_Clock(), channel=ThreadChannel)
+            ring = Ring(rank=rank, world=world, group=box, clock=clocks[rank], recorder=recorders[rank],
+                        channel=ThreadChannel)
             mine = [shard_of(x, rank) for x in (q, k, v)]
             out, lse = ring_forward(*mine, ring=ring, layout=layout, causal=causal, ops=ops)
             if dout is None:
                 parts[rank] = (out,)
                 return
+            # the backward's steps follow the forward's, numbered from `world` as the simulator does
             grads = ring_backward(shard_of(dout, rank), *mine, out, lse, ring=ring, layout=layout,
-                                  causal=causal, ops=ops)
+                                  causal=causal, ops=ops, step0=world)
             parts[rank] = (out, *grads)
         except BaseException as e:  # handed to the caller below
             parts[rank] = e
@@ -133,4 +185,7 @@ def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Ten
         raise box.failed
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return tuple(unshard([p[i].cpu() for p in parts], layout).to(device) for i in range(len(parts[0])))
+    results = tuple(unshard([p[i].cpu() for p in parts], layout).to(device) for i in range(len(parts[0])))
+    if not timed:
+        return results
+    return results, [span for rec in recorders for span in rec.spans()]

@@ -98,3 +98,30 @@ def test_bench_command_line_refusals(tmp_path, capsys):
         assert ring_exact.main(["--device", "cuda"]) == 2
         assert "sees no CUDA device" in capsys.readouterr().err
 
+
+
+def test_a_timed_play_gives_each_rank_s_steps_alone_and_numbered_as_the_simulator_does():
+    """play_ring(timed=True): one compute span per rank and step that computes, forward
+    steps 0..N-1 and backward N..2N-1 (sim.schedule's numbering), no two overlapping (each
+    step's compute runs alone on the device), and the same numbers as an untimed play."""
+    import torch
+
+    from hw.blocks import select_block_ops
+    from hw.inprocess import play_ring
+
+    world, seq = 3, 3 * 2 * 32
+    gen = torch.Generator().manual_seed(3)
+    q, dout = (torch.randn(1, seq, 4, 16, generator=gen) for _ in range(2))
+    k, v = (torch.randn(1, seq, 2, 16, generator=gen) for _ in range(2))
+    ops = select_block_ops("cpu", "fp32", 16)
+    plain = play_ring(q, k, v, dout, world=world, layout="zigzag", causal=True, ops=ops)
+    timed, spans = play_ring(q, k, v, dout, world=world, layout="zigzag", causal=True, ops=ops, timed=True)
+    for a, b in zip(plain, timed):
+        assert torch.equal(a, b)
+    keys = sorted((s.rank, s.kind, s.step) for s in spans)
+    want = sorted([(r, "fwd", s) for r in range(world) for s in range(world)]
+                  + [(r, "bwd", world + s) for r in range(world) for s in range(world)])
+    assert keys == want                      # zigzag: every block computes something
+    order = sorted(spans, key=lambda s: s.start_s)
+    assert all(a.end_s <= b.start_s for a, b in zip(order, order[1:]))
+    assert all(s.end_s > s.start_s and s.flops > 0 for s in spans)

@@ -166,3 +166,22 @@ def test_the_sdpa_grid_harness_writes_a_bench_that_calibrates(tmp_path):
     assert all(e["median_s"] > 0 and e["impl"] == "cuda-flash" for e in doc["compute"])
     again = subprocess.run(args, capture_output=True, text=True, cwd=root)
     assert again.returncode == 2 and "exists" in again.stderr
+
+
+@pytest.mark.slow
+def test_the_ring_steps_harness_sets_each_step_beside_the_model(tmp_path):
+    """bench/gpu_ring_steps.py on the CPU: every rank's every step measured and modelled
+    with both merges, a summary per pass; an existing file is kept."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = tmp_path / "steps.json"
+    args = [sys.executable, "bench/gpu_ring_steps.py", str(out), "--device", "cpu", "--worlds", "2",
+            "--tokens-per-rank", "64", "--heads", "2", "--kv-heads", "1", "--head-dim", "16", "--repeats", "1"]
+    run = subprocess.run(args, capture_output=True, text=True, cwd=root)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["steps"]) == 8 and set(doc["summary"]) == {"2-fwd", "2-bwd"}
+    assert all(r["measured_s"] > 0 and r["model_fused_s"] > 0 and r["model_unfused_s"] > 0 for r in doc["steps"])
+    again = subprocess.run(args, capture_output=True, text=True, cwd=root)
+    assert again.returncode == 2 and "exists" in again.stderr
