@@ -1,39 +1,44 @@
-"""Time of one attention block from published kernel throughput: a rate by mask and size,
-the merge of the partial result, and the launch.
+"""Time of one attention block on a GPU: the block model (docs/gpu-model.md).
 
-DESIGN.md's compute time (overhead + FLOPs / rate) with the rate made specific to the
-block, and the merge added:
+DESIGN.md's compute time (overhead + FLOPs / rate), built from what the GPU does:
 
-    time = launch + FLOPs / rate(pass, mask, head dim, length) + merge bytes / HBM bandwidth
+    isolated call: host + GPU      queued behind other work: max(host, GPU)
+    GPU = main kernel + other kernels + merge + (kernels) x gap
+    main kernel = busiest SM's steps x step time(pass, mask, head dim, inner-loop length)
 
-- **Rate**: the published TFLOP/s of the kernel (sim.presets.KERNEL_TABLES) for the
-  block's pass (fwd, bwd) and mask: a "full" block runs the dense kernel, a "diagonal"
-  one (cut by the causal mask: the contiguous and zigzag diagonal, every striped block)
-  the causal kernel, whose rate is lower. The tables hold the number of query tiles
-  fixed and vary the sequence length, so the length that sets the rate is that of the
-  kernel's inner loop: the keys in a dense forward, the queries in a dense backward
-  (FlashAttention-2 parallelizes the backward over key blocks), the side of the
-  triangle in a causal block. Between published lengths the rate is interpolated
-  linearly in log2(length); outside them it is held at the nearest one. A head dim the
-  table lacks takes the nearest one it has.
-- **Merge**: after each block the running (out, lse) takes in the block's result:
-  memory-bound work on the output and the statistics, at the datasheet's HBM bandwidth
-  (a choice of this model: the merge is folded into the block's time, as ring kernels
-  run it on the compute stream right after the block). Forward: per output element the
-  bytes of sim.presets.MERGE_BYTES (one fused pass, or the unfused chain of elementwise
-  kernels ring-flash-attention runs), per (query row, head) those of the statistics;
-  a block on part of its rank's queries (`sliced`) adds the bytes of
-  sim.presets.MERGE_SLICE_BYTES (the unfused merge copies the slice back).
-  Backward: dQ accumulates over the block's query rows and dK, dV over its key rows, one
-  in-place add each (read the fp32 accumulator and the block's gradient, write back).
-- **Launch**: a fixed cost per block (sim.presets.LAUNCH_OVERHEAD_US).
+- **CTAs** (`cta_work`): the kernel's tiles (sim.presets.KERNEL_SHAPES, from its source)
+  cut the call into thread blocks, each a run of inner-loop steps: forward over query
+  tiles x heads x batch, backward over key tiles; a causal mask shortens each to its
+  diagonal. FlashAttention-2's forward splits the keys when its query tiles are too few
+  (`_split_count`, its own heuristic), and adds a combine kernel.
+- **Waves** (`_load`): CTAs go in launch order to the SM with the least work so far; the
+  main kernel takes as long as the busiest SM. A CTA alone on an SM runs at the SM's rate.
+- **Step time** (`step_s`): read back from the published table (sim.presets.KERNEL_TABLES):
+  the time FlashAttention's benchmark ran a call in at that length (batch x length 16k
+  tokens, hidden 2048), less its other kernels, over the steps its busiest SM ran; so at
+  the published setting a call takes the published time. The length is the kernel's
+  inner loop (`loop_tokens`): the keys of a dense forward, the queries of a dense backward,
+  the side of a causal block; piecewise linear in log2(length), held beyond the table.
+  A head dim the table lacks takes the nearest one it has.
+- **Other kernels**: a backward's preprocess and dQ conversion, GQA's dK/dV reductions,
+  a split forward's combine: memory-bound at the GPU's streaming bandwidth.
+- **Merge**: after each block the running (out, lse) takes in its result: per output
+  element the bytes of sim.presets.MERGE_BYTES (one fused pass, or the unfused chain of
+  elementwise kernels ring-flash-attention runs), per (query row, head) those of the
+  statistics; a block on part of its rank's queries (`sliced`) adds
+  MERGE_SLICE_BYTES. Backward: dQ, dK, dV each one in-place fp32 add. Its kernels
+  (MERGE_KERNELS) each cost a gap on the GPU and an elementwise operation on the host.
+  A block alone in its pass on its rank (`alone`) is the output: no merge.
+- **Floor** (`Floors`): the host time of an eager call, paid in front by an isolated call
+  (`isolated`: the GPU idle, a rank's first block) and hidden behind queued work
+  otherwise, unless the host is the slower.
 
 The engine gives each block's FLOPs, pass, mask and the extent of its kernel call (the
-query and key tokens that take part, sim.layouts.block_extents), not the workload's head count: the
-output's width (heads x batch x head dim) is recovered from the FLOPs, taking the
-block's pairs as q x kv for a full block and q x kv / 2 for a diagonal one. The head dim
-and the K/V-to-query head ratio come from the workload (sim.players.head_geometry), or
-the defaults of sim.config.Workload where a caller gives none.
+query and key tokens that take part, sim.layouts.block_extents), not the workload's head
+count: the call's heads (times batch) are recovered from the FLOPs, taking the block's
+pairs as q x kv for a full block and q x kv / 2 for a diagonal one. The head dim and the
+K/V-to-query head ratio come from the workload (sim.players.head_geometry), or the
+defaults of sim.config.Workload where a caller gives none.
 """
 
 from __future__ import annotations

@@ -16,8 +16,10 @@ a causal run as half the dense FLOPs (`4 * seqlen^2 * heads * head_dim / 2`), ba
 as 2.5x forward (flash-attention `benchmarks/benchmark_flash_attention.py`, `flops()`).
 Where a series was not published it is derived from published ones and says how.
 
-Latencies and launch overheads are assumptions (order of magnitude), labelled so; a
-calibrated profile (see `ringsim calibrate`) replaces all of this with measurements.
+Kernel shapes (how each kernel cuts a block into thread blocks) are read off each kernel's
+source; the per-call floor was measured on one H200. Latencies and the flat model's
+launch overhead are assumptions (order of magnitude), labelled so; a calibrated profile
+(see `ringsim calibrate`) replaces them with measurements.
 """
 
 from __future__ import annotations
@@ -412,7 +414,7 @@ LINK_PRESETS: dict[str, LinkPreset] = {p.name: p for p in [
 ]}
 
 LAUNCH_OVERHEAD_US = 5.0
-"""Fixed cost per block (its attention kernel and merge launches and tails), µs: an
+"""Flat model: fixed cost per block (its attention kernel and merge launches and tails), µs: an
 assumption of a few µs per launch, the order NVIDIA's 'Getting Started with CUDA Graphs'
 (developer.nvidia.com/blog/cuda-graphs) gives for launching a kernel on a stream."""
 
