@@ -159,3 +159,34 @@ def test_the_text_output_names_the_winner_and_its_command(capsys):
     assert code == 0
     assert "fastest that fits" in out and out.count("ringsim simulate --gpus 4") == 3
     assert "per step (x 4 layers)" in out
+
+
+def test_fits_compares_the_total_with_the_limit_after_headroom():
+    """A candidate fits when its total is within the GPU's memory less the headroom, not
+    within the whole memory: the zigzag ring that just fits 'working + kept' bytes does not
+    once 10% of them is kept free."""
+    working, kept = _ring_by_hand(4, 8, 2, 64, 8192, 4)
+    model = Model(name="small", layers=4, hidden=512, heads=8, kv_heads=2, head_dim=64, params=1e9)
+    base = dict(model=model, seq=8192, nodes=1, gpus_per_node=4, gpu="H100-SXM")
+    p = plan(PlanRequest(**base, memory_gb=(working + kept) / 1e9, headroom="10%"))
+    ring = next(c for c in p.candidates if c["scheme"] == "ring" and c["variant"] == "zigzag layout")
+    assert ring["memory"]["total"] == working + kept
+    assert p.limit_bytes == pytest.approx(0.9 * (working + kept))
+    assert not ring["fits"]
+    assert all(c["fits"] == (c["peak_mem_bytes"] <= p.limit_bytes) for c in p.candidates)
+
+
+def test_the_total_counts_parameters_and_optimizer_state_when_sharded():
+    """With --param-shards the total holds the parameters and Adam's state (16 bytes a
+    parameter over the shards) beside attention's: one byte short of that sum and the ring
+    no longer fits."""
+    working, kept = _ring_by_hand(4, 8, 2, 64, 8192, 4)
+    model = Model(name="small", layers=4, hidden=512, heads=8, kv_heads=2, head_dim=64, params=1e9)
+    base = dict(model=model, seq=8192, nodes=1, gpus_per_node=4, gpu="H100-SXM", param_shards=4)
+    params = 16 * 10 ** 9 // 4
+    p = plan(PlanRequest(**base, memory_gb=(working + kept + params) / 1e9))
+    ring = next(c for c in p.candidates if c["scheme"] == "ring" and c["variant"] == "zigzag layout")
+    assert ring["memory"]["total"] == working + kept + params and ring["fits"]
+    p = plan(PlanRequest(**base, memory_gb=(working + kept + params - 1) / 1e9))
+    ring = next(c for c in p.candidates if c["scheme"] == "ring" and c["variant"] == "zigzag layout")
+    assert not ring["fits"]
