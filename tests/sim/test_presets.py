@@ -118,3 +118,18 @@ def test_cluster_presets_name_existing_presets_and_cite_their_sources():
     assert cluster_preset("pcie-a100").link == "pcie4"
     with pytest.raises(RingsimError, match="unknown cluster preset"):
         cluster_preset("cray-1")
+
+
+@pytest.mark.parametrize("table,dense_bwd_8k", [("fa3-h100", 559), ("cudnn-h100", 518)])
+def test_an_unpublished_causal_backward_takes_flashattention2_s_backward_ratio(table, dense_bwd_8k):
+    """FlashAttention-3's and cuDNN's causal backward were not published: each is its dense
+    backward x FlashAttention-2's causal / dense backward at the same length (head dim 128,
+    8k: FA2 causal backward 2.5 / (3.5/308 - 1/333) from its forward+backward and forward,
+    dense backward 318), not the ratio of their own forwards."""
+    fa2_causal_bwd = 2.5 / (3.5 / 308 - 1 / 333)
+    want = dense_bwd_8k * fa2_causal_bwd / 318
+    got = KERNEL_TABLES[table].series["bwd", "diagonal", 128].tflops[SEQLENS.index(8192)]
+    assert got == pytest.approx(want, abs=0.06)
+    fwd = KERNEL_TABLES[table].series
+    forward_ratio = fwd["fwd", "diagonal", 128].tflops[4] / fwd["fwd", "full", 128].tflops[4]
+    assert abs(dense_bwd_8k * forward_ratio - want) > 1.0     # the forward's ratio would differ
