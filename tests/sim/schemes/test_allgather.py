@@ -137,3 +137,29 @@ def test_the_allgather_counts_its_operations_without_building_them():
                 for groups in (1, 2):
                     s = sc(n, pass_, causal, groups, per_node)
                     assert count_allgather_ops(s) == len(build_allgather_schedule(s)), (n, per_node, pass_, causal)
+
+
+def test_a_group_s_gather_waits_for_the_compute_that_frees_its_buffer():
+    """Double-buffered: group h+1's gather goes out behind group h's compute, but only once
+    group h-1's compute has freed the buffer it fills, at both ends. With transfers far
+    faster than compute, every gather of group h+1 >= 1 starts at or after the end of group
+    h-1's compute on its sender and on its receiver."""
+    n, seq, heads, hk, d, groups = 4, 1024, 8, 4, 16, 4
+    hw = hardware(tflops=0.05, gbps=300.0, latency_us=1.0, overhead_us=0.0)
+    t = simulate(allgather(n=n, seq=seq, heads=heads, kv_heads=hk, head_dim=d, causal=False, hw=hw,
+                           head_groups=groups))
+    compute_end = {}
+    for s in t.spans:
+        if s.stream == "compute" and s.end_s > s.start_s:
+            compute_end[s.rank, s.step] = max(compute_end.get((s.rank, s.step), 0.0), s.end_s)
+    sends = [s for s in t.spans if s.stream == "send" and s.kind == "ag"]
+    checked = 0
+    for s in sends:
+        if s.step >= 2:             # group h + 1 = s.step: needs group h - 1 = s.step - 2 done
+            for rank in (s.rank, s.peer):
+                assert s.start_s >= compute_end[rank, s.step - 2] - 1e-12
+            checked += 1
+    assert checked > 0
+    # and not later than it must: the gather of group 2 starts while group 1 computes
+    first = min(s.start_s for s in sends if s.step == 2)
+    assert first < max(compute_end[r, 1] for r in range(n))
