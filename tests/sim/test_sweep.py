@@ -323,3 +323,24 @@ def test_a_file_from_an_older_table_is_merged_into_the_current_columns(tmp_path)
     table = pq.read_table(out)
     assert "retired" not in table.column_names
     assert table.column("explanation").null_count == 3
+
+
+def test_parts_a_killed_csv_run_left_are_picked_up(tmp_path):
+    """As with Parquet: the CSV part files a killed run left are read on the rerun, which
+    simulates only the rest and leaves one file with every row."""
+    import csv
+
+    from sim.sweep import ResultsFile, row_of
+
+    out = str(tmp_path / "r.csv")
+    configs = list(Spec.from_dict(SMALL).configs())
+    results = ResultsFile(out)
+    results.add([row_of(c, simulate_config(c.argv)) for c in configs[:3]])
+    results.flush()                 # as a run killed after its first part would leave it
+    assert not os.path.exists(out) and os.listdir(out + ".parts")
+    calls = []
+    r = sweep(configs, out, quiet=True, simulate=lambda argv: calls.append(argv) or simulate_config(argv))
+    assert (len(calls), r.skipped, r.rows) == (5, 3, 8)
+    with open(out, newline="") as f:
+        assert len(list(csv.DictReader(f))) == 8
+    assert not os.path.exists(out + ".parts")
