@@ -147,3 +147,18 @@ def test_in_a_browser_a_candidate_loads_into_the_timeline(dash_duo):
     dash_duo.wait_for_element("#plan-table table", timeout=60)
     assert dash_duo.find_element("#plan-seq").get_attribute("value") == "64k"
     assert [e for e in (dash_duo.get_logs() or []) if e.get("level") == "SEVERE"] == []
+
+
+def test_the_batch_input_reaches_the_planner(client):
+    """The view's batch is the plan's: in the request, and through the page's callback,
+    whose every candidate then simulates (and reproduces with) that batch."""
+    assert request_of(dict(DEFAULTS, **{"plan-batch": 3})).batch == 3
+    runs = {}
+    for batch in (1, 2):
+        status, out = client.call("plan-result.data", {"tabs.value": "plan", "plan-run.n_clicks": 0,
+                                                       **_inputs(**{"plan-seq": "16k", "plan-model": "llama3-8b",
+                                                                    "plan-batch": batch})}, ["tabs.value"])
+        assert status == 200 and out["plan-msg"]["children"] == ""
+        runs[batch] = out["plan-result"]["data"]
+    assert runs[2]["request"]["batch"] == 2 and runs[1]["request"]["batch"] == 1
+    assert all("--batch 2" in c["command"] for c in runs[2]["candidates"])
