@@ -161,10 +161,31 @@ def test_per_block_and_array_times_agree():
     assert many.tolist() == one
 
 
-def test_ideal_rate_is_the_fastest_published_one():
-    assert Gpu.preset("H800-SXM").rate_flops("bf16") == 370e12      # FA2 forward, dense, 8k-16k
-    assert Gpu.preset("H100-SXM", kernel="fa3").rate_flops("bf16") == 648e12
-    assert Gpu.preset("H200", kernel="cudnn").rate_flops("bf16") == 617e12     # cuDNN's best, at 2k
+def test_ideal_rate_is_the_fastest_published_one_spread_evenly():
+    """The published setting ran 2,048 CTAs on 132 SMs: 16 on the busiest, 2048 / 132 on
+    average; the ideal rate is the fastest published dense forward without that last
+    partial wave."""
+    even = 16 * 132 / 2048
+    assert Gpu.preset("H800-SXM").rate_flops("bf16") == pytest.approx(370e12 * even)   # FA2, 8k-16k
+    assert Gpu.preset("H100-SXM", kernel="fa3").rate_flops("bf16") == pytest.approx(648e12 * even)
+    assert Gpu.preset("H200", kernel="cudnn").rate_flops("bf16") == pytest.approx(617e12 * even)  # at 2k
+    # head dim 64: 32 heads of 128-row tiles, 4,096 CTAs: 32 on the busiest SM; 324 TFLOP/s at 16k
+    assert Gpu.preset("H800-SXM").rate_flops("bf16", 64) == pytest.approx(324e12 * 32 * 132 / 4096)
+
+
+def test_the_workload_s_head_dim_and_kv_heads_choose_the_series_the_tiles_and_the_bytes():
+    """Head dim 64 reads the head-dim-64 series with its own tiles (128 x 128 forward), and
+    4 K/V heads per 32 query heads sum dK/dV over groups of 8 in the backward."""
+    d = 64
+    # forward, 32 heads x 1024: 8 tiles of 128 rows, 8 steps of 128 keys
+    work, splits, area = cta_work(FA2, "fwd", "full", 1024, 1024, 32, d, SMS)
+    assert (splits, area, work.tolist()) == (1, 128 * 128, [8.0] * 8)
+    assert step_s("fa2-h100", "fwd", "full", d, 16384) == pytest.approx(
+        published_s(324, "fwd", 16384, False, d) / (32 * 128))      # 4,096 CTAs: 32 on the busiest SM, 128 steps
+    mha = call_gpu_s("fa2-h100", "bwd", "full", 1024, 1024, 32, d, 1.0, 2, H800_STREAM, SMS, 1.0)
+    gqa = call_gpu_s("fa2-h100", "bwd", "full", 1024, 1024, 32, d, 4 / 32, 2, H800_STREAM, SMS, 1.0)
+    per = 1024 * 32 * d * 2
+    assert gqa - mha == pytest.approx(2 * per * (1 + 4 / 32) / H800_STREAM + 2 * GAP, rel=1e-9)
 
 
 def test_a_one_gpu_simulation_is_one_isolated_call():
