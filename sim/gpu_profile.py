@@ -137,7 +137,6 @@ def fit_kernel(gpu: Gpu, entries: list[dict[str, Any]], *, rates: bool = True) -
     no_main = replace(bare, rate_scale={g: 1e30 for g in RATE_GROUPS})
     groups = sorted({f"{e['kind']}-{e['mask']}" for e in entries}) if rates else []
     kinds = sorted({e["kind"] for e in entries})
-    cols = kinds + groups
     a, b = [], []
     for e in entries:
         others = predict_isolated_s(no_main, e)

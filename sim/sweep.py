@@ -96,7 +96,7 @@ def _profile(path: str):
     """The whole-hardware profile at `path`, or None for a GPU profile (the scenario's
     hardware already carries it: sim.cli.hardware_from_args)."""
     from sim.gpu_profile import is_gpu_profile
-    from sim.profile import load_profile, profile_from_dict
+    from sim.profile import profile_from_dict
     from sim.trace import read_json
 
     d = read_json(path, what="profile", max_bytes=16 * 1024 * 1024)

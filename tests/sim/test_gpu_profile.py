@@ -3,8 +3,6 @@
 import json
 import subprocess
 import sys
-from dataclasses import replace
-
 import pytest
 
 from sim.config import Gpu

@@ -2,8 +2,6 @@
 (FlashAttention-2's, read off its launch templates), waves on the SMs, the step time read
 back from the published table, the other kernels, the merge and the per-call floor."""
 
-import math
-
 import numpy as np
 import pytest
 
