@@ -272,7 +272,7 @@ def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, floa
 def crossover_tokens(hw: Any, scenario: Scenario) -> float:
     """Tokens per device where a block's compute equals its transfer, fixed costs aside.
 
-    DESIGN.md fact 5: compute grows as c^2 and transfer as c, so past this c the
+    docs/design.md fact 5: compute grows as c^2 and transfer as c, so past this c the
     transfer hides behind compute. Launch overhead and link latency are subtracted so
     that the answer is the paper's condition; the sweep's curves show them.
     """

@@ -3,7 +3,7 @@ answered by a live view of the scenario on screen.
 
 A question shows four choices. Once answered it says right or wrong, explains why
 (the catalogs' text) and, beside it, draws the view that proves it with the numbers the
-explanation quotes (dashboard/quiz_explain.py). Question n is DESIGN.md's fact n. The
+explanation quotes (dashboard/quiz_explain.py). Question n is docs/design.md's fact n. The
 score counts first answers; a question can be answered again to see the other choices'
 outcome. Answers stay in the browser's session storage; the question, view and
 language are in the URL (dashboard/nav.py).

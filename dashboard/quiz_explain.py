@@ -5,7 +5,7 @@ Every number comes through the simulator's public functions: the layouts' token 
 and closed-form work (sim.layouts), the memory model (sim.memory), the ring merge on
 small inputs (sim.online_softmax) and simulated runs with their metrics (through
 dashboard.compute's cache of sim.engine.simulate + sim.metrics.compute_metrics).
-Definitions are DESIGN.md's; question n illustrates its fact n.
+Definitions are docs/design.md's; question n illustrates its fact n.
 """
 
 from __future__ import annotations

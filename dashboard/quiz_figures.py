@@ -3,7 +3,7 @@
 Each builder draws the point one question makes, from numbers its caller got from the
 simulator (dashboard/quiz_explain.py), with every text through a `Translator`
 (dashboard/i18n.py). The numbers the explanation quotes travel in `layout.meta`, so a
-test can read them beside the picture. Definitions are DESIGN.md's.
+test can read them beside the picture. Definitions are docs/design.md's.
 """
 
 from __future__ import annotations

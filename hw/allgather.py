@@ -1,4 +1,4 @@
-"""All-gather context parallelism (Llama 3; DESIGN.md, "Beyond the ring") over
+"""All-gather context parallelism (Llama 3; docs/design.md, "Beyond the ring") over
 torch.distributed collectives.
 
 Tokens lie in the zigzag layout: 2N chunks of c tokens, rank i holds chunks i and

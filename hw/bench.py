@@ -1,6 +1,6 @@
 """Microbenchmarks for calibration: `ringsim hw bench -o FILE`.
 
-Three parts, each an input to calibrating the simulator's hardware model (DESIGN.md,
+Three parts, each an input to calibrating the simulator's hardware model (docs/design.md,
 "Compute time of a block" and "Link time"), measured apart from any run used to
 validate it:
 
@@ -58,7 +58,7 @@ The JSON file (format "ringsim-hw-bench", version 1):
      "settings": {"samples": int, "warmup": int, "quick": bool},
      "compute": [{"kind": "fwd"|"bwd", "dtype": "fp32"|"bf16"|"fp16", "batch", "heads",
                   "kv_heads", "head_dim", "q_tokens", "kv_tokens",
-                  "mask": "full"|"diagonal", "flops": work of the block (DESIGN.md: 4·d·pairs
+                  "mask": "full"|"diagonal", "flops": work of the block (docs/design.md: 4·d·pairs
                   ·heads·batch, backward 2.5x), "impl": per-block operator,
                   "time_s": [samples], "median_s", "rate_flops": flops / median_s,
                   "reference_s": [samples of the reference block (full forward, 1024

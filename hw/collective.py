@@ -1,7 +1,7 @@
 """One collective of a non-ring scheme (all-gather, reduce-scatter, all-to-all), timed.
 
 A collective is posted asynchronously (`async_op=True`) and waited for at once: nothing
-in the all-gather or Ulysses kernels overlaps it (DESIGN.md, "Beyond the ring"). It is
+in the all-gather or Ulysses kernels overlaps it (docs/design.md, "Beyond the ring"). It is
 recorded as the ring's transfers are (`hw.comm`): a send and a receive span from
 posted to complete, with the bytes this rank sends and receives and peer -1 (many
 peers), and the wait of the compute stream, exposed ("ag"/"rs"/"a2a") while the

@@ -1,4 +1,4 @@
-"""The one communication helper of the ring: post, then wait (DESIGN.md, fact 2).
+"""The one communication helper of the ring: post, then wait (docs/design.md, fact 2).
 
 `post` sends the block a rank holds to rank + 1 and receives the next one from rank - 1
 in one `batch_isend_irecv` (NCCL groups the pair, so neither side can block on a send

@@ -1,4 +1,4 @@
-"""The one merge of partial attention results: (out, log-sum-exp) pairs, DESIGN.md fact 3.
+"""The one merge of partial attention results: (out, log-sum-exp) pairs, docs/design.md fact 3.
 
 A block's result over some keys is its normalized output and, per query row, the
 log-sum-exp of its scores. Two such results over disjoint key sets combine into the

@@ -1,6 +1,6 @@
 """Ring Attention forward and backward over torch.distributed point-to-point operations.
 
-Forward (DESIGN.md, facts 2-3): at step k rank r holds the K/V block of rank
+Forward (docs/design.md, facts 2-3): at step k rank r holds the K/V block of rank
 (r - k) mod N. It posts the send of that block to r + 1 and the receive of the next
 from r - 1 (two buffers: the block computed on and the one arriving), computes its
 queries against the block piece by piece (`hw.layouts`: fully masked blocks are

@@ -27,7 +27,7 @@ on leaving the same barrier (`Clock.align`), so spans of all ranks share one axi
 the barrier's exit skew (tens of µs on one host).
 
 The recorder keeps spans as marks and resolves them to `sim.trace.Span`s with times
-relative to the aligned origin (DESIGN.md, "One trace"). A wait is exposed
+relative to the aligned origin (docs/design.md, "One trace"). A wait is exposed
 communication ("kv"/"dkv") when a transfer it waited for was still in flight after the
 wait began, idle otherwise.
 """

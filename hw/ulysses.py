@@ -1,4 +1,4 @@
-"""DeepSpeed-Ulysses attention (DESIGN.md, "Beyond the ring") over torch.distributed
+"""DeepSpeed-Ulysses attention (docs/design.md, "Beyond the ring") over torch.distributed
 all-to-all.
 
 Forward: one `all_to_all` takes Q, K and V from token shards (any layout) to head

@@ -2,7 +2,7 @@
 
 Every field is keyword-only and checked where the object is made, so a bad value fails
 with a sentence naming the field (`RingsimError`). Definitions of work, FLOPs, bytes,
-compute and link time are those of DESIGN.md.
+compute and link time are those of docs/design.md.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ class Gpu:
         return self.kernel is not None and self.achieved_tflops is None and dtype in ("bf16", "fp16")
 
     def rate_flops(self, dtype: str, head_dim: int | None = None) -> float:
-        """The rate of the ideal time (DESIGN.md): with a kernel table, its fastest
+        """The rate of the ideal time (docs/design.md): with a kernel table, its fastest
         published rate (dense forward at its longest length); flat, the achieved rate."""
         if self.uses_kernel_table(dtype):
             return best_rate_flops(kernel_table(self.kernel), head_dim or _GEOMETRY.head_dim)
@@ -267,7 +267,7 @@ class Hardware:
                        q_tokens: int, kv_tokens: int, head_dim: int | None = None,
                        kv_heads_per_head: float | None = None, sliced: bool = False, alone: bool = False,
                        isolated: bool = False) -> float:
-        """Time of one block: overhead + FLOPs / achieved rate (DESIGN.md); with a kernel
+        """Time of one block: overhead + FLOPs / achieved rate (docs/design.md); with a kernel
         table, the rate of its pass, mask and size plus its merge (sim.kernel_model).
         head_dim and kv_heads_per_head (the engine passes the workload's) default to
         those of sim.config.Workload; sliced: the block's queries are part of its rank's

@@ -5,7 +5,7 @@ model the memory, and plays the schedule; `play` times the operations with one o
 players (sim.players: SimPy, the model, or the wave player, its bit-identical numpy
 replay) and records the spans (sim.record). The engine knows no scheme, layout or link
 by name. Deterministic: the same schedule gives the identical trace. Definitions:
-DESIGN.md.
+docs/design.md.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
 
 
 def ideal_rate_flops(hw: Any, workload: Workload) -> float:
-    """The rate of the ideal time (DESIGN.md) on `hw`, at the workload's head dim where
+    """The rate of the ideal time (docs/design.md) on `hw`, at the workload's head dim where
     the hardware's rates depend on it (`takes_head_geometry`)."""
     geometry = head_geometry(hw, workload)
     return hw.rate_flops(workload.dtype, geometry["head_dim"]) if geometry else hw.rate_flops(workload.dtype)

@@ -1,6 +1,6 @@
 """Time of one attention block on a GPU: the block model (docs/gpu-model.md).
 
-DESIGN.md's compute time (overhead + FLOPs / rate), built from what the GPU does:
+docs/design.md's compute time (overhead + FLOPs / rate), built from what the GPU does:
 
     isolated call: host + GPU      queued behind other work: max(host, GPU)
     GPU = main kernel + other kernels + merge + (kernels) x gap
@@ -354,7 +354,7 @@ def call_gpu_s(table_name: str, kind: str, mask: str, q: int, kv: int, heads: in
 
 
 def best_rate_flops(table: KernelTable, head_dim: int) -> float:
-    """The rate of the ideal time (DESIGN.md): the table's dense forward at its fastest
+    """The rate of the ideal time (docs/design.md): the table's dense forward at its fastest
     length, with its work spread evenly over the SMs. The published rate lost the last
     partial wave (2,048 CTAs on 132 SMs: 16 on the busiest, 15.5 on average); no schedule
     of the block model beats this one."""

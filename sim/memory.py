@@ -1,4 +1,4 @@
-"""Memory per rank (DESIGN.md, fact 4 and "Peak memory").
+"""Memory per rank (docs/design.md, fact 4 and "Peak memory").
 
 Each scheme models its own memory (sim.schemes); this module asks the scheme of a
 scenario and holds what does not depend on one.

@@ -1,4 +1,4 @@
-"""Metrics of a trace (DESIGN.md, Definitions), read from the trace record alone.
+"""Metrics of a trace (docs/design.md, Definitions), read from the trace record alone.
 
 Per rank: compute_s (sum of compute spans), comm_s (time at least one of its sends or
 receives is in flight), exposed_comm_s (wait spans on a transfer), idle_s (the rest of
@@ -133,7 +133,7 @@ _SPANS = 1 << 18
 
 
 def compute_metrics(trace: Trace) -> Metrics:
-    """The metrics of a trace, from its columns (DESIGN.md, Definitions).
+    """The metrics of a trace, from its columns (docs/design.md, Definitions).
 
     A trace's spans come rank by rank (sim.record; a measured trace may not): the sums
     are then taken over a few ranks at a time, each rank's in its own order as over the

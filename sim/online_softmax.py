@@ -1,4 +1,4 @@
-"""A numpy reference of the ring merge: why Ring Attention is exact (DESIGN.md, facts 3 and 7).
+"""A numpy reference of the ring merge: why Ring Attention is exact (docs/design.md, facts 3 and 7).
 
 Each rank keeps its query shard and, at ring step k, attends to the K/V block of rank
 (r - k) mod N (the schedule of sim/ring.py). Partial results merge by online softmax:

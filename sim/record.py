@@ -7,7 +7,7 @@ that wait into exposed communication (a transfer it depends on is in flight; a w
 of the transfer's kind) and idle (the transfer had not started: a late peer, a busy
 link); the time after a rank's last event until the makespan is idle too. The real
 kernels split their measured waits with the same function, so simulated and measured
-traces mean the same thing (DESIGN.md, Definitions).
+traces mean the same thing (docs/design.md, Definitions).
 """
 
 from __future__ import annotations

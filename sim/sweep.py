@@ -2,7 +2,7 @@
 
 A configuration (sim.spec.Config) is a set of `ringsim simulate` options; its row holds
 every option resolved, the command line that reproduces it, and the metrics of its run
-(sim.metrics; DESIGN.md, Definitions): makespan, efficiency, load imbalance, overlap
+(sim.metrics; docs/design.md, Definitions): makespan, efficiency, load imbalance, overlap
 efficiency, the worst GPU's exposed communication (and by kind), bytes sent and peak
 memory per GPU (the largest), the GPU's memory and whether the peak fits in it, and the
 sentence of what bounds the run (`sim.metrics.explain`). A configuration that fails gets

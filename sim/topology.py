@@ -6,7 +6,7 @@ in a box without NVLink); between nodes a GPU's traffic leaves through a NIC: on
 GPU, or `nics_per_node`, each shared by gpus_per_node / nics_per_node GPUs. A flow
 holds its sender's outgoing port and its receiver's incoming port (inside a node the two
 GPUs' ports, between nodes the two NICs) for its whole duration, alpha + bytes /
-bandwidth at the link it crosses (DESIGN.md, "Link time"; sim.config.Hardware
+bandwidth at the link it crosses (docs/design.md, "Link time"; sim.config.Hardware
 .transfer_times_s). The switches, and the network between the NICs, are taken to be
 non-blocking (a full fat tree).
 

@@ -3,7 +3,7 @@
 A trace is a header (configuration, source, hardware profile, free-form metadata) and a
 table of spans held as columns, one numpy array per field (`SpanTable`): rank, stream,
 kind, step, start_s, end_s, flops, bytes, peer, q_chunks, kv_chunks, as defined in
-DESIGN.md ("One trace for simulation and measurement"). Everything downstream
+docs/design.md ("One trace for simulation and measurement"). Everything downstream
 (metrics, comparison, figures, export) reads the columns; `Span` objects are made only
 where a person needs one record at a time (`Trace.spans`, made on first use).
 

@@ -1,4 +1,4 @@
-"""Independent references shared by the test packages (written from DESIGN.md, not from
+"""Independent references shared by the test packages (written from docs/design.md, not from
 the code under test)."""
 
 

@@ -8,7 +8,7 @@ One module per view over a shared style (`style`): `layout_strip`, `timeline`,
 re-exports their builders, so `figures.timeline(trace)` reads as before. Figures read a
 trace's columns (sim.trace.SpanTable), ask the trace's scheme (sim.schemes) how to name,
 colour and map its operations, and ask sim.layouts about layouts. Definitions (exposed
-communication, idle, efficiency, imbalance, work of a block) are those of DESIGN.md.
+communication, idle, efficiency, imbalance, work of a block) are those of docs/design.md.
 """
 
 from dashboard.figures.block_map import MAX_HOVER_CELLS, MAX_MAP_CHUNKS, block_map

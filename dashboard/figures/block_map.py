@@ -1,5 +1,5 @@
 """View 3, who computes which block when: the scheme's block map (query chunk x key
-chunk, sim.schemes.base.BlockMap) beside the work each GPU computed (DESIGN.md, "Work
+chunk, sim.schemes.base.BlockMap) beside the work each GPU computed (docs/design.md, "Work
 of a block"). The scheme says what a cell's value is and which rank holds each chunk;
 this module only draws it.
 """

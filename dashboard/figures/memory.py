@@ -1,5 +1,5 @@
 """View 6, memory: peak bytes per GPU against sequence length and GPU count, beside the
-full K/V no ring GPU needs to hold (DESIGN.md, fact 4), and every scheme's own memory
+full K/V no ring GPU needs to hold (docs/design.md, fact 4), and every scheme's own memory
 model (sim.schemes, `peak_memory`): all-gather holds the whole K/V, the ring its shard
 and two blocks in flight. Draws the table of dashboard.compute.memory_table."""
 

@@ -1,5 +1,5 @@
 """View 7, why the merge is exact: for one query row, the running maximum, normalizer
-and rescale factor of the online softmax at each ring step (DESIGN.md, facts 3 and 7;
+and rescale factor of the online softmax at each ring step (docs/design.md, facts 3 and 7;
 sim.online_softmax)."""
 
 from __future__ import annotations

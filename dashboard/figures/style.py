@@ -3,7 +3,7 @@ per rank, the message figure, and what a trace's scheme says about its operation
 
 The colours of a scheme's own operations (computes and transfers) come from its
 `op_kinds` (sim.schemes.base.OpKind); COLORS holds the rest: exposed communication and
-idle (DESIGN.md, Definitions), simulated against measured, overlap on against off.
+idle (docs/design.md, Definitions), simulated against measured, overlap on against off.
 """
 
 from __future__ import annotations

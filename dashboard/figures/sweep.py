@@ -1,6 +1,6 @@
 """View 5, when transfers hide: efficiency and exposed communication against tokens per
 device and link bandwidth, with the crossover where a full block's compute equals its
-transfer (DESIGN.md, fact 5). Draws the table of dashboard.compute.overlap_sweep."""
+transfer (docs/design.md, fact 5). Draws the table of dashboard.compute.overlap_sweep."""
 
 from __future__ import annotations
 

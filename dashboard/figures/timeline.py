@@ -1,5 +1,5 @@
 """View 2, how K/V blocks travel: per GPU three lanes (compute, send, receive), exposed
-communication in red on the compute lane (DESIGN.md, Definitions).
+communication in red on the compute lane (docs/design.md, Definitions).
 
 The figure reads the trace's columns (sim.trace.SpanTable) over a window of ranks. A
 simulated trace lists its spans rank by rank, so a window is one contiguous slice of

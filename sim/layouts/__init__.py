@@ -1,13 +1,13 @@
 """Layouts: which tokens each rank holds, and the work of every (query rank, K/V rank) block.
 
-A layout cuts the sequence into chunks and gives each rank some of them (DESIGN.md,
+A layout cuts the sequence into chunks and gives each rank some of them (docs/design.md,
 fact 8). Each layout is one small module of this package (contiguous, striped, zigzag:
 see sim.layouts.base for what it supplies); this module looks them up by name and
 derives from their segments what everything else reads. A rank's tokens are a few
 arithmetic progressions ("segments"), which gives the causal pair counts in closed form
 without touching individual tokens.
 
-Work of a block = unmasked (query, key) pairs (DESIGN.md, Definitions), counted per
+Work of a block = unmasked (query, key) pairs (docs/design.md, Definitions), counted per
 head and batch item, exactly or rounded up to whole tiles of the local score matrix.
 """
 

@@ -1,6 +1,6 @@
 """Contiguous layout: rank r holds chunk r of N. Under a causal mask the block of an
 earlier rank is fully visible, the rank's own block is its causal diagonal, and a later
-rank's block is fully masked (skipped). Later ranks do most of the work (DESIGN.md,
+rank's block is fully masked (skipped). Later ranks do most of the work (docs/design.md,
 fact 8)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 its causal diagonal. The block of an earlier rank: both query halves see all of that
 rank's first chunk and none of its second. The block of a later rank: only the second
 query half (a late chunk) sees it, and sees all of it. Every rank does the same work at
-every step (DESIGN.md, fact 8)."""
+every step (docs/design.md, fact 8)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """All-gather context parallelism (Llama 3; torch `context_parallel`'s "allgather"
-rotation): DESIGN.md, "Beyond the ring".
+rotation): docs/design.md, "Beyond the ring".
 
 Tokens are cut into 2N chunks of c = S/(2N); rank i holds chunks i and 2N-1-i (the
 zigzag layout, as Llama 3 does), so the causal work is the same on every rank. K and V

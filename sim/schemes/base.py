@@ -1,4 +1,4 @@
-"""What a scheme module supplies (DESIGN.md, "Beyond the ring: the schemes").
+"""What a scheme module supplies (docs/design.md, "Beyond the ring: the schemes").
 
 A scheme is one module of this package that defines `SCHEME`, a `Scheme`: the schedule
 builder (configuration -> sim.schedule.Schedule, the only thing the engine plays), the

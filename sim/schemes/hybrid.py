@@ -1,5 +1,5 @@
 """Ulysses x ring (USP; TransformerEngine's `a2a+p2p`): all-to-all inside groups of u
-GPUs, Ring Attention across rings of r GPUs, u x r = N (DESIGN.md, "Beyond the ring").
+GPUs, Ring Attention across rings of r GPUs, u x r = N (docs/design.md, "Beyond the ring").
 
 Ranks sit on a (ring position k, Ulysses index j) grid. `placement` "ulysses-inner"
 puts each all-to-all group on consecutive ranks, rank = k*u + j (inside a node, the rings

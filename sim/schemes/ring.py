@@ -1,4 +1,4 @@
-"""The Ring Attention schedule (DESIGN.md, facts 2 and 5; the issue's dependencies).
+"""The Ring Attention schedule (docs/design.md, facts 2 and 5; the issue's dependencies).
 
 Forward, N steps: at step k rank r computes its queries against the K/V block of rank
 (r - k) mod N and forwards that block to r + 1 (N - 1 transfers per rank).
@@ -358,7 +358,7 @@ def _put_rule(grid: _Grid, regular: np.ndarray, last: np.ndarray | None, rule: t
 
 
 def peak_memory_bytes(workload: Workload, tokens_per_rank: int) -> dict[str, int]:
-    """Bytes per rank, itemized; 'total' is the peak (DESIGN.md, fact 4 and "Peak memory").
+    """Bytes per rank, itemized; 'total' is the peak (docs/design.md, fact 4 and "Peak memory").
 
     A rank holds its own Q/K/V shard, two ring buffers of K/V (the block computed on and
     the block arriving), its output, an fp32 output accumulator and fp32 softmax

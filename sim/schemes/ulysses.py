@@ -1,4 +1,4 @@
-"""DeepSpeed-Ulysses (DESIGN.md, "Beyond the ring"): all-to-all of Q, K, V from token
+"""DeepSpeed-Ulysses (docs/design.md, "Beyond the ring"): all-to-all of Q, K, V from token
 shards to head shards, attention over the whole sequence on H/N heads, all-to-all of the
 output back; backward the mirror image (dO in, dQ, dK, dV back).
 

@@ -1,5 +1,5 @@
 """Independent references for the dashboard tests: token ownership from the layout
-definitions of DESIGN.md (fact 8) and a measured-looking trace built by hand."""
+definitions of docs/design.md (fact 8) and a measured-looking trace built by hand."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The scheme and topology controls and the views of other schemes, driven over HTTP
 (Flask's test client); numbers against the simulator's own metrics and memory models,
-and closed forms (DESIGN.md, "Beyond the ring")."""
+and closed forms (docs/design.md, "Beyond the ring")."""
 
 from __future__ import annotations
 

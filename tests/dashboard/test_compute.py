@@ -15,7 +15,7 @@ def test_crossover_is_the_design_condition():
     # the closed form holds for the flat model (one rate for every block, no merge)
     sc = small_scenario(hardware=Hardware(gpu=Gpu.preset("H100-SXM", efficiency=0.5)))
     w, hw = sc.workload, sc.hardware
-    # DESIGN.md fact 5, per kv head group: 4 c^2 d H / F = 2 c d H_kv b / B
+    # docs/design.md fact 5, per kv head group: 4 c^2 d H / F = 2 c d H_kv b / B
     c_star = w.elem_bytes * hw.gpu.rate_flops(w.dtype) * w.kv_heads / (2 * hw.link.bandwidth_gbps * 1e9 * w.heads)
     assert compute.crossover_tokens(hw, sc) == pytest.approx(c_star, rel=1e-9)
     c = 2048

@@ -1,5 +1,5 @@
 """The Questions view without a browser: each explanation's numbers against closed forms
-written from DESIGN.md (or a numpy merge written here), the answer and score callbacks,
+written from docs/design.md (or a numpy merge written here), the answer and score callbacks,
 and the URL's view/question/language."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_question_2_kv_block_per_hop(sc):
     w, n, c, b = _sizes(sc)
     t = Translator("en")
     ex = explain(2, sc, t)
-    block = 2 * w.batch * w.kv_heads * c * w.head_dim * b       # DESIGN.md: bytes of a ring step
+    block = 2 * w.batch * w.kv_heads * c * w.head_dim * b       # docs/design.md: bytes of a ring step
     assert ex.numbers["kv_block_bytes"] == block
     assert ex.numbers["hops"] == n - 1
     assert ex.numbers["total_bytes"] == pytest.approx(n * (n - 1) * block)   # forward only

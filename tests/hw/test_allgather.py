@@ -36,7 +36,7 @@ def test_allgather_trace(world, index):
     check_no_overlap(trace)
     n, seq, kvh = world, 2 * world * PER_CHUNK, case["kv_heads"]
     c = PER_CHUNK
-    kv_bytes = (n - 1) / n * seq * 2 * kvh * HEAD_DIM * 4 * BATCH     # DESIGN.md: received K/V, fp32
+    kv_bytes = (n - 1) / n * seq * 2 * kvh * HEAD_DIM * 4 * BATCH     # docs/design.md: received K/V, fp32
     for r, spans in enumerate(trace.by_rank()):
         comp = [s for s in spans if s.stream == "compute"]
         assert [(s.kind, s.step) for s in comp] == [("fwd", 0), ("bwd", n)]

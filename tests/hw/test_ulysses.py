@@ -48,7 +48,7 @@ def test_ulysses_trace(world, index):
     check_no_overlap(trace)
     n, seq, kvh = world, 2 * world * PER_CHUNK, case["kv_heads"]
     sent_kv = max(kvh, n)          # K/V heads sent: each replicated head once per rank using it
-    # DESIGN.md: (N-1)/N * (S/N) * (2H + 2H_kv) * d * b forward (Q, K, V in, O out), fp32
+    # docs/design.md: (N-1)/N * (S/N) * (2H + 2H_kv) * d * b forward (Q, K, V in, O out), fp32
     fwd_bytes = (n - 1) / n * (seq / n) * (2 * HEADS + 2 * sent_kv) * HEAD_DIM * 4 * BATCH
     # backward: dO in, dQ, dK, dV out
     bwd_bytes = fwd_bytes

@@ -15,7 +15,7 @@ LAYOUTS = ["contiguous", "striped", "zigzag"]
 
 
 def held_chunks(layout, n):
-    """Chunk ids of each rank (DESIGN.md, fact 8): zigzag rank r holds r and 2N-1-r."""
+    """Chunk ids of each rank (docs/design.md, fact 8): zigzag rank r holds r and 2N-1-r."""
     return [(r, 2 * n - 1 - r) if layout == "zigzag" else (r,) for r in range(n)]
 
 
@@ -428,7 +428,7 @@ def resources_of(schedule):
 
 
 def chunk_tokens(scheme, seq, n, ring=None, layout="zigzag"):
-    """The tokens of a compute's chunk set, written from DESIGN.md: allgather's 2N chunks
+    """The tokens of a compute's chunk set, written from docs/design.md: allgather's 2N chunks
     in token order; ulysses' one chunk (the whole sequence); a hybrid's chunks are its
     ring's layout on `ring` ranks, a set being the chunks a ring rank holds."""
     import numpy as np

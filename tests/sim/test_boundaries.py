@@ -1,4 +1,4 @@
-"""The dependency arrows run one way: sim imports neither hw nor dashboard (DESIGN.md,
+"""The dependency arrows run one way: sim imports neither hw nor dashboard (docs/design.md,
 "The shape"), read from the source, so that a lazy import inside a function counts too."""
 
 import ast

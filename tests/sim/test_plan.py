@@ -48,7 +48,7 @@ def test_every_candidate_is_reproduced_by_its_command(capsys):
 
 
 def _ring_by_hand(layers, heads, kv_heads, d, seq, n, eb=2):
-    """What a ring rank holds (DESIGN.md, Peak memory; fwdbwd) and what the other layers
+    """What a ring rank holds (docs/design.md, Peak memory; fwdbwd) and what the other layers
     keep for backward, counted from the shapes."""
     c = seq // n
     q = heads * c * d * eb

@@ -1,4 +1,4 @@
-"""View 6: memory per GPU against closed forms (DESIGN.md, fact 4)."""
+"""View 6: memory per GPU against closed forms (docs/design.md, fact 4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The kernel's plan for a causal block (each layout module's `pieces`, through
 sim.layouts.block_pieces): the pieces cover exactly the unmasked pairs, from the token
-map of DESIGN.md (tests.reference)."""
+map of docs/design.md (tests.reference)."""
 
 import numpy as np
 import pytest
