@@ -135,12 +135,12 @@ def _parts(n: int) -> dict[str, Any]:
     for layout in LAYOUTS:
         for overlap in (True, False):
             s = sc.with_(layout=layout, overlap=overlap)
-            dt, tr = _clock(lambda: simulate(s, player="recurrence"))
+            dt, trace = _clock(lambda: simulate(s, player="recurrence"))
             sims += dt
-            dt, m = _clock(lambda: compute_metrics(tr))
+            dt, m = _clock(lambda: compute_metrics(trace))
             mets += dt
             rows.append(comparison_row(layout, overlap, m))
-            del tr
+            trace = None        # the run's trace goes before the next is made
     figure_s, fig = _clock(lambda: figures.comparison(rows))
     json_s, text = _clock(lambda: to_json({"response": {"compare": {"figure": fig}}}))
     compare = {"simulate_s": sims, "metrics_s": mets, "figure_s": figure_s, "json_s": json_s,

@@ -177,12 +177,11 @@ def main() -> int:
             "causal": [m == "causal" for m in a.masks.split(",")], "passes": a.passes.split(","),
             "repeats": a.repeats, "warmup": a.warmup, "peer_dir": peer_dir, "timeout_s": 600.0}
 
+    import bench_vs_torch_cp as me  # the ranks import the worker by this name
     import torch
 
     from hw.spawn import spawn
     from sim.cli import table
-
-    import bench_vs_torch_cp as me  # the ranks import the worker by this name
 
     load0 = os.getloadavg()
     t0 = time.monotonic()

@@ -138,7 +138,6 @@ def make(fields: dict[str, Any]):
 
 def record(fields: dict[str, Any], player: str) -> dict[str, Any]:
     """Everything a run gives: the trace's columns and header, and every metric."""
-    import numpy as np
 
     from sim.engine import simulate
     from sim.errors import RingsimError

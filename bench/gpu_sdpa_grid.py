@@ -40,8 +40,8 @@ def _ints(text: str, least: int = 1) -> list[int]:
 
 def measure(torch, device, backend: str, kind: str, causal: bool, heads: int, kv_heads: int, tokens: int,
             head_dim: int, samples: int, warmup: int) -> list[float]:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
     dtype = torch.bfloat16
@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="bench file to write (ringsim-hw-bench format, compute entries)")
     p.add_argument("--heads", type=_ints, default=[8, 16, 32, 64])
-    p.add_argument("--kv-heads", type=lambda t: _ints(t, 0), default=[0], help="K/V heads (0: as many as the query heads); a list")
+    p.add_argument("--kv-heads", type=lambda t: _ints(t, 0), default=[0],
+                   help="K/V heads (0: as many as the query heads); a list")
     p.add_argument("--tokens", type=_ints, default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--backends", default="flash,cudnn")

@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{device.get('name')} (torch {device.get('torch')}) against the block model of {a.gpu}, {a.kernel}: "
               f"floors {f.fwd_host_us:g} / {f.bwd_host_us:g} us (forward / backward call), isolated calls; "
               "error = model / measured - 1")
-        print(f"{'kind':<4} {'mask':<8} {'batch':>5} {'heads':>5} {'tokens':>6} {'tiles':>5}  {'measured':>10} {'TFLOP/s':>7}  "
-              f"{'preset':>10} {'TFLOP/s':>7}  {'error':>7}")
+        print(f"{'kind':<4} {'mask':<8} {'batch':>5} {'heads':>5} {'tokens':>6} {'tiles':>5}  "
+              f"{'measured':>10} {'TFLOP/s':>7}  {'preset':>10} {'TFLOP/s':>7}  {'error':>7}")
         for r in rows:
             print(f"{r['kind']:<4} {r['mask']:<8} {r['batch']:>5} {r['heads']:>5} {r['tokens']:>6} {r['tiles']:>5}  "
                   f"{r['measured_s'] * 1e3:>7.3f} ms {r['measured_tflops']:>7.1f}  {r['preset_s'] * 1e3:>7.3f} ms "

@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"heads: {why}", file=sys.stderr)
         return 2
     import torch
-
     from bench_hw import timed
+
     from hw.bench import make_block
     from hw.blocks import select_block_ops
 

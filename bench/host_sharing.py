@@ -13,7 +13,6 @@ ranks would run unlike at calibration, whatever the model.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys

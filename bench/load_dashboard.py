@@ -180,8 +180,8 @@ def main() -> None:
         by_label.setdefault(label, []).append(elapsed)
     print(f"server: ringsim dashboard {a.server_args or '(defaults)'}; load average at start "
           f"{load_at_start[0]:.2f}, at end {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
-    print(f"{a.sessions} concurrent sessions (think time {a.think_s:g} s), {len(callbacks)} callback requests in {wall:.1f} s "
-          f"({len(callbacks) / wall:.1f} req/s), {len(bad)} failed, {len(errors)} session errors")
+    print(f"{a.sessions} concurrent sessions (think time {a.think_s:g} s), {len(callbacks)} callback requests "
+          f"in {wall:.1f} s ({len(callbacks) / wall:.1f} req/s), {len(bad)} failed, {len(errors)} session errors")
     print(f"  {'request':<40} {'n':>5} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9}")
     rows = {}
     for label, xs in sorted(by_label.items()):

@@ -133,10 +133,10 @@ def main() -> int:
     plan = {"seq": a.seq, "heads": a.heads, "head_dim": a.head_dim, "causal": a.causal,
             "pass": a.pass_, "repeats": a.repeats}
 
+    import profile_kernel as me  # the ranks import the worker by this name
+
     from hw.spawn import spawn
     from sim.cli import table
-
-    import profile_kernel as me  # the ranks import the worker by this name
 
     load0 = os.getloadavg()
     per_rank = spawn(me.worker, 2, args=(plan,), timeout_s=1800.0,

@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"wakeup: {why}", file=sys.stderr)
         return 2
-    from hw.spawn import spawn
-
     import wakeup as me  # the ranks import the worker by this name
+
+    from hw.spawn import spawn
 
     rows = []
     print(f"{MESSAGE_BYTES // 1024} KB from rank 0 to rank 1, blocked in wait; ms from the send to the return "

@@ -24,20 +24,30 @@ import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from sim.config import Scenario, scenario_from_config
-from sim.errors import RingsimError
-from sim.memory import full_kv_bytes
-from sim.units import fmt_bytes
-from sim.online_softmax import example as merge_example
-from sim.presets import GPU_PRESETS, LINK_PRESETS
-from sim.trace import Trace
-
 from dashboard import compute, export, figures, i18n, measured, nav, plan, questions
 from dashboard.i18n import Translator
 from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, field_style, page
-from dashboard.state import (CONTROL_IDS, CUSTOM, RING_CONTROLS, RING_SCHEMES, SCHEME_CONTROLS, ControlError,
-                             check_profile_dtype, cluster_values, profile_changes, query_from_values,
-                             scenario_from_values, values_from_query)
+from dashboard.state import (
+    CONTROL_IDS,
+    CUSTOM,
+    RING_CONTROLS,
+    RING_SCHEMES,
+    SCHEME_CONTROLS,
+    ControlError,
+    check_profile_dtype,
+    cluster_values,
+    profile_changes,
+    query_from_values,
+    scenario_from_values,
+    values_from_query,
+)
+from sim.config import Scenario, scenario_from_config
+from sim.errors import RingsimError
+from sim.memory import full_kv_bytes
+from sim.online_softmax import example as merge_example
+from sim.presets import GPU_PRESETS, LINK_PRESETS
+from sim.trace import Trace
+from sim.units import fmt_bytes
 
 MERGE_MAX_GPUS = 16
 """The exact-merge view runs the numpy ring on at most this many ranks (small inputs)."""

@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dashboard.figures import rank_starts
+from dashboard.state import scenario_key
 from sim.compare import compare_scheme_rows, scheme_variants
 from sim.config import LAYOUTS, Hardware, Link, Scenario
 from sim.engine import simulate
@@ -28,9 +30,6 @@ from sim.memory import full_kv_bytes, peak_memory, peak_memory_bytes
 from sim.metrics import Metrics, comparison_row, compute_metrics
 from sim.players import head_geometry
 from sim.trace import COMPUTE, Trace
-
-from dashboard.figures import rank_starts
-from dashboard.state import scenario_key
 
 
 class Result:

@@ -10,12 +10,11 @@ from typing import Any
 
 from dash import dcc, html
 
+from dashboard import i18n, measured, plan, questions
+from dashboard.state import CUSTOM, NO_CLUSTER, SAME_LINK, applies, defaults
 from sim.config import LAYOUTS, PASSES, PLACEMENTS
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
 from sim.schemes import names as scheme_names
-
-from dashboard import i18n, measured, plan, questions
-from dashboard.state import CUSTOM, NO_CLUSTER, SAME_LINK, applies, defaults
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 """Largest trace or profile file the page accepts."""

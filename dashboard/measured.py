@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sim.errors import RingsimError
-from sim.trace import Trace
-
 from dashboard import export
 from dashboard.i18n import Translator
+from sim.errors import RingsimError
+from sim.trace import Trace
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(__file__), "examples")
 EXAMPLE_PROFILE = "cpu-profile.json"

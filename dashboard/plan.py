@@ -21,15 +21,14 @@ from urllib.parse import urlencode
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from sim.config import PASSES
-from sim.errors import RingsimError
-from sim.models import MODEL_PRESETS, Model, model_preset
-from sim.presets import GPU_PRESETS, LINK_PRESETS
-
 from dashboard import nav
 from dashboard.figures.plan import plan_chart
 from dashboard.i18n import Translator
 from dashboard.state import CONTROLS, values_from_query
+from sim.config import PASSES
+from sim.errors import RingsimError
+from sim.models import MODEL_PRESETS, Model, model_preset
+from sim.presets import GPU_PRESETS, LINK_PRESETS
 
 MAX_GPUS = 256
 """Largest cluster the page plans (each candidate is a simulation of every GPU)."""

@@ -17,14 +17,13 @@ from typing import Any, Callable
 import numpy as np
 import plotly.graph_objects as go
 
+from dashboard import compute, quiz_figures
+from dashboard.i18n import Translator
 from sim.config import Hardware, Link, Scenario
 from sim.errors import RingsimError
 from sim.layouts import exact_work, n_chunks, rank_of_token
 from sim.memory import full_kv_bytes, peak_memory_bytes
 from sim.online_softmax import example as merge_example
-
-from dashboard import compute, quiz_figures
-from dashboard.i18n import Translator
 
 MERGE_MAX_GPUS = 8
 """The merge of questions 3 and 7 runs on at most this many GPUs (small random inputs)."""

@@ -23,14 +23,13 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from sim.config import BWD_FLOPS_FACTOR, Workload
-from sim.errors import RingsimError
-from sim.layouts import chunks_of_rank
-
 from hw.blocks import BlockOps
 from hw.collective import nbytes, run_collective
 from hw.comm import Ring
 from hw.merge import merge_, new_accumulators
+from sim.config import BWD_FLOPS_FACTOR, Workload
+from sim.errors import RingsimError
+from sim.layouts import chunks_of_rank
 
 LAYOUT = "zigzag"
 

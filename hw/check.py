@@ -24,7 +24,6 @@ from sim.config import Workload
 from sim.host import differences, this_host
 from sim.validation import REPLAYS, Case, compare_case, simulate_replays
 
-
 PROBES = (Case("zigzag", True, 2, 3072), Case("contiguous", False, 2, 3072), Case("zigzag", True, 3, 3072))
 """Cases of the validation matrix at its smallest size (forward, the ring)."""
 

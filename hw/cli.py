@@ -66,9 +66,9 @@ def add_run_args(p: argparse.ArgumentParser, *, world_size: bool = True) -> None
 
 
 def config_from_args(a: argparse.Namespace, *, world_size: int):
-    from hw.config import RunConfig
-
     import torch
+
+    from hw.config import RunConfig
 
     device = a.device
     if device == "auto":
@@ -120,9 +120,9 @@ def spread(values: list[float]) -> dict[str, float]:
 def report(a: argparse.Namespace, cfg, traces: list) -> int:
     """Save what was asked for and print the summary of a measured run."""
     from sim.cli import table
-    from sim.units import fmt_s
     from sim.metrics import compute_metrics
     from sim.trace import to_chrome_trace, write_json
+    from sim.units import fmt_s
 
     paths = trace_paths(a.trace, len(traces)) if a.trace else []
     for t, path in zip(traces, paths):

@@ -13,10 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from hw.kernels import SCHEMES
 from sim.config import LAYOUTS, Scenario, Workload
 from sim.errors import RingsimError
-
-from hw.kernels import SCHEMES
 
 BACKENDS = ("gloo", "nccl")
 DEVICES = ("cpu", "cuda")

@@ -11,12 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from hw.spawn import RankContext, RankFailure, free_port, join_group, release_group_after_failure, spawn, worker_main
 from sim.config import Workload
 from sim.errors import RingsimError
 from sim.trace import Trace
-
-from hw.spawn import (RankContext, RankFailure, free_port, join_group, release_group_after_failure, spawn,
-                      worker_main)
 
 __all__ = ["RankFailure", "RunResult", "free_port", "join_group", "release_group_after_failure",
            "run_config", "run_configs", "run_local", "spawn", "worker_main"]

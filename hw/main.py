@@ -49,8 +49,8 @@ def _run(cfg, rank: int, world: int):
     import torch.distributed as dist
 
     from hw.comm import PeerFailure, note_failure
-    from hw.spawn import join_group, release_group_after_failure
     from hw.runner import pick_device, run_rank
+    from hw.spawn import join_group, release_group_after_failure
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))

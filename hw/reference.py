@@ -32,9 +32,8 @@ import math
 import time
 from typing import Any
 
+from hw.bench import REFERENCE_TOKENS, block_flops  # the compute part's reference size; block FLOPs
 from sim.errors import RingsimError
-
-from hw.bench import REFERENCE_TOKENS, block_flops   # the compute part's reference size; block FLOPs
 
 SHARING_PROCESSES = 2
 """Processes of a sharing reading: the fewest that share the host's cores."""

@@ -33,14 +33,13 @@ from typing import Callable
 
 import torch
 
-from sim.config import BWD_FLOPS_FACTOR, Workload
-from sim.layouts import chunks_of_rank, exact_work
-
 from hw.blocks import BlockOps
 from hw.comm import Ring
 from hw.layouts import block_pieces
-from sim.layouts.base import ALL
 from hw.merge import merge_, new_accumulators
+from sim.config import BWD_FLOPS_FACTOR, Workload
+from sim.layouts import chunks_of_rank, exact_work
+from sim.layouts.base import ALL
 
 StepHook = Callable[[int], None]
 

@@ -21,13 +21,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from sim.config import BWD_FLOPS_FACTOR
-from sim.errors import RingsimError
-from sim.host import cpu_model
-from sim.memory import peak_memory_bytes
-from sim.record import wait_pieces
-from sim.trace import KIND_NAMES, STREAMS, Span, SpanTable, Trace
-
 from hw.blocks import TORCH_DTYPES, select_block_ops
 from hw.comm import PeerFailure, Ring, peer_failure, raise_if_peer_failed
 from hw.config import RunConfig
@@ -35,6 +28,12 @@ from hw.kernels import kernels
 from hw.layouts import shard, token_index
 from hw.ring import heads_first_memory, ring_backward, ring_forward
 from hw.timing import CpuClock, CudaClock, Recorder, TransferStalled
+from sim.config import BWD_FLOPS_FACTOR
+from sim.errors import RingsimError
+from sim.host import cpu_model
+from sim.memory import peak_memory_bytes
+from sim.record import wait_pieces
+from sim.trace import KIND_NAMES, STREAMS, Span, SpanTable, Trace
 
 
 @dataclass

@@ -26,14 +26,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from sim.config import BWD_FLOPS_FACTOR, Workload
-from sim.errors import RingsimError
-from sim.layouts import chunks_of_rank
-
 from hw.blocks import BlockOps
 from hw.collective import nbytes, run_collective
 from hw.comm import Ring
 from hw.layouts import token_index
+from sim.config import BWD_FLOPS_FACTOR, Workload
+from sim.errors import RingsimError
+from sim.layouts import chunks_of_rank
 
 
 def check_degree(heads: int, kv_heads: int, n: int) -> None:

@@ -13,11 +13,9 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from hw.kernels import SCHEMES
 from sim.config import LAYOUTS
 from sim.validation import Case, batch_of, error_parts
-
-from hw.kernels import SCHEMES
-
 
 WORLD_SIZES = [2, 3, 4]
 
@@ -219,10 +217,13 @@ def markdown(report: dict[str, Any]) -> str:
                      + (f", per-step median |error| {g['step_median_abs_error']:.1%}"
                         if g.get("step_median_abs_error") is not None else ""))
     lines += [
-        f"- cases inside the measured [min, max] or within {tol:.0%}: {s['cases_within_range_or_tolerance']} of {s['cases']}",
-        f"- per-step median |error|: {s['step_median_abs_error']:.1%}" if s.get("step_median_abs_error") is not None else "- per-step error: -",
+        f"- cases inside the measured [min, max] or within {tol:.0%}: "
+        f"{s['cases_within_range_or_tolerance']} of {s['cases']}",
+        (f"- per-step median |error|: {s['step_median_abs_error']:.1%}"
+         if s.get("step_median_abs_error") is not None else "- per-step error: -"),
         f"- median coefficient of variation of the measurements: {s['median_measured_cv']:.1%}",
-        f"- median error of compute time {_pct(s['median_compute_error'])}, of transfer time {_pct(s['median_transfer_error'])}",
+        f"- median error of compute time {_pct(s['median_compute_error'])}, "
+        f"of transfer time {_pct(s['median_transfer_error'])}",
     ]
     if s.get("median_error_parts"):
         ep = s["median_error_parts"]

@@ -22,11 +22,10 @@ import sys
 import time
 from typing import Any
 
+from hw.validate import SCHEMES
 from sim.errors import RingsimError
 from sim.spec import tokens
 from sim.trace import Trace, kept_file, read_json, write_json
-
-from hw.validate import SCHEMES
 from sim.validation import REPLAYS
 
 
@@ -149,11 +148,11 @@ def _batches(cases, rows) -> list[list]:
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
-    from sim.config import Workload
-    from sim.profile import load_profile
     from hw.config import RunConfig
-    from sim.host import mismatch_line, this_host
     from hw.validate import WORLD_SIZES, default_schemes, markdown, matrix, ulysses_fits
+    from sim.config import Workload
+    from sim.host import mismatch_line, this_host
+    from sim.profile import load_profile
     from sim.validation import compare_case, simulate_replays
 
     profile = load_profile(a.profile)

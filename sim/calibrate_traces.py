@@ -41,6 +41,7 @@ from sim.schemes import get as get_scheme
 from sim.trace import KIND_NAMES, Trace
 from sim.validation import Case, compare_case, simulate_replays
 
+
 def _measured(trace: Trace, source: str) -> None:
     if trace.source != "measured":
         raise RingsimError(f"{source}: a {trace.source} trace; calibration needs measured runs "

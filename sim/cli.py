@@ -3,8 +3,9 @@
 Subcommands: simulate, compare (this module), sweep (sim.sweep_cli), plan
 (sim.plan_cli), and those other packages register through the `ringsim.commands`
 entry point group (pyproject.toml): hw, calibrate and validate (beside the real kernel:
-hw.cli, hw.calibrate_cli, hw.validate_cli), dashboard (the browser app). The simulator imports neither package. A user's mistake is a `RingsimError`:
-printed as one line on stderr, exit status 2.
+hw.cli, hw.calibrate_cli, hw.validate_cli), dashboard (the browser app). The simulator
+imports neither package. A user's mistake is a `RingsimError`: printed as one line on
+stderr, exit status 2.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import numpy as np
 
 from sim.errors import RingsimError
 from sim.kernel_model import Floors, best_rate_flops, block_times_s, kernel_table
-from sim.layouts import NAMES as LAYOUT_NAMES, get as get_layout
+from sim.layouts import NAMES as LAYOUT_NAMES
+from sim.layouts import get as get_layout
 from sim.presets import LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}

@@ -11,10 +11,10 @@ Effects a calibrated profile can carry (all absent from a datasheet preset):
   once, at demand k·threads) that never goes below D / C. Computes and transfers split
   them with a transfer `transfer_weight` times slower than a compute (split_cores;
   measured in ring conditions: the scheduler does not serve gloo's threads as it
-  serves the computes), at weight 1 everything slowdown(D) times slower than alone. A backward compute runs by the law measured on a backward block where
-  the profile has one: time-sliced, it can lose more than its share of the cores. A
-  transfer is stretched by the computes and a compute by the transfers of every rank,
-  sends and receives alike;
+  serves the computes), at weight 1 everything slowdown(D) times slower than alone. A
+  backward compute runs by the law measured on a backward block where the profile has
+  one: time-sliced, it can lose more than its share of the cores. A transfer is stretched
+  by the computes and a compute by the transfers of every rank, sends and receives alike;
 - core sharing without a host model (profiles calibrated before it): only computes
   count, at 1 / slowdown(active) from the measured `concurrency` pairs, or at
   slots / active once more ranks compute than there are compute slots; transfers keep

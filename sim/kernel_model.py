@@ -51,8 +51,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.presets import (CALL_HOST_US, FA3_CAUSAL_TILES, KERNEL_GAP_US, KERNEL_SHAPES, KERNEL_TABLES, MERGE_BYTES,
-                         MERGE_KERNELS, MERGE_SLICE_BYTES, MERGE_SLICE_KERNELS, OP_HOST_US, KernelTable)
+from sim.presets import (
+    CALL_HOST_US,
+    FA3_CAUSAL_TILES,
+    KERNEL_GAP_US,
+    KERNEL_SHAPES,
+    KERNEL_TABLES,
+    MERGE_BYTES,
+    MERGE_KERNELS,
+    MERGE_SLICE_BYTES,
+    MERGE_SLICE_KERNELS,
+    OP_HOST_US,
+    KernelTable,
+)
 
 PASS_FLOPS_FACTOR = {"fwd": 1.0, "bwd": 2.5}
 """FLOPs per forward FLOP of the same pairs (sim.config.BWD_FLOPS_FACTOR)."""
@@ -151,8 +162,9 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
                   isolated=None) -> np.ndarray:
     """Time of each block (arrays of equal length; kind and mask: arrays of names;
     sliced: whether each block's queries are part of its rank's; alone: whether it is the
-    only block of its pass on its rank, whose result is the output (no merge); isolated: whether the GPU is idle when it is called (its host-side floor is
-    paid in front rather than hidden)). Module docstring: the block model.
+    only block of its pass on its rank, whose result is the output (no merge); isolated:
+    whether the GPU is idle when it is called (its host-side floor is paid in front rather
+    than hidden)). Module docstring: the block model.
 
     An "empty" block is skipped: 0 s, no launch.
     """

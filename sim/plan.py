@@ -158,8 +158,8 @@ class PlanRequest:
         return {"model": self.model.describe(), "seq": self.seq, "batch": self.batch, "nodes": self.nodes,
                 "gpus_per_node": self.gpus_per_node, "gpus": self.n_gpus, "gpu": self.gpu, "link": self.link,
                 "inter_link": self.inter_link, "cluster": self.cluster, "nics_per_node": self.nics_per_node,
-                "kernel": self.kernel, "merge": self.merge, "profile": self.profile, "dtype": self.dtype, "causal": self.causal,
-                "pass": self.pass_, "headroom": self.headroom, "memory_gb": self.memory_gb,
+                "kernel": self.kernel, "merge": self.merge, "profile": self.profile, "dtype": self.dtype,
+                "causal": self.causal, "pass": self.pass_, "headroom": self.headroom, "memory_gb": self.memory_gb,
                 "param_shards": self.param_shards}
 
 

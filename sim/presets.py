@@ -402,7 +402,8 @@ LINK_PRESETS: dict[str, LinkPreset] = {p.name: p for p in [
     LinkPreset(name="nvlink5", bandwidth_gbps=900.0, latency_us=3.0,
                source="NVIDIA HGX B200 datasheet: NVLink 1.8 TB/s total = 900 GB/s per direction"),
     LinkPreset(name="xgmi-mi300x", bandwidth_gbps=64.0, latency_us=4.0,
-               source="AMD MI300X datasheet: 896 GB/s aggregate bidirectional over 7 Infinity Fabric links = 64 GB/s per direction per peer"),
+               source="AMD MI300X datasheet: 896 GB/s aggregate bidirectional over 7 Infinity Fabric links = "
+                      "64 GB/s per direction per peer"),
     LinkPreset(name="ib-ndr", bandwidth_gbps=50.0, latency_us=5.0,
                source="NVIDIA ConnectX-7 / Quantum-2 InfiniBand NDR: 400 Gb/s per port per direction = 50 GB/s"),
     LinkPreset(name="ib-hdr", bandwidth_gbps=25.0, latency_us=5.0,

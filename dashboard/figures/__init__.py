@@ -18,11 +18,27 @@ from dashboard.figures.memory import memory
 from dashboard.figures.merge import merge_steps
 from dashboard.figures.overlay import overlay, trace_summary
 from dashboard.figures.schemes import fastest, run_name, scheme_comparison
-from dashboard.figures.style import (COLORS, TEMPLATE, message_figure, rank_color, rank_colors,
-                                     run_label, scheme_color, scheme_of, time_unit)
+from dashboard.figures.style import (
+                                     COLORS,
+                                     TEMPLATE,
+                                     message_figure,
+                                     rank_color,
+                                     rank_colors,
+                                     run_label,
+                                     scheme_color,
+                                     scheme_of,
+                                     time_unit,
+)
 from dashboard.figures.sweep import overlap_sweep
-from dashboard.figures.timeline import (LANES, MAX_BAR_SPANS, MAX_DRAWN_SPANS, SERIES, rank_starts,
-                                        series_styles, timeline)
+from dashboard.figures.timeline import (
+                                     LANES,
+                                     MAX_BAR_SPANS,
+                                     MAX_DRAWN_SPANS,
+                                     SERIES,
+                                     rank_starts,
+                                     series_styles,
+                                     timeline,
+)
 
 __all__ = [
     "COLORS", "LANES", "MAX_BAR_SPANS", "MAX_DRAWN_SPANS", "MAX_HOVER_CELLS", "MAX_MAP_CHUNKS",

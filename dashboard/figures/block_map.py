@@ -11,9 +11,8 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from sim.trace import COMPUTE, Trace
-
 from dashboard.figures.style import TEMPLATE, rank_colors, run_label, scheme_of
+from sim.trace import COMPUTE, Trace
 
 MAX_HOVER_CELLS = 128 * 128
 """The block map carries per-cell hover data up to this many cells."""

@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from sim.layouts import rank_of_token
-
 from dashboard.figures.style import figure, rank_colors
+from sim.layouts import rank_of_token
 
 MAX_STRIP_RUNS = 512
 """The layout strip draws at most this many runs of tokens (the rest repeats)."""

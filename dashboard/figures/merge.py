@@ -8,9 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.online_softmax import RingMerge
-
 from dashboard.figures.style import COLORS, TEMPLATE
+from sim.online_softmax import RingMerge
 
 
 def merge_steps(merge: RingMerge, layout: str) -> go.Figure:

@@ -10,10 +10,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.trace import COMPUTE, IDLE, WAIT, Trace
-
 from dashboard.figures.style import COLORS, LEGEND_BESIDE, TEMPLATE, time_unit
 from dashboard.figures.timeline import MAX_BAR_SPANS
+from sim.trace import COMPUTE, IDLE, WAIT, Trace
 
 
 def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]]) -> go.Figure:

@@ -15,7 +15,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative, sample_colorscale
 
-from sim.schemes import Scheme, get as get_scheme, names as scheme_names
+from sim.schemes import Scheme
+from sim.schemes import get as get_scheme
+from sim.schemes import names as scheme_names
 from sim.trace import Trace
 
 TEMPLATE = go.layout.Template(layout=dict(

@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from dashboard.figures.style import COLORS, TEMPLATE, lighter, run_label, scheme_of, time_unit
 from sim.schemes import Scheme
 from sim.trace import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
-
-from dashboard.figures.style import COLORS, TEMPLATE, lighter, run_label, scheme_of, time_unit
 
 MAX_BAR_SPANS = 10_000
 """Past this many spans a timeline draws WebGL line segments instead of SVG bars."""

@@ -28,8 +28,6 @@ def shard(x, layout: str, world: int, rank: int, *, dim: int = 1):
 
 def unshard(shards, layout: str, *, dim: int = 1):
     """The full tensor, in the original token order, from every rank's shard."""
-    import torch
-
     world = len(shards)
     seq = shards[0].shape[dim] * world
     idx = token_index(layout, seq, world)

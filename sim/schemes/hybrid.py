@@ -42,7 +42,8 @@ import numpy as np
 
 from sim.config import ACCUM_BYTES, Scenario, Workload
 from sim.errors import RingsimError
-from sim.layouts import chunk_pair_work, chunks_of_rank, get as get_layout
+from sim.layouts import chunk_pair_work, chunks_of_rank
+from sim.layouts import get as get_layout
 from sim.schedule import A2A, BWD, DKV, FWD, NO_DEP, Schedule, ScheduleBuilder
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.schemes.ring import build_ring_schedule, count_ring_ops

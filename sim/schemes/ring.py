@@ -42,10 +42,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.errors import RingsimError
 from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
-from sim.layouts import (block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank,
-                         get as get_layout)
+from sim.errors import RingsimError
+from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank
+from sim.layouts import get as get_layout
 from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Posts, Schedule
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.threads import each

@@ -7,14 +7,13 @@ import json
 
 import pytest
 
-from sim.trace import Trace
-
+from dashboard import export
 from dashboard.app import create_app, load_profile_file
 from dashboard.client import CallbackClient
 from dashboard.state import CONTROL_IDS, defaults
-from dashboard import export
 from sim.cli import build_parser, main
 from sim.errors import RingsimError
+from sim.trace import Trace
 from tests.dashboard.conftest import measured_from
 
 

@@ -7,8 +7,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from dashboard import export, measured
-from dashboard.i18n import Translator
 from dashboard.app import create_app
+from dashboard.i18n import Translator
 from sim.engine import simulate
 from tests.dashboard.conftest import measured_from, small_scenario
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from dashboard import compute, figures
 from sim.config import Gpu, Hardware
 from sim.metrics import compute_metrics
-
-from dashboard import compute, figures
 from tests.dashboard.conftest import small_scenario
 
 

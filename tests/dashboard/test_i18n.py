@@ -9,8 +9,8 @@ import re
 import pytest
 
 from dashboard import i18n
-from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.app import SCHEME_TABLE_COLUMNS
+from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.questions import ANSWERS, N_CHOICES
 from sim.config import PLACEMENTS
 from sim.schemes import names as scheme_names

@@ -13,17 +13,16 @@ import zipfile
 import numpy as np
 import pytest
 
-from sim.config import Gpu, Hardware, scenario_from_config
-from sim.engine import simulate
-from sim.errors import RingsimError
-from sim.profile import ComputeGroup, LinkFit, Profile, load_profile
-from sim.trace import Trace
-
 from dashboard import export, measured
 from dashboard.app import EXAMPLE_PROFILE_TOKEN, create_app
 from dashboard.client import CallbackClient
 from dashboard.layout import MAX_UPLOAD_BYTES
 from dashboard.state import CONTROL_IDS, defaults, profile_changes
+from sim.config import Gpu, Hardware, scenario_from_config
+from sim.engine import simulate
+from sim.errors import RingsimError
+from sim.profile import ComputeGroup, LinkFit, Profile, load_profile
+from sim.trace import Trace
 from tests.dashboard.conftest import measured_from, small_scenario
 
 EXAMPLE_PROFILE_PATH = os.path.join(measured.EXAMPLES_DIR, measured.EXAMPLE_PROFILE)

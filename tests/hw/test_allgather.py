@@ -7,8 +7,16 @@ import itertools
 
 import pytest
 
-from tests.hw.test_schemes_common import (BATCH, HEAD_DIM, HEADS, PER_CHUNK, check_exact, check_no_overlap,
-                                          results, trace_of)
+from tests.hw.test_schemes_common import (
+    BATCH,
+    HEAD_DIM,
+    HEADS,
+    PER_CHUNK,
+    check_exact,
+    check_no_overlap,
+    results,
+    trace_of,
+)
 
 CASES = [dict(scheme="allgather", layout="zigzag", causal=c, kv_heads=kvh)
          for c, kvh in itertools.product((True, False), (HEADS, 2, 1))]

@@ -8,8 +8,8 @@ import pytest
 import hw.launch
 from hw.check import PROBES, check
 from sim.cli import main
-from sim.engine import simulate
 from sim.config import Scenario, Workload
+from sim.engine import simulate
 from sim.trace import Trace
 from tests.sim.test_calibrate_traces import case, known_profile, measured, spread_profile
 

@@ -15,7 +15,6 @@ from hw.timing import CpuClock, CudaClock, Pending, Recorder, TransferStalled
 from sim.config import Workload
 from sim.errors import RingsimError
 
-
 # ---- the interference part times compute on its own stream ----------------------------
 
 class _FakeEvent:

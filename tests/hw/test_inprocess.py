@@ -16,6 +16,7 @@ from hw.inprocess import ThreadChannel, play_ring
 from sim.errors import RingsimError
 from tests.hw.conftest import max_err, reference_attention
 
+
 def _inputs(seq: int, kv_heads: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     q, dout = (torch.randn(2, seq, 4, 16, generator=g) for _ in range(2))

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
+from hw.reference import REFERENCE_TOKENS, host_sharing, host_speed, reference_block
 from sim.errors import RingsimError
 from sim.profile import ComputeGroup, LinkFit, Profile
-from hw.reference import REFERENCE_TOKENS, host_sharing, host_speed, reference_block
 
 
 def profile_with(points, dtype="fp32"):

@@ -8,8 +8,16 @@ import itertools
 
 import pytest
 
-from tests.hw.test_schemes_common import (BATCH, HEAD_DIM, HEADS, PER_CHUNK, check_exact, check_no_overlap,
-                                          results, trace_of)
+from tests.hw.test_schemes_common import (
+    BATCH,
+    HEAD_DIM,
+    HEADS,
+    PER_CHUNK,
+    check_exact,
+    check_no_overlap,
+    results,
+    trace_of,
+)
 
 ALL = [dict(scheme="ulysses", layout=lay, causal=c, kv_heads=kvh)
        for lay, c, kvh in itertools.product(("contiguous", "zigzag", "striped"), (True, False), (HEADS, 6, 2, 1))]

@@ -4,13 +4,13 @@ import statistics
 
 import pytest
 
+from hw.validate import markdown, matrix, summarize
 from sim.config import Gpu, Hardware, Link, Scenario, Workload
 from sim.engine import simulate
-from sim.trace import Span, Trace
-from hw.validate import markdown, matrix, summarize
 from sim.errors import RingsimError
-from sim.validation import Case, compare_again, compare_case
 from sim.metrics import step_durations
+from sim.trace import Span, Trace
+from sim.validation import Case, compare_again, compare_case
 
 
 def sim_trace(layout="zigzag", causal=True, n=4, seq=4096):
@@ -237,10 +237,10 @@ def test_a_profile_with_a_host_spread_is_played_with_seeds_and_one_without_once(
     simulation."""
     import dataclasses
 
+    from hw.config import RunConfig
     from sim.contention import Contention, Host
     from sim.profile import ComputeGroup, LinkFit, Profile
     from sim.validation import REPLAYS, simulate_replays
-    from hw.config import RunConfig
 
     groups = {("fp32", m, k): ComputeGroup("fp32", m, k, (), 1e-4, 1e9)
               for m in ("full", "diagonal") for k in ("fwd", "bwd")}
@@ -518,8 +518,8 @@ def test_backward_blocks_are_timed_from_the_profiles_backward_groups(tmp_path):
     """What the validation simulates for a fwdbwd case: every backward block takes the
     bwd group's time (overhead + FLOPs / the bwd rate), every forward block the fwd
     group's; without bwd groups, backward falls back to the forward's and says so."""
-    from sim.profile import load_profile
     from hw.validate_cli import profile_compute_groups
+    from sim.profile import load_profile
 
     write_profile(tmp_path / "p.json")
     profile = load_profile(tmp_path / "p.json")
@@ -759,9 +759,9 @@ def test_replays_are_asked_for_and_a_report_keeps_how_many(cli, capsys):
     import json
     import statistics
 
+    from hw.validate import markdown
     from sim.contention import Contention, Host
     from sim.profile import load_profile
-    from hw.validate import markdown
     from sim.validation import simulate_replays
 
     host = Host(cores=2, threads_per_rank=1, spread=((2.0, 0.1, 0.2),))
@@ -895,6 +895,7 @@ def test_error_spread_recovers_case_and_batch_parts_built_in():
 
 def test_error_spread_parts_add_up_as_a_numpy_two_way_split():
     import numpy as np
+
     from sim.validation import error_spread
     rng = np.random.default_rng(7)
     keys = [f"k{i}" for i in range(10)]

@@ -7,9 +7,9 @@ scenario makers. Tests hold the simulator to these bit for bit."""
 from hypothesis import strategies as st
 
 from sim.config import BWD_FLOPS_FACTOR, Gpu, Hardware, Link, Scenario, Workload
-from tests.reference import token_owner
 from sim.schedule import ComputeOp, TransferOp
 from sim.trace import STREAMS, Span
+from tests.reference import token_owner
 
 LAYOUTS = ["contiguous", "striped", "zigzag"]
 

@@ -7,14 +7,13 @@ import pytest
 
 from sim.calibrate import calibrate
 from sim.calibrate_traces import calibrate_from_traces, compute_points, holdout
-from sim.config import scenario_from_config
-from sim.config import Scenario, Workload
+from sim.config import Scenario, Workload, scenario_from_config
 from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.metrics import compute_metrics
 from sim.trace import Trace
 from sim.validation import Case
-from tests.sim.test_calibrate import LATENCY, BW, OVERHEAD, RATE, DIAG_RATE, bench
+from tests.sim.test_calibrate import BW, DIAG_RATE, LATENCY, OVERHEAD, RATE, bench
 
 
 def known_profile(compute_factor: float = 1.0):

@@ -152,7 +152,8 @@ def test_seq_takes_a_size_as_the_sweep_specs_do(capsys):
     _, by_size, _ = run(capsys, "simulate", "--gpus", "4", "--seq", "8k", "--json")
     _, by_number, _ = run(capsys, "simulate", "--gpus", "4", "--seq", "8192", "--json")
     assert json.loads(by_size) == json.loads(by_number)
-    assert json.loads(run(capsys, "simulate", "--gpus", "2", "--seq", "1.5k", "--json")[1])["scenario"]["workload"]["seq"] == 1536
+    out = json.loads(run(capsys, "simulate", "--gpus", "2", "--seq", "1.5k", "--json")[1])
+    assert out["scenario"]["workload"]["seq"] == 1536
 
 
 @pytest.mark.parametrize("seq,says", [("64q", "a size such as 128k"), ("0", "must be positive"),

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+
 import pytest
 
 from sim.config import Gpu

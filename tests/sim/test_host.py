@@ -3,10 +3,10 @@
 
 import json
 
+from sim.calibrate import calibrate
 from sim.cli import main
 from sim.host import differences, mismatch_line, this_host
 from tests.sim.test_calibrate import bench
-from sim.calibrate import calibrate
 
 HERE = {"kind": "cpu", "device": "AMD EPYC (2 cores)", "cpu_count": 2, "torch": "2.13.0",
         "backend": "gloo", "threads_per_rank": 1, "hostname": "a"}

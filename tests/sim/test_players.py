@@ -2,13 +2,13 @@
 bit for bit, on the ring and on any schedule, with resources shared or not."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.config import Workload
 from sim.engine import play, simulate
 from sim.schedule import ComputeOp, Schedule, TransferOp, cut_waves
-from tests.sim.reference import (LAYOUTS, any_schedule, hardware, reference_trace_spans,
-                                 scenario)
+from tests.sim.reference import LAYOUTS, any_schedule, hardware, reference_trace_spans, scenario
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from sim.calibrate import calibrate
 from sim.config import Hardware, Link, Scenario, Workload
 from sim.engine import play, simulate
 from sim.queues import queue_batches
@@ -14,7 +15,6 @@ from sim.schedule import KINDS, ComputeOp, Schedule, TransferOp
 from sim.schemes import get as get_scheme
 from tests.sim.reference import reference_trace_spans
 from tests.sim.test_calibrate import bench
-from sim.calibrate import calibrate
 
 
 class Seconds:

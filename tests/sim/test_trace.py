@@ -84,7 +84,8 @@ def broken(path, value):
     (broken(["spans", 0, "flops"], -5), "non-negative"),
     (broken(["spans", 0, "q_chunks"], ["a"]), "q_chunks"),
     (broken(["spans", 0], 3), "not an object"),
-    ('{"format": "ringsim-trace", "version": 1, "world_size": 1, "source": "simulated", "spans": [{"rank": 0, "stream": "compute", "kind": "fwd", "step": 0, "start_s": 0, "end_s": NaN}]}', "end_s"),
+    ('{"format": "ringsim-trace", "version": 1, "world_size": 1, "source": "simulated", "spans": [{"rank": 0, '
+     '"stream": "compute", "kind": "fwd", "step": 0, "start_s": 0, "end_s": NaN}]}', "end_s"),
     ("[" * 100000, "not valid JSON"),
 ])
 def test_malformed_traces_are_refused_with_a_clear_message(text, match):

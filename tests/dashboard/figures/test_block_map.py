@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dashboard import figures
 from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.trace import Span, Trace
-
-from dashboard import figures
 from tests.dashboard.conftest import chunk_tokens, owner, small_scenario
 
 

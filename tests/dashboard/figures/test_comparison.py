@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cli import compare_rows
-
 from dashboard import compute, figures
+from sim.cli import compare_rows
 from tests.dashboard.conftest import small_scenario
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from sim.online_softmax import example
-
 from dashboard import figures
+from sim.online_softmax import example
 
 
 def test_merge_figure_shows_the_recorded_steps():

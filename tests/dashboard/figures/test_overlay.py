@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.trace import Trace
-
 from dashboard import compute, figures
+from sim.trace import Trace
 from tests.dashboard.conftest import measured_from
 
 

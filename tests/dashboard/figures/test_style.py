@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sim.errors import RingsimError
-from sim.trace import Span, Trace
-
 from dashboard import figures
 from dashboard.figures.style import lighter
+from sim.errors import RingsimError
+from sim.trace import Span, Trace
 
 
 def test_time_unit():

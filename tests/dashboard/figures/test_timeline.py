@@ -7,11 +7,10 @@ import re
 import numpy as np
 import pytest
 
+from dashboard import figures
 from sim.engine import simulate
 from sim.schemes import get as get_scheme
 from sim.trace import COLUMN_TYPES, Span, SpanTable, Trace
-
-from dashboard import figures
 from tests.dashboard.conftest import small_scenario
 
 

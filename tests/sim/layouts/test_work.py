@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.errors import RingsimError
 from sim.layouts import block_work, chunks_of_rank, rank_of_token, rank_tokens, tile_work

@@ -4,7 +4,8 @@ with S, every pair once."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.config import Scenario, Workload
 from sim.engine import simulate
@@ -75,7 +76,9 @@ def test_peak_memory_grows_with_the_sequence_and_the_rings_with_the_shard():
         ring.append(compute_metrics(simulate(scenario(n=n, seq=c * n, layout="zigzag"))).ranks[0].peak_mem_bytes)
         ag.append(compute_metrics(simulate(allgather(n=n, seq=c * n))).ranks[0].peak_mem_bytes)
     assert len(set(ring)) == 1
-    kv_full = lambda seq: 2 * 2 * seq * 16 * 2                      # K and V, 2 heads of 16, bf16
+    def kv_full(seq):
+        return 2 * 2 * seq * 16 * 2                                 # K and V, 2 heads of 16, bf16
+
     assert [b - a for a, b in zip(ag, ag[1:])] == [kv_full(c * 4) - kv_full(c * 2), kv_full(c * 8) - kv_full(c * 4)]
     # by hand at n = 4: own Q, K, V, the gathered K/V, output, fp32 accumulator and stats
     n, seq, h, hk, d = 4, 1024, 8, 2, 16

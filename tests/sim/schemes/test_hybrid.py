@@ -4,7 +4,8 @@ pair once, the ring itself at a Ulysses degree of one."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.config import Scenario, Workload
 from sim.engine import simulate
@@ -40,7 +41,9 @@ def test_placement_keeps_one_part_inside_the_nodes(placement):
     """4 nodes of 4 GPUs, u = r = 4: ulysses-inner keeps the all-to-alls inside nodes and
     sends the ring across them; ring-inner the reverse."""
     trace = simulate(hybrid(n=16, u=4, r=4, seq=2048, placement=placement, hw=cluster(gpus_per_node=4)))
-    node = lambda rank: rank // 4
+    def node(rank):
+        return rank // 4
+
     for s in trace.spans:
         if s.stream == "send":
             inside = node(s.rank) == node(s.peer)

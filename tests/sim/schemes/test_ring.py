@@ -3,7 +3,8 @@ invariants computed here, and against the per-op reference schedule (tests.sim.r
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.config import Gpu, Hardware, Link, Scenario, Workload
 from sim.engine import simulate
@@ -12,8 +13,17 @@ from sim.metrics import compute_metrics
 from sim.schedule import ComputeOp
 from sim.schemes.ring import build_ring_schedule
 from tests.sim.conftest import brute_pairs
-from tests.sim.reference import (LAYOUTS, PerOpHardware, block_times, hardware, reference_ring_ops,
-                                 reference_trace_spans, ring_cases, ring_scenario, scenario)
+from tests.sim.reference import (
+    LAYOUTS,
+    PerOpHardware,
+    block_times,
+    hardware,
+    reference_ring_ops,
+    reference_trace_spans,
+    ring_cases,
+    ring_scenario,
+    scenario,
+)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 8])
