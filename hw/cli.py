@@ -119,7 +119,7 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def report(a: argparse.Namespace, cfg, traces: list) -> int:
     """Save what was asked for and print the summary of a measured run."""
-    from sim.cli import table
+    from sim.options import table
     from sim.metrics import compute_metrics
     from sim.trace import to_chrome_trace, write_json
     from sim.units import fmt_s

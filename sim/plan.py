@@ -41,9 +41,10 @@ from typing import Any
 from sim.config import LAYOUTS, PLACEMENTS, Scenario
 from sim.errors import RingsimError
 from sim.models import Model
-from sim.spec import Config, configs_from, parse_count
+from sim.options import scenario_from_args, table
+from sim.spec import Config, configs_from
 from sim.sweep import Runner, run_configs
-from sim.units import fmt_bytes, fmt_s
+from sim.units import fmt_bytes, fmt_s, parse_count
 
 ADAM_BYTES_PER_PARAM = 16
 """bf16 weights (2) and gradients (2), fp32 master weights (4) and Adam's two moments (8)."""
@@ -186,7 +187,6 @@ def candidate_options(req: PlanRequest) -> list[dict[str, Any]]:
 
 
 def _scenario(config: Config) -> Scenario:
-    from sim.cli import scenario_from_args
     from sim.sweep import _parser
 
     return scenario_from_args(_parser().parse_args(config.argv))
@@ -374,7 +374,6 @@ def describe_question(req: PlanRequest) -> str:
 
 
 def format_plan(p: Plan, top: int) -> str:
-    from sim.cli import table
 
     req = p.request
     lines = [describe_question(req),

@@ -27,13 +27,14 @@ import itertools
 import json
 import math
 import os
-import re
 import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
 from sim.errors import RingsimError
+from sim.options import Parser, add_scenario_args
+from sim.units import parse_count, tokens  # noqa: F401  (the spec reads sizes; callers import them here)
 
 OUTPUT_OPTIONS = ("json", "trace", "chrome_trace", "force")
 """simulate's options that write output: not part of a configuration."""
@@ -41,41 +42,6 @@ COLUMN_NAMES = {"pass_": "pass", "efficiency": "gpu_efficiency"}
 """Option destinations whose table column is named otherwise (`efficiency` is a metric)."""
 MAX_CONFIGS = 10_000_000
 """A spec that expands past this is refused before anything runs."""
-
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*$")
-_SCALE = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30}
-
-
-def parse_count(value: Any, what: str = "value") -> int:
-    """A positive whole number from an int or a size: '128k' = 131072, '1M' = 1048576
-    (2^20: binary, as context lengths are quoted), '1.5M' = 1572864, '2G' = 2^31.
-    RingsimError, one line, otherwise."""
-    if isinstance(value, bool):
-        raise RingsimError(f"{what} must be a positive whole number, got {value!r}")
-    if isinstance(value, int):
-        n = value
-    elif isinstance(value, float) and value.is_integer():
-        n = int(value)
-    else:
-        m = _COUNT.match(str(value))
-        if not m:
-            raise RingsimError(f"{what} must be a positive whole number or a size such as 128k or 1M, got {value!r}")
-        x = float(m.group(1)) * _SCALE[m.group(2).lower()]
-        if not x.is_integer():
-            raise RingsimError(f"{what} {value!r} is not a whole number of tokens")
-        n = int(x)
-    if n <= 0:
-        raise RingsimError(f"{what} must be positive, got {value!r}")
-    return n
-
-
-def tokens(value: str) -> int:
-    """argparse type of a token count: a whole number or a size (parse_count: 64k, 1M)."""
-    try:
-        return parse_count(value, "tokens")
-    except RingsimError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
 
 # --- simulate's options -------------------------------------------------------------------
 
@@ -104,9 +70,7 @@ class Option:
 
 def simulate_parser() -> argparse.ArgumentParser:
     """simulate's own parser (its scenario flags), without the rest of the command line."""
-    from sim.cli import _Parser, add_scenario_args
-
-    p = _Parser(prog="ringsim simulate", add_help=False)
+    p = Parser(prog="ringsim simulate", add_help=False)
     add_scenario_args(p)
     return p
 

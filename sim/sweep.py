@@ -34,6 +34,7 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from sim.errors import RingsimError
+from sim.options import scenario_from_args, scheme_variant
 from sim.spec import Config, options
 
 FORMATS = ("parquet", "csv")
@@ -108,7 +109,6 @@ def simulate_config(argv: Sequence[str]) -> dict[str, Any]:
 
     Played with the wave player, which gives the SimPy player's times bit for bit (the
     engine's own promise; `ringsim simulate` uses SimPy)."""
-    from sim.cli import scenario_from_args, scheme_variant
     from sim.engine import simulate
     from sim.metrics import compute_metrics, explain, scheme_row
 

@@ -1,6 +1,12 @@
-"""Human-readable times and sizes for tables and messages."""
+"""Human-readable times and sizes for tables and messages, and token counts read from them."""
 
 from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from sim.errors import RingsimError
 
 
 def fmt_s(x: float | None) -> str:
@@ -23,3 +29,38 @@ def fmt_bytes(x: float | None, spec: str = ".2f", missing: str = "-") -> str:
         if x >= scale:
             return f"{x / scale:{spec}} {unit}"
     return f"{x:.0f} B"
+
+
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*$")
+_SCALE = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30}
+
+
+def parse_count(value: Any, what: str = "value") -> int:
+    """A positive whole number from an int or a size: '128k' = 131072, '1M' = 1048576
+    (2^20: binary, as context lengths are quoted), '1.5M' = 1572864, '2G' = 2^31.
+    RingsimError, one line, otherwise."""
+    if isinstance(value, bool):
+        raise RingsimError(f"{what} must be a positive whole number, got {value!r}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, float) and value.is_integer():
+        n = int(value)
+    else:
+        m = _COUNT.match(str(value))
+        if not m:
+            raise RingsimError(f"{what} must be a positive whole number or a size such as 128k or 1M, got {value!r}")
+        x = float(m.group(1)) * _SCALE[m.group(2).lower()]
+        if not x.is_integer():
+            raise RingsimError(f"{what} {value!r} is not a whole number of tokens")
+        n = int(x)
+    if n <= 0:
+        raise RingsimError(f"{what} must be positive, got {value!r}")
+    return n
+
+
+def tokens(value: str) -> int:
+    """argparse type of a token count: a whole number or a size (parse_count: 64k, 1M)."""
+    try:
+        return parse_count(value, "tokens")
+    except RingsimError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

@@ -105,7 +105,8 @@ def test_settings_that_do_not_apply_leave_the_scenario_and_the_url():
 
 
 def test_a_cluster_preset_sets_the_hardware_as_the_cli_does():
-    from sim.cli import build_parser, hardware_from_args
+    from sim.cli import build_parser
+    from sim.options import hardware_from_args
 
     values, ignored = values_from_query("?cluster=dgx-h100&gpus=32")
     assert ignored == []

@@ -102,7 +102,8 @@ def test_simulate_runs_every_scheme_across_nodes(capsys):
 
 
 def test_cluster_presets_set_the_hardware_and_flags_override_them(capsys):
-    from sim.cli import build_parser, hardware_from_args
+    from sim.cli import build_parser
+    from sim.options import hardware_from_args
 
     a = build_parser().parse_args(["simulate", "--cluster", "dgx-a100", "--nic-gbps", "12.5"])
     hw = hardware_from_args(a)
