@@ -119,8 +119,8 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def report(a: argparse.Namespace, cfg, traces: list) -> int:
     """Save what was asked for and print the summary of a measured run."""
-    from sim.options import table
     from sim.metrics import compute_metrics
+    from sim.options import table
     from sim.trace import to_chrome_trace, write_json
     from sim.units import fmt_s
 
