@@ -26,7 +26,7 @@ from dash.exceptions import PreventUpdate
 
 from dashboard import compute, export, figures, i18n, measured, nav, plan, questions
 from dashboard.i18n import Translator
-from dashboard.layout import MAX_UPLOAD_BYTES, SUMMARY_CARDS, field_style, page
+from dashboard.layout import MAX_UPLOAD_BYTES, field_style, page
 from dashboard.state import (
     CONTROL_IDS,
     CUSTOM,
@@ -41,6 +41,7 @@ from dashboard.state import (
     scenario_from_values,
     values_from_query,
 )
+from dashboard.views import SUMMARY_CARDS
 from sim.config import Scenario, scenario_from_config
 from sim.errors import RingsimError
 from sim.memory import full_kv_bytes

@@ -24,6 +24,12 @@ from babel.messages.pofile import read_po
 from babel.numbers import format_decimal, format_scientific
 from dash import Input, Output, dcc, html
 
+from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK
+from dashboard.views import HELP, SUMMARY_CARDS, TABS
+from sim.config import PASSES, PLACEMENTS
+from sim.presets import CLUSTER_PRESETS, LINK_PRESETS
+from sim.schemes import names as scheme_names
+
 LANGUAGES = ("en", "id")
 """English (the default) and Bahasa Indonesia."""
 DEFAULT_LANG = "en"
@@ -125,11 +131,9 @@ class Translator:
 # (component id, property, message key). Options lists are built by _options below.
 
 def _page_texts() -> list[tuple[str, str, str]]:
-    from dashboard.layout import _HELP, SUMMARY_CARDS, TABS
-    from dashboard.state import CONTROL_IDS
 
     texts = [(f"{cid}-label", "children", f"ctl.{cid}.label") for cid in CONTROL_IDS]
-    texts += [(f"{cid}-help", "children", f"ctl.{cid}.help") for cid in _HELP]
+    texts += [(f"{cid}-help", "children", f"ctl.{cid}.help") for cid in HELP]
     texts += [(f"tab-{value}", "label", f"tab.{value}") for value, _ in TABS]
     texts += [(f"{cid}-label", "children", f"card.{cid}") for cid, _ in SUMMARY_CARDS]
     texts += [(f"h-{h}", "children", f"heading.{h}")
@@ -173,11 +177,6 @@ def _upload_children(t: Translator, key: str) -> list[Any]:
 
 def _options(t: Translator) -> list[tuple[str, str, Any]]:
     onoff = [{"label": t("opt.on"), "value": True}, {"label": t("opt.off"), "value": False}]
-    from dashboard.state import NO_CLUSTER, SAME_LINK
-    from sim.config import PASSES, PLACEMENTS
-    from sim.presets import CLUSTER_PRESETS, LINK_PRESETS
-    from sim.schemes import names as scheme_names
-
     return [
         ("scheme", "options", [{"label": scheme_label(t, s), "value": s} for s in scheme_names()]),
         ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p} for p in PLACEMENTS]),

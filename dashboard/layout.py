@@ -12,45 +12,13 @@ from dash import dcc, html
 
 from dashboard import i18n, measured, plan, questions
 from dashboard.state import CUSTOM, NO_CLUSTER, SAME_LINK, applies, defaults
+from dashboard.views import HELP, SUMMARY_CARDS, TABS
 from sim.config import LAYOUTS, PASSES, PLACEMENTS
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
 from sim.schemes import names as scheme_names
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 """Largest trace or profile file the page accepts."""
-
-TABS = (
-    ("questions", "Questions"),
-    ("timeline", "Timeline"),
-    ("blocks", "Block map"),
-    ("compare", "Compare layouts"),
-    ("schemes", "Compare schemes"),
-    ("sweep", "When transfers hide"),
-    ("memory", "Memory"),
-    ("merge", "Exact merge"),
-    ("measured", "Measured vs simulated"),
-    ("plan", "Plan"),
-)
-
-_HELP = {
-    "seq": "tokens per sequence, before sharding",
-    "kv-heads": "fewer than heads: GQA; 1: MQA",
-    "tflops": "achieved TFLOP/s; blank: peak × efficiency",
-    "efficiency": "fraction of peak (blank: 0.5)",
-    "overhead-us": "per block (blank: 5 µs)",
-    "link-gbps": "per direction (blank: preset)",
-    "link-latency-us": "per transfer (blank: preset)",
-    "granularity": "exact pairs, or whole tiles",
-    "sync": "per step: post, compute, wait (as kernels do); buffered: forward a block as soon as a buffer is free",
-    "scheme": "how the GPUs share the sequence's K/V",
-    "head-groups": "gather K/V group by group of heads, each gather behind the previous group's compute "
-                   "(1: one gather, exposed); must divide the K/V heads",
-    "ulysses-degree": "GPUs per all-to-all group (blank: the largest that fits the heads and a node)",
-    "ring-degree": "GPUs per ring; Ulysses degree × ring degree = GPUs (blank: from the other)",
-    "cluster": "sets the GPU, the links, GPUs and NICs per node; change any of them after",
-    "nics-per-node": "each shared by its share of the node's GPUs (blank: one per GPU)",
-    "nic-gbps": "per direction (blank: the link between nodes)",
-}
 
 _SHOWN, _HIDDEN = {}, {"display": "none"}
 
@@ -64,7 +32,7 @@ def _field(cid: str, label: str, component: Any, style: dict[str, str] | None = 
     return html.Div(className="field", id=f"{cid}-field", style=style or {}, children=[
         html.Label(label, htmlFor=cid, id=f"{cid}-label"),
         component,
-        html.Div(_HELP.get(cid, ""), className="help", id=f"{cid}-help") if cid in _HELP else None,
+        html.Div(HELP.get(cid, ""), className="help", id=f"{cid}-help") if cid in HELP else None,
         html.Div(id=f"{cid}-msg", className="msg", role="alert"),
     ])
 
@@ -161,13 +129,6 @@ def controls() -> html.Div:
 def _card(cid: str, label: str) -> html.Div:
     return html.Div(className="card", children=[html.Div(label, className="card-label", id=f"{cid}-label"),
                                                 html.Div("–", id=cid, className="card-value")])
-
-
-SUMMARY_CARDS = (
-    ("m-makespan", "makespan"), ("m-ideal", "ideal"), ("m-efficiency", "efficiency"),
-    ("m-imbalance", "load imbalance"), ("m-overlap", "overlap efficiency"),
-    ("m-exposed", "exposed comm (worst GPU)"), ("m-memory", "peak memory per GPU"),
-)
 
 
 def _graph(gid: str, height: int = 400) -> dcc.Loading:

@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, urlencode
 from dash import Input, Output, State, no_update
 
 from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator
+from dashboard.views import TABS
 
 N_QUESTIONS = 8
 DEFAULT_VIEW = "timeline"
@@ -22,9 +23,7 @@ NAV_KEYS = ("view", "q", "lang")
 
 
 def views() -> tuple[str, ...]:
-    """The tabs' values (read when needed: the page's layout imports this module)."""
-    from dashboard.layout import TABS
-
+    """The tabs' values (dashboard.views)."""
     return tuple(value for value, _ in TABS)
 
 

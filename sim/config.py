@@ -17,18 +17,15 @@ from sim.kernel_model import Floors, best_rate_flops, block_times_s, kernel_tabl
 from sim.layouts import NAMES as LAYOUT_NAMES
 from sim.layouts import get as get_layout
 from sim.presets import LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
+from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR, DTYPE_BYTES  # noqa: F401  (read here by many)
+from sim.schemes import get as get_scheme
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 RATE_GROUPS = ("fwd-full", "fwd-diagonal", "bwd-full", "bwd-diagonal")
-ACCUM_BYTES = 4
-"""dK/dV travel in fp32 (the accumulation dtype) whatever the input dtype."""
 PASSES = ("fwd", "bwd", "fwdbwd")
 LAYOUTS = LAYOUT_NAMES
 GRANULARITIES = ("exact", "tile")
 SYNCS = ("step", "buffered")
 PLACEMENTS = ("ulysses-inner", "ring-inner")
-BWD_FLOPS_FACTOR = 2.5
-"""Backward FLOPs per forward FLOP for the same pairs: five matrix products against two."""
 
 
 def _positive_int(obj: Any, *names: str) -> None:
@@ -380,8 +377,6 @@ class Scenario:
     gather behind the current group's compute (1: one gather, exposed)."""
 
     def __post_init__(self) -> None:
-        from sim.schemes import get as get_scheme
-
         _positive_int(self, "n_gpus", "tile", "head_groups")
         for name in ("ulysses_degree", "ring_degree"):
             if getattr(self, name) is not None:
@@ -425,8 +420,6 @@ class Scenario:
     def describe(self) -> dict[str, Any]:
         """The configuration for a trace's header: the common fields, and those the
         scheme reads (sim.schemes.base.Scheme.settings), resolved."""
-        from sim.schemes import get as get_scheme
-
         w = asdict(self.workload)
         w["pass"] = w.pop("pass_")
         return {"workload": w, "n_gpus": self.n_gpus, "scheme": self.scheme, "layout": self.layout,

@@ -64,11 +64,7 @@ from sim.presets import (
     OP_HOST_US,
     KernelTable,
 )
-
-PASS_FLOPS_FACTOR = {"fwd": 1.0, "bwd": 2.5}
-"""FLOPs per forward FLOP of the same pairs (sim.config.BWD_FLOPS_FACTOR)."""
-ACCUM_BYTES = 4
-"""The running output, its statistics and the gradient accumulators are fp32."""
+from sim.quantities import ACCUM_BYTES, PASS_FLOPS_FACTOR
 
 
 def kernel_table(name: str) -> KernelTable:

@@ -32,15 +32,20 @@ when pipelined), so its memory grows with S, not S/N.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario
 from sim.errors import RingsimError
 from sim.layouts import get as get_layout
+from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
 from sim.schedule import AG, BWD, DIAGONAL, EMPTY, FULL, FWD, NO_DEP, RS, Schedule, ScheduleBuilder
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings
 from sim.topology import Topology
 from sim.trace import COMPUTE, Trace
+
+if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
+    from sim.config import Scenario
 
 
 def triangle_pairs(c: int, granularity: str, tile: int) -> int:

@@ -38,17 +38,22 @@ GPU: each GPU computes one causal S x S call on H/N heads.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from sim.config import ACCUM_BYTES, Scenario, Workload
 from sim.errors import RingsimError
 from sim.layouts import chunk_pair_work, chunks_of_rank
 from sim.layouts import get as get_layout
+from sim.quantities import ACCUM_BYTES
 from sim.schedule import A2A, BWD, DKV, FWD, NO_DEP, Schedule, ScheduleBuilder
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.schemes.ring import build_ring_schedule, count_ring_ops
 from sim.topology import Topology
 from sim.trace import Trace
+
+if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
+    from sim.config import Scenario, Workload
 
 
 def kv_heads_per_gpu(workload: Workload, u: int) -> int:
@@ -104,9 +109,10 @@ def ring_layout(scenario: Scenario, r: int) -> str:
 def ring_scenario(scenario: Scenario, u: int, r: int, pass_: str) -> Scenario:
     """One ring of the hybrid: r GPUs, the whole sequence, H/u heads."""
     w = scenario.workload
-    sub = Workload(batch=w.batch, seq=w.seq, heads=w.heads // u, kv_heads=kv_heads_per_gpu(w, u),
-                   head_dim=w.head_dim, dtype=w.dtype, causal=w.causal, pass_=pass_)
-    return Scenario(workload=sub, hardware=scenario.hardware, n_gpus=r, scheme="ring",
+    # made as the given ones' types: the schemes import sim.config for annotations only
+    sub = type(w)(batch=w.batch, seq=w.seq, heads=w.heads // u, kv_heads=kv_heads_per_gpu(w, u),
+                  head_dim=w.head_dim, dtype=w.dtype, causal=w.causal, pass_=pass_)
+    return type(scenario)(workload=sub, hardware=scenario.hardware, n_gpus=r, scheme="ring",
                     layout=ring_layout(scenario, r), overlap=scenario.overlap, sync=scenario.sync,
                     granularity=scenario.granularity, tile=scenario.tile)
 

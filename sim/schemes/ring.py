@@ -40,16 +40,21 @@ that hold them (a ring of 4096 GPUs has 33M operations).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from sim.config import ACCUM_BYTES, BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.errors import RingsimError
 from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank
 from sim.layouts import get as get_layout
+from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
 from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Posts, Schedule
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.threads import each
 from sim.trace import Trace
+
+if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
+    from sim.config import Scenario, Workload
 
 _ROWS = 1 << 18
 """Grid entries gathered per pass (a few MB of temporaries, reused by the allocator)."""

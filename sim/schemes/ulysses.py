@@ -12,11 +12,14 @@ no causal imbalance, and nothing to overlap the all-to-alls with.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from sim.config import Scenario
 from sim.errors import RingsimError
 from sim.schemes import hybrid
 from sim.schemes.base import only_settings
+
+if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
+    from sim.config import Scenario
 
 
 def _degree(scenario: Scenario) -> int:
