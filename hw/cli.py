@@ -19,6 +19,7 @@ from typing import Any
 
 from sim.config import LAYOUTS, PASSES, Workload
 from sim.errors import RingsimError
+from sim.options import flags_for
 from sim.spec import tokens
 
 
@@ -75,14 +76,17 @@ def config_from_args(a: argparse.Namespace, *, world_size: int):
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise RingsimError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
-    workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads,
-                        kv_heads=a.kv_heads if a.kv_heads is not None else a.heads,
-                        head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
-    return RunConfig(workload=workload, world_size=world_size, layout=a.layout,
-                     scheme=getattr(a, "scheme", "ring"), device=device,
-                     backend=a.backend, warmup=a.warmup, repeats=a.repeats, seed=a.seed,
-                     timeout_s=a.timeout, threads_per_rank=a.threads, block_impl=a.block_impl,
-                     measure_rate=a.measure_rate)
+    with flags_for(kv_heads="--kv-heads", head_dim="--head-dim", heads="--heads", seq="--seq", batch="--batch"):
+        workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads,
+                            kv_heads=a.kv_heads if a.kv_heads is not None else a.heads,
+                            head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
+    with flags_for(world_size="--world-size", timeout_s="--timeout", threads_per_rank="--threads", warmup="--warmup",
+                   repeats="--repeats", seed="--seed"):
+        return RunConfig(workload=workload, world_size=world_size, layout=a.layout,
+                         scheme=getattr(a, "scheme", "ring"), device=device,
+                         backend=a.backend, warmup=a.warmup, repeats=a.repeats, seed=a.seed,
+                         timeout_s=a.timeout, threads_per_rank=a.threads, block_impl=a.block_impl,
+                         measure_rate=a.measure_rate)
 
 
 def trace_paths(pattern: str, repeats: int) -> list[str]:

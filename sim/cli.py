@@ -91,11 +91,32 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         verdict = "fits" if peak <= capacity_gb * 1e9 else "DOES NOT FIT"
         print(f"attention memory per rank {fmt_bytes(peak)} of {capacity_gb:g} GB: {verdict}")
     print()
+    ranks, note = ranks_to_show(m.ranks, a.all_ranks)
     rows = [[r.rank, fmt_s(r.compute_s), fmt_s(r.comm_s), fmt_s(r.exposed_comm_s),
              fmt_s(r.idle_s), f"{r.flops / 1e12:.3f}", fmt_bytes(r.bytes_sent), fmt_bytes(r.peak_mem_bytes)]
-            for r in m.ranks]
+            for r in ranks]
     print(table(["rank", "compute", "comm", "exposed comm", "idle", "TFLOP", "sent", "peak mem"], rows))
+    if note:
+        print(note)
     return 0
+
+
+SCREENFUL_RANKS = 32
+"""Beyond this many ranks `simulate` shows a summary of them (--all-ranks: every one)."""
+
+
+def ranks_to_show(ranks: Sequence[Any], every: bool = False) -> tuple[list[Any], str]:
+    """The ranks a terminal shows: all of them up to a screenful; beyond, the first and the
+    last four and those with the most compute, exposed communication and idle time, with a
+    line saying so."""
+    if every or len(ranks) <= SCREENFUL_RANKS:
+        return list(ranks), ""
+    keep = {r.rank for r in list(ranks[:4]) + list(ranks[-4:])}
+    for key in ("compute_s", "exposed_comm_s", "idle_s"):
+        keep |= {r.rank for r in sorted(ranks, key=lambda r: getattr(r, key), reverse=True)[:3]}
+    shown = [r for r in ranks if r.rank in keep]
+    return shown, (f"{len(shown)} of {len(ranks)} ranks shown: the first and last four and the three with the most "
+                   "compute, exposed communication and idle time (--all-ranks: every one; --json: all of them)")
 
 
 def compare_rows(scenario: Scenario, hardware=None) -> list[dict[str, Any]]:
@@ -163,16 +184,21 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     print(f"{base.n_gpus} x {hw.gpu.name} ({nodes} node{'s' if nodes > 1 else ''} of {hw.gpus_per_node}, "
           f"{hw.link.name} inside{between}), {w.seq} tokens, {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
-    shown = []
-    for r in rows:
+    shown, notes = [], []
+    for i, r in enumerate(rows, 1):
         if "refused" in r:
-            shown.append([r["scheme"], r["variant"], "-", "-", "-", "-", "-", "-", "not possible: " + r["refused"]])
+            shown.append([i, r["scheme"], r["variant"], "-", "-", "-", "-", "-", "-"])
+            notes.append(f"{i}. not possible: {r['refused']}")
             continue
-        shown.append([r["scheme"], r["variant"], fmt_s(r["makespan_s"]), f"{r['makespan_s'] / best['makespan_s']:.2f}x",
+        shown.append([i, r["scheme"], r["variant"], fmt_s(r["makespan_s"]),
+                      f"{r['makespan_s'] / best['makespan_s']:.2f}x",
                       "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}", fmt_s(r["exposed_comm_s"]),
-                      fmt_bytes(r["bytes_sent_per_gpu"]), fmt_bytes(r["peak_mem_bytes"]), r["explanation"]])
-    print(table(["scheme", "variant", "makespan", "vs best", "efficiency", "max exposed comm", "sent per GPU",
-                 "peak mem per GPU", "what bounds it"], shown))
+                      fmt_bytes(r["bytes_sent_per_gpu"]), fmt_bytes(r["peak_mem_bytes"])])
+        notes.append(f"{i}. {r['explanation']}")
+    print(table(["#", "scheme", "variant", "makespan", "vs best", "efficiency", "max exposed comm", "sent per GPU",
+                 "peak mem per GPU"], shown))
+    print("\nwhat bounds each:")
+    print("\n".join(notes))
     if best is not None:
         print(f"\nfastest: {best['scheme']} ({best['variant']}): {best['explanation']}")
     return 0
@@ -188,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--trace", metavar="FILE", help="save the trace (versioned JSON)")
     sp.add_argument("--chrome-trace", metavar="FILE", help="save a Chrome trace (Perfetto)")
     sp.add_argument("--force", action="store_true", help="overwrite existing output files")
+    sp.add_argument("--all-ranks", action="store_true",
+                    help=f"print every rank's row (default: a summary beyond {SCREENFUL_RANKS} ranks)")
     sp.set_defaults(func=cmd_simulate)
     cp = sub.add_parser("compare", help="all layouts, overlap on and off, side by side; or with "
                                          "--schemes, the schemes")

@@ -8,6 +8,8 @@ of them.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
 import sys
 from dataclasses import replace
 from typing import Any, Sequence
@@ -20,6 +22,12 @@ from sim.units import tokens
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # a value such as -1k or -3.5 is a (bad) value of the option before it, not an
+        # option: it then gets its own message ("must be positive"), not "expected one argument"
+        self._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?[kKmMgG]?$")
+
     def error(self, message: str) -> None:  # argparse's usage dump is more than one line
         raise RingsimError(message)
 
@@ -123,28 +131,38 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
     if nic_gbps is not None:
         inter = inter or link_name
     gpu_profile = _gpu_profile(a)
-    if gpu_profile is not None:
-        if a.gpu is not None and gpu_preset(a.gpu).name != gpu_profile.gpu:
-            raise RingsimError(f"--gpu {a.gpu} and the GPU profile {a.profile} ({gpu_profile.gpu}) disagree")
-        gpu = gpu_profile.gpu_for(a.kernel, gpu_over.pop("merge"))
-        gpu = replace(gpu, **gpu_over) if gpu_over else gpu
-    else:
-        gpu = Gpu.preset(pick(a.gpu, c and c.gpu, "H100-SXM"), kernel=a.kernel, **gpu_over)
-    if a.overhead_us is not None and gpu.kernel is not None:
-        gpu = replace(gpu, floors=replace(gpu.floors, fwd_host_us=a.overhead_us, bwd_host_us=a.overhead_us))
-    return Hardware(
-        gpu=gpu,
-        link=Link.preset(link_name, **link_over),
-        inter_link=(Link.preset(inter, **({} if nic_gbps is None else {"bandwidth_gbps": nic_gbps}))
-                    if inter else None),
-        gpus_per_node=pick(a.gpus_per_node, c and c.gpus_per_node, 8),
-        nics_per_node=pick(getattr(a, "nics_per_node", None), c and c.nics_per_node, None),
-    )
+    with flags_for(achieved_tflops="--tflops", efficiency="--efficiency", launch_overhead_us="--overhead-us",
+                   fwd_host_us="--overhead-us", bwd_host_us="--overhead-us"):
+        if gpu_profile is not None:
+            if a.gpu is not None and gpu_preset(a.gpu).name != gpu_profile.gpu:
+                raise RingsimError(f"--gpu {a.gpu} and the GPU profile {a.profile} ({gpu_profile.gpu}) disagree")
+            gpu = gpu_profile.gpu_for(a.kernel, gpu_over.pop("merge"))
+            gpu = replace(gpu, **gpu_over) if gpu_over else gpu
+        else:
+            gpu = Gpu.preset(pick(a.gpu, c and c.gpu, "H100-SXM"), kernel=a.kernel, **gpu_over)
+        if a.overhead_us is not None and gpu.kernel is not None:
+            gpu = replace(gpu, floors=replace(gpu.floors, fwd_host_us=a.overhead_us, bwd_host_us=a.overhead_us))
+    with flags_for(bandwidth_gbps="--link-gbps", latency_us="--link-latency-us"):
+        link = Link.preset(link_name, **link_over)
+    with flags_for(bandwidth_gbps="--nic-gbps"):
+        inter_link = Link.preset(inter, **({} if nic_gbps is None else {"bandwidth_gbps": nic_gbps})) if inter else None
+    gpus_per_node = pick(a.gpus_per_node, c and c.gpus_per_node, 8)
+    nics = getattr(a, "nics_per_node", None)
+    if nics is None and c is not None:
+        # the cluster's GPUs per NIC, on nodes of another size (--gpus-per-node)
+        per_nic = c.gpus_per_node // c.nics_per_node
+        if gpus_per_node % per_nic and gpus_per_node > per_nic:
+            raise RingsimError(f"--gpus-per-node {gpus_per_node} does not split into the {per_nic} GPUs per NIC of "
+                               f"--cluster {c.name}; give --nics-per-node")
+        nics = max(1, gpus_per_node // per_nic)
+    with flags_for(gpus_per_node="--gpus-per-node", nics_per_node="--nics-per-node"):
+        return Hardware(gpu=gpu, link=link, inter_link=inter_link, gpus_per_node=gpus_per_node, nics_per_node=nics)
 
 
 def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
-    workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads, kv_heads=a.kv_heads,
-                        head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
+    with flags_for(kv_heads="--kv-heads", head_dim="--head-dim", heads="--heads", seq="--seq", batch="--batch"):
+        workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads, kv_heads=a.kv_heads,
+                            head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
     fields = dict(workload=workload, hardware=hardware_from_args(a), n_gpus=a.gpus,
                   scheme=a.scheme, granularity=a.granularity, tile=a.tile, sync=a.sync,
                   ulysses_degree=a.ulysses_degree, ring_degree=a.ring_degree, placement=a.placement,
@@ -152,7 +170,27 @@ def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
     if hasattr(a, "layout"):
         fields.update(layout=a.layout, overlap=a.overlap)
     fields.update(changes)
-    return Scenario(**fields)
+    with flags_for(n_gpus="--gpus", tile="--tile", head_groups="--head-groups", ulysses_degree="--ulysses-degree",
+                   ring_degree="--ring-degree"):
+        return Scenario(**fields)
+
+
+@contextlib.contextmanager
+def flags_for(**flags: str):
+    """A RingsimError raised inside names the flags the user typed, not the fields they set
+    (`n_gpus must be ...` -> `--gpus must be ...`). Field names with an underscore are
+    replaced wherever they stand; a plain word (heads, seq) only where it opens the message,
+    so that prose ("the 32 query heads") keeps its words."""
+    try:
+        yield
+    except RingsimError as e:
+        message = str(e)
+        for name, flag in flags.items():
+            if "_" in name:
+                message = re.sub(rf"\b{name}\b", flag, message)
+            else:
+                message = re.sub(rf"^{name}\b", flag, message)
+        raise RingsimError(message) from None
 
 
 def _gpu_profile(a: argparse.Namespace):

@@ -22,8 +22,9 @@ def register(sub) -> None:
                                      "Parquet or CSV table, in this process or on Dask")
     p.add_argument("spec", metavar="SPEC", help="YAML (.yaml, .yml) or TOML (.toml): simulate's options, "
                                                 "each a value, a list or a range {from, to, step|times}")
-    p.add_argument("--out", required=True, metavar="RESULTS",
-                   help="results table, .parquet (needs pyarrow) or .csv; an existing one is resumed")
+    p.add_argument("--out", metavar="RESULTS",
+                   help="results table, .parquet (needs pyarrow) or .csv; an existing one is resumed "
+                        "(needed unless --dry-run)")
     p.add_argument("--format", choices=("parquet", "csv"), default=None,
                    help="table format (default: from the name of --out)")
     where = p.add_mutually_exclusive_group()
@@ -51,6 +52,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     from sim.spec import load_spec
     from sim.sweep import Runner, sweep
 
+    if not a.out and not a.dry_run:
+        raise RingsimError("sweep needs --out RESULTS (.parquet or .csv): where the rows go")
     spec = load_spec(a.spec)
     if a.dry_run:
         from sim.sweep import unique

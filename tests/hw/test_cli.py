@@ -44,7 +44,7 @@ def test_hw_run_saves_one_trace_per_repeat_and_refuses_to_overwrite(capsys, tmp_
 
 @pytest.mark.parametrize("argv,match", [
     (["hw", "run", "--world-size", "2", "--seq", "30"], "multiple of 4"),
-    (["hw", "run", "--heads", "6", "--kv-heads", "4"], "kv_heads"),
+    (["hw", "run", "--heads", "6", "--kv-heads", "4"], "--kv-heads"),
     (["hw", "run", "--device", "cpu", "--backend", "nccl"], "does not run on cpu"),
     (["hw", "run", "--repeats", "0"], "repeats"),
     pytest.param(["hw", "run", "--device", "cuda"], "no CUDA device",

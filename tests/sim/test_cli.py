@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -60,13 +61,13 @@ def test_compare_lists_every_layout_with_and_without_overlap(capsys):
 @pytest.mark.parametrize("argv,match", [
     (["simulate", "--gpus", "3", "--seq", "1000"], "does not divide"),
     (["simulate", "--gpus", "4", "--seq", "1004", "--layout", "zigzag"], "multiple of 8"),
-    (["simulate", "--gpus", "0"], "n_gpus"),
+    (["simulate", "--gpus", "0"], "--gpus must be"),
     (["simulate", "--seq", "-8"], "seq"),
-    (["simulate", "--heads", "32", "--kv-heads", "5"], "kv_heads"),
+    (["simulate", "--heads", "32", "--kv-heads", "5"], "--kv-heads (5) must divide"),
     (["simulate", "--gpu", "Z80"], "unknown GPU preset"),
     (["simulate", "--link", "carrier-pigeon"], "unknown link preset"),
-    (["simulate", "--tflops", "-1"], "achieved_tflops"),
-    (["simulate", "--link-gbps", "0"], "bandwidth_gbps"),
+    (["simulate", "--tflops", "-1"], "--tflops must be"),
+    (["simulate", "--link-gbps", "0"], "--link-gbps must be"),
     (["simulate", "--efficiency", "1.5"], "efficiency"),
     (["simulate", "--gpus", "two"], "invalid int"),
     (["simulate", "--bogus"], "unrecognized"),
@@ -78,7 +79,7 @@ def test_compare_lists_every_layout_with_and_without_overlap(capsys):
     (["simulate", "--scheme", "allgather", "--head-groups", "3"], "must divide the 8 K/V heads"),
     (["simulate", "--scheme", "allgather", "--gpus", "12", "--seq", "12288"], "whole nodes"),
     (["simulate", "--scheme", "ring", "--ulysses-degree", "2"], "does not apply to the ring scheme"),
-    (["simulate", "--gpus-per-node", "8", "--nics-per-node", "3"], "must divide gpus_per_node"),
+    (["simulate", "--gpus-per-node", "8", "--nics-per-node", "3"], "must divide --gpus-per-node"),
     (["simulate", "--cluster", "abacus"], "unknown cluster preset"),
     (["compare", "--schemes", "ring,tree"], "unknown scheme 'tree'"),
 ])
@@ -163,3 +164,64 @@ def test_a_bad_seq_is_one_line(capsys, seq, says):
     code, out, err = run(capsys, "simulate", "--seq", seq)
     assert code == 2 and out == ""
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["simulate", "--seq", "-1k"], "tokens must be a positive whole number or a size"),
+    (["simulate", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
+    (["simulate", "--link-gbps", "-3"], "--link-gbps must be a positive finite number"),
+    (["simulate", "--inter-link", "ib-ndr", "--nic-gbps", "-3"], "--nic-gbps must be a positive finite number"),
+    (["simulate", "--tflops", "-1"], "--tflops must be a positive finite number"),
+    (["simulate", "--heads", "0"], "--heads must be a positive integer"),
+    (["simulate", "--kv-heads", "5"], "--kv-heads (5) must divide heads (32)"),
+    (["simulate", "--cluster", "pcie-a100", "--gpus-per-node", "6"], "give --nics-per-node"),
+    (["sweep", "spec.toml"], "sweep needs --out"),
+])
+def test_a_mistake_names_the_flag_the_user_typed(capsys, argv, says):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and says in err and err.count("\n") == 1
+    for field in ("n_gpus", "bandwidth_gbps", "achieved_tflops", "kv_heads", "nics_per_node"):
+        assert field not in err
+
+
+def test_a_cluster_on_smaller_nodes_keeps_its_gpus_per_nic(capsys):
+    """dgx-h100 has a NIC per GPU: on nodes of 4 GPUs it has 4 NICs, as `--nics-per-node`
+    unset means (one per GPU); pcie-a100's NIC serves 4 GPUs, on nodes of 4 there is one."""
+    from sim.cli import build_parser
+    from sim.options import hardware_from_args
+
+    hw = hardware_from_args(build_parser().parse_args(["simulate", "--cluster", "dgx-h100", "--gpus-per-node", "4"]))
+    assert (hw.gpus_per_node, hw.nics_per_node) == (4, 4)
+    hw = hardware_from_args(build_parser().parse_args(["simulate", "--cluster", "pcie-a100", "--gpus-per-node", "4"]))
+    assert (hw.gpus_per_node, hw.nics_per_node) == (4, 1)
+    code, out, _ = run(capsys, "simulate", "--cluster", "dgx-h100", "--gpus-per-node", "4", "--gpus", "8", "--json")
+    assert code == 0 and json.loads(out)["makespan_s"] > 0
+
+
+def test_a_sweep_dry_run_needs_no_output(tmp_path, capsys):
+    spec = tmp_path / "s.toml"
+    spec.write_text('gpus = [2, 4]\nseq = "8k"\n')
+    code, out, _ = run(capsys, "sweep", str(spec), "--dry-run")
+    assert code == 0 and "2 distinct configurations" in out
+
+
+def test_many_ranks_are_summarised_and_all_of_them_on_request(capsys):
+    _, out, _ = run(capsys, "simulate", "--gpus", "64", "--seq", "64k")
+    rows = [line for line in out.splitlines() if line[:1].isdigit() and "ms" in line]
+    assert len(rows) < 64 and "ranks shown" in out
+    assert {int(r.split()[0]) for r in rows} >= {0, 1, 2, 3, 60, 61, 62, 63}
+    _, out, _ = run(capsys, "simulate", "--gpus", "64", "--seq", "64k", "--all-ranks")
+    assert len([line for line in out.splitlines() if line[:1].isdigit() and "ms" in line]) == 64
+    _, out, _ = run(capsys, "simulate", "--gpus", "8", "--seq", "64k")
+    assert "ranks shown" not in out
+
+
+def test_compare_schemes_keeps_its_lines_short_and_says_what_bounds_each(capsys):
+    code, out, _ = run(capsys, "compare", "--schemes", "all", "--gpus", "32", "--cluster", "dgx-h100",
+                       "--seq", "128k")
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 140
+    table, _, notes = out.partition("what bounds each:")
+    numbered = [line for line in notes.splitlines() if re.match(r"\d+\. ", line)]
+    rows = [line for line in table.splitlines() if re.match(r"\d+\s{2}", line)]
+    assert len(numbered) == len(rows) == 8
