@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from sim.config import LAYOUTS, PLACEMENTS, Scenario
 from sim.errors import RingsimError
@@ -273,7 +273,8 @@ class Plan:
                 "candidates": shown, "not_possible": self.not_possible, "failed": self.failed}
 
 
-def plan(req: PlanRequest, runner: Runner | None = None) -> Plan:
+def plan(req: PlanRequest, runner: Runner | None = None,
+         on_progress: Callable[[int, int], None] | None = None) -> Plan:
     """Simulate every legal candidate and rank them (see the module's docstring)."""
     t0 = time.perf_counter()
     options_list = candidate_options(req)
@@ -285,7 +286,7 @@ def plan(req: PlanRequest, runner: Runner | None = None) -> Plan:
             legal.append((opts, config, _scenario(config)))
         except RingsimError as e:
             not_possible.append({"scheme": opts["scheme"], "variant": _label(opts), "reason": _why_not(req, opts, str(e))})
-    rows = run_configs([c for _, c, _ in legal], runner)
+    rows = run_configs([c for _, c, _ in legal], runner, on_progress)
     capacity = next((r["memory_bytes"] for r in rows if r.get("memory_bytes")), None)
     cap, limit = memory_limit_bytes(req, capacity)
     candidates, failed = [], []
@@ -319,6 +320,26 @@ def _why_not(req: PlanRequest, opts: dict[str, Any], reason: str) -> str:
     return reason
 
 
+TIE_WITHIN = 0.05
+"""Candidates closer than this are tied: the GPU kernel model's median error on measured
+blocks is 3-4% (docs/gpu-model.md), a profile's on measured runs 2-7% (docs/calibration.md)."""
+
+
+def tie_sentence(c: dict[str, Any], nxt: dict[str, Any], ahead: float) -> str:
+    """The fastest and the next are within the model's error: say so, and what differs."""
+    diffs = []
+    mem = nxt["peak_mem_bytes"] - c["peak_mem_bytes"]
+    if abs(mem) > 0.05 * max(c["peak_mem_bytes"], 1):
+        diffs.append(f"{fmt_bytes(abs(mem))} {'less' if mem > 0 else 'more'} memory per GPU")
+    exposed = nxt["exposed_comm_s"] - c["exposed_comm_s"]
+    if abs(exposed) > 0.02 * c["makespan_s"]:
+        diffs.append(f"{fmt_s(abs(exposed))} {'less' if exposed > 0 else 'more'} exposed communication "
+                     "(the part a slower network would stretch)")
+    return (f"tied with the next ({nxt['scheme']}, {nxt['variant']}): {ahead:.1%} apart, within the model's own "
+            f"error; this one has " + (" and ".join(diffs) if diffs else "the same memory and exposed communication")
+            + "; a calibrated profile of your GPUs (ringsim calibrate) or both runs measured would separate them")
+
+
 def _why(req: PlanRequest, c: dict[str, Any], ranked: list[dict[str, Any]], limit: float) -> str:
     """One sentence on why a candidate wins or loses."""
     best = next((x for x in ranked if x["fits"]), None)
@@ -335,8 +356,12 @@ def _why(req: PlanRequest, c: dict[str, Any], ranked: list[dict[str, Any]], limi
     elif c is best:
         rest = [x for x in ranked if x["fits"] and x is not c]
         if rest:
-            ahead = rest[0]["makespan_s"] / c["makespan_s"] - 1
-            parts.append(f"fastest that fits, {ahead:.1%} ahead of the next ({rest[0]['scheme']}, {rest[0]['variant']})")
+            nxt = rest[0]
+            ahead = nxt["makespan_s"] / c["makespan_s"] - 1
+            if ahead < TIE_WITHIN:
+                parts.append(tie_sentence(c, nxt, ahead))
+            else:
+                parts.append(f"fastest that fits, {ahead:.1%} ahead of the next ({nxt['scheme']}, {nxt['variant']})")
         else:
             parts.append("the only candidate that fits")
     else:

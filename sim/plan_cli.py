@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from sim.config import PASSES
 from sim.errors import RingsimError
@@ -106,6 +107,20 @@ def request_from_args(a: argparse.Namespace):
                         param_shards=a.param_shards)
 
 
+def progress_line(stream):
+    """On a terminal, a line that counts the candidates simulated (rewritten in place, gone
+    at the end); elsewhere (a pipe, a file, CI) nothing."""
+    if not stream.isatty():
+        return None
+    start = time.monotonic()
+
+    def show(done: int, total: int) -> None:
+        end = "\n" if done == total else ""
+        stream.write(f"\r{done} of {total} candidates simulated, {time.monotonic() - start:.0f} s" + end)
+        stream.flush()
+    return show
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
     from sim.plan import format_plan, plan
     from sim.sweep import Runner
@@ -113,7 +128,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     if a.top < 0:
         raise RingsimError(f"--top must be 0 (all) or more, got {a.top}")
     req = request_from_args(a)
-    result = plan(req, Runner(workers=a.workers))
+    result = plan(req, Runner(workers=a.workers), progress_line(sys.stderr))
     if a.json:
         json.dump(result.to_dict(a.top or None), sys.stdout, indent=2)
         print()

@@ -276,12 +276,17 @@ class Runner:
                 cluster.close()
 
 
-def run_configs(configs: Sequence[Config], runner: Runner | None = None) -> list[dict[str, Any]]:
-    """The rows of `configs`, in their order (no file)."""
+def run_configs(configs: Sequence[Config], runner: Runner | None = None,
+                on_progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """The rows of `configs`, in their order (no file); `on_progress(done, total)` after
+    each batch of finished ones."""
     rows: dict[str, dict[str, Any]] = {}
-    for batch in (runner or Runner()).execute(unique(configs)):
+    todo = unique(configs)
+    for batch in (runner or Runner()).execute(todo):
         for row in batch:
             rows[row["key"]] = row
+        if on_progress is not None:
+            on_progress(len(rows), len(todo))
     return [rows[c.key] for c in configs]
 
 

@@ -190,3 +190,42 @@ def test_the_total_counts_parameters_and_optimizer_state_when_sharded():
     p = plan(PlanRequest(**base, memory_gb=(working + kept + params - 1) / 1e9))
     ring = next(c for c in p.candidates if c["scheme"] == "ring" and c["variant"] == "zigzag layout")
     assert not ring["fits"]
+
+
+def test_candidates_within_the_model_s_error_are_called_tied():
+    """The fastest and the next less than 5% apart are tied, and the sentence says what
+    else differs; farther apart, the fastest is ahead by its margin."""
+    from sim.plan import TIE_WITHIN, tie_sentence
+
+    a = {"scheme": "ulysses", "variant": "degree 8", "makespan_s": 1.00, "peak_mem_bytes": 10 * 2 ** 30,
+         "exposed_comm_s": 0.01}
+    b = {"scheme": "hybrid", "variant": "4 x 2", "makespan_s": 1.03, "peak_mem_bytes": 11 * 2 ** 30,
+         "exposed_comm_s": 0.05}
+    s = tie_sentence(a, b, 0.03)
+    assert s.startswith("tied with the next (hybrid, 4 x 2): 3.0% apart")
+    assert "1.00 GiB less memory per GPU" in s and "40.000 ms less exposed communication" in s
+    assert TIE_WITHIN == 0.05
+    model = Model(name="small", layers=4, hidden=512, heads=8, kv_heads=2, head_dim=64)
+    p = plan(PlanRequest(model=model, seq=8192, nodes=1, gpus_per_node=4))
+    first, second = p.fitting[0], p.fitting[1]
+    apart = second["makespan_s"] / first["makespan_s"] - 1
+    assert first["why"].startswith("tied with the next" if apart < 0.05 else "fastest that fits")
+
+
+def test_a_terminal_sees_the_plan_s_progress_and_a_pipe_does_not():
+    import io
+
+    from sim.plan_cli import progress_line
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert progress_line(io.StringIO()) is None
+    out = Tty()
+    show = progress_line(out)
+    show(1, 3)
+    show(3, 3)
+    text = out.getvalue()
+    assert text.startswith("\r1 of 3 candidates simulated") and text.endswith("\n")
+    assert "\r3 of 3 candidates simulated" in text
