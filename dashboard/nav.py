@@ -63,17 +63,20 @@ def with_nav(query: str, search: str | None, **nav: Any) -> str:
 
 
 def register_callbacks(app) -> None:
-    # Read once, when the page loads (the path is set then); the scenario callback reads
-    # the rest of the query. Reading the query itself here would close a loop with the
-    # callback below, which writes it.
+    # The page's place follows the URL: when the page loads, and when the browser's back
+    # and forward buttons change the query. The callback below writes the query from the
+    # same controls; each side returns no_update where the other already agrees, so a
+    # change made on the page does not come back to it.
     @app.callback(Output("tabs", "value"), Output("quiz-q", "value"), Output("lang", "value"),
                   Output("nav-msg", "children"),
-                  Input("url", "pathname"), State("url", "search"))
-    def nav_from_url(_, search):
+                  Input("url", "pathname"), Input("url", "search"),
+                  State("tabs", "value"), State("quiz-q", "value"), State("lang", "value"))
+    def nav_from_url(_, search, view, q, lang):
         nav, ignored = parse_nav(search)
         msg = (Translator(nav["lang"])("nav.ignored", params=", ".join(ignored))
                if ignored else None)
-        return nav["view"], nav["q"], nav["lang"], msg
+        return (*(no_update if new == now else new
+                  for new, now in ((nav["view"], view), (nav["q"], q), (nav["lang"], lang))), msg)
 
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Input("tabs", "value"), Input("quiz-q", "value"), Input("lang", "value"),

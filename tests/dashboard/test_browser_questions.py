@@ -10,6 +10,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from dashboard.app import create_app
 from dashboard.i18n import Translator
 from dashboard.questions import ANSWERS, choice_text
+from dashboard.views import TABS
 
 pytestmark = pytest.mark.browser
 
@@ -147,4 +148,32 @@ def test_the_ring_animation_advances(dash_duo):
     dash_duo.find_element("#quiz-ring-play").click()
     _until(dash_duo, lambda d: (d.execute_script(_RING_STEP % "quiz-figure") or 0) >= 1,
            "question 2's ring did not step")
+    assert _severe(dash_duo) == []
+
+
+def test_back_and_forward_restore_the_open_view(dash_duo):
+    """The browser's history holds the view: back returns to the view before, forward to
+    the one after, each drawn, the URL and the selected tab agreeing."""
+    _open(dash_duo, "")
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "makespan", timeout=TIMEOUT)
+    tabs = [value for value, _ in TABS]
+
+    def select(view):
+        _click_label(dash_duo, "#tabs .tab", tabs.index(view))
+        _until(dash_duo, lambda d: f"view={view}" in d.current_url, f"the URL did not take view={view}")
+
+    def selected():
+        return dash_duo.find_element("#tabs .tab--selected").get_attribute("id")
+
+    select("memory")
+    select("compare")
+    dash_duo.driver.back()
+    _until(dash_duo, lambda d: "view=memory" in d.current_url and selected() == "tab-memory",
+           "back did not reopen the Memory view")
+    dash_duo.driver.back()
+    _until(dash_duo, lambda d: "view=" not in d.current_url and selected() == "tab-timeline",
+           "back did not reopen the timeline")
+    dash_duo.driver.forward()
+    _until(dash_duo, lambda d: "view=memory" in d.current_url and selected() == "tab-memory",
+           "forward did not reopen the Memory view")
     assert _severe(dash_duo) == []
