@@ -271,12 +271,20 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     # --- summary, layout strip, downloads -----------------------------------------------
     @app.callback(
         [Output(cid, "children") for cid, _ in SUMMARY_CARDS] + [Output("scenario-line", "children")],
-        Input("scenario", "data"), Input("profile", "data"),
+        Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("measured", "data"),
     )
-    def summary(data, profile_data):
+    def summary(data, profile_data, tab, measured_data):
+        shown = None
         try:
-            sc = scenario_of(data)
-            res = result_of(data, profile_data)
+            if tab == "measured" and measured_data:
+                # the Measured view's cards describe the run it shows: its configuration, simulated
+                shown = measured_pair(measured_data, data, profile_data)
+            if shown is not None:
+                _, sc, hw_model, key = shown
+                res = compute.run(sc, hw_model, key)
+            else:
+                sc = scenario_of(data)
+                res = result_of(data, profile_data)
         except RingsimError as e:
             return ["–"] * len(SUMMARY_CARDS) + [html.Span(str(e), className="msg")]
         m = res.metrics
@@ -287,14 +295,18 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         if profile_data:
             device, name = profile_data.get("device"), profile_data.get("name", "profile")
             hw_name = f"{device} ({name})" if device else name
+        if shown is not None and shown[2] is not None:
+            hw_name = (getattr(shown[2], "measured_on", None) or {}).get("device") or "its machine's profile"
         nodes = -(-sc.n_gpus // hw.gpus_per_node)
-        if nodes > 1 and not profile_data:
+        if nodes > 1 and not profile_data and shown is None:
             between = hw.inter_link.name if hw.inter_link is not None else hw.link.name
             hw_name += f" ({nodes} nodes of {hw.gpus_per_node}, {between} between)"
         run = ("ring, " if sc.scheme == "ring" else "") + figures.run_label(sc.describe())
         line = (f"{sc.n_gpus} × {hw_name}, {run}, {w.seq:,} tokens ({sc.tokens_per_rank:,} per GPU), "
                 f"{w.heads}/{w.kv_heads} heads × {w.head_dim}, {w.dtype}, "
                 f"{'causal' if w.causal else 'no mask'}, {w.pass_}")
+        if shown is not None:
+            line = f"the measured run, simulated: {line}"
         return [_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
                 f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
                 _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak), line]
@@ -523,6 +535,24 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     def example_options(lang):
         return measured.example_options(lang)
 
+    def measured_pair(measured_data: Any, data: Any, profile_data: Any) -> tuple | None:
+        """The measured trace on screen and what it is set against: (trace, the scenario of
+        its configuration on the page's hardware, the hardware model, its cache key), or
+        None when the trace is no longer on the server."""
+        trace = measured_trace(measured_data.get("token"))
+        if trace is None:
+            return None
+        hw, key = hardware_of(profile_data)
+        if hw is None and measured.is_example(measured_data.get("token")):
+            # an example is set against the profile of the machine it ran on, unless
+            # the reader loaded a profile of their own
+            hw, key = measured.example_profile(), EXAMPLE_PROFILE_TOKEN
+        sim_scenario = scenario_from_config(trace.config, scenario_of(data).hardware)
+        if sim_scenario.n_gpus != trace.world_size:
+            raise RingsimError(f"the trace has {trace.world_size} ranks but its configuration "
+                               f"says {sim_scenario.n_gpus} GPUs")
+        return trace, sim_scenario, hw, key
+
     def measured_trace(token: Any) -> Trace | None:
         ex = measured.example(token)
         return ex.trace if ex is not None else uploaded_traces.get(token)
@@ -538,20 +568,11 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         if not measured_data:
             return figures.message_figure("Upload a measured trace to compare it with the model."), None, hidden, None
         try:
-            trace = measured_trace(measured_data.get("token"))
-            if trace is None:
+            pair = measured_pair(measured_data, data, profile_data)
+            if pair is None:
                 return (figures.message_figure("The uploaded trace is no longer on the server; upload it again."),
                         None, hidden, None)
-            hw, key = hardware_of(profile_data)
-            if hw is None and measured.is_example(measured_data.get("token")):
-                # an example is set against the profile of the machine it ran on, unless
-                # the reader loaded a profile of their own
-                hw, key = measured.example_profile(), EXAMPLE_PROFILE_TOKEN
-            base = scenario_of(data)
-            sim_scenario = scenario_from_config(trace.config, base.hardware)
-            if sim_scenario.n_gpus != trace.world_size:
-                raise RingsimError(f"the trace has {trace.world_size} ranks but its configuration "
-                                   f"says {sim_scenario.n_gpus} GPUs")
+            trace, sim_scenario, hw, key = pair
             simulated = compute.run(sim_scenario, hw, key).trace
             notice, offer = None, hidden
             apart = measured.mismatch(trace, hw if hw is not None else sim_scenario.hardware)

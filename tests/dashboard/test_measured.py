@@ -293,3 +293,21 @@ def test_profile_changes_leave_what_the_reader_chose():
     gpu_profile = Profile("fit", {("bf16", "full", "fwd"): prof.groups["fp32", "full", "fwd"]}, prof.link,
                           measured_on={"device": "H100", "kind": "cuda"})
     assert profile_changes(defaults() | {"seq": 65536}, gpu_profile) == {}
+
+
+def test_the_measured_view_s_cards_describe_the_run_it_shows(plain):
+    """On the Measured view the summary cards and the scenario line describe the measured
+    run's configuration, simulated on the examples' profile, as the overlay sets it; on
+    other views, the page's scenario."""
+    app, client = plain
+    first = measured.examples()[0]
+    inputs = {"measured.data": {"token": first.token}, "scenario.data": {"values": defaults()},
+              "profile.data": None, "lang.value": "en"}
+    _, shown = client.call("m-makespan.children", {**inputs, "tabs.value": "measured"}, ["tabs.value"])
+    _, page = client.call("m-makespan.children", {**inputs, "tabs.value": "timeline"}, ["tabs.value"])
+    sim = simulate(scenario_from_config(first.trace.config, Hardware()), load_profile(EXAMPLE_PROFILE_PATH))
+    want = f"{sim.makespan_s * 1e3:.4g} ms"      # four significant digits, as the cards print
+    assert shown["m-makespan"]["children"] == want != page["m-makespan"]["children"]
+    line = shown["scenario-line"]["children"]
+    assert line.startswith("the measured run, simulated:") and f"{first.trace.world_size} ×" in line
+    assert measured.example_profile().measured_on["device"] in line
