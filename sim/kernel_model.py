@@ -224,6 +224,16 @@ def _load(work: np.ndarray, copies: int, sms: int) -> float:
 EXACT_CTAS = 4096
 
 
+def _tiles(table: KernelTable, kind: str, causal: bool, head_dim: int) -> dict[int, tuple[int, int]]:
+    """The kernel's tiles by head dim for this pass and mask (FlashAttention-3 has its own
+    under a causal mask)."""
+    shape = KERNEL_SHAPES[table.shape]
+    causal_tiles = FA3_CAUSAL_TILES[kind] if table.shape == "FlashAttention-3" else {}
+    if causal and head_dim in causal_tiles:
+        return causal_tiles
+    return shape.fwd_tile if kind == "fwd" else shape.bwd_tile
+
+
 def _tile(tiles: dict[int, tuple[int, int]], head_dim: int) -> tuple[int, int]:
     return tiles[min(tiles, key=lambda d: (abs(d - head_dim), d))]
 
@@ -264,9 +274,8 @@ def cta_work(table: KernelTable, kind: str, mask: str, q: int, kv: int, heads: i
     key splits (FlashAttention-2's forward; 1 otherwise), and the main tile's area."""
     shape = KERNEL_SHAPES[table.shape]
     causal = mask == "diagonal"
+    tm, tn = _tile(_tiles(table, kind, causal, head_dim), head_dim)
     if kind == "fwd":
-        tm, tn = _tile(FA3_CAUSAL_TILES["fwd"] if causal and table.shape == "FlashAttention-3"
-                       and head_dim in FA3_CAUSAL_TILES["fwd"] else shape.fwd_tile, head_dim)
         if shape.split_kv:
             bn = _split_keys(head_dim)
             n_blocks = -(-kv // bn)
@@ -286,8 +295,6 @@ def cta_work(table: KernelTable, kind: str, mask: str, q: int, kv: int, heads: i
         else:
             work = np.full(m_tiles, float(n_steps))
     else:
-        tm, tn = _tile(FA3_CAUSAL_TILES["bwd"] if causal and table.shape == "FlashAttention-3"
-                       and head_dim in FA3_CAUSAL_TILES["bwd"] else shape.bwd_tile, head_dim)
         n_tiles, m_steps = -(-kv // tn), -(-q // tm)
         if causal:
             first = np.maximum(np.arange(n_tiles) * tn - (kv - q), 0) // tm
@@ -307,20 +314,27 @@ def step_s(table_name: str, kind: str, mask: str, head_dim: int, length: float) 
     published lengths, held beyond them."""
     table = kernel_table(table_name)
     d = series_head_dim(table, kind, mask, head_dim)
-    series = table.series[kind, mask, d]
     xs, ys = [], []
-    for seq, tflops in zip(table.seqlens, series.tflops):
-        if tflops is None:
-            continue
-        heads = (16384 // seq) * (2048 // d)
-        pairs = seq * seq / 2 if mask == "diagonal" else seq * seq
-        published_s = 4.0 * PASS_FLOPS_FACTOR[kind] * d * pairs * heads / (tflops * 1e12)
-        work, _, _ = cta_work(table, kind, mask, seq, seq, heads, d, table.sms)
+    for seq, heads, work, published_s in _published_calls(table, kind, mask, d):
         # the published call also ran its other kernels (a backward's preprocess, dQ conversion)
         others_s = sum(_other_kernels_bytes(table, kind, seq, seq, heads, d, 1.0, 2, 1)) / (table.stream_gbps * 1e9)
         xs.append(math.log2(seq))
         ys.append((published_s - others_s) / _load(work, heads, table.sms))
     return float(np.interp(math.log2(max(length, 1.0)), xs, ys))
+
+
+def _published_calls(table: KernelTable, kind: str, mask: str, d: int):
+    """Each call FlashAttention's benchmark timed for a series: (length, heads x batch,
+    one head's CTA work, its time at the published rate). The benchmark holds batch x
+    length at 16k tokens and the hidden size at 2048, and counts a causal call as half the
+    dense pairs."""
+    for seq, tflops in zip(table.seqlens, table.series[kind, mask, d].tflops):
+        if tflops is None:
+            continue
+        heads = (16384 // seq) * (2048 // d)
+        pairs = seq * seq / 2 if mask == "diagonal" else seq * seq
+        work, _, _ = cta_work(table, kind, mask, seq, seq, heads, d, table.sms)
+        yield seq, heads, work, 4.0 * PASS_FLOPS_FACTOR[kind] * d * pairs * heads / (tflops * 1e12)
 
 
 def _other_kernels_bytes(table: KernelTable, kind: str, q: int, kv: int, heads: int, head_dim: int,
@@ -368,11 +382,8 @@ def best_rate_flops(table: KernelTable, head_dim: int) -> float:
     of the block model beats this one."""
     d = series_head_dim(table, "fwd", "full", head_dim)
     best = 0.0
-    for seq, tflops in zip(table.seqlens, table.series["fwd", "full", d].tflops):
-        if tflops is None:
-            continue
-        heads = (16384 // seq) * (2048 // d)
-        work, _, _ = cta_work(table, "fwd", "full", seq, seq, heads, d, table.sms)
-        even = float(work.sum()) * heads / table.sms
-        best = max(best, tflops * 1e12 * _load(work, heads, table.sms) / even)
+    for seq, heads, work, published_s in _published_calls(table, "fwd", "full", d):
+        flops = 4.0 * d * seq * seq * heads
+        even_s = published_s * float(work.sum()) * heads / table.sms / _load(work, heads, table.sms)
+        best = max(best, flops / even_s)
     return best
