@@ -1,4 +1,7 @@
-"""The Dash app: `create_app()` builds the page and registers its callbacks.
+"""The Dash app: `create_app()` builds the page and registers its callbacks, a group at
+a time (`_register_scenario`, `_register_summary`, `_register_views`, `_register_profile`,
+`_register_measured`, and the languages', the URL's, the questions' and the planner's in
+their own modules), over what they share on the server (`Served`).
 
 Callbacks are thin: they turn control values into a scenario (dashboard/state.py), get
 results through the simulator's public functions (dashboard/compute.py, cached), and
@@ -138,30 +141,27 @@ def profile_from_upload(contents: Any, filename: Any) -> tuple[Any, bytes]:
     name = filename if isinstance(filename, str) else "profile"
     return mod.profile_from_dict(export.parse_json_bytes(raw, name), name), raw
 
+class Served:
+    """What the app's callbacks share on a server: the calibrated profiles and traces
+    uploaded (kept by token), and the page's scenario and hardware read from its stores."""
 
-def create_app(profile_path: str | None = None) -> dash.Dash:
-    """The dashboard app; `profile_path` preloads a calibrated hardware profile."""
-    app = dash.Dash(__name__, title="ringsim", update_title=None,
-                    assets_folder=os.path.join(os.path.dirname(__file__), "assets"))
-    # base64 inflates an upload by 4/3; refuse bodies well past the upload cap outright
-    app.server.config["MAX_CONTENT_LENGTH"] = MAX_UPLOAD_BYTES * 3 // 2
-    profiles = _Kept()
-    uploaded_traces = _Kept()
-    initial_profile = None
-    if profile_path:
-        with open(profile_path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:16]
-        loaded = load_profile_file(profile_path)
-        profiles.put(f"profile-{digest}", loaded)
-        initial_profile = profile_note(f"profile-{digest}", os.path.basename(profile_path), loaded)
-    initial_example = _example_note()
-    app.layout = lambda: page(initial_profile, initial_example)
+    def __init__(self, profile_path: str | None = None):
+        self.profiles = _Kept()
+        self.uploaded_traces = _Kept()
+        self.initial_profile = None
+        if profile_path:
+            with open(profile_path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()[:16]
+            loaded = load_profile_file(profile_path)
+            self.profiles.put(f"profile-{digest}", loaded)
+            self.initial_profile = profile_note(f"profile-{digest}", os.path.basename(profile_path), loaded)
+        self.initial_example = _example_note()
 
-    def hardware_of(profile_data: Any) -> tuple[Any, str | None]:
+    def hardware_of(self, profile_data: Any) -> tuple[Any, str | None]:
         if not profile_data:
             return None, None
         token = profile_data.get("token")
-        hw = profiles.get(token)
+        hw = self.profiles.get(token)
         if hw is None and token == EXAMPLE_PROFILE_TOKEN:
             hw = measured.example_profile()      # in every server process, not only the one asked
         if hw is None:
@@ -169,24 +169,76 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                                "upload it again")
         return hw, token
 
-    def loaded_profile(profile_data: Any) -> Any:
+    def loaded_profile(self, profile_data: Any) -> Any:
         """The profile the store names, or None (none loaded, or no longer on the server:
         the views say so)."""
         try:
-            return hardware_of(profile_data)[0]
+            return self.hardware_of(profile_data)[0]
         except RingsimError:
             return None
 
-    def scenario_of(data: Any):
+    def scenario_of(self, data: Any):
         if not data:
             raise PreventUpdate
         return scenario_from_values(data["values"])
 
-    def result_of(data: Any, profile_data: Any) -> compute.Result:
-        hw, key = hardware_of(profile_data)
-        return compute.run(scenario_of(data), hw, key)
+    def result_of(self, data: Any, profile_data: Any) -> compute.Result:
+        hw, key = self.hardware_of(profile_data)
+        return compute.run(self.scenario_of(data), hw, key)
 
-    # --- the scenario: controls <-> URL, validated --------------------------------------
+    def measured_pair(self, measured_data: Any, data: Any, profile_data: Any) -> tuple | None:
+        """The measured trace on screen and what it is set against: (trace, the scenario of
+        its configuration on the page's hardware, the hardware model, its cache key), or
+        None when the trace is no longer on the server."""
+        trace = self.measured_trace(measured_data.get("token"))
+        if trace is None:
+            return None
+        hw, key = self.hardware_of(profile_data)
+        if hw is None and measured.is_example(measured_data.get("token")):
+            # an example is set against the profile of the machine it ran on, unless
+            # the reader loaded a profile of their own
+            hw, key = measured.example_profile(), EXAMPLE_PROFILE_TOKEN
+        sim_scenario = scenario_from_config(trace.config, self.scenario_of(data).hardware)
+        if sim_scenario.n_gpus != trace.world_size:
+            raise RingsimError(f"the trace has {trace.world_size} ranks but its configuration "
+                               f"says {sim_scenario.n_gpus} GPUs")
+        return trace, sim_scenario, hw, key
+
+    def measured_trace(self, token: Any) -> Trace | None:
+        ex = measured.example(token)
+        return ex.trace if ex is not None else self.uploaded_traces.get(token)
+
+
+def only_on(tab: str, current: str) -> None:
+    if current != tab:
+        raise PreventUpdate
+
+
+def create_app(profile_path: str | None = None) -> dash.Dash:
+    """The dashboard app; `profile_path` preloads a calibrated hardware profile."""
+    app = dash.Dash(__name__, title="ringsim", update_title=None,
+                    assets_folder=os.path.join(os.path.dirname(__file__), "assets"))
+    # base64 inflates an upload by 4/3; refuse bodies well past the upload cap outright
+    app.server.config["MAX_CONTENT_LENGTH"] = MAX_UPLOAD_BYTES * 3 // 2
+    served = Served(profile_path)
+    app.layout = lambda: page(served.initial_profile, served.initial_example)
+    for register in (_register_scenario, _register_summary, _register_views, _register_profile,
+                     _register_measured):
+        register(app, served)
+    i18n.register_callbacks(app)
+    nav.register_callbacks(app)
+    questions.register_callbacks(app)
+    plan.register_callbacks(app)
+
+    # Dash, Plotly and the page live as long as the server: freezing them keeps the cycle
+    # collector, which a large trace sets off many times, from walking them again and again
+    gc.freeze()
+    return app
+
+
+def _register_scenario(app: dash.Dash, served: Served) -> None:
+    """The scenario: controls <-> URL, validated; the hardware controls a profile sets; the
+    settings shown by scheme."""
     index = {cid: i for i, cid in enumerate(CONTROL_IDS)}
 
     @app.callback(
@@ -198,7 +250,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     )
     def sync(search, *vals_and_current):
         *vals, profile_data, current = vals_and_current
-        prof = loaded_profile(profile_data)
+        prof = served.loaded_profile(profile_data)
         # the page's first call names every input it has a value for: the URL wins
         triggered = set(ctx.triggered_prop_ids.values())
         if not triggered or "url" in triggered:
@@ -247,7 +299,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                    Output("link", "disabled")] + [Output(cid, "disabled") for cid in PRESET_HARDWARE_CONTROLS],
                   Input("profile", "data"), Input("gpu", "value"), Input("link", "value"), Input("lang", "value"))
     def hardware_controls(profile_data, gpu, link, lang):
-        prof = loaded_profile(profile_data)
+        prof = served.loaded_profile(profile_data)
         if prof is None:
             return ([{"label": x, "value": x} for x in (*GPU_PRESETS, CUSTOM)], False,
                     [{"label": x, "value": x} for x in (*LINK_PRESETS, CUSTOM)], False,
@@ -268,7 +320,9 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     def scheme_settings(scheme):
         return [field_style(cid, scheme) for cid in shown_by_scheme] + [field_style(RING_CONTROLS[0], scheme)]
 
-    # --- summary, layout strip, downloads -----------------------------------------------
+
+def _register_summary(app: dash.Dash, served: Served) -> None:
+    """The summary cards, the layout strip and the downloads."""
     @app.callback(
         [Output(cid, "children") for cid, _ in SUMMARY_CARDS] + [Output("scenario-line", "children")],
         Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("measured", "data"),
@@ -278,13 +332,13 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         try:
             if tab == "measured" and measured_data:
                 # the Measured view's cards describe the run it shows: its configuration, simulated
-                shown = measured_pair(measured_data, data, profile_data)
+                shown = served.measured_pair(measured_data, data, profile_data)
             if shown is not None:
                 _, sc, hw_model, key = shown
                 res = compute.run(sc, hw_model, key)
             else:
-                sc = scenario_of(data)
-                res = result_of(data, profile_data)
+                sc = served.scenario_of(data)
+                res = served.result_of(data, profile_data)
         except RingsimError as e:
             return ["–"] * len(SUMMARY_CARDS) + [html.Span(str(e), className="msg")]
         m = res.metrics
@@ -313,8 +367,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
 
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"))
     def layout_strip(data):
-        split = compute.token_split(scenario_of(data))
-        seq = scenario_of(data).workload.seq
+        split = compute.token_split(served.scenario_of(data))
+        seq = served.scenario_of(data).workload.seq
         # a function of the token split and length only: other changes reuse it
         return compute.figure("strip", Scenario(), None, [split, seq],
                               lambda: figures.layout_strip(split["layout"], seq, split["n"],
@@ -327,32 +381,30 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     @app.callback(Output("dl-trace", "data"), Input("dl-trace-btn", "n_clicks"),
                   State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
     def download_trace(_, data, profile_data):
-        res = result_of(data, profile_data)
-        return dcc.send_bytes(export.trace_archive(res.trace), _name(scenario_of(data)) + ".trace.npz")
+        res = served.result_of(data, profile_data)
+        return dcc.send_bytes(export.trace_archive(res.trace), _name(served.scenario_of(data)) + ".trace.npz")
 
     @app.callback(Output("dl-chrome", "data"), Input("dl-chrome-btn", "n_clicks"),
                   State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
     def download_chrome(_, data, profile_data):
-        res = result_of(data, profile_data)
+        res = served.result_of(data, profile_data)
         return dict(content=export.chrome_trace_json(res.trace),
-                    filename=_name(scenario_of(data)) + ".chrome.json")
+                    filename=_name(served.scenario_of(data)) + ".chrome.json")
 
     @app.callback(Output("dl-csv", "data"), Input("dl-csv-btn", "n_clicks"),
                   State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
     def download_csv(_, data, profile_data):
-        res = result_of(data, profile_data)
+        res = served.result_of(data, profile_data)
         return dict(content=export.metrics_csv(res.metrics),
-                    filename=_name(scenario_of(data)) + ".metrics.csv")
+                    filename=_name(served.scenario_of(data)) + ".metrics.csv")
 
-    # --- the views, each computed while its tab is open ----------------------------------
-    def only_on(tab: str, current: str) -> None:
-        if current != tab:
-            raise PreventUpdate
 
+def _register_views(app: dash.Dash, served: Served) -> None:
+    """The views, each computed while its tab is open."""
     @app.callback(Output("ranks", "max"), Output("ranks", "value"), Output("ranks", "marks"),
                   Input("scenario", "data"), State("ranks", "max"), State("ranks", "value"))
     def rank_window(data, old_max, current):
-        n = scenario_of(data).n_gpus
+        n = served.scenario_of(data).n_gpus
         step = max(1, n // 8)
         marks = {r: str(r) for r in range(0, n, step)} | {n - 1: str(n - 1)}
         if old_max == n - 1 and current:
@@ -367,8 +419,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         only_on("timeline", tab)
         window = tuple(ranks) if ranks else None
         try:
-            hw, key = hardware_of(profile_data)
-            sc = scenario_of(data)
+            hw, key = served.hardware_of(profile_data)
+            sc = served.scenario_of(data)
 
             def make():
                 res = compute.run(sc, hw, key)
@@ -383,8 +435,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     def block_map(data, profile_data, tab):
         only_on("blocks", tab)
         try:
-            hw, key = hardware_of(profile_data)
-            sc = scenario_of(data)
+            hw, key = served.hardware_of(profile_data)
+            sc = served.scenario_of(data)
             return compute.figure("blocks", sc, key, None,
                                   lambda: figures.block_map(compute.run(sc, hw, key).trace))
         except RingsimError as e:
@@ -395,8 +447,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     def compare(data, profile_data, tab):
         only_on("compare", tab)
         try:
-            hw, key = hardware_of(profile_data)
-            sc = scenario_of(data)
+            hw, key = served.hardware_of(profile_data)
+            sc = served.scenario_of(data)
             if sc.scheme not in RING_SCHEMES:
                 sc = compute.as_ring(sc)          # a scheme without a ring: the ring's layouts
             # one layout/overlap pair is as good as another for the key: all six are drawn
@@ -414,8 +466,8 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         only_on("schemes", tab)
         t = Translator(lang)
         try:
-            hw, key = hardware_of(profile_data)
-            sc = scenario_of(data)
+            hw, key = served.hardware_of(profile_data)
+            sc = served.scenario_of(data)
             base = compute.scheme_base(sc)
             # every scheme from the same base: the scheme on screen and its settings do not
             # change the rows, only which one is marked
@@ -432,10 +484,10 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     def sweep(data, profile_data, tab):
         only_on("sweep", tab)
         try:
-            hw, key = hardware_of(profile_data)
+            hw, key = served.hardware_of(profile_data)
             # whether a ring's block transfer hides behind its compute: the ring's, whatever
             # scheme is on screen
-            sc = compute.as_ring(scenario_of(data))
+            sc = compute.as_ring(served.scenario_of(data))
             return compute.figure("sweep", sc, key, None,
                                   lambda: figures.overlap_sweep(compute.overlap_sweep(sc, hw, key)))
         except RingsimError as e:
@@ -444,7 +496,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     @app.callback(Output("memory", "figure"), Input("scenario", "data"), Input("tabs", "value"))
     def memory(data, tab):
         only_on("memory", tab)
-        sc = scenario_of(data)
+        sc = served.scenario_of(data)
         return compute.figure("memory", sc, None, None,
                               lambda: figures.memory(compute.memory_table(sc)))
 
@@ -452,7 +504,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                   Input("scenario", "data"), Input("merge-row", "value"), Input("tabs", "value"))
     def merge(data, row, tab):
         only_on("merge", tab)
-        sc = scenario_of(data)
+        sc = served.scenario_of(data)
         n = min(sc.n_gpus, MERGE_MAX_GPUS)
         seq = sc.n_chunks // sc.n_gpus * n * MERGE_TOKENS_PER_CHUNK
         row = seq - 1 if row is None or row >= seq else int(row)
@@ -467,7 +519,9 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                 f"whole sequence at once.")
         return fig, seq - 1, note
 
-    # --- calibrated profile ---------------------------------------------------------------
+
+def _register_profile(app: dash.Dash, served: Served) -> None:
+    """Loading and clearing a calibrated profile."""
     @app.callback(Output("profile", "data"), Output("profile-msg", "children"),
                   Input("profile-upload", "contents"), Input("profile-clear", "n_clicks"),
                   Input("profile-example", "n_clicks"),
@@ -485,7 +539,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
                 name = filename if isinstance(filename, str) else "profile"
         except RingsimError as e:
             return no_update, str(e)
-        profiles.put(token, hw)
+        served.profiles.put(token, hw)
         return profile_note(token, name, hw), ""
 
     @app.callback(Output("profile-status", "children"), Input("profile", "data"))
@@ -496,7 +550,9 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
             return f"using {name}" + (f", measured on {device}" if device else "")
         return "none: presets and custom numbers"
 
-    # --- measured vs simulated --------------------------------------------------------------
+
+def _register_measured(app: dash.Dash, served: Served) -> None:
+    """Measured vs simulated: the trace shown and its overlay."""
     # The view opens on the first example shipped with the package; an upload replaces
     # it (and clears the example chosen), choosing an example brings one back.
     @app.callback(Output("measured", "data"), Output("measured-example", "value"),
@@ -511,7 +567,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
             except RingsimError as e:
                 return no_update, no_update, no_update, str(e)
             token = "trace-" + hashlib.sha256(raw).hexdigest()[:16]
-            uploaded_traces.put(token, trace)
+            served.uploaded_traces.put(token, trace)
             name = filename if isinstance(filename, str) else "trace"
             return ({"token": token, "name": name}, None,
                     f"{name}: " + ", ".join(figures.trace_summary(trace)), "")
@@ -535,28 +591,6 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     def example_options(lang):
         return measured.example_options(lang)
 
-    def measured_pair(measured_data: Any, data: Any, profile_data: Any) -> tuple | None:
-        """The measured trace on screen and what it is set against: (trace, the scenario of
-        its configuration on the page's hardware, the hardware model, its cache key), or
-        None when the trace is no longer on the server."""
-        trace = measured_trace(measured_data.get("token"))
-        if trace is None:
-            return None
-        hw, key = hardware_of(profile_data)
-        if hw is None and measured.is_example(measured_data.get("token")):
-            # an example is set against the profile of the machine it ran on, unless
-            # the reader loaded a profile of their own
-            hw, key = measured.example_profile(), EXAMPLE_PROFILE_TOKEN
-        sim_scenario = scenario_from_config(trace.config, scenario_of(data).hardware)
-        if sim_scenario.n_gpus != trace.world_size:
-            raise RingsimError(f"the trace has {trace.world_size} ranks but its configuration "
-                               f"says {sim_scenario.n_gpus} GPUs")
-        return trace, sim_scenario, hw, key
-
-    def measured_trace(token: Any) -> Trace | None:
-        ex = measured.example(token)
-        return ex.trace if ex is not None else uploaded_traces.get(token)
-
     @app.callback(Output("overlay", "figure"), Output("trace-notice", "children"),
                   Output("profile-example", "style"), Output("profile-example", "children"),
                   Input("measured", "data"), Input("scenario", "data"), Input("profile", "data"),
@@ -568,7 +602,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         if not measured_data:
             return figures.message_figure("Upload a measured trace to compare it with the model."), None, hidden, None
         try:
-            pair = measured_pair(measured_data, data, profile_data)
+            pair = served.measured_pair(measured_data, data, profile_data)
             if pair is None:
                 return (figures.message_figure("The uploaded trace is no longer on the server; upload it again."),
                         None, hidden, None)
@@ -585,15 +619,6 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
         button = t("measured.use-profile", device=measured.measured_machine(trace))
         return figures.overlay(simulated, trace, compute.step_errors(simulated, trace)), notice, offer, button
 
-    i18n.register_callbacks(app)
-    nav.register_callbacks(app)
-    questions.register_callbacks(app)
-    plan.register_callbacks(app)
-
-    # Dash, Plotly and the page live as long as the server: freezing them keeps the cycle
-    # collector, which a large trace sets off many times, from walking them again and again
-    gc.freeze()
-    return app
 
 
 def _compare_table(rows: list[dict[str, Any]]) -> html.Table:
