@@ -8,6 +8,12 @@ raises or dies, the others lose their peer: their transfers fail within the time
 terminated. The failing rank is the first whose error was its own (not a lost peer),
 else the first that died without a word; `RankFailure` names it.
 
+The ranks' own standard error (torch's and gloo's messages, a surviving rank's C++ stack
+trace when a peer dies) goes to a log file, not to the terminal: replayed to this
+process's standard error when the run succeeds, kept and named in the failure's details
+(`RankFailure.log_path`) when it does not, so that what a user reads of a failed run is
+the one line naming the rank.
+
 The run API on top of it (`run_local`, `run_config`, `run_configs`) is hw.launch.
 """
 
@@ -21,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -42,10 +49,12 @@ class RankFailure(RingsimError):
     rank's traceback), for a programming error that needs more than a line.
     """
 
-    def __init__(self, rank: int, message: str, details: str = ""):
+    def __init__(self, rank: int, message: str, details: str = "", log_path: str | None = None):
         super().__init__(message)
         self.rank = rank
         self.details = details
+        self.log_path = log_path
+        """Where the ranks' own standard error went (library messages, stack traces)."""
 
 
 def free_port() -> int:
@@ -253,8 +262,9 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
 
     threading.Thread(target=accept, daemon=True).start()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    log = tempfile.NamedTemporaryFile(prefix="ringsim-ranks-", suffix=".log", delete=False)
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "hw.worker"], stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "hw.worker"], stdin=subprocess.DEVNULL, stderr=log,
         env={**os.environ, "RINGSIM_SPAWN_HOST": "127.0.0.1",
              "RINGSIM_SPAWN_PORT": str(listener.address[1]), "RINGSIM_SPAWN_KEY": key.hex(),
              # each rank sets its own thread count; this only keeps the import lean
@@ -310,9 +320,24 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
     finally:
         _reap(launcher, [pid for r, pid in pids.items() if r not in exited])
         listener.close()
+        log.close()
     if errors:
-        raise _failure(errors, world)
+        failure = _failure(errors, world)
+        failure.log_path = log.name
+        failure.details += f"\nthe ranks' own standard error: {log.name}"
+        raise failure
+    _replay(log.name)
     return [results[r] for r in range(world)]
+
+
+def _replay(path: str) -> None:
+    """A successful run's ranks' standard error, on this process's, and the log gone."""
+    with open(path, "rb") as f:
+        text = f.read()
+    os.unlink(path)
+    if text:
+        sys.stderr.write(text.decode(errors="replace"))
+        sys.stderr.flush()
 
 
 def _reap(launcher: subprocess.Popen, rank_pids: list[int]) -> None:

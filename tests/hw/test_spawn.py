@@ -27,3 +27,29 @@ def test_a_failing_rank_is_named_and_every_rank_stops_within_the_timeout(mode, m
     assert str(info.value).startswith("rank 1 failed")
     # start-up (a few seconds) plus at most the timeout, not a hang
     assert time.monotonic() - t0 < 15.0 + 25.0
+
+
+def _noisy_then(ctx, fail: bool):
+    """A rank that writes to its standard error as a library would, then fails or not."""
+    import os
+
+    os.write(2, f"library noise from rank {ctx.rank}\n".encode())
+    if fail and ctx.rank == 1:
+        raise RuntimeError("rank 1 gave up")
+    return ctx.rank
+
+
+def test_the_ranks_own_output_stays_out_of_a_failure_and_is_replayed_after_a_success(capfd):
+    from hw.spawn import spawn
+
+    with pytest.raises(RankFailure) as info:
+        spawn(_noisy_then, 2, args=(True,), timeout_s=15.0)
+    out, err = capfd.readouterr()
+    assert "library noise" not in out + err
+    assert str(info.value).startswith("rank 1 failed: RuntimeError: rank 1 gave up") and "\n" not in str(info.value)
+    with open(info.value.log_path) as f:
+        assert "library noise from rank 1" in f.read()
+    assert info.value.log_path in info.value.details
+    assert spawn(_noisy_then, 2, args=(False,), timeout_s=15.0) == [0, 1]
+    _, err = capfd.readouterr()
+    assert "library noise from rank 0" in err and "library noise from rank 1" in err
