@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import torch  # noqa: E402
 
+from bench.common import timed  # noqa: E402
 from hw.blocks import select_block_ops  # noqa: E402
 from hw.cli import spread  # noqa: E402
 from hw.config import RunConfig  # noqa: E402
@@ -58,17 +59,6 @@ def own_cpu_s() -> float:
     """CPU seconds of this process and every child it has waited for (the ranks)."""
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
-def timed(fn, samples: int, warmup: int = 1) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def main() -> int:

@@ -392,7 +392,7 @@ def measure_compute_paired(entry: dict[str, Any], ops, reference: dict[str, Any]
     host's speed swings by up to 1.5x over seconds, and a block timed between two
     readings of the reference, a fraction of a second apart, meets the speed they read:
     each sample over the mean of its two references (`speed_ratios`) leaves the block's
-    own time in units of the reference's. bench/paired_reference.py (20 measurements of
+    own time in units of the reference's. bench/experiments/paired_reference.py (20 measurements of
     three blocks of 768-2048 tokens over 90 s on the 2-core VM): timed this way they
     spread by 2.3-2.9% (standard deviation over mean), against 7.1-8.1% for their plain
     median and 7.2-12.8% for their median over that of five references taken before."""
@@ -982,7 +982,7 @@ def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads:
                  impl: str) -> dict[str, list[float]]:
     """One rank of the ring-conditions part: its compute and exchange times alone, then
     under ring conditions (computing back to back while a thread runs exchanges). The
-    block is the entry's kind: the plan's entries are forwards; `bench/ring_backward.py`
+    block is the entry's kind: the plan's entries are forwards; `bench/experiments/ring_backward.py`
     measures backwards too, and with "hops": 2 an exchange posts two hops of "bytes" each
     way one after the other and waits for all, as a backward step has its K/V and its
     dK/dV hop in flight (hw.ring)."""

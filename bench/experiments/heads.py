@@ -7,7 +7,7 @@ against 8 heads over t). A calibrated profile prices a block of other heads than
 measured as that many measured blocks of its own extent (sim.profile); this is what that
 rests on.
 
-    .venv/bin/python bench/heads.py [--tokens 1536 3072] [--heads 2 4 8] [--samples 5]
+    .venv/bin/python bench/experiments/heads.py [--tokens 1536 3072] [--heads 2 4 8] [--samples 5]
         [--json out.json [--force]]
 """
 
@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sim.trace import kept_file, write_json  # noqa: E402
 
@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"heads: {why}", file=sys.stderr)
         return 2
     import torch
-    from bench_hw import timed
 
+    from bench.common import timed
     from hw.bench import make_block
     from hw.blocks import select_block_ops
 

@@ -13,7 +13,7 @@ to back meanwhile (as a ring's other ranks do); without, rank 0 sleeps as long b
 sends and the others wait. Prints, per world size, the median and 90th percentile of the
 latency both ways; `--json` writes every sample.
 
-    .venv/bin/python bench/wakeup.py [--worlds 2 3 4] [--samples 40] [--json out.json [--force]]
+    .venv/bin/python bench/experiments/wakeup.py [--worlds 2 3 4] [--samples 40] [--json out.json [--force]]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 from sim.trace import kept_file, write_json  # noqa: E402

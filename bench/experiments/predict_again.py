@@ -20,7 +20,7 @@ host. A run made by the code as it stands is predicted exactly as it was: the "m
 (the largest |difference| between a case's prediction now and the committed one) reads 0
 there, which checks the harness itself.
 
-    .venv/bin/python bench/predict_again.py [--plays 31] [--json out.json] COMMIT...
+    .venv/bin/python bench/experiments/predict_again.py [--plays 31] [--json out.json] COMMIT...
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.resimulate_law import RESULTS, _scenario, _show  # noqa: E402
+from bench.experiments.resimulate_law import RESULTS, _scenario, _show  # noqa: E402
 from hw.reference import reference_block  # noqa: E402
 from hw.validate import summarize  # noqa: E402
 from sim.calibrate import calibrate  # noqa: E402

@@ -7,7 +7,7 @@ of `ringsim hw bench` times the block alone. Times, at each token count (fp32, h
 result into accumulators laid out as the ring lays them out, and prints the merge as a
 share of the block.
 
-    .venv/bin/python bench/merge_cost.py [--tokens 512 768 1024 1536 2048] [--heads 8]
+    .venv/bin/python bench/experiments/merge_cost.py [--tokens 512 768 1024 1536 2048] [--heads 8]
         [--samples 7] [--json out.json [--force]]
 """
 
@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sim.trace import kept_file, write_json  # noqa: E402
 
@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"merge_cost: {why}", file=sys.stderr)
         return 2
     import torch
-    from bench_hw import timed
 
+    from bench.common import timed
     from hw.bench import make_block
     from hw.blocks import select_block_ops
     from hw.merge import merge_, new_accumulators

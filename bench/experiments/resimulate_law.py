@@ -23,12 +23,12 @@ seeded plays each, playing the ring without and with gloo's point-to-point proto
 send posted after its receiver posted the receive holds the posting rank's compute,
 sim.players.times_simpy), counted the same way.
 
-    .venv/bin/python bench/resimulate_law.py 556f71a eb5500d c904fae ... [--json out.json]
-    .venv/bin/python bench/resimulate_law.py --plays 31 556f71a ... [--json out.json]
-    .venv/bin/python bench/resimulate_law.py --placement 31 556f71a ... [--json out.json]
-    .venv/bin/python bench/resimulate_law.py --protocol 31 556f71a ... [--json out.json]
-    .venv/bin/python bench/resimulate_law.py --weight 31 556f71a ... [--json out.json]
-    .venv/bin/python bench/resimulate_law.py --schemes 31 a4be431 ... [--json out.json]
+    .venv/bin/python bench/experiments/resimulate_law.py 556f71a eb5500d c904fae ... [--json out.json]
+    .venv/bin/python bench/experiments/resimulate_law.py --plays 31 556f71a ... [--json out.json]
+    .venv/bin/python bench/experiments/resimulate_law.py --placement 31 556f71a ... [--json out.json]
+    .venv/bin/python bench/experiments/resimulate_law.py --protocol 31 556f71a ... [--json out.json]
+    .venv/bin/python bench/experiments/resimulate_law.py --weight 31 556f71a ... [--json out.json]
+    .venv/bin/python bench/experiments/resimulate_law.py --schemes 31 a4be431 ... [--json out.json]
 
 With `--weight N` it compares, by the median of N seeded plays each, each run's own
 profile (its transfers at the law's rate) with the same profile whose transfer cores,
@@ -56,7 +56,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hw.config import RunConfig  # noqa: E402
 from sim.config import Workload  # noqa: E402

@@ -13,7 +13,7 @@ world size and side (the receiver first by more than `--lead-ms`, or not), the h
 the medians of the hold, of the send and of the next start minus the send's end;
 `--json` writes the same with every hop. dK/dV hops need `--pass fwdbwd`.
 
-    .venv/bin/python bench/post_hold.py [--world-sizes 2 3 4] [--seq 6144] [--pass fwd]
+    .venv/bin/python bench/experiments/post_hold.py [--world-sizes 2 3 4] [--seq 6144] [--pass fwd]
         [--repeats 5] [--lead-ms 0.2] [--json out.json [--force]]
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sim.errors import RingsimError  # noqa: E402
 from sim.trace import COMPUTE, KIND_NAMES, RECV, SEND, WAIT, Trace, kept_file, write_json  # noqa: E402

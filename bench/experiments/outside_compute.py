@@ -13,7 +13,7 @@ the table gives, per case, the mean over the repeats (measured) and over the pla
 the shares of the makespan follow. `sim.validation.error_parts` is
 the same split in every validation report, without the detail.
 
-    .venv/bin/python bench/outside_compute.py [--profile P.json] [--world-sizes 2 3 4]
+    .venv/bin/python bench/experiments/outside_compute.py [--profile P.json] [--world-sizes 2 3 4]
         [--seq 6144] [--repeats 5] [--plays 31] [--json out.json [--force]]
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sim.errors import RingsimError  # noqa: E402
 from sim.trace import COMPUTE, IDLE, SEND, WAIT, Trace, kept_file, write_json  # noqa: E402

@@ -7,7 +7,7 @@ wall time, and, between the two runs of each variant, how far the same case's
 measured median moved (median |log ratio| over the cases): what one run's median
 inherits from the moment it was measured in. Prints a table, writes JSON.
 
-    .venv/bin/python bench/validate_rounds.py --profile bench/results/cpu-profile.json \
+    .venv/bin/python bench/experiments/validate_rounds.py --profile bench/results/cpu-profile.json \
         --rounds 3 --repeats 6 --out bench/results/validate_rounds.json
 """
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sim.trace import write_json  # noqa: E402

@@ -16,8 +16,8 @@ rest, as plain errors and at the host's speed, with the cases whose own part is 
 Last, where the per-step error lies over all the runs (sim.validation.step_spread): the
 median signed and |error| of each step index per pass and world size.
 
-    .venv/bin/python bench/error_parts.py 556f71a c904fae ... [--json out.json]
-    .venv/bin/python bench/error_parts.py bench/results/validation-quick.json
+    .venv/bin/python bench/experiments/error_parts.py 556f71a c904fae ... [--json out.json]
+    .venv/bin/python bench/experiments/error_parts.py bench/results/validation-quick.json
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sim.errors import RingsimError  # noqa: E402
 from sim.trace import read_json, write_json  # noqa: E402
