@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -288,7 +288,11 @@ def _gpu(values: dict[str, Any]) -> Gpu:
             if tflops is None:
                 raise ControlError("tflops", "a custom GPU needs its achieved TFLOP/s")
             return Gpu(name=CUSTOM, **gpu_over)
-        return Gpu.preset(gpu_name, **gpu_over)
+        gpu = Gpu.preset(gpu_name, **gpu_over)
+        if overhead is not None and gpu.kernel is not None:
+            # the block model's per-call floor, as `--overhead-us` sets it (sim.options)
+            gpu = replace(gpu, floors=replace(gpu.floors, fwd_host_us=overhead, bwd_host_us=overhead))
+        return gpu
     except ControlError:
         raise
     except RingsimError as e:

@@ -23,7 +23,7 @@ HELP = {
     "kv-heads": "fewer than heads: GQA; 1: MQA",
     "tflops": "achieved TFLOP/s; blank: peak × efficiency",
     "efficiency": "fraction of peak (blank: 0.5)",
-    "overhead-us": "per block (blank: 5 µs)",
+    "overhead-us": "flat model: per block (blank: 5 µs); kernel model: a call's host floor (blank: measured)",
     "link-gbps": "per direction (blank: preset)",
     "link-latency-us": "per transfer (blank: preset)",
     "granularity": "exact pairs, or whole tiles",

@@ -160,3 +160,12 @@ def test_scenario_from_a_non_ring_trace_header(scheme, settings):
     again = scenario_from_config(simulate(sc).config, Hardware())
     assert again.describe() == sc.describe()
     assert again.scheme == scheme
+
+
+def test_the_overhead_control_sets_the_kernel_model_s_floor_as_the_flag_does():
+    from sim.cli import build_parser
+    from sim.options import hardware_from_args
+
+    page = scenario_from_values(defaults() | {"overhead-us": 7.0}).hardware.gpu
+    cli = hardware_from_args(build_parser().parse_args(["simulate", "--overhead-us", "7"])).gpu
+    assert page.floors == cli.floors and (page.floors.fwd_host_us, page.floors.bwd_host_us) == (7.0, 7.0)
