@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
-from dashboard.figures.style import COLORS, figure, time_unit
+from dashboard.figures.style import COLORS, LEGEND_BESIDE, figure, time_unit
 
 SCHEME_COLORS = {"ring": "#3a6fd8", "allgather": "#2e9e5b", "ulysses": "#f28e2b", "hybrid": "#8e44ad"}
 GIB = 2 ** 30
@@ -26,7 +26,7 @@ def plan_chart(candidates: Sequence[dict[str, Any]], limit_bytes: float,
     lab = {**DEFAULT_LABELS, **(labels or {})}
     scale, unit = time_unit(max((c["step_s"] for c in candidates), default=1.0))
     fig = figure(height=440, xaxis_title=lab["x"], yaxis_title=lab["y"].format(unit=unit),
-                 title=dict(text=lab["title"], font=dict(size=13)),
+                 title=dict(text=lab["title"], font=dict(size=13)), legend=LEGEND_BESIDE,
                  meta={"limit_gib": limit_bytes / GIB, "points": len(candidates)})
     for scheme in dict.fromkeys(c["scheme"] for c in candidates):
         for fits in (True, False):

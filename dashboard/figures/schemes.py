@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.style import COLORS, TEMPLATE, scheme_color, time_unit
+from dashboard.figures.style import COLORS, LEGEND_BESIDE, TEMPLATE, scheme_color, time_unit
 
 GIB, MIB = 2 ** 30, 2 ** 20
 
@@ -38,10 +38,11 @@ def scheme_comparison(rows: Sequence[dict[str, Any]], *, current: Sequence[str] 
     scale, unit = time_unit(max((r["makespan_s"] for r in ran), default=1e-3))
     sent_max = max((r["bytes_sent_per_gpu"] for r in ran), default=0.0)
     b_scale, b_unit = (GIB, "GiB") if sent_max >= GIB else (MIB, "MiB")
-    panels = [("makespan_s", f"makespan ({unit})", scale),
-              ("exposed_comm_s", f"exposed comm, worst GPU ({unit})", scale),
-              ("bytes_sent_per_gpu", f"sent per GPU ({b_unit})", 1 / b_scale),
-              ("peak_mem_bytes", "peak memory per GPU (GiB)", 1 / GIB)]
+    # two lines each: four titles side by side fit the panels' width
+    panels = [("makespan_s", f"makespan<br>({unit})", scale),
+              ("exposed_comm_s", f"exposed comm,<br>worst GPU ({unit})", scale),
+              ("bytes_sent_per_gpu", f"sent per GPU<br>({b_unit})", 1 / b_scale),
+              ("peak_mem_bytes", "peak memory<br>per GPU (GiB)", 1 / GIB)]
     labels = []
     for r in rows:
         mark = " ◂" if current is not None and (r["scheme"], r["variant"]) == tuple(current) else ""
@@ -70,7 +71,7 @@ def scheme_comparison(rows: Sequence[dict[str, Any]], *, current: Sequence[str] 
              f"Which scheme wins: {run_name(best)}, {best['makespan_s'] * scale:.4g} {unit}")
     fig.update_layout(
         template=TEMPLATE, height=height, bargap=0.25, title=dict(text=title, font=dict(size=13)),
-        legend=dict(y=1.1), margin=dict(l=210, t=90),
+        legend=LEGEND_BESIDE, margin=dict(l=210, t=110),
         meta={"best": None if best is None else [best["scheme"], best["variant"]],
               "rows": [[r["scheme"], r["variant"]] for r in rows],
               "refused": [[r["scheme"], r["variant"]] for r in rows if "refused" in r]})
