@@ -76,6 +76,26 @@ def _fmt_s(x: float | None) -> str:
     return f"{x * scale:.4g} {unit}"
 
 
+def run_words(t: Translator, config: dict[str, Any]) -> str:
+    """The scheme and what sets it apart, in the page's language (figures.run_label's
+    English, with the ring named)."""
+    scheme = config.get("scheme", "ring")
+    layout = config.get("layout")
+    overlap = t("opt.on" if config.get("overlap") else "opt.off")
+    ring = t("run.ring-part", layout=layout, overlap=overlap) if layout else ""
+    if scheme == "ring":
+        return t("run.ring", layout=layout, overlap=overlap)
+    if scheme == "allgather":
+        g = config.get("head_groups", 1)
+        return t("run.allgather.one") if g == 1 else t("run.allgather.groups", groups=t.int(g))
+    if scheme == "ulysses":
+        return t("run.ulysses", degree=config.get("ulysses_degree", "?"))
+    if scheme == "hybrid":
+        return t("run.hybrid", u=config.get("ulysses_degree", "?"), r=config.get("ring_degree", "?"),
+                 placement=t(f"opt.placement.{config.get('placement', 'ulysses-inner')}"), ring=ring)
+    return scheme
+
+
 def _fmt_pct(x: float | None) -> str:
     return "–" if x is None else f"{x * 100:.1f}%"
 
@@ -326,8 +346,9 @@ def _register_summary(app: dash.Dash, served: Served) -> None:
     @app.callback(
         [Output(cid, "children") for cid, _ in SUMMARY_CARDS] + [Output("scenario-line", "children")],
         Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("measured", "data"),
+        Input("lang", "value"),
     )
-    def summary(data, profile_data, tab, measured_data):
+    def summary(data, profile_data, tab, measured_data, lang):
         shown = None
         try:
             if tab == "measured" and measured_data:
@@ -342,8 +363,15 @@ def _register_summary(app: dash.Dash, served: Served) -> None:
         except RingsimError as e:
             return ["–"] * len(SUMMARY_CARDS) + [html.Span(str(e), className="msg")]
         m = res.metrics
-        w = sc.workload
         peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or None
+        line = scenario_line(Translator(lang), sc, profile_data, shown)
+        return [_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
+                f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
+                _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak), line]
+
+    def scenario_line(t: Translator, sc: Any, profile_data: Any, shown: Any) -> str:
+        """The run the cards describe, in words and numbers of the page's language."""
+        w = sc.workload
         hw = sc.hardware
         hw_name = f"{hw.gpu.name} / {hw.link.name}"
         if profile_data:
@@ -354,16 +382,13 @@ def _register_summary(app: dash.Dash, served: Served) -> None:
         nodes = -(-sc.n_gpus // hw.gpus_per_node)
         if nodes > 1 and not profile_data and shown is None:
             between = hw.inter_link.name if hw.inter_link is not None else hw.link.name
-            hw_name += f" ({nodes} nodes of {hw.gpus_per_node}, {between} between)"
-        run = ("ring, " if sc.scheme == "ring" else "") + figures.run_label(sc.describe())
-        line = (f"{sc.n_gpus} × {hw_name}, {run}, {w.seq:,} tokens ({sc.tokens_per_rank:,} per GPU), "
-                f"{w.heads}/{w.kv_heads} heads × {w.head_dim}, {w.dtype}, "
-                f"{'causal' if w.causal else 'no mask'}, {w.pass_}")
-        if shown is not None:
-            line = f"the measured run, simulated: {line}"
-        return [_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
-                f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
-                _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak), line]
+            hw_name = t("line.nodes", hardware=hw_name, nodes=t.int(nodes), per_node=t.int(hw.gpus_per_node),
+                        between=between)
+        line = t("line.scenario", gpus=t.int(sc.n_gpus), hardware=hw_name, run=run_words(t, sc.describe()),
+                 tokens=t.int(w.seq), per_gpu=t.int(sc.tokens_per_rank), heads=t.int(w.heads),
+                 kv_heads=t.int(w.kv_heads), head_dim=t.int(w.head_dim), dtype=w.dtype,
+                 mask=t("line.causal" if w.causal else "line.full"), **{"pass": w.pass_})
+        return t("line.measured", line=line) if shown is not None else line
 
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"))
     def layout_strip(data):

@@ -178,3 +178,18 @@ def test_cli_registers_the_dashboard_command(capsys):
     assert main(["dashboard", "--port", "0"]) == 2
     assert "--port must be in 1..65535" in capsys.readouterr().err
     assert main(["dashboard", "--port", "x"]) == 2
+
+
+def test_the_scenario_line_speaks_the_page_s_language(client):
+    """The line above the views, in Indonesian: its words and its numbers (131.072, the
+    locale's grouping) as the catalog says them; in English as before."""
+    def line(lang):
+        _, out = client.call("scenario-line.children", {
+            "scenario.data": {"values": defaults()}, "profile.data": None, "tabs.value": "timeline",
+            "measured.data": None, "lang.value": lang}, ["lang.value"])
+        return out["scenario-line"]["children"]
+
+    en, id_ = line("en"), line("id")
+    assert "131,072 tokens (16,384 per GPU)" in en and "zigzag layout, overlap on" in en and "causal" in en
+    assert "131.072 token (16.384 per GPU)" in id_ and "tata letak zigzag, tumpang-tindih aktif" in id_
+    assert "kausal" in id_ and "tokens" not in id_ and "layout" not in id_
