@@ -169,41 +169,24 @@ def _fa2_h100() -> KernelTable:
                        seqlens=SEQLENS, series=s)
 
 
-def _fa3_h100() -> KernelTable:
+def _h100_table(name: str, kernel: str, fwd: dict, bwd_full: dict) -> KernelTable:
+    """A kernel's H100 table from the FlashAttention-3 paper's figures (its forward, dense
+    and causal, and its dense backward). No causal backward was published for it: that
+    series is its dense backward x FlashAttention-2's causal/dense backward ratio."""
     s: dict[tuple[str, str, int], RateSeries] = {}
-    for (mask, d), v in _H100_FA3_FWD.items():
+    for (mask, d), v in fwd.items():
         s["fwd", mask, d] = RateSeries(tflops=v, source=_FA3_FWD.format(
-            kernel="FlashAttention-3", mask="causal mask" if mask == "diagonal" else "no mask", d=d))
+            kernel=kernel, mask="causal mask" if mask == "diagonal" else "no mask", d=d))
     fa2 = _fa2_h100().series
-    for d, v in _H100_FA3_BWD_FULL.items():
-        s["bwd", "full", d] = RateSeries(tflops=v, source=_FA3_BWD.format(d=d, kernel="FlashAttention-3"))
-        # no causal backward was published for FlashAttention-3
+    for d, v in bwd_full.items():
+        s["bwd", "full", d] = RateSeries(tflops=v, source=_FA3_BWD.format(d=d, kernel=kernel))
         s["bwd", "diagonal", d] = RateSeries(
             tflops=_scale(v, fa2["bwd", "diagonal", d].tflops, fa2["bwd", "full", d].tflops),
-            source="assumed (no causal backward published for FlashAttention-3): its dense backward, "
-                   + _FA3_BWD.format(d=d, kernel="FlashAttention-3")
+            source=f"assumed (no causal backward published for {kernel}): its dense backward, "
+                   + _FA3_BWD.format(d=d, kernel=kernel)
                    + ", x FlashAttention-2's causal/dense backward ratio at the same length (the fa2-h100 series)")
-    return KernelTable(name="fa3-h100", kernel="FlashAttention-3", measured_on="H100 80GB SXM5", sms=132,
-                       shape="FlashAttention-3", stream_gbps=2500.0,
-                       seqlens=SEQLENS, series=s)
-
-
-def _cudnn_h100() -> KernelTable:
-    s: dict[tuple[str, str, int], RateSeries] = {}
-    for (mask, d), v in _H100_CUDNN_FWD.items():
-        s["fwd", mask, d] = RateSeries(tflops=v, source=_FA3_FWD.format(
-            kernel="cuDNN", mask="causal mask" if mask == "diagonal" else "no mask", d=d))
-    fa2 = _fa2_h100().series
-    for d, v in _H100_CUDNN_BWD_FULL.items():
-        s["bwd", "full", d] = RateSeries(tflops=v, source=_FA3_BWD.format(d=d, kernel="cuDNN"))
-        s["bwd", "diagonal", d] = RateSeries(
-            tflops=_scale(v, fa2["bwd", "diagonal", d].tflops, fa2["bwd", "full", d].tflops),
-            source="assumed (no causal backward published for cuDNN): its dense backward, "
-                   + _FA3_BWD.format(d=d, kernel="cuDNN")
-                   + ", x FlashAttention-2's causal/dense backward ratio at the same length (the fa2-h100 series)")
-    return KernelTable(name="cudnn-h100", kernel="cuDNN", measured_on="H100 80GB SXM5", sms=132,
-                       shape="cuDNN", stream_gbps=2500.0,
-                       seqlens=SEQLENS, series=s)
+    return KernelTable(name=name, kernel=kernel, measured_on="H100 80GB SXM5", sms=132, shape=kernel,
+                       stream_gbps=2500.0, seqlens=SEQLENS, series=s)
 
 
 def _fa2_a100() -> KernelTable:
@@ -225,7 +208,9 @@ def _fa2_a100() -> KernelTable:
                        seqlens=SEQLENS, series=s)
 
 
-KERNEL_TABLES: dict[str, KernelTable] = {t.name: t for t in (_fa2_h100(), _fa3_h100(), _cudnn_h100(), _fa2_a100())}
+KERNEL_TABLES: dict[str, KernelTable] = {t.name: t for t in (
+    _fa2_h100(), _h100_table("fa3-h100", "FlashAttention-3", _H100_FA3_FWD, _H100_FA3_BWD_FULL),
+    _h100_table("cudnn-h100", "cuDNN", _H100_CUDNN_FWD, _H100_CUDNN_BWD_FULL), _fa2_a100())}
 
 # How each kernel cuts a block into thread blocks (CTAs), from its source: the tile a CTA
 # owns and the tile its inner loop steps over, by head dim; how many CTAs share an SM; the
