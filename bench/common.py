@@ -3,6 +3,7 @@ repository's root on the path, as every script in bench/ puts it)."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any, Callable
 
@@ -16,4 +17,15 @@ def timed(fn: Callable[[], Any], samples: int, warmup: int = 1) -> list[float]:
         t0 = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
+    return out
+
+
+def ints(text: str, least: int = 1) -> list[int]:
+    """argparse type: comma-separated whole numbers, each at least `least`."""
+    try:
+        out = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not out or min(out) < least:
+        raise argparse.ArgumentTypeError(f"expected whole numbers of at least {least}, got {text!r}")
     return out

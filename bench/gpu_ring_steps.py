@@ -17,18 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import ints  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.trace import kept_file, write_json  # noqa: E402
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
-    if not out or min(out) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive whole numbers, got {text!r}")
-    return out
 
 
 def model_steps(world: int, a, merge: str) -> dict[tuple[int, str, int], float]:
@@ -59,7 +50,7 @@ def model_steps(world: int, a, merge: str) -> dict[tuple[int, str, int], float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="JSON to write")
-    p.add_argument("--worlds", type=_ints, default=[2, 4, 8])
+    p.add_argument("--worlds", type=ints, default=[2, 4, 8])
     p.add_argument("--tokens-per-rank", type=int, default=4096)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=8)

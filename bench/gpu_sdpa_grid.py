@@ -22,20 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import ints  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.trace import kept_file, write_json  # noqa: E402
 
 IMPL = {"flash": "cuda-flash", "cudnn": "cuda-cudnn"}
-
-
-def _ints(text: str, least: int = 1) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
-    if not out or min(out) < least:
-        raise argparse.ArgumentTypeError(f"expected positive whole numbers, got {text!r}")
-    return out
 
 
 def measure(torch, device, backend: str, kind: str, causal: bool, heads: int, kv_heads: int, tokens: int,
@@ -83,10 +74,10 @@ def measure(torch, device, backend: str, kind: str, causal: bool, heads: int, kv
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="bench file to write (ringsim-hw-bench format, compute entries)")
-    p.add_argument("--heads", type=_ints, default=[8, 16, 32, 64])
-    p.add_argument("--kv-heads", type=lambda t: _ints(t, 0), default=[0],
+    p.add_argument("--heads", type=ints, default=[8, 16, 32, 64])
+    p.add_argument("--kv-heads", type=lambda t: ints(t, 0), default=[0],
                    help="K/V heads (0: as many as the query heads); a list")
-    p.add_argument("--tokens", type=_ints, default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
+    p.add_argument("--tokens", type=ints, default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--backends", default="flash,cudnn")
     p.add_argument("--samples", type=int, default=7)
