@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from sim.config import RATE_GROUPS, Gpu
+from sim.config import RATE_GROUPS, Gpu, Hardware
 from sim.errors import RingsimError
-from sim.kernel_model import Floors, block_times_s, kernel_table
+from sim.kernel_model import Floors
 from sim.presets import GPU_PRESETS
 from sim.trace import read_json, write_json
 
@@ -121,13 +121,10 @@ def _entries(bench: dict[str, Any], source: str) -> list[dict[str, Any]]:
 
 def predict_isolated_s(gpu: Gpu, e: dict[str, Any]) -> float:
     """An isolated call of the entry's block on `gpu` (the block model, no merge)."""
-    elem = 2
-    return float(block_times_s(
-        kernel_table(gpu.kernel), np.array([e["flops"]]), kind=np.array([e["kind"]]), mask=np.array([e["mask"]]),
-        q_tokens=np.array([e["q_tokens"]]), kv_tokens=np.array([e["kv_tokens"]]), head_dim=e["head_dim"],
-        kv_heads_per_head=e["kv_heads"] / e["heads"], elem_bytes=elem, merge=gpu.merge,
-        memory_bandwidth_gbps=gpu.memory_bandwidth_gbps, sms=gpu.sms, floors=gpu.floors,
-        rate_scale=gpu.rate_scale, alone=np.array([True]), isolated=np.array([True]))[0])
+    return Hardware(gpu=gpu).compute_time_s(
+        e["flops"], dtype=e.get("dtype", "bf16"), kind=e["kind"], mask=e["mask"], q_tokens=e["q_tokens"],
+        kv_tokens=e["kv_tokens"], head_dim=e["head_dim"], kv_heads_per_head=e["kv_heads"] / e["heads"],
+        alone=True, isolated=True)
 
 
 def fit_kernel(gpu: Gpu, entries: list[dict[str, Any]], *, rates: bool = True) -> tuple[KernelFit, dict[str, Any]]:
