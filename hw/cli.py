@@ -19,7 +19,7 @@ from typing import Any
 
 from sim.config import LAYOUTS, PASSES, Workload
 from sim.errors import RingsimError
-from sim.options import flags_for
+from sim.options import WORKLOAD_FLAGS, flags_for
 from sim.spec import tokens
 
 
@@ -76,7 +76,7 @@ def config_from_args(a: argparse.Namespace, *, world_size: int):
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise RingsimError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
-    with flags_for(kv_heads="--kv-heads", head_dim="--head-dim", heads="--heads", seq="--seq", batch="--batch"):
+    with flags_for(**WORKLOAD_FLAGS):
         workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads,
                             kv_heads=a.kv_heads if a.kv_heads is not None else a.heads,
                             head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)

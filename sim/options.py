@@ -160,7 +160,7 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
 
 
 def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
-    with flags_for(kv_heads="--kv-heads", head_dim="--head-dim", heads="--heads", seq="--seq", batch="--batch"):
+    with flags_for(**WORKLOAD_FLAGS):
         workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads, kv_heads=a.kv_heads,
                             head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
     fields = dict(workload=workload, hardware=hardware_from_args(a), n_gpus=a.gpus,
@@ -173,6 +173,11 @@ def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
     with flags_for(n_gpus="--gpus", tile="--tile", head_groups="--head-groups", ulysses_degree="--ulysses-degree",
                    ring_degree="--ring-degree"):
         return Scenario(**fields)
+
+
+WORKLOAD_FLAGS = {"kv_heads": "--kv-heads", "head_dim": "--head-dim", "heads": "--heads", "seq": "--seq",
+                  "batch": "--batch"}
+"""The Workload fields the commands set from flags of the same name."""
 
 
 @contextlib.contextmanager
