@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
+from sim.options import pcie_fabric
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
 from sim.schemes import names as scheme_names
 
@@ -337,7 +338,11 @@ def _hardware(values: dict[str, Any]) -> Hardware:
     gpn = _int(values, "gpus-per-node", "GPUs per node")
     nics = _opt_int(values, "nics-per-node", "NICs per node")
     try:
-        return Hardware(gpu=gpu, link=link, gpus_per_node=gpn, nics_per_node=nics, inter_link=inter_link)
+        # a PCIe cluster's fabric (sim.pcie) while its node keeps a PCIe link
+        cluster = values.get("cluster")
+        of_cluster = CLUSTER_PRESETS[cluster].pcie if cluster in CLUSTER_PRESETS else None
+        pcie = pcie_fabric(of_cluster, {}, gpn, link.name) if of_cluster and link.name.startswith("pcie") else None
+        return Hardware(gpu=gpu, link=link, gpus_per_node=gpn, nics_per_node=nics, inter_link=inter_link, pcie=pcie)
     except RingsimError as e:
         raise _attribute(e, "gpus-per-node") from None
 

@@ -16,7 +16,8 @@ from sim.schemes import names as scheme_names
 def scheme_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]]:
     """What `compare --schemes` runs for each scheme: (scheme, variant, Scenario changes).
     ring: each layout, overlap on; allgather: one gather, and pipelined per K/V head;
-    ulysses: every GPU; hybrid: its default degrees, both placements when they differ."""
+    ulysses: every GPU; hybrid: every split u x r with 1 < u < N that the heads allow,
+    both placements where they differ (across nodes, or on a PCIe node)."""
     w, hw, n = scenario.workload, scenario.hardware, scenario.n_gpus
     plain = dict(ulysses_degree=None, ring_degree=None, placement="ulysses-inner", head_groups=1)
     out: list[tuple[str, str, dict[str, Any]]] = []
@@ -30,16 +31,17 @@ def scheme_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]]
         elif scheme == "ulysses":
             out.append(("ulysses", f"degree {n}", dict(plain)))
         elif scheme == "hybrid":
-            from sim.schemes.hybrid import degrees
+            from sim.schemes.hybrid import degree_fits
 
-            try:
-                u, r = degrees(scenario.with_(scheme="ring", **plain))
-            except RingsimError:
-                u, r = 1, n
-            spans_nodes = n > hw.gpus_per_node
-            for placement in PLACEMENTS if spans_nodes else PLACEMENTS[:1]:
-                out.append(("hybrid", f"{u} x {r} {placement}" if spans_nodes else f"{u} x {r}",
-                            dict(plain, ulysses_degree=u, ring_degree=r, placement=placement)))
+            # every split u x r of the GPUs the heads allow (1 x N is the ring, N x 1
+            # Ulysses: listed as those schemes), each placement where it decides what the
+            # flows cross: across nodes, or the switches and sockets of a PCIe node
+            placements = PLACEMENTS if n > hw.gpus_per_node or hw.pcie is not None else PLACEMENTS[:1]
+            for u in (d for d in range(n - 1, 1, -1) if n % d == 0 and degree_fits(w, d)):
+                for placement in placements:
+                    label = f"{u} x {n // u}" + (f" {placement}" if len(placements) > 1 else "")
+                    out.append(("hybrid", label, dict(plain, ulysses_degree=u, ring_degree=n // u,
+                                                      placement=placement)))
         else:
             out.append((scheme, "", dict(plain)))
     return out

@@ -7,6 +7,7 @@ compute and link time are those of docs/design.md.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -16,6 +17,7 @@ from sim.errors import RingsimError
 from sim.kernel_model import Floors, best_rate_flops, block_times_s, kernel_table
 from sim.layouts import NAMES as LAYOUT_NAMES
 from sim.layouts import get as get_layout
+from sim.pcie import Fabric, Pcie
 from sim.presets import LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
 from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR, DTYPE_BYTES  # noqa: F401  (read here by many)
 from sim.schemes import get as get_scheme
@@ -230,6 +232,11 @@ class Link:
         return self.latency_us * 1e-6 + nbytes / (self.bandwidth_gbps * 1e9)
 
 
+@functools.lru_cache(maxsize=32)
+def _fabric(pcie: Pcie, gpus_per_node: int, port_gbps: float) -> Fabric:
+    return pcie.fabric(gpus_per_node, port_gbps)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
     """GPUs, the links between them, and how they sit in nodes (sim.topology).
@@ -247,14 +254,26 @@ class Hardware:
     nics_per_node: int | None = None
     """NICs that carry a node's traffic to other nodes, each shared by gpus_per_node /
     nics_per_node GPUs; None: one per GPU."""
+    pcie: Pcie | None = None
+    """The PCIe fabric inside a node (sim.pcie): switches, root complexes and sockets whose
+    links flows share; None: every GPU's port reaches every other directly (NVSwitch)."""
 
     def __post_init__(self) -> None:
         _positive_int(self, "gpus_per_node")
+        if self.pcie is not None:
+            self.pcie.check_node(self.gpus_per_node)
         if self.nics_per_node is not None:
             _positive_int(self, "nics_per_node")
             if self.gpus_per_node % self.nics_per_node:
                 raise RingsimError(f"nics_per_node ({self.nics_per_node}) must divide gpus_per_node "
                                    f"({self.gpus_per_node})")
+
+    @property
+    def fabric(self) -> Fabric | None:
+        """The node's PCIe links and routes (sim.pcie.Fabric), None without a PCIe fabric."""
+        if self.pcie is None:
+            return None
+        return _fabric(self.pcie, self.gpus_per_node, self.link.bandwidth_gbps)
 
     def link_between(self, src: int, dst: int) -> Link:
         if self.inter_link is None or src // self.gpus_per_node == dst // self.gpus_per_node:
@@ -301,7 +320,7 @@ class Hardware:
     query head (a kernel table's rates and merge depend on them); the engine passes them."""
 
     def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
-        return self.link_between(src, dst).time_s(nbytes)
+        return float(self.transfer_times_s(np.array([nbytes], dtype=float), np.array([src]), np.array([dst]))[0])
 
     # The engine times whole schedules at once through these two when a hardware object
     # offers them; each must give, element for element, the per-op method's float.
@@ -322,8 +341,17 @@ class Hardware:
         return g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype, head_dim)
 
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """transfer_time_s over arrays of transfers."""
+        """transfer_time_s over arrays of transfers: alpha + bytes / bandwidth of the link
+        between the two (inside a PCIe node, of their route: sim.pcie)."""
         t = self.link.time_s(nbytes)
+        fabric = self.fabric
+        if fabric is not None:
+            g = self.gpus_per_node
+            src, dst = np.asarray(src), np.asarray(dst)
+            i, j = src % g, dst % g
+            staged = fabric.staged[i, j]
+            inside = self.link.latency_us * (1 + staged) * 1e-6 + np.asarray(nbytes) / (fabric.rate[i, j] * 1e9)
+            t = np.where(src // g == dst // g, inside, t)
         if self.inter_link is None:
             return t
         between_nodes = src // self.gpus_per_node != dst // self.gpus_per_node
@@ -336,6 +364,8 @@ class Hardware:
         out = {"kind": "preset", **asdict(self)}
         if self.nics_per_node is None:
             del out["nics_per_node"]          # one per GPU: as before the field existed
+        if self.pcie is None:
+            del out["pcie"]                   # NVSwitch: as before the field existed
         if self.gpu.kernel is not None:
             t = kernel_table(self.gpu.kernel)
             out["kernel_table"] = {"name": t.name, "kernel": t.kernel, "measured_on": t.measured_on}

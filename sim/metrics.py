@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.pcie import LINK_KINDS
 from sim.threads import each
 from sim.trace import COMPUTE, IDLE, KIND_NAMES, RECV, SEND, TRANSFER_KINDS, WAIT, Trace
 from sim.units import fmt_bytes, fmt_s
@@ -259,6 +260,10 @@ COMPUTE_BOUND = 0.90
 """Then compute-bound when the busiest GPU computes at least this share of the makespan."""
 NIC_BUSY = 0.5
 """A NIC busy this share of the makespan, while no GPU is compute-bound, is named."""
+PCIE_BUSY = 0.2
+"""A PCIe fabric link (sim.pcie) busy this share of the makespan, and longer than the
+busiest GPU port, is named as the bound of exposed communication: the flows queue for it
+rather than for the GPUs' own ports."""
 ACROSS_NODES = 0.5
 """A kind of transfer is NIC-limited when more than this share of its time is on flows
 between nodes."""
@@ -304,8 +309,44 @@ def scheme_row(scheme: str, variant: str, trace: Trace, m: Metrics) -> dict[str,
         "peak_mem_bytes": max(mem) if mem else None,
         "memory_bytes": gpu.get("memory_gb") * 1e9 if isinstance(gpu, dict) and gpu.get("memory_gb") else None,
     }
+    row.update(_busiest_pcie_link(trace, send))
     row["explanation"] = explain(row)
     return row
+
+
+def _busiest_pcie_link(trace: Trace, send: np.ndarray) -> dict[str, Any]:
+    """On a PCIe node (the trace's hardware has `pcie`): the fabric link (a switch's uplink,
+    a root complex, the socket link: sim.pcie) that carries flows the longest, its busy
+    time (the union of the flows on it), and the busiest GPU port's, for `explain`.
+    Nothing without a PCIe fabric, or when the trace's hardware does not describe one."""
+    hw = trace.hardware
+    if not isinstance(hw, dict) or not isinstance(hw.get("pcie"), dict):
+        return {}
+    from sim.errors import RingsimError
+    from sim.pcie import Pcie
+
+    try:
+        g = int(hw["gpus_per_node"])
+        fabric = Pcie(**hw["pcie"]).fabric(g, float(hw["link"]["bandwidth_gbps"]))
+    except (KeyError, TypeError, ValueError, RingsimError):
+        return {}
+    c = trace.columns
+    inside = send & (c.peer >= 0) & (c.rank // g == np.maximum(c.peer, 0) // g)
+    src, dst = c.rank[inside], c.peer[inside]
+    start, end = c.start_s[inside], c.end_s[inside]
+    route = fabric.route[src % g, dst % g]                           # (flows, width)
+    held = route >= 0
+    flow = np.nonzero(held)[0]
+    link = (src[flow] // g) * fabric.n_resources + route[held]
+    n_links = (int(src.max(initial=0)) // g + 1) * fabric.n_resources
+    busy = _union_lengths(link, start[flow], end[flow], n_links) if len(flow) else np.zeros(0)
+    ports = _union_lengths(src, start, end, int(src.max(initial=-1)) + 1)
+    if not busy.size or busy.max() <= 0:
+        return {}
+    top = int(busy.argmax())
+    return {"busiest_pcie_link": f"node {top // fabric.n_resources} {fabric.names[top % fabric.n_resources]}",
+            "busiest_pcie_link_kind": LINK_KINDS[int(fabric.kinds[top % fabric.n_resources])],
+            "busiest_pcie_link_s": float(busy[top]), "busiest_port_s": float(ports.max(initial=0.0))}
 
 
 def explain(row: dict[str, Any]) -> str:
@@ -335,6 +376,10 @@ def explain(row: dict[str, Any]) -> str:
         said = bool(out) and "NIC-limited" in out[-1]
         out.append(("" if said else "NIC-limited: ") + f"the busiest NIC carries flows {nic / makespan:.0%} "
                    "of the makespan, transfers queue for it")
+    link = row.get("busiest_pcie_link_s") or 0.0
+    if out and link >= PCIE_BUSY * makespan and link > 1.001 * row.get("busiest_port_s", 0.0):
+        out.append(f"bound by the PCIe {row['busiest_pcie_link_kind']} ({row['busiest_pcie_link']}), carrying "
+                   f"flows {link / makespan:.0%} of the makespan")
     if row["load_imbalance"] >= IMBALANCE:
         out.append(f"causal imbalance {row['load_imbalance']:.2f}x" if out else
                    f"causal imbalance: the busiest GPU computes {row['load_imbalance']:.2f}x the mean")

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
+from sim.pcie import P2P_MODES, PCIE_X16_GBPS, SOCKET_LINKS, Pcie
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset, gpu_preset
 from sim.schemes import names as scheme_names
 from sim.units import tokens
@@ -62,6 +63,20 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
                    help="NICs per node, each shared by its share of the node's GPUs (default one per GPU)")
     h.add_argument("--nic-gbps", type=float, default=None,
                    help="GB/s per direction of a NIC, replacing the inter-link's (default: the preset's)")
+    h.add_argument("--pcie-gen", type=int, default=None,
+                   help="PCIe node: generation of the GPUs' ports and the switches' uplinks, 3, 4 or 5 (default: "
+                        "the cluster's; setting it makes the node a PCIe fabric of switches and sockets)")
+    h.add_argument("--gpus-per-switch", type=int, default=None,
+                   help="PCIe node: GPUs under each PCIe switch (1: each on its own root port)")
+    h.add_argument("--gpus-per-socket", type=int, default=None, help="PCIe node: GPUs on each CPU socket")
+    h.add_argument("--p2p", choices=P2P_MODES, default=None,
+                   help="PCIe node: which GPU pairs go peer to peer, the rest through host memory: every pair "
+                        "(on), pairs on one socket, pairs under one switch (NCCL's default), none (off, GeForce)")
+    h.add_argument("--socket-link", choices=list(SOCKET_LINKS), default=None,
+                   help="PCIe node: the link between its sockets, at the bandwidth NCCL's topology gives it")
+    h.add_argument("--staged-gbps", type=float, default=None,
+                   help="PCIe node: GB/s of one copy staged through host memory (default 70%% of the x16 link, "
+                        "from a published P2P=Disabled measurement)")
     h.add_argument("--kernel", default="default",
                    help="attention kernel whose published throughput and structure time each block (the block "
                         "model): fa2, fa3, cudnn (where the preset has its table; default: the preset's first) or "
@@ -125,7 +140,12 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
     def pick(value, of_cluster, default):
         return value if value is not None else (of_cluster if c is not None else default)
 
-    link_name = pick(a.link, c and c.link, "nvlink4")
+    gen = getattr(a, "pcie_gen", None)
+    if gen is not None and gen not in PCIE_X16_GBPS:
+        raise RingsimError(f"--pcie-gen {gen}: unknown PCIe generation; choose from "
+                           f"{', '.join(map(str, PCIE_X16_GBPS))}")
+    link_name = pick(a.link, f"pcie{gen}" if gen is not None else c and c.link,
+                     f"pcie{gen}" if gen is not None else "nvlink4")
     inter = pick(a.inter_link, c and c.inter_link, None)
     nic_gbps = getattr(a, "nic_gbps", None)
     if nic_gbps is not None:
@@ -155,8 +175,41 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
             raise RingsimError(f"--gpus-per-node {gpus_per_node} does not split into the {per_nic} GPUs per NIC of "
                                f"--cluster {c.name}; give --nics-per-node")
         nics = max(1, gpus_per_node // per_nic)
+    with flags_for(gen="--pcie-gen", gpus_per_switch="--gpus-per-switch", gpus_per_socket="--gpus-per-socket",
+                   gpus_per_node="--gpus-per-node", staged_gbps="--staged-gbps"):
+        pcie = _pcie_from_args(a, c and c.pcie, gpus_per_node, link_name)
     with flags_for(gpus_per_node="--gpus-per-node", nics_per_node="--nics-per-node"):
-        return Hardware(gpu=gpu, link=link, inter_link=inter_link, gpus_per_node=gpus_per_node, nics_per_node=nics)
+        return Hardware(gpu=gpu, link=link, inter_link=inter_link, gpus_per_node=gpus_per_node, nics_per_node=nics,
+                        pcie=pcie)
+
+
+def _pcie_from_args(a: argparse.Namespace, of_cluster: Pcie | None, gpus_per_node: int, link_name: str
+                    ) -> Pcie | None:
+    given = {name: getattr(a, name, None)
+             for name in ("gpus_per_switch", "gpus_per_socket", "p2p", "socket_link", "staged_gbps")}
+    given["gen"] = getattr(a, "pcie_gen", None)
+    return pcie_fabric(of_cluster, given, gpus_per_node, link_name)
+
+
+def pcie_fabric(of_cluster: Pcie | None, given: dict[str, Any], gpus_per_node: int, link_name: str) -> Pcie | None:
+    """The node's PCIe fabric: the cluster's, with the fields `given` (not None) over it;
+    a node without one gets one when a field is given (two sockets, two GPUs per switch
+    where the node's size allows, the generation of a pcieN link). A node smaller than
+    the cluster's socket is one socket."""
+    given = {k: v for k, v in given.items() if v is not None}
+    if of_cluster is None and not given:
+        return None
+    if of_cluster is None:
+        g = gpus_per_node
+        socket = g // 2 if g % 2 == 0 and g > 1 else g
+        gen = int(link_name[4:]) if link_name.startswith("pcie") and link_name[4:].isdigit() else 4
+        of_cluster = Pcie(gen=gen, gpus_per_switch=2 if socket % 2 == 0 else 1, gpus_per_socket=socket)
+    if "gpus_per_socket" not in given and gpus_per_node % of_cluster.gpus_per_socket:
+        given["gpus_per_socket"] = gpus_per_node       # a node smaller than a socket: one socket
+    if "gpus_per_switch" not in given and given.get("gpus_per_socket", of_cluster.gpus_per_socket) % \
+            of_cluster.gpus_per_switch:
+        given["gpus_per_switch"] = 1
+    return replace(of_cluster, **given)
 
 
 def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:

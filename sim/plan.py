@@ -4,7 +4,8 @@ Given a model (sim.models), a sequence length and batch and a cluster, `plan` li
 sequence-parallel candidate over all the GPUs that the shapes allow: the ring with each
 layout; the all-gather with each head-group count that divides the K/V heads; Ulysses
 over every GPU; and each hybrid Ulysses degree u x ring degree r = N with each placement
-(both only when the GPUs span nodes) and ring layout. A candidate the configuration
+(both only when the GPUs span nodes or a node is a PCIe fabric, whose switches and
+sockets the placement decides the crossings of) and ring layout. A candidate the configuration
 refuses (a degree that does not divide the heads, a length that does not cut into the
 layout's chunks) is listed as not possible, with the reason. The others are simulated
 (sim.sweep, in this process or on Dask) exactly as `ringsim simulate` would run the
@@ -112,6 +113,10 @@ class PlanRequest:
     """The GPU's memory, replacing the preset's (needed with a profile)."""
     param_shards: int | None = None
     """GPUs the parameters and optimizer state are sharded over; None: not counted."""
+    pcie: dict[str, Any] = field(default_factory=dict)
+    """The PCIe flags over the cluster's node (simulate's --pcie-gen, --gpus-per-switch,
+    --gpus-per-socket, --p2p, --socket-link, --staged-gbps, by flag name without the
+    leading dashes)."""
 
     def __post_init__(self) -> None:
         for name in ("seq", "batch", "nodes", "gpus_per_node"):
@@ -145,6 +150,7 @@ class PlanRequest:
             if value is not None:
                 o[name] = value
         o["gpus-per-node"] = self.gpus_per_node
+        o.update({k: v for k, v in self.pcie.items() if v is not None})
         if self.nics_per_node is not None:
             o["nics-per-node"] = self.nics_per_node
         if self.kernel != "default":
@@ -161,7 +167,19 @@ class PlanRequest:
                 "inter_link": self.inter_link, "cluster": self.cluster, "nics_per_node": self.nics_per_node,
                 "kernel": self.kernel, "merge": self.merge, "profile": self.profile, "dtype": self.dtype,
                 "causal": self.causal, "pass": self.pass_, "headroom": self.headroom, "memory_gb": self.memory_gb,
-                "param_shards": self.param_shards}
+                "param_shards": self.param_shards, **({"pcie": dict(self.pcie)} if self.pcie else {})}
+
+    @property
+    def pcie_node(self) -> bool:
+        """Whether a node is a PCIe fabric (sim.pcie), where which ranks share a switch or a
+        socket decides what a hop or an all-to-all crosses."""
+        if any(v is not None for v in self.pcie.values()):
+            return True
+        if self.cluster is None:
+            return False
+        from sim.presets import cluster_preset
+
+        return cluster_preset(self.cluster).pcie is not None
 
 
 # --- candidates ------------------------------------------------------------------------------
@@ -177,7 +195,7 @@ def candidate_options(req: PlanRequest) -> list[dict[str, Any]]:
     out = [dict(base, scheme="ring", layout=layout) for layout in LAYOUTS]
     out += [dict(base, scheme="allgather", **{"head-groups": g}) for g in _divisors(req.model.kv_heads)]
     out.append(dict(base, scheme="ulysses"))
-    placements = PLACEMENTS if n > req.gpus_per_node else PLACEMENTS[:1]
+    placements = PLACEMENTS if n > req.gpus_per_node or req.pcie_node else PLACEMENTS[:1]
     for u in _divisors(n)[1:-1]:
         for placement in placements:
             for layout in LAYOUTS:

@@ -16,6 +16,7 @@ import time
 
 from sim.config import PASSES
 from sim.errors import RingsimError
+from sim.pcie import P2P_MODES, SOCKET_LINKS
 
 
 def register(sub) -> None:
@@ -47,6 +48,15 @@ def register(sub) -> None:
     h.add_argument("--link", default=None, help="link inside a node (default: the cluster's, else nvlink4)")
     h.add_argument("--inter-link", default=None, help="link of a NIC, between nodes")
     h.add_argument("--nics-per-node", type=int, default=None, help="(default one per GPU)")
+    h.add_argument("--pcie-gen", type=int, default=None, help="PCIe node: generation, 3, 4 or 5 (see simulate)")
+    h.add_argument("--gpus-per-switch", type=int, default=None, help="PCIe node: GPUs under each switch")
+    h.add_argument("--gpus-per-socket", type=int, default=None, help="PCIe node: GPUs on each CPU socket")
+    h.add_argument("--p2p", choices=P2P_MODES, default=None,
+                   help="PCIe node: pairs that go peer to peer: on, socket, switch or off (see simulate)")
+    h.add_argument("--socket-link", choices=list(SOCKET_LINKS), default=None,
+                   help="PCIe node: the link between sockets")
+    h.add_argument("--staged-gbps", type=float, default=None,
+                   help="PCIe node: GB/s of one copy staged through host memory (see simulate)")
     h.add_argument("--kernel", default="default", help="fa2, fa3, cudnn or flat (default: the preset's first)")
     h.add_argument("--merge", choices=["fused", "unfused"], default="fused",
                    help="merge of each block's partial result: one fused kernel (default) or ring-flash-attention's "
@@ -104,7 +114,11 @@ def request_from_args(a: argparse.Namespace):
                         gpu=a.gpu, link=a.link, inter_link=a.inter_link, cluster=a.cluster,
                         nics_per_node=a.nics_per_node, kernel=a.kernel, merge=a.merge, profile=a.profile, dtype=a.dtype,
                         causal=a.causal, pass_=a.pass_, headroom=a.headroom, memory_gb=a.memory_gb,
-                        param_shards=a.param_shards)
+                        param_shards=a.param_shards,
+                        pcie={k: v for k, v in (("pcie-gen", a.pcie_gen), ("gpus-per-switch", a.gpus_per_switch),
+                                                ("gpus-per-socket", a.gpus_per_socket), ("p2p", a.p2p),
+                                                ("socket-link", a.socket_link), ("staged-gbps", a.staged_gbps))
+                              if v is not None})
 
 
 def progress_line(stream):

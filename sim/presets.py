@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.errors import RingsimError
+from sim.pcie import PCIE_X16_GBPS, Pcie
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -360,6 +361,31 @@ GPU_PRESETS: dict[str, GpuPreset] = {p.name: p for p in [
                             "3,165 GB/s (66% of 4,800)",
               source="NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16/FP16 1979 TFLOPS with sparsity = 989.4 "
                      "dense, FP32 67 TFLOPS, 141 GB HBM3e at 4.8 TB/s"),
+    GpuPreset(name="A100-PCIe-80GB", peak_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
+              memory_gb=80.0, memory_bandwidth_gbps=1935.0, kernels={"fa2": "fa2-a100"}, sms=108,
+              source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB PCIe): BF16/FP16 312 TFLOPS dense, FP32 "
+                     "19.5 TFLOPS, 80 GB HBM2e at 1,935 GB/s, 300 W; the SXM card's chip and boost clock, so "
+                     "FlashAttention-2's A100 table (measured on SXM4) is assumed to hold at 300 W"),
+    # Flat model (peak x efficiency, the efficiency assumed): no per-mask, per-length
+    # attention table was found published for these PCIe cards.
+    GpuPreset(name="H100-PCIe", peak_tflops={"bf16": 756.0, "fp16": 756.0, "fp32": 51.2},
+              memory_gb=80.0, memory_bandwidth_gbps=2000.0, sms=114,
+              source="NVIDIA H100 Tensor Core GPU datasheet (PCIe): BF16/FP16 1,513 TFLOPS with sparsity = 756 "
+                     "dense, FP32 51.2 TFLOPS, 80 GB HBM2e at 2 TB/s, PCIe 5.0 x16; 114 SMs (NVIDIA H100 "
+                     "Tensor Core GPU Architecture whitepaper)"),
+    GpuPreset(name="L40S", peak_tflops={"bf16": 362.05, "fp16": 362.05, "fp32": 91.6},
+              memory_gb=48.0, memory_bandwidth_gbps=864.0, sms=142,
+              source="NVIDIA L40S datasheet: BF16/FP16 Tensor 733 TFLOPS with sparsity = 362.05 dense, FP32 91.6 "
+                     "TFLOPS, 48 GB GDDR6 at 864 GB/s, PCIe 4.0 x16; 142 SMs"),
+    GpuPreset(name="L20", peak_tflops={"bf16": 119.5, "fp16": 119.5, "fp32": 59.8},
+              memory_gb=48.0, memory_bandwidth_gbps=864.0,
+              source="NVIDIA L20 product brief: BF16/FP16 Tensor 239 TFLOPS with sparsity = 119.5 dense, FP32 "
+                     "59.8 TFLOPS, 48 GB GDDR6 at 864 GB/s, PCIe 4.0 x16"),
+    GpuPreset(name="RTX-4090", peak_tflops={"bf16": 165.2, "fp16": 165.2, "fp32": 82.6},
+              memory_gb=24.0, memory_bandwidth_gbps=1008.0, sms=128,
+              source="NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090): FP16/BF16 Tensor with FP32 "
+                     "accumulate 165.2 TFLOPS dense (330.4 with sparsity), FP32 82.6 TFLOPS, 24 GB GDDR6X at "
+                     "1,008 GB/s, 128 SMs, PCIe 4.0 x16; GeForce cards do not allow peer-to-peer"),
     # No per-mask, per-length attention table was found published for these two: the flat
     # model applies (peak x efficiency). The FlashAttention-4 paper reports up to 1613
     # TFLOP/s (71% of peak) for BF16 attention on B200 (its abstract), a single point.
@@ -373,7 +399,8 @@ GPU_PRESETS: dict[str, GpuPreset] = {p.name: p for p in [
                      "192 GB HBM3 at 5.3 TB/s"),
 ]}
 
-GPU_ALIASES = {"A100-SXM": "A100-SXM-80GB", "H800": "H800-SXM", "H100": "H100-SXM"}
+GPU_ALIASES = {"A100-SXM": "A100-SXM-80GB", "H800": "H800-SXM", "H100": "H100-SXM", "A100-PCIe": "A100-PCIe-80GB",
+               "4090": "RTX-4090"}
 
 # Latencies: typical small-message point-to-point times reported for NCCL/RCCL on each
 # fabric (order of magnitude only; an assumption to be replaced by calibration).
@@ -393,9 +420,11 @@ LINK_PRESETS: dict[str, LinkPreset] = {p.name: p for p in [
                source="NVIDIA ConnectX-7 / Quantum-2 InfiniBand NDR: 400 Gb/s per port per direction = 50 GB/s"),
     LinkPreset(name="ib-hdr", bandwidth_gbps=25.0, latency_us=5.0,
                source="NVIDIA ConnectX-6 / Quantum InfiniBand HDR: 200 Gb/s per port per direction = 25 GB/s"),
-    LinkPreset(name="pcie4", bandwidth_gbps=32.0, latency_us=5.0,
+    LinkPreset(name="pcie3", bandwidth_gbps=PCIE_X16_GBPS[3], latency_us=5.0,
+               source="PCI-SIG PCIe 3.0 x16: 8 GT/s x 16 lanes, 128b/130b = 15.75 GB/s per direction"),
+    LinkPreset(name="pcie4", bandwidth_gbps=PCIE_X16_GBPS[4], latency_us=5.0,
                source="PCI-SIG PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b = 31.5 GB/s per direction"),
-    LinkPreset(name="pcie5", bandwidth_gbps=64.0, latency_us=5.0,
+    LinkPreset(name="pcie5", bandwidth_gbps=PCIE_X16_GBPS[5], latency_us=5.0,
                source="PCI-SIG PCIe 5.0 x16: 32 GT/s x 16 lanes, 128b/130b = 63 GB/s per direction"),
 ]}
 
@@ -435,6 +464,8 @@ class ClusterPreset:
     """The link preset of one NIC (per direction)."""
     gpus_per_node: int
     nics_per_node: int
+    pcie: Pcie | None = None
+    """The PCIe fabric inside a node (sim.pcie); None: NVLink through NVSwitch."""
     source: str
 
 
@@ -447,12 +478,32 @@ CLUSTER_PRESETS: dict[str, ClusterPreset] = {p.name: p for p in [
                   nics_per_node=8,
                   source="NVIDIA DGX A100 datasheet: 8x A100 SXM4 on NVLink 3 through NVSwitch (600 GB/s per GPU), "
                          "8x single-port ConnectX-6 200 Gb/s InfiniBand HDR for the compute fabric (one per GPU)"),
-    ClusterPreset(name="pcie-a100", gpu="A100-SXM-80GB", link="pcie4", inter_link="ib-hdr", gpus_per_node=8,
+    ClusterPreset(name="pcie-a100", gpu="A100-PCIe-80GB", link="pcie4", inter_link="ib-hdr", gpus_per_node=8,
                   nics_per_node=2,
-                  source="an 8-GPU PCIe 4.0 server without NVLink: every GPU on its own x16 port (PCI-SIG PCIe 4.0, "
-                         "31.5 GB/s per direction), GPU-to-GPU traffic through PCIe switches taken as non-blocking; "
-                         "A100 compute from the SXM preset (the A100 80GB PCIe has the same 312 TFLOPS dense BF16 "
-                         "and 80 GB, at 1,935 GB/s: NVIDIA A100 datasheet); two HDR NICs per node, an assumption"),
+                  pcie=Pcie(gen=4, gpus_per_switch=1, gpus_per_socket=4, p2p="switch", socket_link="xgmi"),
+                  source="an 8 x A100 80GB PCIe server on two AMD EPYC sockets, every GPU on its own PCIe 4.0 x16 "
+                         "root port, 4 per socket (the bus IDs 0x01 to 0xe1 and the EPYC 7543 of NVIDIA/nccl issue "
+                         "#841); NCCL's default peer-to-peer level (through PCIe switches only) stages every pair "
+                         "through host memory; two HDR NICs per node, an assumption"),
+    ClusterPreset(name="pcie-l20", gpu="L20", link="pcie4", inter_link="ib-hdr", gpus_per_node=8, nics_per_node=2,
+                  pcie=Pcie(gen=4, gpus_per_switch=2, gpus_per_socket=4, p2p="switch", socket_link="upi-spr"),
+                  source="an 8 x L20 server: `nvidia-smi topo -m` of NVIDIA/nccl issue #1817 (GPU pairs PIX under "
+                         "one PCIe 4.0 switch, two switches per socket NODE, the sockets SYS; 48 cores per socket, "
+                         "a Sapphire Rapids Xeon); NCCL's default peer-to-peer level: P2P under a switch, every "
+                         "other pair through host memory; two HDR NICs per node, an assumption"),
+    ClusterPreset(name="pcie-4090", gpu="RTX-4090", link="pcie4", inter_link="ib-hdr", gpus_per_node=8,
+                  nics_per_node=2,
+                  pcie=Pcie(gen=4, gpus_per_switch=1, gpus_per_socket=4, p2p="off", socket_link="xgmi"),
+                  source="an 8 x RTX 4090 server: every GPU on its own PCIe 4.0 x16 root port (bus IDs 0x16 to 0xd8 "
+                         "of NVIDIA/nccl issue #1530), 4 per socket on two AMD EPYC sockets (an assumption); "
+                         "GeForce cards do not allow peer-to-peer, so every pair goes through host memory; two HDR "
+                         "NICs per node, an assumption"),
+    ClusterPreset(name="pcie-h100", gpu="H100-PCIe", link="pcie5", inter_link="ib-ndr", gpus_per_node=8,
+                  nics_per_node=4,
+                  pcie=Pcie(gen=5, gpus_per_switch=4, gpus_per_socket=4, p2p="switch", socket_link="upi-spr"),
+                  source="an 8 x H100 PCIe server with the NVLink bridges off: four GPUs under one PCIe 5.0 switch "
+                         "per Sapphire Rapids socket (an assumption: the common dual-root layout), NCCL's default "
+                         "peer-to-peer level (under a switch); four NDR NICs per node, an assumption"),
 ]}
 
 

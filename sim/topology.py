@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.pcie import Fabric
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,15 @@ class Topology:
     gpus_per_node: int
     nics_per_node: int
     link_name: str = "link"
+    fabric: Fabric | None = None
+    """Each node's PCIe links (sim.pcie), None without: then a flow inside a node holds
+    only its two GPUs' ports."""
 
     @classmethod
     def of(cls, hardware, n_gpus: int) -> "Topology":
         g = hardware.gpus_per_node
         nics = hardware.nics_per_node or g
-        return cls(n_gpus, g, nics, getattr(hardware.link, "name", "link"))
+        return cls(n_gpus, g, nics, getattr(hardware.link, "name", "link"), getattr(hardware, "fabric", None))
 
     @property
     def n_nodes(self) -> int:
@@ -78,11 +82,34 @@ class Topology:
     def resource_names(self) -> list[str]:
         n, k = self.n_gpus, self.n_nics
         per = self.nics_per_node
-        return ([f"GPU {r} compute" for r in range(n)]
-                + [f"GPU {r} {self.link_name} out" for r in range(n)]
-                + [f"GPU {r} {self.link_name} in" for r in range(n)]
-                + [f"node {i // per} NIC {i % per} out" for i in range(k)]
-                + [f"node {i // per} NIC {i % per} in" for i in range(k)])
+        names = ([f"GPU {r} compute" for r in range(n)]
+                 + [f"GPU {r} {self.link_name} out" for r in range(n)]
+                 + [f"GPU {r} {self.link_name} in" for r in range(n)]
+                 + [f"node {i // per} NIC {i % per} out" for i in range(k)]
+                 + [f"node {i // per} NIC {i % per} in" for i in range(k)])
+        if self.fabric is not None:
+            names += [f"node {node} {name}" for node in range(self.n_nodes) for name in self.fabric.names]
+        return names
+
+    @property
+    def fabric_base(self) -> int:
+        """The first fabric resource (node 0's), after the NICs' ports."""
+        return 3 * self.n_gpus + 2 * self.n_nics
+
+    def route(self, src, dst) -> list[np.ndarray]:
+        """Every resource a flow src -> dst holds: its two ports (`ports`), then, inside a
+        PCIe node, the links of its route (sim.pcie.Fabric; -1 where a flow holds fewer)."""
+        out, into = self.ports(src, dst)
+        if self.fabric is None:
+            return [out, into]
+        src, dst = np.broadcast_arrays(np.asarray(src), np.asarray(dst))
+        g = self.gpus_per_node
+        held = self.fabric.route[src % g, dst % g]                       # (..., width)
+        inside = (src // g == dst // g)[..., None]
+        held = np.where(inside & (held >= 0), held + self.fabric_base + (src // g)[..., None] * self.fabric.n_resources,
+                        -1)
+        used = int((held >= 0).any(axis=tuple(range(held.ndim - 1))).sum()) if held.size else 0
+        return [out, into] + [held[..., x] for x in range(used)]
 
     def ports(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
         """The resources a flow src -> dst holds: (sender's port out, receiver's port in)."""

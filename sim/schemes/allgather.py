@@ -143,12 +143,13 @@ def build_allgather_schedule(scenario: Scenario) -> Schedule:
 
 def _flows(b: ScheduleBuilder, topo: Topology, steps, own: np.ndarray) -> list[tuple]:
     """The steps of a two-level ring collective (sim.topology: all_gather or
-    reduce_scatter) as (src, dst, ports out, ports in, chunk sets carried, blocks per
-    flow); a flow inside a node carries a block from every node."""
+    reduce_scatter) as (src, dst, the resources each flow holds (sim.topology.Topology
+    .route), chunk sets carried, blocks per flow); a flow inside a node carries a block
+    from every node."""
     out = []
     n = topo.n_gpus
     for level, src, dst, blocks in steps:
-        port_out, port_in = topo.ports(src, dst)
+        route = topo.route(src, dst)
         if level == 0:
             carried, count = own[blocks], 1
         else:
@@ -157,7 +158,7 @@ def _flows(b: ScheduleBuilder, topo: Topology, steps, own: np.ndarray) -> list[t
             rows = blocks[_first_rows(blocks[:, 0], firsts)]
             each = [b.chunk_set(tuple(sorted(x for r in row for x in (r, 2 * n - 1 - r)))) for row in rows.tolist()]
             carried, count = np.array(each, dtype=np.int64)[which.reshape(-1)], blocks.shape[1]
-        out.append((src, dst, port_out, port_in, carried, count))
+        out.append((src, dst, route, carried, count))
     return out
 
 
@@ -176,10 +177,10 @@ def _collective(b: ScheduleBuilder, steps: list[tuple], kind: int, block_bytes: 
     receivers and the chunk sets they carry."""
     ids, srcs, dsts, sets = [], [], [], []
     into = None                                        # the last flow each rank received
-    for src, dst, port_out, port_in, carried, count in steps:
+    for src, dst, route, carried, count in steps:
         deps = ([] if into is None else [into[src]]) + [a[src] for a in after] + [a[dst] for a in after]
         f = b.transfers(kind=kind, src=src, dst=dst, step=step, nbytes=block_bytes * count,
-                        resources=[port_out, port_in], kv_chunks=carried, after=deps)
+                        resources=route, kv_chunks=carried, after=deps)
         into = np.full(b.n_ranks, NO_DEP, dtype=np.int64)
         into[dst] = f
         ids.append(f)

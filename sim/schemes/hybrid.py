@@ -167,9 +167,8 @@ def _all_to_all(b: ScheduleBuilder, topo: Topology, groups: np.ndarray, nbytes: 
     at both ends. Returns the flows' ids, senders and receivers."""
     ids, srcs, dsts = [], [], []
     for src, dst in topo.all_to_all(groups):
-        out, into = topo.ports(src, dst)
         deps = [a[src] for a in after] + [a[dst] for a in after]
-        ids.append(b.transfers(kind=A2A, src=src, dst=dst, step=step, nbytes=nbytes, resources=[out, into],
+        ids.append(b.transfers(kind=A2A, src=src, dst=dst, step=step, nbytes=nbytes, resources=topo.route(src, dst),
                                kv_chunks=chunks[src], after=deps))
         srcs.append(src)
         dsts.append(dst)
@@ -182,7 +181,8 @@ def _all_to_all(b: ScheduleBuilder, topo: Topology, groups: np.ndarray, nbytes: 
 def _splice(b: ScheduleBuilder, template: Schedule, grid: np.ndarray, topo: Topology,
             ready: np.ndarray, step0: int) -> list[np.ndarray]:
     """Add the ring `template` (ranks 0..r-1) once per ring (column j of `grid`), the
-    copies of each template op side by side; hops hold the ports of their two GPUs and
+    copies of each template op side by side; hops hold the ports of their two GPUs (and
+    the PCIe links between them: sim.topology.Topology.route) and
     wait for `ready` at both ends. Returns, per rank, the id of its last compute and of
     the last dK/dV hop it received (NO_DEP where none)."""
     u = grid.shape[1]
@@ -205,10 +205,10 @@ def _splice(b: ScheduleBuilder, template: Schedule, grid: np.ndarray, topo: Topo
     values.update(rank=rank, peer=peer, step=np.repeat(t.step, u) + step0, kv_rank=ranks(t.kv_rank),
                   q_chunks=np.repeat(sets[t.q_chunks], u), kv_chunks=np.repeat(sets[t.kv_chunks], u))
     safe_peer = np.maximum(peer, 0)
-    out, into = topo.ports(rank, safe_peer)
+    route = topo.route(rank, safe_peer)
     gates = [np.where(transfer, ready[rank], NO_DEP), np.where(transfer, ready[safe_peer], NO_DEP)]
     new = b.add(len(rank), values, list(ids(t.after)) + gates,
-                [np.where(transfer, out, rank), np.where(transfer, into, -1)])
+                [np.where(transfer, route[0], rank)] + [np.where(transfer, x, -1) for x in route[1:]])
     last_compute = np.full(topo.n_gpus, NO_DEP, dtype=np.int64)
     last_dkv = np.full(topo.n_gpus, NO_DEP, dtype=np.int64)
     np.maximum.at(last_compute, rank[~transfer], new[~transfer])

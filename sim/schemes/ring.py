@@ -48,9 +48,10 @@ from sim.errors import RingsimError
 from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank
 from sim.layouts import get as get_layout
 from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
-from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Posts, Schedule
+from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Posts, Schedule, cut_waves
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.threads import each
+from sim.topology import Topology
 from sim.trace import Trace
 
 if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
@@ -96,8 +97,21 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
         gate = _fill(scenario, phase, grid, tables, cols, after, i * n, gate)
     names = [f"GPU {r} compute" for r in range(n)] + [f"link {r}->{(r + 1) % n}" for r in range(n)]
     stepped = n > 1 and scenario.overlap and scenario.sync == "step"
+    wave_starts = np.append(np.concatenate(waves), n_ops)
+    extra = None
+    topo = Topology.of(scenario.hardware, n)
+    if topo.fabric is not None and n > 1:
+        # inside a PCIe node a hop also holds the links of its route (sim.pcie), which
+        # hops of one step may share: the waves are cut again over all the resources
+        is_hop = cols["kind"] != FWD
+        is_hop &= cols["kind"] != BWD
+        route = topo.route(np.arange(n), (np.arange(n) + 1) % n)[1:]
+        rank = cols["rank"].astype(np.int64)
+        extra = np.stack([np.where(is_hop, x[rank], -1) for x in route])
+        names = names + topo.resource_names()[2 * n:]
+        wave_starts = cut_waves(np.vstack([cols["resource"][None, :].astype(np.int64), extra]), after)
     return Schedule(n_ranks=n, **cols, chunk_sets=chunks_of_rank(scenario.layout, n), after=after,
-                    wave_starts=np.append(np.concatenate(waves), n_ops), resource_names=names,
+                    wave_starts=wave_starts, resource_names=names, extra_resources=extra,
                     posts=(lambda: _posts(grids, n, n_ops, ids)) if stepped else None)
 
 

@@ -78,7 +78,7 @@ def test_a_cluster_preset_fills_in_its_controls(client):
     status, out = client.call("scenario.data", _controls(cluster="pcie-a100", gpus=16), ["cluster.value"])
     assert status == 200
     assert (out["gpu"]["value"], out["link"]["value"], out["inter-link"]["value"],
-            out["gpus-per-node"]["value"], out["nics-per-node"]["value"]) == ("A100-SXM-80GB", "pcie4", "ib-hdr", 8, 2)
+            out["gpus-per-node"]["value"], out["nics-per-node"]["value"]) == ("A100-PCIe-80GB", "pcie4", "ib-hdr", 8, 2)
     assert out["url"]["search"] == "?cluster=pcie-a100&gpus=16"
     assert out["scenario"]["data"]["values"]["nics-per-node"] == 2
     assert "value" not in out.get("seq", {})                          # the rest stay as they are

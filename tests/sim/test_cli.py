@@ -121,7 +121,9 @@ def test_compare_all_schemes_lists_every_scheme_and_names_the_fastest(capsys):
     d = json.loads(out)
     assert code == 0
     rows = d["rows"]
-    assert [r["scheme"] for r in rows] == ["ring"] * 3 + ["allgather"] * 2 + ["hybrid", "ulysses"]
+    # every split u x r the 32/8 heads allow with 1 < u < 8: 4 x 2 and 2 x 4
+    assert [r["scheme"] for r in rows] == ["ring"] * 3 + ["allgather"] * 2 + ["hybrid"] * 2 + ["ulysses"]
+    assert [r["variant"] for r in rows if r["scheme"] == "hybrid"] == ["4 x 2", "2 x 4"]
     fastest = min(rows, key=lambda r: r["makespan_s"])
     assert d["fastest"] == [fastest["scheme"], fastest["variant"]]
     for r in rows:
@@ -224,4 +226,6 @@ def test_compare_schemes_keeps_its_lines_short_and_says_what_bounds_each(capsys)
     table, _, notes = out.partition("what bounds each:")
     numbered = [line for line in notes.splitlines() if re.match(r"\d+\. ", line)]
     rows = [line for line in table.splitlines() if re.match(r"\d+\s{2}", line)]
-    assert len(numbered) == len(rows) == 8
+    # 3 ring layouts, 2 all-gathers, Ulysses, and the splits 16 x 2, 8 x 4, 4 x 8, 2 x 16
+    # in each placement (the GPUs span nodes)
+    assert len(numbered) == len(rows) == 14

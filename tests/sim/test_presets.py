@@ -107,10 +107,10 @@ def test_cluster_presets_name_existing_presets_and_cite_their_sources():
     from sim.config import Hardware, Link
     from sim.presets import CLUSTER_PRESETS, cluster_preset
 
-    assert set(CLUSTER_PRESETS) == {"dgx-h100", "dgx-a100", "pcie-a100"}
+    assert set(CLUSTER_PRESETS) == {"dgx-h100", "dgx-a100", "pcie-a100", "pcie-l20", "pcie-4090", "pcie-h100"}
     for p in CLUSTER_PRESETS.values():
         hw = Hardware(gpu=Gpu.preset(p.gpu), link=Link.preset(p.link), inter_link=Link.preset(p.inter_link),
-                      gpus_per_node=p.gpus_per_node, nics_per_node=p.nics_per_node)
+                      gpus_per_node=p.gpus_per_node, nics_per_node=p.nics_per_node, pcie=p.pcie)
         assert p.source and hw.gpus_per_node % hw.nics_per_node == 0
     # 400 Gb/s NDR and 200 Gb/s HDR per GPU: 50 and 25 GB/s per direction
     assert Link.preset(cluster_preset("DGX-H100").inter_link).bandwidth_gbps == 50.0
