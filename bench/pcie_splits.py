@@ -8,7 +8,9 @@ with ring degree 8/u (4/u on the 4-GPU server), the zigzag ring, Q, K and V not 
 - media/benchmark_results.png: 8 x A100-SXM4-80GB on NVLink.
 Its benchmark (benchmark/benchmark_longctx.py at that commit) runs bf16, `seqlen`
 tokens, `nheads` query heads of `head_size`, nheads / group_num K/V heads, batch `bs`,
-Ulysses groups on consecutive ranks (use_ulysses_lowdim). The tables' seqlen is taken as
+Ulysses groups on consecutive ranks (use_ulysses_lowdim); its ring is ring-flash-attention's
+code, merging each block with `_update_out_and_lse`'s chain of elementwise kernels
+(yunchang/ring/utils.py): `--merge unfused`. The tables' seqlen is taken as
 the whole sequence: read as tokens per GPU, the 8 x L20's 128K rows would need 6 PFLOP/s
 per GPU.
 
@@ -70,7 +72,7 @@ def argv(cluster: list[str], gpus: int, heads: int, head_dim: int, kv_heads: int
     return [*cluster, "--gpus", str(gpus), "--seq", str(seq), "--batch", str(batch), "--heads", str(heads),
             "--kv-heads", str(kv_heads), "--head-dim", str(head_dim), "--dtype", "bf16", "--pass", "fwd",
             "--scheme", "hybrid", "--ulysses-degree", str(u), "--ring-degree", str(gpus // u),
-            "--placement", "ulysses-inner", "--layout", "zigzag"]
+            "--placement", "ulysses-inner", "--layout", "zigzag", "--merge", "unfused"]
 
 
 def order(times: dict[int, float]) -> list[int]:

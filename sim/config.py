@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.kernel_model import Floors, best_rate_flops, block_times_s, kernel_table
+from sim.kernel_model import Floors, best_rate_flops, block_times_s, kernel_table, merge_bytes, merge_kernels
 from sim.layouts import NAMES as LAYOUT_NAMES
 from sim.layouts import get as get_layout
 from sim.pcie import Fabric, Pcie
-from sim.presets import LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
+from sim.presets import KERNEL_GAP_US, LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
 from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR, DTYPE_BYTES  # noqa: F401  (read here by many)
 from sim.schemes import get as get_scheme
 
@@ -298,7 +298,45 @@ class Hardware:
                 mask=np.array([mask], dtype=object), q_tokens=np.array([q_tokens]),
                 kv_tokens=np.array([kv_tokens]), head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
                 sliced=np.array([sliced]), alone=np.array([alone]), isolated=np.array([isolated]))[0])
-        return self.gpu.launch_overhead_us * 1e-6 + flops / self.gpu.rate_flops(dtype, head_dim)
+        return float(self._flat_times_s(np.array([flops], dtype=float), dtype=dtype, kind=np.array([kind]),
+                                        mask=np.array([mask]), q_tokens=np.array([q_tokens]),
+                                        kv_tokens=np.array([kv_tokens]), head_dim=head_dim,
+                                        kv_heads_per_head=kv_heads_per_head, sliced=np.array([sliced]),
+                                        alone=np.array([alone]))[0])
+
+    def _flat_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
+                      q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None,
+                      kv_heads_per_head: float | None, sliced: np.ndarray | None,
+                      alone: np.ndarray | None) -> np.ndarray:
+        """The flat model: overhead + FLOPs / (peak x efficiency). Its efficiency is an
+        attention kernel's merged in one fused pass; with the unfused merge
+        (ring-flash-attention's chain of elementwise kernels), each block that merges also
+        pays what that chain moves beyond one fused pass (sim.presets.MERGE_BYTES), at the
+        GPU's memory bandwidth, and the gap after each of its extra kernels."""
+        g = self.gpu
+        t = g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype, head_dim)
+        if not self._flat_unfused:
+            return t
+        hd = head_dim or _GEOMETRY.head_dim
+        ratio = kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads
+        sliced = np.zeros(len(flops), dtype=bool) if sliced is None else np.asarray(sliced, dtype=bool)
+        merges = np.ones(len(flops), dtype=bool) if alone is None else ~np.asarray(alone, dtype=bool)
+        extra = np.zeros(len(flops))
+        for k in ("fwd", "bwd"):
+            for m in ("full", "diagonal"):
+                sel = (kind == k) & (mask == m) & merges
+                if not sel.any():
+                    continue
+                moved = [merge_bytes(k, m, flops[sel], q_tokens[sel], kv_tokens[sel], head_dim=hd,
+                                     kv_heads_per_head=ratio, elem_bytes=DTYPE_BYTES[dtype], merge=merge,
+                                     sliced=sliced[sel]) for merge in ("unfused", "fused")]
+                kernels = merge_kernels(k, "unfused", sliced[sel]) - merge_kernels(k, "fused", sliced[sel])
+                extra[sel] = (moved[0] - moved[1]) / (g.memory_bandwidth_gbps * 1e9) + kernels * KERNEL_GAP_US * 1e-6
+        return t + extra
+
+    @property
+    def _flat_unfused(self) -> bool:
+        return self.gpu.merge == "unfused" and self.gpu.memory_bandwidth_gbps is not None
 
     @property
     def merge_copies_slices(self) -> bool:
@@ -313,7 +351,7 @@ class Hardware:
     def takes_call_order(self) -> bool:
         """Whether blocks depend on `alone` and `isolated` (the block model's merge and floor),
         which sim.players.durations_s then passes to compute_time(s)_s."""
-        return self.gpu.kernel is not None and self.gpu.achieved_tflops is None
+        return (self.gpu.kernel is not None and self.gpu.achieved_tflops is None) or self._flat_unfused
 
     takes_head_geometry = True
     """compute_time(s)_s and rate_flops take the workload's head dim and K/V heads per
@@ -338,7 +376,10 @@ class Hardware:
                 kv_heads_per_head=kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads,
                 elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
                 sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated)
-        return g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype, head_dim)
+        return self._flat_times_s(np.asarray(flops, dtype=float), dtype=dtype, kind=np.asarray(kind, dtype=str),
+                                  mask=np.asarray(mask, dtype=str), q_tokens=np.asarray(q_tokens),
+                                  kv_tokens=np.asarray(kv_tokens), head_dim=head_dim,
+                                  kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone)
 
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """transfer_time_s over arrays of transfers: alpha + bytes / bandwidth of the link

@@ -15,9 +15,9 @@ socket's root complex (in, then out), across the socket link if the other GPU is
 other socket, through that socket's root complex and down the other switch's uplink.
 A flow that may not go peer to peer is staged through host memory: the sender writes it
 into a buffer in its socket's memory and the receiver reads it back, so it goes up its
-uplink and through the root complex even when both GPUs share a switch, crossing the
-root complex twice (into memory, then out of it), and the socket link when the receiver
-sits on the other socket. Which pairs go peer to peer (`p2p`):
+uplink and through the root complex even when both GPUs share a switch, through its
+socket's host memory, and across the socket link when the receiver sits on the other
+socket. Which pairs go peer to peer (`p2p`):
 - "on": every pair (NVIDIA's data-center cards where the platform allows it);
 - "socket": pairs on one socket (many dual-socket servers: P2P across the socket link
   is disabled or unsupported);
@@ -27,10 +27,18 @@ sits on the other socket. Which pairs go peer to peer (`p2p`):
   pair's traffic through shared host memory;
 - "off": no pair (GeForce cards: the driver does not allow P2P).
 
+Host memory. Each socket's staging through its memory is one resource, `staged_gbps`
+wide, which every flow staged there holds: a copy through host memory alone runs at that
+rate, and copies staged through one socket at once share it. Both are measured: CUDA's
+p2pBandwidthLatencyTest on PCIe 4.0 servers gives one staged copy 20.1-22.4 GB/s
+(`Unidirectional P2P=Disabled`, NVIDIA/nccl issue #814) and two at once, one each way,
+19.1-21.2 GB/s together (`Bidirectional P2P=Disabled`, NVIDIA/nccl-tests issue #74):
+one copy's rate, shared.
+
 Time of a flow: alpha + bytes / rate, the rate being the narrowest of its route: the
 GPU ports, the links it crosses (each at its per-direction bandwidth over its lanes,
-below) and, when staged, the rate of a copy through host memory. Staging adds a second
-alpha (two copies in series, each a DMA of its own).
+below) and, when staged, its socket's host memory. Staging adds a second alpha (two
+copies in series, each a DMA of its own).
 
 Sharing. As everywhere in ringsim, a link carries one flow at a time and flows queue in
 schedule order (sim.topology): k flows of b bytes through one link end at k b / B either
@@ -57,8 +65,8 @@ PCIE_X16_GBPS = {gen: gts * 16 * 128 / 130 / 8 for gen, gts in ((3, 8.0), (4, 16
 4.0 and 5.0, x 16 lanes x 128b/130b encoding / 8 bits."""
 
 STAGED_SHARE = 22.2 / 31.5
-"""A copy staged through host memory runs at this share of the x16 link: the median of
-the off-diagonal 'Unidirectional P2P=Disabled Bandwidth Matrix' of CUDA's
+"""A socket's staging through host memory runs at this share of the x16 link: the median
+of the off-diagonal 'Unidirectional P2P=Disabled Bandwidth Matrix' of CUDA's
 p2pBandwidthLatencyTest on a PCIe 4.0 server, 20.1-22.4 GB/s (NVIDIA/nccl issue #814),
 over the 31.5 GB/s of PCIe 4.0 x16. The same share is assumed on PCIe 3.0 and 5.0."""
 
@@ -108,8 +116,9 @@ class Pcie:
     socket_link: str = "upi-spr"
     """A SOCKET_LINKS name: what GPU traffic gets between two sockets."""
     staged_gbps: float | None = None
-    """The rate of one flow staged through host memory, GB/s; None: STAGED_SHARE of the
-    uplink's x16 (measure yours with p2pBandwidthLatencyTest's P2P=Disabled matrix)."""
+    """What one socket's host memory stages, GB/s, for one copy or shared by several;
+    None: STAGED_SHARE of the uplink's x16 (measure yours with p2pBandwidthLatencyTest's
+    Unidirectional P2P=Disabled matrix)."""
     root_gbps: float | None = None
     """What one socket's root complex forwards per direction, GB/s; None: as much as its
     switches' uplinks bring (it never binds)."""
@@ -138,6 +147,14 @@ class Pcie:
             raise RingsimError(f"{self.gpus_per_socket} GPUs per socket do not divide the {gpus_per_node} "
                                "GPUs per node")
 
+    def words(self) -> str:
+        """A short description, such as 'PCIe 4.0, 2 GPUs a switch, 4 a socket, P2P under a switch'."""
+        p2p = {"on": "P2P everywhere", "socket": "P2P within a socket", "switch": "P2P under a switch",
+               "off": "no P2P"}[self.p2p]
+        under = ("each GPU on its own root port" if self.gpus_per_switch == 1
+                 else f"{self.gpus_per_switch} GPUs a switch")
+        return f"PCIe {self.gen}.0, {under}, {self.gpus_per_socket} a socket, {p2p}"
+
     @property
     def uplink_gbps(self) -> float:
         return PCIE_X16_GBPS[self.gen]
@@ -151,7 +168,7 @@ class Pcie:
         return Fabric(self, gpus_per_node, port_gbps)
 
 
-LINK_KINDS = ("switch uplink", "root complex", "socket link")
+LINK_KINDS = ("switch uplink", "root complex", "socket link", "host memory")
 """What a fabric resource is, by code (Fabric.kind_of)."""
 
 
@@ -161,7 +178,8 @@ class Fabric:
     holds, its rate and its extra latency. Resources of a node, in order: each switch's
     uplink up, then down (only with more than one GPU per switch: with one, the uplink is
     the GPU's port); each socket's root complex in (from its devices), then out, in lanes;
-    the socket link of each ordered pair of sockets, in lanes."""
+    the socket link of each ordered pair of sockets, in lanes; each socket's host memory
+    (staged copies)."""
 
     def __init__(self, pcie: Pcie, gpus_per_node: int, port_gbps: float) -> None:
         self.pcie = pcie
@@ -195,13 +213,14 @@ class Fabric:
         sock = {(a, b): [add(f"socket link {a}->{b}" + (f" lane {x}" if ls > 1 else ""), 2, pcie.socket_gbps / ls)
                          for x in range(ls)]
                 for a in range(n_sock) for b in range(n_sock) if a != b}
+        staged_gbps = pcie.staged_gbps if pcie.staged_gbps is not None else STAGED_SHARE * pcie.uplink_gbps
+        memory = [add(f"socket {k} host memory", 3, staged_gbps) for k in range(n_sock)]
         self.names, self.kinds = names, np.array(kinds, dtype=np.int64)
         self.rates = np.array(rates)
-        width = 6
+        width = 7
         self.route = np.full((g, g, width), -1, dtype=np.int64)
         self.rate = np.full((g, g), float(port_gbps))
         self.staged = np.zeros((g, g), dtype=bool)
-        staged_gbps = pcie.staged_gbps if pcie.staged_gbps is not None else STAGED_SHARE * pcie.uplink_gbps
         for i in range(g):
             for j in range(g):
                 if i == j:
@@ -214,6 +233,8 @@ class Fabric:
                     if uplinks:
                         held.append(up[si])
                     held.append(rc_in[ki][(si % sw_per_sock) % lr])
+                    if not p2p:
+                        held.append(memory[ki])
                     if ki != kj:
                         held.append(sock[ki, kj][(i % pcie.gpus_per_socket) % ls])
                     held.append(rc_out[kj][(sj % sw_per_sock) % lr])
@@ -221,9 +242,7 @@ class Fabric:
                         held.append(down[sj])
                 self.route[i, j, :len(held)] = held
                 rate = min([float(port_gbps)] + [rates[h] for h in held])
-                if not p2p:
-                    rate = min(rate, staged_gbps)
-                    self.staged[i, j] = True
+                self.staged[i, j] = not p2p
                 self.rate[i, j] = rate
 
     @property

@@ -69,7 +69,8 @@ def test_without_peer_to_peer_even_a_pair_under_one_switch_goes_up_to_host_memor
     hw = node(p2p="off")
     names = route_names(hw, 0, 1)
     assert names[2:] == ["node 0 switch 0 uplink up", "node 0 socket 0 root complex in lane 0",
-                         "node 0 socket 0 root complex out lane 0", "node 0 switch 0 uplink down"]
+                         "node 0 socket 0 host memory", "node 0 socket 0 root complex out lane 0",
+                         "node 0 switch 0 uplink down"]
     assert hw.transfer_time_s(MB, 0, 1) == pytest.approx(2 * ALPHA + MB / (STAGED_SHARE * G4), rel=1e-12)
 
 
@@ -111,6 +112,21 @@ def test_two_flows_sharing_a_switch_uplink_queue_for_it():
     assert end.max() == pytest.approx(2 * one, rel=1e-12)
     # under one switch each has its own ports: side by side
     _, end = _flows(hw, [(0, 1), (1, 0)], 64 * MB)
+    assert end.tolist() == pytest.approx([one, one], rel=1e-12)
+
+
+def test_copies_staged_through_one_socket_share_its_host_memory():
+    # p2pBandwidthLatencyTest's two copies at once, one each way between two GPUs without
+    # peer to peer: each alone at the staged rate, together one after the other through
+    # the socket's host memory (the pair moves one copy's bandwidth between them)
+    hw = node(p2p="off", per_switch=1)
+    one = 2 * ALPHA + 64 * MB / (STAGED_SHARE * G4)
+    _, end = _flows(hw, [(0, 1)], 64 * MB)
+    assert end.max() == pytest.approx(one, rel=1e-12)
+    _, end = _flows(hw, [(0, 1), (1, 0)], 64 * MB)
+    assert sorted(end.tolist()) == pytest.approx([one, 2 * one], rel=1e-12)
+    # staged through the other socket's memory, a copy does not wait
+    _, end = _flows(hw, [(0, 1), (4, 5)], 64 * MB)
     assert end.tolist() == pytest.approx([one, one], rel=1e-12)
 
 
