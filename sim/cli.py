@@ -181,8 +181,9 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     w, hw = base.workload, base.hardware
     nodes = -(-base.n_gpus // hw.gpus_per_node)
     between = (f", {hw.inter_link.name} between nodes" if hw.inter_link is not None and nodes > 1 else "")
+    inside = hw.pcie.words() if hw.pcie is not None else hw.link.name
     print(f"{base.n_gpus} x {hw.gpu.name} ({nodes} node{'s' if nodes > 1 else ''} of {hw.gpus_per_node}, "
-          f"{hw.pcie.words() if hw.pcie is not None else hw.link.name} inside{between}), {w.seq} tokens, {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
+          f"{inside} inside{between}), {w.seq} tokens, {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
     shown, notes = [], []
     for i, r in enumerate(rows, 1):
