@@ -229,3 +229,54 @@ def test_presets_name_their_sources_and_build():
     assert CLUSTER_PRESETS["pcie-4090"].pcie.p2p == "off"
     assert all(s.source for s in SOCKET_LINKS.values())
     assert PCIE_X16_GBPS[4] == pytest.approx(31.5, abs=0.01)
+
+
+def test_compare_lists_every_split_in_both_placements_on_a_pcie_node():
+    from sim.compare import scheme_variants
+
+    sc = Scenario(workload=Workload(seq=32768), hardware=node(p2p="switch"), n_gpus=8)
+    hybrid = [v for s, v, _ in scheme_variants(sc) if s == "hybrid"]
+    assert hybrid == [f"{u} x {8 // u} {p}" for u in (4, 2) for p in ("ulysses-inner", "ring-inner")]
+    # the placement decides what the flows cross: 2 x 4 with its all-to-all pairs under
+    # one switch is faster than with its rings there
+    times = {p: compute_metrics(simulate(sc.with_(scheme="hybrid", ulysses_degree=2, ring_degree=4, placement=p),
+                                         player="recurrence")).makespan_s for p in ("ulysses-inner", "ring-inner")}
+    assert times["ulysses-inner"] < times["ring-inner"]
+
+
+def test_the_planner_tries_both_placements_on_a_pcie_node():
+    from sim.models import model_preset as get_model
+    from sim.plan import candidate_options, request_from
+
+    def placements(**fields):
+        req = request_from(get_model("llama3-8b"), seq="32k", pass_="fwd", **fields)
+        return {o["placement"] for o in candidate_options(req) if o["scheme"] == "hybrid"}
+
+    assert placements(cluster="pcie-l20") == {"ulysses-inner", "ring-inner"}
+    assert placements(cluster="dgx-h100") == {"ulysses-inner"}
+    assert placements(cluster="dgx-h100", pcie={"p2p": "switch"}) == {"ulysses-inner", "ring-inner"}
+
+
+def test_what_bounds_a_run_names_the_pcie_link_its_flows_queue_for():
+    from sim.metrics import scheme_row
+
+    # every pair staged through host memory: an all-to-all queues there, not at the ports
+    sc = Scenario(workload=Workload(seq=16384), hardware=node(p2p="off"), n_gpus=8, scheme="ulysses")
+    trace = simulate(sc, player="recurrence")
+    row = scheme_row("ulysses", "degree 8", trace, compute_metrics(trace))
+    assert row["busiest_pcie_link_kind"] == "host memory"
+    assert row["busiest_pcie_link_s"] > row["busiest_port_s"]
+    assert "bound by the PCIe host memory" in row["explanation"]
+    # over NVSwitch nothing of the kind is said
+    trace = simulate(sc.with_(hardware=Hardware()), player="recurrence")
+    row = scheme_row("ulysses", "degree 8", trace, compute_metrics(trace))
+    assert "busiest_pcie_link" not in row and "PCIe" not in row["explanation"]
+
+
+def test_a_pcie_cluster_preset_brings_its_fabric_to_the_dashboard():
+    from dashboard.state import cluster_values, defaults, scenario_from_values
+
+    sc = scenario_from_values(defaults() | cluster_values("pcie-l20") | {"cluster": "pcie-l20"})
+    assert sc.hardware.pcie == Pcie(gen=4, gpus_per_switch=2, gpus_per_socket=4, p2p="switch", socket_link="upi-spr")
+    sc = scenario_from_values(defaults() | cluster_values("pcie-l20") | {"cluster": "pcie-l20", "link": "nvlink4"})
+    assert sc.hardware.pcie is None
