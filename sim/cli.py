@@ -1,7 +1,7 @@
 """The `ringsim` command line.
 
 Subcommands: simulate, compare (this module), sweep (sim.sweep_cli), plan
-(sim.plan_cli), and those other packages register through the `ringsim.commands`
+(sim.plan_cli), gemm (sim.step_cli), and those other packages register through the `ringsim.commands`
 entry point group (pyproject.toml): hw, calibrate and validate (beside the real kernel:
 hw.cli, hw.calibrate_cli, hw.validate_cli), dashboard (the browser app). The simulator
 imports neither package. A user's mistake is a `RingsimError`: printed as one line on
@@ -226,10 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "makespan, exposed communication, bytes and memory per GPU, and what bounds each")
     cp.add_argument("--json", action="store_true", help="print one JSON object")
     cp.set_defaults(func=cmd_compare)
-    from sim import plan_cli, sweep_cli
+    from sim import plan_cli, step_cli, sweep_cli
 
     sweep_cli.register(sub)
     plan_cli.register(sub)
+    step_cli.register(sub)
     for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         try:
             register = entry.load()

@@ -378,9 +378,10 @@ GPU_PRESETS: dict[str, GpuPreset] = {p.name: p for p in [
               source="NVIDIA L40S datasheet: BF16/FP16 Tensor 733 TFLOPS with sparsity = 362.05 dense, FP32 91.6 "
                      "TFLOPS, 48 GB GDDR6 at 864 GB/s, PCIe 4.0 x16; 142 SMs"),
     GpuPreset(name="L20", peak_tflops={"bf16": 119.5, "fp16": 119.5, "fp32": 59.8},
-              memory_gb=48.0, memory_bandwidth_gbps=864.0,
+              memory_gb=48.0, memory_bandwidth_gbps=864.0, sms=92,
               source="NVIDIA L20 product brief: BF16/FP16 Tensor 239 TFLOPS with sparsity = 119.5 dense, FP32 "
-                     "59.8 TFLOPS, 48 GB GDDR6 at 864 GB/s, PCIe 4.0 x16"),
+                     "59.8 TFLOPS, 48 GB GDDR6 at 864 GB/s, PCIe 4.0 x16, 11,776 CUDA cores (92 SMs of 128 "
+                     "on Ada)"),
     GpuPreset(name="RTX-4090", peak_tflops={"bf16": 165.2, "fp16": 165.2, "fp32": 82.6},
               memory_gb=24.0, memory_bandwidth_gbps=1008.0, sms=128,
               source="NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090): FP16/BF16 Tensor with FP32 "
