@@ -9,7 +9,8 @@ Sources: "The Llama 3 Herd of Models" (Llama Team, AI @ Meta, arXiv 2407.21783, 
 Table 3 ("Overview of the key hyperparameters of Llama 3"): layers, model dimension,
 attention heads and key/value heads of the 8B, 70B and 405B models; head dim = model
 dimension / attention heads = 128 for all three (the `head_dim` of each model card's
-config.json). Parameter counts as the Hugging Face model pages list them
+config.json), the FFN dimension (14,336, 28,672 and 53,248) and the vocabulary of
+128,256 tokens (each card's `intermediate_size` and `vocab_size`). Parameter counts as the Hugging Face model pages list them
 (meta-llama/Meta-Llama-3-8B: 8.03B, Meta-Llama-3-70B: 70.6B, Llama-3.1-405B: 406B).
 """
 
@@ -38,6 +39,10 @@ class Model:
     head_dim: int
     params: float | None = None
     """Parameters (for the weights and optimizer state when the user gives a sharding)."""
+    ffn: int | None = None
+    """The feed-forward (SwiGLU) dimension; None: not known (attention-only questions)."""
+    vocab: int | None = None
+    """Vocabulary size (the embedding and the output layer)."""
     source: str = "given on the command line"
 
     def __post_init__(self) -> None:
@@ -49,19 +54,26 @@ class Model:
             raise RingsimError(f"model kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
         if self.params is not None and not (isinstance(self.params, (int, float)) and self.params > 0):
             raise RingsimError(f"model params must be a positive number, got {self.params!r}")
+        for name in ("ffn", "vocab"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise RingsimError(f"model {name} must be a positive whole number, got {v!r}")
 
     def describe(self) -> dict:
         return {"name": self.name, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
-                "kv_heads": self.kv_heads, "head_dim": self.head_dim, "params": self.params,
-                "source": self.source}
+                "kv_heads": self.kv_heads, "head_dim": self.head_dim, "params": self.params, "ffn": self.ffn,
+                "vocab": self.vocab, "source": self.source}
 
 
 MODEL_PRESETS: dict[str, Model] = {m.name: m for m in [
     Model(name="llama3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, params=8.03e9,
+          ffn=14336, vocab=128256,
           source=f"{_PAPER}; 8.03B parameters (meta-llama/Meta-Llama-3-8B model page)"),
     Model(name="llama3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, params=70.6e9,
+          ffn=28672, vocab=128256,
           source=f"{_PAPER}; 70.6B parameters (meta-llama/Meta-Llama-3-70B model page)"),
     Model(name="llama3-405b", layers=126, hidden=16384, heads=128, kv_heads=8, head_dim=128, params=406e9,
+          ffn=53248, vocab=128256,
           source=f"{_PAPER}; 406B parameters (meta-llama/Llama-3.1-405B model page)"),
 ]}
 

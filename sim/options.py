@@ -50,6 +50,36 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
                    help="causal mask (default on)")
     g.add_argument("--pass", dest="pass_", choices=PASSES, default=d.pass_,
                    help="fwd, bwd or fwdbwd (default fwd)")
+    add_hardware_args(p)
+    s = p.add_argument_group("schedule")
+    s.add_argument("--scheme", choices=scheme_names(), default="ring",
+                   help="sequence-parallel scheme (default ring)")
+    s.add_argument("--ulysses-degree", type=int, default=None,
+                   help="ulysses, hybrid: GPUs per all-to-all group (ulysses: all of them; hybrid default: "
+                        "the largest that fits the heads and a node, leaving rings of two or more)")
+    s.add_argument("--ring-degree", type=int, default=None,
+                   help="hybrid: GPUs per ring (ulysses degree x ring degree = --gpus)")
+    s.add_argument("--placement", choices=PLACEMENTS, default="ulysses-inner",
+                   help="hybrid: all-to-all groups on consecutive ranks, inside a node (ulysses-inner, "
+                        "default, as TransformerEngine's a2a+p2p) or the rings (ring-inner)")
+    s.add_argument("--head-groups", type=int, default=1,
+                   help="allgather: gather and attend K/V head group by head group, each gather behind "
+                        "the previous group's compute (default 1: one gather, exposed)")
+    if with_layout:
+        s.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
+        s.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                       help="double-buffered K/V transfers behind compute (default on)")
+    s.add_argument("--sync", choices=["step", "buffered"], default="step",
+                   help="with overlap: post and wait once per step as ring kernels do (default), "
+                        "or forward each block as soon as a buffer is free")
+    s.add_argument("--granularity", choices=["exact", "tile"], default="exact",
+                   help="count exact unmasked pairs or whole tiles (default exact)")
+    s.add_argument("--tile", type=int, default=128, help="tile edge in tokens (default 128)")
+
+
+def add_hardware_args(p: argparse.ArgumentParser) -> None:
+    """The hardware flags (hardware_from_args reads them): the GPU, its kernel model, the
+    links, the nodes and a PCIe node's fabric."""
     h = p.add_argument_group("hardware")
     h.add_argument("--cluster", default=None,
                    help=f"cluster preset, the defaults of the next five flags: {', '.join(CLUSTER_PRESETS)}")
@@ -95,30 +125,6 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
     h.add_argument("--profile", default=None,
                    help="calibrated hardware profile (from `ringsim calibrate`), replacing presets; a GPU profile "
                         "(from one GPU's compute grid) replaces the GPU alone and keeps the link flags")
-    s = p.add_argument_group("schedule")
-    s.add_argument("--scheme", choices=scheme_names(), default="ring",
-                   help="sequence-parallel scheme (default ring)")
-    s.add_argument("--ulysses-degree", type=int, default=None,
-                   help="ulysses, hybrid: GPUs per all-to-all group (ulysses: all of them; hybrid default: "
-                        "the largest that fits the heads and a node, leaving rings of two or more)")
-    s.add_argument("--ring-degree", type=int, default=None,
-                   help="hybrid: GPUs per ring (ulysses degree x ring degree = --gpus)")
-    s.add_argument("--placement", choices=PLACEMENTS, default="ulysses-inner",
-                   help="hybrid: all-to-all groups on consecutive ranks, inside a node (ulysses-inner, "
-                        "default, as TransformerEngine's a2a+p2p) or the rings (ring-inner)")
-    s.add_argument("--head-groups", type=int, default=1,
-                   help="allgather: gather and attend K/V head group by head group, each gather behind "
-                        "the previous group's compute (default 1: one gather, exposed)")
-    if with_layout:
-        s.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
-        s.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
-                       help="double-buffered K/V transfers behind compute (default on)")
-    s.add_argument("--sync", choices=["step", "buffered"], default="step",
-                   help="with overlap: post and wait once per step as ring kernels do (default), "
-                        "or forward each block as soon as a buffer is free")
-    s.add_argument("--granularity", choices=["exact", "tile"], default="exact",
-                   help="count exact unmasked pairs or whole tiles (default exact)")
-    s.add_argument("--tile", type=int, default=128, help="tile edge in tokens (default 128)")
 
 
 def hardware_from_args(a: argparse.Namespace) -> Hardware:

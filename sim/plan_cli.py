@@ -19,11 +19,10 @@ from sim.errors import RingsimError
 from sim.pcie import P2P_MODES, SOCKET_LINKS
 
 
-def register(sub) -> None:
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """A model preset and the numbers that replace its own (model_from_args)."""
     from sim.models import MODEL_PRESETS
 
-    p = sub.add_parser("plan", help="rank every scheme, degree and layout for a model, sequence and cluster, "
-                                    "with memory per GPU")
     m = p.add_argument_group("model")
     m.add_argument("--model", default=None, help=f"preset: {', '.join(MODEL_PRESETS)}; or give the numbers below")
     m.add_argument("--layers", type=int, default=None, help="transformer layers (replaces the preset's)")
@@ -31,8 +30,16 @@ def register(sub) -> None:
     m.add_argument("--kv-heads", type=int, default=None, help="key/value heads")
     m.add_argument("--head-dim", type=int, default=None, help="(default 128)")
     m.add_argument("--hidden", type=int, default=None, help="model dimension (default heads x head dim)")
+    m.add_argument("--ffn", type=int, default=None, help="feed-forward (SwiGLU) dimension")
+    m.add_argument("--vocab", type=int, default=None, help="vocabulary size")
     m.add_argument("--params", type=float, default=None,
-                   help="parameters, in billions (for --param-shards; default the preset's)")
+                   help="parameters, in billions (default the preset's)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="rank every scheme, degree and layout for a model, sequence and cluster, "
+                                    "with memory per GPU")
+    add_model_args(p)
     w = p.add_argument_group("workload")
     w.add_argument("--seq", required=True, help="tokens per sequence: 131072, 128k, 1M (= 2^20)")
     w.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
@@ -82,8 +89,8 @@ def model_from_args(a: argparse.Namespace):
     from sim.models import Model, model_preset
 
     base = model_preset(a.model) if a.model else None
-    given = {k: getattr(a, k) for k in ("layers", "heads", "kv_heads", "head_dim", "hidden")
-             if getattr(a, k) is not None}
+    given = {k: getattr(a, k) for k in ("layers", "heads", "kv_heads", "head_dim", "hidden", "ffn", "vocab")
+             if getattr(a, k, None) is not None}
     if base is None:
         missing = [f"--{k.replace('_', '-')}" for k in ("layers", "heads", "kv_heads") if k not in given]
         if missing:

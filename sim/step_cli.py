@@ -1,4 +1,5 @@
-"""`ringsim gemm`: the GEMM model's time of one matrix product (sim.gemm)."""
+"""`ringsim step`: one training step over tensor, context, pipeline and data parallelism
+(sim.step); `ringsim gemm`: the GEMM model's time of one matrix product (sim.gemm)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,37 @@ from sim.presets import GPU_PRESETS
 
 
 def register(sub) -> None:
+    from sim.options import add_hardware_args
+    from sim.plan_cli import add_model_args
+    from sim.schemes import names as scheme_names
+    from sim.step import RECOMPUTE, ZERO_STAGES
+    from sim.units import tokens
+
+    s = sub.add_parser("step", help="one training step: time, tokens/s and TFLOP/s per GPU, MFU, memory per GPU "
+                                    "and what the step is made of, for TP x CP x PP x DP GPUs")
+    add_model_args(s)
+    w = s.add_argument_group("batch")
+    w.add_argument("--seq", type=tokens, required=True, help="tokens per sequence: 8192, 128k, 1M (= 2^20)")
+    w.add_argument("--global-batch", type=tokens, required=True,
+                   help="tokens per step over all replicas: 16M (= 16 x 2^20), 4M, ...")
+    w.add_argument("--microbatches", type=int, default=None,
+                   help="micro-batches per step per replica (default: one sequence each)")
+    par = s.add_argument_group("parallelism (the GPUs are TP x CP x PP x DP; the nodes follow from the GPUs per node)")
+    for flag, what in (("--tp", "tensor"), ("--cp", "context"), ("--pp", "pipeline"), ("--dp", "data")):
+        par.add_argument(flag, type=int, default=1, help=f"{what}-parallel degree (default 1)")
+    par.add_argument("--zero", type=int, choices=ZERO_STAGES, default=1,
+                     help="0: DDP, 1: ZeRO-1 (default), 3: FSDP (weights, gradients and optimizer state sharded)")
+    par.add_argument("--recompute", choices=RECOMPUTE, default="none",
+                     help="none (default), selective (attention recomputed) or full (each layer's forward)")
+    par.add_argument("--fp8", action="store_true", help="GEMMs in FP8 at the GPU's FP8 rate")
+    par.add_argument("--interleave", type=int, default=1, help="virtual pipeline stages per GPU (default 1)")
+    par.add_argument("--scheme", choices=scheme_names(), default="ring", help="the CP scheme (default ring)")
+    par.add_argument("--layout", default="zigzag", help="the CP ring's layout (default zigzag)")
+    add_hardware_args(s)
+    s.add_argument("--json", action="store_true",
+                   help="one JSON object: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, memory_bytes_per_gpu, "
+                        "fits, breakdown, memory, ...")
+    s.set_defaults(func=cmd_step)
     g = sub.add_parser("gemm", help="the GEMM model's time of one product C (M x N) = A (M x K) B (K x N), "
                                     "called alone")
     g.add_argument("--m", type=int, required=True, help="rows of A and C (tokens, for a linear layer's forward)")
@@ -40,4 +72,40 @@ def cmd_gemm(a: argparse.Namespace) -> int:
           + (f", K split {t.split_k} ways" if t.split_k > 1 else "")
           + f"; math {fmt_s(t.math_s)}, memory {fmt_s(t.memory_s)}, floor {fmt_s(t.floor_s)}")
     print(f"rate: {t.rate_tflops:g} TFLOP/s, {t.rate_source}")
+    return 0
+
+
+def cmd_step(a: argparse.Namespace) -> int:
+    from sim.options import hardware_from_args, table
+    from sim.plan_cli import model_from_args
+    from sim.step import Parallel, StepRequest, simulate_step
+    from sim.units import fmt_bytes, fmt_s
+
+    hw = hardware_from_args(a)
+    par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
+                   microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout)
+    req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
+    step = simulate_step(req)
+    if a.json:
+        print(json.dumps(step.to_dict(), indent=2))
+        return 0
+    nodes = -(-par.gpus // hw.gpus_per_node)
+    print(f"{req.model.name}, {req.seq:,}-token sequences, {req.global_batch:,} tokens a step; {par.gpus:,} x "
+          f"{hw.gpu.name} ({nodes:,} node{'s' if nodes > 1 else ''} of {hw.gpus_per_node}) as TP {par.tp} x CP "
+          f"{par.cp} x PP {par.pp} x DP {par.dp}, ZeRO-{par.zero}, recompute {par.recompute}"
+          + (", FP8" if par.fp8 else ""))
+    print(f"step {fmt_s(step.step_s)}   {step.tokens_per_s_per_gpu:,.0f} tokens/s per GPU   "
+          f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU   MFU {step.mfu:.1%}")
+    print(f"micro-batches {req.microbatches} of {req.micro_batch} sequence{'s' if req.micro_batch > 1 else ''}; "
+          f"stages of {', '.join(map(str, sorted(set(step.stage_layers))))} layers")
+    rows = [[k.removesuffix("_s").replace("_", " "), fmt_s(v), f"{v / step.step_s:.1%}"]
+            for k, v in step.breakdown.items() if v > 0]
+    print("\n" + table(["part of the step (slowest stage)", "time", "share"], rows))
+    mem = step.memory
+    fits = "fits" if step.fits else "does NOT fit"
+    print(f"\nmemory per GPU {fmt_bytes(mem['total'])} of {hw.gpu.memory_gb:g} GB: {fits}  ("
+          + ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in mem.items() if k != "total" and v > 0)
+          + ")")
+    for note in step.notes:
+        print(note)
     return 0

@@ -1,0 +1,134 @@
+"""The training step (sim.step) against closed forms worked out here: a layer's FLOPs, the
+pipeline bubble, a TP collective, FSDP's gathers behind compute, activation memory with
+and without recomputation, and configurations refused in one line."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from sim.config import Gpu, Hardware, Link
+from sim.errors import RingsimError
+from sim.models import model_preset
+from sim.step import (
+    ELEMENT_BYTES,
+    Parallel,
+    StepRequest,
+    activation_bytes_per_token,
+    bubble_fraction,
+    layer_forward_flops,
+    layer_params,
+    model_flops_per_token,
+    ring_collective_s,
+    simulate_step,
+    stage_layers,
+)
+
+L8B = model_preset("llama3-8b")
+DGX = Hardware(gpu=Gpu.preset("H100-SXM"), link=Link.preset("nvlink4"), inter_link=Link.preset("ib-ndr"),
+               gpus_per_node=8)
+
+
+def test_one_layers_flops_against_the_closed_form():
+    # Llama-3-8B: h 4096, 32 heads, 8 K/V heads of 128, FFN 14336; 4096 tokens of 8192-token sequences
+    h, ffn, tokens, seq = 4096, 14336, 4096, 8192
+    qkv = h * (32 + 2 * 8) * 128
+    linear = 2 * (qkv + 4096 * h + 3 * h * ffn)
+    attention = 2 * seq * 32 * 128                    # 4 x seq x heads x dim per token, causal half
+    assert layer_forward_flops(L8B, seq, tokens) == pytest.approx(tokens * (linear + attention), rel=1e-15)
+    assert layer_params(L8B) == qkv + 4096 * h + 3 * h * ffn + 2 * h
+    # 6 N per token plus 6 x seq x heads x dim per layer
+    assert model_flops_per_token(L8B, seq) == pytest.approx(6 * 8.03e9 + 6 * 32 * seq * 32 * 128)
+
+
+@pytest.mark.parametrize("pp, m, v, want", [(4, 8, 1, 3 / 8), (16, 32, 1, 15 / 32), (16, 32, 4, 15 / 128),
+                                            (1, 5, 1, 0.0)])
+def test_the_bubble_of_1f1b(pp, m, v, want):
+    assert bubble_fraction(pp, m, v) == pytest.approx(want)
+
+
+def test_the_pipeline_adds_its_bubble_to_the_micro_batches():
+    # one layer per stage of 4, 8 micro-batches: step = (8 + 3) x (t_f + t_b) + the sends
+    m = replace(L8B, layers=4)
+    req = StepRequest(model=m, seq=4096, global_batch=8 * 4096, parallel=Parallel(tp=1, pp=4), hardware=DGX)
+    s = simulate_step(req)
+    work = s.breakdown["gemm_s"] + s.breakdown["attention_s"] + s.breakdown["elementwise_s"]
+    assert s.breakdown["pp_bubble_s"] == pytest.approx(3 / 8 * work, rel=1e-9)
+    assert s.stage_layers == [1, 1, 1, 1]
+
+
+def test_a_tp_all_gather_moves_its_shards_around_the_ring():
+    # 4096 tokens x 4096 hidden in bf16 over 8 GPUs at 450 GB/s and 3 µs: 7 steps of 1/8
+    nbytes = 4096 * 4096 * ELEMENT_BYTES
+    assert ring_collective_s(nbytes, 8, 450.0, 3.0) == pytest.approx(7 * (3e-6 + nbytes / 8 / 450e9), rel=1e-12)
+    assert ring_collective_s(nbytes, 1, 450.0, 3.0) == 0.0
+    # the step's TP time per layer: four of them forward, four backward
+    req = StepRequest(model=L8B, seq=4096, global_batch=4096, parallel=Parallel(tp=8), hardware=DGX)
+    s = simulate_step(req)
+    assert s.per_layer["tp_fwd_s"] == pytest.approx(4 * ring_collective_s(nbytes, 8, 450.0, 3.0), rel=1e-12)
+
+
+def test_fsdp_gathers_hide_behind_a_longer_compute_and_show_behind_a_shorter_one():
+    slow_nic = replace(DGX, inter_link=Link.preset("ib-ndr", bandwidth_gbps=0.5))     # 4 Gb/s: gathers dominate
+    base = dict(model=L8B, seq=8192, global_batch=16 * 8192, hardware=DGX)
+    fast = simulate_step(StepRequest(parallel=Parallel(tp=8, dp=16, zero=3), **base))
+    assert fast.breakdown["dp_comm_s"] == pytest.approx(0.0, abs=1e-12)      # 400 Gb/s: every gather hides
+    slow = simulate_step(StepRequest(parallel=Parallel(tp=8, dp=16, zero=3), **{**base, "hardware": slow_nic}))
+    layer_bytes = layer_params(L8B) / 8 * ELEMENT_BYTES
+    gather = ring_collective_s(layer_bytes, 16, 0.5, slow_nic.inter_link.latency_us)
+    p = slow.per_layer
+    layer_f = p["gemm_fwd_s"] + p["attention_fwd_s"] + p["elementwise_fwd_s"] + p["tp_fwd_s"]
+    assert gather > layer_f
+    assert slow.breakdown["dp_comm_s"] >= 32 * (gather - layer_f)           # every layer, every micro-batch
+
+
+def test_activation_memory_with_and_without_recomputation():
+    h, ffn, tp = 4096, 14336, 8
+    kept = (4 * h + (32 + 2 * 8) * 128 + 3 * ffn) * 2 / tp
+    with_out = kept + (32 * 128 * 2 + 4 * 32) / tp
+    assert activation_bytes_per_token(L8B, tp, "none") == pytest.approx(with_out)
+    assert activation_bytes_per_token(L8B, tp, "selective") == pytest.approx(kept)
+    assert activation_bytes_per_token(L8B, tp, "full") == pytest.approx(2 * h / tp)
+    # full recomputation keeps less and costs a forward more
+    base = dict(model=L8B, seq=8192, global_batch=8192, hardware=DGX)
+    none = simulate_step(StepRequest(parallel=Parallel(tp=8), **base))
+    full = simulate_step(StepRequest(parallel=Parallel(tp=8, recompute="full"), **base))
+    assert full.memory["activations"] < none.memory["activations"] / 10
+    assert full.step_s > none.step_s and full.breakdown["recompute_s"] > 0
+
+
+def test_llama3_stages_take_one_layer_fewer_first_and_last():
+    assert stage_layers(126, 16) == [7] + [8] * 14 + [7]
+    assert stage_layers(32, 4) == [8, 8, 8, 8]
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(parallel=Parallel(tp=3)), "--tp 3 does not divide the model's 32 query heads"),
+    (dict(parallel=Parallel(pp=64)), "32 layers cannot fill 64 stages"),
+    (dict(parallel=Parallel(dp=3)), "is not a whole number of 8192-token sequences for each of the 3 replicas"),
+    (dict(parallel=Parallel(cp=3)), "--seq 8192 does not divide into --cp 3 shards"),
+    (dict(parallel=Parallel(microbatches=3)), "--microbatches 3 does not divide the 4 sequences"),
+    (dict(parallel=Parallel(zero=2)), "--zero must be one of 0, 1, 3"),
+    (dict(model=replace(L8B, ffn=None)), "has no FFN size or vocabulary"),
+])
+def test_bad_configurations_are_refused_in_one_line(changes, message):
+    fields = dict(model=L8B, seq=8192, global_batch=4 * 8192, hardware=DGX) | changes
+    with pytest.raises(RingsimError, match=message):
+        StepRequest(**fields)
+
+
+def test_the_command_gives_json_and_refuses_degrees_that_do_not_fit():
+    args = [sys.executable, "-m", "sim.cli", "step", "--model", "llama3-8b", "--seq", "8k", "--global-batch",
+            "64k", "--tp", "8", "--dp", "8", "--cluster", "dgx-h100"]
+    r = subprocess.run(args + ["--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    for key in ("step_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "memory_bytes_per_gpu", "fits",
+                "breakdown"):
+        assert key in d
+    assert d["gpus"] == 64 and 0 < d["mfu"] < 1
+    assert d["tokens_per_s_per_gpu"] == pytest.approx(65536 / d["step_s"] / 64)
+    r = subprocess.run(args[:-4] + ["--tp", "5"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--tp 5 does not divide" in r.stderr
