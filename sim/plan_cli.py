@@ -42,6 +42,12 @@ def register(sub) -> None:
     add_model_args(p)
     w = p.add_argument_group("workload")
     w.add_argument("--seq", required=True, help="tokens per sequence: 131072, 128k, 1M (= 2^20)")
+    w.add_argument("--global-batch", default=None,
+                   help="tokens a step over all replicas (16M, 4M): plan the whole training step over TP x CP x "
+                        "PP x DP (ringsim step); without it, attention alone")
+    w.add_argument("--attention-only", action="store_true",
+                   help="with --global-batch: still plan attention alone (schemes, layouts, degrees)")
+    w.add_argument("--fp8", action="store_true", help="whole-step plan: GEMMs in FP8")
     w.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
     w.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     w.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True, help="(default on)")
@@ -148,6 +154,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     if a.top < 0:
         raise RingsimError(f"--top must be 0 (all) or more, got {a.top}")
+    if a.global_batch is not None and not a.attention_only:
+        return _plan_steps(a)
     req = request_from_args(a)
     result = plan(req, Runner(workers=a.workers), progress_line(sys.stderr))
     if a.json:
@@ -155,4 +163,43 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print()
         return 0
     print(format_plan(result, a.top or len(result.candidates)))
+    return 0
+
+
+def _plan_steps(a: argparse.Namespace) -> int:
+    """The whole-step plan (sim.step_plan)."""
+    from sim.options import scenario_from_args, table
+    from sim.spec import argv_of, convert, option
+    from sim.step_plan import label, plan_steps
+    from sim.sweep import _parser
+    from sim.units import fmt_bytes, fmt_s, parse_count
+
+    req = request_from_args(a)
+    options = {k: v for k, v in req.base_options().items()
+               if k not in ("gpus", "seq", "batch", "heads", "kv-heads", "head-dim", "dtype", "pass", "causal")}
+    hardware_argv = argv_of({o.dest: convert(o, v) for o, v in ((option(k), v) for k, v in options.items())})
+    hardware = scenario_from_args(_parser().parse_args(hardware_argv)).hardware
+    seq = parse_count(a.seq, "seq")
+    batch = parse_count(a.global_batch, "global-batch")
+    result = plan_steps(req.model, seq, batch, hardware, req.n_gpus, hardware_argv=hardware_argv, fp8=a.fp8,
+                        on_progress=progress_line(sys.stderr))
+    top = result.candidates[: a.top or len(result.candidates)]
+    if a.json:
+        json.dump({"gpus": result.gpus, "considered": result.considered, "refused": result.refused,
+                   "seconds": result.seconds, "candidates": top}, sys.stdout, indent=2)
+        print()
+        return 0
+    fitting = sum(c["fits"] for c in result.candidates)
+    print(f"{req.model.name} at {seq:,} tokens a sequence, {batch:,} tokens a step; {result.gpus:,} x "
+          f"{hardware.gpu.name} ({req.nodes} node{'s' if req.nodes > 1 else ''} of {req.gpus_per_node})")
+    print(f"{result.considered:,} splits considered, {result.refused:,} not possible, {len(result.candidates):,} "
+          f"timed, {fitting:,} fit in {hardware.gpu.memory_gb:g} GB; {result.seconds:.1f} s")
+    rows = [[c["rank"], label(c), fmt_s(c["step_s"]), f"{c['tokens_per_s_per_gpu']:,.0f}",
+             f"{c['tflops_per_gpu']:.0f}", f"{c['mfu']:.1%}", fmt_bytes(c["memory_bytes_per_gpu"]),
+             "yes" if c["fits"] else "no"] for c in top]
+    print("\n" + table(["#", "split", "step", "tokens/s/GPU", "TFLOP/s", "MFU", "memory/GPU", "fits"], rows))
+    print()
+    for c in top:
+        print(f"{c['rank']}. {label(c)}: {c['why']}")
+        print(f"   {c['command']}")
     return 0

@@ -318,9 +318,25 @@ class Step:
                 "stage_layers": self.stage_layers, "notes": self.notes}
 
 
+_ATTENTION: dict[tuple, tuple[float, float]] = {}
+"""Attention layers already simulated, by everything that decides them (a plan asks for
+the same few many times)."""
+
+
 def _attention_s(req: StepRequest, pass_: str) -> tuple[float, float]:
     """(makespan, the scheme's working memory) of one layer's attention for one
     micro-batch on the CP group (sim.engine.simulate)."""
+    m, p = req.model, req.parallel
+    key = (m.heads, m.kv_heads, m.head_dim, p.tp, p.cp, p.scheme, p.layout, req.micro_batch, req.seq, pass_,
+           repr(req.hardware))
+    if key not in _ATTENTION:
+        if len(_ATTENTION) > 4096:
+            _ATTENTION.clear()
+        _ATTENTION[key] = _simulate_attention(req, pass_)
+    return _ATTENTION[key]
+
+
+def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
     from sim.engine import simulate
     from sim.memory import peak_memory
     from sim.metrics import compute_metrics

@@ -132,3 +132,34 @@ def test_the_command_gives_json_and_refuses_degrees_that_do_not_fit():
     assert d["tokens_per_s_per_gpu"] == pytest.approx(65536 / d["step_s"] / 64)
     r = subprocess.run(args[:-4] + ["--tp", "5"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--tp 5 does not divide" in r.stderr
+
+
+def test_the_whole_step_plan_ranks_fitting_splits_by_tokens_per_gpu_and_each_command_reproduces_its_row():
+    from sim.step_plan import plan_steps
+
+    hw = DGX
+    plan = plan_steps(L8B, 8192, 64 * 8192, hw, 64, hardware_argv=["--cluster", "dgx-h100"])
+    assert plan.considered == len(plan.candidates) + plan.refused
+    fitting = [c for c in plan.candidates if c["fits"]]
+    assert fitting and fitting == plan.candidates[:len(fitting)]
+    speeds = [c["tokens_per_s_per_gpu"] for c in fitting]
+    assert speeds == sorted(speeds, reverse=True)
+    assert all(c["parallel"]["tp"] <= 8 for c in plan.candidates)          # TP inside a node
+    best = plan.candidates[0]
+    assert best["why"].startswith("fastest")
+    # the row's command gives the same step
+    r = subprocess.run([sys.executable, "-m", "sim.cli", *best["command"].split()[1:], "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["step_s"] == pytest.approx(best["step_s"], rel=1e-12)
+
+
+def test_plan_with_a_global_batch_plans_the_step_and_attention_only_keeps_the_old_question():
+    base = [sys.executable, "-m", "sim.cli", "plan", "--model", "llama3-8b", "--seq", "8k", "--cluster",
+            "dgx-h100", "--top", "3"]
+    r = subprocess.run(base + ["--global-batch", "512k", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert len(d["candidates"]) == 3 and d["candidates"][0]["command"].startswith("ringsim step ")
+    r = subprocess.run(base + ["--global-batch", "512k", "--attention-only"], capture_output=True, text=True)
+    assert r.returncode == 0 and "attention only" in r.stdout

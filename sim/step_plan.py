@@ -1,0 +1,121 @@
+"""Plan a training run over tensor, context, pipeline and data parallelism together.
+
+Given a model, a sequence length, a global batch (tokens a step) and a cluster, every
+candidate of its GPUs is a TP x CP x PP x DP split with a ZeRO stage, a recomputation and
+(for CP > 1) a CP scheme, each timed by `sim.step.simulate_step` exactly as `ringsim step`
+would run the command it carries. A degree that does not fit the model (TP not dividing
+the heads, the FFN or the vocabulary; a sequence that does not split over CP; more stages
+than layers; a batch that is not whole sequences per replica) is not a candidate. TP stays
+inside a node (its collectives are on every layer's critical path). The fitting
+candidates are ranked by tokens/s per GPU, each with one sentence on what costs it most.
+
+Attention is simulated once per (TP, CP, scheme, micro-batch) and pass, so a plan over
+thousands of candidates simulates a few dozen attention layers.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sim.config import Hardware
+from sim.errors import RingsimError
+from sim.models import Model
+from sim.step import Parallel, StepRequest, simulate_step
+
+SCHEMES = ("ring", "allgather")
+"""CP schemes tried: the zigzag ring and the all-gather (Llama 3's)."""
+RECOMPUTES = ("none", "selective", "full")
+PARTS = {"gemm_s": "GEMMs", "attention_s": "attention", "elementwise_s": "elementwise work",
+         "tp_comm_s": "TP communication", "recompute_s": "recomputation", "pp_bubble_s": "the pipeline bubble",
+         "pp_comm_s": "pipeline sends", "dp_comm_s": "DP communication", "optimizer_s": "the optimizer"}
+
+
+@dataclass
+class StepPlan:
+    candidates: list[dict[str, Any]]
+    considered: int
+    refused: int
+    seconds: float
+    gpus: int
+    memory_bytes: float
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def step_command(model: Model, seq: int, global_batch: int, par: Parallel, hardware_argv: list[str]) -> str:
+    argv = ["ringsim", "step", "--model", model.name, "--seq", str(seq), "--global-batch", str(global_batch),
+            "--tp", str(par.tp), "--cp", str(par.cp), "--pp", str(par.pp), "--dp", str(par.dp),
+            "--zero", str(par.zero), "--recompute", par.recompute]
+    if par.cp > 1:
+        argv += ["--scheme", par.scheme, "--layout", par.layout]
+    if par.fp8:
+        argv.append("--fp8")
+    return shlex.join(argv + hardware_argv)
+
+
+def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gpus: int, *,
+               hardware_argv: list[str] | None = None, fp8: bool = False,
+               on_progress: Callable[[int, int], None] | None = None) -> StepPlan:
+    t0 = time.perf_counter()
+    splits = []
+    for tp in _divisors(gpus):
+        if tp > hardware.gpus_per_node:
+            continue
+        for cp in _divisors(gpus // tp):
+            for pp in _divisors(gpus // (tp * cp)):
+                dp = gpus // (tp * cp * pp)
+                for zero in ((1, 3) if dp > 1 else (1,)):
+                    for recompute in RECOMPUTES:
+                        for scheme in (SCHEMES if cp > 1 else ("ring",)):
+                            splits.append(Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, recompute=recompute,
+                                                   fp8=fp8, scheme=scheme))
+    out, refused = [], 0
+    limit = hardware.gpu.memory_gb * 1e9
+    for i, par in enumerate(splits):
+        try:
+            req = StepRequest(model=model, seq=seq, global_batch=global_batch, parallel=par, hardware=hardware)
+            step = simulate_step(req)
+        except RingsimError:
+            refused += 1
+            continue
+        finally:
+            if on_progress is not None:
+                on_progress(i + 1, len(splits))
+        d = step.to_dict()
+        d["command"] = step_command(model, seq, global_batch, par, hardware_argv or [])
+        d["fits"] = step.memory_bytes_per_gpu <= limit
+        out.append(d)
+    out.sort(key=lambda c: (not c["fits"], -c["tokens_per_s_per_gpu"]))
+    for rank, c in enumerate(out, 1):
+        c["rank"] = rank
+        c["why"] = _why(c, out[0], limit)
+    return StepPlan(candidates=out, considered=len(splits), refused=refused, seconds=time.perf_counter() - t0,
+                    gpus=gpus, memory_bytes=limit)
+
+
+def _why(c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
+    """One sentence: how it stands against the fastest, and its largest cost besides the GEMMs."""
+    if not c["fits"]:
+        return f"does not fit: {c['memory_bytes_per_gpu'] / 1e9:.1f} GB per GPU of {limit / 1e9:g} GB"
+    b = c["breakdown"]
+    costs = {k: v for k, v in b.items() if k in PARTS and k != "gemm_s"}
+    worst = max(costs, key=costs.get) if costs else None
+    share = f"{PARTS[worst]} {b[worst] / c['step_s']:.0%} of the step" if worst else ""
+    if c is best:
+        return f"fastest; {share}" if share else "fastest"
+    slower = best["tokens_per_s_per_gpu"] / c["tokens_per_s_per_gpu"]
+    stand = ("within 1% of the fastest, a tie for the model" if slower < 1.01
+             else f"{slower:.2f}x the fastest's time")
+    return f"{stand}; {share}" if share else stand
+
+
+def label(c: dict[str, Any]) -> str:
+    p = c["parallel"]
+    out = f"TP {p['tp']} CP {p['cp']} PP {p['pp']} DP {p['dp']}, ZeRO-{p['zero']}, recompute {p['recompute']}"
+    return out + (f", CP {p['scheme']}" if p["cp"] > 1 else "")
