@@ -11,12 +11,14 @@
 #   5. a ring on 2, 4 and 8 ranks of the one GPU (hw.inprocess, each step's compute alone),
 #      every step against the block model with a fused and an unfused merge
 #      (bench/gpu_ring_steps.py)
+#   6. the linear layers' products of Llama-3 8B/70B/405B at TP 1-8 and 2k-32k tokens,
+#      bf16 and FP8, against the GEMM model (bench/gpu_gemm_grid.py)
 #
 #   bench/gpu_check.sh OUTDIR
 #
 # Needs ringsim installed (its `ringsim hw` commands) in $PYTHON (default python3), with a
 # torch build with CUDA (>= 2.11). Writes ring_exact.json, hw_bench_gpu_block_grid.json, hw_run_ws1.json,
-# trace_ws1_fwdbwd.json, sdpa_grid.json and ring_steps.json to OUTDIR; exit status 1 when a step failed (the others still run).
+# trace_ws1_fwdbwd.json, sdpa_grid.json, ring_steps.json and gemm_grid.json to OUTDIR; exit status 1 when a step failed (the others still run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: bench/gpu_check.sh OUTDIR" >&2; exit 2; }
@@ -28,7 +30,7 @@ export PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())'
 failed=0
 step() { echo "== $*" >&2; local t0=$SECONDS; "$@" || { echo "== failed: $*" >&2; failed=1; }; echo "== $((SECONDS - t0)) s" >&2; }
-steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps}   # a subset reruns the named steps alone
+steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps,gemm}   # a subset reruns the named steps alone
 [[ ,$steps, == *,exact,* ]] && step "$PYTHON" bench/ring_exact.py --device cuda --block-impl fused --json "$out/ring_exact.json" --force
 [[ ,$steps, == *,grid,* ]] && step bench/gpu_block_grid.sh "$out/hw_bench_gpu_block_grid.json"
 [[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli hw run --device cuda --world-size 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
@@ -38,4 +40,5 @@ steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps}   # a subset reruns the name
     --kv-heads 0,8 --tokens 512,1024,2048,4096,8192,16384,32768 --backends flash,cudnn --force
 [[ ,$steps, == *,steps,* ]] && step "$PYTHON" bench/gpu_ring_steps.py "$out/ring_steps.json" --worlds 2,4,8 \
     --tokens-per-rank 4096 --force
+[[ ,$steps, == *,gemm,* ]] && step "$PYTHON" bench/gpu_gemm_grid.py "$out/gemm_grid.json" --force
 exit $failed
