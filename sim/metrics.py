@@ -251,7 +251,7 @@ def step_durations(trace: Trace) -> dict[tuple[int, int], float]:
 
 
 KIND_LABELS = {"kv": "K/V ring", "dkv": "dK/dV ring", "ag": "all-gather", "rs": "reduce-scatter",
-               "a2a": "all-to-all"}
+               "a2a": "all-to-all", "pp": "pipeline send"}
 EXPOSED_SHARE = 0.05
 """Exposed communication above this share of the makespan is what `explain` names first."""
 IMBALANCE = 1.10

@@ -32,7 +32,7 @@ import simpy
 
 from sim.config import Workload
 from sim.contention import Contention, Sharing
-from sim.schedule import BWD, EMPTY, KINDS, MASKS, NO_DEP, Posts, Schedule
+from sim.schedule import A2A, BWD, EMPTY, KINDS, MASKS, NO_DEP, Posts, Schedule
 
 _KIND_NAMES = np.array(KINDS)      # fixed-width strings: compared in C, not per object
 FIRST_COLLECTIVE = KINDS.index("ag")
@@ -100,7 +100,7 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
             dur[xfer] = _per_distinct(hardware.transfer_time_s,
                                       [schedule.nbytes[xfer], schedule.rank[xfer], schedule.peer[xfer]])
         # a calibrated profile times the flows of collectives on their own fits
-        coll = schedule.kind[xfer] >= FIRST_COLLECTIVE
+        coll = (schedule.kind[xfer] >= FIRST_COLLECTIVE) & (schedule.kind[xfer] <= A2A)
         if coll.any() and hasattr(hardware, "collective_times_s"):
             ids = xfer[coll]
             group = collective_groups(schedule.kind[ids], schedule.step[ids], schedule.rank[ids], schedule.peer[ids])

@@ -31,11 +31,11 @@ from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 
-KINDS = ("fwd", "bwd", "kv", "dkv", "ag", "rs", "a2a")
+KINDS = ("fwd", "bwd", "kv", "dkv", "ag", "rs", "a2a", "pp")
 """Operation kinds by code (the `kind` column): computes are 0 and 1, transfers from 2:
-a ring's K/V and dK/dV hops, and the flows of collectives (all-gather, reduce-scatter,
-all-to-all)."""
-FWD, BWD, KV, DKV, AG, RS, A2A = range(7)
+a ring's K/V and dK/dV hops, the flows of collectives (all-gather, reduce-scatter,
+all-to-all), and a training step's sends between pipeline stages (sim.pipeline)."""
+FWD, BWD, KV, DKV, AG, RS, A2A, PP = range(8)
 MASKS = ("full", "diagonal", "empty")
 """Block masks by code (the `mask` column); see sim.layouts.block_masks."""
 FULL, DIAGONAL, EMPTY = range(3)

@@ -31,11 +31,13 @@ The last stage adds the output layer (hidden -> vocabulary / TP) and its loss, t
 the embedding lookup (a gather, counted as its bytes). A stage's time per micro-batch is
 its layers' forward (t_f) and backward (t_b).
 
-**Pipeline**: 1F1B over `microbatches` micro-batches: m (t_f + t_b) of the slowest stage,
-plus the bubble (PP - 1) / v (t_f + t_b) with v virtual stages per GPU (interleaved), plus
-the activations sent between stages on the fill and drain path (2 (PP - 1) v sends of
-tokens x hidden / TP each, across the NICs); sends in the steady state hide behind the
-other micro-batches' compute.
+**Pipeline**: 1F1B over `microbatches` micro-batches, played on the engine
+(sim.pipeline): every stage's forwards and backwards in Megatron's order, plain or
+interleaved over v virtual stages per GPU, and the activations and gradients sent between
+stages (tokens x hidden / TP each, across the NICs when the stages are in different
+nodes). With equal stages and free sends its makespan is m (t_f + t_b) + (PP - 1) / v
+(t_f + t_b); the breakdown's bubble is what the pipeline adds to the slowest stage's m
+micro-batches without the sends, its PP communication what the sends add.
 
 **Data parallelism** over DP replicas, on the NICs when the replicas are in different
 nodes: DDP all-reduces the gradients (bf16), ZeRO-1 reduce-scatters them and all-gathers
@@ -68,7 +70,10 @@ from typing import Any
 from sim.config import Hardware, Scenario, Workload
 from sim.errors import RingsimError
 from sim.gemm import gemm_time
+from sim.metrics import compute_metrics
 from sim.models import Model
+from sim.pipeline import play_pipeline
+from sim.trace import Trace
 
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 3)
@@ -275,6 +280,10 @@ class Step:
     model_flops: float
     stage_layers: list[int]
     notes: list[str]
+    stage_s: list[tuple[float, float]] = field(default_factory=list)
+    """Each stage's forward and backward of one micro-batch."""
+    pipeline: Trace | None = None
+    """The pipeline as the engine played it: stage s is rank s (sim.pipeline)."""
 
     @property
     def gpus(self) -> int:
@@ -315,7 +324,7 @@ class Step:
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "tflops_per_gpu": self.tflops_per_gpu,
                 "mfu": self.mfu, "memory_bytes_per_gpu": self.memory_bytes_per_gpu, "fits": self.fits,
                 "breakdown": self.breakdown, "per_layer": self.per_layer, "memory": self.memory,
-                "stage_layers": self.stage_layers, "notes": self.notes}
+                "stage_layers": self.stage_layers, "stage_s": [list(x) for x in self.stage_s], "notes": self.notes}
 
 
 _ATTENTION: dict[tuple, tuple[float, float]] = {}
@@ -408,10 +417,14 @@ def simulate_step(req: StepRequest) -> Step:
     tf, tb = stage_f[slow], stage_b[slow]
     mb = req.microbatches
     work = mb * (tf + tb)
-    bubble = (p.pp - 1) / p.interleave * (tf + tb)
     bw, lat = _pp_link(req)
     send = lat * 1e-6 + act / p.tp / (bw * 1e9) if p.pp > 1 else 0.0
-    pp_comm = 2 * (p.pp - 1) * p.interleave * send
+    # the pipeline played on the engine (sim.pipeline), with its sends and without them
+    trace = play_pipeline(stage_f, stage_b, send, mb, p.interleave)
+    pipe = compute_metrics(trace).makespan_s
+    pipe_bare = compute_metrics(play_pipeline(stage_f, stage_b, 0.0, mb, p.interleave)).makespan_s if send else pipe
+    bubble = max(0.0, pipe_bare - work)
+    pp_comm = max(0.0, pipe - pipe_bare)
     # data parallelism
     stage_params = layers[slow] * layer_params(m) / p.tp
     stage_params += (m.vocab * m.hidden / p.tp) if slow in (0, p.pp - 1) else 0
@@ -434,7 +447,7 @@ def simulate_step(req: StepRequest) -> Step:
                          "micro-batch")
     shard = p.dp if p.zero >= 1 else 1
     optimizer = stage_params / shard * 16 * 2 / (stream * 1e9)      # read and write 16 bytes of state a parameter
-    step_s = work + bubble + pp_comm + dp_exposed + optimizer
+    step_s = pipe + dp_exposed + optimizer
     last, first = slow == p.pp - 1, slow == 0
     breakdown = {
         "gemm_s": mb * (layers[slow] * (gemm_f + gemm_b) + (head_gemm_f + head_gemm_b if last else 0.0)),
@@ -466,7 +479,8 @@ def simulate_step(req: StepRequest) -> Step:
     per_layer = {"gemm_fwd_s": gemm_f, "gemm_bwd_s": gemm_b, "attention_fwd_s": attn_f, "attention_bwd_s": attn_b,
                  "elementwise_fwd_s": elem_f, "tp_fwd_s": tp_f, "tp_bwd_s": tp_b, "recompute_s": recompute_b}
     return Step(request=req, step_s=step_s, breakdown=breakdown, per_layer=per_layer, memory=memory,
-                model_flops=model_flops_per_token(m, req.seq) * req.global_batch, stage_layers=layers, notes=notes)
+                model_flops=model_flops_per_token(m, req.seq) * req.global_batch, stage_layers=layers, notes=notes,
+                stage_s=list(zip(stage_f, stage_b)), pipeline=trace)
 
 
 def check_gpus(parallel: Parallel, gpus: int | None) -> None:

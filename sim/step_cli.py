@@ -40,6 +40,11 @@ def register(sub) -> None:
     s.add_argument("--json", action="store_true",
                    help="one JSON object: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, memory_bytes_per_gpu, "
                         "fits, breakdown, memory, ...")
+    s.add_argument("--trace", metavar="FILE",
+                   help="save the pipeline as the engine played it (one GPU per stage: its forwards, backwards "
+                        "and sends) as a trace")
+    s.add_argument("--chrome-trace", metavar="FILE", help="the same as a Chrome trace (Perfetto)")
+    s.add_argument("--force", action="store_true", help="overwrite existing output files")
     s.set_defaults(func=cmd_step)
     g = sub.add_parser("gemm", help="the GEMM model's time of one product C (M x N) = A (M x K) B (K x N), "
                                     "called alone")
@@ -86,6 +91,17 @@ def cmd_step(a: argparse.Namespace) -> int:
                    microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout)
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)
+    if a.trace or a.chrome_trace:
+        from sim.trace import Trace, to_chrome_trace, write_json
+
+        t = step.pipeline
+        trace = Trace(t.source, t.world_size, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,
+                                                        "seq": req.seq, "global_batch": req.global_batch},
+                      hw.describe(), t.meta)
+        if a.trace:
+            trace.save(a.trace, overwrite=a.force)
+        if a.chrome_trace:
+            write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
     if a.json:
         print(json.dumps(step.to_dict(), indent=2))
         return 0

@@ -45,11 +45,12 @@ READS = (1, 2)
 STREAMS = ("compute", "send", "recv", "wait")
 """Stream names by code (the `stream` column)."""
 COMPUTE, SEND, RECV, WAIT = range(4)
-KIND_NAMES = ("fwd", "bwd", "kv", "dkv", "idle", "ag", "rs", "a2a")
+KIND_NAMES = ("fwd", "bwd", "kv", "dkv", "idle", "ag", "rs", "a2a", "pp")
 """Span kind names by code (the `kind` column); the collectives' kinds come after
-"idle", so that the codes of older files' kinds never changed."""
-FWD, BWD, KV, DKV, IDLE, AG, RS, A2A = range(8)
-TRANSFER_KINDS = ("kv", "dkv", "ag", "rs", "a2a")
+"idle", and a training step's sends between pipeline stages (`pp`) after them, so that
+the codes of older files' kinds never changed."""
+FWD, BWD, KV, DKV, IDLE, AG, RS, A2A, PP = range(9)
+TRANSFER_KINDS = ("kv", "dkv", "ag", "rs", "a2a", "pp")
 KINDS = {
     "compute": ("fwd", "bwd"),
     "send": TRANSFER_KINDS,

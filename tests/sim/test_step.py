@@ -11,6 +11,7 @@ import pytest
 
 from sim.config import Gpu, Hardware, Link
 from sim.errors import RingsimError
+from sim.metrics import compute_metrics
 from sim.models import model_preset
 from sim.step import (
     ELEMENT_BYTES,
@@ -50,13 +51,18 @@ def test_the_bubble_of_1f1b(pp, m, v, want):
 
 
 def test_the_pipeline_adds_its_bubble_to_the_micro_batches():
-    # one layer per stage of 4, 8 micro-batches: step = (8 + 3) x (t_f + t_b) + the sends
+    # one layer per stage of 4, 8 micro-batches: the slowest stage (the last, with the output
+    # layer) runs its 8 micro-batches, and the fill and drain add at most the other stages'
     m = replace(L8B, layers=4)
     req = StepRequest(model=m, seq=4096, global_batch=8 * 4096, parallel=Parallel(tp=1, pp=4), hardware=DGX)
     s = simulate_step(req)
-    work = s.breakdown["gemm_s"] + s.breakdown["attention_s"] + s.breakdown["elementwise_s"]
-    assert s.breakdown["pp_bubble_s"] == pytest.approx(3 / 8 * work, rel=1e-9)
+    totals = [f + b for f, b in s.stage_s]
+    assert max(totals) == totals[-1]
+    assert 0 < s.breakdown["pp_bubble_s"] <= sum(totals) - max(totals) + 1e-12
     assert s.stage_layers == [1, 1, 1, 1]
+    assert s.pipeline is not None and s.pipeline.world_size == 4
+    assert s.step_s == pytest.approx(compute_metrics(s.pipeline).makespan_s + s.breakdown["dp_comm_s"]
+                                     + s.breakdown["optimizer_s"], rel=1e-12)
 
 
 def test_a_tp_all_gather_moves_its_shards_around_the_ring():
@@ -163,3 +169,17 @@ def test_plan_with_a_global_batch_plans_the_step_and_attention_only_keeps_the_ol
     assert len(d["candidates"]) == 3 and d["candidates"][0]["command"].startswith("ringsim step ")
     r = subprocess.run(base + ["--global-batch", "512k", "--attention-only"], capture_output=True, text=True)
     assert r.returncode == 0 and "attention only" in r.stdout
+
+
+def test_the_step_saves_its_pipeline_as_a_trace_and_keeps_what_is_there(tmp_path):
+    from sim.trace import Trace
+
+    out = tmp_path / "step.trace.npz"
+    args = [sys.executable, "-m", "sim.cli", "step", "--model", "llama3-8b", "--seq", "8k", "--global-batch", "128k",
+            "--tp", "8", "--pp", "4", "--cluster", "dgx-h100", "--trace", str(out)]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    t = Trace.load(str(out))
+    assert t.world_size == 4 and t.config["step"]["pp"] == 4
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 2 and "--force" in r.stderr
