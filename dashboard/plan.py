@@ -9,6 +9,12 @@ page's address, which the page then loads as any link (the view's inputs persist
 the browser tab's session). A candidate with an option the page has no control for is
 not loaded: a line under the table names the option and gives the command instead. Labels come from the catalogs; the
 sentences on why a candidate wins or loses are the planner's own.
+
+With a global batch (tokens a step) the view plans the whole training step instead
+(sim.step_plan, `ringsim plan --global-batch`): every TP x CP x PP x DP split, ZeRO stage
+and recomputation, drawn as a bar per candidate of what its step is made of, the table
+with each one's `ringsim step` command, and the fastest one's pipeline as the engine
+played it, one GPU per stage. A step has no view of its own to load into.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ SAME_LINK = "same"
 DEFAULTS = {"plan-model": "llama3-8b", "plan-layers": 32, "plan-heads": 32, "plan-kv-heads": 8,
             "plan-head-dim": 128, "plan-seq": "128k", "plan-batch": 1, "plan-nodes": 1,
             "plan-gpus-per-node": 8, "plan-gpu": "H100-SXM", "plan-link": "nvlink4",
-            "plan-inter-link": "ib-ndr", "plan-pass": "fwdbwd", "plan-headroom": "", "plan-top": 10}
+            "plan-inter-link": "ib-ndr", "plan-pass": "fwdbwd", "plan-headroom": "", "plan-top": 10,
+            "plan-global-batch": ""}
 INPUT_IDS = tuple(DEFAULTS)
 MODEL_NUMBERS = ("plan-layers", "plan-heads", "plan-kv-heads", "plan-head-dim")
 
@@ -49,8 +56,17 @@ LABELS = (
     ("plan-nodes-label", "plan.nodes"), ("plan-gpus-per-node-label", "plan.gpus-per-node"),
     ("plan-gpu-label", "plan.gpu"), ("plan-link-label", "plan.link"), ("plan-inter-link-label", "plan.inter-link"),
     ("plan-pass-label", "plan.pass"), ("plan-headroom-label", "plan.headroom"), ("plan-top-label", "plan.top"),
-    ("plan-run", "plan.run"), ("plan-hint", "plan.hint"),
+    ("plan-global-batch-label", "plan.global-batch"), ("plan-run", "plan.run"), ("plan-hint", "plan.hint"),
 )
+STEP_COLUMNS = ("plan.col.rank", "plan.step.col.split", "plan.col.step", "plan.step.col.tokens",
+                "plan.step.col.tflops", "plan.step.col.mfu", "plan.col.memory", "plan.col.fits", "plan.col.why")
+STEP_PARTS = {"gemm_s": "plan.step.part.gemm", "attention_s": "plan.step.part.attention",
+              "elementwise_s": "plan.step.part.elementwise", "tp_comm_s": "plan.step.part.tp",
+              "recompute_s": "plan.step.part.recompute", "pp_bubble_s": "plan.step.part.bubble",
+              "pp_comm_s": "plan.step.part.pp", "dp_comm_s": "plan.step.part.dp",
+              "optimizer_s": "plan.step.part.optimizer"}
+STEP_SHOWN = 50
+"""The whole-step plan keeps this many candidates for the page (the fastest first)."""
 COLUMNS = ("plan.col.rank", "plan.col.scheme", "plan.col.variant", "plan.col.layer", "plan.col.step",
            "plan.col.efficiency", "plan.col.exposed", "plan.col.memory", "plan.col.fits", "plan.col.why", "")
 
@@ -107,7 +123,7 @@ def view() -> html.Div:
             _dropdown("plan-gpu", t, list(GPU_PRESETS)), _dropdown("plan-link", t, list(LINK_PRESETS)),
             _dropdown("plan-inter-link", t, _inter_link_options(t)),
             _dropdown("plan-pass", t, _pass_options(t)), _text("plan-headroom", t, "10%, 8GB"),
-            _number("plan-top", t),
+            _number("plan-top", t), _text("plan-global-batch", t, "16M, 4M"),
         ]),
         html.Button(t("plan.run"), id="plan-run", n_clicks=0, className="small"),
         html.Div(id="plan-msg", className="msg", role="alert"),
@@ -117,6 +133,8 @@ def view() -> html.Div:
         html.Div(t("plan.hint"), id="plan-hint", className="help"),
         html.Div(id="plan-load-msg", className="msg", role="alert"),
         html.Div(id="plan-table", className="table"),
+        html.Div(id="plan-pipeline-box", style={"display": "none"}, children=[
+            dcc.Graph(id="plan-pipeline", config={"displaylogo": False})]),
         dcc.Store(id="plan-result"),
         # a candidate opens as a link would: the page loads its address (the inputs above persist)
         dcc.Location(id="plan-goto", refresh=True),
@@ -169,11 +187,51 @@ def _plan_cached(key: str):
     return plan(request_of(json.loads(key)))
 
 
+@lru_cache(maxsize=16)
+def _step_plan_cached(key: str) -> dict[str, Any]:
+    import json
+
+    from sim.step import Parallel, StepRequest, simulate_step
+    from sim.step_plan import label, plan_steps, request_hardware
+    from sim.units import parse_count
+
+    values = json.loads(key)
+    req = request_of(values)
+    hardware, argv = request_hardware(req)
+    batch = parse_count(values["plan-global-batch"], "global batch")
+    plan = plan_steps(req.model, req.seq, batch, hardware, req.n_gpus, hardware_argv=argv)
+    cands = plan.candidates[:STEP_SHOWN]
+    for c in cands:
+        c["split"] = label(c)
+    out = {"mode": "step", "candidates": cands, "considered": plan.considered, "refused": plan.refused,
+           "timed": len(plan.candidates), "fit": sum(c["fits"] for c in plan.candidates), "gpus": plan.gpus,
+           "seq": req.seq, "global_batch": batch, "memory_limit_bytes": plan.memory_bytes, "elapsed_s": plan.seconds,
+           "pipeline": None}
+    if cands:
+        p = cands[0]["parallel"]
+        par = Parallel(tp=p["tp"], cp=p["cp"], pp=p["pp"], dp=p["dp"], zero=p["zero"], recompute=p["recompute"],
+                       fp8=p["fp8"], interleave=p["interleave"], scheme=p["scheme"], layout=p["layout"])
+        step = simulate_step(StepRequest(model=req.model, seq=req.seq, global_batch=batch, parallel=par,
+                                         hardware=hardware))
+        c = step.pipeline.columns
+        keep = (c.stream == 0) | (c.stream == 1)                     # computes and sends
+        names = {0: "fwd", 1: "bwd"}
+        from sim.trace import KIND_NAMES
+
+        out["pipeline"] = {"stages": step.pipeline.world_size, "rank": c.rank[keep].tolist(),
+                           "kind": [names.get(int(k), KIND_NAMES[int(k)]) for k in c.kind[keep]],
+                           "start_s": c.start_s[keep].tolist(), "end_s": c.end_s[keep].tolist()}
+    return out
+
+
 def plan_data(values: dict[str, Any]) -> dict[str, Any]:
-    """The plan of the view's inputs, as the JSON the page stores (cached by inputs)."""
+    """The plan of the view's inputs, as the JSON the page stores (cached by inputs): the
+    whole step's (sim.step_plan) when a global batch is given, else attention's."""
     import json
 
     request_of(values)                       # a mistake is reported before the cache sees it
+    if (values.get("plan-global-batch") or "").strip():
+        return _step_plan_cached(json.dumps({k: values.get(k) for k in INPUT_IDS}, sort_keys=True))
     p = _plan_cached(json.dumps({k: values.get(k) for k in INPUT_IDS}, sort_keys=True))
     d = p.to_dict()
     d["elapsed_s"] = p.elapsed_s
@@ -253,6 +311,39 @@ def table(t: Translator, candidates: list[dict[str, Any]], top: int) -> html.Tab
     return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(rows)])
 
 
+def step_table(t: Translator, candidates: list[dict[str, Any]], top: int) -> html.Table:
+    head = [t(key) for key in STEP_COLUMNS]
+    rows = []
+    for c in candidates[:top]:
+        rows.append(html.Tr([
+            html.Td(str(c["rank"])), html.Td(c["split"]), html.Td(_fmt_s(t, c["step_s"])),
+            html.Td(t.int(round(c["tokens_per_s_per_gpu"]))), html.Td(t.int(round(c["tflops_per_gpu"]))),
+            html.Td(t.pct(c["mfu"])), html.Td(t.bytes(c["memory_bytes_per_gpu"])),
+            html.Td(t("plan.yes") if c["fits"] else t("plan.no")),
+            html.Td([c["why"], html.Br(), html.Code(c["command"])], className="plan-why"),
+        ], className="" if c["fits"] else "plan-unfit"))
+    return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(rows)])
+
+
+def _draw_steps(t: Translator, data: dict[str, Any], top: int):
+    from dashboard.figures.plan import pipeline_chart, step_chart
+
+    cands = data["candidates"][:top]
+    labels = {"title": t("plan.step.chart.title"), "x": t("plan.step.chart.x"),
+              **{part: t(key) for part, key in STEP_PARTS.items()}}
+    summary = t("plan.step.summary", considered=t.int(data["considered"]), timed=t.int(data["timed"]),
+                fit=t.int(data["fit"]), gpus=t.int(data["gpus"]), seconds=t.num(data.get("elapsed_s", 0.0)))
+    if data.get("pipeline"):
+        pipe = pipeline_chart(data["pipeline"], {"title": t("plan.step.pipeline.title"),
+                                                 "x": t("plan.step.pipeline.x"), "stage": t("plan.step.stage"),
+                                                 "fwd": t("plan.step.fwd"), "bwd": t("plan.step.bwd"),
+                                                 "pp": t("plan.step.send")})
+        shown = {}
+    else:
+        pipe, shown = {}, {"display": "none"}
+    return step_chart(cands, labels), step_table(t, cands, top), summary, pipe, shown
+
+
 def register_callbacks(app) -> None:
     @app.callback([Output(cid, "children") for cid, _ in LABELS]
                   + [Output("plan-model", "options"), Output("plan-inter-link", "options"),
@@ -284,13 +375,16 @@ def register_callbacks(app) -> None:
             return no_update, str(e)
 
     @app.callback(Output("plan-chart", "figure"), Output("plan-table", "children"),
-                  Output("plan-summary", "children"),
+                  Output("plan-summary", "children"), Output("plan-pipeline", "figure"),
+                  Output("plan-pipeline-box", "style"),
                   Input("plan-result", "data"), Input("lang", "value"), Input("plan-top", "value"))
     def draw(data, lang, top):
         if not data:
             raise PreventUpdate
         t = Translator(lang)
         cands = data["candidates"]
+        if data.get("mode") == "step":
+            return _draw_steps(t, data, top if isinstance(top, int) and top > 0 else len(cands))
         labels = {"x": t("plan.chart.x"), "y": t("plan.chart.y"), "limit": t("plan.chart.limit"),
                   "title": t("plan.chart.title"), "not_fit": t("plan.chart.not-fit")}
         top = top if isinstance(top, int) and top > 0 else len(cands)
@@ -300,7 +394,8 @@ def register_callbacks(app) -> None:
         if data["not_possible"]:
             reasons = sorted({f"{x['scheme']} {x['variant']}: {x['reason']}" for x in data["not_possible"]})
             summary = [summary, html.Br(), t("plan.not-possible", items="; ".join(reasons))]
-        return plan_chart(cands, data["memory_limit_bytes"], labels), table(t, cands, top), summary
+        return (plan_chart(cands, data["memory_limit_bytes"], labels), table(t, cands, top), summary, {},
+                {"display": "none"})
 
     @app.callback(Output("plan-goto", "href"), Output("plan-load-msg", "children"),
                   Input("plan-chart", "clickData"), Input({"type": "plan-load", "index": ALL}, "n_clicks"),
@@ -322,8 +417,8 @@ def register_callbacks(app) -> None:
         else:
             raise PreventUpdate
         cands = data["candidates"]
-        if not 0 <= index < len(cands):
-            raise PreventUpdate
+        if data.get("mode") == "step" or not 0 <= index < len(cands):
+            raise PreventUpdate              # a whole step has no view of its own here: its row gives the command
         href, dropped = href_for_candidate(cands[index]["command"], pathname, search)
         if dropped:
             # the other views would show another configuration: say so rather than mislead

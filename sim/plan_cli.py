@@ -168,17 +168,12 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 def _plan_steps(a: argparse.Namespace) -> int:
     """The whole-step plan (sim.step_plan)."""
-    from sim.options import scenario_from_args, table
-    from sim.spec import argv_of, convert, option
-    from sim.step_plan import label, plan_steps
-    from sim.sweep import _parser
+    from sim.options import table
+    from sim.step_plan import label, plan_steps, request_hardware
     from sim.units import fmt_bytes, fmt_s, parse_count
 
     req = request_from_args(a)
-    options = {k: v for k, v in req.base_options().items()
-               if k not in ("gpus", "seq", "batch", "heads", "kv-heads", "head-dim", "dtype", "pass", "causal")}
-    hardware_argv = argv_of({o.dest: convert(o, v) for o, v in ((option(k), v) for k, v in options.items())})
-    hardware = scenario_from_args(_parser().parse_args(hardware_argv)).hardware
+    hardware, hardware_argv = request_hardware(req)
     seq = parse_count(a.seq, "seq")
     batch = parse_count(a.global_batch, "global-batch")
     result = plan_steps(req.model, seq, batch, hardware, req.n_gpus, hardware_argv=hardware_argv, fp8=a.fp8,

@@ -47,3 +47,65 @@ def plan_chart(candidates: Sequence[dict[str, Any]], limit_bytes: float,
                   annotation_text=lab["limit"], annotation_position="top left")
     fig.update_xaxes(rangemode="tozero")
     return fig
+
+
+STEP_PARTS = ("gemm_s", "attention_s", "elementwise_s", "tp_comm_s", "recompute_s", "pp_bubble_s", "pp_comm_s",
+              "dp_comm_s", "optimizer_s")
+"""The parts of a step (sim.step's breakdown), in the order the bars stack them."""
+STEP_COLORS = {"gemm_s": "#3a6fd8", "attention_s": "#8e44ad", "elementwise_s": "#7fa7e8", "tp_comm_s": "#e08a1e",
+               "recompute_s": "#b07cc6", "pp_bubble_s": "#bdbdbd", "pp_comm_s": "#f2b866", "dp_comm_s": "#d62728",
+               "optimizer_s": "#2e9e5b"}
+STEP_DEFAULT_LABELS = {"title": "Candidates: what each step is made of (the slowest pipeline stage)",
+                       "x": "time per step ({unit})", **{k: k.removesuffix("_s").replace("_", " ") for k in STEP_PARTS}}
+
+
+def step_chart(candidates: Sequence[dict[str, Any]], labels: dict[str, str] | None = None) -> go.Figure:
+    """Each candidate's step (`ringsim plan --global-batch`, sim.step_plan) as a bar of its
+    parts stacked, the fastest on top; a candidate that does not fit is drawn lighter."""
+    lab = {**STEP_DEFAULT_LABELS, **(labels or {})}
+    scale, unit = time_unit(max((c["step_s"] for c in candidates), default=1.0))
+    names = [f"#{c['rank']} {c['split']}" for c in candidates]
+    fig = figure(height=max(320, 60 + 28 * len(candidates)), barmode="stack", legend=LEGEND_BESIDE,
+                 xaxis_title=lab["x"].format(unit=unit), title=dict(text=lab["title"], font=dict(size=13)),
+                 meta={"bars": len(candidates)})
+    for part in STEP_PARTS:
+        values = [c["breakdown"].get(part, 0.0) * scale for c in candidates]
+        if not any(values):
+            continue
+        fig.add_trace(go.Bar(y=names, x=values, orientation="h", name=lab[part],
+                             marker=dict(color=STEP_COLORS[part],
+                                         opacity=[1.0 if c["fits"] else 0.45 for c in candidates]),
+                             hovertemplate="%{y}<br>" + lab[part] + ": %{x:.4g} " + unit + "<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+PIPELINE_DEFAULT_LABELS = {"title": "One step of the fastest candidate, one GPU per pipeline stage",
+                           "x": "time ({unit})", "stage": "stage {n}", "fwd": "forward", "bwd": "backward",
+                           "pp": "send to the next stage"}
+
+
+def pipeline_chart(spans: dict[str, Any], labels: dict[str, str] | None = None) -> go.Figure:
+    """A step's pipeline as the engine played it (sim.pipeline): per stage, its forwards,
+    backwards and sends over time; idle where nothing runs. `spans`: {"stages": n,
+    "rank": [...], "kind": [...], "start_s": [...], "end_s": [...]}."""
+    lab = {**PIPELINE_DEFAULT_LABELS, **(labels or {})}
+    end = max(spans["end_s"], default=1.0)
+    scale, unit = time_unit(end)
+    n = spans["stages"]
+    rows = [lab["stage"].format(n=s) for s in range(n)]
+    fig = figure(height=max(240, 80 + 26 * n), barmode="overlay", legend=LEGEND_BESIDE,
+                 xaxis_title=lab["x"].format(unit=unit), title=dict(text=lab["title"], font=dict(size=13)),
+                 meta={"stages": n})
+    colors = {"fwd": "#3a6fd8", "bwd": "#8e44ad", "pp": "#e08a1e"}
+    for kind in ("fwd", "bwd", "pp"):
+        idx = [i for i, k in enumerate(spans["kind"]) if k == kind]
+        if not idx:
+            continue
+        fig.add_trace(go.Bar(
+            y=[rows[spans["rank"][i]] for i in idx], x=[(spans["end_s"][i] - spans["start_s"][i]) * scale for i in idx],
+            base=[spans["start_s"][i] * scale for i in idx], orientation="h", name=lab[kind],
+            width=0.35 if kind == "pp" else 0.8, marker=dict(color=colors[kind]),
+            hovertemplate=lab[kind] + ": %{x:.3g} " + unit + " from %{base:.4g} " + unit + "<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return fig

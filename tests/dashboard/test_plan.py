@@ -162,3 +162,36 @@ def test_the_batch_input_reaches_the_planner(client):
         runs[batch] = out["plan-result"]["data"]
     assert runs[2]["request"]["batch"] == 2 and runs[1]["request"]["batch"] == 1
     assert all("--batch 2" in c["command"] for c in runs[2]["candidates"])
+
+
+def test_with_a_global_batch_the_view_plans_the_whole_step(client):
+    status, out = client.call("plan-result.data", {"tabs.value": "plan", "plan-run.n_clicks": 0,
+                                                   **_inputs(**{"plan-seq": "8k", "plan-global-batch": "256k"})},
+                              ["tabs.value"])
+    assert status == 200 and out["plan-msg"]["children"] == ""
+    data = out["plan-result"]["data"]
+    assert data["mode"] == "step" and data["global_batch"] == 256 * 1024 and data["gpus"] == 8
+    cands = data["candidates"]
+    assert cands and all(c["command"].startswith("ringsim step ") for c in cands)
+    status, out = client.call("plan-chart.figure", {"plan-result.data": data, "lang.value": "id",
+                                                    "plan-top.value": 4}, ["plan-result.data"])
+    assert status == 200
+    fig = out["plan-chart"]["figure"]
+    # every candidate's bars add up to its step
+    for i, c in enumerate(cands[:4]):
+        assert sum(tr["x"][i] for tr in fig["data"]) * _unit_scale(fig) == pytest.approx(c["step_s"], rel=1e-6)
+    assert "perkalian matriks (GEMM)" in str(fig["data"])                    # the parts in the page's language
+    assert str(out["plan-table"]["children"]).count("ringsim step") == 4
+    pipe = out["plan-pipeline"]["figure"]
+    assert pipe["layout"]["meta"]["stages"] == cands[0]["parallel"]["pp"]
+    assert out["plan-pipeline-box"]["style"] == {}
+    # a step's row has no view of its own to load into
+    status, out = client.call("plan-load-msg.children",
+                              {"plan-chart.clickData": {"points": [{"customdata": 0}]}, "plan-result.data": data,
+                               "url.pathname": "/", "url.search": "", "lang.value": "en"}, ["plan-chart.clickData"])
+    assert status == 204 or "plan-goto" not in out
+
+
+def _unit_scale(fig) -> float:
+    title = fig["layout"]["xaxis"]["title"]["text"]
+    return {"(s)": 1.0, "(ms)": 1e-3, "(us)": 1e-6, "(µs)": 1e-6}[title[title.rindex("("):]]
