@@ -17,7 +17,11 @@ def register(sub) -> None:
     from sim.units import tokens
 
     s = sub.add_parser("step", help="one training step: time, tokens/s and TFLOP/s per GPU, MFU, memory per GPU "
-                                    "and what the step is made of, for TP x CP x PP x DP GPUs")
+                                    "and what the step is made of, for TP x CP x PP x DP GPUs",
+                       description="One training step of a decoder-only transformer on TP x CP x PP x DP GPUs "
+                                   "(docs/step.md). Model FLOPs, for TFLOP/s and MFU: 6 x parameters x tokens, plus "
+                                   "attention at 3 x 4 x seq x heads x head_dim per token and layer with the causal "
+                                   "mask counted as half; recomputation not counted; MFU against the datasheet peak.")
     add_model_args(s)
     w = s.add_argument_group("batch")
     w.add_argument("--seq", type=tokens, required=True, help="tokens per sequence: 8192, 128k, 1M (= 2^20)")
@@ -26,6 +30,8 @@ def register(sub) -> None:
     w.add_argument("--microbatches", type=int, default=None,
                    help="micro-batches per step per replica (default: one sequence each)")
     par = s.add_argument_group("parallelism (the GPUs are TP x CP x PP x DP; the nodes follow from the GPUs per node)")
+    par.add_argument("--gpus", type=int, default=None,
+                     help="the GPUs, checked against TP x CP x PP x DP (default: their product)")
     for flag, what in (("--tp", "tensor"), ("--cp", "context"), ("--pp", "pipeline"), ("--dp", "data")):
         par.add_argument(flag, type=int, default=1, help=f"{what}-parallel degree (default 1)")
     par.add_argument("--zero", type=int, choices=ZERO_STAGES, default=1,
@@ -83,12 +89,13 @@ def cmd_gemm(a: argparse.Namespace) -> int:
 def cmd_step(a: argparse.Namespace) -> int:
     from sim.options import hardware_from_args, table
     from sim.plan_cli import model_from_args
-    from sim.step import Parallel, StepRequest, simulate_step
+    from sim.step import Parallel, StepRequest, check_gpus, simulate_step
     from sim.units import fmt_bytes, fmt_s
 
     hw = hardware_from_args(a)
     par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
                    microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout)
+    check_gpus(par, a.gpus)
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)
     if a.trace or a.chrome_trace:

@@ -138,6 +138,8 @@ def test_the_command_gives_json_and_refuses_degrees_that_do_not_fit():
     assert d["tokens_per_s_per_gpu"] == pytest.approx(65536 / d["step_s"] / 64)
     r = subprocess.run(args[:-4] + ["--tp", "5"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--tp 5 does not divide" in r.stderr
+    r = subprocess.run(args + ["--gpus", "48"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--tp x --cp x --pp x --dp = 64, not the 48 GPUs given" in r.stderr
 
 
 def test_the_whole_step_plan_ranks_fitting_splits_by_tokens_per_gpu_and_each_command_reproduces_its_row():
