@@ -96,8 +96,9 @@ def block_map(trace: Trace) -> go.Figure:
     cfg = trace.config
     causal = bool(cfg.get("workload", {}).get("causal", True))
     fig.update_layout(
+        # two lines: one would run under the plot's toolbar at the top right
         title=dict(text=f"Who computes which block when: {_what(cfg)}, "
-                        f"{'causal' if causal else 'no mask'}, {n} GPUs — work imbalance max/mean "
+                        f"{'causal' if causal else 'no mask'}, {n} GPUs<br>work imbalance max/mean "
                         f"{imbalance:.3f}", font=dict(size=13)),
-        meta={"imbalance": float(imbalance), "chunks": chunks, "stride": stride})
+        margin=dict(t=90), meta={"imbalance": float(imbalance), "chunks": chunks, "stride": stride})
     return fig

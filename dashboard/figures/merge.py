@@ -51,7 +51,7 @@ def merge_steps(merge: RingMerge, layout: str) -> go.Figure:
     fig.update_layout(
         title=dict(text=f"Why the merge is exact: query token {merge.query_row} on GPU "
                         f"{merge.query_rank} ({layout}, {len(steps)} GPUs, {merge.output.shape[0]} "
-                        f"tokens, head dim {merge.output.shape[1]}) — max |ring − full attention| "
+                        f"tokens, head dim {merge.output.shape[1]})<br>max |ring − full attention| "
                         f"= {err:.2e} ({merge.output.dtype})", font=dict(size=13)),
-        showlegend=False, meta={"max_abs_error": err})
+        showlegend=False, margin=dict(t=90), meta={"max_abs_error": err})
     return fig

@@ -88,7 +88,7 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
     finite = [abs(r["error"]) for r in errors if np.isfinite(r["error"])]
     fig.update_layout(
         title=dict(text=f"Model vs measurement: makespan simulated {simulated.makespan_s * scale:.4g} {unit}, "
-                        f"measured {measured.makespan_s * scale:.4g} {unit} ({err_total * 100:+.1f}%); "
+                        f"measured {measured.makespan_s * scale:.4g} {unit} ({err_total * 100:+.1f}%)<br>"
                         f"median |step error| {np.median(finite) * 100 if finite else float('nan'):.1f}%",
                    font=dict(size=13), y=0.985),
         # beside the plots: above them it would cover the first subplot's title
