@@ -1,6 +1,6 @@
 """Calibration: microbenchmark measurements in, a hardware profile out.
 
-Reads the JSON that `ringsim hw bench` writes (format documented in hw/bench.py) and
+Reads the JSON that `ringsim hw bench` writes (format documented in hw/bench/__init__.py) and
 fits the models of sim.profile:
 - compute, per (dtype, mask kind, pass): the median time of each measured block shape
   against its FLOPs, as a table (piecewise-linear) and as a line time = overhead +

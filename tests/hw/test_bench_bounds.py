@@ -106,6 +106,7 @@ def test_a_paired_compute_entry_reads_every_sample_against_the_references_around
     reference, entry, reference, ... after the entry's warm-up and one of the
     reference's, and the ratios are 30/15, 50/20 and 45/15."""
     import hw.bench as bench
+    import hw.bench.measure
 
     clock = [0.0]
     calls: list[str] = []
@@ -127,7 +128,7 @@ def test_a_paired_compute_entry_reads_every_sample_against_the_references_around
         def perf_counter():
             return clock[0]
 
-    monkeypatch.setattr(bench, "time", FakeTime)
+    monkeypatch.setattr(hw.bench.measure, "time", FakeTime)          # the clock measure_compute_paired reads
     shape = {"kind": "fwd", "dtype": "fp32", "batch": 1, "heads": 1, "kv_heads": 1, "head_dim": 8,
              "q_tokens": 4, "kv_tokens": 4, "mask": "full", "flops": 1.0}
     e = bench.measure_compute_paired(shape, Ops("entry"), dict(shape), Ops("ref"), samples=3, warmup=1)

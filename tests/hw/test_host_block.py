@@ -1,4 +1,4 @@
-"""The host parts' block (hw.bench._host_block_call): the forward or the backward of a
+"""The host parts' block (hw.bench.parts._host_block_call): the forward or the backward of a
 square block without a mask, against torch's own attention and autograd, and a ring of
 ranks timing a backward under ring conditions, with one hop in flight and with two."""
 
