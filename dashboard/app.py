@@ -28,7 +28,7 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dashboard import compute, export, figures, i18n, measured, nav, plan, questions
-from dashboard.i18n import Translator
+from dashboard.i18n import Translator, layout_label
 from dashboard.layout import MAX_UPLOAD_BYTES, field_style, page
 from dashboard.state import (
     CONTROL_IDS,
@@ -82,9 +82,9 @@ def run_words(t: Translator, config: dict[str, Any]) -> str:
     scheme = config.get("scheme", "ring")
     layout = config.get("layout")
     overlap = t("opt.on" if config.get("overlap") else "opt.off")
-    ring = t("run.ring-part", layout=layout, overlap=overlap) if layout else ""
+    ring = t("run.ring-part", layout=layout_label(t, layout), overlap=overlap) if layout else ""
     if scheme == "ring":
-        return t("run.ring", layout=layout, overlap=overlap)
+        return t("run.ring", layout=layout_label(t, layout), overlap=overlap)
     if scheme == "allgather":
         g = config.get("head_groups", 1)
         return t("run.allgather.one") if g == 1 else t("run.allgather.groups", groups=t.int(g))
@@ -390,14 +390,17 @@ def _register_summary(app: dash.Dash, served: Served) -> None:
                  mask=t("line.causal" if w.causal else "line.full"), **{"pass": w.pass_})
         return t("line.measured", line=line) if shown is not None else line
 
-    @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"))
-    def layout_strip(data):
-        split = compute.token_split(served.scenario_of(data))
+    @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"), Input("lang", "value"))
+    def layout_strip(data, lang):
+        t = Translator(lang)
+        split = compute.token_split(served.scenario_of(data), t)
         seq = served.scenario_of(data).workload.seq
-        # a function of the token split and length only: other changes reuse it
-        return compute.figure("strip", Scenario(), None, [split, seq],
-                              lambda: figures.layout_strip(split["layout"], seq, split["n"],
-                                                           holders=split["holders"], title=split["title"]))
+        labels = {"axis": t("strip.axis"), "hover": t("strip.hover"), "first": t("strip.first"),
+                  "separators": t.separators(), "number": t.int}
+        # a function of the token split, the length and the language only: other changes reuse it
+        return compute.figure("strip", Scenario(), None, [split, seq, t.lang],
+                              lambda: figures.layout_strip(split["layout"], seq, split["n"], holders=split["holders"],
+                                                           title=split["title"], labels=labels))
 
     def _name(sc) -> str:
         how = sc.layout if sc.scheme == "ring" else sc.scheme

@@ -220,30 +220,36 @@ def _gpu_list(ranks: list[int]) -> str:
     return f"GPU{'s' if len(ranks) > 1 else ''} {shown}" + (", …" if len(ranks) > 8 else "")
 
 
-def token_split(scenario: Scenario) -> dict[str, Any]:
+def token_split(scenario: Scenario, t: Any = None) -> dict[str, Any]:
     """What the layout strip draws for the scenario's scheme: the layout its token shards
-    follow, on how many holders, their names and the title. The ring: its layout;
-    all-gather: zigzag (2N chunks, GPU i holds i and 2N-1-i); Ulysses: token shards in
-    order; the hybrid: its rings' layout over the r ring positions, each position's
-    tokens shared by its u GPUs (sim.schemes.hybrid.rank_grid)."""
+    follow, on how many holders, their names and the title, in the language of `t` (a
+    dashboard.i18n.Translator; English without one). The ring: its layout; all-gather:
+    zigzag (2N chunks, GPU i holds i and 2N-1-i); Ulysses: token shards in order; the
+    hybrid: its rings' layout over the r ring positions, each position's tokens shared by
+    its u GPUs (sim.schemes.hybrid.rank_grid)."""
+    from dashboard.i18n import Translator, layout_label
     from sim.schemes.hybrid import rank_grid
 
+    t = t or Translator("en")
     seq, n = scenario.workload.seq, scenario.n_gpus
     cfg = scenario.describe()
-    out: dict[str, Any] = {"layout": scenario.layout, "n": n, "holders": None, "title": None}
+    tokens, gpus = t.int(seq), t.int(n)
+    out: dict[str, Any] = {"layout": scenario.layout, "n": n, "holders": None,
+                           "title": t("strip.title", layout=layout_label(t, scenario.layout), tokens=tokens,
+                                      gpus=gpus)}
     if scenario.scheme == "allgather":
-        out.update(layout="zigzag", title=f"Which tokens each GPU holds: all-gather, {2 * n} chunks, GPU i holds "
-                                          f"chunks i and {2 * n - 1}−i, {seq:,} tokens over {n} GPUs")
+        out.update(layout="zigzag", title=t("strip.allgather", chunks=t.int(2 * n), last=t.int(2 * n - 1),
+                                            tokens=tokens, gpus=gpus))
     elif scenario.scheme in ("ulysses", "hybrid"):
         u, r = int(cfg.get("ulysses_degree", n)), int(cfg.get("ring_degree", 1))
         if r == 1:
-            out.update(layout="contiguous", title=f"Which tokens each GPU holds: Ulysses token shards in order, "
-                                                  f"{seq:,} tokens over {n} GPUs (then all-to-all to head shards)")
+            out.update(layout="contiguous", title=t("strip.ulysses", tokens=tokens, gpus=gpus))
         else:
             grid = rank_grid(u, r, cfg.get("placement", "ulysses-inner"))
-            out.update(n=r, holders=[f"ring position {k}: {_gpu_list(grid[k].tolist())}" for k in range(r)],
-                       title=f"Which tokens each ring position holds: {scenario.layout} layout over {r} ring "
-                             f"positions of {u} GPUs each (each GPU 1/{u} of them), {seq:,} tokens")
+            out.update(n=r, holders=[t("strip.position", k=t.int(k), gpus=_gpu_list(grid[k].tolist()))
+                                     for k in range(r)],
+                       title=t("strip.hybrid", layout=layout_label(t, scenario.layout), positions=t.int(r),
+                               u=t.int(u), tokens=tokens))
     return out
 
 

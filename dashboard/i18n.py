@@ -26,7 +26,7 @@ from dash import Input, Output, dcc, html
 
 from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK
 from dashboard.views import HELP, SUMMARY_CARDS, TABS
-from sim.config import PASSES, PLACEMENTS
+from sim.config import LAYOUTS, PASSES, PLACEMENTS
 from sim.presets import CLUSTER_PRESETS, LINK_PRESETS
 from sim.schemes import names as scheme_names
 
@@ -102,6 +102,12 @@ class Translator:
     def int(self, x: float) -> str:
         return format_decimal(int(round(x)), locale=self.lang)
 
+    def separators(self) -> str:
+        """Plotly's `separators` for the language: its decimal sign, then its grouping sign."""
+        from babel.numbers import get_decimal_symbol, get_group_symbol
+
+        return get_decimal_symbol(self.lang) + get_group_symbol(self.lang)
+
     def pct(self, frac: float, sig: int = 3) -> str:
         return self.num(frac * 100, sig) + "%"
 
@@ -170,6 +176,12 @@ def scheme_label(t: Translator, scheme: str) -> str:
     return t(key) if t.has(key) else scheme
 
 
+def layout_label(t: Translator, layout: Any) -> str:
+    """A layout's name in the page's language (its own name where the catalogs have none)."""
+    key = f"opt.layout.{layout}"
+    return t(key) if t.has(key) else str(layout)
+
+
 def _upload_children(t: Translator, key: str) -> list[Any]:
     before, _, after = t(key).partition("{choose}")
     return [html.Div([before, html.A(t("upload.choose")), after])]
@@ -180,6 +192,7 @@ def _options(t: Translator) -> list[tuple[str, str, Any]]:
     return [
         ("scheme", "options", [{"label": scheme_label(t, s), "value": s} for s in scheme_names()]),
         ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p} for p in PLACEMENTS]),
+        ("layout", "options", [{"label": layout_label(t, x), "value": x} for x in LAYOUTS]),
         ("cluster", "options", [{"label": t("opt.cluster.none"), "value": NO_CLUSTER},
                                 *[{"label": x, "value": x} for x in CLUSTER_PRESETS]]),
         ("overlap", "options", onoff),

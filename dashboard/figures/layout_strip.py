@@ -16,9 +16,13 @@ MAX_STRIP_RUNS = 512
 
 
 def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = None,
-                 title: str | None = None) -> go.Figure:
+                 title: str | None = None, labels: dict[str, str] | None = None) -> go.Figure:
     """The sequence as a strip of runs of consecutive tokens, colored by the rank holding
-    them (the n holders of a layout on n ranks; `holders` names each, GPU r otherwise)."""
+    them (the n holders of a layout on n ranks; `holders` names each, GPU r otherwise).
+    `labels`: the axis and hover words, the truncation's sentence, Plotly's `separators`
+    (decimal point, then thousands) and how a number reads, in the page's language."""
+    lab = {"axis": "token", "hover": "tokens", "first": "{title} (first {shown} tokens; the pattern repeats)",
+           "separators": ".,", "number": lambda x: f"{x:,}", **(labels or {})}
     owner = rank_of_token(layout, seq, n)
     cuts = np.flatnonzero(np.diff(owner)) + 1
     starts = np.concatenate([[0], cuts])
@@ -37,15 +41,15 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
         customdata=np.column_stack([starts, ends - 1, ranks]), hovertext=names[ranks],
         text=[f"{r}" for r in ranks] if len(starts) <= 64 else None,
         textposition="inside", insidetextanchor="middle",
-        hovertemplate="tokens %{customdata[0]:,}–%{customdata[1]:,} → %{hovertext}<extra></extra>",
+        hovertemplate=lab["hover"] + " %{customdata[0]:,}–%{customdata[1]:,} → %{hovertext}<extra></extra>",
     ))
     if title is None:
         title = f"Which tokens each GPU holds: {layout} layout, {seq:,} tokens over {n} GPUs"
     if truncated:
-        title += f" (first {shown:,} tokens; the pattern repeats)"
+        title = lab["first"].format(title=title, shown=lab["number"](shown))
     fig.update_layout(
-        title=dict(text=title, font=dict(size=13)),
-        xaxis=dict(title="token", range=[0, shown], tickformat=","),
+        title=dict(text=title, font=dict(size=13)), separators=lab["separators"],
+        xaxis=dict(title=lab["axis"], range=[0, shown], tickformat=","),
         yaxis=dict(visible=False, range=[-0.5, 0.5]),
         meta={"runs": len(starts), "tokens_shown": shown, "truncated": bool(truncated)},
     )

@@ -294,3 +294,18 @@ def test_layouts_and_the_sweep_under_another_scheme(client, scheme, ring_scheme)
     status, out = client.call("sweep.figure", {"scenario.data": _store(scheme=scheme, gpus=8, seq=32768),
                                                "profile.data": None, "tabs.value": "sweep"}, ["tabs.value"])
     assert status == 200 and out["sweep"]["figure"]["data"]
+
+
+def test_the_token_strip_speaks_the_pages_language():
+    from dashboard.i18n import page_texts
+
+    client = CallbackClient.for_app(create_app())
+    _, out = client.call("layout-strip.figure", {"scenario.data": _store(layout="striped", seq=131072),
+                                                 "lang.value": "id"}, ["scenario.data"])
+    fig = out["layout-strip"]["figure"]["layout"]
+    title = fig["title"]["text"]
+    assert title.startswith("Token yang dipegang tiap GPU: tata letak berselang-seling, 131.072 token pada 4 GPU")
+    assert ("token pertama; polanya berulang" in title) == fig["meta"]["truncated"]
+    assert fig["separators"] == ",." and fig["xaxis"]["title"]["text"] == "posisi token"
+    layout_options = dict((cid, v) for cid, prop, v in page_texts("id") if prop == "options")["layout"]
+    assert [o["label"] for o in layout_options] == ["berurutan", "berselang-seling", "zigzag"]

@@ -12,7 +12,7 @@ from dashboard import i18n
 from dashboard.app import SCHEME_TABLE_COLUMNS
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.questions import ANSWERS, N_CHOICES
-from sim.config import PLACEMENTS
+from sim.config import LAYOUTS, PLACEMENTS
 from sim.schemes import names as scheme_names
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
@@ -45,7 +45,7 @@ def _key_families() -> set[str]:
     """Keys the code makes from a name: a scheme's and a placement's label, a column of
     the schemes' table."""
     return ({f"opt.scheme.{s}" for s in scheme_names()} | {f"opt.placement.{p}" for p in PLACEMENTS}
-            | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS})
+            | {f"opt.layout.{x}" for x in LAYOUTS} | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS})
 
 
 def test_every_key_the_code_names_is_in_the_catalogs():
@@ -103,6 +103,7 @@ SAME_IN_BOTH = {
     "opt.scheme.allgather": "a scheme's name and its source", "opt.scheme.ulysses": "a scheme's name and its source",
     "card.m-makespan": "the scheduling term, kept as in the literature", "card.m-ideal": "as Indonesian writes it",
     "sch.col.makespan": "the scheduling term",
+    "opt.layout.zigzag": "the layout's name in the literature",
 }
 """Keys whose Indonesian text is the English one, each for a reason; any other identical
 text is an untranslated message."""
