@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ints  # noqa: E402
-from sim.gemm import gemm_time  # noqa: E402
+from sim.gemm import Linear, gemm_time, linear_products  # noqa: E402
 from sim.models import model_preset  # noqa: E402
 from sim.step import layer_linears  # noqa: E402
 
@@ -32,8 +32,8 @@ from sim.step import layer_linears  # noqa: E402
 def products(model: str, tp: int, tokens: int) -> list[tuple[str, int, int, int]]:
     out = []
     for name, (k_in, n_out) in layer_linears(model_preset(model), tp).items():
-        out += [(f"{name} fwd", tokens, n_out, k_in), (f"{name} dgrad", tokens, k_in, n_out),
-                (f"{name} wgrad", k_in, n_out, tokens)]
+        for which, (m, n, k) in linear_products(tokens, Linear(name, k_in=k_in, n_out=n_out)).items():
+            out.append((f"{name} {which}", m, n, k))
     return out
 
 

@@ -63,7 +63,6 @@ not counted.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -486,7 +485,3 @@ def simulate_step(req: StepRequest) -> Step:
 def check_gpus(parallel: Parallel, gpus: int | None) -> None:
     if gpus is not None and parallel.gpus != gpus:
         raise RingsimError(f"--tp x --cp x --pp x --dp = {parallel.gpus}, not the {gpus} GPUs given")
-
-
-def nodes_of(parallel: Parallel, gpus_per_node: int) -> int:
-    return math.ceil(parallel.gpus / gpus_per_node)
