@@ -210,7 +210,8 @@ def _step_plan_cached(key: str) -> dict[str, Any]:
     if cands:
         p = cands[0]["parallel"]
         par = Parallel(tp=p["tp"], cp=p["cp"], pp=p["pp"], dp=p["dp"], zero=p["zero"], recompute=p["recompute"],
-                       fp8=p["fp8"], interleave=p["interleave"], scheme=p["scheme"], layout=p["layout"])
+                       fp8=p["fp8"], interleave=p["interleave"], scheme=p["scheme"], layout=p["layout"],
+                       tp_overlap=p["tp_overlap"])
         step = simulate_step(StepRequest(model=req.model, seq=req.seq, global_batch=batch, parallel=par,
                                          hardware=hardware))
         c = step.pipeline.columns

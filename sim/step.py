@@ -21,7 +21,8 @@ layer and micro-batch, forward:
   attention and before the MLP, a reduce-scatter after each, of the shard's activations
   (tokens x hidden); backward the mirror. Ring collectives on the node's link,
   `(TP - 1) / TP` of the tensor through each GPU's port plus a latency per step;
-  exposed (not overlapped with the GEMMs).
+  exposed, or with `tp_overlap` (Megatron's --tp-comm-overlap) hidden behind the layer's
+  GEMMs as far as they last.
 - **Recomputation**: `selective` recomputes attention in backward (one more attention
   forward per layer, its output and statistics not kept); `full` recomputes the whole
   layer forward (its GEMMs, attention, elementwise work and TP collectives) and keeps
@@ -99,6 +100,9 @@ class Parallel:
     """Micro-batches per step per replica; None: one sequence each."""
     interleave: int = 1
     """Virtual pipeline stages per GPU (interleaved 1F1B)."""
+    tp_overlap: bool = False
+    """TP collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap): only what
+    a layer's GEMMs do not cover is exposed."""
     scheme: str = "ring"
     """The CP scheme (sim.schemes) and its layout."""
     layout: str = "zigzag"
@@ -318,7 +322,7 @@ class Step:
                 "parallel": {"tp": p.tp, "cp": p.cp, "pp": p.pp, "dp": p.dp, "zero": p.zero,
                              "recompute": p.recompute, "fp8": p.fp8, "microbatches": r.microbatches,
                              "micro_batch": r.micro_batch, "interleave": p.interleave, "scheme": p.scheme,
-                             "layout": p.layout},
+                             "layout": p.layout, "tp_overlap": p.tp_overlap},
                 "gpus": self.gpus, "gpu": r.hardware.gpu.name, "step_s": self.step_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "tflops_per_gpu": self.tflops_per_gpu,
                 "mfu": self.mfu, "memory_bytes_per_gpu": self.memory_bytes_per_gpu, "fits": self.fits,
@@ -391,6 +395,10 @@ def simulate_step(req: StepRequest) -> Step:
     act = t * m.hidden * ELEMENT_BYTES                # the shard's activations, gathered over TP
     tp_one = ring_collective_s(act, p.tp, hw.link.bandwidth_gbps, hw.link.latency_us)
     tp_f = tp_b = 4 * tp_one
+    if p.tp_overlap:
+        # each collective runs in chunks beside the GEMM it feeds or follows: only what the
+        # layer's GEMMs cannot cover shows
+        tp_f, tp_b = max(0.0, tp_f - gemm_f), max(0.0, tp_b - gemm_b)
     recompute_b = 0.0
     if p.recompute == "selective":
         recompute_b = attn_f

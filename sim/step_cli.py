@@ -40,6 +40,8 @@ def register(sub) -> None:
                      help="none (default), selective (attention recomputed) or full (each layer's forward)")
     par.add_argument("--fp8", action="store_true", help="GEMMs in FP8 at the GPU's FP8 rate")
     par.add_argument("--interleave", type=int, default=1, help="virtual pipeline stages per GPU (default 1)")
+    par.add_argument("--tp-overlap", action="store_true",
+                     help="TP collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap; default exposed)")
     par.add_argument("--scheme", choices=scheme_names(), default="ring", help="the CP scheme (default ring)")
     par.add_argument("--layout", default="zigzag", help="the CP ring's layout (default zigzag)")
     add_hardware_args(s)
@@ -94,7 +96,8 @@ def cmd_step(a: argparse.Namespace) -> int:
 
     hw = hardware_from_args(a)
     par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
-                   microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout)
+                   microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout,
+                   tp_overlap=a.tp_overlap)
     check_gpus(par, a.gpus)
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)

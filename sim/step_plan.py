@@ -1,9 +1,10 @@
 """Plan a training run over tensor, context, pipeline and data parallelism together.
 
 Given a model, a sequence length, a global batch (tokens a step) and a cluster, every
-candidate of its GPUs is a TP x CP x PP x DP split with a ZeRO stage, a recomputation and
-(for CP > 1) a CP scheme, each timed by `sim.step.simulate_step` exactly as `ringsim step`
-would run the command it carries. A degree that does not fit the model (TP not dividing
+candidate of its GPUs is a TP x CP x PP x DP split with a ZeRO stage, a recomputation,
+for CP > 1 a CP scheme and for TP > 1 its collectives exposed or overlapped with the
+GEMMs, each timed by `sim.step.simulate_step` exactly as `ringsim step` would run the
+command it carries. A degree that does not fit the model (TP not dividing
 the heads, the FFN or the vocabulary; a sequence that does not split over CP; more stages
 than layers; a batch that is not whole sequences per replica) is not a candidate. TP stays
 inside a node (its collectives are on every layer's critical path). The fitting
@@ -69,6 +70,8 @@ def step_command(model: Model, seq: int, global_batch: int, par: Parallel, hardw
         argv += ["--scheme", par.scheme, "--layout", par.layout]
     if par.fp8:
         argv.append("--fp8")
+    if par.tp_overlap:
+        argv.append("--tp-overlap")
     return shlex.join(argv + hardware_argv)
 
 
@@ -86,8 +89,9 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
                 for zero in ((1, 3) if dp > 1 else (1,)):
                     for recompute in RECOMPUTES:
                         for scheme in (SCHEMES if cp > 1 else ("ring",)):
-                            splits.append(Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, recompute=recompute,
-                                                   fp8=fp8, scheme=scheme))
+                            for overlap in ((False, True) if tp > 1 else (False,)):
+                                splits.append(Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, recompute=recompute,
+                                                       fp8=fp8, scheme=scheme, tp_overlap=overlap))
     out, refused = [], 0
     limit = hardware.gpu.memory_gb * 1e9
     for i, par in enumerate(splits):
@@ -131,4 +135,4 @@ def _why(c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
 def label(c: dict[str, Any]) -> str:
     p = c["parallel"]
     out = f"TP {p['tp']} CP {p['cp']} PP {p['pp']} DP {p['dp']}, ZeRO-{p['zero']}, recompute {p['recompute']}"
-    return out + (f", CP {p['scheme']}" if p["cp"] > 1 else "")
+    return out + (f", CP {p['scheme']}" if p["cp"] > 1 else "") + (", TP overlapped" if p.get("tp_overlap") else "")

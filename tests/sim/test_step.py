@@ -185,3 +185,13 @@ def test_the_step_saves_its_pipeline_as_a_trace_and_keeps_what_is_there(tmp_path
     assert t.world_size == 4 and t.config["step"]["pp"] == 4
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 2 and "--force" in r.stderr
+
+
+def test_tp_collectives_overlapped_show_only_what_the_gemms_do_not_cover():
+    base = dict(model=L8B, seq=8192, global_batch=8192, hardware=DGX)
+    exposed = simulate_step(StepRequest(parallel=Parallel(tp=8), **base))
+    hidden = simulate_step(StepRequest(parallel=Parallel(tp=8, tp_overlap=True), **base))
+    p = exposed.per_layer
+    assert hidden.per_layer["tp_fwd_s"] == pytest.approx(max(0.0, p["tp_fwd_s"] - p["gemm_fwd_s"]), abs=1e-15)
+    assert hidden.per_layer["tp_bwd_s"] == pytest.approx(max(0.0, p["tp_bwd_s"] - p["gemm_bwd_s"]), abs=1e-15)
+    assert hidden.step_s < exposed.step_s
