@@ -63,7 +63,7 @@ SCHEME_TABLE_COLUMNS = ("scheme", "variant", "makespan", "vs_best", "efficiency"
                         "why")
 """The columns of the schemes' table (message keys sch.col.<column>)."""
 PRESET_HARDWARE_CONTROLS = ("cluster", "tflops", "efficiency", "overhead-us", "link-gbps", "link-latency-us",
-                            "inter-link", "nics-per-node", "nic-gbps")
+                            "inter-link", "nics-per-node", "nic-gbps", "p2p")
 """What a calibrated profile replaces besides the GPU and the link (sim.engine.simulate
 times every block and transfer on the profile): disabled while one is loaded."""
 EXAMPLE_PROFILE_TOKEN = "profile-examples"

@@ -27,6 +27,7 @@ from dash import Input, Output, dcc, html
 from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK
 from dashboard.views import HELP, SUMMARY_CARDS, TABS
 from sim.config import LAYOUTS, PASSES, PLACEMENTS
+from sim.pcie import P2P_MODES
 from sim.presets import CLUSTER_PRESETS, LINK_PRESETS
 from sim.schemes import names as scheme_names
 
@@ -193,6 +194,7 @@ def _options(t: Translator) -> list[tuple[str, str, Any]]:
         ("scheme", "options", [{"label": scheme_label(t, s), "value": s} for s in scheme_names()]),
         ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p} for p in PLACEMENTS]),
         ("layout", "options", [{"label": layout_label(t, x), "value": x} for x in LAYOUTS]),
+        ("p2p", "options", [{"label": t(f"opt.p2p.{x}"), "value": x} for x in ("preset", *P2P_MODES)]),
         ("cluster", "options", [{"label": t("opt.cluster.none"), "value": NO_CLUSTER},
                                 *[{"label": x, "value": x} for x in CLUSTER_PRESETS]]),
         ("overlap", "options", onoff),

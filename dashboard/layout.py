@@ -11,9 +11,10 @@ from typing import Any
 from dash import dcc, html
 
 from dashboard import i18n, measured, plan, questions
-from dashboard.state import CUSTOM, NO_CLUSTER, SAME_LINK, applies, defaults
+from dashboard.state import CUSTOM, NO_CLUSTER, PRESET_P2P, SAME_LINK, applies, defaults
 from dashboard.views import HELP, SUMMARY_CARDS, TABS
 from sim.config import LAYOUTS, PASSES, PLACEMENTS
+from sim.pcie import P2P_MODES
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
 from sim.schemes import names as scheme_names
 
@@ -111,6 +112,7 @@ def controls() -> html.Div:
         _number("gpus-per-node", "GPUs per node", d["gpus-per-node"]),
         _number("nics-per-node", "NICs per node", d["nics-per-node"], "one per GPU"),
         _number("nic-gbps", "NIC GB/s", d["nic-gbps"], "link's"),
+        _dropdown("p2p", "PCIe peer to peer", [PRESET_P2P, *P2P_MODES], d["p2p"]),
         html.Div(className="field", children=[
             html.Label("Calibrated profile", id="profile-label"),
             dcc.Upload(id="profile-upload", max_size=MAX_UPLOAD_BYTES, accept=".json,application/json",

@@ -17,12 +17,15 @@ from urllib.parse import parse_qsl, urlencode
 from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
 from sim.options import pcie_fabric
+from sim.pcie import P2P_MODES
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
 from sim.schemes import names as scheme_names
 
 CUSTOM = "custom"
 SAME_LINK = "same"
 NO_CLUSTER = "none"
+PRESET_P2P = "preset"
+"""The p2p control's value that keeps the PCIe cluster's own pairs (sim.pcie)."""
 MAX_GPUS = 1024
 """Largest ring the page simulates: the trace grows as N^2 spans (3.1M at 1024 forward,
 9.4M forward+backward) and a first request must stay within seconds; `ringsim simulate`
@@ -62,6 +65,7 @@ CONTROLS: tuple[Control, ...] = (
     Control("nics-per-node", "nics_per_node", "optint", None),
     Control("nic-gbps", "nic_gbps", "float", None),
     Control("cluster", "cluster", "choice", NO_CLUSTER, (NO_CLUSTER, *CLUSTER_PRESETS)),
+    Control("p2p", "p2p", "choice", PRESET_P2P, (PRESET_P2P, *P2P_MODES)),
     # the scheme and the ring
     Control("gpus", "gpus", "int", 8),
     Control("layout", "layout", "choice", "zigzag", LAYOUTS),
@@ -341,7 +345,10 @@ def _hardware(values: dict[str, Any]) -> Hardware:
         # a PCIe cluster's fabric (sim.pcie) while its node keeps a PCIe link
         cluster = values.get("cluster")
         of_cluster = CLUSTER_PRESETS[cluster].pcie if cluster in CLUSTER_PRESETS else None
-        pcie = pcie_fabric(of_cluster, {}, gpn, link.name) if of_cluster and link.name.startswith("pcie") else None
+        p2p = values.get("p2p", PRESET_P2P)
+        given = {} if p2p in (None, PRESET_P2P) else {"p2p": p2p}
+        pcie = (pcie_fabric(of_cluster, given, gpn, link.name)
+                if (of_cluster or given) and link.name.startswith("pcie") else None)
         return Hardware(gpu=gpu, link=link, gpus_per_node=gpn, nics_per_node=nics, inter_link=inter_link, pcie=pcie)
     except RingsimError as e:
         raise _attribute(e, "gpus-per-node") from None

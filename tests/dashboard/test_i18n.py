@@ -13,6 +13,7 @@ from dashboard.app import SCHEME_TABLE_COLUMNS
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.questions import ANSWERS, N_CHOICES
 from sim.config import LAYOUTS, PLACEMENTS
+from sim.pcie import P2P_MODES
 from sim.schemes import names as scheme_names
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
@@ -45,7 +46,8 @@ def _key_families() -> set[str]:
     """Keys the code makes from a name: a scheme's and a placement's label, a column of
     the schemes' table."""
     return ({f"opt.scheme.{s}" for s in scheme_names()} | {f"opt.placement.{p}" for p in PLACEMENTS}
-            | {f"opt.layout.{x}" for x in LAYOUTS} | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS})
+            | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
+            | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS})
 
 
 def test_every_key_the_code_names_is_in_the_catalogs():

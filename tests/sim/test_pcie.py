@@ -280,3 +280,11 @@ def test_a_pcie_cluster_preset_brings_its_fabric_to_the_dashboard():
     assert sc.hardware.pcie == Pcie(gen=4, gpus_per_switch=2, gpus_per_socket=4, p2p="switch", socket_link="upi-spr")
     sc = scenario_from_values(defaults() | cluster_values("pcie-l20") | {"cluster": "pcie-l20", "link": "nvlink4"})
     assert sc.hardware.pcie is None
+    # the p2p control: the preset's pairs, or the chosen ones, and only that choice in the URL
+    from dashboard.state import query_from_values, values_from_query
+
+    values = defaults() | cluster_values("pcie-l20") | {"cluster": "pcie-l20", "p2p": "off"}
+    assert scenario_from_values(values).hardware.pcie.p2p == "off"
+    query = query_from_values(values)
+    assert "p2p=off" in query and values_from_query(query)[0]["p2p"] == "off"
+    assert "p2p" not in query_from_values(defaults() | {"cluster": "pcie-l20"})
