@@ -1,6 +1,7 @@
 """PCIe nodes (sim.pcie): the route each flow takes, its time, and flows that share a
 link, against closed forms worked out here by hand."""
 
+import json
 import subprocess
 import sys
 
@@ -288,3 +289,22 @@ def test_a_pcie_cluster_preset_brings_its_fabric_to_the_dashboard():
     query = query_from_values(values)
     assert "p2p=off" in query and values_from_query(query)[0]["p2p"] == "off"
     assert "p2p" not in query_from_values(defaults() | {"cluster": "pcie-l20"})
+
+
+def test_the_pcie_flags_are_sweepable_and_each_row_reproduces_its_command(tmp_path):
+    from sim.spec import Spec
+    from sim.sweep import read_rows, sweep
+
+    spec = Spec.from_dict({"cluster": "pcie-l20", "seq": 8192, "scheme": "hybrid", "ulysses-degree": 2,
+                           "p2p": ["switch", "on", "off"]})
+    out = tmp_path / "r.csv"
+    r = sweep(list(spec.configs()), str(out), quiet=True)
+    assert (r.total, r.failed) == (3, 0)
+    rows = {row["p2p"]: row for row in read_rows(str(out))}
+    assert rows["on"]["makespan_s"] < rows["switch"]["makespan_s"] < rows["off"]["makespan_s"]
+    for row in rows.values():
+        args = row["command"].split()[2:]
+        r = subprocess.run([sys.executable, "-m", "sim.cli", "simulate", *args, "--json"], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["makespan_s"] == pytest.approx(float(row["makespan_s"]), rel=1e-12)
