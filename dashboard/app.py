@@ -442,19 +442,26 @@ def _register_views(app: dash.Dash, served: Served) -> None:
 
     @app.callback(Output("timeline", "figure"),
                   Input("scenario", "data"), Input("profile", "data"), Input("ranks", "value"),
-                  Input("tabs", "value"))
-    def timeline(data, profile_data, ranks, tab):
+                  Input("tabs", "value"), Input("lang", "value"))
+    def timeline(data, profile_data, ranks, tab, lang):
         only_on("timeline", tab)
         window = tuple(ranks) if ranks else None
+        t = Translator(lang)
         try:
             hw, key = served.hardware_of(profile_data)
             sc = served.scenario_of(data)
 
             def make():
                 res = compute.run(sc, hw, key)
-                return figures.timeline(res.trace, window, starts=res.rank_starts)
+                tr = res.trace
+                c = tr.columns
+                makespan = float(c.end_s.max() - c.start_s.min()) if len(c) else 0.0   # no metrics needed
+                title = t("tl.title", gpus=t.int(tr.world_size), run=run_words(t, tr.config),
+                          makespan=t.time(makespan, 4))
+                labels = {"window": t("tl.window"), "time": t("tl.time"), "separators": t.separators()}
+                return figures.timeline(tr, window, starts=res.rank_starts, title=title, labels=labels)
 
-            return compute.figure("timeline", sc, key, window, make)
+            return compute.figure("timeline", sc, key, [window, t.lang], make)
         except RingsimError as e:
             return figures.message_figure(str(e))
 

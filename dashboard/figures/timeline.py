@@ -177,8 +177,12 @@ def _hover(series: str, name: str, nq: int, nk: int, unit: str, q_summary: bool 
 
 def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
              max_bar_spans: int = MAX_BAR_SPANS, max_spans: int = MAX_DRAWN_SPANS,
-             title: str | None = None, starts: np.ndarray | None = None) -> go.Figure:
+             title: str | None = None, starts: np.ndarray | None = None,
+             labels: dict[str, str] | None = None) -> go.Figure:
     """Per GPU, three lanes (compute, send, receive); exposed communication in red.
+
+    `labels` (the page's language): "window", the window's note with {lo}, {hi} and {n};
+    "time", the time axis with {unit}; "separators", Plotly's decimal and grouping signs.
 
     `ranks` is an inclusive window; it narrows further if it holds more than
     `max_spans` spans. Past `max_bar_spans` spans the lanes are WebGL line segments.
@@ -250,8 +254,9 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
         what = run_label(trace.config)
         title = (f"{trace.source.capitalize()} timeline: {trace.world_size} GPUs"
                  + (f", {what}" if what else "") + f" — makespan {makespan * scale:.4g} {unit}")
+    lab = {"window": " (GPUs {lo}–{hi} of {n})", "time": "time ({unit})", "separators": ".,", **(labels or {})}
     if (lo, hi) != (0, trace.world_size - 1):
-        title += f" (GPUs {lo}–{hi} of {trace.world_size})"
+        title += lab["window"].format(lo=lo, hi=hi, n=trace.world_size)
     layout: dict[str, Any] = dict(
         template=TEMPLATE, height=height, barmode="overlay", bargap=0,
         # the title at the top, the legend (the template's: bottom-anchored at y=1.02)
@@ -259,7 +264,8 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
         title=dict(text=title, font=dict(size=13), y=1, yref="container", yanchor="top",
                    pad=dict(t=10)),
         # the hover points would pad an automatic range: the run is the range
-        xaxis=dict(title=f"time ({unit})", rangemode="tozero",
+        separators=lab["separators"],
+        xaxis=dict(title=lab["time"].format(unit=unit), rangemode="tozero",
                    **({"range": [0, makespan * scale]} if use_gl else {})),
         yaxis=dict(autorange="reversed", tickmode="array",
                    tickvals=[(r - lo) * len(LANES) + 1 for r in tick_ranks],

@@ -309,3 +309,16 @@ def test_the_token_strip_speaks_the_pages_language():
     assert fig["separators"] == ",." and fig["xaxis"]["title"]["text"] == "posisi token"
     layout_options = dict((cid, v) for cid, prop, v in page_texts("id") if prop == "options")["layout"]
     assert [o["label"] for o in layout_options] == ["berurutan", "berselang-seling", "zigzag"]
+
+
+def test_the_timeline_speaks_the_pages_language():
+    client = CallbackClient.for_app(create_app())
+    values = {"scenario.data": _store(layout="striped"), "tabs.value": "timeline", "ranks.value": None,
+              "lang.value": "id"}
+    _, out = client.call("timeline.figure", values, ["scenario.data"])
+    fig = out["timeline"]["figure"]["layout"]
+    assert fig["title"]["text"].startswith("Lini masa simulasi: 4 GPU, cincin, tata letak berselang-seling")
+    assert fig["xaxis"]["title"]["text"].startswith("waktu (") and fig["separators"] == ",."
+    values["lang.value"] = "en"
+    _, out = client.call("timeline.figure", values, ["scenario.data"])
+    assert out["timeline"]["figure"]["layout"]["title"]["text"].startswith("Simulated timeline: 4 GPUs, ring, striped")

@@ -33,7 +33,7 @@ def test_page_loads_without_console_errors(dash_duo):
     _start(dash_duo)
     dash_duo.wait_for_contains_text("#m-makespan", "ms", timeout=TIMEOUT)
     dash_duo.wait_for_element("#layout-strip .main-svg", timeout=TIMEOUT)
-    assert "8 GPUs, zigzag layout" in dash_duo.find_element("#timeline .gtitle").text
+    assert "8 GPUs, ring, zigzag layout" in dash_duo.find_element("#timeline .gtitle").text
     assert _severe(dash_duo) == []
 
 
@@ -61,7 +61,7 @@ def test_invalid_value_shows_a_message_beside_its_control(dash_duo):
 
 def test_link_with_a_scenario_reproduces_it(dash_duo):
     _start(dash_duo, "?gpus=4&layout=striped&seq=8192")
-    dash_duo.wait_for_contains_text("#timeline .gtitle", "4 GPUs, striped layout", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "4 GPUs, ring, striped layout", timeout=TIMEOUT)
     assert dash_duo.find_element("#gpus").get_attribute("value") == "4"
 
 

@@ -111,7 +111,7 @@ def test_the_url_reproduces_view_question_and_language(dash_duo):
     dash_duo.driver.get(url)
     dash_duo.wait_for_text_to_equal("#quiz-title", id_("quiz.title", n=7, total=8), timeout=TIMEOUT)
     _click_label(dash_duo, "#tabs .tab", 1)                      # the timeline
-    dash_duo.wait_for_contains_text("#timeline .gtitle", "4 GPUs", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "4 GPU", timeout=TIMEOUT)
     _until(dash_duo, lambda d: "view=" not in d.current_url and "q=" not in d.current_url)
     assert "lang=id" in dash_duo.driver.current_url
     assert _severe(dash_duo) == []
