@@ -11,25 +11,10 @@ from sim.config import BWD_FLOPS_FACTOR
 # ---- measuring --------------------------------------------------------------------------
 
 def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
-    import torch
-
     def samples(fn: Callable[[], Any], n: int, warmup: int) -> list[float]:
         for _ in range(warmup):
             fn()
-        out = []
-        for _ in range(n):
-            if device.type == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                out.append(start.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                out.append(time.perf_counter() - t0)
-        return out
+        return [time_compute(fn, device) for _ in range(n)]
     return samples
 
 
