@@ -21,6 +21,7 @@ from sim.pcie import Fabric, Pcie
 from sim.presets import KERNEL_GAP_US, LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
 from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR, DTYPE_BYTES  # noqa: F401  (read here by many)
 from sim.schemes import get as get_scheme
+from sim.units import positive_ints
 
 RATE_GROUPS = ("fwd-full", "fwd-diagonal", "bwd-full", "bwd-diagonal")
 PASSES = ("fwd", "bwd", "fwdbwd")
@@ -28,13 +29,6 @@ LAYOUTS = LAYOUT_NAMES
 GRANULARITIES = ("exact", "tile")
 SYNCS = ("step", "buffered")
 PLACEMENTS = ("ulysses-inner", "ring-inner")
-
-
-def _positive_int(obj: Any, *names: str) -> None:
-    for name in names:
-        v = getattr(obj, name)
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise RingsimError(f"{name} must be a positive integer, got {v!r}")
 
 
 def _positive(obj: Any, *names: str, allow_zero: bool = False) -> None:
@@ -68,7 +62,7 @@ class Workload:
     """fwd, bwd (backward alone, given the forward's output and log-sum-exp) or fwdbwd."""
 
     def __post_init__(self) -> None:
-        _positive_int(self, "batch", "seq", "heads", "kv_heads", "head_dim")
+        positive_ints(self, "batch", "seq", "heads", "kv_heads", "head_dim")
         if self.dtype not in DTYPE_BYTES:
             raise RingsimError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
         if self.pass_ not in PASSES:
@@ -159,7 +153,7 @@ class Gpu:
         if self.memory_bandwidth_gbps is not None:
             _positive(self, "memory_bandwidth_gbps")
         if self.sms is not None:
-            _positive_int(self, "sms")
+            positive_ints(self, "sms")
         if not isinstance(self.floors, Floors):
             raise RingsimError(f"floors must be a sim.kernel_model.Floors, got {self.floors!r}")
         _positive(self.floors, "fwd_host_us", "bwd_host_us", "kernel_gap_us", "op_host_us", allow_zero=True)
@@ -259,11 +253,11 @@ class Hardware:
     links flows share; None: every GPU's port reaches every other directly (NVSwitch)."""
 
     def __post_init__(self) -> None:
-        _positive_int(self, "gpus_per_node")
+        positive_ints(self, "gpus_per_node")
         if self.pcie is not None:
             self.pcie.check_node(self.gpus_per_node)
         if self.nics_per_node is not None:
-            _positive_int(self, "nics_per_node")
+            positive_ints(self, "nics_per_node")
             if self.gpus_per_node % self.nics_per_node:
                 raise RingsimError(f"nics_per_node ({self.nics_per_node}) must divide gpus_per_node "
                                    f"({self.gpus_per_node})")
@@ -448,10 +442,10 @@ class Scenario:
     gather behind the current group's compute (1: one gather, exposed)."""
 
     def __post_init__(self) -> None:
-        _positive_int(self, "n_gpus", "tile", "head_groups")
+        positive_ints(self, "n_gpus", "tile", "head_groups")
         for name in ("ulysses_degree", "ring_degree"):
             if getattr(self, name) is not None:
-                _positive_int(self, name)
+                positive_ints(self, name)
         scheme = get_scheme(self.scheme)
         if self.layout not in LAYOUTS:
             raise RingsimError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")

@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.errors import RingsimError
 from sim.presets import KERNEL_GAP_US, OP_HOST_US, gpu_preset
+from sim.units import require_whole
 
 TILE_M, TILE_N = 128, 256
 """Output tile of a large bf16 GEMM: cuBLAS's Hopper kernels for such shapes are named
@@ -102,8 +102,7 @@ def rate_tflops(gpu: str, fp8: bool = False) -> tuple[float, str]:
 def gemm_time(m: int, n: int, k: int, gpu: str, *, fp8: bool = False, alone: bool = True) -> GemmTime:
     """The time of C (m x n) = A (m x k) B (k x n) on `gpu` (a preset name)."""
     for name, v in (("m", m), ("n", n), ("k", k)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise RingsimError(f"--{name} must be a positive whole number, got {v!r}")
+        require_whole(f"--{name}", v)
     p = gpu_preset(gpu)
     rate, source = rate_tflops(p.name, fp8)
     stream = (p.stream_bandwidth_gbps or p.memory_bandwidth_gbps) * 1e9

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import RingsimError
+from sim.units import require_whole
 
 _PAPER = "Llama 3 Herd of Models (arXiv 2407.21783), Table 3"
 
@@ -47,17 +48,14 @@ class Model:
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "kv_heads", "head_dim"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise RingsimError(f"model {name} must be a positive whole number, got {v!r}")
+            require_whole(f"model {name}", getattr(self, name))
         if self.heads % self.kv_heads:
             raise RingsimError(f"model kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
         if self.params is not None and not (isinstance(self.params, (int, float)) and self.params > 0):
             raise RingsimError(f"model params must be a positive number, got {self.params!r}")
         for name in ("ffn", "vocab"):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-                raise RingsimError(f"model {name} must be a positive whole number, got {v!r}")
+            if getattr(self, name) is not None:
+                require_whole(f"model {name}", getattr(self, name))
 
     def describe(self) -> dict:
         return {"name": self.name, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.units import positive_ints
 
 P2P_MODES = ("on", "socket", "switch", "off")
 
@@ -127,10 +128,7 @@ class Pcie:
         if self.gen not in PCIE_X16_GBPS:
             raise RingsimError(f"unknown PCIe generation {self.gen!r}; choose from "
                                f"{', '.join(map(str, PCIE_X16_GBPS))}")
-        for name in ("gpus_per_switch", "gpus_per_socket"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise RingsimError(f"{name} must be a positive integer, got {v!r}")
+        positive_ints(self, "gpus_per_switch", "gpus_per_socket")
         if self.gpus_per_socket % self.gpus_per_switch:
             raise RingsimError(f"{self.gpus_per_switch} GPUs per PCIe switch do not divide the "
                                f"{self.gpus_per_socket} GPUs per socket")

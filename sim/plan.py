@@ -45,7 +45,7 @@ from sim.models import Model
 from sim.options import scenario_from_args, table
 from sim.spec import Config, configs_from
 from sim.sweep import Runner, run_configs
-from sim.units import fmt_bytes, fmt_s, parse_count
+from sim.units import fmt_bytes, fmt_s, parse_count, require_whole
 
 ADAM_BYTES_PER_PARAM = 16
 """bf16 weights (2) and gradients (2), fp32 master weights (4) and Adam's two moments (8)."""
@@ -120,9 +120,7 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         for name in ("seq", "batch", "nodes", "gpus_per_node"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise RingsimError(f"{name.replace('_', '-')} must be a positive whole number, got {v!r}")
+            require_whole(name.replace("_", "-"), getattr(self, name))
         if self.param_shards is not None and (not isinstance(self.param_shards, int) or self.param_shards <= 0):
             raise RingsimError(f"param-shards must be a positive whole number, got {self.param_shards!r}")
         if self.param_shards is not None and self.model.params is None:

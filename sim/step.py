@@ -74,6 +74,7 @@ from sim.metrics import compute_metrics
 from sim.models import Model
 from sim.pipeline import play_pipeline
 from sim.trace import Trace
+from sim.units import is_whole, require_whole
 
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 3)
@@ -125,8 +126,7 @@ class StepRequest:
         m, p = self.model, self.parallel
         for name, v in (("tp", p.tp), ("cp", p.cp), ("pp", p.pp), ("dp", p.dp), ("interleave", p.interleave),
                         ("seq", self.seq), ("global-batch", self.global_batch)):
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise RingsimError(f"--{name} must be a positive whole number, got {v!r}")
+            require_whole(f"--{name}", v)
         if m.ffn is None or m.vocab is None:
             raise RingsimError(f"model {m.name} has no FFN size or vocabulary: give --ffn and --vocab")
         if m.params is None:
@@ -150,7 +150,7 @@ class StepRequest:
             raise RingsimError(f"--global-batch {self.global_batch} tokens is not a whole number of "
                                f"{self.seq}-token sequences for each of the {p.dp} replicas")
         mb = p.microbatches if p.microbatches is not None else per_replica
-        if not isinstance(mb, int) or isinstance(mb, bool) or mb <= 0 or per_replica % mb:
+        if not is_whole(mb) or per_replica % mb:
             raise RingsimError(f"--microbatches {mb} does not divide the {per_replica} sequences of a replica")
         if p.interleave > 1 and mb % p.pp:
             raise RingsimError(f"interleaved 1F1B needs the micro-batches ({mb}) to be a multiple of --pp {p.pp}")

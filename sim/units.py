@@ -31,6 +31,26 @@ def fmt_bytes(x: float | None, spec: str = ".2f", missing: str = "-") -> str:
     return f"{x:.0f} B"
 
 
+def is_whole(value: Any) -> bool:
+    """Whether `value` is a positive whole number (an int, not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def require_whole(what: str, value: Any) -> None:
+    """RingsimError, one line, unless `value` is a positive whole number."""
+    if not is_whole(value):
+        raise RingsimError(f"{what} must be a positive whole number, got {value!r}")
+
+
+def positive_ints(obj: Any, *names: str) -> None:
+    """RingsimError, one line naming the field, unless each of `obj`'s fields `names` is a
+    positive integer (the configuration dataclasses' check)."""
+    for name in names:
+        v = getattr(obj, name)
+        if not is_whole(v):
+            raise RingsimError(f"{name} must be a positive integer, got {v!r}")
+
+
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*$")
 _SCALE = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30}
 
