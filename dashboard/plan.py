@@ -20,6 +20,7 @@ played it, one GPU per stage. A step has no view of its own to load into.
 from __future__ import annotations
 
 import shlex
+from dataclasses import fields
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode
@@ -209,18 +210,15 @@ def _step_plan_cached(key: str) -> dict[str, Any]:
            "pipeline": None}
     if cands:
         p = cands[0]["parallel"]
-        par = Parallel(tp=p["tp"], cp=p["cp"], pp=p["pp"], dp=p["dp"], zero=p["zero"], recompute=p["recompute"],
-                       fp8=p["fp8"], interleave=p["interleave"], scheme=p["scheme"], layout=p["layout"],
-                       tp_overlap=p["tp_overlap"])
+        par = Parallel(**{f.name: p[f.name] for f in fields(Parallel)})
         step = simulate_step(StepRequest(model=req.model, seq=req.seq, global_batch=batch, parallel=par,
                                          hardware=hardware))
         c = step.pipeline.columns
         keep = (c.stream == 0) | (c.stream == 1)                     # computes and sends
-        names = {0: "fwd", 1: "bwd"}
         from sim.trace import KIND_NAMES
 
         out["pipeline"] = {"stages": step.pipeline.world_size, "rank": c.rank[keep].tolist(),
-                           "kind": [names.get(int(k), KIND_NAMES[int(k)]) for k in c.kind[keep]],
+                           "kind": [KIND_NAMES[int(k)] for k in c.kind[keep]],
                            "start_s": c.start_s[keep].tolist(), "end_s": c.end_s[keep].tolist()}
     return out
 

@@ -167,7 +167,7 @@ class Pcie:
 
 
 LINK_KINDS = ("switch uplink", "root complex", "socket link", "host memory")
-"""What a fabric resource is, by code (Fabric.kind_of)."""
+"""What a fabric resource is, by code (Fabric.kinds)."""
 
 
 class Fabric:
@@ -246,6 +246,3 @@ class Fabric:
     @property
     def n_resources(self) -> int:
         return len(self.names)
-
-    def kind_of(self, resource: np.ndarray) -> np.ndarray:
-        return self.kinds[resource]

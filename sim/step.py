@@ -69,7 +69,7 @@ from typing import Any
 
 from sim.config import Hardware, Scenario, Workload
 from sim.errors import RingsimError
-from sim.gemm import gemm_time
+from sim.gemm import FP8_PEAK_FACTOR, gemm_time
 from sim.metrics import compute_metrics
 from sim.models import Model
 from sim.pipeline import play_pipeline
@@ -305,7 +305,7 @@ class Step:
         hw = self.request.hardware
         peak = hw.gpu.peak_tflops.get("fp8" if self.request.parallel.fp8 else "bf16")
         if peak is None and self.request.parallel.fp8:
-            peak = 2 * hw.gpu.peak_tflops["bf16"]
+            peak = FP8_PEAK_FACTOR * hw.gpu.peak_tflops["bf16"]
         return self.tflops_per_gpu / peak
 
     @property

@@ -48,14 +48,12 @@ class StepPlan:
 def request_hardware(req: Any) -> tuple[Hardware, list[str]]:
     """The hardware of a `sim.plan.PlanRequest` (its cluster, GPU, links, nodes, PCIe
     flags) and the `ringsim` flags that give it."""
-    from sim.options import scenario_from_args
-    from sim.spec import argv_of, convert, option
-    from sim.sweep import _parser
+    from sim.plan import _scenario
+    from sim.spec import configs_from
 
     workload = ("gpus", "seq", "batch", "heads", "kv-heads", "head-dim", "dtype", "pass", "causal")
-    options = {k: v for k, v in req.base_options().items() if k not in workload}
-    argv = argv_of({o.dest: convert(o, v) for o, v in ((option(k), v) for k, v in options.items())})
-    return scenario_from_args(_parser().parse_args(argv)).hardware, argv
+    config = configs_from([{k: v for k, v in req.base_options().items() if k not in workload}])[0]
+    return _scenario(config).hardware, config.argv
 
 
 def _divisors(n: int) -> list[int]:
