@@ -253,20 +253,12 @@ def ring_collective_s(nbytes: float, group: int, bandwidth_gbps: float, latency_
     return (group - 1) * (latency_us * 1e-6 + nbytes / group / (bandwidth_gbps * 1e9))
 
 
-def _dp_link(req: StepRequest) -> tuple[float, float]:
-    """(GB/s, latency µs) the DP collectives run at: the NIC when a replica's peer is in
-    another node, else the node's link."""
-    hw, p = req.hardware, req.parallel
-    if p.tp * p.cp * p.dp > hw.gpus_per_node and hw.inter_link is not None:
-        return hw.inter_link.bandwidth_gbps, hw.inter_link.latency_us
-    return hw.link.bandwidth_gbps, hw.link.latency_us
-
-
-def _pp_link(req: StepRequest) -> tuple[float, float]:
-    hw, p = req.hardware, req.parallel
-    if p.tp * p.cp * p.dp * min(p.pp, 2) > hw.gpus_per_node and hw.inter_link is not None:
-        return hw.inter_link.bandwidth_gbps, hw.inter_link.latency_us
-    return hw.link.bandwidth_gbps, hw.link.latency_us
+def _link(req: StepRequest, span: int) -> tuple[float, float]:
+    """(GB/s, latency µs) of a group whose members lie within `span` consecutive GPUs:
+    the NIC when that crosses a node (and the nodes have one), else the node's link."""
+    hw = req.hardware
+    link = hw.inter_link if span > hw.gpus_per_node and hw.inter_link is not None else hw.link
+    return link.bandwidth_gbps, link.latency_us
 
 
 # --- the step -----------------------------------------------------------------------------
@@ -424,7 +416,7 @@ def simulate_step(req: StepRequest) -> Step:
     tf, tb = stage_f[slow], stage_b[slow]
     mb = req.microbatches
     work = mb * (tf + tb)
-    bw, lat = _pp_link(req)
+    bw, lat = _link(req, p.tp * p.cp * p.dp * min(p.pp, 2))      # two neighbouring stages
     send = lat * 1e-6 + act / p.tp / (bw * 1e9) if p.pp > 1 else 0.0
     # the pipeline played on the engine (sim.pipeline), with its sends and without them
     trace = play_pipeline(stage_f, stage_b, send, mb, p.interleave)
@@ -436,7 +428,7 @@ def simulate_step(req: StepRequest) -> Step:
     stage_params = layers[slow] * layer_params(m) / p.tp
     stage_params += (m.vocab * m.hidden / p.tp) if slow in (0, p.pp - 1) else 0
     grad_bytes = stage_params * ELEMENT_BYTES
-    dbw, dlat = _dp_link(req)
+    dbw, dlat = _link(req, p.tp * p.cp * p.dp)                     # a replica group
     rs = ring_collective_s(grad_bytes, p.dp, dbw, dlat)
     dp_exposed = 0.0
     if p.dp > 1:
