@@ -375,7 +375,7 @@ def register_callbacks(app) -> None:
 
     @app.callback(Output("plan-chart", "figure"), Output("plan-table", "children"),
                   Output("plan-summary", "children"), Output("plan-pipeline", "figure"),
-                  Output("plan-pipeline-box", "style"),
+                  Output("plan-pipeline-box", "style"), Output("plan-hint", "style"),
                   Input("plan-result", "data"), Input("lang", "value"), Input("plan-top", "value"))
     def draw(data, lang, top):
         if not data:
@@ -383,7 +383,9 @@ def register_callbacks(app) -> None:
         t = Translator(lang)
         cands = data["candidates"]
         if data.get("mode") == "step":
-            return _draw_steps(t, data, top if isinstance(top, int) and top > 0 else len(cands))
+            # no hint to click: a whole step has no view of its own to load into
+            return (*_draw_steps(t, data, top if isinstance(top, int) and top > 0 else len(cands)),
+                    {"display": "none"})
         labels = {"x": t("plan.chart.x"), "y": t("plan.chart.y"), "limit": t("plan.chart.limit"),
                   "title": t("plan.chart.title"), "not_fit": t("plan.chart.not-fit")}
         top = top if isinstance(top, int) and top > 0 else len(cands)
@@ -394,7 +396,7 @@ def register_callbacks(app) -> None:
             reasons = sorted({f"{x['scheme']} {x['variant']}: {x['reason']}" for x in data["not_possible"]})
             summary = [summary, html.Br(), t("plan.not-possible", items="; ".join(reasons))]
         return (plan_chart(cands, data["memory_limit_bytes"], labels), table(t, cands, top), summary, {},
-                {"display": "none"})
+                {"display": "none"}, {})
 
     @app.callback(Output("plan-goto", "href"), Output("plan-load-msg", "children"),
                   Input("plan-chart", "clickData"), Input({"type": "plan-load", "index": ALL}, "n_clicks"),

@@ -64,7 +64,10 @@ def step_chart(candidates: Sequence[dict[str, Any]], labels: dict[str, str] | No
     parts stacked, the fastest on top; a candidate that does not fit is drawn lighter."""
     lab = {**STEP_DEFAULT_LABELS, **(labels or {})}
     scale, unit = time_unit(max((c["step_s"] for c in candidates), default=1.0))
-    names = [f"#{c['rank']} {c['split']}" for c in candidates]
+    # the rank alone beside the bar (the table gives each split; a split's words are too
+    # long for the axis), the split in the hover
+    names = [f"#{c['rank']}" for c in candidates]
+    splits = [c["split"] for c in candidates]
     fig = figure(height=max(320, 60 + 28 * len(candidates)), barmode="stack", legend=LEGEND_BESIDE,
                  xaxis_title=lab["x"].format(unit=unit), title=dict(text=lab["title"], font=dict(size=13)),
                  meta={"bars": len(candidates)})
@@ -72,11 +75,12 @@ def step_chart(candidates: Sequence[dict[str, Any]], labels: dict[str, str] | No
         values = [c["breakdown"].get(part, 0.0) * scale for c in candidates]
         if not any(values):
             continue
-        fig.add_trace(go.Bar(y=names, x=values, orientation="h", name=lab[part],
+        fig.add_trace(go.Bar(y=names, x=values, orientation="h", name=lab[part], customdata=splits,
                              marker=dict(color=STEP_COLORS[part],
                                          opacity=[1.0 if c["fits"] else 0.45 for c in candidates]),
-                             hovertemplate="%{y}<br>" + lab[part] + ": %{x:.4g} " + unit + "<extra></extra>"))
-    fig.update_yaxes(autorange="reversed")
+                             hovertemplate="%{y} %{customdata}<br>" + lab[part] + ": %{x:.4g} " + unit
+                                           + "<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
     return fig
 
 
