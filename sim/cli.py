@@ -16,7 +16,11 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any, Sequence
 
-from sim.config import LAYOUTS, Scenario
+import numpy as np
+
+from sim.config import Scenario, layouts_for
+from sim.documents import describe as describe_docs
+from sim.documents import lengths as doc_lengths
 from sim.errors import RingsimError
 from sim.options import Parser, add_scenario_args, profile_from_args, scenario_from_args, scheme_variant, table
 from sim.schemes import names as scheme_names
@@ -37,6 +41,7 @@ def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
     call per pass, called in a loop as a benchmark does: queued, nothing to merge). The
     ratio ring-flash-attention's table reports is GPUs x this / the makespan: the GPUs do
     the work of one sequence of seq tokens, each would do 1 / GPUs^2 of it alone."""
+    from sim.packed import BlockCall
     from sim.players import head_geometry
 
     w = scenario.workload
@@ -46,6 +51,21 @@ def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
     if getattr(hardware, "takes_call_order", False):
         more |= {"alone": True, "isolated": False}
     kinds = {"fwd": ("fwd",), "bwd": ("bwd",), "fwdbwd": ("fwd", "bwd")}[w.pass_]
+    if scenario.packed:
+        # packed documents: each document's share, 1 / GPUs of it, in one varlen call (the
+        # local cu_seqlens of ring-flash-attention's varlen benchmark)
+        share = doc_lengths(w.docs, w.seq, w.seed) // scenario.n_gpus
+        share = share[share > 0]
+        kept = np.minimum(share, w.window or c)
+        pairs = int((kept * (2 * share - kept + 1) // 2).sum()) if w.causal else int((share * share).sum())
+        call = BlockCall(tuple(("diagonal" if w.causal else "full", int(x), int(x)) for x in share))
+        timed = getattr(hardware, "times_varlen", lambda dtype: False)(w.dtype)
+        return sum(float(hardware.varlen_times_s([call], np.array([(2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs)]),
+                                                  dtype=w.dtype, kind=np.array([k]), **more)[0]) if timed
+                   else hardware.compute_time_s((2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs), dtype=w.dtype,
+                                                kind=k, mask="diagonal" if w.causal else "full", q_tokens=c,
+                                                kv_tokens=c, **more)
+                   for k in kinds)
     return sum(hardware.compute_time_s((2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs), dtype=w.dtype, kind=k,
                                        mask="diagonal" if w.causal else "full", q_tokens=c, kv_tokens=c, **more)
                for k in kinds)
@@ -77,6 +97,9 @@ def cmd_simulate(a: argparse.Namespace) -> int:
           f"{w.seq} tokens ({scenario.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}, work counted {scenario.granularity}"
           + (f" ({scenario.tile}-token tiles)" if scenario.granularity == "tile" else ""))
+    if scenario.packed:
+        print(f"packed: {describe_docs(w.docs, w.seq, w.seed)}" + (f" (seed {w.seed})" if w.docs and ":" in w.docs else "")
+              + (f", window {w.window:,} tokens" if w.window else ""))
     print(f"makespan {fmt_s(m.makespan_s)}   ideal {fmt_s(m.ideal_s)}   efficiency "
           f"{m.efficiency:.1%}   load imbalance {m.load_imbalance:.3f}   overlap efficiency "
           f"{m.overlap_efficiency:.1%}")
@@ -125,7 +148,7 @@ def compare_rows(scenario: Scenario, hardware=None) -> list[dict[str, Any]]:
     from sim.metrics import comparison_row, compute_metrics
 
     out = []
-    for layout in LAYOUTS:
+    for layout in layouts_for(scenario.workload):
         for overlap in (True, False):
             sc = scenario.with_(layout=layout, overlap=overlap)
             out.append(comparison_row(layout, overlap, compute_metrics(simulate(sc, hardware))))

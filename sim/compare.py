@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sim.config import LAYOUTS, PLACEMENTS, Scenario
+from sim.config import PLACEMENTS, Scenario, layouts_for
 from sim.errors import RingsimError
 from sim.schemes import names as scheme_names
 
@@ -23,11 +23,13 @@ def scheme_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]]
     out: list[tuple[str, str, dict[str, Any]]] = []
     for scheme in scheme_names():
         if scheme == "ring":
-            out += [("ring", layout, dict(plain, layout=layout, overlap=True)) for layout in LAYOUTS]
+            out += [("ring", layout, dict(plain, layout=layout, overlap=True)) for layout in layouts_for(w)]
         elif scheme == "allgather":
-            out.append(("allgather", "one gather", dict(plain)))
+            # packed documents: on contiguous shards, as the llama3 varlen variant runs
+            gather = dict(plain, layout="contiguous") if scenario.packed else plain
+            out.append(("allgather", "one gather", dict(gather)))
             if w.kv_heads > 1:
-                out.append(("allgather", f"{w.kv_heads} head groups", dict(plain, head_groups=w.kv_heads)))
+                out.append(("allgather", f"{w.kv_heads} head groups", dict(gather, head_groups=w.kv_heads)))
         elif scheme == "ulysses":
             out.append(("ulysses", f"degree {n}", dict(plain)))
         elif scheme == "hybrid":

@@ -13,10 +13,22 @@ from typing import Any
 
 import numpy as np
 
+from sim.documents import bounds as doc_bounds
+from sim.documents import check_spec as check_docs
+from sim.documents import check_window
 from sim.errors import RingsimError
-from sim.kernel_model import Floors, best_rate_flops, block_times_s, kernel_table, merge_bytes, merge_kernels
+from sim.kernel_model import (
+    Floors,
+    best_rate_flops,
+    block_times_s,
+    kernel_table,
+    merge_bytes,
+    merge_kernels,
+    varlen_times_s,
+)
 from sim.layouts import NAMES as LAYOUT_NAMES
 from sim.layouts import get as get_layout
+from sim.packed import DOC_LAYOUTS, uses_documents
 from sim.pcie import Fabric, Pcie
 from sim.presets import KERNEL_GAP_US, LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
 from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR, DTYPE_BYTES  # noqa: F401  (read here by many)
@@ -25,7 +37,13 @@ from sim.units import positive_ints
 
 RATE_GROUPS = ("fwd-full", "fwd-diagonal", "bwd-full", "bwd-diagonal")
 PASSES = ("fwd", "bwd", "fwdbwd")
-LAYOUTS = LAYOUT_NAMES
+LAYOUTS = LAYOUT_NAMES + DOC_LAYOUTS
+
+
+def layouts_for(workload: "Workload") -> tuple[str, ...]:
+    """The layouts worth comparing for a workload: the closed-form ones for one document;
+    with packed documents or a window also the documents' own (sim.packed)."""
+    return LAYOUTS if workload.docs is not None or workload.window is not None else LAYOUT_NAMES
 GRANULARITIES = ("exact", "tile")
 SYNCS = ("step", "buffered")
 PLACEMENTS = ("ulysses-inner", "ring-inner")
@@ -60,9 +78,21 @@ class Workload:
     """Token t attends to keys 0..t only."""
     pass_: str = "fwd"
     """fwd, bwd (backward alone, given the forward's output and log-sum-exp) or fwdbwd."""
+    docs: str | None = None
+    """Packed documents (sim.documents: a list of lengths repeated to fill the sequence,
+    or a distribution drawn with `seed`); None: one sequence, one document."""
+    seed: int = 0
+    """The seed that draws the documents of a distribution."""
+    window: int | None = None
+    """Sliding-window attention: a query sees itself and the window - 1 keys before it."""
 
     def __post_init__(self) -> None:
         positive_ints(self, "batch", "seq", "heads", "kv_heads", "head_dim")
+        if self.docs is not None:
+            check_docs(self.docs)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise RingsimError(f"seed must be a whole number, 0 or more, got {self.seed!r}")
+        check_window(self.window)
         if self.dtype not in DTYPE_BYTES:
             raise RingsimError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
         if self.pass_ not in PASSES:
@@ -375,6 +405,23 @@ class Hardware:
                                   kv_tokens=np.asarray(kv_tokens), head_dim=head_dim,
                                   kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone)
 
+    def times_varlen(self, dtype: str) -> bool:
+        """Whether blocks of packed documents are timed as varlen calls (the block model);
+        the flat model times them by their FLOPs like any block."""
+        return self.gpu.uses_kernel_table(dtype)
+
+    def varlen_times_s(self, calls, flops: np.ndarray, *, dtype: str, kind: np.ndarray,
+                       head_dim: int | None = None, kv_heads_per_head: float | None = None,
+                       sliced: np.ndarray | None = None, alone: np.ndarray | None = None,
+                       isolated: np.ndarray | None = None) -> np.ndarray:
+        """compute_times_s for blocks that are varlen calls (sim.kernel_model.varlen_times_s)."""
+        g = self.gpu
+        return varlen_times_s(
+            kernel_table(g.kernel), calls, flops, kind=kind, head_dim=head_dim or _GEOMETRY.head_dim,
+            kv_heads_per_head=kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads,
+            elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
+            sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated)
+
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """transfer_time_s over arrays of transfers: alpha + bytes / bandwidth of the link
         between the two (inside a PCIe node, of their route: sim.pcie)."""
@@ -459,10 +506,21 @@ class Scenario:
             raise RingsimError(f"GPU {self.hardware.gpu.name} has no rate for {self.workload.dtype}")
         scheme.check(self)
 
+    @property
+    def packed(self) -> bool:
+        """Whether the run takes the packed-documents path (sim.packed.uses_documents)."""
+        return uses_documents(self.workload, self.layout)
+
     def check_layout_chunks(self, ranks: int | None = None, times: int = 1) -> None:
         """RingsimError unless the sequence cuts into the layout's chunks on `ranks`
-        ranks (n_gpus if None), each cut `times` ways."""
+        ranks (n_gpus if None), each cut `times` ways. Packed documents: the sequence
+        divides over the ranks (sim.packed), and the documents fit it."""
         n = self.n_gpus if ranks is None else ranks
+        if self.packed:
+            if self.workload.seq % (n * times):
+                raise RingsimError(f"sequence length {self.workload.seq} does not divide over {n * times} GPUs")
+            doc_bounds(self.workload.docs, self.workload.seq, self.workload.seed)
+            return
         chunks = get_layout(self.layout).n_chunks(n) * times
         if self.workload.seq % chunks:
             raise RingsimError(
@@ -472,8 +530,9 @@ class Scenario:
 
     @property
     def n_chunks(self) -> int:
-        """How many equal chunks the layout cuts the sequence into."""
-        return get_layout(self.layout).n_chunks(self.n_gpus)
+        """How many equal chunks the layout cuts the sequence into (packed documents: a
+        rank's shard is its chunk)."""
+        return self.n_gpus if self.packed else get_layout(self.layout).n_chunks(self.n_gpus)
 
     @property
     def tokens_per_rank(self) -> int:
@@ -487,6 +546,9 @@ class Scenario:
         scheme reads (sim.schemes.base.Scheme.settings), resolved."""
         w = asdict(self.workload)
         w["pass"] = w.pop("pass_")
+        for name, default in (("docs", None), ("seed", 0), ("window", None)):
+            if w[name] == default:      # one document: the header as it always was
+                del w[name]
         return {"workload": w, "n_gpus": self.n_gpus, "scheme": self.scheme, "layout": self.layout,
                 "overlap": self.overlap, "sync": self.sync, "granularity": self.granularity,
                 "tile": self.tile, **get_scheme(self.scheme).settings(self)}

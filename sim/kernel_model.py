@@ -268,15 +268,16 @@ def _split_keys(head_dim: int) -> int:
 
 
 def cta_work(table: KernelTable, kind: str, mask: str, q: int, kv: int, heads: int, head_dim: int,
-             sms: int) -> tuple[np.ndarray, int, float]:
+             sms: int, split: bool = True) -> tuple[np.ndarray, int, float]:
     """How a call of `heads` (times batch) heads cuts into CTAs: the work of one head's
     CTAs in launch order (in inner-loop steps of the kernel's main tile), the number of
-    key splits (FlashAttention-2's forward; 1 otherwise), and the main tile's area."""
+    key splits (FlashAttention-2's forward; 1 otherwise, and where `split` is False: its
+    varlen forward does not split), and the main tile's area."""
     shape = KERNEL_SHAPES[table.shape]
     causal = mask == "diagonal"
     tm, tn = _tile(_tiles(table, kind, causal, head_dim), head_dim)
     if kind == "fwd":
-        if shape.split_kv:
+        if shape.split_kv and split:
             bn = _split_keys(head_dim)
             n_blocks = -(-kv // bn)
             splits = _split_count(heads * -(-q // SPLIT_ROWS), sms * shape.fwd_ctas_per_sm, n_blocks)
@@ -373,6 +374,88 @@ def call_gpu_s(table_name: str, kind: str, mask: str, q: int, kv: int, heads: in
     aux_bytes = _other_kernels_bytes(table, kind, q, kv, heads, head_dim, kv_heads_per_head, elem_bytes, splits)
     kernels = 1 + len(aux_bytes)
     return main + sum(aux_bytes) / bandwidth_bytes_s + kernels * kernel_gap_us * 1e-6
+
+
+@functools.lru_cache(maxsize=16384)
+def varlen_call_gpu_s(table_name: str, kind: str, pieces: tuple[tuple[str, int, int], ...], heads: int,
+                      head_dim: int, kv_heads_per_head: float, elem_bytes: int, bandwidth_bytes_s: float,
+                      sms: int, kernel_gap_us: float, rate_scale: tuple[float, float] = (1.0, 1.0)) -> float:
+    """GPU time of one varlen attention call (packed documents, sim.packed.BlockCall): one
+    launch whose CTAs are every piece's, a piece's CTAs in launch order and then the next
+    piece's, all of it once per head (FlashAttention's varlen grid: query tiles, then
+    sequences, then heads); each CTA runs its steps at the step time of its own piece's
+    inner-loop length, and the CTAs go to the SMs as in `call_gpu_s`. No key split (the
+    varlen forward has none). The other kernels move the bytes of all the pieces' rows.
+    rate_scale: the calibrated factor of (full, diagonal) blocks of this pass."""
+    table = kernel_table(table_name)
+    works = []
+    for mask, q, kv in pieces:
+        steps, _, _ = cta_work(table, kind, mask, max(q, 1), max(kv, 1), heads, head_dim, sms, split=False)
+        scale = rate_scale[mask == "diagonal"]
+        # the inner loop runs over the keys (forward) or the queries (backward); a causal
+        # piece of a varlen call need not be square (its queries see keys before them)
+        length = kv if kind == "fwd" else q
+        works.append(steps * step_s(table_name, kind, mask, head_dim, length) / scale)
+    main = _load(np.concatenate(works), heads, sms) if works else 0.0
+    q_all = sum(p[1] for p in pieces)
+    kv_all = sum(p[2] for p in pieces)
+    aux_bytes = _other_kernels_bytes(table, kind, q_all, kv_all, heads, head_dim, kv_heads_per_head, elem_bytes, 1)
+    return main + sum(aux_bytes) / bandwidth_bytes_s + (1 + len(aux_bytes)) * kernel_gap_us * 1e-6
+
+
+def piece_span(mask: str, q: int, kv: int) -> float:
+    """The pairs a varlen piece's kernel computes: all q x kv of a full one; a causal one's
+    queries aligned with its last keys (FlashAttention's bottom-right causal mask), the
+    first of them seeing kv - q + 1 keys."""
+    if mask != "diagonal":
+        return float(q) * kv
+    m = min(q, kv)
+    return float(m) * kv - m * (m - 1) / 2.0
+
+
+def varlen_times_s(table: KernelTable, calls, flops, *, kind, head_dim: int, kv_heads_per_head: float,
+                   elem_bytes: int, merge: str, memory_bandwidth_gbps: float, sms: int | None = None,
+                   floors: Floors = Floors(), rate_scale: dict[str, float] | None = None, sliced=None,
+                   alone=None, isolated=None) -> np.ndarray:
+    """`block_times_s` for blocks that are varlen calls (`calls`: a sim.packed.BlockCall
+    per block): the call's GPU time from `varlen_call_gpu_s`, then the merge and the floor
+    as for any block. The heads come from the FLOPs over the pairs the call's pieces span
+    (a diagonal piece counted as half its rectangle)."""
+    flops = np.asarray(flops, dtype=float)
+    kind = np.asarray(kind, dtype=str)
+    n = flops.shape
+
+    def flags(x):
+        return np.zeros(n, dtype=bool) if x is None else np.broadcast_to(np.asarray(x, dtype=bool), n)
+
+    sliced, alone, isolated = flags(sliced), flags(alone), flags(isolated)
+    bw = memory_bandwidth_gbps * 1e9
+    scale = rate_scale or {}
+    out = np.zeros(n)
+    for i, (call, f, k) in enumerate(zip(calls, flops.tolist(), kind.tolist())):
+        if not call.pieces:
+            continue
+        span = sum(piece_span(*piece) for piece in call.pieces)
+        width = f / (4.0 * PASS_FLOPS_FACTOR[k] * max(span, 1.0))
+        heads = max(int(round(width / head_dim)), 1)
+        gpu = varlen_call_gpu_s(table.name, k, call.pieces, heads, head_dim, kv_heads_per_head, elem_bytes, bw,
+                                sms or table.sms, floors.kernel_gap_us,
+                                (scale.get(f"{k}-full", 1.0), scale.get(f"{k}-diagonal", 1.0)))
+        q_all = sum(p[1] for p in call.pieces)
+        kv_all = sum(p[2] for p in call.pieces)
+        if not alone[i]:
+            # the merge over the call's rows: its width as a dense block of q_all x kv_all
+            dense = width * 4.0 * PASS_FLOPS_FACTOR[k] * q_all * kv_all
+            moved = float(merge_bytes(k, "full", dense, q_all, kv_all, head_dim=head_dim,
+                                      kv_heads_per_head=kv_heads_per_head, elem_bytes=elem_bytes, merge=merge,
+                                      sliced=sliced[i]))
+            merges = int(merge_kernels(k, merge, sliced[i]))
+            gpu += moved / bw + merges * floors.kernel_gap_us * 1e-6
+        else:
+            merges = 0
+        host = (floors.host_us(k) + merges * floors.op_host_us) * 1e-6
+        out[i] = host + gpu if isolated[i] else max(host, gpu)
+    return out
 
 
 def best_rate_flops(table: KernelTable, head_dim: int) -> float:

@@ -43,6 +43,9 @@ class Metrics:
     efficiency: float | None
     load_imbalance: float
     overlap_efficiency: float
+    work_imbalance: float
+    """The most FLOPs any rank computes over the mean: the layout's imbalance of work (as
+    the kernel counts it), where load_imbalance is that of compute time."""
     total_flops: float
     total_bytes: float
     ranks: list[RankMetrics]
@@ -195,6 +198,7 @@ def compute_metrics(trace: Trace) -> Metrics:
         efficiency=(ideal / makespan) if ideal is not None and makespan > 0 else None,
         load_imbalance=(max(compute) / mean_compute) if mean_compute > 0 else 1.0,
         overlap_efficiency=(1.0 - sum(exposed) / total_comm) if total_comm > 0 else 1.0,
+        work_imbalance=(max(flops) * n / total_flops) if total_flops > 0 else 1.0,
         total_flops=total_flops,
         total_bytes=total_bytes,
         ranks=ranks,

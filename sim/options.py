@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
+from sim.documents import read_file_spec
 from sim.errors import RingsimError
 from sim.pcie import P2P_MODES, PCIE_X16_GBPS, SOCKET_LINKS, Pcie
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset, gpu_preset
@@ -50,6 +51,12 @@ def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -
                    help="causal mask (default on)")
     g.add_argument("--pass", dest="pass_", choices=PASSES, default=d.pass_,
                    help="fwd, bwd or fwdbwd (default fwd)")
+    g.add_argument("--docs", default=None, metavar="SPEC",
+                   help="packed documents: lengths repeated to fill the sequence (256,7392,544), or drawn "
+                        "with --seed from lognormal:median=4k,sigma=1.2 or file:lengths.txt (default: one)")
+    g.add_argument("--seed", type=int, default=d.seed, help="seed of drawn documents (default 0)")
+    g.add_argument("--window", type=tokens, default=None,
+                   help="sliding-window attention: a query sees itself and window-1 keys before it")
     add_hardware_args(p)
     s = p.add_argument_group("schedule")
     s.add_argument("--scheme", choices=scheme_names(), default="ring",
@@ -221,7 +228,9 @@ def pcie_fabric(of_cluster: Pcie | None, given: dict[str, Any], gpus_per_node: i
 def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
     with flags_for(**WORKLOAD_FLAGS):
         workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads, kv_heads=a.kv_heads,
-                            head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
+                            head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_,
+                            docs=None if a.docs is None else read_file_spec(a.docs), seed=a.seed,
+                            window=a.window)
     fields = dict(workload=workload, hardware=hardware_from_args(a), n_gpus=a.gpus,
                   scheme=a.scheme, granularity=a.granularity, tile=a.tile, sync=a.sync,
                   ulysses_degree=a.ulysses_degree, ring_degree=a.ring_degree, placement=a.placement,
@@ -235,7 +244,7 @@ def scenario_from_args(a: argparse.Namespace, **changes: Any) -> Scenario:
 
 
 WORKLOAD_FLAGS = {"kv_heads": "--kv-heads", "head_dim": "--head-dim", "heads": "--heads", "seq": "--seq",
-                  "batch": "--batch"}
+                  "batch": "--batch", "docs": "--docs", "seed": "--seed", "window": "--window"}
 """The Workload fields the commands set from flags of the same name."""
 
 

@@ -39,8 +39,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from sim.config import LAYOUTS, PLACEMENTS, Scenario
+from sim.config import PLACEMENTS, Scenario
 from sim.errors import RingsimError
+from sim.layouts import NAMES as LAYOUTS
 from sim.models import Model
 from sim.options import scenario_from_args, table
 from sim.spec import Config, configs_from

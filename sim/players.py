@@ -91,6 +91,13 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
         for a in range(0, len(comp), _CHUNK):
             ids = comp[a:a + _CHUNK]
             dur[ids] = _by_runs(times, [c[ids] for c in columns])
+        if schedule.calls is not None and hasattr(hardware, "varlen_times_s") \
+                and hardware.times_varlen(workload.dtype):
+            # packed documents: a block is one varlen call, a piece per document
+            flags = dict(zip(names, [x[comp] for x in extra]))
+            dur[comp] = hardware.varlen_times_s(
+                [schedule.calls[i] for i in schedule.call[comp].tolist()], schedule.flops[comp],
+                dtype=workload.dtype, kind=_KIND_NAMES[schedule.kind[comp]], **geometry, **flags)
     if xfer.size:
         if hasattr(hardware, "transfer_times_s"):
             for a in range(0, len(xfer), _CHUNK):

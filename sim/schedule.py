@@ -149,6 +149,11 @@ class Schedule:
     extra_resources: np.ndarray | None = None
     """(k, ops) int: more resources each operation holds while it runs, besides
     `resource` (-1: none), such as the receiving port of a flow; None: none at all."""
+    call: np.ndarray | None = None
+    """Packed documents (sim.packed): index into `calls` of each compute's varlen kernel
+    call (-1 for a transfer); None: every block is one call of its extent."""
+    calls: tuple | None = None
+    """The varlen calls (sim.packed.BlockCall) that `call` indexes."""
     posts: Callable[[], "Posts"] | None = None
     """How a kernel posts its transfers (the ring's "step" sync): a function giving its
     Posts. Made only for a player whose host writes a send in the posting thread when the
@@ -428,7 +433,15 @@ class ScheduleBuilder:
         self.resource_names = list(resource_names)
         self._groups: list[tuple[dict[str, np.ndarray], list[np.ndarray], list[np.ndarray]]] = []
         self._sets: dict[tuple[int, ...], int] = {}
+        self._calls: dict = {}
+        self._call_ids: list[tuple[np.ndarray, np.ndarray]] = []
         self.n_ops = 0
+
+    def varlen_calls(self, ids: np.ndarray, calls: Iterable) -> None:
+        """Computes `ids` are varlen kernel calls (packed documents: Schedule.call), one
+        sim.packed.BlockCall each."""
+        which = [self._calls.setdefault(c, len(self._calls)) for c in calls]
+        self._call_ids.append((np.asarray(ids, dtype=np.int64), np.asarray(which, dtype=np.int32)))
 
     def chunk_set(self, chunks: Iterable[int]) -> int:
         """The index of a set of chunk ids (the q_chunks / kv_chunks columns)."""
@@ -510,10 +523,16 @@ class ScheduleBuilder:
             for row, r in enumerate(res):
                 held[row, at:at + size] = r
             at += size
+        call = None
+        if self._call_ids:
+            call = np.full(self.n_ops, -1, dtype=np.int32)
+            for ids, which in self._call_ids:
+                call[ids] = which
         return Schedule(n_ranks=self.n_ranks, **arrays, chunk_sets=list(self._sets), after=after,
                         wave_starts=cut_waves(held, after), resource=held[0],
                         resource_names=self.resource_names,
-                        extra_resources=held[1:] if k > 1 else None)
+                        extra_resources=held[1:] if k > 1 else None,
+                        call=call, calls=tuple(self._calls) if call is not None else None)
 
 
 def _size(*values) -> int:

@@ -60,7 +60,7 @@ WORKER_CONFIG = {
 # (column, kind): what each row holds beside the configuration's options
 _METRICS: tuple[tuple[str, str], ...] = (
     ("makespan_s", "float"), ("ideal_s", "float"), ("efficiency", "float"),
-    ("load_imbalance", "float"), ("overlap_efficiency", "float"),
+    ("load_imbalance", "float"), ("work_imbalance", "float"), ("overlap_efficiency", "float"),
     ("exposed_comm_s", "float"),
     ("exposed_kv_s", "float"), ("exposed_dkv_s", "float"), ("exposed_ag_s", "float"),
     ("exposed_rs_s", "float"), ("exposed_a2a_s", "float"),

@@ -84,4 +84,47 @@ def cmd_sweep(a: argparse.Namespace) -> int:
           f"{r.elapsed_s:.1f} s{rate}")
     if r.failed:
         print("a failed row has its error in the `error` column and its `command` to rerun it alone")
+    seeds = dict(spec.axes).get("seed", ())
+    if len(seeds) > 1:
+        from sim.sweep import read_rows
+
+        print()
+        print(seed_summary(read_rows(a.out, a.format), [d for d, v in spec.axes if d != "seed" and len(v) > 1],
+                           seeds))
     return 0
+
+
+SEED_METRICS = (("work_imbalance", "work max/mean"), ("busiest_tflop", "busiest GPU TFLOP"),
+                ("load_imbalance", "compute max/mean"), ("makespan_s", "makespan"))
+"""What the seed summary gives, mean and worst, over the seeds of each configuration."""
+
+
+def seed_summary(rows: list[dict], keys: list[str], seeds) -> str:
+    """A table of the sweep's configurations over their drawn batches of documents: per
+    combination of the other varying options, each metric's mean and worst (highest)
+    over the seeds."""
+    from sim.units import fmt_s
+
+    groups: dict[tuple, list[dict]] = {}
+    wanted = set(seeds)
+    for row in rows:
+        if row.get("seed") in wanted and row.get("makespan_s") is not None:
+            groups.setdefault(tuple(row.get(k) for k in keys), []).append(row)
+    head = [k.rstrip("_") for k in keys] + ["seeds"] + [f"{label} {x}" for _, label in SEED_METRICS
+                                                         for x in ("mean", "worst")]
+    lines = []
+    for combo, rs in groups.items():
+        cells = [str(v) for v in combo] + [str(len(rs))]
+        for name, _ in SEED_METRICS:
+            vals = [float(r[name]) if name in r else
+                    # the busiest GPU's work: its share of the total, as the kernel counts it
+                    float(r["work_imbalance"]) * float(r["total_flops"]) / int(r["gpus"]) / 1e12 for r in rs]
+            mean, worst = sum(vals) / len(vals), max(vals)
+            cells += [fmt_s(mean), fmt_s(worst)] if name.endswith("_s") else [f"{mean:.3f}", f"{worst:.3f}"]
+        lines.append(cells)
+    widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(head)]
+    out = [f"over {len(wanted)} seeds (documents drawn again for each): mean and worst",
+           "  ".join(h.ljust(w) for h, w in zip(head, widths)),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in lines]
+    return "\n".join(out)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim import packed
 from sim.errors import RingsimError
 from sim.layouts import get as get_layout
 from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
@@ -46,6 +47,10 @@ from sim.trace import COMPUTE, Trace
 
 if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
     from sim.config import Scenario
+
+
+PACKED_LAYOUTS = ("contiguous", "zigzag")
+"""The layouts the all-gather scheme runs packed documents on."""
 
 
 def triangle_pairs(c: int, granularity: str, tile: int) -> int:
@@ -96,7 +101,7 @@ def count_allgather_ops(scenario: Scenario) -> int:
     and in backward the reduce-scatter's flows and their take-ins."""
     w, n, groups = scenario.workload, scenario.n_gpus, scenario.head_groups
     flows = Topology.of(scenario.hardware, n).collective_flows()
-    calls = n * (4 if w.causal else 1)
+    calls = n * (1 if scenario.packed else 4 if w.causal else 1)
     return sum(groups * (2 * flows + calls + (2 * flows if phase == "bwd" else 0)) for phase in PHASES[w.pass_])
 
 
@@ -105,13 +110,15 @@ def build_allgather_schedule(scenario: Scenario) -> Schedule:
     topo = Topology.of(scenario.hardware, n)
     b = ScheduleBuilder(n, topo.resource_names())
     ranks = np.arange(n)
-    own = np.array([b.chunk_set((i, 2 * n - 1 - i)) for i in range(n)], dtype=np.int64)
-    pieces = _pieces(scenario)
+    held = _held(scenario)
+    own = np.array([b.chunk_set(held(i)) for i in range(n)], dtype=np.int64)
+    pieces, varlen = _packed_pieces(scenario) if scenario.packed else (_pieces(scenario), None)
     q_sets = np.array([[b.chunk_set(x) for x in row] for row in pieces["q"]], dtype=np.int64)
     kv_sets = np.array([[b.chunk_set(x) for x in row] for row in pieces["kv"]], dtype=np.int64)
     c = scenario.tokens_per_rank
     kv_block, dkv_block = w.kv_bytes(c) // groups, w.dkv_bytes(c) // groups
-    gather, scatter = _flows(b, topo, topo.all_gather(), own), _flows(b, topo, topo.reduce_scatter(), own)
+    gather, scatter = (_flows(b, topo, topo.all_gather(), own, held),
+                       _flows(b, topo, topo.reduce_scatter(), own, held))
     gate = np.full(n, NO_DEP, dtype=np.int64)          # the previous pass's end, per rank
     for i, phase in enumerate(PHASES[w.pass_]):
         fwd = phase == "fwd"
@@ -131,6 +138,8 @@ def build_allgather_schedule(scenario: Scenario) -> Schedule:
                               q_tokens=pieces["q_tokens"][p], kv_tokens=pieces["kv_tokens"][p],
                               q_chunks=q_sets[p], kv_chunks=kv_sets[p])
                    for p in range(len(pieces["pairs"]))]
+            if varlen is not None:
+                b.varlen_calls(ids[0], [varlen.calls[i] for i in varlen.call[:, 0]])
             last.append(ids[-1])
             if not fwd:
                 scatters.append(_collective(b, scatter, RS, dkv_block, step0 + h, [ids[-1]]))
@@ -141,13 +150,30 @@ def build_allgather_schedule(scenario: Scenario) -> Schedule:
     return b.build()
 
 
-def _flows(b: ScheduleBuilder, topo: Topology, steps, own: np.ndarray) -> list[tuple]:
+def _held(scenario: Scenario):
+    """The chunks rank i holds: 2N zigzag chunks, i and 2N-1-i; packed documents: its
+    shard (sim.packed)."""
+    n = scenario.n_gpus
+    return (lambda i: (i,)) if scenario.packed else (lambda i: (i, 2 * n - 1 - i))
+
+
+def _packed_pieces(scenario: Scenario):
+    """Packed documents: one varlen call per rank and head group, its queries against the
+    whole gathered K/V, a piece per document (sim.packed.gathered_tables), as
+    ring-flash-attention's llama3_flash_attn_varlen_func calls it."""
+    t = packed.gathered_tables(packed.packed_of(scenario), scenario.granularity, scenario.tile)
+    n = scenario.n_gpus
+    every = tuple(range(n))
+    return {"pairs": t.work.T, "mask": t.masks.T, "q_tokens": t.q_tokens.T, "kv_tokens": t.kv_tokens.T,
+            "q": [[(i,) for i in range(n)]], "kv": [[every] * n]}, t
+
+
+def _flows(b: ScheduleBuilder, topo: Topology, steps, own: np.ndarray, held) -> list[tuple]:
     """The steps of a two-level ring collective (sim.topology: all_gather or
     reduce_scatter) as (src, dst, the resources each flow holds (sim.topology.Topology
     .route), chunk sets carried, blocks per flow); a flow inside a node carries a block
     from every node."""
     out = []
-    n = topo.n_gpus
     for level, src, dst, blocks in steps:
         route = topo.route(src, dst)
         if level == 0:
@@ -156,7 +182,7 @@ def _flows(b: ScheduleBuilder, topo: Topology, steps, own: np.ndarray) -> list[t
             # a row of blocks is the same place in every node: its first block names it
             firsts, which = np.unique(blocks[:, 0], return_inverse=True)
             rows = blocks[_first_rows(blocks[:, 0], firsts)]
-            each = [b.chunk_set(tuple(sorted(x for r in row for x in (r, 2 * n - 1 - r)))) for row in rows.tolist()]
+            each = [b.chunk_set(tuple(sorted(x for r in row for x in held(r)))) for row in rows.tolist()]
             carried, count = np.array(each, dtype=np.int64)[which.reshape(-1)], blocks.shape[1]
         out.append((src, dst, route, carried, count))
     return out
@@ -231,6 +257,12 @@ def block_map(trace: Trace) -> BlockMap:
     except (KeyError, TypeError, ValueError):
         raise RingsimError("the trace's header has no workload to draw the block map") from None
     n = trace.world_size
+    p = packed.from_header(trace.config, n)
+    if p is not None:
+        # one varlen call per rank and head group: every pair of a rank's queries at once
+        work, owner, size, axis = packed.block_map_parts(p)
+        return BlockMap(value=np.where(work > 0, 0.0, np.nan), work=work, owner=owner, chunk_size=size,
+                        value_label="kernel call on its rank (in order)", axis_label=axis)
     lay = get_layout("zigzag")
     chunks, size = 2 * n, seq // (2 * n)
     q_chunk = np.arange(chunks)[:, None]
@@ -261,7 +293,12 @@ def block_map(trace: Trace) -> BlockMap:
 def _check(scenario: Scenario) -> None:
     only_settings(scenario, "allgather", "head_groups")
     w, n, g = scenario.workload, scenario.n_gpus, scenario.head_groups
-    if w.seq % (2 * n):
+    if scenario.packed:
+        if scenario.layout not in PACKED_LAYOUTS:
+            raise RingsimError(f"allgather on packed documents runs on the {' or '.join(PACKED_LAYOUTS)} layout "
+                               f"(the llama3 varlen variant: contiguous), got {scenario.layout!r}")
+        scenario.check_layout_chunks()
+    elif w.seq % (2 * n):
         raise RingsimError(f"sequence length {w.seq} does not divide into {2 * n} equal chunks "
                            f"(allgather on {n} GPUs); use a multiple of {2 * n}")
     if w.kv_heads % g:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim import packed
 from sim.errors import RingsimError
 from sim.layouts import chunk_pair_work, chunks_of_rank
 from sim.layouts import get as get_layout
@@ -111,7 +112,8 @@ def ring_scenario(scenario: Scenario, u: int, r: int, pass_: str) -> Scenario:
     w = scenario.workload
     # made as the given ones' types: the schemes import sim.config for annotations only
     sub = type(w)(batch=w.batch, seq=w.seq, heads=w.heads // u, kv_heads=kv_heads_per_gpu(w, u),
-                  head_dim=w.head_dim, dtype=w.dtype, causal=w.causal, pass_=pass_)
+                  head_dim=w.head_dim, dtype=w.dtype, causal=w.causal, pass_=pass_, docs=w.docs, seed=w.seed,
+                  window=w.window)
     return type(scenario)(workload=sub, hardware=scenario.hardware, n_gpus=r, scheme="ring",
                     layout=ring_layout(scenario, r), overlap=scenario.overlap, sync=scenario.sync,
                     granularity=scenario.granularity, tile=scenario.tile)
@@ -136,7 +138,8 @@ def build_hybrid_schedule(scenario: Scenario, u: int | None = None, r: int | Non
     position = np.empty(n, dtype=np.int64)
     position[grid] = np.arange(r)[:, None]                      # each rank's ring position
     b = ScheduleBuilder(n, topo.resource_names())
-    held = [b.chunk_set(c) for c in chunks_of_rank(ring_layout(scenario, r), r)]
+    held = [b.chunk_set(c) for c in (packed.chunks_of_rank(r) if scenario.packed
+                                      else chunks_of_rank(ring_layout(scenario, r), r))]
     chunks = np.array(held, dtype=np.int64)[position]           # each rank's ring-level chunks
     groups = grid                                               # the all-to-all groups: rows
     c = scenario.tokens_per_rank
@@ -209,6 +212,9 @@ def _splice(b: ScheduleBuilder, template: Schedule, grid: np.ndarray, topo: Topo
     gates = [np.where(transfer, ready[rank], NO_DEP), np.where(transfer, ready[safe_peer], NO_DEP)]
     new = b.add(len(rank), values, list(ids(t.after)) + gates,
                 [np.where(transfer, route[0], rank)] + [np.where(transfer, x, -1) for x in route[1:]])
+    if t.calls is not None:          # packed documents: each block's varlen call, in every ring
+        called = np.repeat(t.call >= 0, u)
+        b.varlen_calls(new[called], [t.calls[i] for i in np.repeat(t.call, u)[called].tolist()])
     last_compute = np.full(topo.n_gpus, NO_DEP, dtype=np.int64)
     last_dkv = np.full(topo.n_gpus, NO_DEP, dtype=np.int64)
     np.maximum.at(last_compute, rank[~transfer], new[~transfer])
@@ -257,14 +263,19 @@ def block_map_of(trace: Trace, u: int, r: int, placement: str) -> BlockMap:
         w = trace.config["workload"]
         layout = "contiguous" if r == 1 else trace.config["layout"]
         seq, causal = int(w["seq"]), bool(w["causal"])
-        lay = get_layout(layout)
+        lay = None if layout in packed.DOC_LAYOUTS else get_layout(layout)
     except (KeyError, TypeError, ValueError, RingsimError):
         raise RingsimError("the trace's header has no layout or workload to draw the block map") from None
+    label = (f"step (every pair at once, {u} GPUs on 1/{u} of the heads each)" if r == 1
+             else f"ring step ({u} rings side by side, 1/{u} of the heads each)")
+    p = packed.from_header(trace.config, r, layout)
+    if p is not None:
+        work, at, size, axis = packed.block_map_parts(p)
+        return BlockMap(value=ring_step_grid(trace, work, r), work=work, owner=rank_grid(u, r, placement)[at, 0],
+                        chunk_size=size, value_label=label, axis_label=axis)
     work = chunk_pair_work(layout, seq, r, causal)
     grid = ring_step_grid(trace, work, r)
     owner = rank_grid(u, r, placement)[lay.owner_of_chunk(r), 0]
-    label = (f"step (every pair at once, {u} GPUs on 1/{u} of the heads each)" if r == 1
-             else f"ring step ({u} rings side by side, 1/{u} of the heads each)")
     return BlockMap(value=grid, work=work, owner=owner, chunk_size=seq // lay.n_chunks(r),
                     value_label=label, axis_label=lay.chunk_axis)
 

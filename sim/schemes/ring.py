@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim import packed
 from sim.errors import RingsimError
 from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank
 from sim.layouts import get as get_layout
@@ -65,10 +66,18 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     w = scenario.workload
     n = scenario.n_gpus
     c = scenario.tokens_per_rank
-    # the block tables (extents: each block's kernel call), side by side
-    (work, masks), extents = each(lambda f: f(), [
-        lambda: block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile),
-        lambda: block_extents(scenario.layout, w.seq, n, w.causal)], size=n * n)
+    varlen = None
+    if scenario.packed:
+        # packed documents: the tables counted token by token, each block a varlen call
+        t = packed.block_tables(packed.packed_of(scenario), scenario.granularity, scenario.tile)
+        work, masks, extents, varlen = t.work, t.masks, (t.q_tokens, t.kv_tokens), t
+        chunk_sets = packed.chunks_of_rank(n)
+    else:
+        # the block tables (extents: each block's kernel call), side by side
+        (work, masks), extents = each(lambda f: f(), [
+            lambda: block_work_and_masks(scenario.layout, w.seq, n, w.causal, scenario.granularity, scenario.tile),
+            lambda: block_extents(scenario.layout, w.seq, n, w.causal)], size=n * n)
+        chunk_sets = chunks_of_rank(scenario.layout, n)
     phases = PHASES[w.pass_]
     grids = [_Grid(n, phase, base) for phase, base in zip(phases, _phase_bases(n, phases))]
     n_ops = grids[-1].base + grids[-1].n_ops
@@ -90,6 +99,9 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     }
     after = np.empty((width, n_ops), ids)
     tables = {"pairs": work, "mask": masks, "q_tokens": extents[0], "kv_tokens": extents[1]}
+    if varlen is not None:
+        cols["call"] = np.full(n_ops, -1, dtype=np.int32)
+        tables["call"] = varlen.call
     gate = None          # last compute of the previous phase, per rank
     waves = []
     for i, (phase, grid) in enumerate(zip(phases, grids)):
@@ -110,7 +122,9 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
         extra = np.stack([np.where(is_hop, x[rank], -1) for x in route])
         names = names + topo.resource_names()[2 * n:]
         wave_starts = cut_waves(np.vstack([cols["resource"][None, :].astype(np.int64), extra]), after)
-    return Schedule(n_ranks=n, **cols, chunk_sets=chunks_of_rank(scenario.layout, n), after=after,
+    if varlen is not None:
+        cols["calls"] = varlen.calls
+    return Schedule(n_ranks=n, **cols, chunk_sets=chunk_sets, after=after,
                     wave_starts=wave_starts, resource_names=names, extra_resources=extra,
                     posts=(lambda: _posts(grids, n, n_ops, ids)) if stepped else None)
 
@@ -412,10 +426,15 @@ def block_map(trace: Trace) -> BlockMap:
     try:
         w = trace.config["workload"]
         layout, seq, causal = trace.config["layout"], int(w["seq"]), bool(w["causal"])
-        lay = get_layout(layout)
+        lay = None if layout in packed.DOC_LAYOUTS else get_layout(layout)
     except (KeyError, TypeError, ValueError, RingsimError):
         raise RingsimError("the trace's header has no layout or workload to draw the block map") from None
     n = trace.world_size
+    p = packed.from_header(trace.config, n)
+    if p is not None:
+        work, owner, size, axis = packed.block_map_parts(p)
+        return BlockMap(value=ring_step_grid(trace, work, n), work=work, owner=owner, chunk_size=size,
+                        value_label="ring step", axis_label=axis)
     work = chunk_pair_work(layout, seq, n, causal)
     grid = ring_step_grid(trace, work, n)
     return BlockMap(value=grid, work=work, owner=lay.owner_of_chunk(n), chunk_size=seq // lay.n_chunks(n),
