@@ -12,7 +12,10 @@ before it is trusted (`select_block_ops`); the matmul path is the fallback.
 Tensors are (batch, heads, tokens, head_dim) views, K/V with `kv_heads` heads (GQA/MQA:
 query head h uses K/V head h // (heads // kv_heads)); lse is (batch, heads, tokens)
 fp32. A causal piece is square with the top-left diagonal (see `hw.layouts`), so every
-row has at least one visible key.
+row has at least one visible key. A piece of packed documents may instead carry an
+explicit mask (bool (queries, keys), True: the pair is kept) that no fused operator takes
+with its log-sum-exp back: it runs on the plain matmul path, where a row that keeps no
+key gets output 0 and log-sum-exp -inf (the merge's empty row) and no gradient.
 """
 
 from __future__ import annotations
@@ -50,21 +53,27 @@ class BlockOps:
     native_gqa = True
     """False: K/V heads are repeated to the query heads before the call."""
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """(out in q's dtype, lse fp32) of q against k, v."""
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out in q's dtype, lse fp32) of q against k, v; `mask` (bool (queries, keys))
+        in place of `causal` for a piece with an explicit mask."""
+        if mask is not None:
+            return _matmul_forward(q, *_expand_kv(k, v, q.shape[1]), False, mask)
         if not self.native_gqa:
             k, v = _expand_kv(k, v, q.shape[1])
         return self._forward(q, k, v, causal)
 
     def backward(self, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 out: torch.Tensor, lse: torch.Tensor,
-                 causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 out: torch.Tensor, lse: torch.Tensor, causal: bool,
+                 mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """dq, dk, dv of this piece, given the final out and lse of its query rows."""
         kv_heads = k.shape[1]
-        if not self.native_gqa:
-            k, v = _expand_kv(k, v, q.shape[1])
-        dq, dk, dv = self._backward(dout, q, k, v, out, lse.contiguous(), causal)
+        if mask is not None:
+            dq, dk, dv = _matmul_backward(dout, q, *_expand_kv(k, v, q.shape[1]), out, lse, False, mask)
+        else:
+            if not self.native_gqa:
+                k, v = _expand_kv(k, v, q.shape[1])
+            dq, dk, dv = self._backward(dout, q, k, v, out, lse.contiguous(), causal)
         return dq, _reduce_groups(dk, kv_heads), _reduce_groups(dv, kv_heads)
 
     def _forward(self, q, k, v, causal):  # pragma: no cover - abstract
@@ -77,42 +86,52 @@ class BlockOps:
         return self.name if self.native_gqa else f"{self.name}+expand-kv"
 
 
+def _scores(q, k, causal, mask=None):
+    """Scaled scores in fp32, masked pairs at -inf (`mask`: True where kept)."""
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        lq, lk = s.shape[-2], s.shape[-1]
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=s.device).tril()
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return s
+
+
+def _probs(s, lse):
+    # a row with every key masked has lse -inf: subtract 0 there so exp gives 0, not NaN
+    return torch.exp(s - lse.masked_fill(lse == float("-inf"), 0.0).unsqueeze(-1))
+
+
+def _matmul_forward(q, k, v, causal, mask=None):
+    s = _scores(q, k, causal, mask)
+    lse = torch.logsumexp(s, dim=-1)
+    out = torch.matmul(_probs(s, lse), v.float())
+    return out.to(q.dtype), lse
+
+
+def _matmul_backward(dout, q, k, v, out, lse, causal, mask=None):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    p = _probs(_scores(q, k, causal, mask), lse)
+    do = dout.float()
+    dv = torch.matmul(p.transpose(-1, -2), do)
+    dp = torch.matmul(do, v.float().transpose(-1, -2))
+    ds = p * (dp - (do * out.float()).sum(-1, keepdim=True))
+    dq = torch.matmul(ds, k.float()) * scale
+    dk = torch.matmul(ds.transpose(-1, -2), q.float()) * scale
+    return dq, dk, dv
+
+
 class MatmulOps(BlockOps):
     """Scores, mask and softmax as plain tensor operations in fp32: works everywhere."""
 
     name = "matmul"
     native_gqa = False
 
-    @staticmethod
-    def _scores(q, k, causal):
-        s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-        if causal:
-            lq, lk = s.shape[-2], s.shape[-1]
-            keep = torch.ones(lq, lk, dtype=torch.bool, device=s.device).tril()
-            s = s.masked_fill(~keep, float("-inf"))
-        return s
-
-    @staticmethod
-    def _probs(s, lse):
-        # a row with every key masked has lse -inf: subtract 0 there so exp gives 0, not NaN
-        return torch.exp(s - lse.masked_fill(lse == float("-inf"), 0.0).unsqueeze(-1))
-
     def _forward(self, q, k, v, causal):
-        s = self._scores(q, k, causal)
-        lse = torch.logsumexp(s, dim=-1)
-        out = torch.matmul(self._probs(s, lse), v.float())
-        return out.to(q.dtype), lse
+        return _matmul_forward(q, k, v, causal)
 
     def _backward(self, dout, q, k, v, out, lse, causal):
-        scale = 1.0 / math.sqrt(q.shape[-1])
-        p = self._probs(self._scores(q, k, causal), lse)
-        do = dout.float()
-        dv = torch.matmul(p.transpose(-1, -2), do)
-        dp = torch.matmul(do, v.float().transpose(-1, -2))
-        ds = p * (dp - (do * out.float()).sum(-1, keepdim=True))
-        dq = torch.matmul(ds, k.float()) * scale
-        dk = torch.matmul(ds.transpose(-1, -2), q.float()) * scale
-        return dq, dk, dv
+        return _matmul_backward(dout, q, k, v, out, lse, causal)
 
 
 class CpuFlashOps(BlockOps):

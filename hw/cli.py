@@ -36,15 +36,24 @@ def add_run_args(p: argparse.ArgumentParser, *, world_size: bool = True) -> None
                    help="key/value heads, fewer than --heads for GQA/MQA (default: --heads)")
     g.add_argument("--head-dim", type=int, default=64, help="(default 64)")
     g.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="(default fp32)")
-    g.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
+    g.add_argument("--layout", choices=LAYOUTS, default="zigzag",
+                   help="(default zigzag; doc-contiguous and balanced are layouts of packed documents, "
+                        "one document without --docs)")
     g.add_argument("--scheme", choices=["ring", "allgather", "ulysses"], default="ring",
-                   help="ring, allgather (zigzag layout) or ulysses (degree dividing the heads) (default ring)")
+                   help="ring, allgather (zigzag layout; packed documents: contiguous or zigzag) or ulysses "
+                        "(degree dividing the heads; one document) (default ring)")
     g.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
                    help="causal mask (default on)")
+    g.add_argument("--docs", default=None, metavar="SPEC",
+                   help="packed documents: lengths repeated to fill the sequence (256,7392,544), or drawn "
+                        "with --seed from lognormal:median=4k,sigma=1.2 or file:lengths.txt (default: one)")
+    g.add_argument("--window", type=tokens, default=None,
+                   help="sliding-window attention: a query sees itself and window-1 keys before it")
     g.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd", help="(default fwd)")
     g.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
     g.add_argument("--repeats", type=int, default=3, help="measured iterations, one trace each (default 3)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of the random inputs and of drawn documents (default 0)")
     g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="(default: cuda when available, else cpu)")
     g.add_argument("--backend", choices=["gloo", "nccl"], default=None,
@@ -70,6 +79,7 @@ def config_from_args(a: argparse.Namespace, *, world_size: int):
     import torch
 
     from hw.config import RunConfig
+    from sim.documents import read_file_spec
 
     device = a.device
     if device == "auto":
@@ -79,9 +89,11 @@ def config_from_args(a: argparse.Namespace, *, world_size: int):
     with flags_for(**WORKLOAD_FLAGS):
         workload = Workload(batch=a.batch, seq=a.seq, heads=a.heads,
                             kv_heads=a.kv_heads if a.kv_heads is not None else a.heads,
-                            head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_)
+                            head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_,
+                            docs=None if a.docs is None else read_file_spec(a.docs), seed=a.seed,
+                            window=a.window)
     with flags_for(world_size="--world-size", timeout_s="--timeout", threads_per_rank="--threads", warmup="--warmup",
-                   repeats="--repeats", seed="--seed"):
+                   repeats="--repeats", seed="--seed", docs="--docs", window="--window"):
         return RunConfig(workload=workload, world_size=world_size, layout=a.layout,
                          scheme=getattr(a, "scheme", "ring"), device=device,
                          backend=a.backend, warmup=a.warmup, repeats=a.repeats, seed=a.seed,
@@ -148,6 +160,10 @@ def report(a: argparse.Namespace, cfg, traces: list) -> int:
           f"{hw['threads_per_rank'] or '-'} threads/rank, {hw['block_impl']}), {cfg.scheme}, {cfg.layout} layout, "
           f"{w.seq} tokens ({cfg.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x "
           f"{w.head_dim}, {w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
+    if cfg.packed is not None:
+        from sim.documents import describe
+
+        print(f"packed: {describe(w.docs, w.seq, w.seed)}" + (f", window {w.window:,} tokens" if w.window else ""))
     s = spread(makespans)
     print(f"makespan over {s['n']} repeats: median {fmt_s(s['median'])}, min {fmt_s(s['min'])}, "
           f"max {fmt_s(s['max'])}, cv {s['cv']:.1%}")

@@ -16,6 +16,8 @@ from typing import Any
 from hw.kernels import SCHEMES
 from sim.config import LAYOUTS, Scenario, Workload
 from sim.errors import RingsimError
+from sim.packed import Packed, packed_of, uses_documents
+from sim.schemes.allgather import PACKED_LAYOUTS as PACKED_ALLGATHER_LAYOUTS
 
 BACKENDS = ("gloo", "nccl")
 DEVICES = ("cpu", "cuda")
@@ -35,11 +37,12 @@ class RunConfig:
 
     workload: Workload = field(default_factory=lambda: Workload(
         seq=4096, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=True))
-    """Shape, dtype, mask and pass (fwd, bwd or fwdbwd), as in the simulator."""
+    """Shape, dtype, mask, pass (fwd, bwd or fwdbwd) and packed documents, as in the simulator."""
     world_size: int = 2
     """Ranks in the ring."""
     layout: str = "zigzag"
-    """contiguous, striped or zigzag (allgather: zigzag only)."""
+    """contiguous, striped, zigzag, or with packed documents also doc-contiguous and
+    balanced (allgather: zigzag; with packed documents contiguous or zigzag)."""
     scheme: str = "ring"
     """ring, allgather or ulysses (hw.kernels)."""
     device: str = "cpu"
@@ -82,8 +85,15 @@ class RunConfig:
             raise RingsimError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.scheme not in SCHEMES:
             raise RingsimError(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
-        if self.scheme == "allgather" and self.layout != "zigzag":
+        packed = uses_documents(self.workload, self.layout)
+        if self.scheme == "allgather" and packed and self.layout not in PACKED_ALLGATHER_LAYOUTS:
+            raise RingsimError(f"the allgather scheme runs packed documents on the contiguous or zigzag layout, "
+                               f"got {self.layout!r}")
+        if self.scheme == "allgather" and not packed and self.layout != "zigzag":
             raise RingsimError(f"the allgather scheme runs on the zigzag layout, got {self.layout!r}")
+        if self.scheme == "ulysses" and packed:
+            raise RingsimError("the ulysses kernel runs one document per sequence: it takes no documents, "
+                               "window or documents-only layout")
         if self.device not in DEVICES:
             raise RingsimError(f"device must be cpu or cuda, got {self.device!r}")
         backend = self.resolved_backend
@@ -113,6 +123,18 @@ class RunConfig:
     @property
     def tokens_per_rank(self) -> int:
         return self.workload.seq // self.world_size
+
+    @property
+    def packed(self) -> Packed | None:
+        """The packed sequence the kernels shard by and mask with (`sim.packed`); None for
+        one document without a window."""
+        scenario = self.scenario()
+        return packed_of(scenario) if scenario.packed else None
+
+    @property
+    def sharding(self) -> str | Packed:
+        """What `hw.layouts.shard` cuts the inputs by: the packed sequence, or the layout."""
+        return self.packed or self.layout
 
     def threads(self, ranks_on_host: int) -> int:
         return self.threads_per_rank or default_threads(ranks_on_host)

@@ -25,6 +25,13 @@ operators write them, so that results are adopted and added without transposing
 copies. Steps are numbered from `step0` (the backward of a forward-and-backward run
 starts at N, as in the simulator); spans go to the ring's recorder when it has one,
 with work counted as in `sim.layouts.exact_work`.
+
+Packed documents (`packed`, docs/packed.md): shards hold `sim.packed.rank_tokens`, and
+a block is computed per document both ranks hold, as a varlen kernel computes it
+(`hw.layouts.doc_pieces`: dense, diagonal or with an explicit mask); blocks whose mask
+keeps no pair are skipped, and the work recorded is `sim.packed.block_tables`'s, each
+rank's shard its one chunk of the trace. Everything else, the travel of K/V and of the
+dK/dV accumulators included, is the same.
 """
 
 from __future__ import annotations
@@ -35,11 +42,13 @@ import torch
 
 from hw.blocks import BlockOps
 from hw.comm import Ring
-from hw.layouts import block_pieces
+from hw.layouts import block_pieces, doc_pieces
 from hw.merge import merge_, new_accumulators
 from sim.config import BWD_FLOPS_FACTOR, Workload
 from sim.layouts import chunks_of_rank, exact_work
 from sim.layouts.base import ALL
+from sim.packed import Packed, block_tables
+from sim.packed import chunks_of_rank as packed_chunks
 
 StepHook = Callable[[int], None]
 
@@ -76,14 +85,33 @@ def _covers_all_rows(pieces) -> bool:
     return len(pieces) == 1 and pieces[0].q == ALL
 
 
+def _blocks(layout: str, n: int, c: int, causal: bool, packed: Packed | None, device):
+    """What the ring computes on n ranks of c tokens: each rank's chunks (the trace's),
+    each block's unmasked pairs, and the pieces of rank r's queries against the block of
+    rank `owner` (a function of (r, owner)): the layout's (sim.layouts) for one
+    document, per document for packed ones."""
+    if packed is None:
+        return (chunks_of_rank(layout, n), exact_work(layout, c * n, n, causal),
+                lambda r, owner: block_pieces(layout, r, owner, n, c, causal))
+    return packed_chunks(n), block_tables(packed).work, lambda r, owner: doc_pieces(packed, r, owner, device)
+
+
+def _mask(piece):
+    """The explicit mask a piece of packed documents may carry (hw.layouts.DocPiece)."""
+    return getattr(piece, "mask", None)
+
+
 def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Ring, layout: str,
-                 causal: bool, ops: BlockOps, step0: int = 0,
-                 on_step: StepHook | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's attention output (q's dtype, q's shape) and log-sum-exp (fp32, (b, h, t))."""
+                 causal: bool, ops: BlockOps, step0: int = 0, on_step: StepHook | None = None,
+                 packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's attention output (q's dtype, q's shape) and log-sum-exp (fp32, (b, h, t)).
+
+    `packed`: the documents of a packed sequence (its layout is the one sharded by);
+    None: one document."""
     n, r = ring.world, ring.rank
     c = q.shape[1]
-    chunks = chunks_of_rank(layout, n)
-    work = exact_work(layout, c * n, n, causal) * _pair_flops(q)
+    chunks, pairs, pieces_of = _blocks(layout, n, c, causal, packed, q.device)
+    work = pairs * _pair_flops(q)
     out = lse = None
     qh = _heads_first(q)
     block_at = _kv_buffers(k, v, n)
@@ -96,12 +124,12 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
         if step < n - 1:
             comm.post(cur, block_at(step + 1), step=step0 + step, send_chunks=chunks[owner],
                       recv_chunks=chunks[(owner - 1) % n], holds=(step0 + step, chunks[r], chunks[owner]))
-        pieces = block_pieces(layout, r, owner, n, c, causal)
+        pieces = pieces_of(r, owner)
         if pieces:
             t0 = ring.clock.mark()
             kh, vh = cur
             for p in pieces:
-                b_out, b_lse = ops.forward(qh[:, :, p.q], kh[:, :, p.kv], vh[:, :, p.kv], p.causal)
+                b_out, b_lse = ops.forward(qh[:, :, p.q], kh[:, :, p.kv], vh[:, :, p.kv], p.causal, _mask(p))
                 if out is None and _covers_all_rows(pieces):
                     # the own block (step 0) covers every query row: its result, in
                     # fp32, is the accumulator (merges work in place on any layout)
@@ -132,13 +160,13 @@ def _add_(acc: torch.Tensor | None, part: torch.Tensor, rows: slice, like: torch
 
 def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor, *, ring: Ring, layout: str, causal: bool,
-                  ops: BlockOps, step0: int = 0,
-                  on_step: StepHook | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  ops: BlockOps, step0: int = 0, on_step: StepHook | None = None,
+                  packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of this rank's shard (input dtype), given the forward's out and lse."""
     n, r = ring.world, ring.rank
     c = q.shape[1]
-    chunks = chunks_of_rank(layout, n)
-    work = exact_work(layout, c * n, n, causal) * (BWD_FLOPS_FACTOR * _pair_flops(q))
+    chunks, pairs, pieces_of = _blocks(layout, n, c, causal, packed, q.device)
+    work = pairs * (BWD_FLOPS_FACTOR * _pair_flops(q))
     qh, outh, douth = _heads_first(q), _heads_first(out), _heads_first(dout)
     dq = None   # fp32, heads-first view; from the first piece that covers every row
     block_at = _kv_buffers(k, v, n)
@@ -156,7 +184,7 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         if step < n - 1:
             kv_comm.post(cur, block_at(step + 1), step=step0 + step, send_chunks=chunks[owner],
                          recv_chunks=chunks[(owner - 1) % n], holds=(step0 + step, chunks[r], chunks[owner]))
-        pieces = block_pieces(layout, r, owner, n, c, causal)
+        pieces = pieces_of(r, owner)
         shares = []
         if pieces:
             t0 = ring.clock.mark()
@@ -164,7 +192,7 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
             for p in pieces:
                 g_q, g_k, g_v = ops.backward(douth[:, :, p.q], qh[:, :, p.q], kh[:, :, p.kv],
                                              vh[:, :, p.kv], outh[:, :, p.q], lse[:, :, p.q],
-                                             p.causal)
+                                             p.causal, _mask(p))
                 dq = _add_(dq, g_q, p.q, qh)
                 shares.append((p.kv, g_k, g_v))
             if ring.recorder is not None:

@@ -8,6 +8,8 @@ other ranks at a barrier and run the ring (forward, backward, or both with backw
 steps numbered N..2N-1), recording spans. `build_traces` turns the ranks' spans into one
 `sim.trace.Trace` per measured iteration (source "measured"), with the simulator's
 configuration header, the device in `hardware` and per-rank peak memory in `meta`.
+With packed documents a rank's shard holds the packed sequence's tokens of that rank
+(`RunConfig.sharding`) and the kernels take the documents (`packed`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -32,6 +34,7 @@ from sim.config import BWD_FLOPS_FACTOR
 from sim.errors import RingsimError
 from sim.host import cpu_model
 from sim.memory import peak_memory_bytes
+from sim.packed import block_tables
 from sim.record import wait_pieces
 from sim.trace import KIND_NAMES, STREAMS, Span, SpanTable, Trace
 
@@ -114,7 +117,7 @@ def make_inputs(cfg: RunConfig) -> Inputs:
 def make_rank_inputs(cfg: RunConfig, rank: int, device: torch.device | str = "cpu") -> Inputs:
     """Rank `rank`'s shard of `make_inputs(cfg)` (the same values), made on `device`
     without making the rest of the sequence."""
-    tokens = token_index(cfg.layout, cfg.workload.seq, cfg.world_size)[rank]
+    tokens = token_index(cfg.sharding, cfg.workload.seq, cfg.world_size)[rank]
     return _tensors(cfg, tokens, device)
 
 
@@ -178,6 +181,10 @@ def _measure_rate(cfg: RunConfig, inputs: Inputs, ops, device: torch.device) -> 
     w = cfg.workload
     one = Ring(rank=0, world=1, group=None, clock=CpuClock(cfg.timeout_s))
     args = dict(ring=one, layout=cfg.layout, causal=w.causal, ops=ops)
+    packed = cfg.packed
+    if packed is not None:   # the whole packed sequence on one rank
+        packed = replace(packed, n=1)
+        args["packed"] = packed
     # laid out as the ring's shards are (`rank_shard`), so that the rate is the ring's
     q, k, v = (heads_first_memory(x.to(device)) for x in (inputs.q, inputs.k, inputs.v))
     dout = heads_first_memory(inputs.dout.to(device)) if inputs.dout is not None else None
@@ -192,7 +199,10 @@ def _measure_rate(cfg: RunConfig, inputs: Inputs, ops, device: torch.device) -> 
             ring_backward(dout, q, k, v, out, lse, **args)
         _sync(device)
         times.append(time.perf_counter() - t0)
-    pairs = w.seq * (w.seq + 1) // 2 if w.causal else w.seq * w.seq
+    if packed is not None:
+        pairs = int(block_tables(packed).work.sum())
+    else:
+        pairs = w.seq * (w.seq + 1) // 2 if w.causal else w.seq * w.seq
     factor = {"fwd": 1.0, "bwd": BWD_FLOPS_FACTOR, "fwdbwd": 1.0 + BWD_FLOPS_FACTOR}[w.pass_]
     return factor * w.fwd_flops(pairs) / min(times)
 
@@ -208,7 +218,7 @@ def rank_shard(cfg: RunConfig, rank: int, inputs: Inputs | None, device: torch.d
     if inputs is None:
         mine = make_rank_inputs(cfg, rank, device)
     else:
-        mine = Inputs(*(shard(x, cfg.layout, cfg.world_size, rank).to(device) if x is not None else None
+        mine = Inputs(*(shard(x, cfg.sharding, cfg.world_size, rank).to(device) if x is not None else None
                         for x in (inputs.q, inputs.k, inputs.v, inputs.dout)))
     return Inputs(*(heads_first_memory(x) if x is not None else None
                     for x in (mine.q, mine.k, mine.v, mine.dout)))
@@ -255,6 +265,8 @@ class RankRun:
         if device.type == "cuda":
             self.clock.on_poll = lambda: raise_if_peer_failed(self.untimed)
         self.args = dict(layout=cfg.layout, causal=w.causal, ops=self.ops)
+        if cfg.packed is not None:   # the kernels' packed path; one document keeps the plain one
+            self.args["packed"] = cfg.packed
         self.forward, self.backward = kernels(cfg.scheme)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)

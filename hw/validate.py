@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from hw.kernels import SCHEMES
-from sim.config import LAYOUTS
+from sim.layouts import NAMES as LAYOUTS
 from sim.validation import Case, batch_of, error_parts
 
 WORLD_SIZES = [2, 3, 4]
@@ -37,6 +37,7 @@ def _scheme_cases(scheme: str, *, quick: bool) -> list[tuple[str, bool]]:
         return [("zigzag", True), ("zigzag", False)]
     if scheme == "ulysses":     # every rank attends the whole sequence: the layout only orders it
         return [("contiguous", True), ("contiguous", False)]
+    # one document on the layouts of sim.layouts (the documents-only ones are packed runs);
     # without a mask the ring's layouts do identical work: the quick matrix measures one
     return [(layout, causal) for layout in LAYOUTS for causal in (True, False)
             if not (quick and not causal and layout != "contiguous")]

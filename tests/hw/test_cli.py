@@ -42,6 +42,26 @@ def test_hw_run_saves_one_trace_per_repeat_and_refuses_to_overwrite(capsys, tmp_
     assert code == 2 and "exists" in err and "--force" in err
 
 
+@pytest.mark.slow
+def test_hw_run_takes_packed_documents_and_a_window(capsys, tmp_path):
+    path = str(tmp_path / "run.json")
+    code, out, err = run(capsys, "hw", "run", "--world-size", "2", *SMALL, "--repeats", "1", "--docs", "5,20,7",
+                         "--window", "6", "--seed", "4", "--layout", "balanced", "--pass", "fwdbwd",
+                         "--trace", path, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["config"]["layout"] == "balanced"
+    assert {k: d["config"]["workload"][k] for k in ("docs", "seed", "window")} == {"docs": "5,20,7", "seed": 4,
+                                                                                 "window": 6}
+    trace = Trace.load(path)
+    assert trace.config["workload"]["docs"] == "5,20,7"
+    assert {(s.kind, s.step) for s in trace.spans if s.stream == "compute" and s.rank == 0} >= {("fwd", 0), ("bwd", 2)}
+    code, out, err = run(capsys, "hw", "run", "--world-size", "2", *SMALL, "--repeats", "1",
+                         "--docs", "lognormal:median=8,sigma=1", "--layout", "doc-contiguous")
+    assert code == 0, err
+    assert "packed: " in out and "documents" in out
+
+
 @pytest.mark.parametrize("argv,match", [
     (["hw", "run", "--world-size", "2", "--seq", "30"], "multiple of 4"),
     (["hw", "run", "--heads", "6", "--kv-heads", "4"], "--kv-heads"),
@@ -49,6 +69,12 @@ def test_hw_run_saves_one_trace_per_repeat_and_refuses_to_overwrite(capsys, tmp_
     (["hw", "run", "--repeats", "0"], "repeats"),
     pytest.param(["hw", "run", "--device", "cuda"], "no CUDA device",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")),
+    (["hw", "run", "--seq", "32", "--docs", "0,5"], "length zero"),
+    (["hw", "run", "--seq", "32", "--docs", "3,4"], "do not fill the sequence of 32 tokens"),
+    (["hw", "run", "--seq", "32", "--docs", "8", "--scheme", "allgather", "--layout", "striped"],
+     "contiguous or zigzag"),
+    (["hw", "run", "--seq", "32", "--docs", "8", "--scheme", "ulysses"], "one document"),
+    (["hw", "run", "--seq", "32", "--window", "0"], "--window"),
     (["hw", "bench", "-o", "x.json", "--dtypes", "fp64"], "--dtypes"),
     (["hw", "bench", "-o", "x.json", "--sizes", "lots"], "--sizes"),
     (["hw", "frobnicate"], "invalid choice"),

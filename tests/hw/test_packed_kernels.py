@@ -1,0 +1,220 @@
+"""The ring and all-gather kernels on packed documents, against attention in float64 under
+the document mask, on 2 and 3 gloo ranks.
+
+One spawned group per world size runs every case (layouts x documents x window x mask,
+forward and backward), as tests/hw/test_ring.py does. The reference mask is built token
+by token from the documents' cumulative lengths (tests.reference.document_mask), not
+from sim.packed; the recorded work of every compute is checked against a brute-force
+count of the pairs that mask keeps between the two ranks' tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+from sim.documents import bounds
+from sim.trace import Trace
+from tests.hw.conftest import max_err
+from tests.reference import document_mask, masked_attention
+
+BATCH, HEADS, KV_HEADS, HEAD_DIM = 2, 4, 2, 8
+TOKENS_PER_RANK = 32
+TOL = (1e-5, 1e-4)   # fp32 (forward, gradients), absolute, against float64
+PAIR_FLOPS = 4 * HEAD_DIM * HEADS * BATCH
+
+DOCS = ("5,20,7",                          # lengths no chunk count divides, repeated
+        "1,3,28",                          # documents shorter than the chunks
+        "lognormal:median=24,sigma=1")     # drawn, the last one cut where the sequence ends
+RING_LAYOUTS = ("contiguous", "striped", "zigzag", "doc-contiguous", "balanced")
+CASES = [dict(scheme="ring", layout=lay, docs=docs, window=w, causal=c)
+         for lay, docs, w, c in itertools.product(RING_LAYOUTS, DOCS, (None, 5), (True, False))]
+CASES += [dict(scheme="ring", layout=lay, docs=None, window=w, causal=c)     # one document, packed path
+          for lay, w, c in (("zigzag", 7, True), ("striped", 1, True), ("contiguous", 9, False),
+                            ("balanced", None, True), ("doc-contiguous", None, False))]
+CASES += [dict(scheme="allgather", layout=lay, docs=docs, window=w, causal=c)
+          for lay, docs, w, c in itertools.product(("contiguous", "zigzag"), DOCS, (None, 5), (True, False))]
+CASES += [dict(scheme=scheme, layout=lay, docs="5,20,7", window=5, causal=True, block_impl="matmul")
+          for scheme, lay in (("ring", "zigzag"), ("ring", "striped"), ("allgather", "contiguous"))]
+
+
+def _id(case: dict) -> str:
+    return (f"{case['scheme']}-{case['layout']}-{case['docs'] or 'one'}-w{case['window']}-"
+            f"{'causal' if case['causal'] else 'full'}" + ("-matmul" if "block_impl" in case else ""))
+
+
+def _bounds(case: dict, world: int) -> tuple[int, ...]:
+    seq = TOKENS_PER_RANK * world
+    if case["docs"] is None:
+        return (0, seq)
+    if ":" not in case["docs"]:    # a list repeats whole: its cumulative lengths, independently
+        lengths = [int(x) for x in case["docs"].split(",")] * (seq // 32)
+        return tuple(int(x) for x in np.concatenate([[0], np.cumsum(lengths)]))
+    return tuple(int(x) for x in bounds(case["docs"], seq, seed=3))
+
+
+def packed(case: dict, world: int):
+    from sim.packed import Packed
+
+    return Packed(_bounds(case, world), world, case["layout"], case["window"], case["causal"])
+
+
+def _inputs(case: dict, world: int):
+    seq = TOKENS_PER_RANK * world
+    g = torch.Generator().manual_seed(zlib.crc32(repr(sorted(case.items())).encode()) + world)
+    q, dout = (torch.randn(BATCH, seq, HEADS, HEAD_DIM, generator=g) for _ in range(2))
+    k, v = (torch.randn(BATCH, seq, KV_HEADS, HEAD_DIM, generator=g) for _ in range(2))
+    return q, k, v, dout
+
+
+def run_cases(ctx, cases: list[dict]) -> list[dict]:
+    """In every rank: each case forward (steps from 0) and backward (steps from N), on the
+    fused CPU operator unless the case names the matmul path."""
+    from hw.blocks import select_block_ops
+    from hw.comm import Ring
+    from hw.kernels import kernels
+    from hw.layouts import shard
+    from hw.timing import CpuClock, Recorder
+
+    torch.set_num_threads(1)
+    n, r = ctx.world, ctx.rank
+    rows = []
+    for case in cases:
+        ops = select_block_ops("cpu", "fp32", HEAD_DIM, case.get("block_impl", "auto"))
+        p = packed(case, n)
+        mine = [shard(x, p, n, r) for x in _inputs(case, n)]
+        forward, backward = kernels(case["scheme"])
+        clock = CpuClock(30.0)
+        rec = Recorder(clock, r)
+        ring = Ring(r, n, ctx.group, clock, rec)
+        args = dict(ring=ring, layout=case["layout"], causal=case["causal"], ops=ops, packed=p)
+        ctx.barrier()
+        clock.origin = clock.mark()
+        out, lse = forward(*mine[:3], **args)
+        grads = backward(mine[3], *mine[:3], out, lse, step0=n, **args)
+        clock.close()
+        rows.append({"outputs": [x.contiguous() for x in (out, *grads)],
+                     "spans": [s.to_dict() for s in rec.spans()]})
+    return rows
+
+
+_RESULTS: dict[int, list[list[dict]]] = {}
+
+
+def results(world: int) -> list[list[dict]]:
+    """Per rank, per case: outputs and spans (one spawned group per world size, cached)."""
+    if world not in _RESULTS:
+        from hw.spawn import spawn
+        _RESULTS[world] = spawn(run_cases, world, args=(CASES,), timeout_s=120.0)
+    return _RESULTS[world]
+
+
+WORLDS = [pytest.param(n, marks=pytest.mark.slow, id=f"n{n}") for n in (2, 3)]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[_id(c) for c in CASES])
+def test_output_and_gradients_match_float64_attention_under_the_document_mask(world, index):
+    from hw.layouts import unshard
+
+    case = CASES[index]
+    per_rank = [rank_rows[index]["outputs"] for rank_rows in results(world)]
+    got = [unshard([p[i] for p in per_rank], packed(case, world)) for i in range(4)]
+    q, k, v, dout = _inputs(case, world)
+    mask = document_mask(_bounds(case, world), case["causal"], case["window"])
+    want = masked_attention(q, k, v, mask, dout)
+    for g, x in zip(got, (q, q, k, v)):
+        assert g.dtype == x.dtype and g.shape == x.shape
+    err_out = max_err(got[0], want[0])
+    err_grads = [max_err(g, w) for g, w in zip(got[1:], want[1:])]
+    assert err_out <= TOL[0], f"out error {err_out:.3g}"
+    assert max(err_grads) <= TOL[1], f"dq/dk/dv errors {err_grads}"
+
+
+def _kept_pairs(case: dict, world: int) -> np.ndarray:
+    """(N, N): the pairs the document mask keeps between rank r's queries and rank s's keys,
+    counted on the full mask."""
+    from hw.layouts import token_index
+
+    mask = document_mask(_bounds(case, world), case["causal"], case["window"])
+    tokens = token_index(packed(case, world), TOKENS_PER_RANK * world, world)
+    return np.array([[int(mask[tokens[r]][:, tokens[s]].sum()) for s in range(world)] for r in range(world)])
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[_id(c) for c in CASES])
+def test_recorded_work_is_the_pairs_the_mask_keeps(world, index):
+    case = CASES[index]
+    spans = [s for rank_rows in results(world) for s in rank_rows[index]["spans"]]
+    trace = Trace.from_dict({"format": "ringsim-trace", "version": 1, "source": "measured",
+                             "world_size": world, "spans": spans})
+    kept = _kept_pairs(case, world)
+    n = world
+    for r, mine in enumerate(trace.by_rank()):
+        comp = sorted((s for s in mine if s.stream == "compute"), key=lambda s: s.start_s)
+        for phase, factor, base in (("fwd", 1.0, 0), ("bwd", 2.5, n)):
+            spans_of = [s for s in comp if s.kind == phase]
+            if case["scheme"] == "allgather":
+                assert [s.step for s in spans_of] == [base]
+                assert spans_of[0].flops == factor * PAIR_FLOPS * kept[r].sum()
+                assert spans_of[0].q_chunks == (r,) and spans_of[0].kv_chunks == tuple(range(n))
+                continue
+            # one compute per block that keeps a pair, and none for the others
+            owners = {s.step - base: (r - (s.step - base)) % n for s in spans_of}
+            assert sorted(owners) == [k for k in range(n) if kept[r, (r - k) % n] > 0]
+            for s in spans_of:
+                owner = owners[s.step - base]
+                assert s.flops == factor * PAIR_FLOPS * kept[r, owner]
+                assert s.q_chunks == (r,) and s.kv_chunks == (owner,)
+
+
+@pytest.mark.parametrize("layout", RING_LAYOUTS)
+@pytest.mark.parametrize("window", [None, 1, 5])
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_pieces_of_a_block_keep_exactly_the_masked_pairs(layout, window, causal):
+    """Each block's pieces: disjoint rows of one document each, and the pairs they keep
+    (dense, diagonal or masked) are the document mask's, pair by pair."""
+    from hw.layouts import doc_pieces, token_index
+
+    world = 3
+    case = dict(docs="5,20,7", layout=layout, window=window, causal=causal)
+    p = packed(case, world)
+    mask = document_mask(p.bounds, causal, window)
+    tokens = token_index(p, p.seq, world)
+    for r in range(world):
+        for owner in [*range(world), None]:
+            keys = tokens[owner] if owner is not None else torch.arange(p.seq)
+            want = mask[tokens[r]][:, keys]
+            got = torch.zeros_like(want)
+            for piece in doc_pieces(p, r, owner):
+                rows = got[piece.q, piece.kv]
+                assert not rows.any(), "pieces overlap"
+                nq, nk = rows.shape
+                if piece.mask is not None:
+                    kept = piece.mask
+                elif piece.causal:
+                    kept = torch.ones(nq, nk, dtype=torch.bool).tril()
+                else:
+                    kept = torch.ones(nq, nk, dtype=torch.bool)
+                assert kept.any(1).any() and piece.kept == int(kept.sum())
+                got[piece.q, piece.kv] = kept
+            assert torch.equal(got, want)
+            doc_of_row = np.searchsorted(p.bounds, tokens[r].numpy(), side="right")
+            for piece in doc_pieces(p, r, owner):
+                assert len(set(doc_of_row[piece.q])) == 1
+
+
+def test_allgather_refuses_packed_documents_on_other_layouts():
+    from hw.config import RunConfig
+    from sim.config import Workload
+    from sim.errors import RingsimError
+
+    w = Workload(seq=64, heads=2, kv_heads=2, head_dim=8, docs="5,20,7")
+    with pytest.raises(RingsimError, match="contiguous or zigzag") as e:
+        RunConfig(workload=w, world_size=2, layout="striped", scheme="allgather")
+    assert "\n" not in str(e.value)
+    RunConfig(workload=w, world_size=2, layout="contiguous", scheme="allgather")
