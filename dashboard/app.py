@@ -47,6 +47,7 @@ from dashboard.state import (
 from dashboard.views import SUMMARY_CARDS
 from sim.config import Scenario, scenario_from_config
 from sim.errors import RingsimError
+from sim.layouts import get as get_layout
 from sim.memory import full_kv_bytes
 from sim.online_softmax import example as merge_example
 from sim.presets import GPU_PRESETS, LINK_PRESETS
@@ -393,14 +394,23 @@ def _register_summary(app: dash.Dash, served: Served) -> None:
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"), Input("lang", "value"))
     def layout_strip(data, lang):
         t = Translator(lang)
-        split = compute.token_split(served.scenario_of(data), t)
-        seq = served.scenario_of(data).workload.seq
-        labels = {"axis": t("strip.axis"), "hover": t("strip.hover"), "first": t("strip.first"),
+        sc = served.scenario_of(data)
+        split = compute.token_split(sc, t)
+        seq = sc.workload.seq
+        labels = {"axis": t("strip.axis"), "hover": t("strip.hover"),
+                  "first": t("strip.first" if split["packed"] is None else "strip.first-packed"),
+                  "document": t("strip.document"), "documents": t("strip.row.documents"),
+                  "holders": t("strip.row.gpus" if split["holders"] is None else "strip.row.positions"),
                   "separators": t.separators(), "number": t.int}
-        # a function of the token split, the length and the language only: other changes reuse it
-        return compute.figure("strip", Scenario(), None, [split, seq, t.lang],
-                              lambda: figures.layout_strip(split["layout"], seq, split["n"], holders=split["holders"],
-                                                           title=split["title"], labels=labels))
+
+        def make():
+            owner, bounds = compute.token_holders(sc, split)
+            return figures.layout_strip(split["layout"], seq, split["n"], holders=split["holders"],
+                                        title=split["title"], labels=labels, owner=owner, bounds=bounds)
+
+        # a function of the token split (with what packed holders depend on), the length and
+        # the language only: other changes reuse it
+        return compute.figure("strip", Scenario(), None, [split, seq, t.lang], make)
 
     def _name(sc) -> str:
         how = sc.layout if sc.scheme == "ring" else sc.scheme
@@ -493,6 +503,24 @@ def _register_views(app: dash.Dash, served: Served) -> None:
             return figures.message_figure(str(e)), None
         return figures.comparison(rows), _compare_table(rows)
 
+    @app.callback(Output("documents", "figure"), Output("documents-section", "style"),
+                  Input("scenario", "data"), Input("tabs", "value"), Input("lang", "value"))
+    def documents(data, tab, lang):
+        only_on("compare", tab)
+        sc = served.scenario_of(data)
+        if not sc.packed:
+            return no_update, {"display": "none"}
+        t = Translator(lang)
+        try:
+            if sc.scheme not in RING_SCHEMES:
+                sc = compute.as_ring(sc)          # as the layouts' comparison beside it
+            fig = compute.figure("documents", sc, None, t.lang,
+                                 lambda: figures.document_balance(compute.document_balance(sc),
+                                                                  labels=document_labels(t, sc)))
+        except RingsimError as e:
+            fig = figures.message_figure(str(e))
+        return fig, {}
+
     @app.callback(Output("schemes", "figure"), Output("schemes-table", "children"),
                   Output("schemes-why", "children"),
                   Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
@@ -541,14 +569,16 @@ def _register_views(app: dash.Dash, served: Served) -> None:
         only_on("merge", tab)
         sc = served.scenario_of(data)
         n = min(sc.n_gpus, MERGE_MAX_GPUS)
-        seq = sc.n_chunks // sc.n_gpus * n * MERGE_TOKENS_PER_CHUNK
+        # one sequence of one document: a packed layout is its closed-form twin there
+        layout = compute.one_document_layout(sc.layout)
+        seq = get_layout(layout).n_chunks(n) * MERGE_TOKENS_PER_CHUNK
         row = seq - 1 if row is None or row >= seq else int(row)
         # a function of the small example only, not of the scenario's sizes or hardware
-        fig = compute.figure("merge", Scenario(), None, [n, sc.layout, sc.workload.causal, row],
+        fig = compute.figure("merge", Scenario(), None, [n, layout, sc.workload.causal, row],
                              lambda: figures.merge_steps(merge_example(
-                                 n_ranks=n, layout=sc.layout, causal=sc.workload.causal,
-                                 tokens_per_chunk=MERGE_TOKENS_PER_CHUNK, query_row=row), sc.layout))
-        note = (f"Small inputs: {seq} tokens on {n} GPUs ({sc.layout}, "
+                                 n_ranks=n, layout=layout, causal=sc.workload.causal,
+                                 tokens_per_chunk=MERGE_TOKENS_PER_CHUNK, query_row=row), layout))
+        note = (f"Small inputs: {seq} tokens on {n} GPUs ({layout}, "
                 f"{'causal' if sc.workload.causal else 'no mask'}), one head of dim 16, random "
                 f"q/k/v in float64; the ring result is compared with softmax attention over the "
                 f"whole sequence at once.")
@@ -654,6 +684,24 @@ def _register_measured(app: dash.Dash, served: Served) -> None:
         button = t("measured.use-profile", device=measured.measured_machine(trace))
         return figures.overlay(simulated, trace, compute.step_errors(simulated, trace)), notice, offer, button
 
+
+
+def documents_words(t: Translator, scenario: Scenario) -> str:
+    """The scenario's documents in a few words of the page's language: how many, their
+    median and longest length, and the window."""
+    w = scenario.workload
+    d = compute.length_summary(w)
+    words = (t("docs.one") if d["count"] == 1 else
+             t("docs.many", count=t.int(d["count"]), median=t.int(d["median"]), longest=t.int(d["longest"])))
+    return words if w.window is None else t("docs.window", docs=words, window=t.int(w.window))
+
+
+def document_labels(t: Translator, scenario: Scenario) -> dict[str, Any]:
+    """The texts of figures.document_balance in the page's language."""
+    return {"title": t("docs.title"), "work": t("docs.work"), "ratio": t("docs.ratio"), "gpu": t("ctl.gpu.label"),
+            "pairs": t("docs.pairs"), "mean": t("docs.mean"), "worst": t("docs.worst"), "this": t("docs.this"),
+            "docs": documents_words(t, scenario), "separators": t.separators(),
+            "ratio_text": lambda x: t.num(x, 4), "layout": lambda lay: layout_label(t, lay)}
 
 
 def _compare_table(rows: list[dict[str, Any]]) -> html.Table:

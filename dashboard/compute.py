@@ -20,9 +20,11 @@ from typing import Any, Callable
 import numpy as np
 
 from dashboard.figures import rank_starts
+from dashboard.figures.documents import gpu_work, imbalance
 from dashboard.state import scenario_key
+from sim import documents, packed
 from sim.compare import compare_scheme_rows, scheme_variants
-from sim.config import LAYOUTS, Hardware, Link, Scenario
+from sim.config import LAYOUTS, Hardware, Link, Scenario, layouts_for
 from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.layouts import get as get_layout
@@ -150,9 +152,10 @@ def metrics_row(scenario: Scenario, m: Metrics) -> dict[str, Any]:
 
 def compare_table(scenario: Scenario, profile: Any | None = None,
                   profile_key: str | None = None) -> list[dict[str, Any]]:
-    """Every layout with overlap on and off (the rows of `ringsim compare`)."""
+    """Every layout with overlap on and off (the rows of `ringsim compare`: the documents'
+    own layouts only for packed documents or a window)."""
     rows = []
-    for layout in LAYOUTS:
+    for layout in layouts_for(scenario.workload):
         for overlap in (True, False):
             sc = scenario.with_(layout=layout, overlap=overlap)
             rows.append(metrics_row(sc, run(sc, profile, profile_key).metrics))
@@ -211,6 +214,12 @@ def current_variant(scenario: Scenario) -> tuple[str, str] | None:
     return None
 
 
+def one_document_layout(layout: str) -> str:
+    """The closed-form layout (sim.layouts) a layout is on one document: the documents'
+    own layouts are contiguous and zigzag there (sim.packed.DOC_LAYOUTS)."""
+    return {"doc-contiguous": "contiguous", "balanced": "zigzag"}.get(layout, layout)
+
+
 # --- which tokens each GPU holds ----------------------------------------------------
 
 def _gpu_list(ranks: list[int]) -> str:
@@ -226,18 +235,21 @@ def token_split(scenario: Scenario, t: Any = None) -> dict[str, Any]:
     dashboard.i18n.Translator; English without one). The ring: its layout; all-gather:
     zigzag (2N chunks, GPU i holds i and 2N-1-i); Ulysses: token shards in order; the
     hybrid: its rings' layout over the r ring positions, each position's tokens shared by
-    its u GPUs (sim.schemes.hybrid.rank_grid)."""
+    its u GPUs (sim.schemes.hybrid.rank_grid). Packed documents: all-gather on its own
+    layout (contiguous or zigzag per document), the documents in the title, and `packed`
+    what the holders depend on besides the layout (else None)."""
     from dashboard.i18n import Translator, layout_label
     from sim.schemes.hybrid import rank_grid
 
     t = t or Translator("en")
-    seq, n = scenario.workload.seq, scenario.n_gpus
+    w = scenario.workload
+    seq, n = w.seq, scenario.n_gpus
     cfg = scenario.describe()
     tokens, gpus = t.int(seq), t.int(n)
     out: dict[str, Any] = {"layout": scenario.layout, "n": n, "holders": None,
                            "title": t("strip.title", layout=layout_label(t, scenario.layout), tokens=tokens,
                                       gpus=gpus)}
-    if scenario.scheme == "allgather":
+    if scenario.scheme == "allgather" and not scenario.packed:
         out.update(layout="zigzag", title=t("strip.allgather", chunks=t.int(2 * n), last=t.int(2 * n - 1),
                                             tokens=tokens, gpus=gpus))
     elif scenario.scheme in ("ulysses", "hybrid"):
@@ -250,7 +262,64 @@ def token_split(scenario: Scenario, t: Any = None) -> dict[str, Any]:
                                      for k in range(r)],
                        title=t("strip.hybrid", layout=layout_label(t, scenario.layout), positions=t.int(r),
                                u=t.int(u), tokens=tokens))
+    out["packed"] = [w.docs, w.seed, w.window, w.causal] if scenario.packed else None
+    if w.docs is not None:
+        d = length_summary(w)
+        out["title"] = t("strip.docs", title=out["title"], count=t.int(d["count"]), median=t.int(d["median"]),
+                         longest=t.int(d["longest"]))
     return out
+
+
+def token_holders(scenario: Scenario, split: dict[str, Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The holder of every token the layout strip draws (`token_split`'s layout on its
+    holders: sim.packed.rank_tokens) and the documents' bounds, for packed documents;
+    (None, None) for one document, whose layouts the strip reads from sim.layouts."""
+    if split.get("packed") is None:
+        return None, None
+    p = replace(packed.packed_of(scenario), n=split["n"], layout=split["layout"])
+    owner = np.empty(p.seq, dtype=np.int64)
+    owner[packed.rank_tokens(p)] = np.arange(p.n)[:, None]
+    return owner, np.asarray(p.bounds)
+
+
+# --- which layout balances the documents --------------------------------------------
+
+BALANCE_SEEDS = 16
+"""Drawn documents: the layouts' imbalance over this many seeds (0, 1, ...)."""
+BALANCE_TOKENS = 1 << 22
+"""...while the seeds' sequences hold at most this many tokens in all (about half a second
+for the five layouts); fewer seeds past it, none below two."""
+
+
+def document_balance(scenario: Scenario) -> dict[str, Any]:
+    """Each GPU's work on every packed layout for the scenario's documents (its ring's
+    GPUs; figures.documents.gpu_work), the max/mean of each and, for drawn documents,
+    the mean and worst max/mean over seeds. English words for the documents."""
+    w = scenario.workload
+    p = packed.packed_of(scenario)
+    work = {lay: gpu_work(replace(p, layout=lay)) for lay in packed.LAYOUTS}
+    out: dict[str, Any] = {
+        "n": p.n, "chosen": scenario.layout, "work": {lay: v.tolist() for lay, v in work.items()},
+        "imbalance": {lay: imbalance(v) for lay, v in work.items()}, "seeds": 0, "spread": {},
+        "docs": documents.describe(w.docs, w.seq, w.seed)}
+    seeds = min(BALANCE_SEEDS, BALANCE_TOKENS // w.seq)
+    drawn = w.docs is not None and w.docs.partition(":")[0].strip() in documents.DISTRIBUTIONS
+    if drawn and seeds >= 2:
+        ratios = np.array([[imbalance(gpu_work(replace(p, bounds=_bounds(w, seed), layout=lay)))
+                            for lay in packed.LAYOUTS] for seed in range(seeds)])
+        out.update(seeds=seeds, spread={lay: {"mean": float(ratios[:, i].mean()), "worst": float(ratios[:, i].max())}
+                                        for i, lay in enumerate(packed.LAYOUTS)})
+    return out
+
+
+def _bounds(w: Any, seed: int) -> tuple[int, ...]:
+    return tuple(int(x) for x in documents.bounds(w.docs, w.seq, seed))
+
+
+def length_summary(w: Any) -> dict[str, int]:
+    """How many documents, their median and longest length (one document: the sequence)."""
+    d = np.diff(documents.bounds(w.docs, w.seq, w.seed))
+    return {"count": int(d.size), "median": int(np.median(d)), "longest": int(d.max())}
 
 
 # --- view 5: when transfers hide ---------------------------------------------------
@@ -308,13 +377,16 @@ def overlap_sweep(scenario: Scenario, profile: Any | None = None,
     """Efficiency and exposed communication against tokens per device and link bandwidth."""
     n = min(scenario.n_gpus, SWEEP_MAX_GPUS)
     hw = profile if profile is not None else scenario.hardware
-    chunks_per_rank = get_layout(scenario.layout).chunks_per_rank
+    chunks_per_rank = 1 if scenario.packed else get_layout(scenario.layout).chunks_per_rank
     c_now = scenario.tokens_per_rank
     tokens = sorted({2 ** k for k in range(7, 18)} | {c_now})
     tokens = [c for c in tokens if c % chunks_per_rank == 0]
     by_tokens = []
     for c in tokens:
-        sc = scenario.with_(n_gpus=n, workload=_with_seq(scenario, c * n))
+        try:
+            sc = scenario.with_(n_gpus=n, workload=_with_seq(scenario, c * n))
+        except RingsimError:
+            continue            # a list of documents that does not fill this sequence
         comp, xfer = block_times(hw, scenario, c)
         by_tokens.append({"tokens": c, "block_compute_s": comp, "block_transfer_s": xfer,
                           **_point(sc, profile, profile_key)})

@@ -22,11 +22,11 @@ from typing import Any
 
 from babel.messages.pofile import read_po
 from babel.numbers import format_decimal, format_scientific
-from dash import Input, Output, dcc, html
+from dash import Input, Output, ctx, dcc, html, no_update
 
-from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK
+from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK, defaults, shown_layouts
 from dashboard.views import HELP, SUMMARY_CARDS, TABS
-from sim.config import LAYOUTS, PASSES, PLACEMENTS
+from sim.config import PASSES, PLACEMENTS
 from sim.pcie import P2P_MODES
 from sim.presets import CLUSTER_PRESETS, LINK_PRESETS
 from sim.schemes import names as scheme_names
@@ -157,6 +157,8 @@ def _page_texts() -> list[tuple[str, str, str]]:
         ("merge-row-label", "children", "ctl.merge-row.label"),
         ("measured-example-label", "children", "measured.example.label"),
         ("measured-example", "placeholder", "measured.example.placeholder"),
+        ("docs", "placeholder", "ctl.docs.placeholder"),
+        ("window", "placeholder", "ctl.window.placeholder"),
         ("timeline-ring-label", "children", "ring.caption"),
         ("quiz-nav-label", "children", "quiz.nav"),
         ("quiz-next", "children", "quiz.next"),
@@ -188,12 +190,12 @@ def _upload_children(t: Translator, key: str) -> list[Any]:
     return [html.Div([before, html.A(t("upload.choose")), after])]
 
 
-def _options(t: Translator) -> list[tuple[str, str, Any]]:
+def _options(t: Translator, layouts: tuple[str, ...]) -> list[tuple[str, str, Any]]:
     onoff = [{"label": t("opt.on"), "value": True}, {"label": t("opt.off"), "value": False}]
     return [
         ("scheme", "options", [{"label": scheme_label(t, s), "value": s} for s in scheme_names()]),
         ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p} for p in PLACEMENTS]),
-        ("layout", "options", [{"label": layout_label(t, x), "value": x} for x in LAYOUTS]),
+        ("layout", "options", [{"label": layout_label(t, x), "value": x} for x in layouts]),
         ("p2p", "options", [{"label": t(f"opt.p2p.{x}"), "value": x} for x in ("preset", *P2P_MODES)]),
         ("cluster", "options", [{"label": t("opt.cluster.none"), "value": NO_CLUSTER},
                                 *[{"label": x, "value": x} for x in CLUSTER_PRESETS]]),
@@ -209,10 +211,14 @@ def _options(t: Translator) -> list[tuple[str, str, Any]]:
     ]
 
 
-def page_texts(lang: Any) -> list[tuple[str, str, Any]]:
-    """Every translated (component id, property, value) of the page in `lang`."""
+def page_texts(lang: Any, layouts: tuple[str, ...] | None = None) -> list[tuple[str, str, Any]]:
+    """Every translated (component id, property, value) of the page in `lang`; the layout
+    control offers `layouts` (those of the page's first scenario when None)."""
     t = Translator(lang)
-    return [(cid, prop, t(key)) for cid, prop, key in _page_texts()] + _options(t)
+    if layouts is None:
+        d = defaults()
+        layouts = shown_layouts(d["docs"], d["window"], d["layout"])
+    return [(cid, prop, t(key)) for cid, prop, key in _page_texts()] + _options(t, layouts)
 
 
 def language_bar() -> html.Div:
@@ -229,9 +235,16 @@ def language_bar() -> html.Div:
 def register_callbacks(app) -> None:
     outputs = [(cid, prop) for cid, prop, _ in page_texts(DEFAULT_LANG)]
 
-    @app.callback([Output(cid, prop) for cid, prop in outputs], Input("lang", "value"))
-    def translate_page(lang):
-        return [value for _, _, value in page_texts(lang)]
+    # the layouts offered follow the documents (dashboard.state.shown_layouts): a change of
+    # those rewrites the layout's options only
+    @app.callback([Output(cid, prop) for cid, prop in outputs], Input("lang", "value"), Input("docs", "value"),
+                  Input("window", "value"), Input("layout", "value"))
+    def translate_page(lang, docs, window, layout):
+        texts = page_texts(lang, shown_layouts(docs, window, layout))
+        triggered = set(ctx.triggered_prop_ids.values())
+        if triggered and "lang" not in triggered:
+            return [v if (cid, prop) == ("layout", "options") else no_update for cid, prop, v in texts]
+        return [v for _, _, v in texts]
 
     # the document's language, for screen readers and hyphenation
     app.clientside_callback(

@@ -11,9 +11,9 @@ from typing import Any
 from dash import dcc, html
 
 from dashboard import i18n, measured, plan, questions
-from dashboard.state import CUSTOM, NO_CLUSTER, PRESET_P2P, SAME_LINK, applies, defaults
+from dashboard.state import CUSTOM, NO_CLUSTER, PRESET_P2P, SAME_LINK, applies, defaults, shown_layouts
 from dashboard.views import HELP, SUMMARY_CARDS, TABS
-from sim.config import LAYOUTS, PASSES, PLACEMENTS
+from sim.config import PASSES, PLACEMENTS
 from sim.pcie import P2P_MODES
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
 from sim.schemes import names as scheme_names
@@ -41,6 +41,11 @@ def _field(cid: str, label: str, component: Any, style: dict[str, str] | None = 
 def _number(cid: str, label: str, value: Any, placeholder: str = "", style: dict | None = None) -> html.Div:
     return _field(cid, label, dcc.Input(id=cid, type="number", value=value, debounce=True,
                                         placeholder=placeholder, className="num"), style)
+
+
+def _text(cid: str, label: str, value: Any, placeholder: str = "") -> html.Div:
+    return _field(cid, label, dcc.Input(id=cid, type="text", value=value, debounce=True,
+                                        placeholder=placeholder, className="text", spellCheck=False))
 
 
 def _dropdown(cid: str, label: str, options: list[Any], value: Any) -> html.Div:
@@ -76,7 +81,9 @@ def controls() -> html.Div:
         html.Div(id="ring-section", style=field_style("layout", scheme), children=[
             html.H3("Ring", id="h-ring"),
             _field("layout", "Layout", dcc.RadioItems(
-                id="layout", options=[{"label": x, "value": x} for x in LAYOUTS], value=d["layout"],
+                id="layout", options=[{"label": x, "value": x}
+                                      for x in shown_layouts(d["docs"], d["window"], d["layout"])],
+                value=d["layout"],
                 className="radio")),
             _onoff("overlap", "Overlap transfers with compute", d["overlap"]),
             _field("sync", "Forwarding (with overlap)", dcc.RadioItems(
@@ -95,6 +102,9 @@ def controls() -> html.Div:
         _dropdown("pass", "Pass", [{"label": {"fwd": "forward", "bwd": "backward",
                                               "fwdbwd": "forward + backward"}[p], "value": p}
                                    for p in PASSES], d["pass"]),
+        _text("docs", "Documents", d["docs"], "one document"),
+        _number("seed", "Seed", d["seed"]),
+        _number("window", "Window (tokens)", d["window"], "none"),
         html.H3("Hardware", id="h-hardware"),
         _dropdown("cluster", "Cluster preset", [{"label": "none", "value": NO_CLUSTER},
                                                 *[{"label": x, "value": x} for x in CLUSTER_PRESETS]],
@@ -151,7 +161,8 @@ def views(first_example: str | None = None) -> html.Div:
             _graph("timeline", 420), questions.timeline_ring()],
         "questions": [questions.view()],
         "blocks": [_graph("block-map", 560)],
-        "compare": [_graph("compare", 380), html.Div(id="compare-table", className="table")],
+        "compare": [html.Div(id="documents-section", style=_HIDDEN, children=[_graph("documents", 420)]),
+                    _graph("compare", 380), html.Div(id="compare-table", className="table")],
         "schemes": [html.Div(id="schemes-why", className="schemes-why"), _graph("schemes", 420),
                     html.Div(id="schemes-table", className="table")],
         "sweep": [_graph("sweep", 640)],

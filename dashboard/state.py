@@ -16,7 +16,9 @@ from urllib.parse import parse_qsl, urlencode
 
 from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
+from sim.layouts import NAMES as ONE_DOCUMENT_LAYOUTS
 from sim.options import pcie_fabric
+from sim.packed import DOC_LAYOUTS
 from sim.pcie import P2P_MODES
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
 from sim.schemes import names as scheme_names
@@ -37,7 +39,8 @@ class Control:
     id: str
     url_key: str
     kind: str
-    """int, optint (blank: None), float (optional when default is None), bool, or choice."""
+    """int, optint (blank: None), float (optional when default is None), bool, choice,
+    or text (blank: None)."""
     default: Any
     choices: tuple[Any, ...] = ()
 
@@ -52,6 +55,10 @@ CONTROLS: tuple[Control, ...] = (
     Control("dtype", "dtype", "choice", "bf16", ("bf16", "fp16", "fp32")),
     Control("causal", "causal", "bool", True),
     Control("pass", "pass", "choice", "fwd", PASSES),
+    # packed documents (sim.documents): none, one sequence of one document
+    Control("docs", "docs", "text", None),
+    Control("seed", "seed", "int", 0),
+    Control("window", "window", "optint", None),
     # hardware: 8 x H100 over NVLink
     Control("gpu", "gpu", "choice", "H100-SXM", (*GPU_PRESETS, CUSTOM)),
     Control("tflops", "tflops", "float", None),
@@ -96,6 +103,15 @@ _FIELD_OF = {"ulysses-degree": "ulysses_degree", "ring-degree": "ring_degree", "
              "head-groups": "head_groups"}
 CLUSTER_CONTROLS = ("gpu", "link", "inter-link", "gpus-per-node", "nics-per-node")
 """What a cluster preset sets (sim.presets.ClusterPreset), as `ringsim --cluster` does."""
+
+
+def shown_layouts(docs: Any, window: Any, layout: Any) -> tuple[str, ...]:
+    """The layouts the layout control offers: for one document the closed-form ones (the
+    documents' own are the same there, sim.packed.DOC_LAYOUTS), every layout with
+    documents or a window (as sim.config.layouts_for), and the chosen one always."""
+    if _blank(docs) and window in (None, "") and layout not in DOC_LAYOUTS:
+        return ONE_DOCUMENT_LAYOUTS
+    return LAYOUTS
 
 
 def applies(cid: str, scheme: Any) -> bool:
@@ -147,6 +163,8 @@ def _parse(c: Control, raw: str) -> Any:
         return int(raw)
     if c.kind == "optint":
         return None if raw == "" or raw.lower() == "auto" else int(raw)
+    if c.kind == "text":
+        return raw or None
     if c.kind == "float":
         if raw == "":
             return None
@@ -196,6 +214,8 @@ def query_from_values(values: dict[str, Any]) -> str:
             continue
         if v is None:
             v = ""                  # blank where the cluster sets a value: "use the default"
+        if c.kind == "text" and _blank(v):
+            continue
         if c.kind == "bool":
             v = "1" if v else "0"
         elif isinstance(v, float) and v.is_integer():
@@ -213,6 +233,29 @@ def _int(values: dict[str, Any], cid: str, label: str) -> int:
     if v <= 0:
         raise ControlError(cid, f"{label} must be positive, got {int(v)}")
     return int(v)
+
+
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip())
+
+
+def _count(values: dict[str, Any], cid: str, label: str) -> int:
+    """A whole number, 0 or more (a seed)."""
+    v = values.get(cid)
+    if v is None or v == "":
+        raise ControlError(cid, f"{label}: enter a whole number")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < 0:
+        raise ControlError(cid, f"{label} must be a whole number, 0 or more, got {v!r}")
+    return int(v)
+
+
+def _text(values: dict[str, Any], cid: str) -> str | None:
+    v = values.get(cid)
+    if _blank(v):
+        return None
+    if not isinstance(v, str):
+        raise ControlError(cid, f"enter text, got {v!r}")
+    return v.strip()
 
 
 def _opt_float(values: dict[str, Any], cid: str) -> float | None:
@@ -239,6 +282,7 @@ def _choice(values: dict[str, Any], cid: str) -> Any:
 # Which control a simulator message is about: the first key found in the message wins
 # (so the schemes' settings come before the heads and GPUs their messages mention).
 _MESSAGE_KEYS = (
+    ("document", "docs"), ("docs", "docs"), ("lognormal", "docs"), ("window", "window"), ("seed", "seed"),
     ("ulysses degree", "ulysses-degree"), ("ring degree", "ring-degree"), ("head groups", "head-groups"),
     ("placement", "placement"), ("nics_per_node", "nics-per-node"), ("fill whole nodes", "gpus"),
     ("kv_heads", "kv-heads"), ("head_dim", "head-dim"), ("heads", "heads"),
@@ -269,7 +313,10 @@ def _workload(values: dict[str, Any]) -> Workload:
     w = dict(seq=_int(values, "seq", "sequence length"), batch=_int(values, "batch", "batch"),
              heads=_int(values, "heads", "heads"), kv_heads=_int(values, "kv-heads", "K/V heads"),
              head_dim=_int(values, "head-dim", "head dim"), dtype=_choice(values, "dtype"),
-             causal=_choice(values, "causal"), pass_=_choice(values, "pass"))
+             causal=_choice(values, "causal"), pass_=_choice(values, "pass"), docs=_text(values, "docs"),
+             seed=_count(values, "seed", "seed"), window=_opt_int(values, "window", "window"))
+    if w["docs"] is not None and w["docs"].startswith("file:"):
+        raise ControlError("docs", "the page takes the lengths themselves (sample:300,4096,...), not a file")
     try:
         return Workload(**w)
     except RingsimError as e:

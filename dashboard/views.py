@@ -21,6 +21,10 @@ TABS = (
 HELP = {
     "seq": "tokens per sequence, before sharding",
     "kv-heads": "fewer than heads: GQA; 1: MQA",
+    "docs": "lengths repeated to fill the sequence (256,7392,544), or drawn: lognormal:median=4k,sigma=1.2 "
+            "or sample:300,4096,812 (blank: one document)",
+    "seed": "draws a distribution's lengths",
+    "window": "sliding window: a query sees itself and the window − 1 keys before it (blank: none)",
     "tflops": "achieved TFLOP/s; blank: peak × efficiency",
     "efficiency": "fraction of peak (blank: 0.5)",
     "overhead-us": "flat model: per block (blank: 5 µs); kernel model: a call's host floor (blank: measured)",

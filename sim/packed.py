@@ -139,7 +139,11 @@ def token_work(p: Packed) -> np.ndarray:
     lengths = np.diff(b)
     pos = np.arange(p.seq, dtype=np.int64) - np.repeat(b[:-1], lengths)
     if not p.causal:
-        return np.repeat(lengths, lengths) if p.window is None else np.minimum(np.repeat(lengths, lengths), p.window)
+        span = np.repeat(lengths, lengths)
+        if p.window is None:
+            return span
+        # |query - key| < W: up to W - 1 keys on each side, and the query's own
+        return np.minimum(pos, p.window - 1) + 1 + np.minimum(span - 1 - pos, p.window - 1)
     seen = pos + 1
     return seen if p.window is None else np.minimum(seen, p.window)
 

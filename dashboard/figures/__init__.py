@@ -3,8 +3,8 @@ Plotly figure. No Dash here, no simulation: callers pass in what to draw, so eac
 builder can be tested on its own.
 
 One module per view over a shared style (`style`): `layout_strip`, `timeline`,
-`block_map`, `comparison` (layouts), `schemes` (schemes), `sweep`, `memory`, `merge`,
-`overlay`. This package
+`block_map`, `comparison` (layouts), `documents` (layouts on packed documents),
+`schemes` (schemes), `sweep`, `memory`, `merge`, `overlay`. This package
 re-exports their builders, so `figures.timeline(trace)` reads as before. Figures read a
 trace's columns (sim.trace.SpanTable), ask the trace's scheme (sim.schemes) how to name,
 colour and map its operations, and ask sim.layouts about layouts. Definitions (exposed
@@ -13,6 +13,7 @@ communication, idle, efficiency, imbalance, work of a block) are those of docs/d
 
 from dashboard.figures.block_map import MAX_HOVER_CELLS, MAX_MAP_CHUNKS, block_map
 from dashboard.figures.comparison import comparison
+from dashboard.figures.documents import document_balance
 from dashboard.figures.layout_strip import MAX_STRIP_RUNS, layout_strip
 from dashboard.figures.memory import memory
 from dashboard.figures.merge import merge_steps
@@ -42,8 +43,8 @@ from dashboard.figures.timeline import (
 
 __all__ = [
     "COLORS", "LANES", "MAX_BAR_SPANS", "MAX_DRAWN_SPANS", "MAX_HOVER_CELLS", "MAX_MAP_CHUNKS",
-    "MAX_STRIP_RUNS", "SERIES", "TEMPLATE", "block_map", "comparison", "fastest", "layout_strip", "memory",
-    "merge_steps", "message_figure", "overlap_sweep", "overlay", "rank_color", "rank_colors",
-    "rank_starts", "run_label", "run_name", "scheme_color", "scheme_comparison", "scheme_of",
+    "MAX_STRIP_RUNS", "SERIES", "TEMPLATE", "block_map", "comparison", "document_balance", "fastest",
+    "layout_strip", "memory", "merge_steps", "message_figure", "overlap_sweep", "overlay", "rank_color",
+    "rank_colors", "rank_starts", "run_label", "run_name", "scheme_color", "scheme_comparison", "scheme_of",
     "series_styles", "time_unit", "timeline", "trace_summary",
 ]

@@ -1,7 +1,9 @@
 """View 3, who computes which block when: the scheme's block map (query chunk x key
 chunk, sim.schemes.base.BlockMap) beside the work each GPU computed (docs/design.md, "Work
 of a block"). The scheme says what a cell's value is and which rank holds each chunk;
-this module only draws it.
+this module only draws it. Packed documents (docs/packed.md): a chunk is a GPU's shard,
+whose tokens need not be consecutive, so the document mask is drawn token by token in a
+panel of its own (`mask_bins`), each cell coloured by the shard that holds its queries.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from dashboard.figures.documents import kept_keys
 from dashboard.figures.style import TEMPLATE, rank_colors, run_label, scheme_of
+from sim import packed
 from sim.trace import COMPUTE, Trace
 
 MAX_HOVER_CELLS = 128 * 128
@@ -19,6 +23,10 @@ MAX_HOVER_CELLS = 128 * 128
 MAX_MAP_CHUNKS = 512
 """Past this many chunks a side, the map shows every k-th chunk (a screen has no more
 pixels than that; the JSON would pass 10 MB at 2048 chunks)."""
+MASK_BINS = 128
+"""Packed documents: the token panel bins queries and keys into at most this many bins."""
+MAX_DRAWN_BOUNDS = 64
+"""...and draws the documents' boundaries over it up to this many documents."""
 MAX_DISCRETE_VALUES = 24
 """Integer values 0..k-1 with k up to this get one distinct colour each."""
 
@@ -43,17 +51,84 @@ def _what(cfg: dict) -> str:
     return run_label(cfg)
 
 
+def mask_bins(p: packed.Packed, bins: int = MASK_BINS) -> tuple[np.ndarray, np.ndarray]:
+    """(edges, pairs): the tokens cut into at most `bins` bins (edges, ascending) and the
+    (query, key) pairs the document mask keeps in each (query bin, key bin)."""
+    seq = p.seq
+    edges = np.unique(np.linspace(0, seq, min(bins, seq) + 1).round().astype(np.int64))
+    lo, hi = kept_keys(p)
+    # a query's keys in bin [s, e): clip(hi + 1, s, e) - clip(lo, s, e), and over a query
+    # bin's tokens sum(clip(x, s, e)) = H(e) - H(s) + m s with H(E) = sum(min(x, E))
+    return edges, np.diff(_sum_min(hi + 1, edges), axis=1) - np.diff(_sum_min(lo, edges), axis=1)
+
+
+def _sum_min(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """(bins, edges): over the tokens of each bin, the sum of min(x, edge) for every edge."""
+    qbin = np.searchsorted(edges, np.arange(len(x)), side="right") - 1
+    order = np.lexsort((x, qbin))
+    xs = x[order]
+    cs = np.r_[0, np.cumsum(xs)]
+    span = len(x) + 2
+    below = np.searchsorted(qbin[order] * span + xs, np.arange(len(edges) - 1)[:, None] * span + edges[None, :])
+    first, end = edges[:-1, None], edges[1:, None]
+    return cs[below] - cs[first] + edges[None, :] * (end - below)
+
+
+def _token_panel(fig: go.Figure, p: packed.Packed, bm, n: int) -> None:
+    """Query token x key token, binned: blank where the mask keeps no pair, else the
+    colour of the GPU holding most of the bin's queries (its shard's owner)."""
+    edges, pairs = mask_bins(p)
+    owner = np.empty(p.seq, dtype=np.int64)
+    owner[packed.rank_tokens(p)] = np.arange(p.n)[:, None]
+    bins = len(edges) - 1
+    qbin = np.searchsorted(edges, np.arange(p.seq), side="right") - 1
+    shard = np.bincount(qbin * p.n + owner, minlength=bins * p.n).reshape(bins, p.n).argmax(axis=1)
+    colors = np.asarray(rank_colors(n), dtype=object)[bm.owner[np.arange(p.n)]]
+    scale = [[0.0, colors[0]], [1.0, colors[0]]] if p.n == 1 else \
+        [[x, c] for k, c in enumerate(colors) for x in (k / p.n, (k + 1) / p.n)]
+    width = np.diff(edges)
+    shape = pairs.shape
+    # float32, five numbers a cell: 128 x 128 bins stay under half a megabyte
+    custom = np.stack([np.broadcast_to(edges[:-1, None], shape), np.broadcast_to(edges[None, :-1], shape),
+                       pairs, pairs / np.outer(width, width) * 100,
+                       np.broadcast_to(bm.owner[shard][:, None], shape)], axis=-1).astype(np.float32)
+    fig.add_trace(go.Heatmap(
+        z=np.where(pairs > 0, shard[:, None], np.nan).astype(np.float32), x=edges, y=edges,
+        colorscale=scale, zmin=-0.5, zmax=p.n - 0.5, showscale=False, hoverongaps=False, customdata=custom,
+        hovertemplate=("queries from token %{customdata[0]:,} × keys from token %{customdata[1]:,}<br>"
+                       "%{customdata[2]:,} kept pairs (%{customdata[3]:.1f}% of the bin)<br>"
+                       "queries mostly on GPU %{customdata[4]}<extra></extra>")),
+        row=1, col=2)
+    cuts = np.asarray(p.bounds[1:-1], dtype=np.float64)
+    if 0 < len(cuts) <= MAX_DRAWN_BOUNDS:
+        x = np.column_stack([cuts, cuts, np.full_like(cuts, np.nan)]).ravel()
+        y = np.tile([0.0, float(p.seq), np.nan], len(cuts))
+        line = dict(color="rgba(0,0,0,0.35)", width=1)
+        fig.add_trace(go.Scatter(x=np.r_[x, y], y=np.r_[y, x], mode="lines", line=line, hoverinfo="skip",
+                                 showlegend=False), row=1, col=2)
+    fig.update_xaxes(title_text="key token", range=[0, p.seq], row=1, col=2, showgrid=False)
+    fig.update_yaxes(title_text="query token", range=[p.seq, 0], row=1, col=2, showgrid=False,
+                     scaleanchor="x2", constrain="domain")
+
+
 def block_map(trace: Trace) -> go.Figure:
     """Query chunk x key chunk, colored by the scheme's value (the ring: the step of its
-    compute); masked blank; work per GPU beside."""
+    compute); masked blank; work per GPU beside. Packed documents: the document mask token
+    by token between them."""
     bm = scheme_of(trace).block_map(trace)
     n = trace.world_size
     chunks = bm.value.shape[0]
     stride = -(-chunks // MAX_MAP_CHUNKS)
     ids = np.arange(0, chunks, stride)
     value = bm.value[::stride, ::stride]
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.1,
+    p = _packed_of(trace, chunks)
+    work_col = 2 if p is None else 3
+    fig = make_subplots(rows=1, cols=work_col,
+                        column_widths=[0.58, 0.42] if p is None else [0.32, 0.38, 0.30],
+                        horizontal_spacing=0.1 if p is None else 0.07,
                         subplot_titles=(f"query chunk × key chunk: {bm.value_label} of its compute",
+                                        *([] if p is None else ["query token × key token: kept pairs, "
+                                                                "by the GPU holding the queries"]),
                                         "work per GPU"))
     fig.update_layout(template=TEMPLATE, height=560)
     colorscale, zmin, zmax, tickvals = _colorscale(value)
@@ -76,23 +151,26 @@ def block_map(trace: Trace) -> go.Figure:
         colorscale=colorscale, zmin=zmin, zmax=zmax, customdata=custom,
         hovertemplate=hover, hoverongaps=False, xgap=1 if chunks <= 64 else 0,
         ygap=1 if chunks <= 64 else 0,
-        colorbar=dict(title=bm.value_label, x=0.52, len=0.9, tickvals=tickvals)), row=1, col=1)
+        colorbar=dict(title=bm.value_label if p is None else None, x=0.52 if p is None else 0.29, len=0.9,
+                      tickvals=tickvals, thickness=30 if p is None else 12)), row=1, col=1)
     shown = "" if stride == 1 else f" (one chunk in {stride} of {chunks} shown)"
     fig.update_xaxes(title_text=f"key {bm.axis_label}{shown}", row=1, col=1, showgrid=False)
     fig.update_yaxes(title_text=f"query {bm.axis_label}", autorange="reversed", row=1, col=1,
                      showgrid=False, scaleanchor="x", constrain="domain")
+    if p is not None:
+        _token_panel(fig, p, bm, n)
     c = trace.columns
     comp = c.stream == COMPUTE
     flops = np.bincount(c.rank[comp], c.flops[comp], minlength=n)[:n]
     mean = flops.mean() if n else 0.0
     fig.add_trace(go.Bar(x=np.arange(n), y=flops / 1e12, marker_color=list(rank_colors(n)),
                          hovertemplate="GPU %{x}: %{y:.4g} TFLOP<extra></extra>", showlegend=False),
-                  row=1, col=2)
-    fig.add_hline(y=mean / 1e12, line=dict(color="#444", dash="dash", width=1), row=1, col=2,
+                  row=1, col=work_col)
+    fig.add_hline(y=mean / 1e12, line=dict(color="#444", dash="dash", width=1), row=1, col=work_col,
                   annotation_text="mean", annotation_position="top left")
     imbalance = flops.max() / mean if mean > 0 else 1.0
-    fig.update_xaxes(title_text="GPU", row=1, col=2)
-    fig.update_yaxes(title_text="TFLOP computed", row=1, col=2)
+    fig.update_xaxes(title_text="GPU", row=1, col=work_col)
+    fig.update_yaxes(title_text="TFLOP computed", row=1, col=work_col)
     cfg = trace.config
     causal = bool(cfg.get("workload", {}).get("causal", True))
     fig.update_layout(
@@ -100,5 +178,16 @@ def block_map(trace: Trace) -> go.Figure:
         title=dict(text=f"Who computes which block when: {_what(cfg)}, "
                         f"{'causal' if causal else 'no mask'}, {n} GPUs<br>work imbalance max/mean "
                         f"{imbalance:.3f}", font=dict(size=13)),
-        margin=dict(t=90), meta={"imbalance": float(imbalance), "chunks": chunks, "stride": stride})
+        margin=dict(t=90), meta={"imbalance": float(imbalance), "chunks": chunks, "stride": stride,
+                                 "packed": p is not None})
     return fig
+
+
+def _packed_of(trace: Trace, chunks: int) -> packed.Packed | None:
+    """The packed sequence whose shards are the map's `chunks` chunks (the ring's layout on
+    them; one shard: all of it), or None for one document."""
+    cfg = trace.config
+    try:
+        return packed.from_header(cfg, chunks, cfg["layout"] if chunks > 1 else "contiguous")
+    except (KeyError, TypeError, ValueError):
+        return None

@@ -1,9 +1,12 @@
 """View 1, which tokens each device holds: the sequence as a strip of runs of
-consecutive tokens, coloured by the rank that holds them (sim.layouts). A scheme whose
-token shards follow a layout at another level (the hybrid's ring positions, each shared
-by a group of GPUs) names its holders and says so in the title."""
+consecutive tokens, coloured by the rank that holds them (sim.layouts; packed documents:
+sim.packed, with the documents drawn above the ranks and their boundaries across). A
+scheme whose token shards follow a layout at another level (the hybrid's ring positions,
+each shared by a group of GPUs) names its holders and says so in the title."""
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -12,26 +15,40 @@ from dashboard.figures.style import figure, rank_colors
 from sim.layouts import rank_of_token
 
 MAX_STRIP_RUNS = 512
-"""The layout strip draws at most this many runs of tokens (the rest repeats)."""
+"""The layout strip draws at most this many runs of tokens (the rest repeats), and as
+many documents."""
+DOCUMENT_SHADES = ("#cfd6df", "#8d99a8")
+"""Documents alternate between these two greys."""
 
 
 def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = None,
-                 title: str | None = None, labels: dict[str, str] | None = None) -> go.Figure:
+                 title: str | None = None, labels: dict[str, str] | None = None,
+                 owner: np.ndarray | None = None, bounds: Sequence[int] | None = None) -> go.Figure:
     """The sequence as a strip of runs of consecutive tokens, colored by the rank holding
-    them (the n holders of a layout on n ranks; `holders` names each, GPU r otherwise).
-    `labels`: the axis and hover words, the truncation's sentence, Plotly's `separators`
-    (decimal point, then thousands) and how a number reads, in the page's language."""
+    them (the n holders of a layout on n ranks; `holders` names each, GPU r otherwise;
+    `owner`, the holder of each token where the layout is not sim.layouts' own). With
+    `bounds` (cumulative document lengths) the documents in a row above, shaded in turn,
+    their boundaries drawn across both rows. `labels`: the axis, hover and row words, the
+    truncation's sentence ({title}, {shown}, {tokens}), Plotly's `separators` (decimal
+    point, then thousands) and how a number reads, in the page's language."""
     lab = {"axis": "token", "hover": "tokens", "first": "{title} (first {shown} tokens; the pattern repeats)",
+           "document": "document", "holders": "GPU", "documents": "documents",
            "separators": ".,", "number": lambda x: f"{x:,}", **(labels or {})}
-    owner = rank_of_token(layout, seq, n)
+    if owner is None:
+        owner = rank_of_token(layout, seq, n)
     cuts = np.flatnonzero(np.diff(owner)) + 1
     starts = np.concatenate([[0], cuts])
     ends = np.concatenate([cuts, [seq]])
     truncated = len(starts) > MAX_STRIP_RUNS
     if truncated:
         starts, ends = starts[:MAX_STRIP_RUNS], ends[:MAX_STRIP_RUNS]
-    ranks = owner[starts]
     shown = int(ends[-1])
+    docs = None if bounds is None or len(bounds) <= 2 else np.asarray(bounds, dtype=np.int64)
+    if docs is not None and len(docs) - 1 > MAX_STRIP_RUNS and docs[MAX_STRIP_RUNS] < shown:
+        shown, truncated = int(docs[MAX_STRIP_RUNS]), True
+        keep = starts < shown
+        starts, ends = starts[keep], np.minimum(ends[keep], shown)
+    ranks = owner[starts]
     fig = figure(height=170, barmode="overlay", showlegend=False,
                  margin=dict(l=70, r=20, t=40, b=40))
     names = np.asarray(holders if holders is not None else [f"GPU {r}" for r in range(n)], dtype=object)
@@ -43,14 +60,38 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
         textposition="inside", insidetextanchor="middle",
         hovertemplate=lab["hover"] + " %{customdata[0]:,}–%{customdata[1]:,} → %{hovertext}<extra></extra>",
     ))
+    rows = dict(visible=False, range=[-0.5, 0.5])
+    meta = {"runs": len(starts), "tokens_shown": shown, "truncated": bool(truncated)}
+    if docs is not None:
+        meta["doc_bounds"] = _documents(fig, docs, shown, lab)
+        rows = dict(range=[-0.5, 1.5], tickvals=[0, 1], ticktext=[lab["holders"], lab["documents"]],
+                    showgrid=False, ticks="")
     if title is None:
         title = f"Which tokens each GPU holds: {layout} layout, {seq:,} tokens over {n} GPUs"
     if truncated:
-        title = lab["first"].format(title=title, shown=lab["number"](shown))
+        title = lab["first"].format(title=title, shown=lab["number"](shown), tokens=lab["number"](seq))
     fig.update_layout(
         title=dict(text=title, font=dict(size=13)), separators=lab["separators"],
-        xaxis=dict(title=lab["axis"], range=[0, shown], tickformat=","),
-        yaxis=dict(visible=False, range=[-0.5, 0.5]),
-        meta={"runs": len(starts), "tokens_shown": shown, "truncated": bool(truncated)},
-    )
+        xaxis=dict(title=lab["axis"], range=[0, shown], tickformat=","), yaxis=rows, meta=meta)
     return fig
+
+
+def _documents(fig: go.Figure, bounds: np.ndarray, shown: int, lab: dict) -> list[int]:
+    """The documents that begin before token `shown`, as a row of bars shaded in turn, and
+    a line across the strip where each of them after the first begins. Returns those
+    tokens."""
+    k = np.flatnonzero(bounds[:-1] < shown)
+    starts, ends = bounds[k], bounds[k + 1]
+    fig.add_trace(go.Bar(
+        x=np.minimum(ends, shown) - starts, base=starts, y=np.ones(len(k)), orientation="h", width=0.9,
+        marker=dict(color=np.asarray(DOCUMENT_SHADES, dtype=object)[k % 2], line=dict(width=0)),
+        customdata=np.column_stack([k, starts, ends - 1, ends - starts]),
+        hovertemplate=(lab["document"] + " %{customdata[0]:,}: " + lab["hover"]
+                       + " %{customdata[1]:,}–%{customdata[2]:,} (%{customdata[3]:,})<extra></extra>"),
+    ))
+    cuts = starts[1:]
+    x = np.repeat(cuts, 3).astype(np.float64)
+    x[2::3] = np.nan
+    fig.add_trace(go.Scatter(x=x, y=np.tile([-0.5, 1.5, np.nan], len(cuts)), mode="lines",
+                             line=dict(color="#111", width=1), hoverinfo="skip"))
+    return cuts.tolist()
