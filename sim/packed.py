@@ -15,9 +15,9 @@ only the last W of them. Every layout gives each of the N ranks exactly S / N to
 - ``balanced``: long documents cut as zigzag, the others kept whole and dealt to ranks
   to even out the causal work (`_balanced`).
 
-A document whose length the chunk count does not divide keeps its last (length mod
-chunks) tokens out of the chunks; those go to the ranks in turn, one cursor running over
-the whole sequence, so that every rank ends with S / N tokens.
+A document whose length the chunk count does not divide is cut into chunks one token
+apart in size: the (length mod chunks) longer ones belong to the ranks next in turn, one
+cursor running over the whole sequence, so that every rank ends with S / N tokens.
 
 The tables every scheme reads (the same as sim.layouts' for one document) are counted
 token by token: a block's work is its (query, key) pairs that the mask keeps, exactly or
@@ -119,16 +119,20 @@ def _chunk_rank(j: np.ndarray, n: int, chunks: int) -> np.ndarray:
 
 
 def _per_document(owner: np.ndarray, b: np.ndarray, n: int, chunks: int, docs, cursor: int) -> int:
-    """Fill `owner` for documents `docs` cut into `chunks` chunks each; the tokens left
-    over go to ranks from `cursor` on. Returns the cursor after them."""
+    """Fill `owner` for documents `docs` cut into `chunks` consecutive chunks each, as
+    equal as whole tokens allow: the (length mod chunks) tokens over a multiple go one
+    each to the ranks from `cursor` on (a rank named twice, zigzag's, takes one in each of
+    its chunks), and the cursor moves on past them, so every rank ends with S / N tokens.
+    Returns the cursor after them."""
+    ranks = _chunk_rank(np.arange(chunks), n, chunks)
+    first = np.zeros(chunks, dtype=bool)
+    first[np.unique(ranks, return_index=True)[1]] = True      # each rank's first chunk
     for d in docs:
         start, end = int(b[d]), int(b[d + 1])
-        size = (end - start) // chunks
-        body = size * chunks
-        if size:
-            owner[start:start + body] = _chunk_rank(np.arange(body) // size, n, chunks)
-        rest = end - start - body
-        owner[start + body:end] = (cursor + np.arange(rest)) % n
+        size, rest = divmod(end - start, chunks)
+        extra = np.bincount((cursor + np.arange(rest)) % n, minlength=n)     # per rank: 0, 1 or 2
+        sizes = size + np.where(first, np.minimum(extra[ranks], 1), extra[ranks] - np.minimum(extra[ranks], 1))
+        owner[start:end] = np.repeat(ranks, sizes)
         cursor = (cursor + rest) % n
     return cursor
 
