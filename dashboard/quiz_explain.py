@@ -295,5 +295,10 @@ EXPLAIN: dict[int, Callable[..., Explained]] = {1: _q1, 2: _q2, 3: _q3, 4: _q4, 
 
 def explain(q: int, scenario: Scenario, t: Translator, *, bandwidth_gbps: float | None = None,
             query_row: int | None = None) -> Explained:
-    """Question `q`'s live explanation for `scenario`, in `t`'s language."""
+    """Question `q`'s live explanation for `scenario`, in `t`'s language. The questions
+    are about the ring on one sequence: a packed scenario is explained as one document
+    in the layout that matches its own (compute.one_document_layout)."""
+    if scenario.packed:
+        scenario = scenario.with_(workload=replace(scenario.workload, docs=None, seed=0, window=None),
+                                  layout=compute.one_document_layout(scenario.layout))
     return EXPLAIN[q](scenario, t, bandwidth_gbps=bandwidth_gbps, query_row=query_row)

@@ -23,6 +23,7 @@ from dashboard.state import (
     shown_layouts,
     values_from_query,
 )
+from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.packed import Packed, packed_of
 from tests.dashboard.conftest import small_scenario
@@ -241,3 +242,14 @@ def test_every_new_text_is_in_both_languages():
     for key in NEW_KEYS:
         assert key in catalog("en") and key in catalog("id"), key
         assert catalog("en")[key] != catalog("id")[key], key
+
+
+def test_the_questions_explain_a_packed_scenario_as_one_document():
+    from dashboard.i18n import Translator
+    from dashboard.quiz_explain import EXPLAIN, explain
+
+    sc = Scenario(workload=Workload(seq=65536, docs="lognormal:median=4k,sigma=1"), layout="balanced")
+    for q in EXPLAIN:
+        live = explain(q, sc, Translator("en")).live
+        assert "unknown layout" not in live
+    assert "zigzag layout" in explain(1, sc, Translator("en")).live
