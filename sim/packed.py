@@ -262,7 +262,7 @@ def _block_tables(p: Packed, granularity: str, tile: int) -> Tables:
                 hi = np.minimum(hi, np.arange(seq) + p.window - 1)
         seen = held[hi] - np.where(lo > 0, held[np.maximum(lo - 1, 0)], 0)
         exact[:, s] = np.bincount(owner, weights=seen, minlength=n).astype(wide)
-    parts = [_parts(toks[r], doc) for r in range(n)]
+    spans = [_spans(toks[r], doc) for r in range(n)]
     q_ext = np.zeros((n, n), dtype=wide)
     kv_ext = np.zeros((n, n), dtype=wide)
     masks = np.zeros((n, n), dtype=np.int8)
@@ -271,11 +271,58 @@ def _block_tables(p: Packed, granularity: str, tile: int) -> Tables:
     calls: dict[BlockCall, int] = {}
     for r in range(n):
         for s in range(n):
-            pieces = _pieces(p, parts[r], parts[s], tile if granularity == "tile" else None) if exact[r, s] else []
+            pieces = _span_pieces(p, toks[r], spans[r], toks[s], spans[s],
+                                  tile if granularity == "tile" else None) if exact[r, s] else []
             tiled[r, s] = sum(x[3] for x in pieces)
             _put_call(pieces, r, s, q_ext, kv_ext, masks, call, calls)
     work = exact if granularity != "tile" else tiled
     return Tables(work, masks, q_ext, kv_ext, call, tuple(calls))
+
+
+def _spans(toks: np.ndarray, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A rank's documents (ascending) and where each one's tokens begin and end in its
+    ascending tokens."""
+    d = doc[toks]
+    starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+    return d[starts], starts, np.r_[starts[1:], toks.size]
+
+
+def _span_pieces(p: Packed, qt: np.ndarray, qspan, kt: np.ndarray, kspan,
+                 tile: int | None = None) -> list[tuple[str, int, int, int]]:
+    """`_pieces` for every document at once: the same trimming and masks from searches
+    over the two ranks' whole (ascending) tokens, which stay inside each document's run
+    because documents are runs of consecutive token ids."""
+    common, i, j = np.intersect1d(qspan[0], kspan[0], assume_unique=True, return_indices=True)
+    if not common.size:
+        return []
+    qs, qe, ks, ke = qspan[1][i], qspan[2][i], kspan[1][j], kspan[2][j]
+    q0, q1, k0, k1 = qt[qs], qt[qe - 1], kt[ks], kt[ke - 1]
+    w = p.window
+    if p.causal:
+        qlo, qhi = np.searchsorted(qt, k0), qe if w is None else np.searchsorted(qt, k1 + w)
+        klo, khi = ks if w is None else np.searchsorted(kt, q0 - w + 1), np.searchsorted(kt, q1, side="right")
+    elif w is None:
+        qlo, qhi, klo, khi = qs, qe, ks, ke
+    else:
+        qlo, qhi = np.searchsorted(qt, k0 - w + 1), np.searchsorted(qt, k1 + w)
+        klo, khi = np.searchsorted(kt, q0 - w + 1), np.searchsorted(kt, q1 + w)
+    qlo, qhi = np.clip(qlo, qs, qe), np.clip(qhi, qs, qe)
+    klo, khi = np.clip(klo, ks, ke), np.clip(khi, ks, ke)
+    live = (qhi > qlo) & (khi > klo)
+    qlo, qhi, klo, khi = qlo[live], qhi[live], klo[live], khi[live]
+    a, z, b, y = qt[qlo], qt[qhi - 1], kt[klo], kt[khi - 1]       # the pieces' first and last tokens
+    dense = np.ones(qlo.size, dtype=bool)
+    if p.causal:
+        dense &= y <= a
+    if w is not None:
+        dense &= z - b < w
+        if not p.causal:
+            dense &= y - a < w
+    out = []
+    for m, x0, x1, y0, y1 in zip(dense.tolist(), qlo.tolist(), qhi.tolist(), klo.tolist(), khi.tolist()):
+        tiles = 0 if tile is None else _piece_tiles(p, qt[x0:x1], kt[y0:y1], tile, m)
+        out.append(("full" if m else "diagonal", x1 - x0, y1 - y0, tiles))
+    return out
 
 
 def _parts(toks: np.ndarray, doc: np.ndarray) -> dict[int, np.ndarray]:
