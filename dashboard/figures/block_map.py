@@ -126,11 +126,13 @@ def block_map(trace: Trace) -> go.Figure:
     fig = make_subplots(rows=1, cols=work_col,
                         column_widths=[0.58, 0.42] if p is None else [0.32, 0.38, 0.30],
                         horizontal_spacing=0.1 if p is None else 0.07,
-                        subplot_titles=(f"query chunk × key chunk: {bm.value_label} of its compute",
-                                        *([] if p is None else ["query token × key token: kept pairs, "
+                        # three panels side by side: each title on two lines
+                        subplot_titles=(f"query chunk × key chunk:{' ' if p is None else '<br>'}"
+                                        f"{bm.value_label} of its compute",
+                                        *([] if p is None else ["query token × key token:<br>kept pairs, "
                                                                 "by the GPU holding the queries"]),
                                         "work per GPU"))
-    fig.update_layout(template=TEMPLATE, height=560)
+    fig.update_layout(template=TEMPLATE, height=560 if p is None else 600)
     colorscale, zmin, zmax, tickvals = _colorscale(value)
     custom = None
     hover = f"query chunk %{{y}} × key chunk %{{x}}<br>{bm.value_label} %{{z}}<extra></extra>"
@@ -178,7 +180,8 @@ def block_map(trace: Trace) -> go.Figure:
         title=dict(text=f"Who computes which block when: {_what(cfg)}, "
                         f"{'causal' if causal else 'no mask'}, {n} GPUs<br>work imbalance max/mean "
                         f"{imbalance:.3f}", font=dict(size=13)),
-        margin=dict(t=90), meta={"imbalance": float(imbalance), "chunks": chunks, "stride": stride,
+        margin=dict(t=90 if p is None else 150), meta={"imbalance": float(imbalance), "chunks": chunks,
+                                                       "stride": stride,
                                  "packed": p is not None})
     return fig
 

@@ -65,7 +65,7 @@ def document_balance(table: dict[str, Any], *, labels: dict[str, Any] | None = N
     colors = _layout_colors(layouts)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1,
                         subplot_titles=(lab["work"], lab["ratio"]))
-    fig.update_layout(template=TEMPLATE, height=420, separators=lab["separators"])
+    fig.update_layout(template=TEMPLATE, height=470, separators=lab["separators"])
     gpus = np.arange(table["n"])
     for lay in layouts:
         work = np.asarray(table["work"][lay], dtype=np.float64)
@@ -102,6 +102,7 @@ def document_balance(table: dict[str, Any], *, labels: dict[str, Any] | None = N
         title=dict(text=lab["title"].format(best=lab["layout"](best), docs=lab.get("docs", table["docs"]),
                                             value=lab["ratio_text"](table["imbalance"][best])),
                    font=dict(size=13)),
-        legend=dict(y=1.14), margin=dict(t=100),
+        # the legend under the panels, clear of the title and the subplot titles
+        legend=dict(orientation="h", x=0, y=-0.2, yanchor="top"), margin=dict(t=90, b=120),
         meta={"best": best, "chosen": chosen, "imbalance": table["imbalance"], "seeds": seeds})
     return fig

@@ -98,3 +98,22 @@ def test_back_restores_the_open_view(dash_duo):
         time.sleep(0.2)
     assert "view=memory" in dash_duo.driver.current_url
     assert dash_duo.find_element("#memory").is_displayed()
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_no_two_texts_overlap_with_packed_documents(dash_duo, lang):
+    """The views that draw documents (the strip, the block map's three panels, the layouts'
+    balance) on drawn documents in the balanced layout."""
+    dash_duo.start_server(create_app())
+    dash_duo.driver.set_window_size(WIDTH, HEIGHT)
+    packed = "docs=lognormal%3Amedian%3D4k%2Csigma%3D1.2&seed=3&layout=balanced"
+    problems = {}
+    for view in ("timeline", "blocks", "compare"):
+        dash_duo.driver.get(f"{dash_duo.server_url}/?view={view}&lang={lang}&{packed}")
+        dash_duo.wait_for_element(f"#{GRAPH_OF[view]} .main-svg", timeout=TIMEOUT)
+        time.sleep(2.5)
+        assert "balanced" in dash_duo.driver.current_url
+        found = overlaps(dash_duo.driver.execute_script(BOXES))
+        if found:
+            problems[view] = found[:6]
+    assert problems == {}, json.dumps(problems, indent=1, ensure_ascii=False)
