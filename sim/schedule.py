@@ -397,10 +397,15 @@ def cut_waves(resources: np.ndarray, after: np.ndarray) -> np.ndarray:
     # conflict[i]: the latest earlier operation op i cannot share a wave with: its last
     # dependency, or the last earlier holder of one of its resources
     conflict = after.max(axis=0, initial=NO_DEP).astype(np.int64)
-    held = resources >= 0
-    op = np.broadcast_to(np.arange(n_ops), resources.shape)[held]
-    res = resources[held]
-    order = np.lexsort((op, res))
+    # (op, resource) pairs op by op, then a stable sort by resource alone: by resource,
+    # then op (a radix sort when the resource ids fit 16 bits, where a sort on both keys
+    # took most of the time of large schedules)
+    held = (resources >= 0).T
+    op = np.broadcast_to(np.arange(n_ops)[:, None], held.shape)[held]
+    res = resources.T[held]
+    top = int(res.max(initial=0))
+    order = np.argsort(res.astype(np.int16 if top < 2 ** 15 else np.int32 if top < 2 ** 31 else np.int64),
+                       kind="stable")
     op, res = op[order], res[order]
     prev = np.full(len(op), -1, dtype=np.int64)
     same = res[1:] == res[:-1]
