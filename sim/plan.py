@@ -40,10 +40,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sim.config import PLACEMENTS, Scenario
+from sim.documents import bounds as doc_bounds
 from sim.errors import RingsimError
 from sim.layouts import NAMES as LAYOUTS
 from sim.models import Model
 from sim.options import scenario_from_args, table
+from sim.packed import LAYOUTS as PACKED_LAYOUTS
 from sim.spec import Config, configs_from
 from sim.sweep import Runner, run_configs
 from sim.units import fmt_bytes, fmt_s, parse_count, require_whole
@@ -114,6 +116,12 @@ class PlanRequest:
     """The GPU's memory, replacing the preset's (needed with a profile)."""
     param_shards: int | None = None
     """GPUs the parameters and optimizer state are sharded over; None: not counted."""
+    docs: str | None = None
+    """Packed documents (sim.documents: a list of lengths, or a distribution drawn with
+    `seed`); None: one document per sequence."""
+    seed: int = 0
+    window: int | None = None
+    """Sliding-window attention: a query sees itself and window - 1 keys before it."""
     pcie: dict[str, Any] = field(default_factory=dict)
     """The PCIe flags over the cluster's node (simulate's --pcie-gen, --gpus-per-switch,
     --gpus-per-socket, --p2p, --socket-link, --staged-gbps, by flag name without the
@@ -131,6 +139,13 @@ class PlanRequest:
         parse_headroom(self.headroom)
         if self.merge not in ("fused", "unfused"):
             raise RingsimError(f"merge must be fused or unfused, got {self.merge!r}")
+        if self.docs is not None:
+            doc_bounds(self.docs, self.seq, self.seed)       # a list that does not fill the sequence: here
+
+    @property
+    def packed(self) -> bool:
+        """Whether the candidates run on packed documents (or a window)."""
+        return self.docs is not None or self.window is not None
 
     @property
     def n_gpus(self) -> int:
@@ -144,6 +159,11 @@ class PlanRequest:
                              "pass": self.pass_}
         if not self.causal:
             o["causal"] = False
+        for name, value in (("docs", self.docs), ("window", self.window)):
+            if value is not None:
+                o[name] = value
+        if self.docs is not None and self.seed:
+            o["seed"] = self.seed
         for name, value in (("cluster", self.cluster), ("gpu", self.gpu), ("link", self.link),
                             ("inter-link", self.inter_link)):
             if value is not None:
@@ -166,7 +186,9 @@ class PlanRequest:
                 "inter_link": self.inter_link, "cluster": self.cluster, "nics_per_node": self.nics_per_node,
                 "kernel": self.kernel, "merge": self.merge, "profile": self.profile, "dtype": self.dtype,
                 "causal": self.causal, "pass": self.pass_, "headroom": self.headroom, "memory_gb": self.memory_gb,
-                "param_shards": self.param_shards, **({"pcie": dict(self.pcie)} if self.pcie else {})}
+                "param_shards": self.param_shards, **({"pcie": dict(self.pcie)} if self.pcie else {}),
+                **({"docs": self.docs, "seed": self.seed} if self.docs is not None else {}),
+                **({"window": self.window} if self.window is not None else {})}
 
     @property
     def pcie_node(self) -> bool:
@@ -191,13 +213,16 @@ def candidate_options(req: PlanRequest) -> list[dict[str, Any]]:
     """Every candidate's simulate options, before the configuration's own checks."""
     base = req.base_options()
     n = req.n_gpus
-    out = [dict(base, scheme="ring", layout=layout) for layout in LAYOUTS]
-    out += [dict(base, scheme="allgather", **{"head-groups": g}) for g in _divisors(req.model.kv_heads)]
+    layouts = PACKED_LAYOUTS if req.packed else LAYOUTS
+    out = [dict(base, scheme="ring", layout=layout) for layout in layouts]
+    # on packed documents the all-gather runs on contiguous shards (llama3's varlen variant)
+    gather = {"layout": "contiguous"} if req.packed else {}
+    out += [dict(base, scheme="allgather", **gather, **{"head-groups": g}) for g in _divisors(req.model.kv_heads)]
     out.append(dict(base, scheme="ulysses"))
     placements = PLACEMENTS if n > req.gpus_per_node or req.pcie_node else PLACEMENTS[:1]
     for u in _divisors(n)[1:-1]:
         for placement in placements:
-            for layout in LAYOUTS:
+            for layout in layouts:
                 out.append(dict(base, scheme="hybrid", **{"ulysses-degree": u, "ring-degree": n // u},
                                 placement=placement, layout=layout))
     return out
@@ -412,7 +437,18 @@ def describe_question(req: PlanRequest) -> str:
     return (f"{m.name} ({m.layers} layers, {m.heads}/{m.kv_heads} heads x {m.head_dim}) at {req.seq:,} tokens, "
             f"batch {req.batch}, {req.dtype}, {'causal' if req.causal else 'full'}, {req.pass_}; "
             f"{n} x {hw} ({req.nodes} node{'s' if req.nodes > 1 else ''} of {req.gpus_per_node}, "
-            f"{links} inside{between})")
+            f"{links} inside{between})" + _documents(req))
+
+
+def _documents(req: PlanRequest) -> str:
+    """'; packed: 37 documents, median ..., seed 1, window 4,096 tokens' (nothing for one document)."""
+    if not req.packed:
+        return ""
+    from sim.documents import describe
+
+    drawn = req.docs is not None and ":" in req.docs
+    return (f"; packed: {describe(req.docs, req.seq, req.seed)}" + (f" (seed {req.seed})" if drawn else "")
+            + (f", window {req.window:,} tokens" if req.window else ""))
 
 
 def format_plan(p: Plan, top: int) -> str:

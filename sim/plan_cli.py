@@ -15,8 +15,10 @@ import sys
 import time
 
 from sim.config import PASSES
+from sim.documents import read_file_spec
 from sim.errors import RingsimError
 from sim.pcie import P2P_MODES, SOCKET_LINKS
+from sim.units import tokens
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -53,6 +55,11 @@ def register(sub) -> None:
     w.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True, help="(default on)")
     w.add_argument("--pass", dest="pass_", choices=PASSES, default="fwdbwd",
                    help="fwd, bwd or fwdbwd (default fwdbwd: a training step)")
+    w.add_argument("--docs", default=None, metavar="SPEC",
+                   help="attention plan on packed documents: lengths repeated to fill the sequence, or drawn "
+                        "with --seed from lognormal:median=4k,sigma=1.2 or file:lengths.txt (docs/packed.md)")
+    w.add_argument("--seed", type=int, default=0, help="seed of drawn documents (default 0)")
+    w.add_argument("--window", type=tokens, default=None, help="sliding-window attention, in tokens")
     h = p.add_argument_group("cluster")
     h.add_argument("--nodes", type=int, default=1, help="(default 1)")
     h.add_argument("--gpus-per-node", type=int, default=None, help="(default: the cluster's, else 8)")
@@ -128,6 +135,7 @@ def request_from_args(a: argparse.Namespace):
                         nics_per_node=a.nics_per_node, kernel=a.kernel, merge=a.merge, profile=a.profile, dtype=a.dtype,
                         causal=a.causal, pass_=a.pass_, headroom=a.headroom, memory_gb=a.memory_gb,
                         param_shards=a.param_shards,
+                        docs=None if a.docs is None else read_file_spec(a.docs), seed=a.seed, window=a.window,
                         pcie={k: v for k, v in (("pcie-gen", a.pcie_gen), ("gpus-per-switch", a.gpus_per_switch),
                                                 ("gpus-per-socket", a.gpus_per_socket), ("p2p", a.p2p),
                                                 ("socket-link", a.socket_link), ("staged-gbps", a.staged_gbps))
@@ -155,6 +163,9 @@ def cmd_plan(a: argparse.Namespace) -> int:
     if a.top < 0:
         raise RingsimError(f"--top must be 0 (all) or more, got {a.top}")
     if a.global_batch is not None and not a.attention_only:
+        if a.docs is not None or a.window is not None:
+            raise RingsimError("the whole-step plan takes one document per sequence; plan packed documents "
+                               "with --attention-only")
         return _plan_steps(a)
     req = request_from_args(a)
     result = plan(req, Runner(workers=a.workers), progress_line(sys.stderr))

@@ -164,3 +164,24 @@ def test_a_sweep_gives_mean_and_worst_over_seeds(tmp_path, capsys):
     rows = [line.split() for line in out.splitlines() if line.startswith(("zigzag", "balanced"))]
     assert [r[0] for r in rows] == ["zigzag", "balanced"] and all(r[1] == "3" for r in rows)
     assert all(float(r[3]) >= float(r[2]) >= 1.0 for r in rows)      # worst >= mean >= 1
+
+
+def test_the_planner_ranks_the_packed_layouts(capsys):
+    from sim.models import model_preset as preset
+    from sim.plan import candidate_options, request_from
+
+    req = request_from(preset("llama3-8b"), seq="64k", nodes=1, docs="lognormal:median=2k,sigma=1", seed=4)
+    options = candidate_options(req)
+    assert {o["layout"] for o in options if o["scheme"] == "ring"} == set(LAYOUTS)
+    assert {o.get("layout") for o in options if o["scheme"] == "allgather"} == {"contiguous"}
+    assert all(o["docs"] == req.docs and o["seed"] == 4 for o in options)
+    assert main(["plan", "--model", "llama3-8b", "--seq", "64k", "--docs", "lognormal:median=2k,sigma=1",
+                 "--seed", "4", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "packed: " in out and "(seed 4)" in out and "--docs lognormal:median=2k,sigma=1 --seed 4" in out
+
+
+def test_the_whole_step_plan_refuses_documents_in_one_line(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--seq", "64k", "--global-batch", "4M", "--docs", "4k"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--attention-only" in err and "\n" not in err
