@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from sim.config import Scenario, layouts_for
+from sim.documents import bounds as doc_bounds
 from sim.documents import describe as describe_docs
-from sim.documents import lengths as doc_lengths
 from sim.errors import RingsimError
 from sim.options import Parser, add_scenario_args, profile_from_args, scenario_from_args, scheme_variant, table
 from sim.schemes import names as scheme_names
@@ -54,7 +54,7 @@ def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
     if scenario.packed:
         # packed documents: each document's share, 1 / GPUs of it, in one varlen call (the
         # local cu_seqlens of ring-flash-attention's varlen benchmark)
-        share = doc_lengths(w.docs, w.seq, w.seed) // scenario.n_gpus
+        share = np.diff(doc_bounds(w.docs, w.seq, w.seed)) // scenario.n_gpus
         share = share[share > 0]
         kept = np.minimum(share, w.window or c)
         pairs = int((kept * (2 * share - kept + 1) // 2).sum()) if w.causal else int((share * share).sum())
@@ -71,6 +71,16 @@ def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
                for k in kinds)
 
 
+def _print_documents(scenario: Scenario) -> None:
+    """The line a table's header gains on packed documents (nothing for one document)."""
+    w = scenario.workload
+    if not scenario.packed:
+        return
+    drawn = w.docs is not None and ":" in w.docs
+    print(f"packed: {describe_docs(w.docs, w.seq, w.seed)}" + (f" (seed {w.seed})" if drawn else "")
+          + (f", window {w.window:,} tokens" if w.window else ""))
+
+
 def cmd_simulate(a: argparse.Namespace) -> int:
     from sim.engine import simulate
     from sim.metrics import compute_metrics
@@ -80,8 +90,10 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     profile = profile_from_args(a)
     trace = simulate(scenario, profile)
     m = compute_metrics(trace)
-    alone_s = one_gpu_s(scenario, profile or scenario.hardware)
-    vs_one = scenario.n_gpus * alone_s / m.makespan_s if m.makespan_s > 0 else None
+    # ring-flash-attention's ratio takes the work as growing with the square of the tokens:
+    # under a window it grows with the tokens, and the ratio says nothing
+    alone_s = None if scenario.workload.window else one_gpu_s(scenario, profile or scenario.hardware)
+    vs_one = scenario.n_gpus * alone_s / m.makespan_s if alone_s is not None and m.makespan_s > 0 else None
     if a.trace:
         trace.save(a.trace, overwrite=a.force)
     if a.chrome_trace:
@@ -97,9 +109,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
           f"{w.seq} tokens ({scenario.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}, work counted {scenario.granularity}"
           + (f" ({scenario.tile}-token tiles)" if scenario.granularity == "tile" else ""))
-    if scenario.packed:
-        print(f"packed: {describe_docs(w.docs, w.seq, w.seed)}" + (f" (seed {w.seed})" if w.docs and ":" in w.docs else "")
-              + (f", window {w.window:,} tokens" if w.window else ""))
+    _print_documents(scenario)
     print(f"makespan {fmt_s(m.makespan_s)}   ideal {fmt_s(m.ideal_s)}   efficiency "
           f"{m.efficiency:.1%}   load imbalance {m.load_imbalance:.3f}   overlap efficiency "
           f"{m.overlap_efficiency:.1%}")
@@ -166,6 +176,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
     w = scenario.workload
     print(f"{scenario.n_gpus} GPUs, {w.seq} tokens, {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
+    _print_documents(scenario)
     best = min(r["makespan_s"] for r in rows)
     print(table(
         ["layout", "overlap", "makespan", "vs best", "efficiency", "imbalance", "overlap eff",
@@ -208,6 +219,7 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     print(f"{base.n_gpus} x {hw.gpu.name} ({nodes} node{'s' if nodes > 1 else ''} of {hw.gpus_per_node}, "
           f"{inside} inside{between}), {w.seq} tokens, {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
+    _print_documents(base)
     shown, notes = [], []
     for i, r in enumerate(rows, 1):
         if "refused" in r:

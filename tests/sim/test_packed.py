@@ -185,3 +185,12 @@ def test_the_whole_step_plan_refuses_documents_in_one_line(capsys):
     assert main(["plan", "--model", "llama3-8b", "--seq", "64k", "--global-batch", "4M", "--docs", "4k"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--attention-only" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("args", [["--layout", "balanced"], ["--window", "4k"],
+                                  ["--layout", "doc-contiguous", "--no-causal"],
+                                  ["--window", "1k", "--no-causal", "--docs", "16k"]])
+def test_the_packed_path_without_a_document_list(args, capsys):
+    assert main(["simulate", "--seq", "64k", *args]) == 0
+    out = capsys.readouterr().out
+    assert "packed: " in out and "makespan" in out
