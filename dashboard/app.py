@@ -27,7 +27,7 @@ import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from dashboard import compute, export, figures, i18n, measured, nav, plan, questions
+from dashboard import compute, explain, export, figures, i18n, measured, nav, plan, questions
 from dashboard.i18n import Translator, layout_label
 from dashboard.layout import MAX_UPLOAD_BYTES, field_style, page
 from dashboard.state import (
@@ -727,7 +727,7 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
         variant = [r["variant"]] + ([" ", html.Span("◂ " + t("sch.current"), className="here")] if here else [])
         if "refused" in r:
             cells = [html.Td(r["scheme"]), html.Td(variant),
-                     html.Td(t("sch.refused", reason=r["refused"]), colSpan=7, className="refused")]
+                     html.Td(t("sch.refused", reason=explain.reason(t, r["refused"])), colSpan=7, className="refused")]
         else:
             eff = "–" if r["efficiency"] is None else t.pct(r["efficiency"])
             peak = "–" if r["peak_mem_bytes"] is None else t.bytes(r["peak_mem_bytes"])
@@ -735,7 +735,7 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
                                           t.num(r["makespan_s"] / best["makespan_s"]) + "×", eff,
                                           t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0",
                                           t.bytes(r["bytes_sent_per_gpu"]), peak)]
-            cells.append(html.Td(r["explanation"], className="why"))
+            cells.append(html.Td(explain.row_bound(t, r), className="why"))
         body.append(html.Tr(cells, className=" ".join(
             c for c, on in (("best", r is best), ("current", here)) if on) or None))
     return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(body)])
@@ -743,7 +743,7 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
 
 def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
     """Why the winner wins: the fastest against the next, and what bounds each (and the
-    slowest), in the simulator's own sentences (sim.metrics.explain)."""
+    slowest), in the simulator's own sentences (sim.metrics.explain) in the page's language."""
     ran = sorted((r for r in rows if "refused" not in r), key=lambda r: r["makespan_s"])
     if not ran:
         return [t("sch.none")]
@@ -756,5 +756,5 @@ def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
         lead = t("sch.fastest", winner=name(best), time=t.time(best["makespan_s"]), next=name(nxt),
                  margin=t.pct(nxt["makespan_s"] / best["makespan_s"] - 1))
     shown = ran[:2] + ([ran[-1]] if len(ran) > 2 else [])
-    return [html.Strong(lead), html.Ul([html.Li(t("sch.bounds", run=name(r), why=r["explanation"]))
+    return [html.Strong(lead), html.Ul([html.Li(t("sch.bounds", run=name(r), why=explain.row_bound(t, r)))
                                         for r in shown])]

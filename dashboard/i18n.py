@@ -51,6 +51,7 @@ def catalog(lang: str) -> dict[str, str]:
 
 
 _FIELD = re.compile(r"{(\w*)}")
+_DECIMAL = re.compile(r"(?<![\w.])(\d+)\.(\d+)(?![\d.])")
 
 
 def missing_translations(catalogs: dict[str, dict[str, str]] | None = None) -> list[str]:
@@ -132,6 +133,15 @@ class Translator:
 
     def gbps(self, x: float) -> str:
         return f"{self.num(x, 3)} GB/s"
+
+    def digits(self, text: str) -> str:
+        """Every number in `text` as Python writes it (`15.631 ms`, `93%`, `1.86`: no
+        grouping) in the language's decimal sign, digit for digit: what the simulator's
+        own sentences say, in the language's format."""
+        from babel.numbers import get_decimal_symbol
+
+        point = get_decimal_symbol(self.lang)
+        return _DECIMAL.sub(lambda m: m.group(1) + point + m.group(2), text)
 
 
 # --- the page's texts ---------------------------------------------------------------------

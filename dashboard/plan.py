@@ -8,7 +8,7 @@ loads that candidate into the other views: its `ringsim simulate` options become
 page's address, which the page then loads as any link (the view's inputs persist for
 the browser tab's session). A candidate with an option the page has no control for is
 not loaded: a line under the table names the option and gives the command instead. Labels come from the catalogs; the
-sentences on why a candidate wins or loses are the planner's own.
+sentences on why a candidate wins or loses are the planner's own, in the page's language (dashboard/explain.py).
 
 With a global batch (tokens a step) the view plans the whole training step instead
 (sim.step_plan, `ringsim plan --global-batch`): every TP x CP x PP x DP split, ZeRO stage
@@ -28,7 +28,7 @@ from urllib.parse import urlencode
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from dashboard import nav
+from dashboard import explain, nav
 from dashboard.figures.plan import plan_chart
 from dashboard.i18n import Translator
 from dashboard.state import CONTROLS, values_from_query
@@ -292,18 +292,20 @@ def _fmt_s(t: Translator, x: float | None) -> str:
     return "–" if x is None else t.time(x, 4)
 
 
-def table(t: Translator, candidates: list[dict[str, Any]], top: int) -> html.Table:
+def table(t: Translator, data: dict[str, Any], top: int) -> html.Table:
+    """The first `top` candidates of the plan `data` (sim.plan.Plan.to_dict), with why each
+    wins or loses in the page's language (dashboard/explain.py)."""
     head = [t(key) if key else "" for key in COLUMNS]
     rows = []
-    for i, c in enumerate(candidates[:top]):
+    for i, c in enumerate(data["candidates"][:top]):
         rows.append(html.Tr([
-            html.Td(str(c["rank"])), html.Td(c["scheme"]), html.Td(c["variant"]),
+            html.Td(str(c["rank"])), html.Td(c["scheme"]), html.Td(explain.variant(t, c["variant"])),
             html.Td(_fmt_s(t, c["makespan_s"])), html.Td(_fmt_s(t, c["step_s"])),
             html.Td("–" if c["efficiency"] is None else t.pct(c["efficiency"])),
             html.Td(_fmt_s(t, c["exposed_comm_s"]) if c["exposed_comm_s"] else "0"),
             html.Td(t.bytes(c["peak_mem_bytes"])),
             html.Td(t("plan.yes") if c["fits"] else t("plan.no")),
-            html.Td(c["why"], className="plan-why"),
+            html.Td(explain.plan_why(t, c, data), className="plan-why"),
             html.Td(html.Button(t("plan.load"), id={"type": "plan-load", "index": i}, n_clicks=0,
                                 className="small")),
         ], className="" if c["fits"] else "plan-unfit"))
@@ -393,9 +395,10 @@ def register_callbacks(app) -> None:
                     fit=t.int(data["fit"]),
                     seconds=t.num(data.get("elapsed_s", 0.0)), limit=t.bytes(data["memory_limit_bytes"]))
         if data["not_possible"]:
-            reasons = sorted({f"{x['scheme']} {x['variant']}: {x['reason']}" for x in data["not_possible"]})
+            reasons = sorted({f"{x['scheme']} {explain.variant(t, x['variant'])}: {explain.reason(t, x['reason'])}"
+                              for x in data["not_possible"]})
             summary = [summary, html.Br(), t("plan.not-possible", items="; ".join(reasons))]
-        return (plan_chart(cands, data["memory_limit_bytes"], labels), table(t, cands, top), summary, {},
+        return (plan_chart(cands, data["memory_limit_bytes"], labels), table(t, data, top), summary, {},
                 {"display": "none"}, {})
 
     @app.callback(Output("plan-goto", "href"), Output("plan-load-msg", "children"),

@@ -8,7 +8,8 @@ rate), efficiency, load imbalance (max / mean compute time), overlap efficiency
 (1 - exposed / comm), total FLOPs and bytes sent.
 
 `scheme_row` puts one run in a comparison of schemes, and `explain` says in one sentence,
-from those numbers alone, what bounds it.
+from those numbers alone, what bounds it, in clauses (`explain_clauses`: each a key and its
+numbers) that `explain` writes in English and the dashboard in each of its languages.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from dashboard.app import SCHEME_TABLE_COLUMNS
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.questions import ANSWERS, N_CHOICES
 from sim.config import LAYOUTS, PLACEMENTS
-from sim.pcie import P2P_MODES
+from sim.metrics import EXPLAIN_TEMPLATES, KIND_LABELS
+from sim.pcie import LINK_KINDS, P2P_MODES
 from sim.schemes import names as scheme_names
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
@@ -44,10 +45,13 @@ def _keys_named_in_code() -> set[str]:
 
 def _key_families() -> set[str]:
     """Keys the code makes from a name: a scheme's and a placement's label, a column of
-    the schemes' table."""
+    the schemes' table, a clause of what bounds a run and its kinds of transfer and of
+    PCIe link (dashboard/explain.py)."""
     return ({f"opt.scheme.{s}" for s in scheme_names()} | {f"opt.placement.{p}" for p in PLACEMENTS}
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
-            | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS})
+            | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
+            | {f"why.kind.{k}" for k in KIND_LABELS} | {"why.link-kind." + k.replace(" ", "-") for k in LINK_KINDS}
+            | {f"why.link.{d}" for d in ("up", "down", "in", "out")})
 
 
 def test_every_key_the_code_names_is_in_the_catalogs():
@@ -106,6 +110,8 @@ SAME_IN_BOTH = {
     "card.m-makespan": "the scheduling term, kept as in the literature", "card.m-ideal": "as Indonesian writes it",
     "sch.col.makespan": "the scheduling term",
     "opt.layout.zigzag": "the layout's name in the literature",
+    "why.kind.ag": "a collective's name, as Indonesian writing keeps it",
+    "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
 }
 """Keys whose Indonesian text is the English one, each for a reason; any other identical
 text is an untranslated message."""
