@@ -192,3 +192,31 @@ def plan_why(t: Translator, c: dict[str, Any], plan: dict[str, Any]) -> str:
     if clauses is None:
         return c["why"]
     return _checked(t, lambda tr: _plan_why(tr, c, plan, bound(tr, clauses)), c["why"])
+
+
+STEP_PARTS = ("gemm_s", "attention_s", "elementwise_s", "tp_comm_s", "recompute_s", "pp_bubble_s", "pp_comm_s",
+              "dp_comm_s", "optimizer_s")
+"""The parts of a step (sim.step_plan.PARTS) the whole-step plan's sentence may name."""
+
+
+def step_why(t: Translator, c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
+    """Why a whole-step candidate (sim.step_plan) wins or loses, in `t`'s language:
+    sim.step_plan's sentence, built from the candidate's numbers (its English when the
+    English rebuilt here is not the planner's own)."""
+    return _checked(t, lambda tr: _step_why(tr, c, best, limit), c["why"])
+
+
+def _step_why(t: Translator, c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
+    if not c["fits"]:
+        return t("step.why.unfit", memory=t.digits(f"{c['memory_bytes_per_gpu'] / 1e9:.1f}"),
+                 limit=t.digits(f"{limit / 1e9:g}"))
+    b = c["breakdown"]
+    costs = {k: v for k, v in b.items() if k in STEP_PARTS and k != "gemm_s"}
+    worst = max(costs, key=costs.get) if costs else None
+    share = t("step.why.share", part=t(f"step.why.part.{worst}"),
+              pct=t.digits(f"{b[worst] / c['step_s']:.0%}")) if worst else ""
+    if c is best or c.get("rank") == 1:
+        return t("step.why.with", stand=t("step.why.fastest"), share=share) if share else t("step.why.fastest")
+    slower = best["tokens_per_s_per_gpu"] / c["tokens_per_s_per_gpu"]
+    stand = t("step.why.tie") if slower < 1.01 else t("step.why.slower", ratio=t.digits(f"{slower:.2f}"))
+    return t("step.why.with", stand=stand, share=share) if share else stand

@@ -312,7 +312,8 @@ def table(t: Translator, data: dict[str, Any], top: int) -> html.Table:
     return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(rows)])
 
 
-def step_table(t: Translator, candidates: list[dict[str, Any]], top: int) -> html.Table:
+def step_table(t: Translator, candidates: list[dict[str, Any]], top: int, limit: float) -> html.Table:
+    """The whole-step plan's first `top` candidates; `limit`: the memory a GPU may use."""
     head = [t(key) for key in STEP_COLUMNS]
     rows = []
     for c in candidates[:top]:
@@ -321,7 +322,8 @@ def step_table(t: Translator, candidates: list[dict[str, Any]], top: int) -> htm
             html.Td(t.int(round(c["tokens_per_s_per_gpu"]))), html.Td(t.int(round(c["tflops_per_gpu"]))),
             html.Td(t.pct(c["mfu"])), html.Td(t.bytes(c["memory_bytes_per_gpu"])),
             html.Td(t("plan.yes") if c["fits"] else t("plan.no")),
-            html.Td([c["why"], html.Br(), html.Code(c["command"])], className="plan-why"),
+            html.Td([explain.step_why(t, c, candidates[0], limit), html.Br(), html.Code(c["command"])],
+                    className="plan-why"),
         ], className="" if c["fits"] else "plan-unfit"))
     return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(rows)])
 
@@ -342,7 +344,7 @@ def _draw_steps(t: Translator, data: dict[str, Any], top: int):
         shown = {}
     else:
         pipe, shown = {}, {"display": "none"}
-    return step_chart(cands, labels), step_table(t, cands, top), summary, pipe, shown
+    return step_chart(cands, labels), step_table(t, cands, top, data["memory_limit_bytes"]), summary, pipe, shown
 
 
 def register_callbacks(app) -> None:

@@ -216,3 +216,26 @@ def test_the_views_show_the_sentences_in_indonesian(client, plans):
     shown = _texts(out["plan-table"]["children"]) + _texts(out["plan-summary"]["children"])
     assert "seri dengan berikutnya" in shown and "jumlah head membatasi Ulysses" in shown
     assert _english_left(shown, PLAN_WORDS) == []
+
+
+def test_the_whole_step_plans_sentences_in_both_languages():
+    """sim.step_plan's own sentence in English, rebuilt in Indonesian with a decimal comma,
+    for the fastest, a tie, a slower one and one that does not fit."""
+    from dashboard.explain import step_why
+    from sim.models import model_preset
+    from sim.plan import request_from
+    from sim.step_plan import plan_steps, request_hardware
+
+    req = request_from(model_preset("llama3-8b"), seq="8k", nodes=2)
+    hw, argv = request_hardware(req)
+    plan = plan_steps(req.model, req.seq, 1 << 21, hw, req.n_gpus, hardware_argv=argv)
+    cands = plan.candidates
+    assert len(cands) > 3
+    en, id_ = Translator("en"), Translator("id")
+    for c in cands:
+        assert step_why(en, c, cands[0], plan.memory_bytes) == c["why"]
+        text = step_why(id_, c, cands[0], plan.memory_bytes)
+        assert text != c["why"]
+        assert not any(word in text for word in ("fastest", "of the step", "does not fit"))
+    slower = next(c for c in cands[1:] if "x the fastest" in c["why"])
+    assert "," in step_why(id_, slower, cands[0], plan.memory_bytes).split("x")[0]

@@ -10,6 +10,7 @@ import pytest
 
 from dashboard import i18n
 from dashboard.app import SCHEME_TABLE_COLUMNS
+from dashboard.explain import STEP_PARTS
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.questions import ANSWERS, N_CHOICES
 from sim.config import LAYOUTS, PLACEMENTS
@@ -51,7 +52,7 @@ def _key_families() -> set[str]:
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
             | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
             | {f"why.kind.{k}" for k in KIND_LABELS} | {"why.link-kind." + k.replace(" ", "-") for k in LINK_KINDS}
-            | {f"why.link.{d}" for d in ("up", "down", "in", "out")})
+            | {f"why.link.{d}" for d in ("up", "down", "in", "out")} | {f"step.why.part.{p}" for p in STEP_PARTS})
 
 
 def test_every_key_the_code_names_is_in_the_catalogs():
@@ -112,6 +113,7 @@ SAME_IN_BOTH = {
     "opt.layout.zigzag": "the layout's name in the literature",
     "why.kind.ag": "a collective's name, as Indonesian writing keeps it",
     "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
+    "step.why.with": "placeholders and punctuation only",
 }
 """Keys whose Indonesian text is the English one, each for a reason; any other identical
 text is an untranslated message."""
