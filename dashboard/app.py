@@ -724,7 +724,8 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
     body = []
     for r in rows:
         here = current is not None and (r["scheme"], r["variant"]) == tuple(current)
-        variant = [r["variant"]] + ([" ", html.Span("◂ " + t("sch.current"), className="here")] if here else [])
+        variant = [explain.compared_variant(t, r["scheme"], r["variant"])] + (
+            [" ", html.Span("◂ " + t("sch.current"), className="here")] if here else [])
         if "refused" in r:
             cells = [html.Td(r["scheme"]), html.Td(variant),
                      html.Td(t("sch.refused", reason=explain.reason(t, r["refused"])), colSpan=7, className="refused")]

@@ -16,7 +16,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from dashboard.i18n import DEFAULT_LANG, Translator, catalog
+from dashboard.i18n import DEFAULT_LANG, Translator, catalog, layout_label
 from sim.metrics import CLAUSE_SEPARATOR, clause_fields, clauses_from_text, explain_clauses
 from sim.units import fmt_bytes, fmt_s
 
@@ -121,6 +121,15 @@ def reason(t: Translator, text: str) -> str:
 def variant(t: Translator, text: str) -> str:
     """A candidate's variant as sim.plan names it ("zigzag layout"), in `t`'s language."""
     return known(t, text, VARIANTS) or text
+
+
+def compared_variant(t: Translator, scheme: str, text: str) -> str:
+    """A variant as `ringsim compare --schemes` names it (sim.compare.scheme_variants: the
+    ring's layout, "one gather", "8 head groups", "degree 8"; a hybrid's split and
+    placement kept as the command line spells them), in `t`'s language."""
+    if scheme == "ring":
+        return layout_label(t, text)
+    return variant(t, text)
 
 
 # --- why a plan's candidate wins or loses -----------------------------------------------------------

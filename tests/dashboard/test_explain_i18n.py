@@ -239,3 +239,13 @@ def test_the_whole_step_plans_sentences_in_both_languages():
         assert not any(word in text for word in ("fastest", "of the step", "does not fit"))
     slower = next(c for c in cands[1:] if "x the fastest" in c["why"])
     assert "," in step_why(id_, slower, cands[0], plan.memory_bytes).split("x")[0]
+
+
+def test_the_compared_variants_in_both_languages():
+    en, id_ = Translator("en"), Translator("id")
+    assert explain.compared_variant(id_, "allgather", "one gather") == "satu pengumpulan"
+    assert explain.compared_variant(id_, "allgather", "8 head groups") == "8 kelompok head"
+    assert explain.compared_variant(id_, "ulysses", "degree 8") == "derajat 8"
+    assert explain.compared_variant(en, "ulysses", "degree 8") == "degree 8"
+    assert explain.compared_variant(id_, "hybrid", "4 x 2 ring-inner") == "4 x 2 ring-inner"
+    assert explain.compared_variant(id_, "ring", "doc-contiguous") != "doc-contiguous"
