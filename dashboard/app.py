@@ -370,11 +370,18 @@ def _register_summary(app: dash.Dash, served: Served) -> None:
                 f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
                 _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak), line]
 
+    def pcie_words(t: Translator, gpu: str, pcie: Any) -> str:
+        """A PCIe node in words (sim.pcie.Pcie.words), in the page's language."""
+        under = (t("line.pcie.own-port") if pcie.gpus_per_switch == 1
+                 else t("line.pcie.switch", gpus=t.int(pcie.gpus_per_switch)))
+        return t("line.pcie", gpu=gpu, gen=pcie.gen, under=under, socket=t.int(pcie.gpus_per_socket),
+                 p2p=t(f"line.pcie.p2p.{pcie.p2p}"))
+
     def scenario_line(t: Translator, sc: Any, profile_data: Any, shown: Any) -> str:
         """The run the cards describe, in words and numbers of the page's language."""
         w = sc.workload
         hw = sc.hardware
-        hw_name = f"{hw.gpu.name} / {hw.link.name}"
+        hw_name = f"{hw.gpu.name} / {hw.link.name}" if hw.pcie is None else pcie_words(t, hw.gpu.name, hw.pcie)
         if profile_data:
             device, name = profile_data.get("device"), profile_data.get("name", "profile")
             hw_name = f"{device} ({name})" if device else name

@@ -249,3 +249,16 @@ def test_the_compared_variants_in_both_languages():
     assert explain.compared_variant(en, "ulysses", "degree 8") == "degree 8"
     assert explain.compared_variant(id_, "hybrid", "4 x 2 ring-inner") == "4 x 2 ring-inner"
     assert explain.compared_variant(id_, "ring", "doc-contiguous") != "doc-contiguous"
+
+
+@pytest.mark.parametrize("lang, words", [("en", "2 GPUs a switch, 4 a socket, P2P under a switch"),
+                                         ("id", "2 GPU per switch, 4 per soket, P2P di bawah satu switch")])
+def test_the_scenario_line_names_a_pcie_nodes_fabric(client, lang, words):
+    from dashboard.state import defaults
+
+    values = dict(defaults(), cluster="pcie-l20", gpu="L20", link="pcie4")
+    _, out = client.call("scenario-line.children", {
+        "scenario.data": {"values": values}, "profile.data": None, "tabs.value": "timeline",
+        "measured.data": None, "lang.value": lang}, ["lang.value"])
+    line = out["scenario-line"]["children"]
+    assert words in line and "L20 / PCIe 4.0" in line

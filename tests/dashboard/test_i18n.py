@@ -52,7 +52,8 @@ def _key_families() -> set[str]:
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
             | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
             | {f"why.kind.{k}" for k in KIND_LABELS} | {"why.link-kind." + k.replace(" ", "-") for k in LINK_KINDS}
-            | {f"why.link.{d}" for d in ("up", "down", "in", "out")} | {f"step.why.part.{p}" for p in STEP_PARTS})
+            | {f"why.link.{d}" for d in ("up", "down", "in", "out")} | {f"step.why.part.{p}" for p in STEP_PARTS}
+            | {f"line.pcie.p2p.{m}" for m in P2P_MODES})
 
 
 def test_every_key_the_code_names_is_in_the_catalogs():
