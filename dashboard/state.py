@@ -1,9 +1,10 @@
 """The page's scenario: control values <-> URL query <-> a validated `Scenario`.
 
 Every control that shapes the scenario has one entry in CONTROLS: its component id, its
-key in the URL (so that a link reproduces the scenario) and its default. Turning the
-values into a `Scenario` goes through the simulator's own validated constructors; a
-mistake becomes a `ControlError` naming the control to show the message beside.
+key in the URL (so that a link reproduces the scenario), its kind, default and choices,
+all taken from the `ringsim simulate` option it sets (sim.schema). Turning the values
+into a `Scenario` goes through the simulator's own validated constructors; a mistake
+becomes a `ControlError` naming the control to show the message beside.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
+from sim.config import LAYOUTS, Gpu, Hardware, Link, Scenario, Workload
 from sim.errors import RingsimError
 from sim.layouts import NAMES as ONE_DOCUMENT_LAYOUTS
 from sim.options import pcie_fabric
 from sim.packed import DOC_LAYOUTS
-from sim.pcie import P2P_MODES
 from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
-from sim.schemes import names as scheme_names
+from sim.schema import scenario_option
 
 CUSTOM = "custom"
 SAME_LINK = "same"
@@ -45,46 +45,72 @@ class Control:
     choices: tuple[Any, ...] = ()
 
 
+def _control(cid: str, *, choices: tuple[Any, ...] | None = None, blank: Any = None) -> Control:
+    """The control of simulate's option `--cid`: its URL key, default and choices as
+    sim.schema declares them. `blank` is the choice that stands for the option's None (not
+    given: the cluster's or the preset's value), first among the choices; `choices` offers
+    presets where the flag takes any name."""
+    o = scenario_option(cid)
+    if o.url_key is None:
+        raise ValueError(f"--{cid} has no URL key in sim.schema")
+    default = o.default if o.fallback is None else o.fallback
+    if default is None and blank is not None:
+        default = blank
+    if choices is None and o.choices is not None:
+        choices = o.choices if blank is None else (blank, *o.choices)
+    if o.kind == "bool":
+        kind = "bool"
+    elif choices is not None:
+        kind = "choice"
+    elif o.kind == "float":
+        kind = "float"
+    elif o.kind == "str":
+        kind = "text"
+    else:
+        kind = "int" if default is not None else "optint"
+    return Control(cid, o.url_key, kind, default, choices or ())
+
+
 CONTROLS: tuple[Control, ...] = (
     # workload: Llama-3-8B attention at 128k tokens
-    Control("seq", "seq", "int", 131072),
-    Control("batch", "batch", "int", 1),
-    Control("heads", "heads", "int", 32),
-    Control("kv-heads", "kv_heads", "int", 8),
-    Control("head-dim", "head_dim", "int", 128),
-    Control("dtype", "dtype", "choice", "bf16", ("bf16", "fp16", "fp32")),
-    Control("causal", "causal", "bool", True),
-    Control("pass", "pass", "choice", "fwd", PASSES),
+    _control("seq"),
+    _control("batch"),
+    _control("heads"),
+    _control("kv-heads"),
+    _control("head-dim"),
+    _control("dtype"),
+    _control("causal"),
+    _control("pass"),
     # packed documents (sim.documents): none, one sequence of one document
-    Control("docs", "docs", "text", None),
-    Control("seed", "seed", "int", 0),
-    Control("window", "window", "optint", None),
+    _control("docs"),
+    _control("seed"),
+    _control("window"),
     # hardware: 8 x H100 over NVLink
-    Control("gpu", "gpu", "choice", "H100-SXM", (*GPU_PRESETS, CUSTOM)),
-    Control("tflops", "tflops", "float", None),
-    Control("efficiency", "eff", "float", None),
-    Control("overhead-us", "overhead_us", "float", None),
-    Control("link", "link", "choice", "nvlink4", (*LINK_PRESETS, CUSTOM)),
-    Control("link-gbps", "link_gbps", "float", None),
-    Control("link-latency-us", "latency_us", "float", None),
-    Control("inter-link", "inter_link", "choice", SAME_LINK, (SAME_LINK, *LINK_PRESETS)),
-    Control("gpus-per-node", "gpus_per_node", "int", 8),
-    Control("nics-per-node", "nics_per_node", "optint", None),
-    Control("nic-gbps", "nic_gbps", "float", None),
-    Control("cluster", "cluster", "choice", NO_CLUSTER, (NO_CLUSTER, *CLUSTER_PRESETS)),
-    Control("p2p", "p2p", "choice", PRESET_P2P, (PRESET_P2P, *P2P_MODES)),
+    _control("gpu", choices=(*GPU_PRESETS, CUSTOM)),
+    _control("tflops"),
+    _control("efficiency"),
+    _control("overhead-us"),
+    _control("link", choices=(*LINK_PRESETS, CUSTOM)),
+    _control("link-gbps"),
+    _control("link-latency-us"),
+    _control("inter-link", blank=SAME_LINK, choices=(SAME_LINK, *LINK_PRESETS)),
+    _control("gpus-per-node"),
+    _control("nics-per-node"),
+    _control("nic-gbps"),
+    _control("cluster", blank=NO_CLUSTER, choices=(NO_CLUSTER, *CLUSTER_PRESETS)),
+    _control("p2p", blank=PRESET_P2P),
     # the scheme and the ring
-    Control("gpus", "gpus", "int", 8),
-    Control("layout", "layout", "choice", "zigzag", LAYOUTS),
-    Control("overlap", "overlap", "bool", True),
-    Control("sync", "sync", "choice", "step", ("step", "buffered")),
-    Control("scheme", "scheme", "choice", "ring", scheme_names()),
-    Control("ulysses-degree", "ulysses_degree", "optint", None),
-    Control("ring-degree", "ring_degree", "optint", None),
-    Control("placement", "placement", "choice", PLACEMENTS[0], PLACEMENTS),
-    Control("head-groups", "head_groups", "int", 1),
-    Control("granularity", "granularity", "choice", "exact", ("exact", "tile")),
-    Control("tile", "tile", "int", 128),
+    _control("gpus"),
+    _control("layout"),
+    _control("overlap"),
+    _control("sync"),
+    _control("scheme"),
+    _control("ulysses-degree"),
+    _control("ring-degree"),
+    _control("placement"),
+    _control("head-groups"),
+    _control("granularity"),
+    _control("tile"),
 )
 CONTROL_IDS: tuple[str, ...] = tuple(c.id for c in CONTROLS)
 _BY_ID = {c.id: c for c in CONTROLS}

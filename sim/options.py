@@ -1,8 +1,8 @@
 """The options the commands share, and what they make: the workload, hardware and schedule
-flags of `simulate` (which `compare`, `sweep` specs and `plan` candidates read too), the
-hardware and scenario they describe, the calibrated profile they name, and plain text
-tables. sim.cli, sim.spec, sim.sweep and sim.plan build on this module; it imports none
-of them.
+flags of `simulate` as argparse arguments (declared in sim.schema; `compare`, `sweep`
+specs and `plan` candidates read them too), the hardware and scenario they describe, the
+calibrated profile they name, and plain text tables. sim.cli, sim.spec, sim.sweep and
+sim.plan build on this module; it imports none of them.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import sys
 from dataclasses import replace
 from typing import Any, Sequence
 
-from sim.config import LAYOUTS, PASSES, PLACEMENTS, Gpu, Hardware, Link, Scenario, Workload
+from sim.config import Gpu, Hardware, Link, Scenario, Workload
 from sim.documents import read_file_spec
 from sim.errors import RingsimError
-from sim.pcie import P2P_MODES, PCIE_X16_GBPS, SOCKET_LINKS, Pcie
-from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset, gpu_preset
-from sim.schemes import names as scheme_names
+from sim.pcie import PCIE_X16_GBPS, Pcie
+from sim.presets import cluster_preset, gpu_preset
+from sim.schema import SCENARIO_OPTIONS, ScenarioOption, scenario_option
 from sim.units import tokens
 
 
@@ -34,104 +34,45 @@ class Parser(argparse.ArgumentParser):
         raise RingsimError(message)
 
 
+LAYOUT_OPTIONS = ("layout", "overlap")
+"""The options `compare` varies itself, and so leaves out of its flags (with_layout=False)."""
+_TYPES = {"int": int, "float": float, "tokens": tokens}
+
+
+def add_option(group: Any, o: ScenarioOption) -> None:
+    """`o` as an argument of an argparse parser or group."""
+    kwargs: dict[str, Any] = {"dest": o.dest, "default": o.default}
+    if o.kind == "bool":
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif o.kind in _TYPES:
+        kwargs["type"] = _TYPES[o.kind]
+    if o.choices is not None:
+        kwargs["choices"] = o.choices
+    if o.metavar is not None:
+        kwargs["metavar"] = o.metavar
+    if o.help is not None:
+        kwargs["help"] = o.help.replace("%", "%%")    # argparse formats help with %
+    group.add_argument(o.flag, **kwargs)
+
+
 def add_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -> None:
-    """The workload, hardware and schedule flags shared by simulate, compare and others."""
-    d = Workload()
-    g = p.add_argument_group("workload")
-    g.add_argument("--gpus", type=int, default=8, help="ranks in the ring (default 8)")
-    g.add_argument("--seq", type=tokens, default=d.seq,
-                   help=f"tokens per sequence: a number or a size such as 64k or 1M (default {d.seq})")
-    g.add_argument("--batch", type=int, default=d.batch, help="sequences (default 1)")
-    g.add_argument("--heads", type=int, default=d.heads, help=f"query heads (default {d.heads})")
-    g.add_argument("--kv-heads", type=int, default=d.kv_heads,
-                   help=f"key/value heads, fewer than --heads for GQA/MQA (default {d.kv_heads})")
-    g.add_argument("--head-dim", type=int, default=d.head_dim, help=f"(default {d.head_dim})")
-    g.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=d.dtype)
-    g.add_argument("--causal", action=argparse.BooleanOptionalAction, default=d.causal,
-                   help="causal mask (default on)")
-    g.add_argument("--pass", dest="pass_", choices=PASSES, default=d.pass_,
-                   help="fwd, bwd or fwdbwd (default fwd)")
-    g.add_argument("--docs", default=None, metavar="SPEC",
-                   help="packed documents: lengths repeated to fill the sequence (256,7392,544), or drawn "
-                        "with --seed from lognormal:median=4k,sigma=1.2 or file:lengths.txt (default: one)")
-    g.add_argument("--seed", type=int, default=d.seed, help="seed of drawn documents (default 0)")
-    g.add_argument("--window", type=tokens, default=None,
-                   help="sliding-window attention: a query sees itself and window-1 keys before it")
-    add_hardware_args(p)
-    s = p.add_argument_group("schedule")
-    s.add_argument("--scheme", choices=scheme_names(), default="ring",
-                   help="sequence-parallel scheme (default ring)")
-    s.add_argument("--ulysses-degree", type=int, default=None,
-                   help="ulysses, hybrid: GPUs per all-to-all group (ulysses: all of them; hybrid default: "
-                        "the largest that fits the heads and a node, leaving rings of two or more)")
-    s.add_argument("--ring-degree", type=int, default=None,
-                   help="hybrid: GPUs per ring (ulysses degree x ring degree = --gpus)")
-    s.add_argument("--placement", choices=PLACEMENTS, default="ulysses-inner",
-                   help="hybrid: all-to-all groups on consecutive ranks, inside a node (ulysses-inner, "
-                        "default, as TransformerEngine's a2a+p2p) or the rings (ring-inner)")
-    s.add_argument("--head-groups", type=int, default=1,
-                   help="allgather: gather and attend K/V head group by head group, each gather behind "
-                        "the previous group's compute (default 1: one gather, exposed)")
-    if with_layout:
-        s.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
-        s.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
-                       help="double-buffered K/V transfers behind compute (default on)")
-    s.add_argument("--sync", choices=["step", "buffered"], default="step",
-                   help="with overlap: post and wait once per step as ring kernels do (default), "
-                        "or forward each block as soon as a buffer is free")
-    s.add_argument("--granularity", choices=["exact", "tile"], default="exact",
-                   help="count exact unmasked pairs or whole tiles (default exact)")
-    s.add_argument("--tile", type=int, default=128, help="tile edge in tokens (default 128)")
+    """The workload, hardware and schedule flags shared by simulate, compare and others
+    (sim.schema), under one heading per group."""
+    groups: dict[str, Any] = {}
+    for o in SCENARIO_OPTIONS:
+        if with_layout or o.dest not in LAYOUT_OPTIONS:
+            if o.group not in groups:
+                groups[o.group] = p.add_argument_group(o.group)
+            add_option(groups[o.group], o)
 
 
 def add_hardware_args(p: argparse.ArgumentParser) -> None:
     """The hardware flags (hardware_from_args reads them): the GPU, its kernel model, the
     links, the nodes and a PCIe node's fabric."""
     h = p.add_argument_group("hardware")
-    h.add_argument("--cluster", default=None,
-                   help=f"cluster preset, the defaults of the next five flags: {', '.join(CLUSTER_PRESETS)}")
-    h.add_argument("--gpu", default=None, help=f"GPU preset: {', '.join(GPU_PRESETS)} (default H100-SXM)")
-    h.add_argument("--link", default=None,
-                   help=f"link preset inside a node: {', '.join(LINK_PRESETS)} (default nvlink4)")
-    h.add_argument("--inter-link", default=None,
-                   help="link preset of a NIC, between nodes (default: --link everywhere)")
-    h.add_argument("--gpus-per-node", type=int, default=None, help="(default 8)")
-    h.add_argument("--nics-per-node", type=int, default=None,
-                   help="NICs per node, each shared by its share of the node's GPUs (default one per GPU)")
-    h.add_argument("--nic-gbps", type=float, default=None,
-                   help="GB/s per direction of a NIC, replacing the inter-link's (default: the preset's)")
-    h.add_argument("--pcie-gen", type=int, default=None,
-                   help="PCIe node: generation of the GPUs' ports and the switches' uplinks, 3, 4 or 5 (default: "
-                        "the cluster's; setting it makes the node a PCIe fabric of switches and sockets)")
-    h.add_argument("--gpus-per-switch", type=int, default=None,
-                   help="PCIe node: GPUs under each PCIe switch (1: each on its own root port)")
-    h.add_argument("--gpus-per-socket", type=int, default=None, help="PCIe node: GPUs on each CPU socket")
-    h.add_argument("--p2p", choices=P2P_MODES, default=None,
-                   help="PCIe node: which GPU pairs go peer to peer, the rest through host memory: every pair "
-                        "(on), pairs on one socket, pairs under one switch (NCCL's default), none (off, GeForce)")
-    h.add_argument("--socket-link", choices=list(SOCKET_LINKS), default=None,
-                   help="PCIe node: the link between its sockets, at the bandwidth NCCL's topology gives it")
-    h.add_argument("--staged-gbps", type=float, default=None,
-                   help="PCIe node: GB/s of one copy staged through host memory (default 70%% of the x16 link, "
-                        "from a published P2P=Disabled measurement)")
-    h.add_argument("--kernel", default="default",
-                   help="attention kernel whose published throughput and structure time each block (the block "
-                        "model): fa2, fa3, cudnn (where the preset has its table; default: the preset's first) or "
-                        "flat (every block at peak x efficiency)")
-    h.add_argument("--merge", choices=["fused", "unfused"], default="fused",
-                   help="how each block's partial result is merged: one fused kernel (default) or the chain of "
-                        "elementwise kernels ring-flash-attention and torch's context_parallel run")
-    h.add_argument("--tflops", type=float, default=None,
-                   help="achieved TFLOP/s per GPU for every block (flat model)")
-    h.add_argument("--efficiency", type=float, default=None,
-                   help="fraction of the preset's peak achieved by every block (flat model; default 0.5)")
-    h.add_argument("--overhead-us", type=float, default=None,
-                   help="flat model: per-block launch overhead; block model: the host-side floor of a call, µs")
-    h.add_argument("--link-gbps", type=float, default=None, help="link GB/s per direction")
-    h.add_argument("--link-latency-us", type=float, default=None, help="link latency, µs")
-    h.add_argument("--profile", default=None,
-                   help="calibrated hardware profile (from `ringsim calibrate`), replacing presets; a GPU profile "
-                        "(from one GPU's compute grid) replaces the GPU alone and keeps the link flags")
+    for o in SCENARIO_OPTIONS:
+        if o.group == "hardware":
+            add_option(h, o)
 
 
 def hardware_from_args(a: argparse.Namespace) -> Hardware:
@@ -158,7 +99,7 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
         raise RingsimError(f"--pcie-gen {gen}: unknown PCIe generation; choose from "
                            f"{', '.join(map(str, PCIE_X16_GBPS))}")
     link_name = pick(a.link, f"pcie{gen}" if gen is not None else c and c.link,
-                     f"pcie{gen}" if gen is not None else "nvlink4")
+                     f"pcie{gen}" if gen is not None else scenario_option("link").fallback)
     inter = pick(a.inter_link, c and c.inter_link, None)
     nic_gbps = getattr(a, "nic_gbps", None)
     if nic_gbps is not None:
@@ -172,14 +113,14 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
             gpu = gpu_profile.gpu_for(a.kernel, gpu_over.pop("merge"))
             gpu = replace(gpu, **gpu_over) if gpu_over else gpu
         else:
-            gpu = Gpu.preset(pick(a.gpu, c and c.gpu, "H100-SXM"), kernel=a.kernel, **gpu_over)
+            gpu = Gpu.preset(pick(a.gpu, c and c.gpu, scenario_option("gpu").fallback), kernel=a.kernel, **gpu_over)
         if a.overhead_us is not None and gpu.kernel is not None:
             gpu = replace(gpu, floors=replace(gpu.floors, fwd_host_us=a.overhead_us, bwd_host_us=a.overhead_us))
     with flags_for(bandwidth_gbps="--link-gbps", latency_us="--link-latency-us"):
         link = Link.preset(link_name, **link_over)
     with flags_for(bandwidth_gbps="--nic-gbps"):
         inter_link = Link.preset(inter, **({} if nic_gbps is None else {"bandwidth_gbps": nic_gbps})) if inter else None
-    gpus_per_node = pick(a.gpus_per_node, c and c.gpus_per_node, 8)
+    gpus_per_node = pick(a.gpus_per_node, c and c.gpus_per_node, scenario_option("gpus-per-node").fallback)
     nics = getattr(a, "nics_per_node", None)
     if nics is None and c is not None:
         # the cluster's GPUs per NIC, on nodes of another size (--gpus-per-node)

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Iterator
 
 from sim.errors import RingsimError
 from sim.options import Parser, add_scenario_args
+from sim.schema import SCENARIO_OPTIONS
 from sim.units import parse_count, tokens  # noqa: F401  (the spec reads sizes; callers import them here)
 
 OUTPUT_OPTIONS = ("json", "trace", "chrome_trace", "force")
@@ -77,23 +78,10 @@ def simulate_parser() -> argparse.ArgumentParser:
 
 @lru_cache(maxsize=None)
 def options() -> tuple[Option, ...]:
-    """simulate's configuration options, in the order `ringsim simulate --help` lists them."""
-    out = []
-    for action in simulate_parser()._actions:
-        if not action.option_strings or action.dest in OUTPUT_OPTIONS:
-            continue
-        if isinstance(action, argparse.BooleanOptionalAction):
-            kind = "bool"
-        elif action.type in (int, float):
-            kind = action.type.__name__
-        elif action.type is tokens:
-            kind = "int"
-        else:
-            kind = "str"
-        flag = next(s for s in action.option_strings if s.startswith("--"))
-        out.append(Option(action.dest, flag, kind, tuple(action.choices) if action.choices else None,
-                          action.default))
-    return tuple(out)
+    """simulate's configuration options, in the order `ringsim simulate --help` lists them
+    (sim.schema); a size (tokens) is an int here."""
+    return tuple(Option(o.dest, o.flag, "int" if o.kind == "tokens" else o.kind, o.choices, o.default)
+                 for o in SCENARIO_OPTIONS)
 
 
 @lru_cache(maxsize=None)
