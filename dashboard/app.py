@@ -365,10 +365,12 @@ def _register_summary(app: dash.Dash, served: Served) -> None:
             return ["–"] * len(SUMMARY_CARDS) + [html.Span(str(e), className="msg")]
         m = res.metrics
         peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or None
-        line = scenario_line(Translator(lang), sc, profile_data, shown)
-        return [_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
-                f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
-                _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak), line]
+        t = Translator(lang)
+        line = scenario_line(t, sc, profile_data, shown)
+        # the cards' numbers in the page's decimal sign
+        return [t.digits(x) for x in (_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
+                                      f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
+                                      _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak))] + [line]
 
     def pcie_words(t: Translator, gpu: str, pcie: Any) -> str:
         """A PCIe node in words (sim.pcie.Pcie.words), in the page's language."""
@@ -495,8 +497,8 @@ def _register_views(app: dash.Dash, served: Served) -> None:
             return figures.message_figure(str(e))
 
     @app.callback(Output("compare", "figure"), Output("compare-table", "children"),
-                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"))
-    def compare(data, profile_data, tab):
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
+    def compare(data, profile_data, tab, lang):
         only_on("compare", tab)
         try:
             hw, key = served.hardware_of(profile_data)
@@ -508,7 +510,8 @@ def _register_views(app: dash.Dash, served: Served) -> None:
                                   lambda: compute.compare_table(sc, hw, key))
         except RingsimError as e:
             return figures.message_figure(str(e)), None
-        return figures.comparison(rows), _compare_table(rows)
+        t = Translator(lang)
+        return figures.comparison(rows, comparison_labels(t)), _compare_table(rows, t)
 
     @app.callback(Output("documents", "figure"), Output("documents-section", "style"),
                   Input("scenario", "data"), Input("tabs", "value"), Input("lang", "value"))
@@ -711,14 +714,23 @@ def document_labels(t: Translator, scenario: Scenario) -> dict[str, Any]:
             "ratio_text": lambda x: t.num(x, 4), "layout": lambda lay: layout_label(t, lay)}
 
 
-def _compare_table(rows: list[dict[str, Any]]) -> html.Table:
+def comparison_labels(t: Translator) -> dict[str, Any]:
+    """The texts of figures.comparison in the page's language."""
+    return {"title": t("cmp.title"), "makespan": t("cmp.makespan"), "efficiency": t("cmp.efficiency"),
+            "imbalance": t("cmp.imbalance"), "exposed": t("cmp.exposed"), "on": t("cmp.on"), "off": t("cmp.off"),
+            "overlap": t("cmp.overlap"), "separators": t.separators(), "num": lambda y: t.num(y),
+            "layout": lambda lay: layout_label(t, lay)}
+
+
+def _compare_table(rows: list[dict[str, Any]], t: Translator) -> html.Table:
+    """The rows of `ringsim compare`: every layout with overlap on and off, in the page's language."""
     best = min(r["makespan_s"] for r in rows)
-    head = ["layout", "overlap", "makespan", "vs best", "efficiency", "load imbalance",
-            "overlap efficiency", "exposed comm (worst GPU)"]
-    body = [[r["layout"], "on" if r["overlap"] else "off", _fmt_s(r["makespan_s"]),
-             f"{r['makespan_s'] / best:.2f}×", _fmt_pct(r["efficiency"]),
-             f"{r['load_imbalance']:.3f}", _fmt_pct(r["overlap_efficiency"]),
-             _fmt_s(r["exposed_comm_s"])] for r in rows]
+    head = [t("cmp.col.layout"), t("cmp.col.overlap"), t("sch.col.makespan"), t("sch.col.vs_best"),
+            t("sch.col.efficiency"), t("card.m-imbalance"), t("card.m-overlap"), t("sch.col.exposed")]
+    body = [[layout_label(t, r["layout"]), t("cmp.on" if r["overlap"] else "cmp.off"), t.time(r["makespan_s"]),
+             t.num(r["makespan_s"] / best) + "×", "–" if r["efficiency"] is None else t.pct(r["efficiency"]),
+             t.num(r["load_imbalance"], 4), t.pct(r["overlap_efficiency"]),
+             t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0"] for r in rows]
     return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])),
                        html.Tbody([html.Tr([html.Td(c) for c in row]) for row in body])])
 

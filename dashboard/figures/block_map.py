@@ -107,8 +107,9 @@ def _token_panel(fig: go.Figure, p: packed.Packed, bm, n: int) -> None:
         fig.add_trace(go.Scatter(x=np.r_[x, y], y=np.r_[y, x], mode="lines", line=line, hoverinfo="skip",
                                  showlegend=False), row=1, col=2)
     fig.update_xaxes(title_text="key token", range=[0, p.seq], row=1, col=2, showgrid=False)
-    fig.update_yaxes(title_text="query token", range=[p.seq, 0], row=1, col=2, showgrid=False,
-                     scaleanchor="x2", constrain="domain")
+    # no axis title on the left: it would sit under the first panel's colour bar (the
+    # panel's title names both axes)
+    fig.update_yaxes(range=[p.seq, 0], row=1, col=2, showgrid=False, scaleanchor="x2", constrain="domain")
 
 
 def block_map(trace: Trace) -> go.Figure:

@@ -262,3 +262,24 @@ def test_the_scenario_line_names_a_pcie_nodes_fabric(client, lang, words):
         "measured.data": None, "lang.value": lang}, ["lang.value"])
     line = out["scenario-line"]["children"]
     assert words in line and "L20 / PCIe 4.0" in line
+
+
+def test_the_layout_comparison_and_the_cards_in_indonesian(client):
+    """Compare layouts' chart and table and the summary cards: Indonesian words, and the
+    decimal comma, where the English page keeps its own."""
+    from dashboard.state import defaults
+
+    store = {"values": dict(defaults(), gpus=4, seq=8192)}
+    out = {}
+    for lang in ("en", "id"):
+        _, fig = client.call("compare.figure", {"scenario.data": store, "profile.data": None,
+                                                "tabs.value": "compare", "lang.value": lang}, ["lang.value"])
+        _, cards = client.call("m-makespan.children", {"scenario.data": store, "profile.data": None,
+                                                       "tabs.value": "timeline", "measured.data": None,
+                                                       "lang.value": lang}, ["lang.value"])
+        out[lang] = (fig["compare"]["figure"]["layout"]["title"]["text"], _texts(fig["compare-table"]["children"]),
+                     cards["m-efficiency"]["children"])
+    assert out["en"][0].startswith("Which layout wins") and "." in out["en"][2]
+    title, table, eff = out["id"]
+    assert title.startswith("Tata letak yang unggul") and "overlap" not in title
+    assert "tata letak" in table and "layout" not in table and "," in eff and "." not in eff

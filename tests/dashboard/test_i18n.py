@@ -115,6 +115,7 @@ SAME_IN_BOTH = {
     "why.kind.ag": "a collective's name, as Indonesian writing keeps it",
     "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
     "step.why.with": "placeholders and punctuation only",
+    "cmp.makespan": "the scheduling term, with its unit",
 }
 """Keys whose Indonesian text is the English one, each for a reason; any other identical
 text is an untranslated message."""
