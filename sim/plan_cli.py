@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -94,7 +95,9 @@ def register(sub) -> None:
     o.add_argument("--top", type=int, default=5, help="candidates shown (default 5; 0: all)")
     o.add_argument("--json", action="store_true",
                    help='print {"candidates": [...]}, best first, each with its `ringsim simulate` command')
-    o.add_argument("--workers", type=int, default=1, help="simulate on a local Dask cluster of N workers")
+    o.add_argument("--workers", type=int, default=None,
+                   help="simulate on a local Dask cluster of N workers (default: this process up to "
+                        f"{AUTO_WORKERS_ABOVE} GPUs; above, one worker per core, at most {AUTO_WORKERS_MAX})")
     p.set_defaults(func=cmd_plan)
 
 
@@ -156,6 +159,26 @@ def progress_line(stream):
     return show
 
 
+AUTO_WORKERS_ABOVE = 64
+"""Plans of more GPUs than this run on every core by default: their largest candidates
+take seconds each (a 1,024-GPU plan: 68 s in one process, 43 s on two workers of a
+2-core machine), where a smaller plan's candidates take less than a cluster's start."""
+AUTO_WORKERS_MAX = 8
+
+
+def plan_workers(workers: int | None, gpus: int) -> int:
+    """--workers, or by default: 1 up to AUTO_WORKERS_ABOVE GPUs, else one per core (at
+    most AUTO_WORKERS_MAX) where Dask is installed."""
+    if workers is not None:
+        return workers
+    from sim.sweep import dask_available
+
+    if gpus <= AUTO_WORKERS_ABOVE or not dask_available():
+        return 1
+    return max(1, min(AUTO_WORKERS_MAX, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
     from sim.plan import format_plan, plan
     from sim.sweep import Runner
@@ -168,7 +191,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
                                "with --attention-only")
         return _plan_steps(a)
     req = request_from_args(a)
-    result = plan(req, Runner(workers=a.workers), progress_line(sys.stderr))
+    result = plan(req, Runner(workers=plan_workers(a.workers, req.n_gpus)), progress_line(sys.stderr))
     if a.json:
         json.dump(result.to_dict(a.top or None), sys.stdout, indent=2)
         print()

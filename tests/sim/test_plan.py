@@ -229,3 +229,15 @@ def test_a_terminal_sees_the_plan_s_progress_and_a_pipe_does_not():
     text = out.getvalue()
     assert text.startswith("\r1 of 3 candidates simulated") and text.endswith("\n")
     assert "\r3 of 3 candidates simulated" in text
+
+
+def test_large_plans_run_on_every_core_by_default(monkeypatch):
+    from sim import plan_cli, sweep
+
+    assert plan_cli.plan_workers(3, 8) == 3                        # --workers given: as given
+    assert plan_cli.plan_workers(None, 64) == 1                    # small plans in this process
+    monkeypatch.setattr(sweep, "dask_available", lambda: True)
+    monkeypatch.setattr(plan_cli.os, "sched_getaffinity", lambda pid: set(range(32)), raising=False)
+    assert plan_cli.plan_workers(None, 1024) == plan_cli.AUTO_WORKERS_MAX
+    monkeypatch.setattr(sweep, "dask_available", lambda: False)
+    assert plan_cli.plan_workers(None, 1024) == 1                  # no Dask: this process
