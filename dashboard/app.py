@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import re
 from collections import OrderedDict
 from typing import Any
 
@@ -28,7 +29,13 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dashboard import compute, explain, export, figures, i18n, measured, nav, plan, questions
-from dashboard.i18n import Translator, layout_label
+from dashboard.figures.block_map import LABELS as BLOCK_MAP_TEXTS
+from dashboard.figures.memory import LABELS as MEMORY_TEXTS
+from dashboard.figures.merge import LABELS as MERGE_TEXTS
+from dashboard.figures.overlay import LABELS as OVERLAY_TEXTS
+from dashboard.figures.schemes import LABELS as SCHEME_TEXTS
+from dashboard.figures.sweep import LABELS as SWEEP_TEXTS
+from dashboard.i18n import DEFAULT_LANG, Translator, catalog, layout_label
 from dashboard.layout import MAX_UPLOAD_BYTES, field_style, page
 from dashboard.state import (
     CONTROL_IDS,
@@ -68,6 +75,14 @@ PRESET_HARDWARE_CONTROLS = ("cluster", "tflops", "efficiency", "overhead-us", "l
 """What a calibrated profile replaces besides the GPU and the link (sim.engine.simulate
 times every block and transfer on the profile): disabled while one is loaded."""
 EXAMPLE_PROFILE_TOKEN = "profile-examples"
+FIGURE_TEXTS = {"memory": MEMORY_TEXTS, "sweep": SWEEP_TEXTS, "blocks": BLOCK_MAP_TEXTS, "merge.view": MERGE_TEXTS,
+                "overlay": OVERLAY_TEXTS, "schemes": SCHEME_TEXTS}
+"""The figures whose English texts live in their module (LABELS) and whose translations
+are the catalogs' messages `<prefix>.<name>`, by prefix."""
+SCHEME_WORDS = ("fig.step", "blocks.sim.kernel-call", "blocks.sim.every-pair", "blocks.sim.rings",
+                "blocks.sim.chunk", "blocks.sim.stripe", "blocks.sim.shard")
+"""The schemes' own words for a block map's values and axes (sim.schemes' BlockMap
+value_label and axis_label), as the catalogs say them."""
 
 
 def _fmt_s(x: float | None) -> str:
@@ -485,14 +500,15 @@ def _register_views(app: dash.Dash, served: Served) -> None:
             return figures.message_figure(str(e))
 
     @app.callback(Output("block-map", "figure"),
-                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"))
-    def block_map(data, profile_data, tab):
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
+    def block_map(data, profile_data, tab, lang):
         only_on("blocks", tab)
+        t = Translator(lang)
         try:
             hw, key = served.hardware_of(profile_data)
             sc = served.scenario_of(data)
-            return compute.figure("blocks", sc, key, None,
-                                  lambda: figures.block_map(compute.run(sc, hw, key).trace))
+            return compute.figure("blocks", sc, key, t.lang, lambda: figures.block_map(
+                compute.run(sc, hw, key).trace, labels=block_map_labels(t)))
         except RingsimError as e:
             return figures.message_figure(str(e))
 
@@ -546,37 +562,42 @@ def _register_views(app: dash.Dash, served: Served) -> None:
             # change the rows, only which one is marked
             rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw))
             current = compute.current_variant(sc)
-            fig = compute.figure("schemes", base, key, current, lambda: figures.scheme_comparison(
-                rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload)))
+            fig = compute.figure("schemes", base, key, [current, t.lang], lambda: figures.scheme_comparison(
+                rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload), labels=scheme_labels(t)))
         except RingsimError as e:
             return figures.message_figure(str(e)), None, None
         return fig, _schemes_table(rows, current, t), _schemes_why(rows, t)
 
     @app.callback(Output("sweep", "figure"),
-                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"))
-    def sweep(data, profile_data, tab):
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
+    def sweep(data, profile_data, tab, lang):
         only_on("sweep", tab)
+        t = Translator(lang)
         try:
             hw, key = served.hardware_of(profile_data)
             # whether a ring's block transfer hides behind its compute: the ring's, whatever
             # scheme is on screen
             sc = compute.as_ring(served.scenario_of(data))
-            return compute.figure("sweep", sc, key, None,
-                                  lambda: figures.overlap_sweep(compute.overlap_sweep(sc, hw, key)))
+            # the table once, a figure per language
+            table = compute.figure("sweep-table", sc, key, None, lambda: compute.overlap_sweep(sc, hw, key))
+            return compute.figure("sweep", sc, key, t.lang,
+                                  lambda: figures.overlap_sweep(table, labels=sweep_labels(t)))
         except RingsimError as e:
             return figures.message_figure(str(e))
 
-    @app.callback(Output("memory", "figure"), Input("scenario", "data"), Input("tabs", "value"))
-    def memory(data, tab):
+    @app.callback(Output("memory", "figure"), Input("scenario", "data"), Input("tabs", "value"), Input("lang", "value"))
+    def memory(data, tab, lang):
         only_on("memory", tab)
+        t = Translator(lang)
         sc = served.scenario_of(data)
-        return compute.figure("memory", sc, None, None,
-                              lambda: figures.memory(compute.memory_table(sc)))
+        table = compute.figure("memory-table", sc, None, None, lambda: compute.memory_table(sc))
+        return compute.figure("memory", sc, None, t.lang, lambda: figures.memory(table, labels=memory_labels(t)))
 
     @app.callback(Output("merge", "figure"), Output("merge-row", "max"), Output("merge-note", "children"),
-                  Input("scenario", "data"), Input("merge-row", "value"), Input("tabs", "value"))
-    def merge(data, row, tab):
+                  Input("scenario", "data"), Input("merge-row", "value"), Input("tabs", "value"), Input("lang", "value"))
+    def merge(data, row, tab, lang):
         only_on("merge", tab)
+        t = Translator(lang)
         sc = served.scenario_of(data)
         n = min(sc.n_gpus, MERGE_MAX_GPUS)
         # one sequence of one document: a packed layout is its closed-form twin there
@@ -584,14 +605,13 @@ def _register_views(app: dash.Dash, served: Served) -> None:
         seq = get_layout(layout).n_chunks(n) * MERGE_TOKENS_PER_CHUNK
         row = seq - 1 if row is None or row >= seq else int(row)
         # a function of the small example only, not of the scenario's sizes or hardware
-        fig = compute.figure("merge", Scenario(), None, [n, layout, sc.workload.causal, row],
+        fig = compute.figure("merge", Scenario(), None, [n, layout, sc.workload.causal, row, t.lang],
                              lambda: figures.merge_steps(merge_example(
                                  n_ranks=n, layout=layout, causal=sc.workload.causal,
-                                 tokens_per_chunk=MERGE_TOKENS_PER_CHUNK, query_row=row), layout))
-        note = (f"Small inputs: {seq} tokens on {n} GPUs ({layout}, "
-                f"{'causal' if sc.workload.causal else 'no mask'}), one head of dim 16, random "
-                f"q/k/v in float64; the ring result is compared with softmax attention over the "
-                f"whole sequence at once.")
+                                 tokens_per_chunk=MERGE_TOKENS_PER_CHUNK, query_row=row), layout,
+                                 labels=merge_labels(t)))
+        note = t("merge.view.note", tokens=t.int(seq), gpus=t.int(n), layout=layout_label(t, layout),
+                 mask=t("fig.causal" if sc.workload.causal else "fig.nomask"))
         return fig, seq - 1, note
 
 
@@ -675,12 +695,11 @@ def _register_measured(app: dash.Dash, served: Served) -> None:
         t = Translator(lang)
         hidden = {"display": "none"}
         if not measured_data:
-            return figures.message_figure("Upload a measured trace to compare it with the model."), None, hidden, None
+            return figures.message_figure(t("overlay.none")), None, hidden, None
         try:
             pair = served.measured_pair(measured_data, data, profile_data)
             if pair is None:
-                return (figures.message_figure("The uploaded trace is no longer on the server; upload it again."),
-                        None, hidden, None)
+                return figures.message_figure(t("overlay.gone")), None, hidden, None
             trace, sim_scenario, hw, key = pair
             simulated = compute.run(sim_scenario, hw, key).trace
             notice, offer = None, hidden
@@ -692,7 +711,8 @@ def _register_measured(app: dash.Dash, served: Served) -> None:
         except RingsimError as e:
             return figures.message_figure(str(e)), None, hidden, None
         button = t("measured.use-profile", device=measured.measured_machine(trace))
-        return figures.overlay(simulated, trace, compute.step_errors(simulated, trace)), notice, offer, button
+        fig = figures.overlay(simulated, trace, compute.step_errors(simulated, trace), labels=overlay_labels(t))
+        return fig, notice, offer, button
 
 
 
@@ -720,6 +740,77 @@ def comparison_labels(t: Translator) -> dict[str, Any]:
             "imbalance": t("cmp.imbalance"), "exposed": t("cmp.exposed"), "on": t("cmp.on"), "off": t("cmp.off"),
             "overlap": t("cmp.overlap"), "separators": t.separators(), "num": lambda y: t.num(y),
             "layout": lambda lay: layout_label(t, lay)}
+
+
+def figure_labels(t: Translator, prefix: str) -> dict[str, Any]:
+    """The texts of a figure of FIGURE_TEXTS in the page's language, with Plotly's
+    `separators` and how its numbers read."""
+    return {name: t(f"{prefix}.{name}") for name in FIGURE_TEXTS[prefix] if name != "separators"} | {
+        "separators": t.separators(), "digits": t.digits, "int": t.int}
+
+
+def compared_run(t: Translator, scheme: str, variant: str | None) -> str:
+    """A compared run's name (figures.run_name: the scheme, its variant in brackets) with
+    the variant in the page's language."""
+    return f"{scheme} ({explain.compared_variant(t, scheme, variant)})" if variant else scheme
+
+
+def memory_labels(t: Translator) -> dict[str, Any]:
+    """The texts of figures.memory in the page's language; a scheme's label there is
+    dashboard.compute.scheme_memory's: the scheme, or the scheme and its variant."""
+    def run(label: str) -> str:
+        scheme, _, variant = label.partition(" (")
+        return compared_run(t, scheme, variant[:-1]) if variant.endswith(")") else label
+
+    return figure_labels(t, "memory") | {"run": run}
+
+
+def sweep_labels(t: Translator) -> dict[str, Any]:
+    return figure_labels(t, "sweep") | {"layout": lambda lay: layout_label(t, lay)}
+
+
+def block_map_labels(t: Translator) -> dict[str, Any]:
+    def run(config: dict[str, Any]) -> str:
+        if config.get("scheme", "ring") == "ring":
+            return layout_label(t, config.get("layout", "unknown layout"))
+        return run_words(t, config)
+
+    return figure_labels(t, "blocks") | {"run": run, "sim": lambda text: scheme_words(t, text)}
+
+
+def scheme_words(t: Translator, text: str) -> str:
+    """A scheme's own words for a block map's values or axes (SCHEME_WORDS, whole numbers
+    in them) in the page's language; words the catalogs do not know stay as they are."""
+    for key in SCHEME_WORDS:
+        pattern, named = "", set()
+        for i, part in enumerate(re.split(r"{(\w+)}", catalog(DEFAULT_LANG)[key])):
+            if i % 2 == 0:
+                pattern += re.escape(part)
+            else:
+                pattern += f"(?P={part})" if part in named else rf"(?P<{part}>\d+)"
+                named.add(part)
+        m = re.fullmatch(pattern, text)
+        if m is not None:
+            return t(key, **{name: t.int(int(value)) for name, value in m.groupdict().items()})
+    return text
+
+
+def merge_labels(t: Translator) -> dict[str, Any]:
+    return figure_labels(t, "merge.view") | {"layout": lambda lay: layout_label(t, lay)}
+
+
+def overlay_labels(t: Translator) -> dict[str, Any]:
+    return figure_labels(t, "overlay")
+
+
+def scheme_labels(t: Translator) -> dict[str, Any]:
+    """The texts of figures.scheme_comparison in the page's language: a run's name and
+    what bounds it (or why it cannot run) as the table beside it says them."""
+    def why(row: dict[str, Any]) -> str:
+        return explain.reason(t, row["refused"]) if "refused" in row else explain.row_bound(t, row)
+
+    return figure_labels(t, "schemes") | {"run": lambda row: compared_run(t, row["scheme"], row.get("variant")),
+                                          "why": why}
 
 
 def _compare_table(rows: list[dict[str, Any]], t: Translator) -> html.Table:

@@ -129,7 +129,10 @@ def clear_caches() -> None:
 
 def figure(kind: str, scenario: Scenario, profile_key: str | None, extra: Any,
            make: Callable[[], Any]) -> Any:
-    """`make()` (a figure of `scenario`), cached under its kind and `extra` parameters."""
+    """`make()` (a figure of `scenario`), cached under its kind and `extra` parameters. A
+    figure with words has the page's language among its `extra` parameters, so that one
+    drawn in a language is never served in another; a table without words does not, and
+    serves every language's figure."""
     key = json.dumps([kind, scenario_key(scenario, profile_key), extra], default=str)
     return FIGURES.get(key, make)
 

@@ -74,7 +74,7 @@ def _sum_min(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return cs[below] - cs[first] + edges[None, :] * (end - below)
 
 
-def _token_panel(fig: go.Figure, p: packed.Packed, bm, n: int) -> None:
+def _token_panel(fig: go.Figure, p: packed.Packed, bm, n: int, lab: dict) -> None:
     """Query token x key token, binned: blank where the mask keeps no pair, else the
     colour of the GPU holding most of the bin's queries (its shard's owner)."""
     edges, pairs = mask_bins(p)
@@ -95,9 +95,7 @@ def _token_panel(fig: go.Figure, p: packed.Packed, bm, n: int) -> None:
     fig.add_trace(go.Heatmap(
         z=np.where(pairs > 0, shard[:, None], np.nan).astype(np.float32), x=edges, y=edges,
         colorscale=scale, zmin=-0.5, zmax=p.n - 0.5, showscale=False, hoverongaps=False, customdata=custom,
-        hovertemplate=("queries from token %{customdata[0]:,} × keys from token %{customdata[1]:,}<br>"
-                       "%{customdata[2]:,} kept pairs (%{customdata[3]:.1f}% of the bin)<br>"
-                       "queries mostly on GPU %{customdata[4]}<extra></extra>")),
+        hovertemplate=lab["h_token"] + "<extra></extra>"),
         row=1, col=2)
     cuts = np.asarray(p.bounds[1:-1], dtype=np.float64)
     if 0 < len(cuts) <= MAX_DRAWN_BOUNDS:
@@ -106,16 +104,39 @@ def _token_panel(fig: go.Figure, p: packed.Packed, bm, n: int) -> None:
         line = dict(color="rgba(0,0,0,0.35)", width=1)
         fig.add_trace(go.Scatter(x=np.r_[x, y], y=np.r_[y, x], mode="lines", line=line, hoverinfo="skip",
                                  showlegend=False), row=1, col=2)
-    fig.update_xaxes(title_text="key token", range=[0, p.seq], row=1, col=2, showgrid=False)
+    fig.update_xaxes(title_text=lab["key_token"], range=[0, p.seq], row=1, col=2, showgrid=False)
     # no axis title on the left: it would sit under the first panel's colour bar (the
     # panel's title names both axes)
     fig.update_yaxes(range=[p.seq, 0], row=1, col=2, showgrid=False, scaleanchor="x2", constrain="domain")
 
 
-def block_map(trace: Trace) -> go.Figure:
+LABELS = {
+    "title": "Who computes which block when: {run}, {mask}, {gpus} GPUs<br>work imbalance max/mean {imbalance}",
+    "causal": "causal", "nomask": "no mask",
+    "chunks": "query chunk × key chunk:{sep}{value} of its compute",
+    "tokens": "query token × key token:<br>kept pairs, by the GPU holding the queries",
+    "work": "work per GPU", "key": "key {axis}", "query": "query {axis}",
+    "shown": " (one chunk in {stride} of {chunks} shown)", "key_token": "key token",
+    "tflop": "TFLOP computed", "mean": "mean",
+    # hover templates: Plotly's placeholders only, numbers in the figure's `separators`
+    "h_cell": "query chunk %{y} × key chunk %{x}",
+    "h_cell_gpus": "query chunk %{y} (GPU %{customdata[0]}) × key chunk %{x} (K/V of GPU %{customdata[1]})",
+    "h_pairs": "%{customdata[2]:,} unmasked pairs (%{customdata[3]:.1f}% of the block)",
+    "h_token": ("queries from token %{customdata[0]:,} × keys from token %{customdata[1]:,}<br>"
+                "%{customdata[2]:,} kept pairs (%{customdata[3]:.1f}% of the bin)<br>"
+                "queries mostly on GPU %{customdata[4]}"),
+    "separators": ".,",
+}
+"""The figure's texts in English: `block_map(labels=...)` replaces any of them, and adds
+how numbers read (`digits`), the run in words (`run`, from the trace's header)
+and the scheme's own words for the map's values and axes (`sim`)."""
+
+
+def block_map(trace: Trace, *, labels: dict | None = None) -> go.Figure:
     """Query chunk x key chunk, colored by the scheme's value (the ring: the step of its
     compute); masked blank; work per GPU beside. Packed documents: the document mask token
-    by token between them."""
+    by token between them. `labels`: the texts in the page's language (LABELS)."""
+    lab = {**LABELS, "digits": str, "run": _what, "sim": str, **(labels or {})}
     bm = scheme_of(trace).block_map(trace)
     n = trace.world_size
     chunks = bm.value.shape[0]
@@ -123,20 +144,18 @@ def block_map(trace: Trace) -> go.Figure:
     ids = np.arange(0, chunks, stride)
     value = bm.value[::stride, ::stride]
     p = _packed_of(trace, chunks)
+    value_label, axis_label = lab["sim"](bm.value_label), lab["sim"](bm.axis_label)
     work_col = 2 if p is None else 3
     fig = make_subplots(rows=1, cols=work_col,
                         column_widths=[0.58, 0.42] if p is None else [0.32, 0.38, 0.30],
                         horizontal_spacing=0.1 if p is None else 0.07,
                         # three panels side by side: each title on two lines
-                        subplot_titles=(f"query chunk × key chunk:{' ' if p is None else '<br>'}"
-                                        f"{bm.value_label} of its compute",
-                                        *([] if p is None else ["query token × key token:<br>kept pairs, "
-                                                                "by the GPU holding the queries"]),
-                                        "work per GPU"))
-    fig.update_layout(template=TEMPLATE, height=560 if p is None else 600)
+                        subplot_titles=(lab["chunks"].format(sep=" " if p is None else "<br>", value=value_label),
+                                        *([] if p is None else [lab["tokens"]]), lab["work"]))
+    fig.update_layout(template=TEMPLATE, height=560 if p is None else 600, separators=lab["separators"])
     colorscale, zmin, zmax, tickvals = _colorscale(value)
     custom = None
-    hover = f"query chunk %{{y}} × key chunk %{{x}}<br>{bm.value_label} %{{z}}<extra></extra>"
+    hover = f"{lab['h_cell']}<br>{value_label} %{{z}}<extra></extra>"
     if value.size <= MAX_HOVER_CELLS:
         work = bm.work[::stride, ::stride]
         owner = bm.owner[ids]
@@ -145,23 +164,20 @@ def block_map(trace: Trace) -> go.Figure:
         custom = np.stack([np.broadcast_to(owner[:, None], work.shape),
                            np.broadcast_to(owner[None, :], work.shape), work, frac * 100],
                           axis=-1).astype(np.float64)
-        hover = ("query chunk %{y} (GPU %{customdata[0]}) × key chunk %{x} "
-                 f"(K/V of GPU %{{customdata[1]}})<br>{bm.value_label} %{{z}}<br>"
-                 "%{customdata[2]:,} unmasked pairs (%{customdata[3]:.1f}% of the block)"
-                 "<extra></extra>")
+        hover = f"{lab['h_cell_gpus']}<br>{value_label} %{{z}}<br>{lab['h_pairs']}<extra></extra>"
     fig.add_trace(go.Heatmap(
         z=value.astype(np.float32), x=ids if stride > 1 else None, y=ids if stride > 1 else None,
         colorscale=colorscale, zmin=zmin, zmax=zmax, customdata=custom,
         hovertemplate=hover, hoverongaps=False, xgap=1 if chunks <= 64 else 0,
         ygap=1 if chunks <= 64 else 0,
-        colorbar=dict(title=bm.value_label if p is None else None, x=0.52 if p is None else 0.29, len=0.9,
+        colorbar=dict(title=value_label if p is None else None, x=0.52 if p is None else 0.29, len=0.9,
                       tickvals=tickvals, thickness=30 if p is None else 12)), row=1, col=1)
-    shown = "" if stride == 1 else f" (one chunk in {stride} of {chunks} shown)"
-    fig.update_xaxes(title_text=f"key {bm.axis_label}{shown}", row=1, col=1, showgrid=False)
-    fig.update_yaxes(title_text=f"query {bm.axis_label}", autorange="reversed", row=1, col=1,
+    shown = "" if stride == 1 else lab["shown"].format(stride=stride, chunks=chunks)
+    fig.update_xaxes(title_text=lab["key"].format(axis=axis_label) + shown, row=1, col=1, showgrid=False)
+    fig.update_yaxes(title_text=lab["query"].format(axis=axis_label), autorange="reversed", row=1, col=1,
                      showgrid=False, scaleanchor="x", constrain="domain")
     if p is not None:
-        _token_panel(fig, p, bm, n)
+        _token_panel(fig, p, bm, n, lab)
     c = trace.columns
     comp = c.stream == COMPUTE
     flops = np.bincount(c.rank[comp], c.flops[comp], minlength=n)[:n]
@@ -170,17 +186,17 @@ def block_map(trace: Trace) -> go.Figure:
                          hovertemplate="GPU %{x}: %{y:.4g} TFLOP<extra></extra>", showlegend=False),
                   row=1, col=work_col)
     fig.add_hline(y=mean / 1e12, line=dict(color="#444", dash="dash", width=1), row=1, col=work_col,
-                  annotation_text="mean", annotation_position="top left")
+                  annotation_text=lab["mean"], annotation_position="top left")
     imbalance = flops.max() / mean if mean > 0 else 1.0
     fig.update_xaxes(title_text="GPU", row=1, col=work_col)
-    fig.update_yaxes(title_text="TFLOP computed", row=1, col=work_col)
+    fig.update_yaxes(title_text=lab["tflop"], row=1, col=work_col)
     cfg = trace.config
     causal = bool(cfg.get("workload", {}).get("causal", True))
     fig.update_layout(
         # two lines: one would run under the plot's toolbar at the top right
-        title=dict(text=f"Who computes which block when: {_what(cfg)}, "
-                        f"{'causal' if causal else 'no mask'}, {n} GPUs<br>work imbalance max/mean "
-                        f"{imbalance:.3f}", font=dict(size=13)),
+        title=dict(text=lab["title"].format(run=lab["run"](cfg), mask=lab["causal" if causal else "nomask"],
+                                            gpus=n, imbalance=lab["digits"](f"{imbalance:.3f}")),
+                   font=dict(size=13)),
         margin=dict(t=90 if p is None else 150), meta={"imbalance": float(imbalance), "chunks": chunks,
                                                        "stride": stride,
                                  "packed": p is not None})

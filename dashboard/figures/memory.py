@@ -32,16 +32,45 @@ def _gib(x: float | None) -> float | None:
     return None if x is None else x / GIB
 
 
-def memory(table: dict[str, Any]) -> go.Figure:
+LABELS = {
+    "headline": "The full K/V would take {full} GiB; the ring holds {ring} GiB of it per GPU",
+    "gathered_whole": ", all-gather {gathered} GiB (the whole K/V)",
+    "gathered_part": ", all-gather {gathered} GiB ({share} of the K/V at once, pipelined)",
+    "scheme_now": "{scheme}: {total} GiB per GPU now", "detail": "{scheme} now: {detail}",
+    "by_seq": "against sequence length ({gpus} GPUs)", "by_gpus": "against GPU count ({tokens} tokens)",
+    "items": "each scheme now ({tokens} tokens on {gpus} GPUs), item by item",
+    "ring_peak": "ring: peak per GPU", "ring_kv": "ring: K/V held per GPU (own shard + 2 in flight)",
+    "ring_kv_short": "ring: K/V held per GPU", "one_gpu": "one GPU, whole sequence (no ring)",
+    "full": "the full K/V on one GPU", "fixed_shard": "ring, {tokens} tokens per GPU (sequence grows)",
+    "peak": "{run}: peak per GPU", "capacity": "GPU memory ({gib} GiB)", "capacity_hover": "GPU memory {gib} GiB",
+    "full_hover": "full K/V {gib} GiB", "ring": "ring",
+    "gathered": ITEM_GROUPS[0][1], "kv": ITEM_GROUPS[1][1], "other": ITEM_GROUPS[2][1],
+    # hover templates: Plotly's placeholders only, numbers in the figure's `separators`
+    "h_tokens": "%{x:,} tokens: %{y:.4g} GiB per GPU", "h_gpus": "%{x} GPUs: %{y:.4g} GiB per GPU",
+    "h_kv_tokens": "%{x:,} tokens: K/V held %{y:.4g} GiB per GPU",
+    "h_kv_gpus": "%{x} GPUs: K/V held %{y:.4g} GiB per GPU",
+    "h_one_gpu": "%{x:,} tokens on one GPU: %{y:.4g} GiB", "h_full_tokens": "%{x:,} tokens: full K/V %{y:.4g} GiB",
+    "h_full": "full K/V %{y:.4g} GiB",
+    "seq_axis": "sequence length (tokens)", "gpus_axis": "GPUs", "gib_per_gpu": "GiB per GPU",
+    "separators": ".,",
+}
+"""The figure's texts in English: `memory(labels=...)` replaces any of them, and adds how
+numbers read (`digits`: a number as Python writes it, in the language's decimal sign;
+`int`: a whole number, grouped) and a scheme variant's name (`run`)."""
+
+
+def memory(table: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go.Figure:
     """Peak memory per GPU against sequence length and GPU count (the ring and every
     other scheme), beside the full K/V; under them each scheme's memory now, item by
-    item, against the full K/V."""
+    item, against the full K/V. `labels`: the texts in the page's language (LABELS)."""
+    lab = {**LABELS, "digits": str, "int": lambda x: f"{x:,.0f}", "run": str, **(labels or {})}
+    d, whole = lab["digits"], lab["int"]
     fig = make_subplots(
         rows=2, cols=2, specs=[[{}, {}], [{"colspan": 2}, None]], row_heights=[0.55, 0.45],
         horizontal_spacing=0.1, vertical_spacing=0.16, subplot_titles=(
-            f"against sequence length ({table['gpus_now']} GPUs)",
-            f"against GPU count ({table['seq_now']:,} tokens)",
-            f"each scheme now ({table['seq_now']:,} tokens on {table['gpus_now']} GPUs), item by item"))
+            lab["by_seq"].format(gpus=whole(table["gpus_now"])),
+            lab["by_gpus"].format(tokens=whole(table["seq_now"])),
+            lab["items"].format(tokens=whole(table["seq_now"]), gpus=whole(table["gpus_now"]))))
     bs, bg = table["by_seq"], table["by_gpus"]
     seqs, counts = [r["seq"] for r in bs], [r["gpus"] for r in bg]
     cap = table["capacity_bytes"] / GIB
@@ -52,33 +81,34 @@ def memory(table: dict[str, Any]) -> go.Figure:
     def line(x, y, name, row_col, **kw):
         traces.append((go.Scatter(x=x, y=y, name=name, **kw), *row_col))
 
-    line(seqs, [r["ring_bytes"] / GIB for r in bs], "ring: peak per GPU", (1, 1), legendgroup="ring",
+    ring = lab["ring"]
+    line(seqs, [r["ring_bytes"] / GIB for r in bs], lab["ring_peak"], (1, 1), legendgroup="ring",
          mode="lines+markers", line=dict(color=COLORS["ring"]),
-         hovertemplate="ring, %{x:,} tokens: %{y:.4g} GiB per GPU<extra></extra>")
-    line(seqs, [r["ring_kv_bytes"] / GIB for r in bs], "ring: K/V held per GPU (own shard + 2 in flight)",
+         hovertemplate=f"{ring}, {lab['h_tokens']}<extra></extra>")
+    line(seqs, [r["ring_kv_bytes"] / GIB for r in bs], lab["ring_kv"],
          (1, 1), legendgroup="ringkv", mode="lines+markers", line=dict(color=COLORS["transfer"]),
          marker=dict(symbol="square", size=5),
-         hovertemplate="%{x:,} tokens: K/V held %{y:.4g} GiB per GPU<extra></extra>")
-    line(seqs, [r["one_gpu_bytes"] / GIB for r in bs], "one GPU, whole sequence (no ring)", (1, 1),
+         hovertemplate=f"{lab['h_kv_tokens']}<extra></extra>")
+    line(seqs, [r["one_gpu_bytes"] / GIB for r in bs], lab["one_gpu"], (1, 1),
          mode="lines", line=dict(color="#555555", dash="dot"),
-         hovertemplate="%{x:,} tokens on one GPU: %{y:.4g} GiB<extra></extra>")
-    line(seqs, [r["full_kv_bytes"] / GIB for r in bs], "the full K/V on one GPU", (1, 1), legendgroup="full",
+         hovertemplate=f"{lab['h_one_gpu']}<extra></extra>")
+    line(seqs, [r["full_kv_bytes"] / GIB for r in bs], lab["full"], (1, 1), legendgroup="full",
          mode="lines", line=dict(color=COLORS["full"], dash="dash"),
-         hovertemplate="%{x:,} tokens: full K/V %{y:.4g} GiB<extra></extra>")
-    line(counts, [r["ring_bytes"] / GIB for r in bg], "ring: peak per GPU", (1, 2), legendgroup="ring",
+         hovertemplate=f"{lab['h_full_tokens']}<extra></extra>")
+    line(counts, [r["ring_bytes"] / GIB for r in bg], lab["ring_peak"], (1, 2), legendgroup="ring",
          showlegend=False, mode="lines+markers", line=dict(color=COLORS["ring"]),
-         hovertemplate="ring, %{x} GPUs: %{y:.4g} GiB per GPU<extra></extra>")
-    line(counts, [r["ring_kv_bytes"] / GIB for r in bg], "ring: K/V held per GPU", (1, 2), legendgroup="ringkv",
+         hovertemplate=f"{ring}, {lab['h_gpus']}<extra></extra>")
+    line(counts, [r["ring_kv_bytes"] / GIB for r in bg], lab["ring_kv_short"], (1, 2), legendgroup="ringkv",
          showlegend=False, mode="lines+markers", line=dict(color=COLORS["transfer"]),
          marker=dict(symbol="square", size=5),
-         hovertemplate="%{x} GPUs: K/V held %{y:.4g} GiB per GPU<extra></extra>")
+         hovertemplate=f"{lab['h_kv_gpus']}<extra></extra>")
     line(counts, [r["fixed_shard_bytes"] / GIB for r in bg],
-         f"ring, {table['tokens_per_rank']:,} tokens per GPU (sequence grows)", (1, 2),
+         lab["fixed_shard"].format(tokens=whole(table["tokens_per_rank"])), (1, 2),
          mode="lines+markers", line=dict(color="#8e44ad", dash="dot"),
-         hovertemplate="%{x} GPUs: %{y:.4g} GiB per GPU<extra></extra>")
-    line(counts, [r["full_kv_bytes"] / GIB for r in bg], "the full K/V on one GPU", (1, 2), legendgroup="full",
+         hovertemplate=f"{lab['h_gpus']}<extra></extra>")
+    line(counts, [r["full_kv_bytes"] / GIB for r in bg], lab["full"], (1, 2), legendgroup="full",
          showlegend=False, mode="lines", line=dict(color=COLORS["full"], dash="dash"),
-         hovertemplate="full K/V %{y:.4g} GiB<extra></extra>")
+         hovertemplate=f"{lab['h_full']}<extra></extra>")
     # every other scheme's peak, from its own memory model
     seen: dict[str, int] = {}
     for v in schemes:
@@ -86,70 +116,75 @@ def memory(table: dict[str, Any]) -> go.Figure:
             continue
         k = seen[v["scheme"]] = seen.get(v["scheme"], -1) + 1
         style = dict(color=scheme_color(v["scheme"]), dash=("solid", "dot", "dashdot")[k % 3], width=2)
-        for col, xs, ys, what in ((1, seqs, v["by_seq"], "%{x:,} tokens"), (2, counts, v["by_gpus"], "%{x} GPUs")):
-            line(xs, [_gib(y) for y in ys], f"{v['label']}: peak per GPU", (1, col), legendgroup=v["label"],
+        run = lab["run"](v["label"])
+        for col, xs, ys, what in ((1, seqs, v["by_seq"], lab["h_tokens"]), (2, counts, v["by_gpus"], lab["h_gpus"])):
+            line(xs, [_gib(y) for y in ys], lab["peak"].format(run=run), (1, col), legendgroup=v["label"],
                  showlegend=col == 1, mode="lines+markers", line=style, marker=dict(size=4),
-                 connectgaps=False,
-                 hovertemplate=f"{v['label']}, {what}: %{{y:.4g}} GiB per GPU<extra></extra>")
+                 connectgaps=False, hovertemplate=f"{run}, {what}<extra></extra>")
     # the capacity as a trace: an annotated hline would be placed in log10 units on a log axis
+    cap_text = d(f"{cap:.0f}")
     for col, xs in ((1, [seqs[0], seqs[-1]]), (2, [counts[0], counts[-1]])):
-        line(xs, [cap, cap], f"GPU memory ({cap:.0f} GiB)", (1, col), mode="lines", legendgroup="cap",
+        line(xs, [cap, cap], lab["capacity"].format(gib=cap_text), (1, col), mode="lines", legendgroup="cap",
              showlegend=col == 1, line=dict(color=COLORS["capacity"], width=1, dash="dashdot"),
-             hovertemplate=f"GPU memory {cap:.0f} GiB<extra></extra>")
+             hovertemplate=lab["capacity_hover"].format(gib=cap_text) + "<extra></extra>")
     # each scheme now, item by item (one trace per item name, a segment per scheme that
     # has it): the gathered K/V, the K/V held, the rest
-    labels = [v["label"] for v in schemes]
+    runs = {v["label"]: lab["run"](v["label"]) for v in schemes}
+    labels_now = list(runs.values())
     names = list(dict.fromkeys(k for v in schemes for k in v["items"] if k != "total"))
     shown_groups: set[str] = set()
     for name in names:
         group = item_group(name)
-        title, color = next((t, c) for g, t, c in ITEM_GROUPS if g == group)
+        color = next(c for g, _, c in ITEM_GROUPS if g == group)
         having = [v for v in schemes if name in v["items"]]
         traces.append((go.Bar(
-            y=[v["label"] for v in having], x=[v["items"][name] / GIB for v in having], orientation="h",
-            name=title, legendgroup=f"items-{group}", showlegend=group not in shown_groups,
+            y=[runs[v["label"]] for v in having], x=[v["items"][name] / GIB for v in having], orientation="h",
+            name=lab[group], legendgroup=f"items-{group}", showlegend=group not in shown_groups,
             marker=dict(color=color, line=dict(color="white", width=1)),
             hovertemplate=f"%{{y}}: {name} %{{x:.4g}} GiB<extra></extra>"), 2, 1))
         shown_groups.add(group)
-    if labels:
+    if labels_now:
         traces.append((go.Scatter(
-            x=[full_now, full_now], y=[labels[0], labels[-1]], mode="lines", name="the full K/V on one GPU",
+            x=[full_now, full_now], y=[labels_now[0], labels_now[-1]], mode="lines", name=lab["full"],
             legendgroup="full", showlegend=False, line=dict(color=COLORS["full"], dash="dash", width=2),
-            hovertemplate=f"full K/V {full_now:.4g} GiB<extra></extra>"), 2, 1))
+            hovertemplate=lab["full_hover"].format(gib=d(f"{full_now:.4g}")) + "<extra></extra>"), 2, 1))
     # one call: plotly validates the figure once rather than once per trace
     fig.add_traces([tr for tr, _, _ in traces], rows=[r for _, r, _ in traces], cols=[c for _, _, c in traces])
     now = dict(color="#444444", width=1, dash="dot")
     fig.add_vline(x=table["seq_now"], line=now, row=1, col=1)
     fig.add_vline(x=table["gpus_now"], line=now, row=1, col=2)
-    fig.update_xaxes(type="log", title_text="sequence length (tokens)", row=1, col=1)
-    fig.update_xaxes(type="log", title_text="GPUs", row=1, col=2)
+    fig.update_xaxes(type="log", title_text=lab["seq_axis"], row=1, col=1)
+    fig.update_xaxes(type="log", title_text=lab["gpus_axis"], row=1, col=2)
     fig.update_yaxes(type="log", title_text="GiB", row=1, col=1)
     fig.update_yaxes(type="log", row=1, col=2)
-    fig.update_xaxes(title_text="GiB per GPU", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text=lab["gib_per_gpu"], rangemode="tozero", row=2, col=1)
     fig.update_yaxes(autorange="reversed", row=2, col=1)
     items = table["scheme_items"]
-    detail = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in items.items() if k != "total")
+    detail = ", ".join(f"{k} {d(f'{v / 2**20:.1f}')} MiB" for k, v in items.items() if k != "total")
+    sub = lab["detail"].format(scheme=table["scheme"], detail=detail)
     fig.update_layout(
-        template=TEMPLATE, barmode="stack", height=860,
-        title=dict(text=f"{_headline(table)}<br><sup>{table['scheme']} now: {detail}</sup>", font=dict(size=13)),
+        template=TEMPLATE, barmode="stack", height=860, separators=lab["separators"],
+        title=dict(text=f"{_headline(table, lab)}<br><sup>{sub}</sup>", font=dict(size=13)),
         legend=dict(orientation="h", yanchor="top", y=-0.08, x=0), margin=dict(l=170, t=90, b=170),
         meta={"full_kv_bytes": table["full_kv_now_bytes"],
               "totals": {v["label"]: v["items"]["total"] for v in schemes}})
     return fig
 
 
-def _headline(table: dict[str, Any]) -> str:
+def _headline(table: dict[str, Any], lab: dict[str, Any]) -> str:
     """What the view shows, in one line: the ring's K/V stays at its shard while
     all-gather's holds every token's, or the plain fact 4 when no all-gather runs here."""
+    d = lab["digits"]
     full = table["full_kv_now_bytes"]
     by: dict[str, dict[str, Any]] = {}
     for v in table.get("schemes", []):
         by.setdefault(v["scheme"], v)           # the first variant: all-gather's single gather
     ring = table["items"]
     ring_kv = sum(b for k, b in ring.items() if item_group(k) == "kv")
-    text = f"The full K/V would take {full / GIB:.3g} GiB; the ring holds {ring_kv / GIB:.3g} GiB of it per GPU"
+    text = lab["headline"].format(full=d(f"{full / GIB:.3g}"), ring=d(f"{ring_kv / GIB:.3g}"))
     gathered = by.get("allgather", {}).get("items", {}).get("kv_gathered")
     if gathered:
-        text += (f", all-gather {gathered / GIB:.3g} GiB (the whole K/V)" if gathered >= full else
-                 f", all-gather {gathered / GIB:.3g} GiB ({gathered / full:.0%} of the K/V at once, pipelined)")
-    return text + " — " + f"{table['scheme']}: {table['scheme_items']['total'] / GIB:.3g} GiB per GPU now"
+        text += (lab["gathered_whole"].format(gathered=d(f"{gathered / GIB:.3g}")) if gathered >= full else
+                 lab["gathered_part"].format(gathered=d(f"{gathered / GIB:.3g}"), share=d(f"{gathered / full:.0%}")))
+    total = d(f"{table['scheme_items']['total'] / GIB:.3g}")
+    return text + " — " + lab["scheme_now"].format(scheme=table["scheme"], total=total)

@@ -12,24 +12,43 @@ from plotly.subplots import make_subplots
 
 from dashboard.figures.style import COLORS, TEMPLATE, time_unit
 
+LABELS = {
+    "title": "When transfers hide ({layout}, overlap {state}, simulated on {gpus} GPUs)",
+    "sub": "dashed: a full block's compute equals its transfer (launch overhead and link latency aside); "
+           "orange: the current scenario",
+    "on": "on", "off": "off",
+    "by_tokens": "against tokens per GPU", "by_bw": "against link bandwidth",
+    "by_bw_none": "against link bandwidth (not available with a calibrated profile)",
+    "block": "one full block: compute vs transfer time",
+    "efficiency": "efficiency", "exposed": "exposed comm / makespan",
+    "compute": "block compute", "transfer": "block transfer",
+    "at_tokens": " compute = transfer<br> at {tokens} tokens", "at_bw": " compute = transfer<br> at {gbps} GB/s",
+    "tokens_axis": "tokens per GPU", "bw_axis": "link GB/s per direction",
+    # hover templates: Plotly's placeholders only, numbers in the figure's `separators`
+    "h_tokens_pct": "%{x:,} tokens/GPU: %{y:.3g}%", "h_tokens_us": "%{x:,} tokens: %{y:.4g} µs",
+    "separators": ".,",
+}
+"""The figure's texts in English: `overlap_sweep(labels=...)` replaces any of them, and
+adds how numbers read (`digits`, `int`) and a layout's name (`layout`)."""
 
-def overlap_sweep(sweep: dict[str, Any]) -> go.Figure:
-    """Efficiency and exposed communication against tokens per device and link bandwidth."""
+
+def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go.Figure:
+    """Efficiency and exposed communication against tokens per device and link bandwidth.
+    `labels`: the texts in the page's language (LABELS)."""
+    lab = {**LABELS, "digits": str, "int": lambda x: f"{x:,.0f}", "layout": str, **(labels or {})}
     has_bw = bool(sweep["by_bandwidth"])
     fig = make_subplots(
         rows=2, cols=2, shared_xaxes=False, vertical_spacing=0.16, horizontal_spacing=0.1,
-        subplot_titles=("against tokens per GPU", "against link bandwidth" if has_bw else
-                        "against link bandwidth (not available with a calibrated profile)",
-                        "one full block: compute vs transfer time", ""))
-    fig.update_layout(template=TEMPLATE, height=640)
+        subplot_titles=(lab["by_tokens"], lab["by_bw"] if has_bw else lab["by_bw_none"], lab["block"], ""))
+    fig.update_layout(template=TEMPLATE, height=640, separators=lab["separators"])
     bt = sweep["by_tokens"]
     tokens = [r["tokens"] for r in bt]
-    for key, name, color, show in (("efficiency", "efficiency", COLORS["ring"], True),
-                                   ("exposed_frac", "exposed comm / makespan", COLORS["exposed"], True)):
+    for key, name, color, show in (("efficiency", lab["efficiency"], COLORS["ring"], True),
+                                   ("exposed_frac", lab["exposed"], COLORS["exposed"], True)):
         fig.add_trace(go.Scatter(x=tokens, y=[r[key] * 100 for r in bt], name=name,
                                  legendgroup=key, showlegend=show, mode="lines+markers",
                                  line=dict(color=color),
-                                 hovertemplate="%{x:,} tokens/GPU: %{y:.3g}%<extra>" + name + "</extra>"),
+                                 hovertemplate=lab["h_tokens_pct"] + "<extra>" + name + "</extra>"),
                       row=1, col=1)
         if has_bw:
             bb = sweep["by_bandwidth"]
@@ -39,11 +58,11 @@ def overlap_sweep(sweep: dict[str, Any]) -> go.Figure:
                                      hovertemplate="%{x:.4g} GB/s: %{y:.3g}%<extra>" + name + "</extra>"),
                           row=1, col=2)
     scale, unit = time_unit(max(max(r["block_compute_s"], r["block_transfer_s"]) for r in bt))
-    for key, name, color in (("block_compute_s", "block compute", COLORS["compute"]),
-                             ("block_transfer_s", "block transfer", COLORS["transfer"])):
+    for key, name, color in (("block_compute_s", lab["compute"], COLORS["compute"]),
+                             ("block_transfer_s", lab["transfer"], COLORS["transfer"])):
         fig.add_trace(go.Scatter(x=tokens, y=[r[key] * 1e6 for r in bt], name=name,
                                  mode="lines+markers", line=dict(color=color, dash="dot"),
-                                 hovertemplate="%{x:,} tokens: %{y:.4g} µs<extra>" + name + "</extra>"),
+                                 hovertemplate=lab["h_tokens_us"] + "<extra>" + name + "</extra>"),
                       row=2, col=1)
     c_star = sweep["crossover_tokens"]
     for row in (1, 2):
@@ -51,7 +70,7 @@ def overlap_sweep(sweep: dict[str, Any]) -> go.Figure:
         fig.add_vline(x=sweep["tokens_now"], line=dict(color=COLORS["measured"], width=1.5),
                       row=row, col=1)
     fig.add_annotation(x=np.log10(c_star), y=0.5, xref="x", yref="y domain", showarrow=False,
-                       text=f" compute = transfer<br> at {c_star:,.0f} tokens", xanchor="left",
+                       text=lab["at_tokens"].format(tokens=lab["int"](c_star)), xanchor="left",
                        align="left", font=dict(size=11))
     if has_bw:
         b_star = sweep["crossover_bandwidth_gbps"]
@@ -59,22 +78,20 @@ def overlap_sweep(sweep: dict[str, Any]) -> go.Figure:
         fig.add_vline(x=sweep["bandwidth_now_gbps"], line=dict(color=COLORS["measured"], width=1.5),
                       row=1, col=2)
         fig.add_annotation(x=np.log10(b_star), y=0.5, xref="x2", yref="y2 domain", showarrow=False,
-                           text=f" compute = transfer<br> at {b_star:.3g} GB/s", xanchor="left",
+                           text=lab["at_bw"].format(gbps=lab["digits"](f"{b_star:.3g}")), xanchor="left",
                            align="left", font=dict(size=11))
-    fig.update_xaxes(type="log", title_text="tokens per GPU", row=1, col=1)
-    fig.update_xaxes(type="log", title_text="tokens per GPU", row=2, col=1)
-    fig.update_xaxes(type="log", title_text="link GB/s per direction", row=1, col=2)
+    fig.update_xaxes(type="log", title_text=lab["tokens_axis"], row=1, col=1)
+    fig.update_xaxes(type="log", title_text=lab["tokens_axis"], row=2, col=1)
+    fig.update_xaxes(type="log", title_text=lab["bw_axis"], row=1, col=2)
     fig.update_yaxes(title_text="% ", range=[-3, 103], row=1, col=1)
     fig.update_yaxes(range=[-3, 103], row=1, col=2)
     fig.update_yaxes(type="log", title_text="µs", row=2, col=1)
     fig.update_xaxes(visible=False, row=2, col=2)
     fig.update_yaxes(visible=False, row=2, col=2)
+    title = lab["title"].format(layout=lab["layout"](sweep["layout"]), state=lab["on" if sweep["overlap"] else "off"],
+                                gpus=lab["int"](sweep["n_gpus"]))
     fig.update_layout(
-        title=dict(text=f"When transfers hide ({sweep['layout']}, overlap "
-                        f"{'on' if sweep['overlap'] else 'off'}, simulated on {sweep['n_gpus']} GPUs)"
-                        "<br><sup>dashed: a full block's compute equals its transfer (launch overhead "
-                        "and link latency aside); orange: the current scenario</sup>",
-                   font=dict(size=13)),
+        title=dict(text=f"{title}<br><sup>{lab['sub']}</sup>", font=dict(size=13)),
         legend=dict(orientation="h", x=0.55, y=0.3, xanchor="left"), margin=dict(t=90),
         meta={"crossover_tokens": c_star, "crossover_bandwidth_gbps": sweep["crossover_bandwidth_gbps"]})
     return fig

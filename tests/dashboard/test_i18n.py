@@ -9,7 +9,7 @@ import re
 import pytest
 
 from dashboard import i18n
-from dashboard.app import SCHEME_TABLE_COLUMNS
+from dashboard.app import FIGURE_TEXTS, SCHEME_TABLE_COLUMNS
 from dashboard.explain import STEP_PARTS
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.questions import ANSWERS, N_CHOICES
@@ -47,13 +47,23 @@ def _keys_named_in_code() -> set[str]:
 def _key_families() -> set[str]:
     """Keys the code makes from a name: a scheme's and a placement's label, a column of
     the schemes' table, a clause of what bounds a run and its kinds of transfer and of
-    PCIe link (dashboard/explain.py)."""
+    PCIe link (dashboard/explain.py), a text of a view's chart (dashboard.app.FIGURE_TEXTS)."""
     return ({f"opt.scheme.{s}" for s in scheme_names()} | {f"opt.placement.{p}" for p in PLACEMENTS}
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
             | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
             | {f"why.kind.{k}" for k in KIND_LABELS} | {"why.link-kind." + k.replace(" ", "-") for k in LINK_KINDS}
             | {f"why.link.{d}" for d in ("up", "down", "in", "out")} | {f"step.why.part.{p}" for p in STEP_PARTS}
-            | {f"line.pcie.p2p.{m}" for m in P2P_MODES})
+            | {f"line.pcie.p2p.{m}" for m in P2P_MODES}
+            | {f"{prefix}.{name}" for prefix, texts in FIGURE_TEXTS.items() for name in texts if name != "separators"})
+
+
+def test_the_charts_english_is_their_own():
+    """A chart's English messages are the texts its module draws without labels, word for word."""
+    en = catalog("en")
+    for prefix, texts in FIGURE_TEXTS.items():
+        for name, text in texts.items():
+            if name != "separators":
+                assert en[f"{prefix}.{name}"] == text, f"{prefix}.{name}"
 
 
 def test_every_key_the_code_names_is_in_the_catalogs():
@@ -116,6 +126,7 @@ SAME_IN_BOTH = {
     "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
     "step.why.with": "placeholders and punctuation only",
     "cmp.makespan": "the scheduling term, with its unit",
+    "schemes.makespan": "the scheduling term, with its unit",
 }
 """Keys whose Indonesian text is the English one, each for a reason; any other identical
 text is an untranslated message."""
