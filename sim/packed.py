@@ -21,8 +21,9 @@ cursor running over the whole sequence, so that every rank ends with S / N token
 
 The tables every scheme reads (the same as sim.layouts' for one document) are counted
 token by token: a block's work is its (query, key) pairs that the mask keeps, exactly or
-in whole tiles as a varlen kernel computes them (each document's queries and keys cut
-into tiles of their own, a tile paid in full when it holds one unmasked pair); its
+in whole tiles as a varlen kernel computes them (each document's piece, trimmed to the
+queries that see a key and the keys some query sees, cut into tiles from its own first
+token, a tile pair paid in full when it holds one unmasked pair); its
 extent is the queries that see some key of the block and the keys some query sees; its
 mask is empty, full (every document's part a dense rectangle) or diagonal; and its
 kernel call is one varlen call, a piece per document (`BlockCall`).
@@ -45,7 +46,7 @@ contiguous and zigzag layouts)."""
 SPLIT_SHARE = 0.02
 """`balanced`: a document is cut (zigzag) when its causal work is over this share of a
 rank's; whole documents are then each at most 2% of a rank's work, and dealing them
-longest first leaves every rank within a few percent of the mean."""
+longest first left every rank within 1% of the mean over 64 drawn batches (docs/packed.md)."""
 
 
 @dataclass(frozen=True)
@@ -179,10 +180,10 @@ def _balanced(p: Packed) -> np.ndarray:
         load[:] = 0.0
         mine = [np.flatnonzero(owner == r) for r in range(n)]
         doc = _doc_of(p)
-        parts = [_parts(t, doc) for t in mine]
+        spans = [_spans(t, doc) for t in mine]
         for r in range(n):
             for s in range(n):
-                load[r] += sum(x[3] for x in _pieces(p, parts[r], parts[s], p.tile))
+                load[r] += sum(x[3] for x in _span_pieces(p, mine[r], spans[r], mine[s], spans[s], p.tile))
     whole = np.flatnonzero(~cut)
     for d in whole[np.lexsort((-lengths[whole], -work[whole]))]:
         start, end = int(b[d]), int(b[d + 1])
@@ -289,8 +290,11 @@ def _spans(toks: np.ndarray, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 
 def _span_pieces(p: Packed, qt: np.ndarray, qspan, kt: np.ndarray, kspan,
                  tile: int | None = None) -> list[tuple[str, int, int, int]]:
-    """`_pieces` for every document at once: the same trimming and masks from searches
-    over the two ranks' whole (ascending) tokens, which stay inside each document's run
+    """The varlen call of queries `qt` against keys `kt` (ascending tokens, with their
+    `_spans`): per document both hold, the queries that see some key and the keys some
+    query sees, whether the kept pairs are that whole rectangle ('full') or cut by the
+    mask ('diagonal'), and (given a tile) its pairs in whole tiles. Every document at
+    once, by searches over the whole token arrays, which stay inside each document's run
     because documents are runs of consecutive token ids."""
     common, i, j = np.intersect1d(qspan[0], kspan[0], assume_unique=True, return_indices=True)
     if not common.size:
@@ -325,45 +329,6 @@ def _span_pieces(p: Packed, qt: np.ndarray, qspan, kt: np.ndarray, kspan,
     return out
 
 
-def _parts(toks: np.ndarray, doc: np.ndarray) -> dict[int, np.ndarray]:
-    """A rank's tokens (ascending) by document."""
-    d = doc[toks]
-    starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
-    ends = np.r_[starts[1:], toks.size]
-    return {int(d[i]): toks[i:j] for i, j in zip(starts, ends)}
-
-
-def _pieces(p: Packed, qparts: dict[int, np.ndarray], kparts: dict[int, np.ndarray],
-            tile: int | None = None) -> list[tuple[str, int, int, int]]:
-    """The varlen call of one rank's queries against another's keys: per document both
-    hold, the queries that see some key and the keys some query sees, and whether the
-    kept pairs are that whole rectangle ('full') or cut by the mask ('diagonal'), and
-    (given a tile) its pairs in whole tiles."""
-    out = []
-    for d in sorted(qparts.keys() & kparts.keys()):
-        q, k = qparts[d], kparts[d]
-        if p.causal:
-            # queries at or after the first key (and within the window of the last key)
-            qlo = np.searchsorted(q, k[0])
-            qhi = q.size if p.window is None else np.searchsorted(q, k[-1] + p.window)
-            klo = 0 if p.window is None else np.searchsorted(k, q[0] - p.window + 1)
-            khi = np.searchsorted(k, q[-1], side="right")
-        else:
-            qlo, klo, qhi, khi = 0, 0, q.size, k.size
-            if p.window is not None:
-                qlo = np.searchsorted(q, k[0] - p.window + 1)
-                qhi = np.searchsorted(q, k[-1] + p.window)
-                klo = np.searchsorted(k, q[0] - p.window + 1)
-                khi = np.searchsorted(k, q[-1] + p.window)
-        nq, nk = int(qhi - qlo), int(khi - klo)
-        if nq <= 0 or nk <= 0:
-            continue
-        dense = _all_kept(p, q[qlo:qhi], k[klo:khi])
-        out.append(("full" if dense else "diagonal", nq, nk,
-                    0 if tile is None else _piece_tiles(p, q[qlo:qhi], k[klo:khi], tile, dense)))
-    return out
-
-
 def _piece_tiles(p: Packed, q: np.ndarray, k: np.ndarray, tile: int, dense: bool) -> int:
     """Pairs of one piece in whole tiles, as a varlen kernel called on exactly these
     queries and keys computes them: its queries and keys cut into tiles of `tile` from
@@ -383,15 +348,6 @@ def _piece_tiles(p: Packed, q: np.ndarray, k: np.ndarray, tile: int, dense: bool
     return int((np.maximum(cum[np.maximum(top, bottom)] - cum[bottom], 0) * qsz).sum())
 
 
-def _all_kept(p: Packed, q: np.ndarray, k: np.ndarray) -> bool:
-    """Whether every (q, k) pair of one document is kept by the mask."""
-    if p.causal and k[-1] > q[0]:
-        return False
-    if p.window is None:
-        return True
-    return bool(q[-1] - k[0] < p.window) and (p.causal or bool(k[-1] - q[0] < p.window))
-
-
 def gathered_tables(p: Packed, granularity: str = "exact", tile: int = 128) -> Tables:
     """The tables of every rank's queries against the whole gathered K/V (the all-gather
     scheme), as (n, 1) tables: one varlen call per rank, a piece per document."""
@@ -404,7 +360,7 @@ def _gathered_tables(p: Packed, granularity: str, tile: int) -> Tables:
     toks = _rank_tokens(p)
     doc = _doc_of(p)
     every = np.arange(p.seq, dtype=np.int64)
-    whole = _parts(every, doc)
+    whole = _spans(every, doc)
     work = block_tables(p).work.sum(axis=1, keepdims=True)
     calls: dict[BlockCall, int] = {}
     q_ext = np.zeros((n, 1), dtype=np.int64)
@@ -412,7 +368,7 @@ def _gathered_tables(p: Packed, granularity: str, tile: int) -> Tables:
     masks = np.zeros((n, 1), dtype=np.int8)
     call = np.zeros((n, 1), dtype=np.int64)
     for r in range(n):
-        pieces = _pieces(p, _parts(toks[r], doc), whole, tile if granularity == "tile" else None)
+        pieces = _span_pieces(p, toks[r], _spans(toks[r], doc), every, whole, tile if granularity == "tile" else None)
         if granularity == "tile":
             work[r, 0] = sum(x[3] for x in pieces)
         _put_call(pieces, r, 0, q_ext, kv_ext, masks, call, calls)
