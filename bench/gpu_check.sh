@@ -13,12 +13,15 @@
 #      (bench/gpu_ring_steps.py)
 #   6. the linear layers' products of Llama-3 8B/70B/405B at TP 1-8 and 2k-32k tokens,
 #      bf16 and FP8, against the GEMM model (bench/gpu_gemm_grid.py)
+#   7. packed documents: ring-flash-attention's varlen packings as one varlen call, against
+#      the block model, and the boolean-mask index operations of its zigzag varlen backward
+#      against slices (bench/gpu_varlen.py)
 #
 #   bench/gpu_check.sh OUTDIR
 #
 # Needs ringsim installed (its `ringsim hw` commands) in $PYTHON (default python3), with a
 # torch build with CUDA (>= 2.11). Writes ring_exact.json, hw_bench_gpu_block_grid.json, hw_run_ws1.json,
-# trace_ws1_fwdbwd.json, sdpa_grid.json, ring_steps.json and gemm_grid.json to OUTDIR; exit status 1 when a step failed (the others still run).
+# trace_ws1_fwdbwd.json, sdpa_grid.json, ring_steps.json, gemm_grid.json and varlen.json to OUTDIR; exit status 1 when a step failed (the others still run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: bench/gpu_check.sh OUTDIR" >&2; exit 2; }
@@ -30,7 +33,7 @@ export PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())'
 failed=0
 step() { echo "== $*" >&2; local t0=$SECONDS; "$@" || { echo "== failed: $*" >&2; failed=1; }; echo "== $((SECONDS - t0)) s" >&2; }
-steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps,gemm}   # a subset reruns the named steps alone
+steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps,gemm,varlen}   # a subset reruns the named steps alone
 [[ ,$steps, == *,exact,* ]] && step "$PYTHON" bench/ring_exact.py --device cuda --block-impl fused --json "$out/ring_exact.json" --force
 [[ ,$steps, == *,grid,* ]] && step bench/gpu_block_grid.sh "$out/hw_bench_gpu_block_grid.json"
 [[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli hw run --device cuda --world-size 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
@@ -41,4 +44,5 @@ steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps,gemm}   # a subset reruns the
 [[ ,$steps, == *,steps,* ]] && step "$PYTHON" bench/gpu_ring_steps.py "$out/ring_steps.json" --worlds 2,4,8 \
     --tokens-per-rank 4096 --force
 [[ ,$steps, == *,gemm,* ]] && step "$PYTHON" bench/gpu_gemm_grid.py "$out/gemm_grid.json" --force
+[[ ,$steps, == *,varlen,* ]] && step "$PYTHON" bench/gpu_varlen.py "$out/varlen.json" --force
 exit $failed
