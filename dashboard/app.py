@@ -30,6 +30,8 @@ from dash.exceptions import PreventUpdate
 
 from dashboard import compute, explain, export, figures, i18n, measured, nav, plan, questions
 from dashboard.figures.block_map import LABELS as BLOCK_MAP_TEXTS
+from dashboard.figures.comparison import LABELS as COMPARISON_TEXTS
+from dashboard.figures.documents import LABELS as DOCUMENT_TEXTS
 from dashboard.figures.memory import LABELS as MEMORY_TEXTS
 from dashboard.figures.merge import LABELS as MERGE_TEXTS
 from dashboard.figures.overlay import LABELS as OVERLAY_TEXTS
@@ -76,7 +78,7 @@ PRESET_HARDWARE_CONTROLS = ("cluster", "tflops", "efficiency", "overhead-us", "l
 times every block and transfer on the profile): disabled while one is loaded."""
 EXAMPLE_PROFILE_TOKEN = "profile-examples"
 FIGURE_TEXTS = {"memory": MEMORY_TEXTS, "sweep": SWEEP_TEXTS, "blocks": BLOCK_MAP_TEXTS, "merge.view": MERGE_TEXTS,
-                "overlay": OVERLAY_TEXTS, "schemes": SCHEME_TEXTS}
+                "overlay": OVERLAY_TEXTS, "schemes": SCHEME_TEXTS, "cmp": COMPARISON_TEXTS, "docs": DOCUMENT_TEXTS}
 """The figures whose English texts live in their module (LABELS) and whose translations
 are the catalogs' messages `<prefix>.<name>`, by prefix."""
 SCHEME_WORDS = ("fig.step", "blocks.sim.kernel-call", "blocks.sim.every-pair", "blocks.sim.rings",
@@ -728,18 +730,13 @@ def documents_words(t: Translator, scenario: Scenario) -> str:
 
 def document_labels(t: Translator, scenario: Scenario) -> dict[str, Any]:
     """The texts of figures.document_balance in the page's language."""
-    return {"title": t("docs.title"), "work": t("docs.work"), "ratio": t("docs.ratio"), "gpu": t("ctl.gpu.label"),
-            "pairs": t("docs.pairs"), "mean": t("docs.mean"), "worst": t("docs.worst"), "this": t("docs.this"),
-            "docs": documents_words(t, scenario), "separators": t.separators(),
-            "ratio_text": lambda x: t.num(x, 4), "layout": lambda lay: layout_label(t, lay)}
+    return figure_labels(t, "docs") | {"gpu": t("ctl.gpu.label"), "docs": documents_words(t, scenario),
+                                       "ratio_text": lambda x: t.num(x, 4), "layout": lambda lay: layout_label(t, lay)}
 
 
 def comparison_labels(t: Translator) -> dict[str, Any]:
     """The texts of figures.comparison in the page's language."""
-    return {"title": t("cmp.title"), "makespan": t("cmp.makespan"), "efficiency": t("cmp.efficiency"),
-            "imbalance": t("cmp.imbalance"), "exposed": t("cmp.exposed"), "on": t("cmp.on"), "off": t("cmp.off"),
-            "overlap": t("cmp.overlap"), "separators": t.separators(), "num": lambda y: t.num(y),
-            "layout": lambda lay: layout_label(t, lay)}
+    return figure_labels(t, "cmp") | {"num": lambda y: t.num(y), "layout": lambda lay: layout_label(t, lay)}
 
 
 def figure_labels(t: Translator, prefix: str) -> dict[str, Any]:

@@ -12,15 +12,20 @@ from plotly.subplots import make_subplots
 
 from dashboard.figures.style import COLORS, TEMPLATE, time_unit
 
+LABELS = {
+    "title": "Which layout wins: {layout} with overlap {state} ({time})", "makespan": "makespan ({unit})",
+    "efficiency": "efficiency (%)", "imbalance": "load imbalance (max/mean)",
+    "exposed": "exposed comm, worst GPU ({unit})", "on": "on", "off": "off", "overlap": "overlap {state}",
+    "separators": ".,",
+}
+"""The figure's texts in English: `comparison(labels=...)` replaces any of them, and adds
+how a bar's number and a layout's name read."""
+
 
 def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = None) -> go.Figure:
     """Makespan, efficiency, imbalance and exposed communication of every layout x overlap.
-    `labels`: the texts in the page's language (the English ones below are the defaults),
-    Plotly's `separators`, how a bar's number and a layout's name read."""
-    lab = {"title": "Which layout wins: {layout} with overlap {state} ({time})", "makespan": "makespan ({unit})",
-           "efficiency": "efficiency (%)", "imbalance": "load imbalance (max/mean)",
-           "exposed": "exposed comm, worst GPU ({unit})", "on": "on", "off": "off", "overlap": "overlap {state}",
-           "separators": ".,", "num": lambda y: f"{y:.3g}", "layout": str, **(labels or {})}
+    `labels`: the texts in the page's language (LABELS)."""
+    lab = {**LABELS, "num": lambda y: f"{y:.3g}", "layout": str, **(labels or {})}
     makespans = [r["makespan_s"] for r in rows]
     scale, unit = time_unit(max(makespans))
     panels = [("makespan_s", lab["makespan"].format(unit=unit), scale),

@@ -49,17 +49,23 @@ def _layout_colors(layouts: list[str]) -> dict[str, str]:
     return {lay: qualitative.D3[i % len(qualitative.D3)] for i, lay in enumerate(layouts)}
 
 
+LABELS = {
+    "title": "Which layout balances the documents: {best} (max/mean {value}); {docs}",
+    "work": "work per GPU (kept query-key pairs)", "ratio": "work imbalance (max/mean)", "pairs": "pairs",
+    "mean": "mean over {seeds} seeds", "worst": "worst of {seeds} seeds", "this": "these documents",
+    "separators": ".,",
+}
+"""The figure's texts in English: `document_balance(labels=...)` replaces any of them, and
+adds the documents in words (`docs`), the GPU's word (`gpu`), how a ratio reads and a
+layout's name."""
+
+
 def document_balance(table: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go.Figure:
     """Work per GPU of every packed layout (the chosen one drawn heavier) beside each
     layout's max/mean, and for drawn documents the mean and worst max/mean over seeds.
     `table`: dashboard.compute.document_balance. `labels`: the texts in the page's language
-    (the English ones below are the defaults; `docs`, the documents in words), Plotly's
-    `separators`, how a ratio reads and a layout's name."""
-    lab = {"title": "Which layout balances the documents: {best} (max/mean {value}); {docs}",
-           "work": "work per GPU (kept query-key pairs)", "ratio": "work imbalance (max/mean)",
-           "gpu": "GPU", "pairs": "pairs", "mean": "mean over {seeds} seeds", "worst": "worst of {seeds} seeds",
-           "this": "these documents", "separators": ".,",
-           "ratio_text": lambda x: f"{x:.3f}", "layout": str, **(labels or {})}
+    (LABELS)."""
+    lab = {**LABELS, "gpu": "GPU", "ratio_text": lambda x: f"{x:.3f}", "layout": str, **(labels or {})}
     layouts = list(table["work"])
     chosen = table["chosen"]
     colors = _layout_colors(layouts)
