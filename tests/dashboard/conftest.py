@@ -6,6 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dashboard.app import create_app
+from dashboard.client import CallbackClient
+from dashboard.state import CONTROL_IDS, defaults
 from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.trace import Span, Trace
@@ -45,3 +48,15 @@ def measured_from(sim: Trace, factor: float, offset_s: float = 0.5, noise: float
 @pytest.fixture(scope="session")
 def small_trace() -> Trace:
     return simulate(small_scenario(layout="zigzag"))
+
+
+@pytest.fixture(scope="module")
+def client() -> CallbackClient:
+    """The app's callbacks, called as the page calls them (one app per test module)."""
+    return CallbackClient.for_app(create_app())
+
+
+def controls(**changes) -> dict:
+    """Every control's value as the page sends it: the defaults with `changes`."""
+    vals = defaults() | changes
+    return {f"{cid}.value": vals[cid] for cid in CONTROL_IDS}

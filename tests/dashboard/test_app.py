@@ -9,22 +9,11 @@ import pytest
 
 from dashboard import export
 from dashboard.app import create_app, load_profile_file
-from dashboard.client import CallbackClient
-from dashboard.state import CONTROL_IDS, defaults
+from dashboard.state import defaults
 from sim.cli import build_parser, main
 from sim.errors import RingsimError
 from sim.trace import Trace
-from tests.dashboard.conftest import measured_from
-
-
-@pytest.fixture(scope="module")
-def client():
-    return CallbackClient.for_app(create_app())
-
-
-def _controls(**changes):
-    vals = defaults() | changes
-    return {f"{cid}.value": vals[cid] for cid in CONTROL_IDS}
+from tests.dashboard.conftest import controls, measured_from
 
 
 def _store(**changes):
@@ -46,18 +35,18 @@ def test_page_loads():
 
 
 def test_url_sets_controls_and_controls_set_url(client):
-    status, out = client.call("scenario.data", {"url.search": "?gpus=16&layout=striped"} | _controls(),
+    status, out = client.call("scenario.data", {"url.search": "?gpus=16&layout=striped"} | controls(),
                               ["url.search"])
     assert status == 200
     assert out["gpus"]["value"] == 16 and out["layout"]["value"] == "striped"
     assert out["scenario"]["data"]["values"]["gpus"] == 16
-    status, out = client.call("scenario.data", _controls(gpus=32, layout="contiguous"), ["gpus.value"])
+    status, out = client.call("scenario.data", controls(gpus=32, layout="contiguous"), ["gpus.value"])
     assert out["url"]["search"] == "?gpus=32&layout=contiguous"
     assert "value" not in out.get("gpus", {})
 
 
 def test_invalid_value_shows_a_message_and_keeps_the_last_scenario(client):
-    status, out = client.call("scenario.data", _controls(**{"kv-heads": 7}), ["kv-heads.value"])
+    status, out = client.call("scenario.data", controls(**{"kv-heads": 7}), ["kv-heads.value"])
     assert status == 200
     assert "must divide" in out["kv-heads-msg"]["children"]
     assert "scenario" not in out                       # views keep the last valid one

@@ -14,31 +14,23 @@ from dashboard import export
 from dashboard.app import create_app
 from dashboard.client import CallbackClient
 from dashboard.figures.timeline import TRANSFER_MEANING
-from dashboard.state import CONTROL_IDS, defaults, scenario_from_values
+from dashboard.state import defaults, scenario_from_values
 from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.memory import peak_memory
 from sim.metrics import compute_metrics
 from sim.schemes import get as get_scheme
-from tests.dashboard.conftest import measured_from, small_scenario
+from tests.dashboard.conftest import controls, measured_from, small_scenario
 
 # 4 GPUs, 8192 tokens, 8 query heads and 4 K/V heads of 64, bf16: every scheme can run
 SMALL = {"gpus": 4, "seq": 8192, "heads": 8, "kv-heads": 4, "head-dim": 64}
 N, S, H, H_KV, D, B = 4, 8192, 8, 4, 64, 2
 
 
-@pytest.fixture(scope="module")
-def client():
-    return CallbackClient.for_app(create_app())
-
 
 def _store(**changes):
     return {"values": defaults() | SMALL | changes}
 
-
-def _controls(**changes):
-    vals = defaults() | changes
-    return {f"{cid}.value": vals[cid] for cid in CONTROL_IDS}
 
 
 def _scenario(**changes) -> Scenario:
@@ -74,8 +66,8 @@ def _row_classes(component) -> list[str | None]:
 
 # --- controls --------------------------------------------------------------------------
 
-def test_a_cluster_preset_fills_in_its_controls(client):
-    status, out = client.call("scenario.data", _controls(cluster="pcie-a100", gpus=16), ["cluster.value"])
+def test_a_cluster_preset_fills_in_itscontrols(client):
+    status, out = client.call("scenario.data", controls(cluster="pcie-a100", gpus=16), ["cluster.value"])
     assert status == 200
     assert (out["gpu"]["value"], out["link"]["value"], out["inter-link"]["value"],
             out["gpus-per-node"]["value"], out["nics-per-node"]["value"]) == ("A100-PCIe-80GB", "pcie4", "ib-hdr", 8, 2)
@@ -98,7 +90,7 @@ def test_a_schemes_settings_are_shown_where_they_apply(client, scheme, shown):
 
 
 def test_a_scheme_mistake_is_shown_beside_its_control(client):
-    status, out = client.call("scenario.data", _controls(scheme="allgather", **{"head-groups": 3}),
+    status, out = client.call("scenario.data", controls(scheme="allgather", **{"head-groups": 3}),
                               ["head-groups.value"])
     assert status == 200
     assert "head groups (3) must divide the 8 K/V heads" in out["head-groups-msg"]["children"]

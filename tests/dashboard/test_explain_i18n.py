@@ -10,8 +10,6 @@ import re
 import pytest
 
 from dashboard import explain
-from dashboard.app import create_app
-from dashboard.client import CallbackClient
 from dashboard.i18n import Translator, catalog
 from dashboard.plan import DEFAULTS, plan_data
 from sim.compare import compare_scheme_rows
@@ -183,10 +181,6 @@ def test_other_refusals_in_indonesian():
 
 
 # --- on the page ---------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def client():
-    return CallbackClient.for_app(create_app())
 
 
 def _texts(node) -> str:

@@ -11,8 +11,6 @@ import re
 import pytest
 
 from dashboard import measured
-from dashboard.app import create_app
-from dashboard.client import CallbackClient
 from dashboard.state import defaults
 
 STORE = {"values": dict(defaults(), gpus=4, seq=8192)}
@@ -56,10 +54,6 @@ ENGLISH_WORDS = {
 """Words of each chart's English that its Indonesian must not keep (not the loanwords it keeps:
 bandwidth, makespan, shard, head, kernel)."""
 
-
-@pytest.fixture(scope="module")
-def client():
-    return CallbackClient.for_app(create_app())
 
 
 def _draw(client, view: str, lang: str) -> tuple[dict, dict]:

@@ -17,13 +17,13 @@ from dashboard import export, measured
 from dashboard.app import EXAMPLE_PROFILE_TOKEN, create_app
 from dashboard.client import CallbackClient
 from dashboard.layout import MAX_UPLOAD_BYTES
-from dashboard.state import CONTROL_IDS, defaults, profile_changes
+from dashboard.state import defaults, profile_changes
 from sim.config import Gpu, Hardware, scenario_from_config
 from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.profile import ComputeGroup, LinkFit, Profile, load_profile
 from sim.trace import Trace
-from tests.dashboard.conftest import measured_from, small_scenario
+from tests.dashboard.conftest import controls, measured_from, small_scenario
 
 EXAMPLE_PROFILE_PATH = os.path.join(measured.EXAMPLES_DIR, measured.EXAMPLE_PROFILE)
 
@@ -39,10 +39,6 @@ def _layout_prop(app, cid: str, prop: str):
             return next((r for v in node if (r := find(v)) is not None), None)
         return None
     return find(app.server.test_client().get("/_dash-layout").get_json())
-
-
-def _controls(values):
-    return {f"{cid}.value": values[cid] for cid in CONTROL_IDS}
 
 
 def _upload_url(raw: bytes) -> str:
@@ -236,7 +232,7 @@ def test_a_cpu_profile_at_start_sets_a_scenario_it_can_time(with_profile):
     app, client = with_profile
     profile = _layout_prop(app, "profile", "data")
     assert profile["device"] == "AMD EPYC (2 cores)" and profile["name"] == "cpu-profile.json"
-    _, out = client.call("scenario.data", {"url.search": "", "profile.data": profile} | _controls(defaults()), [])
+    _, out = client.call("scenario.data", {"url.search": "", "profile.data": profile} | controls(**defaults()), [])
     values = out["scenario"]["data"]["values"]
     prof = load_profile(EXAMPLE_PROFILE_PATH)
     # by hand: it measured fp32 only; 4 processes at once at most; its largest forward
@@ -264,17 +260,17 @@ def test_a_link_keeps_its_scenario_and_an_unmeasured_dtype_is_named(with_profile
     profile = _layout_prop(app, "profile", "data")
     # the browser's first call names the profile and the URL both: the URL's values stay
     _, out = client.call("scenario.data", {"url.search": "?seq=8192&gpus=2", "profile.data": profile}
-                         | _controls(defaults()), ["profile.data", "url.search"])
+                         | controls(**defaults()), ["profile.data", "url.search"])
     assert (out["seq"]["value"], out["gpus"]["value"], out["dtype"]["value"]) == (8192, 2, "fp32")
     values = out["scenario"]["data"]["values"]
     _, out = client.call("scenario.data", {"url.search": "?seq=8192&gpus=2&dtype=fp32", "profile.data": profile}
-                         | _controls(values | {"dtype": "bf16"}), ["dtype.value"])
+                         | controls(**(values | {"dtype": "bf16"})), ["dtype.value"])
     assert "no compute measurements for bf16 (it has fp32)" in out["dtype-msg"]["children"]
     assert "scenario" not in out                        # the views keep the last valid one
     # past the first scenario, the reader's choices stay, the page's defaults included
     chosen = values | {"gpus": 8, "seq": 131072}
     _, out = client.call("scenario.data", {"url.search": "?dtype=fp32&view=measured", "profile.data": profile,
-                                           "scenario.data": {"values": chosen}} | _controls(chosen), ["url.search"])
+                                           "scenario.data": {"values": chosen}} | controls(**chosen), ["url.search"])
     assert (out["gpus"]["value"], out["seq"]["value"]) == (8, 131072)
 
 

@@ -10,12 +10,9 @@ import numpy as np
 import pytest
 
 from dashboard import compute, figures, i18n
-from dashboard.app import create_app
-from dashboard.client import CallbackClient
 from dashboard.figures.block_map import mask_bins
 from dashboard.i18n import LANGUAGES, catalog, page_texts
 from dashboard.state import (
-    CONTROL_IDS,
     ControlError,
     defaults,
     query_from_values,
@@ -26,7 +23,7 @@ from dashboard.state import (
 from sim.config import Scenario, Workload
 from sim.engine import simulate
 from sim.packed import Packed, packed_of
-from tests.dashboard.conftest import small_scenario
+from tests.dashboard.conftest import controls, small_scenario
 
 SMALL = {"gpus": 4, "seq": 16384, "heads": 8, "kv-heads": 2, "head-dim": 64}
 NEW_KEYS = ("ctl.docs.label", "ctl.docs.help", "ctl.docs.placeholder", "ctl.seed.label", "ctl.seed.help",
@@ -36,18 +33,10 @@ NEW_KEYS = ("ctl.docs.label", "ctl.docs.help", "ctl.docs.placeholder", "ctl.seed
             "docs.work", "docs.ratio", "docs.pairs", "docs.mean", "docs.worst", "docs.this")
 
 
-@pytest.fixture(scope="module")
-def client():
-    return CallbackClient.for_app(create_app())
-
 
 def _store(**changes):
     return {"values": defaults() | SMALL | changes}
 
-
-def _controls(**changes):
-    vals = defaults() | changes
-    return {f"{cid}.value": vals[cid] for cid in CONTROL_IDS}
 
 
 def _mask(bounds: list[int], causal: bool = True, window: int | None = None) -> np.ndarray:
@@ -81,7 +70,7 @@ def test_the_controls_make_a_packed_scenario_and_a_link_to_it(client):
     back, ignored = values_from_query(query)
     assert ignored == [] and scenario_from_values(back).describe() == sc.describe()
     # through the page: the store takes the values, the URL names them
-    status, out = client.call("scenario.data", _controls(docs="256,7392,544", seed=2), ["docs.value"])
+    status, out = client.call("scenario.data", controls(docs="256,7392,544", seed=2), ["docs.value"])
     assert status == 200 and out["scenario"]["data"]["values"]["docs"] == "256,7392,544"
     assert "docs=256%2C7392%2C544" in out["url"]["search"] and "seed=2" in out["url"]["search"]
     assert not out["docs-msg"]["children"]
@@ -114,7 +103,7 @@ def test_bad_documents_are_one_line_beside_their_control(client, changes, contro
     with pytest.raises(ControlError) as err:
         scenario_from_values(defaults() | changes)
     assert err.value.control == control and "\n" not in str(err.value)
-    status, out = client.call("scenario.data", _controls(**changes), [f"{control}.value"])
+    status, out = client.call("scenario.data", controls(**changes), [f"{control}.value"])
     assert status == 200
     assert out[f"{control}-msg"]["children"] == str(err.value)
     assert "scenario" not in out                                # the views keep the last valid one

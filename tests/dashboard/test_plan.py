@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from dashboard.app import create_app
-from dashboard.client import CallbackClient
 from dashboard.figures.plan import plan_chart
 from dashboard.plan import DEFAULTS, INPUT_IDS, MAX_GPUS, query_for_candidate, request_of
 from dashboard.state import CONTROL_IDS, values_from_query
@@ -65,10 +64,6 @@ def test_the_inputs_make_the_planners_request():
         with pytest.raises(RingsimError, match=match):
             request_of(dict(DEFAULTS, **change))
 
-
-@pytest.fixture(scope="module")
-def client():
-    return CallbackClient.for_app(create_app())
 
 
 def _inputs(**changes):

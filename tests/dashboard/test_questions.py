@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 
 from dashboard import nav
-from dashboard.app import create_app
-from dashboard.client import CallbackClient
 from dashboard.i18n import Translator
 from dashboard.questions import ANSWERS, score
 from dashboard.quiz_explain import explain, merge_size
-from dashboard.state import CONTROL_IDS, defaults, scenario_from_values
+from dashboard.state import defaults, scenario_from_values
 from sim.config import Gpu, Hardware, Link, Scenario, Workload
+from tests.dashboard.conftest import controls
 from tests.reference import token_owner
 
 DEFAULT = scenario_from_values(defaults())
@@ -212,14 +211,6 @@ def test_with_nav_keeps_both_halves():
 
 # --- callbacks over HTTP ------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def client():
-    return CallbackClient.for_app(create_app())
-
-
-def _controls(**changes):
-    vals = defaults() | changes
-    return {f"{cid}.value": vals[cid] for cid in CONTROL_IDS}
 
 
 def test_link_opens_view_question_and_language(client):
@@ -242,14 +233,14 @@ def test_view_question_and_language_go_into_the_url(client):
 
 def test_a_control_change_keeps_the_view_in_the_url(client):
     status, out = client.call("scenario.data", {"url.search": "?view=questions&q=3&lang=id"}
-                              | _controls(gpus=16) | {"scenario.data": {"values": defaults()}},
+                              | controls(gpus=16) | {"scenario.data": {"values": defaults()}},
                               ["gpus.value"])
     assert out["url"]["search"] == "?gpus=16&view=questions&q=3&lang=id"
 
 
 def test_a_link_that_only_moves_the_view_keeps_the_scenario(client):
     values = defaults() | {"gpus": 16}
-    status, out = client.call("scenario.data", {"url.search": "?gpus=16&view=memory"} | _controls()
+    status, out = client.call("scenario.data", {"url.search": "?gpus=16&view=memory"} | controls()
                               | {"scenario.data": {"values": values}}, ["url.search"])
     assert status in (200, 204) and "scenario" not in out
 
