@@ -19,6 +19,7 @@ import torch
 
 from sim.documents import bounds
 from sim.trace import Trace
+from tests.hw import test_schemes_common as common
 from tests.hw.conftest import max_err
 from tests.reference import document_mask, masked_attention
 
@@ -71,46 +72,10 @@ def _inputs(case: dict, world: int):
     return q, k, v, dout
 
 
-def run_cases(ctx, cases: list[dict]) -> list[dict]:
-    """In every rank: each case forward (steps from 0) and backward (steps from N), on the
-    fused CPU operator unless the case names the matmul path."""
-    from hw.blocks import select_block_ops
-    from hw.comm import Ring
-    from hw.kernels import kernels
-    from hw.layouts import shard
-    from hw.timing import CpuClock, Recorder
-
-    torch.set_num_threads(1)
-    n, r = ctx.world, ctx.rank
-    rows = []
-    for case in cases:
-        ops = select_block_ops("cpu", "fp32", HEAD_DIM, case.get("block_impl", "auto"))
-        p = packed(case, n)
-        mine = [shard(x, p, n, r) for x in _inputs(case, n)]
-        forward, backward = kernels(case["scheme"])
-        clock = CpuClock(30.0)
-        rec = Recorder(clock, r)
-        ring = Ring(r, n, ctx.group, clock, rec)
-        args = dict(ring=ring, layout=case["layout"], causal=case["causal"], ops=ops, packed=p)
-        ctx.barrier()
-        clock.origin = clock.mark()
-        out, lse = forward(*mine[:3], **args)
-        grads = backward(mine[3], *mine[:3], out, lse, step0=n, **args)
-        clock.close()
-        rows.append({"outputs": [x.contiguous() for x in (out, *grads)],
-                     "spans": [s.to_dict() for s in rec.spans()]})
-    return rows
-
-
-_RESULTS: dict[int, list[list[dict]]] = {}
-
-
 def results(world: int) -> list[list[dict]]:
-    """Per rank, per case: outputs and spans (one spawned group per world size, cached)."""
-    if world not in _RESULTS:
-        from hw.spawn import spawn
-        _RESULTS[world] = spawn(run_cases, world, args=(CASES,), timeout_s=120.0)
-    return _RESULTS[world]
+    """Per rank, per case: outputs and spans (one spawned group per world size, cached;
+    every other case on tensors laid out heads first in memory)."""
+    return common.results("packed", CASES, world, _inputs, packing=packed, timeout_s=120.0)
 
 
 WORLDS = [pytest.param(n, marks=pytest.mark.slow, id=f"n{n}") for n in (2, 3)]

@@ -19,9 +19,11 @@ def inputs(case: dict, world: int):
     return q, k, v, dout
 
 
-def run_cases(ctx, cases: list[dict], make_inputs=inputs) -> list[dict]:
+def run_cases(ctx, cases: list[dict], make_inputs=inputs, packing=None) -> list[dict]:
     """Run in every rank: each case forward (steps from 0) and backward (steps from N),
-    on `make_inputs(case, world)` (a case names its scheme, ring by default, and dtype)."""
+    on `make_inputs(case, world)` (a case names its scheme, ring by default, its dtype and
+    block implementation); `packing(case, world)`: the case's packed documents
+    (sim.packed.Packed), which shard the tensors and reach the kernels."""
     from hw.blocks import select_block_ops
     from hw.comm import Ring
     from hw.kernels import kernels
@@ -33,7 +35,8 @@ def run_cases(ctx, cases: list[dict], make_inputs=inputs) -> list[dict]:
     n, r = ctx.world, ctx.rank
     rows = []
     for i, case in enumerate(cases):
-        mine = [shard(x, case["layout"], n, r) for x in make_inputs(case, n)]
+        p = None if packing is None else packing(case, n)
+        mine = [shard(x, case["layout"] if p is None else p, n, r) for x in make_inputs(case, n)]
         if i % 2:
             mine = [heads_first_memory(x) for x in mine]
         before = [x.clone() for x in mine]
@@ -41,8 +44,10 @@ def run_cases(ctx, cases: list[dict], make_inputs=inputs) -> list[dict]:
         clock = CpuClock(30.0)
         rec = Recorder(clock, r)
         ring = Ring(r, n, ctx.group, clock, rec)
-        ops = select_block_ops("cpu", case.get("dtype", "fp32"), HEAD_DIM)
+        ops = select_block_ops("cpu", case.get("dtype", "fp32"), mine[0].shape[-1], case.get("block_impl", "auto"))
         args = dict(ring=ring, layout=case["layout"], causal=case["causal"], ops=ops)
+        if p is not None:
+            args["packed"] = p
         ctx.barrier()
         clock.origin = clock.mark()
         out, state = forward(*mine[:3], **args)
@@ -64,15 +69,16 @@ class Solo:
 _RESULTS: dict[tuple[str, int], list[list[dict]]] = {}
 
 
-def results(name: str, cases: list[dict], world: int, make_inputs=inputs) -> list[list[dict]]:
+def results(name: str, cases: list[dict], world: int, make_inputs=inputs, packing=None,
+            timeout_s: float = 60.0) -> list[list[dict]]:
     """Per rank, per case: outputs and spans (one spawned group per name and world size, cached)."""
     key = (name, world)
     if key not in _RESULTS:
         if world == 1:
-            _RESULTS[key] = [run_cases(Solo(), cases, make_inputs)]
+            _RESULTS[key] = [run_cases(Solo(), cases, make_inputs, packing)]
         else:
             from hw.spawn import spawn
-            _RESULTS[key] = spawn(run_cases, world, args=(cases, make_inputs), timeout_s=60.0)
+            _RESULTS[key] = spawn(run_cases, world, args=(cases, make_inputs, packing), timeout_s=timeout_s)
     return _RESULTS[key]
 
 
