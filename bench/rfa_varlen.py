@@ -42,11 +42,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.compare_rfa import MACHINES, hardware, order, workload  # noqa: E402
+from sim.cli import one_gpu_s  # noqa: E402
 from sim.config import Hardware, Scenario  # noqa: E402
 from sim.engine import simulate  # noqa: E402
 from sim.metrics import compute_metrics  # noqa: E402
-from sim.packed import BlockCall  # noqa: E402
-from sim.players import head_geometry  # noqa: E402
 
 SOURCE = ("zhuzilin/ring-flash-attention README 'Performance Summary' (varlen api), commit 8996282; "
           "benchmark/benchmark_varlen_kvpacked_func.py")
@@ -72,16 +71,10 @@ def docs_spec(local: list[int]) -> str:
 
 def flash_varlen_s(hw: Hardware, pass_: str, local: list[int]) -> float:
     """One flash_attn_varlen_func call per pass on one GPU's 8192 tokens with the local
-    cu_seqlens (a causal piece per document), called in a loop: queued, nothing to merge."""
-    w = workload(pass_, N_GPUS * TOKENS_PER_GPU)
-    pieces = tuple(("diagonal", b - a, b - a) for a, b in zip(local[:-1], local[1:]))
-    pairs = sum(x * (x + 1) // 2 for _, x, _ in pieces)
-    kinds = {"fwd": ("fwd",), "fwdbwd": ("fwd", "bwd")}[pass_]
-    geometry = head_geometry(hw, w)
-    return sum(float(hw.varlen_times_s([BlockCall(pieces)], np.array([(2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs)]),
-                                       dtype=w.dtype, kind=np.array([k]), alone=np.array([True]),
-                                       isolated=np.array([False]), **geometry)[0])
-               for k in kinds)
+    cu_seqlens (a causal piece per document), called in a loop: queued, nothing to merge
+    (sim.cli.one_gpu_s of the whole sequence's documents, each cut 8 ways)."""
+    w = replace(workload(pass_, N_GPUS * TOKENS_PER_GPU), docs=docs_spec(local))
+    return one_gpu_s(Scenario(workload=w, hardware=hw, n_gpus=N_GPUS, layout="doc-contiguous"), hw)
 
 
 def scheme_s(hw: Hardware, pass_: str, scheme: str, layout: str, groups: int, local: list[int]) -> float:

@@ -20,7 +20,7 @@ import numpy as np
 
 from sim.config import Scenario, layouts_for
 from sim.documents import bounds as doc_bounds
-from sim.documents import describe as describe_docs
+from sim.documents import describe_packed
 from sim.errors import RingsimError
 from sim.options import Parser, add_scenario_args, profile_from_args, scenario_from_args, scheme_variant, table
 from sim.schemes import names as scheme_names
@@ -41,7 +41,7 @@ def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
     call per pass, called in a loop as a benchmark does: queued, nothing to merge). The
     ratio ring-flash-attention's table reports is GPUs x this / the makespan: the GPUs do
     the work of one sequence of seq tokens, each would do 1 / GPUs^2 of it alone."""
-    from sim.packed import BlockCall
+    from sim.packed import BlockCall, Packed, token_work
     from sim.players import head_geometry
 
     w = scenario.workload
@@ -53,19 +53,18 @@ def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
     kinds = {"fwd": ("fwd",), "bwd": ("bwd",), "fwdbwd": ("fwd", "bwd")}[w.pass_]
     if scenario.packed:
         # packed documents: each document's share, 1 / GPUs of it, in one varlen call (the
-        # local cu_seqlens of ring-flash-attention's varlen benchmark)
+        # local cu_seqlens of ring-flash-attention's varlen benchmark); its pairs as the
+        # mask keeps them
         share = np.diff(doc_bounds(w.docs, w.seq, w.seed)) // scenario.n_gpus
         share = share[share > 0]
-        kept = np.minimum(share, w.window or c)
-        pairs = int((kept * (2 * share - kept + 1) // 2).sum()) if w.causal else int((share * share).sum())
-        call = BlockCall(tuple(("diagonal" if w.causal else "full", int(x), int(x)) for x in share))
-        timed = getattr(hardware, "times_varlen", lambda dtype: False)(w.dtype)
-        return sum(float(hardware.varlen_times_s([call], np.array([(2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs)]),
-                                                  dtype=w.dtype, kind=np.array([k]), **more)[0]) if timed
-                   else hardware.compute_time_s((2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs), dtype=w.dtype,
-                                                kind=k, mask="diagonal" if w.causal else "full", q_tokens=c,
-                                                kv_tokens=c, **more)
-                   for k in kinds)
+        local = Packed(tuple(int(x) for x in np.r_[0, np.cumsum(share)]), 1, "contiguous", w.window, w.causal)
+        pairs = int(token_work(local).sum())
+        if getattr(hardware, "times_varlen", lambda dtype: False)(w.dtype):
+            call = BlockCall(tuple(("diagonal" if w.causal else "full", int(x), int(x)) for x in share))
+            return sum(float(hardware.varlen_times_s([call], np.array([(2.5 if k == "bwd" else 1.0)
+                                                                       * w.fwd_flops(pairs)]),
+                                                      dtype=w.dtype, kind=np.array([k]), **more)[0])
+                       for k in kinds)
     return sum(hardware.compute_time_s((2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs), dtype=w.dtype, kind=k,
                                        mask="diagonal" if w.causal else "full", q_tokens=c, kv_tokens=c, **more)
                for k in kinds)
@@ -74,11 +73,8 @@ def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
 def _print_documents(scenario: Scenario) -> None:
     """The line a table's header gains on packed documents (nothing for one document)."""
     w = scenario.workload
-    if not scenario.packed:
-        return
-    drawn = w.docs is not None and ":" in w.docs
-    print(f"packed: {describe_docs(w.docs, w.seq, w.seed)}" + (f" (seed {w.seed})" if drawn else "")
-          + (f", window {w.window:,} tokens" if w.window else ""))
+    if scenario.packed:
+        print(f"packed: {describe_packed(w.docs, w.seq, w.seed, w.window)}")
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:

@@ -176,3 +176,11 @@ def describe(spec: str | None, seq: int, seed: int = 0) -> str:
     if d.size == 1:
         return "one document"
     return (f"{d.size:,} documents, median {int(np.median(d)):,}, longest {int(d.max()):,} tokens")
+
+
+def describe_packed(spec: str | None, seq: int, seed: int = 0, window: int | None = None) -> str:
+    """A packed run's documents in words, with the seed of drawn ones and the window:
+    '24 documents, median 3,323, longest 21,110 tokens (seed 0), window 4,096 tokens'."""
+    drawn = spec is not None and ":" in spec
+    return (describe(spec, seq, seed) + (f" (seed {seed})" if drawn else "")
+            + (f", window {window:,} tokens" if window else ""))

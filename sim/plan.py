@@ -444,11 +444,9 @@ def _documents(req: PlanRequest) -> str:
     """'; packed: 37 documents, median ..., seed 1, window 4,096 tokens' (nothing for one document)."""
     if not req.packed:
         return ""
-    from sim.documents import describe
+    from sim.documents import describe_packed
 
-    drawn = req.docs is not None and ":" in req.docs
-    return (f"; packed: {describe(req.docs, req.seq, req.seed)}" + (f" (seed {req.seed})" if drawn else "")
-            + (f", window {req.window:,} tokens" if req.window else ""))
+    return f"; packed: {describe_packed(req.docs, req.seq, req.seed, req.window)}"
 
 
 def format_plan(p: Plan, top: int) -> str:
