@@ -151,6 +151,11 @@ class Floors:
         return self.fwd_host_us if kind == "fwd" else self.bwd_host_us
 
 
+def _flags(x, shape) -> np.ndarray:
+    """A per-block flag as an array of `shape` (False everywhere when not given)."""
+    return np.zeros(shape, dtype=bool) if x is None else np.broadcast_to(np.asarray(x, dtype=bool), shape)
+
+
 def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens, head_dim: int,
                   kv_heads_per_head: float, elem_bytes: int, merge: str,
                   memory_bandwidth_gbps: float, sms: int | None = None, floors: Floors = Floors(),
@@ -171,10 +176,7 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
     q_tokens, kv_tokens = np.asarray(q_tokens), np.asarray(kv_tokens)
     n = flops.shape
 
-    def flags(x):
-        return np.zeros(n, dtype=bool) if x is None else np.broadcast_to(np.asarray(x, dtype=bool), n)
-
-    sliced, alone, isolated = flags(sliced), flags(alone), flags(isolated)
+    sliced, alone, isolated = (_flags(x, n) for x in (sliced, alone, isolated))
     unknown = ~((mask == "full") | (mask == "diagonal") | (mask == "empty")) | ~((kind == "fwd") | (kind == "bwd"))
     if unknown.any():
         i = int(np.flatnonzero(unknown)[0])
@@ -425,10 +427,7 @@ def varlen_times_s(table: KernelTable, calls, flops, *, kind, head_dim: int, kv_
     kind = np.asarray(kind, dtype=str)
     n = flops.shape
 
-    def flags(x):
-        return np.zeros(n, dtype=bool) if x is None else np.broadcast_to(np.asarray(x, dtype=bool), n)
-
-    sliced, alone, isolated = flags(sliced), flags(alone), flags(isolated)
+    sliced, alone, isolated = (_flags(x, n) for x in (sliced, alone, isolated))
     bw = memory_bandwidth_gbps * 1e9
     scale = rate_scale or {}
     out = np.zeros(n)

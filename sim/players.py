@@ -87,17 +87,19 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
                         f, dtype=workload.dtype, kind=KINDS[k], mask=MASKS[m], q_tokens=q, kv_tokens=kv,
                         **geometry, **{n: bool(x) for n, x in zip(names, flags)}),
                     list(columns))
+        if schedule.calls is not None and hasattr(hardware, "varlen_times_s") \
+                and hardware.times_varlen(workload.dtype):
+            # packed documents: a block is one varlen call, a piece per document
+            called = schedule.call[comp] >= 0
+            vl, comp = comp[called], comp[~called]
+            flags = dict(zip(names, [x[vl] for x in extra]))
+            dur[vl] = hardware.varlen_times_s(
+                [schedule.calls[i] for i in schedule.call[vl].tolist()], schedule.flops[vl],
+                dtype=workload.dtype, kind=_KIND_NAMES[schedule.kind[vl]], **geometry, **flags)
         columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens, *extra]
         for a in range(0, len(comp), _CHUNK):
             ids = comp[a:a + _CHUNK]
             dur[ids] = _by_runs(times, [c[ids] for c in columns])
-        if schedule.calls is not None and hasattr(hardware, "varlen_times_s") \
-                and hardware.times_varlen(workload.dtype):
-            # packed documents: a block is one varlen call, a piece per document
-            flags = dict(zip(names, [x[comp] for x in extra]))
-            dur[comp] = hardware.varlen_times_s(
-                [schedule.calls[i] for i in schedule.call[comp].tolist()], schedule.flops[comp],
-                dtype=workload.dtype, kind=_KIND_NAMES[schedule.kind[comp]], **geometry, **flags)
     if xfer.size:
         if hasattr(hardware, "transfer_times_s"):
             for a in range(0, len(xfer), _CHUNK):
