@@ -1,13 +1,13 @@
 """The real ring kernel against one process doing the same work.
 
-Runs the ring (`hw.run_config`: world size 2, causal zigzag by default) several times and
+Runs the ring (`hw.run_config`: GPU count 2, causal zigzag by default) several times and
 reports, from its measured traces:
 
 - per-block compute rate: each ring step's compute span (median over repeats) against
   the same pieces computed by the same fused operator in this single process, with the
   same thread count (ratio = single-process time / ring time; goal >= 90%);
 - makespan against the ideal: the whole attention on one rank (one fused call over the
-  full sequence, this process, same threads) divided by the world size (goal >= 85%),
+  full sequence, this process, same threads) divided by the GPU count (goal >= 85%),
   per repeat, with the run-to-run spread.
 
     .venv/bin/python bench/bench_hw.py                       # forward, 8192 tokens
@@ -70,7 +70,7 @@ def main() -> int:
     p.add_argument("--layout", default="zigzag", choices=["contiguous", "striped", "zigzag"])
     p.add_argument("--no-causal", dest="causal", action="store_false")
     p.add_argument("--pass", dest="pass_", default="fwd", choices=["fwd", "fwdbwd"])
-    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--gpus", type=int, default=2)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--samples", type=int, default=5, help="single-process samples per measurement")
@@ -80,12 +80,12 @@ def main() -> int:
 
     wl = Workload(seq=a.seq, heads=a.heads, kv_heads=a.heads, head_dim=a.head_dim, dtype=a.dtype,
                   causal=a.causal, pass_=a.pass_)
-    cfg = RunConfig(workload=wl, world_size=a.world_size, layout=a.layout, warmup=a.warmup,
+    cfg = RunConfig(workload=wl, n_gpus=a.gpus, layout=a.layout, warmup=a.warmup,
                     repeats=a.repeats, timeout_s=600.0)
-    print(f"ring: {a.world_size} ranks, {a.layout}, {'causal' if a.causal else 'full'}, {a.pass_}, "
+    print(f"ring: {a.gpus} ranks, {a.layout}, {'causal' if a.causal else 'full'}, {a.pass_}, "
           f"{a.seq} tokens, {a.heads} heads x {a.head_dim}, {a.dtype}; {a.repeats} repeats", file=sys.stderr)
     # the same work in this one process, same operator, same threads (one per rank here)
-    threads = cfg.threads(a.world_size)
+    threads = cfg.threads(a.gpus)
     torch.set_num_threads(threads)
     ops = select_block_ops("cpu", a.dtype, a.head_dim)
     inp = make_inputs(cfg)
@@ -102,7 +102,7 @@ def main() -> int:
 
     jobs = {("whole",): whole}      # what to time alone: the whole attention and every block
     shapes = {}
-    n, c = a.world_size, a.seq // a.world_size
+    n, c = a.gpus, a.seq // a.gpus
     for phase_i, phase in enumerate(["fwd", "bwd"] if a.pass_ == "fwdbwd" else ["fwd"]):
         for r in range(n):
             q_r = shard(inp.q, a.layout, n, r).transpose(1, 2).contiguous()
@@ -151,7 +151,7 @@ def main() -> int:
     for key in shapes:
         pooled.setdefault(shape_of(key), []).extend(alone[key])
     single = alone[("whole",)]
-    ideal = statistics.median(single) / a.world_size
+    ideal = statistics.median(single) / a.gpus
     blocks = []
     for key in shapes:
         r, step, phase = key

@@ -66,8 +66,8 @@ def worker(ctx, plan: dict) -> dict:
 
     torch.set_num_threads(1)
     cpu_cp_patch.install()
-    mesh = init_device_mesh("cpu", (ctx.world,), mesh_dim_names=("cp",))
-    n, r = ctx.world, ctx.rank
+    mesh = init_device_mesh("cpu", (ctx.n_gpus,), mesh_dim_names=("cp",))
+    n, r = ctx.n_gpus, ctx.rank
     ops = select_block_ops("cpu", "fp32", plan["head_dim"], "fused")
     clock = CpuClock(plan["timeout_s"])
 
@@ -241,7 +241,7 @@ def main() -> int:
           f"{wall:.0f} s")
     doc = {"bench": "kernel_vs_torch_cp",
            "command": " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
-           "torch": torch.__version__, "cpu_count": os.cpu_count(), "world_size": 2,
+           "torch": torch.__version__, "cpu_count": os.cpu_count(), "n_gpus": 2,
            "threads_per_rank": 1, "one_process_threads": 2, "layout": "zigzag (ringsim), "
            "head-tail under the causal mask (torch CP)", "heads": a.heads, "head_dim": a.head_dim,
            "dtype": "fp32", "block_impl": res["block_impl"], "repeats": a.repeats, "warmup": a.warmup,

@@ -20,7 +20,7 @@ $R hw bench -o "$out/cpu-bench.json" ${force:+--force} \
     --dtypes fp32 --heads 8 --head-dims 64 --blocks 128,256,384,512,768,1024,1536,2048,3072 \
     --masks full,diagonal --kinds fwd,bwd --sizes 64K,256K,1M,2M,4M,8M \
     --interference-blocks 1024,2048 --interference-sizes kv --concurrency 1,2,3,4 \
-    --ring-processes 2,3,4 --collective-worlds 2,3,4 --collective-sizes 256K,1M,4M,16M \
+    --ring-processes 2,3,4 --collective-gpus 2,3,4 --collective-sizes 256K,1M,4M,16M \
     --host-passes 3 --samples 5 --warmup 2
 $R calibrate "$out/cpu-bench.json" -o "$out/cpu-profile.json" ${force:+--force}
 $R validate --profile "$out/cpu-profile.json" --quick --repeats 5 --warmup 1 --replays 31 \

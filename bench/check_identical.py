@@ -154,7 +154,8 @@ def record(fields: dict[str, Any], player: str) -> dict[str, Any]:
     m = compute_metrics(trace)
     out = {
         "columns": {name: _kept(getattr(c, name)) for name in COLUMN_TYPES},
-        "chunk_sets": c.chunk_sets, "source": trace.source, "world_size": trace.world_size,
+        "chunk_sets": c.chunk_sets, "source": trace.source,
+        "n_gpus": getattr(trace, "n_gpus", None) or trace.world_size,     # world_size: older trees
         "config": trace.config, "hardware": trace.hardware, "meta": trace.meta,
         "metrics": m.to_dict(), "scheme_row": scheme_row(sc.scheme, "", trace, m),
         "step_durations": step_durations(trace),
@@ -186,6 +187,10 @@ def run_all(quick: bool, only: str | None = None) -> dict[str, Any]:
     return results
 
 
+RENAMED = {"by_world": "by_gpus", "world_size": "n_gpus"}
+"""Keys of the record renamed since older trees (a profile's per-GPU-count collective fits)."""
+
+
 def _same(a: Any, b: Any, where: str) -> str | None:
     """None if a and b are identical (floats bit for bit, arrays with their dtypes), else
     where they first differ. `a` is the reference: keys only b has are fields added since."""
@@ -205,6 +210,8 @@ def _same(a: Any, b: Any, where: str) -> str | None:
     if isinstance(a, float):
         return None if struct.pack("<d", a) == struct.pack("<d", b) else f"{where}: {a!r} against {b!r}"
     if isinstance(a, dict):
+        # a key renamed since the reference is compared under its new name
+        a = {RENAMED.get(k, k): v for k, v in a.items()}
         # a field the newer tree adds (b's alone: a new metric) is not a difference
         if [k for k in b if k in a] != list(a):
             return f"{where}: keys {sorted(map(str, a))} against {sorted(map(str, b))}"

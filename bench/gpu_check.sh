@@ -3,7 +3,7 @@
 #   1. exactness: the ring on 2-8 ranks (threads of one process, bench/ring_exact.py) on
 #      the CUDA block operators, forward and backward, against fp64 attention
 #   2. the bf16 block compute grid for calibration (bench/gpu_block_grid.sh)
-#   3. one measured run of the kernel on the GPU (world size 1, CUDA events): a trace in
+#   3. one measured run of the kernel on the GPU (GPU count 1, CUDA events): a trace in
 #      the simulator's format and the attention's measured FLOP/s
 #   4. isolated calls of torch's SDPA by backend (flash, cuDNN), 8-64 heads with and without
 #      GQA, 512-32k tokens (bench/gpu_sdpa_grid.py): the block model's check and a GPU
@@ -36,12 +36,12 @@ step() { echo "== $*" >&2; local t0=$SECONDS; "$@" || { echo "== failed: $*" >&2
 steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps,gemm,varlen}   # a subset reruns the named steps alone
 [[ ,$steps, == *,exact,* ]] && step "$PYTHON" bench/ring_exact.py --device cuda --block-impl fused --json "$out/ring_exact.json" --force
 [[ ,$steps, == *,grid,* ]] && step bench/gpu_block_grid.sh "$out/hw_bench_gpu_block_grid.json"
-[[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli hw run --device cuda --world-size 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
+[[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli hw run --device cuda --gpus 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
     --pass fwdbwd --warmup 2 --repeats 3 --measure-rate --trace "$out/trace_ws1_fwdbwd.json" --force --json \
     > "$out/hw_run_ws1.json"
 [[ ,$steps, == *,sdpa,* ]] && step "$PYTHON" bench/gpu_sdpa_grid.py "$out/sdpa_grid.json" --heads 8,16,32,64 \
     --kv-heads 0,8 --tokens 512,1024,2048,4096,8192,16384,32768 --backends flash,cudnn --force
-[[ ,$steps, == *,steps,* ]] && step "$PYTHON" bench/gpu_ring_steps.py "$out/ring_steps.json" --worlds 2,4,8 \
+[[ ,$steps, == *,steps,* ]] && step "$PYTHON" bench/gpu_ring_steps.py "$out/ring_steps.json" --gpus 2,4,8 \
     --tokens-per-rank 4096 --force
 [[ ,$steps, == *,gemm,* ]] && step "$PYTHON" bench/gpu_gemm_grid.py "$out/gemm_grid.json" --force
 [[ ,$steps, == *,varlen,* ]] && step "$PYTHON" bench/gpu_varlen.py "$out/varlen.json" --force

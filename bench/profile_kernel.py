@@ -56,7 +56,7 @@ def worker(ctx, plan: dict) -> dict:
     from hw.timing import CpuClock, Recorder
 
     torch.set_num_threads(1)
-    n, r = ctx.world, ctx.rank
+    n, r = ctx.n_gpus, ctx.rank
     g = torch.Generator().manual_seed(plan["seq"])
     full = [torch.randn(1, plan["seq"], plan["heads"], plan["head_dim"], generator=g) for _ in range(4)]
     q, k, v, dout = (ring_mod.heads_first_memory(shard(x, "zigzag", n, r)) for x in full)

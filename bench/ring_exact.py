@@ -10,7 +10,7 @@ that dtype against the same reference: the ring passes where its error is at mos
 torch's (or under a floor of a few units of the dtype's rounding).
 
     python bench/ring_exact.py [--device auto|cpu|cuda] [--seq 8192] [--heads 8]
-        [--kv-heads 8 2] [--head-dim 128] [--worlds 2 4 8] [--dtypes bf16 fp16 fp32]
+        [--kv-heads 8 2] [--head-dim 128] [--gpus 2 4 8] [--dtypes bf16 fp16 fp32]
         [--block-impl auto|fused|matmul] [--json out.json [--force]]
 
 Exit status 1 when a case fails, 2 on bad arguments.
@@ -53,7 +53,7 @@ def _errors(got, ref) -> list[float]:
 
 
 def run(device: str, *, seq: int, batch: int, heads: int, kv_heads: list[int], head_dim: int,
-        worlds: list[int], dtypes: list[str], layouts: tuple[str, ...] = LAYOUTS,
+        gpu_counts: list[int], dtypes: list[str], layouts: tuple[str, ...] = LAYOUTS,
         block_impl: str = "auto", seed: int = 0, log=print) -> dict:
     """Every case's errors, torch's, and whether it passed."""
     import torch
@@ -71,16 +71,16 @@ def run(device: str, *, seq: int, batch: int, heads: int, kv_heads: list[int], h
         ref = _attention(q, k, v, dout, causal, torch.float64)
         own = _errors(_attention(q, k, v, dout, causal), ref)
         ops = select_block_ops(dev.type, dtype, head_dim, block_impl)
-        for world, layout in itertools.product(worlds, layouts):
+        for n_gpus, layout in itertools.product(gpu_counts, layouts):
             t0 = time.perf_counter()
-            got = play_ring(q, k, v, dout, world=world, layout=layout, causal=causal, ops=ops)
+            got = play_ring(q, k, v, dout, n_gpus=n_gpus, layout=layout, causal=causal, ops=ops)
             errs = _errors(got, ref)
             bound = [max(2 * o, FLOOR[dtype]) for o in own]
             ok = all(e <= b for e, b in zip(errs, bound))
-            rows.append({"world": world, "layout": layout, "causal": causal, "kv_heads": kvh, "dtype": dtype,
+            rows.append({"n_gpus": n_gpus, "layout": layout, "causal": causal, "kv_heads": kvh, "dtype": dtype,
                          "ops": ops.describe(), "errors": dict(zip(NAMES, errs)), "torch": dict(zip(NAMES, own)),
                          "ok": ok, "seconds": time.perf_counter() - t0})
-            log(f"{world:>5}  {layout:<10}  {'causal' if causal else 'full':<6}  {kvh:>3}  {dtype:<4}  "
+            log(f"{n_gpus:>5}  {layout:<10}  {'causal' if causal else 'full':<6}  {kvh:>3}  {dtype:<4}  "
                 f"{ops.describe():<14}  " + "  ".join(f"{e:.1e}/{o:.1e}" for e, o in zip(errs, own))
                 + f"  {'ok' if ok else 'FAIL'}")
     return {"device": _describe(dev), "torch": torch.__version__, "seq": seq, "batch": batch, "heads": heads,
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, nargs="+", default=[8, 2], help="(default 8 2: MHA and GQA)")
     ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--worlds", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--gpus", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16", "fp16"], default=["bf16", "fp16", "fp32"])
     ap.add_argument("--block-impl", choices=["auto", "fused", "matmul"], default="auto")
     ap.add_argument("--json", metavar="OUT", help="also write the cases to OUT")
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         device = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         if device == "cuda" and not torch.cuda.is_available():
             raise RingsimError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
-        for w in a.worlds:
+        for w in a.gpus:
             chunks = 2 * w
             if w < 1 or a.seq % chunks:
                 raise RingsimError(f"--seq {a.seq} must divide into 2 x {w} chunks (zigzag on {w} ranks)")
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'ranks':>5}  {'layout':<10}  {'mask':<6}  {'kvh':>3}  {'type':<4}  {'ops':<14}  "
               + "  ".join(f"{n:<15}" for n in NAMES))
         result = run(device, seq=a.seq, batch=a.batch, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
-                     worlds=a.worlds, dtypes=a.dtypes, block_impl=a.block_impl)
+                     gpu_counts=a.gpus, dtypes=a.dtypes, block_impl=a.block_impl)
         print(f"{len(result['cases']) - result['failed']} of {len(result['cases'])} cases exact "
               f"within twice torch's own error or the dtype's floor ({result['device']}, torch {result['torch']})")
         if a.json:

@@ -6,7 +6,7 @@ validate --replays` does), so that a model change is compared on identical measu
 table, writes JSON with the host's load average at every case.
 
     .venv/bin/python bench/validate_host.py --profiles before.json after.json \
-        --world-sizes 2 3 --seqs 3072 --out bench/results/validation-host.json
+        --gpus 2 3 --seqs 3072 --out bench/results/validation-host.json
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from sim.validation import compare_case, simulate_replays
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--profiles", nargs="+", required=True)
-    p.add_argument("--world-sizes", nargs="+", type=int, default=[2, 3])
+    p.add_argument("--gpus", nargs="+", type=int, default=[2, 3])
     p.add_argument("--seqs", nargs="+", type=int, default=[3072])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
@@ -39,14 +39,14 @@ def main() -> int:
     profiles = {path: load_profile(path) for path in a.profiles}
     rows: dict[str, list] = {path: [] for path in a.profiles}
     loads = []
-    for case in matrix(quick=True, seqs=a.seqs, world_sizes=a.world_sizes):
+    for case in matrix(quick=True, seqs=a.seqs, gpu_counts=a.gpus):
         w = Workload(seq=case.seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=case.causal)
-        _, traces = run_config(RunConfig(workload=w, world_size=case.world_size, layout=case.layout,
+        _, traces = run_config(RunConfig(workload=w, n_gpus=case.n_gpus, layout=case.layout,
                                          warmup=a.warmup, repeats=a.repeats))
         loads.append(os.getloadavg()[0])
         line = [f"{case.key:32} measured {statistics.median(t.makespan_s for t in traces) * 1e3:7.1f} ms"]
         for path, prof in profiles.items():
-            sim = Scenario(workload=w, n_gpus=case.world_size, layout=case.layout)
+            sim = Scenario(workload=w, n_gpus=case.n_gpus, layout=case.layout)
             row = compare_case(case, traces, simulate_replays(sim, prof, a.replays))
             row["key"], row["load_avg_1m"] = case.key, loads[-1]
             rows[path].append(row)

@@ -237,8 +237,8 @@ class Served:
             # the reader loaded a profile of their own
             hw, key = measured.example_profile(), EXAMPLE_PROFILE_TOKEN
         sim_scenario = scenario_from_config(trace.config, self.scenario_of(data).hardware)
-        if sim_scenario.n_gpus != trace.world_size:
-            raise RingsimError(f"the trace has {trace.world_size} ranks but its configuration "
+        if sim_scenario.n_gpus != trace.n_gpus:
+            raise RingsimError(f"the trace has {trace.n_gpus} ranks but its configuration "
                                f"says {sim_scenario.n_gpus} GPUs")
         return trace, sim_scenario, hw, key
 
@@ -492,7 +492,7 @@ def _register_views(app: dash.Dash, served: Served) -> None:
                 tr = res.trace
                 c = tr.columns
                 makespan = float(c.end_s.max() - c.start_s.min()) if len(c) else 0.0   # no metrics needed
-                title = t("tl.title", gpus=t.int(tr.world_size), run=run_words(t, tr.config),
+                title = t("tl.title", gpus=t.int(tr.n_gpus), run=run_words(t, tr.config),
                           makespan=t.time(makespan, 4))
                 labels = {"window": t("tl.window"), "time": t("tl.time"), "separators": t.separators()}
                 return figures.timeline(tr, window, starts=res.rank_starts, title=title, labels=labels)

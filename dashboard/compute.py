@@ -56,7 +56,7 @@ class Result:
     def rank_starts(self) -> np.ndarray | None:
         """figures.rank_starts of the trace: a window of ranks is then a slice of its columns."""
         if self._starts is self._UNSET:
-            self._starts = rank_starts(self.trace.columns, self.trace.world_size)
+            self._starts = rank_starts(self.trace.columns, self.trace.n_gpus)
         return self._starts
 
 

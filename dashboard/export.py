@@ -1,10 +1,10 @@
 """What the page lets a user download and upload, as plain functions of the data.
 
-Downloads: the trace (sim/trace.py's version-2 archive, or its JSON), the Chrome trace
+Downloads: the trace (sim/trace.py's archive, or its JSON), the Chrome trace
 (for Perfetto; the first ranks of a very large trace) and the metrics (CSV: one row for
 the whole run, one per rank). All read the trace's columns. Uploads arrive from the
 browser as base64 data URLs; they are size-checked before decoding and parsed through
-the trace's own validation (a version-2 archive or JSON, never pickle).
+the trace's own validation (an archive or JSON, never pickle).
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ CSV_COLUMNS = ("scope", "rank", "makespan_s", "ideal_s", "efficiency", "load_imb
 
 
 def trace_json(trace: Trace) -> str:
-    """The trace file as JSON (version 2: the columns as arrays)."""
+    """The trace file as JSON (the columns as arrays)."""
     return json.dumps(trace.to_dict(), separators=(",", ":"), allow_nan=False)
 
 
 def trace_archive(trace: Trace) -> bytes:
-    """The trace file as a compact archive (version 2, sim/trace.py): what the page offers."""
+    """The trace file as a compact archive (sim/trace.py): what the page offers."""
     return trace.to_bytes()
 
 
@@ -47,8 +47,8 @@ def chrome_ranks(trace: Trace, max_spans: int = MAX_CHROME_SPANS) -> int:
     """How many ranks, from rank 0, the Chrome trace holds: all, or as many as fit in
     `max_spans` spans (at least one)."""
     if len(trace) <= max_spans:
-        return trace.world_size
-    held = np.cumsum(np.bincount(trace.columns.rank, minlength=trace.world_size))
+        return trace.n_gpus
+    held = np.cumsum(np.bincount(trace.columns.rank, minlength=trace.n_gpus))
     return max(1, int(np.searchsorted(held, max_spans, side="right")))
 
 
@@ -56,12 +56,12 @@ def chrome_trace_json(trace: Trace, max_spans: int = MAX_CHROME_SPANS) -> str:
     """The Chrome trace (sim.trace.to_chrome_trace) of the first chrome_ranks(trace) ranks;
     otherData says so when that is not all of them."""
     ranks = chrome_ranks(trace, max_spans)
-    if ranks == trace.world_size:
+    if ranks == trace.n_gpus:
         return json.dumps(to_chrome_trace(trace), separators=(",", ":"), allow_nan=False)
     part = Trace(trace.source, ranks, trace.columns.take(trace.columns.rank < ranks),
                  trace.config, trace.hardware, trace.meta)
     out = to_chrome_trace(part)
-    out["otherData"]["ranks"] = (f"ranks 0-{ranks - 1} of {trace.world_size}: the dashboard "
+    out["otherData"]["ranks"] = (f"ranks 0-{ranks - 1} of {trace.n_gpus}: the dashboard "
                                  f"exports at most {max_spans} spans; `ringsim simulate "
                                  "--chrome-trace` writes them all")
     return json.dumps(out, separators=(",", ":"), allow_nan=False)
@@ -109,7 +109,7 @@ def decode_upload(contents: Any, filename: Any, max_bytes: int) -> bytes:
 
 
 def parse_trace_upload(contents: Any, filename: Any, max_bytes: int) -> Trace:
-    """A trace from an upload (a version-2 archive or JSON), validated field by field."""
+    """A trace from an upload (an archive or JSON), validated field by field."""
     raw = decode_upload(contents, filename, max_bytes)
     return parse_trace_bytes(raw, filename if isinstance(filename, str) else "the file")
 

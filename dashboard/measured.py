@@ -75,7 +75,7 @@ def example_label(e: Example, t: Translator) -> str:
     seq = w.get("seq")
     scheme = cfg.get("scheme", "ring")
     run = f"{scheme}, {cfg['layout']}" if scheme == "ring" and cfg.get("layout") else scheme
-    return t("measured.example.option", ranks=t.int(e.trace.world_size), run=run,
+    return t("measured.example.option", ranks=t.int(e.trace.n_gpus), run=run,
              tokens=t.int(seq) if isinstance(seq, int) else "?",
              mask=t("measured.mask.causal" if w.get("causal") else "measured.mask.full"),
              dtype=w.get("dtype", "?"))

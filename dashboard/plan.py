@@ -217,7 +217,7 @@ def _step_plan_cached(key: str) -> dict[str, Any]:
         keep = (c.stream == 0) | (c.stream == 1)                     # computes and sends
         from sim.trace import KIND_NAMES
 
-        out["pipeline"] = {"stages": step.pipeline.world_size, "rank": c.rank[keep].tolist(),
+        out["pipeline"] = {"stages": step.pipeline.n_gpus, "rank": c.rank[keep].tolist(),
                            "kind": [KIND_NAMES[int(k)] for k in c.kind[keep]],
                            "start_s": c.start_s[keep].tolist(), "end_s": c.end_s[keep].tolist()}
     return out

@@ -7,10 +7,10 @@ and when in the trace record of the simulator (`sim.trace`, docs/design.md "One 
 Importing `hw` does not import torch (the `ringsim` CLI registers `hw` commands on
 every start); the public names below load on first use:
 
-- `run_local(q, k, v, *, world_size, layout, causal, backend="gloo", dout=None)`: full
+- `run_local(q, k, v, *, n_gpus, layout, causal, backend="gloo", dout=None)`: full
   tensors in, `RunResult` (`.out`, `.dq .dk .dv`, `.trace`) out, on local processes.
 - `RunConfig`, `run_config`, `run_configs`: configured runs with inputs made from a seed
-  (many configurations share one process group per world size).
+  (many configurations share one process group per GPU count).
 - `ring_forward`, `ring_backward`: the per-rank kernel, inside a process group.
 """
 

@@ -100,7 +100,7 @@ def _held(n: int, packed: Packed | None) -> list[tuple[int, ...]]:
 
 _GATHER_BUFFERS: dict[tuple, tuple[list[torch.Tensor], torch.Tensor]] = {}
 """The gather's receive buffers and the whole K/V in token order, kept by shape, dtype,
-device and world size from one call to the next, as a GPU's caching allocator keeps
+device and GPU count from one call to the next, as a GPU's caching allocator keeps
 them: fresh on every call, the CPU allocator hands back untouched pages, and touching
 the whole K/V of two ranks at 6144 tokens (fp32, 25 MB) took 9 ms to write alone and up
 to 80 ms in a validation batch (docs/calibration.md). Each rank computes on
@@ -125,7 +125,7 @@ def gather_kv(k: torch.Tensor, v: torch.Tensor, ring: Ring, step: int,
               q_chunks: tuple[int, ...], packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole K and V, (batch, kv_heads, S, d) in token order, from every rank's shard
     (views of buffers kept for the next call of the same shape: _GATHER_BUFFERS)."""
-    n, r = ring.world, ring.rank
+    n, r = ring.n_gpus, ring.rank
     local = torch.stack((_hf(k), _hf(v)))           # (2, b, kv_h, 2c, d), contiguous
     parts, full = _gather_buffers(local, n)
     if n == 1:
@@ -155,7 +155,7 @@ def allgather_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring
     `packed`: the documents of a packed sequence (its layout is the one sharded by);
     None: one document."""
     check_layout(layout, packed)
-    n, r = ring.world, ring.rank
+    n, r = ring.n_gpus, ring.rank
     mine = _held(n, packed)[r]
     if on_step is not None:
         on_step(step0)
@@ -184,7 +184,7 @@ def allgather_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                        packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of this rank's shard (input dtype), given the forward's out and lse."""
     check_layout(layout, packed)
-    n, r = ring.world, ring.rank
+    n, r = ring.n_gpus, ring.rank
     c = q.shape[1] // 2
     mine = _held(n, packed)[r]
     if on_step is not None:

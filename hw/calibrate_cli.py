@@ -273,11 +273,11 @@ def cmd_bench(a: argparse.Namespace) -> int:
         if "skipped" in c:
             print(f"collective {op:13}: not fitted ({c['skipped']})")
             continue
-        by_world = ", ".join(f"ws{w} {e.get('median_abs_rel', 0):.1%}" for w, e in c["residuals_by_world"].items())
+        by_gpus = ", ".join(f"{w} GPUs {e.get('median_abs_rel', 0):.1%}" for w, e in c["residuals_by_gpus"].items())
         print(f"collective {op:13}: {c['latency_per_round_s'] * 1e6:.1f} us per round, "
-              f"{c['bandwidth_bytes_per_s'] / 1e9:.3f} GB/s; residual median by world size: {by_world}")
-        for w, f in c["by_world"].items():
-            print(f"  at ws{w}: {f['latency_per_round_s'] * 1e6:.1f} us per round, "
+              f"{c['bandwidth_bytes_per_s'] / 1e9:.3f} GB/s; residual median by GPU count: {by_gpus}")
+        for w, f in c["by_gpus"].items():
+            print(f"  on {w} GPUs: {f['latency_per_round_s'] * 1e6:.1f} us per round, "
                   f"{f['bandwidth_bytes_per_s'] / 1e9:.3f} GB/s, residual median "
                   f"{f['residuals'].get('median_abs_rel', 0):.1%}")
     conc = r.get("concurrency_slowdown")

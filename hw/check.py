@@ -64,7 +64,7 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
         sharing = reference.host_sharing(profile, **read) if speed else None
     at_speed = profile.at_compute_speed(speed["factor"]) if speed else None
     at_state = profile.at_host_state(speed["factor"], sharing["factor"]) if sharing else None
-    cfgs = [RunConfig(workload=_workload(p, dtype), world_size=p.world_size, layout=p.layout,
+    cfgs = [RunConfig(workload=_workload(p, dtype), n_gpus=p.n_gpus, layout=p.layout,
                       warmup=warmup, repeats=repeats) for p in probes]
     rows = []
     for probe, cfg, (_, traces) in zip(probes, cfgs, run_configs(cfgs, interleave=True)):

@@ -1,7 +1,7 @@
 """The `ringsim hw` commands: `run` the real ring kernel, `bench` its building blocks.
 
-`ringsim hw run --world-size N ...` starts N local ranks itself; `torchrun
---nproc-per-node N -m hw.main ...` takes the same options (but --world-size) for runs
+`ringsim hw run --gpus N ...` starts N local ranks itself; `torchrun
+--nproc-per-node N -m hw.main ...` takes the same options (but --gpus) for runs
 torchrun places, on one node or many. Either prints the measured makespan of every
 repeat with its spread and the per-rank metrics of the median repeat (`sim.metrics`),
 and with --trace saves one trace per repeat. `ringsim hw bench` is documented in
@@ -23,11 +23,12 @@ from sim.options import WORKLOAD_FLAGS, flags_for
 from sim.spec import tokens
 
 
-def add_run_args(p: argparse.ArgumentParser, *, world_size: bool = True) -> None:
+def add_run_args(p: argparse.ArgumentParser, *, gpus: bool = True) -> None:
     """The options of a measured run, shared by `ringsim hw run` and `hw.main`."""
     g = p.add_argument_group("run")
-    if world_size:
-        g.add_argument("--world-size", type=int, default=2, help="ranks in the ring (default 2)")
+    if gpus:
+        g.add_argument("--gpus", type=int, default=2, metavar="N",
+                       help="GPUs in the group, one process each; on CPU, ranks (default 2)")
     g.add_argument("--seq", type=tokens, default=4096,
                    help="tokens per sequence: a number or a size such as 4k (default 4096)")
     g.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
@@ -75,7 +76,7 @@ def add_run_args(p: argparse.ArgumentParser, *, world_size: bool = True) -> None
     o.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def config_from_args(a: argparse.Namespace, *, world_size: int):
+def config_from_args(a: argparse.Namespace, *, n_gpus: int):
     import torch
 
     from hw.config import RunConfig
@@ -92,9 +93,9 @@ def config_from_args(a: argparse.Namespace, *, world_size: int):
                             head_dim=a.head_dim, dtype=a.dtype, causal=a.causal, pass_=a.pass_,
                             docs=None if a.docs is None else read_file_spec(a.docs), seed=a.seed,
                             window=a.window)
-    with flags_for(world_size="--world-size", timeout_s="--timeout", threads_per_rank="--threads", warmup="--warmup",
+    with flags_for(n_gpus="--gpus", timeout_s="--timeout", threads_per_rank="--threads", warmup="--warmup",
                    repeats="--repeats", seed="--seed", docs="--docs", window="--window"):
-        return RunConfig(workload=workload, world_size=world_size, layout=a.layout,
+        return RunConfig(workload=workload, n_gpus=n_gpus, layout=a.layout,
                          scheme=getattr(a, "scheme", "ring"), device=device,
                          backend=a.backend, warmup=a.warmup, repeats=a.repeats, seed=a.seed,
                          timeout_s=a.timeout, threads_per_rank=a.threads, block_impl=a.block_impl,
@@ -156,7 +157,7 @@ def report(a: argparse.Namespace, cfg, traces: list) -> int:
                          indent=2))
         return 0
     w = cfg.workload
-    print(f"{cfg.world_size} ranks ({cfg.resolved_backend}, {hw['device']}, "
+    print(f"{cfg.n_gpus} ranks ({cfg.resolved_backend}, {hw['device']}, "
           f"{hw['threads_per_rank'] or '-'} threads/rank, {hw['block_impl']}), {cfg.scheme}, {cfg.layout} layout, "
           f"{w.seq} tokens ({cfg.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x "
           f"{w.head_dim}, {w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
@@ -169,7 +170,7 @@ def report(a: argparse.Namespace, cfg, traces: list) -> int:
           f"max {fmt_s(s['max'])}, cv {s['cv']:.1%}")
     m = metrics[mid]
     if m.ideal_s is not None:
-        print(f"ideal (one rank's time / {cfg.world_size}) {fmt_s(m.ideal_s)}, "
+        print(f"ideal (one rank's time / {cfg.n_gpus}) {fmt_s(m.ideal_s)}, "
               f"efficiency {m.efficiency:.1%}")
     print(f"median repeat {mid}: load imbalance {m.load_imbalance:.3f}, overlap efficiency "
           f"{m.overlap_efficiency:.1%}\n")
@@ -187,9 +188,9 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     from hw.launch import run_config
 
-    cfg = config_from_args(a, world_size=a.world_size)
-    if cfg.device == "cuda" and cfg.world_size > torch.cuda.device_count():
-        raise RingsimError(f"--world-size {cfg.world_size} needs as many GPUs; this host has "
+    cfg = config_from_args(a, n_gpus=a.gpus)
+    if cfg.device == "cuda" and cfg.n_gpus > torch.cuda.device_count():
+        raise RingsimError(f"--gpus {cfg.n_gpus} needs as many GPUs; this host has "
                            f"{torch.cuda.device_count()} (use torchrun across nodes)")
     check_outputs(a, cfg.repeats)
     _results, traces = run_config(cfg)

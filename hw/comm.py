@@ -42,9 +42,9 @@ class Ring:
     """Where a rank sits in the ring and how it talks and measures."""
 
     rank: int
-    world: int
+    n_gpus: int
     group: Any
-    """The process group of the ring (None when world is 1)."""
+    """The process group of the ring (None when n_gpus is 1)."""
     clock: Any
     recorder: Recorder | None = None
     """Where spans go; None runs untimed."""
@@ -61,11 +61,11 @@ class Ring:
 
     @property
     def next(self) -> int:
-        return (self.rank + 1) % self.world
+        return (self.rank + 1) % self.n_gpus
 
     @property
     def prev(self) -> int:
-        return (self.rank - 1) % self.world
+        return (self.rank - 1) % self.n_gpus
 
     def failure_note(self) -> str | None:
         """What the first failing rank wrote in the store, if anything."""

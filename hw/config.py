@@ -38,7 +38,7 @@ class RunConfig:
     workload: Workload = field(default_factory=lambda: Workload(
         seq=4096, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=True))
     """Shape, dtype, mask, pass (fwd, bwd or fwdbwd) and packed documents, as in the simulator."""
-    world_size: int = 2
+    n_gpus: int = 2
     """Ranks in the ring."""
     layout: str = "zigzag"
     """contiguous, striped, zigzag, or with packed documents also doc-contiguous and
@@ -73,7 +73,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.workload, Workload):
             raise RingsimError("workload must be a sim.config.Workload")
-        for name in ("world_size", "repeats"):
+        for name in ("n_gpus", "repeats"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise RingsimError(f"{name} must be a positive integer, got {v!r}")
@@ -108,8 +108,8 @@ class RunConfig:
         if self.threads_per_rank is not None and (
                 not isinstance(self.threads_per_rank, int) or self.threads_per_rank <= 0):
             raise RingsimError(f"threads_per_rank must be a positive integer, got {self.threads_per_rank!r}")
-        if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:
-            raise RingsimError(f"fail_rank must be a rank below {self.world_size}, got {self.fail_rank!r}")
+        if self.fail_rank is not None and not 0 <= self.fail_rank < self.n_gpus:
+            raise RingsimError(f"fail_rank must be a rank below {self.n_gpus}, got {self.fail_rank!r}")
         if self.fail_mode not in ("raise", "exit"):
             raise RingsimError(f"fail_mode must be raise or exit, got {self.fail_mode!r}")
         self.scenario()  # the simulator's checks: sizes that divide into the layout's chunks
@@ -122,7 +122,7 @@ class RunConfig:
 
     @property
     def tokens_per_rank(self) -> int:
-        return self.workload.seq // self.world_size
+        return self.workload.seq // self.n_gpus
 
     @property
     def packed(self) -> Packed | None:
@@ -141,7 +141,7 @@ class RunConfig:
 
     def scenario(self) -> Scenario:
         """The simulator's view of this run (its `describe()` is the trace's config)."""
-        return Scenario(workload=self.workload, n_gpus=self.world_size, scheme=self.scheme, layout=self.layout,
+        return Scenario(workload=self.workload, n_gpus=self.n_gpus, scheme=self.scheme, layout=self.layout,
                         overlap=True, granularity="exact")
 
     def describe(self) -> dict[str, Any]:

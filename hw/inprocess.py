@@ -135,48 +135,48 @@ class StepClock:
 
 
 def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor | None, *,
-              world: int, layout: str, causal: bool, ops: BlockOps,
+              n_gpus: int, layout: str, causal: bool, ops: BlockOps,
               timeout_s: float = 120.0, timed: bool = False):
-    """Output (and dq, dk, dv when dout is given) of the ring on `world` threads, in the
+    """Output (and dq, dk, dv when dout is given) of the ring on `n_gpus` threads, in the
     original token order, on q's device; with `timed`, also each rank's compute spans
     (hw.timing.Span: rank, kind, step, start_s, end_s, flops), each step run alone.
 
     q, dout: (batch, seq, heads, head_dim); k, v: (batch, seq, kv_heads, head_dim); seq
-    divisible by the layout's chunks (2 x world for zigzag).
+    divisible by the layout's chunks (2 x n_gpus for zigzag).
     """
-    chunks = 2 * world if layout == "zigzag" else world
-    if world < 1 or q.shape[1] % chunks:
+    chunks = 2 * n_gpus if layout == "zigzag" else n_gpus
+    if n_gpus < 1 or q.shape[1] % chunks:
         raise RingsimError(f"{q.shape[1]} tokens do not split into {chunks} chunks of the {layout} layout")
     device = q.device
     box = _Mailbox(timeout_s)
-    parts: list[Any] = [None] * world
+    parts: list[Any] = [None] * n_gpus
     lock = threading.Lock()
     if timed and device.type == "cuda":
         torch.cuda.synchronize(device)
-    clocks = [StepClock(device, lock) if timed else _Clock() for _ in range(world)]
-    recorders = [Recorder(clocks[r], r) if timed else None for r in range(world)]
+    clocks = [StepClock(device, lock) if timed else _Clock() for _ in range(n_gpus)]
+    recorders = [Recorder(clocks[r], r) if timed else None for r in range(n_gpus)]
 
     def shard_of(x: torch.Tensor, rank: int) -> torch.Tensor:
-        return shard(x.cpu(), layout, world, rank).to(device)
+        return shard(x.cpu(), layout, n_gpus, rank).to(device)
 
     def rank_main(rank: int) -> None:
         try:
-            ring = Ring(rank=rank, world=world, group=box, clock=clocks[rank], recorder=recorders[rank],
+            ring = Ring(rank=rank, n_gpus=n_gpus, group=box, clock=clocks[rank], recorder=recorders[rank],
                         channel=ThreadChannel)
             mine = [shard_of(x, rank) for x in (q, k, v)]
             out, lse = ring_forward(*mine, ring=ring, layout=layout, causal=causal, ops=ops)
             if dout is None:
                 parts[rank] = (out,)
                 return
-            # the backward's steps follow the forward's, numbered from `world` as the simulator does
+            # the backward's steps follow the forward's, numbered from `n_gpus` as the simulator does
             grads = ring_backward(shard_of(dout, rank), *mine, out, lse, ring=ring, layout=layout,
-                                  causal=causal, ops=ops, step0=world)
+                                  causal=causal, ops=ops, step0=n_gpus)
             parts[rank] = (out, *grads)
         except BaseException as e:  # handed to the caller below
             parts[rank] = e
             box.fail(e)
 
-    threads = [threading.Thread(target=rank_main, args=(r,), name=f"ring-rank-{r}") for r in range(world)]
+    threads = [threading.Thread(target=rank_main, args=(r,), name=f"ring-rank-{r}") for r in range(n_gpus)]
     for t in threads:
         t.start()
     for t in threads:

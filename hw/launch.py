@@ -3,7 +3,7 @@ hw.spawn.
 
 `run_local` takes full tensors and returns the output, gradients and the measured trace.
 `run_config` runs a `RunConfig` with inputs made from its seed (the `ringsim hw run`
-command); `run_configs` runs many, one process group per world size.
+command); `run_configs` runs many, one process group per GPU count.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ def _rank_args(ctx: RankContext, cfg) -> dict[str, Any]:
     """What a rank's run of `cfg` takes from its process (hw.runner.run_rank, RankRun)."""
     from hw.runner import pick_device
 
-    return dict(rank=ctx.rank, group=ctx.group, device=pick_device(cfg.device, ctx.rank, ctx.world),
-                barrier=ctx.barrier, store=ctx.store, ranks_on_host=ctx.world)
+    return dict(rank=ctx.rank, group=ctx.group, device=pick_device(cfg.device, ctx.rank, ctx.n_gpus),
+                barrier=ctx.barrier, store=ctx.store, ranks_on_host=ctx.n_gpus)
 
 
 def _run_worker(ctx: RankContext, cfg, inputs, keep_outputs: bool):
@@ -35,10 +35,10 @@ def _run_worker(ctx: RankContext, cfg, inputs, keep_outputs: bool):
 
 
 def run_config(cfg, inputs=None, *, keep_outputs: bool = False):
-    """Run `cfg` on `cfg.world_size` local processes; the ranks' `RankResult`s and traces."""
+    """Run `cfg` on `cfg.n_gpus` local processes; the ranks' `RankResult`s and traces."""
     from hw.runner import build_traces
 
-    results = spawn(_run_worker, cfg.world_size, args=(cfg, inputs, keep_outputs),
+    results = spawn(_run_worker, cfg.n_gpus, args=(cfg, inputs, keep_outputs),
                     backend=cfg.resolved_backend, timeout_s=cfg.timeout_s)
     return results, build_traces(cfg, results)
 
@@ -75,7 +75,7 @@ def _run_many_worker(ctx: RankContext, cfgs: list, report: bool, interleave: boo
 
 
 def run_configs(cfgs: list, *, on_done: Callable[[int], None] | None = None, interleave: bool = False) -> list:
-    """Run several configurations, one process group per world size and backend.
+    """Run several configurations, one process group per GPU count and backend.
 
     Start-up (seconds per group) is paid once per group instead of once per run; the
     runs of a group follow one another in the order given. With `interleave`, a group's
@@ -90,11 +90,11 @@ def run_configs(cfgs: list, *, on_done: Callable[[int], None] | None = None, int
 
     groups: dict[tuple, list[int]] = {}
     for i, cfg in enumerate(cfgs):
-        groups.setdefault((cfg.world_size, cfg.resolved_backend, cfg.device), []).append(i)
+        groups.setdefault((cfg.n_gpus, cfg.resolved_backend, cfg.device), []).append(i)
     out: list = [None] * len(cfgs)
-    for (world, backend, _device), idx in groups.items():
+    for (n_gpus, backend, _device), idx in groups.items():
         mine = [cfgs[i] for i in idx]
-        per_rank = spawn(_run_many_worker, world, args=(mine, on_done is not None, interleave), backend=backend,
+        per_rank = spawn(_run_many_worker, n_gpus, args=(mine, on_done is not None, interleave), backend=backend,
                          timeout_s=max(c.timeout_s for c in mine),
                          on_progress=(lambda _r, j: on_done(idx[j])) if on_done else None)
         for j, i in enumerate(idx):
@@ -126,10 +126,10 @@ def _dtype_name(t) -> str:
     return names[t.dtype]
 
 
-def run_local(q, k, v, *, world_size: int, causal: bool, layout: str = "zigzag", scheme: str = "ring",
+def run_local(q, k, v, *, n_gpus: int, causal: bool, layout: str = "zigzag", scheme: str = "ring",
               backend: str = "gloo", dout=None, warmup: int = 0, repeats: int = 1, timeout_s: float = 60.0,
               block_impl: str = "auto", threads_per_rank: int | None = None) -> RunResult:
-    """Sequence-parallel attention of full tensors on `world_size` local processes.
+    """Sequence-parallel attention of full tensors on `n_gpus` local processes.
 
     scheme: "ring" (hw.ring), "allgather" (hw.allgather; zigzag layout) or "ulysses"
     (hw.ulysses; any layout, the degree dividing the heads).
@@ -156,12 +156,12 @@ def run_local(q, k, v, *, world_size: int, causal: bool, layout: str = "zigzag",
     device = "cuda" if q.is_cuda else "cpu"
     workload = Workload(batch=b, seq=s, heads=h, kv_heads=k.shape[2], head_dim=d, dtype=dtype,
                         causal=causal, pass_="fwd" if dout is None else "fwdbwd")
-    cfg = RunConfig(workload=workload, world_size=world_size, layout=layout, scheme=scheme, device=device,
+    cfg = RunConfig(workload=workload, n_gpus=n_gpus, layout=layout, scheme=scheme, device=device,
                     backend=backend if device == "cpu" else (None if backend == "gloo" else backend),
                     warmup=warmup, repeats=repeats, timeout_s=timeout_s, block_impl=block_impl,
                     threads_per_rank=threads_per_rank)
     inputs = Inputs(*(x.detach().cpu() if x is not None else None for x in (q, k, v, dout)))
-    if world_size == 1:
+    if n_gpus == 1:
         results = [_run_in_process(cfg, inputs)]
         from hw.runner import build_traces
         traces = build_traces(cfg, results)
@@ -179,7 +179,7 @@ def run_local(q, k, v, *, world_size: int, causal: bool, layout: str = "zigzag",
 
 
 def _run_in_process(cfg, inputs):
-    """World size 1: no processes, no group; this process's own thread count."""
+    """GPU count 1: no processes, no group; this process's own thread count."""
     import torch
 
     from hw.runner import run_rank

@@ -3,7 +3,7 @@
 Every rank reads its place from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR/PORT), makes the inputs from the seed, runs the ring
 (`hw.runner.run_rank`) and sends its spans to rank 0, which saves and prints the result
-like `ringsim hw run` (same options, without --world-size). A rank that fails prints
+like `ringsim hw run` (same options, without --gpus). A rank that fails prints
 one line naming itself and exits with status 1; the others stop when their transfers
 fail (naming the failed rank when it left word in the rendezvous store) and torchrun
 tears the job down.
@@ -26,16 +26,16 @@ def main(argv: list[str] | None = None) -> int:
             raise RingsimError(message)
 
     p = _Parser(prog="torchrun ... -m hw.main", description="One rank of a measured ring run.")
-    add_run_args(p, world_size=False)
+    add_run_args(p, gpus=False)
     rank = int(os.environ.get("RANK", "0"))
     try:
         a = p.parse_args(argv)
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        cfg = config_from_args(a, world_size=world)
+        n_gpus = int(os.environ.get("WORLD_SIZE", "1"))
+        cfg = config_from_args(a, n_gpus=n_gpus)
         if rank == 0:
             from hw.cli import check_outputs
             check_outputs(a, cfg.repeats)
-        results = _run(cfg, rank, world)
+        results = _run(cfg, rank, n_gpus)
         if rank == 0:
             from hw.runner import build_traces
             return report(a, cfg, build_traces(cfg, results))
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _run(cfg, rank: int, world: int):
+def _run(cfg, rank: int, n_gpus: int):
     import torch.distributed as dist
 
     from hw.comm import PeerFailure, note_failure
@@ -53,12 +53,12 @@ def _run(cfg, rank: int, world: int):
     from hw.spawn import join_group, release_group_after_failure
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    ranks_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", str(n_gpus)))
     store = group = control = None
     try:
-        device = pick_device(cfg.device, local_rank, local_world)
-        if world > 1:
-            group, control = join_group(cfg.resolved_backend, rank=rank, world=world,
+        device = pick_device(cfg.device, local_rank, ranks_on_host)
+        if n_gpus > 1:
+            group, control = join_group(cfg.resolved_backend, rank=rank, n_gpus=n_gpus,
                                         local_rank=local_rank, timeout_s=cfg.timeout_s)
             try:  # torchrun's agent keeps this store alive when a rank dies
                 store = dist.distributed_c10d._get_default_store()
@@ -66,13 +66,13 @@ def _run(cfg, rank: int, world: int):
                 store = None
 
         def barrier() -> None:
-            if world > 1:
+            if n_gpus > 1:
                 dist.barrier(group=control)
 
         res = run_rank(cfg, rank=rank, group=group, inputs=None, device=device,
-                       barrier=barrier, store=store, ranks_on_host=local_world)
-        gathered = [None] * world if rank == 0 else None
-        if world > 1:
+                       barrier=barrier, store=store, ranks_on_host=ranks_on_host)
+        gathered = [None] * n_gpus if rank == 0 else None
+        if n_gpus > 1:
             dist.gather_object(res, gathered, dst=0, group=control)
             dist.destroy_process_group()
         else:

@@ -108,7 +108,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
 
     `packed`: the documents of a packed sequence (its layout is the one sharded by);
     None: one document."""
-    n, r = ring.world, ring.rank
+    n, r = ring.n_gpus, ring.rank
     c = q.shape[1]
     chunks, pairs, pieces_of = _blocks(layout, n, c, causal, packed, q.device)
     work = pairs * _pair_flops(q)
@@ -163,7 +163,7 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                   ops: BlockOps, step0: int = 0, on_step: StepHook | None = None,
                   packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of this rank's shard (input dtype), given the forward's out and lse."""
-    n, r = ring.world, ring.rank
+    n, r = ring.n_gpus, ring.rank
     c = q.shape[1]
     chunks, pairs, pieces_of = _blocks(layout, n, c, causal, packed, q.device)
     work = pairs * (BWD_FLOPS_FACTOR * _pair_flops(q))

@@ -117,25 +117,25 @@ def make_inputs(cfg: RunConfig) -> Inputs:
 def make_rank_inputs(cfg: RunConfig, rank: int, device: torch.device | str = "cpu") -> Inputs:
     """Rank `rank`'s shard of `make_inputs(cfg)` (the same values), made on `device`
     without making the rest of the sequence."""
-    tokens = token_index(cfg.sharding, cfg.workload.seq, cfg.world_size)[rank]
+    tokens = token_index(cfg.sharding, cfg.workload.seq, cfg.n_gpus)[rank]
     return _tensors(cfg, tokens, device)
 
 
-def gpu_for_rank(local_rank: int, local_world: int, device_count: int) -> int:
+def gpu_for_rank(local_rank: int, ranks_on_host: int, device_count: int) -> int:
     """The GPU of local rank `local_rank`: its own, one per rank, or a RingsimError."""
-    if local_world > device_count or not 0 <= local_rank < device_count:
+    if ranks_on_host > device_count or not 0 <= local_rank < device_count:
         raise RingsimError(
-            f"{local_world} ranks on this host but {device_count} GPU"
+            f"{ranks_on_host} ranks on this host but {device_count} GPU"
             f"{'s' if device_count != 1 else ''} visible (local rank {local_rank}): every rank "
             f"needs a GPU of its own; start at most {device_count} ranks per host "
             f"(torchrun --nproc-per-node {device_count}) or make more GPUs visible")
     return local_rank
 
 
-def pick_device(kind: str, local_rank: int, local_world: int = 1) -> torch.device:
+def pick_device(kind: str, local_rank: int, ranks_on_host: int = 1) -> torch.device:
     """The rank's device: the CPU, or GPU `local_rank` of this host (made current)."""
     if kind == "cuda":
-        idx = gpu_for_rank(local_rank, local_world, torch.cuda.device_count())
+        idx = gpu_for_rank(local_rank, ranks_on_host, torch.cuda.device_count())
         torch.cuda.set_device(idx)
         return torch.device("cuda", idx)
     return torch.device("cpu")
@@ -179,7 +179,7 @@ def _fault(cfg: RunConfig, rank: int) -> Callable[[int], None] | None:
 def _measure_rate(cfg: RunConfig, inputs: Inputs, ops, device: torch.device) -> float:
     """Achieved FLOP/s of the whole attention on this rank alone (one block: no ring)."""
     w = cfg.workload
-    one = Ring(rank=0, world=1, group=None, clock=CpuClock(cfg.timeout_s))
+    one = Ring(rank=0, n_gpus=1, group=None, clock=CpuClock(cfg.timeout_s))
     args = dict(ring=one, layout=cfg.layout, causal=w.causal, ops=ops)
     packed = cfg.packed
     if packed is not None:   # the whole packed sequence on one rank
@@ -218,7 +218,7 @@ def rank_shard(cfg: RunConfig, rank: int, inputs: Inputs | None, device: torch.d
     if inputs is None:
         mine = make_rank_inputs(cfg, rank, device)
     else:
-        mine = Inputs(*(shard(x, cfg.sharding, cfg.world_size, rank).to(device) if x is not None else None
+        mine = Inputs(*(shard(x, cfg.sharding, cfg.n_gpus, rank).to(device) if x is not None else None
                         for x in (inputs.q, inputs.k, inputs.v, inputs.dout)))
     return Inputs(*(heads_first_memory(x) if x is not None else None
                     for x in (mine.q, mine.k, mine.v, mine.dout)))
@@ -227,7 +227,7 @@ def rank_shard(cfg: RunConfig, rank: int, inputs: Inputs | None, device: torch.d
 def run_rank(cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, device: torch.device,
              barrier: Callable[[], None], store: Any = None, ranks_on_host: int = 1,
              keep_outputs: bool = False) -> RankResult:
-    """Run `cfg` as rank `rank` of the ring on `group` (None when world_size is 1).
+    """Run `cfg` as rank `rank` of the ring on `group` (None when n_gpus is 1).
 
     `inputs`: the whole sequence, to shard; None makes this rank's shard alone from the
     seed. A transfer or barrier that fails because of another rank raises PeerFailure,
@@ -249,7 +249,7 @@ class RankRun:
 
     def __init__(self, cfg: RunConfig, *, rank: int, group: Any, inputs: Inputs | None, device: torch.device,
                  barrier: Callable[[], None], store: Any = None, ranks_on_host: int = 1):
-        w, n = cfg.workload, cfg.world_size
+        w, n = cfg.workload, cfg.n_gpus
         self.cfg, self.rank, self.group, self.device = cfg, rank, group, device
         self.barrier, self.store = barrier, store
         self.threads = cfg.threads(ranks_on_host)
@@ -295,7 +295,7 @@ class RankRun:
 
     def iteration(self, it: int) -> None:
         """Iteration `it` (the first `cfg.warmup` are not recorded)."""
-        cfg, w, n, rank = self.cfg, self.cfg.workload, self.cfg.world_size, self.rank
+        cfg, w, n, rank = self.cfg, self.cfg.workload, self.cfg.n_gpus, self.rank
         q, k, v, dout = self.inputs.q, self.inputs.k, self.inputs.v, self.inputs.dout
         if self.device.type == "cpu":      # another configuration's run may have set others
             torch.set_num_threads(self.threads)
@@ -343,7 +343,7 @@ def build_traces(cfg: RunConfig, results: list[RankResult]) -> list[Trace]:
     hardware: dict[str, Any] = {
         "kind": "measured", "device": info["device"], "backend": cfg.resolved_backend,
         "torch": torch.__version__, "threads_per_rank": info["threads_per_rank"],
-        "world_size": cfg.world_size, "block_impl": info["block_impl"],
+        "n_gpus": cfg.n_gpus, "block_impl": info["block_impl"],
     }
     if "rate_flops" in info:
         hardware["rate_flops"] = info["rate_flops"]
@@ -351,12 +351,12 @@ def build_traces(cfg: RunConfig, results: list[RankResult]) -> list[Trace]:
     for i in range(cfg.repeats):
         spans = _split_waits([res.spans[i] for res in results],
                              [res.needs[i] if i < len(res.needs) else {} for res in results])
-        _add_trailing_idle(spans, cfg.world_size)
+        _add_trailing_idle(spans, cfg.n_gpus)
         meta = {"peak_mem_bytes": [res.info["peak_mem_bytes"] for res in results],
                 "repeat": i, "repeats": cfg.repeats, "warmup": cfg.warmup, "seed": cfg.seed,
                 "clock": info["clock"], "schedule": cfg.scheme}
         table = SpanTable.from_spans(sorted(spans, key=lambda s: (s.rank, STREAMS.index(s.stream), s.start_s)))
-        traces.append(Trace("measured", cfg.world_size, table, cfg.describe(), dict(hardware), meta))
+        traces.append(Trace("measured", cfg.n_gpus, table, cfg.describe(), dict(hardware), meta))
     return traces
 
 
@@ -397,12 +397,12 @@ def _split_waits(per_rank: list[list[Span]], needs: list[dict[int, list[int]]]) 
     return out
 
 
-def _add_trailing_idle(spans: list[Span], world: int) -> None:
+def _add_trailing_idle(spans: list[Span], n_gpus: int) -> None:
     """Idle from each rank's last event to the end of the run, as the simulator records it."""
     if not spans:
         return
     end = max(s.end_s for s in spans)
-    last = [None] * world
+    last = [None] * n_gpus
     for s in spans:
         if last[s.rank] is None or s.end_s > last[s.rank].end_s:
             last[s.rank] = s

@@ -82,10 +82,10 @@ class RankContext:
     """What a function run by `spawn` gets: its place, its group, a way to report."""
 
     rank: int
-    world: int
+    n_gpus: int
     backend: str
     group: Any
-    """The process group (None when world is 1)."""
+    """The process group (None when n_gpus is 1)."""
     control: Any
     """A gloo group for barriers and small objects (the main group on gloo)."""
     store: Any
@@ -95,11 +95,11 @@ class RankContext:
     def barrier(self) -> None:
         import torch.distributed as dist
 
-        if self.world > 1:
+        if self.n_gpus > 1:
             dist.barrier(group=self.control)
 
 
-def join_group(backend: str, *, rank: int, world: int, local_rank: int, timeout_s: float,
+def join_group(backend: str, *, rank: int, n_gpus: int, local_rank: int, timeout_s: float,
                store: Any = None) -> tuple[Any, Any]:
     """Join the ring's process group; (group, control group for barriers and objects).
 
@@ -118,13 +118,13 @@ def join_group(backend: str, *, rank: int, world: int, local_rank: int, timeout_
     if backend == "nccl":
         from hw.runner import gpu_for_rank
 
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-        torch.cuda.set_device(gpu_for_rank(local_rank, local_world, torch.cuda.device_count()))
+        ranks_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", str(n_gpus)))
+        torch.cuda.set_device(gpu_for_rank(local_rank, ranks_on_host, torch.cuda.device_count()))
         pg_timeout = timedelta(seconds=timeout_s + NCCL_WATCHDOG_GRACE_S)
     if store is not None:
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=pg_timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=n_gpus, timeout=pg_timeout)
     else:
-        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=n_gpus,
                                 timeout=pg_timeout)
     group = dist.group.WORLD
     return group, dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else group
@@ -147,7 +147,7 @@ def release_group_after_failure() -> None:
         pass
 
 
-def _rank_main(rank: int, world: int, port: int, backend: str, timeout_s: float,
+def _rank_main(rank: int, n_gpus: int, port: int, backend: str, timeout_s: float,
                send: Callable[[tuple], None], fn: Callable[..., Any], args: tuple) -> None:
     """The life of one rank: join the group, run `fn`, say how it went."""
     import torch.distributed as dist
@@ -157,16 +157,16 @@ def _rank_main(rank: int, world: int, port: int, backend: str, timeout_s: float,
     store = None
     try:
         group = control = None
-        if world > 1:
-            store = dist.TCPStore("127.0.0.1", port, world, rank == 0,
+        if n_gpus > 1:
+            store = dist.TCPStore("127.0.0.1", port, n_gpus, rank == 0,
                                   timeout=timedelta(seconds=timeout_s))
-            group, control = join_group(backend, rank=rank, world=world, local_rank=rank,
+            group, control = join_group(backend, rank=rank, n_gpus=n_gpus, local_rank=rank,
                                         timeout_s=timeout_s, store=store)
-        ctx = RankContext(rank, world, backend, group, control, store,
+        ctx = RankContext(rank, n_gpus, backend, group, control, store,
                           lambda obj: send(("progress", rank, obj)))
         payload = fn(ctx, *args)
         send(("ok", rank, _dumps(payload)))
-        if world > 1:
+        if n_gpus > 1:
             dist.destroy_process_group()
     except PeerFailure as e:
         release_group_after_failure()
@@ -192,11 +192,11 @@ def worker_main() -> None:
     key = bytes.fromhex(os.environ["RINGSIM_SPAWN_KEY"])
     conn = Client(addr, authkey=key)
     conn.send(("launcher", -1))
-    fn, args, world, port, backend, timeout_s = _loads(conn.recv_bytes())
+    fn, args, n_gpus, port, backend, timeout_s = _loads(conn.recv_bytes())
     import torch.distributed  # noqa: F401  (imported once, here, for every rank)
 
     ranks: dict[int, int] = {}
-    for rank in range(world):
+    for rank in range(n_gpus):
         pid = os.fork()
         if pid == 0:
             code = 0
@@ -204,7 +204,7 @@ def worker_main() -> None:
                 conn.close()
                 own = Client(addr, authkey=key)
                 own.send(("rank", rank))
-                _rank_main(rank, world, port, backend, timeout_s, own.send, fn, args)
+                _rank_main(rank, n_gpus, port, backend, timeout_s, own.send, fn, args)
                 own.close()
             except BaseException:
                 code = 1
@@ -221,10 +221,10 @@ def worker_main() -> None:
     conn.close()
 
 
-def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str = "gloo",
+def spawn(fn: Callable[..., Any], n_gpus: int, *, args: tuple = (), backend: str = "gloo",
           timeout_s: float = 60.0, on_progress: Callable[[int, Any], None] | None = None,
           env: dict[str, str] | None = None) -> list[Any]:
-    """Run `fn(ctx, *args)` on `world` fresh processes; their return values, by rank.
+    """Run `fn(ctx, *args)` on `n_gpus` fresh processes; their return values, by rank.
 
     The ranks are forked by a launcher process started for the purpose (`python -m
     hw.worker`), never from the caller, so the caller's main module is not re-imported
@@ -239,7 +239,7 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
                          "defined in the __main__ script (move it to a module)")
     key = secrets.token_bytes(16)
     listener = Listener(("127.0.0.1", 0), authkey=key)
-    task = _dumps((fn, args, world, free_port(), backend, timeout_s))
+    task = _dumps((fn, args, n_gpus, free_port(), backend, timeout_s))
     inbox: queue_mod.Queue = queue_mod.Queue()
 
     def serve(conn) -> None:
@@ -253,7 +253,7 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
             pass
 
     def accept() -> None:
-        for _ in range(world + 1):
+        for _ in range(n_gpus + 1):
             try:
                 conn = listener.accept()
             except OSError:
@@ -294,14 +294,14 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
             exited[rank] = rest[0]
 
     try:
-        while not all(settled(r) for r in range(world)):
+        while not all(settled(r) for r in range(n_gpus)):
             try:
                 handle(inbox.get(timeout=0.2))
             except queue_mod.Empty:
                 pass
-            gone = [r for r in range(world) if not settled(r) and r in exited]
+            gone = [r for r in range(n_gpus) if not settled(r) and r in exited]
             if launcher.poll() is not None:
-                gone = [r for r in range(world) if not settled(r)]
+                gone = [r for r in range(n_gpus) if not settled(r)]
             if gone:
                 # a rank that died: take what it may have said before it went
                 _drain(inbox, handle, wait_s=0.5)
@@ -314,7 +314,7 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
             if errors and give_up_at is None:
                 give_up_at = time.monotonic() + timeout_s
             if give_up_at is not None and time.monotonic() > give_up_at:
-                for r in range(world):
+                for r in range(n_gpus):
                     if not settled(r):
                         errors[r] = ("peer", f"still running {timeout_s:.0f} s after another rank failed")
     finally:
@@ -322,12 +322,12 @@ def spawn(fn: Callable[..., Any], world: int, *, args: tuple = (), backend: str 
         listener.close()
         log.close()
     if errors:
-        failure = _failure(errors, world)
+        failure = _failure(errors, n_gpus)
         failure.log_path = log.name
         failure.details += f"\nthe ranks' own standard error: {log.name}"
         raise failure
     _replay(log.name)
-    return [results[r] for r in range(world)]
+    return [results[r] for r in range(n_gpus)]
 
 
 def _replay(path: str) -> None:
@@ -368,7 +368,7 @@ def _drain(inbox: queue_mod.Queue, handle: Callable[[tuple], None], wait_s: floa
             return
 
 
-def _failure(errors: dict[int, tuple[str, str]], world: int) -> RankFailure:
+def _failure(errors: dict[int, tuple[str, str]], n_gpus: int) -> RankFailure:
     order = list(errors)
     for want in ("own", "died", "peer"):
         culprits = [r for r in order if errors[r][0] == want]
@@ -377,7 +377,7 @@ def _failure(errors: dict[int, tuple[str, str]], world: int) -> RankFailure:
             break
     kind, text = errors[r]
     first_line = text.strip().splitlines()[0] if text.strip() else kind
-    others = [x for x in range(world) if x != r]
+    others = [x for x in range(n_gpus) if x != r]
     tail = (f"; rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} stopped"
             if others else "")
     details = "\n".join(f"rank {x} ({errors[x][0]}): {errors[x][1].strip()}" for x in order)

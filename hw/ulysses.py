@@ -90,7 +90,7 @@ def _a2a(ring: Ring, send: list[torch.Tensor], recv: list[torch.Tensor], *, step
 def _exchange(ring: Ring, send: list[list[torch.Tensor]], *, step: int, chunks, all_chunks) -> list[list[torch.Tensor]]:
     """Rank j gets send[j] (a list of tensors, same shapes from every rank), as one message
     per pair; returns, per source rank, its tensors."""
-    n = ring.world
+    n = ring.n_gpus
     shapes = [t.shape for t in send[0]]
     flat = [torch.cat([t.reshape(-1) for t in parts]) for parts in send]
     if n == 1:
@@ -131,7 +131,7 @@ def ulysses_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: 
                     causal: bool, ops: BlockOps, step0: int = 0,
                     on_step=None) -> tuple[torch.Tensor, UlyssesState]:
     """This rank's output (q's dtype and shape) and the state its backward needs."""
-    n, r = ring.world, ring.rank
+    n, r = ring.n_gpus, ring.rank
     b, t, h, d = q.shape
     kvh = k.shape[2]
     check_degree(h, kvh, n)
@@ -162,7 +162,7 @@ def ulysses_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                      ops: BlockOps, step0: int = 0,
                      on_step=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of this rank's shard (input dtype), given the forward's state."""
-    n, r = ring.world, ring.rank
+    n, r = ring.n_gpus, ring.rank
     b, t, h, d = q.shape
     kvh = k.shape[2]
     hq = h // n

@@ -17,14 +17,14 @@ from hw.kernels import SCHEMES
 from sim.layouts import NAMES as LAYOUTS
 from sim.validation import Case, batch_of, error_parts
 
-WORLD_SIZES = [2, 3, 4]
+GPU_COUNTS = [2, 3, 4]
 
 
-def ulysses_fits(world_size: int, heads: int, kv_heads: int) -> bool:
-    """Whether Ulysses runs on `world_size` ranks: the degree divides the query heads,
+def ulysses_fits(n_gpus: int, heads: int, kv_heads: int) -> bool:
+    """Whether Ulysses runs on `n_gpus` ranks: the degree divides the query heads,
     and divides the K/V heads or is a multiple of them (sim.schemes.hybrid.check_degree)."""
-    return heads % world_size == 0 and (kv_heads % world_size == 0 if world_size <= kv_heads
-                                        else world_size % kv_heads == 0)
+    return heads % n_gpus == 0 and (kv_heads % n_gpus == 0 if n_gpus <= kv_heads
+                                        else n_gpus % kv_heads == 0)
 
 
 def default_schemes(quick: bool) -> list[str]:
@@ -44,27 +44,27 @@ def _scheme_cases(scheme: str, *, quick: bool) -> list[tuple[str, bool]]:
 
 
 def matrix(*, quick: bool, seqs: list[int] | None = None, passes: list[str] | None = None,
-           world_sizes: list[int] | None = None, schemes: list[str] | None = None,
+           gpu_counts: list[int] | None = None, schemes: list[str] | None = None,
            heads: int = 8, kv_heads: int = 8) -> list[Case]:
-    """The validation matrix: passes x world sizes x sizes x schemes x layouts x masks.
+    """The validation matrix: passes x GPU counts x sizes x schemes x layouts x masks.
 
     Quick: forward at two sizes and forward-backward at the smaller one (a backward
     costs 2.5x a forward: both sizes would double the run), the ring alone; with three
-    world sizes, 36 cases, under ten minutes on two cores. Full: fwd, bwd and fwdbwd at
+    GPU counts, 36 cases, under ten minutes on two cores. Full: fwd, bwd and fwdbwd at
     three sizes, every layout and mask, the ring, all-gather and Ulysses. Ulysses is left
-    out where the world size does not divide the heads (`ulysses_fits`).
+    out where the GPU count does not divide the heads (`ulysses_fits`).
     """
     default_seqs = [3072, 6144] if quick else [3072, 6144, 12288]   # multiples of 24: every layout
     if passes is None:                                                 # divides on 2, 3 and 4 ranks
         passes = ["fwd", "fwdbwd"] if quick else ["fwd", "bwd", "fwdbwd"]
-    if world_sizes is None:
-        world_sizes = WORLD_SIZES
+    if gpu_counts is None:
+        gpu_counts = GPU_COUNTS
     if schemes is None:
         schemes = default_schemes(quick)
     cases = []
     for pass_ in passes:
         sizes = seqs or (default_seqs[:1] if quick and pass_ != "fwd" else default_seqs)
-        for ws in world_sizes:
+        for ws in gpu_counts:
             for seq in sizes:
                 for scheme in schemes:
                     if scheme == "ulysses" and not ulysses_fits(ws, heads, kv_heads):

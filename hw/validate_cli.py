@@ -1,6 +1,6 @@
 """`ringsim validate`: measure the real kernel over a matrix of cases (hw.launch),
 simulate the same cases on a calibrated profile, and report the errors (hw.validate).
-Cases of one world size run in batches on one set of processes (start-up is paid once
+Cases of one GPU count run in batches on one set of processes (start-up is paid once
 a batch), their repeats interleaved (hw.launch.run_configs); with --rounds a batch is
 measured in rounds spread over the run (round_order), so that a slow or fast stretch of
 the host sets a part of each case's repeats. Each finished batch is written to the
@@ -35,15 +35,15 @@ def register(sub) -> None:
                    help="calibrated from separate microbenchmarks (`ringsim calibrate`)")
     v.add_argument("--quick", action="store_true",
                    help="the quick matrix: forward at two sizes and forward-backward at the smaller, "
-                        "world sizes 2-4, the ring (under ten minutes on 2 cores); without it fwd, bwd "
+                        "GPU counts 2-4, the ring (under ten minutes on 2 cores); without it fwd, bwd "
                         "and fwdbwd at three sizes, every layout and mask, ring, allgather and ulysses")
     v.add_argument("--seqs", type=tokens, nargs="+", default=None, help="sequence lengths (every pass)")
-    v.add_argument("--world-sizes", type=int, nargs="+", default=None, help="(default 2 3 4)")
+    v.add_argument("--gpus", type=int, nargs="+", default=None, metavar="N", help="GPU counts (default 2 3 4)")
     v.add_argument("--passes", nargs="+", choices=["fwd", "bwd", "fwdbwd"], default=None,
                    help="(default: fwd fwdbwd with --quick, else fwd bwd fwdbwd)")
     v.add_argument("--schemes", nargs="+", choices=list(SCHEMES), default=None,
                    help="(default: ring with --quick, else all three); allgather runs the zigzag "
-                        "layout, ulysses the world sizes that divide the heads")
+                        "layout, ulysses the GPU counts that divide the heads")
     v.add_argument("--heads", type=int, default=8)
     v.add_argument("--kv-heads", type=int, default=8)
     v.add_argument("--head-dim", type=int, default=64)
@@ -84,7 +84,7 @@ def register(sub) -> None:
 
 
 BATCH = 8
-"""Cases of one world size measured by one set of processes: start-up (seconds at every
+"""Cases of one GPU count measured by one set of processes: start-up (seconds at every
 spawn) is paid once per batch (once per round of it), and an interrupted run loses at most
 one batch (with --rounds, the batches whose rounds are not all in)."""
 
@@ -106,7 +106,7 @@ def split_repeats(repeats: int, rounds: int) -> list[int]:
 
 def measure(cfgs: list) -> list[list[Trace]]:
     """The measured traces (one per repeat) of each configuration, on local processes
-    that run every configuration in turn (one process group per world size)."""
+    that run every configuration in turn (one process group per GPU count)."""
     from hw.launch import run_configs
 
     return [traces for _, traces in run_configs(cfgs, interleave=True)]
@@ -135,12 +135,12 @@ def profile_compute_groups(profile, dtype: str, cases) -> dict[str, str]:
 
 
 def _batches(cases, rows) -> list[list]:
-    """The cases still to measure, in order, cut where the world size changes or a batch fills."""
+    """The cases still to measure, in order, cut where the GPU count changes or a batch fills."""
     out: list[list] = []
     for c in cases:
         if c.key in rows:
             continue
-        if out and out[-1][-1].world_size == c.world_size and len(out[-1]) < BATCH:
+        if out and out[-1][-1].n_gpus == c.n_gpus and len(out[-1]) < BATCH:
             out[-1].append(c)
         else:
             out.append([c])
@@ -149,7 +149,7 @@ def _batches(cases, rows) -> list[list]:
 
 def cmd_validate(a: argparse.Namespace) -> int:
     from hw.config import RunConfig
-    from hw.validate import WORLD_SIZES, default_schemes, markdown, matrix, ulysses_fits
+    from hw.validate import GPU_COUNTS, default_schemes, markdown, matrix, ulysses_fits
     from sim.config import Workload
     from sim.host import mismatch_line, this_host
     from sim.profile import load_profile
@@ -179,22 +179,22 @@ def cmd_validate(a: argparse.Namespace) -> int:
     for name in ("max_median_error", "max_case_error"):
         if getattr(a, name) is not None and not getattr(a, name) >= 0:
             raise RingsimError(f"--{name.replace('_', '-')} must be a non-negative fraction")
-    cases = matrix(quick=a.quick, seqs=a.seqs, passes=a.passes, world_sizes=a.world_sizes,
+    cases = matrix(quick=a.quick, seqs=a.seqs, passes=a.passes, gpu_counts=a.gpus,
                    schemes=a.schemes, heads=a.heads, kv_heads=a.kv_heads)
     if "ulysses" in (a.schemes or default_schemes(a.quick)):
-        left = [ws for ws in (a.world_sizes or WORLD_SIZES) if not ulysses_fits(ws, a.heads, a.kv_heads)]
+        left = [ws for ws in (a.gpus or GPU_COUNTS) if not ulysses_fits(ws, a.heads, a.kv_heads)]
         if left:
             print(f"ulysses left out on {', '.join(map(str, left))} ranks: the degree must divide the "
                   f"{a.heads} heads and the {a.kv_heads} K/V heads", file=sys.stderr)
     if not cases:
-        raise RingsimError("no cases to run: no scheme fits these world sizes and heads")
+        raise RingsimError("no cases to run: no scheme fits these GPU counts and heads")
 
     def workload(c):
         return Workload(seq=c.seq, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
                         dtype=a.dtype, causal=c.causal, pass_=c.pass_)
 
     # every case's configuration is checked (sizes, layouts, scheme rules) before anything runs
-    configs = {c.key: RunConfig(workload=workload(c), world_size=c.world_size, layout=c.layout,
+    configs = {c.key: RunConfig(workload=workload(c), n_gpus=c.n_gpus, layout=c.layout,
                                 scheme=c.scheme, warmup=a.warmup, repeats=a.repeats, seed=a.seed)
                for c in cases}
     used = profile_compute_groups(profile, a.dtype, cases)
@@ -329,7 +329,7 @@ def _measure_batch(batch, configs, speed, before, remeasure: int):
             break
         if attempt < remeasure:
             parts = ", ".join(f"{name} {value:.0%}" for name, value in off.items())
-            print(f"the host read off the profile around this batch of {configs[batch[0].key].world_size} ranks "
+            print(f"the host read off the profile around this batch of {configs[batch[0].key].n_gpus} ranks "
                   f"({parts} off): measuring it again ({attempt + 1} of {remeasure})", file=sys.stderr, flush=True)
     latest = after
     _, measured, before, after, chosen = kept

@@ -15,8 +15,8 @@ fits the models of sim.profile:
 - links: alpha-beta by least squares over message sizes, for one direction and for
   both directions at once; the ring uses the latter;
 - collectives (all-gather, reduce-scatter, all-to-all), per collective: alpha-beta
-  over shard sizes and world sizes, time = (world - 1) x alpha + bytes sent / bandwidth,
-  the time of the (world - 1) rounds the simulator plays (sim.topology), each a flow of
+  over shard sizes and GPU counts, time = (n_gpus - 1) x alpha + bytes sent / bandwidth,
+  the time of the (n_gpus - 1) rounds the simulator plays (sim.topology), each a flow of
   one shard; a collective that was not measured is played on the point-to-point fit;
 - contention: on CPUs, the host model of sim.contention. Its cores and threads per rank
   come from the bench file's device; its sharing law from the concurrency part (k
@@ -198,23 +198,23 @@ def fit_rounds(rounds: list[float], sent: list[float], times: list[float], *,
 
 
 def collective_records(bench: dict[str, Any]) -> list[dict[str, Any]]:
-    """A bench's collective entries as calibrate_collectives takes them: op, world, and
+    """A bench's collective entries as calibrate_collectives takes them: op, n_gpus, and
     the median of the bytes sent and of the times; a malformed entry is refused."""
     out = []
     for i, r in enumerate(_records(bench, "collective")):
-        world = r.get("world")
-        if r.get("op") not in COLLECTIVE_OPS or isinstance(world, bool) or not isinstance(world, int) or world < 2:
+        n_gpus = r.get("n_gpus", r.get("world"))   # "world": the key of older bench files
+        if r.get("op") not in COLLECTIVE_OPS or isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 2:
             raise RingsimError(f"bench: collective entry {i} needs an op among {', '.join(COLLECTIVE_OPS)} "
-                               "and a world of two ranks or more")
-        out.append({"op": r["op"], "world": world,
+                               "and n_gpus, two GPUs or more")
+        out.append({"op": r["op"], "n_gpus": n_gpus,
                     "sent_bytes": _median(r.get("sent_bytes"), f"collective entry {i} sent_bytes"),
                     "time_s": _median(r.get("time_s", r.get("median_s")), f"collective entry {i} time_s")})
     return out
 
 
 def calibrate_collectives(records: list[dict[str, Any]]) -> tuple[dict[str, CollectiveFit], dict]:
-    """Per collective: the per-round latency and bandwidth of its flows over every world
-    size, and a fit at each world size measured at two sizes or more, each fitted to
+    """Per collective: the per-round latency and bandwidth of its flows over every GPU
+    count, and a fit at each GPU count measured at two sizes or more, each fitted to
     the points' relative errors (fit_line): the sizes span decades, and on the 2-core
     VM a collective's rate falls at the largest (an all-to-all of 16 MB shards at 0.33
     GB/s, of 1-4 MB at 0.6-1.0 GB/s, bench/results/cpu-bench.json), which an absolute fit
@@ -227,34 +227,34 @@ def calibrate_collectives(records: list[dict[str, Any]]) -> tuple[dict[str, Coll
         if len({r["sent_bytes"] for r in pts}) < 2:
             report[op] = {"points": len(pts), "skipped": "needs two sizes or more"}
             continue
-        rounds = [r["world"] - 1 for r in pts]
+        rounds = [r["n_gpus"] - 1 for r in pts]
         alpha, beta = fit_rounds(rounds, [r["sent_bytes"] for r in pts], [r["time_s"] for r in pts], relative=True)
         if beta <= 0:
             report[op] = {"points": len(pts), "skipped": "times do not grow with size"}
             continue
-        by_world: dict[int, LinkFit] = {}
+        by_gpus: dict[int, LinkFit] = {}
         errors: dict[int, dict[str, list[float]]] = {}
-        for world in sorted({r["world"] for r in pts}):
-            mine = [r for r in pts if r["world"] == world]
-            err = errors.setdefault(world, {"rounds": [], "world": []})
-            err["rounds"] = [_rel((world - 1) * alpha + r["sent_bytes"] * beta, r["time_s"]) for r in mine]
+        for n_gpus in sorted({r["n_gpus"] for r in pts}):
+            mine = [r for r in pts if r["n_gpus"] == n_gpus]
+            err = errors.setdefault(n_gpus, {"rounds": [], "own": []})
+            err["rounds"] = [_rel((n_gpus - 1) * alpha + r["sent_bytes"] * beta, r["time_s"]) for r in mine]
             if len({r["sent_bytes"] for r in mine}) < 2:
                 continue
             try:
                 a, b = fit_line([r["sent_bytes"] for r in mine], [r["time_s"] for r in mine], relative=True)
             except RingsimError:
                 continue
-            by_world[world] = LinkFit(a / (world - 1), 1.0 / b)
-            err["world"] = [_rel(a + r["sent_bytes"] * b, r["time_s"]) for r in mine]
-        out[op] = CollectiveFit(LinkFit(alpha, 1.0 / beta), by_world)
+            by_gpus[n_gpus] = LinkFit(a / (n_gpus - 1), 1.0 / b)
+            err["own"] = [_rel(a + r["sent_bytes"] * b, r["time_s"]) for r in mine]
+        out[op] = CollectiveFit(LinkFit(alpha, 1.0 / beta), by_gpus)
         report[op] = {"latency_per_round_s": alpha, "bandwidth_bytes_per_s": 1.0 / beta, "points": len(pts),
-                      "worlds": sorted(errors),
+                      "gpu_counts": sorted(errors),
                       "residuals": _stats([e for es in errors.values() for e in es["rounds"]]),
-                      "residuals_by_world": {str(w): _stats(es["rounds"]) for w, es in errors.items()},
-                      "by_world": {str(w): {"latency_per_round_s": f.latency_s,
-                                            "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
-                                            "residuals": _stats(errors[w]["world"])}
-                                   for w, f in by_world.items()}}
+                      "residuals_by_gpus": {str(w): _stats(es["rounds"]) for w, es in errors.items()},
+                      "by_gpus": {str(w): {"latency_per_round_s": f.latency_s,
+                                           "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
+                                           "residuals": _stats(errors[w]["own"])}
+                                  for w, f in by_gpus.items()}}
     return out, report
 
 

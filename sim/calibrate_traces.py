@@ -16,7 +16,7 @@ completion. This module fits the same profile models to those spans:
 - contention: none. The spans were timed under contention, so the model must not add it
   again.
 
-`holdout` then predicts other measured runs (other sizes, layouts, world sizes: cases
+`holdout` then predicts other measured runs (other sizes, layouts, GPU counts: cases
 kept out of the fit) with this profile and, when given, with a microbenchmark profile,
 and reports the makespan error of each, so a person sees which route predicts better;
 each profile predicts as `ringsim validate` does (the median of seeded plays where the
@@ -114,7 +114,7 @@ def calibrate_from_traces(traces: list[tuple[Trace, str]], source: str = "") -> 
         cases.setdefault(Case.from_config(trace.config).key, []).append(path)
     if len(transfer) < 2:
         raise RingsimError("the traces hold fewer than two transfers: a link cannot be fitted "
-                           "(a world size of 2 or more is needed)")
+                           "(a GPU count of 2 or more is needed)")
     groups, model, compute_report = calibrate_compute(compute)
     # one point per message size, its median: a ring repeats one size many times over
     by_size: dict[float, list[float]] = {}

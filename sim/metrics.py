@@ -146,7 +146,7 @@ def compute_metrics(trace: Trace) -> Metrics:
     whole columns, so that the temporaries stay a few MB (reused by the allocator, where
     whole-column ones would be fresh memory every time on a trace of tens of millions of
     spans)."""
-    n = trace.world_size
+    n = trace.n_gpus
     c = trace.columns
     compute, flops, exposed, comm, sent = (np.zeros(n) for _ in range(5))
 
@@ -281,7 +281,7 @@ def scheme_row(scheme: str, variant: str, trace: Trace, m: Metrics) -> dict[str,
     between nodes (from the trace's `gpus_per_node`), bytes sent and peak memory per GPU
     (the largest), and the GPU's memory."""
     c = trace.columns
-    n = trace.world_size
+    n = trace.n_gpus
     worst = max(m.ranks, key=lambda r: r.exposed_comm_s).rank if m.ranks else 0
     exposed = (c.stream == WAIT) & (c.kind != IDLE) & (c.rank == worst)
     by_kind = np.bincount(c.kind[exposed], (c.end_s - c.start_s)[exposed], minlength=len(KIND_NAMES))

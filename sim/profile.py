@@ -92,19 +92,19 @@ class LinkFit:
 
 @dataclass(frozen=True)
 class CollectiveFit:
-    """One collective's flows: `rounds` fitted over every world size (time = rounds x
-    latency + bytes sent / bandwidth), `by_world` fitted at each measured world size
+    """One collective's flows: `rounds` fitted over every GPU count (time = rounds x
+    latency + bytes sent / bandwidth), `by_gpus` fitted at each measured GPU count
     (time = latency + bytes sent / bandwidth, shared out over its rounds)."""
 
     rounds: LinkFit
-    by_world: dict[int, LinkFit] = field(default_factory=dict)
+    by_gpus: dict[int, LinkFit] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"latency_per_round_s": self.rounds.latency_s,
                 "bandwidth_bytes_per_s": self.rounds.bandwidth_bytes_per_s,
-                "by_world": {str(w): {"latency_per_round_s": f.latency_s,
+                "by_gpus": {str(w): {"latency_per_round_s": f.latency_s,
                                       "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s}
-                             for w, f in sorted(self.by_world.items())}}
+                             for w, f in sorted(self.by_gpus.items())}}
 
 
 @dataclass(frozen=True)
@@ -161,8 +161,8 @@ class Profile:
     def collective_times_s(self, kind: np.ndarray, nbytes: np.ndarray, default: np.ndarray, *,
                            group: np.ndarray | None = None) -> np.ndarray:
         """The time of each collective flow (`kind`: names 'ag', 'rs', 'a2a'; `group`: the
-        ranks of its collective): the fit of that world size where one was measured, else
-        the fit over every world size; `default` where the collective was not measured."""
+        ranks of its collective): the fit of that GPU count where one was measured, else
+        the fit over every GPU count; `default` where the collective was not measured."""
         out = np.array(default, dtype=np.float64)
         group = np.zeros(len(out), dtype=np.int64) if group is None else np.asarray(group)
         for name, op in SIM_COLLECTIVES.items():
@@ -171,9 +171,9 @@ class Profile:
             if fit is None or not sel.any():
                 continue
             out[sel] = fit.rounds.time_s(nbytes[sel])
-            for world, per_world in fit.by_world.items():
-                at = sel & (group == world)
-                out[at] = per_world.time_s(nbytes[at])
+            for n_gpus, per_gpus in fit.by_gpus.items():
+                at = sel & (group == n_gpus)
+                out[at] = per_gpus.time_s(nbytes[at])
         return out
 
     def at_compute_speed(self, factor: float) -> "Profile":
@@ -356,18 +356,18 @@ def profile_from_dict(d: Any, source: str = "") -> Profile:
     for op, fit in raw_coll.items():
         if op not in SIM_COLLECTIVES.values() or not isinstance(fit, dict):
             raise RingsimError(f"profile: unknown collective {op!r} (known: {', '.join(SIM_COLLECTIVES.values())})")
-        by_world = fit.get("by_world") or {}
-        if not isinstance(by_world, dict) or not all(isinstance(f, dict) for f in by_world.values()):
-            raise RingsimError(f"profile: collective {op} by_world must map world sizes to fits")
-        worlds = {}
-        for w, f in by_world.items():
+        by_gpus = fit.get("by_gpus", fit.get("by_world")) or {}     # by_world: older profiles' key
+        if not isinstance(by_gpus, dict) or not all(isinstance(f, dict) for f in by_gpus.values()):
+            raise RingsimError(f"profile: collective {op} by_gpus must map GPU counts to fits")
+        gpu_counts = {}
+        for w, f in by_gpus.items():
             if not str(w).isdigit() or int(w) < 2:
-                raise RingsimError(f"profile: collective {op} has a bad world size {w!r}")
-            worlds[int(w)] = LinkFit(_num(f.get("latency_per_round_s"), f"{op} latency_per_round_s"),
-                                     _num(f.get("bandwidth_bytes_per_s"), f"{op} bandwidth", positive=True))
+                raise RingsimError(f"profile: collective {op} has a bad GPU count {w!r}")
+            gpu_counts[int(w)] = LinkFit(_num(f.get("latency_per_round_s"), f"{op} latency_per_round_s"),
+                                         _num(f.get("bandwidth_bytes_per_s"), f"{op} bandwidth", positive=True))
         collectives[op] = CollectiveFit(
             LinkFit(_num(fit.get("latency_per_round_s"), f"{op} latency_per_round_s"),
-                    _num(fit.get("bandwidth_bytes_per_s"), f"{op} bandwidth", positive=True)), worlds)
+                    _num(fit.get("bandwidth_bytes_per_s"), f"{op} bandwidth", positive=True)), gpu_counts)
     measured_on = d.get("measured_on") if isinstance(d.get("measured_on"), dict) else {}
     report = d.get("report") if isinstance(d.get("report"), dict) else {}
     return Profile(comp["model"], groups, lf, contention, measured_on, report, source, collectives)

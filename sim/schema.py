@@ -90,7 +90,7 @@ def _on(value: bool) -> str:
 SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
     # workload
     ScenarioOption(flag="--gpus", kind="int", group="workload", default=_s["n_gpus"], url_key="gpus",
-                   help=f"ranks in the ring (default {_s['n_gpus']})"),
+                   help=f"GPUs in the group (default {_s['n_gpus']})"),
     ScenarioOption(flag="--seq", kind="tokens", group="workload", default=_w["seq"], url_key="seq",
                    help=f"tokens per sequence: a number or a size such as 64k or 1M (default {_w['seq']})"),
     ScenarioOption(flag="--batch", kind="int", group="workload", default=_w["batch"], url_key="batch",

@@ -105,7 +105,7 @@ def cmd_step(a: argparse.Namespace) -> int:
         from sim.trace import Trace, to_chrome_trace, write_json
 
         t = step.pipeline
-        trace = Trace(t.source, t.world_size, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,
+        trace = Trace(t.source, t.n_gpus, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,
                                                         "seq": req.seq, "global_batch": req.global_batch},
                       hw.describe(), t.meta)
         if a.trace:

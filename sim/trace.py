@@ -18,11 +18,13 @@ Streams and kinds:
   peer, the end of the run). Both producers split a wait the same way
   (sim.record.wait_pieces).
 
-Files. Version 2 stores the columns: a `.json` file holds them as JSON arrays; any other
+Files. Version 3 stores the columns: a `.json` file holds them as JSON arrays; any other
 name (`.npz` is the usual one) a zip of NumPy arrays, several times smaller and faster
-to load. Version 1 files (a JSON list of span objects) are still read. Every file is
-validated field by field on load, so that a hostile or truncated file gives one clear
-error instead of garbage downstream.
+to load. The header's `n_gpus` is the number of GPUs (ranks) in the run. Version 2 files
+(the same, with that count under `world_size`) and version 1 files (a JSON list of span
+objects, also `world_size`) are still read. Every file is validated field by field on
+load, so that a hostile or truncated file gives one clear error instead of garbage
+downstream.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ import numpy as np
 from sim.errors import RingsimError
 
 FORMAT = "ringsim-trace"
-VERSION = 2
-READS = (1, 2)
+VERSION = 3
+READS = (1, 2, 3)
+ARRAY_VERSIONS = (2, 3)
+"""Versions whose columns are arrays (JSON or a NumPy zip); version 1 is a list of spans."""
 STREAMS = ("compute", "send", "recv", "wait")
 """Stream names by code (the `stream` column)."""
 COMPUTE, SEND, RECV, WAIT = range(4)
@@ -197,13 +201,13 @@ class SpanTable:
 class Trace:
     """A header and the spans of one run (simulated or measured)."""
 
-    def __init__(self, source: str, world_size: int, spans: SpanTable | Iterable[Span],
+    def __init__(self, source: str, n_gpus: int, spans: SpanTable | Iterable[Span],
                  config: dict[str, Any] | None = None, hardware: dict[str, Any] | None = None,
                  meta: dict[str, Any] | None = None):
         if source not in SOURCES:
             raise RingsimError(f"trace source must be one of {SOURCES}, got {source!r}")
         self.source = source
-        self.world_size = world_size
+        self.n_gpus = n_gpus
         self.columns = spans if isinstance(spans, SpanTable) else SpanTable.from_spans(spans)
         self.config = config if config is not None else {}
         self.hardware = hardware if hardware is not None else {}
@@ -229,7 +233,7 @@ class Trace:
         return float(c.end_s.max()) - float(c.start_s.min())
 
     def by_rank(self, stream: str | None = None) -> list[list[Span]]:
-        out: list[list[Span]] = [[] for _ in range(self.world_size)]
+        out: list[list[Span]] = [[] for _ in range(self.n_gpus)]
         for s in self.spans:
             if stream is None or s.stream == stream:
                 out[s.rank].append(s)
@@ -237,11 +241,11 @@ class Trace:
 
     def header(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "source": self.source,
-                "world_size": self.world_size, "config": self.config,
+                "n_gpus": self.n_gpus, "config": self.config,
                 "hardware": self.hardware, "meta": self.meta}
 
     def to_dict(self) -> dict[str, Any]:
-        """The version-2 JSON object: the header, the name tables and the columns."""
+        """The JSON object: the header, the name tables and the columns."""
         c = self.columns
         return {**self.header(), "streams": list(STREAMS), "kinds": list(KIND_NAMES),
                 "chunk_sets": [list(s) for s in c.chunk_sets],
@@ -249,29 +253,29 @@ class Trace:
 
     @classmethod
     def from_dict(cls, data: Any) -> "Trace":
-        """Validate a decoded JSON object (version 1 or 2) and build the trace;
+        """Validate a decoded JSON object (any version in READS) and build the trace;
         RingsimError on any flaw."""
-        world, source = _check_header(data)
+        n_gpus, source = _check_header(data)
         if data["version"] == 1:
             raw = data.get("spans")
             if not isinstance(raw, list):
                 raise RingsimError("trace: spans must be a list")
-            table = SpanTable.from_spans(_span_from_dict(i, d, world) for i, d in enumerate(raw))
+            table = SpanTable.from_spans(_span_from_dict(i, d, n_gpus) for i, d in enumerate(raw))
         else:
             table = _table_from_json(data)
-            _check_table(table, world)
-        return cls(source, world, table, data.get("config", {}), data.get("hardware", {}),
+            _check_table(table, n_gpus)
+        return cls(source, n_gpus, table, data.get("config", {}), data.get("hardware", {}),
                    data.get("meta", {}))
 
     def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> None:
-        """Write version 2: JSON arrays for a `.json` name, a NumPy zip otherwise."""
+        """Write the current version: JSON arrays for a `.json` name, a NumPy zip otherwise."""
         if str(path).endswith(".json"):
             write_json(path, self.to_dict(), overwrite=overwrite)
         else:
             write_bytes(path, self.to_bytes(), overwrite=overwrite)
 
     def to_bytes(self) -> bytes:
-        """The version-2 archive: header.json and one .npy member per column."""
+        """The archive: header.json and one .npy member per column."""
         c = self.columns
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
@@ -294,7 +298,7 @@ class Trace:
 
     @classmethod
     def loads(cls, data: str | bytes) -> "Trace":
-        """A trace from a file's contents: a version-2 archive or JSON (version 1 or 2)."""
+        """A trace from a file's contents: an archive or JSON (any version in READS)."""
         if isinstance(data, bytes) and data.startswith(_ZIP_MAGIC):
             return _from_archive(data)
         try:
@@ -320,16 +324,17 @@ def _check_header(data: Any) -> tuple[int, str]:
     if data.get("version") not in READS:
         raise RingsimError(f"trace: unsupported version {data.get('version')!r} "
                            f"(this ringsim reads {', '.join(map(str, READS))})")
-    world = data.get("world_size")
-    if not _is_int(world) or not 1 <= world <= 1 << 20:
-        raise RingsimError(f"trace: world_size must be a positive integer, got {world!r}")
+    key = "n_gpus" if data["version"] >= 3 else "world_size"
+    n_gpus = data.get(key)
+    if not _is_int(n_gpus) or not 1 <= n_gpus <= 1 << 20:
+        raise RingsimError(f"trace: {key} must be a positive integer, got {n_gpus!r}")
     source = data.get("source")
     if source not in SOURCES:
         raise RingsimError(f"trace: source must be one of {SOURCES}, got {source!r}")
     for key in ("config", "hardware", "meta"):
         if not isinstance(data.get(key, {}), dict):
             raise RingsimError(f"trace: {key} must be a JSON object")
-    return world, source
+    return n_gpus, source
 
 
 def _name_codes(data: dict[str, Any], key: str, known: tuple[str, ...]) -> np.ndarray:
@@ -407,9 +412,9 @@ def _from_archive(data: bytes) -> Trace:
             head = json.loads(z.read("header.json"))
         except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise RingsimError(f"trace: header.json is not valid JSON ({e})") from None
-        world, source = _check_header(head)
-        if head["version"] != 2:
-            raise RingsimError("trace: an archive must be version 2")
+        n_gpus, source = _check_header(head)
+        if head["version"] not in ARRAY_VERSIONS:
+            raise RingsimError(f"trace: an archive must be version {' or '.join(map(str, ARRAY_VERSIONS))}")
         table: dict[str, np.ndarray] = {}
         for name, dtype in COLUMN_TYPES.items():
             member = f"{name}.npy"
@@ -428,35 +433,35 @@ def _from_archive(data: bytes) -> Trace:
         raise
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError) as e:
         raise RingsimError(f"trace: damaged archive ({e})") from None
-    _check_table(out, world)
-    return Trace(source, world, out, head.get("config", {}), head.get("hardware", {}), head.get("meta", {}))
+    _check_table(out, n_gpus)
+    return Trace(source, n_gpus, out, head.get("config", {}), head.get("hardware", {}), head.get("meta", {}))
 
 
-def _check_table(c: SpanTable, world: int) -> None:
+def _check_table(c: SpanTable, n_gpus: int) -> None:
     """What the version-1 reader checks span by span, over whole columns."""
     def first(bad: np.ndarray) -> int:
         return int(np.flatnonzero(bad)[0])
 
     checks = [
-        ((c.rank < 0) | (c.rank >= world), f"rank must be an integer in [0, {world})"),
+        ((c.rank < 0) | (c.rank >= n_gpus), f"rank must be an integer in [0, {n_gpus})"),
         (~_VALID_KIND[c.stream, c.kind], "kind is not valid on its stream"),
         (c.step < 0, "step must be a non-negative integer"),
         (c.end_s < c.start_s, "end_s is before start_s"),
         ((c.flops < 0) | (c.bytes < 0), "flops and bytes must be non-negative"),
-        ((c.peer < -1) | (c.peer >= world), "peer must be -1 or a rank"),
+        ((c.peer < -1) | (c.peer >= n_gpus), "peer must be -1 or a rank"),
     ]
     for bad, what in checks:
         if bad.any():
             raise RingsimError(f"trace: span {first(bad)}: {what}")
 
 
-def _span_from_dict(i: int, d: Any, world: int) -> Span:
+def _span_from_dict(i: int, d: Any, n_gpus: int) -> Span:
     where = f"trace: span {i}"
     if not isinstance(d, dict):
         raise RingsimError(f"{where} is not an object")
     rank, stream, kind, step = d.get("rank"), d.get("stream"), d.get("kind"), d.get("step")
-    if not _is_int(rank) or not 0 <= rank < world:
-        raise RingsimError(f"{where}: rank must be an integer in [0, {world}), got {rank!r}")
+    if not _is_int(rank) or not 0 <= rank < n_gpus:
+        raise RingsimError(f"{where}: rank must be an integer in [0, {n_gpus}), got {rank!r}")
     if stream not in STREAMS:
         raise RingsimError(f"{where}: stream must be one of {STREAMS}, got {stream!r}")
     if kind not in KINDS[stream]:
@@ -480,7 +485,7 @@ def _span_from_dict(i: int, d: Any, world: int) -> Span:
             raise RingsimError(f"{where}: {key} must be a list of non-negative integers")
         chunks.append(tuple(c))
     peer = d.get("peer", -1)
-    if not _is_int(peer) or not -1 <= peer < world:
+    if not _is_int(peer) or not -1 <= peer < n_gpus:
         raise RingsimError(f"{where}: peer must be -1 or a rank, got {peer!r}")
     return Span(rank, stream, kind, step, vals["start_s"], vals["end_s"], vals["flops"],
                 vals["bytes"], chunks[0], chunks[1], peer)
@@ -546,7 +551,7 @@ def write_json(path: str | os.PathLike, obj: Any, *, overwrite: bool = False) ->
 def to_chrome_trace(trace: Trace) -> dict[str, Any]:
     """Chrome trace event format: one process per rank, one thread per stream, µs."""
     events: list[dict[str, Any]] = []
-    for rank in range(trace.world_size):
+    for rank in range(trace.n_gpus):
         events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
                        "args": {"name": f"rank {rank}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,

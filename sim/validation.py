@@ -1,6 +1,6 @@
 """How far a simulated run falls from measured runs of the same case.
 
-For one case (a scheme, layout, mask, world size, sequence length and pass) the real
+For one case (a scheme, layout, mask, GPU count, sequence length and pass) the real
 kernel gives several measured traces (repeats) and the simulator one, or, when asked,
 several seeded plays where the profile's host has a measured spread of speeds
 (`simulate_replays`; then the median of the plays is the prediction, as the median of
@@ -45,14 +45,14 @@ class Case:
 
     layout: str
     causal: bool
-    world_size: int
+    n_gpus: int
     seq: int
     pass_: str = "fwd"
     scheme: str = "ring"
 
     @property
     def key(self) -> str:
-        return (f"{self.scheme}/{self.layout}/{'causal' if self.causal else 'full'}/ws{self.world_size}/"
+        return (f"{self.scheme}/{self.layout}/{'causal' if self.causal else 'full'}/gpus{self.n_gpus}/"
                 f"seq{self.seq}/{self.pass_}")
 
     @classmethod
@@ -68,13 +68,18 @@ class Case:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "Case":
         """The case a validation report's row describes."""
-        return cls(row["layout"], bool(row["causal"]), int(row["world_size"]), int(row["seq"]), row["pass"],
+        return cls(row["layout"], bool(row["causal"]), row_gpus(row), int(row["seq"]), row["pass"],
                    row.get("scheme", "ring"))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["pass"] = d.pop("pass_")
         return d
+
+
+def row_gpus(row: dict[str, Any]) -> int:
+    """A report row's GPU count: `n_gpus`, or `world_size` in reports written before that name."""
+    return int(row["n_gpus"] if "n_gpus" in row else row["world_size"])
 
 
 def _hop_times(trace: Trace) -> list[float]:
@@ -113,7 +118,7 @@ def _rel(sim: float, meas: float) -> float | None:
 def error_parts(row: dict[str, Any]) -> dict[str, float] | None:
     """A report row's makespan error in two parts, each a fraction of the measured
     makespan, that add up to it: "compute", how much longer the simulated mean rank
-    computes than the measured one (the compute part over the world size), and
+    computes than the measured one (the compute part over the GPU count), and
     "outside_compute", the rest: how much longer the simulation spends outside its
     computes (waiting on transfers and on slower ranks, the skew of the start, the time
     between blocks). A ring that waits on its slowest rank while its mean rank computes
@@ -123,20 +128,20 @@ def error_parts(row: dict[str, Any]) -> dict[str, float] | None:
     c = row["parts"]["compute_s"]
     if not m > 0:
         return None
-    compute = (c["simulated"] - c["measured"]) / row["world_size"] / m
+    compute = (c["simulated"] - c["measured"]) / row_gpus(row) / m
     return {"compute": compute, "outside_compute": row["error"] - compute}
 
 
 def batch_of(row: dict[str, Any]) -> str:
-    """The group of batches a report row's case ran in: its scheme, world size and pass."""
-    return f"{row.get('scheme', 'ring')} ws{row['world_size']} {row['pass']}"
+    """The group of batches a report row's case ran in: its scheme, GPU count and pass."""
+    return f"{row.get('scheme', 'ring')} {row_gpus(row)} GPUs {row['pass']}"
 
 
 def error_spread(reports: list[dict[str, Any]], field: str = "error") -> dict[str, Any]:
     """Several validation runs of the same cases: each case's signed `field` ("error", or
     "error_at_host_speed") split in three parts that add up to it, to say whose a miss
     is. The case's own part is its mean over the runs (the model's: it comes back in
-    every run); a group's shift is how far the cases of one world size and pass (a batch
+    every run); a group's shift is how far the cases of one GPU count and pass (a batch
     of processes in the quick matrix, measured within a minute or two) lie, on average,
     from their own means in one run (the host's drift around that batch, with the run's
     own lean); the rest is what is left of each case in each run (its repeats' noise).
@@ -186,10 +191,10 @@ def run_to_run(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def step_spread(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Where the per-step error lies: every step row of every case of the reports,
-    grouped by the case's scheme, pass and world size and the step's index, with the
+    grouped by the case's scheme, pass and GPU count and the step's index, with the
     median signed error (simulated against measured, over the measured step) and the
     median |error| of each step index, and the median |error| of each scheme, pass and
-    world size over all its steps. A step index whose signed median leans one way in
+    GPU count over all its steps. A step index whose signed median leans one way in
     every group of runs is the model's shape; steps that only scatter are noise."""
     by_step: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
     for rep in reports:
@@ -197,12 +202,12 @@ def step_spread(reports: list[dict[str, Any]]) -> dict[str, Any]:
             for st in r.get("steps") or []:
                 if st.get("abs_error") is None or not st["measured_s"] > 0:
                     continue
-                key = (f"{r.get('scheme', 'ring')}/{r['pass']}", int(r["world_size"]), int(st["step"]))
+                key = (f"{r.get('scheme', 'ring')}/{r['pass']}", row_gpus(r), int(st["step"]))
                 by_step.setdefault(key, []).append(((st["simulated_s"] - st["measured_s"]) / st["measured_s"],
                                                     st["abs_error"]))
     if not by_step:
         raise RingsimError("no step with a measured duration in the reports")
-    steps = [{"group": g, "world_size": n, "step": k, "n": len(v),
+    steps = [{"group": g, "n_gpus": n, "step": k, "n": len(v),
               "median_error": statistics.median(e for e, _ in v),
               "median_abs_error": statistics.median(a for _, a in v)}
              for (g, n, k), v in sorted(by_step.items())]
@@ -210,7 +215,7 @@ def step_spread(reports: list[dict[str, Any]]) -> dict[str, Any]:
     for (g, n, _), v in by_step.items():
         groups.setdefault((g, n), []).extend(a for _, a in v)
     return {"steps": steps,
-            "groups": [{"group": g, "world_size": n, "n": len(v), "median_abs_error": statistics.median(v)}
+            "groups": [{"group": g, "n_gpus": n, "n": len(v), "median_abs_error": statistics.median(v)}
                        for (g, n), v in sorted(groups.items())]}
 
 

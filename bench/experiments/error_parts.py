@@ -6,7 +6,7 @@ two parts that add up to it (sim.validation.error_parts): the mean rank's comput
 the time outside compute (waits on transfers and on slower ranks, the start skew, the
 time between blocks), each a share of the measured makespan. Prints, per run, the
 median signed makespan error, the median of each part, how many cases have each part
-negative, and the outside part's median per world size and pass; `--json` writes the
+negative, and the outside part's median per GPU count and pass; `--json` writes the
 same. It asks which part of the model a run's lean comes from: a part whose median has
 the same sign in every run is the model's, one that changes sign from run to run is the
 host's drift. Given two runs or more, it also splits every case's signed error over the
@@ -14,7 +14,7 @@ runs (sim.validation.error_spread) into the case's own part (its mean over the r
 model's), its batch's shift in each run (the host's drift around that batch) and the
 rest, as plain errors and at the host's speed, with the cases whose own part is largest.
 Last, where the per-step error lies over all the runs (sim.validation.step_spread): the
-median signed and |error| of each step index per pass and world size.
+median signed and |error| of each step index per pass and GPU count.
 
     .venv/bin/python bench/experiments/error_parts.py 556f71a c904fae ... [--json out.json]
     .venv/bin/python bench/experiments/error_parts.py bench/results/validation-quick.json
@@ -52,14 +52,14 @@ def load(source: str) -> dict:
 
 def split(report: dict) -> dict:
     """One run's medians over its cases: signed error, each part, the cases with a part
-    below zero, and the outside part by world size and pass."""
+    below zero, and the outside part by GPU count and pass."""
     rows = [r for r in report.get("cases") or [] if error_parts(r) is not None]
     if not rows:
         raise RingsimError("the report has no case with a measured makespan")
     parts = [error_parts(r) for r in rows]
     groups: dict[str, list[float]] = {}
     for r, p in zip(rows, parts):
-        groups.setdefault(f"ws{r['world_size']} {r['pass']}", []).append(p["outside_compute"])
+        groups.setdefault(f"gpus{r['n_gpus']} {r['pass']}", []).append(p["outside_compute"])
     return {"cases": len(rows),
             "median_error": statistics.median(r["error"] for r in rows),
             "median_compute": statistics.median(p["compute"] for p in parts),
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     head = (f"{'run':>10}  {'cases':>5}  {'error':>7}  {'compute':>7}  {'outside':>7}  {'c<0':>4}  {'o<0':>4}  "
             + "  ".join(f"{g:>11}" for g in groups))
     print("median over cases, shares of the measured makespan; c<0, o<0: cases whose compute or outside "
-          "part is negative; then the outside part by world size and pass")
+          "part is negative; then the outside part by GPU count and pass")
     print(head)
     for src, r in runs:
         print(f"{src[:10]:>10}  {r['cases']:>5}  {r['median_error']:>+7.1%}  {r['median_compute']:>+7.1%}  "
@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     print("per-step error by step index, over every run: median signed / median |error| (steps counted)")
     for g in steps["groups"]:
         cells = [f"{r['step']}: {r['median_error']:+.1%} / {r['median_abs_error']:.1%} ({r['n']})"
-                 for r in steps["steps"] if (r["group"], r["world_size"]) == (g["group"], g["world_size"])]
-        print(f"  {g['group']} ws{g['world_size']}: all steps {g['median_abs_error']:.1%}; " + ", ".join(cells))
+                 for r in steps["steps"] if (r["group"], r["n_gpus"]) == (g["group"], g["n_gpus"])]
+        print(f"  {g['group']} gpus{g['n_gpus']}: all steps {g['median_abs_error']:.1%}; " + ", ".join(cells))
     if a.json:
         try:
             write_json(a.json, {"runs": [{"source": s, **r} for s, r in runs], "spread": spreads, "steps": steps},

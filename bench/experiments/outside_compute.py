@@ -1,6 +1,6 @@
 """Where a ring rank's time outside its computes goes, measured against simulated.
 
-Runs the ring kernel (gloo, CPU) on a few cases at each world size, and plays the same
+Runs the ring kernel (gloo, CPU) on a few cases at each GPU count, and plays the same
 cases on a calibrated profile, and splits every rank's time outside its computes into
 the parts a trace tells apart: before its first compute (the start), between its
 computes, and after its last (waiting for the slowest rank to finish). Between
@@ -13,7 +13,7 @@ the table gives, per case, the mean over the repeats (measured) and over the pla
 the shares of the makespan follow. `sim.validation.error_parts` is
 the same split in every validation report, without the detail.
 
-    .venv/bin/python bench/experiments/outside_compute.py [--profile P.json] [--world-sizes 2 3 4]
+    .venv/bin/python bench/experiments/outside_compute.py [--profile P.json] [--gpus 2 3 4]
         [--seq 6144] [--repeats 5] [--plays 31] [--json out.json [--force]]
 """
 
@@ -43,7 +43,7 @@ def split(trace: Trace) -> dict[str, float]:
     t0, t1 = float(c.start_s.min()), float(c.end_s.max())
     out = dict.fromkeys(PARTS, 0.0)
     ranks = 0
-    for r in range(trace.world_size):
+    for r in range(trace.n_gpus):
         mine = c.rank == r
         comp = np.flatnonzero(mine & (c.stream == COMPUTE))
         if not comp.size:
@@ -66,17 +66,17 @@ def split(trace: Trace) -> dict[str, float]:
     return {k: v / max(ranks, 1) for k, v in out.items()}
 
 
-def measure_cases(world_sizes: list[int], cases, seq: int, repeats: int, pass_: str = "fwd") -> tuple[list, list]:
+def measure_cases(gpu_counts: list[int], cases, seq: int, repeats: int, pass_: str = "fwd") -> tuple[list, list]:
     """The ring kernel (gloo, CPU; 8 heads x 64, fp32) on each (layout, causal) case at
-    each world size, repeats interleaved: (configurations, their (results, traces))."""
+    each GPU count, repeats interleaved: (configurations, their (results, traces))."""
     from hw.config import RunConfig
     from hw.launch import run_configs
     from sim.config import Workload
 
     cfgs = [RunConfig(workload=Workload(seq=seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=causal,
                                         pass_=pass_),
-                      world_size=ws, layout=layout, warmup=1, repeats=repeats, seed=0, device="cpu")
-            for ws in world_sizes for layout, causal in cases]
+                      n_gpus=ws, layout=layout, warmup=1, repeats=repeats, seed=0, device="cpu")
+            for ws in gpu_counts for layout, causal in cases]
     return cfgs, run_configs(cfgs, interleave=True)
 
 
@@ -92,15 +92,15 @@ def _mean_parts(traces: list[Trace]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="bench/results/cpu-profile.json", help="calibrated CPU profile")
-    ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 3, 4])
+    ap.add_argument("--gpus", type=int, nargs="+", default=[2, 3, 4])
     ap.add_argument("--seq", type=int, default=6144, help="tokens (default 6144)")
     ap.add_argument("--repeats", type=int, default=5, help="measured runs of each case (default 5)")
     ap.add_argument("--plays", type=int, default=31, help="seeded plays of each case (default 31)")
     ap.add_argument("--json", metavar="FILE", help="also write the table as JSON")
     ap.add_argument("--force", action="store_true", help="overwrite the --json file")
     a = ap.parse_args(argv)
-    if a.repeats < 1 or a.plays < 1 or any(w < 2 for w in a.world_sizes):
-        print("outside_compute: --repeats and --plays must be at least 1, world sizes at least 2", file=sys.stderr)
+    if a.repeats < 1 or a.plays < 1 or any(w < 2 for w in a.gpus):
+        print("outside_compute: --repeats and --plays must be at least 1, GPU counts at least 2", file=sys.stderr)
         return 2
     why = kept_file(a.json, a.force)
     if why:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         profile = load_profile(a.profile)
-        cfgs, measured = measure_cases(a.world_sizes, CASES, a.seq, a.repeats)
+        cfgs, measured = measure_cases(a.gpus, CASES, a.seq, a.repeats)
     except RingsimError as e:
         print(f"outside_compute: {e}", file=sys.stderr)
         return 2
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     for cfg, (_, traces) in zip(cfgs, measured):
         m = _mean_parts(traces)
         s = _mean_parts(simulate_replays(cfg.scenario(), profile, a.plays))
-        name = f"{cfg.layout}/{'causal' if cfg.workload.causal else 'full'}/ws{cfg.world_size}"
+        name = f"{cfg.layout}/{'causal' if cfg.workload.causal else 'full'}/gpus{cfg.n_gpus}"
         rows.append({"case": name, "seq": a.seq, "measured": m, "simulated": s})
         print(f"{name:<22} " + " ".join(
             f"{m[k] * 1e3:>{w}.1f}/{s[k] * 1e3:<{w}.1f}" for k, w in

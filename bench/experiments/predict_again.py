@@ -109,7 +109,7 @@ def _reading_scale(commit: str, profile, settings: dict) -> float | None:
 
 
 def a_key(row: dict) -> str:
-    return (f"{row['layout']}/{'causal' if row['causal'] else 'full'}/ws{row['world_size']}/seq{row['seq']}/"
+    return (f"{row['layout']}/{'causal' if row['causal'] else 'full'}/gpus{row['n_gpus']}/seq{row['seq']}/"
             f"{row['pass']}")
 
 

@@ -4,7 +4,7 @@ For each commit given, reads that commit's `bench/results/cpu-profile.json` and
 `bench/results/validation-quick.json` (git show), simulates every ring case of the
 report again with the profile as it is and with its host's laws (forward and backward)
 replaced by the median, count by count, of the laws of all the runs given, and prints
-the median |makespan error| and the cases within 10% both ways, and each (world size,
+the median |makespan error| and the cases within 10% both ways, and each (GPU count,
 pass) group's median error. It asks how much of the run-to-run swing of the error comes
 from the law one bench measured, not what law to use: the pooled law is in-sample.
 
@@ -89,7 +89,7 @@ def _scenario(row: dict, settings: dict):
     """The scenario of one case of a validation report, from its row and the report's settings."""
     w = Workload(seq=row["seq"], heads=settings["heads"], kv_heads=settings["kv_heads"],
                  head_dim=settings["head_dim"], dtype=settings["dtype"], causal=row["causal"], pass_=row["pass"])
-    return RunConfig(workload=w, world_size=row["world_size"], layout=row["layout"], scheme=row["scheme"],
+    return RunConfig(workload=w, n_gpus=row["n_gpus"], layout=row["layout"], scheme=row["scheme"],
                      warmup=1, repeats=2, seed=0).scenario()
 
 
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             e_own, e_pool = (simulate(sc, p).makespan_s / m - 1 for p in (own_p, pooled_p))
             own.append(e_own)
             pool.append(e_pool)
-            groups.setdefault(f"ws{r['world_size']} {r['pass']}", []).append((e_own, e_pool))
+            groups.setdefault(f"gpus{r['n_gpus']} {r['pass']}", []).append((e_own, e_pool))
         law = {name: [f for _, f in prof["contention"]["host"].get(name) or []] for name in laws}
         rows.append({"commit": commit, "law": law["law"], "law_bwd": law["law_bwd"],
                      "own": {"median_abs_error": statistics.median(map(abs, own)),

@@ -4,16 +4,16 @@ host's cores idle and with other ranks computing.
 A ring rank that waits for a hop blocks in `wait`; when the hop arrives, gloo's thread
 has to run to complete it and the rank's thread to return, each on a core that other
 ranks' computes may hold. The simulator's host model shares the cores as a fluid (a
-rank that goes on gets its share at once), so it has no such latency. Here, on `world`
+rank that goes on gets its share at once), so it has no such latency. Here, on `n_gpus`
 gloo processes (hw.spawn): rank 0 sends a small message (64 KB) to rank 1, stamping the
 time just before the send, and rank 1, blocked in the receive's `wait`, stamps the time
 it returns (perf_counter: one clock for every process of a host). With `busy`, rank 0
 computes a 1024-token forward block before each send and ranks 2.. compute blocks back
 to back meanwhile (as a ring's other ranks do); without, rank 0 sleeps as long between
-sends and the others wait. Prints, per world size, the median and 90th percentile of the
+sends and the others wait. Prints, per GPU count, the median and 90th percentile of the
 latency both ways; `--json` writes every sample.
 
-    .venv/bin/python bench/experiments/wakeup.py [--worlds 2 3 4] [--samples 40] [--json out.json [--force]]
+    .venv/bin/python bench/experiments/wakeup.py [--gpus 2 3 4] [--samples 40] [--json out.json [--force]]
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def worker(ctx, plan: dict) -> dict | None:
             while time.perf_counter() < end:
                 ops.forward(q, k, v, False)
         ctx.barrier()
-    every: list = [None] * ctx.world
+    every: list = [None] * ctx.n_gpus
     dist.all_gather_object(every, out, group=ctx.control)
     if ctx.rank != 0:
         return None
@@ -86,13 +86,13 @@ def worker(ctx, plan: dict) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--worlds", type=int, nargs="+", default=[2, 3, 4])
-    ap.add_argument("--samples", type=int, default=40, help="messages per world size and state (default 40)")
+    ap.add_argument("--gpus", type=int, nargs="+", default=[2, 3, 4])
+    ap.add_argument("--samples", type=int, default=40, help="messages per GPU count and state (default 40)")
     ap.add_argument("--json", metavar="FILE", help="also write every sample as JSON")
     ap.add_argument("--force", action="store_true", help="overwrite the --json file")
     a = ap.parse_args(argv)
-    if a.samples < 2 or min(a.worlds) < 2:
-        print("wakeup: --samples must be at least 2 and world sizes at least 2", file=sys.stderr)
+    if a.samples < 2 or min(a.gpus) < 2:
+        print("wakeup: --samples must be at least 2 and GPU counts at least 2", file=sys.stderr)
         return 2
     why = kept_file(a.json, a.force)
     if why:
@@ -106,16 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{MESSAGE_BYTES // 1024} KB from rank 0 to rank 1, blocked in wait; ms from the send to the return "
           f"({os.cpu_count()} cores)")
     print(f"{'ranks':>5}  {'busy processes':>14}  {'idle: median':>12}  {'p90':>6}  {'busy: median':>12}  {'p90':>6}")
-    for world in a.worlds:
-        res = spawn(me.worker, world, args=({"samples": a.samples},), timeout_s=120.0,
+    for n_gpus in a.gpus:
+        res = spawn(me.worker, n_gpus, args=({"samples": a.samples},), timeout_s=120.0,
                     env={"PYTHONPATH": os.pathsep.join([ROOT, HERE])})[0]
         idle, busy = sorted(res["idle_s"]), sorted(res["busy_s"])
-        row = {"world": world, "busy_processes": world - 1, "block_s": res["block_s"],
+        row = {"n_gpus": n_gpus, "busy_processes": n_gpus - 1, "block_s": res["block_s"],
                "idle_median_s": statistics.median(idle), "idle_p90_s": idle[int(0.9 * (len(idle) - 1))],
                "busy_median_s": statistics.median(busy), "busy_p90_s": busy[int(0.9 * (len(busy) - 1))],
                "idle_s": res["idle_s"], "busy_s": res["busy_s"]}
         rows.append(row)
-        print(f"{world:>5}  {world - 1:>14}  {row['idle_median_s'] * 1e3:>12.3f}  {row['idle_p90_s'] * 1e3:>6.2f}  "
+        print(f"{n_gpus:>5}  {n_gpus - 1:>14}  {row['idle_median_s'] * 1e3:>12.3f}  {row['idle_p90_s'] * 1e3:>6.2f}  "
               f"{row['busy_median_s'] * 1e3:>12.3f}  {row['busy_p90_s'] * 1e3:>6.2f}", flush=True)
     if a.json:
         write_json(a.json, {"message_bytes": MESSAGE_BYTES, "block_tokens": BLOCK_TOKENS, "samples": a.samples,

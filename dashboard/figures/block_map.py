@@ -138,7 +138,7 @@ def block_map(trace: Trace, *, labels: dict | None = None) -> go.Figure:
     by token between them. `labels`: the texts in the page's language (LABELS)."""
     lab = {**LABELS, "digits": str, "run": _what, "sim": str, **(labels or {})}
     bm = scheme_of(trace).block_map(trace)
-    n = trace.world_size
+    n = trace.n_gpus
     chunks = bm.value.shape[0]
     stride = -(-chunks // MAX_MAP_CHUNKS)
     ids = np.arange(0, chunks, stride)

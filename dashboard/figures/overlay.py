@@ -42,7 +42,7 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
     the per-step error. `labels`: the texts in the page's language (LABELS)."""
     lab = {**LABELS, "digits": str, **(labels or {})}
     d = lab["digits"]
-    n = max(simulated.world_size, measured.world_size)
+    n = max(simulated.n_gpus, measured.n_gpus)
     makespan = max(simulated.makespan_s, measured.makespan_s)
     scale, unit = time_unit(makespan or 1e-6)
     fig = make_subplots(rows=2, cols=1, row_heights=[0.64, 0.36], vertical_spacing=0.16,
@@ -122,6 +122,6 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
 def trace_summary(trace: Trace) -> Iterable[str]:
     """A few words per header field, for the upload's status line."""
     cfg = trace.config
-    yield f"{trace.source} trace, {trace.world_size} ranks, {len(trace)} spans"
+    yield f"{trace.source} trace, {trace.n_gpus} ranks, {len(trace)} spans"
     if "layout" in cfg:
         yield f"{cfg['layout']} layout"

@@ -186,13 +186,13 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
 
     `ranks` is an inclusive window; it narrows further if it holds more than
     `max_spans` spans. Past `max_bar_spans` spans the lanes are WebGL line segments.
-    `starts` is rank_starts(trace.columns, trace.world_size), when the caller keeps it.
+    `starts` is rank_starts(trace.columns, trace.n_gpus), when the caller keeps it.
     """
     c = trace.columns
     scheme = scheme_of(trace)
     styles = series_styles(scheme)
     op_labels = {k: op.label for k, op in scheme.op_kinds.items()}
-    lo, hi, rows = _window(c, trace.world_size, ranks, max_spans, starts)
+    lo, hi, rows = _window(c, trace.n_gpus, ranks, max_spans, starts)
     rank, stream, kind = c.rank[rows], c.stream[rows], c.kind[rows]
     n_spans = len(rank)
     use_gl = n_spans > max_bar_spans
@@ -252,11 +252,11 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     tick_ranks = list(range(lo, hi + 1, tick))
     if title is None:
         what = run_label(trace.config)
-        title = (f"{trace.source.capitalize()} timeline: {trace.world_size} GPUs"
+        title = (f"{trace.source.capitalize()} timeline: {trace.n_gpus} GPUs"
                  + (f", {what}" if what else "") + f" — makespan {makespan * scale:.4g} {unit}")
     lab = {"window": " (GPUs {lo}–{hi} of {n})", "time": "time ({unit})", "separators": ".,", **(labels or {})}
-    if (lo, hi) != (0, trace.world_size - 1):
-        title += lab["window"].format(lo=lo, hi=hi, n=trace.world_size)
+    if (lo, hi) != (0, trace.n_gpus - 1):
+        title += lab["window"].format(lo=lo, hi=hi, n=trace.n_gpus)
     layout: dict[str, Any] = dict(
         template=TEMPLATE, height=height, barmode="overlay", bargap=0,
         # the title at the top, the legend (the template's: bottom-anchored at y=1.02)

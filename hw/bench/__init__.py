@@ -28,7 +28,7 @@ validate it:
   the backward block with two (K/V and dK/dV), as a step of the backward pass. CPU only;
 - collective: the collectives the all-gather and Ulysses schemes run (all_gather,
   reduce_scatter, all_to_all, the list forms their kernels call), over shard sizes and
-  world sizes, each timed from a barrier to the slowest rank's completion: the input of
+  GPU counts, each timed from a barrier to the slowest rank's completion: the input of
   the alpha-beta fit of each collective (sim.calibrate.calibrate_collectives).
 
 Physical bounds are checked before a measurement is kept: k busy processes of t
@@ -100,10 +100,10 @@ The JSON file (format "ringsim-hw-bench", version 1):
                           "compute_ring_by_process_s": [[compute_ring_s, one list per rank]],
                           "compute_slowdown", "transfer_slowdown": mean ring / median alone,
                           "bound", "attempts", "rejected", "pass" (as in concurrency)}],
-     "collective": [{"op": "allgather"|"reducescatter"|"alltoall", "world": ranks,
+     "collective": [{"op": "allgather"|"reducescatter"|"alltoall", "n_gpus": ranks,
                      "shard_bytes": a rank's piece (all-gather input, reduce-scatter output,
                      all-to-all piece for one peer), "sent_bytes": what each rank sends,
-                     (world - 1) x shard_bytes, "time_s": [samples, each the slowest rank's],
+                     (n_gpus - 1) x shard_bytes, "time_s": [samples, each the slowest rank's],
                      "median_s", "gbps": sent_bytes / median_s / 1e9}]}
 
 

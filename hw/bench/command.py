@@ -122,12 +122,12 @@ def run_bench(a: argparse.Namespace) -> int:
                                      a.block_impl),
               backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
     host_parts("middle")
-    for world, entries in sorted(coll_jobs.items()):
-        spawn(_collective_worker, world, args=(entries, plan["samples"], plan["warmup"], kind, threads),
+    for n_gpus, entries in sorted(coll_jobs.items()):
+        spawn(_collective_worker, n_gpus, args=(entries, plan["samples"], plan["warmup"], kind, threads),
               backend=backend, timeout_s=a.timeout, on_progress=lambda _rank, msg: progress(*msg))
     host_parts("end")
     skipped = skipped or (kind == "cuda" and "collective" in plan["parts"]
-                          and any(w > torch.cuda.device_count() for w in plan["collective_worlds"]))
+                          and any(w > torch.cuda.device_count() for w in plan["collective_gpus"]))
     doc["complete"] = count == total and not skipped
     save()
     print(f"{count} entries measured, {sum(len(doc[p]) for p in PARTS)} in {a.output}", file=sys.stderr)

@@ -20,7 +20,7 @@ def _key(part: str, e: dict[str, Any]) -> tuple:
     if part == "transfer":
         return (e["bytes"], e["direction"])
     if part == "collective":
-        return (e["op"], e["world"], e["shard_bytes"])
+        return (e["op"], e["n_gpus"], e["shard_bytes"])
     if part == "concurrency":
         return (e.get("kind", "fwd"),) + tuple(e[k] for k in ("processes", "dtype", "batch", "heads", "kv_heads",
                                                               "head_dim", "q_tokens", "mask")) + (e.get("pass", 1),)
@@ -57,6 +57,9 @@ def _open_doc(a: argparse.Namespace, device_desc: dict[str, Any], plan: dict[str
                 if not isinstance(doc.get(part, []), list):
                     raise RingsimError(f"{path}: {part} must be a list")
                 doc.setdefault(part, [])
+            for e in doc["collective"]:
+                if isinstance(e, dict) and "world" in e and "n_gpus" not in e:
+                    e["n_gpus"] = e.pop("world")     # the key of files written before it was n_gpus
             return doc
         if not a.force:
             raise RingsimError(f"{path} exists; pass --force to overwrite it or --resume to continue it")
@@ -82,7 +85,7 @@ def _fmt(entry_part: str, e: dict[str, Any]) -> str:
                 f"compute x{e['compute_slowdown']:.2f}, transfer x{e['transfer_slowdown']:.2f}" + _checked(e)
                 + _pass(e))
     if entry_part == "collective":
-        return (f"collective {e['op']} world {e['world']}, {e['shard_bytes']} B shard: "
+        return (f"collective {e['op']} on {e['n_gpus']} GPUs, {e['shard_bytes']} B shard: "
                 f"{e['median_s'] * 1e3:.3f} ms, {e['gbps']:.3f} GB/s sent per rank")
     if entry_part == "transfer":
         return (f"transfer {e['direction']} {e['bytes']} B: {e['median_s'] * 1e3:.3f} ms, "

@@ -121,7 +121,7 @@ def _rank_device(ctx, device_kind: str, threads: int):
     if device_kind == "cuda":
         from hw.runner import pick_device
 
-        return pick_device("cuda", ctx.rank, ctx.world)
+        return pick_device("cuda", ctx.rank, ctx.n_gpus)
     torch.set_num_threads(threads)
     return torch.device("cpu")
 

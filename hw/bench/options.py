@@ -16,12 +16,12 @@ COLLECTIVES = ("allgather", "reducescatter", "alltoall")
 QUICK = dict(dtypes="fp32", heads="4", head_dims="64", blocks="128,256,512", masks="full,diagonal",
              kinds="fwd", sizes="64K,1M", interference_blocks="512", interference_sizes="1M",
              concurrency="1,2", ring_processes="2,3", collectives="allgather,reducescatter,alltoall",
-             collective_worlds="2,3", collective_sizes="64K,1M", samples=3, warmup=1, compute_passes=1,
+             collective_gpus="2,3", collective_sizes="64K,1M", samples=3, warmup=1, compute_passes=1,
              host_passes=1)
 FULL = dict(dtypes="fp32,bf16", heads="8", head_dims="64", blocks="256,512,1024,2048,4096",
             masks="full,diagonal", kinds="fwd,bwd", sizes="64K,256K,1M,4M,16M,64M",
             interference_blocks="1024,2048", interference_sizes="kv,8M", concurrency="1,2,3,4",
-            ring_processes="2,3,4", collectives="allgather,reducescatter,alltoall", collective_worlds="2,3,4",
+            ring_processes="2,3,4", collectives="allgather,reducescatter,alltoall", collective_gpus="2,3,4",
             collective_sizes="64K,256K,1M,4M", samples=5, warmup=2, compute_passes=2, host_passes=3)
 
 
@@ -62,8 +62,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                         f"in {CONCURRENCY_ROUNDS} rounds alternating alone and shared")
     p.add_argument("--collectives", default=None,
                    help=f"collectives of the collective part, comma list (default {FULL['collectives']})")
-    p.add_argument("--collective-worlds", default=None,
-                   help=f"world sizes of the collective part, comma list (default {FULL['collective_worlds']})")
+    p.add_argument("--collective-gpus", default=None,
+                   help=f"GPU counts of the collective part, comma list (default {FULL['collective_gpus']})")
     p.add_argument("--collective-sizes", default=None,
                    help=f"shard sizes of the collective part, bytes (default {FULL['collective_sizes']})")
     p.add_argument("--ring-processes", default=None,
@@ -141,7 +141,7 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
                                     lambda x: "kv" if x.lower() == "kv" else parse_bytes(x)),
         "concurrency": _list(pick("concurrency"), "concurrency", lambda x: _positive(int(x))),
         "collectives": _list(pick("collectives"), "collectives"),
-        "collective_worlds": _list(pick("collective_worlds"), "collective-worlds", lambda x: _positive(int(x))),
+        "collective_gpus": _list(pick("collective_gpus"), "collective-gpus", lambda x: _positive(int(x))),
         "collective_sizes": _list(pick("collective_sizes"), "collective-sizes", parse_bytes),
         "ring_processes": _list(pick("ring_processes"), "ring-processes", lambda x: _at_least_2(int(x))),
         "samples": pick("samples"), "warmup": pick("warmup"), "compute_passes": pick("compute_passes"),
@@ -154,8 +154,8 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
         bad = [x for x in plan[name] if x not in allowed]
         if bad:
             raise RingsimError(f"--{name}: {', '.join(map(str, bad))} not among {', '.join(allowed)}")
-    if "collective" in plan["parts"] and min(plan["collective_worlds"]) < 2:
-        raise RingsimError("--collective-worlds: a collective needs two ranks or more")
+    if "collective" in plan["parts"] and min(plan["collective_gpus"]) < 2:
+        raise RingsimError("--collective-gpus: a collective needs two ranks or more")
     if plan["samples"] <= 0 or plan["warmup"] < 0 or a.batch <= 0 or plan["compute_passes"] <= 0:
         raise RingsimError("--samples, --compute-passes and --batch must be positive, --warmup non-negative")
     if not 1 <= plan["host_passes"] <= len(HOST_PASSES):

@@ -142,10 +142,10 @@ def _common_window(ctx, estimate_s: float, blocks: int) -> tuple[float, float]:
     import torch.distributed as dist
 
     t = torch.tensor([time.perf_counter() + 0.05, estimate_s], dtype=torch.float64)
-    if ctx.world > 1:
+    if ctx.n_gpus > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.control)
     start, est = float(t[0]), float(t[1])
-    return start, start + max(0.2, blocks * est * max(1.0, ctx.world / 2) * 1.5)
+    return start, start + max(0.2, blocks * est * max(1.0, ctx.n_gpus / 2) * 1.5)
 
 
 def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads: int,
@@ -175,7 +175,7 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
     by_round = []
     for i in range(rounds):
         alone: list[float] = []
-        for r in range(ctx.world):
+        for r in range(ctx.n_gpus):
             ctx.barrier()
             if r == ctx.rank:
                 for _ in range(max(1, warmup) if i == 0 else 1):
@@ -211,18 +211,18 @@ def gather_concurrency(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _plan_collectives(plan: dict[str, Any], seen: dict[str, set]) -> dict[int, list[dict[str, Any]]]:
-    """The collective entries still to measure, by world size (one process group each)."""
+    """The collective entries still to measure, by GPU count (one process group each)."""
     out: dict[int, list[dict[str, Any]]] = {}
     if "collective" not in plan["parts"]:
         return out
-    for world, op, shard in itertools.product(plan["collective_worlds"], plan["collectives"],
+    for n_gpus, op, shard in itertools.product(plan["collective_gpus"], plan["collectives"],
                                               plan["collective_sizes"]):
         shard = max(4, shard - shard % 4)          # whole fp32 elements: reduce-scatter adds them
-        e = {"op": op, "world": world, "shard_bytes": shard, "sent_bytes": (world - 1) * shard}
+        e = {"op": op, "n_gpus": n_gpus, "shard_bytes": shard, "sent_bytes": (n_gpus - 1) * shard}
         key = _key("collective", e)
         if key not in seen["collective"]:
             seen["collective"].add(key)
-            out.setdefault(world, []).append(e)
+            out.setdefault(n_gpus, []).append(e)
     return out
 
 
@@ -233,7 +233,7 @@ def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup:
     import torch.distributed as dist
 
     device = _rank_device(ctx, device_kind, threads)
-    n = ctx.world
+    n = ctx.n_gpus
 
     for e in entries:
         elems = e["shard_bytes"] // 4
@@ -300,7 +300,7 @@ def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads:
     hops = entry.get("hops", 1)
     sends = [torch.ones(entry["bytes"], dtype=torch.uint8) for _ in range(hops)]
     recvs = [torch.empty(entry["bytes"], dtype=torch.uint8) for _ in range(hops)]
-    nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
+    nxt, prv = (ctx.rank + 1) % ctx.n_gpus, (ctx.rank - 1) % ctx.n_gpus
 
     def compute() -> float:
         t0 = time.perf_counter()
@@ -317,7 +317,7 @@ def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads:
         return time.perf_counter() - t0
 
     compute_alone: list[float] = []
-    for r in range(ctx.world):          # one rank computes at a time, the others wait
+    for r in range(ctx.n_gpus):          # one rank computes at a time, the others wait
         ctx.barrier()
         if r == ctx.rank:
             for _ in range(warmup):

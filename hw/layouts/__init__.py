@@ -30,8 +30,8 @@ from sim.packed import rank_tokens as packed_rank_tokens
 __all__ = ["DocPiece", "Piece", "block_pieces", "doc_pieces", "shard", "token_index", "unshard"]
 
 
-def token_index(layout: str | Packed, seq: int, world: int):
-    """LongTensor (world, seq // world): the global tokens of each rank, ascending.
+def token_index(layout: str | Packed, seq: int, n_gpus: int):
+    """LongTensor (n_gpus, seq // n_gpus): the global tokens of each rank, ascending.
 
     `layout` is a layout's name or a packed sequence (whose own length and ranks then
     hold); a documents-only layout named alone is taken as one document.
@@ -39,22 +39,22 @@ def token_index(layout: str | Packed, seq: int, world: int):
     import torch
 
     if isinstance(layout, str) and layout in DOC_LAYOUTS:
-        layout = Packed((0, seq), world, layout)
+        layout = Packed((0, seq), n_gpus, layout)
     if isinstance(layout, Packed):
         return torch.from_numpy(packed_rank_tokens(layout))
-    return torch.from_numpy(rank_tokens(layout, seq, world))
+    return torch.from_numpy(rank_tokens(layout, seq, n_gpus))
 
 
-def shard(x, layout: str | Packed, world: int, rank: int, *, dim: int = 1):
+def shard(x, layout: str | Packed, n_gpus: int, rank: int, *, dim: int = 1):
     """Rank `rank`'s tokens of a full tensor (tokens along `dim`), contiguous."""
-    return x.index_select(dim, token_index(layout, x.shape[dim], world)[rank]).contiguous()
+    return x.index_select(dim, token_index(layout, x.shape[dim], n_gpus)[rank]).contiguous()
 
 
 def unshard(shards, layout: str | Packed, *, dim: int = 1):
     """The full tensor, in the original token order, from every rank's shard."""
-    world = len(shards)
-    seq = shards[0].shape[dim] * world
-    idx = token_index(layout, seq, world)
+    n_gpus = len(shards)
+    seq = shards[0].shape[dim] * n_gpus
+    idx = token_index(layout, seq, n_gpus)
     shape = list(shards[0].shape)
     shape[dim] = seq
     full = shards[0].new_empty(shape)

@@ -68,12 +68,12 @@ def chunk_pair_work(layout: str, seq: int, n: int, causal: bool) -> np.ndarray:
     return lay.chunk_pair_work(size, n, np.arange(chunks)[:, None], np.arange(chunks)[None, :])
 
 
-def block_pieces(layout: str, rank: int, owner: int, world: int, tokens: int,
+def block_pieces(layout: str, rank: int, owner: int, n_gpus: int, tokens: int,
                  causal: bool) -> tuple[Piece, ...]:
     """Pieces of rank `rank`'s queries against the K/V block of rank `owner`."""
     if not causal:
         return (Piece(slice(None), slice(None), False),)
-    return get(layout).pieces(rank, owner, world, tokens)
+    return get(layout).pieces(rank, owner, n_gpus, tokens)
 
 
 def rank_tokens(layout: str, seq: int, n: int) -> np.ndarray:

@@ -57,7 +57,7 @@ class Layout:
     """(chunk size, n, query chunks, key chunks) -> causal unmasked pairs between each query
     chunk and key chunk (index arrays, broadcast against each other)."""
     pieces: Callable[[int, int, int, int], tuple[Piece, ...]]
-    """(rank, owner, world, tokens per rank) -> the pieces of a causal block; () if empty."""
+    """(rank, owner, n_gpus, tokens per rank) -> the pieces of a causal block; () if empty."""
     chunk_axis: str = "chunk (token order)"
     """What a chunk is, for a figure's axis."""
 

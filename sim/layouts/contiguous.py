@@ -13,7 +13,7 @@ def segments(seq: int, n: int) -> list[list[Segment]]:
     return [[Segment(r * c, c, 1)] for r in range(n)]
 
 
-def pieces(rank: int, owner: int, world: int, tokens: int) -> tuple[Piece, ...]:
+def pieces(rank: int, owner: int, n_gpus: int, tokens: int) -> tuple[Piece, ...]:
     if owner == rank:
         return (Piece(ALL, ALL, True),)
     if owner < rank:

@@ -21,7 +21,7 @@ def chunk_pair_work(size: int, n: int, i: np.ndarray, j: np.ndarray) -> np.ndarr
     return size * (size - 1) // 2 + np.where(j <= i, size, 0).astype(np.int64)
 
 
-def pieces(rank: int, owner: int, world: int, tokens: int) -> tuple[Piece, ...]:
+def pieces(rank: int, owner: int, n_gpus: int, tokens: int) -> tuple[Piece, ...]:
     if owner <= rank:
         return (Piece(ALL, ALL, True),)
     if tokens == 1:  # one token per rank: the strict triangle is empty

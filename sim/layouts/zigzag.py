@@ -15,7 +15,7 @@ def segments(seq: int, n: int) -> list[list[Segment]]:
     return [[Segment(r * h, h, 1), Segment((2 * n - 1 - r) * h, h, 1)] for r in range(n)]
 
 
-def pieces(rank: int, owner: int, world: int, tokens: int) -> tuple[Piece, ...]:
+def pieces(rank: int, owner: int, n_gpus: int, tokens: int) -> tuple[Piece, ...]:
     half = tokens // 2
     if owner == rank:
         return (Piece(ALL, ALL, True),)

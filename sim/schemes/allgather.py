@@ -256,7 +256,7 @@ def block_map(trace: Trace) -> BlockMap:
         seq, causal = int(w["seq"]), bool(w["causal"])
     except (KeyError, TypeError, ValueError):
         raise RingsimError("the trace's header has no workload to draw the block map") from None
-    n = trace.world_size
+    n = trace.n_gpus
     p = packed.from_header(trace.config, n)
     if p is not None:
         # one varlen call per rank and head group: every pair of a rank's queries at once

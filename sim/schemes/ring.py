@@ -429,7 +429,7 @@ def block_map(trace: Trace) -> BlockMap:
         lay = None if layout in packed.DOC_LAYOUTS else get_layout(layout)
     except (KeyError, TypeError, ValueError, RingsimError):
         raise RingsimError("the trace's header has no layout or workload to draw the block map") from None
-    n = trace.world_size
+    n = trace.n_gpus
     p = packed.from_header(trace.config, n)
     if p is not None:
         work, owner, size, axis = packed.block_map_parts(p)

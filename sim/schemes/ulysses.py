@@ -47,5 +47,5 @@ SCHEME = replace(
     op_kinds={k: v for k, v in hybrid.OP_KINDS.items() if k not in ("kv", "dkv")},
     check=_check,
     settings=lambda scenario: {"ulysses_degree": _degree(scenario)},
-    block_map=lambda trace: hybrid.block_map_of(trace, trace.world_size, 1, "ulysses-inner"),
+    block_map=lambda trace: hybrid.block_map_of(trace, trace.n_gpus, 1, "ulysses-inner"),
 )

@@ -41,7 +41,7 @@ def measured_from(sim: Trace, factor: float, offset_s: float = 0.5, noise: float
         end = start + (s.end_s - s.start_s) * factor * max(jitter, 0.1)
         spans.append(Span(s.rank, s.stream, s.kind, s.step, start, end, s.flops, s.bytes,
                           s.q_chunks, s.kv_chunks, s.peer))
-    return Trace("measured", sim.world_size, spans, dict(sim.config),
+    return Trace("measured", sim.n_gpus, spans, dict(sim.config),
                  {"kind": "measured", "device": "cpu"}, {"runs": 1})
 
 

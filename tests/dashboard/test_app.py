@@ -97,7 +97,7 @@ def test_summary_and_downloads(client):
     download = out["dl-trace"]["data"]
     assert download["base64"] and download["filename"].endswith(".trace.npz")
     back = Trace.loads(base64.b64decode(download["content"]))
-    assert back.header()["format"] == "ringsim-trace" and back.world_size == defaults()["gpus"]
+    assert back.header()["format"] == "ringsim-trace" and back.n_gpus == defaults()["gpus"]
 
 
 def test_trace_upload_and_overlay(client, small_trace):

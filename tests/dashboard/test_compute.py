@@ -34,7 +34,7 @@ def test_a_result_keeps_where_each_ranks_spans_begin(small_trace):
     starts = res.rank_starts
     assert starts is res.rank_starts
     ranks = [s.rank for s in small_trace.spans]
-    for r in range(small_trace.world_size):
+    for r in range(small_trace.n_gpus):
         assert starts[r] == ranks.index(r) and starts[r + 1] - starts[r] == ranks.count(r)
     assert (figures.rank_starts(small_trace.columns, 4) == starts).all()
 

@@ -24,7 +24,7 @@ def test_metrics_csv(small_trace):
     m = compute_metrics(small_trace)
     rows = list(csv.DictReader(io.StringIO(export.metrics_csv(m))))
     assert tuple(rows[0]) == export.CSV_COLUMNS
-    assert [r["scope"] for r in rows] == ["run"] + ["rank"] * small_trace.world_size
+    assert [r["scope"] for r in rows] == ["run"] + ["rank"] * small_trace.n_gpus
     assert float(rows[0]["makespan_s"]) == pytest.approx(m.makespan_s)
     assert float(rows[0]["efficiency"]) == pytest.approx(m.efficiency)
     for r, rm in zip(rows[1:], m.ranks):

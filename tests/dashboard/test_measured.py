@@ -66,7 +66,7 @@ def test_the_package_ships_example_runs_of_the_real_kernel():
         assert e.trace.source == "measured"
         assert e.trace.hardware["device"] == measured.example_profile().measured_on["device"]
         assert os.path.getsize(os.path.join(measured.EXAMPLES_DIR, e.file)) < 64 * 1024
-    assert {e.trace.world_size for e in shipped} >= {2, 3}
+    assert {e.trace.n_gpus for e in shipped} >= {2, 3}
     readme = open(os.path.join(measured.EXAMPLES_DIR, "README.md")).read()
     assert all(e.file in readme for e in shipped)            # each one's command is written down
 
@@ -200,7 +200,7 @@ def test_the_offered_profile_loads_and_the_notice_goes(plain):
 
 def _trace_on(hardware: dict, source: str = "measured") -> Trace:
     sim = simulate(small_scenario())
-    return Trace(source, sim.world_size, sim.columns, sim.config, hardware, {})
+    return Trace(source, sim.n_gpus, sim.columns, sim.config, hardware, {})
 
 
 def _profile(device: str, backend: str = "gloo") -> Profile:
@@ -306,5 +306,5 @@ def test_the_measured_view_s_cards_describe_the_run_it_shows(plain):
     want = f"{sim.makespan_s * 1e3:.4g} ms"      # four significant digits, as the cards print
     assert shown["m-makespan"]["children"] == want != page["m-makespan"]["children"]
     line = shown["scenario-line"]["children"]
-    assert line.startswith("the measured run, simulated:") and f"{first.trace.world_size} ×" in line
+    assert line.startswith("the measured run, simulated:") and f"{first.trace.n_gpus} ×" in line
     assert measured.example_profile().measured_on["device"] in line

@@ -22,27 +22,27 @@ CASES = [dict(scheme="allgather", layout="zigzag", causal=c, kv_heads=kvh)
          for c, kvh in itertools.product((True, False), (HEADS, 2, 1))]
 
 
-def _world(n: int):
+def _gpus_param(n: int):
     return pytest.param(n, marks=[pytest.mark.slow] if n > 1 else [], id=f"n{n}")
 
 
-WORLDS = [_world(n) for n in (1, 2, 3, 4)]
+GPU_COUNTS = [_gpus_param(n) for n in (1, 2, 3, 4)]
 IDS = [f"{'causal' if c['causal'] else 'full'}-kv{c['kv_heads']}" for c in CASES]
 
 
-@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("n_gpus", GPU_COUNTS)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=IDS)
-def test_allgather_matches_float64_attention(world, index):
-    check_exact(results("allgather", CASES, world), index, CASES[index], world)
+def test_allgather_matches_float64_attention(n_gpus, index):
+    check_exact(results("allgather", CASES, n_gpus), index, CASES[index], n_gpus)
 
 
-@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("n_gpus", GPU_COUNTS)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=IDS)
-def test_allgather_trace(world, index):
+def test_allgather_trace(n_gpus, index):
     case = CASES[index]
-    trace = trace_of(results("allgather", CASES, world), index, world)
+    trace = trace_of(results("allgather", CASES, n_gpus), index, n_gpus)
     check_no_overlap(trace)
-    n, seq, kvh = world, 2 * world * PER_CHUNK, case["kv_heads"]
+    n, seq, kvh = n_gpus, 2 * n_gpus * PER_CHUNK, case["kv_heads"]
     c = PER_CHUNK
     kv_bytes = (n - 1) / n * seq * 2 * kvh * HEAD_DIM * 4 * BATCH     # docs/design.md: received K/V, fp32
     for r, spans in enumerate(trace.by_rank()):
@@ -71,7 +71,7 @@ def test_allgather_refuses_other_layouts():
 
     q = torch.zeros(1, 8, 2, 8)
     with pytest.raises(RingsimError, match="zigzag") as e:
-        run_local(q, q, q, world_size=2, causal=True, layout="contiguous", scheme="allgather")
+        run_local(q, q, q, n_gpus=2, causal=True, layout="contiguous", scheme="allgather")
     assert "\n" not in str(e.value)
 
 
@@ -84,7 +84,7 @@ def test_the_gathered_kv_lands_in_buffers_kept_from_one_call_to_the_next():
     from hw.comm import Ring
 
     ring = Ring.__new__(Ring)
-    ring.rank, ring.world, ring.recorder = 0, 1, None
+    ring.rank, ring.n_gpus, ring.recorder = 0, 1, None
     k1, v1 = torch.randn(1, 8, 2, 4), torch.randn(1, 8, 2, 4)      # (batch, tokens, kv heads, d)
     kf1, _ = gather_kv(k1, v1, ring, 0, (0, 1))
     first = kf1.data_ptr()

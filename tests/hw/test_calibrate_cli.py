@@ -21,7 +21,7 @@ def kernel_is(monkeypatch):
         def run_configs(cfgs, on_done=None, interleave=False):
             out = []
             for cfg in cfgs:
-                sc = Scenario(workload=cfg.workload, n_gpus=cfg.world_size, layout=cfg.layout)
+                sc = Scenario(workload=cfg.workload, n_gpus=cfg.n_gpus, layout=cfg.layout)
                 out.append((None, [measured(sc, profile) for _ in range(cfg.repeats)]))
             return out
         monkeypatch.setattr(hw.launch, "run_configs", run_configs)
@@ -56,7 +56,7 @@ def test_the_check_predicts_by_the_median_of_seeded_plays_as_the_validation_does
     r = check(truth, replays=5)
     for probe, row in zip(PROBES, r["probes"]):
         sc = Scenario(workload=Workload(seq=probe.seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32",
-                                        causal=probe.causal), n_gpus=probe.world_size, layout=probe.layout)
+                                        causal=probe.causal), n_gpus=probe.n_gpus, layout=probe.layout)
         plays = statistics.median(simulate(sc, truth, jitter=seed).makespan_s for seed in range(5))
         assert row["simulated_s"] == pytest.approx(plays)
         assert row["simulated_s"] != pytest.approx(simulate(sc, truth).makespan_s, rel=1e-6)

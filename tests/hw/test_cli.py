@@ -27,7 +27,7 @@ def run(capsys, *argv):
 @pytest.mark.slow
 def test_hw_run_saves_one_trace_per_repeat_and_refuses_to_overwrite(capsys, tmp_path):
     pattern = str(tmp_path / "run.json")
-    code, out, err = run(capsys, "hw", "run", "--world-size", "2", *SMALL, "--repeats", "2",
+    code, out, err = run(capsys, "hw", "run", "--gpus", "2", *SMALL, "--repeats", "2",
                          "--layout", "striped", "--pass", "fwdbwd", "--trace", pattern, "--json")
     assert code == 0, err
     d = json.loads(out)
@@ -37,7 +37,7 @@ def test_hw_run_saves_one_trace_per_repeat_and_refuses_to_overwrite(capsys, tmp_
     traces = [Trace.load(p) for p in d["trace_files"]]
     assert [t.meta["repeat"] for t in traces] == [0, 1]
     assert {s.step for s in traces[0].spans if s.stream == "compute"} == {0, 1, 2, 3}
-    code, _, err = run(capsys, "hw", "run", "--world-size", "2", *SMALL, "--repeats", "2",
+    code, _, err = run(capsys, "hw", "run", "--gpus", "2", *SMALL, "--repeats", "2",
                        "--trace", pattern)
     assert code == 2 and "exists" in err and "--force" in err
 
@@ -45,7 +45,7 @@ def test_hw_run_saves_one_trace_per_repeat_and_refuses_to_overwrite(capsys, tmp_
 @pytest.mark.slow
 def test_hw_run_takes_packed_documents_and_a_window(capsys, tmp_path):
     path = str(tmp_path / "run.json")
-    code, out, err = run(capsys, "hw", "run", "--world-size", "2", *SMALL, "--repeats", "1", "--docs", "5,20,7",
+    code, out, err = run(capsys, "hw", "run", "--gpus", "2", *SMALL, "--repeats", "1", "--docs", "5,20,7",
                          "--window", "6", "--seed", "4", "--layout", "balanced", "--pass", "fwdbwd",
                          "--trace", path, "--json")
     assert code == 0, err
@@ -56,14 +56,14 @@ def test_hw_run_takes_packed_documents_and_a_window(capsys, tmp_path):
     trace = Trace.load(path)
     assert trace.config["workload"]["docs"] == "5,20,7"
     assert {(s.kind, s.step) for s in trace.spans if s.stream == "compute" and s.rank == 0} >= {("fwd", 0), ("bwd", 2)}
-    code, out, err = run(capsys, "hw", "run", "--world-size", "2", *SMALL, "--repeats", "1",
+    code, out, err = run(capsys, "hw", "run", "--gpus", "2", *SMALL, "--repeats", "1",
                          "--docs", "lognormal:median=8,sigma=1", "--layout", "doc-contiguous")
     assert code == 0, err
     assert "packed: " in out and "documents" in out
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["hw", "run", "--world-size", "2", "--seq", "30"], "multiple of 4"),
+    (["hw", "run", "--gpus", "2", "--seq", "30"], "multiple of 4"),
     (["hw", "run", "--heads", "6", "--kv-heads", "4"], "--kv-heads"),
     (["hw", "run", "--device", "cpu", "--backend", "nccl"], "does not run on cpu"),
     (["hw", "run", "--repeats", "0"], "repeats"),
@@ -161,7 +161,7 @@ def test_hw_bench_measures_the_host_parts_in_passes_minutes_apart(capsys, tmp_pa
     pass; a resumed file measures only the passes it lacks."""
     path = tmp_path / "passes.json"
     argv = ["hw", "bench", "--quick", "--blocks", "16", "--masks", "full", "--interference-blocks", "32",
-            "--concurrency", "1", "--collectives", "allgather", "--collective-worlds", "2", "--collective-sizes",
+            "--concurrency", "1", "--collectives", "allgather", "--collective-gpus", "2", "--collective-sizes",
             "1K", "--samples", "2", "--parts", "compute,concurrency,collective", "-o", str(path)]
     code, _, err = run(capsys, *argv, "--host-passes", "3")
     assert code == 0, err
@@ -192,5 +192,5 @@ def test_torchrun_entry_runs_the_same_options(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "makespan" in proc.stdout
     t = Trace.load(trace)
-    assert t.world_size == 2 and t.config["layout"] == "contiguous"
+    assert t.n_gpus == 2 and t.config["layout"] == "contiguous"
     assert len([s for s in t.spans if s.stream == "compute"]) == 3   # rank 0 skips one block

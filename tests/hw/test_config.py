@@ -11,9 +11,9 @@ def wl(**kw):
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(workload=wl(seq=60), world_size=4, layout="zigzag"), "multiple of 8"),
-    (dict(workload=wl(seq=10), world_size=3, layout="striped"), "does not divide into 3"),
-    (dict(world_size=0), "world_size"),
+    (dict(workload=wl(seq=60), n_gpus=4, layout="zigzag"), "multiple of 8"),
+    (dict(workload=wl(seq=10), n_gpus=3, layout="striped"), "does not divide into 3"),
+    (dict(n_gpus=0), "n_gpus"),
     (dict(layout="spiral"), "layout"),
     (dict(device="tpu"), "device"),
     (dict(backend="nccl"), "does not run on cpu"),
@@ -29,7 +29,7 @@ def test_bad_values_fail_where_they_are_made(kw, match):
 
 
 def test_describe_is_the_simulator_scenario():
-    cfg = RunConfig(workload=wl(pass_="fwdbwd"), world_size=4, layout="striped")
+    cfg = RunConfig(workload=wl(pass_="fwdbwd"), n_gpus=4, layout="striped")
     d = cfg.describe()
     assert d["n_gpus"] == 4 and d["layout"] == "striped" and d["overlap"] is True
     assert d["granularity"] == "exact" and d["workload"]["pass"] == "fwdbwd"

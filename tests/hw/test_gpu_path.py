@@ -98,7 +98,7 @@ def test_nccl_join_uses_the_run_timeout_for_the_gloo_group_and_a_longer_one_for_
                         lambda backend, **kw: calls.setdefault("init", (backend, kw["timeout"])))
     monkeypatch.setattr(dist, "new_group", lambda **kw: calls.setdefault("new_group", kw) and "control")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    _group, control = launch.join_group("nccl", rank=5, world=16, local_rank=5, timeout_s=42.0,
+    _group, control = launch.join_group("nccl", rank=5, n_gpus=16, local_rank=5, timeout_s=42.0,
                                         store=object())
     assert control == "control" and calls["device"] == 5
     assert calls["new_group"] == {"backend": "gloo", "timeout": timedelta(seconds=42.0)}
@@ -177,7 +177,7 @@ def test_a_stalled_transfer_is_reported_as_the_loss_of_the_peer_that_left_word(m
 
     monkeypatch.setattr(runner, "CpuClock", StalledClock)
     cfg = RunConfig(workload=Workload(seq=8, heads=2, kv_heads=2, head_dim=4, dtype="fp32"),
-                    world_size=1, warmup=0)
+                    n_gpus=1, warmup=0)
     with pytest.raises(PeerFailure, match=r"rank 2 failed: boom.*not complete 5 s"):
         runner.run_rank(cfg, rank=0, group=None, inputs=None, device=torch.device("cpu"),
                         barrier=lambda: None, store=_Store("rank 2 failed: boom"))
@@ -190,7 +190,7 @@ def test_a_failed_barrier_is_the_loss_of_a_peer_not_the_ranks_own_failure():
         raise RuntimeError("Connection closed by peer")
 
     cfg = RunConfig(workload=Workload(seq=8, heads=2, kv_heads=2, head_dim=4, dtype="fp32"),
-                    world_size=1, warmup=0)
+                    n_gpus=1, warmup=0)
     with pytest.raises(PeerFailure, match="a barrier .*Connection closed by peer"):
         runner.run_rank(cfg, rank=0, group=None, inputs=None, device=torch.device("cpu"),
                         barrier=broken_barrier, store=_Store(None))

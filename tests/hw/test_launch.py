@@ -22,19 +22,19 @@ def test_run_local_matches_attention_and_records_a_measured_trace():
     g = torch.Generator().manual_seed(7)
     q, dout = (torch.randn(2, 24, 4, 8, generator=g) for _ in range(2))
     k, v = (torch.randn(2, 24, 2, 8, generator=g) for _ in range(2))
-    res = run_local(q, k, v, world_size=3, layout="zigzag", causal=True, dout=dout, repeats=2)
+    res = run_local(q, k, v, n_gpus=3, layout="zigzag", causal=True, dout=dout, repeats=2)
     want = reference_attention(q, k, v, True, dout)
     assert max_err(res.out, want[0]) <= 1e-5
     for got, w in zip((res.dq, res.dk, res.dv), want[1:]):
         assert got.shape == w.shape and max_err(got, w) <= 1e-4
     assert len(res.traces) == 2 and res.trace is res.traces[-1]
     t = Trace.from_dict(res.trace.to_dict())   # survives its own validation
-    assert t.source == "measured" and t.world_size == 3
+    assert t.source == "measured" and t.n_gpus == 3
     wl = Workload(batch=2, seq=24, heads=4, kv_heads=2, head_dim=8, dtype="fp32", causal=True,
                   pass_="fwdbwd")
     assert t.config == Scenario(workload=wl, n_gpus=3, layout="zigzag").describe()
     hw = t.hardware
-    assert hw["kind"] == "measured" and hw["backend"] == "gloo" and hw["world_size"] == 3
+    assert hw["kind"] == "measured" and hw["backend"] == "gloo" and hw["n_gpus"] == 3
     assert hw["torch"] == torch.__version__ and hw["threads_per_rank"] >= 1 and hw["device"]
     assert t.meta["peak_mem_bytes"] == [peak_memory_bytes(wl, 8)["total"]] * 3
     check_trace_structure(t, "zigzag", True, ["fwd", "bwd"], 24, batch=2, heads=4, head_dim=8)
@@ -45,9 +45,9 @@ def test_run_local_matches_attention_and_records_a_measured_trace():
         assert -0.05 < first < 0.5
 
 
-def test_world_size_one_runs_in_process():
+def test_one_gpu_runs_in_process():
     q = torch.randn(1, 8, 2, 4)
-    res = run_local(q, q, q, world_size=1, layout="striped", causal=True)
+    res = run_local(q, q, q, n_gpus=1, layout="striped", causal=True)
     assert max_err(res.out, reference_attention(q, q, q, True)[0]) <= 1e-5
     assert res.dq is None and [s.step for s in res.trace.spans if s.stream == "compute"] == [0]
 
@@ -55,22 +55,22 @@ def test_world_size_one_runs_in_process():
 def test_bad_inputs_fail_before_any_process_starts():
     q = torch.randn(1, 10, 2, 4)
     with pytest.raises(RingsimError, match="multiple of 4"):
-        run_local(q, q, q, world_size=2, layout="zigzag", causal=True)
+        run_local(q, q, q, n_gpus=2, layout="zigzag", causal=True)
     with pytest.raises(RingsimError, match="fp32, bf16 or fp16"):
-        run_local(q.double(), q.double(), q.double(), world_size=2, layout="striped", causal=True)
+        run_local(q.double(), q.double(), q.double(), n_gpus=2, layout="striped", causal=True)
 
 
-def test_run_configs_shares_one_group_per_world_size():
-    def cfg(layout, world, pass_="fwd"):
+def test_run_configs_shares_one_group_per_gpu_count():
+    def cfg(layout, n_gpus, pass_="fwd"):
         return RunConfig(workload=Workload(seq=24, heads=2, kv_heads=1, head_dim=8, dtype="fp32",
                                            pass_=pass_),
-                         world_size=world, layout=layout, warmup=0, repeats=2)
+                         n_gpus=n_gpus, layout=layout, warmup=0, repeats=2)
     cfgs = [cfg("zigzag", 2), cfg("striped", 3), cfg("contiguous", 2, "fwdbwd")]
     done = []
     out = run_configs(cfgs, on_done=done.append)
     assert sorted(done) == [0, 1, 2]
     for c, (results, traces) in zip(cfgs, out):
-        assert len(results) == c.world_size and len(traces) == 2
+        assert len(results) == c.n_gpus and len(traces) == 2
         assert traces[0].config == c.describe()
         phases = ["fwd", "bwd"] if c.workload.pass_ == "fwdbwd" else ["fwd"]
         check_trace_structure(traces[0], c.layout, True, phases, 24, batch=1, heads=2, head_dim=8)
@@ -87,7 +87,7 @@ def test_interleaved_configurations_run_repeat_by_repeat_and_give_the_same_trace
 
     def cfg(layout, pass_="fwd", repeats=2, warmup=1):
         return RunConfig(workload=Workload(seq=24, heads=2, kv_heads=1, head_dim=8, dtype="fp32", pass_=pass_),
-                         world_size=1, layout=layout, warmup=warmup, repeats=repeats)
+                         n_gpus=1, layout=layout, warmup=warmup, repeats=repeats)
     cfgs = [cfg("zigzag"), cfg("striped", "fwdbwd", repeats=3), cfg("contiguous", warmup=0)]
     order = []
     iteration = hw.runner.RankRun.iteration
@@ -95,7 +95,7 @@ def test_interleaved_configurations_run_repeat_by_repeat_and_give_the_same_trace
     def recorded(self, it):
         order.append((self.cfg.layout, it))
         iteration(self, it)
-    ctx = types.SimpleNamespace(rank=0, world=1, group=None, barrier=lambda: None, store=None)
+    ctx = types.SimpleNamespace(rank=0, n_gpus=1, group=None, barrier=lambda: None, store=None)
     try:
         hw.runner.RankRun.iteration = recorded
         results = _run_many_worker(ctx, cfgs, False, True)
@@ -107,7 +107,7 @@ def test_interleaved_configurations_run_repeat_by_repeat_and_give_the_same_trace
                      ("striped", 3)]                                                  # repeat 2
     assert [len(r.spans) for r in results] == [2, 3, 2]
     # on real process groups: the same structure as run one after another
-    two = [dataclasses.replace(c, world_size=2, repeats=2) for c in cfgs]
+    two = [dataclasses.replace(c, n_gpus=2, repeats=2) for c in cfgs]
     for c, (ranks, traces) in zip(two, run_configs(two, interleave=True)):
         assert len(ranks) == 2 and len(traces) == 2 and traces[0].config == c.describe()
         phases = ["fwd", "bwd"] if c.workload.pass_ == "fwdbwd" else ["fwd"]

@@ -1,7 +1,7 @@
 """The ring and all-gather kernels on packed documents, against attention in float64 under
 the document mask, on 2 and 3 gloo ranks.
 
-One spawned group per world size runs every case (layouts x documents x window x mask,
+One spawned group per GPU count runs every case (layouts x documents x window x mask,
 forward and backward), as tests/hw/test_ring.py does. The reference mask is built token
 by token from the documents' cumulative lengths (tests.reference.document_mask), not
 from sim.packed; the recorded work of every compute is checked against a brute-force
@@ -48,8 +48,8 @@ def _id(case: dict) -> str:
             f"{'causal' if case['causal'] else 'full'}" + ("-matmul" if "block_impl" in case else ""))
 
 
-def _bounds(case: dict, world: int) -> tuple[int, ...]:
-    seq = TOKENS_PER_RANK * world
+def _bounds(case: dict, n_gpus: int) -> tuple[int, ...]:
+    seq = TOKENS_PER_RANK * n_gpus
     if case["docs"] is None:
         return (0, seq)
     if ":" not in case["docs"]:    # a list repeats whole: its cumulative lengths, independently
@@ -58,39 +58,39 @@ def _bounds(case: dict, world: int) -> tuple[int, ...]:
     return tuple(int(x) for x in bounds(case["docs"], seq, seed=3))
 
 
-def packed(case: dict, world: int):
+def packed(case: dict, n_gpus: int):
     from sim.packed import Packed
 
-    return Packed(_bounds(case, world), world, case["layout"], case["window"], case["causal"])
+    return Packed(_bounds(case, n_gpus), n_gpus, case["layout"], case["window"], case["causal"])
 
 
-def _inputs(case: dict, world: int):
-    seq = TOKENS_PER_RANK * world
-    g = torch.Generator().manual_seed(zlib.crc32(repr(sorted(case.items())).encode()) + world)
+def _inputs(case: dict, n_gpus: int):
+    seq = TOKENS_PER_RANK * n_gpus
+    g = torch.Generator().manual_seed(zlib.crc32(repr(sorted(case.items())).encode()) + n_gpus)
     q, dout = (torch.randn(BATCH, seq, HEADS, HEAD_DIM, generator=g) for _ in range(2))
     k, v = (torch.randn(BATCH, seq, KV_HEADS, HEAD_DIM, generator=g) for _ in range(2))
     return q, k, v, dout
 
 
-def results(world: int) -> list[list[dict]]:
-    """Per rank, per case: outputs and spans (one spawned group per world size, cached;
+def results(n_gpus: int) -> list[list[dict]]:
+    """Per rank, per case: outputs and spans (one spawned group per GPU count, cached;
     every other case on tensors laid out heads first in memory)."""
-    return common.results("packed", CASES, world, _inputs, packing=packed, timeout_s=120.0)
+    return common.results("packed", CASES, n_gpus, _inputs, packing=packed, timeout_s=120.0)
 
 
-WORLDS = [pytest.param(n, marks=pytest.mark.slow, id=f"n{n}") for n in (2, 3)]
+GPU_COUNTS = [pytest.param(n, marks=pytest.mark.slow, id=f"n{n}") for n in (2, 3)]
 
 
-@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("n_gpus", GPU_COUNTS)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[_id(c) for c in CASES])
-def test_output_and_gradients_match_float64_attention_under_the_document_mask(world, index):
+def test_output_and_gradients_match_float64_attention_under_the_document_mask(n_gpus, index):
     from hw.layouts import unshard
 
     case = CASES[index]
-    per_rank = [rank_rows[index]["outputs"] for rank_rows in results(world)]
-    got = [unshard([p[i] for p in per_rank], packed(case, world)) for i in range(4)]
-    q, k, v, dout = _inputs(case, world)
-    mask = document_mask(_bounds(case, world), case["causal"], case["window"])
+    per_rank = [rank_rows[index]["outputs"] for rank_rows in results(n_gpus)]
+    got = [unshard([p[i] for p in per_rank], packed(case, n_gpus)) for i in range(4)]
+    q, k, v, dout = _inputs(case, n_gpus)
+    mask = document_mask(_bounds(case, n_gpus), case["causal"], case["window"])
     want = masked_attention(q, k, v, mask, dout)
     for g, x in zip(got, (q, q, k, v)):
         assert g.dtype == x.dtype and g.shape == x.shape
@@ -100,25 +100,25 @@ def test_output_and_gradients_match_float64_attention_under_the_document_mask(wo
     assert max(err_grads) <= TOL[1], f"dq/dk/dv errors {err_grads}"
 
 
-def _kept_pairs(case: dict, world: int) -> np.ndarray:
+def _kept_pairs(case: dict, n_gpus: int) -> np.ndarray:
     """(N, N): the pairs the document mask keeps between rank r's queries and rank s's keys,
     counted on the full mask."""
     from hw.layouts import token_index
 
-    mask = document_mask(_bounds(case, world), case["causal"], case["window"])
-    tokens = token_index(packed(case, world), TOKENS_PER_RANK * world, world)
-    return np.array([[int(mask[tokens[r]][:, tokens[s]].sum()) for s in range(world)] for r in range(world)])
+    mask = document_mask(_bounds(case, n_gpus), case["causal"], case["window"])
+    tokens = token_index(packed(case, n_gpus), TOKENS_PER_RANK * n_gpus, n_gpus)
+    return np.array([[int(mask[tokens[r]][:, tokens[s]].sum()) for s in range(n_gpus)] for r in range(n_gpus)])
 
 
-@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("n_gpus", GPU_COUNTS)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[_id(c) for c in CASES])
-def test_recorded_work_is_the_pairs_the_mask_keeps(world, index):
+def test_recorded_work_is_the_pairs_the_mask_keeps(n_gpus, index):
     case = CASES[index]
-    spans = [s for rank_rows in results(world) for s in rank_rows[index]["spans"]]
+    spans = [s for rank_rows in results(n_gpus) for s in rank_rows[index]["spans"]]
     trace = Trace.from_dict({"format": "ringsim-trace", "version": 1, "source": "measured",
-                             "world_size": world, "spans": spans})
-    kept = _kept_pairs(case, world)
-    n = world
+                             "world_size": n_gpus, "spans": spans})   # version 1: a list of spans
+    kept = _kept_pairs(case, n_gpus)
+    n = n_gpus
     for r, mine in enumerate(trace.by_rank()):
         comp = sorted((s for s in mine if s.stream == "compute"), key=lambda s: s.start_s)
         for phase, factor, base in (("fwd", 1.0, 0), ("bwd", 2.5, n)):
@@ -145,13 +145,13 @@ def test_the_pieces_of_a_block_keep_exactly_the_masked_pairs(layout, window, cau
     (dense, diagonal or masked) are the document mask's, pair by pair."""
     from hw.layouts import doc_pieces, token_index
 
-    world = 3
+    n_gpus = 3
     case = dict(docs="5,20,7", layout=layout, window=window, causal=causal)
-    p = packed(case, world)
+    p = packed(case, n_gpus)
     mask = document_mask(p.bounds, causal, window)
-    tokens = token_index(p, p.seq, world)
-    for r in range(world):
-        for owner in [*range(world), None]:
+    tokens = token_index(p, p.seq, n_gpus)
+    for r in range(n_gpus):
+        for owner in [*range(n_gpus), None]:
             keys = tokens[owner] if owner is not None else torch.arange(p.seq)
             want = mask[tokens[r]][:, keys]
             got = torch.zeros_like(want)
@@ -180,6 +180,6 @@ def test_allgather_refuses_packed_documents_on_other_layouts():
 
     w = Workload(seq=64, heads=2, kv_heads=2, head_dim=8, docs="5,20,7")
     with pytest.raises(RingsimError, match="contiguous or zigzag") as e:
-        RunConfig(workload=w, world_size=2, layout="striped", scheme="allgather")
+        RunConfig(workload=w, n_gpus=2, layout="striped", scheme="allgather")
     assert "\n" not in str(e.value)
-    RunConfig(workload=w, world_size=2, layout="contiguous", scheme="allgather")
+    RunConfig(workload=w, n_gpus=2, layout="contiguous", scheme="allgather")

@@ -71,8 +71,8 @@ def hosted(points, cores=2, law=((1.0, 1.0), (2.0, 1.2))):
 
 
 def fake_spawn(per_rank, asked):
-    def spawn(fn, world, *, args=(), **kw):
-        asked.append((fn.__name__, world, args))
+    def spawn(fn, n_gpus, *, args=(), **kw):
+        asked.append((fn.__name__, n_gpus, args))
         return per_rank
     return spawn
 
@@ -96,8 +96,8 @@ def test_a_sharing_reading_is_the_rounds_median_ratio_over_the_profiles_law(monk
     assert r["factor"] == pytest.approx(1.0 / 1.2) and r["alone_s"] == pytest.approx(0.1)
     # the concurrency part's worker, two processes, samples for about 1.2 s: 3 rounds of
     # 3.5 blocks of 10 ms per sample
-    (name, world, args), = asked
-    assert name == "_concurrency_worker" and world == 2
+    (name, n_gpus, args), = asked
+    assert name == "_concurrency_worker" and n_gpus == 2
     assert args[0]["q_tokens"] == 64 and args[0]["mask"] == "full" and args[1] == math.ceil(1.2 / (3 * 3.5 * 0.01))
     one_core = hosted([(square(64, heads=2, head_dim=8), 0.01)], cores=1, law=None)
     r = host_sharing(one_core, dtype="fp32", heads=2, head_dim=8, threads=1, seconds=1.2)

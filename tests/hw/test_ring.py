@@ -1,6 +1,6 @@
 """The ring against torch's own attention in float64, on 1-4 gloo ranks.
 
-One spawned group per world size runs every case (layouts x causal x K/V heads x
+One spawned group per GPU count runs every case (layouts x causal x K/V heads x
 dtypes, forward and backward) so that start-up is paid once; each rank compares its
 own shard with the reference and returns the errors and its recorded spans.
 """
@@ -28,43 +28,43 @@ TOL = {"fp32": (1e-5, 1e-4), "bf16": (2.5e-2, 2.5e-2)}   # (forward, gradients)
 BATCH, HEADS, HEAD_DIM, PER_CHUNK = 2, 4, 16, 3
 
 
-def _inputs(case: dict, world: int):
-    chunks = 2 * world if case["layout"] == "zigzag" else world
+def _inputs(case: dict, n_gpus: int):
+    chunks = 2 * n_gpus if case["layout"] == "zigzag" else n_gpus
     seq = chunks * PER_CHUNK
     # a seed every rank derives alike (str hashes differ between interpreters)
-    g = torch.Generator().manual_seed(zlib.crc32(repr(sorted(case.items())).encode()) + world)
+    g = torch.Generator().manual_seed(zlib.crc32(repr(sorted(case.items())).encode()) + n_gpus)
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[case["dtype"]]
     q, dout = (torch.randn(BATCH, seq, HEADS, HEAD_DIM, generator=g).to(dt) for _ in range(2))
     k, v = (torch.randn(BATCH, seq, case["kv_heads"], HEAD_DIM, generator=g).to(dt) for _ in range(2))
     return q, k, v, dout
 
 
-def results(world: int) -> list[list[dict]]:
-    """Per rank, per case: outputs and spans (one spawned group per world size, cached)."""
-    return common.results("ring", CASES, world, _inputs)
+def results(n_gpus: int) -> list[list[dict]]:
+    """Per rank, per case: outputs and spans (one spawned group per GPU count, cached)."""
+    return common.results("ring", CASES, n_gpus, _inputs)
 
 
 def _id(case: dict) -> str:
     return f"{case['layout']}-{'causal' if case['causal'] else 'full'}-kv{case['kv_heads']}-{case['dtype']}"
 
 
-def _world_param(world: int):
-    return pytest.param(world, marks=[pytest.mark.slow] if world > 1 else [], id=f"n{world}")
+def _gpus_param(n_gpus: int):
+    return pytest.param(n_gpus, marks=[pytest.mark.slow] if n_gpus > 1 else [], id=f"n{n_gpus}")
 
 
-WORLDS = [_world_param(n) for n in (1, 2, 3, 4)]
+GPU_COUNTS = [_gpus_param(n) for n in (1, 2, 3, 4)]
 
 
-@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("n_gpus", GPU_COUNTS)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[_id(c) for c in CASES])
-def test_output_and_gradients_match_float64_attention(world, index):
+def test_output_and_gradients_match_float64_attention(n_gpus, index):
     from hw.layouts import unshard
 
     case = CASES[index]
     fwd_tol, grad_tol = TOL[case["dtype"]]
-    per_rank = [rank_rows[index]["outputs"] for rank_rows in results(world)]
+    per_rank = [rank_rows[index]["outputs"] for rank_rows in results(n_gpus)]
     got = [unshard([p[i] for p in per_rank], case["layout"]) for i in range(4)]
-    q, k, v, dout = _inputs(case, world)
+    q, k, v, dout = _inputs(case, n_gpus)
     want = reference_attention(q, k, v, case["causal"], dout)
     for g, x in zip(got, (q, q, k, v)):
         assert g.dtype == x.dtype and g.shape == x.shape
@@ -74,7 +74,7 @@ def test_output_and_gradients_match_float64_attention(world, index):
         return max_err(g, w) / scale
     err_out = err(got[0], want[0])
     err_grads = [err(g, w) for g, w in zip(got[1:], want[1:])]
-    assert all(rank_rows[index]["inputs_kept"] for rank_rows in results(world))
+    assert all(rank_rows[index]["inputs_kept"] for rank_rows in results(n_gpus))
     assert err_out <= fwd_tol, f"out error {err_out:.3g}"
     assert max(err_grads) <= grad_tol, f"dq/dk/dv errors {err_grads}"
 
@@ -82,7 +82,7 @@ def test_output_and_gradients_match_float64_attention(world, index):
 def check_trace_structure(trace: Trace, layout: str, causal: bool, phases: list[str], seq: int,
                           *, batch: int, heads: int, head_dim: int) -> None:
     """The invariants of a measured ring trace (forward and/or backward phases)."""
-    n = trace.world_size
+    n = trace.n_gpus
     work = exact_work(layout, seq, n, causal)
     chunks = chunks_of_rank(layout, n)
     for r, spans in enumerate(trace.by_rank()):
@@ -117,14 +117,14 @@ def check_trace_structure(trace: Trace, layout: str, causal: bool, phases: list[
         assert (s.peer, s.rank, s.kind, s.step, s.kv_chunks) in recvs, f"unmatched send {s}"
 
 
-@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("n_gpus", GPU_COUNTS)
 @pytest.mark.parametrize("index", [i for i, c in enumerate(CASES) if c["dtype"] == "fp32" and c["kv_heads"] == 2],
                          ids=[_id(c) for c in CASES if c["dtype"] == "fp32" and c["kv_heads"] == 2])
-def test_recorded_spans_form_a_valid_ring_trace(world, index):
+def test_recorded_spans_form_a_valid_ring_trace(n_gpus, index):
     case = CASES[index]
-    spans = [s for rank_rows in results(world) for s in rank_rows[index]["spans"]]
+    spans = [s for rank_rows in results(n_gpus) for s in rank_rows[index]["spans"]]
     trace = Trace.from_dict({"format": "ringsim-trace", "version": 1, "source": "measured",
-                             "world_size": world, "spans": spans})
-    seq = (2 * world if case["layout"] == "zigzag" else world) * PER_CHUNK
+                             "world_size": n_gpus, "spans": spans})   # version 1: a list of spans
+    seq = (2 * n_gpus if case["layout"] == "zigzag" else n_gpus) * PER_CHUNK
     check_trace_structure(trace, case["layout"], case["causal"], ["fwd", "bwd"], seq,
                           batch=BATCH, heads=HEADS, head_dim=HEAD_DIM)

@@ -25,7 +25,7 @@ def test_traces_end_every_rank_with_idle_up_to_the_makespan():
     info = {"device": "cpu", "threads_per_rank": 1, "block_impl": "x", "peak_mem_bytes": 1,
             "clock": "perf_counter"}
     spans = [[Span(0, "compute", "fwd", 0, 0.0, 1.0)], [Span(1, "compute", "fwd", 0, 0.0, 3.0)]]
-    traces = build_traces(cfg(world_size=2), [RankResult(r, [spans[r]], info) for r in (1, 0)])
+    traces = build_traces(cfg(n_gpus=2), [RankResult(r, [spans[r]], info) for r in (1, 0)])
     t = traces[0]
     idle = [s for s in t.spans if s.stream == "wait"]
     assert [(s.rank, s.kind, s.start_s, s.end_s) for s in idle] == [(0, "idle", 1.0, 3.0)]
@@ -39,18 +39,18 @@ def test_trace_paths_one_per_repeat():
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "striped", "zigzag"])
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_a_rank_makes_exactly_its_shard_of_the_inputs(layout, world):
+@pytest.mark.parametrize("n_gpus", [1, 2, 3, 4])
+def test_a_rank_makes_exactly_its_shard_of_the_inputs(layout, n_gpus):
     from hw.layouts import shard
     from hw.runner import make_rank_inputs
 
     wl = Workload(batch=2, seq=48, heads=4, kv_heads=2, head_dim=8, dtype="fp32", pass_="fwdbwd")
-    c = RunConfig(workload=wl, world_size=world, layout=layout, seed=5)
+    c = RunConfig(workload=wl, n_gpus=n_gpus, layout=layout, seed=5)
     full = make_inputs(c)
-    for r in range(world):
+    for r in range(n_gpus):
         mine = make_rank_inputs(c, r)
         for got, whole in zip((mine.q, mine.k, mine.v, mine.dout), (full.q, full.k, full.v, full.dout)):
-            assert torch.equal(got, shard(whole, layout, world, r))
+            assert torch.equal(got, shard(whole, layout, n_gpus, r))
 
 
 def test_a_rank_never_makes_rows_beyond_its_shard(monkeypatch):
@@ -63,7 +63,7 @@ def test_a_rank_never_makes_rows_beyond_its_shard(monkeypatch):
         asked.append(len(rows))
         return real(seed, stream, rows, width, device)
     monkeypatch.setattr(runner, "normal_rows", spy)
-    c = cfg(world_size=4, layout="striped", pass_="fwdbwd")
+    c = cfg(n_gpus=4, layout="striped", pass_="fwdbwd")
     runner.make_rank_inputs(c, 3)
     assert asked == [c.workload.batch * c.tokens_per_rank] * 4
 
@@ -95,7 +95,7 @@ def test_a_measured_wait_is_split_as_the_simulator_splits_it():
              Span(1, "wait", "kv", 1, 1.0, 5.0), Span(1, "compute", "fwd", 1, 5.0, 6.0)]
     needs = [{2: [1]}, {2: [1]}]
     results = [RankResult(r, [s], info, needs=[needs[r]]) for r, s in ((0, rank0), (1, rank1))]
-    t = build_traces(cfg(world_size=2), results)[0]
+    t = build_traces(cfg(n_gpus=2), results)[0]
     waits = [(s.rank, s.kind, s.start_s, s.end_s) for s in t.spans if s.stream == "wait"]
     assert waits == [(0, "kv", 2.0, 4.0), (1, "idle", 1.0, 2.0), (1, "kv", 2.0, 4.0), (1, "idle", 4.0, 5.0)]
     # the trace holds columns, in the simulator's record order
@@ -119,6 +119,6 @@ def test_a_measured_wait_is_exposed_while_its_transfer_flies_and_idle_once_it_la
              Span(1, "compute", "fwd", 1, 3.0, 4.0)]
     needs = [{3: [2]}, {3: [2]}]            # each wait on its rank's receive
     results = [RankResult(r, [s], info, needs=[needs[r]]) for r, s in ((0, rank0), (1, rank1))]
-    t = build_traces(cfg(world_size=2), results)[0]
+    t = build_traces(cfg(n_gpus=2), results)[0]
     waits = [(s.rank, s.kind, s.start_s, s.end_s) for s in t.spans if s.stream == "wait"]
     assert waits == [(0, "idle", 2.0, 2.5), (0, "idle", 3.5, 4.0), (1, "kv", 1.0, 3.0)]

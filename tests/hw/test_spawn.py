@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_a_failing_rank_is_named_and_every_rank_stops_within_the_timeout(mode, match):
     cfg = RunConfig(workload=Workload(seq=48, heads=2, kv_heads=2, head_dim=8, dtype="fp32",
                                       pass_="fwdbwd"),
-                    world_size=3, layout="contiguous", warmup=0, timeout_s=15.0,
+                    n_gpus=3, layout="contiguous", warmup=0, timeout_s=15.0,
                     fail_rank=1, fail_step=1, fail_mode=mode)
     t0 = time.monotonic()
     with pytest.raises(RankFailure, match=match) as info:

@@ -23,13 +23,13 @@ ALL = [dict(scheme="ulysses", layout=lay, causal=c, kv_heads=kvh)
        for lay, c, kvh in itertools.product(("contiguous", "zigzag", "striped"), (True, False), (HEADS, 6, 2, 1))]
 
 
-def _fits(world: int, case: dict) -> bool:
+def _fits(n_gpus: int, case: dict) -> bool:
     kvh = case["kv_heads"]
-    return HEADS % world == 0 and (kvh % world == 0 if world <= kvh else world % kvh == 0)
+    return HEADS % n_gpus == 0 and (kvh % n_gpus == 0 if n_gpus <= kvh else n_gpus % kvh == 0)
 
 
-def cases(world: int) -> list[dict]:
-    return [c for c in ALL if _fits(world, c)]
+def cases(n_gpus: int) -> list[dict]:
+    return [c for c in ALL if _fits(n_gpus, c)]
 
 
 def _params():
@@ -44,17 +44,17 @@ def _params():
 PARAMS = _params()
 
 
-@pytest.mark.parametrize("world,index", PARAMS)
-def test_ulysses_matches_float64_attention(world, index):
-    check_exact(results("ulysses", cases(world), world), index, cases(world)[index], world)
+@pytest.mark.parametrize("n_gpus,index", PARAMS)
+def test_ulysses_matches_float64_attention(n_gpus, index):
+    check_exact(results("ulysses", cases(n_gpus), n_gpus), index, cases(n_gpus)[index], n_gpus)
 
 
-@pytest.mark.parametrize("world,index", PARAMS)
-def test_ulysses_trace(world, index):
-    case = cases(world)[index]
-    trace = trace_of(results("ulysses", cases(world), world), index, world)
+@pytest.mark.parametrize("n_gpus,index", PARAMS)
+def test_ulysses_trace(n_gpus, index):
+    case = cases(n_gpus)[index]
+    trace = trace_of(results("ulysses", cases(n_gpus), n_gpus), index, n_gpus)
     check_no_overlap(trace)
-    n, seq, kvh = world, 2 * world * PER_CHUNK, case["kv_heads"]
+    n, seq, kvh = n_gpus, 2 * n_gpus * PER_CHUNK, case["kv_heads"]
     sent_kv = max(kvh, n)          # K/V heads sent: each replicated head once per rank using it
     # docs/design.md: (N-1)/N * (S/N) * (2H + 2H_kv) * d * b forward (Q, K, V in, O out), fp32
     fwd_bytes = (n - 1) / n * (seq / n) * (2 * HEADS + 2 * sent_kv) * HEAD_DIM * 4 * BATCH
@@ -75,25 +75,25 @@ def test_ulysses_trace(world, index):
         assert all(s.kind in ("a2a", "idle") for s in spans if s.stream == "wait")
 
 
-@pytest.mark.parametrize("heads,kv_heads,world,what", [
+@pytest.mark.parametrize("heads,kv_heads,n_gpus,what", [
     (4, 4, 3, "does not divide the 4 query heads"),
     (12, 4, 3, "one must divide the other"),
     (12, 2, 3, "one must divide the other"),
 ])
-def test_ulysses_refuses_degrees_that_do_not_split_the_heads(heads, kv_heads, world, what):
+def test_ulysses_refuses_degrees_that_do_not_split_the_heads(heads, kv_heads, n_gpus, what):
     import torch
 
     from hw.launch import run_local
     from hw.ulysses import check_degree
     from sim.errors import RingsimError
 
-    q = torch.zeros(1, 2 * world, heads, 8)
-    kv = torch.zeros(1, 2 * world, kv_heads, 8)
+    q = torch.zeros(1, 2 * n_gpus, heads, 8)
+    kv = torch.zeros(1, 2 * n_gpus, kv_heads, 8)
     with pytest.raises(RingsimError, match=what) as e:
-        run_local(q, kv, kv, world_size=world, causal=True, scheme="ulysses")
+        run_local(q, kv, kv, n_gpus=n_gpus, causal=True, scheme="ulysses")
     assert "\n" not in str(e.value)
     with pytest.raises(RingsimError, match=what):
-        check_degree(heads, kv_heads, world)
+        check_degree(heads, kv_heads, n_gpus)
 
 
 @pytest.mark.slow
@@ -107,7 +107,7 @@ def test_run_local_runs_the_scheme_and_records_its_trace(scheme):
     g = torch.Generator().manual_seed(7)
     q, dout = (torch.randn(1, 24, 4, 16, generator=g) for _ in range(2))
     k, v = (torch.randn(1, 24, 2, 16, generator=g) for _ in range(2))
-    res = run_local(q, k, v, world_size=2, causal=True, scheme=scheme, dout=dout, timeout_s=30.0)
+    res = run_local(q, k, v, n_gpus=2, causal=True, scheme=scheme, dout=dout, timeout_s=30.0)
     want = reference_attention(q, k, v, True, dout)
     assert max_err(res.out, want[0]) <= 1e-5
     assert max(max_err(a, b) for a, b in zip((res.dq, res.dk, res.dv), want[1:])) <= 1e-4

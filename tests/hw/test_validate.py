@@ -24,7 +24,7 @@ def scaled(trace, factor, shift=0.0):
     spans = [Span(s.rank, s.stream, s.kind, s.step, shift + s.start_s * factor,
                   shift + s.end_s * factor, s.flops, s.bytes, s.q_chunks, s.kv_chunks, s.peer)
              for s in trace.spans]
-    return Trace("measured", trace.world_size, spans, trace.config, {}, {})
+    return Trace("measured", trace.n_gpus, spans, trace.config, {}, {})
 
 
 def test_errors_of_a_uniformly_slower_measurement():
@@ -90,10 +90,10 @@ def test_step_durations_partition_each_ranks_busy_time():
     assert [k for k in steps if k[0] == 0] == [(0, 0)]
 
 
-def test_quick_matrix_has_at_least_twelve_cases_over_three_world_sizes():
+def test_quick_matrix_has_at_least_twelve_cases_over_three_gpu_counts():
     cases = matrix(quick=True)
     assert len(cases) >= 12
-    assert {c.world_size for c in cases} == {2, 3, 4}
+    assert {c.n_gpus for c in cases} == {2, 3, 4}
     assert {c.layout for c in cases} == {"contiguous", "striped", "zigzag"}
     assert {c.causal for c in cases} == {True, False}
     assert len({c.seq for c in cases}) >= 2
@@ -102,14 +102,14 @@ def test_quick_matrix_has_at_least_twelve_cases_over_three_world_sizes():
 
 def test_quick_matrix_is_forward_at_two_sizes_and_forward_backward_at_the_smaller():
     cases = matrix(quick=True)
-    # per world size and size: 3 causal layouts and contiguous without a mask
+    # per GPU count and size: 3 causal layouts and contiguous without a mask
     fwd = [c for c in cases if c.pass_ == "fwd"]
     both = [c for c in cases if c.pass_ == "fwdbwd"]
     assert len(fwd) == 3 * 2 * 4 and len(both) == 3 * 1 * 4 and len(cases) == 36
     assert {c.seq for c in fwd} == {3072, 6144} and {c.seq for c in both} == {3072}
     assert {c.scheme for c in cases} == {"ring"}
-    # cases of one world size follow one another (they share processes)
-    sizes = [c.world_size for c in cases]
+    # cases of one GPU count follow one another (they share processes)
+    sizes = [c.n_gpus for c in cases]
     assert sum(a != b for a, b in zip(sizes, sizes[1:])) == 5
 
 
@@ -117,21 +117,21 @@ def test_full_matrix_covers_every_pass_and_scheme():
     cases = matrix(quick=False)
     assert {c.pass_ for c in cases} == {"fwd", "bwd", "fwdbwd"}
     assert {c.seq for c in cases} == {3072, 6144, 12288}
-    # per pass, size and world size: ring 3 layouts x 2 masks, allgather zigzag x 2 masks,
-    # ulysses 2 masks where the world size divides the 8 heads (2 and 4, not 3)
+    # per pass, size and GPU count: ring 3 layouts x 2 masks, allgather zigzag x 2 masks,
+    # ulysses 2 masks where the GPU count divides the 8 heads (2 and 4, not 3)
     assert len(cases) == 3 * 3 * (3 * (6 + 2) + 2 * 2)
     assert {c.layout for c in cases if c.scheme == "allgather"} == {"zigzag"}
-    assert {c.world_size for c in cases if c.scheme == "ulysses"} == {2, 4}
-    wide = matrix(quick=False, schemes=["ulysses"], heads=12, kv_heads=4, world_sizes=[2, 3, 4])
-    assert {c.world_size for c in wide} == {2, 4}                  # 3 does not divide the 4 K/V heads
-    assert {c.world_size for c in matrix(quick=True, schemes=["ulysses"], heads=12, kv_heads=12)} == {2, 3, 4}
+    assert {c.n_gpus for c in cases if c.scheme == "ulysses"} == {2, 4}
+    wide = matrix(quick=False, schemes=["ulysses"], heads=12, kv_heads=4, gpu_counts=[2, 3, 4])
+    assert {c.n_gpus for c in wide} == {2, 4}                  # 3 does not divide the 4 K/V heads
+    assert {c.n_gpus for c in matrix(quick=True, schemes=["ulysses"], heads=12, kv_heads=12)} == {2, 3, 4}
 
 
 def test_markdown_lists_every_case():
     sim = sim_trace()
     rows = [compare_case(Case("zigzag", True, 4, 4096), [scaled(sim, f) for f in (1.0, 1.1)], sim)]
     md = markdown({"summary": summarize(rows), "cases": rows, "measured_on": {"device": "x"}})
-    assert md.count("| ring/zigzag/causal/ws4/seq4096/fwd |") == 1
+    assert md.count("| ring/zigzag/causal/gpus4/seq4096/fwd |") == 1
 
 
 # Hand-built two-rank traces. Each rank computes step 0 then step 1 (c seconds each) and
@@ -248,7 +248,7 @@ def test_a_profile_with_a_host_spread_is_played_with_seeds_and_one_without_once(
     spread = Profile("fit", groups, LinkFit(5e-5, 1e9), Contention(host=host))
     flat = dataclasses.replace(spread, contention=Contention(host=dataclasses.replace(host, spread=None)))
     w = Workload(seq=96, heads=2, kv_heads=2, head_dim=8, dtype="fp32", causal=True)
-    sc = RunConfig(workload=w, world_size=2, layout="zigzag").scenario()
+    sc = RunConfig(workload=w, n_gpus=2, layout="zigzag").scenario()
     plays = simulate_replays(sc, spread, REPLAYS)
     assert len(plays) == REPLAYS and [t.meta["jitter"] for t in plays] == list(range(REPLAYS))
     assert len({t.makespan_s for t in plays}) > REPLAYS // 2
@@ -292,7 +292,7 @@ def test_summary_groups_errors_by_scheme_and_pass():
                          [two_ranks(0.0, 0.0, 2.0, 0.0, 1.0), two_ranks(5.0, 0.0, 2.0, 0.0, 1.0)], sim)
     s = summarize([row, exact], max_case_error=0.3)
     assert s["median_abs_error"] == pytest.approx((3 / 11 + 0.0) / 2)
-    assert s["worst_case"] == "ring/zigzag/causal/ws2/seq64/fwd"
+    assert s["worst_case"] == "ring/zigzag/causal/gpus2/seq64/fwd"
     assert s["cases_within_range_or_tolerance"] == 2                   # 3/11 < 0.3; the exact one in range
     assert summarize([row, exact], max_case_error=0.2)["cases_within_range_or_tolerance"] == 1
     # each group scored as the whole report: the hand-built case's steps are medians 2.5,
@@ -307,16 +307,19 @@ def test_summary_groups_errors_by_scheme_and_pass():
     md = markdown({"summary": s, "cases": [row, exact], "measured_on": {"device": "x"}})
     assert ("  - ring/fwd: median |makespan error| 27.3% over 1 cases; worst 27.3%, 1 of 1 inside their range "
             "or within 30%, per-step median |error| 23.6%") in md
-    assert "| allgather/zigzag/causal/ws2/seq64/fwd |" in md
+    assert "| allgather/zigzag/causal/gpus2/seq64/fwd |" in md
     assert "within 30%: 2 of 2" in md
     assert "| 500000 µs |" in md                                       # rank 1 of the median repeat, 0.5 s late
 
 
 def test_case_keys_carry_the_scheme():
-    assert Case("zigzag", True, 2, 3072, "fwd", "allgather").key == "allgather/zigzag/causal/ws2/seq3072/fwd"
-    assert Case("contiguous", False, 4, 6144, "bwd").key == "ring/contiguous/full/ws4/seq6144/bwd"
+    assert Case("zigzag", True, 2, 3072, "fwd", "allgather").key == "allgather/zigzag/causal/gpus2/seq3072/fwd"
+    assert Case("contiguous", False, 4, 6144, "bwd").key == "ring/contiguous/full/gpus4/seq6144/bwd"
     assert Case("zigzag", True, 2, 64, "fwdbwd", "ulysses").to_dict() == {
-        "layout": "zigzag", "causal": True, "world_size": 2, "seq": 64, "pass": "fwdbwd", "scheme": "ulysses"}
+        "layout": "zigzag", "causal": True, "n_gpus": 2, "seq": 64, "pass": "fwdbwd", "scheme": "ulysses"}
+    # a row of a report written before the GPU count was n_gpus
+    old = {"layout": "zigzag", "causal": True, "world_size": 3, "seq": 96, "pass": "fwd"}
+    assert Case.from_row(old) == Case("zigzag", True, 3, 96, "fwd")
 
 
 # `ringsim validate` end to end, with the kernel replaced by prepared traces: every
@@ -357,7 +360,7 @@ class FakeKernel:
         worse than the profile's law (sim.profile.Profile.at_host_state)."""
 
     def __call__(self, cfgs):
-        self.batches.append([cfg.world_size for cfg in cfgs])
+        self.batches.append([cfg.n_gpus for cfg in cfgs])
         out = []
         for cfg in cfgs:
             self.runs.append(cfg)
@@ -373,10 +376,10 @@ class FakeKernel:
         return out
 
 
-ARGS = ["validate", "--quick", "--world-sizes", "2", "--seqs", "96", "--passes", "fwd",
+ARGS = ["validate", "--quick", "--gpus", "2", "--seqs", "96", "--passes", "fwd",
         "--heads", "2", "--kv-heads", "2", "--head-dim", "8", "--repeats", "3"]
-QUICK_KEYS = ["ring/contiguous/causal/ws2/seq96/fwd", "ring/contiguous/full/ws2/seq96/fwd",
-              "ring/striped/causal/ws2/seq96/fwd", "ring/zigzag/causal/ws2/seq96/fwd"]
+QUICK_KEYS = ["ring/contiguous/causal/gpus2/seq96/fwd", "ring/contiguous/full/gpus2/seq96/fwd",
+              "ring/striped/causal/gpus2/seq96/fwd", "ring/zigzag/causal/gpus2/seq96/fwd"]
 
 
 @pytest.fixture
@@ -423,7 +426,7 @@ def test_validate_reports_every_case_with_the_error_made_by_hand(cli, capsys):
         assert r["measured_min_s"] == pytest.approx(1.2 * r["simulated_s"])
     assert report["measured_on"]["device"] == "bench cpu"
     assert report["profile_compute"] == {"fp32/full/fwd": "fp32/full/fwd", "fp32/diagonal/fwd": "fp32/diagonal/fwd"}
-    assert "| ring/zigzag/causal/ws2/seq96/fwd |" in capsys.readouterr().out
+    assert "| ring/zigzag/causal/gpus2/seq96/fwd |" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("flags, status", [
@@ -490,15 +493,15 @@ def test_a_resumed_complete_run_measures_nothing_and_keeps_measured_on(cli):
 def test_schemes_are_measured_and_simulated_with_their_own_scheme(cli):
     import json
 
-    assert cli("--out", str(cli.out), "--schemes", "allgather", "ulysses", "--world-sizes", "2", "3") == 0
+    assert cli("--out", str(cli.out), "--schemes", "allgather", "ulysses", "--gpus", "2", "3") == 0
     keys = [r["key"] for r in json.loads(cli.out.read_text())["cases"]]
     # allgather on the zigzag layout at both sizes; ulysses where the degree divides the 2 heads
-    assert keys == ["allgather/zigzag/causal/ws2/seq96/fwd", "allgather/zigzag/full/ws2/seq96/fwd",
-                    "ulysses/contiguous/causal/ws2/seq96/fwd", "ulysses/contiguous/full/ws2/seq96/fwd",
-                    "allgather/zigzag/causal/ws3/seq96/fwd", "allgather/zigzag/full/ws3/seq96/fwd"]
-    assert [(c.scheme, c.world_size) for c in cli.kernel.runs] == \
+    assert keys == ["allgather/zigzag/causal/gpus2/seq96/fwd", "allgather/zigzag/full/gpus2/seq96/fwd",
+                    "ulysses/contiguous/causal/gpus2/seq96/fwd", "ulysses/contiguous/full/gpus2/seq96/fwd",
+                    "allgather/zigzag/causal/gpus3/seq96/fwd", "allgather/zigzag/full/gpus3/seq96/fwd"]
+    assert [(c.scheme, c.n_gpus) for c in cli.kernel.runs] == \
         [("allgather", 2), ("allgather", 2), ("ulysses", 2), ("ulysses", 2), ("allgather", 3), ("allgather", 3)]
-    assert cli.kernel.batches == [[2, 2, 2, 2], [3, 3]]         # one set of processes per world size
+    assert cli.kernel.batches == [[2, 2, 2, 2], [3, 3]]         # one set of processes per GPU count
     for cfg in cli.kernel.runs:
         assert cfg.scenario().describe()["scheme"] == cfg.scheme
 
@@ -506,9 +509,9 @@ def test_schemes_are_measured_and_simulated_with_their_own_scheme(cli):
 def test_bad_settings_are_one_line_errors(cli, capsys):
     assert cli("--repeats", "1") == 2
     assert capsys.readouterr().err.strip() == "ringsim: error: --repeats must be at least 2 to report a spread"
-    assert cli("--schemes", "ulysses", "--world-sizes", "3") == 2
+    assert cli("--schemes", "ulysses", "--gpus", "3") == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == \
-        "ringsim: error: no cases to run: no scheme fits these world sizes and heads"
+        "ringsim: error: no cases to run: no scheme fits these GPU counts and heads"
     assert cli("--seqs", "50") == 2                         # 50 tokens do not cut into 4 zigzag chunks
     assert "ringsim: error: sequence length 50" in capsys.readouterr().err
     assert cli.kernel.runs == []
@@ -544,7 +547,7 @@ def test_backward_blocks_are_timed_from_the_profiles_backward_groups(tmp_path):
     assert profile_compute_groups(fwd_only, "fp32", cases)["fp32/diagonal/bwd"] == "fp32/diagonal/fwd (fallback)"
 
 
-def test_batches_hold_one_world_size_and_at_most_batch_cases():
+def test_batches_hold_one_gpu_count_and_at_most_batch_cases():
     from hw.validate_cli import BATCH, _batches
 
     cases = [Case(layout, True, ws, 96 * (i + 1))
@@ -553,7 +556,7 @@ def test_batches_hold_one_world_size_and_at_most_batch_cases():
     done = {cases[1].key: {}}
     batches = _batches(cases, done)
     assert [len(b) for b in batches] == [BATCH, 2, 2, 1]           # 10 left on 2 ranks, then 3, then 2
-    assert [b[0].world_size for b in batches] == [2, 2, 3, 2]
+    assert [b[0].n_gpus for b in batches] == [2, 2, 3, 2]
     assert cases[1] not in [c for b in batches for c in b]
 
 
@@ -640,11 +643,11 @@ def test_errors_at_the_hosts_state_take_out_cores_shared_worse_as_well(cli, caps
     s = report["summary"]
     assert s["at_host_state"]["median_abs_error"] == pytest.approx(0.0, abs=1e-9)
     assert s["at_host_speed"]["median_abs_error"] > 0.05
-    assert s["host_sharing"] == {"min": 1.56, "max": 1.56, "profile": 1.04, "batches_off": ["ring ws2 fwd"]}
+    assert s["host_sharing"] == {"min": 1.56, "max": 1.56, "profile": 1.04, "batches_off": ["ring 2 GPUs fwd"]}
     out, err = capsys.readouterr()
     assert ("the host's sharing (the same block in two processes at once against each alone, before and after "
             "each batch): 1.56x-1.56x slower, the profile's law 1.04x; batches read more than 15% off it: "
-            "ring ws2 fwd") in out
+            "ring 2 GPUs fwd") in out
     assert "at the host's speed and sharing of the moment: median |makespan error| 0.0%" in out
     assert "| 1.50x | +0.0% |" in out
     assert err.count("host sharing: 2 processes at once compute the 64-token reference block 1.56x slower "
@@ -685,13 +688,13 @@ def test_a_batch_read_off_the_profile_is_measured_again_and_the_attempt_read_clo
         assert [t["sharing_readings"] for t in r["attempts"]] == [[1.0, 1.6], [1.6, 1.3], [1.0, 1.1]]
         assert [t["kept"] for t in r["attempts"]] == [False, False, True]
         assert r["host_sharing_readings"] == [1.0, 1.1]
-    assert report["summary"]["measured_again"] == {"ring ws2 fwd": 3}
+    assert report["summary"]["measured_again"] == {"ring 2 GPUs fwd": 3}
     out, err = capsys.readouterr()
     assert err.count("the host read off the profile around this batch of 2 ranks (speed 0%, sharing 30% off): "
                      "measuring it again (1 of 2)") == 1
     assert "measuring it again (2 of 2)" in err
     assert ("- measured again, the host having read more than 15% off the profile around them, in speed or sharing "
-            "(the attempt read closest to it kept): ring ws2 fwd (3 attempts)") in out
+            "(the attempt read closest to it kept): ring 2 GPUs fwd (3 attempts)") in out
     # never with --remeasure 0; at most 2 more by default, the closest kept even if off
     calls.clear()
     cli.sharing[:] = [(1.0, 1.0), (1.6, 1.0)]
@@ -719,7 +722,7 @@ def test_the_hosts_speed_is_read_before_each_batch_and_after_the_last(cli):
 
     # 2 ranks: 4 cases in one batch; 3 ranks: 4 more in another
     cli.readings[:] = [1.0, 1.1, 1.5]
-    assert cli("--out", str(cli.out), "--world-sizes", "2", "3", "--remeasure", "0") == 0
+    assert cli("--out", str(cli.out), "--gpus", "2", "3", "--remeasure", "0") == 0
     rows = json.loads(cli.out.read_text())["cases"]
     assert [r["host_speed_readings"] for r in rows] == [[1.0, 1.1]] * 4 + [[1.1, 1.5]] * 4
     assert [r["host_speed"] for r in rows] == pytest.approx([1.05] * 4 + [1.3] * 4)
@@ -816,23 +819,23 @@ def test_a_batch_measured_in_rounds_counts_every_rounds_repeats_and_readings(cli
     calls = []
 
     def measure(cfgs):
-        calls.append([(cfg.world_size, cfg.repeats) for cfg in cfgs])
+        calls.append([(cfg.n_gpus, cfg.repeats) for cfg in cfgs])
         n = len(calls) - 1
         return [[scaled(t, 1.0 + 0.1 * n, shift=3.0) for t in traces] for traces in cli.kernel(cfgs)]
     monkeypatch.setattr(validate_cli, "measure", measure)
     cli.kernel.factors = (1.0,)
     cli.readings[:] = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]
-    assert cli("--out", str(cli.out), "--world-sizes", "2", "3", "--rounds", "3", "--remeasure", "0") == 0
+    assert cli("--out", str(cli.out), "--gpus", "2", "3", "--rounds", "3", "--remeasure", "0") == 0
     # order (0,0) (0,1) (1,0) (0,2) (1,1) (1,2): the 2-rank batch is the 1st, 2nd and 4th set of processes
     assert [c[0] for c in calls] == [(2, 1), (2, 1), (3, 1), (2, 1), (3, 1), (3, 1)]
     report = json.loads(cli.out.read_text())
     assert report["rounds"] == 3 and report["settings"]["rounds"] == 3
     profile = cli.kernel.profile
-    runs = {(cfg.world_size, cfg.layout, cfg.workload.causal): cfg for cfg in cli.kernel.runs}
+    runs = {(cfg.n_gpus, cfg.layout, cfg.workload.causal): cfg for cfg in cli.kernel.runs}
     for r in report["cases"]:
-        cfg = runs[r["world_size"], r["layout"], r["causal"]]
+        cfg = runs[r["n_gpus"], r["layout"], r["causal"]]
         sim = simulate(cfg.scenario(), profile).makespan_s
-        calls_of_batch, readings = ((0, 1, 3), [1.0, 1.1, 1.1, 1.2, 1.3, 1.4]) if cfg.world_size == 2 else \
+        calls_of_batch, readings = ((0, 1, 3), [1.0, 1.1, 1.1, 1.2, 1.3, 1.4]) if cfg.n_gpus == 2 else \
             ((2, 4, 5), [1.2, 1.3, 1.4, 1.5, 1.5, 1.6])
         assert r["repeats"] == 3
         assert r["measured_median_s"] == pytest.approx((1.0 + 0.1 * calls_of_batch[1]) * sim)
@@ -848,12 +851,12 @@ def test_a_batch_measured_in_rounds_counts_every_rounds_repeats_and_readings(cli
     cli.out.write_text(json.dumps(report))
     calls.clear()
     cli.readings[:] = []
-    assert cli("--out", str(cli.out), "--world-sizes", "2", "3", "--rounds", "3", "--remeasure", "0") == 0
+    assert cli("--out", str(cli.out), "--gpus", "2", "3", "--rounds", "3", "--remeasure", "0") == 0
     assert [c[0] for c in calls] == [(3, 1)] * 3
     assert json.loads(cli.out.read_text())["complete"] is True
     # other rounds are other settings; a count outside 1..repeats is one line
     capsys.readouterr()
-    assert cli("--out", str(cli.out), "--world-sizes", "2", "3", "--remeasure", "0") == 2
+    assert cli("--out", str(cli.out), "--gpus", "2", "3", "--remeasure", "0") == 2
     assert "other settings" in capsys.readouterr().err
     for bad in ("0", "4"):
         assert cli("--rounds", bad) == 2
@@ -864,16 +867,16 @@ def test_a_batch_measured_in_rounds_counts_every_rounds_repeats_and_readings(cli
 def test_a_round_measured_again_counts_its_own_attempts():
     from hw.validate import _measured_again
 
-    row = {"world_size": 3, "pass": "fwd", "attempts": [{"round": 0}, {"round": 1}, {"round": 1}, {"round": 2}]}
-    old = {"world_size": 2, "pass": "fwdbwd", "attempts": [{}, {}]}       # a report without rounds
-    assert _measured_again([row, old]) == {"ring ws2 fwdbwd": 2, "ring ws3 fwd": 2}
+    row = {"n_gpus": 3, "pass": "fwd", "attempts": [{"round": 0}, {"round": 1}, {"round": 1}, {"round": 2}]}
+    old = {"n_gpus": 2, "pass": "fwdbwd", "attempts": [{}, {}]}       # a report without rounds
+    assert _measured_again([row, old]) == {"ring 2 GPUs fwdbwd": 2, "ring 3 GPUs fwd": 2}
 
 
 def _spread_reports(errors, groups):
     """Reports of len(errors[k]) runs whose case k (in group groups[k] = (ws, pass)) has
     the signed errors errors[k]."""
     n = len(next(iter(errors.values())))
-    return [{"cases": [{"key": k, "world_size": groups[k][0], "pass": groups[k][1], "error": errors[k][i]}
+    return [{"cases": [{"key": k, "n_gpus": groups[k][0], "pass": groups[k][1], "error": errors[k][i]}
                        for k in errors]} for i in range(n)]
 
 
@@ -888,7 +891,7 @@ def test_error_spread_recovers_case_and_batch_parts_built_in():
     assert (s["runs"], s["cases"]) == (3, 4)
     assert s["case_means"] == pytest.approx(own)
     assert s["case_sd"] == pytest.approx(statistics.pstdev(own.values()))
-    assert s["group_shifts"]["ring ws2 fwd"] == pytest.approx([0.05, -0.05, 0.0])
+    assert s["group_shifts"]["ring 2 GPUs fwd"] == pytest.approx([0.05, -0.05, 0.0])
     assert s["group_sd"] == pytest.approx(((2 * (0.05 ** 2 * 2) + 2 * (0.02 ** 2 * 2)) / 12) ** 0.5)
     assert s["rest_sd"] == pytest.approx(0.0, abs=1e-12)
 
@@ -950,13 +953,13 @@ def test_a_hop_counts_from_the_later_post_of_its_two_ends():
     assert compare_case(Case("zigzag", True, 2, 64), [lone], lone)["parts"]["mean_transfer_s"]["measured"] == 4.0
 
 
-def test_step_spread_groups_steps_by_scheme_pass_world_size_and_index():
+def test_step_spread_groups_steps_by_scheme_pass_gpu_count_and_index():
     from sim.errors import RingsimError
     from sim.validation import step_spread
 
     def case(ws, pass_, steps, scheme="ring"):
         # steps: (step, simulated, measured); abs_error as compare_case writes it
-        return {"scheme": scheme, "world_size": ws, "pass": pass_,
+        return {"scheme": scheme, "n_gpus": ws, "pass": pass_,
                 "steps": [{"rank": 0, "step": k, "simulated_s": s, "measured_s": m,
                            "abs_error": abs(s - m) / m if m > 0 else None} for k, s, m in steps]}
 
@@ -965,16 +968,16 @@ def test_step_spread_groups_steps_by_scheme_pass_world_size_and_index():
                      case(3, "fwd", [(0, 0.7, 1.0), (1, 1.0, 0.0)]),         # no measured step: left out
                      case(2, "fwd", [(0, 2.0, 1.0)], scheme="ulysses")]}
     s = step_spread([one, two])
-    rows = {(r["group"], r["world_size"], r["step"]): r for r in s["steps"]}
-    # ring ws3 step 0: errors -0.2, -0.1, -0.3 -> median -0.2, |median| 0.2
+    rows = {(r["group"], r["n_gpus"], r["step"]): r for r in s["steps"]}
+    # ring 3 GPUs step 0: errors -0.2, -0.1, -0.3 -> median -0.2, |median| 0.2
     assert rows["ring/fwd", 3, 0]["n"] == 3
     assert rows["ring/fwd", 3, 0]["median_error"] == pytest.approx(-0.2)
     assert rows["ring/fwd", 3, 0]["median_abs_error"] == pytest.approx(0.2)
     # step 1: +0.3 and +0.1 -> 0.2
     assert rows["ring/fwd", 3, 1]["median_error"] == pytest.approx(0.2) and rows["ring/fwd", 3, 1]["n"] == 2
     assert rows["ulysses/fwd", 2, 0]["median_error"] == pytest.approx(1.0)
-    groups = {(g["group"], g["world_size"]): g for g in s["groups"]}
-    # ring ws3 over all steps: |errors| 0.2, 0.3, 0.1, 0.1, 0.3 -> 0.2
+    groups = {(g["group"], g["n_gpus"]): g for g in s["groups"]}
+    # ring 3 GPUs over all steps: |errors| 0.2, 0.3, 0.1, 0.1, 0.3 -> 0.2
     assert groups["ring/fwd", 3]["n"] == 5 and groups["ring/fwd", 3]["median_abs_error"] == pytest.approx(0.2)
     assert groups["ring/fwd", 2]["median_abs_error"] == pytest.approx(0.0)
     with pytest.raises(RingsimError, match="no step"):
@@ -987,7 +990,7 @@ def test_run_to_run_is_the_median_log_ratio_of_shared_cases_over_root_two():
     from sim.validation import run_to_run
 
     def case(seq, median, layout="zigzag", scheme="ring"):
-        return {"layout": layout, "causal": True, "world_size": 2, "seq": seq, "pass": "fwd", "scheme": scheme,
+        return {"layout": layout, "causal": True, "n_gpus": 2, "seq": seq, "pass": "fwd", "scheme": scheme,
                 "measured_median_s": median}
 
     a = {"cases": [case(1, 1.0), case(2, 2.0), case(3, 1.0), case(4, 5.0), case(5, 1.0, scheme="ulysses")]}

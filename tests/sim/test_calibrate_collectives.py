@@ -12,7 +12,7 @@ from sim.engine import simulate
 from sim.errors import RingsimError
 from sim.profile import profile_from_dict
 
-# per collective: (latency per round at world 2, at world 3, at world 4), bandwidth
+# per collective: (latency per round at n_gpus 2, at n_gpus 3, at n_gpus 4), bandwidth
 MODEL = {"allgather": ((100e-6, 100e-6, 100e-6), 0.5e9),
          "reducescatter": ((1e-3, 3e-3, 3e-3), 2e9),
          "alltoall": ((50e-6, 400e-6, 800e-6), 0.25e9)}
@@ -26,11 +26,11 @@ def synthetic_bench() -> dict:
     transfer = [{"bytes": b, "direction": "both_ways", "time_s": [80e-6 + b / 1e9]} for b in (65536, 1 << 20)]
     collective = []
     for op, (latency, bw) in MODEL.items():
-        for world, alpha in zip((2, 3, 4), latency):
+        for n_gpus, alpha in zip((2, 3, 4), latency):
             for shard in SHARDS:
-                sent = (world - 1) * shard
-                collective.append({"op": op, "world": world, "shard_bytes": shard, "sent_bytes": sent,
-                                   "time_s": [(world - 1) * alpha + sent / bw]})
+                sent = (n_gpus - 1) * shard
+                collective.append({"op": op, "n_gpus": n_gpus, "shard_bytes": shard, "sent_bytes": sent,
+                                   "time_s": [(n_gpus - 1) * alpha + sent / bw]})
     return {"format": "ringsim-hw-bench", "version": 1,
             "device": {"kind": "cuda", "name": "test device", "cpu_count": 2, "threads_per_rank": None},
             "compute": compute, "transfer": transfer, "collective": collective}
@@ -46,23 +46,23 @@ def test_fit_rounds_recovers_latency_and_bandwidth_and_stays_non_negative():
     assert alpha == 0.0 and beta == pytest.approx(11500 / 6e12)
 
 
-def test_calibrate_fits_every_collective_over_and_at_each_world_size():
+def test_calibrate_fits_every_collective_over_and_at_each_gpu_count():
     p = calibrate(synthetic_bench())
     for op, (latency, bw) in MODEL.items():
         fit = p.collectives[op]
-        assert sorted(fit.by_world) == [2, 3, 4]
-        for world, alpha in zip((2, 3, 4), latency):
-            assert fit.by_world[world].latency_s == pytest.approx(alpha)
-            assert fit.by_world[world].bandwidth_bytes_per_s == pytest.approx(bw)
-    # one latency fits every world size of the all-gather exactly
+        assert sorted(fit.by_gpus) == [2, 3, 4]
+        for n_gpus, alpha in zip((2, 3, 4), latency):
+            assert fit.by_gpus[n_gpus].latency_s == pytest.approx(alpha)
+            assert fit.by_gpus[n_gpus].bandwidth_bytes_per_s == pytest.approx(bw)
+    # one latency fits every GPU count of the all-gather exactly
     ag = p.collectives["allgather"].rounds
     assert ag.latency_s == pytest.approx(100e-6) and ag.bandwidth_bytes_per_s == pytest.approx(0.5e9)
     assert p.report["collectives"]["allgather"]["residuals"]["max_abs_rel"] == pytest.approx(0, abs=1e-9)
-    # not the reduce-scatter's: world 2 is cheaper per round than 3 and 4
-    assert p.report["collectives"]["reducescatter"]["residuals_by_world"]["2"]["median_abs_rel"] > 0.1
+    # not the reduce-scatter's: n_gpus 2 is cheaper per round than 3 and 4
+    assert p.report["collectives"]["reducescatter"]["residuals_by_gpus"]["2"]["median_abs_rel"] > 0.1
 
 
-def test_each_flow_takes_its_world_sizes_fit_and_unmeasured_collectives_the_default():
+def test_each_flow_takes_its_gpu_counts_fit_and_unmeasured_collectives_the_default():
     p = calibrate(synthetic_bench())
     kind = np.array(["rs", "rs", "rs", "ag", "a2a"])
     nbytes = np.array([1e6, 1e6, 1e6, 1e6, 1e6])
@@ -91,17 +91,17 @@ def test_the_simulator_plays_an_all_gather_on_the_measured_fit():
     assert [s.duration_s for s in sends] == pytest.approx([100e-6 + block / 0.5e9] * 6)
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_ulysses_all_to_alls_in_and_out_take_their_world_sizes_fit(world):
+@pytest.mark.parametrize("n_gpus", [2, 4])
+def test_ulysses_all_to_alls_in_and_out_take_their_gpu_counts_fit(n_gpus):
     # the all-to-all in (Q, K, V) and the one out (O) share a step; each flow is one of a
-    # collective of `world` ranks, not of more
+    # collective of `n_gpus` ranks, not of more
     p = calibrate(synthetic_bench())
     sc = Scenario(workload=Workload(seq=3072, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=True),
-                  n_gpus=world, layout="contiguous", scheme="ulysses")
+                  n_gpus=n_gpus, layout="contiguous", scheme="ulysses")
     sends = [s for s in simulate(sc, p).spans if s.stream == "send" and s.kind == "a2a"]
-    piece = 3072 // world * 8 // world * 64 * 4           # one rank's tokens, one peer's heads
+    piece = 3072 // n_gpus * 8 // n_gpus * 64 * 4           # one rank's tokens, one peer's heads
     assert sorted({s.bytes for s in sends}) == [piece, 3 * piece]
-    alpha = dict(zip((2, 3, 4), MODEL["alltoall"][0]))[world]
+    alpha = dict(zip((2, 3, 4), MODEL["alltoall"][0]))[n_gpus]
     assert [s.duration_s for s in sends] == pytest.approx([alpha + s.bytes / 0.25e9 for s in sends])
 
 
@@ -119,11 +119,23 @@ def test_collective_groups_are_the_ranks_each_collective_joins():
     assert collective_groups(*(np.zeros(0, dtype=np.int64),) * 4).tolist() == []
 
 
+def test_bench_files_and_profiles_written_before_the_gpu_count_was_n_gpus_still_read():
+    bench = synthetic_bench()
+    for e in bench["collective"]:
+        e["world"] = e.pop("n_gpus")                     # the older bench files' key
+    old = calibrate(bench)
+    assert old.collectives == calibrate(synthetic_bench()).collectives
+    d = json.loads(json.dumps(old.to_dict()))
+    for fit in d["collectives"].values():
+        fit["by_world"] = fit.pop("by_gpus")             # the older profiles' key
+    assert profile_from_dict(d).collectives == old.collectives
+
+
 @pytest.mark.parametrize("mutate,match", [
     (lambda d: d["collectives"].update(broadcast={}), "unknown collective"),
     (lambda d: d["collectives"]["allgather"].update(bandwidth_bytes_per_s=0), "bandwidth"),
-    (lambda d: d["collectives"]["allgather"].update(by_world={"1": {}}), "world size"),
-    (lambda d: d["collectives"]["allgather"].update(by_world=[1]), "by_world"),
+    (lambda d: d["collectives"]["allgather"].update(by_gpus={"1": {}}), "GPU count"),
+    (lambda d: d["collectives"]["allgather"].update(by_gpus=[1]), "by_gpus"),
     (lambda d: d.update(collectives=[]), "collectives"),
 ])
 def test_malformed_collective_fits_are_refused_and_good_ones_round_trip(mutate, match):
@@ -159,9 +171,9 @@ def test_a_collective_slow_at_its_largest_size_is_fitted_to_the_rest():
     bench = synthetic_bench()
     big = max(SHARDS)
     for r in bench["collective"]:
-        if r["op"] == "alltoall" and r["world"] == 2 and r["shard_bytes"] == big:
+        if r["op"] == "alltoall" and r["n_gpus"] == 2 and r["shard_bytes"] == big:
             r["time_s"] = [r["time_s"][0] * 3]
-    fit = calibrate(bench).collectives["alltoall"].by_world[2]
+    fit = calibrate(bench).collectives["alltoall"].by_gpus[2]
     # at the smaller sizes the fit stays within 25% of what was measured; a line through
     # the points' absolute times (fit_line's default) is off by 154% at 64 KiB
     absolute = fit_line([float(s) for s in SHARDS],

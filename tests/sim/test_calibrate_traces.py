@@ -32,7 +32,7 @@ def known_profile(compute_factor: float = 1.0):
 def measured(scenario: Scenario, profile) -> Trace:
     """What the kernel would record if the hardware were exactly `profile`."""
     t = simulate(scenario, profile)
-    return Trace("measured", t.world_size, t.columns, config=json.loads(json.dumps(t.config)),
+    return Trace("measured", t.n_gpus, t.columns, config=json.loads(json.dumps(t.config)),
                  hardware={"kind": "measured", "device": "test device", "backend": "gloo", "torch": "2.13.0",
                            "threads_per_rank": 1})
 
@@ -54,8 +54,8 @@ def test_the_traces_of_a_known_model_give_it_back():
     assert p.link.latency_s == pytest.approx(LATENCY) and p.link.bandwidth_bytes_per_s == pytest.approx(BW)
     assert not p.contention.active
     assert p.measured_on["device"] == "test device" and p.measured_on["kind"] == "cpu"
-    assert p.report["cases"] == {"ring/contiguous/full/ws2/seq2048/fwd": 1, "ring/contiguous/full/ws2/seq4096/fwd": 1,
-                                 "ring/zigzag/causal/ws2/seq2048/fwd": 1, "ring/zigzag/causal/ws2/seq4096/fwd": 1}
+    assert p.report["cases"] == {"ring/contiguous/full/gpus2/seq2048/fwd": 1, "ring/contiguous/full/gpus2/seq4096/fwd": 1,
+                                 "ring/zigzag/causal/gpus2/seq2048/fwd": 1, "ring/zigzag/causal/gpus2/seq4096/fwd": 1}
 
 
 def test_compute_points_take_the_mask_from_the_schedule():
@@ -76,7 +76,7 @@ def test_held_out_runs_are_predicted_by_each_profile():
     held = [(measured(case(6144, "striped", 3), truth), "a"), (measured(case(6144, "striped", 3), truth), "b")]
     r = holdout(held, {"traces": p, "compare": slow})
     (row,) = r["cases"]
-    assert row["key"] == "ring/striped/causal/ws3/seq6144/fwd" and row["repeats"] == 2
+    assert row["key"] == "ring/striped/causal/gpus3/seq6144/fwd" and row["repeats"] == 2
     truth_makespan = compute_metrics(simulate(case(6144, "striped", 3), truth)).makespan_s
     assert row["measured_s"] == pytest.approx(truth_makespan)
     assert row["traces"]["error"] == pytest.approx(0, abs=1e-9)
@@ -145,6 +145,6 @@ def test_scenario_and_key_of_a_header():
     sc = case(3072, "striped", 3)
     config = simulate(sc, known_profile()).config
     assert scenario_from_config(config).describe() == sc.describe()
-    assert Case.from_config(config).key == "ring/striped/causal/ws3/seq3072/fwd"
+    assert Case.from_config(config).key == "ring/striped/causal/gpus3/seq3072/fwd"
     with pytest.raises(RingsimError, match="no usable configuration"):
         scenario_from_config({"n_gpus": 2})

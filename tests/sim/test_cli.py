@@ -43,7 +43,7 @@ def test_simulate_writes_trace_and_chrome_trace(capsys, tmp_path):
     code, out, _ = run(capsys, "simulate", "--gpus", "2", "--seq", "4096", "--trace", str(t),
                        "--chrome-trace", str(c))
     assert code == 0 and "makespan" in out
-    assert Trace.load(t).world_size == 2
+    assert Trace.load(t).n_gpus == 2
     assert "traceEvents" in json.loads(c.read_text())
     code, _, err = run(capsys, "simulate", "--gpus", "2", "--seq", "4096", "--trace", str(t))
     assert code == 2 and "exists" in err

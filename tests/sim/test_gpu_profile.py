@@ -175,7 +175,7 @@ def test_the_ring_steps_harness_sets_each_step_beside_the_model(tmp_path):
 
     root = pathlib.Path(__file__).resolve().parents[2]
     out = tmp_path / "steps.json"
-    args = [sys.executable, "bench/gpu_ring_steps.py", str(out), "--device", "cpu", "--worlds", "2",
+    args = [sys.executable, "bench/gpu_ring_steps.py", str(out), "--device", "cpu", "--gpus", "2",
             "--tokens-per-rank", "64", "--heads", "2", "--kv-heads", "1", "--head-dim", "16", "--repeats", "1"]
     run = subprocess.run(args, capture_output=True, text=True, cwd=root)
     assert run.returncode == 0, run.stderr

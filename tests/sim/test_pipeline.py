@@ -44,6 +44,6 @@ def test_megatrons_order_warms_up_then_alternates():
 def test_the_trace_names_the_stages_and_their_sends():
     tr = play_pipeline([1.0] * 3, [2.0] * 3, 0.1, 4)
     c = tr.columns
-    assert tr.world_size == 3
+    assert tr.n_gpus == 3
     sends = c.kind == KIND_NAMES.index("pp")
     assert sends.any() and set(c.kind[~sends].tolist()) <= {KIND_NAMES.index(k) for k in ("fwd", "bwd", "idle", "pp")}

@@ -23,7 +23,7 @@ from sim.units import tokens
 def reference_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = True) -> None:
     d = Workload()
     g = p.add_argument_group("workload")
-    g.add_argument("--gpus", type=int, default=8, help="ranks in the ring (default 8)")
+    g.add_argument("--gpus", type=int, default=8, help="GPUs in the group (default 8)")
     g.add_argument("--seq", type=tokens, default=d.seq,
                    help=f"tokens per sequence: a number or a size such as 64k or 1M (default {d.seq})")
     g.add_argument("--batch", type=int, default=d.batch, help="sequences (default 1)")

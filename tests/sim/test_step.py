@@ -60,7 +60,7 @@ def test_the_pipeline_adds_its_bubble_to_the_micro_batches():
     assert max(totals) == totals[-1]
     assert 0 < s.breakdown["pp_bubble_s"] <= sum(totals) - max(totals) + 1e-12
     assert s.stage_layers == [1, 1, 1, 1]
-    assert s.pipeline is not None and s.pipeline.world_size == 4
+    assert s.pipeline is not None and s.pipeline.n_gpus == 4
     assert s.step_s == pytest.approx(compute_metrics(s.pipeline).makespan_s + s.breakdown["dp_comm_s"]
                                      + s.breakdown["optimizer_s"], rel=1e-12)
 
@@ -182,7 +182,7 @@ def test_the_step_saves_its_pipeline_as_a_trace_and_keeps_what_is_there(tmp_path
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     t = Trace.load(str(out))
-    assert t.world_size == 4 and t.config["step"]["pp"] == 4
+    assert t.n_gpus == 4 and t.config["step"]["pp"] == 4
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 2 and "--force" in r.stderr
 

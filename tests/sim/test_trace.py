@@ -28,7 +28,7 @@ def test_save_refuses_to_overwrite(tmp_path):
         small_trace().save(path)
     assert path.read_text() == "precious"
     small_trace().save(path, overwrite=True)
-    assert Trace.load(path).world_size == 4
+    assert Trace.load(path).n_gpus == 4
 
 
 def test_chrome_trace_has_one_process_per_rank_and_one_thread_per_stream():
@@ -52,6 +52,7 @@ def test_chrome_trace_has_one_process_per_rank_and_one_thread_per_stream():
 def v1_dict(trace):
     """The version-1 file of a trace: a list of span objects."""
     head = {k: v for k, v in trace.to_dict().items() if k not in ("streams", "kinds", "chunk_sets", "columns")}
+    head["world_size"] = head.pop("n_gpus")         # version 1 and 2 name the GPU count so
     return {**head, "version": 1, "spans": [s.to_dict() for s in trace.spans]}
 
 
@@ -102,8 +103,32 @@ def test_version_1_files_still_load(tmp_path):
     assert back.config == trace.config
 
 
+def test_version_2_files_name_the_gpu_count_world_size_and_still_load(tmp_path):
+    trace = small_trace()
+    d = trace.to_dict()
+    assert (d["version"], d["n_gpus"]) == (3, 4) and "world_size" not in d
+    d["version"], d["world_size"] = 2, d.pop("n_gpus")
+    back = Trace.loads(json.dumps(d))
+    assert back.n_gpus == 4 and back.spans == trace.spans
+    back = Trace.loads(_archive(trace, header={"version": 2, "world_size": 4, "n_gpus": None}))
+    assert back.n_gpus == 4 and back.spans == trace.spans
+    # the current version asks for its own key
+    d = {**trace.to_dict(), "world_size": 4}
+    del d["n_gpus"]
+    with pytest.raises(RingsimError, match="n_gpus must be a positive integer"):
+        Trace.loads(json.dumps(d))
+
+
+def test_the_example_traces_written_as_version_2_load():
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).parents[2] / "dashboard" / "examples").glob("*.trace.npz")):
+        t = Trace.load(path)
+        assert t.n_gpus == int(path.name.split("-")[1][0]) and t.n_gpus == int(t.columns.rank.max()) + 1
+
+
 @pytest.mark.parametrize("name", ["t.json", "t.npz", "t.trace"])
-def test_version_2_round_trips_in_both_encodings(tmp_path, name):
+def test_the_current_version_round_trips_in_both_encodings(tmp_path, name):
     trace = small_trace()
     trace.save(tmp_path / name)
     back = Trace.load(tmp_path / name)
@@ -118,7 +143,7 @@ def test_the_archive_is_smaller_than_version_1_json():
     assert len(trace.to_bytes()) * 4 < len(json.dumps(v1_dict(trace)))
 
 
-def v2(**changes):
+def v3(**changes):
     d = small_trace("fwd").to_dict()
     for path, value in changes.items():
         obj = d
@@ -134,21 +159,21 @@ def v2(**changes):
 
 
 @pytest.mark.parametrize("text,match", [
-    (v2(columns=[]), "columns must be"),
-    (v2(**{"columns.rank": "x"}), "column rank must be a list"),
-    (v2(**{"columns.rank.0": 99}), "rank must be"),
-    (v2(**{"columns.rank.0": 1.5}), "rank must hold integers"),
-    (v2(**{"columns.rank.0": 2 ** 40}), "out of range"),
-    (v2(**{"columns.start_s.0": "0"}), "finite numbers"),
-    (v2(**{"columns.end_s.0": -1.0}), "before start_s"),
-    (v2(**{"columns.stream.0": 9}), "stream codes"),
-    (v2(**{"columns.kind.0": 4}), "not valid on its stream"),
-    (v2(streams=["compute", "gpu"]), "unknown stream"),
-    (v2(**{"columns.q_chunks.0": 999}), "q_chunks must index"),
-    (v2(chunk_sets=[["a"]]), "chunk_sets"),
-    (v2(**{"columns.step": [0]}), "one entry per span"),
+    (v3(columns=[]), "columns must be"),
+    (v3(**{"columns.rank": "x"}), "column rank must be a list"),
+    (v3(**{"columns.rank.0": 99}), "rank must be"),
+    (v3(**{"columns.rank.0": 1.5}), "rank must hold integers"),
+    (v3(**{"columns.rank.0": 2 ** 40}), "out of range"),
+    (v3(**{"columns.start_s.0": "0"}), "finite numbers"),
+    (v3(**{"columns.end_s.0": -1.0}), "before start_s"),
+    (v3(**{"columns.stream.0": 9}), "stream codes"),
+    (v3(**{"columns.kind.0": 4}), "not valid on its stream"),
+    (v3(streams=["compute", "gpu"]), "unknown stream"),
+    (v3(**{"columns.q_chunks.0": 999}), "q_chunks must index"),
+    (v3(chunk_sets=[["a"]]), "chunk_sets"),
+    (v3(**{"columns.step": [0]}), "one entry per span"),
 ])
-def test_malformed_version_2_json_is_refused(text, match):
+def test_malformed_column_json_is_refused(text, match):
     with pytest.raises(RingsimError, match=match):
         Trace.loads(text)
 
@@ -192,8 +217,8 @@ def test_malformed_archives_are_refused():
         (_archive(trace, drop="header.json"), "no header.json"),
         (_archive(trace, drop="end_s.npy"), "no column end_s"),
         (_archive(trace, replace={"header.json": b"{"}), "not valid JSON"),
-        (_archive(trace, header={"version": 1}), "must be version 2"),
-        (_archive(trace, header={"world_size": 0}), "world_size"),
+        (_archive(trace, header={"version": 1, "world_size": 4}), "must be version 2 or 3"),
+        (_archive(trace, header={"n_gpus": 0}), "n_gpus"),
         (_archive(trace, replace={"rank.npy": _npy(np.zeros(n, dtype=np.int64))}), "int32"),
         (_archive(trace, replace={"rank.npy": _npy(np.full(n, 9, dtype=np.int32))}), "rank must be"),
         (_archive(trace, replace={"end_s.npy": _npy(np.full(n, np.nan))}), "finite"),

@@ -13,7 +13,7 @@ from tests.dashboard.conftest import measured_from
 def test_step_errors_of_a_uniformly_slower_run(small_trace):
     measured = measured_from(small_trace, factor=1.25)
     rows = compute.step_errors(small_trace, measured)
-    assert [r["step"] for r in rows] == list(range(small_trace.world_size))
+    assert [r["step"] for r in rows] == list(range(small_trace.n_gpus))
     for r in rows:
         assert r["measured_s"] == pytest.approx(1.25 * r["simulated_s"])
         assert r["error"] == pytest.approx(1 / 1.25 - 1)

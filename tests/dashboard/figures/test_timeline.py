@@ -126,7 +126,7 @@ def _drawn(fig) -> list[tuple[int, float, float]]:
 def test_timeline_window_of_a_trace_in_any_order():
     trace = simulate(small_scenario(n_gpus=8, seq=8192))
     shuffled = np.random.default_rng(0).permutation(len(trace))
-    other = Trace(trace.source, trace.world_size, trace.columns.take(shuffled), trace.config)
+    other = Trace(trace.source, trace.n_gpus, trace.columns.take(shuffled), trace.config)
     assert figures.rank_starts(other.columns, 8) is None
     a, b = figures.timeline(trace, (2, 5)), figures.timeline(other, (2, 5))
     assert a.layout.meta["ranks"] == b.layout.meta["ranks"] == [2, 5]
