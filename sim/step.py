@@ -40,8 +40,12 @@ nodes). With equal stages and free sends its makespan is m (t_f + t_b) + (PP - 1
 (t_f + t_b); the breakdown's bubble is what the pipeline adds to the slowest stage's m
 micro-batches without the sends, its PP communication what the sends add.
 
-**Data parallelism** over DP replicas, on the NICs when the replicas are in different
-nodes: DDP all-reduces the gradients (bf16), ZeRO-1 reduce-scatters them and all-gathers
+**Data parallelism** over the GPUs that hold the same weights: the DP replicas and, inside
+each, the CP ranks, which hold one copy of the weights and compute gradients from their own
+tokens (Megatron-LM reduces gradients and shards its distributed optimizer over the data-
+and context-parallel group; torchtitan applies FSDP over its `dp_shard_cp` mesh). So
+gradients are reduced, and ZeRO shards, over DP x CP GPUs, on the NICs when they are in
+different nodes: DDP all-reduces the gradients (bf16), ZeRO-1 reduce-scatters them and all-gathers
 the updated weights, ZeRO-3 (FSDP) all-gathers each layer's weights before its forward and
 its backward and reduce-scatters its gradients. What hides: a gradient reduction overlaps
 the last micro-batch's backward on its stage (what exceeds it is exposed); ZeRO-1's
@@ -49,8 +53,9 @@ gather of the updated weights overlaps the first micro-batch's forward; FSDP's p
 gathers overlap the layer before (a layer whose gather is longer than its compute exposes
 the difference). The optimizer step (Adam) streams its state once.
 
-**Memory per GPU**: weights (bf16), gradients (bf16; sharded over DP from ZeRO-2 on; here
-ZeRO-3), the fp32 master weights and Adam's two moments (sharded over DP from ZeRO-1), the
+**Memory per GPU**: weights (bf16), gradients (bf16; sharded over DP x CP from ZeRO-2 on;
+here ZeRO-3), the fp32 master weights and Adam's two moments (sharded over DP x CP from
+ZeRO-1), the
 activations every layer keeps for its backward (ACTIVATION_BYTES per token, or the layer's
 input alone under full recomputation) for the micro-batches in flight on the first stage
 (PP of them in 1F1B), the output layer's logits on the last, and the attention scheme's
@@ -425,13 +430,19 @@ def simulate_step(req: StepRequest) -> Step:
     bubble = max(0.0, pipe_bare - work)
     pp_comm = max(0.0, pipe - pipe_bare)
     # data parallelism
-    stage_params = layers[slow] * layer_params(m) / p.tp
-    stage_params += (m.vocab * m.hidden / p.tp) if slow in (0, p.pp - 1) else 0
+    def params_of(stage: int) -> float:
+        """A stage's parameters on one GPU: its layers, the input embedding on the first
+        stage and the output layer on the last (both on a single stage; untied, as in Llama 3)."""
+        tables = (stage == 0) + (stage == p.pp - 1)
+        return (layers[stage] * layer_params(m) + tables * m.vocab * m.hidden) / p.tp
+
+    stage_params = params_of(slow)
     grad_bytes = stage_params * ELEMENT_BYTES
+    replicas = p.dp * p.cp                                          # GPUs holding the same weights
     dbw, dlat = _link(req, p.tp * p.cp * p.dp)                     # a replica group
-    rs = ring_collective_s(grad_bytes, p.dp, dbw, dlat)
+    rs = ring_collective_s(grad_bytes, replicas, dbw, dlat)
     dp_exposed = 0.0
-    if p.dp > 1:
+    if replicas > 1:
         last_backward = tb
         if p.zero == 0:
             dp_exposed = max(0.0, 2 * rs - last_backward)
@@ -439,12 +450,12 @@ def simulate_step(req: StepRequest) -> Step:
             dp_exposed = max(0.0, rs - last_backward) + max(0.0, rs - tf)
         else:
             layer_bytes = layer_params(m) / p.tp * ELEMENT_BYTES
-            gather = ring_collective_s(layer_bytes, p.dp, dbw, dlat)
+            gather = ring_collective_s(layer_bytes, replicas, dbw, dlat)
             per_layer = (max(0.0, gather - layer_f) + max(0.0, 2 * gather - layer_b)) * layers[slow]
             dp_exposed = mb * per_layer + max(0.0, rs - last_backward)
             notes.append("FSDP: each layer's weights gathered before its forward and its backward, in every "
                          "micro-batch")
-    shard = p.dp if p.zero >= 1 else 1
+    shard = replicas if p.zero >= 1 else 1
     optimizer = stage_params / shard * 16 * 2 / (stream * 1e9)      # read and write 16 bytes of state a parameter
     step_s = pipe + dp_exposed + optimizer
     last, first = slow == p.pp - 1, slow == 0
@@ -462,12 +473,12 @@ def simulate_step(req: StepRequest) -> Step:
     }
     breakdown["other_s"] = max(0.0, step_s - sum(breakdown.values()))
     # memory per GPU, the first stage (most micro-batches in flight)
-    params_gpu = max(stage_params, layers[0] * layer_params(m) / p.tp + m.vocab * m.hidden / p.tp)
+    params_gpu = max(params_of(s) for s in range(p.pp))
     in_flight = min(mb, p.pp) if p.pp > 1 else 1
     memory = {
-        "weights": params_gpu * ELEMENT_BYTES / (p.dp if p.zero == 3 else 1),
-        "gradients": params_gpu * ELEMENT_BYTES / (p.dp if p.zero == 3 else 1),
-        "optimizer": params_gpu * 12 / (p.dp if p.zero >= 1 else 1),
+        "weights": params_gpu * ELEMENT_BYTES / (replicas if p.zero == 3 else 1),
+        "gradients": params_gpu * ELEMENT_BYTES / (replicas if p.zero == 3 else 1),
+        "optimizer": params_gpu * 12 / (replicas if p.zero >= 1 else 1),
         "activations": layers[0] * activation_bytes_per_token(m, p.tp, p.recompute) * t * in_flight,
         "logits": t * head_n * 4.0 if p.pp == 1 else 0.0,
         "attention_working": attn_mem,

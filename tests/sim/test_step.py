@@ -90,6 +90,26 @@ def test_fsdp_gathers_hide_behind_a_longer_compute_and_show_behind_a_shorter_one
     assert slow.breakdown["dp_comm_s"] >= 32 * (gather - layer_f)           # every layer, every micro-batch
 
 
+def test_context_parallel_ranks_share_the_weights_so_gradients_and_zero_span_dp_times_cp():
+    # CP ranks hold one copy of the weights and their tokens' gradients: the reduction and
+    # ZeRO's shards run over DP x CP GPUs (torchtitan's dp_shard_cp mesh, Megatron-LM's
+    # data-and-context-parallel group), so FSDP 1 x CP 8 shards as FSDP 8 does
+    base = dict(model=L8B, global_batch=262144, hardware=DGX)
+    cp8 = simulate_step(StepRequest(parallel=Parallel(cp=8, dp=1, zero=3), seq=262144, **base))
+    dp8 = simulate_step(StepRequest(parallel=Parallel(cp=1, dp=8, zero=3), seq=32768, **base))
+    params = layer_params(L8B) * 32 + L8B.vocab * L8B.hidden * 2          # the whole model: one stage
+    assert params == pytest.approx(8.03e9, rel=0.002)                       # the model card's count
+    assert cp8.memory["optimizer"] == pytest.approx(params * 12 / 8, rel=1e-9)
+    for part in ("weights", "gradients", "optimizer"):
+        assert cp8.memory[part] == pytest.approx(dp8.memory[part], rel=1e-12)
+    # ZeRO-1 over DP 2 x CP 4: the optimizer state in 8 shards, the bf16 weights whole
+    z1 = simulate_step(StepRequest(parallel=Parallel(cp=4, dp=2, zero=1), seq=131072, **base))
+    assert z1.memory["optimizer"] == pytest.approx(params * 12 / 8, rel=1e-9)
+    assert z1.memory["weights"] == pytest.approx(params * ELEMENT_BYTES, rel=1e-9)
+    # the optimizer steps its shard alone: the same time on DP 1 x CP 8 as on DP 8
+    assert cp8.breakdown["optimizer_s"] == pytest.approx(dp8.breakdown["optimizer_s"], rel=1e-12)
+
+
 def test_activation_memory_with_and_without_recomputation():
     h, ffn, tp = 4096, 14336, 8
     kept = (4 * h + (32 + 2 * 8) * 128 + 3 * ffn) * 2 / tp
