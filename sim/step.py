@@ -45,21 +45,26 @@ each, the CP ranks, which hold one copy of the weights and compute gradients fro
 tokens (Megatron-LM reduces gradients and shards its distributed optimizer over the data-
 and context-parallel group; torchtitan applies FSDP over its `dp_shard_cp` mesh). So
 gradients are reduced, and ZeRO shards, over DP x CP GPUs, on the NICs when they are in
-different nodes: DDP all-reduces the gradients (bf16), ZeRO-1 reduce-scatters them and all-gathers
-the updated weights, ZeRO-3 (FSDP) all-gathers each layer's weights before its forward and
-its backward and reduce-scatters its gradients. What hides: a gradient reduction overlaps
-the last micro-batch's backward on its stage (what exceeds it is exposed); ZeRO-1's
-gather of the updated weights overlaps the first micro-batch's forward; FSDP's per-layer
-gathers overlap the layer before (a layer whose gather is longer than its compute exposes
-the difference). The optimizer step (Adam) streams its state once.
+different nodes. Gradients travel in fp32 (GRAD_BYTES), weights in bf16: DDP all-reduces
+the gradients, ZeRO-1 reduce-scatters them and all-gathers the updated weights, ZeRO-3
+(FSDP) all-gathers each layer's weights before its forward and its backward and
+reduce-scatters the layer's gradients after its backward. What hides: a stage's gradient
+reduction overlaps the last micro-batch's backward on its stage (what exceeds it is
+exposed); ZeRO-1's gather of the updated weights overlaps the first micro-batch's
+forward; FSDP's per-layer collectives overlap the layer beside them (a layer whose
+collectives outlast its compute exposes the difference). The optimizer step (Adam)
+streams its state once.
 
-**Memory per GPU**: weights (bf16), gradients (bf16; sharded over DP x CP from ZeRO-2 on;
-here ZeRO-3), the fp32 master weights and Adam's two moments (sharded over DP x CP from
-ZeRO-1), the
-activations every layer keeps for its backward (ACTIVATION_BYTES per token, or the layer's
-input alone under full recomputation) for the micro-batches in flight on the first stage
-(PP of them in 1F1B), the output layer's logits on the last, and the attention scheme's
-working memory for one layer.
+**Memory per GPU**, with r = DP x CP: DDP and ZeRO-1 keep the bf16 weights and fp32
+gradients whole, and the fp32 master weights and Adam's two moments (12 bytes a
+parameter) whole or in r shards: 18, or 6 + 12 / r, bytes a parameter (Megatron-LM's
+table for bf16 parameters with fp32 gradients). ZeRO-3 keeps the fp32 weights (the
+master copy), their gradients and the moments in r shards, 16 / r, plus the bf16
+weights of the two layers it has gathered (the one computing and the one prefetched).
+Then the activations every layer keeps for its backward (ACTIVATION_BYTES per token, or
+the layer's input alone under full recomputation) for the micro-batches in flight on the
+first stage (PP of them in 1F1B), the output layer's logits on the last, and the
+attention scheme's working memory for one layer.
 
 **Model FLOPs** (the MFU's numerator): 6 x parameters x tokens (every parameter once
 forward, twice backward) plus attention, 3 x 4 x seq x heads x head_dim per token and
@@ -89,6 +94,12 @@ an RMSNorm reads and writes its row (2), a residual add reads two and writes one
 SwiGLU reads gate and up and writes their product (3 per FFN element), RoPE reads and
 writes Q and K (2). The backward moves twice the forward's."""
 ELEMENT_BYTES = 2
+GRAD_BYTES = 4
+"""Gradients are accumulated and reduced in fp32 in bf16 training: Megatron-LM forces it
+("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
+megatron/training/arguments.py; its README's distributed-optimizer table counts bf16
+parameters with fp32 gradients), and torchtitan's FSDP reduces in fp32 by default
+(`training.mixed_precision_reduce = "float32"`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -437,24 +448,24 @@ def simulate_step(req: StepRequest) -> Step:
         return (layers[stage] * layer_params(m) + tables * m.vocab * m.hidden) / p.tp
 
     stage_params = params_of(slow)
-    grad_bytes = stage_params * ELEMENT_BYTES
     replicas = p.dp * p.cp                                          # GPUs holding the same weights
     dbw, dlat = _link(req, p.tp * p.cp * p.dp)                     # a replica group
-    rs = ring_collective_s(grad_bytes, replicas, dbw, dlat)
+    rs = ring_collective_s(stage_params * GRAD_BYTES, replicas, dbw, dlat)
     dp_exposed = 0.0
     if replicas > 1:
         last_backward = tb
         if p.zero == 0:
-            dp_exposed = max(0.0, 2 * rs - last_backward)
+            dp_exposed = max(0.0, 2 * rs - last_backward)          # an all-reduce: two rings' worth
         elif p.zero == 1:
-            dp_exposed = max(0.0, rs - last_backward) + max(0.0, rs - tf)
+            gather = ring_collective_s(stage_params * ELEMENT_BYTES, replicas, dbw, dlat)
+            dp_exposed = max(0.0, rs - last_backward) + max(0.0, gather - tf)
         else:
-            layer_bytes = layer_params(m) / p.tp * ELEMENT_BYTES
-            gather = ring_collective_s(layer_bytes, replicas, dbw, dlat)
-            per_layer = (max(0.0, gather - layer_f) + max(0.0, 2 * gather - layer_b)) * layers[slow]
-            dp_exposed = mb * per_layer + max(0.0, rs - last_backward)
-            notes.append("FSDP: each layer's weights gathered before its forward and its backward, in every "
-                         "micro-batch")
+            gather = ring_collective_s(layer_params(m) / p.tp * ELEMENT_BYTES, replicas, dbw, dlat)
+            layer_rs = ring_collective_s(layer_params(m) / p.tp * GRAD_BYTES, replicas, dbw, dlat)
+            per_layer = (max(0.0, gather - layer_f) + max(0.0, gather + layer_rs - layer_b)) * layers[slow]
+            dp_exposed = mb * per_layer
+            notes.append("FSDP: each layer's weights gathered before its forward and its backward, and its "
+                         "gradients reduce-scattered, in every micro-batch")
     shard = replicas if p.zero >= 1 else 1
     optimizer = stage_params / shard * 16 * 2 / (stream * 1e9)      # read and write 16 bytes of state a parameter
     step_s = pipe + dp_exposed + optimizer
@@ -475,10 +486,16 @@ def simulate_step(req: StepRequest) -> Step:
     # memory per GPU, the first stage (most micro-batches in flight)
     params_gpu = max(params_of(s) for s in range(p.pp))
     in_flight = min(mb, p.pp) if p.pp > 1 else 1
+    if p.zero == 3:      # fp32 shards (the master copy) and two gathered bf16 layers; Adam's moments
+        weights = params_gpu * 4 / replicas + 2 * layer_params(m) / p.tp * ELEMENT_BYTES
+        gradients, optimizer = params_gpu * GRAD_BYTES / replicas, params_gpu * 8 / replicas
+    else:                # bf16 weights, fp32 gradients; master weights and moments, sharded by ZeRO-1
+        weights, gradients = params_gpu * ELEMENT_BYTES, params_gpu * GRAD_BYTES
+        optimizer = params_gpu * 12 / (replicas if p.zero == 1 else 1)
     memory = {
-        "weights": params_gpu * ELEMENT_BYTES / (replicas if p.zero == 3 else 1),
-        "gradients": params_gpu * ELEMENT_BYTES / (replicas if p.zero == 3 else 1),
-        "optimizer": params_gpu * 12 / (replicas if p.zero >= 1 else 1),
+        "weights": weights,
+        "gradients": gradients,
+        "optimizer": optimizer,
         "activations": layers[0] * activation_bytes_per_token(m, p.tp, p.recompute) * t * in_flight,
         "logits": t * head_n * 4.0 if p.pp == 1 else 0.0,
         "attention_working": attn_mem,

@@ -15,6 +15,7 @@ from sim.metrics import compute_metrics
 from sim.models import model_preset
 from sim.step import (
     ELEMENT_BYTES,
+    GRAD_BYTES,
     Parallel,
     StepRequest,
     activation_bytes_per_token,
@@ -77,17 +78,27 @@ def test_a_tp_all_gather_moves_its_shards_around_the_ring():
 
 
 def test_fsdp_gathers_hide_behind_a_longer_compute_and_show_behind_a_shorter_one():
+    # per layer: the bf16 gather before the forward hides behind the layer before it; the
+    # gather before the backward and the fp32 reduce-scatter after it, behind the backward
+    def exposed(step, hw, dp):
+        layer = layer_params(L8B) / 8
+        gather = ring_collective_s(layer * ELEMENT_BYTES, dp, hw.inter_link.bandwidth_gbps, hw.inter_link.latency_us)
+        rs = ring_collective_s(layer * GRAD_BYTES, dp, hw.inter_link.bandwidth_gbps, hw.inter_link.latency_us)
+        p = step.per_layer
+        layer_f = p["gemm_fwd_s"] + p["attention_fwd_s"] + p["elementwise_fwd_s"] + p["tp_fwd_s"]
+        layer_b = (p["gemm_bwd_s"] + p["attention_bwd_s"] + 2 * p["elementwise_fwd_s"] + p["tp_bwd_s"]
+                   + p["recompute_s"])
+        return gather, layer_f, 32 * (max(0.0, gather - layer_f) + max(0.0, gather + rs - layer_b))
+
     slow_nic = replace(DGX, inter_link=Link.preset("ib-ndr", bandwidth_gbps=0.5))     # 4 Gb/s: gathers dominate
-    base = dict(model=L8B, seq=8192, global_batch=16 * 8192, hardware=DGX)
+    base = dict(model=L8B, seq=8192, global_batch=64 * 8192, hardware=DGX)
     fast = simulate_step(StepRequest(parallel=Parallel(tp=8, dp=16, zero=3), **base))
-    assert fast.breakdown["dp_comm_s"] == pytest.approx(0.0, abs=1e-12)      # 400 Gb/s: every gather hides
+    gather, layer_f, want = exposed(fast, DGX, 16)
+    assert gather < layer_f and fast.breakdown["dp_comm_s"] == pytest.approx(4 * want, rel=1e-9)
     slow = simulate_step(StepRequest(parallel=Parallel(tp=8, dp=16, zero=3), **{**base, "hardware": slow_nic}))
-    layer_bytes = layer_params(L8B) / 8 * ELEMENT_BYTES
-    gather = ring_collective_s(layer_bytes, 16, 0.5, slow_nic.inter_link.latency_us)
-    p = slow.per_layer
-    layer_f = p["gemm_fwd_s"] + p["attention_fwd_s"] + p["elementwise_fwd_s"] + p["tp_fwd_s"]
-    assert gather > layer_f
-    assert slow.breakdown["dp_comm_s"] >= 32 * (gather - layer_f)           # every layer, every micro-batch
+    gather, layer_f, want = exposed(slow, slow_nic, 16)
+    assert gather > layer_f                                                  # every layer, every micro-batch
+    assert slow.breakdown["dp_comm_s"] == pytest.approx(4 * want, rel=1e-9)
 
 
 def test_context_parallel_ranks_share_the_weights_so_gradients_and_zero_span_dp_times_cp():
@@ -99,13 +110,18 @@ def test_context_parallel_ranks_share_the_weights_so_gradients_and_zero_span_dp_
     dp8 = simulate_step(StepRequest(parallel=Parallel(cp=1, dp=8, zero=3), seq=32768, **base))
     params = layer_params(L8B) * 32 + L8B.vocab * L8B.hidden * 2          # the whole model: one stage
     assert params == pytest.approx(8.03e9, rel=0.002)                       # the model card's count
-    assert cp8.memory["optimizer"] == pytest.approx(params * 12 / 8, rel=1e-9)
+    # ZeRO-3 over 8: fp32 weights, fp32 gradients and Adam's two moments in 8 shards, and
+    # two layers' bf16 weights gathered
+    assert cp8.memory["optimizer"] == pytest.approx(params * 8 / 8, rel=1e-9)
+    assert cp8.memory["gradients"] == pytest.approx(params * GRAD_BYTES / 8, rel=1e-9)
+    assert cp8.memory["weights"] == pytest.approx(params * 4 / 8 + 2 * layer_params(L8B) * ELEMENT_BYTES, rel=1e-9)
     for part in ("weights", "gradients", "optimizer"):
         assert cp8.memory[part] == pytest.approx(dp8.memory[part], rel=1e-12)
-    # ZeRO-1 over DP 2 x CP 4: the optimizer state in 8 shards, the bf16 weights whole
+    # ZeRO-1 over DP 2 x CP 4: Megatron-LM's 6 + 12 / 8 bytes a parameter (bf16 weights and
+    # fp32 gradients whole, master weights and moments in 8 shards)
     z1 = simulate_step(StepRequest(parallel=Parallel(cp=4, dp=2, zero=1), seq=131072, **base))
-    assert z1.memory["optimizer"] == pytest.approx(params * 12 / 8, rel=1e-9)
-    assert z1.memory["weights"] == pytest.approx(params * ELEMENT_BYTES, rel=1e-9)
+    state = z1.memory["weights"] + z1.memory["gradients"] + z1.memory["optimizer"]
+    assert state == pytest.approx(params * (6 + 12 / 8), rel=1e-9)
     # the optimizer steps its shard alone: the same time on DP 1 x CP 8 as on DP 8
     assert cp8.breakdown["optimizer_s"] == pytest.approx(dp8.breakdown["optimizer_s"], rel=1e-12)
 
