@@ -45,7 +45,8 @@ each, the CP ranks, which hold one copy of the weights and compute gradients fro
 tokens (Megatron-LM reduces gradients and shards its distributed optimizer over the data-
 and context-parallel group; torchtitan applies FSDP over its `dp_shard_cp` mesh). So
 gradients are reduced, and ZeRO shards, over DP x CP GPUs, on the NICs when they are in
-different nodes. Gradients travel in fp32 (GRAD_BYTES), weights in bf16: DDP all-reduces
+different nodes. Gradients travel in fp32 (GRAD_BYTES; `--grad-reduce bf16` halves them),
+weights in bf16: DDP all-reduces
 the gradients, ZeRO-1 reduce-scatters them and all-gathers the updated weights, ZeRO-3
 (FSDP) all-gathers each layer's weights before its forward and its backward and
 reduce-scatters the layer's gradients after its backward. What hides: a stage's gradient
@@ -55,10 +56,11 @@ forward; FSDP's per-layer collectives overlap the layer beside them (a layer who
 collectives outlast its compute exposes the difference). The optimizer step (Adam)
 streams its state once.
 
-**Memory per GPU**, with r = DP x CP: DDP and ZeRO-1 keep the bf16 weights and fp32
+**Memory per GPU**, with r = DP x CP: DDP and ZeRO-1 keep the bf16 weights and the
 gradients whole, and the fp32 master weights and Adam's two moments (12 bytes a
-parameter) whole or in r shards: 18, or 6 + 12 / r, bytes a parameter (Megatron-LM's
-table for bf16 parameters with fp32 gradients). ZeRO-3 keeps the fp32 weights (the
+parameter; 16 with bf16 gradients, which the optimizer copies to fp32) whole or in r
+shards: 18, or 6 + 12 / r, bytes a parameter with fp32 gradients, 4 + 16 / r with bf16
+ones (Megatron-LM's distributed-optimizer table). ZeRO-3 keeps the fp32 weights (the
 master copy), their gradients and the moments in r shards, 16 / r, plus the bf16
 weights of the two layers it has gathered (the one computing and the one prefetched).
 Then the activations every layer keeps for its backward (ACTIVATION_BYTES per token, or
@@ -94,12 +96,14 @@ an RMSNorm reads and writes its row (2), a residual add reads two and writes one
 SwiGLU reads gate and up and writes their product (3 per FFN element), RoPE reads and
 writes Q and K (2). The backward moves twice the forward's."""
 ELEMENT_BYTES = 2
-GRAD_BYTES = 4
-"""Gradients are accumulated and reduced in fp32 in bf16 training: Megatron-LM forces it
-("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
-megatron/training/arguments.py; its README's distributed-optimizer table counts bf16
-parameters with fp32 gradients), and torchtitan's FSDP reduces in fp32 by default
-(`training.mixed_precision_reduce = "float32"`)."""
+GRAD_BYTES = {"fp32": 4, "bf16": 2}
+"""Bytes of a gradient, by the dtype it is reduced and kept in (`--grad-reduce`). fp32 is
+the default of bf16 training: Megatron-LM forces it ("bfloat16 requires gradient
+accumulation and all-reduce to be done in fp32", megatron/training/arguments.py; its
+README's distributed-optimizer table counts bf16 parameters with fp32 gradients), and
+torchtitan's FSDP reduces in fp32 by default (`training.mixed_precision_reduce`). NeMo's
+benchmark recipes turn it off (`grad_reduce_in_fp32 = False`,
+megatron/bridge/perf_recipes/_common.py): bf16."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +124,10 @@ class Parallel:
     tp_overlap: bool = False
     """TP collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap): only what
     a layer's GEMMs do not cover is exposed."""
+    grad_reduce: str = "fp32"
+    """The dtype gradients are reduced and kept in (GRAD_BYTES): fp32, the frameworks'
+    training default, or bf16 (Megatron's grad_reduce_in_fp32=False, as NeMo's
+    benchmark recipes set it)."""
     scheme: str = "ring"
     """The CP scheme (sim.schemes) and its layout."""
     layout: str = "zigzag"
@@ -149,6 +157,8 @@ class StepRequest:
             raise RingsimError(f"model {m.name} has no parameter count: give --params")
         if p.zero not in ZERO_STAGES:
             raise RingsimError(f"--zero must be one of {', '.join(map(str, ZERO_STAGES))}, got {p.zero!r}")
+        if p.grad_reduce not in GRAD_BYTES:
+            raise RingsimError(f"--grad-reduce must be one of {', '.join(GRAD_BYTES)}, got {p.grad_reduce!r}")
         if p.recompute not in RECOMPUTE:
             raise RingsimError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {p.recompute!r}")
         if m.heads % p.tp:
@@ -330,7 +340,7 @@ class Step:
                 "parallel": {"tp": p.tp, "cp": p.cp, "pp": p.pp, "dp": p.dp, "zero": p.zero,
                              "recompute": p.recompute, "fp8": p.fp8, "microbatches": r.microbatches,
                              "micro_batch": r.micro_batch, "interleave": p.interleave, "scheme": p.scheme,
-                             "layout": p.layout, "tp_overlap": p.tp_overlap},
+                             "layout": p.layout, "tp_overlap": p.tp_overlap, "grad_reduce": p.grad_reduce},
                 "gpus": self.gpus, "gpu": r.hardware.gpu.name, "step_s": self.step_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "tflops_per_gpu": self.tflops_per_gpu,
                 "mfu": self.mfu, "memory_bytes_per_gpu": self.memory_bytes_per_gpu, "fits": self.fits,
@@ -450,7 +460,8 @@ def simulate_step(req: StepRequest) -> Step:
     stage_params = params_of(slow)
     replicas = p.dp * p.cp                                          # GPUs holding the same weights
     dbw, dlat = _link(req, p.tp * p.cp * p.dp)                     # a replica group
-    rs = ring_collective_s(stage_params * GRAD_BYTES, replicas, dbw, dlat)
+    grad = GRAD_BYTES[p.grad_reduce]
+    rs = ring_collective_s(stage_params * grad, replicas, dbw, dlat)
     dp_exposed = 0.0
     if replicas > 1:
         last_backward = tb
@@ -461,7 +472,7 @@ def simulate_step(req: StepRequest) -> Step:
             dp_exposed = max(0.0, rs - last_backward) + max(0.0, gather - tf)
         else:
             gather = ring_collective_s(layer_params(m) / p.tp * ELEMENT_BYTES, replicas, dbw, dlat)
-            layer_rs = ring_collective_s(layer_params(m) / p.tp * GRAD_BYTES, replicas, dbw, dlat)
+            layer_rs = ring_collective_s(layer_params(m) / p.tp * grad, replicas, dbw, dlat)
             per_layer = (max(0.0, gather - layer_f) + max(0.0, gather + layer_rs - layer_b)) * layers[slow]
             dp_exposed = mb * per_layer
             notes.append("FSDP: each layer's weights gathered before its forward and its backward, and its "
@@ -486,12 +497,13 @@ def simulate_step(req: StepRequest) -> Step:
     # memory per GPU, the first stage (most micro-batches in flight)
     params_gpu = max(params_of(s) for s in range(p.pp))
     in_flight = min(mb, p.pp) if p.pp > 1 else 1
-    if p.zero == 3:      # fp32 shards (the master copy) and two gathered bf16 layers; Adam's moments
+    if p.zero == 3:      # fp32 shards (the master copy) and their gradients, two gathered bf16 layers, the moments
         weights = params_gpu * 4 / replicas + 2 * layer_params(m) / p.tp * ELEMENT_BYTES
-        gradients, optimizer = params_gpu * GRAD_BYTES / replicas, params_gpu * 8 / replicas
-    else:                # bf16 weights, fp32 gradients; master weights and moments, sharded by ZeRO-1
-        weights, gradients = params_gpu * ELEMENT_BYTES, params_gpu * GRAD_BYTES
-        optimizer = params_gpu * 12 / (replicas if p.zero == 1 else 1)
+        gradients, optimizer = params_gpu * 4 / replicas, params_gpu * 8 / replicas
+    else:                # bf16 weights and the gradients whole; master weights and moments (and, for bf16
+        #                  gradients, an fp32 copy of them), sharded by ZeRO-1: Megatron-LM's 6 + 12/r, 4 + 16/r
+        weights, gradients = params_gpu * ELEMENT_BYTES, params_gpu * grad
+        optimizer = params_gpu * (12 + (4 if grad < 4 else 0)) / (replicas if p.zero == 1 else 1)
     memory = {
         "weights": weights,
         "gradients": gradients,

@@ -42,6 +42,9 @@ def register(sub) -> None:
     par.add_argument("--interleave", type=int, default=1, help="virtual pipeline stages per GPU (default 1)")
     par.add_argument("--tp-overlap", action="store_true",
                      help="TP collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap; default exposed)")
+    par.add_argument("--grad-reduce", choices=("fp32", "bf16"), default="fp32",
+                     help="the dtype gradients are reduced and kept in: fp32 (default: Megatron-LM's and "
+                          "torchtitan's for bf16 training) or bf16")
     par.add_argument("--scheme", choices=scheme_names(), default="ring", help="the CP scheme (default ring)")
     par.add_argument("--layout", default="zigzag", help="the CP ring's layout (default zigzag)")
     add_hardware_args(s)
@@ -97,7 +100,7 @@ def cmd_step(a: argparse.Namespace) -> int:
     hw = hardware_from_args(a)
     par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
                    microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout,
-                   tp_overlap=a.tp_overlap)
+                   tp_overlap=a.tp_overlap, grad_reduce=a.grad_reduce)
     check_gpus(par, a.gpus)
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)

@@ -70,6 +70,8 @@ def step_command(model: Model, seq: int, global_batch: int, par: Parallel, hardw
         argv.append("--fp8")
     if par.tp_overlap:
         argv.append("--tp-overlap")
+    if par.grad_reduce != "fp32":
+        argv += ["--grad-reduce", par.grad_reduce]
     return shlex.join(argv + hardware_argv)
 
 

@@ -83,7 +83,7 @@ def test_fsdp_gathers_hide_behind_a_longer_compute_and_show_behind_a_shorter_one
     def exposed(step, hw, dp):
         layer = layer_params(L8B) / 8
         gather = ring_collective_s(layer * ELEMENT_BYTES, dp, hw.inter_link.bandwidth_gbps, hw.inter_link.latency_us)
-        rs = ring_collective_s(layer * GRAD_BYTES, dp, hw.inter_link.bandwidth_gbps, hw.inter_link.latency_us)
+        rs = ring_collective_s(layer * GRAD_BYTES["fp32"], dp, hw.inter_link.bandwidth_gbps, hw.inter_link.latency_us)
         p = step.per_layer
         layer_f = p["gemm_fwd_s"] + p["attention_fwd_s"] + p["elementwise_fwd_s"] + p["tp_fwd_s"]
         layer_b = (p["gemm_bwd_s"] + p["attention_bwd_s"] + 2 * p["elementwise_fwd_s"] + p["tp_bwd_s"]
@@ -113,7 +113,7 @@ def test_context_parallel_ranks_share_the_weights_so_gradients_and_zero_span_dp_
     # ZeRO-3 over 8: fp32 weights, fp32 gradients and Adam's two moments in 8 shards, and
     # two layers' bf16 weights gathered
     assert cp8.memory["optimizer"] == pytest.approx(params * 8 / 8, rel=1e-9)
-    assert cp8.memory["gradients"] == pytest.approx(params * GRAD_BYTES / 8, rel=1e-9)
+    assert cp8.memory["gradients"] == pytest.approx(params * GRAD_BYTES["fp32"] / 8, rel=1e-9)
     assert cp8.memory["weights"] == pytest.approx(params * 4 / 8 + 2 * layer_params(L8B) * ELEMENT_BYTES, rel=1e-9)
     for part in ("weights", "gradients", "optimizer"):
         assert cp8.memory[part] == pytest.approx(dp8.memory[part], rel=1e-12)
@@ -122,6 +122,11 @@ def test_context_parallel_ranks_share_the_weights_so_gradients_and_zero_span_dp_
     z1 = simulate_step(StepRequest(parallel=Parallel(cp=4, dp=2, zero=1), seq=131072, **base))
     state = z1.memory["weights"] + z1.memory["gradients"] + z1.memory["optimizer"]
     assert state == pytest.approx(params * (6 + 12 / 8), rel=1e-9)
+    # bf16 gradients (--grad-reduce bf16, NeMo's benchmark recipes): Megatron-LM's 4 + 16 / 8
+    z1_bf16 = simulate_step(StepRequest(parallel=Parallel(cp=4, dp=2, zero=1, grad_reduce="bf16"), seq=131072,
+                                        **base))
+    state = z1_bf16.memory["weights"] + z1_bf16.memory["gradients"] + z1_bf16.memory["optimizer"]
+    assert state == pytest.approx(params * (4 + 16 / 8), rel=1e-9)
     # the optimizer steps its shard alone: the same time on DP 1 x CP 8 as on DP 8
     assert cp8.breakdown["optimizer_s"] == pytest.approx(dp8.breakdown["optimizer_s"], rel=1e-12)
 
