@@ -12,7 +12,9 @@ layer and micro-batch, forward:
 - **GEMMs** (sim.gemm, each product queued, not called alone): QKV, the output
   projection, gate and up (one product), down, on the CP shard's tokens gathered over
   TP (sequence parallelism: the GEMMs see every token of the shard, 1/TP of the
-  weights). Backward: each product's input gradient and weight gradient.
+  weights). Backward: each product's input gradient and weight gradient. With `--fp8` the
+  products run at the GPU's FP8 rate and their operands are cast with current scaling
+  (FP8_CAST_BYTES, fp8_cast_elements).
 - **Attention**: the CP scheme's makespan on the CP group (sim.engine.simulate: its
   scheme, layout and kernel model, heads / TP per GPU), forward and backward.
 - **Elementwise work**: the two RMSNorms and residual adds on the TP-sharded tokens,
@@ -211,6 +213,27 @@ def layer_linears(model: Model, tp: int) -> dict[str, tuple[int, int]]:
             "gate_up": (h, 2 * model.ffn // tp), "down": (model.ffn // tp, h)}
 
 
+FP8_CAST_BYTES = 6
+"""Bytes moved per element when a GEMM operand is put in FP8 with current (dynamic)
+scaling, as NeMo's "fp8_cs" recipes and torchao's tensorwise Float8 do: one read for its
+amax, one read to cast, and two FP8 writes, row-wise for this product and column-wise for
+the weight-gradient product that takes it transposed. The FP8 GEMM rate (sim.gemm) is
+measured on operands already in FP8, so these casts are counted here."""
+
+
+def fp8_cast_elements(model: Model, tp: int) -> tuple[float, float]:
+    """Elements cast to FP8 per token of one layer, forward and backward, on one GPU of a
+    TP group: forward the inputs of the four linear layers (the two gathered over TP cast
+    as their shard, before the gather), backward the gradients of their outputs (those of
+    the row-parallel layers also as a shard). Fused QKV and gate/up products, as Megatron
+    builds them."""
+    h, d = model.hidden, model.head_dim
+    kv = max(model.kv_heads // tp, 1)
+    forward = h / tp + model.heads * d / tp + h / tp + model.ffn / tp
+    backward = (model.heads // tp + 2 * kv) * d + h / tp + 2 * model.ffn / tp + h / tp
+    return forward, backward
+
+
 def layer_params(model: Model) -> int:
     """Parameters of one layer (the TP group's whole), norms included."""
     h, d = model.hidden, model.head_dim
@@ -402,6 +425,10 @@ def simulate_step(req: StepRequest) -> Step:
     fwd_products = [(t, n, k) for k, n in lin.values()]
     bwd_products = [x for k, n in lin.values() for x in ((t, k, n), (k, n, t))]
     gemm_f, gemm_b = _gemms_s(req, t, fwd_products), _gemms_s(req, t, bwd_products)
+    if p.fp8:            # the operands' casts to FP8 (FP8_CAST_BYTES), counted with the products
+        cast_f, cast_b = fp8_cast_elements(m, p.tp)
+        gemm_f += t * cast_f * FP8_CAST_BYTES / (stream * 1e9)
+        gemm_b += t * cast_b * FP8_CAST_BYTES / (stream * 1e9)
     attn_f, attn_mem = _attention_s(req, "fwd")
     attn_b, _ = _attention_s(req, "bwd")
     kv = max(m.kv_heads // p.tp, 1)

@@ -131,6 +131,23 @@ def test_context_parallel_ranks_share_the_weights_so_gradients_and_zero_span_dp_
     assert cp8.breakdown["optimizer_s"] == pytest.approx(dp8.breakdown["optimizer_s"], rel=1e-12)
 
 
+def test_fp8_products_pay_their_operands_casts_at_the_streaming_rate():
+    # Llama-3-8B, TP 1: forward the inputs of QKV (4096), the output projection (4096),
+    # gate/up (4096) and down (14336); backward the output gradients of QKV ((32 + 16) x 128),
+    # the projection (4096), gate/up (2 x 14336) and down (4096); 6 bytes an element
+    from sim.gemm import gemm_time
+
+    req = StepRequest(model=L8B, seq=8192, global_batch=8 * 8192, parallel=Parallel(dp=8, fp8=True), hardware=DGX)
+    step = simulate_step(req)
+    t, stream = 8192, DGX.gpu.memory_bandwidth_gbps * 1e9
+    shapes = {"qkv": (4096, 6144), "out": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
+    fwd = sum(gemm_time(t, n, k, "H100-SXM", fp8=True, alone=False).time_s for k, n in shapes.values())
+    bwd = sum(gemm_time(a, b, c, "H100-SXM", fp8=True, alone=False).time_s
+              for k, n in shapes.values() for a, b, c in ((t, k, n), (k, n, t)))
+    assert step.per_layer["gemm_fwd_s"] == pytest.approx(fwd + t * 26624 * 6 / stream, rel=1e-12)
+    assert step.per_layer["gemm_bwd_s"] == pytest.approx(bwd + t * 43008 * 6 / stream, rel=1e-12)
+
+
 def test_activation_memory_with_and_without_recomputation():
     h, ffn, tp = 4096, 14336, 8
     kept = (4 * h + (32 + 2 * 8) * 128 + 3 * ffn) * 2 / tp
