@@ -525,16 +525,16 @@ def simulate_step(req: StepRequest) -> Step:
     params_gpu = max(params_of(s) for s in range(p.pp))
     in_flight = min(mb, p.pp) if p.pp > 1 else 1
     if p.zero == 3:      # fp32 shards (the master copy) and their gradients, two gathered bf16 layers, the moments
-        weights = params_gpu * 4 / replicas + 2 * layer_params(m) / p.tp * ELEMENT_BYTES
-        gradients, optimizer = params_gpu * 4 / replicas, params_gpu * 8 / replicas
+        weight_bytes = params_gpu * 4 / replicas + 2 * layer_params(m) / p.tp * ELEMENT_BYTES
+        grad_bytes, state_bytes = params_gpu * 4 / replicas, params_gpu * 8 / replicas
     else:                # bf16 weights and the gradients whole; master weights and moments (and, for bf16
         #                  gradients, an fp32 copy of them), sharded by ZeRO-1: Megatron-LM's 6 + 12/r, 4 + 16/r
-        weights, gradients = params_gpu * ELEMENT_BYTES, params_gpu * grad
-        optimizer = params_gpu * (12 + (4 if grad < 4 else 0)) / (replicas if p.zero == 1 else 1)
+        weight_bytes, grad_bytes = params_gpu * ELEMENT_BYTES, params_gpu * grad
+        state_bytes = params_gpu * (12 + (4 if grad < 4 else 0)) / (replicas if p.zero == 1 else 1)
     memory = {
-        "weights": weights,
-        "gradients": gradients,
-        "optimizer": optimizer,
+        "weights": weight_bytes,
+        "gradients": grad_bytes,
+        "optimizer": state_bytes,
         "activations": layers[0] * activation_bytes_per_token(m, p.tp, p.recompute) * t * in_flight,
         "logits": t * head_n * 4.0 if p.pp == 1 else 0.0,
         "attention_working": attn_mem,
