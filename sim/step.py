@@ -13,8 +13,8 @@ layer and micro-batch, forward:
   projection, gate and up (one product), down, on the CP shard's tokens gathered over
   TP (sequence parallelism: the GEMMs see every token of the shard, 1/TP of the
   weights). Backward: each product's input gradient and weight gradient. With `--fp8` the
-  products run at the GPU's FP8 rate and their operands are cast with current scaling
-  (FP8_CAST_BYTES, fp8_cast_elements).
+  layers' products run at the GPU's FP8 rate and their operands are cast with current
+  scaling (FP8_CAST_BYTES, fp8_cast_elements); the output layer stays in bf16.
 - **Attention**: the CP scheme's makespan on the CP group (sim.engine.simulate: its
   scheme, layout and kernel model, heads / TP per GPU), forward and backward.
 - **Elementwise work**: the two RMSNorms and residual adds on the TP-sharded tokens,
@@ -408,9 +408,11 @@ def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
     return compute_metrics(trace).makespan_s, float(peak_memory(sc)["total"])
 
 
-def _gemms_s(req: StepRequest, tokens: int, products: list[tuple[int, int, int]]) -> float:
+def _gemms_s(req: StepRequest, products: list[tuple[int, int, int]], *, fp8: bool | None = None) -> float:
+    """The queued products' time, in FP8 as the step asks unless `fp8` says otherwise."""
     gpu = req.hardware.gpu.name
-    return sum(gemm_time(mm, nn, kk, gpu, fp8=req.parallel.fp8, alone=False).time_s for mm, nn, kk in products)
+    fp8 = req.parallel.fp8 if fp8 is None else fp8
+    return sum(gemm_time(mm, nn, kk, gpu, fp8=fp8, alone=False).time_s for mm, nn, kk in products)
 
 
 def simulate_step(req: StepRequest) -> Step:
@@ -424,7 +426,7 @@ def simulate_step(req: StepRequest) -> Step:
     lin = layer_linears(m, p.tp)
     fwd_products = [(t, n, k) for k, n in lin.values()]
     bwd_products = [x for k, n in lin.values() for x in ((t, k, n), (k, n, t))]
-    gemm_f, gemm_b = _gemms_s(req, t, fwd_products), _gemms_s(req, t, bwd_products)
+    gemm_f, gemm_b = _gemms_s(req, fwd_products), _gemms_s(req, bwd_products)
     if p.fp8:            # the operands' casts to FP8 (FP8_CAST_BYTES), counted with the products
         cast_f, cast_b = fp8_cast_elements(m, p.tp)
         gemm_f += t * cast_f * FP8_CAST_BYTES / (stream * 1e9)
@@ -453,8 +455,10 @@ def simulate_step(req: StepRequest) -> Step:
     layer_b = gemm_b + attn_b + elem_b + tp_b + recompute_b
     # the output layer (last stage) and the embedding (first)
     head_k, head_n = m.hidden, m.vocab // p.tp
-    head_gemm_f = _gemms_s(req, t, [(t, head_n, head_k)])
-    head_gemm_b = _gemms_s(req, t, [(t, head_k, head_n), (head_k, head_n, t)])
+    # the output layer stays in bf16 under FP8 (torchtitan's Float8 skips `output`; Megatron's
+    # output layer is not a Transformer Engine module)
+    head_gemm_f = _gemms_s(req, [(t, head_n, head_k)], fp8=False)
+    head_gemm_b = _gemms_s(req, [(t, head_k, head_n), (head_k, head_n, t)], fp8=False)
     loss = 3 * t * head_n * 4 / (stream * 1e9)      # the fp32 logits read, softmax written, read back
     head_f, head_b = head_gemm_f + loss, head_gemm_b + loss
     embed = 2 * t * m.hidden * ELEMENT_BYTES / p.tp / (stream * 1e9)

@@ -146,6 +146,13 @@ def test_fp8_products_pay_their_operands_casts_at_the_streaming_rate():
               for k, n in shapes.values() for a, b, c in ((t, k, n), (k, n, t)))
     assert step.per_layer["gemm_fwd_s"] == pytest.approx(fwd + t * 26624 * 6 / stream, rel=1e-12)
     assert step.per_layer["gemm_bwd_s"] == pytest.approx(bwd + t * 43008 * 6 / stream, rel=1e-12)
+    # the output layer stays in bf16: its products take the same time with and without --fp8
+    bf16 = simulate_step(replace(req, parallel=Parallel(dp=8)))
+
+    def head(x):
+        return x.breakdown["gemm_s"] - 32 * (x.per_layer["gemm_fwd_s"] + x.per_layer["gemm_bwd_s"])
+
+    assert head(step) == pytest.approx(head(bf16), rel=1e-9) and head(bf16) > 0
 
 
 def test_activation_memory_with_and_without_recomputation():
