@@ -26,6 +26,7 @@ rate here, the range beside it. DGX-H100 is the dgx-h100 preset itself (H100 SXM
 Each row as its perf recipe sets it (src/megatron/bridge/perf_recipes/llama/h100): the
 distributed optimizer (ZeRO-1), no recomputation, sequence parallelism with TP
 communication overlapped (`--tp-overlap`), the virtual pipeline size as `--interleave`,
+context parallelism as the zigzag ring (Megatron-Core's default `cp_comm_type`, "p2p"),
 micro-batches of one sequence, and gradients reduced in bf16 (the benchmark recipes set
 `grad_reduce_in_fp32 = False`).
 
@@ -81,6 +82,7 @@ class Row:
     published_gib: float | None = None
     published_range: tuple[float, float] | None = None
     their_gpu: str = "H100 96 GB HBM2e, 500 W"
+    cp_scheme: str = "allgather"
 
     @property
     def gpus(self) -> int:
@@ -94,7 +96,7 @@ class Row:
         if self.gpu != "H100-SXM":
             args += ["--gpu", self.gpu]
         if self.cp > 1:
-            args += ["--scheme", "allgather"]
+            args += ["--scheme", self.cp_scheme]
         if self.interleave > 1:
             args += ["--interleave", str(self.interleave)]
         if self.fp8:
@@ -115,7 +117,8 @@ def _tt(table_, label, model, tp, cp, pp, dp, seq, seqs, mb, recompute, fp8, asy
 def _nemo(label, model, tp, cp, pp, dp, vp, sequences, runs) -> Row:
     return Row("nemo", "NeMo", label, model, tp, cp, pp, dp, 8192, sequences, sequences // dp,
                statistics.median(runs), zero=1, fp8=True, tp_overlap=True, compiled=True, interleave=vp,
-               grad_reduce="bf16", published_range=(min(runs), max(runs)), their_gpu="H100 SXM (DGX-H100)")
+               grad_reduce="bf16", published_range=(min(runs), max(runs)), their_gpu="H100 SXM (DGX-H100)",
+               cp_scheme="ring")
 
 
 H200 = dict(gpu="H200", their_gpu="H200")
