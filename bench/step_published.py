@@ -89,23 +89,16 @@ class Row:
         return self.tp * self.cp * self.pp * self.dp
 
     def command(self) -> list[str]:
-        args = ["step", "--model", self.model, "--seq", str(self.seq), "--global-batch",
-                str(self.sequences * self.seq), "--microbatches", str(self.microbatches), "--tp", str(self.tp),
-                "--cp", str(self.cp), "--pp", str(self.pp), "--dp", str(self.dp), "--zero", str(self.zero),
-                "--recompute", self.recompute, "--cluster", "dgx-h100"]
-        if self.gpu != "H100-SXM":
-            args += ["--gpu", self.gpu]
-        if self.cp > 1:
-            args += ["--scheme", self.cp_scheme]
-        if self.interleave > 1:
-            args += ["--interleave", str(self.interleave)]
-        if self.fp8:
-            args.append("--fp8")
-        if self.tp_overlap:
-            args.append("--tp-overlap")
-        if self.grad_reduce != "fp32":
-            args += ["--grad-reduce", self.grad_reduce]
-        return args + ["--json"]
+        from sim.models import model_preset
+        from sim.step import Parallel
+        from sim.step_plan import step_argv
+
+        par = Parallel(tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, zero=self.zero, recompute=self.recompute,
+                       fp8=self.fp8, microbatches=self.microbatches, interleave=self.interleave,
+                       tp_overlap=self.tp_overlap, grad_reduce=self.grad_reduce, scheme=self.cp_scheme)
+        args = ["step", *step_argv(model_preset(self.model), self.seq, self.sequences * self.seq, par),
+                "--cluster", "dgx-h100"]
+        return args + (["--gpu", self.gpu] if self.gpu != "H100-SXM" else []) + ["--json"]
 
 
 def _tt(table_, label, model, tp, cp, pp, dp, seq, seqs, mb, recompute, fp8, async_tp, compiled, pub, gib,

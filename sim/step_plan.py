@@ -60,19 +60,28 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def step_command(model: Model, seq: int, global_batch: int, par: Parallel, hardware_argv: list[str]) -> str:
-    argv = ["ringsim", "step", "--model", model.name, "--seq", str(seq), "--global-batch", str(global_batch),
-            "--tp", str(par.tp), "--cp", str(par.cp), "--pp", str(par.pp), "--dp", str(par.dp),
-            "--zero", str(par.zero), "--recompute", par.recompute]
+def step_argv(model: Model, seq: int, global_batch: int, par: Parallel) -> list[str]:
+    """The `ringsim step` arguments (after `step`) of one configuration, hardware aside."""
+    argv = ["--model", model.name, "--seq", str(seq), "--global-batch", str(global_batch)]
+    if par.microbatches is not None:
+        argv += ["--microbatches", str(par.microbatches)]
+    argv += ["--tp", str(par.tp), "--cp", str(par.cp), "--pp", str(par.pp), "--dp", str(par.dp),
+             "--zero", str(par.zero), "--recompute", par.recompute]
     if par.cp > 1:
         argv += ["--scheme", par.scheme, "--layout", par.layout]
+    if par.interleave > 1:
+        argv += ["--interleave", str(par.interleave)]
     if par.fp8:
         argv.append("--fp8")
     if par.tp_overlap:
         argv.append("--tp-overlap")
     if par.grad_reduce != "fp32":
         argv += ["--grad-reduce", par.grad_reduce]
-    return shlex.join(argv + hardware_argv)
+    return argv
+
+
+def step_command(model: Model, seq: int, global_batch: int, par: Parallel, hardware_argv: list[str]) -> str:
+    return shlex.join(["ringsim", "step", *step_argv(model, seq, global_batch, par), *hardware_argv])
 
 
 def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gpus: int, *,
