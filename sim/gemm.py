@@ -99,14 +99,16 @@ def rate_tflops(gpu: str, fp8: bool = False) -> tuple[float, str]:
                                   f"{dtype.upper()} (no published MAMF for {p.name})")
 
 
-def gemm_time(m: int, n: int, k: int, gpu: str, *, fp8: bool = False, alone: bool = True) -> GemmTime:
-    """The time of C (m x n) = A (m x k) B (k x n) on `gpu` (a preset name)."""
-    for name, v in (("m", m), ("n", n), ("k", k)):
+def gemm_time(m: int, n: int, k: int, gpu: str, *, fp8: bool = False, alone: bool = True,
+              batch: int = 1) -> GemmTime:
+    """The time of C (m x n) = A (m x k) B (k x n) on `gpu` (a preset name); with `batch`,
+    of that many independent products in one batched call (each its own A, B and C)."""
+    for name, v in (("m", m), ("n", n), ("k", k), ("batch", batch)):
         require_whole(f"--{name}", v)
     p = gpu_preset(gpu)
     rate, source = rate_tflops(p.name, fp8)
     stream = (p.stream_bandwidth_gbps or p.memory_bandwidth_gbps) * 1e9
-    tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N)
+    tiles = batch * math.ceil(m / TILE_M) * math.ceil(n / TILE_N)
     split = 1
     if p.sms is None:
         # no SM count published in the preset: no waves, every tile at the GPU's rate
@@ -121,9 +123,9 @@ def gemm_time(m: int, n: int, k: int, gpu: str, *, fp8: bool = False, alone: boo
         k_slice = math.ceil(k / split)
         math_s = waves * 2.0 * TILE_M * TILE_N * k_slice / (rate * 1e12 / sms)
     in_bytes = 1 if fp8 else 2
-    moved = (m * k + k * n) * in_bytes + m * n * 2
+    moved = batch * ((m * k + k * n) * in_bytes + m * n * 2)
     if split > 1:
-        moved += 2 * split * m * n * ACCUM_BYTES          # the partial sums written and read back
+        moved += 2 * split * batch * m * n * ACCUM_BYTES  # the partial sums written and read back
     memory_s = moved / stream
     floor_s = (KERNEL_GAP_US + (OP_HOST_US if alone else 0.0)) * 1e-6
     return GemmTime(time_s=floor_s + max(math_s, memory_s), math_s=math_s, memory_s=memory_s, floor_s=floor_s,

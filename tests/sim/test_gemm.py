@@ -50,6 +50,29 @@ def test_a_thin_product_is_bound_by_memory():
     assert t.time_s == pytest.approx(GAP + t.memory_s, rel=1e-12)
 
 
+def test_a_batch_of_products_is_their_tiles_and_their_bytes_in_one_call():
+    # 4 products of 2 x 1 tiles: 8 tiles, split 16 ways (132 // 8, K 4096 / 256 = 16)
+    one, four = (gemm_time(2 * TILE_M, TILE_N, 4096, "H100-SXM", alone=False, batch=b) for b in (1, 4))
+    assert (one.tiles, four.tiles) == (2, 8) and four.split_k == min(H100_SMS // 8, 4096 // MIN_SPLIT_K) == 16
+    moved = 4 * ((2 * TILE_M * 4096 + 4096 * TILE_N) * 2 + 2 * TILE_M * TILE_N * 2) + 2 * 16 * 4 * 2 * TILE_M * TILE_N * 4
+    assert four.memory_s == pytest.approx(moved / 2500e9, rel=1e-12)
+    assert four.math_s == pytest.approx(2.0 * TILE_M * TILE_N * (4096 / 16) / PER_SM, rel=1e-12)
+    with pytest.raises(RingsimError, match="--batch"):
+        gemm_time(256, 256, 256, "H100-SXM", batch=0)
+
+
+def test_the_xla_comparison_runs_over_every_product(tmp_path):
+    out = tmp_path / "xla.json"
+    run = subprocess.run([sys.executable, "bench/gemm_xla.py", "--out", str(out)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    d = json.loads(out.read_text())
+    assert len(d["products"]) == 750 and d["fp8_above_peak"] == 29
+    r = next(p for p in d["products"] if (p["b"], p["m"], p["n"], p["k"], p["dtype"]) == (1, 4096, 4096, 4096, "bf16"))
+    line = next(x for x in open("bench/data/xla_sm90_matmul.csv") if x.startswith("1,4096,4096,4096,"))
+    assert r["measured_s"] == pytest.approx(2 * 4096 ** 3 / int(line.split(",")[4]), rel=1e-12)   # the table's FLOP/s
+
+
 def test_a_product_called_alone_pays_the_hosts_time_in_front():
     queued = gemm_time(4096, 4096, 4096, "H100-SXM", alone=False)
     alone = gemm_time(4096, 4096, 4096, "H100-SXM")
