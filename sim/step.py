@@ -67,8 +67,9 @@ master copy), their gradients and the moments in r shards, 16 / r, plus the bf16
 weights of the two layers it has gathered (the one computing and the one prefetched).
 Then the activations every layer keeps for its backward (ACTIVATION_BYTES per token, or
 the layer's input alone under full recomputation) for the micro-batches in flight on the
-first stage (PP of them in 1F1B), the output layer's logits on the last, and the
-attention scheme's working memory for one layer.
+first stage (PP of them in 1F1B), the output layer's logits on the last, the attention
+scheme's working memory for one layer, and under recomputation what one layer's
+backward holds of its rebuilt forward.
 
 **Model FLOPs** (the MFU's numerator): 6 x parameters x tokens (every parameter once
 forward, twice backward) plus attention, 3 x 4 x seq x heads x head_dim per token and
@@ -542,6 +543,9 @@ def simulate_step(req: StepRequest) -> Step:
         "activations": layers[0] * activation_bytes_per_token(m, p.tp, p.recompute) * t * in_flight,
         "logits": t * head_n * 4.0 if p.pp == 1 else 0.0,
         "attention_working": attn_mem,
+        # the backward of a recomputed layer holds what its forward rebuilt, one layer at a time
+        "recompute_working": (activation_bytes_per_token(m, p.tp, "none")
+                              - activation_bytes_per_token(m, p.tp, p.recompute)) * t,
     }
     if p.pp > 1:
         memory["logits_last_stage"] = t * head_n * 4.0

@@ -168,6 +168,12 @@ def test_activation_memory_with_and_without_recomputation():
     full = simulate_step(StepRequest(parallel=Parallel(tp=8, recompute="full"), **base))
     assert full.memory["activations"] < none.memory["activations"] / 10
     assert full.step_s > none.step_s and full.breakdown["recompute_s"] > 0
+    # while a layer's backward runs it holds its rebuilt forward: all of it under full
+    # recomputation, the attention output and statistics under selective, nothing without
+    selective = simulate_step(StepRequest(parallel=Parallel(tp=8, recompute="selective"), **base))
+    assert none.memory["recompute_working"] == 0
+    assert full.memory["recompute_working"] == pytest.approx((with_out - 2 * h / tp) * 8192, rel=1e-12)
+    assert selective.memory["recompute_working"] == pytest.approx((with_out - kept) * 8192, rel=1e-12)
 
 
 def test_llama3_stages_take_one_layer_fewer_first_and_last():
