@@ -74,7 +74,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(HERE / "results" / "gemm_xla.json"))
     a = p.parse_args()
-    rows = compare(read_table())
+    measured = read_table()
+    rows = compare(measured)
     print(f"GEMM model ({GPU}) against OpenXLA's measured sm_90 matmuls; error = model / measured - 1\n")
     lines, out = [], {}
     for dtype in ("bf16", "fp8"):
@@ -86,7 +87,7 @@ def main() -> int:
                           f"{s['within_10']:.0%}", f"{s['within_25']:.0%}", f"{s['worst_abs_error']:.0%}"])
     print(table(["dtype", "products", "n", "median error", "median |error|", "within 10%", "within 25%", "worst"],
                 lines))
-    over = sum(r["fp8_e4m3_flops"] > FP8_PEAK for r in read_table())
+    over = sum(r["fp8_e4m3_flops"] > FP8_PEAK for r in measured)
     print(f"\nFP8: {over} of {len(rows) // 2} entries run above the dense FP8 peak ({FP8_PEAK / 1e12:,.0f} TFLOP/s): "
           "not judged")
     worst = sorted((r for r in rows if r["dtype"] == "bf16"), key=lambda r: -abs(r["error"]))[:8]

@@ -49,7 +49,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.step_llama3 import run_step  # noqa: E402
+from sim.models import model_preset  # noqa: E402
 from sim.options import table  # noqa: E402
+from sim.step import Parallel  # noqa: E402
+from sim.step_plan import step_argv  # noqa: E402
 
 TORCHTITAN = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (commit 820504e; torchtitan 9dec370) "
               "and benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchtitan e7c0cae)")
@@ -89,10 +92,6 @@ class Row:
         return self.tp * self.cp * self.pp * self.dp
 
     def command(self) -> list[str]:
-        from sim.models import model_preset
-        from sim.step import Parallel
-        from sim.step_plan import step_argv
-
         par = Parallel(tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, zero=self.zero, recompute=self.recompute,
                        fp8=self.fp8, microbatches=self.microbatches, interleave=self.interleave,
                        tp_overlap=self.tp_overlap, grad_reduce=self.grad_reduce, scheme=self.cp_scheme)

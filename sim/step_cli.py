@@ -13,7 +13,7 @@ def register(sub) -> None:
     from sim.options import add_hardware_args
     from sim.plan_cli import add_model_args
     from sim.schemes import names as scheme_names
-    from sim.step import RECOMPUTE, ZERO_STAGES
+    from sim.step import GRAD_BYTES, RECOMPUTE, ZERO_STAGES
     from sim.units import tokens
 
     s = sub.add_parser("step", help="one training step: time, tokens/s and TFLOP/s per GPU, MFU, memory per GPU "
@@ -42,7 +42,7 @@ def register(sub) -> None:
     par.add_argument("--interleave", type=int, default=1, help="virtual pipeline stages per GPU (default 1)")
     par.add_argument("--tp-overlap", action="store_true",
                      help="TP collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap; default exposed)")
-    par.add_argument("--grad-reduce", choices=("fp32", "bf16"), default="fp32",
+    par.add_argument("--grad-reduce", choices=tuple(GRAD_BYTES), default="fp32",
                      help="the dtype gradients are reduced and kept in: fp32 (default: Megatron-LM's and "
                           "torchtitan's for bf16 training) or bf16")
     par.add_argument("--scheme", choices=scheme_names(), default="ring", help="the CP scheme (default ring)")
