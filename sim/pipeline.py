@@ -24,6 +24,8 @@ sends in the order the stage produced them.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from sim.players import times_waves
@@ -52,6 +54,23 @@ def program(pp: int, microbatches: int, interleave: int = 1) -> list[list[tuple[
         order += [("B", *which(k, True)) for k in range(total - warm, total)]
         out.append(order)
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def in_flight(pp: int, microbatches: int, interleave: int = 1) -> tuple[int, ...]:
+    """Per stage, the most (chunk, micro-batch) forwards whose backward has not yet run at
+    any moment of its program: the activations it holds at its peak. Stage 0 holds PP
+    without interleaving and (v + 1) PP - 1 chunks of 1/v of its layers with v, so its
+    activations grow by 1 + (PP - 1) / (PP v) (Korthikanti et al., "Reducing Activation
+    Recomputation in Large Transformer Models", 2022, section 4.2.3)."""
+    out = []
+    for order in program(pp, microbatches, interleave):
+        held = peak = 0
+        for phase, _, _ in order:
+            held += 1 if phase == "F" else -1
+            peak = max(peak, held)
+        out.append(peak)
+    return tuple(out)
 
 
 def build_pipeline_schedule(forward_s: list[float], backward_s: list[float], send_s: float, microbatches: int,

@@ -215,14 +215,17 @@ def _plan_steps(a: argparse.Namespace) -> int:
     top = result.candidates[: a.top or len(result.candidates)]
     if a.json:
         json.dump({"gpus": result.gpus, "considered": result.considered, "refused": result.refused,
-                   "seconds": result.seconds, "candidates": top}, sys.stdout, indent=2)
+                   "skipped": result.skipped, "seconds": result.seconds, "candidates": top}, sys.stdout, indent=2)
         print()
         return 0
     fitting = sum(c["fits"] for c in result.candidates)
     print(f"{req.model.name} at {seq:,} tokens a sequence, {batch:,} tokens a step; {result.gpus:,} x "
           f"{hardware.gpu.name} ({req.nodes} node{'s' if req.nodes > 1 else ''} of {req.gpus_per_node})")
-    print(f"{result.considered:,} splits considered, {result.refused:,} not possible, {len(result.candidates):,} "
-          f"timed, {fitting:,} fit in {hardware.gpu.memory_gb:g} GB; {result.seconds:.1f} s")
+    skipped = (f", {result.skipped:,} interleaved not tried (their plain 1F1B does not fit or is not possible)"
+               if result.skipped else "")
+    print(f"{result.considered:,} splits considered, {result.refused:,} not possible{skipped}, "
+          f"{len(result.candidates):,} timed, {fitting:,} fit in {hardware.gpu.memory_gb:g} GB; "
+          f"{result.seconds:.1f} s")
     rows = [[c["rank"], label(c), fmt_s(c["step_s"]), f"{c['tokens_per_s_per_gpu']:,.0f}",
              f"{c['tflops_per_gpu']:.0f}", f"{c['mfu']:.1%}", fmt_bytes(c["memory_bytes_per_gpu"]),
              "yes" if c["fits"] else "no"] for c in top]

@@ -36,7 +36,10 @@ its layers' forward (t_f) and backward (t_b).
 
 **Pipeline**: 1F1B over `microbatches` micro-batches, played on the engine
 (sim.pipeline): every stage's forwards and backwards in Megatron's order, plain or
-interleaved over v virtual stages per GPU, and the activations and gradients sent between
+interleaved over v virtual stages per GPU (a stage's time split evenly over its chunks;
+the embedding and the output layer may fill a chunk of their own, as Llama 3's pipeline
+and Megatron-Core's account_for_embedding/loss_in_pipeline_split place them, so 126
+layers make 16 stages of 8 chunks), and the activations and gradients sent between
 stages (tokens x hidden / TP each, across the NICs when the stages are in different
 nodes). With equal stages and free sends its makespan is m (t_f + t_b) + (PP - 1) / v
 (t_f + t_b); the breakdown's bubble is what the pipeline adds to the slowest stage's m
@@ -67,14 +70,20 @@ master copy), their gradients and the moments in r shards, 16 / r, plus the bf16
 weights of the two layers it has gathered (the one computing and the one prefetched).
 Then the activations every layer keeps for its backward (ACTIVATION_BYTES per token, or
 the layer's input alone under full recomputation) for the micro-batches in flight on the
-first stage (PP of them in 1F1B), the output layer's logits on the last, the attention
+stage that holds the most (the first: PP of them in 1F1B; interleaved, (v + 1) PP - 1
+chunks of 1/v of its layers, sim.pipeline.in_flight), the output layer's logits on the
+last, the attention
 scheme's working memory for one layer, and under recomputation what one layer's
 backward holds of its rebuilt forward.
 
 **Model FLOPs** (the MFU's numerator): 6 x parameters x tokens (every parameter once
 forward, twice backward) plus attention, 3 x 4 x seq x heads x head_dim per token and
 layer with the causal mask counted as half (6 x seq x heads x head_dim); recomputation is
-not counted.
+not counted. Published MFUs often use PaLM's count instead (Chowdhery et al., "PaLM",
+2022, Appendix B: 6N + 12LHQT per token, attention with no mask), as the Llama 3 paper
+(section 3.3.2 cites it for its Table 4) and torchtitan (`get_num_flop_per_token`) do;
+a step gives both (`palm_tflops_per_gpu`, `palm_mfu`), for comparing with numbers
+counted that way.
 """
 
 from __future__ import annotations
@@ -87,7 +96,7 @@ from sim.errors import RingsimError
 from sim.gemm import FP8_PEAK_FACTOR, gemm_time
 from sim.metrics import compute_metrics
 from sim.models import Model
-from sim.pipeline import play_pipeline
+from sim.pipeline import in_flight, play_pipeline
 from sim.trace import Trace
 from sim.units import is_whole, require_whole
 
@@ -170,8 +179,12 @@ class StepRequest:
             raise RingsimError(f"--tp {p.tp} and the model's {m.kv_heads} K/V heads: one must divide the other")
         if m.ffn % p.tp or m.vocab % p.tp:
             raise RingsimError(f"--tp {p.tp} does not divide the FFN size {m.ffn} and the vocabulary {m.vocab}")
-        if m.layers < p.pp * p.interleave:
-            raise RingsimError(f"{m.layers} layers cannot fill {p.pp} stages of {p.interleave} virtual stage(s)")
+        for s, n in enumerate(stage_layers(m.layers, p.pp)):
+            tables = (s == 0) + (s == p.pp - 1)        # the embedding and the output layer fill a chunk too
+            if n + tables < p.interleave:
+                raise RingsimError(f"{m.layers} layers cannot fill {p.pp} stages of {p.interleave} virtual stages: "
+                                   f"stage {s} holds {n} layers" + (" and a table" * (tables == 1))
+                                   + (" and two tables" * (tables == 2)))
         if self.seq % p.cp:
             raise RingsimError(f"--seq {self.seq} does not divide into --cp {p.cp} shards")
         per_replica, rest = divmod(self.global_batch, self.seq * p.dp)
@@ -254,6 +267,12 @@ def model_flops_per_token(model: Model, seq: int) -> float:
     """The MFU's convention (module docstring): 6 x parameters plus 6 x seq x heads x
     head_dim per layer."""
     return 6.0 * model.params + 6.0 * model.layers * seq * model.heads * model.head_dim
+
+
+def palm_flops_per_token(model: Model, seq: int) -> float:
+    """PaLM's count (module docstring): 6N + 12LHQT, N every parameter, attention over the
+    whole seq x seq square whatever the mask."""
+    return 6.0 * model.params + 12.0 * model.layers * model.heads * model.head_dim * seq
 
 
 def stage_layers(layers: int, pp: int) -> list[int]:
@@ -343,12 +362,26 @@ class Step:
         return self.model_flops / self.step_s / self.gpus / 1e12
 
     @property
-    def mfu(self) -> float:
+    def peak_tflops(self) -> float:
         hw = self.request.hardware
         peak = hw.gpu.peak_tflops.get("fp8" if self.request.parallel.fp8 else "bf16")
         if peak is None and self.request.parallel.fp8:
             peak = FP8_PEAK_FACTOR * hw.gpu.peak_tflops["bf16"]
-        return self.tflops_per_gpu / peak
+        return peak
+
+    @property
+    def mfu(self) -> float:
+        return self.tflops_per_gpu / self.peak_tflops
+
+    @property
+    def palm_tflops_per_gpu(self) -> float:
+        """TFLOP/s per GPU by PaLM's count (palm_flops_per_token)."""
+        r = self.request
+        return palm_flops_per_token(r.model, r.seq) * r.global_batch / self.step_s / self.gpus / 1e12
+
+    @property
+    def palm_mfu(self) -> float:
+        return self.palm_tflops_per_gpu / self.peak_tflops
 
     @property
     def memory_bytes_per_gpu(self) -> float:
@@ -367,7 +400,8 @@ class Step:
                              "layout": p.layout, "tp_overlap": p.tp_overlap, "grad_reduce": p.grad_reduce},
                 "gpus": self.gpus, "gpu": r.hardware.gpu.name, "step_s": self.step_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "tflops_per_gpu": self.tflops_per_gpu,
-                "mfu": self.mfu, "memory_bytes_per_gpu": self.memory_bytes_per_gpu, "fits": self.fits,
+                "mfu": self.mfu, "palm_tflops_per_gpu": self.palm_tflops_per_gpu, "palm_mfu": self.palm_mfu,
+                "memory_bytes_per_gpu": self.memory_bytes_per_gpu, "fits": self.fits,
                 "breakdown": self.breakdown, "per_layer": self.per_layer, "memory": self.memory,
                 "stage_layers": self.stage_layers, "stage_s": [list(x) for x in self.stage_s], "notes": self.notes}
 
@@ -407,6 +441,22 @@ def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
                   layout=p.layout if p.cp > 1 else "contiguous")
     trace = simulate(sc, player="recurrence")
     return compute_metrics(trace).makespan_s, float(peak_memory(sc)["total"])
+
+
+_PIPELINES: dict[tuple, tuple[Trace, float]] = {}
+"""Pipelines already played, by their stage times, send, micro-batches and depth (a plan's
+ZeRO stages share one)."""
+
+
+def _pipeline(stage_f: list[float], stage_b: list[float], send: float, mb: int, v: int) -> tuple[Trace, float]:
+    """The pipeline as the engine plays it (sim.pipeline) and its makespan."""
+    key = (tuple(stage_f), tuple(stage_b), send, mb, v)
+    if key not in _PIPELINES:
+        if len(_PIPELINES) > 256:
+            _PIPELINES.clear()
+        trace = play_pipeline(stage_f, stage_b, send, mb, v)
+        _PIPELINES[key] = trace, compute_metrics(trace).makespan_s
+    return _PIPELINES[key]
 
 
 def _gemms_s(req: StepRequest, products: list[tuple[int, int, int]], *, fp8: bool | None = None) -> float:
@@ -477,9 +527,8 @@ def simulate_step(req: StepRequest) -> Step:
     bw, lat = _link(req, p.tp * p.cp * p.dp * min(p.pp, 2))      # two neighbouring stages
     send = lat * 1e-6 + act / p.tp / (bw * 1e9) if p.pp > 1 else 0.0
     # the pipeline played on the engine (sim.pipeline), with its sends and without them
-    trace = play_pipeline(stage_f, stage_b, send, mb, p.interleave)
-    pipe = compute_metrics(trace).makespan_s
-    pipe_bare = compute_metrics(play_pipeline(stage_f, stage_b, 0.0, mb, p.interleave)).makespan_s if send else pipe
+    trace, pipe = _pipeline(stage_f, stage_b, send, mb, p.interleave)
+    pipe_bare = _pipeline(stage_f, stage_b, 0.0, mb, p.interleave)[1] if send else pipe
     bubble = max(0.0, pipe_bare - work)
     pp_comm = max(0.0, pipe - pipe_bare)
     # data parallelism
@@ -526,9 +575,11 @@ def simulate_step(req: StepRequest) -> Step:
         "optimizer_s": optimizer,
     }
     breakdown["other_s"] = max(0.0, step_s - sum(breakdown.values()))
-    # memory per GPU, the first stage (most micro-batches in flight)
+    # memory per GPU
     params_gpu = max(params_of(s) for s in range(p.pp))
-    in_flight = min(mb, p.pp) if p.pp > 1 else 1
+    # each stage's peak of chunks in flight (sim.pipeline.in_flight), each of 1/v of its layers
+    held = in_flight(p.pp, mb, p.interleave)
+    kept_layers = max(layers[s] * held[s] / p.interleave for s in range(p.pp))
     if p.zero == 3:      # fp32 shards (the master copy) and their gradients, two gathered bf16 layers, the moments
         weight_bytes = params_gpu * 4 / replicas + 2 * layer_params(m) / p.tp * ELEMENT_BYTES
         grad_bytes, state_bytes = params_gpu * 4 / replicas, params_gpu * 8 / replicas
@@ -540,7 +591,7 @@ def simulate_step(req: StepRequest) -> Step:
         "weights": weight_bytes,
         "gradients": grad_bytes,
         "optimizer": state_bytes,
-        "activations": layers[0] * activation_bytes_per_token(m, p.tp, p.recompute) * t * in_flight,
+        "activations": kept_layers * activation_bytes_per_token(m, p.tp, p.recompute) * t,
         "logits": t * head_n * 4.0 if p.pp == 1 else 0.0,
         "attention_working": attn_mem,
         # the backward of a recomputed layer holds what its forward rebuilt, one layer at a time

@@ -21,7 +21,9 @@ def register(sub) -> None:
                        description="One training step of a decoder-only transformer on TP x CP x PP x DP GPUs "
                                    "(docs/step.md). Model FLOPs, for TFLOP/s and MFU: 6 x parameters x tokens, plus "
                                    "attention at 3 x 4 x seq x heads x head_dim per token and layer with the causal "
-                                   "mask counted as half; recomputation not counted; MFU against the datasheet peak.")
+                                   "mask counted as half; recomputation not counted; MFU against the datasheet peak. "
+                                   "Also given by PaLM's count (6N + 12LHQT: attention with no mask), which the "
+                                   "Llama 3 paper and torchtitan report.")
     add_model_args(s)
     w = s.add_argument_group("batch")
     w.add_argument("--seq", type=tokens, required=True, help="tokens per sequence: 8192, 128k, 1M (= 2^20)")
@@ -49,8 +51,8 @@ def register(sub) -> None:
     par.add_argument("--layout", default="zigzag", help="the CP ring's layout (default zigzag)")
     add_hardware_args(s)
     s.add_argument("--json", action="store_true",
-                   help="one JSON object: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, memory_bytes_per_gpu, "
-                        "fits, breakdown, memory, ...")
+                   help="one JSON object: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, palm_tflops_per_gpu, "
+                        "palm_mfu, memory_bytes_per_gpu, fits, breakdown, memory, ...")
     s.add_argument("--trace", metavar="FILE",
                    help="save the pipeline as the engine played it (one GPU per stage: its forwards, backwards "
                         "and sends) as a trace")
@@ -125,6 +127,8 @@ def cmd_step(a: argparse.Namespace) -> int:
           + (", FP8" if par.fp8 else ""))
     print(f"step {fmt_s(step.step_s)}   {step.tokens_per_s_per_gpu:,.0f} tokens/s per GPU   "
           f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU   MFU {step.mfu:.1%}")
+    print(f"by PaLM's count (6N + 12LHQT, attention unmasked; Llama 3's and torchtitan's MFU): "
+          f"{step.palm_tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {step.palm_mfu:.1%}")
     print(f"micro-batches {req.microbatches} of {req.micro_batch} sequence{'s' if req.micro_batch > 1 else ''}; "
           f"stages of {', '.join(map(str, sorted(set(step.stage_layers))))} layers")
     rows = [[k.removesuffix("_s").replace("_", " "), fmt_s(v), f"{v / step.step_s:.1%}"]

@@ -2,8 +2,9 @@
 
 Given a model, a sequence length, a global batch (tokens a step) and a cluster, every
 candidate of its GPUs is a TP x CP x PP x DP split with a ZeRO stage, a recomputation,
-for CP > 1 a CP scheme and for TP > 1 its collectives exposed or overlapped with the
-GEMMs, each timed by `sim.step.simulate_step` exactly as `ringsim step` would run the
+for CP > 1 a CP scheme, for TP > 1 its collectives exposed or overlapped with the GEMMs
+and for PP > 1 plain or interleaved 1F1B (INTERLEAVES; an interleaved split is timed only
+where its plain form fits, as interleaving adds memory), each timed by `sim.step.simulate_step` exactly as `ringsim step` would run the
 command it carries. A degree that does not fit the model (TP not dividing
 the heads, the FFN or the vocabulary; a sequence that does not split over CP; more stages
 than layers; a batch that is not whole sequences per replica) is not a candidate. TP stays
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from sim.config import Hardware
@@ -29,6 +30,9 @@ from sim.step import Parallel, StepRequest, simulate_step
 SCHEMES = ("ring", "allgather")
 """CP schemes tried: the zigzag ring and the all-gather (Llama 3's)."""
 RECOMPUTES = ("none", "selective", "full")
+INTERLEAVES = (1, 2, 4)
+"""Virtual stages per GPU tried when PP > 1: plain 1F1B and the interleaved schedule at two
+depths (each where the micro-batches and the layers allow it)."""
 PARTS = {"gemm_s": "GEMMs", "attention_s": "attention", "elementwise_s": "elementwise work",
          "tp_comm_s": "TP communication", "recompute_s": "recomputation", "pp_bubble_s": "the pipeline bubble",
          "pp_comm_s": "pipeline sends", "dp_comm_s": "DP communication", "optimizer_s": "the optimizer"}
@@ -42,6 +46,8 @@ class StepPlan:
     seconds: float
     gpus: int
     memory_bytes: float
+    skipped: int = 0
+    """Interleaved splits not timed: their plain-1F1B form does not fit or cannot be built."""
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -99,30 +105,40 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
                     for recompute in RECOMPUTES:
                         for scheme in (SCHEMES if cp > 1 else ("ring",)):
                             for overlap in ((False, True) if tp > 1 else (False,)):
-                                splits.append(Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, recompute=recompute,
-                                                       fp8=fp8, scheme=scheme, tp_overlap=overlap))
-    out, refused = [], 0
+                                for v in (INTERLEAVES if pp > 1 else (1,)):
+                                    splits.append(Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero,
+                                                           recompute=recompute, fp8=fp8, scheme=scheme,
+                                                           tp_overlap=overlap, interleave=v))
+    out, refused, skipped = [], 0, 0
     limit = hardware.gpu.memory_gb * 1e9
+    plain_fits: dict[Parallel, bool] = {}        # each split's answer with plain 1F1B (v = 1)
     for i, par in enumerate(splits):
+        if on_progress is not None:
+            on_progress(i + 1, len(splits))
+        plain = replace(par, interleave=1)
+        if par.interleave > 1 and not plain_fits.get(plain, False):
+            # interleaving only adds to the memory (more chunks in flight, sim.pipeline.in_flight):
+            # a split that does not fit, or cannot be built, with plain 1F1B is not tried deeper
+            skipped += 1
+            continue
         try:
             req = StepRequest(model=model, seq=seq, global_batch=global_batch, parallel=par, hardware=hardware)
             step = simulate_step(req)
         except RingsimError:
             refused += 1
             continue
-        finally:
-            if on_progress is not None:
-                on_progress(i + 1, len(splits))
         d = step.to_dict()
         d["command"] = step_command(model, seq, global_batch, par, hardware_argv or [])
         d["fits"] = step.memory_bytes_per_gpu <= limit
+        if par.interleave == 1:
+            plain_fits[par] = d["fits"]
         out.append(d)
     out.sort(key=lambda c: (not c["fits"], -c["tokens_per_s_per_gpu"]))
     for rank, c in enumerate(out, 1):
         c["rank"] = rank
         c["why"] = _why(c, out[0], limit)
     return StepPlan(candidates=out, considered=len(splits), refused=refused, seconds=time.perf_counter() - t0,
-                    gpus=gpus, memory_bytes=limit)
+                    gpus=gpus, memory_bytes=limit, skipped=skipped)
 
 
 def _why(c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
@@ -144,4 +160,5 @@ def _why(c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
 def label(c: dict[str, Any]) -> str:
     p = c["parallel"]
     out = f"TP {p['tp']} CP {p['cp']} PP {p['pp']} DP {p['dp']}, ZeRO-{p['zero']}, recompute {p['recompute']}"
-    return out + (f", CP {p['scheme']}" if p["cp"] > 1 else "") + (", TP overlapped" if p.get("tp_overlap") else "")
+    return (out + (f", CP {p['scheme']}" if p["cp"] > 1 else "") + (", TP overlapped" if p.get("tp_overlap") else "")
+            + (f", {p['interleave']} virtual stages" if p.get("interleave", 1) > 1 else ""))

@@ -3,7 +3,7 @@
 import pytest
 
 from sim.metrics import compute_metrics
-from sim.pipeline import play_pipeline, program
+from sim.pipeline import in_flight, play_pipeline, program
 from sim.trace import KIND_NAMES
 
 
@@ -47,3 +47,17 @@ def test_the_trace_names_the_stages_and_their_sends():
     assert tr.n_gpus == 3
     sends = c.kind == KIND_NAMES.index("pp")
     assert sends.any() and set(c.kind[~sends].tolist()) <= {KIND_NAMES.index(k) for k in ("fwd", "bwd", "idle", "pp")}
+
+
+@pytest.mark.parametrize("pp, m, v", [(4, 8, 1), (4, 2, 1), (16, 32, 1), (4, 8, 2), (16, 32, 2), (16, 32, 4),
+                                      (16, 16, 8), (8, 8, 4)])
+def test_the_chunks_in_flight_follow_megatrons_warm_up(pp, m, v):
+    # plain 1F1B: stage s holds PP - s micro-batches (at most m); interleaved, Megatron's
+    # warm-up of 2 (PP - s - 1) + (v - 1) PP forwards plus the one before the first backward
+    held = in_flight(pp, m, v)
+    for s in range(pp):
+        want = pp - s if v == 1 else 2 * (pp - s - 1) + (v - 1) * pp + 1
+        assert held[s] == min(want, m * v)
+    if v > 1 and (v + 1) * pp - 1 <= m * v:
+        # so the first stage's activations grow by 1 + (PP - 1) / (PP v) (Korthikanti et al. 2022)
+        assert held[0] / v / pp == pytest.approx(1 + (pp - 1) / (pp * v))

@@ -23,6 +23,7 @@ from sim.step import (
     layer_forward_flops,
     layer_params,
     model_flops_per_token,
+    palm_flops_per_token,
     ring_collective_s,
     simulate_step,
     stage_layers,
@@ -43,6 +44,44 @@ def test_one_layers_flops_against_the_closed_form():
     assert layer_params(L8B) == qkv + 4096 * h + 3 * h * ffn + 2 * h
     # 6 N per token plus 6 x seq x heads x dim per layer
     assert model_flops_per_token(L8B, seq) == pytest.approx(6 * 8.03e9 + 6 * 32 * seq * 32 * 128)
+
+
+def test_palms_count_takes_attention_unmasked():
+    # PaLM's Appendix B: 6N + 12LHQT per token, whatever the mask; ringsim's own count halves
+    # the attention for the causal mask, so the two differ by 6LHQT
+    seq = 131072
+    assert palm_flops_per_token(L8B, seq) == pytest.approx(6 * 8.03e9 + 12 * 32 * 32 * 128 * seq)
+    assert palm_flops_per_token(L8B, seq) - model_flops_per_token(L8B, seq) == pytest.approx(6 * 32 * 32 * 128 * seq)
+    s = simulate_step(StepRequest(model=L8B, seq=8192, global_batch=8 * 8192, parallel=Parallel(dp=8), hardware=DGX))
+    want = palm_flops_per_token(L8B, 8192) * 8 * 8192 / s.step_s / 8 / 1e12
+    assert s.palm_tflops_per_gpu == pytest.approx(want, rel=1e-12)
+    assert s.palm_mfu == pytest.approx(want / 989.4, rel=1e-3)
+    assert s.to_dict()["palm_tflops_per_gpu"] == s.palm_tflops_per_gpu
+
+
+def test_interleaving_holds_more_activations_on_the_first_stage():
+    # 32 layers on 4 stages of 8, 8 micro-batches: plain 1F1B keeps 4 micro-batches of 8 layers
+    # on the first stage; with v = 2, (v + 1) PP - 1 = 11 chunks of 4 layers
+    base = dict(model=L8B, seq=8192, global_batch=8 * 8192, hardware=DGX)
+    plain = simulate_step(StepRequest(parallel=Parallel(pp=4), **base))
+    deep = simulate_step(StepRequest(parallel=Parallel(pp=4, interleave=2), **base))
+    per_layer = activation_bytes_per_token(L8B, 1, "none") * 8192
+    assert plain.memory["activations"] == pytest.approx(4 * 8 * per_layer, rel=1e-12)
+    assert deep.memory["activations"] == pytest.approx(11 * 4 * per_layer, rel=1e-12)
+    assert deep.breakdown["pp_bubble_s"] < plain.breakdown["pp_bubble_s"]
+
+
+def test_the_embedding_and_the_output_layer_fill_a_chunk_of_their_own():
+    # Llama 3: 126 layers on 16 stages of 8 chunks, the first chunk holding only the
+    # embedding and the last only the output layer
+    m = model_preset("llama3-405b")
+    req = dict(model=m, seq=8192, global_batch=16 * 8192, hardware=DGX)
+    StepRequest(parallel=Parallel(tp=8, pp=16, interleave=8), **req)
+    with pytest.raises(RingsimError, match="126 layers cannot fill 16 stages of 9 virtual stages: stage 0 holds 7 "
+                                           "layers and a table$"):
+        StepRequest(parallel=Parallel(tp=8, pp=16, interleave=9), **req)
+    with pytest.raises(RingsimError, match="stage 1 holds 7 layers$"):     # 120 layers: 7 or 8 a stage
+        StepRequest(parallel=Parallel(tp=8, pp=16, interleave=8), **req | {"model": replace(m, layers=120)})
 
 
 @pytest.mark.parametrize("pp, m, v, want", [(4, 8, 1, 3 / 8), (16, 32, 1, 15 / 32), (16, 32, 4, 15 / 128),
@@ -218,7 +257,16 @@ def test_the_whole_step_plan_ranks_fitting_splits_by_tokens_per_gpu_and_each_com
 
     hw = DGX
     plan = plan_steps(L8B, 8192, 64 * 8192, hw, 64, hardware_argv=["--cluster", "dgx-h100"])
-    assert plan.considered == len(plan.candidates) + plan.refused
+    assert plan.considered == len(plan.candidates) + plan.refused + plan.skipped
+    # an interleaved split is timed only beside a plain one that fits, and holds at least its memory
+    def key(c):
+        return tuple((k, v) for k, v in c["parallel"].items() if k != "interleave")
+    plain = {key(c): c for c in plan.candidates if c["parallel"]["interleave"] == 1}
+    deep = [c for c in plan.candidates if c["parallel"]["interleave"] > 1]
+    assert deep and plan.skipped
+    for c in deep:
+        assert plain[key(c)]["fits"]
+        assert c["memory_bytes_per_gpu"] >= plain[key(c)]["memory_bytes_per_gpu"]
     fitting = [c for c in plan.candidates if c["fits"]]
     assert fitting and fitting == plan.candidates[:len(fitting)]
     speeds = [c["tokens_per_s_per_gpu"] for c in fitting]
