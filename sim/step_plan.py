@@ -4,8 +4,9 @@ Given a model, a sequence length, a global batch (tokens a step) and a cluster, 
 candidate of its GPUs is a TP x CP x PP x DP split with a ZeRO stage, a recomputation,
 for CP > 1 a CP scheme, for TP > 1 its collectives exposed or overlapped with the GEMMs
 and for PP > 1 plain or interleaved 1F1B (INTERLEAVES; an interleaved split is timed only
-where its plain form fits, as interleaving adds memory), each timed by `sim.step.simulate_step` exactly as `ringsim step` would run the
-command it carries. A degree that does not fit the model (TP not dividing
+where its plain form fits, as interleaving adds memory), each timed by
+`sim.step.simulate_step` exactly as `ringsim step` would run the command it carries. A
+degree that does not fit the model (TP not dividing
 the heads, the FFN or the vocabulary; a sequence that does not split over CP; more stages
 than layers; a batch that is not whole sequences per replica) is not a candidate. TP stays
 inside a node (its collectives are on every layer's critical path). The fitting
