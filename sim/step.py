@@ -179,6 +179,8 @@ class StepRequest:
             raise RingsimError(f"--tp {p.tp} and the model's {m.kv_heads} K/V heads: one must divide the other")
         if m.ffn % p.tp or m.vocab % p.tp:
             raise RingsimError(f"--tp {p.tp} does not divide the FFN size {m.ffn} and the vocabulary {m.vocab}")
+        if p.interleave > 1 and p.pp == 1:
+            raise RingsimError(f"--interleave {p.interleave} needs a pipeline: give --pp of 2 or more")
         for s, n in enumerate(stage_layers(m.layers, p.pp)):
             tables = (s == 0) + (s == p.pp - 1)        # the embedding and the output layer fill a chunk too
             if n + tables < p.interleave:

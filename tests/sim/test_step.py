@@ -227,6 +227,7 @@ def test_llama3_stages_take_one_layer_fewer_first_and_last():
     (dict(parallel=Parallel(cp=3)), "--seq 8192 does not divide into --cp 3 shards"),
     (dict(parallel=Parallel(microbatches=3)), "--microbatches 3 does not divide the 4 sequences"),
     (dict(parallel=Parallel(zero=2)), "--zero must be one of 0, 1, 3"),
+    (dict(parallel=Parallel(interleave=2)), "--interleave 2 needs a pipeline: give --pp of 2 or more"),
     (dict(model=replace(L8B, ffn=None)), "has no FFN size or vocabulary"),
 ])
 def test_bad_configurations_are_refused_in_one_line(changes, message):
