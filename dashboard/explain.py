@@ -215,6 +215,26 @@ def step_why(t: Translator, c: dict[str, Any], best: dict[str, Any], limit: floa
     return _checked(t, lambda tr: _step_why(tr, c, best, limit), c["why"])
 
 
+def step_split(t: Translator, c: dict[str, Any]) -> str:
+    """A whole-step candidate's split (sim.step_plan.label) in `t`'s language."""
+    from sim.step_plan import label
+
+    return _checked(t, lambda tr: _step_split(tr, c), label(c))
+
+
+def _step_split(t: Translator, c: dict[str, Any]) -> str:
+    p = c["parallel"]
+    out = t("step.split.base", tp=p["tp"], cp=p["cp"], pp=p["pp"], dp=p["dp"], zero=p["zero"],
+            recompute=t(f"step.split.recompute.{p['recompute']}"))
+    if p["cp"] > 1:
+        out += t("step.split.scheme", scheme=p["scheme"])
+    if p.get("tp_overlap"):
+        out += t("step.split.overlapped")
+    if p.get("interleave", 1) > 1:
+        out += t("step.split.virtual", v=p["interleave"])
+    return out
+
+
 def _step_why(t: Translator, c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
     if not c["fits"]:
         return t("step.why.unfit", memory=t.digits(f"{c['memory_bytes_per_gpu'] / 1e9:.1f}"),

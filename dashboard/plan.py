@@ -318,7 +318,7 @@ def step_table(t: Translator, candidates: list[dict[str, Any]], top: int, limit:
     rows = []
     for c in candidates[:top]:
         rows.append(html.Tr([
-            html.Td(str(c["rank"])), html.Td(c["split"]), html.Td(_fmt_s(t, c["step_s"])),
+            html.Td(str(c["rank"])), html.Td(explain.step_split(t, c)), html.Td(_fmt_s(t, c["step_s"])),
             html.Td(t.int(round(c["tokens_per_s_per_gpu"]))), html.Td(t.int(round(c["tflops_per_gpu"]))),
             html.Td(t.pct(c["mfu"])), html.Td(t.bytes(c["memory_bytes_per_gpu"])),
             html.Td(t("plan.yes") if c["fits"] else t("plan.no")),
@@ -331,7 +331,7 @@ def step_table(t: Translator, candidates: list[dict[str, Any]], top: int, limit:
 def _draw_steps(t: Translator, data: dict[str, Any], top: int):
     from dashboard.figures.plan import pipeline_chart, step_chart
 
-    cands = data["candidates"][:top]
+    cands = [{**c, "split": explain.step_split(t, c)} for c in data["candidates"][:top]]
     labels = {"title": t("plan.step.chart.title"), "x": t("plan.step.chart.x"),
               **{part: t(key) for part, key in STEP_PARTS.items()}}
     summary = t("plan.step.summary", considered=t.int(data["considered"]), timed=t.int(data["timed"]),

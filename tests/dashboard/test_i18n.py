@@ -17,6 +17,7 @@ from sim.config import LAYOUTS, PLACEMENTS
 from sim.metrics import EXPLAIN_TEMPLATES, KIND_LABELS
 from sim.pcie import LINK_KINDS, P2P_MODES
 from sim.schemes import names as scheme_names
+from sim.step import RECOMPUTE
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
 
@@ -53,7 +54,7 @@ def _key_families() -> set[str]:
             | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
             | {f"why.kind.{k}" for k in KIND_LABELS} | {"why.link-kind." + k.replace(" ", "-") for k in LINK_KINDS}
             | {f"why.link.{d}" for d in ("up", "down", "in", "out")} | {f"step.why.part.{p}" for p in STEP_PARTS}
-            | {f"line.pcie.p2p.{m}" for m in P2P_MODES}
+            | {f"line.pcie.p2p.{m}" for m in P2P_MODES} | {f"step.split.recompute.{r}" for r in RECOMPUTE}
             | {f"{prefix}.{name}" for prefix, texts in FIGURE_TEXTS.items() for name in texts if name != "separators"})
 
 
@@ -125,6 +126,7 @@ SAME_IN_BOTH = {
     "why.kind.ag": "a collective's name, as Indonesian writing keeps it",
     "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
     "step.why.with": "placeholders and punctuation only",
+    "step.split.scheme": "a scheme's name, placeholders and punctuation only",
     "cmp.makespan": "the scheduling term, with its unit",
     "schemes.makespan": "the scheduling term, with its unit",
 }

@@ -177,6 +177,7 @@ def test_with_a_global_batch_the_view_plans_the_whole_step(client):
         assert sum(tr["x"][i] for tr in fig["data"]) * _unit_scale(fig) == pytest.approx(c["step_s"], rel=1e-6)
     assert "perkalian matriks (GEMM)" in str(fig["data"])                    # the parts in the page's language
     assert str(out["plan-table"]["children"]).count("ringsim step") == 4
+    assert "komputasi ulang" in str(out["plan-table"]["children"]) and "recompute" not in str(fig["data"])
     pipe = out["plan-pipeline"]["figure"]
     assert pipe["layout"]["meta"]["stages"] == cands[0]["parallel"]["pp"]
     assert out["plan-pipeline-box"]["style"] == {}
@@ -190,3 +191,21 @@ def test_with_a_global_batch_the_view_plans_the_whole_step(client):
 def _unit_scale(fig) -> float:
     title = fig["layout"]["xaxis"]["title"]["text"]
     return {"(s)": 1.0, "(ms)": 1e-3, "(us)": 1e-6, "(µs)": 1e-6}[title[title.rindex("("):]]
+
+
+@pytest.mark.parametrize("parallel, english, indonesian", [
+    (dict(tp=8, cp=1, pp=1, dp=4, zero=3, recompute="none"), "TP 8 CP 1 PP 1 DP 4, ZeRO-3, recompute none",
+     "TP 8 CP 1 PP 1 DP 4, ZeRO-3, komputasi ulang tidak ada"),
+    (dict(tp=8, cp=4, pp=4, dp=2, zero=1, recompute="selective", scheme="allgather", tp_overlap=True, interleave=2),
+     "TP 8 CP 4 PP 4 DP 2, ZeRO-1, recompute selective, CP allgather, TP overlapped, 2 virtual stages",
+     "TP 8 CP 4 PP 4 DP 2, ZeRO-1, komputasi ulang selektif, CP allgather, TP ditumpangtindihkan, 2 tahap virtual"),
+])
+def test_a_steps_split_reads_in_the_pages_language(parallel, english, indonesian):
+    from dashboard.explain import step_split
+    from dashboard.i18n import Translator
+    from sim.step_plan import label
+
+    c = {"parallel": {"scheme": "ring", "tp_overlap": False, "interleave": 1} | parallel}
+    assert label(c) == english
+    assert step_split(Translator("en"), c) == english
+    assert step_split(Translator("id"), c) == indonesian
