@@ -77,13 +77,22 @@ def build_pipeline_schedule(forward_s: list[float], backward_s: list[float], sen
                             interleave: int = 1) -> tuple[Schedule, np.ndarray]:
     """The schedule of one step's pipeline and every op's duration: stage s's chunk takes
     forward_s[s] / v forward and backward_s[s] / v backward; a send takes send_s."""
-    pp = len(forward_s)
-    v = interleave
+    schedule = _pipeline_ops(len(forward_s), microbatches, interleave)
+    rank = schedule.rank
+    durations = np.where(schedule.kind == FWD, np.asarray(forward_s, dtype=np.float64)[rank] / interleave,
+                         np.where(schedule.kind == BWD, np.asarray(backward_s, dtype=np.float64)[rank] / interleave,
+                                  send_s))
+    return schedule, durations
+
+
+@functools.lru_cache(maxsize=256)
+def _pipeline_ops(pp: int, microbatches: int, v: int) -> Schedule:
+    """The pipeline's ops and what each waits on, which the stage times do not change (a
+    plan plays one shape for many of its splits); not to be modified."""
     names = [f"stage {s} compute" for s in range(pp)]
     names += [f"stage {s} {way} {phase}" for phase in ("activations", "gradients") for way in ("out", "in")
               for s in range(pp)]
     b = ScheduleBuilder(pp, names)
-    durations: list[float] = []
     done: dict[tuple[str, int, int, int], int] = {}     # (phase, chunk, stage, micro-batch) -> the op
     sent: dict[tuple[str, int, int, int], int] = {}     # the same -> the send that delivers its result
 
@@ -107,7 +116,7 @@ def build_pipeline_schedule(forward_s: list[float], backward_s: list[float], sen
 
     orders = program(pp, microbatches, v)
     # the ops in an order every dependency comes before its dependant, as columns
-    kind, rank, peer, step, dep, res, held, durations = [], [], [], [], [], [], [], []
+    kind, rank, peer, step, dep, res, held = [], [], [], [], [], [], []
     at = [0] * pp
     remaining = sum(len(o) for o in orders)
     while remaining:
@@ -126,7 +135,6 @@ def build_pipeline_schedule(forward_s: list[float], backward_s: list[float], sen
                 dep.append(deps[0] if deps else NO_DEP)
                 res.append(s)
                 held.append(-1)
-                durations.append((forward_s[s] if phase == "F" else backward_s[s]) / v)
                 done[(phase, c, s, i)] = op
                 to = destination(phase, c, s)
                 if to is not None:
@@ -139,7 +147,6 @@ def build_pipeline_schedule(forward_s: list[float], backward_s: list[float], sen
                     dep.append(op)
                     res.append(base + s)
                     held.append(base + pp + to)
-                    durations.append(send_s)
                 at[s] += 1
                 remaining -= 1
                 progressed = True
@@ -150,7 +157,15 @@ def build_pipeline_schedule(forward_s: list[float], backward_s: list[float], sen
                   step=np.array(step), kv_rank=np.array(rank), pairs=0, flops=0.0, mask=0, q_tokens=0, kv_tokens=0,
                   nbytes=0, q_chunks=-1, kv_chunks=-1)
     b.add(n, values, [np.array(dep, dtype=np.int64)], [np.array(res), np.array(held)])
-    return b.build(), np.array(durations)
+    return b.build()
+
+
+def pipeline_makespan(forward_s: list[float], backward_s: list[float], send_s: float, microbatches: int,
+                      interleave: int = 1) -> float:
+    """The pipeline's time from its first op to its last, as play_pipeline's trace gives it,
+    without recording the trace."""
+    start, end = times_waves(*build_pipeline_schedule(forward_s, backward_s, send_s, microbatches, interleave))
+    return float(end[:len(start)].max()) - float(start.min()) if len(start) else 0.0
 
 
 def play_pipeline(forward_s: list[float], backward_s: list[float], send_s: float, microbatches: int,

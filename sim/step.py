@@ -94,9 +94,8 @@ from typing import Any
 from sim.config import Hardware, Scenario, Workload
 from sim.errors import RingsimError
 from sim.gemm import FP8_PEAK_FACTOR, gemm_time
-from sim.metrics import compute_metrics
 from sim.models import Model
-from sim.pipeline import in_flight, play_pipeline
+from sim.pipeline import in_flight, pipeline_makespan, play_pipeline
 from sim.trace import Trace
 from sim.units import is_whole, require_whole
 
@@ -348,8 +347,13 @@ class Step:
     notes: list[str]
     stage_s: list[tuple[float, float]] = field(default_factory=list)
     """Each stage's forward and backward of one micro-batch."""
-    pipeline: Trace | None = None
-    """The pipeline as the engine played it: stage s is rank s (sim.pipeline)."""
+    pipeline_play: tuple | None = None
+    """play_pipeline's arguments for this step's pipeline (its trace is recorded on demand)."""
+
+    @property
+    def pipeline(self) -> Trace | None:
+        """The pipeline as the engine played it: stage s is rank s (sim.pipeline)."""
+        return play_pipeline(*self.pipeline_play) if self.pipeline_play is not None else None
 
     @property
     def gpus(self) -> int:
@@ -445,19 +449,18 @@ def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
     return compute_metrics(trace).makespan_s, float(peak_memory(sc)["total"])
 
 
-_PIPELINES: dict[tuple, tuple[Trace, float]] = {}
-"""Pipelines already played, by their stage times, send, micro-batches and depth (a plan's
-ZeRO stages share one)."""
+_PIPELINES: dict[tuple, float] = {}
+"""Pipelines' makespans already played, by their stage times, send, micro-batches and depth
+(a plan's ZeRO stages share one)."""
 
 
-def _pipeline(stage_f: list[float], stage_b: list[float], send: float, mb: int, v: int) -> tuple[Trace, float]:
-    """The pipeline as the engine plays it (sim.pipeline) and its makespan."""
+def _pipeline(stage_f: list[float], stage_b: list[float], send: float, mb: int, v: int) -> float:
+    """The pipeline's makespan as the engine plays it (sim.pipeline)."""
     key = (tuple(stage_f), tuple(stage_b), send, mb, v)
     if key not in _PIPELINES:
-        if len(_PIPELINES) > 256:
+        if len(_PIPELINES) > 4096:
             _PIPELINES.clear()
-        trace = play_pipeline(stage_f, stage_b, send, mb, v)
-        _PIPELINES[key] = trace, compute_metrics(trace).makespan_s
+        _PIPELINES[key] = pipeline_makespan(stage_f, stage_b, send, mb, v)
     return _PIPELINES[key]
 
 
@@ -529,8 +532,8 @@ def simulate_step(req: StepRequest) -> Step:
     bw, lat = _link(req, p.tp * p.cp * p.dp * min(p.pp, 2))      # two neighbouring stages
     send = lat * 1e-6 + act / p.tp / (bw * 1e9) if p.pp > 1 else 0.0
     # the pipeline played on the engine (sim.pipeline), with its sends and without them
-    trace, pipe = _pipeline(stage_f, stage_b, send, mb, p.interleave)
-    pipe_bare = _pipeline(stage_f, stage_b, 0.0, mb, p.interleave)[1] if send else pipe
+    pipe = _pipeline(stage_f, stage_b, send, mb, p.interleave)
+    pipe_bare = _pipeline(stage_f, stage_b, 0.0, mb, p.interleave) if send else pipe
     bubble = max(0.0, pipe_bare - work)
     pp_comm = max(0.0, pipe - pipe_bare)
     # data parallelism
@@ -607,7 +610,7 @@ def simulate_step(req: StepRequest) -> Step:
                  "elementwise_fwd_s": elem_f, "tp_fwd_s": tp_f, "tp_bwd_s": tp_b, "recompute_s": recompute_b}
     return Step(request=req, step_s=step_s, breakdown=breakdown, per_layer=per_layer, memory=memory,
                 model_flops=model_flops_per_token(m, req.seq) * req.global_batch, stage_layers=layers, notes=notes,
-                stage_s=list(zip(stage_f, stage_b)), pipeline=trace)
+                stage_s=list(zip(stage_f, stage_b)), pipeline_play=(stage_f, stage_b, send, mb, p.interleave))
 
 
 def check_gpus(parallel: Parallel, gpus: int | None) -> None:

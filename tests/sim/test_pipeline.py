@@ -3,7 +3,7 @@
 import pytest
 
 from sim.metrics import compute_metrics
-from sim.pipeline import in_flight, play_pipeline, program
+from sim.pipeline import in_flight, pipeline_makespan, play_pipeline, program
 from sim.trace import KIND_NAMES
 
 
@@ -61,3 +61,12 @@ def test_the_chunks_in_flight_follow_megatrons_warm_up(pp, m, v):
     if v > 1 and (v + 1) * pp - 1 <= m * v:
         # so the first stage's activations grow by 1 + (PP - 1) / (PP v) (Korthikanti et al. 2022)
         assert held[0] / v / pp == pytest.approx(1 + (pp - 1) / (pp * v))
+
+
+@pytest.mark.parametrize("pp, m, v, send", [(4, 8, 1, 0.0), (4, 8, 2, 0.3), (16, 32, 4, 0.05), (3, 2, 1, 1.5)])
+def test_the_makespan_without_a_trace_is_the_traces(pp, m, v, send):
+    # uneven stages, so the shape built once serves different times
+    fwd = [1.0 + 0.25 * s for s in range(pp)]
+    bwd = [2.0 + 0.5 * (s % 2) for s in range(pp)]
+    for f, b in ((fwd, bwd), (bwd, fwd)):
+        assert pipeline_makespan(f, b, send, m, v) == compute_metrics(play_pipeline(f, b, send, m, v)).makespan_s
