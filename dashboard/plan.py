@@ -313,12 +313,13 @@ def table(t: Translator, data: dict[str, Any], top: int) -> html.Table:
 
 
 def step_table(t: Translator, candidates: list[dict[str, Any]], top: int, limit: float) -> html.Table:
-    """The whole-step plan's first `top` candidates; `limit`: the memory a GPU may use."""
+    """The whole-step plan's first `top` candidates, each with its split already in the
+    page's language (_draw_steps); `limit`: the memory a GPU may use."""
     head = [t(key) for key in STEP_COLUMNS]
     rows = []
     for c in candidates[:top]:
         rows.append(html.Tr([
-            html.Td(str(c["rank"])), html.Td(explain.step_split(t, c)), html.Td(_fmt_s(t, c["step_s"])),
+            html.Td(str(c["rank"])), html.Td(c["split"]), html.Td(_fmt_s(t, c["step_s"])),
             html.Td(t.int(round(c["tokens_per_s_per_gpu"]))), html.Td(t.int(round(c["tflops_per_gpu"]))),
             html.Td(t.pct(c["mfu"])), html.Td(t.bytes(c["memory_bytes_per_gpu"])),
             html.Td(t("plan.yes") if c["fits"] else t("plan.no")),

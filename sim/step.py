@@ -88,6 +88,7 @@ counted that way.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -350,7 +351,7 @@ class Step:
     pipeline_play: tuple | None = None
     """play_pipeline's arguments for this step's pipeline (its trace is recorded on demand)."""
 
-    @property
+    @functools.cached_property
     def pipeline(self) -> Trace | None:
         """The pipeline as the engine played it: stage s is rank s (sim.pipeline)."""
         return play_pipeline(*self.pipeline_play) if self.pipeline_play is not None else None
