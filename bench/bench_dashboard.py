@@ -16,7 +16,7 @@ with the load, the CPU time much less. "parts" times the pieces of the two first
 the goals are about, called directly: simulate(), the metrics, the figure from a fresh
 trace, and the figure's JSON. Goals (issue 8): at 256 GPUs the timeline's first draw
 <= 100 ms and the three-layout comparison's <= 300 ms; (issue 9) at 64 GPUs the
-schemes comparison's (every scheme and ring layout, sim.compare.compare_scheme_rows)
+schemes comparison's (every scheme and ring layout, sim.planning.compare.compare_scheme_rows)
 <= 1 s. The schemes comparison is measured up to 256 GPUs.
 
 `--against REF` runs the same measurements on a checkout of the git ref REF (a
@@ -119,9 +119,9 @@ def _parts(n: int) -> dict[str, Any]:
 
     from dashboard import figures
     from dashboard.state import defaults, scenario_from_values
-    from sim.config import LAYOUTS
-    from sim.engine import simulate
-    from sim.metrics import comparison_row, compute_metrics
+    from sim.engine.play import simulate
+    from sim.scenario.config import LAYOUTS
+    from sim.trace.metrics import comparison_row, compute_metrics
 
     sc = scenario_from_values(defaults() | {"gpus": n})
     window = (0, n - 1 if n <= 64 else 31)
@@ -147,7 +147,7 @@ def _parts(n: int) -> dict[str, Any]:
                "json_bytes": len(text)}
     out = {"timeline": timeline, "compare layouts": compare}
     if hasattr(figures, "scheme_comparison") and n <= SCHEMES_MAX_N:
-        from sim.compare import compare_scheme_rows
+        from sim.planning.compare import compare_scheme_rows
 
         # compare_scheme_rows simulates and summarizes each run in one call: both in "simulate"
         sims, rows = _clock(lambda: compare_scheme_rows(sc.with_(layout="zigzag")))
@@ -165,7 +165,7 @@ def measure(n: int, repeats: int) -> dict[str, Any]:
     from dashboard import compute, export, state
     from dashboard.app import create_app
     from dashboard.client import CallbackClient
-    from sim.engine import simulate
+    from sim.engine.play import simulate
 
     if n > getattr(state, "MAX_GPUS", n):
         return {"n_gpus": n, "skipped": f"this dashboard simulates at most {state.MAX_GPUS} GPUs"}

@@ -12,7 +12,7 @@ tokens per rank, H100 / NVLink presets (the defaults). Per GPU count and code tr
 - `cli_s`, `cli_rss_mb`: the whole `ringsim simulate --gpus N --json` process;
 - with `--simpy-check N...`: whether the SimPy player gives the identical trace;
 - with `--huge-pages`: this tree once more ("this+huge") with NumPy's huge-page advice
-  left on, as it is outside `simulate` (sim.engine asks for small pages while it runs).
+  left on, as it is outside `simulate` (sim.engine.play asks for small pages while it runs).
 Prints a table and writes JSON.
 
     .venv/bin/python bench/bench_sim.py [--sizes 8 64 256 1024 4096] [--against REF]
@@ -35,13 +35,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = r"""
 import gc, json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from sim.config import Scenario, Workload
-from sim.engine import simulate
-from sim.metrics import compute_metrics
+from sim.scenario.config import Scenario, Workload
+from sim.engine.play import simulate
+from sim.trace.metrics import compute_metrics
 n, repeats, check = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 if sys.argv[5] == "1":        # leave NumPy's huge-page advice as it is
-    import sim.engine
-    sim.engine._madvise_setter = lambda: None
+    import sim.engine.host_memory
+    sim.engine.host_memory.madvise_setter = lambda: None
 rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 sc = Scenario(workload=Workload(seq=4096 * n), n_gpus=n, layout="zigzag")
 row = {"import_rss_mb": rss()}
@@ -80,7 +80,7 @@ CLI = r"""
 import atexit, resource, sys
 # the process's own peak, written as it exits (after the command's output)
 atexit.register(lambda: sys.stderr.write("\npeak_rss_kb %d\n" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
-from sim.cli import main
+from sim.cli.main import main
 sys.exit(main())
 """
 

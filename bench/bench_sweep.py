@@ -48,12 +48,12 @@ def spec_dict(n_configs: int) -> dict:
 
 def ringsim() -> list[str]:
     exe = os.path.join(os.path.dirname(sys.executable), "ringsim")
-    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "sim.cli"]
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "sim.cli.main"]
 
 
 def time_mode(configs, workers: int | None, tmp: str) -> dict:
     """One sweep into a fresh file: in-process when workers is None."""
-    from sim.sweep import WORKER_CONFIG, Runner, sweep
+    from sim.planning.sweep import WORKER_CONFIG, Runner, sweep
 
     out = os.path.join(tmp, f"r-{workers}.parquet")
     if workers is None:
@@ -70,7 +70,7 @@ def time_mode(configs, workers: int | None, tmp: str) -> dict:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                                silence_logs=logging.ERROR)
     client = Client(cluster)
-    client.run(lambda: __import__("sim.sweep") and None)      # imports done before the clock starts
+    client.run(lambda: __import__("sim.planning.sweep") and None)      # imports done before the clock starts
     start = time.perf_counter() - t0
     try:
         w0, c0, t0 = sum(client.run(cpu_s).values()), cpu_s(), time.perf_counter()
@@ -93,7 +93,7 @@ def cpu_s() -> float:
 
 def per_config_times(configs) -> dict:
     """Each configuration's simulate time in this process (which one dominates?)."""
-    from sim.sweep import simulate_config
+    from sim.planning.sweep import simulate_config
 
     times = []
     for c in configs:
@@ -136,7 +136,7 @@ def main() -> int:
     ap.add_argument("--skip-plan", action="store_true")
     a = ap.parse_args()
 
-    from sim.spec import Spec
+    from sim.planning.spec import Spec
 
     configs = list(Spec.from_dict(spec_dict(a.configs)).configs())[: a.configs]
     n = len(configs)

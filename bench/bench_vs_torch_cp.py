@@ -181,7 +181,7 @@ def main() -> int:
     import torch
 
     from hw.spawn import spawn
-    from sim.options import table
+    from sim.cli.options import table
 
     load0 = os.getloadavg()
     t0 = time.monotonic()

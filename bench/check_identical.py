@@ -110,7 +110,7 @@ def make(fields: dict[str, Any]):
     """The Scenario and hardware (None: the scenario's own) of a case."""
     from dataclasses import replace
 
-    from sim.config import Gpu, Hardware, Link, Scenario, Workload
+    from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
 
     f = dict(fields)
     hw_name = f.pop("hw")
@@ -127,8 +127,8 @@ def make(fields: dict[str, Any]):
     sc = Scenario(workload=w, hardware=hardware, **f)
     profile = None
     if hw_name.startswith("profile"):
-        from sim.contention import Contention
-        from sim.profile import load_profile
+        from sim.hardware.contention import Contention
+        from sim.hardware.profile import load_profile
 
         profile = load_profile(PROFILE)
         if not hw_name.endswith("+contention"):
@@ -139,11 +139,11 @@ def make(fields: dict[str, Any]):
 def record(fields: dict[str, Any], player: str) -> dict[str, Any]:
     """Everything a run gives: the trace's columns and header, and every metric."""
 
-    from sim.engine import simulate
+    from sim.engine.play import simulate
     from sim.errors import RingsimError
-    from sim.metrics import compute_metrics, scheme_row, step_durations
     from sim.schemes import get as get_scheme
-    from sim.trace import COLUMN_TYPES
+    from sim.trace.format import COLUMN_TYPES
+    from sim.trace.metrics import compute_metrics, scheme_row, step_durations
 
     try:
         sc, profile = make(fields)

@@ -15,7 +15,7 @@ kernel model gives one 8192-token causal flash-attention call (forward, or forwa
 backward), the ring's time is the simulated makespan. Nothing is fitted to the table:
 the rates come from FlashAttention's published kernel tables, the merge from
 ring-flash-attention's code at the streaming bandwidth measured on each GPU, the links
-from datasheets (sim.presets). The GPUs run FlashAttention-2 (what ring-flash-attention calls) and its
+from datasheets (sim.hardware.presets). The GPUs run FlashAttention-2 (what ring-flash-attention calls) and its
 merge as ring-flash-attention writes it ('unfused'); two more columns show the same
 simulation without any merge cost and with a fused one, to show what each part does.
 
@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sim.config import Gpu, Hardware, Link, Scenario, Workload  # noqa: E402
-from sim.engine import simulate  # noqa: E402
-from sim.metrics import compute_metrics  # noqa: E402
+from sim.engine.play import simulate  # noqa: E402
+from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload  # noqa: E402
+from sim.trace.metrics import compute_metrics  # noqa: E402
 
 SOURCE = ("zhuzilin/ring-flash-attention README 'Performance Summary' (batch api), commit 556ddaa; "
           "benchmark/benchmark_kvpacked_func.py")
@@ -71,8 +71,8 @@ def hardware(machine: str, merge: str) -> Hardware:
 
 def flash_attn_s(hw: Hardware, pass_: str) -> float:
     """One causal flash-attention call per pass on one GPU's tokens, as `ringsim simulate`
-    reports it (sim.cli.one_gpu_s: called in a loop, nothing to merge)."""
-    from sim.cli import one_gpu_s
+    reports it (sim.cli.main.one_gpu_s: called in a loop, nothing to merge)."""
+    from sim.cli.main import one_gpu_s
 
     return one_gpu_s(Scenario(workload=workload(pass_, N_GPUS * TOKENS_PER_GPU), hardware=hw, n_gpus=N_GPUS), hw)
 

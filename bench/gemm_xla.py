@@ -1,4 +1,4 @@
-"""The GEMM model (sim.gemm) against OpenXLA's measured matmul table for Hopper.
+"""The GEMM model (sim.hardware.gemm) against OpenXLA's measured matmul table for Hopper.
 
 OpenXLA ships a table of measured matrix products per GPU for its cost model:
 xla/service/gpu/model/default_matmul_perf_table.txtpb (upstream commit ad6eaee1b2,
@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sim.gemm import gemm_time  # noqa: E402
-from sim.options import table  # noqa: E402
+from sim.cli.options import table  # noqa: E402
+from sim.hardware.gemm import gemm_time  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "xla_sm90_matmul.csv"

@@ -18,7 +18,7 @@ resume=()
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device visible to torch " + torch.__version__)'
 # --block-impl fused: a fused operator or an error, never the matmul fallback (which
 # materializes the score matrix and runs out of memory at these block sizes)
-exec "$PY" -m sim.cli hw bench --device cuda --parts compute --block-impl fused \
+exec "$PY" -m sim.cli.main hw bench --device cuda --parts compute --block-impl fused \
     --dtypes bf16 --head-dims 128 --heads 8,32 \
     --blocks 512,1024,2048,4096,8192,16384 --masks full,diagonal --kinds fwd,bwd \
     --samples 5 --warmup 2 -o "$OUT" "${resume[@]}"

@@ -29,14 +29,14 @@ out=$1
 mkdir -p "$out"
 export PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
 "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device visible to torch " + torch.__version__)' || exit 2
-"$PYTHON" -m sim.cli hw --help >/dev/null || { echo "ringsim's hw commands are not installed in $PYTHON (pip install .)" >&2; exit 2; }
+"$PYTHON" -m sim.cli.main hw --help >/dev/null || { echo "ringsim's hw commands are not installed in $PYTHON (pip install .)" >&2; exit 2; }
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())'
 failed=0
 step() { echo "== $*" >&2; local t0=$SECONDS; "$@" || { echo "== failed: $*" >&2; failed=1; }; echo "== $((SECONDS - t0)) s" >&2; }
 steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps,gemm,varlen}   # a subset reruns the named steps alone
 [[ ,$steps, == *,exact,* ]] && step "$PYTHON" bench/ring_exact.py --device cuda --block-impl fused --json "$out/ring_exact.json" --force
 [[ ,$steps, == *,grid,* ]] && step bench/gpu_block_grid.sh "$out/hw_bench_gpu_block_grid.json"
-[[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli hw run --device cuda --gpus 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
+[[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli.main hw run --device cuda --gpus 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
     --pass fwdbwd --warmup 2 --repeats 3 --measure-rate --trace "$out/trace_ws1_fwdbwd.json" --force --json \
     > "$out/hw_run_ws1.json"
 [[ ,$steps, == *,sdpa,* ]] && step "$PYTHON" bench/gpu_sdpa_grid.py "$out/sdpa_grid.json" --heads 8,16,32,64 \

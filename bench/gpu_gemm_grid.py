@@ -1,4 +1,4 @@
-"""Measure the linear layers' products on one GPU and set the GEMM model (sim.gemm) beside them.
+"""Measure the linear layers' products on one GPU and set the GEMM model (sim.hardware.gemm) beside them.
 
 For each model (llama3-8b, -70b, -405b), tensor-parallel degree and token count: the four
 products of a layer (QKV, output, gate and up, down) forward, and each one's input and
@@ -24,9 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ints  # noqa: E402
-from sim.gemm import Linear, gemm_time, linear_products  # noqa: E402
-from sim.models import model_preset  # noqa: E402
-from sim.step import layer_linears  # noqa: E402
+from sim.hardware.gemm import Linear, gemm_time, linear_products  # noqa: E402
+from sim.scenario.models import model_preset  # noqa: E402
+from sim.training.step import layer_linears  # noqa: E402
 
 
 def products(model: str, tp: int, tokens: int) -> list[tuple[str, int, int, int]]:

@@ -19,20 +19,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ints  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import kept_file, write_json  # noqa: E402
+from sim.files import kept_file, write_json
 
 
 def model_steps(n_gpus: int, a, merge: str) -> dict[tuple[int, str, int], float]:
     """(rank, kind, step) -> the simulated compute time of that step."""
-    from sim.config import Hardware, Link, Scenario, Workload
-    from sim.engine import simulate
+    from sim.engine.play import simulate
+    from sim.scenario.config import Hardware, Link, Scenario, Workload
 
     if a.profile:
-        from sim.gpu_profile import load_gpu_profile
+        from sim.calibration.gpu_profile import load_gpu_profile
 
         gpu = load_gpu_profile(a.profile).gpu_for(merge=merge)
     else:
-        from sim.config import Gpu
+        from sim.scenario.config import Gpu
 
         gpu = Gpu.preset(a.gpu, kernel="fa2", merge=merge)
     w = Workload(seq=n_gpus * a.tokens_per_rank, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,

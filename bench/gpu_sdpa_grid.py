@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ints  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import kept_file, write_json  # noqa: E402
+from sim.files import kept_file, write_json
 
 IMPL = {"flash": "cuda-flash", "cudnn": "cuda-cudnn"}
 

@@ -7,7 +7,7 @@ Two measurements at ring-flash-attention's varlen benchmark shapes (8192 tokens 
 1. `calls`: one causal varlen attention call over the packing (torch's FlashAttention-2
    varlen kernel, `torch.ops.aten._flash_attention_forward` with cumulative lengths; the
    backward through `torch.ops.aten._flash_attention_backward`), timed with CUDA events,
-   beside `sim.kernel_model.varlen_times_s` for the same call on this GPU's preset.
+   beside `sim.hardware.kernel_model.varlen_times_s` for the same call on this GPU's preset.
 2. `index`: the operations zigzag_ring_flash_attn_varlen_func's backward runs at every
    step on a packing of several documents and the batch api does not: boolean-mask
    gathers of K and V (`k[half_index0]`), and the read-add-write of dQ, dK, dV halves
@@ -113,9 +113,9 @@ def varlen_calls(torch) -> list[dict]:
     """Part 1: one causal varlen call per packing and pass, measured and modelled."""
     import numpy as np
 
-    from sim.config import Gpu, Hardware, Workload
-    from sim.packed import BlockCall
-    from sim.players import head_geometry
+    from sim.engine.players import head_geometry
+    from sim.layouts.packed import BlockCall
+    from sim.scenario.config import Gpu, Hardware, Workload
 
     name = torch.cuda.get_device_name()
     preset = "H200" if "H200" in name else "H100-SXM" if "H100" in name else "A100-SXM-80GB"

@@ -1,4 +1,4 @@
-"""Measured GPU blocks against the simulator's block model (sim.kernel_model): a preset,
+"""Measured GPU blocks against the simulator's block model (sim.hardware.kernel_model): a preset,
 or a GPU profile fitted by `ringsim calibrate`.
 
 The model times an isolated call of each block of a GPU microbenchmark (`ringsim hw bench
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import kept_file, write_json  # noqa: E402
+from sim.files import kept_file, write_json
 
 TILE = 128
 """Query rows of one FlashAttention-2 thread block (head dim 128)."""
@@ -34,14 +34,14 @@ TILE_GROUPS = ((1, 256), (257, 1024), (1025, 10**9))
 
 
 def preset_gpu(name: str, kernel: str):
-    from sim.config import Gpu
+    from sim.scenario.config import Gpu
 
     return Gpu.preset(name, kernel=kernel)
 
 
 def block_rows(bench: dict, gpu) -> list[dict]:
     """Every compute entry: measured median, the model's isolated call, their ratio."""
-    from sim.gpu_profile import predict_isolated_s
+    from sim.calibration.gpu_profile import predict_isolated_s
 
     rows = []
     for e in bench.get("compute", []):
@@ -69,9 +69,9 @@ def summary(rows: list[dict]) -> dict:
 
 def run_row(run: dict, gpu) -> dict:
     """The measured run's median makespan against the preset's simulation of its config."""
-    from sim.config import Hardware, Link, Scenario, Workload
-    from sim.engine import simulate
-    from sim.metrics import compute_metrics
+    from sim.engine.play import simulate
+    from sim.scenario.config import Hardware, Link, Scenario, Workload
+    from sim.trace.metrics import compute_metrics
 
     cfg = run["config"]
     w = cfg["workload"]
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                     or bench["device"].get("kind") != "cuda" or not bench.get("compute"):
                 raise RingsimError(f"{path}: no GPU compute entries (a bench of ringsim hw bench --device cuda)")
         if a.profile:
-            from sim.gpu_profile import load_gpu_profile
+            from sim.calibration.gpu_profile import load_gpu_profile
 
             profile = load_gpu_profile(a.profile)
             gpu, a.gpu = profile.gpu_for(a.kernel), f"{a.profile} ({profile.gpu})"

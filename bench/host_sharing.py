@@ -21,8 +21,8 @@ import time
 from hw import reference
 from hw.check import dtype_of
 from hw.validate import SHARING_OFF
-from sim.profile import load_profile
-from sim.trace import write_json
+from sim.files import write_json
+from sim.hardware.profile import load_profile
 
 
 def main() -> int:

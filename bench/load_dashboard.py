@@ -1,6 +1,6 @@
 """Load test: concurrent browser-like sessions against `ringsim dashboard` on loopback.
 
-Starts the real server (`python -m sim.cli dashboard`: waitress, debug off; extra
+Starts the real server (`python -m sim.cli.main dashboard`: waitress, debug off; extra
 flags through --server-args, e.g. "--dev-server" for Flask's development server or
 "--threads 4") on a free loopback port, then runs N sessions at once, one thread and one HTTP
 connection each. A session does what a browser does: loads the page (/, layout,
@@ -135,7 +135,7 @@ def main() -> None:
     load_at_start = os.getloadavg()
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "sim.cli", "dashboard", "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "sim.cli.main", "dashboard", "--port", str(port),
                                *server_args],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -197,7 +197,7 @@ def main() -> None:
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"what": "latency of /_dash-update-component under concurrent sessions on loopback",
-                   "server": " ".join(["python -m sim.cli dashboard", *server_args]),
+                   "server": " ".join(["python -m sim.cli.main dashboard", *server_args]),
                    "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
                                "loadavg_at_end": os.getloadavg(),
                                "platform": platform.platform(),

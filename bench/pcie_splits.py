@@ -17,7 +17,7 @@ per GPU.
 Each row is simulated from the command line (`ringsim simulate --scheme hybrid
 --ulysses-degree u --ring-degree r --layout zigzag ...` on the cluster preset named),
 nothing fitted to the tables: the GPUs from datasheets and FlashAttention's published
-kernel tables, the PCIe fabric from sim.pcie's sources. Printed per row: each split's
+kernel tables, the PCIe fabric from sim.hardware.pcie's sources. Printed per row: each split's
 time, published and simulated, the best split and the order of both, and the slowest
 split over the best, published and simulated, with their quotient (the goal: within
 1.5x either way).
@@ -34,10 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sim.engine import simulate  # noqa: E402
-from sim.metrics import compute_metrics  # noqa: E402
-from sim.options import scenario_from_args, table  # noqa: E402
-from sim.sweep import _parser  # noqa: E402
+from sim.cli.options import scenario_from_args, table  # noqa: E402
+from sim.engine.play import simulate  # noqa: E402
+from sim.planning.sweep import _parser  # noqa: E402
+from sim.trace.metrics import compute_metrics  # noqa: E402
 
 SOURCE = ("feifeibear/long-context-attention README 'Benchmark', media/pcie_machine.jpg and "
           "media/benchmark_results.png (commit 4514bcf); benchmark/benchmark_longctx.py")

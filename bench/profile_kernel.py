@@ -136,7 +136,7 @@ def main() -> int:
     import profile_kernel as me  # the ranks import the worker by this name
 
     from hw.spawn import spawn
-    from sim.options import table
+    from sim.cli.options import table
 
     load0 = os.getloadavg()
     per_rank = spawn(me.worker, 2, args=(plan,), timeout_s=1800.0,

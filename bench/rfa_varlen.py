@@ -24,7 +24,7 @@ iterations take.
 
 Nothing is fitted to the table: the rates come from FlashAttention's published kernel
 tables, the merge from ring-flash-attention's code at the streaming bandwidth measured on
-each GPU, the links from datasheets (sim.presets), as in bench/compare_rfa.py.
+each GPU, the links from datasheets (sim.hardware.presets), as in bench/compare_rfa.py.
 
     .venv/bin/python bench/rfa_varlen.py     # prints the table, writes bench/results/rfa_varlen.json
 """
@@ -42,10 +42,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.compare_rfa import MACHINES, hardware, order, workload  # noqa: E402
-from sim.cli import one_gpu_s  # noqa: E402
-from sim.config import Hardware, Scenario  # noqa: E402
-from sim.engine import simulate  # noqa: E402
-from sim.metrics import compute_metrics  # noqa: E402
+from sim.cli.main import one_gpu_s  # noqa: E402
+from sim.engine.play import simulate  # noqa: E402
+from sim.scenario.config import Hardware, Scenario  # noqa: E402
+from sim.trace.metrics import compute_metrics  # noqa: E402
 
 SOURCE = ("zhuzilin/ring-flash-attention README 'Performance Summary' (varlen api), commit 8996282; "
           "benchmark/benchmark_varlen_kvpacked_func.py")
@@ -72,7 +72,7 @@ def docs_spec(local: list[int]) -> str:
 def flash_varlen_s(hw: Hardware, pass_: str, local: list[int]) -> float:
     """One flash_attn_varlen_func call per pass on one GPU's 8192 tokens with the local
     cu_seqlens (a causal piece per document), called in a loop: queued, nothing to merge
-    (sim.cli.one_gpu_s of the whole sequence's documents, each cut 8 ways)."""
+    (sim.cli.main.one_gpu_s of the whole sequence's documents, each cut 8 ways)."""
     w = replace(workload(pass_, N_GPUS * TOKENS_PER_GPU), docs=docs_spec(local))
     return one_gpu_s(Scenario(workload=w, hardware=hw, n_gpus=N_GPUS, layout="doc-contiguous"), hw)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import kept_file, write_json  # noqa: E402
+from sim.files import kept_file, write_json
 
 LAYOUTS = ("contiguous", "striped", "zigzag")
 FLOOR = {"fp32": 2e-5, "bf16": 1.6e-2, "fp16": 2e-3}
@@ -92,7 +92,7 @@ def _describe(dev) -> str:
 
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    from sim.host import this_host
+    from sim.hardware.host import this_host
 
     return this_host()["device"]
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sim.options import table  # noqa: E402
+from sim.cli.options import table  # noqa: E402
 
 SOURCE = "The Llama 3 Herd of Models (arXiv 2407.21783), Table 4"
 ROWS = [  # gpus, tp, cp, pp, dp, seq, published TFLOP/s per GPU
@@ -63,7 +63,7 @@ def run_step(args: list[str]) -> dict:
     import contextlib
     import io
 
-    from sim.cli import main
+    from sim.cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

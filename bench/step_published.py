@@ -49,10 +49,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.step_llama3 import run_step  # noqa: E402
-from sim.models import model_preset  # noqa: E402
-from sim.options import table  # noqa: E402
-from sim.step import Parallel  # noqa: E402
-from sim.step_plan import step_argv  # noqa: E402
+from sim.cli.options import table  # noqa: E402
+from sim.scenario.models import model_preset  # noqa: E402
+from sim.training.plan import step_argv  # noqa: E402
+from sim.training.step import Parallel  # noqa: E402
 
 TORCHTITAN = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (commit 820504e; torchtitan 9dec370) "
               "and benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchtitan e7c0cae)")

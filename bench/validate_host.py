@@ -21,9 +21,9 @@ import time
 from hw.config import RunConfig
 from hw.launch import run_config
 from hw.validate import matrix, summarize
-from sim.config import Scenario, Workload
-from sim.profile import load_profile
-from sim.validation import compare_case, simulate_replays
+from sim.calibration.validation import compare_case, simulate_replays
+from sim.hardware.profile import load_profile
+from sim.scenario.config import Scenario, Workload
 
 
 def main() -> int:

@@ -54,13 +54,13 @@ from dashboard.state import (
     values_from_query,
 )
 from dashboard.views import SUMMARY_CARDS
-from sim.config import Scenario, scenario_from_config
 from sim.errors import RingsimError
+from sim.hardware.presets import GPU_PRESETS, LINK_PRESETS
 from sim.layouts import get as get_layout
-from sim.memory import full_kv_bytes
-from sim.online_softmax import example as merge_example
-from sim.presets import GPU_PRESETS, LINK_PRESETS
-from sim.trace import Trace
+from sim.scenario.config import Scenario, scenario_from_config
+from sim.scenario.memory import full_kv_bytes
+from sim.scenario.online_softmax import example as merge_example
+from sim.trace.format import Trace
 from sim.units import fmt_bytes
 
 MERGE_MAX_GPUS = 16
@@ -74,7 +74,7 @@ SCHEME_TABLE_COLUMNS = ("scheme", "variant", "makespan", "vs_best", "efficiency"
 """The columns of the schemes' table (message keys sch.col.<column>)."""
 PRESET_HARDWARE_CONTROLS = ("cluster", "tflops", "efficiency", "overhead-us", "link-gbps", "link-latency-us",
                             "inter-link", "nics-per-node", "nic-gbps", "p2p")
-"""What a calibrated profile replaces besides the GPU and the link (sim.engine.simulate
+"""What a calibrated profile replaces besides the GPU and the link (sim.engine.play.simulate
 times every block and transfer on the profile): disabled while one is loaded."""
 EXAMPLE_PROFILE_TOKEN = "profile-examples"
 FIGURE_TEXTS = {"memory": MEMORY_TEXTS, "sweep": SWEEP_TEXTS, "blocks": BLOCK_MAP_TEXTS, "merge.view": MERGE_TEXTS,
@@ -141,17 +141,17 @@ class _Kept:
 
 def _profile_module():
     try:
-        import sim.profile
+        import sim.hardware.profile
     except ModuleNotFoundError as e:
-        if e.name != "sim.profile":
+        if e.name != "sim.hardware.profile":
             raise
         raise RingsimError("calibrated profiles are not available yet: this ringsim has no "
-                           "sim/profile.py (use the presets or custom numbers)") from None
-    return sim.profile
+                           "sim/hardware/profile.py (use the presets or custom numbers)") from None
+    return sim.hardware.profile
 
 
 def load_profile_file(path: str) -> Any:
-    """A calibrated hardware profile through sim.profile, if this ringsim has it."""
+    """A calibrated hardware profile through sim.hardware.profile, if this ringsim has it."""
     return _profile_module().load_profile(path)
 
 
@@ -390,7 +390,7 @@ def _register_summary(app: dash.Dash, served: Served) -> None:
                                       _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak))] + [line]
 
     def pcie_words(t: Translator, gpu: str, pcie: Any) -> str:
-        """A PCIe node in words (sim.pcie.Pcie.words), in the page's language."""
+        """A PCIe node in words (sim.hardware.pcie.Pcie.words), in the page's language."""
         under = (t("line.pcie.own-port") if pcie.gpus_per_switch == 1
                  else t("line.pcie.switch", gpus=t.int(pcie.gpus_per_switch)))
         return t("line.pcie", gpu=gpu, gen=pcie.gen, under=under, socket=t.int(pcie.gpus_per_socket),
@@ -851,7 +851,7 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
 
 def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
     """Why the winner wins: the fastest against the next, and what bounds each (and the
-    slowest), in the simulator's own sentences (sim.metrics.explain) in the page's language."""
+    slowest), in the simulator's own sentences (sim.trace.metrics.explain) in the page's language."""
     ran = sorted((r for r in rows if "refused" not in r), key=lambda r: r["makespan_s"])
     if not ran:
         return [t("sch.none")]

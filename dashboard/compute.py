@@ -22,16 +22,17 @@ import numpy as np
 from dashboard.figures import rank_starts
 from dashboard.figures.documents import gpu_work, imbalance
 from dashboard.state import scenario_key
-from sim import documents, packed
-from sim.compare import compare_scheme_rows, scheme_variants
-from sim.config import LAYOUTS, Hardware, Link, Scenario, layouts_for
-from sim.engine import simulate
+from sim.engine.play import simulate
+from sim.engine.players import head_geometry
 from sim.errors import RingsimError
 from sim.layouts import get as get_layout
-from sim.memory import full_kv_bytes, peak_memory, peak_memory_bytes
-from sim.metrics import Metrics, comparison_row, compute_metrics
-from sim.players import head_geometry
-from sim.trace import COMPUTE, Trace
+from sim.layouts import packed
+from sim.planning.compare import compare_scheme_rows, scheme_variants
+from sim.scenario import documents
+from sim.scenario.config import LAYOUTS, Hardware, Link, Scenario, layouts_for
+from sim.scenario.memory import full_kv_bytes, peak_memory, peak_memory_bytes
+from sim.trace.format import COMPUTE, Trace
+from sim.trace.metrics import Metrics, comparison_row, compute_metrics
 
 
 class Result:
@@ -47,7 +48,7 @@ class Result:
 
     @property
     def metrics(self) -> Metrics:
-        """sim.metrics.compute_metrics of the trace (a view that draws spans needs none)."""
+        """sim.trace.metrics.compute_metrics of the trace (a view that draws spans needs none)."""
         if self._metrics is None:
             self._metrics = compute_metrics(self.trace)
         return self._metrics
@@ -194,7 +195,7 @@ def scheme_base(scenario: Scenario) -> Scenario:
 
 
 def scheme_rows(scenario: Scenario, profile: Any | None = None) -> list[dict[str, Any]]:
-    """sim.compare.compare_scheme_rows of the scenario's base: every scheme and ring
+    """sim.planning.compare.compare_scheme_rows of the scenario's base: every scheme and ring
     layout (a refused one with its reason)."""
     return compare_scheme_rows(scheme_base(scenario), profile)
 
@@ -219,7 +220,7 @@ def current_variant(scenario: Scenario) -> tuple[str, str] | None:
 
 def one_document_layout(layout: str) -> str:
     """The closed-form layout (sim.layouts) a layout is on one document: the documents'
-    own layouts are contiguous and zigzag there (sim.packed.DOC_LAYOUTS)."""
+    own layouts are contiguous and zigzag there (sim.layouts.packed.DOC_LAYOUTS)."""
     return {"doc-contiguous": "contiguous", "balanced": "zigzag"}.get(layout, layout)
 
 
@@ -275,7 +276,7 @@ def token_split(scenario: Scenario, t: Any = None) -> dict[str, Any]:
 
 def token_holders(scenario: Scenario, split: dict[str, Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The holder of every token the layout strip draws (`token_split`'s layout on its
-    holders: sim.packed.rank_tokens) and the documents' bounds, for packed documents;
+    holders: sim.layouts.packed.rank_tokens) and the documents' bounds, for packed documents;
     (None, None) for one document, whose layouts the strip reads from sim.layouts."""
     if split.get("packed") is None:
         return None, None
@@ -451,7 +452,7 @@ def memory_table(scenario: Scenario) -> dict[str, Any]:
 
 
 def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]]:
-    """The comparison's variants (sim.compare.scheme_variants) with a memory model of
+    """The comparison's variants (sim.planning.compare.scheme_variants) with a memory model of
     their own at the scenario: the ring's layouts and the hybrid's placements hold the
     same bytes, one of each is kept. (label, scheme, Scenario changes)."""
     try:

@@ -1,6 +1,6 @@
-"""The simulator's sentences in the page's language: what bounds a run (sim.metrics's
+"""The simulator's sentences in the page's language: what bounds a run (sim.trace.metrics's
 clauses, `why.<clause>` in the catalogs) and why a plan's candidate wins or loses (the
-sentence sim.plan writes, rebuilt here from the numbers each candidate carries), with the
+sentence sim.planning.plan writes, rebuilt here from the numbers each candidate carries), with the
 numbers as precise as the simulator writes them, in the language's format.
 
 Each sentence is also built in English and compared with the simulator's own: where they
@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from dashboard.i18n import DEFAULT_LANG, Translator, catalog, layout_label
-from sim.metrics import CLAUSE_SEPARATOR, clause_fields, clauses_from_text, explain_clauses
+from sim.trace.metrics import CLAUSE_SEPARATOR, clause_fields, clauses_from_text, explain_clauses
 from sim.units import fmt_bytes, fmt_s
 
 # --- what bounds a run ---------------------------------------------------------------------------
@@ -31,8 +31,8 @@ _LINK_PARTS = (
 
 
 def link_name(t: Translator, name: str) -> str:
-    """A PCIe fabric link's name (sim.metrics: "node 0 socket 1 root complex in lane 2")
-    in the page's language; as it is when it is none of sim.pcie's."""
+    """A PCIe fabric link's name (sim.trace.metrics: "node 0 socket 1 root complex in lane 2")
+    in the page's language; as it is when it is none of sim.hardware.pcie's."""
     m = re.fullmatch(r"node (\d+) (.+?)(?: lane (\d+))?", name)
     if m is None:
         return name
@@ -49,7 +49,7 @@ def link_name(t: Translator, name: str) -> str:
 
 
 def bound(t: Translator, clauses: list[tuple[str, dict[str, Any]]]) -> str:
-    """sim.metrics's clauses on what bounds a run as one sentence in `t`'s language."""
+    """sim.trace.metrics's clauses on what bounds a run as one sentence in `t`'s language."""
     parts = []
     for key, params in clauses:
         fields = {name: t.digits(text) for name, text in clause_fields(params).items()}
@@ -70,13 +70,13 @@ def _checked(t: Translator, build, english: str) -> str:
 
 
 def row_bound(t: Translator, row: dict[str, Any]) -> str:
-    """What bounds a compared run (a sim.metrics.scheme_row) in `t`'s language."""
+    """What bounds a compared run (a sim.trace.metrics.scheme_row) in `t`'s language."""
     clauses = explain_clauses(row)
     return sentence_bound(t, row["explanation"], clauses)
 
 
 def sentence_bound(t: Translator, english: str, clauses: list[tuple[str, dict[str, Any]]] | None = None) -> str:
-    """sim.metrics.explain's sentence in `t`'s language, from its clauses (read back from
+    """sim.trace.metrics.explain's sentence in `t`'s language, from its clauses (read back from
     the sentence when not given)."""
     clauses = clauses if clauses is not None else clauses_from_text(english)
     if clauses is None:
@@ -90,7 +90,7 @@ REASONS = ("plan.reason.heads", "plan.reason.kv-heads", "plan.reason.chunks", "p
            "plan.reason.shards")
 """The configuration's reasons for refusing a candidate that the catalogs translate."""
 VARIANTS = ("plan.variant.layout", "plan.variant.one-gather", "plan.variant.head-groups", "plan.variant.degree")
-"""sim.plan's names of a candidate's variant that the catalogs translate."""
+"""sim.planning.plan's names of a candidate's variant that the catalogs translate."""
 
 
 @lru_cache(maxsize=None)
@@ -110,7 +110,7 @@ def known(t: Translator, text: str, keys: tuple[str, ...]) -> str | None:
 
 def reason(t: Translator, text: str) -> str:
     """Why the configuration refuses a candidate, in `t`'s language where the catalogs
-    know the reason (sim.plan adds why the head count matters to Ulysses)."""
+    know the reason (sim.planning.plan adds why the head count matters to Ulysses)."""
     head, sep, _ = text.partition(" (the head count limits Ulysses)")
     said = known(t, head, REASONS)
     if said is None or (sep and not text.endswith(sep)):
@@ -119,12 +119,12 @@ def reason(t: Translator, text: str) -> str:
 
 
 def variant(t: Translator, text: str) -> str:
-    """A candidate's variant as sim.plan names it ("zigzag layout"), in `t`'s language."""
+    """A candidate's variant as sim.planning.plan names it ("zigzag layout"), in `t`'s language."""
     return known(t, text, VARIANTS) or text
 
 
 def compared_variant(t: Translator, scheme: str, text: str) -> str:
-    """A variant as `ringsim compare --schemes` names it (sim.compare.scheme_variants: the
+    """A variant as `ringsim compare --schemes` names it (sim.planning.compare.scheme_variants: the
     ring's layout, "one gather", "8 head groups", "degree 8"; a hybrid's split and
     placement kept as the command line spells them), in `t`'s language."""
     if scheme == "ring":
@@ -161,7 +161,7 @@ def _does_not_fit(t: Translator, c: dict[str, Any], limit: float, layers: int) -
 
 
 def _plan_why(t: Translator, c: dict[str, Any], plan: dict[str, Any], bound_text: str) -> str:
-    from sim.plan import TIE_WITHIN
+    from sim.planning.plan import TIE_WITHIN
 
     ranked = plan["candidates"]
     model = plan["request"]["model"]
@@ -194,8 +194,8 @@ def _plan_why(t: Translator, c: dict[str, Any], plan: dict[str, Any], bound_text
 
 
 def plan_why(t: Translator, c: dict[str, Any], plan: dict[str, Any]) -> str:
-    """Why candidate `c` of `plan` (sim.plan.Plan.to_dict: every candidate, ranked) wins
-    or loses, in `t`'s language: sim.plan's sentence, built from the candidate's numbers
+    """Why candidate `c` of `plan` (sim.planning.plan.Plan.to_dict: every candidate, ranked) wins
+    or loses, in `t`'s language: sim.planning.plan's sentence, built from the candidate's numbers
     and what bounds it."""
     clauses = clauses_from_text(c["bound"]) if c.get("bound") else None
     if clauses is None:
@@ -205,19 +205,19 @@ def plan_why(t: Translator, c: dict[str, Any], plan: dict[str, Any]) -> str:
 
 STEP_PARTS = ("gemm_s", "attention_s", "elementwise_s", "tp_comm_s", "recompute_s", "pp_bubble_s", "pp_comm_s",
               "dp_comm_s", "optimizer_s")
-"""The parts of a step (sim.step_plan.PARTS) the whole-step plan's sentence may name."""
+"""The parts of a step (sim.training.plan.PARTS) the whole-step plan's sentence may name."""
 
 
 def step_why(t: Translator, c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
-    """Why a whole-step candidate (sim.step_plan) wins or loses, in `t`'s language:
-    sim.step_plan's sentence, built from the candidate's numbers (its English when the
+    """Why a whole-step candidate (sim.training.plan) wins or loses, in `t`'s language:
+    sim.training.plan's sentence, built from the candidate's numbers (its English when the
     English rebuilt here is not the planner's own)."""
     return _checked(t, lambda tr: _step_why(tr, c, best, limit), c["why"])
 
 
 def step_split(t: Translator, c: dict[str, Any]) -> str:
-    """A whole-step candidate's split (sim.step_plan.label) in `t`'s language."""
-    from sim.step_plan import label
+    """A whole-step candidate's split (sim.training.plan.label) in `t`'s language."""
+    from sim.training.plan import label
 
     return _checked(t, lambda tr: _step_split(tr, c), label(c))
 

@@ -1,6 +1,6 @@
 """What the page lets a user download and upload, as plain functions of the data.
 
-Downloads: the trace (sim/trace.py's archive, or its JSON), the Chrome trace
+Downloads: the trace (sim/trace/format.py's archive, or its JSON), the Chrome trace
 (for Perfetto; the first ranks of a very large trace) and the metrics (CSV: one row for
 the whole run, one per rank). All read the trace's columns. Uploads arrive from the
 browser as base64 data URLs; they are size-checked before decoding and parsed through
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.metrics import Metrics
-from sim.trace import Trace, to_chrome_trace
+from sim.trace.format import Trace, to_chrome_trace
+from sim.trace.metrics import Metrics
 
 MAX_CHROME_SPANS = 600_000
 """The Chrome trace holds at most this many spans (about 120 MB of JSON, every span of a
@@ -39,7 +39,7 @@ def trace_json(trace: Trace) -> str:
 
 
 def trace_archive(trace: Trace) -> bytes:
-    """The trace file as a compact archive (sim/trace.py): what the page offers."""
+    """The trace file as a compact archive (sim/trace/format.py): what the page offers."""
     return trace.to_bytes()
 
 
@@ -53,7 +53,7 @@ def chrome_ranks(trace: Trace, max_spans: int = MAX_CHROME_SPANS) -> int:
 
 
 def chrome_trace_json(trace: Trace, max_spans: int = MAX_CHROME_SPANS) -> str:
-    """The Chrome trace (sim.trace.to_chrome_trace) of the first chrome_ranks(trace) ranks;
+    """The Chrome trace (sim.trace.format.to_chrome_trace) of the first chrome_ranks(trace) ranks;
     otherData says so when that is not all of them."""
     ranks = chrome_ranks(trace, max_spans)
     if ranks == trace.n_gpus:

@@ -26,9 +26,9 @@ from dash import Input, Output, ctx, dcc, html, no_update
 
 from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK, defaults, shown_layouts
 from dashboard.views import HELP, SUMMARY_CARDS, TABS
-from sim.config import PASSES, PLACEMENTS
-from sim.pcie import P2P_MODES
-from sim.presets import CLUSTER_PRESETS, LINK_PRESETS
+from sim.hardware.pcie import P2P_MODES
+from sim.hardware.presets import CLUSTER_PRESETS, LINK_PRESETS
+from sim.scenario.config import PASSES, PLACEMENTS
 from sim.schemes import names as scheme_names
 
 LANGUAGES = ("en", "id")

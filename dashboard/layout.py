@@ -13,9 +13,9 @@ from dash import dcc, html
 from dashboard import i18n, measured, plan, questions
 from dashboard.state import CUSTOM, NO_CLUSTER, PRESET_P2P, SAME_LINK, applies, defaults, shown_layouts
 from dashboard.views import HELP, SUMMARY_CARDS, TABS
-from sim.config import PASSES, PLACEMENTS
-from sim.pcie import P2P_MODES
-from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
+from sim.hardware.pcie import P2P_MODES
+from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
+from sim.scenario.config import PASSES, PLACEMENTS
 from sim.schemes import names as scheme_names
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024

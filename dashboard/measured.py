@@ -5,7 +5,7 @@ The examples (`dashboard/examples/*.trace.npz`, made by `ringsim hw run` as the 
 in that folder records) are read through the checks an upload goes through: a size cap
 and the trace's own validation (dashboard.export.parse_trace_bytes). They come with the
 calibrated profile of the machine they ran on, `cpu-profile.json`, read by
-sim.profile's own validation.
+sim.hardware.profile's own validation.
 
 A measured trace's header names the device and backend it ran on (hw/runner.py); a
 calibrated profile names its machine in `measured_on`; a preset names a GPU model. A
@@ -23,7 +23,7 @@ from typing import Any
 from dashboard import export
 from dashboard.i18n import Translator
 from sim.errors import RingsimError
-from sim.trace import Trace
+from sim.trace.format import Trace
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(__file__), "examples")
 EXAMPLE_PROFILE = "cpu-profile.json"
@@ -106,7 +106,7 @@ def is_example(token: Any) -> bool:
 @lru_cache(maxsize=4)
 def example_profile(folder: str = EXAMPLES_DIR) -> Any:
     """The calibrated profile of the machine the examples ran on."""
-    from sim.profile import load_profile
+    from sim.hardware.profile import load_profile
 
     return load_profile(os.path.join(folder, EXAMPLE_PROFILE))
 

@@ -1,4 +1,4 @@
-"""The Plan view: `ringsim plan` on the page (sim.plan).
+"""The Plan view: `ringsim plan` on the page (sim.planning.plan).
 
 The same inputs as the command (a model preset or its numbers, a sequence length such as
 128k or 1M, batch, nodes x GPUs per node, GPU and link presets, the pass, headroom), the
@@ -11,7 +11,7 @@ not loaded: a line under the table names the option and gives the command instea
 sentences on why a candidate wins or loses are the planner's own, in the page's language (dashboard/explain.py).
 
 With a global batch (tokens a step) the view plans the whole training step instead
-(sim.step_plan, `ringsim plan --global-batch`): every TP x CP x PP x DP split, ZeRO stage
+(sim.training.plan, `ringsim plan --global-batch`): every TP x CP x PP x DP split, ZeRO stage
 and recomputation, drawn as a bar per candidate of what its step is made of, the table
 with each one's `ringsim step` command, and the fastest one's pipeline as the engine
 played it, one GPU per stage. A step has no view of its own to load into.
@@ -32,10 +32,10 @@ from dashboard import explain, nav
 from dashboard.figures.plan import plan_chart
 from dashboard.i18n import Translator
 from dashboard.state import CONTROLS, values_from_query
-from sim.config import PASSES
 from sim.errors import RingsimError
-from sim.models import MODEL_PRESETS, Model, model_preset
-from sim.presets import GPU_PRESETS, LINK_PRESETS
+from sim.hardware.presets import GPU_PRESETS, LINK_PRESETS
+from sim.scenario.config import PASSES
+from sim.scenario.models import MODEL_PRESETS, Model, model_preset
 
 MAX_GPUS = 256
 """Largest cluster the page plans (each candidate is a simulation of every GPU)."""
@@ -165,8 +165,8 @@ def _whole(values: dict[str, Any], cid: str, what: str) -> int:
 
 
 def request_of(values: dict[str, Any]):
-    """A sim.plan.PlanRequest from the view's inputs; RingsimError naming what is wrong."""
-    from sim.plan import request_from
+    """A sim.planning.plan.PlanRequest from the view's inputs; RingsimError naming what is wrong."""
+    from sim.planning.plan import request_from
 
     nodes = _whole(values, "plan-nodes", "nodes")
     gpn = _whole(values, "plan-gpus-per-node", "GPUs per node")
@@ -183,7 +183,7 @@ def request_of(values: dict[str, Any]):
 def _plan_cached(key: str):
     import json
 
-    from sim.plan import plan
+    from sim.planning.plan import plan
 
     return plan(request_of(json.loads(key)))
 
@@ -192,8 +192,8 @@ def _plan_cached(key: str):
 def _step_plan_cached(key: str) -> dict[str, Any]:
     import json
 
-    from sim.step import Parallel, StepRequest, simulate_step
-    from sim.step_plan import label, plan_steps, request_hardware
+    from sim.training.plan import label, plan_steps, request_hardware
+    from sim.training.step import Parallel, StepRequest, simulate_step
     from sim.units import parse_count
 
     values = json.loads(key)
@@ -215,7 +215,7 @@ def _step_plan_cached(key: str) -> dict[str, Any]:
                                          hardware=hardware))
         c = step.pipeline.columns
         keep = (c.stream == 0) | (c.stream == 1)                     # computes and sends
-        from sim.trace import KIND_NAMES
+        from sim.trace.format import KIND_NAMES
 
         out["pipeline"] = {"stages": step.pipeline.n_gpus, "rank": c.rank[keep].tolist(),
                            "kind": [KIND_NAMES[int(k)] for k in c.kind[keep]],
@@ -225,7 +225,7 @@ def _step_plan_cached(key: str) -> dict[str, Any]:
 
 def plan_data(values: dict[str, Any]) -> dict[str, Any]:
     """The plan of the view's inputs, as the JSON the page stores (cached by inputs): the
-    whole step's (sim.step_plan) when a global batch is given, else attention's."""
+    whole step's (sim.training.plan) when a global batch is given, else attention's."""
     import json
 
     request_of(values)                       # a mistake is reported before the cache sees it
@@ -243,7 +243,7 @@ def query_for_candidate(command: str) -> tuple[str, list[str]]:
     """The page's URL query for a candidate's `ringsim simulate` command, and the options
     of that command the page has no control for (those that differ from simulate's
     defaults)."""
-    from sim.spec import convert, option
+    from sim.planning.spec import convert, option
 
     argv = shlex.split(command)[2:]
     by_id = {c.id: c for c in CONTROLS}
@@ -293,7 +293,7 @@ def _fmt_s(t: Translator, x: float | None) -> str:
 
 
 def table(t: Translator, data: dict[str, Any], top: int) -> html.Table:
-    """The first `top` candidates of the plan `data` (sim.plan.Plan.to_dict), with why each
+    """The first `top` candidates of the plan `data` (sim.planning.plan.Plan.to_dict), with why each
     wins or loses in the page's language (dashboard/explain.py)."""
     head = [t(key) if key else "" for key in COLUMNS]
     rows = []

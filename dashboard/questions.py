@@ -21,8 +21,8 @@ from dashboard import compute, quiz_explain, quiz_figures
 from dashboard.i18n import Translator
 from dashboard.nav import N_QUESTIONS
 from dashboard.state import defaults, ring_values, scenario_from_values
-from sim.config import Scenario
 from sim.errors import RingsimError
+from sim.scenario.config import Scenario
 
 ANSWERS = {1: 1, 2: 0, 3: 2, 4: 3, 5: 1, 6: 0, 7: 3, 8: 2}
 """The right choice (0-based) of each question; the choices' texts are in the catalogs."""

@@ -2,9 +2,9 @@
 the sentence that quotes them, and the figure that shows them.
 
 Every number comes through the simulator's public functions: the layouts' token maps
-and closed-form work (sim.layouts), the memory model (sim.memory), the ring merge on
-small inputs (sim.online_softmax) and simulated runs with their metrics (through
-dashboard.compute's cache of sim.engine.simulate + sim.metrics.compute_metrics).
+and closed-form work (sim.layouts), the memory model (sim.scenario.memory), the ring merge on
+small inputs (sim.scenario.online_softmax) and simulated runs with their metrics (through
+dashboard.compute's cache of sim.engine.play.simulate + sim.trace.metrics.compute_metrics).
 Definitions are docs/design.md's; question n illustrates its fact n.
 """
 
@@ -19,11 +19,11 @@ import plotly.graph_objects as go
 
 from dashboard import compute, quiz_figures
 from dashboard.i18n import Translator
-from sim.config import Hardware, Link, Scenario
 from sim.errors import RingsimError
 from sim.layouts import exact_work, n_chunks, rank_of_token
-from sim.memory import full_kv_bytes, peak_memory_bytes
-from sim.online_softmax import example as merge_example
+from sim.scenario.config import Hardware, Link, Scenario
+from sim.scenario.memory import full_kv_bytes, peak_memory_bytes
+from sim.scenario.online_softmax import example as merge_example
 
 MERGE_MAX_GPUS = 8
 """The merge of questions 3 and 7 runs on at most this many GPUs (small random inputs)."""

@@ -2,7 +2,7 @@
 
 Every control that shapes the scenario has one entry in CONTROLS: its component id, its
 key in the URL (so that a link reproduces the scenario), its kind, default and choices,
-all taken from the `ringsim simulate` option it sets (sim.schema). Turning the values
+all taken from the `ringsim simulate` option it sets (sim.scenario.schema). Turning the values
 into a `Scenario` goes through the simulator's own validated constructors; a mistake
 becomes a `ControlError` naming the control to show the message beside.
 """
@@ -15,19 +15,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from sim.config import LAYOUTS, Gpu, Hardware, Link, Scenario, Workload
+from sim.cli.options import pcie_fabric
 from sim.errors import RingsimError
+from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
 from sim.layouts import NAMES as ONE_DOCUMENT_LAYOUTS
-from sim.options import pcie_fabric
-from sim.packed import DOC_LAYOUTS
-from sim.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
-from sim.schema import scenario_option
+from sim.layouts.packed import DOC_LAYOUTS
+from sim.scenario.config import LAYOUTS, Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.schema import scenario_option
 
 CUSTOM = "custom"
 SAME_LINK = "same"
 NO_CLUSTER = "none"
 PRESET_P2P = "preset"
-"""The p2p control's value that keeps the PCIe cluster's own pairs (sim.pcie)."""
+"""The p2p control's value that keeps the PCIe cluster's own pairs (sim.hardware.pcie)."""
 MAX_GPUS = 1024
 """Largest ring the page simulates: the trace grows as N^2 spans (3.1M at 1024 forward,
 9.4M forward+backward) and a first request must stay within seconds; `ringsim simulate`
@@ -47,12 +47,12 @@ class Control:
 
 def _control(cid: str, *, choices: tuple[Any, ...] | None = None, blank: Any = None) -> Control:
     """The control of simulate's option `--cid`: its URL key, default and choices as
-    sim.schema declares them. `blank` is the choice that stands for the option's None (not
+    sim.scenario.schema declares them. `blank` is the choice that stands for the option's None (not
     given: the cluster's or the preset's value), first among the choices; `choices` offers
     presets where the flag takes any name."""
     o = scenario_option(cid)
     if o.url_key is None:
-        raise ValueError(f"--{cid} has no URL key in sim.schema")
+        raise ValueError(f"--{cid} has no URL key in sim.scenario.schema")
     default = o.default if o.fallback is None else o.fallback
     if default is None and blank is not None:
         default = blank
@@ -81,7 +81,7 @@ CONTROLS: tuple[Control, ...] = (
     _control("dtype"),
     _control("causal"),
     _control("pass"),
-    # packed documents (sim.documents): none, one sequence of one document
+    # packed documents (sim.scenario.documents): none, one sequence of one document
     _control("docs"),
     _control("seed"),
     _control("window"),
@@ -128,13 +128,13 @@ RING_CONTROLS = ("layout", "overlap", "sync")
 _FIELD_OF = {"ulysses-degree": "ulysses_degree", "ring-degree": "ring_degree", "placement": "placement",
              "head-groups": "head_groups"}
 CLUSTER_CONTROLS = ("gpu", "link", "inter-link", "gpus-per-node", "nics-per-node")
-"""What a cluster preset sets (sim.presets.ClusterPreset), as `ringsim --cluster` does."""
+"""What a cluster preset sets (sim.hardware.presets.ClusterPreset), as `ringsim --cluster` does."""
 
 
 def shown_layouts(docs: Any, window: Any, layout: Any) -> tuple[str, ...]:
     """The layouts the layout control offers: for one document the closed-form ones (the
-    documents' own are the same there, sim.packed.DOC_LAYOUTS), every layout with
-    documents or a window (as sim.config.layouts_for), and the chosen one always."""
+    documents' own are the same there, sim.layouts.packed.DOC_LAYOUTS), every layout with
+    documents or a window (as sim.scenario.config.layouts_for), and the chosen one always."""
     if _blank(docs) and window in (None, "") and layout not in DOC_LAYOUTS:
         return ONE_DOCUMENT_LAYOUTS
     return LAYOUTS
@@ -368,7 +368,7 @@ def _gpu(values: dict[str, Any]) -> Gpu:
             return Gpu(name=CUSTOM, **gpu_over)
         gpu = Gpu.preset(gpu_name, **gpu_over)
         if overhead is not None and gpu.kernel is not None:
-            # the block model's per-call floor, as `--overhead-us` sets it (sim.options)
+            # the block model's per-call floor, as `--overhead-us` sets it (sim.cli.options)
             gpu = replace(gpu, floors=replace(gpu.floors, fwd_host_us=overhead, bwd_host_us=overhead))
         return gpu
     except ControlError:
@@ -415,7 +415,7 @@ def _hardware(values: dict[str, Any]) -> Hardware:
     gpn = _int(values, "gpus-per-node", "GPUs per node")
     nics = _opt_int(values, "nics-per-node", "NICs per node")
     try:
-        # a PCIe cluster's fabric (sim.pcie) while its node keeps a PCIe link
+        # a PCIe cluster's fabric (sim.hardware.pcie) while its node keeps a PCIe link
         cluster = values.get("cluster")
         of_cluster = CLUSTER_PRESETS[cluster].pcie if cluster in CLUSTER_PRESETS else None
         p2p = values.get("p2p", PRESET_P2P)
@@ -488,7 +488,7 @@ of these it measured."""
 
 
 def profile_dtypes(profile: Any) -> tuple[str, ...]:
-    """The dtypes a calibrated profile has compute measurements for (sim.profile)."""
+    """The dtypes a calibrated profile has compute measurements for (sim.hardware.profile)."""
     have = {key[0] for key in getattr(profile, "groups", {})}
     return tuple(d for d in DTYPE_PREFERENCE if d in have)
 
@@ -522,7 +522,7 @@ def profile_changes(values: dict[str, Any], profile: Any) -> dict[str, Any]:
     GPUs and the sequence length, only while they are the page's defaults (a choice the
     reader made stays): a CPU profile's ranks as many as it measured computing at once,
     and the tokens per rank the largest power of two whose full forward block is no
-    larger than the largest block it measured (sim.profile interpolates inside its
+    larger than the largest block it measured (sim.hardware.profile interpolates inside its
     table and extrapolates outside it)."""
     changes: dict[str, Any] = {}
     have = profile_dtypes(profile)

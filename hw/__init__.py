@@ -2,7 +2,7 @@
 
 It runs Ring Attention (forward and backward, every layout, causal or not, GQA) over
 point-to-point operations, gloo on CPU and NCCL on GPU, and records what each rank did
-and when in the trace record of the simulator (`sim.trace`, docs/design.md "One trace").
+and when in the trace record of the simulator (`sim.trace.format`, docs/design.md "One trace").
 
 Importing `hw` does not import torch (the `ringsim` CLI registers `hw` commands on
 every start); the public names below load on first use:

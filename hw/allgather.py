@@ -14,7 +14,7 @@ the ranks that hold those tokens.
 
 Packed documents (`packed`, docs/packed.md) run on the contiguous layout (the llama3
 varlen variant: the packed sequence cut in N consecutive shards) or the per-document
-zigzag (`sim.packed.rank_tokens`): the gathered shards are put in token order by the
+zigzag (`sim.layouts.packed.rank_tokens`): the gathered shards are put in token order by the
 tokens each rank holds, and the rank attends its queries against all keys per document
 (`hw.layouts.doc_pieces`, rows of one document against that document's keys); the
 dK/dV partial sums go back the same way.
@@ -23,8 +23,8 @@ Spans: the gather ("ag", step0), one compute ("fwd"/"bwd", step0), the reduce-sc
 ("rs", step0 + 1); each collective's send/recv carry the bytes this rank sends and
 receives: the gather sends its K/V shard to each of N-1 ranks and receives (N-1)/N of
 the whole K/V, the ring's volume. Chunks are the zigzag's 2N, or with packed documents
-each rank's shard (`sim.packed.chunks_of_rank`); a compute's work is its unmasked
-pairs (`sim.packed.block_tables` with documents).
+each rank's shard (`sim.layouts.packed.chunks_of_rank`); a compute's work is its unmasked
+pairs (`sim.layouts.packed.block_tables` with documents).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from hw.collective import nbytes, run_collective
 from hw.comm import Ring
 from hw.layouts import doc_pieces, token_index
 from hw.merge import merge_, new_accumulators
-from sim.config import BWD_FLOPS_FACTOR, Workload
 from sim.errors import RingsimError
 from sim.layouts import chunks_of_rank
-from sim.packed import Packed, block_tables
+from sim.layouts.packed import Packed, block_tables
+from sim.scenario.config import BWD_FLOPS_FACTOR, Workload
 from sim.schemes.allgather import PACKED_LAYOUTS
 
 LAYOUT = "zigzag"

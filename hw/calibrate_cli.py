@@ -3,9 +3,9 @@ holds.
 
 Three modes:
 - `ringsim calibrate BENCH.json... -o PROFILE`: fit the microbenchmarks of `ringsim hw
-  bench` (sim.calibrate);
+  bench` (sim.calibration.calibrate);
 - `ringsim calibrate --from-traces TRACE... -o PROFILE [--holdout TRACE...] [--compare
-  PROFILE]`: fit measured ring traces (sim.calibrate_traces), then predict held-out runs
+  PROFILE]`: fit measured ring traces (sim.calibration.from_traces), then predict held-out runs
   with it and with another profile, side by side;
 - `ringsim calibrate --check PROFILE`: a probe of under a minute that runs the real kernel
   here and says whether the profile still predicts this host within 10% (hw.check);
@@ -22,9 +22,9 @@ import json
 import os
 import sys
 
+from sim.calibration.validation import REPLAYS
 from sim.errors import RingsimError
-from sim.trace import kept_file, read_json
-from sim.validation import REPLAYS
+from sim.files import kept_file, read_json
 
 
 def register(sub) -> None:
@@ -78,14 +78,14 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 
 
 def _load_traces(paths: list[str]) -> list:
-    from sim.trace import Trace
+    from sim.trace.format import Trace
 
     return [(Trace.load(p), p) for p in paths]
 
 
 def cmd_from_traces(a: argparse.Namespace) -> int:
-    from sim.calibrate_traces import calibrate_from_traces, holdout
-    from sim.profile import load_profile
+    from sim.calibration.from_traces import calibrate_from_traces, holdout
+    from sim.hardware.profile import load_profile
 
     why = kept_file(a.output, a.force)
     if why:
@@ -136,7 +136,7 @@ def cmd_from_traces(a: argparse.Namespace) -> int:
 
 def cmd_check(a: argparse.Namespace) -> int:
     from hw.check import check
-    from sim.profile import load_profile
+    from sim.hardware.profile import load_profile
 
     if not 0 < a.tolerance < 1:
         raise RingsimError("--tolerance must lie between 0 and 1")
@@ -227,7 +227,7 @@ def _compute_only_gpu(benches: list) -> bool:
 
 
 def cmd_gpu(a: argparse.Namespace, benches: list) -> int:
-    from sim.gpu_profile import calibrate_gpu
+    from sim.calibration.gpu_profile import calibrate_gpu
 
     why = kept_file(a.output, a.force)
     if why:
@@ -249,7 +249,7 @@ def cmd_gpu(a: argparse.Namespace, benches: list) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from sim.calibrate import calibrate, merge_benches
+    from sim.calibration.calibrate import calibrate, merge_benches
 
     benches = [(read_json(path, what="bench results"), path) for path in a.bench]
     if _compute_only_gpu(benches):

@@ -4,12 +4,12 @@ A short probe (well under a minute on 2 cores): a few small ring runs of the rea
 kernel, each measured a few times, and the profile's prediction of each; the same
 cases as the validation matrix (hw.validate) uses, at its smallest size. A probe
 passes when its median makespan lies within the tolerance of the prediction. Each probe
-is scored as `ringsim validate` scores a case (sim.validation.compare_case), whose
+is scored as `ringsim validate` scores a case (sim.calibration.validation.compare_case), whose
 breakdown (compute, transfer) names the part of a miss, and predicted as
 `bench/calibrate_cpu.sh` validates: by the median of `replays` plays seeded with the
-host's measured spread (sim.validation.simulate_replays; one play at the mean rate where
+host's measured spread (sim.calibration.validation.simulate_replays; one play at the mean rate where
 the profile has no spread). The report also sets the host
-the profile was measured on against this one (sim.host) and, on CPU profiles, reads this
+the profile was measured on against this one (sim.hardware.host) and, on CPU profiles, reads this
 host's compute speed against the profile's (hw.reference).
 """
 
@@ -20,9 +20,9 @@ import statistics
 import time
 from typing import Any
 
-from sim.config import Workload
-from sim.host import differences, this_host
-from sim.validation import REPLAYS, Case, compare_case, simulate_replays
+from sim.calibration.validation import REPLAYS, Case, compare_case, simulate_replays
+from sim.hardware.host import differences, this_host
+from sim.scenario.config import Workload
 
 PROBES = (Case("zigzag", True, 2, 3072), Case("contiguous", False, 2, 3072), Case("zigzag", True, 3, 3072))
 """Cases of the validation matrix at its smallest size (forward, the ring)."""

@@ -3,7 +3,7 @@
 `ringsim hw run --gpus N ...` starts N local ranks itself; `torchrun
 --nproc-per-node N -m hw.main ...` takes the same options (but --gpus) for runs
 torchrun places, on one node or many. Either prints the measured makespan of every
-repeat with its spread and the per-rank metrics of the median repeat (`sim.metrics`),
+repeat with its spread and the per-rank metrics of the median repeat (`sim.trace.metrics`),
 and with --trace saves one trace per repeat. `ringsim hw bench` is documented in
 `hw.bench`. This module imports torch only when a command runs: the `ringsim` CLI
 registers it on every start.
@@ -17,10 +17,10 @@ import os
 import statistics
 from typing import Any
 
-from sim.config import LAYOUTS, PASSES, Workload
+from sim.cli.options import WORKLOAD_FLAGS, flags_for
 from sim.errors import RingsimError
-from sim.options import WORKLOAD_FLAGS, flags_for
-from sim.spec import tokens
+from sim.planning.spec import tokens
+from sim.scenario.config import LAYOUTS, PASSES, Workload
 
 
 def add_run_args(p: argparse.ArgumentParser, *, gpus: bool = True) -> None:
@@ -80,7 +80,7 @@ def config_from_args(a: argparse.Namespace, *, n_gpus: int):
     import torch
 
     from hw.config import RunConfig
-    from sim.documents import read_file_spec
+    from sim.scenario.documents import read_file_spec
 
     device = a.device
     if device == "auto":
@@ -114,7 +114,7 @@ def trace_paths(pattern: str, repeats: int) -> list[str]:
 
 def check_outputs(a: argparse.Namespace, repeats: int) -> None:
     """Refuse before the run, not after it, to overwrite a file without --force."""
-    from sim.trace import kept_file
+    from sim.files import kept_file
 
     paths = (trace_paths(a.trace, repeats) if a.trace else []) + ([a.chrome_trace] if a.chrome_trace else [])
     for path in paths:
@@ -136,9 +136,10 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def report(a: argparse.Namespace, cfg, traces: list) -> int:
     """Save what was asked for and print the summary of a measured run."""
-    from sim.metrics import compute_metrics
-    from sim.options import table
-    from sim.trace import to_chrome_trace, write_json
+    from sim.cli.options import table
+    from sim.files import write_json
+    from sim.trace.format import to_chrome_trace
+    from sim.trace.metrics import compute_metrics
     from sim.units import fmt_s
 
     paths = trace_paths(a.trace, len(traces)) if a.trace else []
@@ -162,7 +163,7 @@ def report(a: argparse.Namespace, cfg, traces: list) -> int:
           f"{w.seq} tokens ({cfg.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x "
           f"{w.head_dim}, {w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
     if cfg.packed is not None:
-        from sim.documents import describe
+        from sim.scenario.documents import describe
 
         print(f"packed: {describe(w.docs, w.seq, w.seed)}" + (f", window {w.window:,} tokens" if w.window else ""))
     s = spread(makespans)

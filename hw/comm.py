@@ -106,7 +106,7 @@ class RingComm:
         `holds`: the (step, query chunks, K/V chunks) of the compute this post comes
         before; on gloo the time the post call takes is then recorded as that compute's
         wait on the send (gloo writes a send in the posting thread when the
-        receive was posted first; the simulator plays the same, sim.players.times_simpy).
+        receive was posted first; the simulator plays the same, sim.engine.players.times_simpy).
         NCCL's posts return at once."""
         ring = self.ring
         clock = ring.clock

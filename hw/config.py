@@ -1,4 +1,4 @@
-"""Configuration of one measured ring run: the workload of `sim.config.Workload` plus
+"""Configuration of one measured ring run: the workload of `sim.scenario.config.Workload` plus
 what only a real run has (processes, backend, device, repeats, seed, timeout).
 
 Frozen, keyword-only and validated where it is made, like the simulator's own
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hw.kernels import SCHEMES
-from sim.config import LAYOUTS, Scenario, Workload
 from sim.errors import RingsimError
-from sim.packed import Packed, packed_of, uses_documents
+from sim.layouts.packed import Packed, packed_of, uses_documents
+from sim.scenario.config import LAYOUTS, Scenario, Workload
 from sim.schemes.allgather import PACKED_LAYOUTS as PACKED_ALLGATHER_LAYOUTS
 
 BACKENDS = ("gloo", "nccl")
@@ -72,7 +72,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.workload, Workload):
-            raise RingsimError("workload must be a sim.config.Workload")
+            raise RingsimError("workload must be a sim.scenario.config.Workload")
         for name in ("n_gpus", "repeats"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -126,7 +126,7 @@ class RunConfig:
 
     @property
     def packed(self) -> Packed | None:
-        """The packed sequence the kernels shard by and mask with (`sim.packed`); None for
+        """The packed sequence the kernels shard by and mask with (`sim.layouts.packed`); None for
         one document without a window."""
         scenario = self.scenario()
         return packed_of(scenario) if scenario.packed else None

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hw.spawn import RankContext, RankFailure, free_port, join_group, release_group_after_failure, spawn, worker_main
-from sim.config import Workload
 from sim.errors import RingsimError
-from sim.trace import Trace
+from sim.scenario.config import Workload
+from sim.trace.format import Trace
 
 __all__ = ["RankFailure", "RunResult", "free_port", "join_group", "release_group_after_failure",
            "run_config", "run_configs", "run_local", "spawn", "worker_main"]

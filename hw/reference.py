@@ -21,8 +21,8 @@ slower beside each other than when the profile was measured.
 `ringsim validate` takes these readings before each batch of cases and after the last,
 and reports every case's error three times: against the profile as it is, against the
 profile with its compute times scaled to the host's speed of that moment
-(`sim.profile.Profile.at_compute_speed`), and with its sharing law scaled as well
-(`sim.profile.Profile.at_host_state`). The first is the prediction a person gets; the
+(`sim.hardware.profile.Profile.at_compute_speed`), and with its sharing law scaled as well
+(`sim.hardware.profile.Profile.at_host_state`). The first is the prediction a person gets; the
 gaps are the host's drift.
 """
 
@@ -44,7 +44,7 @@ def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tupl
     the profile measured, the one closest to REFERENCE_TOKENS; None where it measured none.
 
     Where that block is the compute part's own reference (the profile's report names
-    it) and the profile brought its entries to one speed (sim.calibrate.at_one_speed), the seconds
+    it) and the profile brought its entries to one speed (sim.calibration.calibrate.at_one_speed), the seconds
     are the reference's median over the part: the speed every entry was brought to.
     The block's own entry is no better: it was timed once, at whatever speed the host had
     in those seconds, then scaled."""
@@ -103,14 +103,14 @@ def host_sharing(profile: Any, *, dtype: str, heads: int, head_dim: int, threads
     """Two processes of `threads` threads compute the reference block at once and each
     alone, in rounds (hw.bench._concurrency_worker), for about `seconds`; returns
     {tokens, processes, slowdown, profile_slowdown, factor, alone_s, at}: the slowdown
-    read as calibration reads a concurrency entry (sim.calibrate.round_ratios, the median
+    read as calibration reads a concurrency entry (sim.calibration.calibrate.round_ratios, the median
     of the rounds), the profile's law at that many processes, and their ratio. None where
     the profile has no host model or measured no reference block (then nothing runs)."""
     import statistics
 
     from hw.bench import CONCURRENCY_ROUNDS, _concurrency_worker, full_forward_block, gather_concurrency
     from hw.spawn import spawn
-    from sim.calibrate import round_ratios
+    from sim.calibration.calibrate import round_ratios
 
     if not 0 < seconds <= 60:
         raise RingsimError("the reference time must be a number of seconds above 0, at most 60")

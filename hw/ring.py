@@ -26,10 +26,10 @@ copies. Steps are numbered from `step0` (the backward of a forward-and-backward 
 starts at N, as in the simulator); spans go to the ring's recorder when it has one,
 with work counted as in `sim.layouts.exact_work`.
 
-Packed documents (`packed`, docs/packed.md): shards hold `sim.packed.rank_tokens`, and
+Packed documents (`packed`, docs/packed.md): shards hold `sim.layouts.packed.rank_tokens`, and
 a block is computed per document both ranks hold, as a varlen kernel computes it
 (`hw.layouts.doc_pieces`: dense, diagonal or with an explicit mask); blocks whose mask
-keeps no pair are skipped, and the work recorded is `sim.packed.block_tables`'s, each
+keeps no pair are skipped, and the work recorded is `sim.layouts.packed.block_tables`'s, each
 rank's shard its one chunk of the trace. Everything else, the travel of K/V and of the
 dK/dV accumulators included, is the same.
 """
@@ -44,11 +44,11 @@ from hw.blocks import BlockOps
 from hw.comm import Ring
 from hw.layouts import block_pieces, doc_pieces
 from hw.merge import merge_, new_accumulators
-from sim.config import BWD_FLOPS_FACTOR, Workload
 from sim.layouts import chunks_of_rank, exact_work
 from sim.layouts.base import ALL
-from sim.packed import Packed, block_tables
-from sim.packed import chunks_of_rank as packed_chunks
+from sim.layouts.packed import Packed, block_tables
+from sim.layouts.packed import chunks_of_rank as packed_chunks
+from sim.scenario.config import BWD_FLOPS_FACTOR, Workload
 
 StepHook = Callable[[int], None]
 

@@ -6,7 +6,7 @@ rank alone, never the whole sequence, unless the caller hands it over), pick the
 implementation, then for each warm-up and measured iteration align its clock with the
 other ranks at a barrier and run the ring (forward, backward, or both with backward
 steps numbered N..2N-1), recording spans. `build_traces` turns the ranks' spans into one
-`sim.trace.Trace` per measured iteration (source "measured"), with the simulator's
+`sim.trace.format.Trace` per measured iteration (source "measured"), with the simulator's
 configuration header, the device in `hardware` and per-rank peak memory in `meta`.
 With packed documents a rank's shard holds the packed sequence's tokens of that rank
 (`RunConfig.sharding`) and the kernels take the documents (`packed`).
@@ -30,13 +30,13 @@ from hw.kernels import kernels
 from hw.layouts import shard, token_index
 from hw.ring import heads_first_memory, ring_backward, ring_forward
 from hw.timing import CpuClock, CudaClock, Recorder, TransferStalled
-from sim.config import BWD_FLOPS_FACTOR
+from sim.engine.record import wait_pieces
 from sim.errors import RingsimError
-from sim.host import cpu_model
-from sim.memory import peak_memory_bytes
-from sim.packed import block_tables
-from sim.record import wait_pieces
-from sim.trace import KIND_NAMES, STREAMS, Span, SpanTable, Trace
+from sim.hardware.host import cpu_model
+from sim.layouts.packed import block_tables
+from sim.scenario.config import BWD_FLOPS_FACTOR
+from sim.scenario.memory import peak_memory_bytes
+from sim.trace.format import KIND_NAMES, STREAMS, Span, SpanTable, Trace
 
 
 @dataclass
@@ -361,7 +361,7 @@ def build_traces(cfg: RunConfig, results: list[RankResult]) -> list[Trace]:
 
 
 def _split_waits(per_rank: list[list[Span]], needs: list[dict[int, list[int]]]) -> list[Span]:
-    """Every rank's spans, each wait split as the simulator splits it (sim.record.wait_pieces):
+    """Every rank's spans, each wait split as the simulator splits it (sim.engine.record.wait_pieces):
     exposed communication while a transfer it waited on was in flight, idle otherwise. A
     transfer is in flight from when both ends had posted it (the later of the send's and
     the receive's post, matched by ranks, kind and step) until it completed on this rank."""

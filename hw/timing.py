@@ -26,7 +26,7 @@ Clocks of different ranks are aligned by a barrier: every rank takes its time or
 on leaving the same barrier (`Clock.align`), so spans of all ranks share one axis up to
 the barrier's exit skew (tens of µs on one host).
 
-The recorder keeps spans as marks and resolves them to `sim.trace.Span`s with times
+The recorder keeps spans as marks and resolves them to `sim.trace.format.Span`s with times
 relative to the aligned origin (docs/design.md, "One trace"). A wait is exposed
 communication ("kv"/"dkv") when a transfer it waited for was still in flight after the
 wait began, idle otherwise.
@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from sim.trace import Span
+from sim.trace.format import Span
 
 
 class TransferStalled(RuntimeError):
@@ -286,7 +286,7 @@ class Recorder:
 
         A wait keeps the kind of what it waited for; `needs` (filled here) then lists, for
         each wait's index in the returned spans, the indices of the transfers it waited on,
-        so that hw.runner can split it as the simulator does (sim.record.wait_pieces) once
+        so that hw.runner can split it as the simulator does (sim.engine.record.wait_pieces) once
         it knows when each transfer really started (both ends posted)."""
         sec = self.clock.seconds
         out: list[Span] = []

@@ -30,9 +30,9 @@ from hw.blocks import BlockOps
 from hw.collective import nbytes, run_collective
 from hw.comm import Ring
 from hw.layouts import token_index
-from sim.config import BWD_FLOPS_FACTOR, Workload
 from sim.errors import RingsimError
 from sim.layouts import chunks_of_rank
+from sim.scenario.config import BWD_FLOPS_FACTOR, Workload
 
 
 def check_degree(heads: int, kv_heads: int, n: int) -> None:

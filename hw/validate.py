@@ -1,7 +1,7 @@
 """Validation: how far the simulator's prediction falls from the measured kernel.
 
 The matrix of cases `ringsim validate` measures, and the report over them: a summary of
-the rows `sim.validation.compare_case` gives for each case (the measured spread, the
+the rows `sim.calibration.validation.compare_case` gives for each case (the measured spread, the
 makespan and per-step errors, the breakdown by part), and its Markdown table.
 Everything here reads traces and rows only; running the kernel is the caller's
 business (`ringsim validate`, hw.validate_cli).
@@ -14,8 +14,8 @@ from collections import Counter
 from typing import Any
 
 from hw.kernels import SCHEMES
+from sim.calibration.validation import Case, batch_of, error_parts
 from sim.layouts import NAMES as LAYOUTS
-from sim.validation import Case, batch_of, error_parts
 
 GPU_COUNTS = [2, 3, 4]
 
@@ -179,7 +179,7 @@ def _median_part(rows, name: str) -> float | None:
 
 
 def _median_error_parts(rows) -> dict[str, float] | None:
-    """The median over the rows of each part of the makespan error (sim.validation.error_parts,
+    """The median over the rows of each part of the makespan error (sim.calibration.validation.error_parts,
     worked out again from the row, so that a report written before it has them too)."""
     parts = [p for p in (error_parts(r) for r in rows) if p is not None]
     if not parts:

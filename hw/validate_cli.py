@@ -23,10 +23,11 @@ import time
 from typing import Any
 
 from hw.validate import SCHEMES
+from sim.calibration.validation import REPLAYS
 from sim.errors import RingsimError
-from sim.spec import tokens
-from sim.trace import Trace, kept_file, read_json, write_json
-from sim.validation import REPLAYS
+from sim.files import kept_file, read_json, write_json
+from sim.planning.spec import tokens
+from sim.trace.format import Trace
 
 
 def register(sub) -> None:
@@ -123,7 +124,7 @@ def _settings(a: argparse.Namespace, cases, profile_path: str) -> dict[str, Any]
 
 def profile_compute_groups(profile, dtype: str, cases) -> dict[str, str]:
     """Which of the profile's compute groups times each (mask, pass) block the cases
-    compute: its own, or a fallback (sim.profile: backward to forward, diagonal to full)."""
+    compute: its own, or a fallback (sim.hardware.profile: backward to forward, diagonal to full)."""
     kinds = sorted({k for c in cases for k in (("fwd", "bwd") if c.pass_ == "fwdbwd" else (c.pass_,))})
     out = {}
     for kind in kinds:
@@ -150,10 +151,10 @@ def _batches(cases, rows) -> list[list]:
 def cmd_validate(a: argparse.Namespace) -> int:
     from hw.config import RunConfig
     from hw.validate import GPU_COUNTS, default_schemes, markdown, matrix, ulysses_fits
-    from sim.config import Workload
-    from sim.host import mismatch_line, this_host
-    from sim.profile import load_profile
-    from sim.validation import compare_case, simulate_replays
+    from sim.calibration.validation import compare_case, simulate_replays
+    from sim.hardware.host import mismatch_line, this_host
+    from sim.hardware.profile import load_profile
+    from sim.scenario.config import Workload
 
     profile = load_profile(a.profile)
     kind = profile.measured_on.get("kind", "cpu")
@@ -373,8 +374,8 @@ def at_host_speed(case, traces: list[Trace], scenario, profile, readings: list[d
     of the readings before and after it (each round's, with --rounds), applied to the
     profile's compute times; and, where every reading holds the host's sharing, at its
     state (speed and sharing, each the mean of its readings:
-    sim.profile.Profile.at_host_state)."""
-    from sim.validation import compare_case, simulate_replays
+    sim.hardware.profile.Profile.at_host_state)."""
+    from sim.calibration.validation import compare_case, simulate_replays
 
     factors = _batch_factors(readings)
     factor = factors["speed"]

@@ -9,3 +9,11 @@ left to raise as what they are.
 
 class RingsimError(ValueError):
     """A problem with the user's input, described in one line."""
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: a RingsimError's sentence, else its type and first line."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, RingsimError):
+        return text or type(e).__name__
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

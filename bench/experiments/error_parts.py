@@ -2,7 +2,7 @@
 
 For each commit given, reads that commit's `bench/results/validation-quick.json`
 (git show; or a report file given by path) and splits every case's makespan error in
-two parts that add up to it (sim.validation.error_parts): the mean rank's compute, and
+two parts that add up to it (sim.calibration.validation.error_parts): the mean rank's compute, and
 the time outside compute (waits on transfers and on slower ranks, the start skew, the
 time between blocks), each a share of the measured makespan. Prints, per run, the
 median signed makespan error, the median of each part, how many cases have each part
@@ -10,10 +10,10 @@ negative, and the outside part's median per GPU count and pass; `--json` writes 
 same. It asks which part of the model a run's lean comes from: a part whose median has
 the same sign in every run is the model's, one that changes sign from run to run is the
 host's drift. Given two runs or more, it also splits every case's signed error over the
-runs (sim.validation.error_spread) into the case's own part (its mean over the runs: the
+runs (sim.calibration.validation.error_spread) into the case's own part (its mean over the runs: the
 model's), its batch's shift in each run (the host's drift around that batch) and the
 rest, as plain errors and at the host's speed, with the cases whose own part is largest.
-Last, where the per-step error lies over all the runs (sim.validation.step_spread): the
+Last, where the per-step error lies over all the runs (sim.calibration.validation.step_spread): the
 median signed and |error| of each step index per pass and GPU count.
 
     .venv/bin/python bench/experiments/error_parts.py 556f71a c904fae ... [--json out.json]
@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from sim.calibration.validation import error_parts, error_spread, step_spread  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import read_json, write_json  # noqa: E402
-from sim.validation import error_parts, error_spread, step_spread  # noqa: E402
+from sim.files import read_json, write_json
 
 REPORT = "bench/results/validation-quick.json"
 

@@ -4,7 +4,7 @@ Times the kernel's block (hw.blocks, one thread, as a ring rank runs it) at a fe
 counts with 2, 4 and 8 heads, forward and backward, causal and full, and prints the time
 per head of each, and the time of two calls with equal FLOPs (2 heads over 2t tokens
 against 8 heads over t). A calibrated profile prices a block of other heads than it
-measured as that many measured blocks of its own extent (sim.profile); this is what that
+measured as that many measured blocks of its own extent (sim.hardware.profile); this is what that
 rests on.
 
     .venv/bin/python bench/experiments/heads.py [--tokens 1536 3072] [--heads 2 4 8] [--samples 5]
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sim.trace import kept_file, write_json  # noqa: E402
+from sim.files import kept_file, write_json
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ by the posting rank itself when its receiver posted first: on a host whose cores
 all busy, that takes as long as the transfer). Each part is the mean over the ranks, and
 the table gives, per case, the mean over the repeats (measured) and over the plays
 (simulated), in ms, so that compute, start, between and end add up to the makespan;
-the shares of the makespan follow. `sim.validation.error_parts` is
+the shares of the makespan follow. `sim.calibration.validation.error_parts` is
 the same split in every validation report, without the detail.
 
     .venv/bin/python bench/experiments/outside_compute.py [--profile P.json] [--gpus 2 3 4]
@@ -29,7 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import COMPUTE, IDLE, SEND, WAIT, Trace, kept_file, write_json  # noqa: E402
+from sim.files import kept_file, write_json
+from sim.trace.format import COMPUTE, IDLE, SEND, WAIT, Trace  # noqa: E402
 
 PARTS = ("compute", "start", "between", "exposed", "post", "end")
 CASES = (("contiguous", False), ("zigzag", True))
@@ -71,7 +72,7 @@ def measure_cases(gpu_counts: list[int], cases, seq: int, repeats: int, pass_: s
     each GPU count, repeats interleaved: (configurations, their (results, traces))."""
     from hw.config import RunConfig
     from hw.launch import run_configs
-    from sim.config import Workload
+    from sim.scenario.config import Workload
 
     cfgs = [RunConfig(workload=Workload(seq=seq, heads=8, kv_heads=8, head_dim=64, dtype="fp32", causal=causal,
                                         pass_=pass_),
@@ -106,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"outside_compute: {why}", file=sys.stderr)
         return 2
-    from sim.profile import load_profile
-    from sim.validation import simulate_replays
+    from sim.calibration.validation import simulate_replays
+    from sim.hardware.profile import load_profile
 
     try:
         profile = load_profile(a.profile)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hw.bench import block_flops, full_forward_block, measure_compute, measure_compute_paired  # noqa: E402
 from hw.blocks import select_block_ops  # noqa: E402
-from sim.trace import write_json  # noqa: E402
+from sim.files import write_json
 
 HEADS, HEAD_DIM = 8, 64
 WAYS = ("plain", "reference before", "reference around each sample")

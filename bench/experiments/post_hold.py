@@ -3,7 +3,7 @@
 gloo runs a send at once, in the posting thread, when its receiver has already posted
 the receive; otherwise it tells the receiver and writes the send later from its own
 thread. So a rank whose receiver posted first should go on only when its send ends
-(sim.players.times_simpy plays that rule for the K/V hops). This script runs the ring
+(sim.engine.players.times_simpy plays that rule for the K/V hops). This script runs the ring
 kernel (gloo, CPU) on a few cases at each GPU count, and for every hop of every repeat
 reads off the measured trace: how long before the sender's post the receiver posted its
 receive (the lead), the time from the post to what the rank does next (the hold: for a
@@ -29,7 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import COMPUTE, KIND_NAMES, RECV, SEND, WAIT, Trace, kept_file, write_json  # noqa: E402
+from sim.files import kept_file, write_json
+from sim.trace.format import COMPUTE, KIND_NAMES, RECV, SEND, WAIT, Trace  # noqa: E402
 
 KV, DKV = KIND_NAMES.index("kv"), KIND_NAMES.index("dkv")
 CASES = (("contiguous", False), ("zigzag", True), ("contiguous", True))

@@ -2,19 +2,19 @@
 
 For each commit given, reads that commit's microbenchmarks (`bench/results/cpu-bench.json`)
 and ring report (`bench/results/validation-quick.json`), fits a profile to the
-microbenchmarks with the calibration as it stands (sim.calibrate.calibrate: nothing of
+microbenchmarks with the calibration as it stands (sim.calibration.calibrate.calibrate: nothing of
 the validation goes in), predicts every case of the report by the median of N seeded plays
 with the simulator as it stands, and scores the predictions as `ringsim validate` does
 (hw.validate.summarize: median and worst |makespan error|, cases inside their measured
 [min, max] or within 10%, per-step median, over the matrix and for each pass), beside the
 scores the report committed. The measurement is what the report kept of it
-(sim.validation.compare_again): each case's spread and each step's median over the repeats.
+(sim.calibration.validation.compare_again): each case's spread and each step's median over the repeats.
 Where the report read the host's speed around each batch, the cases are predicted again at
 that speed as well ("at the host's speed", as the report does), each reading set against
 the reference block's time in the refitted profile.
 
 Beside each run after the first given, "apart" is how far it and the run before it
-measured the same cases apart (sim.validation.run_to_run): the median |error| an exact
+measured the same cases apart (sim.calibration.validation.run_to_run): the median |error| an exact
 prediction of each case's own time would show, a floor under any model's error on that
 host. A run made by the code as it stands is predicted exactly as it was: the "max diff" column
 (the largest |difference| between a case's prediction now and the committed one) reads 0
@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.experiments.resimulate_law import RESULTS, _scenario, _show  # noqa: E402
 from hw.reference import reference_block  # noqa: E402
 from hw.validate import summarize  # noqa: E402
-from sim.calibrate import calibrate  # noqa: E402
+from sim.calibration.calibrate import calibrate  # noqa: E402
+from sim.calibration.validation import REPLAYS, compare_again, run_to_run, simulate_replays  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
-from sim.profile import profile_from_dict  # noqa: E402
-from sim.trace import write_json  # noqa: E402
-from sim.validation import REPLAYS, compare_again, run_to_run, simulate_replays  # noqa: E402
+from sim.files import write_json
+from sim.hardware.profile import profile_from_dict  # noqa: E402
 
 PASSES = ("fwd", "fwdbwd")
 

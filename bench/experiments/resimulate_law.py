@@ -16,12 +16,12 @@ validation report does.
 With `--placement N` it compares, on each run's own profile and by the median of N
 seeded plays each, the host's cores serving the computes evenly, the computes placed on
 cores (moved to an idle core when loads differ by two) and the computes held on the
-core they started on (sim.contention.Host.placement), counted the same way.
+core they started on (sim.hardware.contention.Host.placement), counted the same way.
 
 With `--protocol N` it compares, on each run's own profile and by the median of N
 seeded plays each, playing the ring without and with gloo's point-to-point protocol (a
 send posted after its receiver posted the receive holds the posting rank's compute,
-sim.players.times_simpy), counted the same way.
+sim.engine.players.times_simpy), counted the same way.
 
     .venv/bin/python bench/experiments/resimulate_law.py 556f71a eb5500d c904fae ... [--json out.json]
     .venv/bin/python bench/experiments/resimulate_law.py --plays 31 556f71a ... [--json out.json]
@@ -33,7 +33,7 @@ sim.players.times_simpy), counted the same way.
 With `--weight N` it compares, by the median of N seeded plays each, each run's own
 profile (its transfers at the law's rate) with the same profile whose transfer cores,
 transfer weight and in-flight slowdown are fitted again to its own ring-conditions
-points (sim.calibrate.fit_transfer_cores, from the profile's report: the microbenchmarks
+points (sim.calibration.calibrate.fit_transfer_cores, from the profile's report: the microbenchmarks
 only, nothing of the validation), counted the same way.
 
 With `--schemes N` it reads each commit's all-gather and Ulysses report
@@ -59,11 +59,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hw.config import RunConfig  # noqa: E402
-from sim.config import Workload  # noqa: E402
-from sim.engine import simulate  # noqa: E402
+from sim.engine.play import simulate  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
-from sim.profile import profile_from_dict  # noqa: E402
-from sim.trace import write_json  # noqa: E402
+from sim.files import write_json
+from sim.hardware.profile import profile_from_dict  # noqa: E402
+from sim.scenario.config import Workload  # noqa: E402
 
 RESULTS = "bench/results"
 
@@ -98,8 +98,8 @@ def _score(report: dict, variants: dict[str, tuple]) -> dict[str, dict]:
     the median of its plays, scored as the report does: median |makespan error|, median
     signed error, cases inside their measured [min, max] or within 10%, and the median
     over cases of each case's median |step error| against the report's measured steps."""
-    from sim.metrics import step_durations
-    from sim.validation import simulate_replays
+    from sim.calibration.validation import simulate_replays
+    from sim.trace.metrics import step_durations
 
     errors: dict[str, list[float]] = {name: [] for name in variants}
     step_errors: dict[str, list[float]] = {name: [] for name in variants}
@@ -171,7 +171,7 @@ def _committed(report: dict) -> dict:
 def _schemes(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
     """Each run's all-gather and Ulysses cases: the committed predictions against the same
     cases simulated again now (median of `n` seeded plays), per scheme and in all."""
-    from sim.calibrate import calibrate_collectives, collective_records
+    from sim.calibration.calibrate import calibrate_collectives, collective_records
 
     rows = []
     print(f"{'commit':8}  {'scheme':9}  {'committed':>40}  {'now':>40}  (median |makespan error| (median "
@@ -196,7 +196,7 @@ def _schemes(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
 
 def _placements(prof: dict) -> dict:
     """Even sharing, computes placed on cores and computes held on their core
-    (sim.contention.Host.placement)."""
+    (sim.hardware.contention.Host.placement)."""
     out = {}
     for name in ("even", "cores", "held"):
         d = copy.deepcopy(prof)
@@ -208,7 +208,7 @@ def _placements(prof: dict) -> dict:
 def _protocols(prof: dict) -> dict:
     """The profile without and with gloo's point-to-point protocol (a send posted after
     its receive is written by the posting thread, holding its compute:
-    sim.players.times_simpy)."""
+    sim.engine.players.times_simpy)."""
     gloo = profile_from_dict(prof)
     # the same profile with its backend unknown: every compute starts on its dependencies
     return {"without": dataclasses.replace(gloo, measured_on=dict(gloo.measured_on, backend=None)), "gloo": gloo}
@@ -216,9 +216,9 @@ def _protocols(prof: dict) -> dict:
 
 def _weights(prof: dict) -> dict:
     """The profile as it is, and with its transfers' share of the cores fitted again to
-    its ring-conditions points with a transfer weight (sim.contention.split_cores)."""
-    from sim.calibrate import fit_transfer_cores
-    from sim.contention import Host
+    its ring-conditions points with a transfer weight (sim.hardware.contention.split_cores)."""
+    from sim.calibration.calibrate import fit_transfer_cores
+    from sim.hardware.contention import Host
 
     h, points = prof["contention"]["host"], prof["report"]["host"].get("points") or []
     host = Host(cores=h["cores"], threads_per_rank=h["threads_per_rank"], law=tuple(map(tuple, h["law"])))

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sim.errors import RingsimError  # noqa: E402
-from sim.trace import kept_file, write_json  # noqa: E402
+from sim.files import kept_file, write_json
 
 VARIANTS = (("fwd", 1), ("bwd", 1), ("bwd", 2))
 """(block kind, hops in flight per rank): a forward step carries the K/V hop; a backward
@@ -35,9 +35,9 @@ def predicted(profile, k: int, kind: str) -> tuple[float, float] | None:
     """The profile's (compute, transfer) slowdown for k ranks each computing a `kind` block
     while one transfer of each is in flight, against each alone; None without a host model.
     The same with two hops in flight: the simulator plays a link's transfers one at a time
-    (sim.players), so a rank's K/V and dK/dV hops to its neighbour keep one transfer in
+    (sim.engine.players), so a rank's K/V and dK/dV hops to its neighbour keep one transfer in
     flight, for longer."""
-    from sim.calibrate import ring_conditions_slowdowns
+    from sim.calibration.calibrate import ring_conditions_slowdowns
 
     host = profile.contention.host if profile is not None else None
     if host is None:
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     profile = None
     if a.profile:
-        from sim.profile import load_profile
+        from sim.hardware.profile import load_profile
         try:
             profile = load_profile(a.profile)
         except (RingsimError, OSError) as e:

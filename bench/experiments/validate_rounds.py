@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from sim.trace import write_json  # noqa: E402
+from sim.files import write_json  # noqa: E402
 
 
 def run(profile: str, rounds: int, repeats: int, out: Path) -> dict:

@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
-from sim.trace import kept_file, write_json  # noqa: E402
+from sim.files import kept_file, write_json  # noqa: E402
 
 MESSAGE_BYTES = 64 * 1024
 BLOCK_TOKENS = 1024

@@ -6,7 +6,7 @@ One module per view over a shared style (`style`): `layout_strip`, `timeline`,
 `block_map`, `comparison` (layouts), `documents` (layouts on packed documents),
 `schemes` (schemes), `sweep`, `memory`, `merge`, `overlay`. This package
 re-exports their builders, so `figures.timeline(trace)` reads as before. Figures read a
-trace's columns (sim.trace.SpanTable), ask the trace's scheme (sim.schemes) how to name,
+trace's columns (sim.trace.format.SpanTable), ask the trace's scheme (sim.schemes) how to name,
 colour and map its operations, and ask sim.layouts about layouts. Definitions (exposed
 communication, idle, efficiency, imbalance, work of a block) are those of docs/design.md.
 """

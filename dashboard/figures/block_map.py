@@ -15,8 +15,8 @@ from plotly.subplots import make_subplots
 
 from dashboard.figures.documents import kept_keys
 from dashboard.figures.style import TEMPLATE, rank_colors, run_label, scheme_of
-from sim import packed
-from sim.trace import COMPUTE, Trace
+from sim.layouts import packed
+from sim.trace.format import COMPUTE, Trace
 
 MAX_HOVER_CELLS = 128 * 128
 """The block map carries per-cell hover data up to this many cells."""

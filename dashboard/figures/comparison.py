@@ -1,6 +1,6 @@
 """View 4, which layout wins: makespan, efficiency, load imbalance and exposed
 communication of every layout with overlap on and off (the rows of `ringsim compare`,
-sim.metrics.comparison_row; definitions in docs/design.md)."""
+sim.trace.metrics.comparison_row; definitions in docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Packed documents (docs/packed.md): which layout balances them. Each GPU's work on
-every packed layout (sim.packed.LAYOUTS) for the scenario's documents, and the work
+every packed layout (sim.layouts.packed.LAYOUTS) for the scenario's documents, and the work
 imbalance (max/mean) of each layout, with its spread over seeds when the documents are
 drawn. The work of a GPU is the (query, key) pairs its queries keep under the document
 mask (`kept_keys`), as the exact block tables count them.
@@ -15,11 +15,11 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from dashboard.figures.style import COLORS, TEMPLATE
-from sim.packed import Packed, rank_tokens
+from sim.layouts.packed import Packed, rank_tokens
 
 
 def kept_keys(p: Packed) -> tuple[np.ndarray, np.ndarray]:
-    """(S,) each query's first and last key under the mask (sim.documents): its own
+    """(S,) each query's first and last key under the mask (sim.scenario.documents): its own
     document's keys, at or before it when causal, within W - 1 tokens with a window."""
     b = np.asarray(p.bounds, dtype=np.int64)
     t = np.arange(p.seq, dtype=np.int64)

@@ -1,6 +1,6 @@
 """View 1, which tokens each device holds: the sequence as a strip of runs of
 consecutive tokens, coloured by the rank that holds them (sim.layouts; packed documents:
-sim.packed, with the documents drawn above the ranks and their boundaries across). A
+sim.layouts.packed, with the documents drawn above the ranks and their boundaries across). A
 scheme whose token shards follow a layout at another level (the hybrid's ring positions,
 each shared by a group of GPUs) names its holders and says so in the title."""
 

@@ -1,6 +1,6 @@
 """View 7, why the merge is exact: for one query row, the running maximum, normalizer
 and rescale factor of the online softmax at each ring step (docs/design.md, facts 3 and 7;
-sim.online_softmax)."""
+sim.scenario.online_softmax)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.figures.style import COLORS, TEMPLATE
-from sim.online_softmax import RingMerge
+from sim.scenario.online_softmax import RingMerge
 
 LABELS = {
     "title": "Why the merge is exact: query token {row} on GPU {rank} ({layout}, {gpus} GPUs, {tokens} tokens, "

@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from dashboard.figures.style import COLORS, LEGEND_BESIDE, TEMPLATE, time_unit
 from dashboard.figures.timeline import MAX_BAR_SPANS
-from sim.trace import COMPUTE, IDLE, WAIT, Trace
+from sim.trace.format import COMPUTE, IDLE, WAIT, Trace
 
 LABELS = {
     "title": "Model vs measurement: makespan simulated {simulated}, measured {measured} ({error})<br>"

@@ -1,4 +1,4 @@
-"""The Plan view's chart: every candidate of `ringsim plan` (sim.plan) as a point, time
+"""The Plan view's chart: every candidate of `ringsim plan` (sim.planning.plan) as a point, time
 per step against memory per GPU, the memory limit drawn as a vertical line; one colour
 per scheme, hollow where the candidate does not fit. Each point carries its index in the
 candidates list (`customdata`), so a click can load it into the other views. Labels come
@@ -51,7 +51,7 @@ def plan_chart(candidates: Sequence[dict[str, Any]], limit_bytes: float,
 
 STEP_PARTS = ("gemm_s", "attention_s", "elementwise_s", "tp_comm_s", "recompute_s", "pp_bubble_s", "pp_comm_s",
               "dp_comm_s", "optimizer_s")
-"""The parts of a step (sim.step's breakdown), in the order the bars stack them."""
+"""The parts of a step (sim.training.step's breakdown), in the order the bars stack them."""
 STEP_COLORS = {"gemm_s": "#3a6fd8", "attention_s": "#8e44ad", "elementwise_s": "#7fa7e8", "tp_comm_s": "#e08a1e",
                "recompute_s": "#b07cc6", "pp_bubble_s": "#bdbdbd", "pp_comm_s": "#f2b866", "dp_comm_s": "#d62728",
                "optimizer_s": "#2e9e5b"}
@@ -60,7 +60,7 @@ STEP_DEFAULT_LABELS = {"title": "Candidates: what each step is made of (the slow
 
 
 def step_chart(candidates: Sequence[dict[str, Any]], labels: dict[str, str] | None = None) -> go.Figure:
-    """Each candidate's step (`ringsim plan --global-batch`, sim.step_plan) as a bar of its
+    """Each candidate's step (`ringsim plan --global-batch`, sim.training.plan) as a bar of its
     parts stacked, the fastest on top; a candidate that does not fit is drawn lighter."""
     lab = {**STEP_DEFAULT_LABELS, **(labels or {})}
     scale, unit = time_unit(max((c["step_s"] for c in candidates), default=1.0))
@@ -90,7 +90,7 @@ PIPELINE_DEFAULT_LABELS = {"title": "One step of the fastest candidate, one GPU 
 
 
 def pipeline_chart(spans: dict[str, Any], labels: dict[str, str] | None = None) -> go.Figure:
-    """A step's pipeline as the engine played it (sim.pipeline): per stage, its forwards,
+    """A step's pipeline as the engine played it (sim.training.pipeline): per stage, its forwards,
     backwards and sends over time; idle where nothing runs. `spans`: {"stages": n,
     "rank": [...], "kind": [...], "start_s": [...], "end_s": [...]}."""
     lab = {**PIPELINE_DEFAULT_LABELS, **(labels or {})}

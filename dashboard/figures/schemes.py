@@ -1,5 +1,5 @@
 """Which scheme wins: every scheme and ring layout side by side on one workload and
-cluster (the rows of `ringsim compare --schemes`, sim.compare.compare_scheme_rows): the
+cluster (the rows of `ringsim compare --schemes`, sim.planning.compare.compare_scheme_rows): the
 makespan, the worst GPU's exposed communication, bytes sent and peak memory per GPU
 (definitions in docs/design.md). A variant the configuration refuses keeps its place, with no
 bars; the table beside the figure says why.

@@ -18,7 +18,7 @@ from plotly.colors import qualitative, sample_colorscale
 from sim.schemes import Scheme
 from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
-from sim.trace import Trace
+from sim.trace.format import Trace
 
 TEMPLATE = go.layout.Template(layout=dict(
     font=dict(family="Inter, Helvetica, Arial, sans-serif", size=12, color="#222"),

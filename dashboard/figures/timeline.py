@@ -1,7 +1,7 @@
 """View 2, how K/V blocks travel: per GPU three lanes (compute, send, receive), exposed
 communication in red on the compute lane (docs/design.md, Definitions).
 
-The figure reads the trace's columns (sim.trace.SpanTable) over a window of ranks. A
+The figure reads the trace's columns (sim.trace.format.SpanTable) over a window of ranks. A
 simulated trace lists its spans rank by rank, so a window is one contiguous slice of
 every column, found by binary search; a trace in another order is sorted by rank once.
 The names and colours of computes and transfers are those of the trace's scheme
@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from dashboard.figures.style import COLORS, TEMPLATE, lighter, run_label, scheme_of, time_unit
 from sim.schemes import Scheme
-from sim.trace import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
+from sim.trace.format import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
 
 MAX_BAR_SPANS = 10_000
 """Past this many spans a timeline draws WebGL line segments instead of SVG bars."""

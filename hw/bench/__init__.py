@@ -29,11 +29,11 @@ validate it:
 - collective: the collectives the all-gather and Ulysses schemes run (all_gather,
   reduce_scatter, all_to_all, the list forms their kernels call), over shard sizes and
   GPU counts, each timed from a barrier to the slowest rank's completion: the input of
-  the alpha-beta fit of each collective (sim.calibrate.calibrate_collectives).
+  the alpha-beta fit of each collective (sim.calibration.calibrate.calibrate_collectives).
 
 Physical bounds are checked before a measurement is kept: k busy processes of t
 threads on C cores cannot each run faster than k·t/C times slower than one alone
-(sim.calibrate.bound_violation, with 5% for noise). A concurrency entry (against the
+(sim.calibration.calibrate.bound_violation, with 5% for noise). A concurrency entry (against the
 1-process entry) or a ring-conditions entry (its compute) below the bound is measured
 again, up to three times in all; if every attempt violates it, the last is written
 with "rejected" (why) and a one-line message goes to stderr: calibration does not fit

@@ -6,7 +6,7 @@ import statistics
 import sys
 from typing import Any, Callable
 
-from sim.calibrate import bound_violation, round_ratios
+from sim.calibration.calibrate import bound_violation, round_ratios
 
 # ---- physical bounds ------------------------------------------------------------------
 
@@ -24,7 +24,7 @@ def add_pass(entry: dict[str, Any], again: dict[str, Any]) -> None:
     ratios to their references and each pass's median of them (`speed_ratios`,
     `pass_speed_ratios`). A shared host's speed
     swings by 20% within seconds; a run meets the host at its typical speed, not at the
-    best moment of a pass, so calibration (sim.calibrate) takes the mean of the passes."""
+    best moment of a pass, so calibration (sim.calibration.calibrate) takes the mean of the passes."""
     listed = (("reference_s", "pass_references_s"), ("speed_ratios", "pass_speed_ratios"))
     if "pass_medians_s" not in entry:
         entry["pass_medians_s"] = [entry["median_s"]]
@@ -54,7 +54,7 @@ def ring_slowdown(shared_s: list[float], alone_s: list[float]) -> float:
 
 def round_slowdown(entry: dict[str, Any], median: bool = False) -> float:
     """A concurrency entry's slowdown: the median over its rounds of each round's shared
-    samples over its samples alone (sim.calibrate.round_ratios: their mean over the
+    samples over its samples alone (sim.calibration.calibrate.round_ratios: their mean over the
     median alone, as ring_slowdown; with `median`, their medians' ratio), so that the
     host's drift between rounds cancels; an entry without rounds (older files) over all
     its samples. 0 when nothing was measured."""

@@ -22,7 +22,7 @@ from hw.bench.parts import (
     host_pass_places,
 )
 from sim.errors import RingsimError
-from sim.trace import write_json
+from sim.files import write_json
 
 
 def run_bench(a: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 from hw.bench.options import FORMAT, PARTS, VERSION
 from sim.errors import RingsimError
-from sim.trace import read_json
+from sim.files import read_json
 
 # ---- the command ----------------------------------------------------------------------
 

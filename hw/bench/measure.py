@@ -6,7 +6,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-from sim.config import BWD_FLOPS_FACTOR
+from sim.scenario.config import BWD_FLOPS_FACTOR
 
 # ---- measuring --------------------------------------------------------------------------
 

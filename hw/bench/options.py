@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
-from sim.config import DTYPE_BYTES
 from sim.errors import RingsimError
+from sim.scenario.config import DTYPE_BYTES
 
 FORMAT = "ringsim-hw-bench"
 VERSION = 1

@@ -12,8 +12,8 @@ from hw.bench.bounds import concurrency_violation, measure_within_bounds, ring_s
 from hw.bench.document import _key
 from hw.bench.measure import _rank_device, _sync, block_flops, make_block
 from hw.bench.options import CONCURRENCY_ROUNDS, HOST_PASSES
-from sim.config import DTYPE_BYTES
-from sim.contention import sharing_bound
+from sim.hardware.contention import sharing_bound
+from sim.scenario.config import DTYPE_BYTES
 
 
 def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:
@@ -76,7 +76,7 @@ def _reference_entry(plan: dict[str, Any]) -> dict[str, Any]:
     """The block the compute part times before every entry on CPU (full forward, 1024
     tokens, the plan's first dtype and shape): a shared host's speed drifts by up to 20%
     over tens of seconds, and `ringsim calibrate` brings every entry to one speed with it
-    (sim.calibrate)."""
+    (sim.calibration.calibrate)."""
     h = plan["heads"][0]
     return full_forward_block(plan["dtypes"][0], plan["batch"], h, plan["kv_heads"] or h, plan["head_dims"][0],
                               REFERENCE_TOKENS)
@@ -130,7 +130,7 @@ def _plan_ring(plan: dict[str, Any], seen: dict[str, set], pass_: int = 1) -> li
     forward beside one hop, as a forward step; and where the plan's kinds hold bwd, its
     backward beside two (K/V, then dK/dV), as a step of the ring's backward pass (hw.ring):
     calibration fits the transfers' share of the cores to both kinds, each with its own
-    in-flight slowdown (sim.calibrate.fit_ring_conditions)."""
+    in-flight slowdown (sim.calibration.calibrate.fit_ring_conditions)."""
     kinds = ("fwd", "bwd") if "bwd" in plan["kinds"] else ("fwd",)
     return _plan_host(plan, "ring_conditions", sorted(set(plan["ring_processes"])), seen, kinds, pass_)
 

@@ -5,7 +5,7 @@ kernel computes (each piece one call of a fused attention operator, none with a 
 whose keys are all masked) are the layout modules' answers in `sim.layouts`, shared
 with the simulator and the figures; `block_pieces` is re-exported from there.
 
-Packed documents (`sim.packed`, docs/packed.md) shard by `sim.packed.rank_tokens`, and
+Packed documents (`sim.layouts.packed`, docs/packed.md) shard by `sim.layouts.packed.rank_tokens`, and
 a block is computed as a varlen kernel computes it (`doc_pieces`): per document both
 sides hold, that document's queries against its keys. The mask keeps key u for query t
 when both lie in one document and u <= t (causal), with a window W also t - u < W
@@ -24,8 +24,8 @@ import numpy as np
 
 from sim.layouts import block_pieces, rank_tokens
 from sim.layouts.base import Piece
-from sim.packed import DOC_LAYOUTS, Packed
-from sim.packed import rank_tokens as packed_rank_tokens
+from sim.layouts.packed import DOC_LAYOUTS, Packed
+from sim.layouts.packed import rank_tokens as packed_rank_tokens
 
 __all__ = ["DocPiece", "Piece", "block_pieces", "doc_pieces", "shard", "token_index", "unshard"]
 

@@ -184,7 +184,7 @@ def block_work(layout: str, seq: int, n: int, causal: bool, granularity: str = "
 
 
 MASK_NAMES = ("full", "diagonal", "empty")
-"""Block masks by code (see block_masks; sim.schedule's MASKS)."""
+"""Block masks by code (see block_masks; sim.engine.schedule's MASKS)."""
 
 
 def block_work_and_masks(layout: str, seq: int, n: int, causal: bool, granularity: str = "exact",
@@ -224,7 +224,7 @@ def block_extents(layout: str, seq: int, n: int, causal: bool) -> tuple[np.ndarr
     queries (it is later), the dense rectangles a ring kernel passes on; for a striped
     block whose K/V rank is later, every query but the first and every key but the last
     (ring-flash-attention's q[:, 1:], k[:, :-1]). The hardware model takes a block's rate
-    and merge from it (sim.kernel_model). In closed form from the segments."""
+    and merge from it (sim.hardware.kernel_model). In closed form from the segments."""
     segs = segments(layout, seq, n)
     c = seq // n
     if not causal:

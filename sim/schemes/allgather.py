@@ -3,11 +3,11 @@ rotation): docs/design.md, "Beyond the ring".
 
 Tokens are cut into 2N chunks of c = S/(2N); rank i holds chunks i and 2N-1-i (the
 zigzag layout, as Llama 3 does), so the causal work is the same on every rank. K and V
-are all-gathered (sim.topology: a ring inside the node, with a ring across nodes first
+are all-gathered (sim.hardware.topology: a ring inside the node, with a ring across nodes first
 when the GPUs span several), then each rank attends its queries against the gathered
 K/V under the mask: per query chunk a, causal, one dense call against chunks 0..a-1
 (c x a*c keys) and one diagonal call against chunk a (c x c), the two parts a fused
-kernel runs at different rates (sim.kernel_model); without the mask, one dense call of
+kernel runs at different rates (sim.hardware.kernel_model); without the mask, one dense call of
 its 2c queries against all S keys.
 
 The all-gather is exposed: nothing overlaps it, unless the work is pipelined over
@@ -24,7 +24,7 @@ dK/dV), the reduce-scatter of group h behind the compute of group h+1. A pass en
 rank when its reduced dK/dV have arrived.
 
 A rank takes in what it receives as zero-length operations on its compute stream
-(sim.schedule.ScheduleBuilder.take_in): the wait for the gather is exposed all-gather
+(sim.engine.schedule.ScheduleBuilder.take_in): the wait for the gather is exposed all-gather
 communication. Every rank sends (N-1) blocks of K/V: the ring's volume, received at
 once instead of behind the compute; every rank holds the whole K/V (two groups of it
 when pipelined), so its memory grows with S, not S/N.
@@ -36,17 +36,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim import packed
+from sim.engine.schedule import AG, BWD, DIAGONAL, EMPTY, FULL, FWD, NO_DEP, RS, Schedule, ScheduleBuilder
 from sim.errors import RingsimError
+from sim.hardware.topology import Topology
 from sim.layouts import get as get_layout
-from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
-from sim.schedule import AG, BWD, DIAGONAL, EMPTY, FULL, FWD, NO_DEP, RS, Schedule, ScheduleBuilder
+from sim.layouts import packed
+from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings
-from sim.topology import Topology
-from sim.trace import COMPUTE, Trace
+from sim.trace.format import COMPUTE, Trace
 
-if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
-    from sim.config import Scenario
+if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
+    from sim.scenario.config import Scenario
 
 
 PACKED_LAYOUTS = ("contiguous", "zigzag")
@@ -96,7 +96,7 @@ def _pieces(scenario: Scenario) -> dict[str, np.ndarray]:
 
 def count_allgather_ops(scenario: Scenario) -> int:
     """The operations of the scenario's schedule, without building it: per pass and head
-    group, the gather's flows and as many take-ins (sim.schedule.ScheduleBuilder.take_in),
+    group, the gather's flows and as many take-ins (sim.engine.schedule.ScheduleBuilder.take_in),
     each rank's kernel calls (_pieces: two per query chunk under the mask, one without),
     and in backward the reduce-scatter's flows and their take-ins."""
     w, n, groups = scenario.workload, scenario.n_gpus, scenario.head_groups
@@ -152,14 +152,14 @@ def build_allgather_schedule(scenario: Scenario) -> Schedule:
 
 def _held(scenario: Scenario):
     """The chunks rank i holds: 2N zigzag chunks, i and 2N-1-i; packed documents: its
-    shard (sim.packed)."""
+    shard (sim.layouts.packed)."""
     n = scenario.n_gpus
     return (lambda i: (i,)) if scenario.packed else (lambda i: (i, 2 * n - 1 - i))
 
 
 def _packed_pieces(scenario: Scenario):
     """Packed documents: one varlen call per rank and head group, its queries against the
-    whole gathered K/V, a piece per document (sim.packed.gathered_tables), as
+    whole gathered K/V, a piece per document (sim.layouts.packed.gathered_tables), as
     ring-flash-attention's llama3_flash_attn_varlen_func calls it."""
     t = packed.gathered_tables(packed.packed_of(scenario), scenario.granularity, scenario.tile)
     n = scenario.n_gpus
@@ -169,8 +169,8 @@ def _packed_pieces(scenario: Scenario):
 
 
 def _flows(b: ScheduleBuilder, topo: Topology, steps, own: np.ndarray, held) -> list[tuple]:
-    """The steps of a two-level ring collective (sim.topology: all_gather or
-    reduce_scatter) as (src, dst, the resources each flow holds (sim.topology.Topology
+    """The steps of a two-level ring collective (sim.hardware.topology: all_gather or
+    reduce_scatter) as (src, dst, the resources each flow holds (sim.hardware.topology.Topology
     .route), chunk sets carried, blocks per flow); a flow inside a node carries a block
     from every node."""
     out = []

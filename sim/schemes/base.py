@@ -1,7 +1,7 @@
 """What a scheme module supplies (docs/design.md, "Beyond the ring: the schemes").
 
 A scheme is one module of this package that defines `SCHEME`, a `Scheme`: the schedule
-builder (configuration -> sim.schedule.Schedule, the only thing the engine plays), the
+builder (configuration -> sim.engine.schedule.Schedule, the only thing the engine plays), the
 memory model (bytes per rank, itemized), checks of a configuration beyond the common
 ones, the names and colours of its operation kinds (for figures and legends), and what
 the dashboard's block map shows. The engine looks a scheme up by name
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.trace import COMPUTE
+from sim.trace.format import COMPUTE
 
 if TYPE_CHECKING:
-    from sim.config import Scenario
-    from sim.schedule import Schedule
-    from sim.trace import Trace
+    from sim.engine.schedule import Schedule
+    from sim.scenario.config import Scenario
+    from sim.trace.format import Trace
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Scheme:
     """The scheme's own Scenario fields, resolved (for Scenario.describe and tables)."""
     batches_in_order: Callable[["Scenario"], bool] = field(default=lambda scenario: False)
     """True where the schedule already makes every point-to-point hop wait for the batch
-    each of its ranks posted before (sim.queues): a device that queues its batches, as
+    each of its ranks posted before (sim.engine.queues): a device that queues its batches, as
     NCCL does, then changes nothing, and the engine skips adding the same dependencies."""
     count_ops: Callable[["Scenario"], int] | None = None
     """How many operations the schedule will hold, without building it: the engine

@@ -8,7 +8,7 @@ Ring position k holds the layout's tokens for rank k of an r-rank ring; each of 
 GPUs holds S/N of them, all heads.
 
 Forward:
-1. all-to-all of Q, K, V inside each group (sim.topology, pairwise rounds): each GPU
+1. all-to-all of Q, K, V inside each group (sim.hardware.topology, pairwise rounds): each GPU
    sends each peer that peer's H/u query heads and K/V heads of its S/N tokens. A GPU
    ends with ring position k's S/r tokens on H/u heads.
 2. Ring Attention (sim.schemes.ring, its schedule rules and the layout's work) on H/u
@@ -20,7 +20,7 @@ all-to-all of dQ, dK, dV back, in the input dtype (each group's dK/dV are comple
 the ring: nothing is summed across GPUs, unlike the ring's fp32 accumulators).
 
 A GPU takes in what an all-to-all brought as zero-length operations on its compute
-stream (sim.schedule.ScheduleBuilder.take_in), so the wait before the ring, and after the
+stream (sim.engine.schedule.ScheduleBuilder.take_in), so the wait before the ring, and after the
 last all-to-all, shows as exposed all-to-all communication; a pass ends on a GPU when its
 output (or its gradients) has arrived.
 
@@ -31,7 +31,7 @@ replicated, their bytes counted every time they are sent (as DeepSpeed-Ulysses a
 do), and their gradients summed on the way back. Anything else is refused.
 
 Compute: each ring block is one kernel call on H/u heads; the hardware model reads a
-block's width (heads x batch x head dim) from its FLOPs and extent (sim.kernel_model),
+block's width (heads x batch x head dim) from its FLOPs and extent (sim.hardware.kernel_model),
 so fewer heads enter through the FLOPs. With u = N (sim.schemes.ulysses) the ring has one
 GPU: each GPU computes one causal S x S call on H/N heads.
 """
@@ -42,19 +42,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim import packed
+from sim.engine.schedule import A2A, BWD, DKV, FWD, NO_DEP, Schedule, ScheduleBuilder
 from sim.errors import RingsimError
-from sim.layouts import chunk_pair_work, chunks_of_rank
+from sim.hardware.topology import Topology
+from sim.layouts import chunk_pair_work, chunks_of_rank, packed
 from sim.layouts import get as get_layout
-from sim.quantities import ACCUM_BYTES
-from sim.schedule import A2A, BWD, DKV, FWD, NO_DEP, Schedule, ScheduleBuilder
+from sim.scenario.quantities import ACCUM_BYTES
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.schemes.ring import build_ring_schedule, count_ring_ops
-from sim.topology import Topology
-from sim.trace import Trace
+from sim.trace.format import Trace
 
-if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
-    from sim.config import Scenario, Workload
+if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
+    from sim.scenario.config import Scenario, Workload
 
 
 def kv_heads_per_gpu(workload: Workload, u: int) -> int:
@@ -110,7 +109,7 @@ def ring_layout(scenario: Scenario, r: int) -> str:
 def ring_scenario(scenario: Scenario, u: int, r: int, pass_: str) -> Scenario:
     """One ring of the hybrid: r GPUs, the whole sequence, H/u heads."""
     w = scenario.workload
-    # made as the given ones' types: the schemes import sim.config for annotations only
+    # made as the given ones' types: the schemes import sim.scenario.config for annotations only
     sub = type(w)(batch=w.batch, seq=w.seq, heads=w.heads // u, kv_heads=kv_heads_per_gpu(w, u),
                   head_dim=w.head_dim, dtype=w.dtype, causal=w.causal, pass_=pass_, docs=w.docs, seed=w.seed,
                   window=w.window)
@@ -185,7 +184,7 @@ def _splice(b: ScheduleBuilder, template: Schedule, grid: np.ndarray, topo: Topo
             ready: np.ndarray, step0: int) -> list[np.ndarray]:
     """Add the ring `template` (ranks 0..r-1) once per ring (column j of `grid`), the
     copies of each template op side by side; hops hold the ports of their two GPUs (and
-    the PCIe links between them: sim.topology.Topology.route) and
+    the PCIe links between them: sim.hardware.topology.Topology.route) and
     wait for `ready` at both ends. Returns, per rank, the id of its last compute and of
     the last dK/dV hop it received (NO_DEP where none)."""
     u = grid.shape[1]

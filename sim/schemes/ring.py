@@ -21,16 +21,16 @@ receive both posted after the compute, on both ends), then the next compute.
 In fwdbwd, backward steps are numbered N..2N-1 and start on a rank once its forward
 is done.
 
-Each hop holds its directed link (r -> r+1). Across nodes (sim.topology) that is exact
+Each hop holds its directed link (r -> r+1). Across nodes (sim.hardware.topology) that is exact
 too: every rank sends to one rank and receives from one, and with ranks packed into
 nodes in order only one hop leaves each node and one enters it, so no two hops ever
 meet on a port or a NIC, shared or not; a hop between nodes runs at the NIC's speed
-(sim.config.Hardware.transfer_times_s).
+(sim.scenario.config.Hardware.transfer_times_s).
 
 Operations are numbered step by step: the N computes of step k (rank 0 first), then
 its N K/V hops (none at the last step), then in backward its N dK/dV hops. Each group
 waits only on earlier steps or groups and uses each rank and each link once: a wave of
-the schedule (sim.schedule); with overlap, a step's K/V hops wait on nothing of its
+the schedule (sim.engine.schedule); with overlap, a step's K/V hops wait on nothing of its
 computes, and the two groups make one wave. The rules are written once, over the
 (step, rank) grid, instead of once per operation: an op's id is affine in its step and
 rank, so each dependency is a rule (which group, how many steps back, which neighbour)
@@ -44,19 +44,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim import packed
+from sim.engine.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Posts, Schedule, cut_waves
+from sim.engine.threads import each
 from sim.errors import RingsimError
-from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank
+from sim.hardware.topology import Topology
+from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank, packed
 from sim.layouts import get as get_layout
-from sim.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
-from sim.schedule import BWD, DKV, FULL, FWD, KV, NO_DEP, Posts, Schedule, cut_waves
+from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
-from sim.threads import each
-from sim.topology import Topology
-from sim.trace import Trace
+from sim.trace.format import Trace
 
-if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
-    from sim.config import Scenario, Workload
+if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
+    from sim.scenario.config import Scenario, Workload
 
 _ROWS = 1 << 18
 """Grid entries gathered per pass (a few MB of temporaries, reused by the allocator)."""
@@ -113,7 +112,7 @@ def build_ring_schedule(scenario: Scenario) -> Schedule:
     extra = None
     topo = Topology.of(scenario.hardware, n)
     if topo.fabric is not None and n > 1:
-        # inside a PCIe node a hop also holds the links of its route (sim.pcie), which
+        # inside a PCIe node a hop also holds the links of its route (sim.hardware.pcie), which
         # hops of one step may share: the waves are cut again over all the resources
         is_hop = cols["kind"] != FWD
         is_hop &= cols["kind"] != BWD

@@ -18,8 +18,8 @@ from sim.errors import RingsimError
 from sim.schemes import hybrid
 from sim.schemes.base import only_settings
 
-if TYPE_CHECKING:     # annotations only: sim.config imports the schemes
-    from sim.config import Scenario
+if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
+    from sim.scenario.config import Scenario
 
 
 def _degree(scenario: Scenario) -> int:

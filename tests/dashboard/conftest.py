@@ -9,9 +9,9 @@ import pytest
 from dashboard.app import create_app
 from dashboard.client import CallbackClient
 from dashboard.state import CONTROL_IDS, defaults
-from sim.config import Scenario, Workload
-from sim.engine import simulate
-from sim.trace import Span, Trace
+from sim.engine.play import simulate
+from sim.scenario.config import Scenario, Workload
+from sim.trace.format import Span, Trace
 from tests.reference import token_owner as owner  # noqa: F401  (the figure tests use it)
 
 

@@ -10,9 +10,9 @@ import pytest
 from dashboard import export
 from dashboard.app import create_app, load_profile_file
 from dashboard.state import defaults
-from sim.cli import build_parser, main
+from sim.cli.main import build_parser, main
 from sim.errors import RingsimError
-from sim.trace import Trace
+from sim.trace.format import Trace
 from tests.dashboard.conftest import controls, measured_from
 
 
@@ -121,7 +121,7 @@ def test_malformed_upload_shows_a_message(client):
 
 
 def _profile_url() -> str:
-    from sim.profile import ComputeGroup, LinkFit, Profile
+    from sim.hardware.profile import ComputeGroup, LinkFit, Profile
     group = ComputeGroup("bf16", "full", "fwd", ((1e9, 1e-3), (2e9, 2e-3)), 0.0, 1e12)
     prof = Profile("fit", {("bf16", "full", "fwd"): group}, LinkFit(1e-5, 1e9),
                    measured_on={"device": "test-cpu"})
@@ -156,8 +156,8 @@ def test_bad_profile_upload_is_explained(client, raw, words):
 
 def test_missing_profile_module_is_explained(monkeypatch):
     import sys
-    monkeypatch.setitem(sys.modules, "sim.profile", None)
-    with pytest.raises(RingsimError, match="no sim/profile.py"):
+    monkeypatch.setitem(sys.modules, "sim.hardware.profile", None)
+    with pytest.raises(RingsimError, match="no sim/hardware/profile.py"):
         load_profile_file("p.json")
 
 

@@ -15,11 +15,11 @@ from dashboard.app import create_app
 from dashboard.client import CallbackClient
 from dashboard.figures.timeline import TRANSFER_MEANING
 from dashboard.state import defaults, scenario_from_values
-from sim.config import Scenario, Workload
-from sim.engine import simulate
-from sim.memory import peak_memory
-from sim.metrics import compute_metrics
+from sim.engine.play import simulate
+from sim.scenario.config import Scenario, Workload
+from sim.scenario.memory import peak_memory
 from sim.schemes import get as get_scheme
+from sim.trace.metrics import compute_metrics
 from tests.dashboard.conftest import controls, measured_from, small_scenario
 
 # 4 GPUs, 8192 tokens, 8 query heads and 4 K/V heads of 64, bf16: every scheme can run

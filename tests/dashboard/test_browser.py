@@ -9,7 +9,7 @@ from selenium.webdriver.common.keys import Keys
 from dashboard import export, measured
 from dashboard.app import create_app
 from dashboard.i18n import Translator
-from sim.engine import simulate
+from sim.engine.play import simulate
 from tests.dashboard.conftest import measured_from, small_scenario
 
 pytestmark = pytest.mark.browser

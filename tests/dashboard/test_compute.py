@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dashboard import compute, figures
-from sim.config import Gpu, Hardware
-from sim.metrics import compute_metrics
+from sim.scenario.config import Gpu, Hardware
+from sim.trace.metrics import compute_metrics
 from tests.dashboard.conftest import small_scenario
 
 

@@ -12,12 +12,12 @@ import pytest
 from dashboard import explain
 from dashboard.i18n import Translator, catalog
 from dashboard.plan import DEFAULTS, plan_data
-from sim.compare import compare_scheme_rows
-from sim.metrics import EXPLAIN_TEMPLATES, explain_clauses, explain_text
-from sim.metrics import explain as sim_explain
-from sim.options import scenario_from_args
+from sim.cli.options import scenario_from_args
+from sim.planning.compare import compare_scheme_rows
+from sim.planning.spec import simulate_parser
 from sim.schemes import names as scheme_names
-from sim.spec import simulate_parser
+from sim.trace.metrics import EXPLAIN_TEMPLATES, explain_clauses, explain_text
+from sim.trace.metrics import explain as sim_explain
 
 EN, ID = Translator("en"), Translator("id")
 SHARED = {"makespan", "kernel", "model", "head", "pcie", "ringsim", "calibrate", *scheme_names()}
@@ -213,12 +213,12 @@ def test_the_views_show_the_sentences_in_indonesian(client, plans):
 
 
 def test_the_whole_step_plans_sentences_in_both_languages():
-    """sim.step_plan's own sentence in English, rebuilt in Indonesian with a decimal comma,
+    """sim.training.plan's own sentence in English, rebuilt in Indonesian with a decimal comma,
     for the fastest, a tie, a slower one and one that does not fit."""
     from dashboard.explain import step_why
-    from sim.models import model_preset
-    from sim.plan import request_from
-    from sim.step_plan import plan_steps, request_hardware
+    from sim.planning.plan import request_from
+    from sim.scenario.models import model_preset
+    from sim.training.plan import plan_steps, request_hardware
 
     req = request_from(model_preset("llama3-8b"), seq="8k", nodes=2)
     hw, argv = request_hardware(req)

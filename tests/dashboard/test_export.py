@@ -12,8 +12,8 @@ import pytest
 
 from dashboard import export
 from sim.errors import RingsimError
-from sim.metrics import compute_metrics
-from sim.trace import Trace
+from sim.trace.format import Trace
+from sim.trace.metrics import compute_metrics
 
 
 def _data_url(raw: bytes) -> str:

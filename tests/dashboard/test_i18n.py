@@ -13,11 +13,11 @@ from dashboard.app import FIGURE_TEXTS, SCHEME_TABLE_COLUMNS
 from dashboard.explain import STEP_PARTS
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.questions import ANSWERS, N_CHOICES
-from sim.config import LAYOUTS, PLACEMENTS
-from sim.metrics import EXPLAIN_TEMPLATES, KIND_LABELS
-from sim.pcie import LINK_KINDS, P2P_MODES
+from sim.hardware.pcie import LINK_KINDS, P2P_MODES
+from sim.scenario.config import LAYOUTS, PLACEMENTS
 from sim.schemes import names as scheme_names
-from sim.step import RECOMPUTE
+from sim.trace.metrics import EXPLAIN_TEMPLATES, KIND_LABELS
+from sim.training.step import RECOMPUTE
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
 

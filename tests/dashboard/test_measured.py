@@ -18,11 +18,11 @@ from dashboard.app import EXAMPLE_PROFILE_TOKEN, create_app
 from dashboard.client import CallbackClient
 from dashboard.layout import MAX_UPLOAD_BYTES
 from dashboard.state import defaults, profile_changes
-from sim.config import Gpu, Hardware, scenario_from_config
-from sim.engine import simulate
+from sim.engine.play import simulate
 from sim.errors import RingsimError
-from sim.profile import ComputeGroup, LinkFit, Profile, load_profile
-from sim.trace import Trace
+from sim.hardware.profile import ComputeGroup, LinkFit, Profile, load_profile
+from sim.scenario.config import Gpu, Hardware, scenario_from_config
+from sim.trace.format import Trace
 from tests.dashboard.conftest import controls, measured_from, small_scenario
 
 EXAMPLE_PROFILE_PATH = os.path.join(measured.EXAMPLES_DIR, measured.EXAMPLE_PROFILE)

@@ -20,9 +20,9 @@ from dashboard.state import (
     shown_layouts,
     values_from_query,
 )
-from sim.config import Scenario, Workload
-from sim.engine import simulate
-from sim.packed import Packed, packed_of
+from sim.engine.play import simulate
+from sim.layouts.packed import Packed, packed_of
+from sim.scenario.config import Scenario, Workload
 from tests.dashboard.conftest import controls, small_scenario
 
 SMALL = {"gpus": 4, "seq": 16384, "heads": 8, "kv-heads": 2, "head-dim": 64}

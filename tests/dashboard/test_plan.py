@@ -203,7 +203,7 @@ def _unit_scale(fig) -> float:
 def test_a_steps_split_reads_in_the_pages_language(parallel, english, indonesian):
     from dashboard.explain import step_split
     from dashboard.i18n import Translator
-    from sim.step_plan import label
+    from sim.training.plan import label
 
     c = {"parallel": {"scheme": "ring", "tp_overlap": False, "interleave": 1} | parallel}
     assert label(c) == english

@@ -15,7 +15,7 @@ from dashboard.i18n import Translator
 from dashboard.questions import ANSWERS, score
 from dashboard.quiz_explain import explain, merge_size
 from dashboard.state import defaults, scenario_from_values
-from sim.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
 from tests.dashboard.conftest import controls
 from tests.reference import token_owner
 
@@ -60,7 +60,7 @@ def _reference_rows(sc: Scenario, row: int):
     """Ring merge of one query row, from the definitions: rank r holds its layout's
     tokens, at step k it merges the K/V of rank (r - k) mod N; online softmax."""
     n, seq = merge_size(sc)
-    rng = np.random.default_rng(0)             # sim.online_softmax.example's inputs
+    rng = np.random.default_rng(0)             # sim.scenario.online_softmax.example's inputs
     q, k, v = (rng.standard_normal((seq, 16)) for _ in range(3))
     q *= 2.0
     s = q[row] @ k.T / math.sqrt(16)

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from dashboard.cli import default_workers
-from sim.cli import main
+from sim.cli.main import main
 
 
 def test_version(capsys):
@@ -46,7 +46,7 @@ def _free_port() -> int:
 
 def _serve(*flags: str):
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "dashboard", "--port", str(port), *flags],
+    proc = subprocess.Popen([sys.executable, "-m", "sim.cli.main", "dashboard", "--port", str(port), *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):

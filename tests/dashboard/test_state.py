@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dashboard.state import ControlError, defaults, query_from_values, scenario_from_values, values_from_query
-from sim.config import Hardware, Link, scenario_from_config
-from sim.engine import simulate
+from sim.engine.play import simulate
+from sim.scenario.config import Hardware, Link, scenario_from_config
 from tests.dashboard.conftest import small_scenario
 
 
@@ -105,8 +105,8 @@ def test_settings_that_do_not_apply_leave_the_scenario_and_the_url():
 
 
 def test_a_cluster_preset_sets_the_hardware_as_the_cli_does():
-    from sim.cli import build_parser
-    from sim.options import hardware_from_args
+    from sim.cli.main import build_parser
+    from sim.cli.options import hardware_from_args
 
     values, ignored = values_from_query("?cluster=dgx-h100&gpus=32")
     assert ignored == []
@@ -163,8 +163,8 @@ def test_scenario_from_a_non_ring_trace_header(scheme, settings):
 
 
 def test_the_overhead_control_sets_the_kernel_model_s_floor_as_the_flag_does():
-    from sim.cli import build_parser
-    from sim.options import hardware_from_args
+    from sim.cli.main import build_parser
+    from sim.cli.options import hardware_from_args
 
     page = scenario_from_values(defaults() | {"overhead-us": 7.0}).hardware.gpu
     cli = hardware_from_args(build_parser().parse_args(["simulate", "--overhead-us", "7"])).gpu

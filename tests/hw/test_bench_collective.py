@@ -6,11 +6,11 @@ import json
 import pytest
 
 from hw.bench import _plan_collectives
-from sim.calibrate import calibrate, merge_benches
-from sim.cli import main
+from sim.calibration.calibrate import calibrate, merge_benches
+from sim.cli.main import main
 from sim.errors import RingsimError
-from sim.trace import read_json
-from tests.sim.test_calibrate_collectives import synthetic_bench
+from sim.files import read_json
+from tests.sim.calibration.test_calibrate_collectives import synthetic_bench
 
 
 def test_plan_covers_every_op_gpu_count_and_size_once():

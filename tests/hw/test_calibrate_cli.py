@@ -7,11 +7,11 @@ import pytest
 
 import hw.launch
 from hw.check import PROBES, check
-from sim.cli import main
-from sim.config import Scenario, Workload
-from sim.engine import simulate
-from sim.trace import Trace
-from tests.sim.test_calibrate_traces import case, known_profile, measured, spread_profile
+from sim.cli.main import main
+from sim.engine.play import simulate
+from sim.scenario.config import Scenario, Workload
+from sim.trace.format import Trace
+from tests.sim.calibration.test_from_traces import case, known_profile, measured, spread_profile
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ def test_a_host_sharing_its_cores_worse_now_is_read_and_named(kernel_is, tmp_pat
     sharing reads so: at that state every probe is exact, and the CLI names the cause."""
     import dataclasses
 
-    from sim.contention import Contention, Host
+    from sim.hardware.contention import Contention, Host
 
     host = Host(cores=2, threads_per_rank=1, law=((1.0, 1.0), (2.0, 1.04), (4.0, 2.1)))
     truth = dataclasses.replace(known_profile(), measured_on={**known_profile().measured_on, "kind": "cpu"},
@@ -176,7 +176,7 @@ def test_from_traces_predicts_the_held_out_runs_by_seeded_plays(tmp_path, capsys
     median of 31 seeded plays, as `ringsim validate` predicts it; --replays 1 plays once."""
     import statistics
 
-    from sim.profile import load_profile
+    from sim.hardware.profile import load_profile
 
     truth = known_profile()
     fit = []

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from hw.bench import CONCURRENCY_ROUNDS
-from sim.cli import main
-from sim.trace import Trace, read_json
+from sim.cli.main import main
+from sim.files import read_json
+from sim.trace.format import Trace
 
 SMALL = ["--seq", "32", "--heads", "2", "--head-dim", "8", "--warmup", "0"]
 
@@ -113,7 +114,7 @@ def test_hw_bench_writes_the_documented_json_and_resumes(capsys, tmp_path):
     # over a common window: at least the samples asked for, from every process
     assert [e["processes"] for e in d["concurrency"]] == [1, 2]
     assert [len(e["time_s"]) >= 2 * e["processes"] for e in d["concurrency"]] == [True, True]
-    # each process also timed alone, just before: the law's reference (sim.calibrate), in
+    # each process also timed alone, just before: the law's reference (sim.calibration.calibrate), in
     # rounds that alternate alone and shared, each round's samples kept apart too
     rounds = CONCURRENCY_ROUNDS
     assert [len(e["alone_s"]) for e in d["concurrency"]] == [rounds * 2 * e["processes"] for e in d["concurrency"]]

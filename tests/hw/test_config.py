@@ -1,8 +1,8 @@
 import pytest
 
 from hw.config import RunConfig
-from sim.config import Workload
 from sim.errors import RingsimError
+from sim.scenario.config import Workload
 
 
 def wl(**kw):

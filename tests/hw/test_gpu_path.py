@@ -12,8 +12,8 @@ import torch
 from hw.comm import PeerFailure, Ring
 from hw.config import RunConfig
 from hw.timing import CpuClock, CudaClock, Pending, Recorder, TransferStalled
-from sim.config import Workload
 from sim.errors import RingsimError
+from sim.scenario.config import Workload
 
 # ---- the interference part times compute on its own stream ----------------------------
 

@@ -103,7 +103,7 @@ def test_bench_command_line_refusals(tmp_path, capsys):
 
 def test_a_timed_play_gives_each_rank_s_steps_alone_and_numbered_as_the_simulator_does():
     """play_ring(timed=True): one compute span per rank and step that computes, forward
-    steps 0..N-1 and backward N..2N-1 (sim.schedule's numbering), no two overlapping (each
+    steps 0..N-1 and backward N..2N-1 (sim.engine.schedule's numbering), no two overlapping (each
     step's compute runs alone on the device), and the same numbers as an untimed play."""
     import torch
 

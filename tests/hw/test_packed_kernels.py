@@ -4,7 +4,7 @@ the document mask, on 2 and 3 gloo ranks.
 One spawned group per GPU count runs every case (layouts x documents x window x mask,
 forward and backward), as tests/hw/test_ring.py does. The reference mask is built token
 by token from the documents' cumulative lengths (tests.reference.document_mask), not
-from sim.packed; the recorded work of every compute is checked against a brute-force
+from sim.layouts.packed; the recorded work of every compute is checked against a brute-force
 count of the pairs that mask keeps between the two ranks' tokens.
 """
 
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from sim.documents import bounds
-from sim.trace import Trace
+from sim.scenario.documents import bounds
+from sim.trace.format import Trace
 from tests.hw import test_schemes_common as common
 from tests.hw.conftest import max_err
 from tests.reference import document_mask, masked_attention
@@ -59,7 +59,7 @@ def _bounds(case: dict, n_gpus: int) -> tuple[int, ...]:
 
 
 def packed(case: dict, n_gpus: int):
-    from sim.packed import Packed
+    from sim.layouts.packed import Packed
 
     return Packed(_bounds(case, n_gpus), n_gpus, case["layout"], case["window"], case["causal"])
 
@@ -175,8 +175,8 @@ def test_the_pieces_of_a_block_keep_exactly_the_masked_pairs(layout, window, cau
 
 def test_allgather_refuses_packed_documents_on_other_layouts():
     from hw.config import RunConfig
-    from sim.config import Workload
     from sim.errors import RingsimError
+    from sim.scenario.config import Workload
 
     w = Workload(seq=64, heads=2, kv_heads=2, head_dim=8, docs="5,20,7")
     with pytest.raises(RingsimError, match="contiguous or zigzag") as e:

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from hw.comm import Ring, RingComm
 from hw.runner import _split_waits
 from hw.timing import Pending, Recorder
-from sim.trace import Span
+from sim.trace.format import Span
 
 
 class _Work:

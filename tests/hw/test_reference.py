@@ -8,7 +8,7 @@ import pytest
 
 from hw.reference import REFERENCE_TOKENS, host_sharing, host_speed, reference_block
 from sim.errors import RingsimError
-from sim.profile import ComputeGroup, LinkFit, Profile
+from sim.hardware.profile import ComputeGroup, LinkFit, Profile
 
 
 def profile_with(points, dtype="fp32"):
@@ -47,7 +47,7 @@ def test_a_reading_is_the_blocks_time_now_over_the_profiles():
 
 
 def test_the_compute_parts_own_reference_is_read_at_its_median_over_the_part():
-    """A profile whose entries were brought to one speed (sim.calibrate.at_one_speed) at
+    """A profile whose entries were brought to one speed (sim.calibration.calibrate.at_one_speed) at
     a reference median of 30 ms: its 1024-token block, when it is that reference, is the
     30 ms the entries were brought to, not the 23.5 ms its own entry was scaled to
     (timed at 27 ms just after a 35 ms reading). Another shape keeps its point."""
@@ -65,7 +65,7 @@ def hosted(points, cores=2, law=((1.0, 1.0), (2.0, 1.2))):
     """profile_with(points) with a host model of `cores` cores and a sharing law."""
     import dataclasses
 
-    from sim.contention import Contention, Host
+    from sim.hardware.contention import Contention, Host
 
     return dataclasses.replace(profile_with(points), contention=Contention(host=Host(cores=cores, law=law)))
 

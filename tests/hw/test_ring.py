@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from sim.layouts import chunks_of_rank, exact_work
-from sim.trace import Trace
+from sim.trace.format import Trace
 from tests.hw import test_schemes_common as common
 from tests.hw.conftest import max_err, reference_attention
 

@@ -4,8 +4,8 @@ import torch
 from hw.cli import trace_paths
 from hw.config import RunConfig
 from hw.runner import RankResult, build_traces, make_inputs
-from sim.config import Workload
-from sim.trace import Span
+from sim.scenario.config import Workload
+from sim.trace.format import Span
 
 
 def cfg(**kw):

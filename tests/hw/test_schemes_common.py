@@ -23,7 +23,7 @@ def run_cases(ctx, cases: list[dict], make_inputs=inputs, packing=None) -> list[
     """Run in every rank: each case forward (steps from 0) and backward (steps from N),
     on `make_inputs(case, n_gpus)` (a case names its scheme, ring by default, its dtype and
     block implementation); `packing(case, n_gpus)`: the case's packed documents
-    (sim.packed.Packed), which shard the tensors and reach the kernels."""
+    (sim.layouts.packed.Packed), which shard the tensors and reach the kernels."""
     from hw.blocks import select_block_ops
     from hw.comm import Ring
     from hw.kernels import kernels
@@ -100,7 +100,7 @@ def check_exact(per_rank_results: list[list[dict]], index: int, case: dict, n_gp
 
 
 def trace_of(per_rank_results: list[list[dict]], index: int, n_gpus: int):
-    from sim.trace import Trace
+    from sim.trace.format import Trace
 
     spans = [s for rank_rows in per_rank_results for s in rank_rows[index]["spans"]]
     return Trace.from_dict({"format": "ringsim-trace", "version": 1, "source": "measured",

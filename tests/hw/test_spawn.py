@@ -8,7 +8,7 @@ import time
 import pytest
 
 from hw import RankFailure, RunConfig, run_config
-from sim.config import Workload
+from sim.scenario.config import Workload
 
 pytestmark = pytest.mark.slow
 

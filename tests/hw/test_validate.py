@@ -5,12 +5,12 @@ import statistics
 import pytest
 
 from hw.validate import markdown, matrix, summarize
-from sim.config import Gpu, Hardware, Link, Scenario, Workload
-from sim.engine import simulate
+from sim.calibration.validation import Case, compare_again, compare_case
+from sim.engine.play import simulate
 from sim.errors import RingsimError
-from sim.metrics import step_durations
-from sim.trace import Span, Trace
-from sim.validation import Case, compare_again, compare_case
+from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.trace.format import Span, Trace
+from sim.trace.metrics import step_durations
 
 
 def sim_trace(layout="zigzag", causal=True, n=4, seq=4096):
@@ -238,9 +238,9 @@ def test_a_profile_with_a_host_spread_is_played_with_seeds_and_one_without_once(
     import dataclasses
 
     from hw.config import RunConfig
-    from sim.contention import Contention, Host
-    from sim.profile import ComputeGroup, LinkFit, Profile
-    from sim.validation import REPLAYS, simulate_replays
+    from sim.calibration.validation import REPLAYS, simulate_replays
+    from sim.hardware.contention import Contention, Host
+    from sim.hardware.profile import ComputeGroup, LinkFit, Profile
 
     groups = {("fp32", m, k): ComputeGroup("fp32", m, k, (), 1e-4, 1e9)
               for m in ("full", "diagonal") for k in ("fwd", "bwd")}
@@ -327,7 +327,7 @@ def test_case_keys_carry_the_scheme():
 # error is known by hand (simulated / (factor x simulated) - 1).
 
 def write_profile(path):
-    from sim.profile import ComputeGroup, LinkFit, Profile
+    from sim.hardware.profile import ComputeGroup, LinkFit, Profile
 
     # the fit times every block; the one measured point is the reference block of the
     # cases' shape (2 heads x 8: 64 FLOPs per pair, 64 tokens), which `ringsim validate`
@@ -344,7 +344,7 @@ class FakeKernel:
     """Stands in for hw.validate_cli.measure: counts the cases it is asked to run."""
 
     def __init__(self, profile_path, factors=(1.2, 1.25, 1.3), device="bench cpu"):
-        from sim.profile import load_profile
+        from sim.hardware.profile import load_profile
 
         self.profile = load_profile(profile_path)
         self.factors = factors
@@ -357,7 +357,7 @@ class FakeKernel:
         (links as they are), not the whole trace stretched."""
         self.sharing = 1.0
         """With compute_only: the host's cores also serve two processes this many times
-        worse than the profile's law (sim.profile.Profile.at_host_state)."""
+        worse than the profile's law (sim.hardware.profile.Profile.at_host_state)."""
 
     def __call__(self, cfgs):
         self.batches.append([cfg.n_gpus for cfg in cfgs])
@@ -385,7 +385,7 @@ QUICK_KEYS = ["ring/contiguous/causal/gpus2/seq96/fwd", "ring/contiguous/full/gp
 @pytest.fixture
 def cli(tmp_path, monkeypatch):
     from hw import validate_cli
-    from sim.cli import main
+    from sim.cli.main import main
 
     profile = tmp_path / "profile.json"
     write_profile(profile)
@@ -522,7 +522,7 @@ def test_backward_blocks_are_timed_from_the_profiles_backward_groups(tmp_path):
     bwd group's time (overhead + FLOPs / the bwd rate), every forward block the fwd
     group's; without bwd groups, backward falls back to the forward's and says so."""
     from hw.validate_cli import profile_compute_groups
-    from sim.profile import load_profile
+    from sim.hardware.profile import load_profile
 
     write_profile(tmp_path / "p.json")
     profile = load_profile(tmp_path / "p.json")
@@ -563,7 +563,7 @@ def test_batches_hold_one_gpu_count_and_at_most_batch_cases():
 def test_a_profile_from_another_host_is_named_once_and_one_from_here_is_not(cli, capsys):
     import json
 
-    from sim.host import this_host
+    from sim.hardware.host import this_host
 
     assert cli() == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
@@ -619,8 +619,8 @@ def test_errors_at_the_hosts_state_take_out_cores_shared_worse_as_well(cli, caps
     import dataclasses
     import json
 
-    from sim.contention import Contention, Host
-    from sim.profile import load_profile
+    from sim.hardware.contention import Contention, Host
+    from sim.hardware.profile import load_profile
 
     host = Host(cores=2, threads_per_rank=1, law=((1.0, 1.0), (2.0, 1.04), (4.0, 2.1)))
     profile = dataclasses.replace(load_profile(cli.profile), contention=Contention(host=host))
@@ -731,7 +731,7 @@ def test_the_hosts_speed_is_read_before_each_batch_and_after_the_last(cli):
 def test_without_a_reading_the_report_has_no_errors_at_the_hosts_speed(cli, tmp_path, capsys):
     import json
 
-    from sim.profile import load_profile
+    from sim.hardware.profile import load_profile
 
     assert cli("--out", str(cli.out), "--reference-s", "0") == 0
     report = json.loads(cli.out.read_text())
@@ -763,9 +763,9 @@ def test_replays_are_asked_for_and_a_report_keeps_how_many(cli, capsys):
     import statistics
 
     from hw.validate import markdown
-    from sim.contention import Contention, Host
-    from sim.profile import load_profile
-    from sim.validation import simulate_replays
+    from sim.calibration.validation import simulate_replays
+    from sim.hardware.contention import Contention, Host
+    from sim.hardware.profile import load_profile
 
     host = Host(cores=2, threads_per_rank=1, spread=((2.0, 0.1, 0.2),))
     spread = dataclasses.replace(load_profile(cli.profile), contention=Contention(host=host))
@@ -881,7 +881,7 @@ def _spread_reports(errors, groups):
 
 
 def test_error_spread_recovers_case_and_batch_parts_built_in():
-    from sim.validation import error_spread
+    from sim.calibration.validation import error_spread
     # case parts (the model's, in every run) and one shift per batch and run, no rest
     own = {"a": 0.04, "b": -0.02, "c": 0.01, "d": -0.03}
     groups = {"a": (2, "fwd"), "b": (2, "fwd"), "c": (3, "fwd"), "d": (3, "fwd")}
@@ -899,7 +899,7 @@ def test_error_spread_recovers_case_and_batch_parts_built_in():
 def test_error_spread_parts_add_up_as_a_numpy_two_way_split():
     import numpy as np
 
-    from sim.validation import error_spread
+    from sim.calibration.validation import error_spread
     rng = np.random.default_rng(7)
     keys = [f"k{i}" for i in range(10)]
     groups = {k: (2 + i % 3, "fwd" if i < 6 else "fwdbwd") for i, k in enumerate(keys)}
@@ -919,8 +919,8 @@ def test_error_spread_parts_add_up_as_a_numpy_two_way_split():
 
 
 def test_error_spread_counts_only_cases_every_run_has_and_refuses_one_run():
+    from sim.calibration.validation import error_spread
     from sim.errors import RingsimError
-    from sim.validation import error_spread
     reps = _spread_reports({"a": [0.1, 0.2], "b": [0.0, 0.0]}, {"a": (2, "fwd"), "b": (2, "fwd")})
     reps[1]["cases"][1]["error"] = None
     s = error_spread(reps)
@@ -954,8 +954,8 @@ def test_a_hop_counts_from_the_later_post_of_its_two_ends():
 
 
 def test_step_spread_groups_steps_by_scheme_pass_gpu_count_and_index():
+    from sim.calibration.validation import step_spread
     from sim.errors import RingsimError
-    from sim.validation import step_spread
 
     def case(ws, pass_, steps, scheme="ring"):
         # steps: (step, simulated, measured); abs_error as compare_case writes it
@@ -987,7 +987,7 @@ def test_step_spread_groups_steps_by_scheme_pass_gpu_count_and_index():
 def test_run_to_run_is_the_median_log_ratio_of_shared_cases_over_root_two():
     import numpy as np
 
-    from sim.validation import run_to_run
+    from sim.calibration.validation import run_to_run
 
     def case(seq, median, layout="zigzag", scheme="ring"):
         return {"layout": layout, "causal": True, "n_gpus": 2, "seq": seq, "pass": "fwd", "scheme": scheme,

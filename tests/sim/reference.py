@@ -1,14 +1,14 @@
 """References for the simulator's tests, written apart from the code under test: the
 ring schedule built one operation at a time, the per-op max-plus recurrence that times
 it, and the spans recorded from those times one at a time (the implementation the
-columnar schedule, the wave player and sim.record replaced), plus small hardware and
+columnar schedule, the wave player and sim.engine.record replaced), plus small hardware and
 scenario makers. Tests hold the simulator to these bit for bit."""
 
 from hypothesis import strategies as st
 
-from sim.config import BWD_FLOPS_FACTOR, Gpu, Hardware, Link, Scenario, Workload
-from sim.schedule import ComputeOp, TransferOp
-from sim.trace import STREAMS, Span
+from sim.engine.schedule import ComputeOp, TransferOp
+from sim.scenario.config import BWD_FLOPS_FACTOR, Gpu, Hardware, Link, Scenario, Workload
+from sim.trace.format import STREAMS, Span
 from tests.reference import token_owner
 
 LAYOUTS = ["contiguous", "striped", "zigzag"]
@@ -314,7 +314,7 @@ def _reference_wait_spans(spans, op, ops, t0, t1, start, end):
 
 
 def reference_queue(ops):
-    """NCCL's one queue per device (sim.queues), op by op: a rank's batch is its K/V or
+    """NCCL's one queue per device (sim.engine.queues), op by op: a rank's batch is its K/V or
     dK/dV hops (sent or received) of one step, posted by step and, at one step, K/V
     first; a hop also waits for the batch before its own on its sender and its receiver."""
     batches = {}
@@ -338,7 +338,7 @@ def reference_queue(ops):
 
 def reference_trace_spans(ops, n, hardware, workload, resources=None, *, queue=False):
     """The spans of `ops` played op by op; `queue`: as `simulate` plays them on hardware
-    with one queue of batches per device (`sim.engine.play` alone does not queue)."""
+    with one queue of batches per device (`sim.engine.play.play` alone does not queue)."""
     if queue:
         ops = reference_queue(ops)
     start, end = reference_times(ops, reference_durations(ops, hardware, workload), resources)

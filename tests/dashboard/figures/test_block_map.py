@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from dashboard import figures
-from sim.engine import simulate
+from sim.engine.play import simulate
 from sim.errors import RingsimError
-from sim.trace import Span, Trace
+from sim.trace.format import Span, Trace
 from tests.dashboard.conftest import chunk_tokens, owner, small_scenario
 
 

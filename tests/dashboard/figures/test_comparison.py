@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboard import compute, figures
-from sim.cli import compare_rows
+from sim.cli.main import compare_rows
 from tests.dashboard.conftest import small_scenario
 
 

@@ -21,7 +21,7 @@ def test_memory_table_against_closed_forms():
 
 
 def test_every_schemes_memory_against_closed_forms():
-    from sim.config import Scenario, Workload
+    from sim.scenario.config import Scenario, Workload
 
     sc = Scenario(workload=Workload(seq=8192, heads=8, kv_heads=4, head_dim=64), n_gpus=4)
     w, n = sc.workload, sc.n_gpus

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dashboard import figures
-from sim.online_softmax import example
+from sim.scenario.online_softmax import example
 
 
 def test_merge_figure_shows_the_recorded_steps():

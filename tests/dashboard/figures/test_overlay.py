@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dashboard import compute, figures
-from sim.trace import Trace
+from sim.trace.format import Trace
 from tests.dashboard.conftest import measured_from
 
 

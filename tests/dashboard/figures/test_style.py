@@ -7,7 +7,7 @@ import pytest
 from dashboard import figures
 from dashboard.figures.style import lighter
 from sim.errors import RingsimError
-from sim.trace import Span, Trace
+from sim.trace.format import Span, Trace
 
 
 def test_time_unit():

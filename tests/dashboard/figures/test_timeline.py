@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from dashboard import figures
-from sim.engine import simulate
+from sim.engine.play import simulate
 from sim.schemes import get as get_scheme
-from sim.trace import COLUMN_TYPES, Span, SpanTable, Trace
+from sim.trace.format import COLUMN_TYPES, Span, SpanTable, Trace
 from tests.dashboard.conftest import small_scenario
 
 
@@ -44,7 +44,7 @@ def test_timeline_bars_are_the_spans(small_trace):
 
 def test_timeline_highlights_exposed_communication():
     # a slow link: transfers cannot hide behind compute
-    from sim.config import Hardware, Link
+    from sim.scenario.config import Hardware, Link
     sc = small_scenario(layout="zigzag", hardware=Hardware(link=Link(bandwidth_gbps=0.5)))
     trace = simulate(sc)
     exposed = [s for s in trace.spans if s.stream == "wait" and s.kind != "idle"]

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.config import Scenario, Workload
-from sim.engine import simulate
+from sim.engine.play import simulate
 from sim.errors import RingsimError
-from sim.metrics import compute_metrics
+from sim.scenario.config import Scenario, Workload
+from sim.trace.metrics import compute_metrics
 from tests.sim.reference import chunk_tokens, cluster, hardware, head_coverage, scenario
 
 
@@ -125,7 +125,7 @@ def test_configurations_allgather_cannot_run_are_refused_in_one_line(kw, match):
 def test_the_allgather_counts_its_operations_without_building_them():
     """16 GPUs in 2 nodes of 8: a gather is 16 ranks x (1 step across + 7 inside) = 128
     flows, each taken in by its receiver; 4 kernel calls per rank under the mask."""
-    from sim.config import Hardware
+    from sim.scenario.config import Hardware
     from sim.schemes.allgather import build_allgather_schedule, count_allgather_ops
 
     def sc(n, pass_, causal=True, groups=1, per_node=8):

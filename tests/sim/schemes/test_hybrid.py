@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.config import Scenario, Workload
-from sim.engine import simulate
+from sim.engine.play import simulate
 from sim.errors import RingsimError
-from sim.metrics import compute_metrics
+from sim.scenario.config import Scenario, Workload
+from sim.trace.metrics import compute_metrics
 from tests.sim.reference import LAYOUTS, chunk_tokens, cluster, head_coverage
 
 

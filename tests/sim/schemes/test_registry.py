@@ -6,9 +6,9 @@ import textwrap
 import pytest
 
 import sim.schemes as schemes
-from sim.config import Scenario, Workload
-from sim.engine import simulate
+from sim.engine.play import simulate
 from sim.errors import RingsimError
+from sim.scenario.config import Scenario, Workload
 
 
 def test_the_ring_is_a_scheme_and_unknown_names_are_one_line_errors():

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.config import Gpu, Hardware, Link, Scenario, Workload
-from sim.engine import simulate
+from sim.engine.play import simulate
+from sim.engine.schedule import ComputeOp
 from sim.layouts import rank_tokens
-from sim.metrics import compute_metrics
-from sim.schedule import ComputeOp
+from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
 from sim.schemes.ring import build_ring_schedule
+from sim.trace.metrics import compute_metrics
 from tests.sim.conftest import brute_pairs
 from tests.sim.reference import (
     LAYOUTS,
@@ -247,7 +247,7 @@ def test_a_ring_built_on_threads_a_step_per_pass_lists_the_per_op_schedule(monke
     """A large ring is built a few steps per pass, its pieces (the block tables, what the
     ops share, the blocks' owners, each table's gathers, each row of dependencies) on
     threads: forced here on a small ring, one step per pass."""
-    from sim import threads
+    from sim.engine import threads
     from sim.schemes import ring
 
     monkeypatch.setattr(ring, "_ROWS", 4)

@@ -4,10 +4,10 @@ each GPU sends, the times of an all-to-all, no causal imbalance, every pair once
 import numpy as np
 import pytest
 
-from sim.config import Scenario, Workload
-from sim.engine import simulate
+from sim.engine.play import simulate
 from sim.errors import RingsimError
-from sim.metrics import compute_metrics
+from sim.scenario.config import Scenario, Workload
+from sim.trace.metrics import compute_metrics
 from tests.sim.reference import chunk_tokens, cluster, hardware, head_coverage
 
 
@@ -90,7 +90,7 @@ def test_configurations_ulysses_cannot_run_are_refused_in_one_line(kw, match):
 def test_ulysses_counts_its_operations_without_building_them(n, pass_, want):
     """One attention call per GPU and two all-to-alls of N(N - 1) flows a pass, every
     flow taken in by its receiver."""
-    from sim.config import Scenario, Workload
+    from sim.scenario.config import Scenario, Workload
     from sim.schemes import get
 
     s = Scenario(workload=Workload(seq=n * 256, pass_=pass_), n_gpus=n, scheme="ulysses", layout="zigzag")

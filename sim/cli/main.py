@@ -1,0 +1,298 @@
+"""The `ringsim` command line.
+
+Subcommands: simulate, compare (this module), sweep (sim.cli.sweep), plan
+(sim.cli.plan), gemm (sim.cli.step), and those other packages register through the `ringsim.commands`
+entry point group (pyproject.toml): hw, calibrate and validate (beside the real kernel:
+hw.cli, hw.calibrate_cli, hw.validate_cli), dashboard (the browser app). The simulator
+imports neither package. A user's mistake is a `RingsimError`: printed as one line on
+stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib.metadata import entry_points
+from typing import Any, Sequence
+
+import numpy as np
+
+from sim.cli.options import Parser, add_scenario_args, profile_from_args, scenario_from_args, scheme_variant, table
+from sim.errors import RingsimError
+from sim.scenario.config import Scenario, layouts_for
+from sim.scenario.documents import bounds as doc_bounds
+from sim.scenario.documents import describe_packed
+from sim.schemes import names as scheme_names
+from sim.units import fmt_bytes, fmt_s
+
+COMMAND_GROUP = "ringsim.commands"
+"""Entry points `name = "module:register"`; register(subparsers) adds the commands. The
+modules import torch or dash only when a command runs."""
+
+
+def _summary(scenario: Scenario, metrics) -> dict[str, Any]:
+    return {"scheme": scenario.scheme, "layout": scenario.layout, "overlap": scenario.overlap,
+            **metrics.to_dict()}
+
+
+def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
+    """One GPU's attention on its own share of the tokens (seq / GPUs, one causal or full
+    call per pass, called in a loop as a benchmark does: queued, nothing to merge). The
+    ratio ring-flash-attention's table reports is GPUs x this / the makespan: the GPUs do
+    the work of one sequence of seq tokens, each would do 1 / GPUs^2 of it alone."""
+    from sim.engine.players import head_geometry
+    from sim.layouts.packed import BlockCall, Packed, token_work
+
+    w = scenario.workload
+    c = w.seq // scenario.n_gpus
+    pairs = c * (c + 1) // 2 if w.causal else c * c
+    more = dict(head_geometry(hardware, w))
+    if getattr(hardware, "takes_call_order", False):
+        more |= {"alone": True, "isolated": False}
+    kinds = {"fwd": ("fwd",), "bwd": ("bwd",), "fwdbwd": ("fwd", "bwd")}[w.pass_]
+    if scenario.packed:
+        # packed documents: each document's share, 1 / GPUs of it, in one varlen call (the
+        # local cu_seqlens of ring-flash-attention's varlen benchmark); its pairs as the
+        # mask keeps them
+        share = np.diff(doc_bounds(w.docs, w.seq, w.seed)) // scenario.n_gpus
+        share = share[share > 0]
+        local = Packed(tuple(int(x) for x in np.r_[0, np.cumsum(share)]), 1, "contiguous", w.window, w.causal)
+        pairs = int(token_work(local).sum())
+        if getattr(hardware, "times_varlen", lambda dtype: False)(w.dtype):
+            call = BlockCall(tuple(("diagonal" if w.causal else "full", int(x), int(x)) for x in share))
+            return sum(float(hardware.varlen_times_s([call], np.array([(2.5 if k == "bwd" else 1.0)
+                                                                       * w.fwd_flops(pairs)]),
+                                                      dtype=w.dtype, kind=np.array([k]), **more)[0])
+                       for k in kinds)
+    return sum(hardware.compute_time_s((2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs), dtype=w.dtype, kind=k,
+                                       mask="diagonal" if w.causal else "full", q_tokens=c, kv_tokens=c, **more)
+               for k in kinds)
+
+
+def _print_documents(scenario: Scenario) -> None:
+    """The line a table's header gains on packed documents (nothing for one document)."""
+    w = scenario.workload
+    if scenario.packed:
+        print(f"packed: {describe_packed(w.docs, w.seq, w.seed, w.window)}")
+
+
+def cmd_simulate(a: argparse.Namespace) -> int:
+    from sim.engine.play import simulate
+    from sim.files import write_json
+    from sim.trace.format import to_chrome_trace
+    from sim.trace.metrics import compute_metrics
+
+    scenario = scenario_from_args(a)
+    profile = profile_from_args(a)
+    trace = simulate(scenario, profile)
+    m = compute_metrics(trace)
+    # ring-flash-attention's ratio takes the work as growing with the square of the tokens:
+    # under a window it grows with the tokens, and the ratio says nothing
+    alone_s = None if scenario.workload.window else one_gpu_s(scenario, profile or scenario.hardware)
+    vs_one = scenario.n_gpus * alone_s / m.makespan_s if alone_s is not None and m.makespan_s > 0 else None
+    if a.trace:
+        trace.save(a.trace, overwrite=a.force)
+    if a.chrome_trace:
+        write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
+    if a.json:
+        out = {"scenario": scenario.describe(), **_summary(scenario, m), "bytes_sent": m.bytes_sent,
+               "one_gpu_s": alone_s, "vs_one_gpu": vs_one}
+        print(json.dumps(out, indent=2))
+        return 0
+    w = scenario.workload
+    print(f"{scenario.n_gpus} x {trace.hardware.get('gpu', {}).get('name', trace.hardware.get('name', '?'))}, "
+          f"{scheme_variant(scenario)}, "
+          f"{w.seq} tokens ({scenario.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
+          f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}, work counted {scenario.granularity}"
+          + (f" ({scenario.tile}-token tiles)" if scenario.granularity == "tile" else ""))
+    _print_documents(scenario)
+    print(f"makespan {fmt_s(m.makespan_s)}   ideal {fmt_s(m.ideal_s)}   efficiency "
+          f"{m.efficiency:.1%}   load imbalance {m.load_imbalance:.3f}   overlap efficiency "
+          f"{m.overlap_efficiency:.1%}")
+    if vs_one is not None and scenario.n_gpus > 1:
+        print(f"against one GPU: its kernel on {scenario.tokens_per_rank} tokens takes {fmt_s(alone_s)}; "
+              f"{scenario.n_gpus} x that / makespan = {vs_one:.1%} (ring-flash-attention's ratio)")
+    print(f"total {m.total_flops / 1e12:.2f} TFLOP, {fmt_bytes(m.total_bytes)} sent "
+          f"({fmt_bytes(max(m.bytes_sent, default=0.0))} by the busiest GPU)")
+    capacity_gb = trace.hardware.get("gpu", {}).get("memory_gb")
+    peak = max((r.peak_mem_bytes or 0) for r in m.ranks)
+    if capacity_gb:
+        verdict = "fits" if peak <= capacity_gb * 1e9 else "DOES NOT FIT"
+        print(f"attention memory per rank {fmt_bytes(peak)} of {capacity_gb:g} GB: {verdict}")
+    print()
+    ranks, note = ranks_to_show(m.ranks, a.all_ranks)
+    rows = [[r.rank, fmt_s(r.compute_s), fmt_s(r.comm_s), fmt_s(r.exposed_comm_s),
+             fmt_s(r.idle_s), f"{r.flops / 1e12:.3f}", fmt_bytes(r.bytes_sent), fmt_bytes(r.peak_mem_bytes)]
+            for r in ranks]
+    print(table(["rank", "compute", "comm", "exposed comm", "idle", "TFLOP", "sent", "peak mem"], rows))
+    if note:
+        print(note)
+    return 0
+
+
+SCREENFUL_RANKS = 32
+"""Beyond this many ranks `simulate` shows a summary of them (--all-ranks: every one)."""
+
+
+def ranks_to_show(ranks: Sequence[Any], every: bool = False) -> tuple[list[Any], str]:
+    """The ranks a terminal shows: all of them up to a screenful; beyond, the first and the
+    last four and those with the most compute, exposed communication and idle time, with a
+    line saying so."""
+    if every or len(ranks) <= SCREENFUL_RANKS:
+        return list(ranks), ""
+    keep = {r.rank for r in list(ranks[:4]) + list(ranks[-4:])}
+    for key in ("compute_s", "exposed_comm_s", "idle_s"):
+        keep |= {r.rank for r in sorted(ranks, key=lambda r: getattr(r, key), reverse=True)[:3]}
+    shown = [r for r in ranks if r.rank in keep]
+    return shown, (f"{len(shown)} of {len(ranks)} ranks shown: the first and last four and the three with the most "
+                   "compute, exposed communication and idle time (--all-ranks: every one; --json: all of them)")
+
+
+def compare_rows(scenario: Scenario, hardware=None) -> list[dict[str, Any]]:
+    """Metrics of every layout with overlap on and off, for one workload."""
+    from sim.engine.play import simulate
+    from sim.trace.metrics import comparison_row, compute_metrics
+
+    out = []
+    for layout in layouts_for(scenario.workload):
+        for overlap in (True, False):
+            sc = scenario.with_(layout=layout, overlap=overlap)
+            out.append(comparison_row(layout, overlap, compute_metrics(simulate(sc, hardware))))
+    return out
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    if a.schemes:
+        return _compare_schemes(a)
+    scenario = scenario_from_args(a, layout="zigzag")
+    rows = compare_rows(scenario, profile_from_args(a))
+    if a.json:
+        print(json.dumps({"scenario": scenario.describe(), "rows": rows}, indent=2))
+        return 0
+    w = scenario.workload
+    print(f"{scenario.n_gpus} GPUs, {w.seq} tokens, {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
+          f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
+    _print_documents(scenario)
+    best = min(r["makespan_s"] for r in rows)
+    print(table(
+        ["layout", "overlap", "makespan", "vs best", "efficiency", "imbalance", "overlap eff",
+         "max exposed comm"],
+        [[r["layout"], "on" if r["overlap"] else "off", fmt_s(r["makespan_s"]),
+          f"{r['makespan_s'] / best:.2f}x", f"{r['efficiency']:.1%}", f"{r['load_imbalance']:.3f}",
+          f"{r['overlap_efficiency']:.1%}", fmt_s(r["exposed_comm_s"])] for r in rows]))
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ringsim")
+    except PackageNotFoundError:   # run from a source tree that was never installed
+        return "(not installed)"
+
+
+def _compare_schemes(a: argparse.Namespace) -> int:
+    wanted = None if a.schemes == "all" else [x.strip() for x in a.schemes.split(",") if x.strip()]
+    for name in wanted or []:
+        if name not in scheme_names():
+            raise RingsimError(f"unknown scheme {name!r} in --schemes; choose all or from {', '.join(scheme_names())}")
+    base = scenario_from_args(a, scheme="ring", layout="zigzag", ulysses_degree=None, ring_degree=None,
+                              placement="ulysses-inner", head_groups=1)
+    from sim.planning.compare import compare_scheme_rows
+
+    rows = compare_scheme_rows(base, profile_from_args(a), wanted)
+    ran = [r for r in rows if "refused" not in r]
+    best = min(ran, key=lambda r: r["makespan_s"]) if ran else None
+    if a.json:
+        print(json.dumps({"scenario": base.describe(), "rows": rows,
+                          "fastest": None if best is None else [best["scheme"], best["variant"]]}, indent=2))
+        return 0
+    w, hw = base.workload, base.hardware
+    nodes = -(-base.n_gpus // hw.gpus_per_node)
+    between = (f", {hw.inter_link.name} between nodes" if hw.inter_link is not None and nodes > 1 else "")
+    inside = hw.pcie.words() if hw.pcie is not None else hw.link.name
+    print(f"{base.n_gpus} x {hw.gpu.name} ({nodes} node{'s' if nodes > 1 else ''} of {hw.gpus_per_node}, "
+          f"{inside} inside{between}), {w.seq} tokens, {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
+          f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
+    _print_documents(base)
+    shown, notes = [], []
+    for i, r in enumerate(rows, 1):
+        if "refused" in r:
+            shown.append([i, r["scheme"], r["variant"], "-", "-", "-", "-", "-", "-"])
+            notes.append(f"{i}. not possible: {r['refused']}")
+            continue
+        shown.append([i, r["scheme"], r["variant"], fmt_s(r["makespan_s"]),
+                      f"{r['makespan_s'] / best['makespan_s']:.2f}x",
+                      "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}", fmt_s(r["exposed_comm_s"]),
+                      fmt_bytes(r["bytes_sent_per_gpu"]), fmt_bytes(r["peak_mem_bytes"])])
+        notes.append(f"{i}. {r['explanation']}")
+    print(table(["#", "scheme", "variant", "makespan", "vs best", "efficiency", "max exposed comm", "sent per GPU",
+                 "peak mem per GPU"], shown))
+    print("\nwhat bounds each:")
+    print("\n".join(notes))
+    if best is not None:
+        print(f"\nfastest: {best['scheme']} ({best['variant']}): {best['explanation']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="ringsim", description="Simulate, measure and explore Ring Attention.")
+    p.add_argument("--version", action="version", version=f"ringsim {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sp = sub.add_parser("simulate", help="simulate one schedule and report its metrics")
+    add_scenario_args(sp)
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.add_argument("--trace", metavar="FILE", help="save the trace (versioned JSON)")
+    sp.add_argument("--chrome-trace", metavar="FILE", help="save a Chrome trace (Perfetto)")
+    sp.add_argument("--force", action="store_true", help="overwrite existing output files")
+    sp.add_argument("--all-ranks", action="store_true",
+                    help=f"print every rank's row (default: a summary beyond {SCREENFUL_RANKS} ranks)")
+    sp.set_defaults(func=cmd_simulate)
+    cp = sub.add_parser("compare", help="all layouts, overlap on and off, side by side; or with "
+                                         "--schemes, the schemes")
+    add_scenario_args(cp, with_layout=False)
+    cp.add_argument("--schemes", default=None, metavar="all|NAME,...",
+                    help="compare schemes instead (every ring layout, allgather, ulysses, hybrid): "
+                         "makespan, exposed communication, bytes and memory per GPU, and what bounds each")
+    cp.add_argument("--json", action="store_true", help="print one JSON object")
+    cp.set_defaults(func=cmd_compare)
+    from sim.cli import plan as plan_cli
+    from sim.cli import step as step_cli
+    from sim.cli import sweep as sweep_cli
+
+    sweep_cli.register(sub)
+    plan_cli.register(sub)
+    step_cli.register(sub)
+    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        try:
+            register = entry.load()
+        except ModuleNotFoundError as e:
+            if e.name != entry.module:  # the module exists but something it imports is missing
+                raise
+            continue
+        register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        a = parser.parse_args(argv)
+        if not getattr(a, "func", None):
+            parser.print_help()
+            return 2
+        return a.func(a) or 0
+    except RingsimError as e:
+        print(f"ringsim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ringsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""`ringsim step`: one training step over tensor, context, pipeline and data parallelism
+(sim.training.step); `ringsim gemm`: the GEMM model's time of one matrix product (sim.hardware.gemm)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from sim.hardware.presets import GPU_PRESETS
+
+
+def register(sub) -> None:
+    from sim.cli.options import add_hardware_args
+    from sim.cli.plan import add_model_args
+    from sim.schemes import names as scheme_names
+    from sim.training.step import GRAD_BYTES, RECOMPUTE, ZERO_STAGES
+    from sim.units import tokens
+
+    s = sub.add_parser("step", help="one training step: time, tokens/s and TFLOP/s per GPU, MFU, memory per GPU "
+                                    "and what the step is made of, for TP x CP x PP x DP GPUs",
+                       description="One training step of a decoder-only transformer on TP x CP x PP x DP GPUs "
+                                   "(docs/step.md). Model FLOPs, for TFLOP/s and MFU: 6 x parameters x tokens, plus "
+                                   "attention at 3 x 4 x seq x heads x head_dim per token and layer with the causal "
+                                   "mask counted as half; recomputation not counted; MFU against the datasheet peak. "
+                                   "Also given by PaLM's count (6N + 12LHQT: attention with no mask), which the "
+                                   "Llama 3 paper and torchtitan report.")
+    add_model_args(s)
+    w = s.add_argument_group("batch")
+    w.add_argument("--seq", type=tokens, required=True, help="tokens per sequence: 8192, 128k, 1M (= 2^20)")
+    w.add_argument("--global-batch", type=tokens, required=True,
+                   help="tokens per step over all replicas: 16M (= 16 x 2^20), 4M, ...")
+    w.add_argument("--microbatches", type=int, default=None,
+                   help="micro-batches per step per replica (default: one sequence each)")
+    par = s.add_argument_group("parallelism (the GPUs are TP x CP x PP x DP; the nodes follow from the GPUs per node)")
+    par.add_argument("--gpus", type=int, default=None,
+                     help="the GPUs, checked against TP x CP x PP x DP (default: their product)")
+    for flag, what in (("--tp", "tensor"), ("--cp", "context"), ("--pp", "pipeline"), ("--dp", "data")):
+        par.add_argument(flag, type=int, default=1, help=f"{what}-parallel degree (default 1)")
+    par.add_argument("--zero", type=int, choices=ZERO_STAGES, default=1,
+                     help="0: DDP, 1: ZeRO-1 (default), 3: FSDP (weights, gradients and optimizer state sharded)")
+    par.add_argument("--recompute", choices=RECOMPUTE, default="none",
+                     help="none (default), selective (attention recomputed) or full (each layer's forward)")
+    par.add_argument("--fp8", action="store_true", help="GEMMs in FP8 at the GPU's FP8 rate")
+    par.add_argument("--interleave", type=int, default=1, help="virtual pipeline stages per GPU (default 1)")
+    par.add_argument("--tp-overlap", action="store_true",
+                     help="TP collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap; default exposed)")
+    par.add_argument("--grad-reduce", choices=tuple(GRAD_BYTES), default="fp32",
+                     help="the dtype gradients are reduced and kept in: fp32 (default: Megatron-LM's and "
+                          "torchtitan's for bf16 training) or bf16")
+    par.add_argument("--scheme", choices=scheme_names(), default="ring", help="the CP scheme (default ring)")
+    par.add_argument("--layout", default="zigzag", help="the CP ring's layout (default zigzag)")
+    add_hardware_args(s)
+    s.add_argument("--json", action="store_true",
+                   help="one JSON object: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, palm_tflops_per_gpu, "
+                        "palm_mfu, memory_bytes_per_gpu, fits, breakdown, memory, ...")
+    s.add_argument("--trace", metavar="FILE",
+                   help="save the pipeline as the engine played it (one GPU per stage: its forwards, backwards "
+                        "and sends) as a trace")
+    s.add_argument("--chrome-trace", metavar="FILE", help="the same as a Chrome trace (Perfetto)")
+    s.add_argument("--force", action="store_true", help="overwrite existing output files")
+    s.set_defaults(func=cmd_step)
+    g = sub.add_parser("gemm", help="the GEMM model's time of one product C (M x N) = A (M x K) B (K x N), "
+                                    "called alone")
+    g.add_argument("--m", type=int, required=True, help="rows of A and C (tokens, for a linear layer's forward)")
+    g.add_argument("--n", type=int, required=True, help="columns of B and C")
+    g.add_argument("--k", type=int, required=True, help="the reduced dimension")
+    g.add_argument("--gpu", default="H100-SXM", help=f"GPU preset: {', '.join(GPU_PRESETS)} (default H100-SXM)")
+    g.add_argument("--fp8", action="store_true", help="FP8 (e4m3) inputs, bf16 output (default bf16)")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.set_defaults(func=cmd_gemm)
+
+
+def cmd_gemm(a: argparse.Namespace) -> int:
+    from sim.hardware.gemm import gemm_time
+    from sim.hardware.presets import gpu_preset
+    from sim.units import fmt_s
+
+    t = gemm_time(a.m, a.n, a.k, a.gpu, fp8=a.fp8)
+    flops = 2.0 * a.m * a.n * a.k
+    out = {"gpu": gpu_preset(a.gpu).name, "m": a.m, "n": a.n, "k": a.k, "dtype": "fp8" if a.fp8 else "bf16",
+           "time_s": t.time_s, "tflops": flops / t.time_s / 1e12, "math_s": t.math_s, "memory_s": t.memory_s,
+           "floor_s": t.floor_s, "bound": t.bound, "tiles": t.tiles, "waves": t.waves, "split_k": t.split_k,
+           "rate_tflops": t.rate_tflops, "rate_source": t.rate_source}
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{out['gpu']}, {out['dtype']}: {a.m} x {a.n} over {a.k}: {fmt_s(t.time_s)} "
+          f"({out['tflops']:.1f} TFLOP/s, {t.bound}-bound)")
+    print(f"{t.tiles} tiles in {t.waves} wave{'s' if t.waves > 1 else ''}"
+          + (f", K split {t.split_k} ways" if t.split_k > 1 else "")
+          + f"; math {fmt_s(t.math_s)}, memory {fmt_s(t.memory_s)}, floor {fmt_s(t.floor_s)}")
+    print(f"rate: {t.rate_tflops:g} TFLOP/s, {t.rate_source}")
+    return 0
+
+
+def cmd_step(a: argparse.Namespace) -> int:
+    from sim.cli.options import hardware_from_args, table
+    from sim.cli.plan import model_from_args
+    from sim.training.step import Parallel, StepRequest, check_gpus, simulate_step
+    from sim.units import fmt_bytes, fmt_s
+
+    hw = hardware_from_args(a)
+    par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
+                   microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout,
+                   tp_overlap=a.tp_overlap, grad_reduce=a.grad_reduce)
+    check_gpus(par, a.gpus)
+    req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
+    step = simulate_step(req)
+    if a.trace or a.chrome_trace:
+        from sim.files import write_json
+        from sim.trace.format import Trace, to_chrome_trace
+
+        t = step.pipeline
+        trace = Trace(t.source, t.n_gpus, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,
+                                                        "seq": req.seq, "global_batch": req.global_batch},
+                      hw.describe(), t.meta)
+        if a.trace:
+            trace.save(a.trace, overwrite=a.force)
+        if a.chrome_trace:
+            write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
+    if a.json:
+        print(json.dumps(step.to_dict(), indent=2))
+        return 0
+    nodes = -(-par.gpus // hw.gpus_per_node)
+    print(f"{req.model.name}, {req.seq:,}-token sequences, {req.global_batch:,} tokens a step; {par.gpus:,} x "
+          f"{hw.gpu.name} ({nodes:,} node{'s' if nodes > 1 else ''} of {hw.gpus_per_node}) as TP {par.tp} x CP "
+          f"{par.cp} x PP {par.pp} x DP {par.dp}, ZeRO-{par.zero}, recompute {par.recompute}"
+          + (", FP8" if par.fp8 else ""))
+    print(f"step {fmt_s(step.step_s)}   {step.tokens_per_s_per_gpu:,.0f} tokens/s per GPU   "
+          f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU   MFU {step.mfu:.1%}")
+    print(f"by PaLM's count (6N + 12LHQT, attention unmasked; Llama 3's and torchtitan's MFU): "
+          f"{step.palm_tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {step.palm_mfu:.1%}")
+    print(f"micro-batches {req.microbatches} of {req.micro_batch} sequence{'s' if req.micro_batch > 1 else ''}; "
+          f"stages of {', '.join(map(str, sorted(set(step.stage_layers))))} layers")
+    rows = [[k.removesuffix("_s").replace("_", " "), fmt_s(v), f"{v / step.step_s:.1%}"]
+            for k, v in step.breakdown.items() if v > 0]
+    print("\n" + table(["part of the step (slowest stage)", "time", "share"], rows))
+    mem = step.memory
+    fits = "fits" if step.fits else "does NOT fit"
+    print(f"\nmemory per GPU {fmt_bytes(mem['total'])} of {hw.gpu.memory_gb:g} GB: {fits}  ("
+          + ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in mem.items() if k != "total" and v > 0)
+          + ")")
+    for note in step.notes:
+        print(note)
+    return 0

@@ -1,0 +1,131 @@
+"""The engine: plays a schedule on a hardware model and records the trace.
+
+`simulate` looks up the scenario's scheme (sim.schemes), has it build the schedule and
+model the memory, and plays the schedule; `play` times the operations with one of the
+players (sim.engine.players: SimPy, the model, or the wave player, its bit-identical numpy
+replay) and records the spans (sim.engine.record). The engine knows no scheme, layout or link
+by name. Deterministic: the same schedule gives the identical trace. Definitions:
+docs/design.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from sim.engine.host_memory import check_fits, gc_paused, small_pages
+from sim.engine.players import durations_s, head_geometry, times_simpy, times_waves
+from sim.engine.queues import queue_batches
+from sim.engine.record import record_owned
+from sim.engine.schedule import Schedule
+from sim.scenario.config import Scenario, Workload
+from sim.schemes import get as get_scheme
+from sim.trace.format import Trace
+
+PLAYERS = ("auto", "simpy", "recurrence")
+""""recurrence" is the wave player (the max-plus recurrence, a wave at a time); "auto"
+(the default) is the wave player unless the hardware's contention needs the event loop:
+the two give bit-identical traces, and the wave player is many times faster."""
+
+__all__ = ["PLAYERS", "durations_s", "play", "simulate"]
+
+
+def play(schedule: Schedule, hardware: Any, workload: Workload,
+         header: dict[str, Any] | None = None, *, player: str = "auto", own: bool = False,
+         jitter: int | None = None) -> Trace:
+    """Play `schedule` and return its simulated trace (spans by rank and stream, see
+    sim.engine.record).
+
+    own: the schedule was built for this play alone (as `simulate` builds it), so the
+    columns each stage is the last to read are released after it (Schedule.release):
+    the block shapes once timed, the resources and dependencies once played and the
+    waits found, and the columns the trace's table is read from (the times too) as the
+    table's columns that read them are written (sim.engine.record.record_owned).
+
+    jitter: a seed for the host's measured spread of rank and block speeds, where the
+    hardware's contention model has one (sim.hardware.contention); None plays every rank and
+    block at the mean rate.
+    """
+    if player not in PLAYERS:
+        raise ValueError(f"unknown player {player!r}")
+    dur = durations_s(schedule, hardware, workload)
+    if own:
+        schedule.release("pairs", "q_tokens", "kv_tokens", "kv_rank")
+    header = dict(header or {})
+    meta = dict(header.get("meta", {}))
+    contention = getattr(hardware, "contention", None)
+    inline_after_s = getattr(hardware, "inline_send_after_s", None) if schedule.posts is not None else None
+    posts = None
+    if inline_after_s is not None:
+        player = "simpy"     # whether a post writes its send depends on who posted first
+        meta["inline_send_after_s"] = inline_after_s
+        posts = schedule.posts()
+    if contention is not None and contention.active:
+        player = "simpy"     # rates that change mid-block need the event loop
+        meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
+                              "slowdown_in_flight_bwd": contention.slowdown_in_flight_bwd,
+                              "compute_slots": contention.compute_slots,
+                              "concurrency": contention.concurrency,
+                              "host": dataclasses.asdict(contention.host) if contention.host else None}
+    elif player == "auto":
+        player = "recurrence"
+    if player == "simpy":
+        start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention, jitter, posts,
+                                                     inline_after_s or 0.0)
+        host = contention.host if contention is not None else None
+        if jitter is not None and host is not None and (host.spread or host.placement == "cores"):
+            meta["jitter"] = jitter
+        times = [np.array(start), np.array(end)]
+        del start, end
+    else:
+        times = list(times_waves(schedule, dur))
+    del dur
+    if own:
+        schedule.release("resource", "extra_resources", "wave_starts")
+    meta["player"] = player
+    # the record takes the times over, and with `own` lets them go as it is done with them
+    return Trace("simulated", schedule.n_ranks, record_owned(schedule, times, release=own, posts=posts),
+                 header.get("config", {}), header.get("hardware", {}), meta)
+
+
+def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "auto",
+             jitter: int | None = None) -> Trace:
+    """Build the schedule of the scenario's scheme and play it.
+
+    `hardware` replaces `scenario.hardware` (for example a calibrated profile); it must
+    offer compute_time_s, transfer_time_s, rate_flops and describe, and may offer
+    compute_times_s and transfer_times_s (see sim.engine.players.durations_s), and `p2p_queue`:
+    true where a device runs its point-to-point batches one after another, as NCCL does
+    (sim.engine.queues), and `takes_head_geometry`: true where its compute times and rate take
+    the workload's head dim and K/V heads per query head (sim.engine.players.head_geometry).
+    Where the scheme counts its operations (Scheme.count_ops), a schedule that would not
+    fit in the memory the machine has available is refused, RingsimError, before it is
+    built. `jitter` seeds the host's spread of speeds (see play).
+    """
+    scheme = get_scheme(scenario.scheme)
+    hw = hardware if hardware is not None else scenario.hardware
+    check_fits(scheme, scenario)
+    with gc_paused(), small_pages():
+        schedule = scheme.build_schedule(scenario)
+        queued = bool(getattr(hw, "p2p_queue", False))
+        if queued and not scheme.batches_in_order(scenario):
+            schedule = queue_batches(schedule)     # NCCL: one stream of point-to-point batches per device
+        mem = scheme.peak_memory(scenario)
+        header = {
+            "config": scenario.describe(),
+            "hardware": {**hw.describe(), "rate_flops": ideal_rate_flops(hw, scenario.workload)},
+            "meta": {"peak_mem_bytes": [mem["total"]] * scenario.n_gpus, "memory": mem,
+                     "schedule": scheme.name, "ops": len(schedule), "p2p_queue": queued},
+        }
+        return play(schedule, hw, scenario.workload, header, player=player, own=True, jitter=jitter)
+
+
+def ideal_rate_flops(hw: Any, workload: Workload) -> float:
+    """The rate of the ideal time (docs/design.md) on `hw`, at the workload's head dim where
+    the hardware's rates depend on it (`takes_head_geometry`)."""
+    geometry = head_geometry(hw, workload)
+    return hw.rate_flops(workload.dtype, geometry["head_dim"]) if geometry else hw.rate_flops(workload.dtype)
+
+

@@ -1,0 +1,420 @@
+"""The players: they time a schedule's operations on a hardware model.
+
+The SimPy player is the model: one process per resource (a rank's compute stream, a
+directed link, or whatever a scheme names in the schedule's `resource` column) plays
+that resource's operations one at a time, in schedule order (the program order in
+which a rank posts them, as a communication stream does). An operation starts the
+moment its dependencies are done and its resource is free, and holds the resource for
+its duration: alpha + bytes / bandwidth for a transfer, the hardware model's block time
+for a compute. An operation that holds more resources (`extra_resources`: a flow holds
+its sender's port and its receiver's) plays in its first resource's process and also
+waits, for each resource it holds, for the operation before it (in schedule order)
+that held that resource: each resource still carries one operation at a time, in
+schedule order. Because every queue has a fixed order, loosening a dependency can never
+delay anything: overlap is never slower than lock-step exchange.
+
+The same fixed orders make start times a max-plus recurrence over the operations in
+schedule order (schedule order is topological), so the wave player computes the
+identical times without an event loop, much faster: it times a whole wave of the
+schedule (sim.engine.schedule) at once with numpy, reading the same resource column. Tests
+hold the two bit-identical. A calibrated profile may slow compute while transfers run,
+or computes and transfers while they share a CPU host's cores (sim.hardware.contention); rates
+that change inside an operation need the event loop, so such a profile always plays on
+SimPy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.engine.schedule import A2A, BWD, EMPTY, KINDS, MASKS, NO_DEP, Posts, Schedule
+from sim.hardware.contention import Contention, Sharing
+from sim.scenario.config import Workload
+
+_KIND_NAMES = np.array(KINDS)      # fixed-width strings: compared in C, not per object
+FIRST_COLLECTIVE = KINDS.index("ag")
+_MASK_NAMES = np.array(MASKS)
+
+
+class _CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes (for benchmarks)."""
+
+    events = 0
+
+    def step(self) -> None:
+        self.events += 1
+        super().step()
+
+
+def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.ndarray:
+    """Time each operation takes on `hardware` (0 for a skipped, fully masked block).
+
+    A hardware object may offer `compute_times_s` and `transfer_times_s`, the per-op
+    methods over arrays (sim.scenario.config.Hardware does); otherwise its per-op methods are
+    called once for each distinct argument tuple, which they must be pure functions of.
+    Either way a block is timed once per run of consecutive computes with the same
+    arguments (a ring's step repeats one or two block shapes over all its ranks): the
+    methods are elementwise, so this gives the same float for every op.
+    """
+    dur = np.zeros(len(schedule))
+    comp = schedule.compute_ids
+    comp = comp[schedule.mask[comp] != EMPTY]
+    xfer = schedule.transfer_ids
+    if comp.size:
+        # a hardware model whose merge costs more on part of a rank's queries is told
+        # which blocks those are (sliced: narrower than the rank's widest block)
+        names = []
+        extra = []
+        if getattr(hardware, "merge_copies_slices", False):
+            names.append("sliced")
+            extra.append(_sliced(schedule))
+        if getattr(hardware, "takes_call_order", False):
+            names += ["alone", "isolated"]
+            extra += list(_call_order(schedule, comp))
+        geometry = head_geometry(hardware, workload)
+        if hasattr(hardware, "compute_times_s"):
+            def times(flops, kind, mask, q_tokens, kv_tokens, *flags):
+                return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
+                                                mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
+                                                **geometry, **dict(zip(names, flags)))
+        else:
+            def times(*columns):
+                return _per_distinct(
+                    lambda f, k, m, q, kv, *flags: hardware.compute_time_s(
+                        f, dtype=workload.dtype, kind=KINDS[k], mask=MASKS[m], q_tokens=q, kv_tokens=kv,
+                        **geometry, **{n: bool(x) for n, x in zip(names, flags)}),
+                    list(columns))
+        if schedule.calls is not None and hasattr(hardware, "varlen_times_s") \
+                and hardware.times_varlen(workload.dtype):
+            # packed documents: a block is one varlen call, a piece per document
+            called = schedule.call[comp] >= 0
+            vl, comp = comp[called], comp[~called]
+            flags = dict(zip(names, [x[vl] for x in extra]))
+            dur[vl] = hardware.varlen_times_s(
+                [schedule.calls[i] for i in schedule.call[vl].tolist()], schedule.flops[vl],
+                dtype=workload.dtype, kind=_KIND_NAMES[schedule.kind[vl]], **geometry, **flags)
+        columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens, *extra]
+        for a in range(0, len(comp), _CHUNK):
+            ids = comp[a:a + _CHUNK]
+            dur[ids] = _by_runs(times, [c[ids] for c in columns])
+    if xfer.size:
+        if hasattr(hardware, "transfer_times_s"):
+            for a in range(0, len(xfer), _CHUNK):
+                ids = xfer[a:a + _CHUNK]
+                dur[ids] = hardware.transfer_times_s(schedule.nbytes[ids], schedule.rank[ids], schedule.peer[ids])
+        else:
+            dur[xfer] = _per_distinct(hardware.transfer_time_s,
+                                      [schedule.nbytes[xfer], schedule.rank[xfer], schedule.peer[xfer]])
+        # a calibrated profile times the flows of collectives on their own fits
+        coll = (schedule.kind[xfer] >= FIRST_COLLECTIVE) & (schedule.kind[xfer] <= A2A)
+        if coll.any() and hasattr(hardware, "collective_times_s"):
+            ids = xfer[coll]
+            group = collective_groups(schedule.kind[ids], schedule.step[ids], schedule.rank[ids], schedule.peer[ids])
+            dur[ids] = hardware.collective_times_s(_KIND_NAMES[schedule.kind[ids]], schedule.nbytes[ids],
+                                                   dur[ids], group=group)
+    return dur
+
+
+def collective_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarray) -> np.ndarray:
+    """The group size of each collective flow: how many ranks its collective joins. The
+    flows of one kind and step that link ranks, directly or through others, are one
+    collective (an all-gather's rounds pass blocks around its ring; an all-to-all sends
+    to every peer), so a flow's group is the number of ranks in its connected set. A
+    rank that sends two collectives of one kind in a step (Ulysses' all-to-all in and
+    out) still counts once. Connected sets by label propagation with pointer jumping."""
+    n = len(kind)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    keys, key_of = np.unique(np.stack([kind, step]), axis=1, return_inverse=True)
+    key_of = key_of.ravel()
+    ranks = int(max(rank.max(), peer.max())) + 1
+    a = key_of * ranks + rank
+    b = key_of * ranks + peer
+    label = np.arange(keys.shape[1] * ranks, dtype=np.int64)
+    while True:
+        low = np.minimum(label[a], label[b])
+        before = label.copy()
+        np.minimum.at(label, label[a], low)
+        np.minimum.at(label, label[b], low)
+        while True:
+            jumped = label[label]
+            if np.array_equal(jumped, label):
+                break
+            label = jumped
+        if np.array_equal(label, before):
+            break
+    nodes = np.unique(np.concatenate([a, b]))
+    roots, size = np.unique(label[nodes], return_counts=True)
+    return size[np.searchsorted(roots, label[a])]
+
+
+def head_geometry(hardware: Any, workload: Workload) -> dict[str, Any]:
+    """The workload's head dim and K/V heads per query head, as keyword arguments for a
+    hardware object that takes them (`takes_head_geometry`); none for one that does not."""
+    if not getattr(hardware, "takes_head_geometry", False):
+        return {}
+    return {"head_dim": workload.head_dim, "kv_heads_per_head": workload.kv_heads / workload.heads}
+
+
+_CHUNK = 1 << 18
+"""Ops timed per call (a few MB of temporaries, reused by the allocator)."""
+
+
+def _sliced(schedule: Schedule) -> np.ndarray:
+    """Per op, whether it is a compute on part of its rank's queries: fewer query tokens
+    than the widest block its rank computes (a rank's own block covers all of them)."""
+    comp = schedule.compute_ids
+    rank, q = schedule.rank[comp], schedule.q_tokens[comp]
+    widest = np.zeros(schedule.n_ranks, dtype=q.dtype)
+    np.maximum.at(widest, rank, q)
+    out = np.zeros(len(schedule), dtype=bool)
+    out[comp] = q < widest[rank]
+    return out
+
+
+def _call_order(schedule: Schedule, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op, whether it is the only computed block of its pass on its rank (its result is
+    the output: nothing to merge) and whether it is its rank's first computed block (the
+    GPU is idle when it is called), in schedule order; `comp`: the computed (not fully
+    masked) blocks, ascending."""
+    alone = np.zeros(len(schedule), dtype=bool)
+    isolated = np.zeros(len(schedule), dtype=bool)
+    rank, kind = schedule.rank[comp], schedule.kind[comp]
+    _, first = np.unique(rank, return_index=True)
+    isolated[comp[first]] = True
+    _, first, count = np.unique(rank.astype(np.int64) * len(KINDS) + kind, return_index=True, return_counts=True)
+    alone[comp[first[count == 1]]] = True
+    return alone, isolated
+
+
+def _by_runs(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
+    """fn(*columns) (elementwise), called on the first op of each run of consecutive ops
+    whose arguments are all equal (floats compared bit for bit)."""
+    new = np.zeros(len(columns[0]), dtype=bool)
+    new[0] = True
+    for c in columns:
+        c = c.view(np.int64) if c.dtype == np.float64 else c
+        new[1:] |= c[1:] != c[:-1]
+    firsts = np.flatnonzero(new)
+    if 2 * len(firsts) > len(new):
+        return np.asarray(fn(*columns), dtype=np.float64)
+    values = np.asarray(fn(*(c[firsts] for c in columns)), dtype=np.float64)
+    return values[np.cumsum(new) - 1]
+
+
+def _per_distinct(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
+    """fn(one op's arguments, as Python scalars) for every op, called once per distinct
+    argument tuple: a ring repeats a few block shapes and link hops many times over."""
+    order = np.lexsort(columns[::-1])
+    new = np.zeros(len(order), dtype=bool)     # where a sorted row differs from the last
+    new[0] = True
+    for c in columns:
+        c = c[order]
+        new[1:] |= c[1:] != c[:-1]
+    firsts = order[new]
+    values = [fn(*args) for args in zip(*(c[firsts].tolist() for c in columns))]
+    out = np.empty(len(order))
+    out[order] = np.array(values, dtype=np.float64)[np.cumsum(new) - 1]
+    return out
+
+
+def resource_queues(schedule: Schedule) -> list[list[int]]:
+    """Each resource's operations in schedule order, the resources that run computes
+    first (by id), then the others in order of first use (the order the SimPy player
+    starts their processes in)."""
+    res = schedule.resource
+    order = np.argsort(res, kind="stable")
+    bounds = np.flatnonzero(np.diff(res[order])) + 1
+    queues = {int(res[q[0]]): q for q in np.split(order, bounds) if len(q)}
+    computes = set(np.unique(res[~schedule.is_transfer]).tolist())
+    first_use = sorted((int(q[0]), r) for r, q in queues.items() if r not in computes)
+    ids = sorted(computes) + [r for _, r in first_use]
+    return [queues[r].tolist() for r in ids]
+
+
+def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | None = None,
+                jitter: int | None = None, posts: Posts | None = None, inline_after_s: float = 0.0
+                ) -> tuple[list[float], list[float], int]:
+    """Start and end of every operation, and the events SimPy processed; `jitter` seeds
+    the host's measured spread of rank and block speeds (sim.hardware.contention).
+
+    `posts` (Schedule.posts, made) plays gloo's point-to-point protocol. A rank posts a
+    batch: a send, then a receive (batch_isend_irecv posts them in order). A receive
+    posted first tells the sender it is ready, and a send posted once that word is in
+    (more than `inline_after_s` later, the link's latency) is written by the posting
+    thread before the post returns: the compute that follows the post in the rank's
+    program starts only when the send ends. A send posted before its receive is written
+    later by gloo's own thread, behind the compute. A transfer starts once the post that
+    carries its receive has returned. A post comes up either with its compute's turn
+    (the K/V hop, posted right before it) or on its own, when the ops it waits for are
+    done (the dK/dV hop, after the step's compute); the compute after a post on its own
+    waits for it to return before its own post comes up. None: every compute starts
+    once its dependencies are done (NCCL, GPUs, the presets)."""
+    env = _CountingEnvironment()
+    sharing = (Sharing(env, schedule.n_ranks, contention, jitter)
+               if contention is not None and contention.active else None)
+    n_ops = len(schedule)
+    start = [0.0] * n_ops
+    end = [0.0] * n_ops
+    after = schedule.after_tuples()
+    if schedule.extra_resources is not None:
+        after = _with_resource_turns(schedule, after)
+    remaining = [len(a) for a in after]
+    dependents: list[list[int]] = [[] for _ in range(n_ops)]
+    for op_id, deps in enumerate(after):
+        for d in deps:
+            dependents[d].append(op_id)
+    is_compute = (~schedule.is_transfer).tolist()
+    is_backward = (schedule.kind == BWD).tolist()
+    rank, peer = schedule.rank.tolist(), schedule.peer.tolist()
+    waiting: dict[int, simpy.Event] = {}
+    protocol = posts is not None
+    send_of: dict[int, int] = {}               # compute -> the send posted with its turn
+    alone_before: dict[int, list[int]] = {}    # compute -> the sends posted on their own before it
+    partner: dict[int, int] = {}               # send -> the send whose post carries its receive
+    alone: dict[int, list[int]] = {}           # a send posted on its own -> what its post waits for
+    if protocol:
+        posted = posts.posted
+        held, pair = posts.held[posted].tolist(), posts.partner[posted].tolist()
+        waits_for = posts.after[:, posted].T.tolist()
+        for send, compute, other, deps in zip(posted.tolist(), held, pair, waits_for):
+            partner[send] = other
+            deps = [d for d in deps if d != NO_DEP]
+            if deps:
+                alone[send] = deps
+                if compute != NO_DEP:
+                    alone_before.setdefault(compute, []).append(send)
+            elif compute != NO_DEP:
+                send_of[compute] = send
+    returned: dict[int, float] = {}            # send -> when its post returned
+    on_return: dict[int, simpy.Event] = {}
+    on_end: dict[int, simpy.Event] = {}
+    finished: set[int] = set()
+
+    def ready(op_id: int):
+        ev = env.event()
+        waiting[op_id] = ev
+        return ev
+
+    def done(op_id: int) -> None:
+        end[op_id] = env.now
+        if protocol:
+            finished.add(op_id)
+            if op_id in on_end:
+                on_end.pop(op_id).succeed()
+        for x in dependents[op_id]:
+            remaining[x] -= 1
+            if remaining[x] == 0 and x in waiting:
+                waiting.pop(x).succeed()
+
+    def post_returns(send: int) -> None:
+        returned[send] = env.now
+        if send in on_return:
+            on_return.pop(send).succeed()
+
+    def write(send: int):
+        """The post of `send`, from now: written by this thread when its receiver's
+        post returned strictly more than the notice before (ranks that post at the same
+        instant, a ring's first step, are each the first, whatever order the event loop
+        takes them in)."""
+        other = returned.get(partner[send])
+        if other is not None and other + inline_after_s < env.now and send not in finished:
+            yield on_end.setdefault(send, env.event())     # (a send of no duration may be done)
+
+    def posting(op_id: int):
+        """What an op waits for besides its dependencies under gloo's protocol."""
+        for send in alone_before.get(op_id, ()):
+            if send not in returned:
+                yield on_return.setdefault(send, env.event())
+        send = send_of.get(op_id)
+        if send is not None:
+            yield from write(send)
+        other = partner.get(op_id)
+        if other is not None and other not in returned:
+            yield on_return.setdefault(other, env.event())     # the receive is not posted yet
+
+    def post_alone(send: int, deps: list[int]):
+        for d in deps:
+            if d not in finished:
+                yield on_end.setdefault(d, env.event())
+        yield from write(send)
+        post_returns(send)
+
+    def stream(op_ids):
+        for op_id in op_ids:
+            if remaining[op_id]:
+                yield ready(op_id)
+            if protocol:
+                yield from posting(op_id)
+            start[op_id] = env.now
+            if op_id in send_of:
+                post_returns(send_of[op_id])
+            if dur[op_id] <= 0:
+                pass
+            elif sharing is None:
+                yield env.timeout(dur[op_id])
+            elif is_compute[op_id]:
+                yield from sharing.compute(op_id, rank[op_id], dur[op_id], is_backward[op_id])
+            else:
+                yield from sharing.transfer(op_id, rank[op_id], peer[op_id], dur[op_id])
+            done(op_id)
+
+    for queue in resource_queues(schedule):
+        env.process(stream(queue))
+    for send, deps in alone.items():
+        env.process(post_alone(send, deps))
+    env.run()
+    return start, end, env.events
+
+
+def _with_resource_turns(schedule: Schedule, after: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Each op's dependencies, plus, for every resource it holds, the op before it in
+    schedule order that held that resource (its turn on the resource)."""
+    res = schedule.resource_rows()
+    held = res >= 0
+    op = np.broadcast_to(np.arange(len(schedule)), res.shape)[held]
+    res = res[held]
+    order = np.lexsort((op, res))
+    op, res = op[order], res[order]
+    same = np.flatnonzero(res[1:] == res[:-1])
+    turns: list[list[int]] = [[] for _ in range(len(schedule))]
+    for i, prev in zip(op[same + 1].tolist(), op[same].tolist()):
+        turns[i].append(prev)
+    return [a + tuple(sorted(set(t) - set(a))) if t else a for a, t in zip(after, turns)]
+
+
+def times_waves(schedule: Schedule, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The max-plus recurrence, one wave at a time (sim.engine.schedule: within a wave no op waits
+    on another and no two share a resource, so the ops of a wave are independent).
+
+    Per op, as the event loop finds it: start = the latest of its resources' free times
+    (the end of each resource's previous op) and its dependencies' ends, a max, exact in
+    any order; end = start + duration, or start for a zero-duration op (a skipped block
+    still takes its turn in its stream: it waits for what it waits on).
+    """
+    n_ops = len(schedule)
+    start = np.zeros(n_ops)
+    end = np.zeros(n_ops + 1)   # end[NO_DEP], the last: waiting on nothing is ready at 0
+    free = np.zeros(schedule.n_resources + 1)   # free[-1]: no resource (an extra's padding)
+    resource, after, extra = schedule.resource, schedule.after, schedule.extra_resources
+    # adding 0.0 to a time leaves it exactly as it is: one addition serves every op (the
+    # durations themselves where none is negative or NaN: -0.0 adds as 0.0 to a time)
+    grow = dur if ((dur >= 0).all()) else np.where(dur > 0, dur, 0.0)
+    bounds = schedule.wave_starts.tolist()
+    for a, b in zip(bounds, bounds[1:]):
+        res = resource[a:b]
+        # written in place (start[a:b], end[a:b]): a wave of a ring is a few hundred ops,
+        # and allocations cost as much as the arithmetic
+        t = np.maximum(free[res], end[after[:, a:b]].max(axis=0, initial=0.0), out=start[a:b])
+        if extra is not None:
+            more = extra[:, a:b]
+            np.maximum(t, free[more].max(axis=0, initial=0.0), out=t)
+        done = np.add(t, grow[a:b], out=end[a:b])
+        free[res] = done
+        if extra is not None:
+            free[more] = done
+            free[-1] = 0.0
+    return start, end[:n_ops]

@@ -1,0 +1,336 @@
+"""Sweep specifications: a file of `ringsim simulate` options, each a value, a list or a
+range, expanded into one configuration per combination.
+
+A spec is a YAML or TOML mapping whose keys are `simulate`'s option names without the
+dashes (`gpus`, `seq`, `kv-heads` or `kv_heads`, `pass`, `inter-link`, ...), and whose
+values are one of:
+
+- a value: `seq = 131072`; integer options also take sizes, `"128k"` or `"1M"`
+  (`parse_count`: k = 2^10, M = 2^20, G = 2^30);
+- a list: `gpus = [8, 16]`;
+- a range, inclusive of both ends when the steps land on `to`: `{from = 8, to = 64, step = 8}`
+  (8, 16, ..., 64) or geometric `{from = 8, to = 64, times = 2}` (8, 16, 32, 64).
+
+On/off options (`causal`, `overlap`) take true and false. Output options (`json`,
+`trace`, `chrome-trace`, `force`) are refused. The expansion is the Cartesian product of
+the values in the spec's key order, the last key varying fastest; its length is the
+product of the lengths. Each configuration is what those options would give
+`ringsim simulate` (`Config.command`), and its key (`Config.key`) a hash of every
+resolved option, defaults included: two spellings of one configuration share a key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import math
+import os
+import shlex
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Iterable, Iterator
+
+from sim.cli.options import Parser, add_scenario_args
+from sim.errors import RingsimError
+from sim.scenario.schema import SCENARIO_OPTIONS
+from sim.units import parse_count, tokens  # noqa: F401  (the spec reads sizes; callers import them here)
+
+OUTPUT_OPTIONS = ("json", "trace", "chrome_trace", "force")
+"""simulate's options that write output: not part of a configuration."""
+COLUMN_NAMES = {"pass_": "pass", "efficiency": "gpu_efficiency"}
+"""Option destinations whose table column is named otherwise (`efficiency` is a metric)."""
+MAX_CONFIGS = 10_000_000
+"""A spec that expands past this is refused before anything runs."""
+
+# --- simulate's options -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Option:
+    """One of simulate's options, as the spec and the results table see it."""
+
+    dest: str
+    """argparse destination (`kv_heads`, `pass_`)."""
+    flag: str
+    """`--kv-heads`."""
+    kind: str
+    """int, float, str or bool (an on/off flag)."""
+    choices: tuple[Any, ...] | None
+    default: Any
+
+    @property
+    def column(self) -> str:
+        return COLUMN_NAMES.get(self.dest, self.dest)
+
+    @property
+    def name(self) -> str:
+        """The spec key: the flag without its dashes."""
+        return self.flag[2:]
+
+
+def simulate_parser() -> argparse.ArgumentParser:
+    """simulate's own parser (its scenario flags), without the rest of the command line."""
+    p = Parser(prog="ringsim simulate", add_help=False)
+    add_scenario_args(p)
+    return p
+
+
+@lru_cache(maxsize=None)
+def options() -> tuple[Option, ...]:
+    """simulate's configuration options, in the order `ringsim simulate --help` lists them
+    (sim.scenario.schema); a size (tokens) is an int here."""
+    return tuple(Option(o.dest, o.flag, "int" if o.kind == "tokens" else o.kind, o.choices, o.default)
+                 for o in SCENARIO_OPTIONS)
+
+
+@lru_cache(maxsize=None)
+def _by_name() -> dict[str, Option]:
+    found: dict[str, Option] = {}
+    for o in options():
+        for name in (o.name, o.name.replace("-", "_"), o.dest, o.column):
+            found[name] = o
+    return found
+
+
+def option(name: str) -> Option:
+    """The option a spec key names; RingsimError listing them otherwise."""
+    o = _by_name().get(name)
+    if o is None:
+        if name.replace("-", "_") in OUTPUT_OPTIONS:
+            raise RingsimError(f"{name!r} writes output; a sweep spec holds only configuration options")
+        raise RingsimError(f"unknown option {name!r} in the sweep spec; simulate's options are "
+                           + ", ".join(o.name for o in options()))
+    return o
+
+
+def convert(o: Option, value: Any) -> Any:
+    """A spec value as the option's type, checked as simulate would check it."""
+    what = f"{o.name} value"
+    if o.kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "on", "off", "yes", "no"):
+            return value.strip().lower() in ("true", "on", "yes")
+        raise RingsimError(f"{what} must be true or false, got {value!r}")
+    if value is None:
+        if o.default is None:
+            return None
+        raise RingsimError(f"{what} must not be empty")
+    if o.kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            v: Any = value          # simulate itself refuses one that is not positive
+        else:
+            v = parse_count(value, what)
+    elif o.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise RingsimError(f"{what} must be a number, got {value!r}")
+        try:
+            v = float(value)
+        except ValueError:
+            raise RingsimError(f"{what} must be a number, got {value!r}") from None
+        if not math.isfinite(v):
+            raise RingsimError(f"{what} must be finite, got {value!r}")
+    else:
+        if isinstance(value, (dict, list, bool)):
+            raise RingsimError(f"{what} must be a word, got {value!r}")
+        v = str(value)
+    if o.choices is not None and v not in o.choices:
+        raise RingsimError(f"{what} must be one of {', '.join(map(str, o.choices))}, got {value!r}")
+    return v
+
+
+def expand_range(name: str, spec: dict[str, Any]) -> list[Any]:
+    """{from, to, step} or {from, to, times}: every value from `from` up to `to`
+    inclusive (down, with a negative step or times below 1)."""
+    keys = set(spec)
+    if not ({"from", "to"} <= keys and len(keys & {"step", "times"}) == 1 and keys <= {"from", "to", "step", "times"}):
+        raise RingsimError(f"range of {name} must be {{from, to, step}} or {{from, to, times}}, got {spec!r}")
+    lo, hi = spec["from"], spec["to"]
+    for k in ("from", "to", "step", "times"):
+        v = spec.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise RingsimError(f"{k} of the range of {name} must be a number, got {v!r}")
+    ints = all(isinstance(spec[k], int) for k in spec)
+    out: list[Any] = []
+    if "step" in spec:
+        step = spec["step"]
+        if step == 0 or (hi - lo) * step < 0:
+            raise RingsimError(f"the range of {name} never reaches {hi} from {lo} by steps of {step}")
+        count = math.floor((hi - lo) / step + 1e-9) + 1
+        for i in range(count):
+            x = lo + i * step
+            out.append(x if ints else round(x, 12))
+    else:
+        times = spec["times"]
+        if times <= 0 or times == 1 or lo == 0 or (hi / lo < 1) != (times < 1) or hi / lo <= 0:
+            raise RingsimError(f"the range of {name} never reaches {hi} from {lo} by times {times}")
+        x = lo
+        while (x <= hi * (1 + 1e-12)) if times > 1 else (x >= hi * (1 - 1e-12)):
+            out.append(x if ints else round(x, 12))
+            x = x * times
+            if ints and isinstance(times, int):
+                x = int(x)
+    if len(out) > MAX_CONFIGS:
+        raise RingsimError(f"the range of {name} has {len(out)} values")
+    return out
+
+
+def values_of(name: str, raw: Any) -> list[Any]:
+    """The values one spec key takes, converted and checked."""
+    o = option(name)
+    if isinstance(raw, dict):
+        raw = expand_range(name, raw)
+    elif not isinstance(raw, list):
+        raw = [raw]
+    if not raw:
+        raise RingsimError(f"{name} has an empty list of values")
+    return [convert(o, v) for v in raw]
+
+
+# --- specs and configurations ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration of a sweep: the options as given, and what they resolve to."""
+
+    index: int
+    """Its place in the expansion."""
+    given: tuple[tuple[str, Any], ...]
+    """(dest, value) of the options the spec sets, in the spec's order."""
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """Every option (dest -> value), defaults filled in."""
+        out = {o.dest: o.default for o in options()}
+        out.update(self.given)
+        return out
+
+    @property
+    def key(self) -> str:
+        """A hash of every resolved option: the row's identity when a sweep resumes."""
+        return config_key(self.resolved)
+
+    @property
+    def argv(self) -> list[str]:
+        """simulate's arguments for the options given."""
+        return argv_of(dict(self.given))
+
+    @property
+    def command(self) -> str:
+        """The `ringsim simulate` command line that runs this configuration alone."""
+        return shlex.join(["ringsim", "simulate", *self.argv])
+
+    def columns(self) -> dict[str, Any]:
+        """Its row's option columns: every option, resolved."""
+        by_dest = {o.dest: o for o in options()}
+        return {by_dest[d].column: v for d, v in self.resolved.items()}
+
+
+def config_key(resolved: dict[str, Any]) -> str:
+    text = json.dumps(resolved, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(text.encode()).hexdigest()[:20]
+
+
+def argv_of(given: dict[str, Any]) -> list[str]:
+    """simulate's arguments for {dest: value}; None leaves an option at its default."""
+    by_dest = {o.dest: o for o in options()}
+    argv: list[str] = []
+    for dest, value in given.items():
+        o = by_dest[dest]
+        if o.kind == "bool":
+            argv.append(o.flag if value else "--no-" + o.flag[2:])
+        elif value is not None:
+            argv += [o.flag, _fmt(value)]
+    return argv
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed sweep spec: for each option it sets, its values in order."""
+
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
+    """(dest, values) in the spec's key order."""
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> "Spec":
+        if not isinstance(raw, dict) or not raw:
+            raise RingsimError("a sweep spec is a mapping of simulate's options to values, lists or ranges")
+        axes: list[tuple[str, tuple[Any, ...]]] = []
+        seen: dict[str, str] = {}
+        for name, value in raw.items():
+            if not isinstance(name, str):
+                raise RingsimError(f"sweep spec keys are option names, got {name!r}")
+            o = option(name)
+            if o.dest in seen:
+                raise RingsimError(f"the sweep spec sets {o.name} twice ({seen[o.dest]!r} and {name!r})")
+            seen[o.dest] = name
+            axes.append((o.dest, tuple(values_of(name, value))))
+        spec = cls(tuple(axes))
+        if spec.size > MAX_CONFIGS:
+            raise RingsimError(f"the sweep spec expands to {spec.size:,} configurations, more than {MAX_CONFIGS:,}")
+        return spec
+
+    @property
+    def size(self) -> int:
+        """How many configurations: the product of the lengths."""
+        return math.prod(len(v) for _, v in self.axes)
+
+    def configs(self) -> Iterator[Config]:
+        """Every combination, the last key varying fastest."""
+        dests = [d for d, _ in self.axes]
+        for i, combo in enumerate(itertools.product(*(v for _, v in self.axes))):
+            yield Config(i, tuple(zip(dests, combo)))
+
+
+def configs_from(given: Iterable[dict[str, Any]]) -> list[Config]:
+    """Configurations from dicts of {option name or dest: value} (for callers that
+    build their own list, such as `ringsim plan`)."""
+    out = []
+    for i, g in enumerate(given):
+        items = []
+        for name, value in g.items():
+            o = option(name)
+            items.append((o.dest, convert(o, value)))
+        out.append(Config(i, tuple(items)))
+    return out
+
+
+def load_spec(path: str) -> Spec:
+    """A spec from a .toml, .yaml or .yml file."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in (".toml", ".yaml", ".yml"):
+        raise RingsimError(f"sweep spec {path}: name it .toml, .yaml or .yml")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise RingsimError(f"cannot read the sweep spec {path}: {e.strerror or e}") from None
+    if ext == ".toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:     # Python 3.10
+            try:
+                import tomli as tomllib  # type: ignore[no-redef]
+            except ModuleNotFoundError:
+                raise RingsimError("TOML specs need Python 3.11 or the tomli package") from None
+        try:
+            raw = tomllib.loads(data.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise RingsimError(f"{path} is not valid TOML: {str(e).splitlines()[0]}") from None
+    else:
+        try:
+            import yaml
+        except ModuleNotFoundError:
+            raise RingsimError("YAML specs need PyYAML: pip install 'ringsim[sweep]' (or write the spec in TOML)") from None
+        try:
+            raw = yaml.safe_load(data)
+        except yaml.YAMLError as e:
+            raise RingsimError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return Spec.from_dict(raw)

@@ -1,0 +1,165 @@
+"""Plan a training run over tensor, context, pipeline and data parallelism together.
+
+Given a model, a sequence length, a global batch (tokens a step) and a cluster, every
+candidate of its GPUs is a TP x CP x PP x DP split with a ZeRO stage, a recomputation,
+for CP > 1 a CP scheme, for TP > 1 its collectives exposed or overlapped with the GEMMs
+and for PP > 1 plain or interleaved 1F1B (INTERLEAVES; an interleaved split is timed only
+where its plain form fits, as interleaving adds memory), each timed by
+`sim.training.step.simulate_step` exactly as `ringsim step` would run the command it carries. A
+degree that does not fit the model (TP not dividing
+the heads, the FFN or the vocabulary; a sequence that does not split over CP; more stages
+than layers; a batch that is not whole sequences per replica) is not a candidate. TP stays
+inside a node (its collectives are on every layer's critical path). The fitting
+candidates are ranked by tokens/s per GPU, each with one sentence on what costs it most.
+
+Attention is simulated once per (TP, CP, scheme, micro-batch) and pass, so a plan over
+thousands of candidates simulates a few dozen attention layers.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from sim.errors import RingsimError
+from sim.scenario.config import Hardware
+from sim.scenario.models import Model
+from sim.training.step import Parallel, StepRequest, simulate_step
+
+SCHEMES = ("ring", "allgather")
+"""CP schemes tried: the zigzag ring and the all-gather (Llama 3's)."""
+RECOMPUTES = ("none", "selective", "full")
+INTERLEAVES = (1, 2, 4)
+"""Virtual stages per GPU tried when PP > 1: plain 1F1B and the interleaved schedule at two
+depths (each where the micro-batches and the layers allow it)."""
+PARTS = {"gemm_s": "GEMMs", "attention_s": "attention", "elementwise_s": "elementwise work",
+         "tp_comm_s": "TP communication", "recompute_s": "recomputation", "pp_bubble_s": "the pipeline bubble",
+         "pp_comm_s": "pipeline sends", "dp_comm_s": "DP communication", "optimizer_s": "the optimizer"}
+
+
+@dataclass
+class StepPlan:
+    candidates: list[dict[str, Any]]
+    considered: int
+    refused: int
+    seconds: float
+    gpus: int
+    memory_bytes: float
+    skipped: int = 0
+    """Interleaved splits not timed: their plain-1F1B form does not fit or cannot be built."""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def request_hardware(req: Any) -> tuple[Hardware, list[str]]:
+    """The hardware of a `sim.planning.plan.PlanRequest` (its cluster, GPU, links, nodes, PCIe
+    flags) and the `ringsim` flags that give it."""
+    from sim.planning.plan import _scenario
+    from sim.planning.spec import configs_from
+
+    workload = ("gpus", "seq", "batch", "heads", "kv-heads", "head-dim", "dtype", "pass", "causal")
+    config = configs_from([{k: v for k, v in req.base_options().items() if k not in workload}])[0]
+    return _scenario(config).hardware, config.argv
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def step_argv(model: Model, seq: int, global_batch: int, par: Parallel) -> list[str]:
+    """The `ringsim step` arguments (after `step`) of one configuration, hardware aside."""
+    argv = ["--model", model.name, "--seq", str(seq), "--global-batch", str(global_batch)]
+    if par.microbatches is not None:
+        argv += ["--microbatches", str(par.microbatches)]
+    argv += ["--tp", str(par.tp), "--cp", str(par.cp), "--pp", str(par.pp), "--dp", str(par.dp),
+             "--zero", str(par.zero), "--recompute", par.recompute]
+    if par.cp > 1:
+        argv += ["--scheme", par.scheme, "--layout", par.layout]
+    if par.interleave > 1:
+        argv += ["--interleave", str(par.interleave)]
+    if par.fp8:
+        argv.append("--fp8")
+    if par.tp_overlap:
+        argv.append("--tp-overlap")
+    if par.grad_reduce != "fp32":
+        argv += ["--grad-reduce", par.grad_reduce]
+    return argv
+
+
+def step_command(model: Model, seq: int, global_batch: int, par: Parallel, hardware_argv: list[str]) -> str:
+    return shlex.join(["ringsim", "step", *step_argv(model, seq, global_batch, par), *hardware_argv])
+
+
+def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gpus: int, *,
+               hardware_argv: list[str] | None = None, fp8: bool = False,
+               on_progress: Callable[[int, int], None] | None = None) -> StepPlan:
+    t0 = time.perf_counter()
+    splits = []
+    for tp in _divisors(gpus):
+        if tp > hardware.gpus_per_node:
+            continue
+        for cp in _divisors(gpus // tp):
+            for pp in _divisors(gpus // (tp * cp)):
+                dp = gpus // (tp * cp * pp)
+                for zero in ((1, 3) if dp > 1 else (1,)):
+                    for recompute in RECOMPUTES:
+                        for scheme in (SCHEMES if cp > 1 else ("ring",)):
+                            for overlap in ((False, True) if tp > 1 else (False,)):
+                                for v in (INTERLEAVES if pp > 1 else (1,)):
+                                    splits.append(Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero,
+                                                           recompute=recompute, fp8=fp8, scheme=scheme,
+                                                           tp_overlap=overlap, interleave=v))
+    out, refused, skipped = [], 0, 0
+    limit = hardware.gpu.memory_gb * 1e9
+    plain_fits: dict[Parallel, bool] = {}        # each split's answer with plain 1F1B (v = 1)
+    for i, par in enumerate(splits):
+        if on_progress is not None:
+            on_progress(i + 1, len(splits))
+        plain = replace(par, interleave=1)
+        if par.interleave > 1 and not plain_fits.get(plain, False):
+            # interleaving only adds to the memory (more chunks in flight, sim.training.pipeline.in_flight):
+            # a split that does not fit, or cannot be built, with plain 1F1B is not tried deeper
+            skipped += 1
+            continue
+        try:
+            req = StepRequest(model=model, seq=seq, global_batch=global_batch, parallel=par, hardware=hardware)
+            step = simulate_step(req)
+        except RingsimError:
+            refused += 1
+            continue
+        d = step.to_dict()
+        d["command"] = step_command(model, seq, global_batch, par, hardware_argv or [])
+        d["fits"] = step.memory_bytes_per_gpu <= limit
+        if par.interleave == 1:
+            plain_fits[par] = d["fits"]
+        out.append(d)
+    out.sort(key=lambda c: (not c["fits"], -c["tokens_per_s_per_gpu"]))
+    for rank, c in enumerate(out, 1):
+        c["rank"] = rank
+        c["why"] = _why(c, out[0], limit)
+    return StepPlan(candidates=out, considered=len(splits), refused=refused, seconds=time.perf_counter() - t0,
+                    gpus=gpus, memory_bytes=limit, skipped=skipped)
+
+
+def _why(c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
+    """One sentence: how it stands against the fastest, and its largest cost besides the GEMMs."""
+    if not c["fits"]:
+        return f"does not fit: {c['memory_bytes_per_gpu'] / 1e9:.1f} GB per GPU of {limit / 1e9:g} GB"
+    b = c["breakdown"]
+    costs = {k: v for k, v in b.items() if k in PARTS and k != "gemm_s"}
+    worst = max(costs, key=costs.get) if costs else None
+    share = f"{PARTS[worst]} {b[worst] / c['step_s']:.0%} of the step" if worst else ""
+    if c is best:
+        return f"fastest; {share}" if share else "fastest"
+    slower = best["tokens_per_s_per_gpu"] / c["tokens_per_s_per_gpu"]
+    stand = ("within 1% of the fastest, a tie for the model" if slower < 1.01
+             else f"{slower:.2f}x the fastest's time")
+    return f"{stand}; {share}" if share else stand
+
+
+def label(c: dict[str, Any]) -> str:
+    p = c["parallel"]
+    out = f"TP {p['tp']} CP {p['cp']} PP {p['pp']} DP {p['dp']}, ZeRO-{p['zero']}, recompute {p['recompute']}"
+    return (out + (f", CP {p['scheme']}" if p["cp"] > 1 else "") + (", TP overlapped" if p.get("tp_overlap") else "")
+            + (f", {p['interleave']} virtual stages" if p.get("interleave", 1) > 1 else ""))
