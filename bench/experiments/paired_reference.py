@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hw.bench import block_flops, full_forward_block, measure_compute, measure_compute_paired  # noqa: E402
+from hw.bench.measure import block_flops, measure_compute, measure_compute_paired  # noqa: E402
+from hw.bench.parts import full_forward_block  # noqa: E402
 from hw.blocks import select_block_ops  # noqa: E402
 from sim.files import write_json
 

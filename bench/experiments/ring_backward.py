@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ring_backward: {e}", file=sys.stderr)
             return 2
 
-    from hw.bench import _ring_worker, block_kv_bytes, full_forward_block, ring_slowdown
+    from hw.bench.bounds import ring_slowdown
+    from hw.bench.parts import _ring_worker, block_kv_bytes, full_forward_block
     from hw.spawn import spawn
 
     heads, head_dim = 8, 64

@@ -13,8 +13,8 @@ from sim.engine.queues import queue_batches
 from sim.engine.schedule import KINDS, ComputeOp, Schedule, TransferOp
 from sim.scenario.config import Hardware, Link, Scenario, Workload
 from sim.schemes import get as get_scheme
-from tests.sim.reference import reference_trace_spans
 from tests.sim.calibration.test_calibrate import bench
+from tests.sim.reference import reference_trace_spans
 
 
 class Seconds:
