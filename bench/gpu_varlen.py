@@ -154,7 +154,7 @@ def varlen_calls(torch) -> list[dict]:
             flops = (2.5 if kind == "bwd" else 1.0) * w.fwd_flops(pairs)
             model = float(hw.varlen_times_s([BlockCall(pieces)], np.array([flops]), dtype="bf16",
                                             kind=np.array([kind]), alone=np.array([True]),
-                                            isolated=np.array([False]), **head_geometry(hw, w))[0])
+                                            isolated=np.array([False]), **head_geometry(w))[0])
             rows.append({"cu_seqlens": cu, "pass": kind, "measured_s": statistics.median(times),
                          "measured_range_s": [min(times), max(times)], "model_s": model, "preset": preset})
     return rows

@@ -340,9 +340,9 @@ def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, floa
     flops = w.fwd_flops(tokens * tokens)
     # called isolated and alone (the block model): the floor in front and no merge, so that
     # differences between sizes are the GPU's work, not a host-bound queued call's floor
-    order = {"alone": True, "isolated": True} if getattr(hw, "takes_call_order", False) else {}
+    order = {"alone": True, "isolated": True} if hw.takes_call_order else {}
     compute = hw.compute_time_s(flops, dtype=w.dtype, kind="fwd", mask="full",
-                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(hw, w), **order)
+                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(w), **order)
     transfer = hw.transfer_time_s(w.kv_bytes(1) * tokens, 0, 1)
     return compute, transfer
 

@@ -35,11 +35,15 @@ Collectives are played as the point-to-point flows an implementation sends:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.errors import RingsimError
 from sim.hardware.pcie import Fabric
+
+if TYPE_CHECKING:
+    from sim.scenario.config import Hardware
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,10 @@ class Topology:
     only its two GPUs' ports."""
 
     @classmethod
-    def of(cls, hardware, n_gpus: int) -> "Topology":
+    def of(cls, hardware: Hardware, n_gpus: int) -> "Topology":
         g = hardware.gpus_per_node
         nics = hardware.nics_per_node or g
-        return cls(n_gpus, g, nics, getattr(hardware.link, "name", "link"), getattr(hardware, "fabric", None))
+        return cls(n_gpus, g, nics, hardware.link.name, hardware.fabric)
 
     @property
     def n_nodes(self) -> int:

@@ -23,6 +23,7 @@ from sim.hardware.kernel_model import (
     merge_kernels,
     varlen_times_s,
 )
+from sim.hardware.model import HardwareModel
 from sim.hardware.pcie import Fabric, Pcie
 from sim.hardware.presets import KERNEL_GAP_US, LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
 from sim.layouts import NAMES as LAYOUT_NAMES
@@ -119,9 +120,10 @@ class Workload:
         return 2 * self.batch * self.kv_heads * tokens * self.head_dim * ACCUM_BYTES
 
 
-_GEOMETRY = Workload()
-"""The head dim and K/V heads per query head the kernel model assumes when not told
-(the engine passes neither to the hardware model)."""
+ASSUMED_HEAD_DIM = 128
+ASSUMED_KV_HEADS_PER_HEAD = 8 / 32
+"""The head dim and K/V heads per query head the kernel model assumes when not told (a
+GPU's rate asked without a workload): those of the default Workload."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,7 +225,7 @@ class Gpu:
         """The rate of the ideal time (docs/design.md): with a kernel table, its fastest
         published rate (dense forward at its longest length); flat, the achieved rate."""
         if self.uses_kernel_table(dtype):
-            return best_rate_flops(kernel_table(self.kernel), head_dim or _GEOMETRY.head_dim)
+            return best_rate_flops(kernel_table(self.kernel), head_dim or ASSUMED_HEAD_DIM)
         if self.achieved_tflops is not None:
             return self.achieved_tflops * 1e12
         if dtype not in self.peak_tflops:
@@ -262,8 +264,9 @@ def _fabric(pcie: Pcie, gpus_per_node: int, port_gbps: float) -> Fabric:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Hardware:
-    """GPUs, the links between them, and how they sit in nodes (sim.hardware.topology).
+class Hardware(HardwareModel):
+    """GPUs, the links between them, and how they sit in nodes (sim.hardware.topology): the
+    datasheet hardware model (sim.hardware.model.HardwareModel).
 
     Ranks are packed `gpus_per_node` to a node; a transfer inside a node uses `link`
     (each GPU's own NVLink or PCIe port in each direction), one between nodes uses
@@ -311,7 +314,7 @@ class Hardware:
         """Time of one block: overhead + FLOPs / achieved rate (docs/design.md); with a kernel
         table, the rate of its pass, mask and size plus its merge (sim.hardware.kernel_model).
         head_dim and kv_heads_per_head (the engine passes the workload's) default to
-        those of sim.scenario.config.Workload; sliced: the block's queries are part of its rank's
+        ASSUMED_HEAD_DIM and ASSUMED_KV_HEADS_PER_HEAD; sliced: the block's queries are part of its rank's
         (the engine passes it where `merge_copies_slices`); alone: the only block of its
         pass on its rank, whose result is the output (nothing to merge); isolated: the GPU is idle when
         it is called (the first block of its rank): the call's host-side floor is paid in
@@ -341,8 +344,8 @@ class Hardware:
         t = g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype, head_dim)
         if not self._flat_unfused:
             return t
-        hd = head_dim or _GEOMETRY.head_dim
-        ratio = kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads
+        hd = head_dim or ASSUMED_HEAD_DIM
+        ratio = kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD
         sliced = np.zeros(len(flops), dtype=bool) if sliced is None else np.asarray(sliced, dtype=bool)
         merges = np.ones(len(flops), dtype=bool) if alone is None else ~np.asarray(alone, dtype=bool)
         extra = np.zeros(len(flops))
@@ -377,15 +380,12 @@ class Hardware:
         which sim.engine.players.durations_s then passes to compute_time(s)_s."""
         return (self.gpu.kernel is not None and self.gpu.achieved_tflops is None) or self._flat_unfused
 
-    takes_head_geometry = True
-    """compute_time(s)_s and rate_flops take the workload's head dim and K/V heads per
-    query head (a kernel table's rates and merge depend on them); the engine passes them."""
-
     def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
         return float(self.transfer_times_s(np.array([nbytes], dtype=float), np.array([src]), np.array([dst]))[0])
 
-    # The engine times whole schedules at once through these two when a hardware object
-    # offers them; each must give, element for element, the per-op method's float.
+    # The engine times whole schedules at once through these two, in place of
+    # HardwareModel's calls per distinct op; each gives, element for element, the per-op
+    # method's float.
 
     def compute_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
                         q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
@@ -396,8 +396,8 @@ class Hardware:
         if g.uses_kernel_table(dtype):
             return block_times_s(
                 kernel_table(g.kernel), flops, kind=kind, mask=mask, q_tokens=q_tokens, kv_tokens=kv_tokens,
-                head_dim=head_dim or _GEOMETRY.head_dim,
-                kv_heads_per_head=kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads,
+                head_dim=head_dim or ASSUMED_HEAD_DIM,
+                kv_heads_per_head=kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD,
                 elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
                 sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated)
         return self._flat_times_s(np.asarray(flops, dtype=float), dtype=dtype, kind=np.asarray(kind, dtype=str),
@@ -417,8 +417,8 @@ class Hardware:
         """compute_times_s for blocks that are varlen calls (sim.hardware.kernel_model.varlen_times_s)."""
         g = self.gpu
         return varlen_times_s(
-            kernel_table(g.kernel), calls, flops, kind=kind, head_dim=head_dim or _GEOMETRY.head_dim,
-            kv_heads_per_head=kv_heads_per_head or _GEOMETRY.kv_heads / _GEOMETRY.heads,
+            kernel_table(g.kernel), calls, flops, kind=kind, head_dim=head_dim or ASSUMED_HEAD_DIM,
+            kv_heads_per_head=kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD,
             elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
             sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated)
 
