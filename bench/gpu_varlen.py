@@ -114,8 +114,9 @@ def varlen_calls(torch) -> list[dict]:
     import numpy as np
 
     from sim.engine.players import head_geometry
+    from sim.hardware.cluster import Gpu, Hardware
     from sim.layouts.packed import BlockCall
-    from sim.scenario.config import Gpu, Hardware, Workload
+    from sim.scenario.config import Workload
 
     name = torch.cuda.get_device_name()
     preset = "H200" if "H200" in name else "H100-SXM" if "H100" in name else "A100-SXM-80GB"

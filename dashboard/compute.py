@@ -25,11 +25,12 @@ from dashboard.state import scenario_key
 from sim.engine.play import simulate
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware, Link
 from sim.layouts import get as get_layout
 from sim.layouts import packed
 from sim.planning.compare import compare_scheme_rows, scheme_variants
 from sim.scenario import documents
-from sim.scenario.config import LAYOUTS, Hardware, Link, Scenario, layouts_for
+from sim.scenario.config import LAYOUTS, Scenario, layouts_for
 from sim.scenario.memory import full_kv_bytes, peak_memory, peak_memory_bytes
 from sim.trace.format import COMPUTE, Trace
 from sim.trace.metrics import Metrics, comparison_row, compute_metrics

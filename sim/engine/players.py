@@ -54,7 +54,7 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload)
     """Time each operation takes on `hardware` (0 for a skipped, fully masked block).
 
     The hardware model's batch forms (`compute_times_s`, `transfer_times_s`: its own over
-    arrays, as sim.scenario.config.Hardware's, or sim.hardware.model's calls of the per-op
+    arrays, as sim.hardware.cluster.Hardware's, or sim.hardware.model's calls of the per-op
     methods once per distinct argument tuple, which they must be pure functions of) time
     the operations. A block is timed once per run of consecutive computes with the same
     arguments (a ring's step repeats one or two block shapes over all its ranks): the

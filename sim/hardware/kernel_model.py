@@ -38,7 +38,7 @@ query and key tokens that take part, sim.layouts.block_extents), not the workloa
 count: the call's heads (times batch) are recovered from the FLOPs, taking the block's
 pairs as q x kv for a full block and q x kv / 2 for a diagonal one. The head dim and the
 K/V-to-query head ratio come from the workload (sim.engine.players.head_geometry), or
-sim.scenario.config.ASSUMED_HEAD_DIM and ASSUMED_KV_HEADS_PER_HEAD (the default workload's)
+sim.hardware.cluster.ASSUMED_HEAD_DIM and ASSUMED_KV_HEADS_PER_HEAD (the default workload's)
 where a caller gives none.
 """
 

@@ -3,7 +3,7 @@ of the ideal time, a description for the trace's header, and the abilities that 
 how a schedule is played.
 
 The engine (sim.engine.play, sim.engine.players) plays a schedule on any `HardwareModel`:
-the datasheet model of GPUs, links and nodes (sim.scenario.config.Hardware) and a
+the datasheet model of GPUs, links and nodes (sim.hardware.cluster.Hardware) and a
 calibrated profile (sim.hardware.profile.Profile) implement it, and so may a test's or a
 user's model. A model must give the per-op times (`compute_time_s`, `transfer_time_s`),
 `rate_flops` and `describe`; the batch forms over arrays default to calling the per-op

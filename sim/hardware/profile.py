@@ -2,7 +2,7 @@
 
 `ringsim calibrate` writes it from `ringsim hw bench` measurements; the simulator uses
 it in place of a datasheet preset (`ringsim simulate --profile FILE`): a hardware model
-(sim.hardware.model.HardwareModel) like `sim.scenario.config.Hardware`, with a `contention`
+(sim.hardware.model.HardwareModel) like `sim.hardware.cluster.Hardware`, with a `contention`
 model (sim.hardware.contention).
 
 Compute: per (dtype, mask kind, pass) group, measured block times against FLOPs, used

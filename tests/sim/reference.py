@@ -7,8 +7,9 @@ scenario makers. Tests hold the simulator to these bit for bit."""
 from hypothesis import strategies as st
 
 from sim.engine.schedule import ComputeOp, TransferOp
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.model import HardwareModel
-from sim.scenario.config import BWD_FLOPS_FACTOR, Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.trace.format import STREAMS, Span
 from tests.reference import token_owner
 

@@ -11,8 +11,9 @@ from sim.calibration.calibrate import calibrate
 from sim.engine.play import play, simulate
 from sim.engine.queues import queue_batches
 from sim.engine.schedule import KINDS, ComputeOp, Schedule, TransferOp
+from sim.hardware.cluster import Hardware, Link
 from sim.hardware.model import HardwareModel
-from sim.scenario.config import Hardware, Link, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.schemes import get as get_scheme
 from tests.sim.calibration.test_calibrate import bench
 from tests.sim.reference import reference_trace_spans

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import sim
+from sim.hardware.cluster import Gpu, Hardware
 from sim.hardware.contention import Contention
 from sim.hardware.model import HardwareModel
 from sim.hardware.profile import CollectiveFit, ComputeGroup, LinkFit, Profile
-from sim.scenario.config import Gpu, Hardware, Workload
+from sim.scenario.config import Workload
 
 SIM = pathlib.Path(sim.__file__).parent
 
