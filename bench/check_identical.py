@@ -110,7 +110,8 @@ def make(fields: dict[str, Any]):
     """The Scenario and hardware (None: the scenario's own) of a case."""
     from dataclasses import replace
 
-    from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+    from sim.hardware.cluster import Gpu, Hardware, Link
+    from sim.scenario.config import Scenario, Workload
 
     f = dict(fields)
     hw_name = f.pop("hw")

@@ -33,7 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sim.engine.play import simulate  # noqa: E402
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload  # noqa: E402
+from sim.hardware.cluster import Gpu, Hardware, Link  # noqa: E402
+from sim.scenario.config import Scenario, Workload  # noqa: E402
 from sim.trace.metrics import compute_metrics  # noqa: E402
 
 SOURCE = ("zhuzilin/ring-flash-attention README 'Performance Summary' (batch api), commit 556ddaa; "

@@ -25,14 +25,15 @@ from sim.files import kept_file, write_json
 def model_steps(n_gpus: int, a, merge: str) -> dict[tuple[int, str, int], float]:
     """(rank, kind, step) -> the simulated compute time of that step."""
     from sim.engine.play import simulate
-    from sim.scenario.config import Hardware, Link, Scenario, Workload
+    from sim.hardware.cluster import Hardware, Link
+    from sim.scenario.config import Scenario, Workload
 
     if a.profile:
         from sim.calibration.gpu_profile import load_gpu_profile
 
         gpu = load_gpu_profile(a.profile).gpu_for(merge=merge)
     else:
-        from sim.scenario.config import Gpu
+        from sim.hardware.cluster import Gpu
 
         gpu = Gpu.preset(a.gpu, kernel="fa2", merge=merge)
     w = Workload(seq=n_gpus * a.tokens_per_rank, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,

@@ -114,8 +114,9 @@ def varlen_calls(torch) -> list[dict]:
     import numpy as np
 
     from sim.engine.players import head_geometry
+    from sim.hardware.cluster import Gpu, Hardware
     from sim.layouts.packed import BlockCall
-    from sim.scenario.config import Gpu, Hardware, Workload
+    from sim.scenario.config import Workload
 
     name = torch.cuda.get_device_name()
     preset = "H200" if "H200" in name else "H100-SXM" if "H100" in name else "A100-SXM-80GB"
@@ -154,7 +155,7 @@ def varlen_calls(torch) -> list[dict]:
             flops = (2.5 if kind == "bwd" else 1.0) * w.fwd_flops(pairs)
             model = float(hw.varlen_times_s([BlockCall(pieces)], np.array([flops]), dtype="bf16",
                                             kind=np.array([kind]), alone=np.array([True]),
-                                            isolated=np.array([False]), **head_geometry(hw, w))[0])
+                                            isolated=np.array([False]), **head_geometry(w))[0])
             rows.append({"cu_seqlens": cu, "pass": kind, "measured_s": statistics.median(times),
                          "measured_range_s": [min(times), max(times)], "model_s": model, "preset": preset})
     return rows

@@ -34,7 +34,7 @@ TILE_GROUPS = ((1, 256), (257, 1024), (1025, 10**9))
 
 
 def preset_gpu(name: str, kernel: str):
-    from sim.scenario.config import Gpu
+    from sim.hardware.cluster import Gpu
 
     return Gpu.preset(name, kernel=kernel)
 
@@ -70,7 +70,8 @@ def summary(rows: list[dict]) -> dict:
 def run_row(run: dict, gpu) -> dict:
     """The measured run's median makespan against the preset's simulation of its config."""
     from sim.engine.play import simulate
-    from sim.scenario.config import Hardware, Link, Scenario, Workload
+    from sim.hardware.cluster import Hardware, Link
+    from sim.scenario.config import Scenario, Workload
     from sim.trace.metrics import compute_metrics
 
     cfg = run["config"]

@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.compare_rfa import MACHINES, hardware, order, workload  # noqa: E402
 from sim.cli.main import one_gpu_s  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
-from sim.scenario.config import Hardware, Scenario  # noqa: E402
+from sim.hardware.cluster import Hardware  # noqa: E402
+from sim.scenario.config import Scenario  # noqa: E402
 from sim.trace.metrics import compute_metrics  # noqa: E402
 
 SOURCE = ("zhuzilin/ring-flash-attention README 'Performance Summary' (varlen api), commit 8996282; "

@@ -25,11 +25,12 @@ from dashboard.state import scenario_key
 from sim.engine.play import simulate
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware, Link
 from sim.layouts import get as get_layout
 from sim.layouts import packed
 from sim.planning.compare import compare_scheme_rows, scheme_variants
 from sim.scenario import documents
-from sim.scenario.config import LAYOUTS, Hardware, Link, Scenario, layouts_for
+from sim.scenario.config import LAYOUTS, Scenario, layouts_for
 from sim.scenario.memory import full_kv_bytes, peak_memory, peak_memory_bytes
 from sim.trace.format import COMPUTE, Trace
 from sim.trace.metrics import Metrics, comparison_row, compute_metrics
@@ -340,9 +341,9 @@ def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, floa
     flops = w.fwd_flops(tokens * tokens)
     # called isolated and alone (the block model): the floor in front and no merge, so that
     # differences between sizes are the GPU's work, not a host-bound queued call's floor
-    order = {"alone": True, "isolated": True} if getattr(hw, "takes_call_order", False) else {}
+    order = {"alone": True, "isolated": True} if hw.takes_call_order else {}
     compute = hw.compute_time_s(flops, dtype=w.dtype, kind="fwd", mask="full",
-                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(hw, w), **order)
+                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(w), **order)
     transfer = hw.transfer_time_s(w.kv_bytes(1) * tokens, 0, 1)
     return compute, transfer
 

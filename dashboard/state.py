@@ -17,10 +17,11 @@ from urllib.parse import parse_qsl, urlencode
 
 from sim.cli.options import pcie_fabric
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
 from sim.layouts import NAMES as ONE_DOCUMENT_LAYOUTS
 from sim.layouts.packed import DOC_LAYOUTS
-from sim.scenario.config import LAYOUTS, Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import LAYOUTS, Scenario, Workload
 from sim.scenario.schema import scenario_option
 
 CUSTOM = "custom"

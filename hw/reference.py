@@ -35,12 +35,13 @@ from typing import Any
 from hw.bench.measure import block_flops  # the compute part's reference size; block FLOPs
 from hw.bench.parts import REFERENCE_TOKENS  # the compute part's reference size; block FLOPs
 from sim.errors import RingsimError
+from sim.hardware.profile import Profile
 
 SHARING_PROCESSES = 2
 """Processes of a sharing reading: the fewest that share the host's cores."""
 
 
-def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tuple[int, float] | None:
+def reference_block(profile: Profile, dtype: str, heads: int, head_dim: int) -> tuple[int, float] | None:
     """(tokens, seconds): the square full-mask forward block of this shape (batch 1) that
     the profile measured, the one closest to REFERENCE_TOKENS; None where it measured none.
 
@@ -61,7 +62,7 @@ def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tupl
     if not found:
         return None
     _, tokens, seconds = min(found)
-    speed = ((getattr(profile, "report", None) or {}).get("compute") or {}).get("host_speed") or {}
+    speed = (profile.report.get("compute") or {}).get("host_speed") or {}
     common = speed.get("reference_median_s")
     if (isinstance(common, (int, float)) and common > 0 and speed.get("reference_block") ==
             {"dtype": dtype, "heads": heads, "head_dim": head_dim, "q_tokens": tokens}):
@@ -69,7 +70,7 @@ def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tupl
     return tokens, seconds
 
 
-def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: int,
+def host_speed(profile: Profile, *, dtype: str, heads: int, head_dim: int, threads: int,
                seconds: float = 3.0, block_impl: str = "auto") -> dict[str, Any] | None:
     """Time the reference block for about `seconds` with `threads` threads, as the
     bench's compute part times it (hw.bench.measure.measure_compute: one warm-up call, the
@@ -100,7 +101,7 @@ def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: 
             "calls": len(timed["time_s"]), "at": time.time()}
 
 
-def host_sharing(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: int,
+def host_sharing(profile: Profile, *, dtype: str, heads: int, head_dim: int, threads: int,
                  seconds: float = 3.0, block_impl: str = "auto", timeout_s: float = 120.0) -> dict[str, Any] | None:
     """Two processes of `threads` threads compute the reference block at once and each
     alone, in rounds (hw.bench.parts._concurrency_worker), for about `seconds`; returns
@@ -117,8 +118,7 @@ def host_sharing(profile: Any, *, dtype: str, heads: int, head_dim: int, threads
 
     if not 0 < seconds <= 60:
         raise RingsimError("the reference time must be a number of seconds above 0, at most 60")
-    contention = getattr(profile, "contention", None)
-    host = getattr(contention, "host", None)
+    host = profile.contention.host
     ref = reference_block(profile, dtype, heads, head_dim)
     if host is None or ref is None:
         return None

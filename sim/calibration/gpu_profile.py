@@ -23,9 +23,9 @@ import numpy as np
 
 from sim.errors import RingsimError
 from sim.files import read_json, write_json
+from sim.hardware.cluster import RATE_GROUPS, Gpu, Hardware
 from sim.hardware.kernel_model import Floors
 from sim.hardware.presets import GPU_PRESETS
-from sim.scenario.config import RATE_GROUPS, Gpu, Hardware
 
 FORMAT = "ringsim-gpu-profile"
 VERSION = 1

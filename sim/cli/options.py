@@ -15,9 +15,10 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.pcie import PCIE_X16_GBPS, Pcie
 from sim.hardware.presets import cluster_preset, gpu_preset
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.scenario.documents import read_file_spec
 from sim.scenario.schema import SCENARIO_OPTIONS, ScenarioOption, scenario_option
 from sim.units import tokens

@@ -13,9 +13,10 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
-from sim.scenario.config import GRANULARITIES, LAYOUTS, PASSES, PLACEMENTS, SYNCS, Gpu, Hardware, Scenario, Workload
+from sim.scenario.config import GRANULARITIES, LAYOUTS, PASSES, PLACEMENTS, SYNCS, Scenario, Workload
 from sim.scenario.quantities import DTYPE_BYTES
 from sim.schemes import names as scheme_names
 

@@ -25,7 +25,7 @@ Each hop holds its directed link (r -> r+1). Across nodes (sim.hardware.topology
 too: every rank sends to one rank and receives from one, and with ranks packed into
 nodes in order only one hop leaves each node and one enters it, so no two hops ever
 meet on a port or a NIC, shared or not; a hop between nodes runs at the NIC's speed
-(sim.scenario.config.Hardware.transfer_times_s).
+(sim.hardware.cluster.Hardware.transfer_times_s).
 
 Operations are numbered step by step: the N computes of step k (rank 0 first), then
 its N K/V hops (none at the last step), then in backward its N dK/dV hops. Each group

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from sim.errors import RingsimError
-from sim.scenario.config import Hardware
+from sim.hardware.cluster import Hardware
 from sim.scenario.models import Model
 from sim.training.step import Parallel, StepRequest, simulate_step
 

@@ -15,7 +15,8 @@ from dashboard.i18n import Translator
 from dashboard.questions import ANSWERS, score
 from dashboard.quiz_explain import explain, merge_size
 from dashboard.state import defaults, scenario_from_values
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.hardware.cluster import Gpu, Hardware, Link
+from sim.scenario.config import Scenario, Workload
 from tests.dashboard.conftest import controls
 from tests.reference import token_owner
 

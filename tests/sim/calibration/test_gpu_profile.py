@@ -8,8 +8,8 @@ import pytest
 
 from sim.calibration.gpu_profile import calibrate_gpu, gpu_profile_from_dict, predict_isolated_s
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu
 from sim.hardware.kernel_model import Floors
-from sim.scenario.config import Gpu
 
 
 def entry(kind, mask, heads, tokens, time_s, kv_heads=None, impl="cuda-flash", batch=1):

@@ -12,9 +12,10 @@ from sim.engine.play import simulate
 from sim.engine.players import durations_s, times_simpy, times_waves
 from sim.engine.schedule import A2A, ScheduleBuilder
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.pcie import PCIE_X16_GBPS, SOCKET_LINKS, STAGED_SHARE, Pcie
 from sim.hardware.topology import Topology
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.trace.metrics import compute_metrics
 
 MB = 1 << 20

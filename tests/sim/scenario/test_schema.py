@@ -10,10 +10,11 @@ from dashboard.state import CONTROLS, CUSTOM
 from sim.cli.main import main
 from sim.cli.options import LAYOUT_OPTIONS, Parser, add_hardware_args, add_scenario_args, hardware_from_args
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
 from sim.planning.spec import options, simulate_parser
-from sim.scenario.config import LAYOUTS, PASSES, PLACEMENTS, Hardware, Workload
+from sim.scenario.config import LAYOUTS, PASSES, PLACEMENTS, Workload
 from sim.scenario.schema import SCENARIO_OPTIONS, ScenarioOption, scenario_option
 from sim.schemes import names as scheme_names
 from sim.units import tokens
