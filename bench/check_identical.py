@@ -192,6 +192,14 @@ RENAMED = {"by_world": "by_gpus", "world_size": "n_gpus"}
 """Keys of the record renamed since older trees (a profile's per-GPU-count collective fits)."""
 
 
+def _profile_path(x: Any) -> Any:
+    """The calibrated profile a run read, named alike in every tree: a reference made in
+    another checkout (or before the profile moved) recorded its own path to it."""
+    if isinstance(x, str) and (x == PROFILE or x.endswith("/bench/results/cpu-profile.json")):
+        return "<profile>"
+    return x
+
+
 def _same(a: Any, b: Any, where: str) -> str | None:
     """None if a and b are identical (floats bit for bit, arrays with their dtypes), else
     where they first differ. `a` is the reference: keys only b has are fields added since."""
@@ -229,6 +237,7 @@ def _same(a: Any, b: Any, where: str) -> str | None:
             if d:
                 return d
         return None
+    a, b = _profile_path(a), _profile_path(b)
     return None if a == b else f"{where}: {a!r} against {b!r}"
 
 
