@@ -263,7 +263,7 @@ def test_an_uploaded_trace_of_another_scheme_is_simulated_again(client):
 
 
 def test_the_questions_stay_on_the_ring():
-    from dashboard.questions import _scenario as quiz_scenario
+    from dashboard.views.ring_animation import ring_scenario as quiz_scenario
 
     sc = quiz_scenario({"values": defaults() | {"scheme": "allgather", "head-groups": 4}})
     assert (sc.scheme, sc.head_groups) == ("ring", 1)
@@ -289,7 +289,7 @@ def test_layouts_and_the_sweep_under_another_scheme(client, scheme, ring_scheme)
 
 
 def test_the_token_strip_speaks_the_pages_language():
-    from dashboard.i18n import page_texts
+    from dashboard.views.language import page_texts
 
     client = CallbackClient.for_app(create_app())
     _, out = client.call("layout-strip.figure", {"scenario.data": _store(layout="striped", seq=131072),

@@ -11,7 +11,7 @@ import pytest
 
 from dashboard import explain
 from dashboard.i18n import Translator, catalog
-from dashboard.plan import DEFAULTS, plan_data
+from dashboard.views.plan import DEFAULTS, plan_data
 from sim.cli.options import scenario_from_args
 from sim.planning.compare import compare_scheme_rows
 from sim.planning.spec import simulate_parser

@@ -9,10 +9,13 @@ import re
 import pytest
 
 from dashboard import i18n
-from dashboard.app import FIGURE_TEXTS, SCHEME_TABLE_COLUMNS
 from dashboard.explain import STEP_PARTS
-from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
-from dashboard.questions import ANSWERS, N_CHOICES
+from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations
+from dashboard.views import language
+from dashboard.views.labels import FIGURE_TEXTS
+from dashboard.views.language import page_texts
+from dashboard.views.questions import ANSWERS, N_CHOICES
+from dashboard.views.schemes import SCHEME_TABLE_COLUMNS
 from sim.hardware.pcie import LINK_KINDS, P2P_MODES
 from sim.scenario.config import LAYOUTS, PLACEMENTS
 from sim.schemes import names as scheme_names
@@ -20,6 +23,8 @@ from sim.trace.metrics import EXPLAIN_TEMPLATES, KIND_LABELS
 from sim.training.step import RECOMPUTE
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
+CODE = ("*.py", "views/*.py")
+"""The dashboard's modules that name messages (the figures take theirs as labels)."""
 
 
 def test_every_message_has_every_translation():
@@ -37,7 +42,7 @@ def test_a_missing_or_mismatched_translation_is_reported():
 
 def _keys_named_in_code() -> set[str]:
     keys = set()
-    for path in DASHBOARD.glob("*.py"):
+    for path in (p for pattern in CODE for p in DASHBOARD.glob(pattern)):
         text = path.read_text()
         # t("key"...), Translator(lang)("key"...) and ("component", "prop", "key") entries
         keys |= set(re.findall(r'\bt\(\s*"([a-z0-9_.\-]+)"', text))
@@ -48,7 +53,7 @@ def _keys_named_in_code() -> set[str]:
 def _key_families() -> set[str]:
     """Keys the code makes from a name: a scheme's and a placement's label, a column of
     the schemes' table, a clause of what bounds a run and its kinds of transfer and of
-    PCIe link (dashboard/explain.py), a text of a view's chart (dashboard.app.FIGURE_TEXTS)."""
+    PCIe link (dashboard/explain.py), a text of a view's chart (dashboard.views.labels.FIGURE_TEXTS)."""
     return ({f"opt.scheme.{s}" for s in scheme_names()} | {f"opt.placement.{p}" for p in PLACEMENTS}
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
             | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
@@ -79,9 +84,9 @@ def test_every_key_the_code_names_is_in_the_catalogs():
 
 def test_every_message_is_used():
     literals = set()
-    for path in DASHBOARD.glob("*.py"):
+    for path in (p for pattern in CODE for p in DASHBOARD.glob(pattern)):
         literals |= set(re.findall(r'"([a-z0-9_.\-]+)"', path.read_text()))
-    used = literals | {key for _, _, key in i18n._page_texts()}
+    used = literals | {key for _, _, key in language._page_texts()}
     used |= {f"q{q}.{part}" for q in ANSWERS for part in ("text", "why")}
     used |= {f"q{q}.choice.{i}" for q in ANSWERS for i in range(N_CHOICES)}
     used |= {f"opt.pass.{p}" for p in ("fwd", "bwd", "fwdbwd")} | _key_families()

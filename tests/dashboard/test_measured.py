@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from dashboard import export, measured
-from dashboard.app import EXAMPLE_PROFILE_TOKEN, create_app
+from dashboard.app import create_app
 from dashboard.client import CallbackClient
-from dashboard.layout import MAX_UPLOAD_BYTES
+from dashboard.served import EXAMPLE_PROFILE_TOKEN, MAX_UPLOAD_BYTES
 from dashboard.state import defaults, profile_changes
 from sim.engine.play import simulate
 from sim.errors import RingsimError

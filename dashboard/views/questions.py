@@ -20,9 +20,8 @@ from dash.exceptions import PreventUpdate
 from dashboard import compute, quiz_explain, quiz_figures
 from dashboard.i18n import Translator
 from dashboard.nav import N_QUESTIONS
-from dashboard.state import defaults, ring_values, scenario_from_values
+from dashboard.views.ring_animation import register_ring_stepper, ring_controls, ring_scenario
 from sim.errors import RingsimError
-from sim.scenario.config import Scenario
 
 ANSWERS = {1: 1, 2: 0, 3: 2, 4: 3, 5: 1, 6: 0, 7: 3, 8: 2}
 """The right choice (0-based) of each question; the choices' texts are in the catalogs."""
@@ -33,8 +32,6 @@ BANDWIDTH_STEP = 0.01
 QUESTIONS_WITH_BANDWIDTH = (5,)
 QUESTIONS_WITH_ROW = (3, 7)
 _HIDDEN = {"display": "none"}
-RING_STEP_MS = 900
-"""The ring animation's pace: one hop per this many milliseconds."""
 
 
 def choice_text(t: Translator, q: int, i: int) -> str:
@@ -97,13 +94,6 @@ def view() -> html.Div:
     ])
 
 
-def _scenario(data: Any) -> Scenario:
-    """The page's scenario as a ring: the questions are about Ring Attention, whatever
-    scheme the other views show."""
-    values = (data or {}).get("values") if isinstance(data, dict) else None
-    return scenario_from_values(ring_values(values or defaults()))
-
-
 def _log10(x: float) -> float:
     return round(math.log10(x), 2)
 
@@ -153,7 +143,7 @@ def register_callbacks(app) -> None:
                   Input("scenario", "data"))
     def controls(data):
         try:
-            sc = _scenario(data)
+            sc = ring_scenario(data)
         except RingsimError:
             raise PreventUpdate from None
         lo, hi = quiz_explain.bandwidth_range(sc)
@@ -192,7 +182,7 @@ def register_callbacks(app) -> None:
         bw = 10 ** bw_log if isinstance(bw_log, (int, float)) else None
         row = int(row) if isinstance(row, (int, float)) else None
         try:
-            sc = _scenario(data)
+            sc = ring_scenario(data)
             key = [q, t.lang, float(f"{bw:.4g}") if bw and q == 5 else None,
                    row if q in QUESTIONS_WITH_ROW else None]
             ex = compute.figure("quiz", sc, None, key, lambda: quiz_explain.explain(
@@ -207,93 +197,4 @@ def register_callbacks(app) -> None:
                 shown if q in QUESTIONS_WITH_ROW else _HIDDEN, score_text, final,
                 shown if steps else _HIDDEN, max(steps - 1, 1), 0)
 
-    # the ring animation under the timeline
-    @app.callback(Output("timeline-ring", "figure"), Output("timeline-ring-step", "max"),
-                  Output("timeline-ring-step", "value"), Output("timeline-ring-section", "style"),
-                  Input("scenario", "data"), Input("lang", "value"), Input("tabs", "value"))
-    def timeline_ring(data, lang, tab):
-        if tab != "timeline":
-            raise PreventUpdate
-        values = (data or {}).get("values") if isinstance(data, dict) else None
-        if (values or {}).get("scheme", "ring") != "ring":
-            # the animation is the ring's: another scheme's timeline stands alone
-            return no_update, no_update, no_update, _HIDDEN
-        try:
-            n = _scenario(data).n_gpus
-        except RingsimError:
-            raise PreventUpdate from None
-        t = Translator(lang)
-        fig = compute.figure("ring", Scenario(), None, [n, t.lang],
-                             lambda: quiz_explain.ring_figure(n, t, {"gpus": n}, height=420))
-        return fig, len(fig.frames) - 1, 0, {}
-
-    for prefix, graph in (("timeline", "timeline-ring"), ("quiz", "quiz-figure")):
-        _register_ring_stepper(app, prefix, graph)
-
-
-# The ring's steps play in the browser: a timer advances the step slider, and the step
-# picks its frame out of the figure. No request reaches the server while it plays.
-_PLAY = """
-function(n, stopped, step, last) {
-    const nu = window.dash_clientside.no_update;
-    if (!n) { return [true, "▶", nu]; }
-    if (stopped) { return [false, "❚❚", (step || 0) >= last ? 0 : nu]; }
-    return [true, "▶", nu];
-}
-"""
-_TICK = """
-function(n, step, last) {
-    const nu = window.dash_clientside.no_update;
-    const next = Math.min((step || 0) + 1, last);
-    const done = next >= last;
-    return [next, done ? true : nu, done ? "▶" : nu];
-}
-"""
-_DRAW = """
-function(step, fig) {
-    if (!fig || !fig.frames || !fig.frames.length) { return window.dash_clientside.no_update; }
-    const frame = fig.frames[Math.max(0, Math.min(step || 0, fig.frames.length - 1))];
-    const data = fig.data.slice();
-    (frame.traces || []).forEach(function (index, i) {
-        data[index] = Object.assign({}, data[index], frame.data[i]);
-    });
-    return Object.assign({}, fig, {data: data, layout: Object.assign({}, fig.layout, frame.layout || {})});
-}
-"""
-
-
-def _register_ring_stepper(app, prefix: str, graph: str) -> None:
-    play, timer, step = f"{prefix}-ring-play", f"{prefix}-ring-timer", f"{prefix}-ring-step"
-    app.clientside_callback(_PLAY, Output(timer, "disabled"), Output(play, "children"),
-                            Output(step, "value", allow_duplicate=True),
-                            Input(play, "n_clicks"), State(timer, "disabled"), State(step, "value"),
-                            State(step, "max"), prevent_initial_call=True)
-    app.clientside_callback(_TICK, Output(step, "value", allow_duplicate=True),
-                            Output(timer, "disabled", allow_duplicate=True),
-                            Output(play, "children", allow_duplicate=True),
-                            Input(timer, "n_intervals"), State(step, "value"), State(step, "max"),
-                            prevent_initial_call=True)
-    app.clientside_callback(_DRAW, Output(graph, "figure", allow_duplicate=True),
-                            Input(step, "value"), State(graph, "figure"), prevent_initial_call=True)
-
-
-def ring_controls(prefix: str) -> html.Div:
-    """Play/pause and the step of a ring animation drawn by `ring_steps`."""
-    return html.Div(id=f"{prefix}-ring-box", className="inline ring-controls", children=[
-        html.Button("\u25b6", id=f"{prefix}-ring-play", n_clicks=0, className="small ring-play"),
-        html.Label(id=f"{prefix}-ring-step-label", htmlFor=f"{prefix}-ring-step"),
-        html.Div(dcc.Slider(id=f"{prefix}-ring-step", min=0, max=7, step=1, value=0,
-                            allow_direct_input=False, tooltip={"placement": "bottom"}),
-                 className="slider"),
-        dcc.Interval(id=f"{prefix}-ring-timer", interval=RING_STEP_MS, disabled=True),
-    ])
-
-
-def timeline_ring() -> html.Div:
-    """The ring-stepping animation, shown under the timeline."""
-    return html.Div(className="ring-box", id="timeline-ring-section", children=[
-        html.Div(id="timeline-ring-label", className="help"),
-        ring_controls("timeline"),
-        dcc.Graph(id="timeline-ring", config={"displaylogo": False, "displayModeBar": False},
-                  style={"maxWidth": "640px"}),
-    ])
+    register_ring_stepper(app, "quiz", "quiz-figure")

@@ -1,6 +1,7 @@
 """What the page is made of, as data: its views (tabs), its summary cards and the help
-line under each control. The layout builds the page from them, the translations name their
-texts after them and the URL names the views by them; this module imports none of those.
+line under each control. The layout builds the page from them (a view's components and
+callbacks are in dashboard/views/<its value>.py), the translations name their texts after
+them and the URL names the views by them; this module imports none of those.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import pytest
 
 from dashboard.app import create_app
 from dashboard.figures.plan import plan_chart
-from dashboard.plan import DEFAULTS, INPUT_IDS, MAX_GPUS, query_for_candidate, request_of
 from dashboard.state import CONTROL_IDS, values_from_query
+from dashboard.views.plan import DEFAULTS, INPUT_IDS, MAX_GPUS, query_for_candidate, request_of
 from sim.errors import RingsimError
 
 GIB = 2 ** 30

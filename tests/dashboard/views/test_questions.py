@@ -12,9 +12,9 @@ import pytest
 
 from dashboard import nav
 from dashboard.i18n import Translator
-from dashboard.questions import ANSWERS, score
 from dashboard.quiz_explain import explain, merge_size
 from dashboard.state import defaults, scenario_from_values
+from dashboard.views.questions import ANSWERS, score
 from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.scenario.config import Scenario, Workload
 from tests.dashboard.conftest import controls
