@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.experiments.committed_runs import committed_file  # noqa: E402
-from sim.calibration.validation import error_parts, error_spread, step_spread  # noqa: E402
+from sim.calibration.validation import error_parts, error_spread, row_gpus, step_spread  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.files import read_json, write_json
 
@@ -52,7 +52,7 @@ def split(report: dict) -> dict:
     parts = [error_parts(r) for r in rows]
     groups: dict[str, list[float]] = {}
     for r, p in zip(rows, parts):
-        groups.setdefault(f"gpus{r['n_gpus']} {r['pass']}", []).append(p["outside_compute"])
+        groups.setdefault(f"gpus{row_gpus(r)} {r['pass']}", []).append(p["outside_compute"])
     return {"cases": len(rows),
             "median_error": statistics.median(r["error"] for r in rows),
             "median_compute": statistics.median(p["compute"] for p in parts),
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error_parts: {e}", file=sys.stderr)
         return 2
     groups = sorted({g for _, r in runs for g in r["outside_by_group"]},
-                    key=lambda g: (g.split()[1], int(g.split()[0][2:])))
+                    key=lambda g: (g.split()[1], int(g.split()[0].removeprefix("gpus"))))
     head = (f"{'run':>10}  {'cases':>5}  {'error':>7}  {'compute':>7}  {'outside':>7}  {'c<0':>4}  {'o<0':>4}  "
             + "  ".join(f"{g:>11}" for g in groups))
     print("median over cases, shares of the measured makespan; c<0, o<0: cases whose compute or outside "

@@ -37,7 +37,7 @@ from bench.experiments.resimulate_law import _scenario  # noqa: E402
 from hw.reference import reference_block  # noqa: E402
 from hw.validate import summarize  # noqa: E402
 from sim.calibration.calibrate import calibrate  # noqa: E402
-from sim.calibration.validation import REPLAYS, compare_again, run_to_run, simulate_replays  # noqa: E402
+from sim.calibration.validation import REPLAYS, compare_again, row_gpus, run_to_run, simulate_replays  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.files import write_json
 from sim.hardware.profile import profile_from_dict  # noqa: E402
@@ -110,7 +110,7 @@ def _reading_scale(commit: str, profile, settings: dict) -> float | None:
 
 
 def a_key(row: dict) -> str:
-    return (f"{row['layout']}/{'causal' if row['causal'] else 'full'}/gpus{row['n_gpus']}/seq{row['seq']}/"
+    return (f"{row['layout']}/{'causal' if row['causal'] else 'full'}/gpus{row_gpus(row)}/seq{row['seq']}/"
             f"{row['pass']}")
 
 

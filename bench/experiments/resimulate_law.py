@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.experiments.committed_runs import committed_file  # noqa: E402
 from hw.config import RunConfig  # noqa: E402
+from sim.calibration.validation import row_gpus  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.files import write_json
@@ -78,7 +79,7 @@ def _scenario(row: dict, settings: dict):
     """The scenario of one case of a validation report, from its row and the report's settings."""
     w = Workload(seq=row["seq"], heads=settings["heads"], kv_heads=settings["kv_heads"],
                  head_dim=settings["head_dim"], dtype=settings["dtype"], causal=row["causal"], pass_=row["pass"])
-    return RunConfig(workload=w, n_gpus=row["n_gpus"], layout=row["layout"], scheme=row["scheme"],
+    return RunConfig(workload=w, n_gpus=row_gpus(row), layout=row["layout"], scheme=row["scheme"],
                      warmup=1, repeats=2, seed=0).scenario()
 
 
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             e_own, e_pool = (simulate(sc, p).makespan_s / m - 1 for p in (own_p, pooled_p))
             own.append(e_own)
             pool.append(e_pool)
-            groups.setdefault(f"gpus{r['n_gpus']} {r['pass']}", []).append((e_own, e_pool))
+            groups.setdefault(f"gpus{row_gpus(r)} {r['pass']}", []).append((e_own, e_pool))
         law = {name: [f for _, f in prof["contention"]["host"].get(name) or []] for name in laws}
         rows.append({"commit": commit, "law": law["law"], "law_bwd": law["law_bwd"],
                      "own": {"median_abs_error": statistics.median(map(abs, own)),
