@@ -66,7 +66,7 @@ def cases(quick: bool) -> Iterator[tuple[str, dict[str, Any], tuple[str, ...]]]:
                     fields = dict(n_gpus=n, seq=c * n, layout=layout, pass_=pass_, causal=False, hw=hw, **mode)
                     name = "ring " + " ".join(f"{k}={v}" for k, v in fields.items())
                     yield name, dict(fields, scheme="ring"), ("recurrence", "simpy")
-    # the sizes the benchmarks time: the dashboard's (256 GPUs, 128k tokens) and bench_sim's
+    # the sizes the benchmarks time: the dashboard's (256 GPUs, 128k tokens) and bench/speed/simulate.py's
     if not quick:
         for layout in layouts:
             for pass_ in passes:
