@@ -9,7 +9,7 @@ operator, inputs and thread count), and returns its time now over the profile's:
 means the host computes 10% slower than when it was calibrated.
 
 A virtual machine's cores can also be shared from outside it while one process alone
-keeps its speed. On a 2-core VM, read back to back for 300 s (bench/host_sharing.py),
+keeps its speed. On a 2-core VM, read back to back for 300 s (bench/calibration/host_sharing.py),
 two processes computing the block at once ran 1.01-1.06x slower than one alone in 27
 readings of 32 and 1.62-1.71x in the other 5 (stretches of 10-30 s), while one process
 stayed at 1.05-1.19x its time in the profile throughout. `host_sharing` reads that: two

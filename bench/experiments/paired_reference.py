@@ -8,7 +8,8 @@ block again and again for `--seconds`, interleaved; the spread of the estimates
 The two normalised ways are brought to ms by the median of every reference sample.
 Prints a table, writes JSON.
 
-    .venv/bin/python bench/experiments/paired_reference.py --seconds 150 --out bench/results/paired_reference.json
+    .venv/bin/python bench/experiments/paired_reference.py --seconds 150 \
+        --out bench/results/experiments/cpu-2core/paired-reference.json
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ beside the two hops a backward step has in flight (K/V and dK/dV), the variants 
 turns pass after pass (the host's drift lands on all), and prints each one's compute and
 transfer slowdown next to what a profile's host model says for it.
 
-    .venv/bin/python bench/experiments/ring_backward.py [--profile bench/results/cpu-profile.json]
+    .venv/bin/python bench/experiments/ring_backward.py [--profile bench/results/calibration/cpu-2core/profile.json]
         [--ranks 2 3 4] [--passes 3] [--tokens 1024] [--samples 5] [--bwd-hops 1 2]
         [--json out.json [--force]]
 """

@@ -217,8 +217,8 @@ def calibrate_collectives(records: list[dict[str, Any]]) -> tuple[dict[str, Coll
     count, and a fit at each GPU count measured at two sizes or more, each fitted to
     the points' relative errors (fit_line): the sizes span decades, and on the 2-core
     VM a collective's rate falls at the largest (an all-to-all of 16 MB shards at 0.33
-    GB/s, of 1-4 MB at 0.6-1.0 GB/s, bench/results/cpu-bench.json), which an absolute fit
-    would carry to every size."""
+    GB/s, of 1-4 MB at 0.6-1.0 GB/s, bench/results/calibration/cpu-2core/microbenchmarks.json),
+    which an absolute fit would carry to every size."""
     out, report = {}, {}
     for op in COLLECTIVE_OPS:
         pts = [r for r in records if r["op"] == op]

@@ -1,6 +1,6 @@
 """A GPU's block model calibrated from one GPU: `ringsim calibrate GRID.json -o P.json`
 where GRID.json holds compute entries only (`ringsim hw bench --device cuda --parts
-compute`, bench/gpu_block_grid.sh), and `--profile P.json` to use it.
+compute`, bench/gpu/block_grid.sh), and `--profile P.json` to use it.
 
 The block model (sim.hardware.kernel_model) times an isolated call as its host-side floor plus its
 kernels; the main kernel's time is the busiest SM's steps at the published step time. The

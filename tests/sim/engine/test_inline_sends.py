@@ -150,7 +150,7 @@ def test_a_receive_is_posted_only_after_the_send_of_its_batch_returns():
 
 
 def test_a_gloo_profile_writes_sends_after_its_links_latency_and_an_nccl_one_never():
-    d = json.loads(Path("bench/results/cpu-profile.json").read_text())
+    d = json.loads(Path("bench/results/calibration/cpu-2core/profile.json").read_text())
     d["measured_on"]["backend"] = "gloo"
     assert profile_from_dict(d).inline_send_after_s == d["link"]["latency_s"]
     nccl = copy.deepcopy(d)
