@@ -20,7 +20,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
-import re
 from collections import OrderedDict
 from typing import Any
 
@@ -37,7 +36,7 @@ from dashboard.figures.merge import LABELS as MERGE_TEXTS
 from dashboard.figures.overlay import LABELS as OVERLAY_TEXTS
 from dashboard.figures.schemes import LABELS as SCHEME_TEXTS
 from dashboard.figures.sweep import LABELS as SWEEP_TEXTS
-from dashboard.i18n import DEFAULT_LANG, Translator, catalog, layout_label
+from dashboard.i18n import Translator, layout_label
 from dashboard.layout import MAX_UPLOAD_BYTES, field_style, page
 from dashboard.state import (
     CONTROL_IDS,
@@ -81,10 +80,6 @@ FIGURE_TEXTS = {"memory": MEMORY_TEXTS, "sweep": SWEEP_TEXTS, "blocks": BLOCK_MA
                 "overlay": OVERLAY_TEXTS, "schemes": SCHEME_TEXTS, "cmp": COMPARISON_TEXTS, "docs": DOCUMENT_TEXTS}
 """The figures whose English texts live in their module (LABELS) and whose translations
 are the catalogs' messages `<prefix>.<name>`, by prefix."""
-SCHEME_WORDS = ("fig.step", "blocks.sim.kernel-call", "blocks.sim.every-pair", "blocks.sim.rings",
-                "blocks.sim.chunk", "blocks.sim.stripe", "blocks.sim.shard")
-"""The schemes' own words for a block map's values and axes (sim.schemes' BlockMap
-value_label and axis_label), as the catalogs say them."""
 
 
 def _fmt_s(x: float | None) -> str:
@@ -746,20 +741,16 @@ def figure_labels(t: Translator, prefix: str) -> dict[str, Any]:
         "separators": t.separators(), "digits": t.digits, "int": t.int}
 
 
-def compared_run(t: Translator, scheme: str, variant: str | None) -> str:
+def compared_run(t: Translator, scheme: str, variant: dict[str, Any] | None) -> str:
     """A compared run's name (figures.run_name: the scheme, its variant in brackets) with
-    the variant in the page's language."""
-    return f"{scheme} ({explain.compared_variant(t, scheme, variant)})" if variant else scheme
+    the variant (its sim.reasons clause) in the page's language."""
+    return f"{scheme} ({explain.variant(t, variant)})" if variant else scheme
 
 
 def memory_labels(t: Translator) -> dict[str, Any]:
     """The texts of figures.memory in the page's language; a scheme's label there is
     dashboard.compute.scheme_memory's: the scheme, or the scheme and its variant."""
-    def run(label: str) -> str:
-        scheme, _, variant = label.partition(" (")
-        return compared_run(t, scheme, variant[:-1]) if variant.endswith(")") else label
-
-    return figure_labels(t, "memory") | {"run": run}
+    return figure_labels(t, "memory") | {"run": lambda v: compared_run(t, v["scheme"], v["variant_clause"])}
 
 
 def sweep_labels(t: Translator) -> dict[str, Any]:
@@ -772,24 +763,13 @@ def block_map_labels(t: Translator) -> dict[str, Any]:
             return layout_label(t, config.get("layout", "unknown layout"))
         return run_words(t, config)
 
-    return figure_labels(t, "blocks") | {"run": run, "sim": lambda text: scheme_words(t, text)}
+    return figure_labels(t, "blocks") | {"run": run, "sim": lambda words: scheme_words(t, words)}
 
 
-def scheme_words(t: Translator, text: str) -> str:
-    """A scheme's own words for a block map's values or axes (SCHEME_WORDS, whole numbers
-    in them) in the page's language; words the catalogs do not know stay as they are."""
-    for key in SCHEME_WORDS:
-        pattern, named = "", set()
-        for i, part in enumerate(re.split(r"{(\w+)}", catalog(DEFAULT_LANG)[key])):
-            if i % 2 == 0:
-                pattern += re.escape(part)
-            else:
-                pattern += f"(?P={part})" if part in named else rf"(?P<{part}>\d+)"
-                named.add(part)
-        m = re.fullmatch(pattern, text)
-        if m is not None:
-            return t(key, **{name: t.int(int(value)) for name, value in m.groupdict().items()})
-    return text
+def scheme_words(t: Translator, words: dict[str, Any]) -> str:
+    """A scheme's own words for a block map's values or axes (sim.schemes' BlockMap
+    value_label and axis_label: sim.reasons clauses) in the page's language."""
+    return explain.say(t, words)
 
 
 def merge_labels(t: Translator) -> dict[str, Any]:
@@ -804,9 +784,10 @@ def scheme_labels(t: Translator) -> dict[str, Any]:
     """The texts of figures.scheme_comparison in the page's language: a run's name and
     what bounds it (or why it cannot run) as the table beside it says them."""
     def why(row: dict[str, Any]) -> str:
-        return explain.reason(t, row["refused"]) if "refused" in row else explain.row_bound(t, row)
+        return (explain.refusal(t, row["refused"], row["refused_clause"]) if "refused" in row
+                else explain.row_bound(t, row))
 
-    return figure_labels(t, "schemes") | {"run": lambda row: compared_run(t, row["scheme"], row.get("variant")),
+    return figure_labels(t, "schemes") | {"run": lambda row: compared_run(t, row["scheme"], row["variant_clause"]),
                                           "why": why}
 
 
@@ -831,11 +812,12 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
     body = []
     for r in rows:
         here = current is not None and (r["scheme"], r["variant"]) == tuple(current)
-        variant = [explain.compared_variant(t, r["scheme"], r["variant"])] + (
+        variant = [explain.variant(t, r["variant_clause"])] + (
             [" ", html.Span("◂ " + t("sch.current"), className="here")] if here else [])
         if "refused" in r:
             cells = [html.Td(r["scheme"]), html.Td(variant),
-                     html.Td(t("sch.refused", reason=explain.reason(t, r["refused"])), colSpan=7, className="refused")]
+                     html.Td(t("sch.refused", reason=explain.refusal(t, r["refused"], r["refused_clause"])),
+                             colSpan=7, className="refused")]
         else:
             eff = "–" if r["efficiency"] is None else t.pct(r["efficiency"])
             peak = "–" if r["peak_mem_bytes"] is None else t.bytes(r["peak_mem_bytes"])
@@ -851,12 +833,15 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
 
 def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
     """Why the winner wins: the fastest against the next, and what bounds each (and the
-    slowest), in the simulator's own sentences (sim.trace.metrics.explain) in the page's language."""
+    slowest): the clauses the rows carry (sim.trace.metrics.explain_clauses), each run named
+    and said in the page's language."""
     ran = sorted((r for r in rows if "refused" not in r), key=lambda r: r["makespan_s"])
     if not ran:
         return [t("sch.none")]
     best = ran[0]
-    name = figures.run_name
+
+    def name(r: dict[str, Any]) -> str:
+        return compared_run(t, r["scheme"], r["variant_clause"])
     if len(ran) == 1:
         lead = t("sch.only", winner=name(best), time=t.time(best["makespan_s"]))
     else:
