@@ -249,8 +249,6 @@ def _variant(options: dict[str, Any]) -> Clause:
                   placement=options["placement"], layout=options["layout"])
 
 
-
-
 # --- memory ------------------------------------------------------------------------------------
 
 def plan_memory(req: PlanRequest, scenario: Scenario) -> dict[str, int]:
@@ -368,6 +366,10 @@ def plan(req: PlanRequest, runner: Runner | None = None,
     return Plan(req, candidates, not_possible, cap, limit, time.perf_counter() - t0, failed)
 
 
+HEAD_REASONS = ("refused.heads", "refused.kv-heads")
+"""The refusals the head count gives."""
+
+
 def _why_not(opts: dict[str, Any], e: RingsimError) -> Clause | None:
     """Why the configuration refuses a candidate, as a clause (None where the refusal is not one
     sim.reasons knows): for Ulysses and the hybrid a degree the heads refuse says so."""
@@ -376,8 +378,6 @@ def _why_not(opts: dict[str, Any], e: RingsimError) -> Clause | None:
     return e.reason
 
 
-HEAD_REASONS = ("refused.heads", "refused.kv-heads")
-"""The refusals the head count gives."""
 TIE_WITHIN = 0.05
 """Candidates closer than this are tied: the GPU kernel model's median error on measured
 blocks is 3-4% (docs/gpu-model.md), a profile's on measured runs 2-7% (docs/calibration.md)."""
