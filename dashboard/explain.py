@@ -15,6 +15,7 @@ from typing import Any
 
 from dashboard.i18n import Translator, layout_label
 from sim.reasons import LABEL_SEPARATOR, REASON_SEPARATOR, Clause, Clauses, Language, render
+from sim.training.plan import split_clauses
 
 
 def language(t: Translator) -> Language:
@@ -58,6 +59,4 @@ def step_why(t: Translator, c: dict[str, Any]) -> str:
 
 def step_split(t: Translator, c: dict[str, Any]) -> str:
     """A whole-step candidate's split (sim.training.plan.split_clauses of its `parallel`)."""
-    from sim.training.plan import split_clauses
-
     return say(t, split_clauses(c["parallel"]), LABEL_SEPARATOR)
