@@ -28,7 +28,7 @@ from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware, Link
 from sim.layouts import get as get_layout
 from sim.layouts import packed
-from sim.planning.compare import compare_scheme_rows, scheme_variants
+from sim.planning.compare import compare_scheme_rows, scheme_variants, variant_name
 from sim.scenario import documents
 from sim.scenario.config import LAYOUTS, Scenario, layouts_for
 from sim.scenario.memory import full_kv_bytes, peak_memory, peak_memory_bytes
@@ -213,7 +213,7 @@ def current_variant(scenario: Scenario) -> tuple[str, str] | None:
             continue
         try:
             if base.with_(scheme=scheme, **changes).describe() == want:
-                return scheme, variant
+                return scheme, variant_name(variant)
         except RingsimError:
             continue
     return None
@@ -452,15 +452,16 @@ def memory_table(scenario: Scenario) -> dict[str, Any]:
             "schemes": scheme_memory(scenario, seqs, counts)}
 
 
-def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]]:
+def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]]:
     """The comparison's variants (sim.planning.compare.scheme_variants) with a memory model of
     their own at the scenario: the ring's layouts and the hybrid's placements hold the
-    same bytes, one of each is kept. (label, scheme, Scenario changes)."""
+    same bytes, one of each is kept. (label, scheme, the variant's clause where the label
+    names it, Scenario changes)."""
     try:
         base = scheme_base(scenario)
     except RingsimError:
         return []
-    kept: list[tuple[str, str, dict[str, Any], dict[str, int]]] = []
+    kept: list[tuple[dict[str, Any] | None, str, dict[str, Any], dict[str, int]]] = []
     for scheme, variant, changes in scheme_variants(base):
         try:
             items = peak_memory(base.with_(scheme=scheme, **changes))
@@ -471,7 +472,8 @@ def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]
     out = []
     for variant, scheme, changes, _ in kept:
         alone = sum(1 for k in kept if k[1] == scheme) == 1
-        out.append((scheme if alone or not variant else f"{scheme} ({variant})", scheme, changes))
+        named = None if alone else variant
+        out.append((scheme if named is None else f"{scheme} ({variant_name(named)})", scheme, named, changes))
     return out
 
 
@@ -482,7 +484,7 @@ def scheme_memory(scenario: Scenario, seqs: list[int], counts: list[int]) -> lis
     out = []
     variants = _memory_variants(scenario)
     base = scheme_base(scenario) if variants else None
-    for label, scheme, changes in variants:
+    for label, scheme, variant, changes in variants:
         at_n = {k: v for k, v in changes.items() if k not in ("ulysses_degree", "ring_degree")}
 
         def total(**over: Any) -> int | None:
@@ -492,7 +494,7 @@ def scheme_memory(scenario: Scenario, seqs: list[int], counts: list[int]) -> lis
                 return None
 
         out.append({
-            "label": label, "scheme": scheme,
+            "label": label, "scheme": scheme, "variant_clause": variant,
             "items": peak_memory(base.with_(scheme=scheme, **changes)),
             "by_seq": [total(workload=_with_seq(scenario, s), **changes) for s in seqs],
             "by_gpus": [total(n_gpus=g, **at_n) for g in counts],

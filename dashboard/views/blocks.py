@@ -5,23 +5,17 @@ step (dashboard/figures/block_map.py), with the values and axes in the scheme's 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import dash
 from dash import Input, Output
 
-from dashboard import compute, figures
-from dashboard.i18n import DEFAULT_LANG, Translator, catalog, layout_label
+from dashboard import compute, explain, figures
+from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
 from dashboard.views.common import graph, only_on
 from dashboard.views.labels import figure_labels, run_words
 from sim.errors import RingsimError
-
-SCHEME_WORDS = ("fig.step", "blocks.sim.kernel-call", "blocks.sim.every-pair", "blocks.sim.rings",
-                "blocks.sim.chunk", "blocks.sim.stripe", "blocks.sim.shard")
-"""The schemes' own words for a block map's values and axes (sim.schemes' BlockMap
-value_label and axis_label), as the catalogs say them."""
 
 
 def view() -> list[Any]:
@@ -49,21 +43,10 @@ def block_map_labels(t: Translator) -> dict[str, Any]:
             return layout_label(t, config.get("layout", "unknown layout"))
         return run_words(t, config)
 
-    return figure_labels(t, "blocks") | {"run": run, "sim": lambda text: scheme_words(t, text)}
+    return figure_labels(t, "blocks") | {"run": run, "sim": lambda words: scheme_words(t, words)}
 
 
-def scheme_words(t: Translator, text: str) -> str:
-    """A scheme's own words for a block map's values or axes (SCHEME_WORDS, whole numbers
-    in them) in the page's language; words the catalogs do not know stay as they are."""
-    for key in SCHEME_WORDS:
-        pattern, named = "", set()
-        for i, part in enumerate(re.split(r"{(\w+)}", catalog(DEFAULT_LANG)[key])):
-            if i % 2 == 0:
-                pattern += re.escape(part)
-            else:
-                pattern += f"(?P={part})" if part in named else rf"(?P<{part}>\d+)"
-                named.add(part)
-        m = re.fullmatch(pattern, text)
-        if m is not None:
-            return t(key, **{name: t.int(int(value)) for name, value in m.groupdict().items()})
-    return text
+def scheme_words(t: Translator, words: dict[str, Any]) -> str:
+    """A scheme's own words for a block map's values or axes (sim.schemes' BlockMap
+    value_label and axis_label: sim.reasons clauses) in the page's language."""
+    return explain.say(t, words)

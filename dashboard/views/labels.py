@@ -51,7 +51,7 @@ def run_words(t: Translator, config: dict[str, Any]) -> str:
     return scheme
 
 
-def compared_run(t: Translator, scheme: str, variant: str | None) -> str:
+def compared_run(t: Translator, scheme: str, variant: dict[str, Any] | None) -> str:
     """A compared run's name (figures.run_name: the scheme, its variant in brackets) with
-    the variant in the page's language."""
-    return f"{scheme} ({explain.compared_variant(t, scheme, variant)})" if variant else scheme
+    the variant (its sim.reasons clause) in the page's language."""
+    return f"{scheme} ({explain.variant(t, variant)})" if variant else scheme

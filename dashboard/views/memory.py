@@ -34,8 +34,4 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 def memory_labels(t: Translator) -> dict[str, Any]:
     """The texts of figures.memory in the page's language; a scheme's label there is
     dashboard.compute.scheme_memory's: the scheme, or the scheme and its variant."""
-    def run(label: str) -> str:
-        scheme, _, variant = label.partition(" (")
-        return compared_run(t, scheme, variant[:-1]) if variant.endswith(")") else label
-
-    return figure_labels(t, "memory") | {"run": run}
+    return figure_labels(t, "memory") | {"run": lambda v: compared_run(t, v["scheme"], v["variant_clause"])}

@@ -8,7 +8,8 @@ loads that candidate into the other views: its `ringsim simulate` options become
 page's address, which the page then loads as any link (the view's inputs persist for
 the browser tab's session). A candidate with an option the page has no control for is
 not loaded: a line under the table names the option and gives the command instead. Labels come from the catalogs; the
-sentences on why a candidate wins or loses are the planner's own, in the page's language (dashboard/explain.py).
+sentences on why a candidate wins or loses are the planner's own reasons (the clauses each candidate carries), in
+the page's language (dashboard/explain.py).
 
 With a global batch (tokens a step) the view plans the whole training step instead
 (sim.training.plan, `ringsim plan --global-batch`): every TP x CP x PP x DP split, ZeRO stage
@@ -299,22 +300,22 @@ def table(t: Translator, data: dict[str, Any], top: int) -> html.Table:
     rows = []
     for i, c in enumerate(data["candidates"][:top]):
         rows.append(html.Tr([
-            html.Td(str(c["rank"])), html.Td(c["scheme"]), html.Td(explain.variant(t, c["variant"])),
+            html.Td(str(c["rank"])), html.Td(c["scheme"]), html.Td(explain.variant(t, c["variant_clause"])),
             html.Td(_fmt_s(t, c["makespan_s"])), html.Td(_fmt_s(t, c["step_s"])),
             html.Td("–" if c["efficiency"] is None else t.pct(c["efficiency"])),
             html.Td(_fmt_s(t, c["exposed_comm_s"]) if c["exposed_comm_s"] else "0"),
             html.Td(t.bytes(c["peak_mem_bytes"])),
             html.Td(t("plan.yes") if c["fits"] else t("plan.no")),
-            html.Td(explain.plan_why(t, c, data), className="plan-why"),
+            html.Td(explain.plan_why(t, c), className="plan-why"),
             html.Td(html.Button(t("plan.load"), id={"type": "plan-load", "index": i}, n_clicks=0,
                                 className="small")),
         ], className="" if c["fits"] else "plan-unfit"))
     return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(rows)])
 
 
-def step_table(t: Translator, candidates: list[dict[str, Any]], top: int, limit: float) -> html.Table:
+def step_table(t: Translator, candidates: list[dict[str, Any]], top: int) -> html.Table:
     """The whole-step plan's first `top` candidates, each with its split already in the
-    page's language (_draw_steps); `limit`: the memory a GPU may use."""
+    page's language (_draw_steps)."""
     head = [t(key) for key in STEP_COLUMNS]
     rows = []
     for c in candidates[:top]:
@@ -323,7 +324,7 @@ def step_table(t: Translator, candidates: list[dict[str, Any]], top: int, limit:
             html.Td(t.int(round(c["tokens_per_s_per_gpu"]))), html.Td(t.int(round(c["tflops_per_gpu"]))),
             html.Td(t.pct(c["mfu"])), html.Td(t.bytes(c["memory_bytes_per_gpu"])),
             html.Td(t("plan.yes") if c["fits"] else t("plan.no")),
-            html.Td([explain.step_why(t, c, candidates[0], limit), html.Br(), html.Code(c["command"])],
+            html.Td([explain.step_why(t, c), html.Br(), html.Code(c["command"])],
                     className="plan-why"),
         ], className="" if c["fits"] else "plan-unfit"))
     return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(rows)])
@@ -345,7 +346,7 @@ def _draw_steps(t: Translator, data: dict[str, Any], top: int):
         shown = {}
     else:
         pipe, shown = {}, {"display": "none"}
-    return step_chart(cands, labels), step_table(t, cands, top, data["memory_limit_bytes"]), summary, pipe, shown
+    return step_chart(cands, labels), step_table(t, cands, top), summary, pipe, shown
 
 
 def register_callbacks(app) -> None:
@@ -398,8 +399,8 @@ def register_callbacks(app) -> None:
                     fit=t.int(data["fit"]),
                     seconds=t.num(data.get("elapsed_s", 0.0)), limit=t.bytes(data["memory_limit_bytes"]))
         if data["not_possible"]:
-            reasons = sorted({f"{x['scheme']} {explain.variant(t, x['variant'])}: {explain.reason(t, x['reason'])}"
-                              for x in data["not_possible"]})
+            reasons = sorted({f"{x['scheme']} {explain.variant(t, x['variant_clause'])}: "
+                              f"{explain.refusal(t, x['reason'], x['reason_clause'])}" for x in data["not_possible"]})
             summary = [summary, html.Br(), t("plan.not-possible", items="; ".join(reasons))]
         return (plan_chart(cands, data["memory_limit_bytes"], labels), table(t, data, top), summary, {},
                 {"display": "none"}, {})

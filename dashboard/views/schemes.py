@@ -56,9 +56,10 @@ def scheme_labels(t: Translator) -> dict[str, Any]:
     """The texts of figures.scheme_comparison in the page's language: a run's name and
     what bounds it (or why it cannot run) as the table beside it says them."""
     def why(row: dict[str, Any]) -> str:
-        return explain.reason(t, row["refused"]) if "refused" in row else explain.row_bound(t, row)
+        return (explain.refusal(t, row["refused"], row["refused_clause"]) if "refused" in row
+                else explain.row_bound(t, row))
 
-    return figure_labels(t, "schemes") | {"run": lambda row: compared_run(t, row["scheme"], row.get("variant")),
+    return figure_labels(t, "schemes") | {"run": lambda row: compared_run(t, row["scheme"], row["variant_clause"]),
                                           "why": why}
 
 
@@ -70,11 +71,12 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
     body = []
     for r in rows:
         here = current is not None and (r["scheme"], r["variant"]) == tuple(current)
-        variant = [explain.compared_variant(t, r["scheme"], r["variant"])] + (
+        variant = [explain.variant(t, r["variant_clause"])] + (
             [" ", html.Span("◂ " + t("sch.current"), className="here")] if here else [])
         if "refused" in r:
             cells = [html.Td(r["scheme"]), html.Td(variant),
-                     html.Td(t("sch.refused", reason=explain.reason(t, r["refused"])), colSpan=7, className="refused")]
+                     html.Td(t("sch.refused", reason=explain.refusal(t, r["refused"], r["refused_clause"])),
+                             colSpan=7, className="refused")]
         else:
             eff = "–" if r["efficiency"] is None else t.pct(r["efficiency"])
             peak = "–" if r["peak_mem_bytes"] is None else t.bytes(r["peak_mem_bytes"])
@@ -90,12 +92,15 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
 
 def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
     """Why the winner wins: the fastest against the next, and what bounds each (and the
-    slowest), in the simulator's own sentences (sim.trace.metrics.explain) in the page's language."""
+    slowest): the clauses the rows carry (sim.trace.metrics.explain_clauses), each run named
+    and said in the page's language."""
     ran = sorted((r for r in rows if "refused" not in r), key=lambda r: r["makespan_s"])
     if not ran:
         return [t("sch.none")]
     best = ran[0]
-    name = figures.run_name
+
+    def name(r: dict[str, Any]) -> str:
+        return compared_run(t, r["scheme"], r["variant_clause"])
     if len(ran) == 1:
         lead = t("sch.only", winner=name(best), time=t.time(best["makespan_s"]))
     else:

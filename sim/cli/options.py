@@ -205,7 +205,8 @@ def flags_for(**flags: str):
                 message = re.sub(rf"\b{name}\b", flag, message)
             else:
                 message = re.sub(rf"^{name}\b", flag, message)
-        raise RingsimError(message) from None
+        # a refusal sim.reasons knows keeps its clause while its sentence stands as it was
+        raise RingsimError(message, reason=e.reason if message == str(e) else None) from None
 
 
 def _gpu_profile(a: argparse.Namespace):

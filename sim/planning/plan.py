@@ -45,6 +45,7 @@ from sim.layouts import NAMES as LAYOUTS
 from sim.layouts.packed import LAYOUTS as PACKED_LAYOUTS
 from sim.planning.spec import Config, configs_from
 from sim.planning.sweep import Runner, run_configs
+from sim.reasons import Clause, clause, english
 from sim.scenario.config import PLACEMENTS, Scenario
 from sim.scenario.documents import bounds as doc_bounds
 from sim.scenario.models import Model
@@ -234,16 +235,18 @@ def _scenario(config: Config) -> Scenario:
     return scenario_from_args(_parser().parse_args(config.argv))
 
 
-def _label(options: dict[str, Any]) -> str:
+def _variant(options: dict[str, Any]) -> Clause:
+    """What sets a candidate apart within its scheme, as a sim.reasons clause."""
     s = options["scheme"]
     if s == "ring":
-        return f"{options['layout']} layout"
+        return clause("variant.layout", layout=options["layout"])
     if s == "allgather":
         g = options["head-groups"]
-        return "one gather" if g == 1 else f"{g} head groups"
+        return clause("variant.one-gather") if g == 1 else clause("variant.head-groups", groups=g)
     if s == "ulysses":
-        return f"degree {options['gpus']}"
-    return f"{options['ulysses-degree']} x {options['ring-degree']}, {options['placement']}, {options['layout']}"
+        return clause("variant.degree", degree=options["gpus"])
+    return clause("variant.hybrid", ulysses=options["ulysses-degree"], ring=options["ring-degree"],
+                  placement=options["placement"], layout=options["layout"])
 
 
 # --- memory ------------------------------------------------------------------------------------
@@ -327,18 +330,23 @@ def plan(req: PlanRequest, runner: Runner | None = None,
         try:
             legal.append((opts, config, _scenario(config)))
         except RingsimError as e:
-            not_possible.append({"scheme": opts["scheme"], "variant": _label(opts), "reason": _why_not(req, opts, str(e))})
+            reason, variant = _why_not(opts, e), _variant(opts)
+            not_possible.append({"scheme": opts["scheme"], "variant": english(variant),
+                                 "reason": str(e) if reason is None else english(reason),
+                                 "variant_clause": variant, "reason_clause": reason})
     rows = run_configs([c for _, c, _ in legal], runner, on_progress)
     capacity = next((r["memory_bytes"] for r in rows if r.get("memory_bytes")), None)
     cap, limit = memory_limit_bytes(req, capacity)
     candidates, failed = [], []
     for (opts, config, scenario), row in zip(legal, rows):
+        variant = _variant(opts)
         if row.get("error"):
-            failed.append({"scheme": opts["scheme"], "variant": _label(opts), "error": row["error"]})
+            failed.append({"scheme": opts["scheme"], "variant": english(variant), "error": row["error"],
+                           "variant_clause": variant})
             continue
         mem = plan_memory(req, scenario)
         candidates.append({
-            "scheme": opts["scheme"], "variant": _label(opts), "command": config.command,
+            "scheme": opts["scheme"], "variant": english(variant), "command": config.command,
             "makespan_s": row["makespan_s"], "step_s": row["makespan_s"] * req.model.layers,
             "efficiency": row["efficiency"], "exposed_comm_s": row["exposed_comm_s"],
             "exposed_by_kind_s": {k: row[f"exposed_{k}_s"] for k in ("kv", "dkv", "ag", "rs", "a2a")
@@ -348,18 +356,26 @@ def plan(req: PlanRequest, runner: Runner | None = None,
             "fits": mem["total"] <= limit, "bound": row["explanation"],
             "settings": {k: opts[k] for k in ("layout", "head-groups", "ulysses-degree", "ring-degree",
                                                "placement") if k in opts},
+            "variant_clause": variant, "bound_clauses": row["explanation_clauses"],
         })
     candidates.sort(key=lambda c: (not c["fits"], c["makespan_s"]))
     for i, c in enumerate(candidates):
         c["rank"] = i + 1
-        c["why"] = _why(req, c, candidates, limit)
+        why = _why(req, c, candidates, limit)
+        c["why"], c["why_clauses"] = english(why), why
     return Plan(req, candidates, not_possible, cap, limit, time.perf_counter() - t0, failed)
 
 
-def _why_not(req: PlanRequest, opts: dict[str, Any], reason: str) -> str:
-    if opts["scheme"] in ("ulysses", "hybrid") and "heads" in reason:
-        return f"{reason} (the head count limits Ulysses)"
-    return reason
+HEAD_REASONS = ("refused.heads", "refused.kv-heads")
+"""The refusals the head count gives."""
+
+
+def _why_not(opts: dict[str, Any], e: RingsimError) -> Clause | None:
+    """Why the configuration refuses a candidate, as a clause (None where the refusal is not one
+    sim.reasons knows): for Ulysses and the hybrid a degree the heads refuse says so."""
+    if e.reason is not None and opts["scheme"] in ("ulysses", "hybrid") and e.reason["clause"] in HEAD_REASONS:
+        return clause("refused.head-count", reason=e.reason)
+    return e.reason
 
 
 TIE_WITHIN = 0.05
@@ -367,58 +383,55 @@ TIE_WITHIN = 0.05
 blocks is 3-4% (docs/gpu-model.md), a profile's on measured runs 2-7% (docs/calibration.md)."""
 
 
-def tie_sentence(c: dict[str, Any], nxt: dict[str, Any], ahead: float) -> str:
+def tie_clause(c: dict[str, Any], nxt: dict[str, Any], ahead: float) -> Clause:
     """The fastest and the next are within the model's error: say so, and what differs."""
     diffs = []
     mem = nxt["peak_mem_bytes"] - c["peak_mem_bytes"]
     if abs(mem) > 0.05 * max(c["peak_mem_bytes"], 1):
-        diffs.append(f"{fmt_bytes(abs(mem))} {'less' if mem > 0 else 'more'} memory per GPU")
+        diffs.append(clause("plan.less-memory" if mem > 0 else "plan.more-memory", memory_bytes=abs(mem)))
     exposed = nxt["exposed_comm_s"] - c["exposed_comm_s"]
     if abs(exposed) > 0.02 * c["makespan_s"]:
-        diffs.append(f"{fmt_s(abs(exposed))} {'less' if exposed > 0 else 'more'} exposed communication "
-                     "(the part a slower network would stretch)")
-    return (f"tied with the next ({nxt['scheme']}, {nxt['variant']}): {ahead:.1%} apart, within the model's own "
-            f"error; this one has " + (" and ".join(diffs) if diffs else "the same memory and exposed communication")
-            + "; a calibrated profile of your GPUs (ringsim calibrate) or both runs measured would separate them")
+        diffs.append(clause("plan.less-exposed" if exposed > 0 else "plan.more-exposed", exposed_s=abs(exposed)))
+    return clause("plan.tie", scheme=nxt["scheme"], variant=nxt["variant_clause"], apart=ahead,
+                  diffs=diffs or [clause("plan.same")])
 
 
-def _why(req: PlanRequest, c: dict[str, Any], ranked: list[dict[str, Any]], limit: float) -> str:
-    """One sentence on why a candidate wins or loses."""
+def _why(req: PlanRequest, c: dict[str, Any], ranked: list[dict[str, Any]], limit: float) -> list[Clause]:
+    """Why a candidate wins or loses: how it stands (it does not fit, it is the fastest, it is
+    slower), what bounds it, and what its scheme holds."""
     best = next((x for x in ranked if x["fits"]), None)
-    parts = []
+    out = []
     if not c["fits"]:
         mem = c["memory"]
         kept = mem.get("kept_for_backward", mem.get("kv_cache", 0))
-        what = "kept for backward" if "kept_for_backward" in mem else "K/V cache"
-        parts.append(f"does not fit: {fmt_bytes(c['peak_mem_bytes'])} per GPU over the "
-                     f"{fmt_bytes(limit)} limit ({fmt_bytes(kept)} {what} by {req.model.layers - 1} "
-                     f"other layers, {fmt_bytes(mem['attention_working'])} working"
-                     + (f", {fmt_bytes(mem.get('params_and_optimizer', mem.get('params', 0)))} parameters"
-                        if req.param_shards else "") + ")")
+        items = [clause("plan.kept-for-backward" if "kept_for_backward" in mem else "plan.kv-cache",
+                        kept_bytes=kept, layers=req.model.layers - 1),
+                 clause("plan.working", working_bytes=mem["attention_working"])]
+        if req.param_shards:
+            items.append(clause("plan.params", params_bytes=mem.get("params_and_optimizer", mem.get("params", 0))))
+        out.append(clause("plan.no-fit", peak_bytes=c["peak_mem_bytes"], limit_bytes=limit, items=items))
     elif c is best:
         rest = [x for x in ranked if x["fits"] and x is not c]
         if rest:
             nxt = rest[0]
             ahead = nxt["makespan_s"] / c["makespan_s"] - 1
             if ahead < TIE_WITHIN:
-                parts.append(tie_sentence(c, nxt, ahead))
+                out.append(tie_clause(c, nxt, ahead))
             else:
-                parts.append(f"fastest that fits, {ahead:.1%} ahead of the next ({nxt['scheme']}, {nxt['variant']})")
+                out.append(clause("plan.fastest", ahead=ahead, scheme=nxt["scheme"], variant=nxt["variant_clause"]))
         else:
-            parts.append("the only candidate that fits")
+            out.append(clause("plan.only"))
     else:
         ratio = c["makespan_s"] / best["makespan_s"] if best else None
         if ratio is not None:
-            parts.append(f"{ratio - 1:.1%} slower than the fastest" if ratio < 1.1 else f"{ratio:.2f}x the fastest")
-    parts.append(c["bound"])
+            out.append(clause("plan.slower", slower=ratio - 1) if ratio < 1.1 else clause("plan.times", ratio=ratio))
+    out += c["bound_clauses"]
     u = c["settings"].get("ulysses-degree", req.n_gpus if c["scheme"] == "ulysses" else None)
     if u and u > req.model.kv_heads:
-        parts.append(f"K/V heads replicated {u // req.model.kv_heads}x by a Ulysses degree above the "
-                     f"{req.model.kv_heads} K/V heads")
+        out.append(clause("plan.replicated", times=u // req.model.kv_heads, kv_heads=req.model.kv_heads))
     if c["scheme"] == "allgather":
-        parts.append(f"holds {'the whole' if c['settings']['head-groups'] == 1 else 'a head group of the'} "
-                     "K/V of the sequence")
-    return "; ".join(p for p in parts if p)
+        out.append(clause("plan.holds-all" if c["settings"]["head-groups"] == 1 else "plan.holds-group"))
+    return out
 
 
 # --- text ---------------------------------------------------------------------------------------

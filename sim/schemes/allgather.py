@@ -41,6 +41,7 @@ from sim.errors import RingsimError
 from sim.hardware.topology import Topology
 from sim.layouts import get as get_layout
 from sim.layouts import packed
+from sim.reasons import clause, refusal
 from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings
 from sim.trace.format import COMPUTE, Trace
@@ -262,7 +263,7 @@ def block_map(trace: Trace) -> BlockMap:
         # one varlen call per rank and head group: every pair of a rank's queries at once
         work, owner, size, axis = packed.block_map_parts(p)
         return BlockMap(value=np.where(work > 0, 0.0, np.nan), work=work, owner=owner, chunk_size=size,
-                        value_label="kernel call on its rank (in order)", axis_label=axis)
+                        value_label=clause("blocks.kernel-call"), axis_label=axis)
     lay = get_layout("zigzag")
     chunks, size = 2 * n, seq // (2 * n)
     q_chunk = np.arange(chunks)[:, None]
@@ -287,7 +288,7 @@ def block_map(trace: Trace) -> BlockMap:
                 grid[q[ok, a], k[ok, c]] = place[ok]
     grid[work == 0] = np.nan
     return BlockMap(value=grid, work=work.astype(np.int64), owner=lay.owner_of_chunk(n), chunk_size=size,
-                    value_label="kernel call on its rank (in order)", axis_label=lay.chunk_axis)
+                    value_label=clause("blocks.kernel-call"), axis_label=clause(lay.chunk_axis))
 
 
 def _check(scenario: Scenario) -> None:
@@ -299,8 +300,7 @@ def _check(scenario: Scenario) -> None:
                                f"(the llama3 varlen variant: contiguous), got {scenario.layout!r}")
         scenario.check_layout_chunks()
     elif w.seq % (2 * n):
-        raise RingsimError(f"sequence length {w.seq} does not divide into {2 * n} equal chunks "
-                           f"(allgather on {n} GPUs); use a multiple of {2 * n}")
+        raise refusal("refused.gather-chunks", seq=w.seq, chunks=2 * n, gpus=n, multiple=2 * n)
     if w.kv_heads % g:
         raise RingsimError(f"head groups ({g}) must divide the {w.kv_heads} K/V heads")
     Topology.of(scenario.hardware, n)._levels(n)

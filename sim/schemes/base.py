@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.reasons import Clause
 from sim.trace.format import COMPUTE
 
 if TYPE_CHECKING:
@@ -55,10 +56,10 @@ class BlockMap:
     owner: np.ndarray
     """(chunks,) the rank that holds each chunk."""
     chunk_size: int
-    value_label: str
-    """What a cell's value is ("ring step", ...)."""
-    axis_label: str
-    """What a chunk is ("chunk (token order)", ...)."""
+    value_label: Clause
+    """What a cell's value is, as a sim.reasons clause ("ring step", ...)."""
+    axis_label: Clause
+    """What a chunk is, as a sim.reasons clause ("chunk (token order)", ...)."""
 
 
 @dataclass(frozen=True)

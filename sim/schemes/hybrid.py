@@ -47,6 +47,7 @@ from sim.errors import RingsimError
 from sim.hardware.topology import Topology
 from sim.layouts import chunk_pair_work, chunks_of_rank, packed
 from sim.layouts import get as get_layout
+from sim.reasons import clause, refusal
 from sim.scenario.quantities import ACCUM_BYTES
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.schemes.ring import build_ring_schedule, count_ring_ops
@@ -63,11 +64,10 @@ def kv_heads_per_gpu(workload: Workload, u: int) -> int:
 
 def check_degree(workload: Workload, u: int) -> None:
     if workload.heads % u:
-        raise RingsimError(f"ulysses degree {u} does not divide the {workload.heads} query heads")
+        raise refusal("refused.heads", degree=u, heads=workload.heads)
     h_kv = workload.kv_heads
     if (u <= h_kv and h_kv % u) or (u > h_kv and u % h_kv):
-        raise RingsimError(f"ulysses degree {u} and {h_kv} K/V heads: one must divide the other "
-                           "(K/V heads are replicated when the degree is larger)")
+        raise refusal("refused.kv-heads", degree=u, kv_heads=h_kv)
 
 
 def degree_fits(workload: Workload, u: int) -> bool:
@@ -265,8 +265,7 @@ def block_map_of(trace: Trace, u: int, r: int, placement: str) -> BlockMap:
         lay = None if layout in packed.DOC_LAYOUTS else get_layout(layout)
     except (KeyError, TypeError, ValueError, RingsimError):
         raise RingsimError("the trace's header has no layout or workload to draw the block map") from None
-    label = (f"step (every pair at once, {u} GPUs on 1/{u} of the heads each)" if r == 1
-             else f"ring step ({u} rings side by side, 1/{u} of the heads each)")
+    label = clause("blocks.every-pair" if r == 1 else "blocks.rings", ulysses=u)
     p = packed.from_header(trace.config, r, layout)
     if p is not None:
         work, at, size, axis = packed.block_map_parts(p)
@@ -276,7 +275,7 @@ def block_map_of(trace: Trace, u: int, r: int, placement: str) -> BlockMap:
     grid = ring_step_grid(trace, work, r)
     owner = rank_grid(u, r, placement)[lay.owner_of_chunk(r), 0]
     return BlockMap(value=grid, work=work, owner=owner, chunk_size=seq // lay.n_chunks(r),
-                    value_label=label, axis_label=lay.chunk_axis)
+                    value_label=label, axis_label=clause(lay.chunk_axis))
 
 
 def _check(scenario: Scenario) -> None:
@@ -292,8 +291,7 @@ def _check(scenario: Scenario) -> None:
 def _check_shards(scenario: Scenario) -> None:
     n = scenario.n_gpus
     if scenario.workload.seq % n:
-        raise RingsimError(f"sequence length {scenario.workload.seq} does not divide into {n} equal shards; "
-                           f"use a multiple of {n}")
+        raise refusal("refused.shards", seq=scenario.workload.seq, shards=n, multiple=n)
 
 
 def _settings(scenario: Scenario) -> dict:

@@ -50,6 +50,7 @@ from sim.errors import RingsimError
 from sim.hardware.topology import Topology
 from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank, packed
 from sim.layouts import get as get_layout
+from sim.reasons import clause
 from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
 from sim.trace.format import Trace
@@ -433,11 +434,11 @@ def block_map(trace: Trace) -> BlockMap:
     if p is not None:
         work, owner, size, axis = packed.block_map_parts(p)
         return BlockMap(value=ring_step_grid(trace, work, n), work=work, owner=owner, chunk_size=size,
-                        value_label="ring step", axis_label=axis)
+                        value_label=clause("blocks.ring-step"), axis_label=axis)
     work = chunk_pair_work(layout, seq, n, causal)
     grid = ring_step_grid(trace, work, n)
     return BlockMap(value=grid, work=work, owner=lay.owner_of_chunk(n), chunk_size=seq // lay.n_chunks(n),
-                    value_label="ring step", axis_label=lay.chunk_axis)
+                    value_label=clause("blocks.ring-step"), axis_label=clause(lay.chunk_axis))
 
 
 def _check(scenario: Scenario) -> None:

@@ -16,6 +16,7 @@ from dashboard.client import CallbackClient
 from dashboard.figures.timeline import TRANSFER_MEANING
 from dashboard.state import defaults, scenario_from_values
 from sim.engine.play import simulate
+from sim.reasons import english
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.memory import peak_memory
 from sim.schemes import get as get_scheme
@@ -242,7 +243,7 @@ def test_block_map_and_strip_of_another_scheme(client, scheme):
     assert status == 200
     fig = out["block-map"]["figure"]
     bm = get_scheme(scheme).block_map(simulate(_scenario(scheme=scheme)))
-    assert bm.value_label in fig["layout"]["annotations"][0]["text"]
+    assert english(bm.value_label) in fig["layout"]["annotations"][0]["text"]
     assert _array(fig["data"][0]["z"]).shape == bm.value.shape
     _, out = client.call("layout-strip.figure", {"scenario.data": _store(scheme=scheme)}, ["scenario.data"])
     title = out["layout-strip"]["figure"]["layout"]["title"]["text"]

@@ -9,18 +9,16 @@ import re
 import pytest
 
 from dashboard import i18n
-from dashboard.explain import STEP_PARTS
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations
 from dashboard.views import language
 from dashboard.views.labels import FIGURE_TEXTS
 from dashboard.views.language import page_texts
 from dashboard.views.questions import ANSWERS, N_CHOICES
 from dashboard.views.schemes import SCHEME_TABLE_COLUMNS
-from sim.hardware.pcie import LINK_KINDS, P2P_MODES
+from sim.hardware.pcie import P2P_MODES
+from sim.reasons import ENGLISH, JOINERS, WORDS
 from sim.scenario.config import LAYOUTS, PLACEMENTS
 from sim.schemes import names as scheme_names
-from sim.trace.metrics import EXPLAIN_TEMPLATES, KIND_LABELS
-from sim.training.step import RECOMPUTE
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
 CODE = ("*.py", "views/*.py")
@@ -52,15 +50,28 @@ def _keys_named_in_code() -> set[str]:
 
 def _key_families() -> set[str]:
     """Keys the code makes from a name: a scheme's and a placement's label, a column of
-    the schemes' table, a clause of what bounds a run and its kinds of transfer and of
-    PCIe link (dashboard/explain.py), a text of a view's chart (dashboard.views.labels.FIGURE_TEXTS)."""
+    the schemes' table, a sim.reasons clause, word and joiner (dashboard/explain.py), a text
+    of a view's chart (dashboard.views.labels.FIGURE_TEXTS)."""
     return ({f"opt.scheme.{s}" for s in scheme_names()} | {f"opt.placement.{p}" for p in PLACEMENTS}
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
-            | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
-            | {f"why.kind.{k}" for k in KIND_LABELS} | {"why.link-kind." + k.replace(" ", "-") for k in LINK_KINDS}
-            | {f"why.link.{d}" for d in ("up", "down", "in", "out")} | {f"step.why.part.{p}" for p in STEP_PARTS}
-            | {f"line.pcie.p2p.{m}" for m in P2P_MODES} | {f"step.split.recompute.{r}" for r in RECOMPUTE}
+            | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | set(_reason_messages())
+            | {f"line.pcie.p2p.{m}" for m in P2P_MODES}
             | {f"{prefix}.{name}" for prefix, texts in FIGURE_TEXTS.items() for name in texts if name != "separators"})
+
+
+def _reason_messages() -> dict[str, str]:
+    """sim.reasons' English by the catalogs' key: `why.<clause>`, `why.<field>.<word>`,
+    `why.join.<field>`."""
+    return ({f"why.{key}": text for key, text in ENGLISH.items()}
+            | {f"why.{field}.{word}": text for field, words in WORDS.items() for word, text in words.items()}
+            | {f"why.join.{field}": text for field, text in JOINERS.items()})
+
+
+def test_the_reasons_english_is_the_simulators():
+    """The English catalog says sim.reasons' clauses, words and joiners word for word (so the
+    English page says what the command line says), and has no other `why.` message."""
+    en = catalog("en")
+    assert {k: v for k, v in en.items() if k.startswith("why.")} == _reason_messages()
 
 
 def test_the_charts_english_is_their_own():
@@ -130,8 +141,11 @@ SAME_IN_BOTH = {
     "opt.layout.zigzag": "the layout's name in the literature",
     "why.kind.ag": "a collective's name, as Indonesian writing keeps it",
     "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
-    "step.why.with": "placeholders and punctuation only",
-    "step.split.scheme": "a scheme's name, placeholders and punctuation only",
+    "why.join.items": "punctuation only",
+    "why.split.degrees": "the degrees' abbreviations and placeholders", "why.split.zero": "ZeRO's name",
+    "why.split.scheme": "an abbreviation and a placeholder",
+    "why.variant.ring": "a placeholder only", "why.variant.hybrid": "placeholders and punctuation only",
+    "why.variant.split": "placeholders and a symbol", "why.variant.split-placed": "placeholders and a symbol",
     "cmp.makespan": "the scheduling term, with its unit",
     "schemes.makespan": "the scheduling term, with its unit",
 }

@@ -234,10 +234,10 @@ def test_presets_name_their_sources_and_build():
 
 
 def test_compare_lists_every_split_in_both_placements_on_a_pcie_node():
-    from sim.planning.compare import scheme_variants
+    from sim.planning.compare import scheme_variants, variant_name
 
     sc = Scenario(workload=Workload(seq=32768), hardware=node(p2p="switch"), n_gpus=8)
-    hybrid = [v for s, v, _ in scheme_variants(sc) if s == "hybrid"]
+    hybrid = [variant_name(v) for s, v, _ in scheme_variants(sc) if s == "hybrid"]
     assert hybrid == [f"{u} x {8 // u} {p}" for u in (4, 2) for p in ("ulysses-inner", "ring-inner")]
     # the placement decides what the flows cross: 2 x 4 with its all-to-all pairs under
     # one switch is faster than with its rings there
