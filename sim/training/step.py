@@ -92,12 +92,10 @@ import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sim.engine.play import simulate
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.hardware.gemm import FP8_PEAK_FACTOR, gemm_time
 from sim.scenario.config import Scenario, Workload
-from sim.scenario.memory import peak_memory
 from sim.scenario.models import Model
 from sim.trace.format import Trace
 from sim.trace.metrics import compute_metrics
@@ -436,6 +434,11 @@ def _attention_s(req: StepRequest, pass_: str) -> tuple[float, float]:
 
 
 def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
+    # `ringsim` imports this module on every start (the step command's options): the
+    # engine and the memory model load when a step's attention is first simulated
+    from sim.engine.play import simulate
+    from sim.scenario.memory import peak_memory
+
     m, p = req.model, req.parallel
     heads = m.heads // p.tp
     kv = max(m.kv_heads // p.tp, 1)
