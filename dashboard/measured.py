@@ -23,7 +23,7 @@ from typing import Any
 from dashboard import export
 from dashboard.i18n import Translator
 from sim.errors import RingsimError
-from sim.hardware.profile import Profile
+from sim.hardware.profile import Profile, load_profile
 from sim.trace.format import Trace
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(__file__), "examples")
@@ -107,8 +107,6 @@ def is_example(token: Any) -> bool:
 @lru_cache(maxsize=4)
 def example_profile(folder: str = EXAMPLES_DIR) -> Any:
     """The calibrated profile of the machine the examples ran on."""
-    from sim.hardware.profile import load_profile
-
     return load_profile(os.path.join(folder, EXAMPLE_PROFILE))
 
 

@@ -21,6 +21,7 @@ from dash.exceptions import PreventUpdate
 from dashboard import compute, export, measured
 from dashboard.state import scenario_from_values
 from sim.errors import RingsimError
+from sim.hardware.profile import MAX_PROFILE_BYTES, load_profile, profile_from_dict
 from sim.scenario.config import scenario_from_config
 from sim.trace.format import Trace
 
@@ -47,22 +48,6 @@ class _Kept:
         return self.items.get(token) if token else None
 
 
-def _profile_module():
-    try:
-        import sim.hardware.profile
-    except ModuleNotFoundError as e:
-        if e.name != "sim.hardware.profile":
-            raise
-        raise RingsimError("calibrated profiles are not available yet: this ringsim has no "
-                           "sim/hardware/profile.py (use the presets or custom numbers)") from None
-    return sim.hardware.profile
-
-
-def load_profile_file(path: str) -> Any:
-    """A calibrated hardware profile through sim.hardware.profile, if this ringsim has it."""
-    return _profile_module().load_profile(path)
-
-
 def profile_note(token: str, name: str, profile: Any) -> dict[str, Any]:
     """What the page's `profile` store holds for a loaded profile: its token on the
     server, its file name and the machine it was measured on."""
@@ -81,11 +66,9 @@ def _example_note() -> dict[str, Any] | None:
 
 def profile_from_upload(contents: Any, filename: Any) -> tuple[Any, bytes]:
     """A calibrated profile from an upload (JSON only, size-capped) and its raw bytes."""
-    mod = _profile_module()
-    cap = min(MAX_UPLOAD_BYTES, getattr(mod, "MAX_PROFILE_BYTES", MAX_UPLOAD_BYTES))
-    raw = export.decode_upload(contents, filename, cap)
+    raw = export.decode_upload(contents, filename, min(MAX_UPLOAD_BYTES, MAX_PROFILE_BYTES))
     name = filename if isinstance(filename, str) else "profile"
-    return mod.profile_from_dict(export.parse_json_bytes(raw, name), name), raw
+    return profile_from_dict(export.parse_json_bytes(raw, name), name), raw
 
 
 class Served:
@@ -99,7 +82,7 @@ class Served:
         if profile_path:
             with open(profile_path, "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()[:16]
-            loaded = load_profile_file(profile_path)
+            loaded = load_profile(profile_path)
             self.profiles.put(f"profile-{digest}", loaded)
             self.initial_profile = profile_note(f"profile-{digest}", os.path.basename(profile_path), loaded)
         self.initial_example = _example_note()

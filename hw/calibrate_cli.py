@@ -12,7 +12,9 @@ Three modes:
   exit status 1 when it does not.
 
 It lives beside the kernel because `--check` runs it; `ringsim validate` is the long form
-of the check (hw.validate_cli).
+of the check (hw.validate_cli). The `ringsim` CLI imports this module on every start to
+register the command, so each mode's modules (and with `--check`, torch) are imported
+when it runs, not here.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import json
 import os
 import sys
 
+from hw.validate import SHARING_OFF
 from sim.calibration.validation import REPLAYS
 from sim.errors import RingsimError
 from sim.files import kept_file, read_json
+from sim.trace.format import Trace
 
 
 def register(sub) -> None:
@@ -78,12 +82,11 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 
 
 def _load_traces(paths: list[str]) -> list:
-    from sim.trace.format import Trace
-
     return [(Trace.load(p), p) for p in paths]
 
 
 def cmd_from_traces(a: argparse.Namespace) -> int:
+    # each mode's modules load when it runs (module docstring)
     from sim.calibration.from_traces import calibrate_from_traces, holdout
     from sim.hardware.profile import load_profile
 
@@ -169,7 +172,6 @@ def cmd_check(a: argparse.Namespace) -> int:
         sharing = result.get("host_sharing")
         if sharing:
             from hw.reference import sharing_line
-            from hw.validate import SHARING_OFF
 
             print(f"{sharing_line(sharing)}; at that speed and sharing the median |makespan error| is "
                   f"{result['median_abs_error_at_host_state']:.1%}")

@@ -20,6 +20,9 @@ import statistics
 import time
 from typing import Any
 
+from hw import reference
+from hw.config import RunConfig, default_threads
+from hw.launch import run_configs
 from sim.calibration.validation import REPLAYS, Case, compare_case, simulate_replays
 from sim.hardware.host import differences, this_host
 from sim.scenario.config import Workload
@@ -48,15 +51,10 @@ def check(profile: Any, *, tolerance: float = 0.10, repeats: int = 3, warmup: in
     host model, how two processes share its cores against the profile's law; each probe
     is also predicted at that speed, and at that speed and sharing: a miss that goes away
     there is the host having changed since calibration, one that stays is the model's."""
-    from hw.config import RunConfig, default_threads
-    from hw.launch import run_configs
-
     dtype = dtype_of(profile)
     started = time.perf_counter()
     speed = sharing = None
     if reference_s > 0 and profile.measured_on.get("kind", "cpu") == "cpu":
-        from hw import reference
-
         shape = _workload(probes[0], dtype)      # every probe's heads and head dim
         read = dict(dtype=dtype, heads=shape.heads, head_dim=shape.head_dim,
                     threads=int(profile.measured_on.get("threads_per_rank") or 1), seconds=reference_s)

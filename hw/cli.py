@@ -5,8 +5,9 @@
 torchrun places, on one node or many. Either prints the measured makespan of every
 repeat with its spread and the per-rank metrics of the median repeat (`sim.trace.metrics`),
 and with --trace saves one trace per repeat. `ringsim hw bench` is documented in
-`hw.bench`. This module imports torch only when a command runs: the `ringsim` CLI
-registers it on every start.
+`hw.bench`. The `ringsim` CLI imports this module on every start to register its
+commands, so torch (an optional dependency) and the modules that only a run needs are
+imported when a command runs, not here.
 """
 
 from __future__ import annotations
@@ -17,10 +18,16 @@ import os
 import statistics
 from typing import Any
 
-from sim.cli.options import WORKLOAD_FLAGS, flags_for
+from hw.bench.options import add_bench_args
+from sim.cli.options import WORKLOAD_FLAGS, flags_for, table
 from sim.errors import RingsimError
+from sim.files import kept_file, write_json
 from sim.planning.spec import tokens
 from sim.scenario.config import LAYOUTS, PASSES, Workload
+from sim.scenario.documents import describe, read_file_spec
+from sim.trace.format import to_chrome_trace
+from sim.trace.metrics import compute_metrics
+from sim.units import fmt_s
 
 
 def add_run_args(p: argparse.ArgumentParser, *, gpus: bool = True) -> None:
@@ -77,10 +84,10 @@ def add_run_args(p: argparse.ArgumentParser, *, gpus: bool = True) -> None:
 
 
 def config_from_args(a: argparse.Namespace, *, n_gpus: int):
+    # torch and the run's modules load when a command runs (module docstring)
     import torch
 
     from hw.config import RunConfig
-    from sim.scenario.documents import read_file_spec
 
     device = a.device
     if device == "auto":
@@ -114,8 +121,6 @@ def trace_paths(pattern: str, repeats: int) -> list[str]:
 
 def check_outputs(a: argparse.Namespace, repeats: int) -> None:
     """Refuse before the run, not after it, to overwrite a file without --force."""
-    from sim.files import kept_file
-
     paths = (trace_paths(a.trace, repeats) if a.trace else []) + ([a.chrome_trace] if a.chrome_trace else [])
     for path in paths:
         why = kept_file(path, a.force)
@@ -136,12 +141,6 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def report(a: argparse.Namespace, cfg, traces: list) -> int:
     """Save what was asked for and print the summary of a measured run."""
-    from sim.cli.options import table
-    from sim.files import write_json
-    from sim.trace.format import to_chrome_trace
-    from sim.trace.metrics import compute_metrics
-    from sim.units import fmt_s
-
     paths = trace_paths(a.trace, len(traces)) if a.trace else []
     for t, path in zip(traces, paths):
         t.save(path, overwrite=a.force)
@@ -163,8 +162,6 @@ def report(a: argparse.Namespace, cfg, traces: list) -> int:
           f"{w.seq} tokens ({cfg.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x "
           f"{w.head_dim}, {w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}")
     if cfg.packed is not None:
-        from sim.scenario.documents import describe
-
         print(f"packed: {describe(w.docs, w.seq, w.seed)}" + (f", window {w.window:,} tokens" if w.window else ""))
     s = spread(makespans)
     print(f"makespan over {s['n']} repeats: median {fmt_s(s['median'])}, min {fmt_s(s['min'])}, "
@@ -213,8 +210,6 @@ def _help(parser: argparse.ArgumentParser):
 
 def register(subparsers: Any) -> None:
     """Add `hw run` and `hw bench` to the `ringsim` command line."""
-    from hw.bench.options import add_bench_args
-
     hp = subparsers.add_parser("hw", help="the real ring kernel: run it or benchmark its parts")
     hp.set_defaults(func=_help(hp))
     sub = hp.add_subparsers(dest="hw_command", metavar="HW_COMMAND", parser_class=type(hp))

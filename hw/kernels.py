@@ -16,6 +16,7 @@ SCHEMES = ("ring", "allgather", "ulysses")
 
 
 def kernels(scheme: str) -> tuple[Callable, Callable]:
+    # the kernels import torch; SCHEMES is read on every `ringsim` start (hw.validate)
     if scheme == "ring":
         from hw.ring import ring_backward, ring_forward
         return ring_forward, ring_backward

@@ -11,33 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hw.spawn import RankContext, RankFailure, free_port, join_group, release_group_after_failure, spawn, worker_main
+import torch
+
+from hw.config import RunConfig
+from hw.devices import pick_device
+from hw.layouts import unshard
+from hw.runner import Inputs, RankRun, build_traces, run_rank
+from hw.spawn import RankContext, spawn
 from sim.errors import RingsimError
 from sim.scenario.config import Workload
 from sim.trace.format import Trace
 
-__all__ = ["RankFailure", "RunResult", "free_port", "join_group", "release_group_after_failure",
-           "run_config", "run_configs", "run_local", "spawn", "worker_main"]
-
 
 def _rank_args(ctx: RankContext, cfg) -> dict[str, Any]:
     """What a rank's run of `cfg` takes from its process (hw.runner.run_rank, RankRun)."""
-    from hw.runner import pick_device
-
     return dict(rank=ctx.rank, group=ctx.group, device=pick_device(cfg.device, ctx.rank, ctx.n_gpus),
                 barrier=ctx.barrier, store=ctx.store, ranks_on_host=ctx.n_gpus)
 
 
 def _run_worker(ctx: RankContext, cfg, inputs, keep_outputs: bool):
-    from hw.runner import run_rank
-
     return run_rank(cfg, inputs=inputs, keep_outputs=keep_outputs, **_rank_args(ctx, cfg))
 
 
 def run_config(cfg, inputs=None, *, keep_outputs: bool = False):
     """Run `cfg` on `cfg.n_gpus` local processes; the ranks' `RankResult`s and traces."""
-    from hw.runner import build_traces
-
     results = spawn(_run_worker, cfg.n_gpus, args=(cfg, inputs, keep_outputs),
                     backend=cfg.resolved_backend, timeout_s=cfg.timeout_s)
     return results, build_traces(cfg, results)
@@ -52,8 +49,6 @@ def _run_many_worker(ctx: RankContext, cfgs: list, report: bool, interleave: boo
                 ctx.report(i)
             out.append(res)
         return out
-    from hw.runner import RankRun
-
     runs: list = []
     try:
         for cfg in cfgs:
@@ -86,8 +81,6 @@ def run_configs(cfgs: list, *, on_done: Callable[[int], None] | None = None, int
     traces) for each configuration, in the order given; `on_done(i)` is called as
     configuration i completes (with `interleave`, when the group does).
     """
-    from hw.runner import build_traces
-
     groups: dict[tuple, list[int]] = {}
     for i, cfg in enumerate(cfgs):
         groups.setdefault((cfg.n_gpus, cfg.resolved_backend, cfg.device), []).append(i)
@@ -118,8 +111,6 @@ class RunResult:
 
 
 def _dtype_name(t) -> str:
-    import torch
-
     names = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
     if t.dtype not in names:
         raise RingsimError(f"inputs must be fp32, bf16 or fp16, got {t.dtype}")
@@ -139,10 +130,6 @@ def run_local(q, k, v, *, n_gpus: int, causal: bool, layout: str = "zigzag", sch
     output (and dq, dk, dv when dout is given) in the original token order with the
     measured trace.
     """
-    from hw.config import RunConfig
-    from hw.layouts import unshard
-    from hw.runner import Inputs
-
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
         raise RingsimError("q must be (batch, seq, heads, head_dim) and k, v (batch, seq, kv_heads, head_dim)")
     b, s, h, d = q.shape
@@ -163,7 +150,6 @@ def run_local(q, k, v, *, n_gpus: int, causal: bool, layout: str = "zigzag", sch
     inputs = Inputs(*(x.detach().cpu() if x is not None else None for x in (q, k, v, dout)))
     if n_gpus == 1:
         results = [_run_in_process(cfg, inputs)]
-        from hw.runner import build_traces
         traces = build_traces(cfg, results)
     else:
         results, traces = run_config(cfg, inputs, keep_outputs=True)
@@ -180,10 +166,6 @@ def run_local(q, k, v, *, n_gpus: int, causal: bool, layout: str = "zigzag", sch
 
 def _run_in_process(cfg, inputs):
     """GPU count 1: no processes, no group; this process's own thread count."""
-    import torch
-
-    from hw.runner import run_rank
-
     threads = torch.get_num_threads()
     device = torch.device("cuda", torch.cuda.current_device()) if cfg.device == "cuda" else torch.device("cpu")
     try:

@@ -15,12 +15,17 @@ import argparse
 import os
 import sys
 
+import torch.distributed as dist
+
+from hw.cli import add_run_args, check_outputs, config_from_args, report
+from hw.comm import PeerFailure, note_failure
+from hw.devices import pick_device
+from hw.runner import build_traces, run_rank
+from hw.spawn import join_group, release_group_after_failure
 from sim.errors import RingsimError
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hw.cli import add_run_args, config_from_args, report
-
     class _Parser(argparse.ArgumentParser):
         def error(self, message: str) -> None:
             raise RingsimError(message)
@@ -33,11 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         n_gpus = int(os.environ.get("WORLD_SIZE", "1"))
         cfg = config_from_args(a, n_gpus=n_gpus)
         if rank == 0:
-            from hw.cli import check_outputs
             check_outputs(a, cfg.repeats)
         results = _run(cfg, rank, n_gpus)
         if rank == 0:
-            from hw.runner import build_traces
             return report(a, cfg, build_traces(cfg, results))
         return 0
     except RingsimError as e:
@@ -46,12 +49,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(cfg, rank: int, n_gpus: int):
-    import torch.distributed as dist
-
-    from hw.comm import PeerFailure, note_failure
-    from hw.runner import pick_device, run_rank
-    from hw.spawn import join_group, release_group_after_failure
-
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     ranks_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", str(n_gpus)))
     store = group = control = None

@@ -29,11 +29,18 @@ gaps are the host's drift.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from typing import Any
 
-from hw.bench.measure import block_flops  # the compute part's reference size; block FLOPs
-from hw.bench.parts import REFERENCE_TOKENS  # the compute part's reference size; block FLOPs
+import torch
+
+from hw.bench.measure import block_flops, measure_compute
+from hw.bench.options import CONCURRENCY_ROUNDS
+from hw.bench.parts import REFERENCE_TOKENS, _concurrency_worker, full_forward_block, gather_concurrency
+from hw.blocks import select_block_ops
+from hw.spawn import spawn
+from sim.calibration.calibrate import round_ratios
 from sim.errors import RingsimError
 from sim.hardware.profile import Profile
 
@@ -76,12 +83,6 @@ def host_speed(profile: Profile, *, dtype: str, heads: int, head_dim: int, threa
     bench's compute part times it (hw.bench.measure.measure_compute: one warm-up call, the
     median of the calls), and return {tokens, profile_s, now_s, factor, calls, at}; None
     where the profile measured no such block (then nothing is timed)."""
-    import torch
-
-    from hw.bench.measure import measure_compute
-    from hw.bench.parts import full_forward_block
-    from hw.blocks import select_block_ops
-
     if not 0 < seconds <= 60:
         raise RingsimError("the reference time must be a number of seconds above 0, at most 60")
     ref = reference_block(profile, dtype, heads, head_dim)
@@ -109,13 +110,6 @@ def host_sharing(profile: Profile, *, dtype: str, heads: int, head_dim: int, thr
     read as calibration reads a concurrency entry (sim.calibration.calibrate.round_ratios, the median
     of the rounds), the profile's law at that many processes, and their ratio. None where
     the profile has no host model or measured no reference block (then nothing runs)."""
-    import statistics
-
-    from hw.bench.options import CONCURRENCY_ROUNDS
-    from hw.bench.parts import _concurrency_worker, full_forward_block, gather_concurrency
-    from hw.spawn import spawn
-    from sim.calibration.calibrate import round_ratios
-
     if not 0 < seconds <= 60:
         raise RingsimError("the reference time must be a number of seconds above 0, at most 60")
     host = profile.contention.host

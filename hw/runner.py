@@ -26,13 +26,12 @@ import torch
 from hw.blocks import TORCH_DTYPES, select_block_ops
 from hw.comm import PeerFailure, Ring, peer_failure, raise_if_peer_failed
 from hw.config import RunConfig
+from hw.devices import describe_device, sync
 from hw.kernels import kernels
 from hw.layouts import shard, token_index
 from hw.ring import heads_first_memory, ring_backward, ring_forward
 from hw.timing import CpuClock, CudaClock, Recorder, TransferStalled
 from sim.engine.record import wait_pieces
-from sim.errors import RingsimError
-from sim.hardware.host import cpu_model
 from sim.layouts.packed import block_tables
 from sim.scenario.config import BWD_FLOPS_FACTOR
 from sim.scenario.memory import peak_memory_bytes
@@ -121,32 +120,6 @@ def make_rank_inputs(cfg: RunConfig, rank: int, device: torch.device | str = "cp
     return _tensors(cfg, tokens, device)
 
 
-def gpu_for_rank(local_rank: int, ranks_on_host: int, device_count: int) -> int:
-    """The GPU of local rank `local_rank`: its own, one per rank, or a RingsimError."""
-    if ranks_on_host > device_count or not 0 <= local_rank < device_count:
-        raise RingsimError(
-            f"{ranks_on_host} ranks on this host but {device_count} GPU"
-            f"{'s' if device_count != 1 else ''} visible (local rank {local_rank}): every rank "
-            f"needs a GPU of its own; start at most {device_count} ranks per host "
-            f"(torchrun --nproc-per-node {device_count}) or make more GPUs visible")
-    return local_rank
-
-
-def pick_device(kind: str, local_rank: int, ranks_on_host: int = 1) -> torch.device:
-    """The rank's device: the CPU, or GPU `local_rank` of this host (made current)."""
-    if kind == "cuda":
-        idx = gpu_for_rank(local_rank, ranks_on_host, torch.cuda.device_count())
-        torch.cuda.set_device(idx)
-        return torch.device("cuda", idx)
-    return torch.device("cpu")
-
-
-def describe_device(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{cpu_model()} ({os.cpu_count()} cores)"
-
-
 @dataclass
 class RankResult:
     """What one rank hands back: spans per measured iteration, facts, and its outputs."""
@@ -191,13 +164,13 @@ def _measure_rate(cfg: RunConfig, inputs: Inputs, ops, device: torch.device) -> 
     out, lse = ring_forward(q, k, v, **args)
     times = []
     for _ in range(2):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         if w.pass_ in ("fwd", "fwdbwd"):
             out, lse = ring_forward(q, k, v, **args)
         if w.pass_ in ("bwd", "fwdbwd"):
             ring_backward(dout, q, k, v, out, lse, **args)
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - t0)
     if packed is not None:
         pairs = int(block_tables(packed).work.sum())
@@ -205,11 +178,6 @@ def _measure_rate(cfg: RunConfig, inputs: Inputs, ops, device: torch.device) -> 
         pairs = w.seq * (w.seq + 1) // 2 if w.causal else w.seq * w.seq
     factor = {"fwd": 1.0, "bwd": BWD_FLOPS_FACTOR, "fwdbwd": 1.0 + BWD_FLOPS_FACTOR}[w.pass_]
     return factor * w.fwd_flops(pairs) / min(times)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def rank_shard(cfg: RunConfig, rank: int, inputs: Inputs | None, device: torch.device) -> Inputs:

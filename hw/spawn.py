@@ -31,10 +31,16 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from multiprocessing.connection import Client, Listener
 from typing import Any, Callable
 
+import torch
+import torch.distributed as dist
+
+from hw.comm import PeerFailure, note_failure
+from hw.devices import gpu_for_rank
 from sim.errors import RingsimError
 
 # Messages from a rank to the parent, over a local authenticated connection: ("ok",
@@ -64,16 +70,12 @@ def free_port() -> int:
 
 
 def _dumps(obj: Any) -> bytes:
-    import torch
-
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
 
 
 def _loads(data: bytes) -> Any:
-    import torch
-
     return torch.load(io.BytesIO(data), weights_only=False)
 
 
@@ -93,8 +95,6 @@ class RankContext:
     """Send a progress object to the parent as it happens."""
 
     def barrier(self) -> None:
-        import torch.distributed as dist
-
         if self.n_gpus > 1:
             dist.barrier(group=self.control)
 
@@ -105,19 +105,14 @@ def join_group(backend: str, *, rank: int, n_gpus: int, local_rank: int, timeout
 
     With `store`, rendezvous there; else through torchrun's environment (env://). On
     NCCL the rank's GPU is chosen first (`local_rank`, one GPU per local rank; see
-    `hw.runner.gpu_for_rank`), and a gloo group with the same timeout is added for
+    `hw.devices.gpu_for_rank`), and a gloo group with the same timeout is added for
     CPU-side barriers, which align clocks without waiting on the GPU. NCCL's own timeout
     (its watchdog's, which kills the process) is set longer than `timeout_s`, so that
     the rank gives up first and names the peer it lost (`hw.timing.CudaClock`).
     """
-    import torch
-    import torch.distributed as dist
-
     timeout = timedelta(seconds=timeout_s)
     pg_timeout = timeout
     if backend == "nccl":
-        from hw.runner import gpu_for_rank
-
         ranks_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", str(n_gpus)))
         torch.cuda.set_device(gpu_for_rank(local_rank, ranks_on_host, torch.cuda.device_count()))
         pg_timeout = timedelta(seconds=timeout_s + NCCL_WATCHDOG_GRACE_S)
@@ -139,8 +134,6 @@ def release_group_after_failure() -> None:
     collective with a lost peer nor skips the process group's teardown. (A gloo group
     needs nothing: its sockets close with the process.) Never raises."""
     try:
-        import torch.distributed as dist
-
         if dist.is_initialized() and "nccl" in str(dist.get_backend()).lower():
             dist.distributed_c10d._abort_process_group()
     except Exception:
@@ -150,10 +143,6 @@ def release_group_after_failure() -> None:
 def _rank_main(rank: int, n_gpus: int, port: int, backend: str, timeout_s: float,
                send: Callable[[tuple], None], fn: Callable[..., Any], args: tuple) -> None:
     """The life of one rank: join the group, run `fn`, say how it went."""
-    import torch.distributed as dist
-
-    from hw.comm import PeerFailure, note_failure
-
     store = None
     try:
         group = control = None
@@ -186,15 +175,11 @@ def worker_main() -> None:
     import is I/O bound). Nothing in the launcher has started a thread or an OpenMP
     pool when it forks, so the children start clean.
     """
-    from multiprocessing.connection import Client
-
     addr = (os.environ["RINGSIM_SPAWN_HOST"], int(os.environ["RINGSIM_SPAWN_PORT"]))
     key = bytes.fromhex(os.environ["RINGSIM_SPAWN_KEY"])
     conn = Client(addr, authkey=key)
     conn.send(("launcher", -1))
     fn, args, n_gpus, port, backend, timeout_s = _loads(conn.recv_bytes())
-    import torch.distributed  # noqa: F401  (imported once, here, for every rank)
-
     ranks: dict[int, int] = {}
     for rank in range(n_gpus):
         pid = os.fork()
@@ -232,14 +217,33 @@ def spawn(fn: Callable[..., Any], n_gpus: int, *, args: tuple = (), backend: str
     `fn` must be importable by name. Raises RankFailure naming the rank that failed
     first.
     """
-    from multiprocessing.connection import Listener
-
     if getattr(fn, "__module__", "__main__") == "__main__":
         raise ValueError(f"spawn needs a function the ranks can import by name; {fn!r} is "
                          "defined in the __main__ script (move it to a module)")
     key = secrets.token_bytes(16)
     listener = Listener(("127.0.0.1", 0), authkey=key)
-    task = _dumps((fn, args, n_gpus, free_port(), backend, timeout_s))
+    inbox = _serve(listener, n_gpus, _dumps((fn, args, n_gpus, free_port(), backend, timeout_s)))
+    log = tempfile.NamedTemporaryFile(prefix="ringsim-ranks-", suffix=".log", delete=False)
+    launcher = _start_launcher(listener.address[1], key, log, env)
+    heard = _Heard(n_gpus, on_progress)
+    try:
+        _wait_for_ranks(heard, inbox, launcher, timeout_s)
+    finally:
+        _reap(launcher, [pid for r, pid in heard.pids.items() if r not in heard.exited])
+        listener.close()
+        log.close()
+    if heard.errors:
+        failure = _failure(heard.errors, n_gpus)
+        failure.log_path = log.name
+        failure.details += f"\nthe ranks' own standard error: {log.name}"
+        raise failure
+    _replay(log.name)
+    return [heard.results[r] for r in range(n_gpus)]
+
+
+def _serve(listener: Listener, n_gpus: int, task: bytes) -> queue_mod.Queue:
+    """Accept the launcher and the ranks as they connect (on threads), hand the launcher
+    its task, and put every message any of them sends in the queue returned."""
     inbox: queue_mod.Queue = queue_mod.Queue()
 
     def serve(conn) -> None:
@@ -261,73 +265,83 @@ def spawn(fn: Callable[..., Any], n_gpus: int, *, args: tuple = (), backend: str
             threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
+    return inbox
+
+
+def _start_launcher(port: int, key: bytes, log: Any, env: dict[str, str] | None) -> subprocess.Popen:
+    """The launcher process (`python -m hw.worker`), told where to fetch its task, its
+    standard error (and its ranks') into `log`."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    log = tempfile.NamedTemporaryFile(prefix="ringsim-ranks-", suffix=".log", delete=False)
-    launcher = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "hw.worker"], stdin=subprocess.DEVNULL, stderr=log,
         env={**os.environ, "RINGSIM_SPAWN_HOST": "127.0.0.1",
-             "RINGSIM_SPAWN_PORT": str(listener.address[1]), "RINGSIM_SPAWN_KEY": key.hex(),
+             "RINGSIM_SPAWN_PORT": str(port), "RINGSIM_SPAWN_KEY": key.hex(),
              # each rank sets its own thread count; this only keeps the import lean
              "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
              "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
              **(env or {})})
-    pids: dict[int, int] = {}
-    exited: dict[int, int] = {}
-    results: dict[int, Any] = {}
-    errors: dict[int, tuple[str, str]] = {}   # rank -> (own | peer | died, text), in arrival order
-    give_up_at: float | None = None
 
-    def settled(r: int) -> bool:
-        return r in results or r in errors
 
-    def handle(msg: tuple) -> None:
+@dataclass
+class _Heard:
+    """What the parent has heard of each rank of a run: its process id, its exit code,
+    its result or its error."""
+
+    n_gpus: int
+    on_progress: Callable[[int, Any], None] | None
+    pids: dict[int, int] = field(default_factory=dict)
+    exited: dict[int, int] = field(default_factory=dict)
+    results: dict[int, Any] = field(default_factory=dict)
+    errors: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """rank -> (own | peer | died, text), in arrival order."""
+
+    def settled(self, r: int) -> bool:
+        return r in self.results or r in self.errors
+
+    def unsettled(self) -> list[int]:
+        return [r for r in range(self.n_gpus) if not self.settled(r)]
+
+    def handle(self, msg: tuple) -> None:
         kind, rank, *rest = msg
         if kind == "ok":
-            results[rank] = _loads(rest[0])
+            self.results[rank] = _loads(rest[0])
         elif kind == "error":
-            errors[rank] = (rest[0], rest[1])
-        elif kind == "progress" and on_progress is not None:
-            on_progress(rank, rest[0])
+            self.errors[rank] = (rest[0], rest[1])
+        elif kind == "progress" and self.on_progress is not None:
+            self.on_progress(rank, rest[0])
         elif kind == "started":
-            pids[rank] = rest[0]
+            self.pids[rank] = rest[0]
         elif kind == "exit":
-            exited[rank] = rest[0]
+            self.exited[rank] = rest[0]
 
-    try:
-        while not all(settled(r) for r in range(n_gpus)):
-            try:
-                handle(inbox.get(timeout=0.2))
-            except queue_mod.Empty:
-                pass
-            gone = [r for r in range(n_gpus) if not settled(r) and r in exited]
-            if launcher.poll() is not None:
-                gone = [r for r in range(n_gpus) if not settled(r)]
-            if gone:
-                # a rank that died: take what it may have said before it went
-                _drain(inbox, handle, wait_s=0.5)
-                for r in gone:
-                    if not settled(r):
-                        code = exited.get(r, launcher.returncode)
-                        how = (f"killed by signal {-code}" if code is not None and code < 0
-                               else f"exit code {code}")
-                        errors[r] = ("died", f"the process exited without a result ({how})")
-            if errors and give_up_at is None:
-                give_up_at = time.monotonic() + timeout_s
-            if give_up_at is not None and time.monotonic() > give_up_at:
-                for r in range(n_gpus):
-                    if not settled(r):
-                        errors[r] = ("peer", f"still running {timeout_s:.0f} s after another rank failed")
-    finally:
-        _reap(launcher, [pid for r, pid in pids.items() if r not in exited])
-        listener.close()
-        log.close()
-    if errors:
-        failure = _failure(errors, n_gpus)
-        failure.log_path = log.name
-        failure.details += f"\nthe ranks' own standard error: {log.name}"
-        raise failure
-    _replay(log.name)
-    return [results[r] for r in range(n_gpus)]
+
+def _wait_for_ranks(heard: _Heard, inbox: queue_mod.Queue, launcher: subprocess.Popen, timeout_s: float) -> None:
+    """Take the ranks' messages until every rank has a result or an error: a rank whose
+    process exited without one (or all of them, when the launcher did) died, and ranks
+    still running `timeout_s` after the first error are given up on."""
+    give_up_at: float | None = None
+    while heard.unsettled():
+        try:
+            heard.handle(inbox.get(timeout=0.2))
+        except queue_mod.Empty:
+            pass
+        gone = [r for r in heard.unsettled() if r in heard.exited]
+        if launcher.poll() is not None:
+            gone = heard.unsettled()
+        if gone:
+            # a rank that died: take what it may have said before it went
+            _drain(inbox, heard.handle, wait_s=0.5)
+            for r in gone:
+                if not heard.settled(r):
+                    code = heard.exited.get(r, launcher.returncode)
+                    how = (f"killed by signal {-code}" if code is not None and code < 0
+                           else f"exit code {code}")
+                    heard.errors[r] = ("died", f"the process exited without a result ({how})")
+        if heard.errors and give_up_at is None:
+            give_up_at = time.monotonic() + timeout_s
+        if give_up_at is not None and time.monotonic() > give_up_at:
+            for r in heard.unsettled():
+                heard.errors[r] = ("peer", f"still running {timeout_s:.0f} s after another rank failed")
 
 
 def _replay(path: str) -> None:

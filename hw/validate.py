@@ -197,6 +197,11 @@ def _pct(x: float | None) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     """The report as a Markdown table with its summary."""
+    return "\n".join(_summary_lines(report) + [""] + _case_rows(report["cases"])) + "\n"
+
+
+def _summary_lines(report: dict[str, Any]) -> list[str]:
+    """The report's heading and its summary, a bullet each."""
     s = report["summary"]
     tol = s.get("tolerance", 0.10)
     replays = (report.get("settings") or {}).get("replays", 1)
@@ -232,6 +237,22 @@ def markdown(report: dict[str, Any]) -> str:
                      f"the measured makespan: the mean rank's compute {_pct(ep['compute'])}, the time outside it "
                      f"(waits on transfers and on slower ranks, skew, the time between blocks) "
                      f"{_pct(ep['outside_compute'])}")
+    lines += _host_lines(s, tol)
+    again = s.get("measured_again")
+    if again:
+        lines.append(f"- measured again, the host having read more than {STATE_OFF:.0%} off the profile around "
+                     "them, in speed or sharing (the attempt read closest to it kept): "
+                     + ", ".join(f"{g} ({n} attempts)" for g, n in again.items()))
+    used = report.get("profile_compute")
+    if used:
+        lines.append("- profile compute groups: " + "; ".join(f"{k} from {v}" for k, v in used.items()))
+    return lines
+
+
+def _host_lines(s: dict[str, Any], tol: float) -> list[str]:
+    """The summary's bullets on the host's speed and sharing around the batches, and the
+    errors at them (none where the host was not read)."""
+    lines: list[str] = []
     if "at_host_speed" in s:
         h, at = s["host_speed"], s["at_host_speed"]
         lines += [
@@ -254,22 +275,18 @@ def markdown(report: dict[str, Any]) -> str:
             f"{tol:.0%}: {at['cases_within_range_or_tolerance']} of {s['cases']}; per-step median |error| "
             f"{'-' if at['step_median_abs_error'] is None else format(at['step_median_abs_error'], '.1%')}",
         ]
-    again = s.get("measured_again")
-    if again:
-        lines.append(f"- measured again, the host having read more than {STATE_OFF:.0%} off the profile around "
-                     "them, in speed or sharing (the attempt read closest to it kept): "
-                     + ", ".join(f"{g} ({n} attempts)" for g, n in again.items()))
-    used = report.get("profile_compute")
-    if used:
-        lines.append("- profile compute groups: " + "; ".join(f"{k} from {v}" for k, v in used.items()))
-    lines += [
-        "",
+    return lines
+
+
+def _case_rows(cases: list[dict[str, Any]]) -> list[str]:
+    """The table of cases, a row each."""
+    lines = [
         "| case | measured min | median | max | CV | simulated | error | in range | step err (median) "
         "| compute err | transfer err | exposed (measured / simulated) | skew | host speed | error at host speed "
         "| host sharing | error at host state |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in report["cases"]:
+    for r in cases:
         p = r["parts"]
         lines.append(
             f"| {_key(r)} | {r['measured_min_s'] * 1e3:.1f} ms | {r['measured_median_s'] * 1e3:.1f} ms | "
@@ -281,4 +298,4 @@ def markdown(report: dict[str, Any]) -> str:
             f"{p['first_compute_skew_s']['measured'] * 1e6:.0f} µs | "
             + (f"{r['host_speed']:.2f}x | {r['error_at_host_speed']:+.1%} |" if "host_speed" in r else "- | - |")
             + (f" {r['host_sharing']:.2f}x | {r['error_at_host_state']:+.1%} |" if "host_sharing" in r else " - | - |"))
-    return "\n".join(lines) + "\n"
+    return lines

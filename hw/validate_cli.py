@@ -7,7 +7,9 @@ the host sets a part of each case's repeats. Each finished batch is written to t
 report at once, and a rerun with the same settings resumes where the
 last one stopped, keeping what the report says about the machine. On CPU profiles the
 host's compute speed is read around every batch (hw.reference) and each case is scored
-at it too. torch is imported only when the command runs.
+at it too. The `ringsim` CLI imports this module on every start to register the
+command, so the run's modules, the profile's and torch (an optional dependency) are
+imported when it runs, not here.
 """
 
 from __future__ import annotations
@@ -20,13 +22,23 @@ import os
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
-from hw.validate import SCHEMES
-from sim.calibration.validation import REPLAYS
+from hw.validate import (
+    GPU_COUNTS,
+    SCHEMES,
+    STATE_OFF,
+    default_schemes,
+    markdown,
+    matrix,
+    summarize,
+    ulysses_fits,
+)
+from sim.calibration.validation import REPLAYS, compare_case, simulate_replays
 from sim.errors import RingsimError
 from sim.files import kept_file, read_json, write_json
 from sim.planning.spec import tokens
+from sim.scenario.config import Workload
 from sim.trace.format import Trace
 
 
@@ -149,22 +161,67 @@ def _batches(cases, rows) -> list[list]:
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
+    # the profile, the run's modules and torch load when the command runs (module docstring)
     from hw.config import RunConfig
-    from hw.validate import GPU_COUNTS, default_schemes, markdown, matrix, ulysses_fits
-    from sim.calibration.validation import compare_case, simulate_replays
-    from sim.hardware.host import mismatch_line, this_host
     from sim.hardware.profile import load_profile
-    from sim.scenario.config import Workload
 
     profile = load_profile(a.profile)
     kind = profile.measured_on.get("kind", "cpu")
+    elsewhere = _elsewhere(profile, kind, a.profile)
+    _check_options(a)
+    cases = _cases(a)
+    # every case's configuration is checked (sizes, layouts, scheme rules) before anything runs
+    configs = {c.key: RunConfig(workload=_workload(a, c), n_gpus=c.n_gpus, layout=c.layout,
+                                scheme=c.scheme, warmup=a.warmup, repeats=a.repeats, seed=a.seed)
+               for c in cases}
+    used = profile_compute_groups(profile, a.dtype, cases)
+    for block, group in used.items():
+        if group.endswith("(fallback)"):
+            print(f"profile has no {block} compute measurements: timed from {group}", file=sys.stderr)
+    settings = _settings(a, cases, a.profile)
+    rows, measured_on, resumed = _resumed(a, settings, len(cases))
+    why = kept_file(a.markdown, a.force or resumed)
+    if why:
+        raise RingsimError(why)
+    if elsewhere:       # the kernel runs here: a profile of another host predicts that host
+        print(elsewhere, file=sys.stderr)
+
+    def save(measured_on: dict[str, Any]) -> None:
+        if a.out:
+            write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=True)
+
+    measured_on = _measure_cases(a, cases, configs, profile, kind, rows, measured_on, save)
+    report = _report(a, settings, cases, rows, measured_on, used)
+    if a.out:
+        write_json(a.out, report, overwrite=True)
+    if a.markdown:
+        _write_text(a.markdown, markdown(report), overwrite=True)  # checked above
+    if a.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(markdown(report))
+    failed = _failures(a, report)
+    for f in failed:
+        print(f"ringsim: validation failed: {f}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _elsewhere(profile, kind: str, path: str) -> str | None:
+    """A line saying the profile was measured on another host than this one; None where
+    it was measured here."""
+    from sim.hardware.host import mismatch_line, this_host
+
     gpu = None
     if kind == "cuda":
         import torch
 
         gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     here = this_host(kind=kind, device=gpu, threads_per_rank=profile.measured_on.get("threads_per_rank"))
-    elsewhere = mismatch_line(profile.measured_on, here, a.profile)
+    return mismatch_line(profile.measured_on, here, path)
+
+
+def _check_options(a: argparse.Namespace) -> None:
+    """Refuse the counts and fractions no validation can run with."""
     if a.repeats < 2:
         raise RingsimError("--repeats must be at least 2 to report a spread")
     if not 1 <= a.rounds <= a.repeats:
@@ -180,6 +237,11 @@ def cmd_validate(a: argparse.Namespace) -> int:
     for name in ("max_median_error", "max_case_error"):
         if getattr(a, name) is not None and not getattr(a, name) >= 0:
             raise RingsimError(f"--{name.replace('_', '-')} must be a non-negative fraction")
+
+
+def _cases(a: argparse.Namespace) -> list:
+    """The validation matrix the options ask for; the GPU counts Ulysses leaves out are
+    said on standard error."""
     cases = matrix(quick=a.quick, seqs=a.seqs, passes=a.passes, gpu_counts=a.gpus,
                    schemes=a.schemes, heads=a.heads, kv_heads=a.kv_heads)
     if "ulysses" in (a.schemes or default_schemes(a.quick)):
@@ -189,41 +251,35 @@ def cmd_validate(a: argparse.Namespace) -> int:
                   f"{a.heads} heads and the {a.kv_heads} K/V heads", file=sys.stderr)
     if not cases:
         raise RingsimError("no cases to run: no scheme fits these GPU counts and heads")
+    return cases
 
-    def workload(c):
-        return Workload(seq=c.seq, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
-                        dtype=a.dtype, causal=c.causal, pass_=c.pass_)
 
-    # every case's configuration is checked (sizes, layouts, scheme rules) before anything runs
-    configs = {c.key: RunConfig(workload=workload(c), n_gpus=c.n_gpus, layout=c.layout,
-                                scheme=c.scheme, warmup=a.warmup, repeats=a.repeats, seed=a.seed)
-               for c in cases}
-    used = profile_compute_groups(profile, a.dtype, cases)
-    for block, group in used.items():
-        if group.endswith("(fallback)"):
-            print(f"profile has no {block} compute measurements: timed from {group}", file=sys.stderr)
-    settings = _settings(a, cases, a.profile)
-    rows: dict[str, dict] = {}
-    measured_on: dict[str, Any] = {}
-    resumed = False
-    if a.out and os.path.exists(a.out) and not a.force:
-        old = read_json(a.out, what="report")
-        if not isinstance(old, dict) or old.get("settings") != settings:
-            raise RingsimError(f"{a.out} holds a report with other settings; pass --force to start over")
-        rows = {r["key"]: r for r in old.get("cases", []) if isinstance(r, dict) and "key" in r}
-        if isinstance(old.get("measured_on"), dict):
-            measured_on = old["measured_on"]
-        resumed = True
-        if rows:
-            print(f"resuming: {len(rows)} of {len(cases)} cases already in {a.out}", file=sys.stderr)
+def _workload(a: argparse.Namespace, case) -> Workload:
+    return Workload(seq=case.seq, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
+                    dtype=a.dtype, causal=case.causal, pass_=case.pass_)
 
-    why = kept_file(a.markdown, a.force or resumed)
-    if why:
-        raise RingsimError(why)
 
+def _resumed(a: argparse.Namespace, settings: dict[str, Any], n_cases: int) -> tuple[dict, dict, bool]:
+    """What an unfinished report with the same settings in --out holds: (its rows by case
+    key, the machine it names, whether there was one to resume)."""
+    if not (a.out and os.path.exists(a.out) and not a.force):
+        return {}, {}, False
+    old = read_json(a.out, what="report")
+    if not isinstance(old, dict) or old.get("settings") != settings:
+        raise RingsimError(f"{a.out} holds a report with other settings; pass --force to start over")
+    rows = {r["key"]: r for r in old.get("cases", []) if isinstance(r, dict) and "key" in r}
+    measured_on = old["measured_on"] if isinstance(old.get("measured_on"), dict) else {}
+    if rows:
+        print(f"resuming: {len(rows)} of {n_cases} cases already in {a.out}", file=sys.stderr)
+    return rows, measured_on, True
+
+
+def _measure_cases(a: argparse.Namespace, cases, configs, profile, kind: str, rows: dict[str, dict],
+                   measured_on: dict[str, Any], save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Measure and score the cases not yet in `rows`, batch by batch, each batch's rounds
+    in round_order; a batch's rows go into `rows` (and `save` is called) once all its
+    rounds are in. Returns the machine the last case ran on."""
     index = {c.key: i for i, c in enumerate(cases, 1)}
-    if elsewhere:       # the kernel runs here: a profile of another host predicts that host
-        print(elsewhere, file=sys.stderr)
     started = time.perf_counter()
     todo = _batches(cases, rows)
     speed = _host_speed_reader(a, profile, kind) if todo else None
@@ -238,38 +294,44 @@ def cmd_validate(a: argparse.Namespace) -> int:
         rounds[i].append({"measured": measured, "readings": [kept_before, kept_after], "tried": tried})
         if len(rounds[i]) < a.rounds:
             continue
-        readings = [x for rnd in rounds[i] for x in rnd["readings"]]
-        again = any(len(rnd["tried"]) > 1 for rnd in rounds[i])
         for k, case in enumerate(batch):
-            traces = [t for rnd in rounds[i] for t in rnd["measured"][k]]
+            row, traces = _score_case(a, case, k, rounds[i], configs[case.key].scenario(), profile)
             measured_on = dict(traces[0].hardware)
-            scenario = configs[case.key].scenario()
-            row = compare_case(case, traces, simulate_replays(scenario, profile, a.replays))
-            row["key"] = case.key
-            if all(readings):
-                row.update(at_host_speed(case, traces, scenario, profile, readings, a.replays))
-            if again:
-                row["attempts"] = [{**t, "measured_median_s": t["measured_median_s"][k],
-                                    **({"round": n} if a.rounds > 1 else {})}
-                                   for n, rnd in enumerate(rounds[i]) for t in rnd["tried"]]
             rows[case.key] = row
-            at_speed = f", at the host's speed {row['error_at_host_speed']:+.1%}" if "host_speed" in row else ""
-            print(f"[{index[case.key]}/{len(cases)}] {case.key}: measured {row['measured_median_s'] * 1e3:.1f} ms "
-                  f"(min {row['measured_min_s'] * 1e3:.1f}, max {row['measured_max_s'] * 1e3:.1f}, "
-                  f"cv {row['measured_cv']:.1%}), simulated {row['simulated_s'] * 1e3:.1f} ms "
-                  f"({row['error']:+.1%}{at_speed})  [{time.perf_counter() - started:.0f} s]",
-                  file=sys.stderr, flush=True)
-        if a.out:
-            write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=True)
-    report = _report(a, settings, cases, rows, measured_on, used)
-    if a.out:
-        write_json(a.out, report, overwrite=True)
-    if a.markdown:
-        _write_text(a.markdown, markdown(report), overwrite=True)  # checked above
-    if a.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(markdown(report))
+            print(f"[{index[case.key]}/{len(cases)}] {case.key}: {_case_line(row)}  "
+                  f"[{time.perf_counter() - started:.0f} s]", file=sys.stderr, flush=True)
+        save(measured_on)
+    return measured_on
+
+
+def _score_case(a: argparse.Namespace, case, k: int, rounds: list[dict], scenario, profile) -> tuple[dict, list]:
+    """Case `k` of a batch whose rounds are all in: its row (the prediction and errors;
+    at the host's speed too where every reading holds one; every attempt where a round
+    was measured again) and its measured traces, every round's."""
+    readings = [x for rnd in rounds for x in rnd["readings"]]
+    traces = [t for rnd in rounds for t in rnd["measured"][k]]
+    row = compare_case(case, traces, simulate_replays(scenario, profile, a.replays))
+    row["key"] = case.key
+    if all(readings):
+        row.update(at_host_speed(case, traces, scenario, profile, readings, a.replays))
+    if any(len(rnd["tried"]) > 1 for rnd in rounds):
+        row["attempts"] = [{**t, "measured_median_s": t["measured_median_s"][k],
+                            **({"round": n} if a.rounds > 1 else {})}
+                           for n, rnd in enumerate(rounds) for t in rnd["tried"]]
+    return row, traces
+
+
+def _case_line(row: dict[str, Any]) -> str:
+    """A scored case's measured and simulated times, in a progress line."""
+    at_speed = f", at the host's speed {row['error_at_host_speed']:+.1%}" if "host_speed" in row else ""
+    return (f"measured {row['measured_median_s'] * 1e3:.1f} ms "
+            f"(min {row['measured_min_s'] * 1e3:.1f}, max {row['measured_max_s'] * 1e3:.1f}, "
+            f"cv {row['measured_cv']:.1%}), simulated {row['simulated_s'] * 1e3:.1f} ms "
+            f"({row['error']:+.1%}{at_speed})")
+
+
+def _failures(a: argparse.Namespace, report: dict[str, Any]) -> list[str]:
+    """The thresholds (--max-median-error, --max-case-error) the report breaks, in words."""
     s = report["summary"]
     failed = []
     if a.max_median_error is not None and s["median_abs_error"] > a.max_median_error:
@@ -279,9 +341,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
                if not r["within_range"] and r["abs_error"] > a.max_case_error]
         if bad:
             failed.append(f"{len(bad)} cases off by more than {a.max_case_error:.1%}: {', '.join(bad)}")
-    for f in failed:
-        print(f"ringsim: validation failed: {f}", file=sys.stderr)
-    return 1 if failed else 0
+    return failed
 
 
 def _batch_factors(readings: list[dict[str, Any]]) -> dict[str, float]:
@@ -310,8 +370,6 @@ def _measure_batch(batch, configs, speed, before, remeasure: int):
     the cases' errors); every attempt's readings and medians are returned for the
     report. Returns (traces by case, the kept attempt's readings before and after, the
     attempts, the last reading taken)."""
-    from hw.validate import STATE_OFF
-
     tried, kept = [], None
     for attempt in range(remeasure + 1):
         if attempt:
@@ -375,8 +433,6 @@ def at_host_speed(case, traces: list[Trace], scenario, profile, readings: list[d
     profile's compute times; and, where every reading holds the host's sharing, at its
     state (speed and sharing, each the mean of its readings:
     sim.hardware.profile.Profile.at_host_state)."""
-    from sim.calibration.validation import compare_case, simulate_replays
-
     factors = _batch_factors(readings)
     factor = factors["speed"]
     row = compare_case(case, traces, simulate_replays(scenario, profile.at_compute_speed(factor), replays))
@@ -400,8 +456,6 @@ def at_host_speed(case, traces: list[Trace], scenario, profile, readings: list[d
 
 
 def _report(a, settings, cases, rows, measured_on, used) -> dict[str, Any]:
-    from hw.validate import summarize
-
     ordered = [rows[c.key] for c in cases if c.key in rows]
     summary = summarize(ordered, max_case_error=a.max_case_error if a.max_case_error is not None else 0.10)
     return {"settings": settings, "profile": a.profile, "measured_on": measured_on or {},

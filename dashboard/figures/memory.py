@@ -65,92 +65,129 @@ def memory(table: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go
     other scheme), beside the full K/V; under them each scheme's memory now, item by
     item, against the full K/V. `labels`: the texts in the page's language (LABELS)."""
     lab = {**LABELS, "digits": str, "int": lambda x: f"{x:,.0f}", "run": lambda v: v["label"], **(labels or {})}
-    d, whole = lab["digits"], lab["int"]
+    whole = lab["int"]
     fig = make_subplots(
         rows=2, cols=2, specs=[[{}, {}], [{"colspan": 2}, None]], row_heights=[0.55, 0.45],
         horizontal_spacing=0.1, vertical_spacing=0.16, subplot_titles=(
             lab["by_seq"].format(gpus=whole(table["gpus_now"])),
             lab["by_gpus"].format(tokens=whole(table["seq_now"])),
             lab["items"].format(tokens=whole(table["seq_now"]), gpus=whole(table["gpus_now"]))))
+    traces = _ring_lines(table, lab) + _scheme_lines(table, lab) + _capacity_lines(table, lab) + _items_now(table, lab)
+    # one call: plotly validates the figure once rather than once per trace
+    fig.add_traces([tr for tr, _, _ in traces], rows=[r for _, r, _ in traces], cols=[c for _, _, c in traces])
+    _axes_and_titles(fig, table, lab)
+    return fig
+
+
+_Placed = tuple[Any, int, int]
+"""A trace and the subplot (row, column) it goes in."""
+
+
+def _line(x, y, name: str, row_col: tuple[int, int], **kw) -> _Placed:
+    return (go.Scatter(x=x, y=y, name=name, **kw), *row_col)
+
+
+def _ring_lines(table: dict[str, Any], lab: dict[str, Any]) -> list[_Placed]:
+    """The ring's peak and K/V held per GPU against sequence length (beside one GPU
+    holding the whole sequence) and against GPU count (beside a shard of fixed size), each
+    with the full K/V."""
+    whole, ring = lab["int"], lab["ring"]
     bs, bg = table["by_seq"], table["by_gpus"]
     seqs, counts = [r["seq"] for r in bs], [r["gpus"] for r in bg]
-    cap = table["capacity_bytes"] / GIB
-    full_now = table["full_kv_now_bytes"] / GIB
-    schemes = table.get("schemes", [])
-    traces: list[tuple[Any, int, int]] = []
+    return [
+        _line(seqs, [r["ring_bytes"] / GIB for r in bs], lab["ring_peak"], (1, 1), legendgroup="ring",
+              mode="lines+markers", line=dict(color=COLORS["ring"]),
+              hovertemplate=f"{ring}, {lab['h_tokens']}<extra></extra>"),
+        _line(seqs, [r["ring_kv_bytes"] / GIB for r in bs], lab["ring_kv"],
+              (1, 1), legendgroup="ringkv", mode="lines+markers", line=dict(color=COLORS["transfer"]),
+              marker=dict(symbol="square", size=5),
+              hovertemplate=f"{lab['h_kv_tokens']}<extra></extra>"),
+        _line(seqs, [r["one_gpu_bytes"] / GIB for r in bs], lab["one_gpu"], (1, 1),
+              mode="lines", line=dict(color="#555555", dash="dot"),
+              hovertemplate=f"{lab['h_one_gpu']}<extra></extra>"),
+        _line(seqs, [r["full_kv_bytes"] / GIB for r in bs], lab["full"], (1, 1), legendgroup="full",
+              mode="lines", line=dict(color=COLORS["full"], dash="dash"),
+              hovertemplate=f"{lab['h_full_tokens']}<extra></extra>"),
+        _line(counts, [r["ring_bytes"] / GIB for r in bg], lab["ring_peak"], (1, 2), legendgroup="ring",
+              showlegend=False, mode="lines+markers", line=dict(color=COLORS["ring"]),
+              hovertemplate=f"{ring}, {lab['h_gpus']}<extra></extra>"),
+        _line(counts, [r["ring_kv_bytes"] / GIB for r in bg], lab["ring_kv_short"], (1, 2), legendgroup="ringkv",
+              showlegend=False, mode="lines+markers", line=dict(color=COLORS["transfer"]),
+              marker=dict(symbol="square", size=5),
+              hovertemplate=f"{lab['h_kv_gpus']}<extra></extra>"),
+        _line(counts, [r["fixed_shard_bytes"] / GIB for r in bg],
+              lab["fixed_shard"].format(tokens=whole(table["tokens_per_rank"])), (1, 2),
+              mode="lines+markers", line=dict(color="#8e44ad", dash="dot"),
+              hovertemplate=f"{lab['h_gpus']}<extra></extra>"),
+        _line(counts, [r["full_kv_bytes"] / GIB for r in bg], lab["full"], (1, 2), legendgroup="full",
+              showlegend=False, mode="lines", line=dict(color=COLORS["full"], dash="dash"),
+              hovertemplate=f"{lab['h_full']}<extra></extra>"),
+    ]
 
-    def line(x, y, name, row_col, **kw):
-        traces.append((go.Scatter(x=x, y=y, name=name, **kw), *row_col))
 
-    ring = lab["ring"]
-    line(seqs, [r["ring_bytes"] / GIB for r in bs], lab["ring_peak"], (1, 1), legendgroup="ring",
-         mode="lines+markers", line=dict(color=COLORS["ring"]),
-         hovertemplate=f"{ring}, {lab['h_tokens']}<extra></extra>")
-    line(seqs, [r["ring_kv_bytes"] / GIB for r in bs], lab["ring_kv"],
-         (1, 1), legendgroup="ringkv", mode="lines+markers", line=dict(color=COLORS["transfer"]),
-         marker=dict(symbol="square", size=5),
-         hovertemplate=f"{lab['h_kv_tokens']}<extra></extra>")
-    line(seqs, [r["one_gpu_bytes"] / GIB for r in bs], lab["one_gpu"], (1, 1),
-         mode="lines", line=dict(color="#555555", dash="dot"),
-         hovertemplate=f"{lab['h_one_gpu']}<extra></extra>")
-    line(seqs, [r["full_kv_bytes"] / GIB for r in bs], lab["full"], (1, 1), legendgroup="full",
-         mode="lines", line=dict(color=COLORS["full"], dash="dash"),
-         hovertemplate=f"{lab['h_full_tokens']}<extra></extra>")
-    line(counts, [r["ring_bytes"] / GIB for r in bg], lab["ring_peak"], (1, 2), legendgroup="ring",
-         showlegend=False, mode="lines+markers", line=dict(color=COLORS["ring"]),
-         hovertemplate=f"{ring}, {lab['h_gpus']}<extra></extra>")
-    line(counts, [r["ring_kv_bytes"] / GIB for r in bg], lab["ring_kv_short"], (1, 2), legendgroup="ringkv",
-         showlegend=False, mode="lines+markers", line=dict(color=COLORS["transfer"]),
-         marker=dict(symbol="square", size=5),
-         hovertemplate=f"{lab['h_kv_gpus']}<extra></extra>")
-    line(counts, [r["fixed_shard_bytes"] / GIB for r in bg],
-         lab["fixed_shard"].format(tokens=whole(table["tokens_per_rank"])), (1, 2),
-         mode="lines+markers", line=dict(color="#8e44ad", dash="dot"),
-         hovertemplate=f"{lab['h_gpus']}<extra></extra>")
-    line(counts, [r["full_kv_bytes"] / GIB for r in bg], lab["full"], (1, 2), legendgroup="full",
-         showlegend=False, mode="lines", line=dict(color=COLORS["full"], dash="dash"),
-         hovertemplate=f"{lab['h_full']}<extra></extra>")
-    # every other scheme's peak, from its own memory model
+def _scheme_lines(table: dict[str, Any], lab: dict[str, Any]) -> list[_Placed]:
+    """Every other scheme's peak per GPU on both plots, from its own memory model."""
+    seqs, counts = [r["seq"] for r in table["by_seq"]], [r["gpus"] for r in table["by_gpus"]]
+    out = []
     seen: dict[str, int] = {}
-    for v in schemes:
+    for v in table.get("schemes", []):
         if v["scheme"] == "ring":
             continue
         k = seen[v["scheme"]] = seen.get(v["scheme"], -1) + 1
         style = dict(color=scheme_color(v["scheme"]), dash=("solid", "dot", "dashdot")[k % 3], width=2)
         run = lab["run"](v)
         for col, xs, ys, what in ((1, seqs, v["by_seq"], lab["h_tokens"]), (2, counts, v["by_gpus"], lab["h_gpus"])):
-            line(xs, [_gib(y) for y in ys], lab["peak"].format(run=run), (1, col), legendgroup=v["label"],
-                 showlegend=col == 1, mode="lines+markers", line=style, marker=dict(size=4),
-                 connectgaps=False, hovertemplate=f"{run}, {what}<extra></extra>")
+            out.append(_line(xs, [_gib(y) for y in ys], lab["peak"].format(run=run), (1, col),
+                             legendgroup=v["label"], showlegend=col == 1, mode="lines+markers", line=style,
+                             marker=dict(size=4), connectgaps=False,
+                             hovertemplate=f"{run}, {what}<extra></extra>"))
+    return out
+
+
+def _capacity_lines(table: dict[str, Any], lab: dict[str, Any]) -> list[_Placed]:
+    """The GPU's memory across both plots."""
+    seqs, counts = [r["seq"] for r in table["by_seq"]], [r["gpus"] for r in table["by_gpus"]]
+    cap = table["capacity_bytes"] / GIB
     # the capacity as a trace: an annotated hline would be placed in log10 units on a log axis
-    cap_text = d(f"{cap:.0f}")
-    for col, xs in ((1, [seqs[0], seqs[-1]]), (2, [counts[0], counts[-1]])):
-        line(xs, [cap, cap], lab["capacity"].format(gib=cap_text), (1, col), mode="lines", legendgroup="cap",
-             showlegend=col == 1, line=dict(color=COLORS["capacity"], width=1, dash="dashdot"),
-             hovertemplate=lab["capacity_hover"].format(gib=cap_text) + "<extra></extra>")
-    # each scheme now, item by item (one trace per item name, a segment per scheme that
-    # has it): the gathered K/V, the K/V held, the rest
+    cap_text = lab["digits"](f"{cap:.0f}")
+    return [_line(xs, [cap, cap], lab["capacity"].format(gib=cap_text), (1, col), mode="lines", legendgroup="cap",
+                  showlegend=col == 1, line=dict(color=COLORS["capacity"], width=1, dash="dashdot"),
+                  hovertemplate=lab["capacity_hover"].format(gib=cap_text) + "<extra></extra>")
+            for col, xs in ((1, [seqs[0], seqs[-1]]), (2, [counts[0], counts[-1]]))]
+
+
+def _items_now(table: dict[str, Any], lab: dict[str, Any]) -> list[_Placed]:
+    """Each scheme now, item by item (one trace per item name, a segment per scheme that
+    has it): the gathered K/V, the K/V held, the rest; and the full K/V across them."""
+    schemes = table.get("schemes", [])
+    full_now = table["full_kv_now_bytes"] / GIB
     runs = {v["label"]: lab["run"](v) for v in schemes}
     labels_now = list(runs.values())
     names = list(dict.fromkeys(k for v in schemes for k in v["items"] if k != "total"))
+    out: list[_Placed] = []
     shown_groups: set[str] = set()
     for name in names:
         group = item_group(name)
         color = next(c for g, _, c in ITEM_GROUPS if g == group)
         having = [v for v in schemes if name in v["items"]]
-        traces.append((go.Bar(
+        out.append((go.Bar(
             y=[runs[v["label"]] for v in having], x=[v["items"][name] / GIB for v in having], orientation="h",
             name=lab[group], legendgroup=f"items-{group}", showlegend=group not in shown_groups,
             marker=dict(color=color, line=dict(color="white", width=1)),
             hovertemplate=f"%{{y}}: {name} %{{x:.4g}} GiB<extra></extra>"), 2, 1))
         shown_groups.add(group)
     if labels_now:
-        traces.append((go.Scatter(
+        out.append((go.Scatter(
             x=[full_now, full_now], y=[labels_now[0], labels_now[-1]], mode="lines", name=lab["full"],
             legendgroup="full", showlegend=False, line=dict(color=COLORS["full"], dash="dash", width=2),
-            hovertemplate=lab["full_hover"].format(gib=d(f"{full_now:.4g}")) + "<extra></extra>"), 2, 1))
-    # one call: plotly validates the figure once rather than once per trace
-    fig.add_traces([tr for tr, _, _ in traces], rows=[r for _, r, _ in traces], cols=[c for _, _, c in traces])
+            hovertemplate=lab["full_hover"].format(gib=lab["digits"](f"{full_now:.4g}")) + "<extra></extra>"), 2, 1))
+    return out
+
+
+def _axes_and_titles(fig: go.Figure, table: dict[str, Any], lab: dict[str, Any]) -> None:
+    """The log axes with the scenario now marked, the items' axes, the title (the
+    headline, and the scheme's items now under it) and the layout."""
+    d = lab["digits"]
     now = dict(color="#444444", width=1, dash="dot")
     fig.add_vline(x=table["seq_now"], line=now, row=1, col=1)
     fig.add_vline(x=table["gpus_now"], line=now, row=1, col=2)
@@ -168,8 +205,7 @@ def memory(table: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go
         title=dict(text=f"{_headline(table, lab)}<br><sup>{sub}</sup>", font=dict(size=13)),
         legend=dict(orientation="h", yanchor="top", y=-0.08, x=0), margin=dict(l=170, t=90, b=170),
         meta={"full_kv_bytes": table["full_kv_now_bytes"],
-              "totals": {v["label"]: v["items"]["total"] for v in schemes}})
-    return fig
+              "totals": {v["label"]: v["items"]["total"] for v in table.get("schemes", [])}})
 
 
 def _headline(table: dict[str, Any], lab: dict[str, Any]) -> str:

@@ -51,40 +51,68 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
     fig.update_layout(template=TEMPLATE, height=height, barmode="overlay", separators=lab["separators"])
     use_gl = len(simulated) + len(measured) > MAX_BAR_SPANS
     for offset, tr, label in ((0, simulated, "simulated"), (1, measured, "measured")):
-        c = tr.columns
-        t0 = float(c.start_s.min()) if len(c) else 0.0
-        is_exposed = (c.stream == WAIT) & (c.kind != IDLE)
-        run = lab[label]
-        for kind, rows, color, name in (
-                ("compute", c.stream == COMPUTE, COLORS[label], lab["compute"].format(run=run)),
-                ("exposed", is_exposed, COLORS["exposed"], lab["exposed"].format(run=run))):
-            rows = np.flatnonzero(rows)
-            if not rows.size:
-                continue
-            start = (c.start_s[rows] - t0) * scale
-            end = (c.end_s[rows] - t0) * scale
-            y = (c.rank[rows] * 2 + offset).astype(float)
-            cd = np.column_stack([c.rank[rows], c.step[rows], end - start])
-            hover = f"{run}: {lab['h_span']} {unit}<extra></extra>"
-            if use_gl:
-                nan = np.full(len(rows), np.nan)
-                fig.add_trace(go.Scattergl(
-                    x=np.column_stack([start, end, nan]).ravel(), y=np.column_stack([y, y, nan]).ravel(),
-                    mode="lines", name=name, line=dict(color=color, width=6),
-                    customdata=np.repeat(cd, 3, axis=0), hovertemplate=hover), row=1, col=1)
-            else:
-                shade: Any = color
-                if kind == "compute":
-                    shade = np.where(c.step[rows] % 2 == 1, COLORS[label + " alt"], color)
-                fig.add_trace(go.Bar(x=end - start, base=start, y=y, orientation="h", width=0.8,
-                                     name=name, marker=dict(color=shade, line=dict(width=0)),
-                                     opacity=1.0 if kind == "compute" else 0.9,
-                                     customdata=cd, hovertemplate=hover), row=1, col=1)
+        _add_lanes(fig, tr, offset, label, lab, scale, unit, use_gl)
     ticks = list(range(0, 2 * n))
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=ticks,
                      ticktext=[lab["sim_lane" if t % 2 == 0 else "meas_lane"].format(gpu=t // 2) for t in ticks],
                      showgrid=False, automargin=True, row=1, col=1)
     fig.update_xaxes(title_text=lab["time_axis"].format(unit=unit), row=1, col=1)
+    _add_step_errors(fig, errors, lab, scale, unit)
+    err_total = (simulated.makespan_s - measured.makespan_s) / measured.makespan_s if measured.makespan_s else float("nan")
+    finite = [abs(r["error"]) for r in errors if np.isfinite(r["error"])]
+    median = np.median(finite) * 100 if finite else float("nan")
+    title = lab["title"].format(simulated=d(f"{simulated.makespan_s * scale:.4g} {unit}"),
+                                measured=d(f"{measured.makespan_s * scale:.4g} {unit}"),
+                                error=d(f"{err_total * 100:+.1f}%"), median=d(f"{median:.1f}%"))
+    fig.update_layout(
+        title=dict(text=title, font=dict(size=13), y=0.985),
+        # beside the plots: above them it would cover the first subplot's title
+        legend=LEGEND_BESIDE,
+        margin=dict(l=100, t=90),
+        meta={"makespan_error": err_total, "steps": len(errors)})
+    return fig
+
+
+def _add_lanes(fig: go.Figure, tr: Trace, offset: int, label: str, lab: dict[str, Any], scale: float, unit: str,
+               use_gl: bool) -> None:
+    """One run's compute and exposed communication on its lane of every GPU (the
+    simulated run's lanes at offset 0, the measured run's at 1), from its own time 0."""
+    c = tr.columns
+    t0 = float(c.start_s.min()) if len(c) else 0.0
+    is_exposed = (c.stream == WAIT) & (c.kind != IDLE)
+    run = lab[label]
+    for kind, rows, color, name in (
+            ("compute", c.stream == COMPUTE, COLORS[label], lab["compute"].format(run=run)),
+            ("exposed", is_exposed, COLORS["exposed"], lab["exposed"].format(run=run))):
+        rows = np.flatnonzero(rows)
+        if not rows.size:
+            continue
+        start = (c.start_s[rows] - t0) * scale
+        end = (c.end_s[rows] - t0) * scale
+        y = (c.rank[rows] * 2 + offset).astype(float)
+        cd = np.column_stack([c.rank[rows], c.step[rows], end - start])
+        hover = f"{run}: {lab['h_span']} {unit}<extra></extra>"
+        if use_gl:
+            nan = np.full(len(rows), np.nan)
+            fig.add_trace(go.Scattergl(
+                x=np.column_stack([start, end, nan]).ravel(), y=np.column_stack([y, y, nan]).ravel(),
+                mode="lines", name=name, line=dict(color=color, width=6),
+                customdata=np.repeat(cd, 3, axis=0), hovertemplate=hover), row=1, col=1)
+        else:
+            shade: Any = color
+            if kind == "compute":
+                shade = np.where(c.step[rows] % 2 == 1, COLORS[label + " alt"], color)
+            fig.add_trace(go.Bar(x=end - start, base=start, y=y, orientation="h", width=0.8,
+                                 name=name, marker=dict(color=shade, line=dict(width=0)),
+                                 opacity=1.0 if kind == "compute" else 0.9,
+                                 customdata=cd, hovertemplate=hover), row=1, col=1)
+
+
+def _add_step_errors(fig: go.Figure, errors: Sequence[dict[str, float]], lab: dict[str, Any], scale: float,
+                     unit: str) -> None:
+    """The per-step times, simulated beside measured, each measured bar labelled with
+    its median error."""
+    d = lab["digits"]
     steps = [r["step"] for r in errors]
     fig.add_trace(go.Bar(x=steps, y=[r["simulated_s"] * scale for r in errors], name=lab["sim_step"],
                          marker_color=COLORS["simulated"], showlegend=False,
@@ -104,19 +132,6 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
     fig.update_xaxes(title_text=lab["step_axis"], dtick=1 if len(steps) <= 40 else None,
                      row=2, col=1)
     fig.update_yaxes(title_text=unit, row=2, col=1)
-    err_total = (simulated.makespan_s - measured.makespan_s) / measured.makespan_s if measured.makespan_s else float("nan")
-    finite = [abs(r["error"]) for r in errors if np.isfinite(r["error"])]
-    median = np.median(finite) * 100 if finite else float("nan")
-    title = lab["title"].format(simulated=d(f"{simulated.makespan_s * scale:.4g} {unit}"),
-                                measured=d(f"{measured.makespan_s * scale:.4g} {unit}"),
-                                error=d(f"{err_total * 100:+.1f}%"), median=d(f"{median:.1f}%"))
-    fig.update_layout(
-        title=dict(text=title, font=dict(size=13), y=0.985),
-        # beside the plots: above them it would cover the first subplot's title
-        legend=LEGEND_BESIDE,
-        margin=dict(l=100, t=90),
-        meta={"makespan_error": err_total, "steps": len(errors)})
-    return fig
 
 
 def trace_summary(trace: Trace) -> Iterable[str]:

@@ -189,16 +189,49 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     `starts` is rank_starts(trace.columns, trace.n_gpus), when the caller keeps it.
     """
     c = trace.columns
-    scheme = scheme_of(trace)
-    styles = series_styles(scheme)
-    op_labels = {k: op.label for k, op in scheme.op_kinds.items()}
     lo, hi, rows = _window(c, trace.n_gpus, ranks, max_spans, starts)
-    rank, stream, kind = c.rank[rows], c.stream[rows], c.kind[rows]
-    n_spans = len(rank)
+    n_spans = len(c.rank[rows])
     use_gl = n_spans > max_bar_spans
     t0 = float(c.start_s.min()) if len(c) else 0.0
     makespan = float(c.end_s.max()) - t0 if len(c) else 0.0   # trace.makespan_s, one pass each
     scale, unit = time_unit(makespan or 1e-6)
+    shown = hi - lo + 1
+    n_rows = shown * len(LANES)
+    height = int(min(1400, max(320, 110 + n_rows * 11)))
+    traces = _lane_traces(c, rows, lo, t0, scale, unit, scheme_of(trace), use_gl, lane_px=(height - 110) / n_rows)
+    if title is None:
+        what = run_label(trace.config)
+        title = (f"{trace.source.capitalize()} timeline: {trace.n_gpus} GPUs"
+                 + (f", {what}" if what else "") + f" — makespan {makespan * scale:.4g} {unit}")
+    lab = {"window": " (GPUs {lo}–{hi} of {n})", "time": "time ({unit})", "separators": ".,", **(labels or {})}
+    if (lo, hi) != (0, trace.n_gpus - 1):
+        title += lab["window"].format(lo=lo, hi=hi, n=trace.n_gpus)
+    layout: dict[str, Any] = dict(
+        template=TEMPLATE, height=height, barmode="overlay", bargap=0,
+        # the title at the top, the legend (the template's: bottom-anchored at y=1.02)
+        # between it and the plot, in a top margin that holds both
+        title=dict(text=title, font=dict(size=13), y=1, yref="container", yanchor="top",
+                   pad=dict(t=10)),
+        # the hover points would pad an automatic range: the run is the range
+        separators=lab["separators"],
+        xaxis=dict(title=lab["time"].format(unit=unit), rangemode="tozero",
+                   **({"range": [0, makespan * scale]} if use_gl else {})),
+        yaxis=_gpu_axis(lo, hi),
+        meta={"ranks": [lo, hi], "webgl": use_gl, "spans": n_spans, "unit": unit},
+        hovermode="closest", margin=dict(t=90),
+    )
+    # one constructor call: plotly validates the layout once instead of once per update
+    fig = go.Figure(data=traces, layout=layout)
+    return fig
+
+
+def _lane_traces(c: SpanTable, rows: slice | np.ndarray, lo: int, t0: float, scale: float, unit: str, scheme: Scheme,
+                 use_gl: bool, lane_px: float) -> list:
+    """The spans `rows` of the columns `c` on their GPUs' lanes from GPU `lo` down, a
+    trace (or with `use_gl` a pair) per series, times from `t0` in `unit`."""
+    styles = series_styles(scheme)
+    op_labels = {k: op.label for k, op in scheme.op_kinds.items()}
+    rank, stream, kind = c.rank[rows], c.stream[rows], c.kind[rows]
     start = (c.start_s[rows] - t0) * scale
     end = (c.end_s[rows] - t0) * scale
     step, peer = c.step[rows], c.peer[rows]
@@ -206,10 +239,6 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     sets = _set_table(c)
     q_ids, kv_ids = c.q_chunks[rows], c.kv_chunks[rows]
     series_of = _SERIES_OF[stream, kind]
-    shown = hi - lo + 1
-    n_rows = shown * len(LANES)
-    height = int(min(1400, max(320, 110 + n_rows * 11)))
-    lane_px = (height - 110) / n_rows
     traces = []
     legend_shown: set[str] = set()       # exposed communication of every kind: one legend entry
     for code, series in enumerate(SERIES):
@@ -248,38 +277,23 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
                 x=e - s, base=s, y=y.astype(np.float32), orientation="h",
                 width=0.8, name=name, marker=dict(color=shade, line=dict(width=0)),
                 customdata=cd, hovertemplate=hover, legendgroup=group, showlegend=legend))
-    tick = max(1, shown // 32)
-    tick_ranks = list(range(lo, hi + 1, tick))
-    if title is None:
-        what = run_label(trace.config)
-        title = (f"{trace.source.capitalize()} timeline: {trace.n_gpus} GPUs"
-                 + (f", {what}" if what else "") + f" — makespan {makespan * scale:.4g} {unit}")
-    lab = {"window": " (GPUs {lo}–{hi} of {n})", "time": "time ({unit})", "separators": ".,", **(labels or {})}
-    if (lo, hi) != (0, trace.n_gpus - 1):
-        title += lab["window"].format(lo=lo, hi=hi, n=trace.n_gpus)
-    layout: dict[str, Any] = dict(
-        template=TEMPLATE, height=height, barmode="overlay", bargap=0,
-        # the title at the top, the legend (the template's: bottom-anchored at y=1.02)
-        # between it and the plot, in a top margin that holds both
-        title=dict(text=title, font=dict(size=13), y=1, yref="container", yanchor="top",
-                   pad=dict(t=10)),
-        # the hover points would pad an automatic range: the run is the range
-        separators=lab["separators"],
-        xaxis=dict(title=lab["time"].format(unit=unit), rangemode="tozero",
-                   **({"range": [0, makespan * scale]} if use_gl else {})),
-        yaxis=dict(autorange="reversed", tickmode="array",
-                   tickvals=[(r - lo) * len(LANES) + 1 for r in tick_ranks],
-                   ticktext=[f"GPU {r}" for r in tick_ranks], showgrid=False,
-                   range=[n_rows - 0.5, -0.5]),
-        meta={"ranks": [lo, hi], "webgl": use_gl, "spans": n_spans, "unit": unit},
-        hovermode="closest", margin=dict(t=90),
-    )
+    return traces
+
+
+def _gpu_axis(lo: int, hi: int) -> dict[str, Any]:
+    """The lanes' axis: GPUs lo to hi down the page, a label on every GPU's middle lane
+    (on one in `shown // 32` past 32 of them)."""
+    shown = hi - lo + 1
+    n_rows = shown * len(LANES)
+    tick_ranks = list(range(lo, hi + 1, max(1, shown // 32)))
+    axis = dict(autorange="reversed", tickmode="array",
+                tickvals=[(r - lo) * len(LANES) + 1 for r in tick_ranks],
+                ticktext=[f"GPU {r}" for r in tick_ranks], showgrid=False,
+                range=[n_rows - 0.5, -0.5])
     if shown <= 64:
         # separators between GPUs as minor grid lines: one array, where 63 layout shapes
         # cost ~20 ms of validation on a 64-GPU figure
-        layout["yaxis"]["minor"] = dict(tickmode="array", ticks="", showgrid=True, gridcolor="#bbb",
-                                        gridwidth=0.5,
-                                        tickvals=[r * len(LANES) - 0.5 for r in range(1, shown)])
-    # one constructor call: plotly validates the layout once instead of once per update
-    fig = go.Figure(data=traces, layout=layout)
-    return fig
+        axis["minor"] = dict(tickmode="array", ticks="", showgrid=True, gridcolor="#bbb",
+                             gridwidth=0.5,
+                             tickvals=[r * len(LANES) - 0.5 for r in range(1, shown)])
+    return axis

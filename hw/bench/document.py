@@ -7,7 +7,10 @@ import os
 import socket
 from typing import Any
 
+import torch
+
 from hw.bench.options import FORMAT, PARTS, VERSION
+from hw.devices import describe_device
 from sim.errors import RingsimError
 from sim.files import read_json
 
@@ -33,10 +36,6 @@ def _key(part: str, e: dict[str, Any]) -> tuple:
 
 
 def _describe_device(device, backend: str, threads: int | None) -> dict[str, Any]:
-    import torch
-
-    from hw.runner import describe_device
-
     return {"kind": device.type, "name": describe_device(device), "torch": torch.__version__,
             "backend": backend, "threads_per_rank": threads if device.type == "cpu" else None,
             "cpu_count": os.cpu_count(), "hostname": socket.gethostname()}

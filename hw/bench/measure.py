@@ -6,6 +6,11 @@ import statistics
 import time
 from typing import Any, Callable
 
+import torch
+import torch.distributed as dist
+
+from hw.blocks import TORCH_DTYPES, select_block_ops
+from hw.devices import pick_device, sync
 from sim.scenario.config import BWD_FLOPS_FACTOR
 
 # ---- measuring --------------------------------------------------------------------------
@@ -25,8 +30,6 @@ def time_compute(fn: Callable[[], Any], device) -> float:
     event only: a device-wide synchronize would also wait for NCCL's stream, and so
     time max(compute, transfer) while a transfer is in flight. On CPU, wall time.
     """
-    import torch
-
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -48,10 +51,6 @@ def block_flops(kind: str, batch: int, heads: int, head_dim: int, q_tokens: int,
 def make_block(device, dtype: str, batch: int, heads: int, kv_heads: int, head_dim: int,
                tokens: int, seed: int = 0):
     """q, k, v, dout of one block as the operators take them: (batch, heads, tokens, d)."""
-    import torch
-
-    from hw.blocks import TORCH_DTYPES
-
     gen = torch.Generator().manual_seed(seed)
 
     def rnd(h: int):
@@ -99,8 +98,6 @@ def measure_compute_paired(entry: dict[str, Any], ops, reference: dict[str, Any]
     three blocks of 768-2048 tokens over 90 s on the 2-core VM): timed this way they
     spread by 2.3-2.9% (standard deviation over mean), against 7.1-8.1% for their plain
     median and 7.2-12.8% for their median over that of five references taken before."""
-    import torch
-
     cpu = torch.device("cpu")
     fn, ref = _block_fn(entry, ops, cpu), _block_fn(reference, ref_ops, cpu)
     for _ in range(warmup):
@@ -116,102 +113,95 @@ def measure_compute_paired(entry: dict[str, Any], ops, reference: dict[str, Any]
 
 def _rank_device(ctx, device_kind: str, threads: int):
     """The device of a spawned rank: its own GPU, or the CPU with `threads` threads."""
-    import torch
-
     if device_kind == "cuda":
-        from hw.runner import pick_device
-
         return pick_device("cuda", ctx.rank, ctx.n_gpus)
     torch.set_num_threads(threads)
     return torch.device("cpu")
 
 
-def _sync(device) -> None:
-    """Wait for the device's queued work (nothing to wait for on the CPU)."""
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _comm_worker(ctx, jobs: list[dict[str, Any]], samples: int, warmup: int, device_kind: str,
                  threads: int, impl: str) -> None:
     """Rank 0 and 1 of the transfer and interference parts; rank 0 reports each entry."""
-    import torch
-    import torch.distributed as dist
-
-    from hw.blocks import select_block_ops
-
     device = _rank_device(ctx, device_kind, threads)
-    peer = 1 - ctx.rank
-    timer = _timer(device)
-
-    def exchange(send, recv) -> None:
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, ctx.group),
-                                        dist.P2POp(dist.irecv, recv, peer, ctx.group)])
-        for w in works:
-            w.wait()
-
     for job in jobs:
         if job["part"] == "transfer":
-            n = job["bytes"]
-            send = torch.ones(n, dtype=torch.uint8, device=device)
-            recv = torch.empty(n, dtype=torch.uint8, device=device)
-            if job["direction"] == "one_way":
-                def fn():
-                    if ctx.rank == 0:
-                        dist.send(send, peer, group=ctx.group)
-                        dist.recv(recv, peer, group=ctx.group)
-                    else:
-                        dist.recv(recv, peer, group=ctx.group)
-                        dist.send(send, peer, group=ctx.group)
-                    _sync(device)
-                ctx.barrier()
-                times = [t / 2 for t in timer(fn, samples, warmup)]  # half a round trip
-            else:
-                def fn():
-                    ctx.barrier()
-                    t0 = time.perf_counter()
-                    exchange(send, recv)
-                    _sync(device)
-                    return time.perf_counter() - t0
-                for _ in range(warmup):
-                    fn()
-                times = [fn() for _ in range(samples)]
-            med = statistics.median(times)
-            entry = {"bytes": n, "direction": job["direction"], "time_s": times, "median_s": med,
-                     "gbps": n / med / 1e9 if med > 0 else None}
+            entry = _transfer_entry(ctx, job, device, samples, warmup)
         else:
-            e = job["entry"]
-            ops = select_block_ops(device.type, e["dtype"], e["head_dim"], impl)
-            q, k, v, _ = make_block(device, e["dtype"], e["batch"], e["heads"], e["kv_heads"],
-                                    e["head_dim"], e["q_tokens"])
-            causal = e["mask"] == "diagonal"
-            send = torch.ones(e["bytes"], dtype=torch.uint8, device=device)
-            recv = torch.empty(e["bytes"], dtype=torch.uint8, device=device)
-            alone, with_transfer = [], []
-
-            def compute() -> None:
-                ops.forward(q, k, v, causal)
-
-            for i in range(warmup + samples):
-                ctx.barrier()
-                _sync(device)
-                t_alone = time_compute(compute, device)
-                ctx.barrier()
-                works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, ctx.group),
-                                                dist.P2POp(dist.irecv, recv, peer, ctx.group)])
-                # the compute's own stream: the transfer runs on NCCL's (on CUDA)
-                t_with = time_compute(compute, device)
-                for w in works:
-                    w.wait()
-                _sync(device)
-                if i >= warmup:
-                    alone.append(t_alone)
-                    with_transfer.append(t_with)
-            ma, mw = statistics.median(alone), statistics.median(with_transfer)
-            entry = {**e, "compute_alone_s": alone, "compute_with_transfer_s": with_transfer,
-                     "median_alone_s": ma, "median_with_s": mw,
-                     "slowdown": mw / ma if ma > 0 else None}
+            entry = _interference_entry(ctx, job["entry"], device, samples, warmup, impl)
         if ctx.rank == 0:
             ctx.report((job["part"], entry))
+
+
+def _exchange(ctx, send, recv) -> list:
+    """Post a send to the other rank and a receive from it at once; their works."""
+    peer = 1 - ctx.rank
+    return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, ctx.group),
+                                   dist.P2POp(dist.irecv, recv, peer, ctx.group)])
+
+
+def _transfer_entry(ctx, job: dict[str, Any], device, samples: int, warmup: int) -> dict[str, Any]:
+    """A transfer entry: `job["bytes"]` one way (half a ping-pong round trip) or both ways
+    at once (each rank sends and receives, as in a ring step)."""
+    n = job["bytes"]
+    peer = 1 - ctx.rank
+    send = torch.ones(n, dtype=torch.uint8, device=device)
+    recv = torch.empty(n, dtype=torch.uint8, device=device)
+    if job["direction"] == "one_way":
+        def fn():
+            if ctx.rank == 0:
+                dist.send(send, peer, group=ctx.group)
+                dist.recv(recv, peer, group=ctx.group)
+            else:
+                dist.recv(recv, peer, group=ctx.group)
+                dist.send(send, peer, group=ctx.group)
+            sync(device)
+        ctx.barrier()
+        times = [t / 2 for t in _timer(device)(fn, samples, warmup)]  # half a round trip
+    else:
+        def fn():
+            ctx.barrier()
+            t0 = time.perf_counter()
+            for w in _exchange(ctx, send, recv):
+                w.wait()
+            sync(device)
+            return time.perf_counter() - t0
+        for _ in range(warmup):
+            fn()
+        times = [fn() for _ in range(samples)]
+    med = statistics.median(times)
+    return {"bytes": n, "direction": job["direction"], "time_s": times, "median_s": med,
+            "gbps": n / med / 1e9 if med > 0 else None}
+
+
+def _interference_entry(ctx, e: dict[str, Any], device, samples: int, warmup: int, impl: str) -> dict[str, Any]:
+    """An interference entry: the block's forward timed alone, then while a both-ways
+    transfer of `e["bytes"]` is in flight, sample after sample."""
+    ops = select_block_ops(device.type, e["dtype"], e["head_dim"], impl)
+    q, k, v, _ = make_block(device, e["dtype"], e["batch"], e["heads"], e["kv_heads"],
+                            e["head_dim"], e["q_tokens"])
+    causal = e["mask"] == "diagonal"
+    send = torch.ones(e["bytes"], dtype=torch.uint8, device=device)
+    recv = torch.empty(e["bytes"], dtype=torch.uint8, device=device)
+    alone, with_transfer = [], []
+
+    def compute() -> None:
+        ops.forward(q, k, v, causal)
+
+    for i in range(warmup + samples):
+        ctx.barrier()
+        sync(device)
+        t_alone = time_compute(compute, device)
+        ctx.barrier()
+        works = _exchange(ctx, send, recv)
+        # the compute's own stream: the transfer runs on NCCL's (on CUDA)
+        t_with = time_compute(compute, device)
+        for w in works:
+            w.wait()
+        sync(device)
+        if i >= warmup:
+            alone.append(t_alone)
+            with_transfer.append(t_with)
+    ma, mw = statistics.median(alone), statistics.median(with_transfer)
+    return {**e, "compute_alone_s": alone, "compute_with_transfer_s": with_transfer,
+            "median_alone_s": ma, "median_with_s": mw,
+            "slowdown": mw / ma if ma > 0 else None}

@@ -5,13 +5,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
+import threading
 import time
 from typing import Any, Callable
 
+import torch
+import torch.distributed as dist
+
 from hw.bench.bounds import concurrency_violation, measure_within_bounds, ring_slowdown, ring_violation, round_slowdown
 from hw.bench.document import _key
-from hw.bench.measure import _rank_device, _sync, block_flops, make_block
+from hw.bench.measure import _rank_device, block_flops, make_block
 from hw.bench.options import CONCURRENCY_ROUNDS, HOST_PASSES
+from hw.blocks import select_block_ops
+from hw.devices import sync
+from hw.spawn import spawn
 from sim.hardware.contention import sharing_bound
 from sim.scenario.config import DTYPE_BYTES
 
@@ -138,9 +145,6 @@ def _plan_ring(plan: dict[str, Any], seen: dict[str, set], pass_: int = 1) -> li
 def _common_window(ctx, estimate_s: float, blocks: int) -> tuple[float, float]:
     """(start, deadline) on the host's monotonic clock, the same for every rank: long
     enough for `blocks` blocks of the slowest rank's estimate at full sharing."""
-    import torch
-    import torch.distributed as dist
-
     t = torch.tensor([time.perf_counter() + 0.05, estimate_s], dtype=torch.float64)
     if ctx.n_gpus > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.control)
@@ -159,10 +163,6 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
     that drifts within the entry (on the 2-core VM a backward block alone took 110 ms and
     165 ms a few seconds apart) lands on both sides of one round's ratio, of which the
     calibration takes the median (round_slowdown)."""
-    import torch
-
-    from hw.blocks import select_block_ops
-
     torch.set_num_threads(threads)
     ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
     block = _host_block_call(ops, entry, ctx.rank)
@@ -229,9 +229,6 @@ def _plan_collectives(plan: dict[str, Any], seen: dict[str, set]) -> dict[int, l
 def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup: int, device_kind: str,
                        threads: int) -> None:
     """Every rank runs each collective; a sample is the slowest rank's time from a barrier."""
-    import torch
-    import torch.distributed as dist
-
     device = _rank_device(ctx, device_kind, threads)
     n = ctx.n_gpus
 
@@ -254,7 +251,7 @@ def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup:
             ctx.barrier()
             t0 = time.perf_counter()
             op()
-            _sync(device)
+            sync(device)
             if i >= warmup:
                 mine_times.append(time.perf_counter() - t0)
         every: list[Any] = [None] * n
@@ -269,8 +266,6 @@ def _collective_worker(ctx, entries: list[dict[str, Any]], samples: int, warmup:
 def _host_block_call(ops, entry: dict[str, Any], seed: int) -> Callable[[], Any]:
     """The host parts' block as one call: its forward, or where the entry's kind is bwd its
     backward (on a forward computed once beforehand)."""
-    import torch
-
     q, k, v, dout = make_block(torch.device("cpu"), entry["dtype"], entry["batch"], entry["heads"], entry["kv_heads"],
                                entry["head_dim"], entry["q_tokens"], seed=seed)
     if entry.get("kind", "fwd") == "bwd":
@@ -287,13 +282,6 @@ def _ring_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads:
     measures backwards too, and with "hops": 2 an exchange posts two hops of "bytes" each
     way one after the other and waits for all, as a backward step has its K/V and its
     dK/dV hop in flight (hw.ring)."""
-    import threading
-
-    import torch
-    import torch.distributed as dist
-
-    from hw.blocks import select_block_ops
-
     torch.set_num_threads(threads)
     ops = select_block_ops("cpu", entry["dtype"], entry["head_dim"], impl)
     block = _host_block_call(ops, entry, ctx.rank)
@@ -362,8 +350,6 @@ def _measure_host_parts(conc_jobs: list[dict[str, Any]], ring_jobs: list[dict[st
     """One pass of the concurrency and ring-conditions parts (CPU only): each entry in its
     own processes, measured again while it breaks its physical bound (measure_within_bounds),
     then handed to `progress`."""
-    from hw.spawn import spawn
-
     def alone_s(e: dict[str, Any]) -> float | None:
         """The block's time alone, measured beside the entry's shared window."""
         return statistics.median(e["alone_s"]) if e.get("alone_s") else None

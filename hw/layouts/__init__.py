@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from sim.layouts import block_pieces, rank_tokens
 from sim.layouts.base import Piece
@@ -36,8 +37,6 @@ def token_index(layout: str | Packed, seq: int, n_gpus: int):
     `layout` is a layout's name or a packed sequence (whose own length and ranks then
     hold); a documents-only layout named alone is taken as one document.
     """
-    import torch
-
     if isinstance(layout, str) and layout in DOC_LAYOUTS:
         layout = Packed((0, seq), n_gpus, layout)
     if isinstance(layout, Packed):
@@ -88,8 +87,6 @@ def doc_pieces(p: Packed, rank: int, owner: int | None, device: Any = "cpu") -> 
 
 @functools.lru_cache(maxsize=128)
 def _doc_pieces(p: Packed, rank: int, owner: int | None, device: str) -> tuple[DocPiece, ...]:
-    import torch
-
     toks = packed_rank_tokens(p)
     q_all = toks[rank]
     k_all = np.arange(p.seq, dtype=np.int64) if owner is None else toks[owner]

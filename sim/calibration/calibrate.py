@@ -387,21 +387,11 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
     fitted; so is any entry the bench itself marked rejected.
     """
     rejected: list[str] = []
-    slowdowns = []
-    for i, r in enumerate(_records(bench, "interference")):
-        alone = _median(r.get("compute_alone_s", r.get("median_alone_s")), f"interference entry {i} alone")
-        with_ = _median(r.get("compute_with_transfer_s", r.get("median_with_s")), f"interference entry {i} with")
-        if alone > 0:
-            slowdowns.append(with_ / alone)
+    slowdowns = _interference_slowdowns(bench)
     measured_slowdown = statistics.median(slowdowns) if slowdowns else None
     counts = _host_counts(device)
     slots = counts[0] / counts[1] if counts else None
-    records = _records(bench, "concurrency")
-    for i, r in enumerate(records):
-        if r.get("kind", "fwd") not in ("fwd", "bwd"):
-            raise RingsimError(f"bench file: concurrency entry {i} has kind {r.get('kind')!r}, not fwd or bwd")
-    forward = [r for r in records if r.get("kind", "fwd") == "fwd"]
-    backward = [r for r in records if r.get("kind", "fwd") == "bwd"]
+    forward, backward = _concurrency_by_kind(bench)
     passes_fwd: dict[float, list[float]] = {}
     passes_bwd: dict[float, list[float]] = {}
     concurrency, threads_of = _sharing_law(forward, counts, rejected, "concurrency",
@@ -417,38 +407,15 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
         law = tuple((k * threads_of.get(k, threads), f) for k, f in concurrency) if concurrency else None
         law_bwd = (tuple((k * threads_of_bwd.get(k, threads), f) for k, f in concurrency_bwd)
                    if concurrency_bwd else None)
-        spread = host_spread(forward)
         # computes held on the core they start on (sim.hardware.contention.PLACEMENTS): better than
         # even sharing on 14 of the 16 committed runs 45-60 re-simulated
-        host = Host(cores=cores, threads_per_rank=threads, law=law, law_bwd=law_bwd, spread=spread,
+        host = Host(cores=cores, threads_per_rank=threads, law=law, law_bwd=law_bwd, spread=host_spread(forward),
                     placement="held")
         ring_points = _ring_points(bench, cores, rejected)
         backward_points = _ring_points(bench, cores, rejected, "bwd") if ring_points else []
-        host_report = {"cores": cores, "threads_per_rank": threads, "law": [list(p) for p in law] if law else None,
-                       "law_bwd": [list(p) for p in law_bwd] if law_bwd else None,
-                       "spread": [list(p) for p in spread] if spread else None, "placement": host.placement,
-                       "ring_entries": _entry_count(ring_points),
-                       "transfer_cores": 0.0}
-        for name, passes in (("law_passes", passes_fwd), ("law_bwd_passes", passes_bwd)):
-            if any(len(v) > 1 for v in passes.values()):
-                host_report[name] = [[k, v] for k, v in sorted(passes.items())]
+        host_report = _host_report(host, ring_points, passes_fwd, passes_bwd)
         if ring_points:
-            x, w, sigma, sigma_bwd, err = fit_ring_conditions(ring_points, backward_points, host)
-            host = dataclasses.replace(host, transfer_cores=x, transfer_weight=w)
-            host_report.update(transfer_cores=x, transfer_weight=w, residual_in_flight_slowdown=sigma,
-                               sum_sq_log_error=err,
-                               points=[_ring_residual(p, host, sigma) for p in ring_points])
-            # the link was measured alone: two transfers in flight, which may already
-            # have been stretched by their own demand
-            stretch = host.slowdown(host.demand(0, 2))
-            if stretch > 1.0:
-                link = LinkFit(link.latency_s / stretch, link.bandwidth_bytes_per_s * stretch)
-            host_report["link_alone_stretch"] = stretch
-            if backward_points:
-                host_report["backward"] = {
-                    "ring_entries": _entry_count(backward_points),
-                    "residual_in_flight_slowdown": sigma_bwd,
-                    "points": [_ring_residual(p, host, sigma_bwd, backward=True) for p in backward_points]}
+            host, link, sigma, sigma_bwd = _fit_transfers(host, link, ring_points, backward_points, host_report)
         else:
             host_report["note"] = ("no ring-conditions measurements: transfers demand no cores; "
                                    "the interference slowdown stands in")
@@ -461,6 +428,66 @@ def calibrate_contention(bench: dict[str, Any], device: dict[str, Any], link: Li
               "concurrency_slowdown_bwd": [list(p) for p in concurrency_bwd] if concurrency_bwd else None,
               "host": host_report, "rejected": rejected}
     return contention, link, report
+
+
+def _interference_slowdowns(bench: dict[str, Any]) -> list[float]:
+    """Each interference entry's compute time with a transfer in flight over its time alone."""
+    slowdowns = []
+    for i, r in enumerate(_records(bench, "interference")):
+        alone = _median(r.get("compute_alone_s", r.get("median_alone_s")), f"interference entry {i} alone")
+        with_ = _median(r.get("compute_with_transfer_s", r.get("median_with_s")), f"interference entry {i} with")
+        if alone > 0:
+            slowdowns.append(with_ / alone)
+    return slowdowns
+
+
+def _concurrency_by_kind(bench: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The concurrency entries of forward blocks and of backward blocks."""
+    records = _records(bench, "concurrency")
+    for i, r in enumerate(records):
+        if r.get("kind", "fwd") not in ("fwd", "bwd"):
+            raise RingsimError(f"bench file: concurrency entry {i} has kind {r.get('kind')!r}, not fwd or bwd")
+    return ([r for r in records if r.get("kind", "fwd") == "fwd"],
+            [r for r in records if r.get("kind", "fwd") == "bwd"])
+
+
+def _host_report(host: Host, ring_points: list, passes_fwd: dict[float, list[float]],
+                 passes_bwd: dict[float, list[float]]) -> dict[str, Any]:
+    """The report's section on the host model, before the transfers' share is fitted."""
+    out = {"cores": host.cores, "threads_per_rank": host.threads_per_rank,
+           "law": [list(p) for p in host.law] if host.law else None,
+           "law_bwd": [list(p) for p in host.law_bwd] if host.law_bwd else None,
+           "spread": [list(p) for p in host.spread] if host.spread else None, "placement": host.placement,
+           "ring_entries": _entry_count(ring_points),
+           "transfer_cores": 0.0}
+    for name, passes in (("law_passes", passes_fwd), ("law_bwd_passes", passes_bwd)):
+        if any(len(v) > 1 for v in passes.values()):
+            out[name] = [[k, v] for k, v in sorted(passes.items())]
+    return out
+
+
+def _fit_transfers(host: Host, link: LinkFit, ring_points: list, backward_points: list,
+                   host_report: dict[str, Any]) -> tuple[Host, LinkFit, float, float | None]:
+    """The transfers' share of the cores and their weight, fitted to the ring-conditions
+    entries (fit_ring_conditions), the link's alone time freed of its own demand, and the
+    in-flight slowdowns left over, forward and backward; `host_report` takes the fit."""
+    x, w, sigma, sigma_bwd, err = fit_ring_conditions(ring_points, backward_points, host)
+    host = dataclasses.replace(host, transfer_cores=x, transfer_weight=w)
+    host_report.update(transfer_cores=x, transfer_weight=w, residual_in_flight_slowdown=sigma,
+                       sum_sq_log_error=err,
+                       points=[_ring_residual(p, host, sigma) for p in ring_points])
+    # the link was measured alone: two transfers in flight, which may already
+    # have been stretched by their own demand
+    stretch = host.slowdown(host.demand(0, 2))
+    if stretch > 1.0:
+        link = LinkFit(link.latency_s / stretch, link.bandwidth_bytes_per_s * stretch)
+    host_report["link_alone_stretch"] = stretch
+    if backward_points:
+        host_report["backward"] = {
+            "ring_entries": _entry_count(backward_points),
+            "residual_in_flight_slowdown": sigma_bwd,
+            "points": [_ring_residual(p, host, sigma_bwd, backward=True) for p in backward_points]}
+    return host, link, sigma, sigma_bwd
 
 
 def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | None, rejected: list[str],

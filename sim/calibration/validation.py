@@ -234,6 +234,8 @@ def simulate_replays(scenario: Any, profile: HardwareModel, replays: int = 1) ->
     """The simulated runs a measured case is compared with: one play at the mean rate
     (every rank and block), or, with `replays` above 1 where the profile's host has a
     measured spread of speeds, that many plays seeded 0, 1, ... (sim.hardware.contention)."""
+    # `ringsim` imports this module on every start (REPLAYS and the cases name the validate
+    # and calibrate options): the engine loads when a case is simulated
     from sim.engine.play import simulate
 
     host = profile.contention.host if profile.contention is not None else None

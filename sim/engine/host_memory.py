@@ -13,6 +13,14 @@ from sim.errors import RingsimError
 from sim.scenario.config import Scenario
 from sim.units import fmt_bytes
 
+try:
+    from numpy._core.multiarray import _set_madvise_hugepage as _numpy_madvise
+except ImportError:           # NumPy 1.x
+    try:
+        from numpy.core.multiarray import _set_madvise_hugepage as _numpy_madvise
+    except ImportError:
+        _numpy_madvise = None
+
 BYTES_PER_OP = 130
 """Peak memory of a simulation per operation of its schedule (the schedule, the times and
 the trace together), with room to spare: a forward ring of 4096 GPUs, 33.5M operations,
@@ -90,14 +98,7 @@ def small_pages():
 
 def madvise_setter():
     """NumPy's switch for huge-page advice (it returns the previous setting), or None."""
-    try:
-        from numpy._core.multiarray import _set_madvise_hugepage
-    except ImportError:           # NumPy 1.x
-        try:
-            from numpy.core.multiarray import _set_madvise_hugepage
-        except ImportError:
-            return None
-    return _set_madvise_hugepage
+    return _numpy_madvise
 
 
 @contextlib.contextmanager

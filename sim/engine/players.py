@@ -212,18 +212,8 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
     """Start and end of every operation, and the events SimPy processed; `jitter` seeds
     the host's measured spread of rank and block speeds (sim.hardware.contention).
 
-    `posts` (Schedule.posts, made) plays gloo's point-to-point protocol. A rank posts a
-    batch: a send, then a receive (batch_isend_irecv posts them in order). A receive
-    posted first tells the sender it is ready, and a send posted once that word is in
-    (more than `inline_after_s` later, the link's latency) is written by the posting
-    thread before the post returns: the compute that follows the post in the rank's
-    program starts only when the send ends. A send posted before its receive is written
-    later by gloo's own thread, behind the compute. A transfer starts once the post that
-    carries its receive has returned. A post comes up either with its compute's turn
-    (the K/V hop, posted right before it) or on its own, when the ops it waits for are
-    done (the dK/dV hop, after the step's compute); the compute after a post on its own
-    waits for it to return before its own post comes up. None: every compute starts
-    once its dependencies are done (NCCL, GPUs, the presets)."""
+    `posts` (Schedule.posts, made) plays gloo's point-to-point protocol (_GlooPosts).
+    None: every compute starts once its dependencies are done (NCCL, GPUs, the presets)."""
     env = _CountingEnvironment()
     sharing = (Sharing(env, schedule.n_ranks, contention, jitter)
                if contention is not None and contention.active else None)
@@ -234,36 +224,13 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
     if schedule.extra_resources is not None:
         after = _with_resource_turns(schedule, after)
     remaining = [len(a) for a in after]
-    dependents: list[list[int]] = [[] for _ in range(n_ops)]
-    for op_id, deps in enumerate(after):
-        for d in deps:
-            dependents[d].append(op_id)
+    dependents = _dependents(after)
     is_compute = (~schedule.is_transfer).tolist()
     is_backward = (schedule.kind == BWD).tolist()
     rank, peer = schedule.rank.tolist(), schedule.peer.tolist()
     waiting: dict[int, simpy.Event] = {}
-    protocol = posts is not None
-    send_of: dict[int, int] = {}               # compute -> the send posted with its turn
-    alone_before: dict[int, list[int]] = {}    # compute -> the sends posted on their own before it
-    partner: dict[int, int] = {}               # send -> the send whose post carries its receive
-    alone: dict[int, list[int]] = {}           # a send posted on its own -> what its post waits for
-    if protocol:
-        posted = posts.posted
-        held, pair = posts.held[posted].tolist(), posts.partner[posted].tolist()
-        waits_for = posts.after[:, posted].T.tolist()
-        for send, compute, other, deps in zip(posted.tolist(), held, pair, waits_for):
-            partner[send] = other
-            deps = [d for d in deps if d != NO_DEP]
-            if deps:
-                alone[send] = deps
-                if compute != NO_DEP:
-                    alone_before.setdefault(compute, []).append(send)
-            elif compute != NO_DEP:
-                send_of[compute] = send
-    returned: dict[int, float] = {}            # send -> when its post returned
-    on_return: dict[int, simpy.Event] = {}
-    on_end: dict[int, simpy.Event] = {}
-    finished: set[int] = set()
+    gloo = _GlooPosts(env, posts, inline_after_s) if posts is not None else None
+    send_of = gloo.send_of if gloo is not None else {}
 
     def ready(op_id: int):
         ev = env.event()
@@ -272,57 +239,22 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
 
     def done(op_id: int) -> None:
         end[op_id] = env.now
-        if protocol:
-            finished.add(op_id)
-            if op_id in on_end:
-                on_end.pop(op_id).succeed()
+        if gloo is not None:
+            gloo.ended(op_id)
         for x in dependents[op_id]:
             remaining[x] -= 1
             if remaining[x] == 0 and x in waiting:
                 waiting.pop(x).succeed()
 
-    def post_returns(send: int) -> None:
-        returned[send] = env.now
-        if send in on_return:
-            on_return.pop(send).succeed()
-
-    def write(send: int):
-        """The post of `send`, from now: written by this thread when its receiver's
-        post returned strictly more than the notice before (ranks that post at the same
-        instant, a ring's first step, are each the first, whatever order the event loop
-        takes them in)."""
-        other = returned.get(partner[send])
-        if other is not None and other + inline_after_s < env.now and send not in finished:
-            yield on_end.setdefault(send, env.event())     # (a send of no duration may be done)
-
-    def posting(op_id: int):
-        """What an op waits for besides its dependencies under gloo's protocol."""
-        for send in alone_before.get(op_id, ()):
-            if send not in returned:
-                yield on_return.setdefault(send, env.event())
-        send = send_of.get(op_id)
-        if send is not None:
-            yield from write(send)
-        other = partner.get(op_id)
-        if other is not None and other not in returned:
-            yield on_return.setdefault(other, env.event())     # the receive is not posted yet
-
-    def post_alone(send: int, deps: list[int]):
-        for d in deps:
-            if d not in finished:
-                yield on_end.setdefault(d, env.event())
-        yield from write(send)
-        post_returns(send)
-
     def stream(op_ids):
         for op_id in op_ids:
             if remaining[op_id]:
                 yield ready(op_id)
-            if protocol:
-                yield from posting(op_id)
+            if gloo is not None:
+                yield from gloo.posting(op_id)
             start[op_id] = env.now
             if op_id in send_of:
-                post_returns(send_of[op_id])
+                gloo.post_returns(send_of[op_id])
             if dur[op_id] <= 0:
                 pass
             elif sharing is None:
@@ -335,10 +267,97 @@ def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | N
 
     for queue in resource_queues(schedule):
         env.process(stream(queue))
-    for send, deps in alone.items():
-        env.process(post_alone(send, deps))
+    if gloo is not None:
+        for send, deps in gloo.alone.items():
+            env.process(gloo.post_alone(send, deps))
     env.run()
     return start, end, env.events
+
+
+def _dependents(after: list[tuple[int, ...]]) -> list[list[int]]:
+    """The ops that depend on each op."""
+    dependents: list[list[int]] = [[] for _ in range(len(after))]
+    for op_id, deps in enumerate(after):
+        for d in deps:
+            dependents[d].append(op_id)
+    return dependents
+
+
+class _GlooPosts:
+    """gloo's point-to-point protocol, as the SimPy player plays it.
+
+    A rank posts a batch: a send, then a receive (batch_isend_irecv posts them in order).
+    A receive posted first tells the sender it is ready, and a send posted once that word
+    is in (more than `inline_after_s` later, the link's latency) is written by the
+    posting thread before the post returns: the compute that follows the post in the
+    rank's program starts only when the send ends. A send posted before its receive is
+    written later by gloo's own thread, behind the compute. A transfer starts once the
+    post that carries its receive has returned. A post comes up either with its compute's
+    turn (the K/V hop, posted right before it) or on its own, when the ops it waits for
+    are done (the dK/dV hop, after the step's compute); the compute after a post on its
+    own waits for it to return before its own post comes up."""
+
+    def __init__(self, env: simpy.Environment, posts: Posts, inline_after_s: float):
+        self.env = env
+        self.inline_after_s = inline_after_s
+        self.send_of: dict[int, int] = {}               # compute -> the send posted with its turn
+        self.alone_before: dict[int, list[int]] = {}    # compute -> the sends posted on their own before it
+        self.partner: dict[int, int] = {}               # send -> the send whose post carries its receive
+        self.alone: dict[int, list[int]] = {}           # a send posted on its own -> what its post waits for
+        posted = posts.posted
+        held, pair = posts.held[posted].tolist(), posts.partner[posted].tolist()
+        waits_for = posts.after[:, posted].T.tolist()
+        for send, compute, other, deps in zip(posted.tolist(), held, pair, waits_for):
+            self.partner[send] = other
+            deps = [d for d in deps if d != NO_DEP]
+            if deps:
+                self.alone[send] = deps
+                if compute != NO_DEP:
+                    self.alone_before.setdefault(compute, []).append(send)
+            elif compute != NO_DEP:
+                self.send_of[compute] = send
+        self.returned: dict[int, float] = {}            # send -> when its post returned
+        self.on_return: dict[int, simpy.Event] = {}
+        self.on_end: dict[int, simpy.Event] = {}
+        self.finished: set[int] = set()
+
+    def ended(self, op_id: int) -> None:
+        self.finished.add(op_id)
+        if op_id in self.on_end:
+            self.on_end.pop(op_id).succeed()
+
+    def post_returns(self, send: int) -> None:
+        self.returned[send] = self.env.now
+        if send in self.on_return:
+            self.on_return.pop(send).succeed()
+
+    def write(self, send: int):
+        """The post of `send`, from now: written by this thread when its receiver's
+        post returned strictly more than the notice before (ranks that post at the same
+        instant, a ring's first step, are each the first, whatever order the event loop
+        takes them in)."""
+        other = self.returned.get(self.partner[send])
+        if other is not None and other + self.inline_after_s < self.env.now and send not in self.finished:
+            yield self.on_end.setdefault(send, self.env.event())     # (a send of no duration may be done)
+
+    def posting(self, op_id: int):
+        """What an op waits for besides its dependencies under gloo's protocol."""
+        for send in self.alone_before.get(op_id, ()):
+            if send not in self.returned:
+                yield self.on_return.setdefault(send, self.env.event())
+        send = self.send_of.get(op_id)
+        if send is not None:
+            yield from self.write(send)
+        other = self.partner.get(op_id)
+        if other is not None and other not in self.returned:
+            yield self.on_return.setdefault(other, self.env.event())     # the receive is not posted yet
+
+    def post_alone(self, send: int, deps: list[int]):
+        for d in deps:
+            if d not in self.finished:
+                yield self.on_end.setdefault(d, self.env.event())
+        yield from self.write(send)
+        self.post_returns(send)
 
 
 def _with_resource_turns(schedule: Schedule, after: list[tuple[int, ...]]) -> list[tuple[int, ...]]:

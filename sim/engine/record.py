@@ -179,32 +179,12 @@ def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool,
     start, end = times
     times.clear()
     n = schedule.n_ranks
-    rank, peer, step, mask = schedule.rank, schedule.peer, schedule.step, schedule.mask
 
     # each rank's computes in order; a compute waits from the end of the one before
-    comp = _ByRank(schedule.compute_ids, rank, n)
+    comp = _ByRank(schedule.compute_ids, schedule.rank, n)
     w_ops, w_ready, final = _compute_ready(comp, start, end)
-    if comp.grid is not None and all((mask[comp.grid[a:a + 64]] != EMPTY).all()
-                                     for a in range(0, len(comp.grid), 64)):
-        ran = comp
-    else:
-        ids = comp.sorted_ids()
-        ids = ids[mask[ids] != EMPTY]
-        ran = _sorted(ids, rank, n)
-    xfer = schedule.transfer_ids
-
-    # each rank's last event: its last compute's end (its start, if skipped), or a later
-    # transfer's end at either end; its last step likewise; idle from there to the end
-    last = np.zeros(n)
-    last_step = np.zeros(n, dtype=step.dtype)     # ufunc.at is many times slower when it must cast
-    last[rank[final]] = end[final]
-    last_step[rank[final]] = step[final]
-    for a in range(0, len(xfer), _CHUNK):
-        ids = xfer[a:a + _CHUNK]
-        t, k = end[ids], step[ids]
-        for side in (rank[ids], peer[ids]):
-            np.maximum.at(last, side, t)
-            np.maximum.at(last_step, side, k)
+    ran = _computes_run(comp, schedule)
+    last, last_step = _last_events(schedule, final, end)
     makespan = last.max(initial=0.0)
     late = np.flatnonzero(last < makespan).astype(np.int32)
 
@@ -216,12 +196,13 @@ def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool,
     del w_ops, w_ready
     if release:
         schedule.release("after")
-    sent, got = _ByRank(xfer, rank, n), _ByRank(xfer, peer, n)
-    waits = _sorted(w_op, rank, n)
+    xfer = schedule.transfer_ids
+    sent, got = _ByRank(xfer, schedule.rank, n), _ByRank(xfer, schedule.peer, n)
+    waits = _sorted(w_op, schedule.rank, n)
     # a column read from the schedule or the times is named (a key of `source`), so that
     # the record can let it go after its last reader
     source = {"start": start, "end": end, **{name: getattr(schedule, name) for name in _SOURCES}}
-    del start, end, rank, peer, step, mask
+    del start, end
     # per group: how its ops lie (or None: its values are given span by span), its
     # stream, then each column: a source read at the group's ops, the values span by
     # span, or the one value they all share
@@ -237,38 +218,91 @@ def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool,
         (_Given(late, n), WAIT, dict(kind=_KIND_CODES[_SCHED_IDLE], step=last_step[late], start_s=last[late],
                                      end_s=makespan)),
     ]
-    names = ("start_s", "end_s", "flops", "bytes", "step", "peer", "q_chunks", "kv_chunks", "kind")
-    reads = {name: {v[name] for _, _, v in groups if isinstance(v.get(name), str)} for name in names}
-    readers = Counter(key for keys in reads.values() for key in keys)   # per source: columns still to read it
-    lock = threading.Lock()
+    return _TableWriter(schedule, groups, source, release).table()
 
-    def done_with(keys: set[str]) -> None:
+
+def _computes_run(comp: _ByRank, schedule: Schedule) -> _ByRank:
+    """The computes that ran (a skipped, fully masked block is no span), by rank."""
+    mask = schedule.mask
+    if comp.grid is not None and all((mask[comp.grid[a:a + 64]] != EMPTY).all()
+                                     for a in range(0, len(comp.grid), 64)):
+        return comp
+    ids = comp.sorted_ids()
+    ids = ids[mask[ids] != EMPTY]
+    return _sorted(ids, schedule.rank, schedule.n_ranks)
+
+
+def _last_events(schedule: Schedule, final: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each rank's last event: its last compute's end (its start, if skipped; `final` its
+    last computes), or a later transfer's end at either end; and its last step likewise.
+    Idle goes from there to the end."""
+    rank, peer, step = schedule.rank, schedule.peer, schedule.step
+    xfer = schedule.transfer_ids
+    last = np.zeros(schedule.n_ranks)
+    last_step = np.zeros(schedule.n_ranks, dtype=step.dtype)     # ufunc.at is many times slower when it must cast
+    last[rank[final]] = end[final]
+    last_step[rank[final]] = step[final]
+    for a in range(0, len(xfer), _CHUNK):
+        ids = xfer[a:a + _CHUNK]
+        t, k = end[ids], step[ids]
+        for side in (rank[ids], peer[ids]):
+            np.maximum.at(last, side, t)
+            np.maximum.at(last_step, side, k)
+    return last, last_step
+
+
+_NAMES = ("start_s", "end_s", "flops", "bytes", "step", "peer", "q_chunks", "kv_chunks", "kind")
+"""The table's columns written group by group (rank and stream follow from the counts)."""
+
+
+class _TableWriter:
+    """The span table of a record's groups (record_owned), a column at a time, each
+    column group by group into its place. The record is rank by rank, each rank's groups
+    in turn: where each (rank, group) block starts follows from the counts, and each
+    group's spans (sorted by rank) go to their blocks in one ascending sweep; no sort of
+    all spans is needed. With `release`, a source is let go once the last column that
+    reads it is written."""
+
+    def __init__(self, schedule: Schedule, groups: list, source: dict[str, np.ndarray], release: bool):
+        self.schedule, self.groups, self.source, self.release = schedule, groups, source, release
+        self.reads = {name: {v[name] for _, _, v in groups if isinstance(v.get(name), str)} for name in _NAMES}
+        # per source: columns still to read it
+        self.readers = Counter(key for keys in self.reads.values() for key in keys)
+        self.lock = threading.Lock()
+        self.counts = np.stack([g.counts for g, _, _ in groups], axis=1)   # (n, groups)
+        self.total = int(self.counts.sum())
+        self.block_start = (np.cumsum(self.counts.ravel()) - self.counts.ravel()).reshape(self.counts.shape)
+
+    def table(self) -> SpanTable:
+        # the columns are independent: written side by side on the host's cores (NumPy lets
+        # go of the interpreter while it copies), the widest first; each writes (and so
+        # first touches) its own memory
+        cols = dict(zip(_NAMES, each(self.column, _NAMES, size=self.total)))
+        n = self.schedule.n_ranks
+        cols["rank"] = np.repeat(np.arange(n, dtype=np.int32), self.counts.sum(axis=1))
+        cols["stream"] = np.repeat(np.tile(np.array([g[1] for g in self.groups], dtype=np.int8), n),
+                                   self.counts.ravel())
+        return SpanTable(**cols, chunk_sets=self.schedule.chunk_sets)
+
+    def done_with(self, keys: set[str]) -> None:
         """A column is written: let go of the sources no other column reads."""
-        with lock:
+        with self.lock:
             for key in keys:
-                readers[key] -= 1
-                if readers[key] == 0 and release:
-                    del source[key]
+                self.readers[key] -= 1
+                if self.readers[key] == 0 and self.release:
+                    del self.source[key]
                     if key in _SOURCES:
-                        schedule.release(key)
+                        self.schedule.release(key)
 
-    by_span = {3: ("kind", "start_s", "end_s"), 4: ("step", "start_s")}   # given span by span
-    shared = dict(flops=0.0, bytes=0.0, peer=-1, q_chunks=-1, kv_chunks=-1)
-    # the record is rank by rank, each rank's groups in turn: where each (rank, group)
-    # block starts follows from the counts, and each group's spans (sorted by rank) go
-    # to their blocks in one ascending sweep; no sort of all spans is needed
-    counts = np.stack([g.counts for g, _, _ in groups], axis=1)   # (n, groups)
-    total = int(counts.sum())
-    block_start = (np.cumsum(counts.ravel()) - counts.ravel()).reshape(counts.shape)
-
-    def column(name: str) -> np.ndarray:
+    def column(self, name: str) -> np.ndarray:
         """One column of the record, written group by group."""
-        out = np.empty(total, dtype=COLUMN_TYPES[name])
-        for g, (ops, _, values) in enumerate(groups):
-            given = by_span.get(g, ())
+        source, counts, block_start = self.source, self.counts, self.block_start
+        out = np.empty(self.total, dtype=COLUMN_TYPES[name])
+        for g, (ops, _, values) in enumerate(self.groups):
+            given = _BY_SPAN.get(g, ())
 
             def read(ids: np.ndarray | tuple[int, int] | None, a: int, b: int):
-                v = values.get(name, shared.get(name))
+                v = values.get(name, _SHARED.get(name))
                 if isinstance(v, str):
                     v = source[v]
                 if name in given:
@@ -299,16 +333,14 @@ def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool,
                 b = min(a + _CHUNK, len(ops.ranks))
                 out[offset[ops.ranks[a:b]] + np.arange(a, b)] = read(ops.ids[a:b] if ops.ids is not None else None,
                                                                    a, b)
-        done_with(reads[name])
+        self.done_with(self.reads[name])
         return out
 
-    # the columns are independent: written side by side on the host's cores (NumPy lets
-    # go of the interpreter while it copies), the widest first; each writes (and so
-    # first touches) its own memory
-    cols = dict(zip(names, each(column, names, size=total)))
-    cols["rank"] = np.repeat(np.arange(n, dtype=np.int32), counts.sum(axis=1))
-    cols["stream"] = np.repeat(np.tile(np.array([g[1] for g in groups], dtype=np.int8), n), counts.ravel())
-    return SpanTable(**cols, chunk_sets=schedule.chunk_sets)
+
+_BY_SPAN = {3: ("kind", "start_s", "end_s"), 4: ("step", "start_s")}
+"""Per group (by position in record_owned's list): the columns whose values it gives span by span."""
+_SHARED = dict(flops=0.0, bytes=0.0, peer=-1, q_chunks=-1, kv_chunks=-1)
+"""The value of a column a group neither reads nor gives: every span's alike."""
 
 
 class _Given(_ByRank):

@@ -98,6 +98,7 @@ from sim.hardware.gemm import FP8_PEAK_FACTOR, gemm_time
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.models import Model
 from sim.trace.format import Trace
+from sim.trace.metrics import compute_metrics
 from sim.training.pipeline import in_flight, pipeline_makespan, play_pipeline
 from sim.units import is_whole, require_whole
 
@@ -433,9 +434,10 @@ def _attention_s(req: StepRequest, pass_: str) -> tuple[float, float]:
 
 
 def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
+    # `ringsim` imports this module on every start (the step command's options): the
+    # engine and the memory model load when a step's attention is first simulated
     from sim.engine.play import simulate
     from sim.scenario.memory import peak_memory
-    from sim.trace.metrics import compute_metrics
 
     m, p = req.model, req.parallel
     heads = m.heads // p.tp
@@ -473,14 +475,39 @@ def _gemms_s(req: StepRequest, products: list[tuple[int, int, int]], *, fp8: boo
     return sum(gemm_time(mm, nn, kk, gpu, fp8=fp8, alone=False).time_s for mm, nn, kk in products)
 
 
-def simulate_step(req: StepRequest) -> Step:
+@dataclass(frozen=True)
+class _LayerTimes:
+    """One transformer layer's work for one micro-batch on one GPU, in seconds."""
+
+    gemm_fwd_s: float
+    gemm_bwd_s: float
+    attention_fwd_s: float
+    attention_bwd_s: float
+    elementwise_fwd_s: float
+    elementwise_bwd_s: float
+    tp_fwd_s: float
+    """The TP collectives, what of them shows (all of it without `tp_overlap`)."""
+    tp_bwd_s: float
+    recompute_s: float
+    """What backward computes again (`recompute`)."""
+    attention_working_bytes: float
+    """The CP scheme's working memory for the layer's attention."""
+
+    @property
+    def forward_s(self) -> float:
+        return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s + self.tp_fwd_s
+
+    @property
+    def backward_s(self) -> float:
+        return self.gemm_bwd_s + self.attention_bwd_s + self.elementwise_bwd_s + self.tp_bwd_s + self.recompute_s
+
+
+def _layer_times(req: StepRequest) -> _LayerTimes:
+    """A layer's GEMMs, attention, elementwise work and TP collectives, forward and
+    backward, and what recomputation adds (module docstring)."""
     m, p, hw = req.model, req.parallel, req.hardware
     t = req.tokens                                   # tokens a GPU's GEMMs see per micro-batch
     stream = hw.gpu.memory_bandwidth_gbps
-    if stream is None:
-        raise RingsimError(f"GPU {hw.gpu.name} has no memory bandwidth: the step's elementwise work needs it")
-    notes: list[str] = []
-    # per layer, per micro-batch
     lin = layer_linears(m, p.tp)
     fwd_products = [(t, n, k) for k, n in lin.values()]
     bwd_products = [x for k, n in lin.values() for x in ((t, k, n), (k, n, t))]
@@ -496,9 +523,7 @@ def simulate_step(req: StepRequest) -> Step:
                       + m.ffn / p.tp * ELEMENTWISE_PASSES["swiglu"]
                       + (m.heads // p.tp + kv) * m.head_dim * ELEMENTWISE_PASSES["rope"])
     elem_f = elem_elems * ELEMENT_BYTES / (stream * 1e9)
-    elem_b = 2 * elem_f
-    act = t * m.hidden * ELEMENT_BYTES                # the shard's activations, gathered over TP
-    tp_one = ring_collective_s(act, p.tp, hw.link.bandwidth_gbps, hw.link.latency_us)
+    tp_one = ring_collective_s(_activation_bytes(req), p.tp, hw.link.bandwidth_gbps, hw.link.latency_us)
     tp_f = tp_b = 4 * tp_one
     if p.tp_overlap:
         # each collective runs in chunks beside the GEMM it feeds or follows: only what the
@@ -509,83 +534,103 @@ def simulate_step(req: StepRequest) -> Step:
         recompute_b = attn_f
     elif p.recompute == "full":
         recompute_b = gemm_f + attn_f + elem_f + tp_f
-    layer_f = gemm_f + attn_f + elem_f + tp_f
-    layer_b = gemm_b + attn_b + elem_b + tp_b + recompute_b
-    # the output layer (last stage) and the embedding (first)
+    return _LayerTimes(gemm_fwd_s=gemm_f, gemm_bwd_s=gemm_b, attention_fwd_s=attn_f, attention_bwd_s=attn_b,
+                       elementwise_fwd_s=elem_f, elementwise_bwd_s=2 * elem_f, tp_fwd_s=tp_f, tp_bwd_s=tp_b,
+                       recompute_s=recompute_b, attention_working_bytes=attn_mem)
+
+
+def _activation_bytes(req: StepRequest) -> float:
+    """The shard's activations, gathered over TP: what a TP collective moves, and (over
+    TP) what one stage sends the next."""
+    return req.tokens * req.model.hidden * ELEMENT_BYTES
+
+
+@dataclass(frozen=True)
+class _EndTimes:
+    """The output layer's work on the last stage and the embedding's on the first, for
+    one micro-batch, in seconds."""
+
+    head_gemm_fwd_s: float
+    head_gemm_bwd_s: float
+    loss_s: float
+    """The fp32 logits read, the softmax written and read back, forward and again backward."""
+    embedding_s: float
+    """The embedding's gather, counted as its bytes, forward and again backward."""
+
+    @property
+    def head_fwd_s(self) -> float:
+        return self.head_gemm_fwd_s + self.loss_s
+
+    @property
+    def head_bwd_s(self) -> float:
+        return self.head_gemm_bwd_s + self.loss_s
+
+
+def _end_times(req: StepRequest) -> _EndTimes:
+    m, p, t = req.model, req.parallel, req.tokens
+    stream = req.hardware.gpu.memory_bandwidth_gbps
     head_k, head_n = m.hidden, m.vocab // p.tp
     # the output layer stays in bf16 under FP8 (torchtitan's Float8 skips `output`; Megatron's
     # output layer is not a Transformer Engine module)
-    head_gemm_f = _gemms_s(req, [(t, head_n, head_k)], fp8=False)
-    head_gemm_b = _gemms_s(req, [(t, head_k, head_n), (head_k, head_n, t)], fp8=False)
-    loss = 3 * t * head_n * 4 / (stream * 1e9)      # the fp32 logits read, softmax written, read back
-    head_f, head_b = head_gemm_f + loss, head_gemm_b + loss
-    embed = 2 * t * m.hidden * ELEMENT_BYTES / p.tp / (stream * 1e9)
-    layers = stage_layers(m.layers, p.pp)
-    stage_f = [n * layer_f for n in layers]
-    stage_b = [n * layer_b for n in layers]
-    stage_f[-1] += head_f
-    stage_b[-1] += head_b
-    stage_f[0] += embed
-    stage_b[0] += embed
-    slow = max(range(p.pp), key=lambda s: stage_f[s] + stage_b[s])
-    tf, tb = stage_f[slow], stage_b[slow]
-    mb = req.microbatches
-    work = mb * (tf + tb)
-    bw, lat = _link(req, p.tp * p.cp * p.dp * min(p.pp, 2))      # two neighbouring stages
-    send = lat * 1e-6 + act / p.tp / (bw * 1e9) if p.pp > 1 else 0.0
-    # the pipeline played on the engine (sim.training.pipeline), with its sends and without them
-    pipe = _pipeline(stage_f, stage_b, send, mb, p.interleave)
-    pipe_bare = _pipeline(stage_f, stage_b, 0.0, mb, p.interleave) if send else pipe
-    bubble = max(0.0, pipe_bare - work)
-    pp_comm = max(0.0, pipe - pipe_bare)
-    # data parallelism
-    def params_of(stage: int) -> float:
-        """A stage's parameters on one GPU: its layers, the input embedding on the first
-        stage and the output layer on the last (both on a single stage; untied, as in Llama 3)."""
-        tables = (stage == 0) + (stage == p.pp - 1)
-        return (layers[stage] * layer_params(m) + tables * m.vocab * m.hidden) / p.tp
+    return _EndTimes(head_gemm_fwd_s=_gemms_s(req, [(t, head_n, head_k)], fp8=False),
+                     head_gemm_bwd_s=_gemms_s(req, [(t, head_k, head_n), (head_k, head_n, t)], fp8=False),
+                     loss_s=3 * t * head_n * 4 / (stream * 1e9),
+                     embedding_s=2 * t * m.hidden * ELEMENT_BYTES / p.tp / (stream * 1e9))
 
-    stage_params = params_of(slow)
+
+def _stage_params(req: StepRequest, layers: list[int], stage: int) -> float:
+    """A stage's parameters on one GPU: its layers, the input embedding on the first
+    stage and the output layer on the last (both on a single stage; untied, as in Llama 3)."""
+    m, p = req.model, req.parallel
+    tables = (stage == 0) + (stage == p.pp - 1)
+    return (layers[stage] * layer_params(m) + tables * m.vocab * m.hidden) / p.tp
+
+
+def _data_parallel_s(req: StepRequest, layers: list[int], slow: int, layer: _LayerTimes,
+                     stage_f: float, stage_b: float, notes: list[str]) -> float:
+    """What the gradients' reduction (and ZeRO's gathers of weights) exposes on the
+    slowest stage, whose micro-batch takes `stage_f` forward and `stage_b` backward
+    (module docstring, "Data parallelism")."""
+    m, p = req.model, req.parallel
+    stage_params = _stage_params(req, layers, slow)
     replicas = p.dp * p.cp                                          # GPUs holding the same weights
     dbw, dlat = _link(req, p.tp * p.cp * p.dp)                     # a replica group
     grad = GRAD_BYTES[p.grad_reduce]
     rs = ring_collective_s(stage_params * grad, replicas, dbw, dlat)
-    dp_exposed = 0.0
-    if replicas > 1:
-        last_backward = tb
-        if p.zero == 0:
-            dp_exposed = max(0.0, 2 * rs - last_backward)          # an all-reduce: two rings' worth
-        elif p.zero == 1:
-            gather = ring_collective_s(stage_params * ELEMENT_BYTES, replicas, dbw, dlat)
-            dp_exposed = max(0.0, rs - last_backward) + max(0.0, gather - tf)
-        else:
-            gather = ring_collective_s(layer_params(m) / p.tp * ELEMENT_BYTES, replicas, dbw, dlat)
-            layer_rs = ring_collective_s(layer_params(m) / p.tp * grad, replicas, dbw, dlat)
-            per_layer = (max(0.0, gather - layer_f) + max(0.0, gather + layer_rs - layer_b)) * layers[slow]
-            dp_exposed = mb * per_layer
-            notes.append("FSDP: each layer's weights gathered before its forward and its backward, and its "
-                         "gradients reduce-scattered, in every micro-batch")
-    shard = replicas if p.zero >= 1 else 1
-    optimizer = stage_params / shard * 16 * 2 / (stream * 1e9)      # read and write 16 bytes of state a parameter
-    step_s = pipe + dp_exposed + optimizer
-    last, first = slow == p.pp - 1, slow == 0
-    breakdown = {
-        "gemm_s": mb * (layers[slow] * (gemm_f + gemm_b) + (head_gemm_f + head_gemm_b if last else 0.0)),
-        "attention_s": mb * layers[slow] * (attn_f + attn_b),
-        "elementwise_s": mb * (layers[slow] * (elem_f + elem_b) + (2 * loss if last else 0.0)
-                               + (2 * embed if first else 0.0)),
-        "tp_comm_s": mb * layers[slow] * (tp_f + tp_b),
-        "recompute_s": mb * layers[slow] * recompute_b,
-        "pp_bubble_s": bubble,
-        "pp_comm_s": pp_comm,
-        "dp_comm_s": dp_exposed,
-        "optimizer_s": optimizer,
-    }
-    breakdown["other_s"] = max(0.0, step_s - sum(breakdown.values()))
-    # memory per GPU
-    params_gpu = max(params_of(s) for s in range(p.pp))
+    if replicas <= 1:
+        return 0.0
+    last_backward = stage_b
+    if p.zero == 0:
+        return max(0.0, 2 * rs - last_backward)          # an all-reduce: two rings' worth
+    if p.zero == 1:
+        gather = ring_collective_s(stage_params * ELEMENT_BYTES, replicas, dbw, dlat)
+        return max(0.0, rs - last_backward) + max(0.0, gather - stage_f)
+    gather = ring_collective_s(layer_params(m) / p.tp * ELEMENT_BYTES, replicas, dbw, dlat)
+    layer_rs = ring_collective_s(layer_params(m) / p.tp * grad, replicas, dbw, dlat)
+    per_layer = (max(0.0, gather - layer.forward_s) + max(0.0, gather + layer_rs - layer.backward_s)) * layers[slow]
+    notes.append("FSDP: each layer's weights gathered before its forward and its backward, and its "
+                 "gradients reduce-scattered, in every micro-batch")
+    return req.microbatches * per_layer
+
+
+def _optimizer_s(req: StepRequest, layers: list[int], slow: int) -> float:
+    """The optimizer step (Adam) on the slowest stage: its state streamed once, sharded by ZeRO."""
+    p = req.parallel
+    shard = p.dp * p.cp if p.zero >= 1 else 1
+    # read and write 16 bytes of state a parameter
+    return _stage_params(req, layers, slow) / shard * 16 * 2 / (req.hardware.gpu.memory_bandwidth_gbps * 1e9)
+
+
+def _memory(req: StepRequest, layers: list[int], layer: _LayerTimes) -> dict[str, float]:
+    """Bytes per GPU on the stage that holds the most, by what holds them (module
+    docstring, "Memory per GPU")."""
+    m, p, t = req.model, req.parallel, req.tokens
+    replicas = p.dp * p.cp
+    grad = GRAD_BYTES[p.grad_reduce]
+    head_n = m.vocab // p.tp
+    params_gpu = max(_stage_params(req, layers, s) for s in range(p.pp))
     # each stage's peak of chunks in flight (sim.training.pipeline.in_flight), each of 1/v of its layers
-    held = in_flight(p.pp, mb, p.interleave)
+    held = in_flight(p.pp, req.microbatches, p.interleave)
     kept_layers = max(layers[s] * held[s] / p.interleave for s in range(p.pp))
     if p.zero == 3:      # fp32 shards (the master copy) and their gradients, two gathered bf16 layers, the moments
         weight_bytes = params_gpu * 4 / replicas + 2 * layer_params(m) / p.tp * ELEMENT_BYTES
@@ -600,7 +645,7 @@ def simulate_step(req: StepRequest) -> Step:
         "optimizer": state_bytes,
         "activations": kept_layers * activation_bytes_per_token(m, p.tp, p.recompute) * t,
         "logits": t * head_n * 4.0 if p.pp == 1 else 0.0,
-        "attention_working": attn_mem,
+        "attention_working": layer.attention_working_bytes,
         # the backward of a recomputed layer holds what its forward rebuilt, one layer at a time
         "recompute_working": (activation_bytes_per_token(m, p.tp, "none")
                               - activation_bytes_per_token(m, p.tp, p.recompute)) * t,
@@ -608,9 +653,58 @@ def simulate_step(req: StepRequest) -> Step:
     if p.pp > 1:
         memory["logits_last_stage"] = t * head_n * 4.0
     memory["total"] = sum(memory.values()) - memory.get("logits_last_stage", 0.0)
-    per_layer = {"gemm_fwd_s": gemm_f, "gemm_bwd_s": gemm_b, "attention_fwd_s": attn_f, "attention_bwd_s": attn_b,
-                 "elementwise_fwd_s": elem_f, "tp_fwd_s": tp_f, "tp_bwd_s": tp_b, "recompute_s": recompute_b}
-    return Step(request=req, step_s=step_s, breakdown=breakdown, per_layer=per_layer, memory=memory,
+    return memory
+
+
+def simulate_step(req: StepRequest) -> Step:
+    m, p, hw = req.model, req.parallel, req.hardware
+    if hw.gpu.memory_bandwidth_gbps is None:
+        raise RingsimError(f"GPU {hw.gpu.name} has no memory bandwidth: the step's elementwise work needs it")
+    notes: list[str] = []
+    layer = _layer_times(req)                        # per layer, per micro-batch
+    ends = _end_times(req)                           # the output layer (last stage) and the embedding (first)
+    layers = stage_layers(m.layers, p.pp)
+    stage_f = [n * layer.forward_s for n in layers]
+    stage_b = [n * layer.backward_s for n in layers]
+    stage_f[-1] += ends.head_fwd_s
+    stage_b[-1] += ends.head_bwd_s
+    stage_f[0] += ends.embedding_s
+    stage_b[0] += ends.embedding_s
+    slow = max(range(p.pp), key=lambda s: stage_f[s] + stage_b[s])
+    tf, tb = stage_f[slow], stage_b[slow]
+    mb = req.microbatches
+    work = mb * (tf + tb)
+    bw, lat = _link(req, p.tp * p.cp * p.dp * min(p.pp, 2))      # two neighbouring stages
+    send = lat * 1e-6 + _activation_bytes(req) / p.tp / (bw * 1e9) if p.pp > 1 else 0.0
+    # the pipeline played on the engine (sim.training.pipeline), with its sends and without them
+    pipe = _pipeline(stage_f, stage_b, send, mb, p.interleave)
+    pipe_bare = _pipeline(stage_f, stage_b, 0.0, mb, p.interleave) if send else pipe
+    bubble = max(0.0, pipe_bare - work)
+    pp_comm = max(0.0, pipe - pipe_bare)
+    dp_exposed = _data_parallel_s(req, layers, slow, layer, tf, tb, notes)
+    optimizer = _optimizer_s(req, layers, slow)
+    step_s = pipe + dp_exposed + optimizer
+    last, first, n = slow == p.pp - 1, slow == 0, layers[slow]
+    breakdown = {
+        "gemm_s": mb * (n * (layer.gemm_fwd_s + layer.gemm_bwd_s)
+                        + (ends.head_gemm_fwd_s + ends.head_gemm_bwd_s if last else 0.0)),
+        "attention_s": mb * n * (layer.attention_fwd_s + layer.attention_bwd_s),
+        "elementwise_s": mb * (n * (layer.elementwise_fwd_s + layer.elementwise_bwd_s)
+                               + (2 * ends.loss_s if last else 0.0) + (2 * ends.embedding_s if first else 0.0)),
+        "tp_comm_s": mb * n * (layer.tp_fwd_s + layer.tp_bwd_s),
+        "recompute_s": mb * n * layer.recompute_s,
+        "pp_bubble_s": bubble,
+        "pp_comm_s": pp_comm,
+        "dp_comm_s": dp_exposed,
+        "optimizer_s": optimizer,
+    }
+    breakdown["other_s"] = max(0.0, step_s - sum(breakdown.values()))
+    per_layer = {"gemm_fwd_s": layer.gemm_fwd_s, "gemm_bwd_s": layer.gemm_bwd_s,
+                 "attention_fwd_s": layer.attention_fwd_s, "attention_bwd_s": layer.attention_bwd_s,
+                 "elementwise_fwd_s": layer.elementwise_fwd_s, "tp_fwd_s": layer.tp_fwd_s,
+                 "tp_bwd_s": layer.tp_bwd_s, "recompute_s": layer.recompute_s}
+    return Step(request=req, step_s=step_s, breakdown=breakdown, per_layer=per_layer,
+                memory=_memory(req, layers, layer),
                 model_flops=model_flops_per_token(m, req.seq) * req.global_batch, stage_layers=layers, notes=notes,
                 stage_s=list(zip(stage_f, stage_b)), pipeline_play=(stage_f, stage_b, send, mb, p.interleave))
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-import hw.launch
+import hw.check
 from hw.check import PROBES, check
 from sim.cli.main import main
 from sim.engine.play import simulate
@@ -24,7 +24,7 @@ def kernel_is(monkeypatch):
                 sc = Scenario(workload=cfg.workload, n_gpus=cfg.n_gpus, layout=cfg.layout)
                 out.append((None, [measured(sc, profile) for _ in range(cfg.repeats)]))
             return out
-        monkeypatch.setattr(hw.launch, "run_configs", run_configs)
+        monkeypatch.setattr(hw.check, "run_configs", run_configs)
     return use
 
 

@@ -54,7 +54,7 @@ def test_interference_times_compute_with_events_not_a_device_wide_synchronize(mo
 # ---- one GPU per rank, or a refusal that names the counts ------------------------------
 
 def test_ranks_get_their_own_gpu_or_a_refusal_naming_the_counts():
-    from hw.runner import gpu_for_rank
+    from hw.devices import gpu_for_rank
 
     assert [gpu_for_rank(r, 4, 4) for r in range(4)] == [0, 1, 2, 3]
     assert gpu_for_rank(1, 2, 8) == 1
@@ -89,7 +89,7 @@ def test_torchrun_with_more_ranks_than_gpus_fails_on_every_rank_naming_the_count
 def test_nccl_join_uses_the_run_timeout_for_the_gloo_group_and_a_longer_one_for_nccl(monkeypatch):
     import torch.distributed as dist
 
-    from hw import launch
+    from hw import spawn
 
     calls = {}
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
@@ -98,8 +98,8 @@ def test_nccl_join_uses_the_run_timeout_for_the_gloo_group_and_a_longer_one_for_
                         lambda backend, **kw: calls.setdefault("init", (backend, kw["timeout"])))
     monkeypatch.setattr(dist, "new_group", lambda **kw: calls.setdefault("new_group", kw) and "control")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    _group, control = launch.join_group("nccl", rank=5, n_gpus=16, local_rank=5, timeout_s=42.0,
-                                        store=object())
+    _group, control = spawn.join_group("nccl", rank=5, n_gpus=16, local_rank=5, timeout_s=42.0,
+                                       store=object())
     assert control == "control" and calls["device"] == 5
     assert calls["new_group"] == {"backend": "gloo", "timeout": timedelta(seconds=42.0)}
     backend, nccl_timeout = calls["init"]

@@ -88,7 +88,7 @@ def test_a_sharing_reading_is_the_rounds_median_ratio_over_the_profiles_law(monk
     (0.2: 2.0x). The profile's law says 1.2x on two cores, the bound 2x on one."""
     asked = []
     per_rank = [rounds_of([0.1, 0.1, 0.1], [0.1, 0.1, 0.4])] * 2
-    monkeypatch.setattr("hw.spawn.spawn", fake_spawn(per_rank, asked))
+    monkeypatch.setattr("hw.reference.spawn", fake_spawn(per_rank, asked))
     p = hosted([(square(64, heads=2, head_dim=8), 0.01)])
     r = host_sharing(p, dtype="fp32", heads=2, head_dim=8, threads=1, seconds=1.2)
     assert r["processes"] == 2 and r["tokens"] == 64
@@ -107,7 +107,7 @@ def test_a_sharing_reading_is_the_rounds_median_ratio_over_the_profiles_law(monk
 
 def test_no_sharing_reading_without_a_host_model_or_reference_block(monkeypatch):
     asked = []
-    monkeypatch.setattr("hw.spawn.spawn", fake_spawn([], asked))
+    monkeypatch.setattr("hw.reference.spawn", fake_spawn([], asked))
     assert host_sharing(profile_with([(square(64, heads=2, head_dim=8), 0.01)]), dtype="fp32", heads=2,
                         head_dim=8, threads=1) is None
     assert host_sharing(hosted([]), dtype="fp32", heads=2, head_dim=8, threads=1) is None
