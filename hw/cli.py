@@ -17,10 +17,10 @@ import os
 import statistics
 from typing import Any
 
-from sim.cli.options import WORKLOAD_FLAGS, flags_for
 from sim.errors import RingsimError
 from sim.planning.spec import tokens
 from sim.scenario.config import LAYOUTS, PASSES, Workload
+from sim.scenario.resolve import WORKLOAD_FLAGS, flags_for
 
 
 def add_run_args(p: argparse.ArgumentParser, *, gpus: bool = True) -> None:

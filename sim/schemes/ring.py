@@ -51,11 +51,11 @@ from sim.hardware.topology import Topology
 from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank, packed
 from sim.layouts import get as get_layout
 from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
-from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
+from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, Variant, layouts_for, ring_step_grid
 from sim.trace.format import Trace
 
 if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
-    from sim.scenario.config import Scenario, Workload
+    from sim.scenario.config import Hardware, Scenario, Workload
 
 _ROWS = 1 << 18
 """Grid entries gathered per pass (a few MB of temporaries, reused by the allocator)."""
@@ -440,9 +440,18 @@ def block_map(trace: Trace) -> BlockMap:
                     value_label="ring step", axis_label=lay.chunk_axis)
 
 
-def _check(scenario: Scenario) -> None:
-    scenario.check_layout_chunks()
-    only_settings(scenario, "ring")
+def variants(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
+    """What a comparison runs: every layout worth trying, overlap on."""
+    return [Variant(layout, {"layout": layout, "overlap": True}) for layout in layouts_for(workload)]
+
+
+def candidates(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
+    """What a plan tries: every layout worth trying."""
+    return [Variant(f"{layout} layout", {"layout": layout}) for layout in layouts_for(workload)]
+
+
+def run_words(config: dict) -> str:
+    return f"ring, {config['layout']} layout, overlap {'on' if config['overlap'] else 'off'}"
 
 
 SCHEME = Scheme(
@@ -456,7 +465,12 @@ SCHEME = Scheme(
         "dkv": OpKind("dK/dV", "#8ab833", "#7fc9c9"),
     },
     block_map=block_map,
-    check=_check,
+    check=lambda scenario: scenario.check_layout_chunks(),
+    ring_options=("layout", "overlap", "sync"),
+    variants=variants,
+    candidates=candidates,
+    training_cp=True,
+    run_words=run_words,
     # forward, step-synchronous or lock-step: a rank posts K/V hop k after hop k-1 was done
     # on both its ranks, and hop k waits for that on both ends (see _after), so the queue of
     # batches adds nothing; backward posts K/V hop k before dK/dV hop k-1 is done

@@ -18,6 +18,7 @@ from dashboard.state import defaults, scenario_from_values
 from sim.engine.play import simulate
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.memory import peak_memory
+from sim.schemes import Settings
 from sim.schemes import get as get_scheme
 from sim.trace.metrics import compute_metrics
 from tests.dashboard.conftest import controls, measured_from, small_scenario
@@ -266,7 +267,7 @@ def test_the_questions_stay_on_the_ring():
     from dashboard.questions import _scenario as quiz_scenario
 
     sc = quiz_scenario({"values": defaults() | {"scheme": "allgather", "head-groups": 4}})
-    assert (sc.scheme, sc.head_groups) == ("ring", 1)
+    assert (sc.scheme, sc.settings) == ("ring", Settings())
     assert Workload() == sc.workload
 
 

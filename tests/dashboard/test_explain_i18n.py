@@ -12,9 +12,9 @@ import pytest
 from dashboard import explain
 from dashboard.i18n import Translator, catalog
 from dashboard.plan import DEFAULTS, plan_data
-from sim.cli.options import scenario_from_args
+from sim.cli.options import simulate_parser, values_from_args
 from sim.planning.compare import compare_scheme_rows
-from sim.planning.spec import simulate_parser
+from sim.scenario.resolve import scenario_of
 from sim.schemes import names as scheme_names
 from sim.trace.metrics import EXPLAIN_TEMPLATES, explain_clauses, explain_text
 from sim.trace.metrics import explain as sim_explain
@@ -62,7 +62,7 @@ def rows():
     parser = simulate_parser()
     out = {}
     for name, (args, scheme, variant, _) in SCENARIOS.items():
-        compared = compare_scheme_rows(scenario_from_args(parser.parse_args(args.split())))
+        compared = compare_scheme_rows(scenario_of(values_from_args(parser.parse_args(args.split()))))
         out[name] = next(r for r in compared if (r["scheme"], r["variant"]) == (scheme, variant))
     return out
 

@@ -14,7 +14,8 @@ from dashboard.explain import STEP_PARTS
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.questions import ANSWERS, N_CHOICES
 from sim.hardware.pcie import LINK_KINDS, P2P_MODES
-from sim.scenario.config import LAYOUTS, PLACEMENTS
+from sim.scenario.config import LAYOUTS
+from sim.scenario.schema import scenario_option
 from sim.schemes import names as scheme_names
 from sim.trace.metrics import EXPLAIN_TEMPLATES, KIND_LABELS
 from sim.training.step import RECOMPUTE
@@ -49,7 +50,8 @@ def _key_families() -> set[str]:
     """Keys the code makes from a name: a scheme's and a placement's label, a column of
     the schemes' table, a clause of what bounds a run and its kinds of transfer and of
     PCIe link (dashboard/explain.py), a text of a view's chart (dashboard.app.FIGURE_TEXTS)."""
-    return ({f"opt.scheme.{s}" for s in scheme_names()} | {f"opt.placement.{p}" for p in PLACEMENTS}
+    return ({f"opt.scheme.{s}" for s in scheme_names()}
+            | {f"opt.placement.{p}" for p in scenario_option("placement").choices}
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
             | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
             | {f"why.kind.{k}" for k in KIND_LABELS} | {"why.link-kind." + k.replace(" ", "-") for k in LINK_KINDS}
