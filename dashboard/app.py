@@ -37,7 +37,7 @@ from dashboard.figures.merge import LABELS as MERGE_TEXTS
 from dashboard.figures.overlay import LABELS as OVERLAY_TEXTS
 from dashboard.figures.schemes import LABELS as SCHEME_TEXTS
 from dashboard.figures.sweep import LABELS as SWEEP_TEXTS
-from dashboard.i18n import DEFAULT_LANG, Translator, catalog, layout_label
+from dashboard.i18n import DEFAULT_LANG, Translator, catalog, layout_label, run_words
 from dashboard.layout import MAX_UPLOAD_BYTES, field_style, page
 from dashboard.state import (
     CONTROL_IDS,
@@ -60,6 +60,7 @@ from sim.layouts import get as get_layout
 from sim.scenario.config import Scenario, scenario_from_config
 from sim.scenario.memory import full_kv_bytes
 from sim.scenario.online_softmax import example as merge_example
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import Trace
 from sim.units import fmt_bytes
 
@@ -92,26 +93,6 @@ def _fmt_s(x: float | None) -> str:
         return "–"
     scale, unit = figures.time_unit(abs(x) if x else 1e-6)
     return f"{x * scale:.4g} {unit}"
-
-
-def run_words(t: Translator, config: dict[str, Any]) -> str:
-    """The scheme and what sets it apart, in the page's language (figures.run_label's
-    English, with the ring named)."""
-    scheme = config.get("scheme", "ring")
-    layout = config.get("layout")
-    overlap = t("opt.on" if config.get("overlap") else "opt.off")
-    ring = t("run.ring-part", layout=layout_label(t, layout), overlap=overlap) if layout else ""
-    if scheme == "ring":
-        return t("run.ring", layout=layout_label(t, layout), overlap=overlap)
-    if scheme == "allgather":
-        g = config.get("head_groups", 1)
-        return t("run.allgather.one") if g == 1 else t("run.allgather.groups", groups=t.int(g))
-    if scheme == "ulysses":
-        return t("run.ulysses", degree=config.get("ulysses_degree", "?"))
-    if scheme == "hybrid":
-        return t("run.hybrid", u=config.get("ulysses_degree", "?"), r=config.get("ring_degree", "?"),
-                 placement=t(f"opt.placement.{config.get('placement', 'ulysses-inner')}"), ring=ring)
-    return scheme
 
 
 def _fmt_pct(x: float | None) -> str:
@@ -439,7 +420,7 @@ def _register_summary(app: dash.Dash, served: Served) -> None:
         return compute.figure("strip", Scenario(), None, [split, seq, t.lang], make)
 
     def _name(sc) -> str:
-        how = sc.layout if sc.scheme == "ring" else sc.scheme
+        how = sc.layout if sc.scheme == DEFAULT_SCHEME else sc.scheme
         return f"ringsim-{sc.n_gpus}gpu-{how}-{sc.workload.seq}-{sc.workload.pass_}"
 
     @app.callback(Output("dl-trace", "data"), Input("dl-trace-btn", "n_clicks"),
@@ -768,7 +749,7 @@ def sweep_labels(t: Translator) -> dict[str, Any]:
 
 def block_map_labels(t: Translator) -> dict[str, Any]:
     def run(config: dict[str, Any]) -> str:
-        if config.get("scheme", "ring") == "ring":
+        if config.get("scheme", DEFAULT_SCHEME) == DEFAULT_SCHEME:
             return layout_label(t, config.get("layout", "unknown layout"))
         return run_words(t, config)
 

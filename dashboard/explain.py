@@ -17,6 +17,8 @@ from functools import lru_cache
 from typing import Any
 
 from dashboard.i18n import DEFAULT_LANG, Translator, catalog, layout_label
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import get as get_scheme
 from sim.trace.metrics import CLAUSE_SEPARATOR, clause_fields, clauses_from_text, explain_clauses
 from sim.units import fmt_bytes, fmt_s
 
@@ -127,7 +129,7 @@ def compared_variant(t: Translator, scheme: str, text: str) -> str:
     """A variant as `ringsim compare --schemes` names it (sim.planning.compare.scheme_variants: the
     ring's layout, "one gather", "8 head groups", "degree 8"; a hybrid's split and
     placement kept as the command line spells them), in `t`'s language."""
-    if scheme == "ring":
+    if scheme == DEFAULT_SCHEME:
         return layout_label(t, text)
     return variant(t, text)
 
@@ -184,12 +186,9 @@ def _plan_why(t: Translator, c: dict[str, Any], plan: dict[str, Any], bound_text
         parts.append(t("plan.why.slower", pct=t.digits(f"{ratio - 1:.1%}")) if ratio < 1.1 else
                      t("plan.why.times", ratio=t.digits(f"{ratio:.2f}")))
     parts.append(bound_text)
-    kv_heads = model["kv_heads"]
-    u = c["settings"].get("ulysses-degree", plan["request"]["gpus"] if c["scheme"] == "ulysses" else None)
-    if u and u > kv_heads:
-        parts.append(t("plan.why.replicated", times=str(u // kv_heads), kv_heads=str(kv_heads)))
-    if c["scheme"] == "allgather":
-        parts.append(t("plan.why.holds-all" if c["settings"]["head-groups"] == 1 else "plan.why.holds-group"))
+    # the scheme's own notes (sim.schemes.base.Scheme.plan_notes)
+    for note, values in get_scheme(c["scheme"]).plan_notes(c["settings"], plan["request"]["gpus"], model["kv_heads"]):
+        parts.append(t(f"plan.why.{note}", **{k: str(v) for k, v in values.items()}))
     return "; ".join(p for p in parts if p)
 
 

@@ -30,6 +30,8 @@ from sim.hardware.pcie import P2P_MODES
 from sim.hardware.presets import CLUSTER_PRESETS, LINK_PRESETS
 from sim.scenario.config import PASSES
 from sim.scenario.schema import scenario_option
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
 
 LANGUAGES = ("en", "id")
@@ -188,6 +190,26 @@ def scheme_label(t: Translator, scheme: str) -> str:
     added since)."""
     key = f"opt.scheme.{scheme}"
     return t(key) if t.has(key) else scheme
+
+
+def run_words(t: Translator, config: dict[str, Any]) -> str:
+    """A run's scheme and what sets it apart, in the page's language, from its trace header:
+    the scheme's own terms (sim.schemes.base.Scheme.run_terms) in its catalog entry
+    run.<scheme>[.<form>], with the ring's layout and overlap (`ring`: run.ring-part) and an
+    option's value in that option's words (opt.<option>.<value>); a scheme the catalogs do
+    not know by its name."""
+    name = config.get("scheme", DEFAULT_SCHEME)
+    if name not in scheme_names():
+        return str(name)
+    form, values = get_scheme(name).run_terms(config)
+    key = f"run.{name}" + (f".{form}" if form else "")
+    if not t.has(key):
+        return name
+    layout = config.get("layout")
+    overlap = t("opt.on" if config.get("overlap") else "opt.off")
+    ring = t("run.ring-part", layout=layout_label(t, layout), overlap=overlap) if layout else ""
+    words = {k: t(f"opt.{k}.{v}") if t.has(f"opt.{k}.{v}") else v for k, v in values.items()}
+    return t(key, layout=layout_label(t, layout), overlap=overlap, ring=ring, **words)
 
 
 def layout_label(t: Translator, layout: Any) -> str:

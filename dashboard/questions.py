@@ -23,6 +23,7 @@ from dashboard.nav import N_QUESTIONS
 from dashboard.state import defaults, ring_values, scenario_from_values
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 
 ANSWERS = {1: 1, 2: 0, 3: 2, 4: 3, 5: 1, 6: 0, 7: 3, 8: 2}
 """The right choice (0-based) of each question; the choices' texts are in the catalogs."""
@@ -215,7 +216,7 @@ def register_callbacks(app) -> None:
         if tab != "timeline":
             raise PreventUpdate
         values = (data or {}).get("values") if isinstance(data, dict) else None
-        if (values or {}).get("scheme", "ring") != "ring":
+        if (values or {}).get("scheme", DEFAULT_SCHEME) != DEFAULT_SCHEME:
             # the animation is the ring's: another scheme's timeline stands alone
             return no_update, no_update, no_update, _HIDDEN
         try:

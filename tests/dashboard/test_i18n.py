@@ -14,8 +14,12 @@ from dashboard.explain import STEP_PARTS
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
 from dashboard.questions import ANSWERS, N_CHOICES
 from sim.hardware.pcie import LINK_KINDS, P2P_MODES
-from sim.scenario.config import LAYOUTS
+from sim.planning.compare import scheme_variants
+from sim.planning.plan import NOTES
+from sim.scenario.config import LAYOUTS, Hardware, Scenario, Workload
+from sim.scenario.resolve import vary
 from sim.scenario.schema import scenario_option
+from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
 from sim.trace.metrics import EXPLAIN_TEMPLATES, KIND_LABELS
 from sim.training.step import RECOMPUTE
@@ -46,11 +50,23 @@ def _keys_named_in_code() -> set[str]:
     return keys
 
 
+def _run_keys() -> set[str]:
+    """The words of a run of each scheme (dashboard.i18n.run_words: run.<scheme>[.<form>]),
+    for every variant a comparison runs (sim.schemes.base.Scheme.run_terms)."""
+    base = Scenario(workload=Workload(seq=4096, heads=8, kv_heads=4), hardware=Hardware(gpus_per_node=4), n_gpus=8)
+    out = set()
+    for scheme, variant in scheme_variants(base):
+        form, _ = get_scheme(scheme).run_terms(vary(base, scheme, variant.values).describe())
+        out.add(f"run.{scheme}" + (f".{form}" if form else ""))
+    return out
+
+
 def _key_families() -> set[str]:
-    """Keys the code makes from a name: a scheme's and a placement's label, a column of
-    the schemes' table, a clause of what bounds a run and its kinds of transfer and of
-    PCIe link (dashboard/explain.py), a text of a view's chart (dashboard.app.FIGURE_TEXTS)."""
-    return ({f"opt.scheme.{s}" for s in scheme_names()}
+    """Keys the code makes from a name: a scheme's and a placement's label, the words of a
+    run, a scheme's note on a plan's candidate, a column of the schemes' table, a clause of
+    what bounds a run and its kinds of transfer and of PCIe link (dashboard/explain.py), a
+    text of a view's chart (dashboard.app.FIGURE_TEXTS)."""
+    return ({f"opt.scheme.{s}" for s in scheme_names()} | _run_keys() | {f"plan.why.{n}" for n in NOTES}
             | {f"opt.placement.{p}" for p in scenario_option("placement").choices}
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
             | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
