@@ -18,9 +18,9 @@ import statistics
 from typing import Any
 
 from sim.errors import RingsimError
-from sim.planning.spec import tokens
 from sim.scenario.config import LAYOUTS, PASSES, Workload
 from sim.scenario.resolve import WORKLOAD_FLAGS, flags_for
+from sim.units import tokens
 
 
 def add_run_args(p: argparse.ArgumentParser, *, gpus: bool = True) -> None:

@@ -26,8 +26,8 @@ from hw.validate import SCHEMES
 from sim.calibration.validation import REPLAYS
 from sim.errors import RingsimError
 from sim.files import kept_file, read_json, write_json
-from sim.planning.spec import tokens
 from sim.trace.format import Trace
+from sim.units import tokens
 
 
 def register(sub) -> None:

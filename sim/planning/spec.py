@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator
 from sim.errors import RingsimError
 from sim.scenario.option import ScenarioOption
 from sim.scenario.schema import SCENARIO_OPTIONS
-from sim.units import parse_count, tokens  # noqa: F401  (the spec reads sizes; callers import them here)
+from sim.units import parse_count
 
 OUTPUT_OPTIONS = ("json", "trace", "chrome_trace", "force")
 """simulate's options that write output: not part of a configuration."""

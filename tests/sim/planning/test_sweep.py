@@ -14,8 +14,9 @@ import pytest
 from sim.cli.main import main
 from sim.errors import RingsimError
 from sim.planning.results import read_rows
-from sim.planning.spec import Spec, expand_range, load_spec, parse_count
+from sim.planning.spec import Spec, expand_range, load_spec
 from sim.planning.sweep import Runner, simulate_config, sweep
+from sim.units import parse_count
 
 SMALL = {"gpus": [2, 4], "seq": ["4k", 8192], "scheme": ["ring", "ulysses"], "heads": 8, "kv-heads": 4}
 """8 configurations, each a few milliseconds."""
