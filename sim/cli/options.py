@@ -17,7 +17,7 @@ from sim.errors import RingsimError
 from sim.scenario.config import Hardware
 from sim.scenario.option import ScenarioOption
 from sim.scenario.resolve import Resolved, hardware_of, resolve
-from sim.scenario.schema import SCENARIO_OPTIONS
+from sim.scenario.schema import SCENARIO_OPTIONS, scenario_option
 from sim.units import tokens
 
 
@@ -103,8 +103,9 @@ def resolve_run(values: dict[str, Any]) -> Resolved:
 
 
 def hardware_from_args(a: argparse.Namespace) -> Hardware:
-    """The hardware the hardware flags describe (sim.scenario.resolve.hardware_of)."""
-    return hardware_of(values_from_args(a))
+    """The hardware the hardware flags describe (sim.scenario.resolve.hardware_of); a
+    command's other arguments (`step`'s model and CP scheme) are not read."""
+    return hardware_of({k: v for k, v in values_from_args(a).items() if scenario_option(k).group == "hardware"})
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
