@@ -25,11 +25,13 @@ from dashboard.state import scenario_key
 from sim.engine.play import simulate
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware, Link
 from sim.layouts import get as get_layout
 from sim.layouts import packed
 from sim.planning.compare import compare_layout_rows, compare_scheme_rows, scheme_variants
+from sim.reasons import english
 from sim.scenario import documents
-from sim.scenario.config import LAYOUTS, Hardware, Link, Scenario
+from sim.scenario.config import LAYOUTS, Scenario
 from sim.scenario.memory import full_kv_bytes, peak_memory, peak_memory_bytes
 from sim.scenario.resolve import vary
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
@@ -200,7 +202,7 @@ def current_variant(scenario: Scenario) -> tuple[str, str] | None:
             continue
         try:
             if vary(base, scheme, variant.values).describe() == want:
-                return scheme, variant.label
+                return scheme, variant.name
         except RingsimError:
             continue
     return None
@@ -318,9 +320,9 @@ def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, floa
     flops = w.fwd_flops(tokens * tokens)
     # called isolated and alone (the block model): the floor in front and no merge, so that
     # differences between sizes are the GPU's work, not a host-bound queued call's floor
-    order = {"alone": True, "isolated": True} if getattr(hw, "takes_call_order", False) else {}
+    order = {"alone": True, "isolated": True} if hw.takes_call_order else {}
     compute = hw.compute_time_s(flops, dtype=w.dtype, kind="fwd", mask="full",
-                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(hw, w), **order)
+                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(w), **order)
     transfer = hw.transfer_time_s(w.kv_bytes(1) * tokens, 0, 1)
     return compute, transfer
 
@@ -429,15 +431,16 @@ def memory_table(scenario: Scenario) -> dict[str, Any]:
             "schemes": scheme_memory(scenario, seqs, counts)}
 
 
-def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]]:
+def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]]:
     """The comparison's variants (sim.planning.compare.scheme_variants) with a memory model of
     their own at the scenario: the ring's layouts and the hybrid's placements hold the
-    same bytes, one of each is kept. (label, scheme, the variant's option values)."""
+    same bytes, one of each is kept. (label, scheme, the variant's clause where the label
+    names it, the variant's option values)."""
     try:
         base = scheme_base(scenario)
     except RingsimError:
         return []
-    kept: list[tuple[str, str, dict[str, Any], dict[str, int]]] = []
+    kept: list[tuple[dict[str, Any] | None, str, dict[str, Any], dict[str, int]]] = []
     for scheme, variant in scheme_variants(base):
         try:
             items = peak_memory(vary(base, scheme, variant.values))
@@ -448,7 +451,8 @@ def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any]]
     out = []
     for label, scheme, values, _ in kept:
         alone = sum(1 for k in kept if k[1] == scheme) == 1
-        out.append((scheme if alone or not label else f"{scheme} ({label})", scheme, values))
+        named = None if alone else label
+        out.append((scheme if named is None else f"{scheme} ({english(named)})", scheme, named, values))
     return out
 
 
@@ -459,7 +463,7 @@ def scheme_memory(scenario: Scenario, seqs: list[int], counts: list[int]) -> lis
     out = []
     variants = _memory_variants(scenario)
     base = scheme_base(scenario) if variants else None
-    for label, scheme, values in variants:
+    for label, scheme, variant, values in variants:
         # at another GPU count the degrees are the scheme's own choice
         at_n = {k: v for k, v in values.items() if k not in get_scheme(scheme).gpu_shares}
 
@@ -470,7 +474,7 @@ def scheme_memory(scenario: Scenario, seqs: list[int], counts: list[int]) -> lis
                 return None
 
         out.append({
-            "label": label, "scheme": scheme,
+            "label": label, "scheme": scheme, "variant_clause": variant,
             "items": peak_memory(vary(base, scheme, values)),
             "by_seq": [total(values, workload=_with_seq(scenario, s)) for s in seqs],
             "by_gpus": [total(at_n, n_gpus=g) for g in counts],

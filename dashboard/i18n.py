@@ -1,4 +1,5 @@
-"""The dashboard's languages: message catalogs, number formats and the page's texts.
+"""The dashboard's languages: message catalogs, number formats, and the names of schemes,
+layouts and runs for people.
 
 Texts live in gettext catalogs, one per language (`dashboard/locale/<lang>/LC_MESSAGES/
 ringsim.po`), read with Babel at start-up; the code names a message by a key such as
@@ -7,9 +8,9 @@ ringsim.po`), read with Babel at start-up; the code names a message by a key suc
 (Babel's CLDR data: `16,384` in English, `16.384` in Indonesian).
 
 A message missing from a language falls back to English, so that a page never breaks;
-the tests fail on it (tests/dashboard/test_i18n.py). `PAGE_TEXTS` lists which component
-property of the page shows which message; `register_callbacks` rewrites them all when
-the language changes.
+the tests fail on it (tests/dashboard/test_i18n.py). Which component of the page shows
+which message, and the switch that rewrites them, are the language view's
+(dashboard/views/language.py).
 """
 
 from __future__ import annotations
@@ -22,14 +23,7 @@ from typing import Any
 
 from babel.messages.pofile import read_po
 from babel.numbers import format_decimal, format_scientific
-from dash import Input, Output, ctx, dcc, html, no_update
 
-from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK, defaults, shown_layouts
-from dashboard.views import HELP, SUMMARY_CARDS, TABS
-from sim.hardware.pcie import P2P_MODES
-from sim.hardware.presets import CLUSTER_PRESETS, LINK_PRESETS
-from sim.scenario.config import PASSES
-from sim.scenario.schema import scenario_option
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
@@ -147,44 +141,6 @@ class Translator:
         return _DECIMAL.sub(lambda m: m.group(1) + point + m.group(2), text)
 
 
-# --- the page's texts ---------------------------------------------------------------------
-# (component id, property, message key). Options lists are built by _options below.
-
-def _page_texts() -> list[tuple[str, str, str]]:
-
-    texts = [(f"{cid}-label", "children", f"ctl.{cid}.label") for cid in CONTROL_IDS]
-    texts += [(f"{cid}-help", "children", f"ctl.{cid}.help") for cid in HELP]
-    texts += [(f"tab-{value}", "label", f"tab.{value}") for value, _ in TABS]
-    texts += [(f"{cid}-label", "children", f"card.{cid}") for cid, _ in SUMMARY_CARDS]
-    texts += [(f"h-{h}", "children", f"heading.{h}")
-              for h in ("scheme", "ring", "workload", "hardware", "counting")]
-    texts += [
-        ("tagline", "children", "page.tagline"),
-        ("lang-label", "children", "page.language"),
-        ("profile-label", "children", "ctl.profile.label"),
-        ("profile-clear", "children", "ctl.profile.clear"),
-        ("dl-trace-btn", "children", "btn.trace"),
-        ("dl-chrome-btn", "children", "btn.chrome"),
-        ("dl-csv-btn", "children", "btn.csv"),
-        ("ranks-label", "children", "ctl.ranks.label"),
-        ("merge-row-label", "children", "ctl.merge-row.label"),
-        ("measured-example-label", "children", "measured.example.label"),
-        ("measured-example", "placeholder", "measured.example.placeholder"),
-        ("docs", "placeholder", "ctl.docs.placeholder"),
-        ("window", "placeholder", "ctl.window.placeholder"),
-        ("timeline-ring-label", "children", "ring.caption"),
-        ("quiz-nav-label", "children", "quiz.nav"),
-        ("quiz-next", "children", "quiz.next"),
-        ("quiz-restart", "children", "quiz.restart"),
-        ("quiz-bw-label", "children", "quiz.bandwidth"),
-        ("quiz-row-label", "children", "quiz.row"),
-    ]
-    for prefix in ("timeline", "quiz"):
-        texts += [(f"{prefix}-ring-play", "title", "ring.play"),
-                  (f"{prefix}-ring-step-label", "children", "ring.slider")]
-    return texts
-
-
 def scheme_label(t: Translator, scheme: str) -> str:
     """A scheme's name for people (its module name when the catalogs have none: a scheme
     added since)."""
@@ -216,71 +172,3 @@ def layout_label(t: Translator, layout: Any) -> str:
     """A layout's name in the page's language (its own name where the catalogs have none)."""
     key = f"opt.layout.{layout}"
     return t(key) if t.has(key) else str(layout)
-
-
-def _upload_children(t: Translator, key: str) -> list[Any]:
-    before, _, after = t(key).partition("{choose}")
-    return [html.Div([before, html.A(t("upload.choose")), after])]
-
-
-def _options(t: Translator, layouts: tuple[str, ...]) -> list[tuple[str, str, Any]]:
-    onoff = [{"label": t("opt.on"), "value": True}, {"label": t("opt.off"), "value": False}]
-    return [
-        ("scheme", "options", [{"label": scheme_label(t, s), "value": s} for s in scheme_names()]),
-        ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p}
-                                  for p in scenario_option("placement").choices]),
-        ("layout", "options", [{"label": layout_label(t, x), "value": x} for x in layouts]),
-        ("p2p", "options", [{"label": t(f"opt.p2p.{x}"), "value": x} for x in ("preset", *P2P_MODES)]),
-        ("cluster", "options", [{"label": t("opt.cluster.none"), "value": NO_CLUSTER},
-                                *[{"label": x, "value": x} for x in CLUSTER_PRESETS]]),
-        ("overlap", "options", onoff),
-        ("causal", "options", onoff),
-        ("sync", "options", [{"label": t("opt.sync.step"), "value": "step"},
-                             {"label": t("opt.sync.buffered"), "value": "buffered"}]),
-        ("pass", "options", [{"label": t(f"opt.pass.{p}"), "value": p} for p in PASSES]),
-        ("inter-link", "options", [{"label": t("opt.inter-link.same"), "value": SAME_LINK},
-                                   *[{"label": x, "value": x} for x in LINK_PRESETS]]),
-        ("profile-upload", "children", _upload_children(t, "upload.profile")),
-        ("trace-upload", "children", _upload_children(t, "upload.trace")),
-    ]
-
-
-def page_texts(lang: Any, layouts: tuple[str, ...] | None = None) -> list[tuple[str, str, Any]]:
-    """Every translated (component id, property, value) of the page in `lang`; the layout
-    control offers `layouts` (those of the page's first scenario when None)."""
-    t = Translator(lang)
-    if layouts is None:
-        d = defaults()
-        layouts = shown_layouts(d["docs"], d["window"], d["layout"])
-    return [(cid, prop, t(key)) for cid, prop, key in _page_texts()] + _options(t, layouts)
-
-
-def language_bar() -> html.Div:
-    """The language switch (autonyms from each catalog) and a line for unreadable links."""
-    return html.Div(className="lang-bar", children=[
-        html.Label(Translator(DEFAULT_LANG)("page.language"), id="lang-label", htmlFor="lang"),
-        dcc.RadioItems(id="lang", value=DEFAULT_LANG, inline=True, className="radio lang",
-                       options=[{"label": catalog(x)["language.name"], "value": x} for x in LANGUAGES]),
-        dcc.Store(id="lang-html"),
-        html.Span(id="nav-msg", className="nav-msg", role="alert"),
-    ])
-
-
-def register_callbacks(app) -> None:
-    outputs = [(cid, prop) for cid, prop, _ in page_texts(DEFAULT_LANG)]
-
-    # the layouts offered follow the documents (dashboard.state.shown_layouts): a change of
-    # those rewrites the layout's options only
-    @app.callback([Output(cid, prop) for cid, prop in outputs], Input("lang", "value"), Input("docs", "value"),
-                  Input("window", "value"), Input("layout", "value"))
-    def translate_page(lang, docs, window, layout):
-        texts = page_texts(lang, shown_layouts(docs, window, layout))
-        triggered = set(ctx.triggered_prop_ids.values())
-        if triggered and "lang" not in triggered:
-            return [v if (cid, prop) == ("layout", "options") else no_update for cid, prop, v in texts]
-        return [v for _, _, v in texts]
-
-    # the document's language, for screen readers and hyphenation
-    app.clientside_callback(
-        "function(lang) { document.documentElement.lang = lang || 'en'; return lang; }",
-        Output("lang-html", "data"), Input("lang", "value"))

@@ -23,6 +23,7 @@ from typing import Any
 from dashboard import export
 from dashboard.i18n import Translator
 from sim.errors import RingsimError
+from sim.hardware.profile import Profile
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import Trace
 
@@ -127,10 +128,9 @@ def measured_machine(trace: Trace) -> str | None:
 
 def simulated_machine(hardware: Any) -> str:
     """The machine a calibrated profile was measured on, or the preset GPU and link."""
-    measured_on = getattr(hardware, "measured_on", None)
-    if isinstance(measured_on, dict):
-        device = measured_on.get("device") or "a calibrated profile"
-        backend = measured_on.get("backend")
+    if isinstance(hardware, Profile):
+        device = hardware.measured_on.get("device") or "a calibrated profile"
+        backend = hardware.measured_on.get("backend")
         return f"{device}, {backend}" if backend else str(device)
     return f"{hardware.gpu.name} / {hardware.link.name}"
 
@@ -151,8 +151,8 @@ def mismatch(trace: Trace, hardware: Any) -> tuple[str, str] | None:
     if measured is None:
         return None
     hw = trace.hardware
-    measured_on = getattr(hardware, "measured_on", None)
-    if isinstance(measured_on, dict):
+    if isinstance(hardware, Profile):
+        measured_on = hardware.measured_on
         same = _same(hw.get("device"), measured_on.get("device"))
         if hw.get("backend") and measured_on.get("backend"):
             same = same and _same(hw["backend"], measured_on["backend"])

@@ -14,8 +14,8 @@ from urllib.parse import parse_qsl, urlencode
 
 from dash import Input, Output, State, no_update
 
+from dashboard.contents import TABS
 from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator
-from dashboard.views import TABS
 
 N_QUESTIONS = 8
 DEFAULT_VIEW = "timeline"
@@ -23,7 +23,7 @@ NAV_KEYS = ("view", "q", "lang")
 
 
 def views() -> tuple[str, ...]:
-    """The tabs' values (dashboard.views)."""
+    """The tabs' values (dashboard.contents.TABS)."""
     return tuple(value for value, _ in TABS)
 
 

@@ -20,8 +20,9 @@ import plotly.graph_objects as go
 from dashboard import compute, quiz_figures
 from dashboard.i18n import Translator
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware, Link
 from sim.layouts import exact_work, n_chunks, rank_of_token
-from sim.scenario.config import Hardware, Link, Scenario
+from sim.scenario.config import Scenario
 from sim.scenario.memory import full_kv_bytes, peak_memory_bytes
 from sim.scenario.online_softmax import example as merge_example
 

@@ -133,7 +133,7 @@ def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, height: int = 440
         return _title(lead, t("ring.sub", hops=n - 1) + (f"<br>{note}" if note else ""))
 
     # the frames hold each step's blocks and title; the page steps through them
-    # (dashboard/questions.py: a play button and a step slider, in the browser)
+    # (dashboard/views/ring_animation.py: a play button and a step slider, in the browser)
     fig.frames = [go.Frame(name=str(k), data=[blocks(k)], traces=[2], layout=dict(title=title(k)))
                   for k in range(n)]
     lim = 1.62

@@ -45,8 +45,8 @@ def register(sub) -> None:
                    help="with --check: the largest |makespan error| that passes (default 0.10)")
     p.add_argument("--replays", type=int, default=None, metavar="N",
                    help="with --check or --holdout: predict each run by the median of N plays seeded with the "
-                        f"profile's measured spread, as bench/calibrate_cpu.sh validates (default {REPLAYS}; 1: one play "
-                        "at the mean rate; a profile without a spread plays once)")
+                        f"profile's measured spread, as bench/calibration/calibrate_cpu.sh validates (default {REPLAYS}; "
+                        "1: one play at the mean rate; a profile without a spread plays once)")
     p.add_argument("--gpu", default=None,
                    help="with a GPU's compute-only bench: the GPU preset it calibrates (default: from the device name)")
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
@@ -188,7 +188,7 @@ def cmd_check(a: argparse.Namespace) -> int:
             print(f"note: load average {result['load_avg_1m']:.1f} on {cores} cores: other processes shared "
                   "this host during the probe, and its times include them")
         if not result["holds"]:
-            print("recalibrate here: bench/calibrate_cpu.sh --force (or `ringsim hw bench` then "
+            print("recalibrate here: bench/calibration/calibrate_cpu.sh --force (or `ringsim hw bench` then "
                   "`ringsim calibrate`)")
     return 0 if result["holds"] else 1
 

@@ -6,7 +6,7 @@ cases as the validation matrix (hw.validate) uses, at its smallest size. A probe
 passes when its median makespan lies within the tolerance of the prediction. Each probe
 is scored as `ringsim validate` scores a case (sim.calibration.validation.compare_case), whose
 breakdown (compute, transfer) names the part of a miss, and predicted as
-`bench/calibrate_cpu.sh` validates: by the median of `replays` plays seeded with the
+`bench/calibration/calibrate_cpu.sh` validates: by the median of `replays` plays seeded with the
 host's measured spread (sim.calibration.validation.simulate_replays; one play at the mean rate where
 the profile has no spread). The report also sets the host
 the profile was measured on against this one (sim.hardware.host) and, on CPU profiles, reads this

@@ -199,7 +199,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from hw.bench import run_bench
+    from hw.bench.command import run_bench
 
     return run_bench(a)
 
@@ -213,7 +213,7 @@ def _help(parser: argparse.ArgumentParser):
 
 def register(subparsers: Any) -> None:
     """Add `hw run` and `hw bench` to the `ringsim` command line."""
-    from hw.bench import add_bench_args
+    from hw.bench.options import add_bench_args
 
     hp = subparsers.add_parser("hw", help="the real ring kernel: run it or benchmark its parts")
     hp.set_defaults(func=_help(hp))

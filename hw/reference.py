@@ -9,12 +9,12 @@ operator, inputs and thread count), and returns its time now over the profile's:
 means the host computes 10% slower than when it was calibrated.
 
 A virtual machine's cores can also be shared from outside it while one process alone
-keeps its speed. On a 2-core VM, read back to back for 300 s (bench/host_sharing.py),
+keeps its speed. On a 2-core VM, read back to back for 300 s (bench/calibration/host_sharing.py),
 two processes computing the block at once ran 1.01-1.06x slower than one alone in 27
 readings of 32 and 1.62-1.71x in the other 5 (stretches of 10-30 s), while one process
 stayed at 1.05-1.19x its time in the profile throughout. `host_sharing` reads that: two
 processes compute the reference block at once, alternating with each alone, as the
-bench's concurrency part measures its law (hw.bench._concurrency_worker), and the ratio
+bench's concurrency part measures its law (hw.bench.parts._concurrency_worker), and the ratio
 is set against the profile's law at two processes: 1.5 means two ranks now run 1.5x
 slower beside each other than when the profile was measured.
 
@@ -32,14 +32,16 @@ import math
 import time
 from typing import Any
 
-from hw.bench import REFERENCE_TOKENS, block_flops  # the compute part's reference size; block FLOPs
+from hw.bench.measure import block_flops  # the compute part's reference size; block FLOPs
+from hw.bench.parts import REFERENCE_TOKENS  # the compute part's reference size; block FLOPs
 from sim.errors import RingsimError
+from sim.hardware.profile import Profile
 
 SHARING_PROCESSES = 2
 """Processes of a sharing reading: the fewest that share the host's cores."""
 
 
-def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tuple[int, float] | None:
+def reference_block(profile: Profile, dtype: str, heads: int, head_dim: int) -> tuple[int, float] | None:
     """(tokens, seconds): the square full-mask forward block of this shape (batch 1) that
     the profile measured, the one closest to REFERENCE_TOKENS; None where it measured none.
 
@@ -60,7 +62,7 @@ def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tupl
     if not found:
         return None
     _, tokens, seconds = min(found)
-    speed = ((getattr(profile, "report", None) or {}).get("compute") or {}).get("host_speed") or {}
+    speed = (profile.report.get("compute") or {}).get("host_speed") or {}
     common = speed.get("reference_median_s")
     if (isinstance(common, (int, float)) and common > 0 and speed.get("reference_block") ==
             {"dtype": dtype, "heads": heads, "head_dim": head_dim, "q_tokens": tokens}):
@@ -68,15 +70,16 @@ def reference_block(profile: Any, dtype: str, heads: int, head_dim: int) -> tupl
     return tokens, seconds
 
 
-def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: int,
+def host_speed(profile: Profile, *, dtype: str, heads: int, head_dim: int, threads: int,
                seconds: float = 3.0, block_impl: str = "auto") -> dict[str, Any] | None:
     """Time the reference block for about `seconds` with `threads` threads, as the
-    bench's compute part times it (hw.bench.measure_compute: one warm-up call, the
+    bench's compute part times it (hw.bench.measure.measure_compute: one warm-up call, the
     median of the calls), and return {tokens, profile_s, now_s, factor, calls, at}; None
     where the profile measured no such block (then nothing is timed)."""
     import torch
 
-    from hw.bench import full_forward_block, measure_compute
+    from hw.bench.measure import measure_compute
+    from hw.bench.parts import full_forward_block
     from hw.blocks import select_block_ops
 
     if not 0 < seconds <= 60:
@@ -98,24 +101,24 @@ def host_speed(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: 
             "calls": len(timed["time_s"]), "at": time.time()}
 
 
-def host_sharing(profile: Any, *, dtype: str, heads: int, head_dim: int, threads: int,
+def host_sharing(profile: Profile, *, dtype: str, heads: int, head_dim: int, threads: int,
                  seconds: float = 3.0, block_impl: str = "auto", timeout_s: float = 120.0) -> dict[str, Any] | None:
     """Two processes of `threads` threads compute the reference block at once and each
-    alone, in rounds (hw.bench._concurrency_worker), for about `seconds`; returns
+    alone, in rounds (hw.bench.parts._concurrency_worker), for about `seconds`; returns
     {tokens, processes, slowdown, profile_slowdown, factor, alone_s, at}: the slowdown
     read as calibration reads a concurrency entry (sim.calibration.calibrate.round_ratios, the median
     of the rounds), the profile's law at that many processes, and their ratio. None where
     the profile has no host model or measured no reference block (then nothing runs)."""
     import statistics
 
-    from hw.bench import CONCURRENCY_ROUNDS, _concurrency_worker, full_forward_block, gather_concurrency
+    from hw.bench.options import CONCURRENCY_ROUNDS
+    from hw.bench.parts import _concurrency_worker, full_forward_block, gather_concurrency
     from hw.spawn import spawn
     from sim.calibration.calibrate import round_ratios
 
     if not 0 < seconds <= 60:
         raise RingsimError("the reference time must be a number of seconds above 0, at most 60")
-    contention = getattr(profile, "contention", None)
-    host = getattr(contention, "host", None)
+    host = profile.contention.host
     ref = reference_block(profile, dtype, heads, head_dim)
     if host is None or ref is None:
         return None
@@ -123,7 +126,7 @@ def host_sharing(profile: Any, *, dtype: str, heads: int, head_dim: int, threads
     k = SHARING_PROCESSES
     entry = full_forward_block(dtype, 1, heads, heads, head_dim, tokens)
     # a round: each process alone (k x samples blocks), then all at once for about 1.5
-    # x samples blocks (hw.bench._common_window)
+    # x samples blocks (hw.bench.parts._common_window)
     samples = max(3, math.ceil(seconds / (CONCURRENCY_ROUNDS * (k + 1.5) * profile_s)))
     per_rank = spawn(_concurrency_worker, k, args=(entry, samples, 1, threads, block_impl),
                      backend="gloo", timeout_s=timeout_s)

@@ -59,8 +59,8 @@ def register(sub) -> None:
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--replays", type=int, default=1, metavar="N",
                    help="CPU profiles with a measured spread of speeds: predict each case by the median of N "
-                        f"plays seeded with it (bench/calibrate_cpu.sh asks for {REPLAYS}; default 1: one play at "
-                        "the mean rate)")
+                        f"plays seeded with it (bench/calibration/calibrate_cpu.sh asks for {REPLAYS}; default 1: "
+                        "one play at the mean rate)")
     v.add_argument("--out", metavar="REPORT.json", default=None,
                    help="report, written after every batch of cases; an unfinished one with the same "
                         "settings resumes")

@@ -6,9 +6,19 @@ exits with status 2, the dashboard shows it beside the control. Programming erro
 left to raise as what they are.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 
 class RingsimError(ValueError):
-    """A problem with the user's input, described in one line."""
+    """A problem with the user's input, described in one line; `reason`, where the problem is
+    a configuration refused for a reason sim.reasons knows, the same as a clause (for a page
+    to say in its own language)."""
+
+    def __init__(self, message: str = "", reason: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.reason = reason
 
 
 def one_line(e: BaseException) -> str:

@@ -1,6 +1,6 @@
 """The makespan error of committed validation runs, split into compute and the rest.
 
-For each commit given, reads that commit's `bench/results/validation-quick.json`
+For each commit given, reads that commit's ring validation report
 (git show; or a report file given by path) and splits every case's makespan error in
 two parts that add up to it (sim.calibration.validation.error_parts): the mean rank's compute, and
 the time outside compute (waits on transfers and on slower ranks, the start skew, the
@@ -17,7 +17,7 @@ Last, where the per-step error lies over all the runs (sim.calibration.validatio
 median signed and |error| of each step index per pass and GPU count.
 
     .venv/bin/python bench/experiments/error_parts.py 556f71a c904fae ... [--json out.json]
-    .venv/bin/python bench/experiments/error_parts.py bench/results/validation-quick.json
+    .venv/bin/python bench/experiments/error_parts.py bench/results/calibration/cpu-2core/validation-ring.json
 """
 
 from __future__ import annotations
@@ -25,29 +25,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sim.calibration.validation import error_parts, error_spread, step_spread  # noqa: E402
+from bench.experiments.committed_runs import committed_file  # noqa: E402
+from sim.calibration.validation import error_parts, error_spread, row_gpus, step_spread  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.files import read_json, write_json
-
-REPORT = "bench/results/validation-quick.json"
 
 
 def load(source: str) -> dict:
     """A validation report: a file's, or the one committed at `source`."""
     if Path(source).is_file():
         return read_json(source, what="validation report")
-    try:
-        text = subprocess.run(["git", "show", f"{source}:{REPORT}"], check=True, capture_output=True,
-                              text=True).stdout
-    except subprocess.CalledProcessError as e:
-        raise RingsimError(f"{source}: neither a file nor a commit with {REPORT} ({e.stderr.strip()})") from None
-    return json.loads(text)
+    return committed_file(source, "validation-ring.json")[1]
 
 
 def split(report: dict) -> dict:
@@ -59,7 +52,7 @@ def split(report: dict) -> dict:
     parts = [error_parts(r) for r in rows]
     groups: dict[str, list[float]] = {}
     for r, p in zip(rows, parts):
-        groups.setdefault(f"gpus{r['n_gpus']} {r['pass']}", []).append(p["outside_compute"])
+        groups.setdefault(f"gpus{row_gpus(r)} {r['pass']}", []).append(p["outside_compute"])
     return {"cases": len(rows),
             "median_error": statistics.median(r["error"] for r in rows),
             "median_compute": statistics.median(p["compute"] for p in parts),
@@ -71,7 +64,7 @@ def split(report: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sources", nargs="+", help="commits holding bench/results/validation-quick.json, or report files")
+    ap.add_argument("sources", nargs="+", help="commits holding a ring validation report, or report files")
     ap.add_argument("--json", metavar="FILE", help="also write the table as JSON (an existing file is kept "
                                                     "unless --force)")
     ap.add_argument("--force", action="store_true", help="overwrite the --json file")
@@ -89,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error_parts: {e}", file=sys.stderr)
         return 2
     groups = sorted({g for _, r in runs for g in r["outside_by_group"]},
-                    key=lambda g: (g.split()[1], int(g.split()[0][2:])))
+                    key=lambda g: (g.split()[1], int(g.split()[0].removeprefix("gpus"))))
     head = (f"{'run':>10}  {'cases':>5}  {'error':>7}  {'compute':>7}  {'outside':>7}  {'c<0':>4}  {'o<0':>4}  "
             + "  ".join(f"{g:>11}" for g in groups))
     print("median over cases, shares of the measured makespan; c<0, o<0: cases whose compute or outside "

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from bench.common import timed
-    from hw.bench import make_block
+    from hw.bench.measure import make_block
     from hw.blocks import select_block_ops
 
     torch.set_num_threads(1)

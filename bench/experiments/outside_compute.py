@@ -92,7 +92,7 @@ def _mean_parts(traces: list[Trace]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", default="bench/results/cpu-profile.json", help="calibrated CPU profile")
+    ap.add_argument("--profile", default="bench/results/calibration/cpu-2core/profile.json", help="calibrated CPU profile")
     ap.add_argument("--gpus", type=int, nargs="+", default=[2, 3, 4])
     ap.add_argument("--seq", type=int, default=6144, help="tokens (default 6144)")
     ap.add_argument("--repeats", type=int, default=5, help="measured runs of each case (default 5)")

@@ -8,7 +8,8 @@ block again and again for `--seconds`, interleaved; the spread of the estimates
 The two normalised ways are brought to ms by the median of every reference sample.
 Prints a table, writes JSON.
 
-    .venv/bin/python bench/experiments/paired_reference.py --seconds 150 --out bench/results/paired_reference.json
+    .venv/bin/python bench/experiments/paired_reference.py --seconds 150 \
+        --out bench/results/experiments/cpu-2core/paired-reference.json
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hw.bench import block_flops, full_forward_block, measure_compute, measure_compute_paired  # noqa: E402
+from hw.bench.measure import block_flops, measure_compute, measure_compute_paired  # noqa: E402
+from hw.bench.parts import full_forward_block  # noqa: E402
 from hw.blocks import select_block_ops  # noqa: E402
 from sim.files import write_json
 

@@ -1,7 +1,7 @@
 """Predict earlier calibration runs again with the calibration and simulator as they stand.
 
-For each commit given, reads that commit's microbenchmarks (`bench/results/cpu-bench.json`)
-and ring report (`bench/results/validation-quick.json`), fits a profile to the
+For each commit given, reads that commit's microbenchmarks and ring report
+(bench/experiments/committed_runs.py), fits a profile to the
 microbenchmarks with the calibration as it stands (sim.calibration.calibrate.calibrate: nothing of
 the validation goes in), predicts every case of the report by the median of N seeded plays
 with the simulator as it stands, and scores the predictions as `ringsim validate` does
@@ -32,11 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.experiments.resimulate_law import RESULTS, _scenario, _show  # noqa: E402
+from bench.experiments.committed_runs import committed_file  # noqa: E402
+from bench.experiments.resimulate_law import _scenario  # noqa: E402
 from hw.reference import reference_block  # noqa: E402
 from hw.validate import summarize  # noqa: E402
 from sim.calibration.calibrate import calibrate  # noqa: E402
-from sim.calibration.validation import REPLAYS, compare_again, run_to_run, simulate_replays  # noqa: E402
+from sim.calibration.validation import REPLAYS, compare_again, row_gpus, run_to_run, simulate_replays  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.files import write_json
 from sim.hardware.profile import profile_from_dict  # noqa: E402
@@ -65,14 +66,14 @@ def predict_again(commit: str, plays: int, previous: dict | None = None) -> tupl
     profile fitted now to the run's own microbenchmarks; with the report of the run
     before, how far the two measured their cases apart. Returns the row and the run's
     ring report (cases only)."""
-    bench = _show(commit, f"{RESULTS}/cpu-bench.json")
-    report = _show(commit, f"{RESULTS}/validation-quick.json")
+    bench_source, bench = committed_file(commit, "microbenchmarks.json")
+    report = committed_file(commit, "validation-ring.json")[1]
     cases = [r for r in report["cases"] if r.get("scheme", "ring") == "ring"]
     if not cases:
         raise RingsimError(f"{commit}: the report has no ring case")
     settings = report["settings"]
     scenarios = [_scenario(r, settings) for r in cases]
-    profile = calibrate(bench, f"{commit}:{RESULTS}/cpu-bench.json")
+    profile = calibrate(bench, bench_source)
     rows = [compare_again(r, simulate_replays(sc, profile, plays)) for r, sc in zip(cases, scenarios)]
     committed = summarize(cases)
     out = {"commit": commit, "date": _date(commit), "device": (report.get("measured_on") or {}).get("device"),
@@ -98,7 +99,7 @@ def _reading_scale(commit: str, profile, settings: dict) -> float | None:
     reference block) into one against the refitted profile's; None where either profile
     has no such block or the committed one cannot be read by the code as it stands."""
     try:
-        then = profile_from_dict(_show(commit, f"{RESULTS}/cpu-profile.json"))
+        then = profile_from_dict(committed_file(commit, "profile.json")[1])
     except (RingsimError, ValueError, KeyError, TypeError):
         return None
     shape = (settings["dtype"], settings["heads"], settings["head_dim"])
@@ -109,7 +110,7 @@ def _reading_scale(commit: str, profile, settings: dict) -> float | None:
 
 
 def a_key(row: dict) -> str:
-    return (f"{row['layout']}/{'causal' if row['causal'] else 'full'}/gpus{row['n_gpus']}/seq{row['seq']}/"
+    return (f"{row['layout']}/{'causal' if row['causal'] else 'full'}/gpus{row_gpus(row)}/seq{row['seq']}/"
             f"{row['pass']}")
 
 

@@ -1,7 +1,7 @@
 """Re-simulate committed validation runs with a sharing law pooled over the runs.
 
-For each commit given, reads that commit's `bench/results/cpu-profile.json` and
-`bench/results/validation-quick.json` (git show), simulates every ring case of the
+For each commit given, reads that commit's CPU profile and ring validation report
+(bench/experiments/committed_runs.py: git show), simulates every ring case of the
 report again with the profile as it is and with its host's laws (forward and backward)
 replaced by the median, count by count, of the laws of all the runs given, and prints
 the median |makespan error| and the cases within 10% both ways, and each (GPU count,
@@ -36,11 +36,10 @@ transfer weight and in-flight slowdown are fitted again to its own ring-conditio
 points (sim.calibration.calibrate.fit_transfer_cores, from the profile's report: the microbenchmarks
 only, nothing of the validation), counted the same way.
 
-With `--schemes N` it reads each commit's all-gather and Ulysses report
-(`bench/results/validation-quick-schemes.json`) instead and sets the predictions it
-committed beside the same cases simulated again, by the median of N seeded plays, with
-the code as it now stands, on the run's own profile with its collectives fitted again by
-the code as it stands to the run's own microbenchmarks (`bench/results/cpu-bench.json`
+With `--schemes N` it reads each commit's all-gather and Ulysses report instead and sets
+the predictions it committed beside the same cases simulated again, by the median of N
+seeded plays, with the code as it now stands, on the run's own profile with its
+collectives fitted again by the code as it stands to the run's own microbenchmarks (those
 of the same commit): each scheme's median |makespan error|, cases inside their measured
 [min, max] or within 10%, and per-step median (the median over cases of each case's).
 """
@@ -52,28 +51,19 @@ import copy
 import dataclasses
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.experiments.committed_runs import committed_file  # noqa: E402
 from hw.config import RunConfig  # noqa: E402
+from sim.calibration.validation import row_gpus  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.files import write_json
 from sim.hardware.profile import profile_from_dict  # noqa: E402
 from sim.scenario.config import Workload  # noqa: E402
-
-RESULTS = "bench/results"
-
-
-def _show(commit: str, path: str) -> dict:
-    try:
-        text = subprocess.run(["git", "show", f"{commit}:{path}"], check=True, capture_output=True, text=True).stdout
-    except subprocess.CalledProcessError as e:
-        raise RingsimError(f"git show {commit}:{path}: {e.stderr.strip()}") from None
-    return json.loads(text)
 
 
 def pooled_law(profiles: list[dict], name: str) -> list[list[float]]:
@@ -89,7 +79,7 @@ def _scenario(row: dict, settings: dict):
     """The scenario of one case of a validation report, from its row and the report's settings."""
     w = Workload(seq=row["seq"], heads=settings["heads"], kv_heads=settings["kv_heads"],
                  head_dim=settings["head_dim"], dtype=settings["dtype"], causal=row["causal"], pass_=row["pass"])
-    return RunConfig(workload=w, n_gpus=row["n_gpus"], layout=row["layout"], scheme=row["scheme"],
+    return RunConfig(workload=w, n_gpus=row_gpus(row), layout=row["layout"], scheme=row["scheme"],
                      warmup=1, repeats=2, seed=0).scenario()
 
 
@@ -177,7 +167,7 @@ def _schemes(runs: list[tuple[str, dict, dict]], n: int) -> list[dict]:
     print(f"{'commit':8}  {'scheme':9}  {'committed':>40}  {'now':>40}  (median |makespan error| (median "
           f"signed), cases within, per-step median |error|; {n} seeded plays)")
     for commit, prof, report in runs:
-        records = collective_records(_show(commit, f"{RESULTS}/cpu-bench.json"))
+        records = collective_records(committed_file(commit, "microbenchmarks.json")[1])
         refit = copy.deepcopy(prof)
         refit["collectives"] = {op: fit.to_dict() for op, fit in calibrate_collectives(records)[0].items()}
         profile = profile_from_dict(refit)
@@ -259,9 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     if sum(getattr(a, flag) is not None for flag in flags) > 1:
         print("resimulate_law: give one of --plays, --placement, --protocol, --weight and --schemes", file=sys.stderr)
         return 2
-    report = "validation-quick-schemes.json" if a.schemes else "validation-quick.json"
+    report = "validation-allgather-ulysses.json" if a.schemes else "validation-ring.json"
     try:
-        runs = [(c, _show(c, f"{RESULTS}/cpu-profile.json"), _show(c, f"{RESULTS}/{report}")) for c in a.commits]
+        runs = [(c, committed_file(c, "profile.json")[1], committed_file(c, report)[1]) for c in a.commits]
     except RingsimError as e:
         print(f"resimulate_law: {e}", file=sys.stderr)
         return 2
@@ -305,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             e_own, e_pool = (simulate(sc, p).makespan_s / m - 1 for p in (own_p, pooled_p))
             own.append(e_own)
             pool.append(e_pool)
-            groups.setdefault(f"gpus{r['n_gpus']} {r['pass']}", []).append((e_own, e_pool))
+            groups.setdefault(f"gpus{row_gpus(r)} {r['pass']}", []).append((e_own, e_pool))
         law = {name: [f for _, f in prof["contention"]["host"].get(name) or []] for name in laws}
         rows.append({"commit": commit, "law": law["law"], "law_bwd": law["law_bwd"],
                      "own": {"median_abs_error": statistics.median(map(abs, own)),

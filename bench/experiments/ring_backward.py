@@ -9,7 +9,7 @@ beside the two hops a backward step has in flight (K/V and dK/dV), the variants 
 turns pass after pass (the host's drift lands on all), and prints each one's compute and
 transfer slowdown next to what a profile's host model says for it.
 
-    .venv/bin/python bench/experiments/ring_backward.py [--profile bench/results/cpu-profile.json]
+    .venv/bin/python bench/experiments/ring_backward.py [--profile bench/results/calibration/cpu-2core/profile.json]
         [--ranks 2 3 4] [--passes 3] [--tokens 1024] [--samples 5] [--bwd-hops 1 2]
         [--json out.json [--force]]
 """
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ring_backward: {e}", file=sys.stderr)
             return 2
 
-    from hw.bench import _ring_worker, block_kv_bytes, full_forward_block, ring_slowdown
+    from hw.bench.bounds import ring_slowdown
+    from hw.bench.parts import _ring_worker, block_kv_bytes, full_forward_block
     from hw.spawn import spawn
 
     heads, head_dim = 8, 64

@@ -7,8 +7,8 @@ wall time, and, between the two runs of each variant, how far the same case's
 measured median moved (median |log ratio| over the cases): what one run's median
 inherits from the moment it was measured in. Prints a table, writes JSON.
 
-    .venv/bin/python bench/experiments/validate_rounds.py --profile bench/results/cpu-profile.json \
-        --rounds 3 --repeats 6 --out bench/results/validate_rounds.json
+    .venv/bin/python bench/experiments/validate_rounds.py --profile bench/results/calibration/cpu-2core/profile.json \
+        --rounds 3 --repeats 6 --out bench/results/experiments/cpu-2core/validate-rounds.json
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def worker(ctx, plan: dict) -> dict | None:
     import torch
     import torch.distributed as dist
 
-    from hw.bench import make_block
+    from hw.bench.measure import make_block
     from hw.blocks import select_block_ops
 
     torch.set_num_threads(1)

@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 from dashboard.figures.documents import kept_keys
 from dashboard.figures.style import TEMPLATE, rank_colors, run_label, scheme_of
 from sim.layouts import packed
+from sim.reasons import english
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import COMPUTE, Trace
 
@@ -131,14 +132,14 @@ LABELS = {
 }
 """The figure's texts in English: `block_map(labels=...)` replaces any of them, and adds
 how numbers read (`digits`), the run in words (`run`, from the trace's header)
-and the scheme's own words for the map's values and axes (`sim`)."""
+and the scheme's own words for the map's values and axes (`sim`: a sim.reasons clause in words)."""
 
 
 def block_map(trace: Trace, *, labels: dict | None = None) -> go.Figure:
     """Query chunk x key chunk, colored by the scheme's value (the ring: the step of its
     compute); masked blank; work per GPU beside. Packed documents: the document mask token
     by token between them. `labels`: the texts in the page's language (LABELS)."""
-    lab = {**LABELS, "digits": str, "run": _what, "sim": str, **(labels or {})}
+    lab = {**LABELS, "digits": str, "run": _what, "sim": english, **(labels or {})}
     bm = scheme_of(trace).block_map(trace)
     n = trace.n_gpus
     chunks = bm.value.shape[0]

@@ -57,14 +57,15 @@ LABELS = {
 }
 """The figure's texts in English: `memory(labels=...)` replaces any of them, and adds how
 numbers read (`digits`: a number as Python writes it, in the language's decimal sign;
-`int`: a whole number, grouped) and a scheme variant's name (`run`)."""
+`int`: a whole number, grouped) and a scheme variant's name (`run`: from its entry of
+dashboard.compute.scheme_memory, its `label` in English)."""
 
 
 def memory(table: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go.Figure:
     """Peak memory per GPU against sequence length and GPU count (the ring and every
     other scheme), beside the full K/V; under them each scheme's memory now, item by
     item, against the full K/V. `labels`: the texts in the page's language (LABELS)."""
-    lab = {**LABELS, "digits": str, "int": lambda x: f"{x:,.0f}", "run": str, **(labels or {})}
+    lab = {**LABELS, "digits": str, "int": lambda x: f"{x:,.0f}", "run": lambda v: v["label"], **(labels or {})}
     d, whole = lab["digits"], lab["int"]
     fig = make_subplots(
         rows=2, cols=2, specs=[[{}, {}], [{"colspan": 2}, None]], row_heights=[0.55, 0.45],
@@ -117,7 +118,7 @@ def memory(table: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go
             continue
         k = seen[v["scheme"]] = seen.get(v["scheme"], -1) + 1
         style = dict(color=scheme_color(v["scheme"]), dash=("solid", "dot", "dashdot")[k % 3], width=2)
-        run = lab["run"](v["label"])
+        run = lab["run"](v)
         for col, xs, ys, what in ((1, seqs, v["by_seq"], lab["h_tokens"]), (2, counts, v["by_gpus"], lab["h_gpus"])):
             line(xs, [_gib(y) for y in ys], lab["peak"].format(run=run), (1, col), legendgroup=v["label"],
                  showlegend=col == 1, mode="lines+markers", line=style, marker=dict(size=4),
@@ -130,7 +131,7 @@ def memory(table: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go
              hovertemplate=lab["capacity_hover"].format(gib=cap_text) + "<extra></extra>")
     # each scheme now, item by item (one trace per item name, a segment per scheme that
     # has it): the gathered K/V, the K/V held, the rest
-    runs = {v["label"]: lab["run"](v["label"]) for v in schemes}
+    runs = {v["label"]: lab["run"](v) for v in schemes}
     labels_now = list(runs.values())
     names = list(dict.fromkeys(k for v in schemes for k in v["items"] if k != "total"))
     shown_groups: set[str] = set()

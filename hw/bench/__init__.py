@@ -113,83 +113,10 @@ fields after "median_s" existed lack them; calibration reads them as before.
 The package's modules: `options` (the flags and the plan of a run), `measure` (timers, the
 block operator's calls, the point-to-point worker), `bounds` (the physical bounds and
 measuring again), `parts` (the host parts and the collectives: their jobs and workers),
-`document` (the file being written) and `command` (the run, part after part); every name
-is also here, as it was before the package was split.
+`document` (the file being written) and `command` (the run, part after part).
 
 Times are seconds (CUDA events on GPU, perf_counter on CPU); samples follow `warmup`
 untimed calls. Every entry also has "load_avg_1m", the host's 1-minute load average when
 it completed: on a shared host, a high value flags an entry measured under contention.
 """
 
-from __future__ import annotations
-
-from hw.bench.bounds import (  # noqa: F401  (the package's names, as before it was split)
-    MAX_ATTEMPTS,
-    SUSPECT,
-    add_pass,
-    concurrency_violation,
-    measure_within_bounds,
-    ring_slowdown,
-    ring_violation,
-    round_slowdown,
-)
-from hw.bench.command import (  # noqa: F401  (the package's names, as before it was split)
-    run_bench,
-)
-from hw.bench.document import (  # noqa: F401  (the package's names, as before it was split)
-    _checked,
-    _describe_device,
-    _fmt,
-    _key,
-    _open_doc,
-    _pass,
-)
-from hw.bench.measure import (  # noqa: F401  (the package's names, as before it was split)
-    _block_fn,
-    _comm_worker,
-    _rank_device,
-    _sync,
-    _timed,
-    _timer,
-    block_flops,
-    make_block,
-    measure_compute,
-    measure_compute_paired,
-    time_compute,
-)
-from hw.bench.options import (  # noqa: F401  (the package's names, as before it was split)
-    COLLECTIVES,
-    CONCURRENCY_ROUNDS,
-    FORMAT,
-    FULL,
-    HOST_PASSES,
-    PARTS,
-    QUICK,
-    VERSION,
-    _at_least_2,
-    _list,
-    _positive,
-    add_bench_args,
-    parse_bytes,
-    plan_from_args,
-)
-from hw.bench.parts import (  # noqa: F401  (the package's names, as before it was split)
-    REFERENCE_TOKENS,
-    _collective_worker,
-    _common_window,
-    _concurrency_worker,
-    _host_block,
-    _host_block_call,
-    _measure_host_parts,
-    _plan_collectives,
-    _plan_concurrency,
-    _plan_host,
-    _plan_jobs,
-    _plan_ring,
-    _reference_entry,
-    _ring_worker,
-    block_kv_bytes,
-    full_forward_block,
-    gather_concurrency,
-    host_pass_places,
-)

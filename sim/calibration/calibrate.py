@@ -217,8 +217,8 @@ def calibrate_collectives(records: list[dict[str, Any]]) -> tuple[dict[str, Coll
     count, and a fit at each GPU count measured at two sizes or more, each fitted to
     the points' relative errors (fit_line): the sizes span decades, and on the 2-core
     VM a collective's rate falls at the largest (an all-to-all of 16 MB shards at 0.33
-    GB/s, of 1-4 MB at 0.6-1.0 GB/s, bench/results/cpu-bench.json), which an absolute fit
-    would carry to every size."""
+    GB/s, of 1-4 MB at 0.6-1.0 GB/s, bench/results/calibration/cpu-2core/microbenchmarks.json),
+    which an absolute fit would carry to every size."""
     out, report = {}, {}
     for op in COLLECTIVE_OPS:
         pts = [r for r in records if r["op"] == op]
@@ -540,7 +540,7 @@ def _sharing_law(records: list[dict[str, Any]], counts: tuple[float, float] | No
 
 def round_ratios(rounds: Any, sliced: bool, what: str) -> list[float]:
     """Each round's shared block time (the mean once time-sliced, else the median, as
-    for a whole entry) over its median alone; [] without rounds (hw.bench.round_slowdown
+    for a whole entry) over its median alone; [] without rounds (hw.bench.bounds.round_slowdown
     reads an entry's slowdown by the same rule)."""
     if rounds is None:
         return []
@@ -696,7 +696,7 @@ def _ring_residual(p: dict[str, Any], host: Host, sigma: float, backward: bool =
 
 def _entry_time(r: dict[str, Any], i: int) -> float:
     """A compute entry's time: the mean of its passes' medians where it was measured in
-    several (hw.bench.add_pass), else the median of its samples. A shared host's speed
+    several (hw.bench.bounds.add_pass), else the median of its samples. A shared host's speed
     swings within seconds and a run meets it at its typical speed: the least slowed of
     two passes is the host's best moment, and predicted every run 4-9% short (the
     validation of 2026-11-30 and 2026-12-01, re-simulated both ways)."""
@@ -708,7 +708,7 @@ def _entry_time(r: dict[str, Any], i: int) -> float:
 
 def _entry_listed(r: dict[str, Any], i: int, key: str, per_pass: str) -> float | None:
     """A compute entry's `key` (a list of samples): the mean of its passes' medians where
-    `per_pass` lists them (hw.bench.add_pass), else the median of the samples; None where
+    `per_pass` lists them (hw.bench.bounds.add_pass), else the median of the samples; None where
     it has none."""
     passes = r.get(per_pass)
     if isinstance(passes, list) and len(passes) > 1:
@@ -720,7 +720,7 @@ def _entry_listed(r: dict[str, Any], i: int, key: str, per_pass: str) -> float |
 
 def _entry_ratio(r: dict[str, Any], i: int) -> float | None:
     """A compute entry's time in units of the reference block's, from its samples each
-    over the references timed just before and after it (hw.bench.measure_compute_paired);
+    over the references timed just before and after it (hw.bench.measure.measure_compute_paired);
     None in GPU benches and CPU benches written before the samples were paired."""
     return _entry_listed(r, i, "speed_ratios", "pass_speed_ratios")
 

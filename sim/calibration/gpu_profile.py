@@ -1,6 +1,6 @@
 """A GPU's block model calibrated from one GPU: `ringsim calibrate GRID.json -o P.json`
 where GRID.json holds compute entries only (`ringsim hw bench --device cuda --parts
-compute`, bench/gpu_block_grid.sh), and `--profile P.json` to use it.
+compute`, bench/gpu/block_grid.sh), and `--profile P.json` to use it.
 
 The block model (sim.hardware.kernel_model) times an isolated call as its host-side floor plus its
 kernels; the main kernel's time is the busiest SM's steps at the published step time. The
@@ -23,9 +23,9 @@ import numpy as np
 
 from sim.errors import RingsimError
 from sim.files import read_json, write_json
+from sim.hardware.cluster import RATE_GROUPS, Gpu, Hardware
 from sim.hardware.kernel_model import Floors
 from sim.hardware.presets import GPU_PRESETS
-from sim.scenario.config import RATE_GROUPS, Gpu, Hardware
 
 FORMAT = "ringsim-gpu-profile"
 VERSION = 1

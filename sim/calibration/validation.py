@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sim.errors import RingsimError
+from sim.hardware.model import HardwareModel
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import Trace
 from sim.trace.metrics import step_durations
@@ -230,13 +231,13 @@ draws are independent where the host's cores couple them (a rank served less lea
 more to the others)."""
 
 
-def simulate_replays(scenario: Any, profile: Any, replays: int = 1) -> list[Trace]:
+def simulate_replays(scenario: Any, profile: HardwareModel, replays: int = 1) -> list[Trace]:
     """The simulated runs a measured case is compared with: one play at the mean rate
     (every rank and block), or, with `replays` above 1 where the profile's host has a
     measured spread of speeds, that many plays seeded 0, 1, ... (sim.hardware.contention)."""
     from sim.engine.play import simulate
 
-    host = getattr(getattr(profile, "contention", None), "host", None)
+    host = profile.contention.host if profile.contention is not None else None
     if host is None or not host.spread or replays <= 1:
         return [simulate(scenario, profile)]
     return [simulate(scenario, profile, jitter=seed) for seed in range(replays)]

@@ -20,6 +20,7 @@ import numpy as np
 
 from sim.cli.options import Parser, add_scenario_args, resolve_run, table, values_from_args
 from sim.errors import RingsimError
+from sim.hardware.model import HardwareModel
 from sim.scenario.config import Scenario
 from sim.scenario.documents import bounds as doc_bounds
 from sim.scenario.documents import describe_packed
@@ -38,7 +39,7 @@ def _summary(scenario: Scenario, metrics) -> dict[str, Any]:
             **metrics.to_dict()}
 
 
-def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
+def one_gpu_s(scenario: Scenario, hardware: HardwareModel) -> float:
     """One GPU's attention on its own share of the tokens (seq / GPUs, one causal or full
     call per pass, called in a loop as a benchmark does: queued, nothing to merge). The
     ratio ring-flash-attention's table reports is GPUs x this / the makespan: the GPUs do
@@ -49,8 +50,8 @@ def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
     w = scenario.workload
     c = w.seq // scenario.n_gpus
     pairs = c * (c + 1) // 2 if w.causal else c * c
-    more = dict(head_geometry(hardware, w))
-    if getattr(hardware, "takes_call_order", False):
+    more = dict(head_geometry(w))
+    if hardware.takes_call_order:
         more |= {"alone": True, "isolated": False}
     kinds = {"fwd": ("fwd",), "bwd": ("bwd",), "fwdbwd": ("fwd", "bwd")}[w.pass_]
     if scenario.packed:
@@ -61,7 +62,7 @@ def one_gpu_s(scenario: Scenario, hardware: Any) -> float:
         share = share[share > 0]
         local = Packed(tuple(int(x) for x in np.r_[0, np.cumsum(share)]), 1, "contiguous", w.window, w.causal)
         pairs = int(token_work(local).sum())
-        if getattr(hardware, "times_varlen", lambda dtype: False)(w.dtype):
+        if hardware.times_varlen(w.dtype):
             call = BlockCall(tuple(("diagonal" if w.causal else "full", int(x), int(x)) for x in share))
             return sum(float(hardware.varlen_times_s([call], np.array([(2.5 if k == "bwd" else 1.0)
                                                                        * w.fwd_flops(pairs)]),

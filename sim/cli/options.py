@@ -14,7 +14,7 @@ import sys
 from typing import Any, Sequence
 
 from sim.errors import RingsimError
-from sim.scenario.config import Hardware
+from sim.hardware.cluster import Hardware
 from sim.scenario.option import ScenarioOption
 from sim.scenario.resolve import Resolved, hardware_of, resolve
 from sim.scenario.schema import SCENARIO_OPTIONS, scenario_option

@@ -16,7 +16,7 @@ from sim.units import fmt_bytes
 BYTES_PER_OP = 130
 """Peak memory of a simulation per operation of its schedule (the schedule, the times and
 the trace together), with room to spare: a forward ring of 4096 GPUs, 33.5M operations,
-peaks at 2911 MB (87 bytes an operation; bench/bench_sim.py), and at 4161 MB before the
+peaks at 2911 MB (87 bytes an operation; bench/speed/simulate.py), and at 4161 MB before the
 record let go of its sources."""
 
 
@@ -64,7 +64,7 @@ def small_pages():
     where small pages reuse what the guest freed. Measured on a 2-core VM of the kind
     these benchmarks run on, a forward ring of 4096 GPUs, the first call in a fresh
     process: 6.8 s with small pages and 7.8 s with huge ones in one run of
-    `bench/bench_sim.py --huge-pages`; in three pairs of fresh processes, taken in turn,
+    `bench/speed/simulate.py --huge-pages`; in three pairs of fresh processes, taken in turn,
     6.9-7.1 s against 8.1-8.9 s, of which system time 4.0-4.3 s against 6.9-7.4 s. A
     simulation writes its arrays once, so it loses little to the smaller pages
     wherever they cost no more. The setting is the process's: simulations on several

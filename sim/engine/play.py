@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from sim.engine.host_memory import check_fits, gc_paused, small_pages
-from sim.engine.players import durations_s, head_geometry, times_simpy, times_waves
+from sim.engine.players import durations_s, times_simpy, times_waves
 from sim.engine.queues import queue_batches
 from sim.engine.record import record_owned
 from sim.engine.schedule import Schedule
+from sim.hardware.model import HardwareModel
 from sim.scenario.config import Scenario, Workload
 from sim.schemes import get as get_scheme
 from sim.trace.format import Trace
@@ -32,7 +33,7 @@ the two give bit-identical traces, and the wave player is many times faster."""
 __all__ = ["PLAYERS", "durations_s", "play", "simulate"]
 
 
-def play(schedule: Schedule, hardware: Any, workload: Workload,
+def play(schedule: Schedule, hardware: HardwareModel, workload: Workload,
          header: dict[str, Any] | None = None, *, player: str = "auto", own: bool = False,
          jitter: int | None = None) -> Trace:
     """Play `schedule` and return its simulated trace (spans by rank and stream, see
@@ -55,8 +56,8 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
         schedule.release("pairs", "q_tokens", "kv_tokens", "kv_rank")
     header = dict(header or {})
     meta = dict(header.get("meta", {}))
-    contention = getattr(hardware, "contention", None)
-    inline_after_s = getattr(hardware, "inline_send_after_s", None) if schedule.posts is not None else None
+    contention = hardware.contention
+    inline_after_s = hardware.inline_send_after_s if schedule.posts is not None else None
     posts = None
     if inline_after_s is not None:
         player = "simpy"     # whether a post writes its send depends on who posted first
@@ -90,16 +91,13 @@ def play(schedule: Schedule, hardware: Any, workload: Workload,
                  header.get("config", {}), header.get("hardware", {}), meta)
 
 
-def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "auto",
+def simulate(scenario: Scenario, hardware: HardwareModel | None = None, *, player: str = "auto",
              jitter: int | None = None) -> Trace:
     """Build the schedule of the scenario's scheme and play it.
 
-    `hardware` replaces `scenario.hardware` (for example a calibrated profile); it must
-    offer compute_time_s, transfer_time_s, rate_flops and describe, and may offer
-    compute_times_s and transfer_times_s (see sim.engine.players.durations_s), and `p2p_queue`:
-    true where a device runs its point-to-point batches one after another, as NCCL does
-    (sim.engine.queues), and `takes_head_geometry`: true where its compute times and rate take
-    the workload's head dim and K/V heads per query head (sim.engine.players.head_geometry).
+    `hardware` replaces `scenario.hardware` (for example a calibrated profile): a hardware
+    model (sim.hardware.model.HardwareModel); where its `p2p_queue`, a device runs its
+    point-to-point batches one after another, as NCCL does (sim.engine.queues).
     Where the scheme counts its operations (Scheme.count_ops), a schedule that would not
     fit in the memory the machine has available is refused, RingsimError, before it is
     built. `jitter` seeds the host's spread of speeds (see play).
@@ -109,7 +107,7 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
     check_fits(scheme, scenario)
     with gc_paused(), small_pages():
         schedule = scheme.build_schedule(scenario)
-        queued = bool(getattr(hw, "p2p_queue", False))
+        queued = hw.p2p_queue
         if queued and not scheme.batches_in_order(scenario):
             schedule = queue_batches(schedule)     # NCCL: one stream of point-to-point batches per device
         mem = scheme.peak_memory(scenario)
@@ -122,10 +120,8 @@ def simulate(scenario: Scenario, hardware: Any | None = None, *, player: str = "
         return play(schedule, hw, scenario.workload, header, player=player, own=True, jitter=jitter)
 
 
-def ideal_rate_flops(hw: Any, workload: Workload) -> float:
-    """The rate of the ideal time (docs/design.md) on `hw`, at the workload's head dim where
-    the hardware's rates depend on it (`takes_head_geometry`)."""
-    geometry = head_geometry(hw, workload)
-    return hw.rate_flops(workload.dtype, geometry["head_dim"]) if geometry else hw.rate_flops(workload.dtype)
+def ideal_rate_flops(hw: HardwareModel, workload: Workload) -> float:
+    """The rate of the ideal time (docs/design.md) on `hw`, at the workload's head dim."""
+    return hw.rate_flops(workload.dtype, workload.head_dim)
 
 

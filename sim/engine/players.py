@@ -32,6 +32,7 @@ import simpy
 
 from sim.engine.schedule import A2A, BWD, EMPTY, KINDS, MASKS, NO_DEP, Posts, Schedule
 from sim.hardware.contention import Contention, Sharing
+from sim.hardware.model import HardwareModel
 from sim.scenario.config import Workload
 
 _KIND_NAMES = np.array(KINDS)      # fixed-width strings: compared in C, not per object
@@ -49,13 +50,13 @@ class _CountingEnvironment(simpy.Environment):
         super().step()
 
 
-def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.ndarray:
+def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload) -> np.ndarray:
     """Time each operation takes on `hardware` (0 for a skipped, fully masked block).
 
-    A hardware object may offer `compute_times_s` and `transfer_times_s`, the per-op
-    methods over arrays (sim.scenario.config.Hardware does); otherwise its per-op methods are
-    called once for each distinct argument tuple, which they must be pure functions of.
-    Either way a block is timed once per run of consecutive computes with the same
+    The hardware model's batch forms (`compute_times_s`, `transfer_times_s`: its own over
+    arrays, as sim.hardware.cluster.Hardware's, or sim.hardware.model's calls of the per-op
+    methods once per distinct argument tuple, which they must be pure functions of) time
+    the operations. A block is timed once per run of consecutive computes with the same
     arguments (a ring's step repeats one or two block shapes over all its ranks): the
     methods are elementwise, so this gives the same float for every op.
     """
@@ -68,27 +69,19 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
         # which blocks those are (sliced: narrower than the rank's widest block)
         names = []
         extra = []
-        if getattr(hardware, "merge_copies_slices", False):
+        if hardware.merge_copies_slices:
             names.append("sliced")
             extra.append(_sliced(schedule))
-        if getattr(hardware, "takes_call_order", False):
+        if hardware.takes_call_order:
             names += ["alone", "isolated"]
             extra += list(_call_order(schedule, comp))
-        geometry = head_geometry(hardware, workload)
-        if hasattr(hardware, "compute_times_s"):
-            def times(flops, kind, mask, q_tokens, kv_tokens, *flags):
-                return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
-                                                mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
-                                                **geometry, **dict(zip(names, flags)))
-        else:
-            def times(*columns):
-                return _per_distinct(
-                    lambda f, k, m, q, kv, *flags: hardware.compute_time_s(
-                        f, dtype=workload.dtype, kind=KINDS[k], mask=MASKS[m], q_tokens=q, kv_tokens=kv,
-                        **geometry, **{n: bool(x) for n, x in zip(names, flags)}),
-                    list(columns))
-        if schedule.calls is not None and hasattr(hardware, "varlen_times_s") \
-                and hardware.times_varlen(workload.dtype):
+        geometry = head_geometry(workload)
+
+        def times(flops, kind, mask, q_tokens, kv_tokens, *flags):
+            return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
+                                            mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
+                                            **geometry, **dict(zip(names, flags)))
+        if schedule.calls is not None and hardware.times_varlen(workload.dtype):
             # packed documents: a block is one varlen call, a piece per document
             called = schedule.call[comp] >= 0
             vl, comp = comp[called], comp[~called]
@@ -101,16 +94,12 @@ def durations_s(schedule: Schedule, hardware: Any, workload: Workload) -> np.nda
             ids = comp[a:a + _CHUNK]
             dur[ids] = _by_runs(times, [c[ids] for c in columns])
     if xfer.size:
-        if hasattr(hardware, "transfer_times_s"):
-            for a in range(0, len(xfer), _CHUNK):
-                ids = xfer[a:a + _CHUNK]
-                dur[ids] = hardware.transfer_times_s(schedule.nbytes[ids], schedule.rank[ids], schedule.peer[ids])
-        else:
-            dur[xfer] = _per_distinct(hardware.transfer_time_s,
-                                      [schedule.nbytes[xfer], schedule.rank[xfer], schedule.peer[xfer]])
+        for a in range(0, len(xfer), _CHUNK):
+            ids = xfer[a:a + _CHUNK]
+            dur[ids] = hardware.transfer_times_s(schedule.nbytes[ids], schedule.rank[ids], schedule.peer[ids])
         # a calibrated profile times the flows of collectives on their own fits
         coll = (schedule.kind[xfer] >= FIRST_COLLECTIVE) & (schedule.kind[xfer] <= A2A)
-        if coll.any() and hasattr(hardware, "collective_times_s"):
+        if hardware.times_collectives and coll.any():
             ids = xfer[coll]
             group = collective_groups(schedule.kind[ids], schedule.step[ids], schedule.rank[ids], schedule.peer[ids])
             dur[ids] = hardware.collective_times_s(_KIND_NAMES[schedule.kind[ids]], schedule.nbytes[ids],
@@ -151,11 +140,9 @@ def collective_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer
     return size[np.searchsorted(roots, label[a])]
 
 
-def head_geometry(hardware: Any, workload: Workload) -> dict[str, Any]:
+def head_geometry(workload: Workload) -> dict[str, Any]:
     """The workload's head dim and K/V heads per query head, as keyword arguments for a
-    hardware object that takes them (`takes_head_geometry`); none for one that does not."""
-    if not getattr(hardware, "takes_head_geometry", False):
-        return {}
+    hardware model's compute times (sim.hardware.model.HardwareModel)."""
     return {"head_dim": workload.head_dim, "kv_heads_per_head": workload.kv_heads / workload.heads}
 
 
@@ -203,22 +190,6 @@ def _by_runs(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
         return np.asarray(fn(*columns), dtype=np.float64)
     values = np.asarray(fn(*(c[firsts] for c in columns)), dtype=np.float64)
     return values[np.cumsum(new) - 1]
-
-
-def _per_distinct(fn: Any, columns: list[np.ndarray]) -> np.ndarray:
-    """fn(one op's arguments, as Python scalars) for every op, called once per distinct
-    argument tuple: a ring repeats a few block shapes and link hops many times over."""
-    order = np.lexsort(columns[::-1])
-    new = np.zeros(len(order), dtype=bool)     # where a sorted row differs from the last
-    new[0] = True
-    for c in columns:
-        c = c[order]
-        new[1:] |= c[1:] != c[:-1]
-    firsts = order[new]
-    values = [fn(*args) for args in zip(*(c[firsts].tolist() for c in columns))]
-    out = np.empty(len(order))
-    out[order] = np.array(values, dtype=np.float64)[np.cumsum(new) - 1]
-    return out
 
 
 def resource_queues(schedule: Schedule) -> list[list[int]]:

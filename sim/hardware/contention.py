@@ -104,9 +104,10 @@ PLACEMENTS = ("even", "cores", "held")
 """Host.placement's values. Measured on the 2-core VM, three processes computing the same
 block at once took either about their time alone or about twice it, in runs of several
 blocks (one process held a core, two shared the other), not 1.5x each
-(bench/results/cpu-bench.json, its concurrency entries' time_by_process_s). Re-simulated
-on the committed runs 45-60 (the fifth VM), "held" predicted better than "even" in 14 of
-16 (bench/results/resimulate_held.json)."""
+(bench/results/calibration/cpu-2core/microbenchmarks.json, its concurrency entries'
+time_by_process_s). Re-simulated on the committed runs 45-60 (the fifth VM), "held"
+predicted better than "even" in 14 of 16
+(bench/results/experiments/cpu-2core/resimulate-held.json)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,8 +37,9 @@ The engine gives each block's FLOPs, pass, mask and the extent of its kernel cal
 query and key tokens that take part, sim.layouts.block_extents), not the workload's head
 count: the call's heads (times batch) are recovered from the FLOPs, taking the block's
 pairs as q x kv for a full block and q x kv / 2 for a diagonal one. The head dim and the
-K/V-to-query head ratio come from the workload (sim.engine.players.head_geometry), or the
-defaults of sim.scenario.config.Workload where a caller gives none.
+K/V-to-query head ratio come from the workload (sim.engine.players.head_geometry), or
+sim.hardware.cluster.ASSUMED_HEAD_DIM and ASSUMED_KV_HEADS_PER_HEAD (the default workload's)
+where a caller gives none.
 """
 
 from __future__ import annotations

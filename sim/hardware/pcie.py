@@ -57,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.reasons import Clause, clause, english
 from sim.units import positive_ints
 
 P2P_MODES = ("on", "socket", "switch", "off")
@@ -168,6 +169,8 @@ class Pcie:
 
 LINK_KINDS = ("switch uplink", "root complex", "socket link", "host memory")
 """What a fabric resource is, by code (Fabric.kinds)."""
+LINK_KIND_KEYS = ("switch-uplink", "root-complex", "socket-link", "host-memory")
+"""The same, as sim.reasons' words (its `link_kind` field)."""
 
 
 class Fabric:
@@ -177,7 +180,8 @@ class Fabric:
     uplink up, then down (only with more than one GPU per switch: with one, the uplink is
     the GPU's port); each socket's root complex in (from its devices), then out, in lanes;
     the socket link of each ordered pair of sockets, in lanes; each socket's host memory
-    (staged copies)."""
+    (staged copies). `links` says which each resource is, as a sim.reasons clause and its
+    lane (None for a link of one lane); `names` in English ("socket 1 root complex in lane 2")."""
 
     def __init__(self, pcie: Pcie, gpus_per_node: int, port_gbps: float) -> None:
         self.pcie = pcie
@@ -190,30 +194,33 @@ class Fabric:
         self.widths = {"uplink": pcie.uplink_gbps, "root": root_gbps, "socket": pcie.socket_gbps}
         lanes = {k: max(1, int(v / port_gbps + 1e-9)) for k, v in self.widths.items()}
         self.lanes = lanes
-        names, kinds, rates = [], [], []
+        links, kinds, rates = [], [], []
         uplinks = pcie.gpus_per_switch > 1
 
-        def add(name: str, kind: int, rate: float) -> int:
-            names.append(name)
+        def add(link: Clause, lane: int | None, kind: int, rate: float) -> int:
+            links.append((link, lane))
             kinds.append(kind)
             rates.append(rate)
-            return len(names) - 1
+            return len(links) - 1
 
         up = down = None
         if uplinks:
-            up = [add(f"switch {s} uplink up", 0, pcie.uplink_gbps) for s in range(n_sw)]
-            down = [add(f"switch {s} uplink down", 0, pcie.uplink_gbps) for s in range(n_sw)]
+            up = [add(clause("link.uplink", switch=s, direction="up"), None, 0, pcie.uplink_gbps) for s in range(n_sw)]
+            down = [add(clause("link.uplink", switch=s, direction="down"), None, 0, pcie.uplink_gbps)
+                    for s in range(n_sw)]
         lr, ls = lanes["root"], lanes["socket"]
-        rc_in = [[add(f"socket {k} root complex in" + (f" lane {x}" if lr > 1 else ""), 1, root_gbps / lr)
+        rc_in = [[add(clause("link.root", socket=k, direction="in"), x if lr > 1 else None, 1, root_gbps / lr)
                   for x in range(lr)] for k in range(n_sock)]
-        rc_out = [[add(f"socket {k} root complex out" + (f" lane {x}" if lr > 1 else ""), 1, root_gbps / lr)
+        rc_out = [[add(clause("link.root", socket=k, direction="out"), x if lr > 1 else None, 1, root_gbps / lr)
                    for x in range(lr)] for k in range(n_sock)]
-        sock = {(a, b): [add(f"socket link {a}->{b}" + (f" lane {x}" if ls > 1 else ""), 2, pcie.socket_gbps / ls)
+        sock = {(a, b): [add(clause("link.socket", a=a, b=b), x if ls > 1 else None, 2, pcie.socket_gbps / ls)
                          for x in range(ls)]
                 for a in range(n_sock) for b in range(n_sock) if a != b}
         staged_gbps = pcie.staged_gbps if pcie.staged_gbps is not None else STAGED_SHARE * pcie.uplink_gbps
-        memory = [add(f"socket {k} host memory", 3, staged_gbps) for k in range(n_sock)]
-        self.names, self.kinds = names, np.array(kinds, dtype=np.int64)
+        memory = [add(clause("link.memory", socket=k), None, 3, staged_gbps) for k in range(n_sock)]
+        self.links, self.kinds = links, np.array(kinds, dtype=np.int64)
+        self.names = [english(link) + ("" if lane is None else english(clause("link.lane", lane=lane)))
+                      for link, lane in links]
         self.rates = np.array(rates)
         width = 7
         self.route = np.full((g, g, width), -1, dtype=np.int64)
@@ -245,4 +252,4 @@ class Fabric:
 
     @property
     def n_resources(self) -> int:
-        return len(self.names)
+        return len(self.links)

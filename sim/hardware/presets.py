@@ -278,8 +278,8 @@ flash_bwd_launch_template.h)."""
 CALL_HOST_US = {"fwd": 33.3, "bwd": 36.3}
 """Host-side time of one eager attention call (Python, torch's dispatcher, the output
 allocations, the launches), µs: paid in full by an isolated call, whose GPU waits for it,
-and hidden behind queued work otherwise. Measured on one H200 (bench/results/gpu_h200/
-block_grid.json, torch 2.11, `ringsim hw bench --device cuda`): see docs/gpu-validation.md;
+and hidden behind queued work otherwise. Measured on one H200 (bench/results/gpu/h200/
+block-grid.json, torch 2.11, `ringsim hw bench --device cuda`): see docs/gpu-validation.md;
 `ringsim calibrate` fits it for another host."""
 KERNEL_GAP_US = 1.0
 """GPU time between two kernels queued on one stream, µs: NVIDIA's 'Getting Started with

@@ -1,9 +1,9 @@
 """A calibrated hardware profile: measured compute, link and contention models.
 
 `ringsim calibrate` writes it from `ringsim hw bench` measurements; the simulator uses
-it in place of a datasheet preset (`ringsim simulate --profile FILE`). It offers the
-same interface as `sim.scenario.config.Hardware` (compute_time_s, transfer_time_s, rate_flops,
-describe) plus a `contention` model (sim.hardware.contention).
+it in place of a datasheet preset (`ringsim simulate --profile FILE`): a hardware model
+(sim.hardware.model.HardwareModel) like `sim.hardware.cluster.Hardware`, with a `contention`
+model (sim.hardware.contention).
 
 Compute: per (dtype, mask kind, pass) group, measured block times against FLOPs, used
 either as an interpolated table or as a fitted line time = overhead + FLOPs / rate,
@@ -41,6 +41,7 @@ from sim.errors import RingsimError
 from sim.files import read_json, write_json
 from sim.hardware.contention import PLACEMENTS, Contention, Host
 from sim.hardware.kernel_model import whole_heads
+from sim.hardware.model import HardwareModel
 
 FORMAT = "ringsim-profile"
 VERSION = 1
@@ -108,7 +109,7 @@ class CollectiveFit:
 
 
 @dataclass(frozen=True)
-class Profile:
+class Profile(HardwareModel):
     compute_model: str
     """'table' or 'fit'."""
     groups: dict[tuple[str, str, str], ComputeGroup]
@@ -142,8 +143,12 @@ class Profile:
         raise RingsimError(f"profile {self.source or ''} has no compute measurements for {dtype} "
                            f"(it has {', '.join(have) or 'none'})")
 
-    def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str,
-                       q_tokens: int, kv_tokens: int) -> float:
+    def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str, q_tokens: int, kv_tokens: int,
+                       head_dim: int | None = None, kv_heads_per_head: float | None = None,
+                       sliced: bool = False, alone: bool = False, isolated: bool = False) -> float:
+        """The measured group's time for `flops` (its heads read off the block's FLOPs and
+        extent, see the module's docstring); the head geometry and the call order do not
+        change it: the groups were measured on their own."""
         g = self._group(dtype, mask, kind)
         price = g.table_s if self.compute_model == "table" else g.fit_s
         if g.heads and flops > 0 and q_tokens > 0 and kv_tokens > 0:
@@ -157,6 +162,11 @@ class Profile:
 
     def transfer_time_s(self, nbytes: float, src: int, dst: int) -> float:
         return self.link.time_s(nbytes)
+
+    @property
+    def times_collectives(self) -> bool:
+        """Whether a collective was measured (its flows then take its fit)."""
+        return bool(self.collectives)
 
     def collective_times_s(self, kind: np.ndarray, nbytes: np.ndarray, default: np.ndarray, *,
                            group: np.ndarray | None = None) -> np.ndarray:
@@ -201,8 +211,8 @@ class Profile:
             return at
         return replace(at, contention=replace(self.contention, host=host.with_sharing(sharing)))
 
-    def rate_flops(self, dtype: str) -> float:
-        """Achieved FLOP/s on full blocks (the slope of the fit)."""
+    def rate_flops(self, dtype: str, head_dim: int | None = None) -> float:
+        """Achieved FLOP/s on full blocks (the slope of the fit), whatever the head dim."""
         return self._group(dtype, "full", "fwd").flops_per_s
 
     def describe(self) -> dict[str, Any]:

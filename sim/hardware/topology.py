@@ -1,12 +1,12 @@
 """GPUs in nodes, the ports a flow holds, and the flows a collective is made of.
 
-Ranks are packed `gpus_per_node` to a node (sim.scenario.config.Hardware). Inside a node every
+Ranks are packed `gpus_per_node` to a node (sim.hardware.cluster.Hardware). Inside a node every
 GPU has its own port to the others in each direction (NVLink through NVSwitch, or PCIe
 in a box without NVLink); between nodes a GPU's traffic leaves through a NIC: one per
 GPU, or `nics_per_node`, each shared by gpus_per_node / nics_per_node GPUs. A flow
 holds its sender's outgoing port and its receiver's incoming port (inside a node the two
 GPUs' ports, between nodes the two NICs) for its whole duration, alpha + bytes /
-bandwidth at the link it crosses (docs/design.md, "Link time"; sim.scenario.config.Hardware
+bandwidth at the link it crosses (docs/design.md, "Link time"; sim.hardware.cluster.Hardware
 .transfer_times_s). The switches, and the network between the NICs, are taken to be
 non-blocking (a full fat tree).
 
@@ -35,11 +35,15 @@ Collectives are played as the point-to-point flows an implementation sends:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.errors import RingsimError
 from sim.hardware.pcie import Fabric
+
+if TYPE_CHECKING:
+    from sim.hardware.cluster import Hardware
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,10 @@ class Topology:
     only its two GPUs' ports."""
 
     @classmethod
-    def of(cls, hardware, n_gpus: int) -> "Topology":
+    def of(cls, hardware: Hardware, n_gpus: int) -> "Topology":
         g = hardware.gpus_per_node
         nics = hardware.nics_per_node or g
-        return cls(n_gpus, g, nics, getattr(hardware.link, "name", "link"), getattr(hardware, "fabric", None))
+        return cls(n_gpus, g, nics, hardware.link.name, hardware.fabric)
 
     @property
     def n_nodes(self) -> int:

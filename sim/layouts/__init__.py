@@ -18,6 +18,7 @@ import numpy as np
 from sim.errors import RingsimError
 from sim.layouts import contiguous, striped, zigzag
 from sim.layouts.base import Layout, Piece, Segment
+from sim.reasons import refusal
 
 LAYOUTS: dict[str, Layout] = {m.LAYOUT.name: m.LAYOUT for m in (contiguous, striped, zigzag)}
 NAMES = tuple(LAYOUTS)
@@ -42,7 +43,7 @@ def _check(layout: str, seq: int, n: int) -> None:
         raise RingsimError("sequence length and number of ranks must be positive")
     chunks = lay.n_chunks(n)
     if seq % chunks:
-        raise RingsimError(f"sequence length {seq} does not divide into {chunks} chunks for {layout} on {n} ranks")
+        raise refusal("refused.chunks", seq=seq, chunks=chunks, layout=layout, ranks=n)
 
 
 def segments(layout: str, seq: int, n: int) -> list[list[Segment]]:

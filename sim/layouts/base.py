@@ -58,8 +58,8 @@ class Layout:
     chunk and key chunk (index arrays, broadcast against each other)."""
     pieces: Callable[[int, int, int, int], tuple[Piece, ...]]
     """(rank, owner, n_gpus, tokens per rank) -> the pieces of a causal block; () if empty."""
-    chunk_axis: str = "chunk (token order)"
-    """What a chunk is, for a figure's axis."""
+    chunk_axis: str = "blocks.chunk"
+    """What a chunk is, for a figure's axis: the key of its sim.reasons clause."""
 
     def n_chunks(self, n: int) -> int:
         return self.chunks_per_rank * n

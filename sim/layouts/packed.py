@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.reasons import Clause, clause
 from sim.scenario.documents import bounds as doc_bounds
 
 LAYOUTS = ("contiguous", "striped", "zigzag", "doc-contiguous", "balanced")
@@ -401,7 +402,8 @@ def from_header(config: dict, n: int, layout: str | None = None) -> Packed | Non
     return Packed(tuple(int(x) for x in b), n, layout, window, bool(w["causal"]))
 
 
-def block_map_parts(p: Packed) -> tuple[np.ndarray, np.ndarray, int, str]:
+def block_map_parts(p: Packed) -> tuple[np.ndarray, np.ndarray, int, Clause]:
     """What a block map of a packed run shows: a chunk is a rank's shard (work: the exact
-    table), each rank its own chunk's owner, the shard's tokens, the axis's name."""
-    return block_tables(p).work, np.arange(p.n), p.tokens_per_rank, "GPU shard (packed documents)"
+    table), each rank its own chunk's owner, the shard's tokens, the axis's name (a sim.reasons
+    clause)."""
+    return block_tables(p).work, np.arange(p.n), p.tokens_per_rank, clause("blocks.shard")

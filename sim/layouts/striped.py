@@ -32,4 +32,4 @@ def pieces(rank: int, owner: int, n_gpus: int, tokens: int) -> tuple[Piece, ...]
 LAYOUT = Layout(
     name="striped", summary="token t on rank t mod N", chunks_per_rank=1, segments=segments,
     chunks_of_rank=lambda n: [(r,) for r in range(n)], chunk_pair_work=chunk_pair_work,
-    pieces=pieces, chunk_axis="stripe (tokens ≡ r mod N)")
+    pieces=pieces, chunk_axis="blocks.stripe")

@@ -2,8 +2,8 @@
 and off (`ringsim compare`), and every scheme's variants (`ringsim compare --schemes`), each
 run summarized by sim.trace.metrics (comparison_row: the layout's makespan, efficiency,
 imbalance and exposed communication; scheme_row: makespan, exposed communication, bytes and
-memory per GPU, and the sentence of what bounds it). The command line prints these rows;
-the dashboard makes the same ones through its cached runs (`metrics_of`).
+memory per GPU, and what bounds it, in English and as sim.reasons clauses). The command line
+prints these rows; the dashboard makes the same ones through its cached runs (`metrics_of`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ def scheme_variants(scenario: Scenario) -> list[tuple[str, Variant]]:
 def compare_scheme_rows(scenario: Scenario, hardware=None, schemes: Sequence[str] | None = None
                         ) -> list[dict[str, Any]]:
     """A `sim.trace.metrics.scheme_row` for every variant of `schemes` (all when None) of
-    the scenario; a variant the configuration refuses gets a row with its reason
-    (`refused`)."""
+    the scenario, with the variant's clause (`variant_clause`); a variant the configuration
+    refuses gets a row with its reason (`refused`, and `refused_clause` where sim.reasons
+    knows the reason)."""
     from sim.engine.play import simulate
     from sim.trace.metrics import compute_metrics, scheme_row
 
@@ -59,9 +60,11 @@ def compare_scheme_rows(scenario: Scenario, hardware=None, schemes: Sequence[str
         try:
             sc = vary(scenario, scheme, variant.values)
         except RingsimError as e:
-            out.append({"scheme": scheme, "variant": variant.label, "refused": str(e)})
+            out.append({"scheme": scheme, "variant": variant.name, "refused": str(e),
+                        "variant_clause": variant.label, "refused_clause": e.reason})
             continue
         trace = simulate(sc, hardware, player="recurrence")
-        out.append(scheme_row(scheme, variant.label, trace, compute_metrics(trace)))
+        out.append({**scheme_row(scheme, variant.name, trace, compute_metrics(trace)),
+                    "variant_clause": variant.label})
         del trace
     return out

@@ -40,9 +40,11 @@ from typing import Any, Callable
 
 from sim.cli.options import table
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware
 from sim.planning.spec import Config, configs_from
 from sim.planning.sweep import Runner, run_configs
-from sim.scenario.config import Hardware, Scenario, Workload
+from sim.reasons import Clause, clause, english
+from sim.scenario.config import Scenario, Workload
 from sim.scenario.documents import bounds as doc_bounds
 from sim.scenario.models import Model
 from sim.scenario.resolve import hardware_of, scenario_of, workload_of
@@ -283,26 +285,29 @@ def plan(req: PlanRequest, runner: Runner | None = None,
     hardware = hardware_of(base)
     tried = candidates(workload_of(base), hardware, req.n_gpus)
     options_list = [base | {"scheme": scheme} | v.values for scheme, v in tried]
-    labels = [v.label for _, v in tried]
     configs = configs_from(options_list)
-    legal: list[tuple[dict[str, Any], str, Config, Scenario]] = []
+    legal: list[tuple[dict[str, Any], Variant, Config, Scenario]] = []
     not_possible = []
-    for opts, label, config in zip(options_list, labels, configs):
+    for opts, (_, variant), config in zip(options_list, tried, configs):
         try:
-            legal.append((opts, label, config, scenario_of(config.values, hardware)))
+            legal.append((opts, variant, config, scenario_of(config.values, hardware)))
         except RingsimError as e:
-            not_possible.append({"scheme": opts["scheme"], "variant": label, "reason": _why_not(opts, str(e))})
+            reason = _why_not(opts, e)
+            not_possible.append({"scheme": opts["scheme"], "variant": variant.name,
+                                 "reason": str(e) if reason is None else english(reason),
+                                 "variant_clause": variant.label, "reason_clause": reason})
     rows = run_configs([c for _, _, c, _ in legal], runner, on_progress)
     capacity = next((r["memory_bytes"] for r in rows if r.get("memory_bytes")), None)
     cap, limit = memory_limit_bytes(req, capacity)
     out, failed = [], []
-    for (opts, label, config, scenario), row in zip(legal, rows):
+    for (opts, variant, config, scenario), row in zip(legal, rows):
         if row.get("error"):
-            failed.append({"scheme": opts["scheme"], "variant": label, "error": row["error"]})
+            failed.append({"scheme": opts["scheme"], "variant": variant.name, "error": row["error"],
+                           "variant_clause": variant.label})
             continue
         mem = plan_memory(req, scenario)
         out.append({
-            "scheme": opts["scheme"], "variant": label, "command": config.command,
+            "scheme": opts["scheme"], "variant": variant.name, "command": config.command,
             "makespan_s": row["makespan_s"], "step_s": row["makespan_s"] * req.model.layers,
             "efficiency": row["efficiency"], "exposed_comm_s": row["exposed_comm_s"],
             "exposed_by_kind_s": {k: row[f"exposed_{k}_s"] for k in ("kv", "dkv", "ag", "rs", "a2a")
@@ -311,18 +316,27 @@ def plan(req: PlanRequest, runner: Runner | None = None,
             "peak_mem_bytes": mem["total"], "attention_mem_bytes": row["peak_mem_bytes"], "memory": mem,
             "fits": mem["total"] <= limit, "bound": row["explanation"],
             "settings": {k: opts[k] for k in SETTINGS if k in opts},
+            "variant_clause": variant.label, "bound_clauses": row["explanation_clauses"],
         })
     out.sort(key=lambda c: (not c["fits"], c["makespan_s"]))
     for i, c in enumerate(out):
         c["rank"] = i + 1
-        c["why"] = _why(req, c, out, limit)
+        why = _why(req, c, out, limit)
+        c["why"], c["why_clauses"] = english(why), why
     return Plan(req, out, not_possible, cap, limit, time.perf_counter() - t0, failed)
 
 
-def _why_not(opts: dict[str, Any], reason: str) -> str:
-    if get_scheme(opts["scheme"]).limited_by_heads and "heads" in reason:
-        return f"{reason} (the head count limits Ulysses)"
-    return reason
+HEAD_REASONS = ("refused.heads", "refused.kv-heads")
+"""The refusals the head count gives."""
+
+
+def _why_not(opts: dict[str, Any], e: RingsimError) -> Clause | None:
+    """Why the configuration refuses a candidate, as a clause (None where the refusal is not one
+    sim.reasons knows): for a scheme whose degree the heads bound, a degree they refuse says so."""
+    if (e.reason is not None and get_scheme(opts["scheme"]).limited_by_heads
+            and e.reason["clause"] in HEAD_REASONS):
+        return clause("refused.head-count", reason=e.reason)
+    return e.reason
 
 
 TIE_WITHIN = 0.05
@@ -330,59 +344,51 @@ TIE_WITHIN = 0.05
 blocks is 3-4% (docs/gpu-model.md), a profile's on measured runs 2-7% (docs/calibration.md)."""
 
 
-def tie_sentence(c: dict[str, Any], nxt: dict[str, Any], ahead: float) -> str:
+def tie_clause(c: dict[str, Any], nxt: dict[str, Any], ahead: float) -> Clause:
     """The fastest and the next are within the model's error: say so, and what differs."""
     diffs = []
     mem = nxt["peak_mem_bytes"] - c["peak_mem_bytes"]
     if abs(mem) > 0.05 * max(c["peak_mem_bytes"], 1):
-        diffs.append(f"{fmt_bytes(abs(mem))} {'less' if mem > 0 else 'more'} memory per GPU")
+        diffs.append(clause("plan.less-memory" if mem > 0 else "plan.more-memory", memory_bytes=abs(mem)))
     exposed = nxt["exposed_comm_s"] - c["exposed_comm_s"]
     if abs(exposed) > 0.02 * c["makespan_s"]:
-        diffs.append(f"{fmt_s(abs(exposed))} {'less' if exposed > 0 else 'more'} exposed communication "
-                     "(the part a slower network would stretch)")
-    return (f"tied with the next ({nxt['scheme']}, {nxt['variant']}): {ahead:.1%} apart, within the model's own "
-            f"error; this one has " + (" and ".join(diffs) if diffs else "the same memory and exposed communication")
-            + "; a calibrated profile of your GPUs (ringsim calibrate) or both runs measured would separate them")
+        diffs.append(clause("plan.less-exposed" if exposed > 0 else "plan.more-exposed", exposed_s=abs(exposed)))
+    return clause("plan.tie", scheme=nxt["scheme"], variant=nxt["variant_clause"], apart=ahead,
+                  diffs=diffs or [clause("plan.same")])
 
 
-def _why(req: PlanRequest, c: dict[str, Any], ranked: list[dict[str, Any]], limit: float) -> str:
-    """One sentence on why a candidate wins or loses."""
+def _why(req: PlanRequest, c: dict[str, Any], ranked: list[dict[str, Any]], limit: float) -> list[Clause]:
+    """Why a candidate wins or loses: how it stands (it does not fit, it is the fastest, it is
+    slower), what bounds it, and what its scheme holds."""
     best = next((x for x in ranked if x["fits"]), None)
-    parts = []
+    out = []
     if not c["fits"]:
         mem = c["memory"]
         kept = mem.get("kept_for_backward", mem.get("kv_cache", 0))
-        what = "kept for backward" if "kept_for_backward" in mem else "K/V cache"
-        parts.append(f"does not fit: {fmt_bytes(c['peak_mem_bytes'])} per GPU over the "
-                     f"{fmt_bytes(limit)} limit ({fmt_bytes(kept)} {what} by {req.model.layers - 1} "
-                     f"other layers, {fmt_bytes(mem['attention_working'])} working"
-                     + (f", {fmt_bytes(mem.get('params_and_optimizer', mem.get('params', 0)))} parameters"
-                        if req.param_shards else "") + ")")
+        items = [clause("plan.kept-for-backward" if "kept_for_backward" in mem else "plan.kv-cache",
+                        kept_bytes=kept, layers=req.model.layers - 1),
+                 clause("plan.working", working_bytes=mem["attention_working"])]
+        if req.param_shards:
+            items.append(clause("plan.params", params_bytes=mem.get("params_and_optimizer", mem.get("params", 0))))
+        out.append(clause("plan.no-fit", peak_bytes=c["peak_mem_bytes"], limit_bytes=limit, items=items))
     elif c is best:
         rest = [x for x in ranked if x["fits"] and x is not c]
         if rest:
             nxt = rest[0]
             ahead = nxt["makespan_s"] / c["makespan_s"] - 1
             if ahead < TIE_WITHIN:
-                parts.append(tie_sentence(c, nxt, ahead))
+                out.append(tie_clause(c, nxt, ahead))
             else:
-                parts.append(f"fastest that fits, {ahead:.1%} ahead of the next ({nxt['scheme']}, {nxt['variant']})")
+                out.append(clause("plan.fastest", ahead=ahead, scheme=nxt["scheme"], variant=nxt["variant_clause"]))
         else:
-            parts.append("the only candidate that fits")
+            out.append(clause("plan.only"))
     else:
         ratio = c["makespan_s"] / best["makespan_s"] if best else None
         if ratio is not None:
-            parts.append(f"{ratio - 1:.1%} slower than the fastest" if ratio < 1.1 else f"{ratio:.2f}x the fastest")
-    parts.append(c["bound"])
-    for note, values in get_scheme(c["scheme"]).plan_notes(c["settings"], req.n_gpus, req.model.kv_heads):
-        parts.append(NOTES[note].format(**values))
-    return "; ".join(p for p in parts if p)
-
-
-NOTES = {"replicated": "K/V heads replicated {times}x by a Ulysses degree above the {kv_heads} K/V heads",
-         "holds-all": "holds the whole K/V of the sequence",
-         "holds-group": "holds a head group of the K/V of the sequence"}
-"""A scheme's notes on a candidate (sim.schemes.base.Scheme.plan_notes), in English."""
+            out.append(clause("plan.slower", slower=ratio - 1) if ratio < 1.1 else clause("plan.times", ratio=ratio))
+    out += c["bound_clauses"]
+    out += get_scheme(c["scheme"]).plan_notes(c["settings"], req.n_gpus, req.model.kv_heads)
+    return out
 
 
 # --- text ---------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ every option resolved, the command line that reproduces it, and the metrics of i
 (sim.trace.metrics; docs/design.md, Definitions): makespan, efficiency, load imbalance, overlap
 efficiency, the worst GPU's exposed communication (and by kind), bytes sent and peak
 memory per GPU (the largest), the GPU's memory and whether the peak fits in it, and the
-sentence of what bounds the run (`sim.trace.metrics.explain`). A configuration that fails gets
-its one-line error in `error` and no metrics; the sweep goes on.
+sentence of what bounds the run (`sim.trace.metrics.explain`; the row also carries its
+clauses, which a results file leaves out). A configuration that fails gets its one-line
+error in `error` and no metrics; the sweep goes on.
 
 Where it runs (`execute`): in this process, or on Dask (`distributed`), a LocalCluster of
 single-threaded worker processes (the simulator holds the GIL) or an existing scheduler.
@@ -58,7 +59,8 @@ def simulate_config(values: Mapping[str, Any]) -> dict[str, Any]:
     Played with the wave player, which gives the SimPy player's times bit for bit (the
     engine's own promise; `ringsim simulate` uses SimPy)."""
     from sim.engine.play import simulate
-    from sim.trace.metrics import compute_metrics, explain, scheme_row
+    from sim.reasons import english
+    from sim.trace.metrics import compute_metrics, explain_clauses, scheme_row
 
     try:
         run = resolve(values)
@@ -75,7 +77,8 @@ def simulate_config(values: Mapping[str, Any]) -> dict[str, Any]:
     out["bytes_per_gpu"] = row["bytes_sent_per_gpu"]
     out["variant"] = row["variant"]
     # what bounds the run, without explain's memory warning: `fits` is its own column
-    out["explanation"] = explain({**row, "peak_mem_bytes": None})
+    out["explanation_clauses"] = explain_clauses({**row, "peak_mem_bytes": None})
+    out["explanation"] = english(out["explanation_clauses"])
     peak, capacity = row.get("peak_mem_bytes"), row.get("memory_bytes")
     out["fits"] = None if peak is None or not capacity else bool(peak <= capacity)
     out["error"] = None
@@ -88,10 +91,13 @@ def run_batch(values: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def row_of(config: Config, metrics: dict[str, Any]) -> dict[str, Any]:
-    """The full row: key, options, command, metrics (missing metrics are None)."""
+    """The full row: key, options, command, metrics (missing metrics are None), and what bounds
+    the run as sim.reasons clauses (`explanation_clauses`, for a page that says it in its
+    language; a results file keeps the English `explanation` alone)."""
     row = {"key": config.key, **config.columns(), "command": config.command}
     for name in METRIC_COLUMNS:
         row[name] = metrics.get(name)
+    row["explanation_clauses"] = metrics.get("explanation_clauses")
     return row
 
 

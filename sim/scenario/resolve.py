@@ -27,9 +27,10 @@ from functools import lru_cache
 from typing import Any, Iterator, Mapping
 
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.pcie import PCIE_X16_GBPS, Pcie
 from sim.hardware.presets import cluster_preset, gpu_preset
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.scenario.documents import read_file_spec
 from sim.scenario.schema import SCENARIO_OPTIONS, SCHEME_OPTIONS, scenario_option
 from sim.schemes import Settings
@@ -53,8 +54,9 @@ class OptionError(RingsimError):
     where a caller that must point at one (the dashboard) can look when the message names
     none."""
 
-    def __init__(self, message: str, option: str | None = None, part: str | None = None):
-        super().__init__(message)
+    def __init__(self, message: str, option: str | None = None, part: str | None = None,
+                 reason: dict[str, Any] | None = None):
+        super().__init__(message, reason=reason)
         self.option = option
         self.part = part or option
 
@@ -78,7 +80,9 @@ def flags_for(part: str | None = None, **flags: str) -> Iterator[None]:
             else:
                 message = re.sub(rf"^{name}\b", flag, message)
         at = {message.find(f): f for f in set(flags.values()) if f in message}
-        raise OptionError(message, at[min(at)][2:] if at else None, part) from None
+        # a refusal sim.reasons knows keeps its clause while its sentence stands as it was
+        raise OptionError(message, at[min(at)][2:] if at else None, part,
+                          reason=e.reason if message == str(e) else None) from None
 
 
 def _check_names(values: Mapping[str, Any]) -> None:

@@ -17,9 +17,10 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
-from sim.scenario.config import GRANULARITIES, LAYOUTS, PASSES, SYNCS, Gpu, Hardware, Scenario, Workload
+from sim.scenario.config import GRANULARITIES, LAYOUTS, PASSES, SYNCS, Scenario, Workload
 from sim.scenario.option import ScenarioOption
 from sim.scenario.quantities import DTYPE_BYTES
 from sim.schemes import get as get_scheme

@@ -42,6 +42,7 @@ from sim.errors import RingsimError
 from sim.hardware.topology import Topology
 from sim.layouts import get as get_layout
 from sim.layouts import packed
+from sim.reasons import Clause, clause, refusal
 from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
 from sim.schemes.base import (
     COMPUTE_KINDS,
@@ -59,7 +60,8 @@ from sim.trace.format import COMPUTE, Trace
 from sim.units import positive_ints
 
 if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
-    from sim.scenario.config import Hardware, Scenario, Workload
+    from sim.hardware.cluster import Hardware
+    from sim.scenario.config import Scenario, Workload
 
 
 PACKED_LAYOUTS = ("contiguous", "zigzag")
@@ -292,7 +294,7 @@ def block_map(trace: Trace) -> BlockMap:
         # one varlen call per rank and head group: every pair of a rank's queries at once
         work, owner, size, axis = packed.block_map_parts(p)
         return BlockMap(value=np.where(work > 0, 0.0, np.nan), work=work, owner=owner, chunk_size=size,
-                        value_label="kernel call on its rank (in order)", axis_label=axis)
+                        value_label=clause("blocks.kernel-call"), axis_label=axis)
     lay = get_layout("zigzag")
     chunks, size = 2 * n, seq // (2 * n)
     q_chunk = np.arange(chunks)[:, None]
@@ -317,7 +319,7 @@ def block_map(trace: Trace) -> BlockMap:
                 grid[q[ok, a], k[ok, c]] = place[ok]
     grid[work == 0] = np.nan
     return BlockMap(value=grid, work=work.astype(np.int64), owner=lay.owner_of_chunk(n), chunk_size=size,
-                    value_label="kernel call on its rank (in order)", axis_label=lay.chunk_axis)
+                    value_label=clause("blocks.kernel-call"), axis_label=clause(lay.chunk_axis))
 
 
 def _check(scenario: Scenario) -> None:
@@ -328,8 +330,7 @@ def _check(scenario: Scenario) -> None:
                                f"(the llama3 varlen variant: contiguous), got {scenario.layout!r}")
         scenario.check_layout_chunks()
     elif w.seq % (2 * n):
-        raise RingsimError(f"sequence length {w.seq} does not divide into {2 * n} equal chunks "
-                           f"(allgather on {n} GPUs); use a multiple of {2 * n}")
+        raise refusal("refused.gather-chunks", seq=w.seq, chunks=2 * n, gpus=n, multiple=2 * n)
     if w.kv_heads % g:
         raise RingsimError(f"head groups ({g}) must divide the {w.kv_heads} K/V heads")
     Topology.of(scenario.hardware, n)._levels(n)
@@ -345,16 +346,18 @@ def _gathered_on(workload: Workload) -> dict[str, Any]:
 def variants(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
     """What a comparison runs: one gather, and pipelined per K/V head."""
     on = _gathered_on(workload)
-    out = [Variant("one gather", dict(on))]
+    out = [Variant(clause("variant.one-gather"), dict(on))]
     if workload.kv_heads > 1:
-        out.append(Variant(f"{workload.kv_heads} head groups", on | {"head-groups": workload.kv_heads}))
+        out.append(Variant(clause("variant.head-groups", groups=workload.kv_heads),
+                           on | {"head-groups": workload.kv_heads}))
     return out
 
 
 def candidates(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
     """What a plan tries: every head-group count that divides the K/V heads."""
     on = _gathered_on(workload)
-    return [Variant("one gather" if g == 1 else f"{g} head groups", on | {"head-groups": g})
+    return [Variant(clause("variant.one-gather") if g == 1 else clause("variant.head-groups", groups=g),
+                    on | {"head-groups": g})
             for g in divisors(workload.kv_heads)]
 
 
@@ -369,8 +372,8 @@ def token_split(scenario: Scenario) -> TokenSplit:
     return TokenSplit(layout="zigzag", holders=n, pattern="chunk-pairs", numbers={"chunks": 2 * n, "last": 2 * n - 1})
 
 
-def plan_notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> tuple[tuple[str, dict], ...]:
-    return (("holds-all" if values.get("head-groups", 1) == 1 else "holds-group", {}),)
+def plan_notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> list[Clause]:
+    return [clause("plan.holds-all" if values.get("head-groups", 1) == 1 else "plan.holds-group")]
 
 
 SCHEME = Scheme(

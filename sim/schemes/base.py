@@ -20,12 +20,14 @@ import numpy as np
 
 from sim.layouts import NAMES as ONE_DOCUMENT_LAYOUTS
 from sim.layouts.packed import LAYOUTS as PACKED_LAYOUTS
+from sim.reasons import Clause, english
 from sim.scenario.option import ScenarioOption
 from sim.trace.format import COMPUTE
 
 if TYPE_CHECKING:
     from sim.engine.schedule import Schedule
-    from sim.scenario.config import Hardware, Scenario, Workload
+    from sim.hardware.cluster import Hardware
+    from sim.scenario.config import Scenario, Workload
     from sim.trace.format import Trace
 
 
@@ -60,10 +62,10 @@ class BlockMap:
     owner: np.ndarray
     """(chunks,) the rank that holds each chunk."""
     chunk_size: int
-    value_label: str
-    """What a cell's value is ("ring step", ...)."""
-    axis_label: str
-    """What a chunk is ("chunk (token order)", ...)."""
+    value_label: Clause
+    """What a cell's value is, as a sim.reasons clause ("ring step", ...)."""
+    axis_label: Clause
+    """What a chunk is, as a sim.reasons clause ("chunk (token order)", ...)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,12 +86,18 @@ def setting_option(settings: type[Settings], name: str, **record: Any) -> Scenar
 
 @dataclass(frozen=True)
 class Variant:
-    """One way to run a scheme, as a comparison or a plan tries it: what it is called, and
-    the option values beside `--scheme` that make it (its own settings, the layout or
-    overlap it runs with), by option name, in the order its command line gives them."""
+    """One way to run a scheme, as a comparison or a plan tries it: what it is called (a
+    sim.reasons clause, None where the scheme runs one way), and the option values beside
+    `--scheme` that make it (its own settings, the layout or overlap it runs with), by
+    option name, in the order its command line gives them."""
 
-    label: str
+    label: Clause | None
     values: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """What it is called in English, as a row names it ("" for none)."""
+        return "" if self.label is None else english(self.label)
 
 
 @dataclass(frozen=True)
@@ -121,11 +129,11 @@ def layouts_for(workload: "Workload") -> tuple[str, ...]:
 
 
 def _one_variant(workload: "Workload", hardware: "Hardware", n_gpus: int) -> list[Variant]:
-    return [Variant("", {})]
+    return [Variant(None, {})]
 
 
-def _no_notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> tuple[tuple[str, dict[str, Any]], ...]:
-    return ()
+def _no_notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> list[Clause]:
+    return []
 
 
 @dataclass(frozen=True)
@@ -175,11 +183,11 @@ class Scheme:
     token_split: Callable[["Scenario"], TokenSplit] = field(
         default=lambda scenario: TokenSplit(layout=scenario.layout, holders=scenario.n_gpus))
     """Which tokens each GPU (or group of GPUs) holds before anything moves."""
-    plan_notes: Callable[[Mapping[str, Any], int, int], tuple[tuple[str, dict[str, Any]], ...]] = _no_notes
+    plan_notes: Callable[[Mapping[str, Any], int, int], list[Clause]] = _no_notes
     """What a plan says of a candidate besides its time and memory, from its option
-    values, the GPUs and the model's K/V heads: (note, values) pairs, the note one of
-    'replicated' (K/V heads sent to more GPUs than there are: `times`, `kv_heads`),
-    'holds-all' (every GPU holds the whole K/V) or 'holds-group' (a head group of it)."""
+    values, the GPUs and the model's K/V heads: sim.reasons clauses (`plan.replicated`,
+    K/V heads sent to more GPUs than there are; `plan.holds-all`, every GPU holds the
+    whole K/V; `plan.holds-group`, a head group of it)."""
     limited_by_heads: bool = False
     """Whether its degree is bounded by the heads (a refusal that names them says so)."""
     batches_in_order: Callable[["Scenario"], bool] = field(default=lambda scenario: False)

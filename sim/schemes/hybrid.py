@@ -48,6 +48,7 @@ from sim.errors import RingsimError
 from sim.hardware.topology import Topology
 from sim.layouts import chunk_pair_work, chunks_of_rank, packed
 from sim.layouts import get as get_layout
+from sim.reasons import Clause, clause, refusal
 from sim.scenario.quantities import ACCUM_BYTES
 from sim.schemes import ring
 from sim.schemes.base import (
@@ -69,7 +70,8 @@ from sim.trace.format import Trace
 from sim.units import positive_ints
 
 if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
-    from sim.scenario.config import Hardware, Scenario, Workload
+    from sim.hardware.cluster import Hardware
+    from sim.scenario.config import Scenario, Workload
 
 PLACEMENTS = ("ulysses-inner", "ring-inner")
 
@@ -116,11 +118,10 @@ def kv_heads_per_gpu(workload: Workload, u: int) -> int:
 
 def check_degree(workload: Workload, u: int) -> None:
     if workload.heads % u:
-        raise RingsimError(f"ulysses degree {u} does not divide the {workload.heads} query heads")
+        raise refusal("refused.heads", degree=u, heads=workload.heads)
     h_kv = workload.kv_heads
     if (u <= h_kv and h_kv % u) or (u > h_kv and u % h_kv):
-        raise RingsimError(f"ulysses degree {u} and {h_kv} K/V heads: one must divide the other "
-                           "(K/V heads are replicated when the degree is larger)")
+        raise refusal("refused.kv-heads", degree=u, kv_heads=h_kv)
 
 
 def degree_fits(workload: Workload, u: int) -> bool:
@@ -316,8 +317,7 @@ def block_map_of(trace: Trace, u: int, r: int, placement: str) -> BlockMap:
         lay = None if layout in packed.DOC_LAYOUTS else get_layout(layout)
     except (KeyError, TypeError, ValueError, RingsimError):
         raise RingsimError("the trace's header has no layout or workload to draw the block map") from None
-    label = (f"step (every pair at once, {u} GPUs on 1/{u} of the heads each)" if r == 1
-             else f"ring step ({u} rings side by side, 1/{u} of the heads each)")
+    label = clause("blocks.every-pair" if r == 1 else "blocks.rings", ulysses=u)
     p = packed.from_header(trace.config, r, layout)
     if p is not None:
         work, at, size, axis = packed.block_map_parts(p)
@@ -327,7 +327,7 @@ def block_map_of(trace: Trace, u: int, r: int, placement: str) -> BlockMap:
     grid = ring_step_grid(trace, work, r)
     owner = rank_grid(u, r, placement)[lay.owner_of_chunk(r), 0]
     return BlockMap(value=grid, work=work, owner=owner, chunk_size=seq // lay.n_chunks(r),
-                    value_label=label, axis_label=lay.chunk_axis)
+                    value_label=label, axis_label=clause(lay.chunk_axis))
 
 
 def _check(scenario: Scenario) -> None:
@@ -342,8 +342,7 @@ def _check(scenario: Scenario) -> None:
 def _check_shards(scenario: Scenario) -> None:
     n = scenario.n_gpus
     if scenario.workload.seq % n:
-        raise RingsimError(f"sequence length {scenario.workload.seq} does not divide into {n} equal shards; "
-                           f"use a multiple of {n}")
+        raise refusal("refused.shards", seq=scenario.workload.seq, shards=n, multiple=n)
 
 
 def _resolved(scenario: Scenario) -> HybridSettings:
@@ -376,7 +375,8 @@ def variants(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Varian
     out = []
     for u in (d for d in range(n - 1, 1, -1) if n % d == 0 and degree_fits(workload, d)):
         for placement in placements:
-            label = f"{u} x {n // u}" + (f" {placement}" if len(placements) > 1 else "")
+            label = (clause("variant.split-placed", ulysses=u, ring=n // u, placement=placement)
+                     if len(placements) > 1 else clause("variant.split", ulysses=u, ring=n // u))
             out.append(Variant(label, {"ulysses-degree": u, "ring-degree": n // u, "placement": placement}))
     return out
 
@@ -385,7 +385,7 @@ def candidates(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Vari
     """What a plan tries: every split u x r with 1 < u < N, in each placement worth
     trying and each layout of the rings."""
     n = n_gpus
-    return [Variant(f"{u} x {n // u}, {placement}, {layout}",
+    return [Variant(clause("variant.hybrid", ulysses=u, ring=n // u, placement=placement, layout=layout),
                     {"ulysses-degree": u, "ring-degree": n // u, "placement": placement, "layout": layout})
             for u in divisors(n)[1:-1] for placement in _placements(hardware, n) for layout in layouts_for(workload)]
 
@@ -401,14 +401,14 @@ def split_of(scenario: Scenario, u: int, r: int, placement: str) -> TokenSplit:
                       groups=tuple(tuple(int(x) for x in row) for row in grid), numbers={"positions": r, "u": u})
 
 
-def replicated(u: int | None, kv_heads: int) -> tuple[tuple[str, dict], ...]:
+def replicated(u: int | None, kv_heads: int) -> list[Clause]:
     """The plan's note of K/V heads replicated by a degree above them."""
     if u and u > kv_heads:
-        return (("replicated", {"times": u // kv_heads, "kv_heads": kv_heads}),)
-    return ()
+        return [clause("plan.replicated", times=u // kv_heads, kv_heads=kv_heads)]
+    return []
 
 
-def plan_notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> tuple[tuple[str, dict], ...]:
+def plan_notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> list[Clause]:
     return replicated(values.get("ulysses-degree"), kv_heads)
 
 

@@ -25,7 +25,7 @@ Each hop holds its directed link (r -> r+1). Across nodes (sim.hardware.topology
 too: every rank sends to one rank and receives from one, and with ranks packed into
 nodes in order only one hop leaves each node and one enters it, so no two hops ever
 meet on a port or a NIC, shared or not; a hop between nodes runs at the NIC's speed
-(sim.scenario.config.Hardware.transfer_times_s).
+(sim.hardware.cluster.Hardware.transfer_times_s).
 
 Operations are numbered step by step: the N computes of step k (rank 0 first), then
 its N K/V hops (none at the last step), then in backward its N dK/dV hops. Each group
@@ -50,12 +50,14 @@ from sim.errors import RingsimError
 from sim.hardware.topology import Topology
 from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, chunks_of_rank, packed
 from sim.layouts import get as get_layout
+from sim.reasons import clause
 from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
 from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, Variant, layouts_for, ring_step_grid
 from sim.trace.format import Trace
 
 if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
-    from sim.scenario.config import Hardware, Scenario, Workload
+    from sim.hardware.cluster import Hardware
+    from sim.scenario.config import Scenario, Workload
 
 _ROWS = 1 << 18
 """Grid entries gathered per pass (a few MB of temporaries, reused by the allocator)."""
@@ -433,21 +435,22 @@ def block_map(trace: Trace) -> BlockMap:
     if p is not None:
         work, owner, size, axis = packed.block_map_parts(p)
         return BlockMap(value=ring_step_grid(trace, work, n), work=work, owner=owner, chunk_size=size,
-                        value_label="ring step", axis_label=axis)
+                        value_label=clause("blocks.ring-step"), axis_label=axis)
     work = chunk_pair_work(layout, seq, n, causal)
     grid = ring_step_grid(trace, work, n)
     return BlockMap(value=grid, work=work, owner=lay.owner_of_chunk(n), chunk_size=seq // lay.n_chunks(n),
-                    value_label="ring step", axis_label=lay.chunk_axis)
+                    value_label=clause("blocks.ring-step"), axis_label=clause(lay.chunk_axis))
 
 
 def variants(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
     """What a comparison runs: every layout worth trying, overlap on."""
-    return [Variant(layout, {"layout": layout, "overlap": True}) for layout in layouts_for(workload)]
+    return [Variant(clause("variant.ring", layout=layout), {"layout": layout, "overlap": True})
+            for layout in layouts_for(workload)]
 
 
 def candidates(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
     """What a plan tries: every layout worth trying."""
-    return [Variant(f"{layout} layout", {"layout": layout}) for layout in layouts_for(workload)]
+    return [Variant(clause("variant.layout", layout=layout), {"layout": layout}) for layout in layouts_for(workload)]
 
 
 def run_words(config: dict) -> str:

@@ -15,12 +15,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from sim.errors import RingsimError
+from sim.reasons import Clause, clause
 from sim.schemes import hybrid
 from sim.schemes.base import Settings, TokenSplit, Variant
 from sim.units import positive_ints
 
 if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
-    from sim.scenario.config import Hardware, Scenario, Workload
+    from sim.hardware.cluster import Hardware
+    from sim.scenario.config import Scenario, Workload
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,14 +51,14 @@ def _check(scenario: Scenario) -> None:
 
 
 def _every_gpu(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
-    return [Variant(f"degree {n_gpus}", {})]
+    return [Variant(clause("variant.degree", degree=n_gpus), {})]
 
 
 def _split(scenario: Scenario) -> TokenSplit:
     return hybrid.split_of(scenario, _degree(scenario), 1, hybrid.PLACEMENTS[0])
 
 
-def _notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> tuple[tuple[str, dict], ...]:
+def _notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> list[Clause]:
     return hybrid.replicated(values.get("ulysses-degree", n_gpus), kv_heads)
 
 

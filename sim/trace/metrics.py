@@ -7,23 +7,22 @@ Overall: makespan, ideal time (total FLOPs / (N x rate), when the header carries
 rate), efficiency, load imbalance (max / mean compute time), overlap efficiency
 (1 - exposed / comm), total FLOPs and bytes sent.
 
-`scheme_row` puts one run in a comparison of schemes, and `explain` says in one sentence,
-from those numbers alone, what bounds it, in clauses (`explain_clauses`: each a key and its
-numbers) that `explain` writes in English and the dashboard in each of its languages.
+`scheme_row` puts one run in a comparison of schemes, with what bounds it from those numbers
+alone: `explain_clauses` (sim.reasons clauses, which the row carries) and `explain` (their
+English sentence); the dashboard writes the same clauses in each of its languages.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from sim.engine.threads import each
-from sim.hardware.pcie import LINK_KINDS
+from sim.hardware.pcie import LINK_KIND_KEYS, LINK_KINDS
+from sim.reasons import Clause, clause, english
 from sim.trace.format import COMPUTE, IDLE, KIND_NAMES, RECV, SEND, TRANSFER_KINDS, WAIT, Trace
-from sim.units import fmt_bytes, fmt_s
 
 
 @dataclass(frozen=True)
@@ -256,8 +255,6 @@ def step_durations(trace: Trace) -> dict[tuple[int, int], float]:
     return dict(zip(zip(rank.tolist(), step.tolist()), (end - prev).tolist()))
 
 
-KIND_LABELS = {"kv": "K/V ring", "dkv": "dK/dV ring", "ag": "all-gather", "rs": "reduce-scatter",
-               "a2a": "all-to-all", "pp": "pipeline send"}
 EXPOSED_SHARE = 0.05
 """Exposed communication above this share of the makespan is what `explain` names first."""
 IMBALANCE = 1.10
@@ -316,7 +313,8 @@ def scheme_row(scheme: str, variant: str, trace: Trace, m: Metrics) -> dict[str,
         "memory_bytes": gpu.get("memory_gb") * 1e9 if isinstance(gpu, dict) and gpu.get("memory_gb") else None,
     }
     row.update(_busiest_pcie_link(trace, send))
-    row["explanation"] = explain(row)
+    row["explanation_clauses"] = explain_clauses(row)
+    row["explanation"] = english(row["explanation_clauses"])
     return row
 
 
@@ -350,35 +348,16 @@ def _busiest_pcie_link(trace: Trace, send: np.ndarray) -> dict[str, Any]:
     if not busy.size or busy.max() <= 0:
         return {}
     top = int(busy.argmax())
-    return {"busiest_pcie_link": f"node {top // fabric.n_resources} {fabric.names[top % fabric.n_resources]}",
+    resource, lane = fabric.links[top % fabric.n_resources]
+    where = clause("link.in-node", node=top // fabric.n_resources, resource=resource,
+                   on_lane=None if lane is None else clause("link.lane", lane=lane))
+    return {"busiest_pcie_link": english(where), "busiest_pcie_link_clause": where,
             "busiest_pcie_link_kind": LINK_KINDS[int(fabric.kinds[top % fabric.n_resources])],
             "busiest_pcie_link_s": float(busy[top]), "busiest_port_s": float(ports.max(initial=0.0))}
 
 
-EXPLAIN_TEMPLATES = {
-    "idle": "nothing to run",
-    "exposed": "{kind} exposed {exposed_s} ({share} of the makespan)",
-    "exposed-across-nodes": "{kind} exposed {exposed_s} ({share} of the makespan), NIC-limited: most of its time "
-                            "is on flows between nodes",
-    "nic": "NIC-limited: the busiest NIC carries flows {share} of the makespan, transfers queue for it",
-    "nic-also": "the busiest NIC carries flows {share} of the makespan, transfers queue for it",
-    "pcie": "bound by the PCIe {link_kind} ({link}), carrying flows {share} of the makespan",
-    "imbalance": "causal imbalance {ratio}x",
-    "imbalance-alone": "causal imbalance: the busiest GPU computes {ratio}x the mean",
-    "compute-bound": "compute-bound: {computing} of the makespan computing",
-    "compute-bound-rate": "compute-bound: {computing} of the makespan computing, at {rate} of the kernel's best rate",
-    "waits": "waits on peers: the busiest GPU computes only {computing} of the makespan",
-    "no-fit": "does not fit ({peak_bytes} per GPU, {capacity_gb} GB)",
-}
-"""`explain`'s clauses in English, by key; a placeholder is one of the clause's parameters,
-written by `clause_fields`. The dashboard has each clause in each of its languages
-(dashboard/locale, `why.<key>`) and writes the same fields in the language's numbers."""
-CLAUSE_SEPARATOR = "; "
-
-
-def explain_clauses(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """What bounds a run, from the numbers of its `scheme_row`, as clauses, each a key of
-    EXPLAIN_TEMPLATES and its parameters (numbers, a kind of transfer, a link's name):
+def explain_clauses(row: dict[str, Any]) -> list[Clause]:
+    """What bounds a run, from the numbers of its `scheme_row`, as sim.reasons clauses:
     exposed communication when it passes EXPOSED_SHARE of the makespan (its largest kind,
     and "NIC-limited" when most of that kind's transfer time crosses nodes); a NIC busy
     NIC_BUSY of the makespan while no GPU computes COMPUTE_BOUND of it (transfers queue
@@ -389,109 +368,38 @@ def explain_clauses(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     GPU's."""
     makespan = row["makespan_s"]
     if not makespan:
-        return [("idle", {})]
+        return [clause("bound.idle")]
     exposed = row.get("exposed_by_kind_s") or {}
     computing = row["compute_s"] / makespan
-    out: list[tuple[str, dict[str, Any]]] = []
+    out: list[Clause] = []
     if exposed and row["exposed_comm_s"] >= EXPOSED_SHARE * makespan:
         kind = max(exposed, key=exposed.get)
         across = row.get("across_nodes_share", {}).get(kind, 0.0) > ACROSS_NODES
-        out.append(("exposed-across-nodes" if across else "exposed",
-                    {"kind": kind, "exposed_s": exposed[kind], "share": exposed[kind] / makespan}))
+        out.append(clause("bound.exposed-across-nodes" if across else "bound.exposed", kind=kind,
+                          exposed_s=exposed[kind], share=exposed[kind] / makespan))
     nic = row.get("busiest_nic_s") or 0.0
     if nic >= NIC_BUSY * makespan and computing < COMPUTE_BOUND:
-        said = bool(out) and out[-1][0] == "exposed-across-nodes"
-        out.append(("nic-also" if said else "nic", {"share": nic / makespan}))
+        said = bool(out) and out[-1]["clause"] == "bound.exposed-across-nodes"
+        out.append(clause("bound.nic-also" if said else "bound.nic", share=nic / makespan))
     link = row.get("busiest_pcie_link_s") or 0.0
     if out and link >= PCIE_BUSY * makespan and link > 1.001 * row.get("busiest_port_s", 0.0):
-        out.append(("pcie", {"link_kind": row["busiest_pcie_link_kind"], "link": row["busiest_pcie_link"],
-                             "share": link / makespan}))
+        out.append(clause("bound.pcie", link_kind=LINK_KIND_KEYS[LINK_KINDS.index(row["busiest_pcie_link_kind"])],
+                          link=row["busiest_pcie_link_clause"], share=link / makespan))
     if row["load_imbalance"] >= IMBALANCE:
-        out.append(("imbalance" if out else "imbalance-alone", {"ratio": row["load_imbalance"]}))
+        out.append(clause("bound.imbalance" if out else "bound.imbalance-alone", ratio=row["load_imbalance"]))
     if not out and computing >= COMPUTE_BOUND:
         if row.get("efficiency") is not None:
-            out.append(("compute-bound-rate", {"computing": computing, "rate": row["efficiency"] / computing}))
+            out.append(clause("bound.compute-bound-rate", computing=computing, rate=row["efficiency"] / computing))
         else:
-            out.append(("compute-bound", {"computing": computing}))
+            out.append(clause("bound.compute-bound", computing=computing))
     elif not out:
-        out.append(("waits", {"computing": computing}))
+        out.append(clause("bound.waits", computing=computing))
     peak, capacity = row.get("peak_mem_bytes"), row.get("memory_bytes")
     if peak is not None and capacity and peak > capacity:
-        out.insert(0, ("no-fit", {"peak_bytes": peak, "capacity_gb": capacity / 1e9}))
+        out.insert(0, clause("bound.no-fit", peak_bytes=peak, capacity_gb=capacity / 1e9))
     return out
-
-
-_SHARES = ("share", "computing", "rate")
-
-
-def clause_fields(params: dict[str, Any]) -> dict[str, str]:
-    """A clause's parameters as `explain` writes them, by name: seconds (`_s`) and bytes
-    (`_bytes`) with their unit, shares as whole percents, a ratio with two decimals, GB
-    as short as they go, a kind of transfer by its label, a link's name as it is."""
-    out = {}
-    for name, value in params.items():
-        if name.endswith("_s"):
-            out[name] = fmt_s(value)
-        elif name.endswith("_bytes"):
-            out[name] = fmt_bytes(value)
-        elif name == "capacity_gb":
-            out[name] = f"{value:g}"
-        elif name == "ratio":
-            out[name] = f"{value:.2f}"
-        elif name == "kind":
-            out[name] = KIND_LABELS[value]
-        elif name in _SHARES:
-            out[name] = f"{value:.0%}"
-        else:
-            out[name] = str(value)
-    return out
-
-
-def explain_text(clauses: list[tuple[str, dict[str, Any]]]) -> str:
-    """The English sentence of `explain_clauses`."""
-    return CLAUSE_SEPARATOR.join(EXPLAIN_TEMPLATES[key].format(**clause_fields(params)) for key, params in clauses)
 
 
 def explain(row: dict[str, Any]) -> str:
     """One sentence on what bounds a run (`explain_clauses`, in English)."""
-    return explain_text(explain_clauses(row))
-
-
-# what each field of a clause looks like in the sentence, and its value again
-_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30}
-_FIELD_PATTERNS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "exposed_s": (r"0|\d+\.\d+ (?:s|ms|us|ns)", lambda t: 0.0 if t == "0" else float(t.split()[0]) * _UNITS[t.split()[1]]),
-    "peak_bytes": (r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB)", lambda t: float(t.split()[0]) * _UNITS[t.split()[1]]),
-    "capacity_gb": (r"[0-9.e+]+", float),
-    "ratio": (r"\d+\.\d\d", float),
-    **{name: (r"\d+%", lambda t: int(t[:-1]) / 100) for name in _SHARES},
-    "kind": ("|".join(re.escape(label) for label in KIND_LABELS.values()),
-             lambda t: next(k for k, label in KIND_LABELS.items() if label == t)),
-    "link_kind": ("|".join(re.escape(k) for k in LINK_KINDS), str),
-    "link": (r"[^()]+", str),
-}
-
-
-def _clause_pattern(template: str) -> re.Pattern:
-    parts = re.split(r"{(\w+)}", template)
-    return re.compile("".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>{_FIELD_PATTERNS[p][0]})"
-                              for i, p in enumerate(parts)))
-
-
-_CLAUSE_PATTERNS = {key: _clause_pattern(template) for key, template in EXPLAIN_TEMPLATES.items()}
-
-
-def clauses_from_text(text: str) -> list[tuple[str, dict[str, Any]]] | None:
-    """`explain`'s sentence read back into its clauses, the numbers as precise as the
-    sentence gives them, for what carries the sentence alone (a sweep's rows, a plan's
-    candidates); None when it is not one `explain_text` writes."""
-    clauses = []
-    for part in text.split(CLAUSE_SEPARATOR):
-        for key, pattern in _CLAUSE_PATTERNS.items():
-            m = pattern.fullmatch(part)
-            if m:
-                clauses.append((key, {name: _FIELD_PATTERNS[name][1](value) for name, value in m.groupdict().items()}))
-                break
-        else:
-            return None
-    return clauses if explain_text(clauses) == text else None
+    return english(explain_clauses(row))

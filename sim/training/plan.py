@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware
 from sim.planning.spec import configs_from, option
-from sim.scenario.config import Hardware
+from sim.reasons import LABEL_SEPARATOR, Clause, clause, english
 from sim.scenario.models import Model
 from sim.scenario.resolve import hardware_of
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
@@ -41,9 +42,9 @@ RECOMPUTES = ("none", "selective", "full")
 INTERLEAVES = (1, 2, 4)
 """Virtual stages per GPU tried when PP > 1: plain 1F1B and the interleaved schedule at two
 depths (each where the micro-batches and the layers allow it)."""
-PARTS = {"gemm_s": "GEMMs", "attention_s": "attention", "elementwise_s": "elementwise work",
-         "tp_comm_s": "TP communication", "recompute_s": "recomputation", "pp_bubble_s": "the pipeline bubble",
-         "pp_comm_s": "pipeline sends", "dp_comm_s": "DP communication", "optimizer_s": "the optimizer"}
+PARTS = ("gemm_s", "attention_s", "elementwise_s", "tp_comm_s", "recompute_s", "pp_bubble_s", "pp_comm_s",
+         "dp_comm_s", "optimizer_s")
+"""The parts of a step's breakdown a candidate's sentence may name (sim.reasons.WORDS["part"])."""
 
 
 @dataclass
@@ -136,29 +137,41 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
     out.sort(key=lambda c: (not c["fits"], -c["tokens_per_s_per_gpu"]))
     for rank, c in enumerate(out, 1):
         c["rank"] = rank
-        c["why"] = _why(c, out[0], limit)
+        why = _why(c, out[0], limit)
+        c["why"], c["why_clauses"] = english(why), why
     return StepPlan(candidates=out, considered=len(splits), refused=refused, seconds=time.perf_counter() - t0,
                     gpus=gpus, memory_bytes=limit, skipped=skipped)
 
 
-def _why(c: dict[str, Any], best: dict[str, Any], limit: float) -> str:
-    """One sentence: how it stands against the fastest, and its largest cost besides the GEMMs."""
+def _why(c: dict[str, Any], best: dict[str, Any], limit: float) -> list[Clause]:
+    """How it stands against the fastest, and its largest cost besides the GEMMs."""
     if not c["fits"]:
-        return f"does not fit: {c['memory_bytes_per_gpu'] / 1e9:.1f} GB per GPU of {limit / 1e9:g} GB"
+        return [clause("step.unfit", memory_gb=c["memory_bytes_per_gpu"] / 1e9, limit_gb=limit / 1e9)]
     b = c["breakdown"]
     costs = {k: v for k, v in b.items() if k in PARTS and k != "gemm_s"}
     worst = max(costs, key=costs.get) if costs else None
-    share = f"{PARTS[worst]} {b[worst] / c['step_s']:.0%} of the step" if worst else ""
+    share = [clause("step.share", part=worst, share=b[worst] / c["step_s"])] if worst else []
     if c is best:
-        return f"fastest; {share}" if share else "fastest"
+        return [clause("step.fastest"), *share]
     slower = best["tokens_per_s_per_gpu"] / c["tokens_per_s_per_gpu"]
-    stand = ("within 1% of the fastest, a tie for the model" if slower < 1.01
-             else f"{slower:.2f}x the fastest's time")
-    return f"{stand}; {share}" if share else stand
+    stand = clause("step.tie") if slower < 1.01 else clause("step.slower", ratio=slower)
+    return [stand, *share]
+
+
+def split_clauses(parallel: dict[str, Any]) -> list[Clause]:
+    """A candidate's split (its `parallel`) as sim.reasons clauses, said with LABEL_SEPARATOR."""
+    p = parallel
+    out = [clause("split.degrees", tp=p["tp"], cp=p["cp"], pp=p["pp"], dp=p["dp"]), clause("split.zero", zero=p["zero"]),
+           clause("split.recompute", recompute=p["recompute"])]
+    if p["cp"] > 1:
+        out.append(clause("split.scheme", scheme=p["scheme"]))
+    if p.get("tp_overlap"):
+        out.append(clause("split.overlapped"))
+    if p.get("interleave", 1) > 1:
+        out.append(clause("split.virtual", stages=p["interleave"]))
+    return out
 
 
 def label(c: dict[str, Any]) -> str:
-    p = c["parallel"]
-    out = f"TP {p['tp']} CP {p['cp']} PP {p['pp']} DP {p['dp']}, ZeRO-{p['zero']}, recompute {p['recompute']}"
-    return (out + (f", CP {p['scheme']}" if p["cp"] > 1 else "") + (", TP overlapped" if p.get("tp_overlap") else "")
-            + (f", {p['interleave']} virtual stages" if p.get("interleave", 1) > 1 else ""))
+    """A candidate's split in English: "TP 2 CP 4 PP 1 DP 1, ZeRO-1, recompute none, CP ring"."""
+    return english(split_clauses(c["parallel"]), LABEL_SEPARATOR)

@@ -93,8 +93,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware
 from sim.hardware.gemm import FP8_PEAK_FACTOR, gemm_time
-from sim.scenario.config import Hardware, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.scenario.models import Model
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import Trace

@@ -8,10 +8,9 @@ import json
 import pytest
 
 from dashboard import export
-from dashboard.app import create_app, load_profile_file
+from dashboard.app import create_app
 from dashboard.state import defaults
 from sim.cli.main import build_parser, main
-from sim.errors import RingsimError
 from sim.trace.format import Trace
 from tests.dashboard.conftest import controls, measured_from
 
@@ -152,13 +151,6 @@ def test_bad_profile_upload_is_explained(client, raw, words):
                          ["profile-upload.contents"])
     assert words in out["profile-msg"]["children"]
     assert "profile" not in out
-
-
-def test_missing_profile_module_is_explained(monkeypatch):
-    import sys
-    monkeypatch.setitem(sys.modules, "sim.hardware.profile", None)
-    with pytest.raises(RingsimError, match="no sim/hardware/profile.py"):
-        load_profile_file("p.json")
 
 
 def test_cli_registers_the_dashboard_command(capsys):

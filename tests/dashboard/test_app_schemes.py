@@ -16,6 +16,7 @@ from dashboard.client import CallbackClient
 from dashboard.figures.timeline import TRANSFER_MEANING
 from dashboard.state import defaults, scenario_from_values
 from sim.engine.play import simulate
+from sim.reasons import english
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.memory import peak_memory
 from sim.schemes import Settings
@@ -243,7 +244,7 @@ def test_block_map_and_strip_of_another_scheme(client, scheme):
     assert status == 200
     fig = out["block-map"]["figure"]
     bm = get_scheme(scheme).block_map(simulate(_scenario(scheme=scheme)))
-    assert bm.value_label in fig["layout"]["annotations"][0]["text"]
+    assert english(bm.value_label) in fig["layout"]["annotations"][0]["text"]
     assert _array(fig["data"][0]["z"]).shape == bm.value.shape
     _, out = client.call("layout-strip.figure", {"scenario.data": _store(scheme=scheme)}, ["scenario.data"])
     title = out["layout-strip"]["figure"]["layout"]["title"]["text"]
@@ -264,7 +265,7 @@ def test_an_uploaded_trace_of_another_scheme_is_simulated_again(client):
 
 
 def test_the_questions_stay_on_the_ring():
-    from dashboard.questions import _scenario as quiz_scenario
+    from dashboard.views.ring_animation import ring_scenario as quiz_scenario
 
     sc = quiz_scenario({"values": defaults() | {"scheme": "allgather", "head-groups": 4}})
     assert (sc.scheme, sc.settings) == ("ring", Settings())
@@ -290,7 +291,7 @@ def test_layouts_and_the_sweep_under_another_scheme(client, scheme, ring_scheme)
 
 
 def test_the_token_strip_speaks_the_pages_language():
-    from dashboard.i18n import page_texts
+    from dashboard.views.language import page_texts
 
     client = CallbackClient.for_app(create_app())
     _, out = client.call("layout-strip.figure", {"scenario.data": _store(layout="striped", seq=131072),

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from dashboard.app import create_app
+from dashboard.contents import TABS
 from dashboard.nav import N_QUESTIONS
-from dashboard.views import TABS
 
 pytestmark = pytest.mark.browser
 

@@ -8,9 +8,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from dashboard.app import create_app
+from dashboard.contents import TABS
 from dashboard.i18n import Translator
-from dashboard.questions import ANSWERS, choice_text
-from dashboard.views import TABS
+from dashboard.views.questions import ANSWERS, choice_text
 
 pytestmark = pytest.mark.browser
 

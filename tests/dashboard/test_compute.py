@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboard import compute, figures
-from sim.scenario.config import Gpu, Hardware
+from sim.hardware.cluster import Gpu, Hardware
 from sim.trace.metrics import compute_metrics
 from tests.dashboard.conftest import small_scenario
 

@@ -1,7 +1,8 @@
-"""The simulator's sentences in the page's language (dashboard/explain.py): what bounds a
-compared run and why a plan's candidate wins or loses. In English each is the
-simulator's own sentence, character for character; in Indonesian none of the English
-clauses' words is left and every number has its decimal comma."""
+"""The simulator's reasons in the page's language (dashboard/explain.py): every clause of
+sim.reasons, what bounds a compared run, why a plan's candidate wins, loses or is not possible,
+a variant and a whole step's split. In English each is the simulator's own sentence, character
+for character; in Indonesian none of the English sentences' words is left and every number
+has its decimal comma."""
 
 from __future__ import annotations
 
@@ -10,18 +11,21 @@ import re
 import pytest
 
 from dashboard import explain
-from dashboard.i18n import Translator, catalog
-from dashboard.plan import DEFAULTS, plan_data
+from dashboard.i18n import Translator
+from dashboard.views.plan import DEFAULTS, plan_data
 from sim.cli.options import simulate_parser, values_from_args
 from sim.planning.compare import compare_scheme_rows
+from sim.reasons import ENGLISH, WORDS, clause, english
 from sim.scenario.resolve import scenario_of
 from sim.schemes import names as scheme_names
-from sim.trace.metrics import EXPLAIN_TEMPLATES, explain_clauses, explain_text
-from sim.trace.metrics import explain as sim_explain
+from tests.sim.test_reasons import example
 
 EN, ID = Translator("en"), Translator("id")
-SHARED = {"makespan", "kernel", "model", "head", "pcie", "ringsim", "calibrate", *scheme_names()}
-"""Words the Indonesian sentences keep: the scheduling term, loanwords, a command, the
+SHARED = {"makespan", "kernel", "model", "head", "pcie", "ringsim", "calibrate", "cache", "host", "node", "rank",
+          "shard", "switch", "token", "virtual", "zero", "pipeline", "optimizer", "gather", "reduce", "scatter",
+          *scheme_names()}
+"""Words the Indonesian sentences keep: the scheduling term, loanwords Indonesian ML writing
+keeps, a command, ZeRO's name, the collectives' names (all-gather, reduce-scatter), the
 schemes' names (as the tables show them)."""
 
 
@@ -29,12 +33,12 @@ def _words(texts) -> set[str]:
     return {w.lower() for text in texts for w in re.findall(r"[A-Za-z]{4,}", re.sub(r"{\w+}", "", text))} - SHARED
 
 
-CLAUSE_WORDS = _words(EXPLAIN_TEMPLATES.values())
-PLAN_WORDS = CLAUSE_WORDS | _words(v for k, v in catalog("en").items() if k.startswith(("plan.why.", "plan.reason.")))
+ENGLISH_WORDS = _words([*ENGLISH.values(), *(text for words in WORDS.values() for text in words.values())])
+"""Every word of sim.reasons' English that Indonesian does not keep."""
 
 
-def _english_left(text: str, words: set[str]) -> list[str]:
-    return sorted(w for w in words if re.search(rf"\b{w}\b", text, re.IGNORECASE))
+def _english_left(text: str) -> list[str]:
+    return sorted(w for w in ENGLISH_WORDS if re.search(rf"\b{w}\b", text, re.IGNORECASE))
 
 
 def _indonesian_numbers(english: str, indonesian: str) -> None:
@@ -44,6 +48,24 @@ def _indonesian_numbers(english: str, indonesian: str) -> None:
     for number in decimals:
         assert number.replace(".", ",") in indonesian, number
     assert not re.search(r"\d\.\d", indonesian)
+
+
+@pytest.mark.parametrize("key", ENGLISH)
+def test_every_clause_in_both_languages(key):
+    c = example(key)
+    assert explain.say(EN, c) == english(c)
+    indonesian = explain.say(ID, c)
+    assert indonesian != english(c) or not _words([ENGLISH[key]])
+    assert _english_left(indonesian) == [], indonesian
+    _indonesian_numbers(english(c), indonesian)
+
+
+def test_every_word_in_both_languages():
+    for field, words in WORDS.items():
+        for word, text in words.items():
+            assert EN(f"why.{field}.{word}") == text
+            assert _english_left(ID(f"why.{field}.{word}")) == [], (field, word)
+    assert explain.say(ID, clause("step.share", part="pp_bubble_s", share=0.25)) == "gelembung pipeline 25% dari langkah"
 
 
 # (simulate's arguments, scheme, variant, the clauses that bound it)
@@ -62,7 +84,8 @@ def rows():
     parser = simulate_parser()
     out = {}
     for name, (args, scheme, variant, _) in SCENARIOS.items():
-        compared = compare_scheme_rows(scenario_of(values_from_args(parser.parse_args(args.split()))))
+        compared = compare_scheme_rows(scenario_of(values_from_args(parser.parse_args(args.split()))),
+                                       schemes=[scheme])
         out[name] = next(r for r in compared if (r["scheme"], r["variant"]) == (scheme, variant))
     return out
 
@@ -70,14 +93,11 @@ def rows():
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_what_bounds_a_run_in_each_language(rows, name):
     row = rows[name]
-    assert [key for key, _ in explain_clauses(row)] == SCENARIOS[name][3]
-    english, indonesian = explain.row_bound(EN, row), explain.row_bound(ID, row)
-    assert english == sim_explain(row) == row["explanation"]
-    assert explain.bound(EN, explain_clauses(row)) == english
-    assert _english_left(indonesian, CLAUSE_WORDS) == []
-    _indonesian_numbers(english, indonesian)
-    # read back from the sentence alone (a plan's candidates carry only that)
-    assert explain.sentence_bound(ID, english) == indonesian
+    assert [c["clause"] for c in row["explanation_clauses"]] == [f"bound.{key}" for key in SCENARIOS[name][3]]
+    english_text, indonesian = explain.row_bound(EN, row), explain.row_bound(ID, row)
+    assert english_text == row["explanation"]
+    assert _english_left(indonesian) == []
+    _indonesian_numbers(english_text, indonesian)
 
 
 def test_the_socket_link_by_its_indonesian_name(rows):
@@ -85,34 +105,21 @@ def test_the_socket_link_by_its_indonesian_name(rows):
     assert "dibatasi oleh tautan antar-soket PCIe (tautan soket 0->1 di node 0)" in indonesian
 
 
-def test_every_clause_in_indonesian():
-    params = {"kind": "kv", "exposed_s": 0.0123456, "share": 0.4, "link_kind": "root complex",
-              "link": "node 1 socket 0 root complex in lane 2", "ratio": 1.5, "computing": 0.95, "rate": 0.8,
-              "peak_bytes": 100.5 * 2 ** 30, "capacity_gb": 79.6}
-    for key, template in EXPLAIN_TEMPLATES.items():
-        fields = {name: params[name] for name in re.findall(r"{(\w+)}", template)}
-        assert catalog("en")[f"why.{key}"] == template
-        english, indonesian = explain.bound(EN, [(key, fields)]), explain.bound(ID, [(key, fields)])
-        assert english == explain_text([(key, fields)])
-        assert _english_left(indonesian, CLAUSE_WORDS) == [], key
-        _indonesian_numbers(english, indonesian)
-
-
 def test_link_names():
-    assert explain.link_name(ID, "node 1 socket 0 root complex in lane 2") == \
-        "kompleks akar soket 0 arah masuk di node 1 jalur 2"
-    assert explain.link_name(ID, "node 0 switch 3 uplink down") == "tautan naik switch 3 arah turun di node 0"
-    assert explain.link_name(ID, "node 0 socket 1 host memory") == "memori host soket 1 di node 0"
-    for name in ("node 1 socket 0 root complex in lane 2", "node 0 switch 3 uplink down"):
-        assert explain.link_name(EN, name) == name
-    assert explain.link_name(ID, "a NVLink switch") == "a NVLink switch"
+    link = clause("link.in-node", node=1, resource=clause("link.root", socket=0, direction="in"),
+                  on_lane=clause("link.lane", lane=2))
+    assert explain.say(ID, link) == "kompleks akar soket 0 arah masuk di node 1 jalur 2"
+    assert explain.say(EN, link) == "node 1 socket 0 root complex in lane 2"
+    uplink = clause("link.in-node", node=0, resource=clause("link.uplink", switch=3, direction="down"), on_lane=None)
+    assert explain.say(ID, uplink) == "tautan naik switch 3 arah turun di node 0"
+    memory = clause("link.in-node", node=0, resource=clause("link.memory", socket=1), on_lane=None)
+    assert explain.say(ID, memory) == "memori host soket 1 di node 0"
 
 
-def test_a_sentence_the_catalogs_do_not_know_stays_as_the_simulator_wrote_it():
-    assert explain.sentence_bound(ID, "an error the sweep recorded") == "an error the sweep recorded"
-    assert explain.reason(ID, "the trace's header has no ulysses and ring degrees") == \
-        "the trace's header has no ulysses and ring degrees"
-    assert explain.variant(ID, "pipelined over 4 head groups") == "pipelined over 4 head groups"
+def test_a_refusal_sim_reasons_does_not_know_stays_as_the_simulator_wrote_it():
+    text = "the trace's header has no ulysses and ring degrees"
+    assert explain.refusal(ID, text, None) == text
+    assert explain.variant(ID, None) == ""
 
 
 # --- the plan ----------------------------------------------------------------------------------
@@ -136,19 +143,18 @@ def plans():
 def test_why_a_candidate_wins_or_loses_in_each_language(plans, name):
     data = plans[name]
     for c in data["candidates"]:
-        assert explain.plan_why(EN, c, data) == c["why"]
-        indonesian = explain.plan_why(ID, c, data)
-        assert indonesian != c["why"]                        # built, not the English kept
-        assert _english_left(indonesian, PLAN_WORDS) == [], indonesian
+        assert explain.plan_why(EN, c) == c["why"]
+        assert explain.variant(EN, c["variant_clause"]) == c["variant"]
+        indonesian = explain.plan_why(ID, c)
+        assert indonesian != c["why"]
+        assert _english_left(indonesian) == [], indonesian
         _indonesian_numbers(c["why"], indonesian)
 
 
 def test_the_plans_say_each_kind_of_sentence(plans):
-    whys = [c["why"] for data in plans.values() for c in data["candidates"]]
-    for start in ("tied with the next", "fastest that fits", "does not fit: ", "slower than the fastest",
-                  "x the fastest", "holds the whole K/V"):
-        assert any(start in why for why in whys), start
-    tie = explain.plan_why(ID, plans["one node"]["candidates"][0], plans["one node"])
+    said = {x["clause"] for data in plans.values() for c in data["candidates"] for x in c["why_clauses"]}
+    assert {"plan.tie", "plan.fastest", "plan.no-fit", "plan.slower", "plan.times", "plan.holds-all"} <= said
+    tie = explain.plan_why(ID, plans["one node"]["candidates"][0])
     assert tie.startswith("seri dengan berikutnya (hybrid, 4 x 2, ulysses-inner, zigzag): selisih ")
 
 
@@ -156,28 +162,40 @@ def test_why_a_candidate_is_not_possible(plans):
     refused = plans["two nodes, 12 heads"]["not_possible"]
     assert refused
     for x in refused:
-        english, indonesian = explain.reason(EN, x["reason"]), explain.reason(ID, x["reason"])
-        assert english == x["reason"]
+        assert explain.refusal(EN, x["reason"], x["reason_clause"]) == x["reason"]
+        indonesian = explain.refusal(ID, x["reason"], x["reason_clause"])
         assert indonesian.startswith("derajat ulysses ") and indonesian.endswith(" (jumlah head membatasi Ulysses)")
-        assert _english_left(indonesian, PLAN_WORDS) == []
-    assert explain.variant(ID, "degree 16") == "derajat 16"
-    assert explain.variant(ID, "zigzag layout") == "tata letak zigzag"
-    assert explain.variant(ID, "8 x 2, ring-inner, zigzag") == "8 x 2, ring-inner, zigzag"
+        assert _english_left(indonesian) == []
+    assert explain.variant(ID, clause("variant.degree", degree=16)) == "derajat 16"
+    assert explain.variant(ID, clause("variant.layout", layout="zigzag")) == "tata letak zigzag"
+    assert explain.variant(ID, clause("variant.hybrid", ulysses=8, ring=2, placement="ring-inner",
+                                      layout="zigzag")) == "8 x 2, ring-inner, zigzag"
 
 
 def test_other_refusals_in_indonesian():
-    cases = {
-        "sequence length 1000 does not divide into 16 chunks for zigzag on 8 ranks":
-            "panjang sekuens 1000 tidak terbagi menjadi 16 potongan untuk zigzag pada 8 rank",
-        "sequence length 1000 does not divide into 16 equal chunks (allgather on 8 GPUs); use a multiple of 16":
-            "panjang sekuens 1000 tidak terbagi menjadi 16 potongan sama besar (allgather pada 8 GPU); pakai kelipatan 16",
-        "ulysses degree 16 and 12 K/V heads: one must divide the other (K/V heads are replicated when the degree "
-        "is larger)": "derajat ulysses 16 dan 12 head K/V: salah satunya harus membagi habis yang lain (head K/V "
-                      "direplikasi bila derajatnya lebih besar)",
-    }
-    for english, indonesian in cases.items():
-        assert explain.reason(EN, english) == english
-        assert explain.reason(ID, english) == indonesian
+    cases = [
+        (clause("refused.chunks", seq=1000, chunks=16, layout="zigzag", ranks=8),
+         "panjang sekuens 1000 tidak terbagi menjadi 16 potongan untuk zigzag pada 8 rank"),
+        (clause("refused.gather-chunks", seq=1000, chunks=16, gpus=8, multiple=16),
+         "panjang sekuens 1000 tidak terbagi menjadi 16 potongan sama besar (allgather pada 8 GPU); pakai kelipatan 16"),
+        (clause("refused.kv-heads", degree=16, kv_heads=12),
+         "derajat ulysses 16 dan 12 head K/V: salah satunya harus membagi habis yang lain (head K/V direplikasi "
+         "bila derajatnya lebih besar)"),
+    ]
+    for c, indonesian in cases:
+        assert explain.refusal(EN, "as the simulator wrote it", c) == english(c)
+        assert explain.refusal(ID, "as the simulator wrote it", c) == indonesian
+
+
+def test_a_refused_compared_variant_says_why_in_indonesian():
+    """compare_scheme_rows's refused row carries the configuration's reason as a clause."""
+    rows = compare_scheme_rows(scenario_of(values_from_args(simulate_parser().parse_args(
+        "--gpus 8 --seq 16384 --heads 12 --kv-heads 4 --head-dim 64".split()))), schemes=["ulysses"])
+    refused = [r for r in rows if "refused" in r]
+    assert [r["refused_clause"] for r in refused] == [clause("refused.heads", degree=8, heads=12)]
+    for r in refused:
+        assert explain.refusal(EN, r["refused"], r["refused_clause"]) == r["refused"]
+        assert _english_left(explain.refusal(ID, r["refused"], r["refused_clause"])) == []
 
 
 # --- on the page ---------------------------------------------------------------------------------
@@ -202,47 +220,46 @@ def test_the_views_show_the_sentences_in_indonesian(client, plans):
                                                  "tabs.value": "schemes", "lang.value": "id"}, ["tabs.value"])
     assert status == 200
     shown = _texts(out["schemes-table"]["children"]) + _texts(out["schemes-why"]["children"])
-    assert "dari makespan" in shown and _english_left(shown, CLAUSE_WORDS) == []
+    assert "dari makespan" in shown and _english_left(shown) == []
     data = plans["two nodes, 12 heads"]
     status, out = client.call("plan-chart.figure", {"plan-result.data": data, "lang.value": "id",
                                                     "plan-top.value": 5}, ["plan-result.data"])
     assert status == 200
     shown = _texts(out["plan-table"]["children"]) + _texts(out["plan-summary"]["children"])
     assert "seri dengan berikutnya" in shown and "jumlah head membatasi Ulysses" in shown
-    assert _english_left(shown, PLAN_WORDS) == []
+    assert _english_left(shown) == []
 
 
 def test_the_whole_step_plans_sentences_in_both_languages():
-    """sim.training.plan's own sentence in English, rebuilt in Indonesian with a decimal comma,
+    """sim.training.plan's own sentence in English, said in Indonesian with a decimal comma,
     for the fastest, a tie, a slower one and one that does not fit."""
-    from dashboard.explain import step_why
     from sim.planning.plan import request_from
     from sim.scenario.models import model_preset
-    from sim.training.plan import plan_steps, request_hardware
+    from sim.training.plan import label, plan_steps, request_hardware
 
     req = request_from(model_preset("llama3-8b"), seq="8k", nodes=2)
     hw, argv = request_hardware(req)
     plan = plan_steps(req.model, req.seq, 1 << 21, hw, req.n_gpus, hardware_argv=argv)
     cands = plan.candidates
     assert len(cands) > 3
-    en, id_ = Translator("en"), Translator("id")
     for c in cands:
-        assert step_why(en, c, cands[0], plan.memory_bytes) == c["why"]
-        text = step_why(id_, c, cands[0], plan.memory_bytes)
+        assert explain.step_why(EN, c) == c["why"]
+        assert explain.step_split(EN, c) == label(c)
+        text = explain.step_why(ID, c)
         assert text != c["why"]
-        assert not any(word in text for word in ("fastest", "of the step", "does not fit"))
+        assert _english_left(text) == [] and _english_left(explain.step_split(ID, c)) == []
     slower = next(c for c in cands[1:] if "x the fastest" in c["why"])
-    assert "," in step_why(id_, slower, cands[0], plan.memory_bytes).split("x")[0]
+    assert "," in explain.step_why(ID, slower).split("x")[0]
 
 
 def test_the_compared_variants_in_both_languages():
-    en, id_ = Translator("en"), Translator("id")
-    assert explain.compared_variant(id_, "allgather", "one gather") == "satu pengumpulan"
-    assert explain.compared_variant(id_, "allgather", "8 head groups") == "8 kelompok head"
-    assert explain.compared_variant(id_, "ulysses", "degree 8") == "derajat 8"
-    assert explain.compared_variant(en, "ulysses", "degree 8") == "degree 8"
-    assert explain.compared_variant(id_, "hybrid", "4 x 2 ring-inner") == "4 x 2 ring-inner"
-    assert explain.compared_variant(id_, "ring", "doc-contiguous") != "doc-contiguous"
+    assert explain.variant(ID, clause("variant.one-gather")) == "satu pengumpulan"
+    assert explain.variant(ID, clause("variant.head-groups", groups=8)) == "8 kelompok head"
+    assert explain.variant(ID, clause("variant.degree", degree=8)) == "derajat 8"
+    assert explain.variant(EN, clause("variant.degree", degree=8)) == "degree 8"
+    assert explain.variant(ID, clause("variant.split-placed", ulysses=4, ring=2, placement="ring-inner")) == \
+        "4 x 2 ring-inner"
+    assert explain.variant(ID, clause("variant.ring", layout="doc-contiguous")) == "berurutan per dokumen"
 
 
 @pytest.mark.parametrize("lang, words", [("en", "2 GPUs a switch, 4 a socket, P2P under a switch"),

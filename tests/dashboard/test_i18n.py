@@ -9,22 +9,25 @@ import re
 import pytest
 
 from dashboard import i18n
-from dashboard.app import FIGURE_TEXTS, SCHEME_TABLE_COLUMNS
-from dashboard.explain import STEP_PARTS
-from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations, page_texts
-from dashboard.questions import ANSWERS, N_CHOICES
-from sim.hardware.pcie import LINK_KINDS, P2P_MODES
+from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations
+from dashboard.views import language
+from dashboard.views.labels import FIGURE_TEXTS
+from dashboard.views.language import page_texts
+from dashboard.views.questions import ANSWERS, N_CHOICES
+from dashboard.views.schemes import SCHEME_TABLE_COLUMNS
+from sim.hardware.cluster import Hardware
+from sim.hardware.pcie import P2P_MODES
 from sim.planning.compare import scheme_variants
-from sim.planning.plan import NOTES
-from sim.scenario.config import LAYOUTS, Hardware, Scenario, Workload
+from sim.reasons import ENGLISH, JOINERS, WORDS
+from sim.scenario.config import LAYOUTS, Scenario, Workload
 from sim.scenario.resolve import vary
 from sim.scenario.schema import scenario_option
 from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
-from sim.trace.metrics import EXPLAIN_TEMPLATES, KIND_LABELS
-from sim.training.step import RECOMPUTE
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
+CODE = ("*.py", "views/*.py")
+"""The dashboard's modules that name messages (the figures take theirs as labels)."""
 
 
 def test_every_message_has_every_translation():
@@ -42,7 +45,7 @@ def test_a_missing_or_mismatched_translation_is_reported():
 
 def _keys_named_in_code() -> set[str]:
     keys = set()
-    for path in DASHBOARD.glob("*.py"):
+    for path in (p for pattern in CODE for p in DASHBOARD.glob(pattern)):
         text = path.read_text()
         # t("key"...), Translator(lang)("key"...) and ("component", "prop", "key") entries
         keys |= set(re.findall(r'\bt\(\s*"([a-z0-9_.\-]+)"', text))
@@ -63,17 +66,29 @@ def _run_keys() -> set[str]:
 
 def _key_families() -> set[str]:
     """Keys the code makes from a name: a scheme's and a placement's label, the words of a
-    run, a scheme's note on a plan's candidate, a column of the schemes' table, a clause of
-    what bounds a run and its kinds of transfer and of PCIe link (dashboard/explain.py), a
-    text of a view's chart (dashboard.app.FIGURE_TEXTS)."""
-    return ({f"opt.scheme.{s}" for s in scheme_names()} | _run_keys() | {f"plan.why.{n}" for n in NOTES}
+    run, a column of the schemes' table, a sim.reasons clause, word and joiner
+    (dashboard/explain.py), a text of a view's chart (dashboard.views.labels.FIGURE_TEXTS)."""
+    return ({f"opt.scheme.{s}" for s in scheme_names()} | _run_keys()
             | {f"opt.placement.{p}" for p in scenario_option("placement").choices}
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
-            | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | {f"why.{k}" for k in EXPLAIN_TEMPLATES}
-            | {f"why.kind.{k}" for k in KIND_LABELS} | {"why.link-kind." + k.replace(" ", "-") for k in LINK_KINDS}
-            | {f"why.link.{d}" for d in ("up", "down", "in", "out")} | {f"step.why.part.{p}" for p in STEP_PARTS}
-            | {f"line.pcie.p2p.{m}" for m in P2P_MODES} | {f"step.split.recompute.{r}" for r in RECOMPUTE}
+            | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | set(_reason_messages())
+            | {f"line.pcie.p2p.{m}" for m in P2P_MODES}
             | {f"{prefix}.{name}" for prefix, texts in FIGURE_TEXTS.items() for name in texts if name != "separators"})
+
+
+def _reason_messages() -> dict[str, str]:
+    """sim.reasons' English by the catalogs' key: `why.<clause>`, `why.<field>.<word>`,
+    `why.join.<field>`."""
+    return ({f"why.{key}": text for key, text in ENGLISH.items()}
+            | {f"why.{field}.{word}": text for field, words in WORDS.items() for word, text in words.items()}
+            | {f"why.join.{field}": text for field, text in JOINERS.items()})
+
+
+def test_the_reasons_english_is_the_simulators():
+    """The English catalog says sim.reasons' clauses, words and joiners word for word (so the
+    English page says what the command line says), and has no other `why.` message."""
+    en = catalog("en")
+    assert {k: v for k, v in en.items() if k.startswith("why.")} == _reason_messages()
 
 
 def test_the_charts_english_is_their_own():
@@ -97,9 +112,9 @@ def test_every_key_the_code_names_is_in_the_catalogs():
 
 def test_every_message_is_used():
     literals = set()
-    for path in DASHBOARD.glob("*.py"):
+    for path in (p for pattern in CODE for p in DASHBOARD.glob(pattern)):
         literals |= set(re.findall(r'"([a-z0-9_.\-]+)"', path.read_text()))
-    used = literals | {key for _, _, key in i18n._page_texts()}
+    used = literals | {key for _, _, key in language._page_texts()}
     used |= {f"q{q}.{part}" for q in ANSWERS for part in ("text", "why")}
     used |= {f"q{q}.choice.{i}" for q in ANSWERS for i in range(N_CHOICES)}
     used |= {f"opt.pass.{p}" for p in ("fwd", "bwd", "fwdbwd")} | _key_families()
@@ -143,8 +158,11 @@ SAME_IN_BOTH = {
     "opt.layout.zigzag": "the layout's name in the literature",
     "why.kind.ag": "a collective's name, as Indonesian writing keeps it",
     "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
-    "step.why.with": "placeholders and punctuation only",
-    "step.split.scheme": "a scheme's name, placeholders and punctuation only",
+    "why.join.items": "punctuation only",
+    "why.split.degrees": "the degrees' abbreviations and placeholders", "why.split.zero": "ZeRO's name",
+    "why.split.scheme": "an abbreviation and a placeholder",
+    "why.variant.ring": "a placeholder only", "why.variant.hybrid": "placeholders and punctuation only",
+    "why.variant.split": "placeholders and a symbol", "why.variant.split-placed": "placeholders and a symbol",
     "cmp.makespan": "the scheduling term, with its unit",
     "schemes.makespan": "the scheduling term, with its unit",
 }

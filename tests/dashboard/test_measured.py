@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 
 from dashboard import export, measured
-from dashboard.app import EXAMPLE_PROFILE_TOKEN, create_app
+from dashboard.app import create_app
 from dashboard.client import CallbackClient
-from dashboard.layout import MAX_UPLOAD_BYTES
+from dashboard.served import EXAMPLE_PROFILE_TOKEN, MAX_UPLOAD_BYTES
 from dashboard.state import defaults, profile_changes
 from sim.engine.play import simulate
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware
 from sim.hardware.profile import ComputeGroup, LinkFit, Profile, load_profile
-from sim.scenario.config import Gpu, Hardware, scenario_from_config
+from sim.scenario.config import scenario_from_config
 from sim.trace.format import Trace
 from tests.dashboard.conftest import controls, measured_from, small_scenario
 

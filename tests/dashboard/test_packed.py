@@ -11,7 +11,7 @@ import pytest
 
 from dashboard import compute, figures, i18n
 from dashboard.figures.block_map import mask_bins
-from dashboard.i18n import LANGUAGES, catalog, page_texts
+from dashboard.i18n import LANGUAGES, catalog
 from dashboard.state import (
     ControlError,
     defaults,
@@ -20,6 +20,7 @@ from dashboard.state import (
     shown_layouts,
     values_from_query,
 )
+from dashboard.views.language import page_texts
 from sim.engine.play import simulate
 from sim.layouts.packed import Packed, packed_of
 from sim.scenario.config import Scenario, Workload

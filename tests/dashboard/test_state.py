@@ -6,7 +6,8 @@ import pytest
 
 from dashboard.state import ControlError, defaults, query_from_values, scenario_from_values, values_from_query
 from sim.engine.play import simulate
-from sim.scenario.config import Hardware, Link, scenario_from_config
+from sim.hardware.cluster import Hardware, Link
+from sim.scenario.config import scenario_from_config
 from sim.schemes import Settings
 from sim.schemes.allgather import AllgatherSettings
 from sim.schemes.hybrid import HybridSettings

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hw.bench import concurrency_violation, measure_within_bounds, ring_slowdown, ring_violation
+from hw.bench.bounds import concurrency_violation, measure_within_bounds, ring_slowdown, ring_violation
 
 
 def test_ring_slowdown_is_mean_shared_over_median_alone():
@@ -75,7 +75,7 @@ def test_a_slowdown_far_above_its_bound_is_measured_again_and_the_least_kept():
 
 
 def test_a_second_pass_over_a_compute_entry_joins_it_and_lists_every_pass():
-    from hw.bench import add_pass
+    from hw.bench.bounds import add_pass
 
     entry = {"time_s": [2.0, 2.2, 2.1], "median_s": 2.1, "rate_flops": 10.0, "flops": 21.0, "reference_s": [1.3]}
     add_pass(entry, {"time_s": [1.5, 1.4, 1.6], "median_s": 1.5, "rate_flops": 14.0, "reference_s": [1.0, 1.2]})
@@ -91,7 +91,7 @@ def test_a_second_pass_over_a_compute_entry_joins_it_and_lists_every_pass():
 
 
 def test_passes_over_a_paired_compute_entry_list_each_passs_median_ratio():
-    from hw.bench import add_pass
+    from hw.bench.bounds import add_pass
 
     entry = {"time_s": [2.0, 2.2], "median_s": 2.1, "flops": 21.0, "reference_s": [1.0, 1.1, 1.0],
              "speed_ratios": [2.0, 2.1]}
@@ -105,7 +105,6 @@ def test_a_paired_compute_entry_reads_every_sample_against_the_references_around
     of the entry of 30, 50 and 45 ms (the host slow in the middle). By hand, the calls go
     reference, entry, reference, ... after the entry's warm-up and one of the
     reference's, and the ratios are 30/15, 50/20 and 45/15."""
-    import hw.bench as bench
     import hw.bench.measure
 
     clock = [0.0]
@@ -131,7 +130,7 @@ def test_a_paired_compute_entry_reads_every_sample_against_the_references_around
     monkeypatch.setattr(hw.bench.measure, "time", FakeTime)          # the clock measure_compute_paired reads
     shape = {"kind": "fwd", "dtype": "fp32", "batch": 1, "heads": 1, "kv_heads": 1, "head_dim": 8,
              "q_tokens": 4, "kv_tokens": 4, "mask": "full", "flops": 1.0}
-    e = bench.measure_compute_paired(shape, Ops("entry"), dict(shape), Ops("ref"), samples=3, warmup=1)
+    e = hw.bench.measure.measure_compute_paired(shape, Ops("entry"), dict(shape), Ops("ref"), samples=3, warmup=1)
     assert calls == ["entry", "ref", "ref", "entry", "ref", "entry", "ref", "entry", "ref"]
     assert e["time_s"] == pytest.approx([0.030, 0.050, 0.045])
     assert e["reference_s"] == pytest.approx([0.010, 0.020, 0.020, 0.010])
@@ -145,7 +144,7 @@ def test_an_entry_with_rounds_is_checked_by_the_median_of_its_rounds():
     1.7x). Their median, 1.6x, keeps the 1.5x bound; all samples at once (mean 27 ms over
     the median alone, 20 ms: 1.35x) would not. With `median`, each round's medians: 1.6,
     1.6, 1.7. Without rounds, all samples at once."""
-    from hw.bench import round_slowdown
+    from hw.bench.bounds import round_slowdown
 
     rounds = [{"alone_s": [0.020] * 3, "time_s": [0.032] * 2}, {"alone_s": [0.020] * 3, "time_s": [0.032] * 2},
               {"alone_s": [0.010] * 3, "time_s": [0.016, 0.018]}]

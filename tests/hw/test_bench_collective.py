@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from hw.bench import _plan_collectives
+from hw.bench.parts import _plan_collectives
 from sim.calibration.calibrate import calibrate, merge_benches
 from sim.cli.main import main
 from sim.errors import RingsimError

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from hw.bench import CONCURRENCY_ROUNDS
+from hw.bench.options import CONCURRENCY_ROUNDS
 from sim.cli.main import main
 from sim.files import read_json
 from sim.trace.format import Trace

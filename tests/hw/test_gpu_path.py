@@ -37,7 +37,7 @@ class _FakeEvent:
 
 
 def test_interference_times_compute_with_events_not_a_device_wide_synchronize(monkeypatch):
-    from hw.bench import time_compute
+    from hw.bench.measure import time_compute
 
     _FakeEvent.log = []
     _FakeEvent.times = iter([10.0, 10.25])

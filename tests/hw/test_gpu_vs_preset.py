@@ -1,4 +1,4 @@
-"""bench/gpu_vs_preset.py: measured GPU blocks against the block model, checked against
+"""bench/gpu/vs_preset.py: measured GPU blocks against the block model, checked against
 the published table's own numbers worked by hand."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import bench.gpu_vs_preset as gpu_vs_preset
+import bench.gpu.vs_preset as gpu_vs_preset
 
 
 def _entry(kind, mask, tokens, heads, median_s, batch=1):

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hw.bench import _host_block_call, _ring_worker, block_kv_bytes, full_forward_block, make_block
+from hw.bench.measure import make_block
+from hw.bench.parts import _host_block_call, _ring_worker, block_kv_bytes, full_forward_block
 from hw.blocks import select_block_ops
 from hw.spawn import spawn
 

@@ -1,5 +1,5 @@
 """The ring played by threads of one process (hw.inprocess) and the exactness bench on it
-(bench/ring_exact.py), on CPU, against torch's attention in float64."""
+(bench/checks/ring_exact.py), on CPU, against torch's attention in float64."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-import bench.ring_exact as ring_exact
+import bench.checks.ring_exact as ring_exact
 from hw.blocks import CpuFlashOps
 from hw.comm import Ring
 from hw.inprocess import ThreadChannel, play_ring

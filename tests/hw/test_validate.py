@@ -8,7 +8,8 @@ from hw.validate import markdown, matrix, summarize
 from sim.calibration.validation import Case, compare_again, compare_case
 from sim.engine.play import simulate
 from sim.errors import RingsimError
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.hardware.cluster import Gpu, Hardware, Link
+from sim.scenario.config import Scenario, Workload
 from sim.trace.format import Span, Trace
 from sim.trace.metrics import step_durations
 

@@ -7,7 +7,9 @@ scenario makers. Tests hold the simulator to these bit for bit."""
 from hypothesis import strategies as st
 
 from sim.engine.schedule import ComputeOp, TransferOp
-from sim.scenario.config import BWD_FLOPS_FACTOR, Gpu, Hardware, Link, Scenario, Workload
+from sim.hardware.cluster import Gpu, Hardware, Link
+from sim.hardware.model import HardwareModel
+from sim.scenario.config import BWD_FLOPS_FACTOR, Scenario, Workload
 from sim.schemes import get as get_scheme
 from sim.trace.format import STREAMS, Span
 from tests.reference import token_owner
@@ -219,8 +221,8 @@ def reference_durations(ops, hardware, workload):
     """Each op's time on `hardware`; a ring block on fewer query tokens than its rank
     holds (seq / ranks) is sliced, where the hardware's merge tells them apart."""
     ranks = 1 + max((op.rank for op in ops if isinstance(op, ComputeOp)), default=0)
-    slices = getattr(hardware, "merge_copies_slices", False)
-    order = getattr(hardware, "takes_call_order", False)
+    slices = hardware.merge_copies_slices
+    order = hardware.takes_call_order
     seen_ranks = set()
     per_pass = {}
     for op in ops:
@@ -237,10 +239,9 @@ def reference_durations(ops, hardware, workload):
             if order:     # a rank's first block finds its GPU idle; a pass's only block is its output
                 more |= {"alone": per_pass[op.rank, op.kind] == 1, "isolated": op.rank not in seen_ranks}
                 seen_ranks.add(op.rank)
-            if getattr(hardware, "takes_head_geometry", False):
-                more |= {"head_dim": workload.head_dim, "kv_heads_per_head": workload.kv_heads / workload.heads}
-            out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind,
-                                               mask=op.mask, q_tokens=op.q_tokens, kv_tokens=op.kv_tokens, **more))
+            out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind, mask=op.mask,
+                                               q_tokens=op.q_tokens, kv_tokens=op.kv_tokens, head_dim=workload.head_dim,
+                                               kv_heads_per_head=workload.kv_heads / workload.heads, **more))
     return out
 
 
@@ -351,32 +352,34 @@ def reference_trace_spans(ops, n, hardware, workload, resources=None, *, queue=F
     return reference_spans(ops, n, start, end)
 
 
-class PerOpHardware:
+class PerOpHardware(HardwareModel):
     """A hardware model with only the per-op methods (as a calibrated profile or a user's
-    model may be), counting the calls."""
+    model may be: the batch forms are sim.hardware.model's), with the abilities of `hw`,
+    counting the calls."""
 
-    def __init__(self, hw):
+    def __init__(self, hw: HardwareModel):
         self.hw, self.calls = hw, 0
-        self.p2p_queue = getattr(hw, "p2p_queue", False)     # simulate() asks for it
-        self.merge_copies_slices = getattr(hw, "merge_copies_slices", False)
-        self.takes_head_geometry = getattr(hw, "takes_head_geometry", False)
-        self.takes_call_order = getattr(hw, "takes_call_order", False)
+        self.p2p_queue = hw.p2p_queue
+        self.merge_copies_slices = hw.merge_copies_slices
+        self.takes_call_order = hw.takes_call_order
 
-    def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens, **more):
+    def compute_time_s(self, flops, *, dtype, kind, mask, q_tokens, kv_tokens, head_dim=None, kv_heads_per_head=None,
+                       **flags):
         self.calls += 1
         assert type(flops) is float and type(q_tokens) is int and type(kind) is str
-        assert set(more) <= {"sliced", "head_dim", "kv_heads_per_head", "alone", "isolated"}
-        assert all(type(more.get(k, False)) is bool for k in ("sliced", "alone", "isolated"))
+        assert set(flags) <= {"sliced", "alone", "isolated"}
+        assert all(type(x) is bool for x in flags.values())
         return self.hw.compute_time_s(flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens,
-                                      kv_tokens=kv_tokens, **more)
+                                      kv_tokens=kv_tokens, head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
+                                      **flags)
 
     def transfer_time_s(self, nbytes, src, dst):
         self.calls += 1
         assert type(nbytes) is int and type(src) is int
         return self.hw.transfer_time_s(nbytes, src, dst)
 
-    def rate_flops(self, dtype, *head_dim):
-        return self.hw.rate_flops(dtype, *head_dim)
+    def rate_flops(self, dtype, head_dim=None):
+        return self.hw.rate_flops(dtype, head_dim)
 
     def describe(self):
         return {"kind": "per-op test model"}

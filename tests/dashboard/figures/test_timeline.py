@@ -44,7 +44,7 @@ def test_timeline_bars_are_the_spans(small_trace):
 
 def test_timeline_highlights_exposed_communication():
     # a slow link: transfers cannot hide behind compute
-    from sim.scenario.config import Hardware, Link
+    from sim.hardware.cluster import Hardware, Link
     sc = small_scenario(layout="zigzag", hardware=Hardware(link=Link(bandwidth_gbps=0.5)))
     trace = simulate(sc)
     exposed = [s for s in trace.spans if s.stream == "wait" and s.kind != "idle"]

@@ -16,7 +16,7 @@ from sim.trace.metrics import compute_metrics
 OVERHEAD, RATE, DIAG_RATE = 150e-6, 20e9, 12e9
 LATENCY, BW = 80e-6, 1.2e9
 CONCURRENCY = [(1, 1.0), (2, 1.1), (4, 2.6)]
-RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
+RUNS = Path(__file__).resolve().parents[3] / "bench" / "results" / "calibration" / "cpu-2core"
 
 
 def bench(slowdown=1.3, cpu_count=2, threads=1, kinds=("fwd",), noise=0.0):
@@ -298,12 +298,12 @@ def test_an_old_bench_file_still_calibrates(tmp_path):
     p = calibrate(bench())
     assert p.contention.host.transfer_cores == 0.0 and p.contention.slowdown_in_flight == pytest.approx(1.3)
     assert "no ring-conditions" in p.report["host"]["note"]
-    committed = calibrate(json.loads((RESULTS / "cpu-bench.json").read_text()))
+    committed = calibrate(json.loads((RUNS / "microbenchmarks.json").read_text()))
     # the committed measurements calibrate; what they break of a physical bound is named
     assert committed.contention.host.cores == 2
     assert all(r.split(":")[0].startswith(("concurrency", "ring")) for r in committed.report["rejected"])
     # and an old profile (no host) still loads, playing as it did
-    old = load_profile(RESULTS / "cpu-profile-host-before.json")
+    old = load_profile(RUNS / "host-model-1" / "profile-without-host.json")
     assert old.contention.host is None and old.contention.concurrency is not None
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from sim.calibration.gpu_profile import calibrate_gpu, gpu_profile_from_dict, predict_isolated_s
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu
 from sim.hardware.kernel_model import Floors
-from sim.scenario.config import Gpu
 
 
 def entry(kind, mask, heads, tokens, time_s, kv_heads=None, impl="cuda-flash", batch=1):
@@ -149,13 +149,13 @@ def test_the_unfused_merge_is_slower_from_the_command_line():
 
 @pytest.mark.slow
 def test_the_sdpa_grid_harness_writes_a_bench_that_calibrates(tmp_path):
-    """bench/gpu_sdpa_grid.py on the CPU (wall clock, the flash backend): a bench file in
+    """bench/gpu/sdpa_grid.py on the CPU (wall clock, the flash backend): a bench file in
     the format `ringsim calibrate` reads, GQA entries included; an existing file is kept."""
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[3]
     out = tmp_path / "g.json"
-    args = [sys.executable, "bench/gpu_sdpa_grid.py", str(out), "--device", "cpu", "--heads", "2",
+    args = [sys.executable, "bench/gpu/sdpa_grid.py", str(out), "--device", "cpu", "--heads", "2",
             "--kv-heads", "0,1", "--tokens", "64", "--backends", "flash", "--samples", "1", "--warmup", "0"]
     run = subprocess.run(args, capture_output=True, text=True, cwd=root)
     assert run.returncode == 0, run.stderr
@@ -169,13 +169,13 @@ def test_the_sdpa_grid_harness_writes_a_bench_that_calibrates(tmp_path):
 
 @pytest.mark.slow
 def test_the_ring_steps_harness_sets_each_step_beside_the_model(tmp_path):
-    """bench/gpu_ring_steps.py on the CPU: every rank's every step measured and modelled
+    """bench/gpu/ring_steps.py on the CPU: every rank's every step measured and modelled
     with both merges, a summary per pass; an existing file is kept."""
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[3]
     out = tmp_path / "steps.json"
-    args = [sys.executable, "bench/gpu_ring_steps.py", str(out), "--device", "cpu", "--gpus", "2",
+    args = [sys.executable, "bench/gpu/ring_steps.py", str(out), "--device", "cpu", "--gpus", "2",
             "--tokens-per-rank", "64", "--heads", "2", "--kv-heads", "1", "--head-dim", "16", "--repeats", "1"]
     run = subprocess.run(args, capture_output=True, text=True, cwd=root)
     assert run.returncode == 0, run.stderr

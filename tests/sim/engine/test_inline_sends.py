@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sim.engine.play import simulate
+from sim.hardware.model import HardwareModel
 from sim.hardware.profile import profile_from_dict
 from sim.trace.format import COMPUTE, KIND_NAMES, RECV, SEND, WAIT
 from tests.sim.reference import scenario
@@ -19,12 +20,11 @@ D, F, T = 3.0, 5.0, 1.0
 """Seconds of a diagonal block, a full block and a K/V hop."""
 
 
-class Timed:
+class Timed(HardwareModel):
     """A diagonal block takes D, a full one F, a hop T; `inline_send_after_s` as given."""
 
     def __init__(self, inline_after_s=None):
-        if inline_after_s is not None:
-            self.inline_send_after_s = inline_after_s
+        self.inline_send_after_s = inline_after_s
 
     def compute_time_s(self, flops, *, mask, **_):
         return {"diagonal": D, "full": F}[mask]
@@ -32,7 +32,7 @@ class Timed:
     def transfer_time_s(self, nbytes, src, dst):
         return T
 
-    def rate_flops(self, dtype, *_):
+    def rate_flops(self, dtype, head_dim=None):
         return 1.0
 
     def describe(self):
@@ -150,7 +150,7 @@ def test_a_receive_is_posted_only_after_the_send_of_its_batch_returns():
 
 
 def test_a_gloo_profile_writes_sends_after_its_links_latency_and_an_nccl_one_never():
-    d = json.loads(Path("bench/results/cpu-profile.json").read_text())
+    d = json.loads(Path("bench/results/calibration/cpu-2core/profile.json").read_text())
     d["measured_on"]["backend"] = "gloo"
     assert profile_from_dict(d).inline_send_after_s == d["link"]["latency_s"]
     nccl = copy.deepcopy(d)

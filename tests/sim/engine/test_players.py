@@ -152,7 +152,7 @@ def test_durations_timed_once_per_run_of_equal_blocks_are_each_ops_own(monkeypat
     pass, mask and size) and with a model that has only the per-op methods."""
     from sim.engine import players
     from sim.engine.players import durations_s
-    from sim.scenario.config import Gpu, Hardware
+    from sim.hardware.cluster import Gpu, Hardware
     from sim.schemes import get
     from tests.sim.reference import PerOpHardware, reference_durations, scenario
 

@@ -11,13 +11,15 @@ from sim.calibration.calibrate import calibrate
 from sim.engine.play import play, simulate
 from sim.engine.queues import queue_batches
 from sim.engine.schedule import KINDS, ComputeOp, Schedule, TransferOp
-from sim.scenario.config import Hardware, Link, Scenario, Workload
+from sim.hardware.cluster import Hardware, Link
+from sim.hardware.model import HardwareModel
+from sim.scenario.config import Scenario, Workload
 from sim.schemes import get as get_scheme
-from tests.sim.reference import reference_trace_spans
 from tests.sim.calibration.test_calibrate import bench
+from tests.sim.reference import reference_trace_spans
 
 
-class Seconds:
+class Seconds(HardwareModel):
     """A hardware whose block takes its FLOPs in seconds and whose hop its bytes."""
 
     def compute_time_s(self, flops, **_):
@@ -26,7 +28,7 @@ class Seconds:
     def transfer_time_s(self, nbytes, src, dst):
         return float(nbytes)
 
-    def rate_flops(self, dtype):
+    def rate_flops(self, dtype, head_dim=None):
         return 1.0
 
     def describe(self):

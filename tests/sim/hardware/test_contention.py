@@ -8,8 +8,9 @@ import simpy
 
 from sim.engine.play import simulate
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.contention import Contention, Host, Sharing, sharing_bound, split_cores
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.trace.metrics import compute_metrics
 
 

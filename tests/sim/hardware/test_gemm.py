@@ -63,13 +63,13 @@ def test_a_batch_of_products_is_their_tiles_and_their_bytes_in_one_call():
 
 def test_the_xla_comparison_runs_over_every_product(tmp_path):
     out = tmp_path / "xla.json"
-    run = subprocess.run([sys.executable, "bench/gemm_xla.py", "--out", str(out)], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "bench/accuracy/gemm_xla.py", "--out", str(out)], capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr
     d = json.loads(out.read_text())
     assert len(d["products"]) == 750 and d["fp8_above_peak"] == 29
     r = next(p for p in d["products"] if (p["b"], p["m"], p["n"], p["k"], p["dtype"]) == (1, 4096, 4096, 4096, "bf16"))
-    line = next(x for x in open("bench/data/xla_sm90_matmul.csv") if x.startswith("1,4096,4096,4096,"))
+    line = next(x for x in open("bench/accuracy/data/xla_sm90_matmul.csv") if x.startswith("1,4096,4096,4096,"))
     assert r["measured_s"] == pytest.approx(2 * 4096 ** 3 / int(line.split(",")[4]), rel=1e-12)   # the table's FLOP/s
 
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from sim.engine.play import simulate
+from sim.hardware.cluster import Gpu, Hardware
 from sim.hardware.kernel_model import Floors, _load, _split_count, call_gpu_s, cta_work, kernel_table, step_s
 from sim.layouts import block_extents
-from sim.scenario.config import Gpu, Hardware, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.trace.metrics import compute_metrics
 from tests.sim.reference import block_extents as token_extents
 

@@ -12,9 +12,10 @@ from sim.engine.play import simulate
 from sim.engine.players import durations_s, times_simpy, times_waves
 from sim.engine.schedule import A2A, ScheduleBuilder
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.pcie import PCIE_X16_GBPS, SOCKET_LINKS, STAGED_SHARE, Pcie
 from sim.hardware.topology import Topology
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.trace.metrics import compute_metrics
 from tests.sim.reference import run_by
 
@@ -237,7 +238,7 @@ def test_compare_lists_every_split_in_both_placements_on_a_pcie_node():
     from sim.planning.compare import scheme_variants
 
     sc = Scenario(workload=Workload(seq=32768), hardware=node(p2p="switch"), n_gpus=8)
-    hybrid = [v.label for s, v in scheme_variants(sc) if s == "hybrid"]
+    hybrid = [v.name for s, v in scheme_variants(sc) if s == "hybrid"]
     assert hybrid == [f"{u} x {8 // u} {p}" for u in (4, 2) for p in ("ulysses-inner", "ring-inner")]
     # the placement decides what the flows cross: 2 x 4 with its all-to-all pairs under
     # one switch is faster than with its rings there

@@ -4,8 +4,8 @@ checked here are copied from the sources, not from the code under test."""
 import pytest
 
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Link
 from sim.hardware.presets import GPU_PRESETS, KERNEL_TABLES, LINK_PRESETS, SEQLENS, gpu_preset
-from sim.scenario.config import Gpu, Link
 
 
 def test_every_preset_and_kernel_series_names_its_source():
@@ -104,8 +104,8 @@ def test_preset_kernel_choice():
 
 
 def test_cluster_presets_name_existing_presets_and_cite_their_sources():
+    from sim.hardware.cluster import Hardware, Link
     from sim.hardware.presets import CLUSTER_PRESETS, cluster_preset
-    from sim.scenario.config import Hardware, Link
 
     assert set(CLUSTER_PRESETS) == {"dgx-h100", "dgx-a100", "pcie-a100", "pcie-l20", "pcie-4090", "pcie-h100"}
     for p in CLUSTER_PRESETS.values():

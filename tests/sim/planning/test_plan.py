@@ -195,13 +195,14 @@ def test_the_total_counts_parameters_and_optimizer_state_when_sharded():
 def test_candidates_within_the_model_s_error_are_called_tied():
     """The fastest and the next less than 5% apart are tied, and the sentence says what
     else differs; farther apart, the fastest is ahead by its margin."""
-    from sim.planning.plan import TIE_WITHIN, tie_sentence
+    from sim.planning.plan import TIE_WITHIN, tie_clause
+    from sim.reasons import clause, english
 
-    a = {"scheme": "ulysses", "variant": "degree 8", "makespan_s": 1.00, "peak_mem_bytes": 10 * 2 ** 30,
-         "exposed_comm_s": 0.01}
-    b = {"scheme": "hybrid", "variant": "4 x 2", "makespan_s": 1.03, "peak_mem_bytes": 11 * 2 ** 30,
-         "exposed_comm_s": 0.05}
-    s = tie_sentence(a, b, 0.03)
+    a = {"scheme": "ulysses", "variant_clause": clause("variant.degree", degree=8), "makespan_s": 1.00,
+         "peak_mem_bytes": 10 * 2 ** 30, "exposed_comm_s": 0.01}
+    b = {"scheme": "hybrid", "variant_clause": clause("variant.split", ulysses=4, ring=2), "makespan_s": 1.03,
+         "peak_mem_bytes": 11 * 2 ** 30, "exposed_comm_s": 0.05}
+    s = english(tie_clause(a, b, 0.03))
     assert s.startswith("tied with the next (hybrid, 4 x 2): 3.0% apart")
     assert "1.00 GiB less memory per GPU" in s and "40.000 ms less exposed communication" in s
     assert TIE_WITHIN == 0.05

@@ -9,9 +9,10 @@ import pytest
 from sim.cli.main import build_parser
 from sim.cli.options import hardware_from_args, resolve_run, values_from_args
 from sim.errors import RingsimError
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.pcie import Pcie
 from sim.hardware.presets import cluster_preset
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.scenario.resolve import (
     CUSTOM,
     OptionError,

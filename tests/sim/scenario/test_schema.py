@@ -17,10 +17,11 @@ from sim.cli.options import (
     simulate_parser,
 )
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
 from sim.planning.spec import column, value_kind
-from sim.scenario.config import LAYOUTS, PASSES, Hardware, Workload
+from sim.scenario.config import LAYOUTS, PASSES, Workload
 from sim.scenario.option import ScenarioOption
 from sim.scenario.resolve import CUSTOM
 from sim.scenario.schema import SCENARIO_OPTIONS, SCHEME_OPTIONS, scenario_option

@@ -138,7 +138,7 @@ def test_another_scheme_s_settings_do_not_apply():
 def test_the_allgather_counts_its_operations_without_building_them():
     """16 GPUs in 2 nodes of 8: a gather is 16 ranks x (1 step across + 7 inside) = 128
     flows, each taken in by its receiver; 4 kernel calls per rank under the mask."""
-    from sim.scenario.config import Hardware
+    from sim.hardware.cluster import Hardware
     from sim.schemes.allgather import build_allgather_schedule, count_allgather_ops
 
     def sc(n, pass_, causal=True, groups=1, per_node=8):

@@ -49,7 +49,7 @@ def test_a_new_module_is_a_new_scheme(tmp_path, monkeypatch):
 def test_each_scheme_s_variants_and_candidates_are_runs_of_it():
     """Variants (compare --schemes) and candidates (plan) are option values of the scheme's
     own settings and the common schedule options, and make scenarios of that scheme."""
-    from sim.scenario.config import Hardware
+    from sim.hardware.cluster import Hardware
     from sim.scenario.resolve import vary
     from sim.scenario.schema import SCENARIO_OPTIONS
 

@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from sim.engine.play import simulate
 from sim.engine.schedule import ComputeOp
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.layouts import rank_tokens
-from sim.scenario.config import Gpu, Hardware, Link, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
 from sim.schemes.ring import build_ring_schedule
 from sim.trace.metrics import compute_metrics
 from tests.sim.conftest import brute_pairs

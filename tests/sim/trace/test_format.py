@@ -248,7 +248,7 @@ def test_unreadable_file_is_one_error(tmp_path):
 
 
 def test_traces_of_collectives_round_trip_and_their_kinds_are_checked(tmp_path):
-    from sim.scenario.config import Hardware, Link
+    from sim.hardware.cluster import Hardware, Link
 
     hw = Hardware(inter_link=Link.preset("ib-ndr"), gpus_per_node=2)
     for scheme in ("allgather", "ulysses"):

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from sim.errors import RingsimError
-from sim.scenario.config import Gpu, Hardware, Link
+from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.scenario.models import model_preset
 from sim.trace.metrics import compute_metrics
 from sim.training.step import (

@@ -1,4 +1,4 @@
-"""bench/step_published.py runs every published row through `ringsim step` and writes what
+"""bench/accuracy/step_published.py runs every published row through `ringsim step` and writes what
 it printed: the rows, the commands that reproduce them, and the summary by GPU."""
 
 import json
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_every_published_row_runs_and_its_command_reproduces_it(tmp_path):
     out = tmp_path / "published.json"
-    run = subprocess.run([sys.executable, "bench/step_published.py", "--out", str(out)], cwd=ROOT,
+    run = subprocess.run([sys.executable, "bench/accuracy/step_published.py", "--out", str(out)], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     d = json.loads(out.read_text())

@@ -1,0 +1,97 @@
+"""The Compare layouts view: every layout of the ring with overlap on and off, as a chart
+(dashboard/figures/comparison.py) and as `ringsim compare`'s table; for packed documents,
+above them, how evenly each layout spreads the documents' work over the GPUs
+(dashboard/figures/documents.py). A scheme without a ring is compared as the ring.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, html, no_update
+
+from dashboard import compute, figures
+from dashboard.i18n import Translator, layout_label
+from dashboard.served import Served
+from dashboard.state import RING_SCHEMES
+from dashboard.views.common import HIDDEN, graph, only_on
+from dashboard.views.labels import figure_labels
+from sim.errors import RingsimError
+from sim.scenario.config import Scenario
+
+
+def view() -> list[Any]:
+    return [html.Div(id="documents-section", style=HIDDEN, children=[graph("documents", 420)]),
+            graph("compare", 380), html.Div(id="compare-table", className="table")]
+
+
+def register_callbacks(app: dash.Dash, served: Served) -> None:
+    @app.callback(Output("compare", "figure"), Output("compare-table", "children"),
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
+    def compare(data, profile_data, tab, lang):
+        only_on("compare", tab)
+        try:
+            hw, key = served.hardware_of(profile_data)
+            sc = served.scenario_of(data)
+            if sc.scheme not in RING_SCHEMES:
+                sc = compute.as_ring(sc)          # a scheme without a ring: the ring's layouts
+            # one layout/overlap pair is as good as another for the key: all six are drawn
+            rows = compute.figure("compare-rows", sc.with_(layout="zigzag", overlap=True), key, None,
+                                  lambda: compute.compare_table(sc, hw, key))
+        except RingsimError as e:
+            return figures.message_figure(str(e)), None
+        t = Translator(lang)
+        return figures.comparison(rows, comparison_labels(t)), _compare_table(rows, t)
+
+    @app.callback(Output("documents", "figure"), Output("documents-section", "style"),
+                  Input("scenario", "data"), Input("tabs", "value"), Input("lang", "value"))
+    def documents(data, tab, lang):
+        only_on("compare", tab)
+        sc = served.scenario_of(data)
+        if not sc.packed:
+            return no_update, {"display": "none"}
+        t = Translator(lang)
+        try:
+            if sc.scheme not in RING_SCHEMES:
+                sc = compute.as_ring(sc)          # as the layouts' comparison beside it
+            fig = compute.figure("documents", sc, None, t.lang,
+                                 lambda: figures.document_balance(compute.document_balance(sc),
+                                                                  labels=document_labels(t, sc)))
+        except RingsimError as e:
+            fig = figures.message_figure(str(e))
+        return fig, {}
+
+
+def documents_words(t: Translator, scenario: Scenario) -> str:
+    """The scenario's documents in a few words of the page's language: how many, their
+    median and longest length, and the window."""
+    w = scenario.workload
+    d = compute.length_summary(w)
+    words = (t("docs.one") if d["count"] == 1 else
+             t("docs.many", count=t.int(d["count"]), median=t.int(d["median"]), longest=t.int(d["longest"])))
+    return words if w.window is None else t("docs.window", docs=words, window=t.int(w.window))
+
+
+def document_labels(t: Translator, scenario: Scenario) -> dict[str, Any]:
+    """The texts of figures.document_balance in the page's language."""
+    return figure_labels(t, "docs") | {"gpu": t("ctl.gpu.label"), "docs": documents_words(t, scenario),
+                                       "ratio_text": lambda x: t.num(x, 4), "layout": lambda lay: layout_label(t, lay)}
+
+
+def comparison_labels(t: Translator) -> dict[str, Any]:
+    """The texts of figures.comparison in the page's language."""
+    return figure_labels(t, "cmp") | {"num": lambda y: t.num(y), "layout": lambda lay: layout_label(t, lay)}
+
+
+def _compare_table(rows: list[dict[str, Any]], t: Translator) -> html.Table:
+    """The rows of `ringsim compare`: every layout with overlap on and off, in the page's language."""
+    best = min(r["makespan_s"] for r in rows)
+    head = [t("cmp.col.layout"), t("cmp.col.overlap"), t("sch.col.makespan"), t("sch.col.vs_best"),
+            t("sch.col.efficiency"), t("card.m-imbalance"), t("card.m-overlap"), t("sch.col.exposed")]
+    body = [[layout_label(t, r["layout"]), t("cmp.on" if r["overlap"] else "cmp.off"), t.time(r["makespan_s"]),
+             t.num(r["makespan_s"] / best) + "×", "–" if r["efficiency"] is None else t.pct(r["efficiency"]),
+             t.num(r["load_imbalance"], 4), t.pct(r["overlap_efficiency"]),
+             t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0"] for r in rows]
+    return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])),
+                       html.Tbody([html.Tr([html.Td(c) for c in row]) for row in body])])

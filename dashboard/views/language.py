@@ -1,0 +1,125 @@
+"""The language switch at the top of the page and the page's texts in the language chosen:
+which component property shows which catalog message (`page_texts`: the controls' labels,
+help lines and options, the tabs', cards' and headings' names, the buttons), all rewritten
+when the language changes, and the document's own `lang` (for screen readers and
+hyphenation). The layouts offered follow the documents (dashboard.state.shown_layouts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import Input, Output, ctx, dcc, html, no_update
+
+from dashboard.contents import HELP, SUMMARY_CARDS, TABS
+from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator, catalog, layout_label, scheme_label
+from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK, defaults, shown_layouts
+from sim.hardware.pcie import P2P_MODES
+from sim.hardware.presets import CLUSTER_PRESETS, LINK_PRESETS
+from sim.scenario.config import PASSES
+from sim.scenario.schema import scenario_option
+from sim.schemes import names as scheme_names
+
+
+def _page_texts() -> list[tuple[str, str, str]]:
+    """(component id, property, message key) of every fixed text; the options lists are
+    built by _options below."""
+    texts = [(f"{cid}-label", "children", f"ctl.{cid}.label") for cid in CONTROL_IDS]
+    texts += [(f"{cid}-help", "children", f"ctl.{cid}.help") for cid in HELP]
+    texts += [(f"tab-{value}", "label", f"tab.{value}") for value, _ in TABS]
+    texts += [(f"{cid}-label", "children", f"card.{cid}") for cid, _ in SUMMARY_CARDS]
+    texts += [(f"h-{h}", "children", f"heading.{h}")
+              for h in ("scheme", "ring", "workload", "hardware", "counting")]
+    texts += [
+        ("tagline", "children", "page.tagline"),
+        ("lang-label", "children", "page.language"),
+        ("profile-label", "children", "ctl.profile.label"),
+        ("profile-clear", "children", "ctl.profile.clear"),
+        ("dl-trace-btn", "children", "btn.trace"),
+        ("dl-chrome-btn", "children", "btn.chrome"),
+        ("dl-csv-btn", "children", "btn.csv"),
+        ("ranks-label", "children", "ctl.ranks.label"),
+        ("merge-row-label", "children", "ctl.merge-row.label"),
+        ("measured-example-label", "children", "measured.example.label"),
+        ("measured-example", "placeholder", "measured.example.placeholder"),
+        ("docs", "placeholder", "ctl.docs.placeholder"),
+        ("window", "placeholder", "ctl.window.placeholder"),
+        ("timeline-ring-label", "children", "ring.caption"),
+        ("quiz-nav-label", "children", "quiz.nav"),
+        ("quiz-next", "children", "quiz.next"),
+        ("quiz-restart", "children", "quiz.restart"),
+        ("quiz-bw-label", "children", "quiz.bandwidth"),
+        ("quiz-row-label", "children", "quiz.row"),
+    ]
+    for prefix in ("timeline", "quiz"):
+        texts += [(f"{prefix}-ring-play", "title", "ring.play"),
+                  (f"{prefix}-ring-step-label", "children", "ring.slider")]
+    return texts
+
+
+def _upload_children(t: Translator, key: str) -> list[Any]:
+    before, _, after = t(key).partition("{choose}")
+    return [html.Div([before, html.A(t("upload.choose")), after])]
+
+
+def _options(t: Translator, layouts: tuple[str, ...]) -> list[tuple[str, str, Any]]:
+    onoff = [{"label": t("opt.on"), "value": True}, {"label": t("opt.off"), "value": False}]
+    return [
+        ("scheme", "options", [{"label": scheme_label(t, s), "value": s} for s in scheme_names()]),
+        ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p}
+                                  for p in scenario_option("placement").choices]),
+        ("layout", "options", [{"label": layout_label(t, x), "value": x} for x in layouts]),
+        ("p2p", "options", [{"label": t(f"opt.p2p.{x}"), "value": x} for x in ("preset", *P2P_MODES)]),
+        ("cluster", "options", [{"label": t("opt.cluster.none"), "value": NO_CLUSTER},
+                                *[{"label": x, "value": x} for x in CLUSTER_PRESETS]]),
+        ("overlap", "options", onoff),
+        ("causal", "options", onoff),
+        ("sync", "options", [{"label": t("opt.sync.step"), "value": "step"},
+                             {"label": t("opt.sync.buffered"), "value": "buffered"}]),
+        ("pass", "options", [{"label": t(f"opt.pass.{p}"), "value": p} for p in PASSES]),
+        ("inter-link", "options", [{"label": t("opt.inter-link.same"), "value": SAME_LINK},
+                                   *[{"label": x, "value": x} for x in LINK_PRESETS]]),
+        ("profile-upload", "children", _upload_children(t, "upload.profile")),
+        ("trace-upload", "children", _upload_children(t, "upload.trace")),
+    ]
+
+
+def page_texts(lang: Any, layouts: tuple[str, ...] | None = None) -> list[tuple[str, str, Any]]:
+    """Every translated (component id, property, value) of the page in `lang`; the layout
+    control offers `layouts` (those of the page's first scenario when None)."""
+    t = Translator(lang)
+    if layouts is None:
+        d = defaults()
+        layouts = shown_layouts(d["docs"], d["window"], d["layout"])
+    return [(cid, prop, t(key)) for cid, prop, key in _page_texts()] + _options(t, layouts)
+
+
+def language_bar() -> html.Div:
+    """The language switch (autonyms from each catalog) and a line for unreadable links."""
+    return html.Div(className="lang-bar", children=[
+        html.Label(Translator(DEFAULT_LANG)("page.language"), id="lang-label", htmlFor="lang"),
+        dcc.RadioItems(id="lang", value=DEFAULT_LANG, inline=True, className="radio lang",
+                       options=[{"label": catalog(x)["language.name"], "value": x} for x in LANGUAGES]),
+        dcc.Store(id="lang-html"),
+        html.Span(id="nav-msg", className="nav-msg", role="alert"),
+    ])
+
+
+def register_callbacks(app) -> None:
+    outputs = [(cid, prop) for cid, prop, _ in page_texts(DEFAULT_LANG)]
+
+    # the layouts offered follow the documents (dashboard.state.shown_layouts): a change of
+    # those rewrites the layout's options only
+    @app.callback([Output(cid, prop) for cid, prop in outputs], Input("lang", "value"), Input("docs", "value"),
+                  Input("window", "value"), Input("layout", "value"))
+    def translate_page(lang, docs, window, layout):
+        texts = page_texts(lang, shown_layouts(docs, window, layout))
+        triggered = set(ctx.triggered_prop_ids.values())
+        if triggered and "lang" not in triggered:
+            return [v if (cid, prop) == ("layout", "options") else no_update for cid, prop, v in texts]
+        return [v for _, _, v in texts]
+
+    # the document's language, for screen readers and hyphenation
+    app.clientside_callback(
+        "function(lang) { document.documentElement.lang = lang || 'en'; return lang; }",
+        Output("lang-html", "data"), Input("lang", "value"))

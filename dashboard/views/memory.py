@@ -1,0 +1,37 @@
+"""The Memory view: peak memory per GPU against sequence length and GPU count, for the
+ring and every other scheme from its own memory model, beside the full K/V; under them
+each scheme now, item by item (dashboard/figures/memory.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output
+
+from dashboard import compute, figures
+from dashboard.i18n import Translator
+from dashboard.served import Served
+from dashboard.views.common import graph, only_on
+from dashboard.views.labels import compared_run, figure_labels
+
+
+def view() -> list[Any]:
+    return [graph("memory", 440)]
+
+
+def register_callbacks(app: dash.Dash, served: Served) -> None:
+    @app.callback(Output("memory", "figure"), Input("scenario", "data"), Input("tabs", "value"), Input("lang", "value"))
+    def memory(data, tab, lang):
+        only_on("memory", tab)
+        t = Translator(lang)
+        sc = served.scenario_of(data)
+        table = compute.figure("memory-table", sc, None, None, lambda: compute.memory_table(sc))
+        return compute.figure("memory", sc, None, t.lang, lambda: figures.memory(table, labels=memory_labels(t)))
+
+
+def memory_labels(t: Translator) -> dict[str, Any]:
+    """The texts of figures.memory in the page's language; a scheme's label there is
+    dashboard.compute.scheme_memory's: the scheme, or the scheme and its variant."""
+    return figure_labels(t, "memory") | {"run": lambda v: compared_run(t, v["scheme"], v["variant_clause"])}

@@ -1,0 +1,112 @@
+"""The Compare schemes view: every scheme and ring layout side by side on the page's
+workload, hardware and GPUs (the rows of `ringsim compare --schemes all`), as a chart
+(dashboard/figures/schemes.py) and a table with the fastest and the run on screen marked,
+a refused variant with its reason; above them, why the winner wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, html
+
+from dashboard import compute, explain, figures
+from dashboard.i18n import Translator
+from dashboard.served import Served
+from dashboard.views.common import graph, only_on
+from dashboard.views.labels import compared_run, figure_labels
+from sim.errors import RingsimError
+from sim.scenario.memory import full_kv_bytes
+
+SCHEME_TABLE_COLUMNS = ("scheme", "variant", "makespan", "vs_best", "efficiency", "exposed", "sent", "memory",
+                        "why")
+"""The columns of the schemes' table (message keys sch.col.<column>)."""
+
+
+def view() -> list[Any]:
+    return [html.Div(id="schemes-why", className="schemes-why"), graph("schemes", 420),
+            html.Div(id="schemes-table", className="table")]
+
+
+def register_callbacks(app: dash.Dash, served: Served) -> None:
+    @app.callback(Output("schemes", "figure"), Output("schemes-table", "children"),
+                  Output("schemes-why", "children"),
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
+                  Input("lang", "value"))
+    def schemes(data, profile_data, tab, lang):
+        only_on("schemes", tab)
+        t = Translator(lang)
+        try:
+            hw, key = served.hardware_of(profile_data)
+            sc = served.scenario_of(data)
+            base = compute.scheme_base(sc)
+            # every scheme from the same base: the scheme on screen and its settings do not
+            # change the rows, only which one is marked
+            rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw))
+            current = compute.current_variant(sc)
+            fig = compute.figure("schemes", base, key, [current, t.lang], lambda: figures.scheme_comparison(
+                rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload), labels=scheme_labels(t)))
+        except RingsimError as e:
+            return figures.message_figure(str(e)), None, None
+        return fig, _schemes_table(rows, current, t), _schemes_why(rows, t)
+
+
+def scheme_labels(t: Translator) -> dict[str, Any]:
+    """The texts of figures.scheme_comparison in the page's language: a run's name and
+    what bounds it (or why it cannot run) as the table beside it says them."""
+    def why(row: dict[str, Any]) -> str:
+        return (explain.refusal(t, row["refused"], row["refused_clause"]) if "refused" in row
+                else explain.row_bound(t, row))
+
+    return figure_labels(t, "schemes") | {"run": lambda row: compared_run(t, row["scheme"], row["variant_clause"]),
+                                          "why": why}
+
+
+def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> html.Table:
+    """The rows of `ringsim compare --schemes`, a refused one with its reason; the fastest
+    and the run on screen marked."""
+    best = figures.fastest(rows)
+    head = [t(f"sch.col.{c}") for c in SCHEME_TABLE_COLUMNS]
+    body = []
+    for r in rows:
+        here = current is not None and (r["scheme"], r["variant"]) == tuple(current)
+        variant = [explain.variant(t, r["variant_clause"])] + (
+            [" ", html.Span("◂ " + t("sch.current"), className="here")] if here else [])
+        if "refused" in r:
+            cells = [html.Td(r["scheme"]), html.Td(variant),
+                     html.Td(t("sch.refused", reason=explain.refusal(t, r["refused"], r["refused_clause"])),
+                             colSpan=7, className="refused")]
+        else:
+            eff = "–" if r["efficiency"] is None else t.pct(r["efficiency"])
+            peak = "–" if r["peak_mem_bytes"] is None else t.bytes(r["peak_mem_bytes"])
+            cells = [html.Td(c) for c in (r["scheme"], variant, t.time(r["makespan_s"]),
+                                          t.num(r["makespan_s"] / best["makespan_s"]) + "×", eff,
+                                          t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0",
+                                          t.bytes(r["bytes_sent_per_gpu"]), peak)]
+            cells.append(html.Td(explain.row_bound(t, r), className="why"))
+        body.append(html.Tr(cells, className=" ".join(
+            c for c, on in (("best", r is best), ("current", here)) if on) or None))
+    return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(body)])
+
+
+def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
+    """Why the winner wins: the fastest against the next, and what bounds each (and the
+    slowest): the clauses the rows carry (sim.trace.metrics.explain_clauses), each run named
+    and said in the page's language."""
+    ran = sorted((r for r in rows if "refused" not in r), key=lambda r: r["makespan_s"])
+    if not ran:
+        return [t("sch.none")]
+    best = ran[0]
+
+    def name(r: dict[str, Any]) -> str:
+        return compared_run(t, r["scheme"], r["variant_clause"])
+    if len(ran) == 1:
+        lead = t("sch.only", winner=name(best), time=t.time(best["makespan_s"]))
+    else:
+        nxt = ran[1]
+        lead = t("sch.fastest", winner=name(best), time=t.time(best["makespan_s"]), next=name(nxt),
+                 margin=t.pct(nxt["makespan_s"] / best["makespan_s"] - 1))
+    shown = ran[:2] + ([ran[-1]] if len(ran) > 2 else [])
+    return [html.Strong(lead), html.Ul([html.Li(t("sch.bounds", run=name(r), why=explain.row_bound(t, r)))
+                                        for r in shown])]

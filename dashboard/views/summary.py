@@ -1,0 +1,163 @@
+"""The summary over the views: a card per metric of the run on screen (makespan, ideal,
+efficiency, load imbalance, overlap efficiency, exposed communication, peak memory; on
+the Measured view, of the measured run's configuration simulated), a line naming that run,
+the strip of which tokens each GPU holds (dashboard/figures/layout_strip.py), and the
+downloads: the trace, the Chrome trace and the metrics (dashboard/export.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html
+
+from dashboard import compute, export, figures
+from dashboard.contents import SUMMARY_CARDS
+from dashboard.i18n import Translator, run_words
+from dashboard.served import Served
+from sim.errors import RingsimError
+from sim.scenario.config import Scenario
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.units import fmt_bytes
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "–"
+    scale, unit = figures.time_unit(abs(x) if x else 1e-6)
+    return f"{x * scale:.4g} {unit}"
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:.1f}%"
+
+
+def _fmt_bytes(x: float | None) -> str:
+    return fmt_bytes(x, ".3g", missing="–")
+
+
+def _card(cid: str, label: str) -> html.Div:
+    return html.Div(className="card", children=[html.Div(label, className="card-label", id=f"{cid}-label"),
+                                                html.Div("–", id=cid, className="card-value")])
+
+
+def view() -> list[Any]:
+    """The cards, the line and downloads under them, and the layout strip."""
+    return [
+        html.Div(className="cards", children=[_card(cid, label) for cid, label in SUMMARY_CARDS]),
+        html.Div(className="exports", children=[
+            html.Span(id="scenario-line", className="scenario-line"),
+            html.Button("trace (.npz)", id="dl-trace-btn", n_clicks=0),
+            html.Button("Chrome trace (Perfetto)", id="dl-chrome-btn", n_clicks=0),
+            html.Button("metrics (CSV)", id="dl-csv-btn", n_clicks=0),
+            dcc.Download(id="dl-trace"), dcc.Download(id="dl-chrome"), dcc.Download(id="dl-csv"),
+        ]),
+        dcc.Graph(id="layout-strip", config={"displayModeBar": False}, style={"height": "170px"}),
+    ]
+
+
+def pcie_words(t: Translator, gpu: str, pcie: Any) -> str:
+    """A PCIe node in words (sim.hardware.pcie.Pcie.words), in the page's language."""
+    under = (t("line.pcie.own-port") if pcie.gpus_per_switch == 1
+             else t("line.pcie.switch", gpus=t.int(pcie.gpus_per_switch)))
+    return t("line.pcie", gpu=gpu, gen=pcie.gen, under=under, socket=t.int(pcie.gpus_per_socket),
+             p2p=t(f"line.pcie.p2p.{pcie.p2p}"))
+
+
+def scenario_line(t: Translator, sc: Any, profile_data: Any, shown: Any) -> str:
+    """The run the cards describe, in words and numbers of the page's language."""
+    w = sc.workload
+    hw = sc.hardware
+    hw_name = f"{hw.gpu.name} / {hw.link.name}" if hw.pcie is None else pcie_words(t, hw.gpu.name, hw.pcie)
+    if profile_data:
+        device, name = profile_data.get("device"), profile_data.get("name", "profile")
+        hw_name = f"{device} ({name})" if device else name
+    if shown is not None and shown[2] is not None:
+        hw_name = shown[2].measured_on.get("device") or "its machine's profile"
+    nodes = -(-sc.n_gpus // hw.gpus_per_node)
+    if nodes > 1 and not profile_data and shown is None:
+        between = hw.inter_link.name if hw.inter_link is not None else hw.link.name
+        hw_name = t("line.nodes", hardware=hw_name, nodes=t.int(nodes), per_node=t.int(hw.gpus_per_node),
+                    between=between)
+    line = t("line.scenario", gpus=t.int(sc.n_gpus), hardware=hw_name, run=run_words(t, sc.describe()),
+             tokens=t.int(w.seq), per_gpu=t.int(sc.tokens_per_rank), heads=t.int(w.heads),
+             kv_heads=t.int(w.kv_heads), head_dim=t.int(w.head_dim), dtype=w.dtype,
+             mask=t("line.causal" if w.causal else "line.full"), **{"pass": w.pass_})
+    return t("line.measured", line=line) if shown is not None else line
+
+
+def _file_name(sc) -> str:
+    how = sc.layout if sc.scheme == DEFAULT_SCHEME else sc.scheme
+    return f"ringsim-{sc.n_gpus}gpu-{how}-{sc.workload.seq}-{sc.workload.pass_}"
+
+
+def register_callbacks(app: dash.Dash, served: Served) -> None:
+    @app.callback(
+        [Output(cid, "children") for cid, _ in SUMMARY_CARDS] + [Output("scenario-line", "children")],
+        Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("measured", "data"),
+        Input("lang", "value"),
+    )
+    def summary(data, profile_data, tab, measured_data, lang):
+        shown = None
+        try:
+            if tab == "measured" and measured_data:
+                # the Measured view's cards describe the run it shows: its configuration, simulated
+                shown = served.measured_pair(measured_data, data, profile_data)
+            if shown is not None:
+                _, sc, hw_model, key = shown
+                res = compute.run(sc, hw_model, key)
+            else:
+                sc = served.scenario_of(data)
+                res = served.result_of(data, profile_data)
+        except RingsimError as e:
+            return ["–"] * len(SUMMARY_CARDS) + [html.Span(str(e), className="msg")]
+        m = res.metrics
+        peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or None
+        t = Translator(lang)
+        line = scenario_line(t, sc, profile_data, shown)
+        # the cards' numbers in the page's decimal sign
+        return [t.digits(x) for x in (_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
+                                      f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
+                                      _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak))] + [line]
+
+    @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"), Input("lang", "value"))
+    def layout_strip(data, lang):
+        t = Translator(lang)
+        sc = served.scenario_of(data)
+        split = compute.token_split(sc, t)
+        seq = sc.workload.seq
+        labels = {"axis": t("strip.axis"), "hover": t("strip.hover"),
+                  "first": t("strip.first" if split["packed"] is None else "strip.first-packed"),
+                  "document": t("strip.document"), "documents": t("strip.row.documents"),
+                  "holders": t("strip.row.gpus" if split["holders"] is None else "strip.row.positions"),
+                  "separators": t.separators(), "number": t.int}
+
+        def make():
+            owner, bounds = compute.token_holders(sc, split)
+            return figures.layout_strip(split["layout"], seq, split["n"], holders=split["holders"],
+                                        title=split["title"], labels=labels, owner=owner, bounds=bounds)
+
+        # a function of the token split (with what packed holders depend on), the length and
+        # the language only: other changes reuse it
+        return compute.figure("strip", Scenario(), None, [split, seq, t.lang], make)
+
+    @app.callback(Output("dl-trace", "data"), Input("dl-trace-btn", "n_clicks"),
+                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
+    def download_trace(_, data, profile_data):
+        res = served.result_of(data, profile_data)
+        return dcc.send_bytes(export.trace_archive(res.trace), _file_name(served.scenario_of(data)) + ".trace.npz")
+
+    @app.callback(Output("dl-chrome", "data"), Input("dl-chrome-btn", "n_clicks"),
+                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
+    def download_chrome(_, data, profile_data):
+        res = served.result_of(data, profile_data)
+        return dict(content=export.chrome_trace_json(res.trace),
+                    filename=_file_name(served.scenario_of(data)) + ".chrome.json")
+
+    @app.callback(Output("dl-csv", "data"), Input("dl-csv-btn", "n_clicks"),
+                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
+    def download_csv(_, data, profile_data):
+        res = served.result_of(data, profile_data)
+        return dict(content=export.metrics_csv(res.metrics),
+                    filename=_file_name(served.scenario_of(data)) + ".metrics.csv")

@@ -1,0 +1,108 @@
+"""The Timeline view: every compute and transfer of every GPU over time
+(dashboard/figures/timeline.py), on a window of GPUs the reader chooses (the first
+TIMELINE_DEFAULT_RANKS of a ring past 64 GPUs at first); for the ring, the ring stepping
+its K/V blocks one hop at a time under it (play, or drag the step).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from dashboard import compute, figures, quiz_explain
+from dashboard.i18n import Translator, run_words
+from dashboard.served import Served
+from dashboard.state import defaults
+from dashboard.views.common import HIDDEN, graph, only_on
+from dashboard.views.ring_animation import register_ring_stepper, ring_controls, ring_scenario
+from sim.errors import RingsimError
+from sim.scenario.config import Scenario
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+
+TIMELINE_DEFAULT_RANKS = 32
+"""Rings larger than 64 GPUs open their timeline on the first this-many GPUs."""
+
+
+def ring_section() -> html.Div:
+    """The ring-stepping animation, shown under the timeline."""
+    return html.Div(className="ring-box", id="timeline-ring-section", children=[
+        html.Div(id="timeline-ring-label", className="help"),
+        ring_controls("timeline"),
+        dcc.Graph(id="timeline-ring", config={"displaylogo": False, "displayModeBar": False},
+                  style={"maxWidth": "640px"}),
+    ])
+
+
+def view() -> list[Any]:
+    d = defaults()
+    return [
+        html.Div(className="inline", children=[
+            html.Label("GPUs shown", htmlFor="ranks", id="ranks-label"),
+            html.Div(dcc.RangeSlider(id="ranks", min=0, max=d["gpus"] - 1, step=1,
+                                     value=[0, d["gpus"] - 1], allowCross=False,
+                                     tooltip={"placement": "bottom"}), className="slider"),
+        ]),
+        graph("timeline", 420), ring_section()]
+
+
+def register_callbacks(app: dash.Dash, served: Served) -> None:
+    @app.callback(Output("ranks", "max"), Output("ranks", "value"), Output("ranks", "marks"),
+                  Input("scenario", "data"), State("ranks", "max"), State("ranks", "value"))
+    def rank_window(data, old_max, current):
+        n = served.scenario_of(data).n_gpus
+        step = max(1, n // 8)
+        marks = {r: str(r) for r in range(0, n, step)} | {n - 1: str(n - 1)}
+        if old_max == n - 1 and current:
+            return no_update, no_update, no_update   # same ring: keep the user's window
+        hi = n - 1 if n <= 64 else TIMELINE_DEFAULT_RANKS - 1
+        return n - 1, [0, hi], marks
+
+    @app.callback(Output("timeline", "figure"),
+                  Input("scenario", "data"), Input("profile", "data"), Input("ranks", "value"),
+                  Input("tabs", "value"), Input("lang", "value"))
+    def timeline(data, profile_data, ranks, tab, lang):
+        only_on("timeline", tab)
+        window = tuple(ranks) if ranks else None
+        t = Translator(lang)
+        try:
+            hw, key = served.hardware_of(profile_data)
+            sc = served.scenario_of(data)
+
+            def make():
+                res = compute.run(sc, hw, key)
+                tr = res.trace
+                c = tr.columns
+                makespan = float(c.end_s.max() - c.start_s.min()) if len(c) else 0.0   # no metrics needed
+                title = t("tl.title", gpus=t.int(tr.n_gpus), run=run_words(t, tr.config),
+                          makespan=t.time(makespan, 4))
+                labels = {"window": t("tl.window"), "time": t("tl.time"), "separators": t.separators()}
+                return figures.timeline(tr, window, starts=res.rank_starts, title=title, labels=labels)
+
+            return compute.figure("timeline", sc, key, [window, t.lang], make)
+        except RingsimError as e:
+            return figures.message_figure(str(e))
+
+    # the ring animation under the timeline
+    @app.callback(Output("timeline-ring", "figure"), Output("timeline-ring-step", "max"),
+                  Output("timeline-ring-step", "value"), Output("timeline-ring-section", "style"),
+                  Input("scenario", "data"), Input("lang", "value"), Input("tabs", "value"))
+    def timeline_ring(data, lang, tab):
+        if tab != "timeline":
+            raise PreventUpdate
+        values = (data or {}).get("values") if isinstance(data, dict) else None
+        if (values or {}).get("scheme", DEFAULT_SCHEME) != DEFAULT_SCHEME:
+            # the animation is the ring's: another scheme's timeline stands alone
+            return no_update, no_update, no_update, HIDDEN
+        try:
+            n = ring_scenario(data).n_gpus
+        except RingsimError:
+            raise PreventUpdate from None
+        t = Translator(lang)
+        fig = compute.figure("ring", Scenario(), None, [n, t.lang],
+                             lambda: quiz_explain.ring_figure(n, t, {"gpus": n}, height=420))
+        return fig, len(fig.frames) - 1, 0, {}
+
+    register_ring_stepper(app, "timeline", "timeline-ring")

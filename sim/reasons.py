@@ -1,0 +1,226 @@
+"""Reasons as data: what bounds a run, why a plan's candidate wins, loses or does not fit, what
+a candidate's variant or a whole step's split is, why the configuration refuses a candidate,
+and what a block map's cells and chunks are, as clauses that rows carry and any language renders.
+
+A clause is a plain dict, JSON as it is: `{"clause": key, **fields}`. The key names what the
+clause says (ENGLISH has every key's sentence); a field is a number (written as NUMBERS and the
+`_s` and `_bytes` suffixes say), a word of a closed set (WORDS: a kind of transfer, a part of a
+step), a name as the command line spells it (NAMES: a scheme, a layout, a placement), a clause, a
+list of clauses (joined as JOINERS says) or None (an optional part left out: nothing is written).
+A reason is a list of clauses said one after another, REASON_SEPARATOR between them.
+
+`render` writes clauses in a Language (a clause's message, a word, a name, a joiner, and how a
+number reads); `english` writes them in English: the simulator's own sentences (the CLI's
+output, a sweep's `explanation` column, a plan's --json texts). The dashboard renders the same
+clauses from its catalogs (dashboard/explain.py), so nothing reads a sentence back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+from sim.errors import RingsimError
+from sim.units import fmt_bytes, fmt_s
+
+Clause = dict[str, Any]
+"""{"clause": key, **fields}: see the module's docstring."""
+Clauses = Union[Clause, list[Clause]]
+
+REASON_SEPARATOR = "; "
+"""Between the clauses of a reason."""
+LABEL_SEPARATOR = ", "
+"""Between the clauses of a label (a whole step's split)."""
+
+
+def clause(key: str, **fields: Any) -> Clause:
+    """A clause saying `key` (a key of ENGLISH) with its fields."""
+    return {"clause": key, **fields}
+
+
+ENGLISH: dict[str, str] = {
+    # what bounds a run (sim.trace.metrics.explain_clauses)
+    "bound.idle": "nothing to run",
+    "bound.exposed": "{kind} exposed {exposed_s} ({share} of the makespan)",
+    "bound.exposed-across-nodes": "{kind} exposed {exposed_s} ({share} of the makespan), NIC-limited: most of "
+                                  "its time is on flows between nodes",
+    "bound.nic": "NIC-limited: the busiest NIC carries flows {share} of the makespan, transfers queue for it",
+    "bound.nic-also": "the busiest NIC carries flows {share} of the makespan, transfers queue for it",
+    "bound.pcie": "bound by the PCIe {link_kind} ({link}), carrying flows {share} of the makespan",
+    "bound.imbalance": "causal imbalance {ratio}x",
+    "bound.imbalance-alone": "causal imbalance: the busiest GPU computes {ratio}x the mean",
+    "bound.compute-bound": "compute-bound: {computing} of the makespan computing",
+    "bound.compute-bound-rate": "compute-bound: {computing} of the makespan computing, at {rate} of the kernel's "
+                                "best rate",
+    "bound.waits": "waits on peers: the busiest GPU computes only {computing} of the makespan",
+    "bound.no-fit": "does not fit ({peak_bytes} per GPU, {capacity_gb} GB)",
+    # a link of a PCIe node's fabric (sim.hardware.pcie.Fabric.links)
+    "link.in-node": "node {node} {resource}{on_lane}",
+    "link.lane": " lane {lane}",
+    "link.uplink": "switch {switch} uplink {direction}",
+    "link.root": "socket {socket} root complex {direction}",
+    "link.socket": "socket link {a}->{b}",
+    "link.memory": "socket {socket} host memory",
+    # why a plan's candidate wins, loses or does not fit (sim.planning.plan)
+    "plan.no-fit": "does not fit: {peak_bytes} per GPU over the {limit_bytes} limit ({items})",
+    "plan.kept-for-backward": "{kept_bytes} kept for backward by {layers} other layers",
+    "plan.kv-cache": "{kept_bytes} K/V cache by {layers} other layers",
+    "plan.working": "{working_bytes} working",
+    "plan.params": "{params_bytes} parameters",
+    "plan.tie": "tied with the next ({scheme}, {variant}): {apart} apart, within the model's own error; this one "
+                "has {diffs}; a calibrated profile of your GPUs (ringsim calibrate) or both runs measured would "
+                "separate them",
+    "plan.same": "the same memory and exposed communication",
+    "plan.less-memory": "{memory_bytes} less memory per GPU",
+    "plan.more-memory": "{memory_bytes} more memory per GPU",
+    "plan.less-exposed": "{exposed_s} less exposed communication (the part a slower network would stretch)",
+    "plan.more-exposed": "{exposed_s} more exposed communication (the part a slower network would stretch)",
+    "plan.fastest": "fastest that fits, {ahead} ahead of the next ({scheme}, {variant})",
+    "plan.only": "the only candidate that fits",
+    "plan.slower": "{slower} slower than the fastest",
+    "plan.times": "{ratio}x the fastest",
+    "plan.replicated": "K/V heads replicated {times}x by a Ulysses degree above the {kv_heads} K/V heads",
+    "plan.holds-all": "holds the whole K/V of the sequence",
+    "plan.holds-group": "holds a head group of the K/V of the sequence",
+    # a candidate's variant (sim.planning.plan, sim.planning.compare)
+    "variant.layout": "{layout} layout",
+    "variant.ring": "{layout}",
+    "variant.one-gather": "one gather",
+    "variant.head-groups": "{groups} head groups",
+    "variant.degree": "degree {degree}",
+    "variant.hybrid": "{ulysses} x {ring}, {placement}, {layout}",
+    "variant.split": "{ulysses} x {ring}",
+    "variant.split-placed": "{ulysses} x {ring} {placement}",
+    # why the configuration refuses a candidate (RingsimError.reason)
+    "refused.heads": "ulysses degree {degree} does not divide the {heads} query heads",
+    "refused.kv-heads": "ulysses degree {degree} and {kv_heads} K/V heads: one must divide the other (K/V heads "
+                        "are replicated when the degree is larger)",
+    "refused.chunks": "sequence length {seq} does not divide into {chunks} chunks for {layout} on {ranks} ranks",
+    "refused.gather-chunks": "sequence length {seq} does not divide into {chunks} equal chunks (allgather on {gpus} "
+                             "GPUs); use a multiple of {multiple}",
+    "refused.shards": "sequence length {seq} does not divide into {shards} equal shards; use a multiple of "
+                      "{multiple}",
+    "refused.head-count": "{reason} (the head count limits Ulysses)",
+    # why a whole-step candidate wins or loses, and its split (sim.training.plan)
+    "step.unfit": "does not fit: {memory_gb} GB per GPU of {limit_gb} GB",
+    "step.fastest": "fastest",
+    "step.tie": "within 1% of the fastest, a tie for the model",
+    "step.slower": "{ratio}x the fastest's time",
+    "step.share": "{part} {share} of the step",
+    "split.degrees": "TP {tp} CP {cp} PP {pp} DP {dp}",
+    "split.zero": "ZeRO-{zero}",
+    "split.recompute": "recompute {recompute}",
+    "split.scheme": "CP {scheme}",
+    "split.overlapped": "TP overlapped",
+    "split.virtual": "{stages} virtual stages",
+    # what a block map's cells and chunks are (sim.schemes.base.BlockMap)
+    "blocks.ring-step": "ring step",
+    "blocks.kernel-call": "kernel call on its rank (in order)",
+    "blocks.every-pair": "step (every pair at once, {ulysses} GPUs on 1/{ulysses} of the heads each)",
+    "blocks.rings": "ring step ({ulysses} rings side by side, 1/{ulysses} of the heads each)",
+    "blocks.chunk": "chunk (token order)",
+    "blocks.stripe": "stripe (tokens ≡ r mod N)",
+    "blocks.shard": "GPU shard (packed documents)",
+}
+"""Every clause's sentence in English, by key; a placeholder is one of the clause's fields."""
+
+WORDS: dict[str, dict[str, str]] = {
+    "kind": {"kv": "K/V ring", "dkv": "dK/dV ring", "ag": "all-gather", "rs": "reduce-scatter",
+             "a2a": "all-to-all", "pp": "pipeline send"},
+    "link_kind": {"switch-uplink": "switch uplink", "root-complex": "root complex", "socket-link": "socket link",
+                  "host-memory": "host memory"},
+    "direction": {"up": "up", "down": "down", "in": "in", "out": "out"},
+    "part": {"gemm_s": "GEMMs", "attention_s": "attention", "elementwise_s": "elementwise work",
+             "tp_comm_s": "TP communication", "recompute_s": "recomputation", "pp_bubble_s": "the pipeline bubble",
+             "pp_comm_s": "pipeline sends", "dp_comm_s": "DP communication", "optimizer_s": "the optimizer"},
+    "recompute": {"none": "none", "selective": "selective", "full": "full"},
+}
+"""The fields whose value is one of a closed set of words: each value's English. A kind of
+transfer (sim.trace.format), a kind and a direction of PCIe link (sim.hardware.pcie), a part
+of a step and a recomputation (sim.training)."""
+
+NAMES = ("scheme", "layout", "placement")
+"""The fields whose value is a name as the command line spells it, written as it is in English."""
+
+JOINERS: dict[str, str] = {"items": ", ", "diffs": " and "}
+"""What joins the clauses of a list field, by the field's name, in English."""
+
+NUMBERS: dict[str, Callable[[Any], str]] = {
+    **dict.fromkeys(("share", "computing", "rate"), lambda v: f"{v:.0%}"),
+    **dict.fromkeys(("ahead", "apart", "slower"), lambda v: f"{v:.1%}"),
+    "ratio": lambda v: f"{v:.2f}",
+    **dict.fromkeys(("capacity_gb", "limit_gb"), lambda v: f"{v:g}"),
+    "memory_gb": lambda v: f"{v:.1f}",
+}
+"""How a number field is written, by name; seconds (`_s`) and bytes (`_bytes`) with their unit
+(sim.units), any other number (a count, a degree, an index) as a whole number."""
+
+
+def number_text(name: str, value: Any) -> str:
+    """A number field as the simulator writes it (digits and a decimal point)."""
+    if name in NUMBERS:
+        return NUMBERS[name](value)
+    if name.endswith("_s"):
+        return fmt_s(value)
+    if name.endswith("_bytes"):
+        return fmt_bytes(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Language:
+    """What renders clauses in one language."""
+
+    message: Callable[[str], str]
+    """A clause's key -> its sentence, with a {placeholder} for each field."""
+    word: Callable[[str, str], str]
+    """(field, value) of a WORDS field -> the word."""
+    joiner: Callable[[str], str]
+    """A list field's name -> what joins its clauses."""
+    name: Callable[[str, str], str] = lambda field, value: value
+    """(field, value) of a NAMES field -> how the language writes the name."""
+    number: Callable[[str], str] = lambda text: text
+    """A number as the simulator writes it (number_text) -> as the language writes it."""
+
+
+def render(clauses: Clauses, language: Language, separator: str = REASON_SEPARATOR) -> str:
+    """`clauses` (one, or a list said one after another) in `language`."""
+    if isinstance(clauses, dict):
+        return _render(clauses, language)
+    return separator.join(_render(c, language) for c in clauses)
+
+
+def _render(c: Clause, language: Language) -> str:
+    fields = {}
+    for field, value in c.items():
+        if field == "clause":
+            continue
+        if value is None:
+            fields[field] = ""
+        elif isinstance(value, dict):
+            fields[field] = _render(value, language)
+        elif isinstance(value, list):
+            fields[field] = language.joiner(field).join(_render(x, language) for x in value)
+        elif field in WORDS:
+            fields[field] = language.word(field, value)
+        elif field in NAMES:
+            fields[field] = language.name(field, str(value))
+        else:
+            fields[field] = language.number(number_text(field, value))
+    return language.message(c["clause"]).format(**fields)
+
+
+ENGLISH_LANGUAGE = Language(message=ENGLISH.__getitem__, word=lambda field, value: WORDS[field][value],
+                            joiner=JOINERS.__getitem__)
+
+
+def english(clauses: Clauses, separator: str = REASON_SEPARATOR) -> str:
+    """`clauses` in English: the simulator's own sentence."""
+    return render(clauses, ENGLISH_LANGUAGE, separator)
+
+
+def refusal(key: str, **fields: Any) -> RingsimError:
+    """The RingsimError of a configuration refused for the reason `key` (a `refused.` clause):
+    its message the English, its `reason` the clause."""
+    c = clause(key, **fields)
+    return RingsimError(english(c), reason=c)

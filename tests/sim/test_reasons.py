@@ -1,0 +1,234 @@
+"""sim.reasons: every clause renders in English; on real runs the English of the clauses a row
+carries is the sentence the simulator wrote before its reasons were data (copied here from
+that version's output); a plan's reasons survive a round trip through JSON; a refusal carries
+its clause."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+
+import pytest
+
+from sim.errors import RingsimError
+from sim.reasons import ENGLISH, JOINERS, LABEL_SEPARATOR, NAMES, NUMBERS, WORDS, clause, english, refusal
+
+_NESTED = {
+    "link": lambda: example("link.in-node"),
+    "resource": lambda: example("link.root"),
+    "on_lane": lambda: example("link.lane"),
+    "variant": lambda: example("variant.hybrid"),
+    "reason": lambda: example("refused.heads"),
+    "items": lambda: [example("plan.kept-for-backward"), example("plan.working"), example("plan.params")],
+    "diffs": lambda: [example("plan.less-memory"), example("plan.more-exposed")],
+}
+_VALUES = {"scheme": "hybrid", "layout": "zigzag", "placement": "ring-inner", "share": 0.4, "computing": 0.95,
+           "rate": 0.8, "ahead": 0.0712, "apart": 0.031, "slower": 0.062, "ratio": 1.5, "capacity_gb": 79.6,
+           "limit_gb": 80, "memory_gb": 81.84}
+
+
+def example(key: str) -> dict:
+    """A clause `key` with a value in each of its fields: the first of a word's values, a name,
+    a number with decimals where it has them, a clause or a list of clauses where it nests."""
+    fields = {}
+    for name in re.findall(r"{(\w+)}", ENGLISH[key]):
+        if name in _NESTED:
+            fields[name] = _NESTED[name]()
+        elif name in WORDS:
+            fields[name] = next(iter(WORDS[name]))
+        elif name in _VALUES:
+            fields[name] = _VALUES[name]
+        elif name.endswith("_s"):
+            fields[name] = 0.0123456
+        elif name.endswith("_bytes"):
+            fields[name] = 100.5 * 2 ** 30
+        else:
+            fields[name] = 12
+    return clause(key, **fields)
+
+
+@pytest.mark.parametrize("key", ENGLISH)
+def test_every_clause_renders_in_english(key):
+    c = example(key)
+    text = english(c)
+    assert text and "{" not in text and "None" not in text
+    assert json.loads(json.dumps(c)) == c
+
+
+def test_fields_are_written_as_the_simulator_writes_them():
+    assert english(clause("bound.exposed", kind="dkv", exposed_s=0.004, share=0.4)) == \
+        "dK/dV ring exposed 4.000 ms (40% of the makespan)"
+    assert english(clause("plan.no-fit", peak_bytes=61.31 * 2 ** 20, limit_bytes=60e6, items=[
+        clause("plan.working", working_bytes=3 * 2 ** 30), clause("plan.params", params_bytes=1000)])) == \
+        "does not fit: 61.31 MiB per GPU over the 57.22 MiB limit (3.00 GiB working, 1000 B parameters)"
+    assert english(clause("step.unfit", memory_gb=113.41, limit_gb=80.0)) == "does not fit: 113.4 GB per GPU of 80 GB"
+    assert english(clause("link.in-node", node=1, resource=clause("link.root", socket=0, direction="in"),
+                          on_lane=clause("link.lane", lane=2))) == "node 1 socket 0 root complex in lane 2"
+    assert english(clause("link.in-node", node=0, resource=clause("link.socket", a=0, b=1), on_lane=None)) == \
+        "node 0 socket link 0->1"
+    assert english([clause("split.degrees", tp=2, cp=1, pp=1, dp=2), clause("split.zero", zero=1)],
+                   LABEL_SEPARATOR) == "TP 2 CP 1 PP 1 DP 2, ZeRO-1"
+
+
+def test_the_tables_name_only_fields_the_sentences_have():
+    fields = {name for text in ENGLISH.values() for name in re.findall(r"{(\w+)}", text)}
+    assert set(WORDS) <= fields and set(NAMES) <= fields and set(JOINERS) <= fields and set(NUMBERS) <= fields
+
+
+def test_a_refusal_carries_its_clause_through_a_pickle():
+    e = refusal("refused.shards", seq=1000, shards=16, multiple=16)
+    assert isinstance(e, RingsimError)
+    assert str(e) == "sequence length 1000 does not divide into 16 equal shards; use a multiple of 16"
+    back = pickle.loads(pickle.dumps(e))
+    assert str(back) == str(e) and back.reason == e.reason == {"clause": "refused.shards", "seq": 1000, "shards": 16,
+                                                              "multiple": 16}
+    assert RingsimError("a bad flag").reason is None
+
+
+# --- real runs: the sentences the simulator wrote before ------------------------------------------
+
+COMPARED = {
+    ("ring", "contiguous"): "K/V ring exposed 15.321 us (7% of the makespan); causal imbalance 1.49x",
+    ("ring", "striped"): "compute-bound: 100% of the makespan computing, at 24% of the kernel's best rate",
+    ("ring", "zigzag"): "compute-bound: 100% of the makespan computing, at 24% of the kernel's best rate",
+    ("allgather", "one gather"): "all-gather exposed 22.981 us (10% of the makespan)",
+    ("allgather", "4 head groups"): "compute-bound: 98% of the makespan computing, at 7% of the kernel's best rate",
+    ("hybrid", "2 x 2"): "all-to-all exposed 12.991 us (8% of the makespan)",
+    ("ulysses", "degree 4"): "all-to-all exposed 28.486 us (16% of the makespan)",
+}
+PCIE = {
+    ("hybrid", "4 x 2 ring-inner"): "all-to-all exposed 9.750 ms (9% of the makespan); bound by the PCIe socket "
+                                    "link (node 0 socket link 0->1), carrying flows 32% of the makespan",
+    ("hybrid", "2 x 4 ulysses-inner"): "compute-bound: 96% of the makespan computing, at 100% of the kernel's best "
+                                       "rate",
+}
+
+
+def _compared(args: str, schemes=None) -> list[dict]:
+    from sim.cli.options import simulate_parser, values_from_args
+    from sim.planning.compare import compare_scheme_rows
+    from sim.scenario.resolve import scenario_of
+
+    return compare_scheme_rows(scenario_of(values_from_args(simulate_parser().parse_args(args.split()))),
+                               schemes=schemes)
+
+
+@pytest.mark.parametrize("args, schemes, want", [
+    ("--gpus 4 --seq 8192 --heads 8 --kv-heads 4 --head-dim 64", None, COMPARED),
+    ("--cluster pcie-l20 --p2p on --socket-link upi-skl --seq 65536", ["hybrid"], PCIE),
+])
+def test_compared_runs_say_what_they_said(args, schemes, want):
+    rows = {(r["scheme"], r["variant"]): r for r in _compared(args, schemes)}
+    assert set(want) <= set(rows)
+    for (scheme, variant), sentence in want.items():
+        r = rows[scheme, variant]
+        assert english(r["explanation_clauses"]) == r["explanation"] == sentence
+        assert english(r["variant_clause"]) == variant
+
+
+PLANNED = {
+    "ring zigzag layout": "fastest that fits, 7.6% ahead of the next (ring, striped layout); compute-bound: 99% of "
+                          "the makespan computing, at 30% of the kernel's best rate",
+    "ring contiguous layout": "1.44x the fastest; dK/dV ring exposed 119.886 us (8% of the makespan); causal "
+                              "imbalance 1.80x",
+    "allgather 4 head groups": "1.60x the fastest; compute-bound: 96% of the makespan computing, at 19% of the "
+                               "kernel's best rate; holds a head group of the K/V of the sequence",
+    "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 61.31 MiB per GPU over the 57.22 MiB limit (18.21 MiB kept "
+                                           "for backward by 3 other layers, 42.14 MiB working, 976.56 KiB "
+                                           "parameters); all-to-all exposed 56.972 us (7% of the makespan)",
+}
+PLANNED_FORWARD = {
+    "allgather one gather": "tied with the next (allgather, 2 head groups): 0.8% apart, within the model's own error; "
+                            "this one has the same memory and exposed communication; a calibrated profile of your "
+                            "GPUs (ringsim calibrate) or both runs measured would separate them; compute-bound: 96% "
+                            "of the makespan computing, at 88% of the kernel's best rate; holds the whole K/V of the "
+                            "sequence",
+    "ring zigzag layout": "1.7% slower than the fastest; compute-bound: 100% of the makespan computing, at 83% of the "
+                          "kernel's best rate",
+    "ulysses degree 8": "1.21x the fastest; compute-bound: 95% of the makespan computing, at 73% of the kernel's best "
+                        "rate; K/V heads replicated 4x by a Ulysses degree above the 2 K/V heads",
+    "hybrid 2 x 4, ulysses-inner, contiguous": "1.67x the fastest; causal imbalance: the busiest GPU computes 1.68x "
+                                               "the mean",
+    "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 88.50 MiB per GPU over the 85.83 MiB limit (12.00 MiB K/V "
+                                           "cache by 3 other layers, 76.50 MiB working); compute-bound: 97% of the "
+                                           "makespan computing, at 80% of the kernel's best rate; K/V heads "
+                                           "replicated 2x by a Ulysses degree above the 2 K/V heads",
+}
+
+
+@pytest.fixture(scope="module")
+def plans():
+    from sim.planning.plan import PlanRequest, plan
+    from sim.scenario.models import Model
+
+    small = Model(name="small", layers=4, hidden=512, heads=12, kv_heads=4, head_dim=64, params=5e5)
+    forward = Model(name="small", layers=4, hidden=512, heads=8, kv_heads=2, head_dim=64)
+    return (plan(PlanRequest(model=small, seq=12288, nodes=2, gpus_per_node=4, memory_gb=0.06, param_shards=8)),
+            plan(PlanRequest(model=forward, seq=65536, nodes=1, gpus_per_node=8, pass_="fwd", memory_gb=0.09)))
+
+
+def test_planned_candidates_say_what_they_said(plans):
+    for p, want in zip(plans, (PLANNED, PLANNED_FORWARD)):
+        by_name = {f"{c['scheme']} {c['variant']}": c for c in p.candidates}
+        for name, sentence in want.items():
+            c = by_name[name]
+            assert english(c["why_clauses"]) == c["why"] == sentence
+            assert english(c["bound_clauses"]) == c["bound"]
+            assert c["bound"] in sentence
+    refused = plans[0].not_possible
+    assert [(x["scheme"], x["variant"], x["reason"]) for x in refused] == [
+        ("ulysses", "degree 8", "ulysses degree 8 does not divide the 12 query heads (the head count limits Ulysses)")]
+    assert english(refused[0]["reason_clause"]) == refused[0]["reason"]
+    assert refused[0]["reason_clause"]["reason"] == {"clause": "refused.heads", "degree": 8, "heads": 12}
+
+
+def test_a_plans_reasons_survive_json(plans):
+    for p in plans:
+        d = p.to_dict()
+        back = json.loads(json.dumps(d))
+        assert back == d
+        for c in back["candidates"]:
+            assert english(c["why_clauses"]) == c["why"]
+            assert english(c["variant_clause"]) == c["variant"]
+        for x in back["not_possible"]:
+            assert english(x["reason_clause"]) == x["reason"]
+
+
+STEPS = {
+    "TP 1 CP 1 PP 1 DP 4, ZeRO-3, recompute none": "fastest; attention 27% of the step",
+    "TP 2 CP 1 PP 1 DP 2, ZeRO-1, recompute none, TP overlapped": "1.02x the fastest's time; attention 28% of the step",
+    "TP 2 CP 2 PP 1 DP 1, ZeRO-1, recompute none, CP ring, TP overlapped": "1.08x the fastest's time; attention 32% "
+                                                                          "of the step",
+    "TP 2 CP 1 PP 2 DP 1, ZeRO-1, recompute none, TP overlapped, 4 virtual stages": "1.09x the fastest's time; "
+                                                                                   "attention 26% of the step",
+    "TP 1 CP 2 PP 1 DP 2, ZeRO-1, recompute none, CP allgather": "does not fit: 92.8 GB per GPU of 80 GB",
+    "TP 1 CP 1 PP 1 DP 4, ZeRO-1, recompute selective": "does not fit: 111.3 GB per GPU of 80 GB",
+}
+
+
+def test_whole_step_candidates_say_what_they_said():
+    from sim.planning.plan import request_from
+    from sim.scenario.models import model_preset
+    from sim.training.plan import label, plan_steps, request_hardware, split_clauses
+
+    req = request_from(model_preset("llama3-8b"), seq="8k", nodes=1, gpus_per_node=4)
+    hw, argv = request_hardware(req)
+    cands = {label(c): c for c in plan_steps(req.model, req.seq, 1 << 17, hw, req.n_gpus, hardware_argv=argv).candidates}
+    assert set(STEPS) <= set(cands)
+    for split, sentence in STEPS.items():
+        c = json.loads(json.dumps(cands[split]))
+        assert english(c["why_clauses"]) == c["why"] == sentence
+        assert english(split_clauses(c["parallel"]), LABEL_SEPARATOR) == split
+
+
+def test_the_words_are_the_simulators_closed_sets():
+    from sim.hardware.pcie import LINK_KIND_KEYS, LINK_KINDS
+    from sim.trace.format import TRANSFER_KINDS
+    from sim.training.plan import PARTS
+    from sim.training.step import RECOMPUTE
+
+    assert tuple(WORDS["kind"]) == TRANSFER_KINDS
+    assert tuple(WORDS["link_kind"]) == LINK_KIND_KEYS and tuple(WORDS["link_kind"].values()) == LINK_KINDS
+    assert tuple(WORDS["part"]) == PARTS
+    assert tuple(WORDS["recompute"]) == RECOMPUTE
