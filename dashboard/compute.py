@@ -28,12 +28,16 @@ from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware, Link
 from sim.layouts import get as get_layout
 from sim.layouts import packed
-from sim.planning.compare import compare_scheme_rows, scheme_variants, variant_name
+from sim.planning.compare import compare_layout_rows, compare_scheme_rows, scheme_variants
+from sim.reasons import english
 from sim.scenario import documents
-from sim.scenario.config import LAYOUTS, Scenario, layouts_for
+from sim.scenario.config import LAYOUTS, Scenario
 from sim.scenario.memory import full_kv_bytes, peak_memory, peak_memory_bytes
+from sim.scenario.resolve import vary
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import get as get_scheme
 from sim.trace.format import COMPUTE, Trace
-from sim.trace.metrics import Metrics, comparison_row, compute_metrics
+from sim.trace.metrics import Metrics, compute_metrics
 
 
 class Result:
@@ -150,35 +154,20 @@ def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None 
     return CACHE.get(key, make)
 
 
-def metrics_row(scenario: Scenario, m: Metrics) -> dict[str, Any]:
-    """One row of the comparison table, as `ringsim compare` writes it."""
-    return comparison_row(scenario.layout, scenario.overlap, m)
-
-
 def compare_table(scenario: Scenario, profile: Any | None = None,
                   profile_key: str | None = None) -> list[dict[str, Any]]:
-    """Every layout with overlap on and off (the rows of `ringsim compare`: the documents'
-    own layouts only for packed documents or a window)."""
-    rows = []
-    for layout in layouts_for(scenario.workload):
-        for overlap in (True, False):
-            sc = scenario.with_(layout=layout, overlap=overlap)
-            rows.append(metrics_row(sc, run(sc, profile, profile_key).metrics))
-    return rows
+    """Every layout with overlap on and off: the rows of `ringsim compare`
+    (sim.planning.compare.compare_layout_rows), each run cached."""
+    return compare_layout_rows(scenario, metrics_of=lambda sc: run(sc, profile, profile_key).metrics)
 
 
 # --- the schemes side by side -------------------------------------------------------
 
-_PLAIN = dict(scheme="ring", overlap=True, ulysses_degree=None, ring_degree=None,
-              placement="ulysses-inner", head_groups=1)
-
-
 def as_ring(scenario: Scenario) -> Scenario:
-    """The scenario with the ring as its scheme (its layout, overlap and forwarding kept):
-    the views about the ring's own transfers and layouts show the ring whatever scheme is
-    on screen."""
-    return scenario.with_(scheme="ring", ulysses_degree=None, ring_degree=None, placement="ulysses-inner",
-                          head_groups=1)
+    """The scenario with the default scheme, the ring (its layout, overlap and forwarding
+    kept): the views about the ring's own transfers and layouts show the ring whatever
+    scheme is on screen."""
+    return scenario.with_(scheme=DEFAULT_SCHEME)
 
 
 def scheme_base(scenario: Scenario) -> Scenario:
@@ -189,7 +178,7 @@ def scheme_base(scenario: Scenario) -> Scenario:
     first = None
     for layout in ("zigzag", *[x for x in LAYOUTS if x != "zigzag"]):
         try:
-            return scenario.with_(layout=layout, **_PLAIN)
+            return scenario.with_(scheme=DEFAULT_SCHEME, settings=None, layout=layout, overlap=True)
         except RingsimError as e:
             first = first or e
     raise first
@@ -208,12 +197,12 @@ def current_variant(scenario: Scenario) -> tuple[str, str] | None:
     except RingsimError:
         return None
     want = scenario.describe()
-    for scheme, variant, changes in scheme_variants(base):
+    for scheme, variant in scheme_variants(base):
         if scheme != scenario.scheme:
             continue
         try:
-            if base.with_(scheme=scheme, **changes).describe() == want:
-                return scheme, variant_name(variant)
+            if vary(base, scheme, variant.values).describe() == want:
+                return scheme, variant.name
         except RingsimError:
             continue
     return None
@@ -234,39 +223,29 @@ def _gpu_list(ranks: list[int]) -> str:
     return f"GPU{'s' if len(ranks) > 1 else ''} {shown}" + (", …" if len(ranks) > 8 else "")
 
 
+STRIP_TITLES = {"layout": "strip.title", "chunk-pairs": "strip.allgather", "in-order": "strip.ulysses",
+                "ring-positions": "strip.hybrid"}
+"""The layout strip's title for each pattern of shards (sim.schemes.base.TokenSplit.pattern)."""
+
+
 def token_split(scenario: Scenario, t: Any = None) -> dict[str, Any]:
-    """What the layout strip draws for the scenario's scheme: the layout its token shards
-    follow, on how many holders, their names and the title, in the language of `t` (a
-    dashboard.i18n.Translator; English without one). The ring: its layout; all-gather:
-    zigzag (2N chunks, GPU i holds i and 2N-1-i); Ulysses: token shards in order; the
-    hybrid: its rings' layout over the r ring positions, each position's tokens shared by
-    its u GPUs (sim.schemes.hybrid.rank_grid). Packed documents: all-gather on its own
-    layout (contiguous or zigzag per document), the documents in the title, and `packed`
-    what the holders depend on besides the layout (else None)."""
+    """What the layout strip draws for the scenario's scheme (its TokenSplit,
+    sim.schemes.base.Scheme.token_split): the layout its token shards follow, on how many
+    holders, their names (a group of GPUs holding one shard: a hybrid's ring position) and
+    the title, in the language of `t` (a dashboard.i18n.Translator; English without one).
+    Packed documents: the documents in the title, and `packed` what the holders depend on
+    besides the layout (else None)."""
     from dashboard.i18n import Translator, layout_label
-    from sim.schemes.hybrid import rank_grid
 
     t = t or Translator("en")
     w = scenario.workload
-    seq, n = w.seq, scenario.n_gpus
-    cfg = scenario.describe()
-    tokens, gpus = t.int(seq), t.int(n)
-    out: dict[str, Any] = {"layout": scenario.layout, "n": n, "holders": None,
-                           "title": t("strip.title", layout=layout_label(t, scenario.layout), tokens=tokens,
-                                      gpus=gpus)}
-    if scenario.scheme == "allgather" and not scenario.packed:
-        out.update(layout="zigzag", title=t("strip.allgather", chunks=t.int(2 * n), last=t.int(2 * n - 1),
-                                            tokens=tokens, gpus=gpus))
-    elif scenario.scheme in ("ulysses", "hybrid"):
-        u, r = int(cfg.get("ulysses_degree", n)), int(cfg.get("ring_degree", 1))
-        if r == 1:
-            out.update(layout="contiguous", title=t("strip.ulysses", tokens=tokens, gpus=gpus))
-        else:
-            grid = rank_grid(u, r, cfg.get("placement", "ulysses-inner"))
-            out.update(n=r, holders=[t("strip.position", k=t.int(k), gpus=_gpu_list(grid[k].tolist()))
-                                     for k in range(r)],
-                       title=t("strip.hybrid", layout=layout_label(t, scenario.layout), positions=t.int(r),
-                               u=t.int(u), tokens=tokens))
+    split = get_scheme(scenario.scheme).token_split(scenario)
+    words = {"tokens": t.int(w.seq), "gpus": t.int(scenario.n_gpus), "layout": layout_label(t, split.layout),
+             **{k: t.int(v) for k, v in split.numbers.items()}}
+    out: dict[str, Any] = {"layout": split.layout, "n": split.holders, "holders": None,
+                           "title": t(STRIP_TITLES[split.pattern], **words)}
+    if split.groups is not None:
+        out["holders"] = [t("strip.position", k=t.int(k), gpus=_gpu_list(list(g))) for k, g in enumerate(split.groups)]
     out["packed"] = [w.docs, w.seed, w.window, w.causal] if scenario.packed else None
     if w.docs is not None:
         d = length_summary(w)
@@ -456,24 +435,24 @@ def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any] 
     """The comparison's variants (sim.planning.compare.scheme_variants) with a memory model of
     their own at the scenario: the ring's layouts and the hybrid's placements hold the
     same bytes, one of each is kept. (label, scheme, the variant's clause where the label
-    names it, Scenario changes)."""
+    names it, the variant's option values)."""
     try:
         base = scheme_base(scenario)
     except RingsimError:
         return []
     kept: list[tuple[dict[str, Any] | None, str, dict[str, Any], dict[str, int]]] = []
-    for scheme, variant, changes in scheme_variants(base):
+    for scheme, variant in scheme_variants(base):
         try:
-            items = peak_memory(base.with_(scheme=scheme, **changes))
+            items = peak_memory(vary(base, scheme, variant.values))
         except RingsimError:
             continue
         if not any(s == scheme and i == items for _, s, _, i in kept):
-            kept.append((variant, scheme, changes, items))
+            kept.append((variant.label, scheme, variant.values, items))
     out = []
-    for variant, scheme, changes, _ in kept:
+    for label, scheme, values, _ in kept:
         alone = sum(1 for k in kept if k[1] == scheme) == 1
-        named = None if alone else variant
-        out.append((scheme if named is None else f"{scheme} ({variant_name(named)})", scheme, named, changes))
+        named = None if alone else label
+        out.append((scheme if named is None else f"{scheme} ({english(named)})", scheme, named, values))
     return out
 
 
@@ -484,20 +463,21 @@ def scheme_memory(scenario: Scenario, seqs: list[int], counts: list[int]) -> lis
     out = []
     variants = _memory_variants(scenario)
     base = scheme_base(scenario) if variants else None
-    for label, scheme, variant, changes in variants:
-        at_n = {k: v for k, v in changes.items() if k not in ("ulysses_degree", "ring_degree")}
+    for label, scheme, variant, values in variants:
+        # at another GPU count the degrees are the scheme's own choice
+        at_n = {k: v for k, v in values.items() if k not in get_scheme(scheme).gpu_shares}
 
-        def total(**over: Any) -> int | None:
+        def total(values: dict[str, Any], **over: Any) -> int | None:
             try:
-                return peak_memory(base.with_(scheme=scheme, **over))["total"]
+                return peak_memory(vary(base, scheme, values, **over))["total"]
             except RingsimError:
                 return None
 
         out.append({
             "label": label, "scheme": scheme, "variant_clause": variant,
-            "items": peak_memory(base.with_(scheme=scheme, **changes)),
-            "by_seq": [total(workload=_with_seq(scenario, s), **changes) for s in seqs],
-            "by_gpus": [total(n_gpus=g, **at_n) for g in counts],
+            "items": peak_memory(vary(base, scheme, values)),
+            "by_seq": [total(values, workload=_with_seq(scenario, s)) for s in seqs],
+            "by_gpus": [total(at_n, n_gpus=g) for g in counts],
         })
     return out
 

@@ -1,5 +1,5 @@
-"""The dashboard's languages: message catalogs, number formats, and the names of schemes
-and layouts for people.
+"""The dashboard's languages: message catalogs, number formats, and the names of schemes,
+layouts and runs for people.
 
 Texts live in gettext catalogs, one per language (`dashboard/locale/<lang>/LC_MESSAGES/
 ringsim.po`), read with Babel at start-up; the code names a message by a key such as
@@ -23,6 +23,10 @@ from typing import Any
 
 from babel.messages.pofile import read_po
 from babel.numbers import format_decimal, format_scientific
+
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import get as get_scheme
+from sim.schemes import names as scheme_names
 
 LANGUAGES = ("en", "id")
 """English (the default) and Bahasa Indonesia."""
@@ -142,6 +146,26 @@ def scheme_label(t: Translator, scheme: str) -> str:
     added since)."""
     key = f"opt.scheme.{scheme}"
     return t(key) if t.has(key) else scheme
+
+
+def run_words(t: Translator, config: dict[str, Any]) -> str:
+    """A run's scheme and what sets it apart, in the page's language, from its trace header:
+    the scheme's own terms (sim.schemes.base.Scheme.run_terms) in its catalog entry
+    run.<scheme>[.<form>], with the ring's layout and overlap (`ring`: run.ring-part) and an
+    option's value in that option's words (opt.<option>.<value>); a scheme the catalogs do
+    not know by its name."""
+    name = config.get("scheme", DEFAULT_SCHEME)
+    if name not in scheme_names():
+        return str(name)
+    form, values = get_scheme(name).run_terms(config)
+    key = f"run.{name}" + (f".{form}" if form else "")
+    if not t.has(key):
+        return name
+    layout = config.get("layout")
+    overlap = t("opt.on" if config.get("overlap") else "opt.off")
+    ring = t("run.ring-part", layout=layout_label(t, layout), overlap=overlap) if layout else ""
+    words = {k: t(f"opt.{k}.{v}") if t.has(f"opt.{k}.{v}") else v for k, v in values.items()}
+    return t(key, layout=layout_label(t, layout), overlap=overlap, ring=ring, **words)
 
 
 def layout_label(t: Translator, layout: Any) -> str:

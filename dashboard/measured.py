@@ -24,6 +24,7 @@ from dashboard import export
 from dashboard.i18n import Translator
 from sim.errors import RingsimError
 from sim.hardware.profile import Profile, load_profile
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import Trace
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(__file__), "examples")
@@ -74,8 +75,8 @@ def example_label(e: Example, t: Translator) -> str:
     cfg = e.trace.config
     w = cfg.get("workload", {})
     seq = w.get("seq")
-    scheme = cfg.get("scheme", "ring")
-    run = f"{scheme}, {cfg['layout']}" if scheme == "ring" and cfg.get("layout") else scheme
+    scheme = cfg.get("scheme", DEFAULT_SCHEME)
+    run = f"{scheme}, {cfg['layout']}" if scheme == DEFAULT_SCHEME and cfg.get("layout") else scheme
     return t("measured.example.option", ranks=t.int(e.trace.n_gpus), run=run,
              tokens=t.int(seq) if isinstance(seq, int) else "?",
              mask=t("measured.mask.causal" if w.get("causal") else "measured.mask.full"),

@@ -1,30 +1,34 @@
 """The page's scenario: control values <-> URL query <-> a validated `Scenario`.
 
-Every control that shapes the scenario has one entry in CONTROLS: its component id, its
-key in the URL (so that a link reproduces the scenario), its kind, default and choices,
-all taken from the `ringsim simulate` option it sets (sim.scenario.schema). Turning the values
-into a `Scenario` goes through the simulator's own validated constructors; a mistake
-becomes a `ControlError` naming the control to show the message beside.
+Every control that shapes the scenario has one entry in CONTROLS, made from the `ringsim
+simulate` option it sets (sim.scenario.schema: its id is the option's name, its key in the
+URL, default and choices the option's), so that a link reproduces the scenario. The
+values become a `Scenario` through the simulator's resolver (sim.scenario.resolve), as the
+command line's flags do: the page checks what its controls hold, leaves out the controls
+that do not apply to the chosen scheme and turns its words for "not given" into None; a
+mistake becomes a `ControlError` naming the control to show the message beside.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from sim.cli.options import pcie_fabric
 from sim.errors import RingsimError
-from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
 from sim.layouts import NAMES as ONE_DOCUMENT_LAYOUTS
 from sim.layouts.packed import DOC_LAYOUTS
 from sim.scenario.config import LAYOUTS, Scenario, Workload
-from sim.scenario.schema import scenario_option
+from sim.scenario.option import ScenarioOption
+from sim.scenario.resolve import CUSTOM, OptionError, scenario_of, workload_of
+from sim.scenario.schema import SCHEME_OPTIONS, scenario_option
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import get as get_scheme
+from sim.schemes import names as scheme_names
 
-CUSTOM = "custom"
 SAME_LINK = "same"
 NO_CLUSTER = "none"
 PRESET_P2P = "preset"
@@ -37,13 +41,25 @@ has no such limit."""
 
 @dataclass(frozen=True)
 class Control:
-    id: str
-    url_key: str
+    """A control of the page: the option it sets, and how the page offers it."""
+
+    option: ScenarioOption
     kind: str
     """int, optint (blank: None), float (optional when default is None), bool, choice,
     or text (blank: None)."""
     default: Any
     choices: tuple[Any, ...] = ()
+    blank: Any = None
+    """The choice that stands for the option's None (not given: the cluster's or the
+    preset's value), or None where the control has none."""
+
+    @property
+    def id(self) -> str:
+        return self.option.name
+
+    @property
+    def url_key(self) -> str:
+        return self.option.url_key
 
 
 def _control(cid: str, *, choices: tuple[Any, ...] | None = None, blank: Any = None) -> Control:
@@ -69,7 +85,7 @@ def _control(cid: str, *, choices: tuple[Any, ...] | None = None, blank: Any = N
         kind = "text"
     else:
         kind = "int" if default is not None else "optint"
-    return Control(cid, o.url_key, kind, default, choices or ())
+    return Control(o, kind, default, choices or (), blank)
 
 
 CONTROLS: tuple[Control, ...] = (
@@ -106,10 +122,7 @@ CONTROLS: tuple[Control, ...] = (
     _control("overlap"),
     _control("sync"),
     _control("scheme"),
-    _control("ulysses-degree"),
-    _control("ring-degree"),
-    _control("placement"),
-    _control("head-groups"),
+    *(_control(o.name) for o in SCHEME_OPTIONS if o.url_key is not None),
     _control("granularity"),
     _control("tile"),
 )
@@ -118,18 +131,17 @@ _BY_ID = {c.id: c for c in CONTROLS}
 _BY_KEY = {c.url_key: c for c in CONTROLS}
 
 SCHEME_CONTROLS: dict[str, tuple[str, ...]] = {
-    "allgather": ("head-groups",),
-    "hybrid": ("ulysses-degree", "ring-degree", "placement"),
-}
-"""The controls of a scheme's own settings (the Scenario fields it reads). Ulysses has
-none to choose: its degree is every GPU."""
-RING_SCHEMES = ("ring", "hybrid")
+    name: tuple(o.name for o in get_scheme(name).options if o.url_key is not None) for name in scheme_names()}
+"""The controls of each scheme's own settings (sim.schemes.base.Scheme.options)."""
+RING_SCHEMES = tuple(name for name in scheme_names() if get_scheme(name).ring_options)
 """Schemes that pass K/V around a ring, and so read the ring's controls."""
-RING_CONTROLS = ("layout", "overlap", "sync")
-_FIELD_OF = {"ulysses-degree": "ulysses_degree", "ring-degree": "ring_degree", "placement": "placement",
-             "head-groups": "head_groups"}
+RING_CONTROLS = tuple(dict.fromkeys(cid for name in RING_SCHEMES for cid in get_scheme(name).ring_options))
+"""The ring's controls (layout, overlap, sync)."""
 CLUSTER_CONTROLS = ("gpu", "link", "inter-link", "gpus-per-node", "nics-per-node")
 """What a cluster preset sets (sim.hardware.presets.ClusterPreset), as `ringsim --cluster` does."""
+LABELS = {"seq": "sequence length", "kv-heads": "K/V heads", "head-dim": "head dim", "gpus": "number of GPUs",
+          "gpus-per-node": "GPUs per node", "nics-per-node": "NICs per node"}
+"""How a message names a control that takes a number (else its option's name, in words)."""
 
 
 def shown_layouts(docs: Any, window: Any, layout: Any) -> tuple[str, ...]:
@@ -144,11 +156,15 @@ def shown_layouts(docs: Any, window: Any, layout: Any) -> tuple[str, ...]:
 def applies(cid: str, scheme: Any) -> bool:
     """Whether control `cid` shapes a scenario of `scheme` (a scheme's settings and the
     ring's controls apply to some schemes only; every other control to all)."""
+    known = scheme in scheme_names()
     if cid in RING_CONTROLS:
-        return scheme in RING_SCHEMES
-    if cid in _FIELD_OF:
-        return cid in SCHEME_CONTROLS.get(scheme, ())
+        return known and cid in get_scheme(scheme).ring_options
+    if cid in _SCHEME_CONTROL_IDS:
+        return known and cid in SCHEME_CONTROLS[scheme]
     return True
+
+
+_SCHEME_CONTROL_IDS = {cid for cids in SCHEME_CONTROLS.values() for cid in cids}
 
 
 def cluster_values(name: Any) -> dict[str, Any]:
@@ -234,7 +250,7 @@ def query_from_values(values: dict[str, Any]) -> str:
     cluster's values counting as defaults) and applies to the scheme, in a fixed order."""
     items = []
     base = _defaults_under(values)
-    scheme = values.get("scheme", "ring")
+    scheme = values.get("scheme", DEFAULT_SCHEME)
     for c in CONTROLS:
         v = values.get(c.id)
         if v == base[c.id] or not applies(c.id, scheme):
@@ -251,8 +267,13 @@ def query_from_values(values: dict[str, Any]) -> str:
     return "?" + urlencode(items) if items else ""
 
 
-def _int(values: dict[str, Any], cid: str, label: str) -> int:
+def _label(cid: str) -> str:
+    return LABELS.get(cid, cid.replace("-", " "))
+
+
+def _int(values: dict[str, Any], cid: str) -> int:
     v = values.get(cid)
+    label = _label(cid)
     if v is None or v == "":
         raise ControlError(cid, f"{label}: enter a whole number")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
@@ -266,9 +287,10 @@ def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, str) and not v.strip())
 
 
-def _count(values: dict[str, Any], cid: str, label: str) -> int:
+def _count(values: dict[str, Any], cid: str) -> int:
     """A whole number, 0 or more (a seed)."""
     v = values.get(cid)
+    label = _label(cid)
     if v is None or v == "":
         raise ControlError(cid, f"{label}: enter a whole number")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < 0:
@@ -294,6 +316,11 @@ def _opt_float(values: dict[str, Any], cid: str) -> float | None:
     return float(v)
 
 
+def _opt_int(values: dict[str, Any], cid: str) -> int | None:
+    v = values.get(cid)
+    return None if v is None or v == "" else _int(values, cid)
+
+
 def _choice(values: dict[str, Any], cid: str) -> Any:
     c = _BY_ID[cid]
     v = values.get(cid)
@@ -306,173 +333,84 @@ def _choice(values: dict[str, Any], cid: str) -> Any:
     return v
 
 
-# Which control a simulator message is about: the first key found in the message wins
-# (so the schemes' settings come before the heads and GPUs their messages mention).
+_READ = {"int": _int, "optint": _opt_int, "float": _opt_float, "text": _text, "bool": _choice, "choice": _choice}
+"""How the page reads a control of each kind."""
+_ZERO_OR_MORE = ("seed",)
+
+
+# Which control a simulator message that names no option is about: the first key found in
+# the message wins (so the schemes' settings come before the heads and GPUs their messages
+# mention).
 _MESSAGE_KEYS = (
     ("document", "docs"), ("docs", "docs"), ("lognormal", "docs"), ("window", "window"), ("seed", "seed"),
     ("ulysses degree", "ulysses-degree"), ("ring degree", "ring-degree"), ("head groups", "head-groups"),
-    ("placement", "placement"), ("nics_per_node", "nics-per-node"), ("fill whole nodes", "gpus"),
-    ("kv_heads", "kv-heads"), ("head_dim", "head-dim"), ("heads", "heads"),
-    ("batch", "batch"), ("sequence length", "seq"), ("seq", "seq"), ("dtype", "dtype"),
+    ("placement", "placement"), ("fill whole nodes", "gpus"),
+    ("heads", "heads"), ("batch", "batch"), ("sequence length", "seq"), ("seq", "seq"), ("dtype", "dtype"),
     ("no rate for", "dtype"), ("has no peak rate", "dtype"),
-    ("efficiency", "efficiency"), ("achieved_tflops", "tflops"), ("peak", "tflops"),
-    ("launch_overhead", "overhead-us"), ("memory_gb", "gpu"),
-    ("bandwidth", "link-gbps"), ("latency", "link-latency-us"),
-    ("gpus_per_node", "gpus-per-node"), ("n_gpus", "gpus"), ("tile", "tile"),
+    ("efficiency", "efficiency"), ("peak", "tflops"), ("memory_gb", "gpu"),
+    ("bandwidth", "link-gbps"), ("latency", "link-latency-us"), ("tile", "tile"),
     ("layout", "layout"), ("sync", "sync"), ("granularity", "granularity"),
 )
 
 
 def _attribute(err: RingsimError, fallback: str) -> ControlError:
+    """The control a message is about: the option it names (sim.scenario.resolve.OptionError),
+    else the first of _MESSAGE_KEYS in it, else the part being made, else `fallback`."""
     text = str(err)
+    named = err.option if isinstance(err, OptionError) else None
+    if named in _BY_ID:
+        return ControlError(named, text)
     for key, cid in _MESSAGE_KEYS:
         if key in text:
             return ControlError(cid, text)
-    return ControlError(fallback, text)
+    part = err.part if isinstance(err, OptionError) else None
+    return ControlError(part if part in _BY_ID else fallback, text)
 
 
-def _opt_int(values: dict[str, Any], cid: str, label: str) -> int | None:
-    v = values.get(cid)
-    return None if v is None or v == "" else _int(values, cid, label)
+def option_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The option values (sim.scenario.resolve) the controls give: each read as the page
+    takes it (ControlError naming the control), the page's word for "not given" as None, and
+    the controls that do not apply to the chosen scheme left out (so that a hidden control
+    never changes a run)."""
+    scheme = _choice(values, "scheme")
+    out: dict[str, Any] = {}
+    for c in CONTROLS:
+        if not applies(c.id, scheme) or (c.id == "p2p" and not str(values.get("link")).startswith("pcie")):
+            continue        # peer to peer is a PCIe node's: none over NVLink
+        v = _count(values, c.id) if c.id in _ZERO_OR_MORE else _READ[c.kind](values, c.id)
+        out[c.id] = None if c.blank is not None and v == c.blank else v
+    if out["docs"] is not None and out["docs"].startswith("file:"):
+        raise ControlError("docs", "the page takes the lengths themselves (sample:300,4096,...), not a file")
+    if out["gpus"] > MAX_GPUS:
+        raise ControlError("gpus", f"the dashboard simulates at most {MAX_GPUS} GPUs "
+                                   "(use `ringsim simulate` for larger rings)")
+    return out
 
 
 def _workload(values: dict[str, Any]) -> Workload:
-    w = dict(seq=_int(values, "seq", "sequence length"), batch=_int(values, "batch", "batch"),
-             heads=_int(values, "heads", "heads"), kv_heads=_int(values, "kv-heads", "K/V heads"),
-             head_dim=_int(values, "head-dim", "head dim"), dtype=_choice(values, "dtype"),
-             causal=_choice(values, "causal"), pass_=_choice(values, "pass"), docs=_text(values, "docs"),
-             seed=_count(values, "seed", "seed"), window=_opt_int(values, "window", "window"))
-    if w["docs"] is not None and w["docs"].startswith("file:"):
-        raise ControlError("docs", "the page takes the lengths themselves (sample:300,4096,...), not a file")
     try:
-        return Workload(**w)
+        return workload_of(option_values(values))
+    except ControlError:
+        raise
     except RingsimError as e:
         raise _attribute(e, "seq") from None
 
 
-def _gpu(values: dict[str, Any]) -> Gpu:
-    gpu_name = _choice(values, "gpu")
-    tflops = _opt_float(values, "tflops")
-    eff = _opt_float(values, "efficiency")
-    overhead = _opt_float(values, "overhead-us")
-    gpu_over: dict[str, Any] = {}
-    if tflops is not None:
-        gpu_over["achieved_tflops"] = tflops
-    if eff is not None:
-        gpu_over["efficiency"] = eff
-    if overhead is not None:
-        gpu_over["launch_overhead_us"] = overhead
-    try:
-        if gpu_name == CUSTOM:
-            if tflops is None:
-                raise ControlError("tflops", "a custom GPU needs its achieved TFLOP/s")
-            return Gpu(name=CUSTOM, **gpu_over)
-        gpu = Gpu.preset(gpu_name, **gpu_over)
-        if overhead is not None and gpu.kernel is not None:
-            # the block model's per-call floor, as `--overhead-us` sets it (sim.cli.options)
-            gpu = replace(gpu, floors=replace(gpu.floors, fwd_host_us=overhead, bwd_host_us=overhead))
-        return gpu
-    except ControlError:
-        raise
-    except RingsimError as e:
-        raise _attribute(e, "gpu") from None
-
-
-def _link(values: dict[str, Any]) -> Link:
-    link_name = _choice(values, "link")
-    gbps = _opt_float(values, "link-gbps")
-    latency = _opt_float(values, "link-latency-us")
-    link_over: dict[str, Any] = {}
-    if gbps is not None:
-        link_over["bandwidth_gbps"] = gbps
-    if latency is not None:
-        link_over["latency_us"] = latency
-    try:
-        if link_name == CUSTOM:
-            if gbps is None:
-                raise ControlError("link-gbps", "a custom link needs its bandwidth in GB/s")
-            return Link(name=CUSTOM, **link_over)
-        return Link.preset(link_name, **link_over)
-    except ControlError:
-        raise
-    except RingsimError as e:
-        raise _attribute(e, "link") from None
-
-
-def _hardware(values: dict[str, Any]) -> Hardware:
-    """GPU, links and nodes. As `ringsim --nic-gbps` does, a NIC bandwidth replaces the
-    inter-node link's (the link inside the node's, with its latency, when the nodes use
-    no other link)."""
-    gpu, link = _gpu(values), _link(values)
-    inter = _choice(values, "inter-link")
-    nic_gbps = _opt_float(values, "nic-gbps")
-    inter_link = None if inter == SAME_LINK else Link.preset(inter)
-    if nic_gbps is not None:
-        base = inter_link or link
-        try:
-            inter_link = Link(name=base.name, bandwidth_gbps=nic_gbps, latency_us=base.latency_us)
-        except RingsimError as e:
-            raise ControlError("nic-gbps", str(e)) from None
-    gpn = _int(values, "gpus-per-node", "GPUs per node")
-    nics = _opt_int(values, "nics-per-node", "NICs per node")
-    try:
-        # a PCIe cluster's fabric (sim.hardware.pcie) while its node keeps a PCIe link
-        cluster = values.get("cluster")
-        of_cluster = CLUSTER_PRESETS[cluster].pcie if cluster in CLUSTER_PRESETS else None
-        p2p = values.get("p2p", PRESET_P2P)
-        given = {} if p2p in (None, PRESET_P2P) else {"p2p": p2p}
-        pcie = (pcie_fabric(of_cluster, given, gpn, link.name)
-                if (of_cluster or given) and link.name.startswith("pcie") else None)
-        return Hardware(gpu=gpu, link=link, gpus_per_node=gpn, nics_per_node=nics, inter_link=inter_link, pcie=pcie)
-    except RingsimError as e:
-        raise _attribute(e, "gpus-per-node") from None
-
-
-def scheme_fields(values: dict[str, Any]) -> dict[str, Any]:
-    """The Scenario fields of the chosen scheme and, for a scheme with a ring, the ring's
-    controls; the controls that do not apply are left at the Scenario's defaults (so a
-    hidden control never changes a run)."""
-    scheme = _choice(values, "scheme")
-    out: dict[str, Any] = {"scheme": scheme}
-    if applies("layout", scheme):
-        out.update(layout=_choice(values, "layout"), overlap=_choice(values, "overlap"),
-                   sync=_choice(values, "sync"))
-    if applies("head-groups", scheme):
-        out["head_groups"] = _int(values, "head-groups", "head groups")
-    if applies("ulysses-degree", scheme):
-        out["ulysses_degree"] = _opt_int(values, "ulysses-degree", "Ulysses degree")
-    if applies("ring-degree", scheme):
-        out["ring_degree"] = _opt_int(values, "ring-degree", "ring degree")
-    if applies("placement", scheme):
-        out["placement"] = _choice(values, "placement")
-    return out
-
-
 def scenario_from_values(values: dict[str, Any]) -> Scenario:
     """A validated scenario, or ControlError naming the control at fault."""
-    workload = _workload(values)
-    hardware = _hardware(values)
-    n = _int(values, "gpus", "number of GPUs")
-    if n > MAX_GPUS:
-        raise ControlError("gpus", f"the dashboard simulates at most {MAX_GPUS} GPUs "
-                                   "(use `ringsim simulate` for larger rings)")
-    tile = _int(values, "tile", "tile")
-    granularity = _choice(values, "granularity")
-    _choice(values, "cluster")
-    fields = scheme_fields(values)
+    given = option_values(values)
     try:
-        return Scenario(workload=workload, hardware=hardware, n_gpus=n, granularity=granularity, tile=tile,
-                        **fields)
+        return scenario_of(given)
     except RingsimError as e:
         err = _attribute(e, "gpus")
-        if not applies(err.control, fields["scheme"]):
+        if not applies(err.control, given["scheme"]):
             err = ControlError("scheme", str(e))    # beside a control that is shown
         raise err from None
 
 
 def ring_values(values: dict[str, Any]) -> dict[str, Any]:
-    """The same controls with the ring as the scheme (the questions are about the ring)."""
-    return dict(values) | {"scheme": "ring"}
+    """The same controls with the default scheme, the ring (the questions are about the ring)."""
+    return dict(values) | {"scheme": DEFAULT_SCHEME}
 
 
 def scenario_key(scenario: Scenario, hardware_desc: Any | None = None) -> str:

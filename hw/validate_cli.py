@@ -37,9 +37,9 @@ from hw.validate import (
 from sim.calibration.validation import REPLAYS, compare_case, simulate_replays
 from sim.errors import RingsimError
 from sim.files import kept_file, read_json, write_json
-from sim.planning.spec import tokens
 from sim.scenario.config import Workload
 from sim.trace.format import Trace
+from sim.units import tokens
 
 
 def register(sub) -> None:

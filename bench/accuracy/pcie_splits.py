@@ -36,9 +36,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import RESULTS  # noqa: E402
-from sim.cli.options import scenario_from_args, table  # noqa: E402
+from sim.cli.options import simulate_parser, table, values_from_args  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
-from sim.planning.sweep import _parser  # noqa: E402
+from sim.scenario.resolve import scenario_of  # noqa: E402
 from sim.trace.metrics import compute_metrics  # noqa: E402
 
 SOURCE = ("feifeibear/long-context-attention README 'Benchmark', media/pcie_machine.jpg and "
@@ -91,7 +91,8 @@ def run(machines: list[str]) -> list[dict]:
             simulated_s = {}
             for u in published:
                 args = argv(cluster, gpus, heads, head_dim, kv_heads, batch, seq, u)
-                trace = simulate(scenario_from_args(_parser().parse_args(args)), player="recurrence")
+                values = values_from_args(simulate_parser().parse_args(args))
+                trace = simulate(scenario_of(values), player="recurrence")
                 simulated_s[u] = compute_metrics(trace).makespan_s
             pub_order, sim_order = order(published_s), order(simulated_s)
             pub_ratio = published_s[pub_order[-1]] / published_s[pub_order[0]]

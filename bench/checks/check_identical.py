@@ -112,6 +112,7 @@ def make(fields: dict[str, Any]):
 
     from sim.hardware.cluster import Gpu, Hardware, Link
     from sim.scenario.config import Scenario, Workload
+    from sim.schemes import get as get_scheme
 
     f = dict(fields)
     hw_name = f.pop("hw")
@@ -125,7 +126,12 @@ def make(fields: dict[str, Any]):
         "dgx-shared-nic": Hardware(link=Link.preset("nvlink4"), inter_link=Link.preset("ib-hdr"), gpus_per_node=8,
                                    nics_per_node=2),
     }.get(hw_name, Hardware())
-    sc = Scenario(workload=w, hardware=hardware, **f)
+    own = {k: f.pop(k) for k in ("ulysses_degree", "ring_degree", "placement", "head_groups") if k in f}
+    scheme = get_scheme(f["scheme"])
+    if hasattr(scheme, "settings_type"):      # the scheme's own settings (older trees: Scenario fields)
+        sc = Scenario(workload=w, hardware=hardware, settings=scheme.settings_type(**own), **f)
+    else:
+        sc = Scenario(workload=w, hardware=hardware, **own, **f)
     profile = None
     if hw_name.startswith("profile"):
         from sim.hardware.contention import Contention

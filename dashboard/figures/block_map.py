@@ -17,6 +17,7 @@ from dashboard.figures.documents import kept_keys
 from dashboard.figures.style import TEMPLATE, rank_colors, run_label, scheme_of
 from sim.layouts import packed
 from sim.reasons import english
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import COMPUTE, Trace
 
 MAX_HOVER_CELLS = 128 * 128
@@ -46,8 +47,9 @@ def _colorscale(value: np.ndarray) -> tuple[object, float, float, list[int] | No
 
 
 def _what(cfg: dict) -> str:
-    """The run in a few words: a ring's layout, another scheme's name and settings."""
-    if cfg.get("scheme", "ring") == "ring":
+    """The run in a few words: the ring's (the default scheme's) layout, another scheme's name and
+    settings."""
+    if cfg.get("scheme", DEFAULT_SCHEME) == DEFAULT_SCHEME:
         return cfg.get("layout", "unknown layout")
     return run_label(cfg)
 

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.figures.style import COLORS, TEMPLATE, scheme_color
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 
 GIB = 2 ** 30
 ITEM_GROUPS = (
@@ -131,7 +132,7 @@ def _scheme_lines(table: dict[str, Any], lab: dict[str, Any]) -> list[_Placed]:
     out = []
     seen: dict[str, int] = {}
     for v in table.get("schemes", []):
-        if v["scheme"] == "ring":
+        if v["scheme"] == DEFAULT_SCHEME:
             continue
         k = seen[v["scheme"]] = seen.get(v["scheme"], -1) + 1
         style = dict(color=scheme_color(v["scheme"]), dash=("solid", "dot", "dashdot")[k % 3], width=2)
@@ -213,13 +214,12 @@ def _headline(table: dict[str, Any], lab: dict[str, Any]) -> str:
     all-gather's holds every token's, or the plain fact 4 when no all-gather runs here."""
     d = lab["digits"]
     full = table["full_kv_now_bytes"]
-    by: dict[str, dict[str, Any]] = {}
-    for v in table.get("schemes", []):
-        by.setdefault(v["scheme"], v)           # the first variant: all-gather's single gather
     ring = table["items"]
     ring_kv = sum(b for k, b in ring.items() if item_group(k) == "kv")
     text = lab["headline"].format(full=d(f"{full / GIB:.3g}"), ring=d(f"{ring_kv / GIB:.3g}"))
-    gathered = by.get("allgather", {}).get("items", {}).get("kv_gathered")
+    # the first variant that gathers K/V (all-gather's single gather)
+    gathered = next((v["items"]["kv_gathered"] for v in table.get("schemes", []) if "kv_gathered" in v["items"]),
+                    None)
     if gathered:
         text += (lab["gathered_whole"].format(gathered=d(f"{gathered / GIB:.3g}")) if gathered >= full else
                  lab["gathered_part"].format(gathered=d(f"{gathered / GIB:.3g}"), share=d(f"{gathered / full:.0%}")))

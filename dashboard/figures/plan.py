@@ -10,9 +10,8 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
-from dashboard.figures.style import COLORS, LEGEND_BESIDE, figure, time_unit
+from dashboard.figures.style import COLORS, LEGEND_BESIDE, figure, scheme_color, time_unit
 
-SCHEME_COLORS = {"ring": "#3a6fd8", "allgather": "#2e9e5b", "ulysses": "#f28e2b", "hybrid": "#8e44ad"}
 GIB = 2 ** 30
 
 DEFAULT_LABELS = {"x": "memory per GPU (GiB)", "y": "attention time per step ({unit})",
@@ -33,7 +32,7 @@ def plan_chart(candidates: Sequence[dict[str, Any]], limit_bytes: float,
             idx = [i for i, c in enumerate(candidates) if c["scheme"] == scheme and c["fits"] == fits]
             if not idx:
                 continue
-            color = SCHEME_COLORS.get(scheme, "#555555")
+            color = scheme_color(scheme)
             fig.add_trace(go.Scatter(
                 x=[candidates[i]["peak_mem_bytes"] / GIB for i in idx],
                 y=[candidates[i]["step_s"] * scale for i in idx],

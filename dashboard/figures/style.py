@@ -15,6 +15,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative, sample_colorscale
 
+from dashboard.i18n import DEFAULT_LANG, Translator, run_words
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import Scheme
 from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
@@ -93,28 +95,19 @@ def scheme_color(scheme: str) -> str:
 
 
 def run_label(config: dict[str, Any]) -> str:
-    """A run in a few words from its trace header: the scheme and what sets it apart (a
-    header without a scheme is a ring's)."""
-    scheme = config.get("scheme", "ring")
+    """A run in a few words from its trace header, in English: the default scheme's (the
+    ring's) layout and overlap, another scheme and what sets it apart
+    (dashboard.i18n.run_words). A header without a scheme is the default's."""
+    if config.get("scheme", DEFAULT_SCHEME) != DEFAULT_SCHEME:
+        return run_words(Translator(DEFAULT_LANG), config)
     layout = config.get("layout")
-    ring = (f"{layout} layout, overlap {'on' if config.get('overlap') else 'off'}" if layout else "")
-    if scheme == "ring":
-        return ring
-    if scheme == "allgather":
-        g = config.get("head_groups", 1)
-        return "all-gather, " + ("one gather" if g == 1 else f"pipelined over {g} head groups")
-    if scheme == "ulysses":
-        return f"Ulysses, degree {config.get('ulysses_degree', '?')}"
-    if scheme == "hybrid":
-        return (f"hybrid, Ulysses {config.get('ulysses_degree', '?')} × ring {config.get('ring_degree', '?')} "
-                f"({config.get('placement', 'ulysses-inner')}), {ring}")
-    return scheme
+    return f"{layout} layout, overlap {'on' if config.get('overlap') else 'off'}" if layout else ""
 
 
 def scheme_of(trace: Trace) -> Scheme:
-    """The scheme a trace's header names (the ring when it names none); RingsimError
-    naming the choices when this ringsim does not know it."""
-    return get_scheme(trace.config.get("scheme", "ring"))
+    """The scheme a trace's header names (the default, the ring, when it names none);
+    RingsimError naming the choices when this ringsim does not know it."""
+    return get_scheme(trace.config.get("scheme", DEFAULT_SCHEME))
 
 
 def message_figure(text: str, height: int = 300) -> go.Figure:

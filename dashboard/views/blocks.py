@@ -11,11 +11,12 @@ import dash
 from dash import Input, Output
 
 from dashboard import compute, explain, figures
-from dashboard.i18n import Translator, layout_label
+from dashboard.i18n import Translator, layout_label, run_words
 from dashboard.served import Served
 from dashboard.views.common import graph, only_on
-from dashboard.views.labels import figure_labels, run_words
+from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 
 
 def view() -> list[Any]:
@@ -39,7 +40,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 
 def block_map_labels(t: Translator) -> dict[str, Any]:
     def run(config: dict[str, Any]) -> str:
-        if config.get("scheme", "ring") == "ring":
+        if config.get("scheme", DEFAULT_SCHEME) == DEFAULT_SCHEME:
             return layout_label(t, config.get("layout", "unknown layout"))
         return run_words(t, config)
 

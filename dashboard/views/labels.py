@@ -1,6 +1,6 @@
 """The texts the views' figures and tables take in the page's language: a figure's labels
 from the catalogs (a figure module's English LABELS, translated as the messages
-`<prefix>.<name>`), a run's scheme in words, a compared run's name.
+`<prefix>.<name>`) and a compared run's name.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dashboard.figures.merge import LABELS as MERGE_TEXTS
 from dashboard.figures.overlay import LABELS as OVERLAY_TEXTS
 from dashboard.figures.schemes import LABELS as SCHEME_TEXTS
 from dashboard.figures.sweep import LABELS as SWEEP_TEXTS
-from dashboard.i18n import Translator, layout_label
+from dashboard.i18n import Translator
 
 FIGURE_TEXTS = {"memory": MEMORY_TEXTS, "sweep": SWEEP_TEXTS, "blocks": BLOCK_MAP_TEXTS, "merge.view": MERGE_TEXTS,
                 "overlay": OVERLAY_TEXTS, "schemes": SCHEME_TEXTS, "cmp": COMPARISON_TEXTS, "docs": DOCUMENT_TEXTS}
@@ -29,26 +29,6 @@ def figure_labels(t: Translator, prefix: str) -> dict[str, Any]:
     `separators` and how its numbers read."""
     return {name: t(f"{prefix}.{name}") for name in FIGURE_TEXTS[prefix] if name != "separators"} | {
         "separators": t.separators(), "digits": t.digits, "int": t.int}
-
-
-def run_words(t: Translator, config: dict[str, Any]) -> str:
-    """The scheme and what sets it apart, in the page's language (figures.run_label's
-    English, with the ring named)."""
-    scheme = config.get("scheme", "ring")
-    layout = config.get("layout")
-    overlap = t("opt.on" if config.get("overlap") else "opt.off")
-    ring = t("run.ring-part", layout=layout_label(t, layout), overlap=overlap) if layout else ""
-    if scheme == "ring":
-        return t("run.ring", layout=layout_label(t, layout), overlap=overlap)
-    if scheme == "allgather":
-        g = config.get("head_groups", 1)
-        return t("run.allgather.one") if g == 1 else t("run.allgather.groups", groups=t.int(g))
-    if scheme == "ulysses":
-        return t("run.ulysses", degree=config.get("ulysses_degree", "?"))
-    if scheme == "hybrid":
-        return t("run.hybrid", u=config.get("ulysses_degree", "?"), r=config.get("ring_degree", "?"),
-                 placement=t(f"opt.placement.{config.get('placement', 'ulysses-inner')}"), ring=ring)
-    return scheme
 
 
 def compared_run(t: Translator, scheme: str, variant: dict[str, Any] | None) -> str:

@@ -16,7 +16,8 @@ from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator, catalog, layout_
 from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK, defaults, shown_layouts
 from sim.hardware.pcie import P2P_MODES
 from sim.hardware.presets import CLUSTER_PRESETS, LINK_PRESETS
-from sim.scenario.config import PASSES, PLACEMENTS
+from sim.scenario.config import PASSES
+from sim.scenario.schema import scenario_option
 from sim.schemes import names as scheme_names
 
 
@@ -65,7 +66,8 @@ def _options(t: Translator, layouts: tuple[str, ...]) -> list[tuple[str, str, An
     onoff = [{"label": t("opt.on"), "value": True}, {"label": t("opt.off"), "value": False}]
     return [
         ("scheme", "options", [{"label": scheme_label(t, s), "value": s} for s in scheme_names()]),
-        ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p} for p in PLACEMENTS]),
+        ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p}
+                                  for p in scenario_option("placement").choices]),
         ("layout", "options", [{"label": layout_label(t, x), "value": x} for x in layouts]),
         ("p2p", "options", [{"label": t(f"opt.p2p.{x}"), "value": x} for x in ("preset", *P2P_MODES)]),
         ("cluster", "options", [{"label": t("opt.cluster.none"), "value": NO_CLUSTER},

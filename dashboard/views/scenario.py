@@ -40,7 +40,8 @@ from dashboard.state import (
 from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
-from sim.scenario.config import PASSES, PLACEMENTS
+from sim.scenario.config import PASSES
+from sim.scenario.schema import scenario_option
 from sim.schemes import names as scheme_names
 
 PRESET_HARDWARE_CONTROLS = ("cluster", "tflops", "efficiency", "overhead-us", "link-gbps", "link-latency-us",
@@ -104,7 +105,8 @@ def controls() -> html.Div:
         _number("ring-degree", "Ring degree", d["ring-degree"], "auto",
                 style=field_style("ring-degree", scheme)),
         _field("placement", "Placement", dcc.RadioItems(
-            id="placement", options=[{"label": en(f"opt.placement.{x}"), "value": x} for x in PLACEMENTS],
+            id="placement", options=[{"label": en(f"opt.placement.{x}"), "value": x}
+                                     for x in scenario_option("placement").choices],
             value=d["placement"], className="radio"), field_style("placement", scheme)),
         html.Div(id="ring-section", style=field_style("layout", scheme), children=[
             html.H3("Ring", id="h-ring"),

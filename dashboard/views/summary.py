@@ -14,11 +14,11 @@ from dash import Input, Output, State, dcc, html
 
 from dashboard import compute, export, figures
 from dashboard.contents import SUMMARY_CARDS
-from dashboard.i18n import Translator
+from dashboard.i18n import Translator, run_words
 from dashboard.served import Served
-from dashboard.views.labels import run_words
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.units import fmt_bytes
 
 
@@ -88,7 +88,7 @@ def scenario_line(t: Translator, sc: Any, profile_data: Any, shown: Any) -> str:
 
 
 def _file_name(sc) -> str:
-    how = sc.layout if sc.scheme == "ring" else sc.scheme
+    how = sc.layout if sc.scheme == DEFAULT_SCHEME else sc.scheme
     return f"ringsim-{sc.n_gpus}gpu-{how}-{sc.workload.seq}-{sc.workload.pass_}"
 
 

@@ -13,14 +13,14 @@ from dash import Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dashboard import compute, figures, quiz_explain
-from dashboard.i18n import Translator
+from dashboard.i18n import Translator, run_words
 from dashboard.served import Served
 from dashboard.state import defaults
 from dashboard.views.common import HIDDEN, graph, only_on
-from dashboard.views.labels import run_words
 from dashboard.views.ring_animation import register_ring_stepper, ring_controls, ring_scenario
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 
 TIMELINE_DEFAULT_RANKS = 32
 """Rings larger than 64 GPUs open their timeline on the first this-many GPUs."""
@@ -93,7 +93,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         if tab != "timeline":
             raise PreventUpdate
         values = (data or {}).get("values") if isinstance(data, dict) else None
-        if (values or {}).get("scheme", "ring") != "ring":
+        if (values or {}).get("scheme", DEFAULT_SCHEME) != DEFAULT_SCHEME:
             # the animation is the ring's: another scheme's timeline stands alone
             return no_update, no_update, no_update, HIDDEN
         try:

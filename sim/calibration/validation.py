@@ -36,6 +36,7 @@ from typing import Any
 
 from sim.errors import RingsimError
 from sim.hardware.model import HardwareModel
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import Trace
 from sim.trace.metrics import step_durations
 
@@ -49,7 +50,7 @@ class Case:
     n_gpus: int
     seq: int
     pass_: str = "fwd"
-    scheme: str = "ring"
+    scheme: str = DEFAULT_SCHEME
 
     @property
     def key(self) -> str:
@@ -62,7 +63,7 @@ class Case:
         try:
             w = config["workload"]
             return cls(config["layout"], bool(w["causal"]), int(config["n_gpus"]), int(w["seq"]), w["pass"],
-                       config.get("scheme", "ring"))
+                       config.get("scheme", DEFAULT_SCHEME))
         except (KeyError, TypeError, ValueError) as e:
             raise RingsimError(f"the trace's header has no usable configuration (missing or bad {e})") from None
 
@@ -70,7 +71,7 @@ class Case:
     def from_row(cls, row: dict[str, Any]) -> "Case":
         """The case a validation report's row describes."""
         return cls(row["layout"], bool(row["causal"]), row_gpus(row), int(row["seq"]), row["pass"],
-                   row.get("scheme", "ring"))
+                   row.get("scheme", DEFAULT_SCHEME))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -135,7 +136,7 @@ def error_parts(row: dict[str, Any]) -> dict[str, float] | None:
 
 def batch_of(row: dict[str, Any]) -> str:
     """The group of batches a report row's case ran in: its scheme, GPU count and pass."""
-    return f"{row.get('scheme', 'ring')} {row_gpus(row)} GPUs {row['pass']}"
+    return f"{row.get('scheme', DEFAULT_SCHEME)} {row_gpus(row)} GPUs {row['pass']}"
 
 
 def error_spread(reports: list[dict[str, Any]], field: str = "error") -> dict[str, Any]:
@@ -203,7 +204,7 @@ def step_spread(reports: list[dict[str, Any]]) -> dict[str, Any]:
             for st in r.get("steps") or []:
                 if st.get("abs_error") is None or not st["measured_s"] > 0:
                     continue
-                key = (f"{r.get('scheme', 'ring')}/{r['pass']}", row_gpus(r), int(st["step"]))
+                key = (f"{r.get('scheme', DEFAULT_SCHEME)}/{r['pass']}", row_gpus(r), int(st["step"]))
                 by_step.setdefault(key, []).append(((st["simulated_s"] - st["measured_s"]) / st["measured_s"],
                                                     st["abs_error"]))
     if not by_step:

@@ -18,13 +18,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sim.cli.options import Parser, add_scenario_args, profile_from_args, scenario_from_args, scheme_variant, table
+from sim.cli.options import Parser, add_scenario_args, resolve_run, table, values_from_args
 from sim.errors import RingsimError
 from sim.hardware.model import HardwareModel
-from sim.scenario.config import Scenario, layouts_for
+from sim.scenario.config import Scenario
 from sim.scenario.documents import bounds as doc_bounds
 from sim.scenario.documents import describe_packed
+from sim.scenario.resolve import without_scheme
 from sim.schemes import names as scheme_names
+from sim.schemes import run_words
 from sim.units import fmt_bytes, fmt_s
 
 COMMAND_GROUP = "ringsim.commands"
@@ -84,13 +86,13 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     from sim.trace.format import to_chrome_trace
     from sim.trace.metrics import compute_metrics
 
-    scenario = scenario_from_args(a)
-    profile = profile_from_args(a)
+    run = resolve_run(values_from_args(a))
+    scenario, profile = run.scenario, run.profile
     trace = simulate(scenario, profile)
     m = compute_metrics(trace)
     # ring-flash-attention's ratio takes the work as growing with the square of the tokens:
     # under a window it grows with the tokens, and the ratio says nothing
-    alone_s = None if scenario.workload.window else one_gpu_s(scenario, profile or scenario.hardware)
+    alone_s = None if scenario.workload.window else one_gpu_s(scenario, run.hardware)
     vs_one = scenario.n_gpus * alone_s / m.makespan_s if alone_s is not None and m.makespan_s > 0 else None
     if a.trace:
         trace.save(a.trace, overwrite=a.force)
@@ -103,7 +105,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         return 0
     w = scenario.workload
     print(f"{scenario.n_gpus} x {trace.hardware.get('gpu', {}).get('name', trace.hardware.get('name', '?'))}, "
-          f"{scheme_variant(scenario)}, "
+          f"{run_words(scenario.describe())}, "
           f"{w.seq} tokens ({scenario.tokens_per_rank} per rank), {w.heads}/{w.kv_heads} heads x {w.head_dim}, "
           f"{w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}, work counted {scenario.granularity}"
           + (f" ({scenario.tile}-token tiles)" if scenario.granularity == "tile" else ""))
@@ -150,24 +152,14 @@ def ranks_to_show(ranks: Sequence[Any], every: bool = False) -> tuple[list[Any],
                    "compute, exposed communication and idle time (--all-ranks: every one; --json: all of them)")
 
 
-def compare_rows(scenario: Scenario, hardware=None) -> list[dict[str, Any]]:
-    """Metrics of every layout with overlap on and off, for one workload."""
-    from sim.engine.play import simulate
-    from sim.trace.metrics import comparison_row, compute_metrics
-
-    out = []
-    for layout in layouts_for(scenario.workload):
-        for overlap in (True, False):
-            sc = scenario.with_(layout=layout, overlap=overlap)
-            out.append(comparison_row(layout, overlap, compute_metrics(simulate(sc, hardware))))
-    return out
-
-
 def cmd_compare(a: argparse.Namespace) -> int:
+    from sim.planning.compare import compare_layout_rows
+
     if a.schemes:
         return _compare_schemes(a)
-    scenario = scenario_from_args(a, layout="zigzag")
-    rows = compare_rows(scenario, profile_from_args(a))
+    run = resolve_run(values_from_args(a) | {"layout": "zigzag"})
+    scenario = run.scenario
+    rows = compare_layout_rows(scenario, run.profile)
     if a.json:
         print(json.dumps({"scenario": scenario.describe(), "rows": rows}, indent=2))
         return 0
@@ -199,11 +191,12 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     for name in wanted or []:
         if name not in scheme_names():
             raise RingsimError(f"unknown scheme {name!r} in --schemes; choose all or from {', '.join(scheme_names())}")
-    base = scenario_from_args(a, scheme="ring", layout="zigzag", ulysses_degree=None, ring_degree=None,
-                              placement="ulysses-inner", head_groups=1)
     from sim.planning.compare import compare_scheme_rows
 
-    rows = compare_scheme_rows(base, profile_from_args(a), wanted)
+    # every scheme's variants start from the default scheme, whatever --scheme says
+    run = resolve_run(without_scheme(values_from_args(a)) | {"layout": "zigzag"})
+    base = run.scenario
+    rows = compare_scheme_rows(base, run.profile, wanted)
     ran = [r for r in rows if "refused" not in r]
     best = min(ran, key=lambda r: r["makespan_s"]) if ran else None
     if a.json:
@@ -259,13 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "makespan, exposed communication, bytes and memory per GPU, and what bounds each")
     cp.add_argument("--json", action="store_true", help="print one JSON object")
     cp.set_defaults(func=cmd_compare)
-    from sim.cli import plan as plan_cli
-    from sim.cli import step as step_cli
-    from sim.cli import sweep as sweep_cli
+    from sim.cli import plan, step, sweep
 
-    sweep_cli.register(sub)
-    plan_cli.register(sub)
-    step_cli.register(sub)
+    sweep.register(sub)
+    plan.register(sub)
+    step.register(sub)
     for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         try:
             register = entry.load()

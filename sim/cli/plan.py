@@ -15,28 +15,12 @@ import os
 import sys
 import time
 
+from sim.cli.options import add_model_args, model_from_args, table
 from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.scenario.config import PASSES
 from sim.scenario.documents import read_file_spec
 from sim.units import tokens
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """A model preset and the numbers that replace its own (model_from_args)."""
-    from sim.scenario.models import MODEL_PRESETS
-
-    m = p.add_argument_group("model")
-    m.add_argument("--model", default=None, help=f"preset: {', '.join(MODEL_PRESETS)}; or give the numbers below")
-    m.add_argument("--layers", type=int, default=None, help="transformer layers (replaces the preset's)")
-    m.add_argument("--heads", type=int, default=None, help="query heads")
-    m.add_argument("--kv-heads", type=int, default=None, help="key/value heads")
-    m.add_argument("--head-dim", type=int, default=None, help="(default 128)")
-    m.add_argument("--hidden", type=int, default=None, help="model dimension (default heads x head dim)")
-    m.add_argument("--ffn", type=int, default=None, help="feed-forward (SwiGLU) dimension")
-    m.add_argument("--vocab", type=int, default=None, help="vocabulary size")
-    m.add_argument("--params", type=float, default=None,
-                   help="parameters, in billions (default the preset's)")
 
 
 def register(sub) -> None:
@@ -99,31 +83,6 @@ def register(sub) -> None:
                    help="simulate on a local Dask cluster of N workers (default: this process up to "
                         f"{AUTO_WORKERS_ABOVE} GPUs; above, one worker per core, at most {AUTO_WORKERS_MAX})")
     p.set_defaults(func=cmd_plan)
-
-
-def model_from_args(a: argparse.Namespace):
-    from sim.scenario.models import Model, model_preset
-
-    base = model_preset(a.model) if a.model else None
-    given = {k: getattr(a, k) for k in ("layers", "heads", "kv_heads", "head_dim", "hidden", "ffn", "vocab")
-             if getattr(a, k, None) is not None}
-    if base is None:
-        missing = [f"--{k.replace('_', '-')}" for k in ("layers", "heads", "kv_heads") if k not in given]
-        if missing:
-            raise RingsimError(f"give --model or the model's numbers ({', '.join(missing)} missing)")
-        given.setdefault("head_dim", 128)
-        given.setdefault("hidden", given["heads"] * given["head_dim"])
-        fields = dict(name="custom", **given)
-    else:
-        fields = {**base.describe(), **given}
-        if given:
-            fields["name"] = base.name + " (changed)"
-            fields["source"] = base.source + "; changed on the command line: " + ", ".join(given)
-    if a.params is not None:
-        if not a.params > 0:
-            raise RingsimError(f"--params must be positive (billions), got {a.params!r}")
-        fields["params"] = a.params * 1e9
-    return Model(**fields)
 
 
 def request_from_args(a: argparse.Namespace):
@@ -202,7 +161,6 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 def _plan_steps(a: argparse.Namespace) -> int:
     """The whole-step plan (sim.training.plan)."""
-    from sim.cli.options import table
     from sim.training.plan import label, plan_steps, request_hardware
     from sim.units import fmt_bytes, fmt_s, parse_count
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args, table
 from sim.hardware.presets import GPU_PRESETS
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 
 
 def register(sub) -> None:
-    from sim.cli.options import add_hardware_args
-    from sim.cli.plan import add_model_args
     from sim.schemes import names as scheme_names
     from sim.training.step import GRAD_BYTES, RECOMPUTE, ZERO_STAGES
     from sim.units import tokens
@@ -47,7 +47,8 @@ def register(sub) -> None:
     par.add_argument("--grad-reduce", choices=tuple(GRAD_BYTES), default="fp32",
                      help="the dtype gradients are reduced and kept in: fp32 (default: Megatron-LM's and "
                           "torchtitan's for bf16 training) or bf16")
-    par.add_argument("--scheme", choices=scheme_names(), default="ring", help="the CP scheme (default ring)")
+    par.add_argument("--scheme", choices=scheme_names(), default=DEFAULT_SCHEME,
+                     help=f"the CP scheme (default {DEFAULT_SCHEME})")
     par.add_argument("--layout", default="zigzag", help="the CP ring's layout (default zigzag)")
     add_hardware_args(s)
     s.add_argument("--json", action="store_true",
@@ -94,8 +95,6 @@ def cmd_gemm(a: argparse.Namespace) -> int:
 
 
 def cmd_step(a: argparse.Namespace) -> int:
-    from sim.cli.options import hardware_from_args, table
-    from sim.cli.plan import model_from_args
     from sim.training.step import Parallel, StepRequest, check_gpus, simulate_step
     from sim.units import fmt_bytes, fmt_s
 

@@ -1,85 +1,70 @@
-"""Schemes side by side: every scheme (and ring layout) on one workload and cluster, each
-run summarized by sim.trace.metrics.scheme_row (makespan, exposed communication, bytes and
-memory per GPU, and what bounds it, in English and as sim.reasons clauses). `ringsim compare
---schemes` prints these rows; anything else (the dashboard) can call `compare_scheme_rows` the
-same way.
+"""Runs side by side on one workload and cluster: every layout of a scheme with overlap on
+and off (`ringsim compare`), and every scheme's variants (`ringsim compare --schemes`), each
+run summarized by sim.trace.metrics (comparison_row: the layout's makespan, efficiency,
+imbalance and exposed communication; scheme_row: makespan, exposed communication, bytes and
+memory per GPU, and what bounds it, in English and as sim.reasons clauses). The command line
+prints these rows; the dashboard makes the same ones through its cached runs (`metrics_of`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from sim.errors import RingsimError
-from sim.reasons import Clause, clause, english
-from sim.scenario.config import PLACEMENTS, Scenario, layouts_for
+from sim.scenario.config import Scenario
+from sim.scenario.resolve import vary
+from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
+from sim.schemes.base import Variant, layouts_for
 
 
-def scheme_variants(scenario: Scenario) -> list[tuple[str, Clause | None, dict[str, Any]]]:
-    """What `compare --schemes` runs for each scheme: (scheme, variant, Scenario changes), the
-    variant a sim.reasons clause (None for a scheme with one way to run; `variant_name` is
-    its English). ring: each layout, overlap on; allgather: one gather, and pipelined per K/V
-    head; ulysses: every GPU; hybrid: every split u x r with 1 < u < N that the heads allow,
-    both placements where they differ (across nodes, or on a PCIe node)."""
+def layout_variants(scenario: Scenario) -> list[Scenario]:
+    """What `ringsim compare` runs: the scenario on every layout worth trying for its
+    workload (sim.schemes.base.layouts_for), overlap on, then off."""
+    return [scenario.with_(layout=layout, overlap=overlap)
+            for layout in layouts_for(scenario.workload) for overlap in (True, False)]
+
+
+def compare_layout_rows(scenario: Scenario, hardware: Any = None,
+                        metrics_of: Callable[[Scenario], Any] | None = None) -> list[dict[str, Any]]:
+    """A `sim.trace.metrics.comparison_row` of each of layout_variants; `metrics_of` (a
+    scenario's metrics) replaces simulating each here on `hardware`."""
+    from sim.engine.play import simulate
+    from sim.trace.metrics import comparison_row, compute_metrics
+
+    metrics_of = metrics_of or (lambda sc: compute_metrics(simulate(sc, hardware)))
+    return [comparison_row(sc.layout, sc.overlap, metrics_of(sc)) for sc in layout_variants(scenario)]
+
+
+def scheme_variants(scenario: Scenario) -> list[tuple[str, Variant]]:
+    """What `compare --schemes` runs for each scheme, in the registry's order: (scheme, its
+    variant), each scheme's own (sim.schemes.base.Scheme.variants) for the scenario's
+    workload on its GPUs. `vary(scenario, scheme, variant.values)` makes the run."""
     w, hw, n = scenario.workload, scenario.hardware, scenario.n_gpus
-    plain = dict(ulysses_degree=None, ring_degree=None, placement="ulysses-inner", head_groups=1)
-    out: list[tuple[str, Clause | None, dict[str, Any]]] = []
-    for scheme in scheme_names():
-        if scheme == "ring":
-            out += [("ring", clause("variant.ring", layout=layout), dict(plain, layout=layout, overlap=True))
-                    for layout in layouts_for(w)]
-        elif scheme == "allgather":
-            # packed documents: on contiguous shards, as the llama3 varlen variant runs
-            gather = dict(plain, layout="contiguous") if scenario.packed else plain
-            out.append(("allgather", clause("variant.one-gather"), dict(gather)))
-            if w.kv_heads > 1:
-                out.append(("allgather", clause("variant.head-groups", groups=w.kv_heads),
-                            dict(gather, head_groups=w.kv_heads)))
-        elif scheme == "ulysses":
-            out.append(("ulysses", clause("variant.degree", degree=n), dict(plain)))
-        elif scheme == "hybrid":
-            from sim.schemes.hybrid import degree_fits
-
-            # every split u x r of the GPUs the heads allow (1 x N is the ring, N x 1
-            # Ulysses: listed as those schemes), each placement where it decides what the
-            # flows cross: across nodes, or the switches and sockets of a PCIe node
-            placements = PLACEMENTS if n > hw.gpus_per_node or hw.pcie is not None else PLACEMENTS[:1]
-            for u in (d for d in range(n - 1, 1, -1) if n % d == 0 and degree_fits(w, d)):
-                for placement in placements:
-                    label = (clause("variant.split-placed", ulysses=u, ring=n // u, placement=placement)
-                             if len(placements) > 1 else clause("variant.split", ulysses=u, ring=n // u))
-                    out.append(("hybrid", label, dict(plain, ulysses_degree=u, ring_degree=n // u,
-                                                      placement=placement)))
-        else:
-            out.append((scheme, None, dict(plain)))
-    return out
-
-
-def variant_name(variant: Clause | None) -> str:
-    """A variant of `scheme_variants` as the rows name it: its English ("" for none)."""
-    return "" if variant is None else english(variant)
+    return [(name, v) for name in scheme_names() for v in get_scheme(name).variants(w, hw, n)]
 
 
 def compare_scheme_rows(scenario: Scenario, hardware=None, schemes: Sequence[str] | None = None
                         ) -> list[dict[str, Any]]:
-    """A `sim.trace.metrics.scheme_row` for every variant of `schemes` (all when None), with
-    the variant's clause (`variant_clause`); a variant the configuration refuses gets a row with
-    its reason (`refused`, and `refused_clause` where sim.reasons knows the reason)."""
+    """A `sim.trace.metrics.scheme_row` for every variant of `schemes` (all when None) of
+    the scenario, with the variant's clause (`variant_clause`); a variant the configuration
+    refuses gets a row with its reason (`refused`, and `refused_clause` where sim.reasons
+    knows the reason)."""
     from sim.engine.play import simulate
     from sim.trace.metrics import compute_metrics, scheme_row
 
     out = []
-    for scheme, variant, changes in scheme_variants(scenario):
+    for scheme, variant in scheme_variants(scenario):
         if schemes is not None and scheme not in schemes:
             continue
         try:
-            sc = scenario.with_(scheme=scheme, **changes)
+            sc = vary(scenario, scheme, variant.values)
         except RingsimError as e:
-            out.append({"scheme": scheme, "variant": variant_name(variant), "refused": str(e),
-                        "variant_clause": variant, "refused_clause": e.reason})
+            out.append({"scheme": scheme, "variant": variant.name, "refused": str(e),
+                        "variant_clause": variant.label, "refused_clause": e.reason})
             continue
         trace = simulate(sc, hardware, player="recurrence")
-        out.append({**scheme_row(scheme, variant_name(variant), trace, compute_metrics(trace)),
-                    "variant_clause": variant})
+        out.append({**scheme_row(scheme, variant.name, trace, compute_metrics(trace)),
+                    "variant_clause": variant.label})
         del trace
     return out

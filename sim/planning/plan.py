@@ -1,15 +1,14 @@
 """Plan a long-context run: which scheme, which degrees, which layout, and does it fit.
 
 Given a model (sim.scenario.models), a sequence length and batch and a cluster, `plan` lists every
-sequence-parallel candidate over all the GPUs that the shapes allow: the ring with each
-layout; the all-gather with each head-group count that divides the K/V heads; Ulysses
-over every GPU; and each hybrid Ulysses degree u x ring degree r = N with each placement
-(both only when the GPUs span nodes or a node is a PCIe fabric, whose switches and
-sockets the placement decides the crossings of) and ring layout. A candidate the configuration
-refuses (a degree that does not divide the heads, a length that does not cut into the
-layout's chunks) is listed as not possible, with the reason. The others are simulated
-(sim.planning.sweep, in this process or on Dask) exactly as `ringsim simulate` would run the
-command each candidate carries.
+sequence-parallel candidate over all the GPUs: each scheme's own (sim.schemes.base.Scheme.candidates,
+in the registry's order: the ring with each layout; the all-gather with each head-group count
+that divides the K/V heads; each hybrid Ulysses degree u x ring degree r = N with each
+placement where it decides what the flows cross, and each ring layout; Ulysses over every
+GPU). A candidate the configuration refuses (a degree that does not divide the heads, a
+length that does not cut into the layout's chunks) is listed as not possible, with the
+reason. The others are simulated (sim.planning.sweep, in this process or on Dask) exactly as
+`ringsim simulate` would run the command each candidate carries.
 
 Only attention is modelled, one layer at a time, for the pass chosen (forward, backward
 or both). Time per step = the layer's attention makespan x the model's layers (the
@@ -39,16 +38,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from sim.cli.options import scenario_from_args, table
+from sim.cli.options import table
 from sim.errors import RingsimError
-from sim.layouts import NAMES as LAYOUTS
-from sim.layouts.packed import LAYOUTS as PACKED_LAYOUTS
+from sim.hardware.cluster import Hardware
 from sim.planning.spec import Config, configs_from
 from sim.planning.sweep import Runner, run_configs
 from sim.reasons import Clause, clause, english
-from sim.scenario.config import PLACEMENTS, Scenario
+from sim.scenario.config import Scenario, Workload
 from sim.scenario.documents import bounds as doc_bounds
 from sim.scenario.models import Model
+from sim.scenario.resolve import hardware_of, scenario_of, workload_of
+from sim.scenario.schema import SCHEME_OPTIONS
+from sim.schemes import get as get_scheme
+from sim.schemes import names as scheme_names
+from sim.schemes.base import Variant
 from sim.units import fmt_bytes, fmt_s, parse_count, require_whole
 
 ADAM_BYTES_PER_PARAM = 16
@@ -191,62 +194,18 @@ class PlanRequest:
                 **({"docs": self.docs, "seed": self.seed} if self.docs is not None else {}),
                 **({"window": self.window} if self.window is not None else {})}
 
-    @property
-    def pcie_node(self) -> bool:
-        """Whether a node is a PCIe fabric (sim.hardware.pcie), where which ranks share a switch or a
-        socket decides what a hop or an all-to-all crosses."""
-        if any(v is not None for v in self.pcie.values()):
-            return True
-        if self.cluster is None:
-            return False
-        from sim.hardware.presets import cluster_preset
-
-        return cluster_preset(self.cluster).pcie is not None
 
 
 # --- candidates ------------------------------------------------------------------------------
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+SETTINGS = ("layout", *(o.name for o in SCHEME_OPTIONS))
+"""What a candidate's `settings` give, in this order: its layout, then its scheme's own."""
 
 
-def candidate_options(req: PlanRequest) -> list[dict[str, Any]]:
-    """Every candidate's simulate options, before the configuration's own checks."""
-    base = req.base_options()
-    n = req.n_gpus
-    layouts = PACKED_LAYOUTS if req.packed else LAYOUTS
-    out = [dict(base, scheme="ring", layout=layout) for layout in layouts]
-    # on packed documents the all-gather runs on contiguous shards (llama3's varlen variant)
-    gather = {"layout": "contiguous"} if req.packed else {}
-    out += [dict(base, scheme="allgather", **gather, **{"head-groups": g}) for g in _divisors(req.model.kv_heads)]
-    out.append(dict(base, scheme="ulysses"))
-    placements = PLACEMENTS if n > req.gpus_per_node or req.pcie_node else PLACEMENTS[:1]
-    for u in _divisors(n)[1:-1]:
-        for placement in placements:
-            for layout in layouts:
-                out.append(dict(base, scheme="hybrid", **{"ulysses-degree": u, "ring-degree": n // u},
-                                placement=placement, layout=layout))
-    return out
-
-
-def _scenario(config: Config) -> Scenario:
-    from sim.planning.sweep import _parser
-
-    return scenario_from_args(_parser().parse_args(config.argv))
-
-
-def _variant(options: dict[str, Any]) -> Clause:
-    """What sets a candidate apart within its scheme, as a sim.reasons clause."""
-    s = options["scheme"]
-    if s == "ring":
-        return clause("variant.layout", layout=options["layout"])
-    if s == "allgather":
-        g = options["head-groups"]
-        return clause("variant.one-gather") if g == 1 else clause("variant.head-groups", groups=g)
-    if s == "ulysses":
-        return clause("variant.degree", degree=options["gpus"])
-    return clause("variant.hybrid", ulysses=options["ulysses-degree"], ring=options["ring-degree"],
-                  placement=options["placement"], layout=options["layout"])
+def candidates(workload: Workload, hardware: Hardware, n_gpus: int) -> list[tuple[str, Variant]]:
+    """Every scheme's candidates on `n_gpus` GPUs (sim.schemes.base.Scheme.candidates), in the
+    registry's order: (scheme, candidate)."""
+    return [(name, v) for name in scheme_names() for v in get_scheme(name).candidates(workload, hardware, n_gpus)]
 
 
 # --- memory ------------------------------------------------------------------------------------
@@ -322,31 +281,33 @@ def plan(req: PlanRequest, runner: Runner | None = None,
          on_progress: Callable[[int, int], None] | None = None) -> Plan:
     """Simulate every legal candidate and rank them (see the module's docstring)."""
     t0 = time.perf_counter()
-    options_list = candidate_options(req)
+    base = req.base_options()
+    hardware = hardware_of(base)
+    tried = candidates(workload_of(base), hardware, req.n_gpus)
+    options_list = [base | {"scheme": scheme} | v.values for scheme, v in tried]
     configs = configs_from(options_list)
-    legal: list[tuple[dict[str, Any], Config, Scenario]] = []
+    legal: list[tuple[dict[str, Any], Variant, Config, Scenario]] = []
     not_possible = []
-    for opts, config in zip(options_list, configs):
+    for opts, (_, variant), config in zip(options_list, tried, configs):
         try:
-            legal.append((opts, config, _scenario(config)))
+            legal.append((opts, variant, config, scenario_of(config.values, hardware)))
         except RingsimError as e:
-            reason, variant = _why_not(opts, e), _variant(opts)
-            not_possible.append({"scheme": opts["scheme"], "variant": english(variant),
+            reason = _why_not(opts, e)
+            not_possible.append({"scheme": opts["scheme"], "variant": variant.name,
                                  "reason": str(e) if reason is None else english(reason),
-                                 "variant_clause": variant, "reason_clause": reason})
-    rows = run_configs([c for _, c, _ in legal], runner, on_progress)
+                                 "variant_clause": variant.label, "reason_clause": reason})
+    rows = run_configs([c for _, _, c, _ in legal], runner, on_progress)
     capacity = next((r["memory_bytes"] for r in rows if r.get("memory_bytes")), None)
     cap, limit = memory_limit_bytes(req, capacity)
-    candidates, failed = [], []
-    for (opts, config, scenario), row in zip(legal, rows):
-        variant = _variant(opts)
+    out, failed = [], []
+    for (opts, variant, config, scenario), row in zip(legal, rows):
         if row.get("error"):
-            failed.append({"scheme": opts["scheme"], "variant": english(variant), "error": row["error"],
-                           "variant_clause": variant})
+            failed.append({"scheme": opts["scheme"], "variant": variant.name, "error": row["error"],
+                           "variant_clause": variant.label})
             continue
         mem = plan_memory(req, scenario)
-        candidates.append({
-            "scheme": opts["scheme"], "variant": english(variant), "command": config.command,
+        out.append({
+            "scheme": opts["scheme"], "variant": variant.name, "command": config.command,
             "makespan_s": row["makespan_s"], "step_s": row["makespan_s"] * req.model.layers,
             "efficiency": row["efficiency"], "exposed_comm_s": row["exposed_comm_s"],
             "exposed_by_kind_s": {k: row[f"exposed_{k}_s"] for k in ("kv", "dkv", "ag", "rs", "a2a")
@@ -354,16 +315,15 @@ def plan(req: PlanRequest, runner: Runner | None = None,
             "load_imbalance": row["load_imbalance"], "bytes_per_gpu": row["bytes_per_gpu"],
             "peak_mem_bytes": mem["total"], "attention_mem_bytes": row["peak_mem_bytes"], "memory": mem,
             "fits": mem["total"] <= limit, "bound": row["explanation"],
-            "settings": {k: opts[k] for k in ("layout", "head-groups", "ulysses-degree", "ring-degree",
-                                               "placement") if k in opts},
-            "variant_clause": variant, "bound_clauses": row["explanation_clauses"],
+            "settings": {k: opts[k] for k in SETTINGS if k in opts},
+            "variant_clause": variant.label, "bound_clauses": row["explanation_clauses"],
         })
-    candidates.sort(key=lambda c: (not c["fits"], c["makespan_s"]))
-    for i, c in enumerate(candidates):
+    out.sort(key=lambda c: (not c["fits"], c["makespan_s"]))
+    for i, c in enumerate(out):
         c["rank"] = i + 1
-        why = _why(req, c, candidates, limit)
+        why = _why(req, c, out, limit)
         c["why"], c["why_clauses"] = english(why), why
-    return Plan(req, candidates, not_possible, cap, limit, time.perf_counter() - t0, failed)
+    return Plan(req, out, not_possible, cap, limit, time.perf_counter() - t0, failed)
 
 
 HEAD_REASONS = ("refused.heads", "refused.kv-heads")
@@ -372,8 +332,9 @@ HEAD_REASONS = ("refused.heads", "refused.kv-heads")
 
 def _why_not(opts: dict[str, Any], e: RingsimError) -> Clause | None:
     """Why the configuration refuses a candidate, as a clause (None where the refusal is not one
-    sim.reasons knows): for Ulysses and the hybrid a degree the heads refuse says so."""
-    if e.reason is not None and opts["scheme"] in ("ulysses", "hybrid") and e.reason["clause"] in HEAD_REASONS:
+    sim.reasons knows): for a scheme whose degree the heads bound, a degree they refuse says so."""
+    if (e.reason is not None and get_scheme(opts["scheme"]).limited_by_heads
+            and e.reason["clause"] in HEAD_REASONS):
         return clause("refused.head-count", reason=e.reason)
     return e.reason
 
@@ -426,11 +387,7 @@ def _why(req: PlanRequest, c: dict[str, Any], ranked: list[dict[str, Any]], limi
         if ratio is not None:
             out.append(clause("plan.slower", slower=ratio - 1) if ratio < 1.1 else clause("plan.times", ratio=ratio))
     out += c["bound_clauses"]
-    u = c["settings"].get("ulysses-degree", req.n_gpus if c["scheme"] == "ulysses" else None)
-    if u and u > req.model.kv_heads:
-        out.append(clause("plan.replicated", times=u // req.model.kv_heads, kv_heads=req.model.kv_heads))
-    if c["scheme"] == "allgather":
-        out.append(clause("plan.holds-all" if c["settings"]["head-groups"] == 1 else "plan.holds-group"))
+    out += get_scheme(c["scheme"]).plan_notes(c["settings"], req.n_gpus, req.model.kv_heads)
     return out
 
 

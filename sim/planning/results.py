@@ -18,7 +18,8 @@ from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 from sim.errors import RingsimError, one_line
-from sim.planning.spec import options
+from sim.planning.spec import column, value_kind
+from sim.scenario.schema import SCENARIO_OPTIONS
 
 FORMATS = ("parquet", "csv")
 
@@ -50,7 +51,7 @@ METRIC_COLUMNS = tuple(name for name, _ in _METRICS)
 @lru_cache(maxsize=None)
 def columns() -> tuple[tuple[str, str], ...]:
     """(name, kind) of every column, in order: key, the options, command, the metrics."""
-    return (("key", "str"), *((o.column, o.kind) for o in options()), ("command", "str"), *_METRICS)
+    return (("key", "str"), *((column(o), value_kind(o)) for o in SCENARIO_OPTIONS), ("command", "str"), *_METRICS)
 
 
 def column_names() -> tuple[str, ...]:

@@ -21,7 +21,6 @@ resolved option, defaults included: two spellings of one configuration share a k
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
@@ -32,10 +31,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
-from sim.cli.options import Parser, add_scenario_args
 from sim.errors import RingsimError
+from sim.scenario.option import ScenarioOption
 from sim.scenario.schema import SCENARIO_OPTIONS
-from sim.units import parse_count, tokens  # noqa: F401  (the spec reads sizes; callers import them here)
+from sim.units import parse_count
 
 OUTPUT_OPTIONS = ("json", "trace", "chrome_trace", "force")
 """simulate's options that write output: not part of a configuration."""
@@ -44,70 +43,46 @@ COLUMN_NAMES = {"pass_": "pass", "efficiency": "gpu_efficiency"}
 MAX_CONFIGS = 10_000_000
 """A spec that expands past this is refused before anything runs."""
 
-# --- simulate's options -------------------------------------------------------------------
+# --- simulate's options (sim.scenario.schema) ---------------------------------------------
 
-@dataclass(frozen=True)
-class Option:
-    """One of simulate's options, as the spec and the results table see it."""
-
-    dest: str
-    """argparse destination (`kv_heads`, `pass_`)."""
-    flag: str
-    """`--kv-heads`."""
-    kind: str
-    """int, float, str or bool (an on/off flag)."""
-    choices: tuple[Any, ...] | None
-    default: Any
-
-    @property
-    def column(self) -> str:
-        return COLUMN_NAMES.get(self.dest, self.dest)
-
-    @property
-    def name(self) -> str:
-        """The spec key: the flag without its dashes."""
-        return self.flag[2:]
+def column(o: ScenarioOption) -> str:
+    """The results table's column of an option."""
+    return COLUMN_NAMES.get(o.dest, o.dest)
 
 
-def simulate_parser() -> argparse.ArgumentParser:
-    """simulate's own parser (its scenario flags), without the rest of the command line."""
-    p = Parser(prog="ringsim simulate", add_help=False)
-    add_scenario_args(p)
-    return p
+def value_kind(o: ScenarioOption) -> str:
+    """int, float, str or bool: a size (tokens) is an int in a spec and a table."""
+    return "int" if o.kind == "tokens" else o.kind
 
 
 @lru_cache(maxsize=None)
-def options() -> tuple[Option, ...]:
-    """simulate's configuration options, in the order `ringsim simulate --help` lists them
-    (sim.scenario.schema); a size (tokens) is an int here."""
-    return tuple(Option(o.dest, o.flag, "int" if o.kind == "tokens" else o.kind, o.choices, o.default)
-                 for o in SCENARIO_OPTIONS)
-
-
-@lru_cache(maxsize=None)
-def _by_name() -> dict[str, Option]:
-    found: dict[str, Option] = {}
-    for o in options():
-        for name in (o.name, o.name.replace("-", "_"), o.dest, o.column):
+def _by_name() -> dict[str, ScenarioOption]:
+    found: dict[str, ScenarioOption] = {}
+    for o in SCENARIO_OPTIONS:
+        for name in (o.name, o.name.replace("-", "_"), o.dest, column(o)):
             found[name] = o
     return found
 
 
-def option(name: str) -> Option:
+_BY_DEST = {o.dest: o for o in SCENARIO_OPTIONS}
+
+
+def option(name: str) -> ScenarioOption:
     """The option a spec key names; RingsimError listing them otherwise."""
     o = _by_name().get(name)
     if o is None:
         if name.replace("-", "_") in OUTPUT_OPTIONS:
             raise RingsimError(f"{name!r} writes output; a sweep spec holds only configuration options")
         raise RingsimError(f"unknown option {name!r} in the sweep spec; simulate's options are "
-                           + ", ".join(o.name for o in options()))
+                           + ", ".join(o.name for o in SCENARIO_OPTIONS))
     return o
 
 
-def convert(o: Option, value: Any) -> Any:
+def convert(o: ScenarioOption, value: Any) -> Any:
     """A spec value as the option's type, checked as simulate would check it."""
     what = f"{o.name} value"
-    if o.kind == "bool":
+    kind = value_kind(o)
+    if kind == "bool":
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.strip().lower() in ("true", "false", "on", "off", "yes", "no"):
@@ -117,12 +92,12 @@ def convert(o: Option, value: Any) -> Any:
         if o.default is None:
             return None
         raise RingsimError(f"{what} must not be empty")
-    if o.kind == "int":
+    if kind == "int":
         if isinstance(value, int) and not isinstance(value, bool):
             v: Any = value          # simulate itself refuses one that is not positive
         else:
             v = parse_count(value, what)
-    elif o.kind == "float":
+    elif kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise RingsimError(f"{what} must be a number, got {value!r}")
         try:
@@ -202,9 +177,15 @@ class Config:
     @property
     def resolved(self) -> dict[str, Any]:
         """Every option (dest -> value), defaults filled in."""
-        out = {o.dest: o.default for o in options()}
+        out = {o.dest: o.default for o in SCENARIO_OPTIONS}
         out.update(self.given)
         return out
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The options given, by option name (sim.scenario.resolve's values): the rest are
+        their defaults."""
+        return {_BY_DEST[dest].name: value for dest, value in self.given}
 
     @property
     def key(self) -> str:
@@ -223,8 +204,7 @@ class Config:
 
     def columns(self) -> dict[str, Any]:
         """Its row's option columns: every option, resolved."""
-        by_dest = {o.dest: o for o in options()}
-        return {by_dest[d].column: v for d, v in self.resolved.items()}
+        return {column(_BY_DEST[d]): v for d, v in self.resolved.items()}
 
 
 def config_key(resolved: dict[str, Any]) -> str:
@@ -234,10 +214,9 @@ def config_key(resolved: dict[str, Any]) -> str:
 
 def argv_of(given: dict[str, Any]) -> list[str]:
     """simulate's arguments for {dest: value}; None leaves an option at its default."""
-    by_dest = {o.dest: o for o in options()}
     argv: list[str] = []
     for dest, value in given.items():
-        o = by_dest[dest]
+        o = _BY_DEST[dest]
         if o.kind == "bool":
             argv.append(o.flag if value else "--no-" + o.flag[2:])
         elif value is not None:

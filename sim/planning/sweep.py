@@ -24,14 +24,14 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from sim.cli.options import scenario_from_args, scheme_variant
 from sim.errors import RingsimError, one_line
 from sim.planning.results import METRIC_COLUMNS, ResultsFile
 from sim.planning.spec import Config
+from sim.scenario.resolve import resolve
+from sim.schemes import run_words
 
 MAX_BATCH = 256
 """Largest batch of configurations in one Dask task."""
@@ -52,28 +52,9 @@ WORKER_CONFIG = {
 
 # --- one configuration (runs wherever the sweep runs: here or on a worker) ------------------
 
-@lru_cache(maxsize=1)
-def _parser():
-    """simulate's parser, built once per process."""
-    from sim.planning.spec import simulate_parser
-
-    return simulate_parser()
-
-
-@lru_cache(maxsize=8)
-def _profile(path: str):
-    """The whole-hardware profile at `path`, or None for a GPU profile (the scenario's
-    hardware already carries it: sim.cli.main.hardware_from_args)."""
-    from sim.calibration.gpu_profile import is_gpu_profile
-    from sim.files import read_json
-    from sim.hardware.profile import profile_from_dict
-
-    d = read_json(path, what="profile", max_bytes=16 * 1024 * 1024)
-    return None if is_gpu_profile(d) else profile_from_dict(d, path)
-
-
-def simulate_config(argv: Sequence[str]) -> dict[str, Any]:
-    """The metric columns of one configuration (simulate's arguments), or its error.
+def simulate_config(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The metric columns of one configuration (its option values: Config.values), or its
+    error.
 
     Played with the wave player, which gives the SimPy player's times bit for bit (the
     engine's own promise; `ringsim simulate` uses SimPy)."""
@@ -82,12 +63,11 @@ def simulate_config(argv: Sequence[str]) -> dict[str, Any]:
     from sim.trace.metrics import compute_metrics, explain_clauses, scheme_row
 
     try:
-        a = _parser().parse_args(list(argv))
-        scenario = scenario_from_args(a)
-        hardware = _profile(a.profile) if a.profile else None
-        trace = simulate(scenario, hardware, player="recurrence")
+        run = resolve(values)
+        scenario = run.scenario
+        trace = simulate(scenario, run.profile, player="recurrence")
         m = compute_metrics(trace)
-        row = scheme_row(scenario.scheme, scheme_variant(scenario), trace, m)
+        row = scheme_row(scenario.scheme, run_words(scenario.describe()), trace, m)
     except Exception as e:   # noqa: BLE001 - a sweep records the failure and goes on
         return {"error": one_line(e)}
     out = {name: row.get(name) for name in METRIC_COLUMNS if name in row and name != "variant"}
@@ -105,9 +85,9 @@ def simulate_config(argv: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def run_batch(argvs: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+def run_batch(values: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """simulate_config of each: one Dask task."""
-    return [simulate_config(argv) for argv in argvs]
+    return [simulate_config(v) for v in values]
 
 
 def row_of(config: Config, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +153,7 @@ class Runner:
         return "this process"
 
     def execute(self, configs: Sequence[Config],
-                simulate: Callable[[Sequence[str]], dict[str, Any]] | None = None
+                simulate: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
                 ) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of finished rows (in completion order) until every configuration
         has its row. `simulate` (in this process only) replaces simulate_config."""
@@ -182,7 +162,7 @@ class Runner:
         if not self.on_dask:
             run = simulate or simulate_config
             for c in configs:
-                yield [row_of(c, run(c.argv))]
+                yield [row_of(c, run(c.values))]
             return
         yield from self._execute_dask(configs)
 
@@ -215,7 +195,7 @@ class Runner:
             done = as_completed()
 
             def submit(batch: list[Config]) -> None:
-                f = client.submit(run_batch, [c.argv for c in batch], pure=False)
+                f = client.submit(run_batch, [c.values for c in batch], pure=False)
                 pending[f] = batch
                 done.add(f)
 
@@ -325,7 +305,7 @@ class SweepResult:
 
 def sweep(configs: Sequence[Config], out: str, *, runner: Runner | None = None, fmt: str | None = None,
           fresh: bool = False, quiet: bool = False, stream=None,
-          simulate: Callable[[Sequence[str]], dict[str, Any]] | None = None) -> SweepResult:
+          simulate: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None) -> SweepResult:
     """Simulate every configuration not yet in `out` and merge its row into `out`.
     Ctrl-C (KeyboardInterrupt) merges what finished and is raised again."""
     runner = runner or Runner()

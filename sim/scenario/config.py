@@ -7,7 +7,7 @@ compute and link time are those of docs/design.md.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from sim.errors import RingsimError
@@ -19,20 +19,15 @@ from sim.scenario.documents import bounds as doc_bounds
 from sim.scenario.documents import check_spec as check_docs
 from sim.scenario.documents import check_window
 from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR, DTYPE_BYTES  # noqa: F401  (read here by many)
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import Settings
 from sim.schemes import get as get_scheme
 from sim.units import positive_ints
 
 PASSES = ("fwd", "bwd", "fwdbwd")
 LAYOUTS = LAYOUT_NAMES + DOC_LAYOUTS
-
-
-def layouts_for(workload: "Workload") -> tuple[str, ...]:
-    """The layouts worth comparing for a workload: the closed-form ones for one document;
-    with packed documents or a window also the documents' own (sim.layouts.packed)."""
-    return LAYOUTS if workload.docs is not None or workload.window is not None else LAYOUT_NAMES
 GRANULARITIES = ("exact", "tile")
 SYNCS = ("step", "buffered")
-PLACEMENTS = ("ulysses-inner", "ring-inner")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,8 +99,11 @@ class Scenario:
     hardware: Hardware = field(default_factory=Hardware)
     n_gpus: int = 8
     """Ranks in the sequence-parallel group."""
-    scheme: str = "ring"
-    """The sequence-parallel scheme (a module of sim.schemes): ring, ..."""
+    scheme: str = DEFAULT_SCHEME
+    """The sequence-parallel scheme (a module of sim.schemes)."""
+    settings: Settings | None = None
+    """The scheme's own settings, of its type (sim.schemes.base.Scheme.settings_type); None
+    (as given) stands for its defaults, and is replaced by them."""
     layout: str = "zigzag"
     """How tokens map to ranks: contiguous, striped or zigzag."""
     overlap: bool = True
@@ -118,32 +116,21 @@ class Scenario:
     """Work counted as exact unmasked pairs, or as tiles (a partial tile costs a full one)."""
     tile: int = 128
     """Tile edge in tokens when granularity is 'tile'."""
-    ulysses_degree: int | None = None
-    """ulysses and hybrid: GPUs in each all-to-all group (heads split that many ways);
-    None: every GPU for ulysses, the scheme's choice for hybrid."""
-    ring_degree: int | None = None
-    """hybrid: GPUs in each ring; ulysses_degree x ring_degree = n_gpus."""
-    placement: str = "ulysses-inner"
-    """hybrid: 'ulysses-inner' (each all-to-all group on consecutive ranks, inside a node;
-    the rings across nodes, as TransformerEngine's a2a+p2p) or 'ring-inner' (the reverse)."""
-    head_groups: int = 1
-    """allgather: K/V gathered and attended head group by head group, the next group's
-    gather behind the current group's compute (1: one gather, exposed)."""
 
     def __post_init__(self) -> None:
-        positive_ints(self, "n_gpus", "tile", "head_groups")
-        for name in ("ulysses_degree", "ring_degree"):
-            if getattr(self, name) is not None:
-                positive_ints(self, name)
+        positive_ints(self, "n_gpus", "tile")
         scheme = get_scheme(self.scheme)
+        if self.settings is None:
+            object.__setattr__(self, "settings", scheme.settings_type())
+        elif type(self.settings) is not scheme.settings_type:
+            raise RingsimError(f"settings of the {self.scheme} scheme are a {scheme.settings_type.__name__}, "
+                               f"got {self.settings!r}")
         if self.layout not in LAYOUTS:
             raise RingsimError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.sync not in SYNCS:
             raise RingsimError(f"sync must be step or buffered, got {self.sync!r}")
         if self.granularity not in GRANULARITIES:
             raise RingsimError(f"granularity must be exact or tile, got {self.granularity!r}")
-        if self.placement not in PLACEMENTS:
-            raise RingsimError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if self.workload.dtype not in self.hardware.gpu.peak_tflops and self.hardware.gpu.achieved_tflops is None:
             raise RingsimError(f"GPU {self.hardware.gpu.name} has no rate for {self.workload.dtype}")
         scheme.check(self)
@@ -181,11 +168,15 @@ class Scenario:
         return self.workload.seq // self.n_gpus
 
     def with_(self, **changes: Any) -> "Scenario":
+        """The scenario with `changes`; another scheme, given without its settings, takes
+        its defaults (`with_(scheme=DEFAULT_SCHEME)`: the plain ring)."""
+        if changes.get("scheme", self.scheme) != self.scheme:
+            changes.setdefault("settings", None)
         return replace(self, **changes)
 
     def describe(self) -> dict[str, Any]:
-        """The configuration for a trace's header: the common fields, and those the
-        scheme reads (sim.schemes.base.Scheme.settings), resolved."""
+        """The configuration for a trace's header: the common fields, and the scheme's own
+        settings as the run takes them (sim.schemes.base.Scheme.resolved_settings)."""
         w = asdict(self.workload)
         w["pass"] = w.pop("pass_")
         for name, default in (("docs", None), ("seed", 0), ("window", None)):
@@ -193,25 +184,24 @@ class Scenario:
                 del w[name]
         return {"workload": w, "n_gpus": self.n_gpus, "scheme": self.scheme, "layout": self.layout,
                 "overlap": self.overlap, "sync": self.sync, "granularity": self.granularity,
-                "tile": self.tile, **get_scheme(self.scheme).settings(self)}
-
-
-SCHEME_SETTINGS = ("ulysses_degree", "ring_degree", "placement", "head_groups")
-"""The Scenario fields a scheme may read (sim.schemes.base.Scheme.settings)."""
+                "tile": self.tile, **asdict(get_scheme(self.scheme).resolved_settings(self))}
 
 
 def scenario_from_config(config: dict[str, Any], hardware: Any = None) -> Scenario:
-    """The scenario a trace header describes (Scenario.describe() shape): its scheme and the
-    settings the header records for it; on `hardware` when given, else the default."""
+    """The scenario a trace header describes (Scenario.describe() shape): its scheme (the
+    default where the header names none) and the settings the header records for it; on
+    `hardware` when given, else the default."""
     try:
         w = dict(config["workload"])
         w["pass_"] = w.pop("pass")
-        settings = {k: config[k] for k in SCHEME_SETTINGS if config.get(k) is not None}
+        scheme = config.get("scheme", DEFAULT_SCHEME)
+        own = fields(get_scheme(scheme).settings_type)
+        settings = get_scheme(scheme).settings_type(**{f.name: config[f.name] for f in own
+                                                       if config.get(f.name) is not None})
         extra = {} if hardware is None else {"hardware": hardware}
-        return Scenario(workload=Workload(**w), n_gpus=config["n_gpus"], scheme=config.get("scheme", "ring"),
+        return Scenario(workload=Workload(**w), n_gpus=config["n_gpus"], scheme=scheme, settings=settings,
                         layout=config["layout"], overlap=config["overlap"], sync=config.get("sync", "step"),
-                        granularity=config.get("granularity", "exact"), tile=config.get("tile", 128),
-                        **settings, **extra)
+                        granularity=config.get("granularity", "exact"), tile=config.get("tile", 128), **extra)
     except RingsimError as e:
         raise RingsimError(f"the trace's configuration is not a valid scenario: {e}") from None
     except (KeyError, TypeError, AttributeError) as e:

@@ -1,77 +1,30 @@
 """The scenario's options, declared once: every workload, hardware and schedule flag of
-`ringsim simulate`, with its kind, default, choices, help text, the heading `--help` lists
-it under and the key of the dashboard's control for it. The argparse flags (sim.cli.options),
-the options of sweep specs and result columns (sim.planning.spec) and the dashboard's controls
-(dashboard.state) are all made from SCENARIO_OPTIONS. A default is the field's own where
-the configuration dataclasses (sim.scenario.config) have one; the hardware flags default to None,
-which leaves the preset's value.
+`ringsim simulate` (sim.scenario.option.ScenarioOption: its kind, default, choices, help
+text, the heading `--help` lists it under and the key of the dashboard's control for it).
+The workload, hardware and common schedule options are declared here; each scheme's own
+are its module's (sim.schemes.base.Scheme.options), collected here after `--scheme`, scheme
+by scheme in the registry's order, an option two schemes share once. The argparse flags
+(sim.cli.options), the options of sweep specs and result columns (sim.planning.spec), the
+dashboard's controls (dashboard.state) and the resolver (sim.scenario.resolve) all read
+SCENARIO_OPTIONS. A default is the field's own where the configuration dataclasses
+(sim.scenario.config) have one; the hardware flags default to None, which leaves the
+preset's value.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, fields
 from typing import Any
 
 from sim.errors import RingsimError
 from sim.hardware.cluster import Gpu, Hardware
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
-from sim.scenario.config import GRANULARITIES, LAYOUTS, PASSES, PLACEMENTS, SYNCS, Scenario, Workload
+from sim.scenario.config import GRANULARITIES, LAYOUTS, PASSES, SYNCS, Scenario, Workload
+from sim.scenario.option import ScenarioOption
 from sim.scenario.quantities import DTYPE_BYTES
+from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
-
-KINDS = ("int", "float", "str", "bool", "tokens")
-"""int, float, str; bool: an on/off flag (`--causal`, `--no-causal`); tokens: a whole
-number that also takes sizes such as 64k or 1M (sim.units.tokens)."""
-GROUPS = ("workload", "hardware", "schedule")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScenarioOption:
-    """One option of the scenario."""
-
-    flag: str
-    """`--kv-heads`."""
-    kind: str
-    """One of KINDS."""
-    group: str
-    """The heading `--help` lists it under: one of GROUPS."""
-    default: Any = None
-    """Its value when not given; None for a hardware flag leaves the preset's value."""
-    choices: tuple[Any, ...] | None = None
-    """The values it takes, in the order `--help` lists them; None: any of its kind."""
-    help: str | None = None
-    """Its line in `--help`, as plain text."""
-    metavar: str | None = None
-    """The name of its value in `--help` (None: the destination in capitals)."""
-    dest: str = ""
-    """argparse destination and Scenario-making attribute (`kv_heads`, `pass_`); blank:
-    the flag's name with underscores."""
-    url_key: str | None = None
-    """The key of the dashboard's control for it in the page's URL; None where the page
-    has no control for it. A key, once published, stays: old links use it."""
-    fallback: Any = None
-    """For a flag --cluster sets: its value when neither it nor --cluster is given
-    (--gpu: H100-SXM). None: none of its own (the default stands)."""
-
-    def __post_init__(self) -> None:
-        if not self.flag.startswith("--") or len(self.flag) < 3:
-            raise RingsimError(f"flag must start with --, got {self.flag!r}")
-        if self.kind not in KINDS:
-            raise RingsimError(f"kind of {self.flag} must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.group not in GROUPS:
-            raise RingsimError(f"group of {self.flag} must be one of {', '.join(GROUPS)}, got {self.group!r}")
-        if self.choices is not None and self.default is not None and self.default not in self.choices:
-            raise RingsimError(f"default of {self.flag} ({self.default!r}) is not one of its choices")
-        if self.fallback is not None and self.default is not None:
-            raise RingsimError(f"{self.flag} has a default; a fallback stands only for a default of None")
-        if not self.dest:
-            object.__setattr__(self, "dest", self.name.replace("-", "_"))
-
-    @property
-    def name(self) -> str:
-        """The flag without its dashes (`kv-heads`): a sweep spec's key, a control's id."""
-        return self.flag[2:]
 
 
 def _field_defaults(cls: type) -> dict[str, Any]:
@@ -86,6 +39,21 @@ _gpu = _field_defaults(Gpu)
 
 def _on(value: bool) -> str:
     return "on" if value else "off"
+
+
+def _scheme_options() -> tuple[ScenarioOption, ...]:
+    """Every scheme's own options, scheme by scheme in the registry's order; an option two
+    schemes share (the same flag) once, and the same record in both."""
+    out: dict[str, ScenarioOption] = {}
+    for name in scheme_names():
+        for o in get_scheme(name).options:
+            if out.setdefault(o.flag, o) != o:
+                raise RingsimError(f"schemes declare {o.flag} twice, differently")
+    return tuple(out.values())
+
+
+SCHEME_OPTIONS = _scheme_options()
+"""The options of the schemes' own settings (sim.schemes.base.Scheme.options)."""
 
 
 SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
@@ -115,7 +83,7 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
                    help=f"seed of drawn documents (default {_w['seed']})"),
     ScenarioOption(flag="--window", kind="tokens", group="workload", default=_w["window"], url_key="window",
                    help="sliding-window attention: a query sees itself and window-1 keys before it"),
-    # hardware (sim.cli.options.hardware_from_args reads them)
+    # hardware (sim.scenario.resolve.hardware_of reads them)
     ScenarioOption(flag="--cluster", kind="str", group="hardware", url_key="cluster",
                    help=f"cluster preset, the defaults of the next five flags: {', '.join(CLUSTER_PRESETS)}"),
     ScenarioOption(flag="--gpu", kind="str", group="hardware", fallback="H100-SXM", url_key="gpu",
@@ -168,20 +136,7 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
     # schedule
     ScenarioOption(flag="--scheme", kind="str", group="schedule", default=_s["scheme"], choices=scheme_names(),
                    url_key="scheme", help=f"sequence-parallel scheme (default {_s['scheme']})"),
-    ScenarioOption(flag="--ulysses-degree", kind="int", group="schedule", default=_s["ulysses_degree"],
-                   url_key="ulysses_degree",
-                   help="ulysses, hybrid: GPUs per all-to-all group (ulysses: all of them; hybrid default: "
-                        "the largest that fits the heads and a node, leaving rings of two or more)"),
-    ScenarioOption(flag="--ring-degree", kind="int", group="schedule", default=_s["ring_degree"],
-                   url_key="ring_degree", help="hybrid: GPUs per ring (ulysses degree x ring degree = --gpus)"),
-    ScenarioOption(flag="--placement", kind="str", group="schedule", default=_s["placement"], choices=PLACEMENTS,
-                   url_key="placement",
-                   help="hybrid: all-to-all groups on consecutive ranks, inside a node (ulysses-inner, "
-                        "default, as TransformerEngine's a2a+p2p) or the rings (ring-inner)"),
-    ScenarioOption(flag="--head-groups", kind="int", group="schedule", default=_s["head_groups"],
-                   url_key="head_groups",
-                   help=f"allgather: gather and attend K/V head group by head group, each gather behind "
-                        f"the previous group's compute (default {_s['head_groups']}: one gather, exposed)"),
+    *SCHEME_OPTIONS,
     ScenarioOption(flag="--layout", kind="str", group="schedule", default=_s["layout"], choices=LAYOUTS,
                    url_key="layout", help=f"(default {_s['layout']})"),
     ScenarioOption(flag="--overlap", kind="bool", group="schedule", default=_s["overlap"], url_key="overlap",

@@ -32,7 +32,8 @@ when pipelined), so its memory grows with S, not S/N.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -41,17 +42,47 @@ from sim.errors import RingsimError
 from sim.hardware.topology import Topology
 from sim.layouts import get as get_layout
 from sim.layouts import packed
-from sim.reasons import clause, refusal
+from sim.reasons import Clause, clause, refusal
 from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
-from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings
+from sim.schemes.base import (
+    COMPUTE_KINDS,
+    PHASES,
+    BlockMap,
+    OpKind,
+    Scheme,
+    Settings,
+    TokenSplit,
+    Variant,
+    divisors,
+    setting_option,
+)
 from sim.trace.format import COMPUTE, Trace
+from sim.units import positive_ints
 
 if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
-    from sim.scenario.config import Scenario
+    from sim.hardware.cluster import Hardware
+    from sim.scenario.config import Scenario, Workload
 
 
 PACKED_LAYOUTS = ("contiguous", "zigzag")
 """The layouts the all-gather scheme runs packed documents on."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllgatherSettings(Settings):
+    head_groups: int = 1
+    """K/V gathered and attended head group by head group, the next group's gather behind
+    the current group's compute (1: one gather, exposed)."""
+
+    def __post_init__(self) -> None:
+        positive_ints(self, "head_groups")
+
+
+OPTIONS = (
+    setting_option(AllgatherSettings, "head_groups", flag="--head-groups", kind="int", url_key="head_groups",
+                   help="allgather: gather and attend K/V head group by head group, each gather behind the "
+                        "previous group's compute (default 1: one gather, exposed)"),
+)
 
 
 def triangle_pairs(c: int, granularity: str, tile: int) -> int:
@@ -100,14 +131,14 @@ def count_allgather_ops(scenario: Scenario) -> int:
     group, the gather's flows and as many take-ins (sim.engine.schedule.ScheduleBuilder.take_in),
     each rank's kernel calls (_pieces: two per query chunk under the mask, one without),
     and in backward the reduce-scatter's flows and their take-ins."""
-    w, n, groups = scenario.workload, scenario.n_gpus, scenario.head_groups
+    w, n, groups = scenario.workload, scenario.n_gpus, scenario.settings.head_groups
     flows = Topology.of(scenario.hardware, n).collective_flows()
     calls = n * (1 if scenario.packed else 4 if w.causal else 1)
     return sum(groups * (2 * flows + calls + (2 * flows if phase == "bwd" else 0)) for phase in PHASES[w.pass_])
 
 
 def build_allgather_schedule(scenario: Scenario) -> Schedule:
-    w, n, groups = scenario.workload, scenario.n_gpus, scenario.head_groups
+    w, n, groups = scenario.workload, scenario.n_gpus, scenario.settings.head_groups
     topo = Topology.of(scenario.hardware, n)
     b = ScheduleBuilder(n, topo.resource_names())
     ranks = np.arange(n)
@@ -229,7 +260,7 @@ def peak_memory_bytes(scenario: Scenario) -> dict[str, int]:
     the fp32 dQ accumulator and the fp32 dK/dV partial sums of the whole sequence (one
     buffer, or two groups' worth) that the reduce-scatter consumes.
     """
-    w, g = scenario.workload, scenario.head_groups
+    w, g = scenario.workload, scenario.settings.head_groups
     c, eb, bt, d = scenario.tokens_per_rank, w.elem_bytes, w.batch, w.head_dim
     held = min(g, 2) / g                     # the share of the heads whose K/V are held at once
     q = bt * w.heads * c * d
@@ -292,8 +323,7 @@ def block_map(trace: Trace) -> BlockMap:
 
 
 def _check(scenario: Scenario) -> None:
-    only_settings(scenario, "allgather", "head_groups")
-    w, n, g = scenario.workload, scenario.n_gpus, scenario.head_groups
+    w, n, g = scenario.workload, scenario.n_gpus, scenario.settings.head_groups
     if scenario.packed:
         if scenario.layout not in PACKED_LAYOUTS:
             raise RingsimError(f"allgather on packed documents runs on the {' or '.join(PACKED_LAYOUTS)} layout "
@@ -304,6 +334,46 @@ def _check(scenario: Scenario) -> None:
     if w.kv_heads % g:
         raise RingsimError(f"head groups ({g}) must divide the {w.kv_heads} K/V heads")
     Topology.of(scenario.hardware, n)._levels(n)
+
+
+def _gathered_on(workload: Workload) -> dict[str, Any]:
+    """The layout it runs on: packed documents on contiguous shards, as the llama3 varlen
+    variant runs them; else its own zigzag chunks (the default layout)."""
+    packed_docs = workload.docs is not None or workload.window is not None
+    return {"layout": "contiguous"} if packed_docs else {}
+
+
+def variants(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
+    """What a comparison runs: one gather, and pipelined per K/V head."""
+    on = _gathered_on(workload)
+    out = [Variant(clause("variant.one-gather"), dict(on))]
+    if workload.kv_heads > 1:
+        out.append(Variant(clause("variant.head-groups", groups=workload.kv_heads),
+                           on | {"head-groups": workload.kv_heads}))
+    return out
+
+
+def candidates(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
+    """What a plan tries: every head-group count that divides the K/V heads."""
+    on = _gathered_on(workload)
+    return [Variant(clause("variant.one-gather") if g == 1 else clause("variant.head-groups", groups=g),
+                    on | {"head-groups": g})
+            for g in divisors(workload.kv_heads)]
+
+
+def _groups(config: dict) -> int:
+    return config.get("head_groups", 1)
+
+
+def token_split(scenario: Scenario) -> TokenSplit:
+    if scenario.packed:          # on the packed layout it runs (contiguous or zigzag per document)
+        return TokenSplit(layout=scenario.layout, holders=scenario.n_gpus)
+    n = scenario.n_gpus
+    return TokenSplit(layout="zigzag", holders=n, pattern="chunk-pairs", numbers={"chunks": 2 * n, "last": 2 * n - 1})
+
+
+def plan_notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> list[Clause]:
+    return [clause("plan.holds-all" if values.get("head-groups", 1) == 1 else "plan.holds-group")]
 
 
 SCHEME = Scheme(
@@ -319,6 +389,15 @@ SCHEME = Scheme(
     },
     block_map=block_map,
     check=_check,
-    settings=lambda scenario: {"head_groups": scenario.head_groups},
+    settings_type=AllgatherSettings,
+    options=OPTIONS,
+    variants=variants,
+    candidates=candidates,
+    training_cp=True,
+    run_words=lambda config: "allgather, " + (
+        "one gather" if _groups(config) == 1 else f"pipelined over {_groups(config)} head groups"),
+    run_terms=lambda config: ("one", {}) if _groups(config) == 1 else ("groups", {"groups": _groups(config)}),
+    token_split=token_split,
+    plan_notes=plan_notes,
     count_ops=count_allgather_ops,
 )

@@ -4,24 +4,30 @@ A scheme is one module of this package that defines `SCHEME`, a `Scheme`: the sc
 builder (configuration -> sim.engine.schedule.Schedule, the only thing the engine plays), the
 memory model (bytes per rank, itemized), checks of a configuration beyond the common
 ones, the names and colours of its operation kinds (for figures and legends), and what
-the dashboard's block map shows. The engine looks a scheme up by name
-(`sim.schemes.get`) and knows nothing else of it.
+the dashboard's block map shows. It owns its settings (a `Settings` dataclass, which
+`Scenario.settings` holds when it is the scheme chosen) and the options that set them,
+the variants a comparison runs and the candidates a plan tries, and the words that name
+a run of it. The engine looks a scheme up by name (`sim.schemes.get`) and knows nothing
+else of it; nothing outside its module names it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from sim.errors import RingsimError
-from sim.reasons import Clause
+from sim.layouts import NAMES as ONE_DOCUMENT_LAYOUTS
+from sim.layouts.packed import LAYOUTS as PACKED_LAYOUTS
+from sim.reasons import Clause, english
+from sim.scenario.option import ScenarioOption
 from sim.trace.format import COMPUTE
 
 if TYPE_CHECKING:
     from sim.engine.schedule import Schedule
-    from sim.scenario.config import Scenario
+    from sim.hardware.cluster import Hardware
+    from sim.scenario.config import Scenario, Workload
     from sim.trace.format import Trace
 
 
@@ -62,6 +68,74 @@ class BlockMap:
     """What a chunk is, as a sim.reasons clause ("chunk (token order)", ...)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """A scheme's own settings: none (the ring's). A scheme with settings of its own
+    subclasses it: a frozen, keyword-only dataclass, one docstring per field, each value
+    checked in `__post_init__` (RingsimError naming the field)."""
+
+
+def setting_option(settings: type[Settings], name: str, **record: Any) -> ScenarioOption:
+    """The option (sim.scenario.option) that sets the field `name` of `settings`: its
+    destination is the field, its default the field's, its heading the schedule's."""
+    default = next(f.default for f in fields(settings) if f.name == name)
+    if default is MISSING:
+        raise TypeError(f"{settings.__name__}.{name} has no default for its option")
+    return ScenarioOption(dest=name, default=default, group="schedule", **record)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run a scheme, as a comparison or a plan tries it: what it is called (a
+    sim.reasons clause, None where the scheme runs one way), and the option values beside
+    `--scheme` that make it (its own settings, the layout or overlap it runs with), by
+    option name, in the order its command line gives them."""
+
+    label: Clause | None
+    values: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """What it is called in English, as a row names it ("" for none)."""
+        return "" if self.label is None else english(self.label)
+
+
+@dataclass(frozen=True)
+class TokenSplit:
+    """Which tokens each holder of a shard keeps, as the dashboard's layout strip draws
+    them before the scheme moves anything."""
+
+    layout: str
+    """The layout (sim.layouts, sim.layouts.packed) the shards follow."""
+    holders: int
+    """How many shards: one per GPU, or one per ring position of GPUs that share it."""
+    pattern: str = "layout"
+    """What the strip's title says: 'layout' (the layout on the GPUs), 'chunk-pairs'
+    (2N chunks, GPU i holds i and 2N-1-i), 'in-order' (token shards in order, before
+    an all-to-all to head shards) or 'ring-positions' (the layout over ring positions,
+    each shared by a group of GPUs)."""
+    groups: tuple[tuple[int, ...], ...] | None = None
+    """The GPUs of each holder; None: holder i is GPU i."""
+    numbers: dict[str, int] = field(default_factory=dict)
+    """The numbers the title gives besides the tokens and GPUs (`chunks`, `u`, ...)."""
+
+
+def layouts_for(workload: "Workload") -> tuple[str, ...]:
+    """The layouts worth comparing for a workload: the closed-form ones for one document
+    (sim.layouts); with packed documents or a window also the documents' own
+    (sim.layouts.packed)."""
+    packed = workload.docs is not None or workload.window is not None
+    return PACKED_LAYOUTS if packed else ONE_DOCUMENT_LAYOUTS
+
+
+def _one_variant(workload: "Workload", hardware: "Hardware", n_gpus: int) -> list[Variant]:
+    return [Variant(None, {})]
+
+
+def _no_notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> list[Clause]:
+    return []
+
+
 @dataclass(frozen=True)
 class Scheme:
     name: str
@@ -73,8 +147,49 @@ class Scheme:
     block_map: Callable[["Trace"], BlockMap]
     check: Callable[["Scenario"], None] = field(default=lambda scenario: None)
     """Raise RingsimError, one line, for a configuration this scheme cannot run."""
-    settings: Callable[["Scenario"], dict[str, Any]] = field(default=lambda scenario: {})
-    """The scheme's own Scenario fields, resolved (for Scenario.describe and tables)."""
+    settings_type: type[Settings] = Settings
+    """Its own settings, which Scenario.settings holds when it is the scheme chosen."""
+    options: tuple[ScenarioOption, ...] = ()
+    """The options its settings bring, one per field of `settings_type` that it offers as
+    a choice (the option's destination is the field); sim.scenario.schema lists them with
+    the common ones. A field another scheme's option already sets is set by that option
+    (resolve.settings_of) and need not be offered again."""
+    resolved_settings: Callable[["Scenario"], Settings] = field(default=lambda scenario: scenario.settings)
+    """Its settings as a run takes them, what it chooses itself filled in (a degree): the
+    trace header's (Scenario.describe)."""
+    gpu_shares: tuple[str, ...] = ()
+    """Its options whose values split the GPUs (degrees): at another GPU count they are
+    left to its own choice."""
+    ring_options: tuple[str, ...] = ()
+    """The ring's options it reads ('layout', 'overlap', 'sync') where it passes K/V
+    around a ring: the dashboard shows their controls for it."""
+    variants: Callable[["Workload", "Hardware", int], list[Variant]] = _one_variant
+    """What `ringsim compare --schemes` runs of it for a workload on the hardware's
+    GPUs: a few that show what its settings change."""
+    candidates: Callable[["Workload", "Hardware", int], list[Variant]] = _one_variant
+    """What `ringsim plan` tries of it: every setting worth trying on that many GPUs for
+    the workload's model (one the configuration refuses is listed as not possible)."""
+    training_cp: bool = False
+    """Whether the plan of a whole training step (sim.training.plan) tries it, with its
+    default settings, as the context-parallel scheme."""
+    run_words: Callable[[dict[str, Any]], str] = field(default=lambda config: "")
+    """A run of it in a few words, from its trace header (Scenario.describe): the
+    command line's and a sweep row's `variant` (sim.schemes.run_words)."""
+    run_terms: Callable[[dict[str, Any]], tuple[str, dict[str, Any]]] = field(default=lambda config: ("", {}))
+    """The same as data for the dashboard's languages: the form of its words ('' or one
+    of its own, such as 'groups') and the values they give, by name (an option's value
+    under its option's name); the dashboard's catalog holds the words under
+    run.<scheme>[.<form>]."""
+    token_split: Callable[["Scenario"], TokenSplit] = field(
+        default=lambda scenario: TokenSplit(layout=scenario.layout, holders=scenario.n_gpus))
+    """Which tokens each GPU (or group of GPUs) holds before anything moves."""
+    plan_notes: Callable[[Mapping[str, Any], int, int], list[Clause]] = _no_notes
+    """What a plan says of a candidate besides its time and memory, from its option
+    values, the GPUs and the model's K/V heads: sim.reasons clauses (`plan.replicated`,
+    K/V heads sent to more GPUs than there are; `plan.holds-all`, every GPU holds the
+    whole K/V; `plan.holds-group`, a head group of it)."""
+    limited_by_heads: bool = False
+    """Whether its degree is bounded by the heads (a refusal that names them says so)."""
     batches_in_order: Callable[["Scenario"], bool] = field(default=lambda scenario: False)
     """True where the schedule already makes every point-to-point hop wait for the batch
     each of its ranks posted before (sim.engine.queues): a device that queues its batches, as
@@ -86,12 +201,6 @@ class Scheme:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "summary": self.summary}
-
-
-_SETTING_DEFAULTS = {"ulysses_degree": None, "ring_degree": None, "placement": "ulysses-inner",
-                     "head_groups": 1}
-_SETTING_FLAGS = {"ulysses_degree": "--ulysses-degree", "ring_degree": "--ring-degree",
-                  "placement": "--placement", "head_groups": "--head-groups"}
 
 
 def ring_step_grid(trace: "Trace", work: np.ndarray, ring: int) -> np.ndarray:
@@ -114,8 +223,6 @@ def ring_step_grid(trace: "Trace", work: np.ndarray, ring: int) -> np.ndarray:
     return grid
 
 
-def only_settings(scenario: "Scenario", scheme: str, *own: str) -> None:
-    """RingsimError if the scenario sets a scheme setting other than `own`."""
-    for name, default in _SETTING_DEFAULTS.items():
-        if name not in own and getattr(scenario, name) != default:
-            raise RingsimError(f"{_SETTING_FLAGS[name]} ({name}) does not apply to the {scheme} scheme")
+def divisors(n: int) -> list[int]:
+    """Every whole number that divides n, ascending."""
+    return [d for d in range(1, n + 1) if n % d == 0]

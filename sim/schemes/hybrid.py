@@ -38,7 +38,8 @@ GPU: each GPU computes one causal S x S call on H/N heads.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -47,14 +48,67 @@ from sim.errors import RingsimError
 from sim.hardware.topology import Topology
 from sim.layouts import chunk_pair_work, chunks_of_rank, packed
 from sim.layouts import get as get_layout
-from sim.reasons import clause, refusal
+from sim.reasons import Clause, clause, refusal
 from sim.scenario.quantities import ACCUM_BYTES
-from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
+from sim.schemes import ring
+from sim.schemes.base import (
+    COMPUTE_KINDS,
+    PHASES,
+    BlockMap,
+    OpKind,
+    Scheme,
+    Settings,
+    TokenSplit,
+    Variant,
+    divisors,
+    layouts_for,
+    ring_step_grid,
+    setting_option,
+)
 from sim.schemes.ring import build_ring_schedule, count_ring_ops
 from sim.trace.format import Trace
+from sim.units import positive_ints
 
 if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
+    from sim.hardware.cluster import Hardware
     from sim.scenario.config import Scenario, Workload
+
+PLACEMENTS = ("ulysses-inner", "ring-inner")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HybridSettings(Settings):
+    ulysses_degree: int | None = None
+    """GPUs in each all-to-all group (heads split that many ways); None: the largest that
+    fits the heads and a node and leaves rings of two or more (or N / ring_degree)."""
+    ring_degree: int | None = None
+    """GPUs in each ring; ulysses_degree x ring_degree = the scenario's GPUs."""
+    placement: str = "ulysses-inner"
+    """'ulysses-inner' (each all-to-all group on consecutive ranks, inside a node; the rings
+    across nodes, as TransformerEngine's a2a+p2p) or 'ring-inner' (the reverse)."""
+
+    def __post_init__(self) -> None:
+        for name in ("ulysses_degree", "ring_degree"):
+            if getattr(self, name) is not None:
+                positive_ints(self, name)
+        if self.placement not in PLACEMENTS:
+            raise RingsimError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+
+
+ULYSSES_DEGREE = setting_option(
+    HybridSettings, "ulysses_degree", flag="--ulysses-degree", kind="int", url_key="ulysses_degree",
+    help="ulysses, hybrid: GPUs per all-to-all group (ulysses: all of them; hybrid default: the largest that fits "
+         "the heads and a node, leaving rings of two or more)")
+"""The option of the all-to-all group's size (sim.schemes.ulysses takes it too)."""
+OPTIONS = (
+    ULYSSES_DEGREE,
+    setting_option(HybridSettings, "ring_degree", flag="--ring-degree", kind="int", url_key="ring_degree",
+                   help="hybrid: GPUs per ring (ulysses degree x ring degree = --gpus)"),
+    setting_option(HybridSettings, "placement", flag="--placement", kind="str", choices=PLACEMENTS,
+                   url_key="placement",
+                   help="hybrid: all-to-all groups on consecutive ranks, inside a node (ulysses-inner, default, as "
+                        "TransformerEngine's a2a+p2p) or the rings (ring-inner)"),
+)
 
 
 def kv_heads_per_gpu(workload: Workload, u: int) -> int:
@@ -81,7 +135,7 @@ def degree_fits(workload: Workload, u: int) -> bool:
 def degrees(scenario: Scenario) -> tuple[int, int]:
     """(u, r) of a hybrid scenario: as given, or u the largest degree that fits the
     heads, divides N, stays inside a node and leaves a ring of at least two."""
-    n, u, r = scenario.n_gpus, scenario.ulysses_degree, scenario.ring_degree
+    n, u, r = scenario.n_gpus, scenario.settings.ulysses_degree, scenario.settings.ring_degree
     if u is not None and r is not None:
         if u * r != n:
             raise RingsimError(f"ulysses degree {u} x ring degree {r} = {u * r}, not the {n} GPUs")
@@ -113,7 +167,7 @@ def ring_scenario(scenario: Scenario, u: int, r: int, pass_: str) -> Scenario:
     sub = type(w)(batch=w.batch, seq=w.seq, heads=w.heads // u, kv_heads=kv_heads_per_gpu(w, u),
                   head_dim=w.head_dim, dtype=w.dtype, causal=w.causal, pass_=pass_, docs=w.docs, seed=w.seed,
                   window=w.window)
-    return type(scenario)(workload=sub, hardware=scenario.hardware, n_gpus=r, scheme="ring",
+    return type(scenario)(workload=sub, hardware=scenario.hardware, n_gpus=r, scheme=ring.SCHEME.name,
                     layout=ring_layout(scenario, r), overlap=scenario.overlap, sync=scenario.sync,
                     granularity=scenario.granularity, tile=scenario.tile)
 
@@ -128,12 +182,10 @@ def count_hybrid_ops(scenario: Scenario, u: int | None = None, r: int | None = N
                for phase in PHASES[scenario.workload.pass_])
 
 
-def build_hybrid_schedule(scenario: Scenario, u: int | None = None, r: int | None = None) -> Schedule:
-    if u is None or r is None:
-        u, r = degrees(scenario)
+def build_hybrid_schedule(scenario: Scenario, u: int, r: int, placement: str) -> Schedule:
     w, n = scenario.workload, scenario.n_gpus
     topo = Topology.of(scenario.hardware, n)
-    grid = rank_grid(u, r, scenario.placement)                  # (r, u)
+    grid = rank_grid(u, r, placement)                           # (r, u)
     position = np.empty(n, dtype=np.int64)
     position[grid] = np.arange(r)[:, None]                      # each rank's ring position
     b = ScheduleBuilder(n, topo.resource_names())
@@ -279,7 +331,6 @@ def block_map_of(trace: Trace, u: int, r: int, placement: str) -> BlockMap:
 
 
 def _check(scenario: Scenario) -> None:
-    only_settings(scenario, "hybrid", "ulysses_degree", "ring_degree", "placement")
     u, r = degrees(scenario)
     check_degree(scenario.workload, u)
     if r > 1:
@@ -294,9 +345,9 @@ def _check_shards(scenario: Scenario) -> None:
         raise refusal("refused.shards", seq=scenario.workload.seq, shards=n, multiple=n)
 
 
-def _settings(scenario: Scenario) -> dict:
+def _resolved(scenario: Scenario) -> HybridSettings:
     u, r = degrees(scenario)
-    return {"ulysses_degree": u, "ring_degree": r, "placement": scenario.placement}
+    return HybridSettings(ulysses_degree=u, ring_degree=r, placement=scenario.settings.placement)
 
 
 def _block_map(trace: Trace) -> BlockMap:
@@ -307,6 +358,63 @@ def _block_map(trace: Trace) -> BlockMap:
     except (KeyError, TypeError, ValueError):
         raise RingsimError("the trace's header has no ulysses and ring degrees") from None
     return block_map_of(trace, u, r, placement)
+
+
+def _placements(hardware: Hardware, n_gpus: int) -> tuple[str, ...]:
+    """The placements worth trying: both where they decide what the flows cross (across
+    nodes, or the switches and sockets of a PCIe node), else the first."""
+    return PLACEMENTS if n_gpus > hardware.gpus_per_node or hardware.pcie is not None else PLACEMENTS[:1]
+
+
+def variants(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
+    """What a comparison runs: every split u x r with 1 < u < N that the heads allow
+    (1 x N is the ring and N x 1 Ulysses, listed as those schemes), largest u first, in
+    each placement worth trying."""
+    n = n_gpus
+    placements = _placements(hardware, n)
+    out = []
+    for u in (d for d in range(n - 1, 1, -1) if n % d == 0 and degree_fits(workload, d)):
+        for placement in placements:
+            label = (clause("variant.split-placed", ulysses=u, ring=n // u, placement=placement)
+                     if len(placements) > 1 else clause("variant.split", ulysses=u, ring=n // u))
+            out.append(Variant(label, {"ulysses-degree": u, "ring-degree": n // u, "placement": placement}))
+    return out
+
+
+def candidates(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
+    """What a plan tries: every split u x r with 1 < u < N, in each placement worth
+    trying and each layout of the rings."""
+    n = n_gpus
+    return [Variant(clause("variant.hybrid", ulysses=u, ring=n // u, placement=placement, layout=layout),
+                    {"ulysses-degree": u, "ring-degree": n // u, "placement": placement, "layout": layout})
+            for u in divisors(n)[1:-1] for placement in _placements(hardware, n) for layout in layouts_for(workload)]
+
+
+def split_of(scenario: Scenario, u: int, r: int, placement: str) -> TokenSplit:
+    """Which tokens each ring position holds: the rings' layout over r positions, each
+    position's tokens shared by its u GPUs (rank_grid); with one position, token shards
+    in order."""
+    if r == 1:
+        return TokenSplit(layout="contiguous", holders=scenario.n_gpus, pattern="in-order")
+    grid = rank_grid(u, r, placement)
+    return TokenSplit(layout=scenario.layout, holders=r, pattern="ring-positions",
+                      groups=tuple(tuple(int(x) for x in row) for row in grid), numbers={"positions": r, "u": u})
+
+
+def replicated(u: int | None, kv_heads: int) -> list[Clause]:
+    """The plan's note of K/V heads replicated by a degree above them."""
+    if u and u > kv_heads:
+        return [clause("plan.replicated", times=u // kv_heads, kv_heads=kv_heads)]
+    return []
+
+
+def plan_notes(values: Mapping[str, Any], n_gpus: int, kv_heads: int) -> list[Clause]:
+    return replicated(values.get("ulysses-degree"), kv_heads)
+
+
+def run_words(config: dict) -> str:
+    return (f"hybrid, ulysses {config['ulysses_degree']} x ring {config['ring_degree']}, {config['placement']}, "
+            f"{config['layout']} ring")
 
 
 OP_KINDS = {
@@ -320,11 +428,23 @@ SCHEME = Scheme(
     name="hybrid",
     summary="Ulysses x ring (USP): all-to-all to head shards inside groups of u GPUs, "
             "Ring Attention across rings of r GPUs, u x r = N",
-    build_schedule=build_hybrid_schedule,
+    build_schedule=lambda scenario: build_hybrid_schedule(scenario, *degrees(scenario), scenario.settings.placement),
     peak_memory=lambda scenario: peak_memory_bytes(scenario, *degrees(scenario)),
     op_kinds=OP_KINDS,
     block_map=_block_map,
     check=_check,
-    settings=_settings,
+    settings_type=HybridSettings,
+    options=OPTIONS,
+    resolved_settings=_resolved,
+    gpu_shares=("ulysses-degree", "ring-degree"),
+    ring_options=("layout", "overlap", "sync"),
+    variants=variants,
+    candidates=candidates,
+    run_words=run_words,
+    run_terms=lambda config: ("", {"u": config.get("ulysses_degree", "?"), "r": config.get("ring_degree", "?"),
+                                   "placement": config.get("placement", "ulysses-inner")}),
+    token_split=lambda scenario: split_of(scenario, *degrees(scenario), scenario.settings.placement),
+    plan_notes=plan_notes,
+    limited_by_heads=True,
     count_ops=count_hybrid_ops,
 )

@@ -52,10 +52,11 @@ from sim.layouts import block_extents, block_work_and_masks, chunk_pair_work, ch
 from sim.layouts import get as get_layout
 from sim.reasons import clause
 from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR
-from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, only_settings, ring_step_grid
+from sim.schemes.base import COMPUTE_KINDS, PHASES, BlockMap, OpKind, Scheme, Variant, layouts_for, ring_step_grid
 from sim.trace.format import Trace
 
 if TYPE_CHECKING:     # annotations only: sim.scenario.config imports the schemes
+    from sim.hardware.cluster import Hardware
     from sim.scenario.config import Scenario, Workload
 
 _ROWS = 1 << 18
@@ -441,9 +442,19 @@ def block_map(trace: Trace) -> BlockMap:
                     value_label=clause("blocks.ring-step"), axis_label=clause(lay.chunk_axis))
 
 
-def _check(scenario: Scenario) -> None:
-    scenario.check_layout_chunks()
-    only_settings(scenario, "ring")
+def variants(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
+    """What a comparison runs: every layout worth trying, overlap on."""
+    return [Variant(clause("variant.ring", layout=layout), {"layout": layout, "overlap": True})
+            for layout in layouts_for(workload)]
+
+
+def candidates(workload: Workload, hardware: Hardware, n_gpus: int) -> list[Variant]:
+    """What a plan tries: every layout worth trying."""
+    return [Variant(clause("variant.layout", layout=layout), {"layout": layout}) for layout in layouts_for(workload)]
+
+
+def run_words(config: dict) -> str:
+    return f"ring, {config['layout']} layout, overlap {'on' if config['overlap'] else 'off'}"
 
 
 SCHEME = Scheme(
@@ -457,7 +468,12 @@ SCHEME = Scheme(
         "dkv": OpKind("dK/dV", "#8ab833", "#7fc9c9"),
     },
     block_map=block_map,
-    check=_check,
+    check=lambda scenario: scenario.check_layout_chunks(),
+    ring_options=("layout", "overlap", "sync"),
+    variants=variants,
+    candidates=candidates,
+    training_cp=True,
+    run_words=run_words,
     # forward, step-synchronous or lock-step: a rank posts K/V hop k after hop k-1 was done
     # on both its ranks, and hop k waits for that on both ends (see _after), so the queue of
     # batches adds nothing; backward posts K/V hop k before dK/dV hop k-1 is done

@@ -25,12 +25,19 @@ from typing import Any, Callable
 
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
+from sim.planning.spec import configs_from, option
 from sim.reasons import LABEL_SEPARATOR, Clause, clause, english
 from sim.scenario.models import Model
+from sim.scenario.resolve import hardware_of
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import get as get_scheme
+from sim.schemes import names as scheme_names
+from sim.schemes.base import divisors
 from sim.training.step import Parallel, StepRequest, simulate_step
 
-SCHEMES = ("ring", "allgather")
-"""CP schemes tried: the zigzag ring and the all-gather (Llama 3's)."""
+CP_SCHEMES = tuple(name for name in scheme_names() if get_scheme(name).training_cp)
+"""CP schemes tried, each with its default settings (sim.schemes.base.Scheme.training_cp):
+the zigzag ring and the all-gather (Llama 3's)."""
 RECOMPUTES = ("none", "selective", "full")
 INTERLEAVES = (1, 2, 4)
 """Virtual stages per GPU tried when PP > 1: plain 1F1B and the interleaved schedule at two
@@ -56,16 +63,8 @@ class StepPlan:
 def request_hardware(req: Any) -> tuple[Hardware, list[str]]:
     """The hardware of a `sim.planning.plan.PlanRequest` (its cluster, GPU, links, nodes, PCIe
     flags) and the `ringsim` flags that give it."""
-    from sim.planning.plan import _scenario
-    from sim.planning.spec import configs_from
-
-    workload = ("gpus", "seq", "batch", "heads", "kv-heads", "head-dim", "dtype", "pass", "causal")
-    config = configs_from([{k: v for k, v in req.base_options().items() if k not in workload}])[0]
-    return _scenario(config).hardware, config.argv
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    config = configs_from([{k: v for k, v in req.base_options().items() if option(k).group == "hardware"}])[0]
+    return hardware_of(config.values), config.argv
 
 
 def step_argv(model: Model, seq: int, global_batch: int, par: Parallel) -> list[str]:
@@ -97,15 +96,15 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
                on_progress: Callable[[int, int], None] | None = None) -> StepPlan:
     t0 = time.perf_counter()
     splits = []
-    for tp in _divisors(gpus):
+    for tp in divisors(gpus):
         if tp > hardware.gpus_per_node:
             continue
-        for cp in _divisors(gpus // tp):
-            for pp in _divisors(gpus // (tp * cp)):
+        for cp in divisors(gpus // tp):
+            for pp in divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)
                 for zero in ((1, 3) if dp > 1 else (1,)):
                     for recompute in RECOMPUTES:
-                        for scheme in (SCHEMES if cp > 1 else ("ring",)):
+                        for scheme in (CP_SCHEMES if cp > 1 else (DEFAULT_SCHEME,)):
                             for overlap in ((False, True) if tp > 1 else (False,)):
                                 for v in (INTERLEAVES if pp > 1 else (1,)):
                                     splits.append(Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero,

@@ -97,6 +97,7 @@ from sim.hardware.cluster import Hardware
 from sim.hardware.gemm import FP8_PEAK_FACTOR, gemm_time
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.models import Model
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import Trace
 from sim.trace.metrics import compute_metrics
 from sim.training.pipeline import in_flight, pipeline_makespan, play_pipeline
@@ -142,7 +143,7 @@ class Parallel:
     """The dtype gradients are reduced and kept in (GRAD_BYTES): fp32, the frameworks'
     training default, or bf16 (Megatron's grad_reduce_in_fp32=False, as NeMo's
     benchmark recipes set it)."""
-    scheme: str = "ring"
+    scheme: str = DEFAULT_SCHEME
     """The CP scheme (sim.schemes) and its layout."""
     layout: str = "zigzag"
 
@@ -447,7 +448,7 @@ def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
     hw = req.hardware
     # the CP group's GPUs sit TP apart: as many of them share a node as TP leaves room for
     cp_hw = replace(hw, gpus_per_node=max(1, hw.gpus_per_node // p.tp), nics_per_node=None, pcie=None)
-    sc = Scenario(workload=w, hardware=cp_hw, n_gpus=p.cp, scheme=p.scheme if p.cp > 1 else "ring",
+    sc = Scenario(workload=w, hardware=cp_hw, n_gpus=p.cp, scheme=p.scheme if p.cp > 1 else DEFAULT_SCHEME,
                   layout=p.layout if p.cp > 1 else "contiguous")
     trace = simulate(sc, player="recurrence")
     return compute_metrics(trace).makespan_s, float(peak_memory(sc)["total"])

@@ -3,6 +3,8 @@ definitions of docs/design.md (fact 8) and a measured-looking trace built by han
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
@@ -11,8 +13,11 @@ from dashboard.client import CallbackClient
 from dashboard.state import CONTROL_IDS, defaults
 from sim.engine.play import simulate
 from sim.scenario.config import Scenario, Workload
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import get as get_scheme
 from sim.trace.format import Span, Trace
 from tests.reference import token_owner as owner  # noqa: F401  (the figure tests use it)
+from tests.sim.reference import run_by
 
 
 def chunk_tokens(layout: str, seq: int, n: int, chunk: int) -> np.ndarray:
@@ -24,9 +29,13 @@ def chunk_tokens(layout: str, seq: int, n: int, chunk: int) -> np.ndarray:
 
 
 def small_scenario(**kw) -> Scenario:
+    """A small scenario; the scheme's own settings given by their fields' names."""
     w = dict(seq=kw.pop("seq", 4096), heads=8, kv_heads=2, head_dim=64, dtype="bf16",
              causal=kw.pop("causal", True), pass_=kw.pop("pass_", "fwd"))
-    return Scenario(workload=Workload(**w), n_gpus=kw.pop("n_gpus", 4), **kw)
+    own = fields(get_scheme(kw.get("scheme", DEFAULT_SCHEME)).settings_type)
+    settings = {f.name: kw.pop(f.name) for f in own if f.name in kw}
+    return Scenario(workload=Workload(**w), n_gpus=kw.pop("n_gpus", 4),
+                    **run_by(kw.pop("scheme", DEFAULT_SCHEME), **settings), **kw)
 
 
 def measured_from(sim: Trace, factor: float, offset_s: float = 0.5, noise: float = 0.0,

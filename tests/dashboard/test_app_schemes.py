@@ -19,6 +19,7 @@ from sim.engine.play import simulate
 from sim.reasons import english
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.memory import peak_memory
+from sim.schemes import Settings
 from sim.schemes import get as get_scheme
 from sim.trace.metrics import compute_metrics
 from tests.dashboard.conftest import controls, measured_from, small_scenario
@@ -267,7 +268,7 @@ def test_the_questions_stay_on_the_ring():
     from dashboard.views.ring_animation import ring_scenario as quiz_scenario
 
     sc = quiz_scenario({"values": defaults() | {"scheme": "allgather", "head-groups": 4}})
-    assert (sc.scheme, sc.head_groups) == ("ring", 1)
+    assert (sc.scheme, sc.settings) == ("ring", Settings())
     assert Workload() == sc.workload
 
 

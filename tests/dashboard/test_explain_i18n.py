@@ -13,10 +13,10 @@ import pytest
 from dashboard import explain
 from dashboard.i18n import Translator
 from dashboard.views.plan import DEFAULTS, plan_data
-from sim.cli.options import scenario_from_args
+from sim.cli.options import simulate_parser, values_from_args
 from sim.planning.compare import compare_scheme_rows
-from sim.planning.spec import simulate_parser
 from sim.reasons import ENGLISH, WORDS, clause, english
+from sim.scenario.resolve import scenario_of
 from sim.schemes import names as scheme_names
 from tests.sim.test_reasons import example
 
@@ -84,7 +84,8 @@ def rows():
     parser = simulate_parser()
     out = {}
     for name, (args, scheme, variant, _) in SCENARIOS.items():
-        compared = compare_scheme_rows(scenario_from_args(parser.parse_args(args.split())), schemes=[scheme])
+        compared = compare_scheme_rows(scenario_of(values_from_args(parser.parse_args(args.split()))),
+                                       schemes=[scheme])
         out[name] = next(r for r in compared if (r["scheme"], r["variant"]) == (scheme, variant))
     return out
 
@@ -188,8 +189,8 @@ def test_other_refusals_in_indonesian():
 
 def test_a_refused_compared_variant_says_why_in_indonesian():
     """compare_scheme_rows's refused row carries the configuration's reason as a clause."""
-    rows = compare_scheme_rows(scenario_from_args(simulate_parser().parse_args(
-        "--gpus 8 --seq 16384 --heads 12 --kv-heads 4 --head-dim 64".split())), schemes=["ulysses"])
+    rows = compare_scheme_rows(scenario_of(values_from_args(simulate_parser().parse_args(
+        "--gpus 8 --seq 16384 --heads 12 --kv-heads 4 --head-dim 64".split()))), schemes=["ulysses"])
     refused = [r for r in rows if "refused" in r]
     assert [r["refused_clause"] for r in refused] == [clause("refused.heads", degree=8, heads=12)]
     for r in refused:

@@ -15,9 +15,14 @@ from dashboard.views.labels import FIGURE_TEXTS
 from dashboard.views.language import page_texts
 from dashboard.views.questions import ANSWERS, N_CHOICES
 from dashboard.views.schemes import SCHEME_TABLE_COLUMNS
+from sim.hardware.cluster import Hardware
 from sim.hardware.pcie import P2P_MODES
+from sim.planning.compare import scheme_variants
 from sim.reasons import ENGLISH, JOINERS, WORDS
-from sim.scenario.config import LAYOUTS, PLACEMENTS
+from sim.scenario.config import LAYOUTS, Scenario, Workload
+from sim.scenario.resolve import vary
+from sim.scenario.schema import scenario_option
+from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
 
 DASHBOARD = pathlib.Path(i18n.__file__).parent
@@ -48,11 +53,23 @@ def _keys_named_in_code() -> set[str]:
     return keys
 
 
+def _run_keys() -> set[str]:
+    """The words of a run of each scheme (dashboard.i18n.run_words: run.<scheme>[.<form>]),
+    for every variant a comparison runs (sim.schemes.base.Scheme.run_terms)."""
+    base = Scenario(workload=Workload(seq=4096, heads=8, kv_heads=4), hardware=Hardware(gpus_per_node=4), n_gpus=8)
+    out = set()
+    for scheme, variant in scheme_variants(base):
+        form, _ = get_scheme(scheme).run_terms(vary(base, scheme, variant.values).describe())
+        out.add(f"run.{scheme}" + (f".{form}" if form else ""))
+    return out
+
+
 def _key_families() -> set[str]:
-    """Keys the code makes from a name: a scheme's and a placement's label, a column of
-    the schemes' table, a sim.reasons clause, word and joiner (dashboard/explain.py), a text
-    of a view's chart (dashboard.views.labels.FIGURE_TEXTS)."""
-    return ({f"opt.scheme.{s}" for s in scheme_names()} | {f"opt.placement.{p}" for p in PLACEMENTS}
+    """Keys the code makes from a name: a scheme's and a placement's label, the words of a
+    run, a column of the schemes' table, a sim.reasons clause, word and joiner
+    (dashboard/explain.py), a text of a view's chart (dashboard.views.labels.FIGURE_TEXTS)."""
+    return ({f"opt.scheme.{s}" for s in scheme_names()} | _run_keys()
+            | {f"opt.placement.{p}" for p in scenario_option("placement").choices}
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
             | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | set(_reason_messages())
             | {f"line.pcie.p2p.{m}" for m in P2P_MODES}

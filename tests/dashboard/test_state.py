@@ -8,6 +8,10 @@ from dashboard.state import ControlError, defaults, query_from_values, scenario_
 from sim.engine.play import simulate
 from sim.hardware.cluster import Hardware, Link
 from sim.scenario.config import scenario_from_config
+from sim.schemes import Settings
+from sim.schemes.allgather import AllgatherSettings
+from sim.schemes.hybrid import HybridSettings
+from sim.schemes.ulysses import UlyssesSettings
 from tests.dashboard.conftest import small_scenario
 
 
@@ -45,7 +49,7 @@ def test_unreadable_url_parameters_are_ignored_and_reported():
     ({"heads": None}, "heads", "enter a whole number"),
     ({"efficiency": 2}, "efficiency", "efficiency"),
     ({"gpu": "custom"}, "tflops", "needs its achieved TFLOP/s"),
-    ({"link-gbps": -3}, "link-gbps", "bandwidth"),
+    ({"link-gbps": -3}, "link-gbps", "--link-gbps must be a positive"),
     ({"link-latency-us": -1}, "link-latency-us", "latency"),
     ({"link": "custom"}, "link-gbps", "bandwidth"),
     ({"tile": 0}, "tile", "positive"),
@@ -86,11 +90,11 @@ def test_scheme_settings_round_trip_through_the_url():
     back, ignored = values_from_query(query)
     assert back == values and ignored == []
     sc = scenario_from_values(back)
-    assert (sc.scheme, sc.ulysses_degree, sc.ring_degree, sc.placement, sc.layout) == (
-        "hybrid", 4, 8, "ring-inner", "striped")
+    assert (sc.scheme, sc.settings, sc.layout) == (
+        "hybrid", HybridSettings(ulysses_degree=4, ring_degree=8, placement="ring-inner"), "striped")
     back, _ = values_from_query("?scheme=allgather&head_groups=4")
     sc = scenario_from_values(back)
-    assert (sc.scheme, sc.head_groups) == ("allgather", 4)
+    assert (sc.scheme, sc.settings) == ("allgather", AllgatherSettings(head_groups=4))
 
 
 def test_settings_that_do_not_apply_leave_the_scenario_and_the_url():
@@ -98,11 +102,11 @@ def test_settings_that_do_not_apply_leave_the_scenario_and_the_url():
     values = defaults() | {"scheme": "ulysses", "head-groups": 4, "ulysses-degree": 2, "layout": "striped",
                            "overlap": False}
     sc = scenario_from_values(values)
-    assert (sc.head_groups, sc.ulysses_degree, sc.layout, sc.overlap) == (1, None, "zigzag", True)
+    assert (sc.settings, sc.layout, sc.overlap) == (UlyssesSettings(), "zigzag", True)
     assert sc.describe()["ulysses_degree"] == 8                # every GPU
     assert query_from_values(values) == "?scheme=ulysses"
     ring = scenario_from_values(values | {"scheme": "ring"})
-    assert (ring.head_groups, ring.layout, ring.overlap) == (1, "striped", False)
+    assert (ring.settings, ring.layout, ring.overlap) == (Settings(), "striped", False)
 
 
 def test_a_cluster_preset_sets_the_hardware_as_the_cli_does():
@@ -144,7 +148,7 @@ def test_nic_controls_shape_the_hardware():
     ({"scheme": "allgather", "gpus": 12, "seq": 98304}, "gpus", "whole nodes"),
     ({"scheme": "allgather", "seq": 1000}, "seq", "does not divide"),
     ({"nics-per-node": 3}, "nics-per-node", "must divide"),
-    ({"nic-gbps": -1}, "nic-gbps", "bandwidth"),
+    ({"nic-gbps": -1}, "nic-gbps", "--nic-gbps must be a positive"),
     ({"cluster": "dgx-z"}, "cluster", "choose one of"),
 ])
 def test_scheme_and_topology_mistakes_name_their_control(change, control, words):

@@ -10,6 +10,7 @@ from sim.engine.schedule import ComputeOp, TransferOp
 from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.model import HardwareModel
 from sim.scenario.config import BWD_FLOPS_FACTOR, Scenario, Workload
+from sim.schemes import get as get_scheme
 from sim.trace.format import STREAMS, Span
 from tests.reference import token_owner
 
@@ -89,6 +90,11 @@ def block_masks(layout, seq, n, causal):
                     if part.any() and not part.all():
                         out[r, s] = "diagonal"
     return out
+
+
+def run_by(scheme, **settings):
+    """Scenario keywords for `scheme` with its own settings (its Settings' fields)."""
+    return {"scheme": scheme, "settings": get_scheme(scheme).settings_type(**settings)}
 
 
 def hardware(tflops=100.0, gbps=100.0, latency_us=2.0, overhead_us=0.0):

@@ -106,11 +106,12 @@ PCIE = {
 
 
 def _compared(args: str, schemes=None) -> list[dict]:
-    from sim.cli.options import scenario_from_args
+    from sim.cli.options import simulate_parser, values_from_args
     from sim.planning.compare import compare_scheme_rows
-    from sim.planning.spec import simulate_parser
+    from sim.scenario.resolve import scenario_of
 
-    return compare_scheme_rows(scenario_from_args(simulate_parser().parse_args(args.split())), schemes=schemes)
+    return compare_scheme_rows(scenario_of(values_from_args(simulate_parser().parse_args(args.split()))),
+                               schemes=schemes)
 
 
 @pytest.mark.parametrize("args, schemes, want", [

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from dashboard import compute, figures
-from sim.cli.main import compare_rows
+from sim.planning.compare import compare_layout_rows
 from tests.dashboard.conftest import small_scenario
 
 
 def test_comparison_table_equals_the_cli_comparison():
     sc = small_scenario(n_gpus=4)
-    rows = compute.compare_table(sc)
-    assert rows == compare_rows(sc)
+    rows = compute.compare_table(sc)                  # cached runs, the wave player
+    assert rows == compare_layout_rows(sc)            # `ringsim compare`'s, SimPy
     fig = figures.comparison(rows)
     best = min(rows, key=lambda r: r["makespan_s"])
     assert fig.layout.meta["best"] == [best["layout"], best["overlap"]]

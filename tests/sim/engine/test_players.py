@@ -126,7 +126,7 @@ def test_scheme_schedules_with_shared_nics_play_the_same_on_both_players_and_the
     from sim.errors import RingsimError
     from sim.scenario.config import Scenario
     from sim.schemes import get
-    from tests.sim.reference import cluster, resources_of
+    from tests.sim.reference import cluster, resources_of, run_by
 
     n = per_node * nodes
     hw = cluster(gpus_per_node=per_node, nics_per_node=max(per_node // nic_share, 1), tflops=1e-3,
@@ -134,7 +134,7 @@ def test_scheme_schedules_with_shared_nics_play_the_same_on_both_players_and_the
     w = Workload(seq=16 * n, heads=4, kv_heads=2, head_dim=4, causal=causal, pass_=pass_)
     settings_ = {"allgather": dict(head_groups=groups), "hybrid": dict(placement=placement)}.get(scheme, {})
     try:
-        sc = Scenario(workload=w, hardware=hw, n_gpus=n, scheme=scheme, **settings_)
+        sc = Scenario(workload=w, hardware=hw, n_gpus=n, **run_by(scheme, **settings_))
     except RingsimError:
         assume(False)
     schedule = get(scheme).build_schedule(sc)

@@ -17,6 +17,7 @@ from sim.hardware.pcie import PCIE_X16_GBPS, SOCKET_LINKS, STAGED_SHARE, Pcie
 from sim.hardware.topology import Topology
 from sim.scenario.config import Scenario, Workload
 from sim.trace.metrics import compute_metrics
+from tests.sim.reference import run_by
 
 MB = 1 << 20
 ALPHA = 5e-6                       # the pcie4 / pcie5 link presets' latency
@@ -167,7 +168,7 @@ def test_the_players_agree_on_every_scheme_over_a_pcie_node():
                          ("hybrid", {"ulysses_degree": 2, "ring_degree": 4}),
                          ("hybrid", {"ulysses_degree": 4, "ring_degree": 2, "placement": "ring-inner"})]:
         for pass_ in ("fwd", "fwdbwd"):
-            sc = Scenario(workload=Workload(seq=16384, pass_=pass_), hardware=hw, n_gpus=8, scheme=scheme, **more)
+            sc = Scenario(workload=Workload(seq=16384, pass_=pass_), hardware=hw, n_gpus=8, **run_by(scheme, **more))
             a = compute_metrics(simulate(sc, player="recurrence")).makespan_s
             b = compute_metrics(simulate(sc, player="simpy")).makespan_s
             assert a == pytest.approx(b, rel=1e-12), (scheme, more, pass_)
@@ -234,25 +235,28 @@ def test_presets_name_their_sources_and_build():
 
 
 def test_compare_lists_every_split_in_both_placements_on_a_pcie_node():
-    from sim.planning.compare import scheme_variants, variant_name
+    from sim.planning.compare import scheme_variants
 
     sc = Scenario(workload=Workload(seq=32768), hardware=node(p2p="switch"), n_gpus=8)
-    hybrid = [variant_name(v) for s, v, _ in scheme_variants(sc) if s == "hybrid"]
+    hybrid = [v.name for s, v in scheme_variants(sc) if s == "hybrid"]
     assert hybrid == [f"{u} x {8 // u} {p}" for u in (4, 2) for p in ("ulysses-inner", "ring-inner")]
     # the placement decides what the flows cross: 2 x 4 with its all-to-all pairs under
     # one switch is faster than with its rings there
-    times = {p: compute_metrics(simulate(sc.with_(scheme="hybrid", ulysses_degree=2, ring_degree=4, placement=p),
+    times = {p: compute_metrics(simulate(sc.with_(**run_by("hybrid", ulysses_degree=2, ring_degree=4, placement=p)),
                                          player="recurrence")).makespan_s for p in ("ulysses-inner", "ring-inner")}
     assert times["ulysses-inner"] < times["ring-inner"]
 
 
 def test_the_planner_tries_both_placements_on_a_pcie_node():
-    from sim.planning.plan import candidate_options, request_from
+    from sim.planning.plan import candidates, request_from
     from sim.scenario.models import model_preset as get_model
+    from sim.scenario.resolve import hardware_of, workload_of
 
     def placements(**fields):
         req = request_from(get_model("llama3-8b"), seq="32k", pass_="fwd", **fields)
-        return {o["placement"] for o in candidate_options(req) if o["scheme"] == "hybrid"}
+        base = req.base_options()
+        return {v.values["placement"] for s, v in candidates(workload_of(base), hardware_of(base), req.n_gpus)
+                if s == "hybrid"}
 
     assert placements(cluster="pcie-l20") == {"ulysses-inner", "ring-inner"}
     assert placements(cluster="dgx-h100") == {"ulysses-inner"}

@@ -1,7 +1,6 @@
 """A profile prices a block of other heads than it measured by its extent, not its FLOPs
 (sim.hardware.profile: k measured blocks of the block's own extent, k = its heads / theirs)."""
 
-import dataclasses
 import json
 
 import pytest
@@ -103,7 +102,7 @@ def test_ulysses_computes_on_its_heads_and_the_ring_on_all_of_them():
     w = dict(heads=8, kv_heads=8, head_dim=D, dtype="fp32", layout="contiguous", causal=True)
     # Ulysses on 4 GPUs: one causal 3072 x 3072 call on 2 heads each, a quarter of the
     # measured 8-head block of that extent (the transfers aside)
-    u = simulate(dataclasses.replace(scenario(n=4, seq=3072, **w), scheme="ulysses"), p)
+    u = simulate(scenario(n=4, seq=3072, **w).with_(scheme="ulysses"), p)
     c = u.columns
     computes = c.stream == 0
     assert (c.end_s[computes] - c.start_s[computes]) == pytest.approx([T3072 / 4] * 4)

@@ -13,6 +13,7 @@ from sim.layouts.packed import LAYOUTS, Packed, block_tables, gathered_tables, r
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.documents import bounds, lengths
 from sim.trace.metrics import compute_metrics
+from tests.sim.reference import run_by
 
 
 def packed(docs: str | None, seq: int, n: int, layout: str, window: int | None = None,
@@ -115,7 +116,7 @@ def test_one_document_as_a_list_simulates_as_one_sequence():
 def test_every_scheme_computes_the_documents_pairs(scheme, layout):
     w = Workload(seq=8192, heads=8, kv_heads=4, docs="lognormal:median=700,sigma=1", seed=5)
     more = {"ulysses_degree": 2} if scheme == "hybrid" else {}
-    sc = Scenario(workload=w, n_gpus=4, scheme=scheme, layout=layout, **more)
+    sc = Scenario(workload=w, n_gpus=4, layout=layout, **run_by(scheme, **more))
     m = compute_metrics(simulate(sc))
     pairs = brute(packed(w.docs, w.seq, 1, "contiguous", seed=5)).sum()
     assert m.total_flops == pytest.approx(w.fwd_flops(pairs))
@@ -167,14 +168,16 @@ def test_a_sweep_gives_mean_and_worst_over_seeds(tmp_path, capsys):
 
 
 def test_the_planner_ranks_the_packed_layouts(capsys):
-    from sim.planning.plan import candidate_options, request_from
+    from sim.planning.plan import candidates, request_from
     from sim.scenario.models import model_preset as preset
+    from sim.scenario.resolve import hardware_of, workload_of
 
     req = request_from(preset("llama3-8b"), seq="64k", nodes=1, docs="lognormal:median=2k,sigma=1", seed=4)
-    options = candidate_options(req)
-    assert {o["layout"] for o in options if o["scheme"] == "ring"} == set(LAYOUTS)
-    assert {o.get("layout") for o in options if o["scheme"] == "allgather"} == {"contiguous"}
-    assert all(o["docs"] == req.docs and o["seed"] == 4 for o in options)
+    base = req.base_options()
+    assert base["docs"] == req.docs and base["seed"] == 4
+    tried = candidates(workload_of(base), hardware_of(base), req.n_gpus)
+    assert {v.values["layout"] for s, v in tried if s == "ring"} == set(LAYOUTS)
+    assert {v.values.get("layout") for s, v in tried if s == "allgather"} == {"contiguous"}
     assert main(["plan", "--model", "llama3-8b", "--seq", "64k", "--docs", "lognormal:median=2k,sigma=1",
                  "--seed", "4", "--top", "3"]) == 0
     out = capsys.readouterr().out

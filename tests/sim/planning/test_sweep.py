@@ -14,8 +14,9 @@ import pytest
 from sim.cli.main import main
 from sim.errors import RingsimError
 from sim.planning.results import read_rows
-from sim.planning.spec import Spec, expand_range, load_spec, parse_count
+from sim.planning.spec import Spec, expand_range, load_spec
 from sim.planning.sweep import Runner, simulate_config, sweep
+from sim.units import parse_count
 
 SMALL = {"gpus": [2, 4], "seq": ["4k", 8192], "scheme": ["ring", "ulysses"], "heads": 8, "kv-heads": 4}
 """8 configurations, each a few milliseconds."""
@@ -147,9 +148,9 @@ def test_a_failing_configuration_gets_its_error_and_the_sweep_goes_on(tmp_path):
 def test_a_resumed_sweep_simulates_only_the_new_configurations(tmp_path):
     calls = []
 
-    def counting(argv):
-        calls.append(list(argv))
-        return simulate_config(argv)
+    def counting(values):
+        calls.append(dict(values))
+        return simulate_config(values)
 
     out = str(tmp_path / "r.parquet")
     first = {**SMALL, "gpus": [2]}                                   # 4 of the 8
@@ -157,7 +158,7 @@ def test_a_resumed_sweep_simulates_only_the_new_configurations(tmp_path):
     assert len(calls) == 4
     calls.clear()
     r = sweep(list(Spec.from_dict(SMALL).configs()), out, quiet=True, simulate=counting)
-    assert len(calls) == 4 and all(argv[1] == "4" for argv in calls)
+    assert len(calls) == 4 and all(values["gpus"] == 4 for values in calls)
     assert (r.skipped, r.ran, r.rows) == (4, 4, 8)
     calls.clear()
     sweep(list(Spec.from_dict(SMALL).configs()), out, quiet=True, simulate=counting)
@@ -174,11 +175,11 @@ def test_ctrl_c_leaves_a_valid_partial_file_and_a_rerun_finishes(tmp_path):
 
     calls = []
 
-    def interrupted_at_the_fourth(argv):
-        calls.append(argv)
+    def interrupted_at_the_fourth(values):
+        calls.append(values)
         if len(calls) == 4:
             raise KeyboardInterrupt
-        return simulate_config(argv)
+        return simulate_config(values)
 
     out = str(tmp_path / "r.parquet")
     configs = list(Spec.from_dict(SMALL).configs())
@@ -188,7 +189,7 @@ def test_ctrl_c_leaves_a_valid_partial_file_and_a_rerun_finishes(tmp_path):
     assert table.num_rows == 3
     assert not os.path.exists(out + ".parts")
     calls.clear()
-    r = sweep(configs, out, quiet=True, simulate=lambda argv: calls.append(argv) or simulate_config(argv))
+    r = sweep(configs, out, quiet=True, simulate=lambda values: calls.append(values) or simulate_config(values))
     assert len(calls) == 5 and r.rows == 8
 
 
@@ -199,11 +200,11 @@ def test_parts_a_killed_run_left_are_picked_up(tmp_path):
     out = str(tmp_path / "r.parquet")
     configs = list(Spec.from_dict(SMALL).configs())
     results = ResultsFile(out)
-    results.add([row_of(c, simulate_config(c.argv)) for c in configs[:2]])
+    results.add([row_of(c, simulate_config(c.values)) for c in configs[:2]])
     results.flush()                 # as a run killed after its first part would leave it
     assert not os.path.exists(out)
     calls = []
-    r = sweep(configs, out, quiet=True, simulate=lambda argv: calls.append(argv) or simulate_config(argv))
+    r = sweep(configs, out, quiet=True, simulate=lambda values: calls.append(values) or simulate_config(values))
     assert (len(calls), r.skipped, r.rows) == (6, 2, 8)
 
 
@@ -338,11 +339,11 @@ def test_parts_a_killed_csv_run_left_are_picked_up(tmp_path):
     out = str(tmp_path / "r.csv")
     configs = list(Spec.from_dict(SMALL).configs())
     results = ResultsFile(out)
-    results.add([row_of(c, simulate_config(c.argv)) for c in configs[:3]])
+    results.add([row_of(c, simulate_config(c.values)) for c in configs[:3]])
     results.flush()                 # as a run killed after its first part would leave it
     assert not os.path.exists(out) and os.listdir(out + ".parts")
     calls = []
-    r = sweep(configs, out, quiet=True, simulate=lambda argv: calls.append(argv) or simulate_config(argv))
+    r = sweep(configs, out, quiet=True, simulate=lambda values: calls.append(values) or simulate_config(values))
     assert (len(calls), r.skipped, r.rows) == (5, 3, 8)
     with open(out, newline="") as f:
         assert len(list(csv.DictReader(f))) == 8

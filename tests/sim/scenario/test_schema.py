@@ -6,17 +6,28 @@ import argparse
 
 import pytest
 
-from dashboard.state import CONTROLS, CUSTOM
+from dashboard.state import CONTROLS
 from sim.cli.main import main
-from sim.cli.options import LAYOUT_OPTIONS, Parser, add_hardware_args, add_scenario_args, hardware_from_args
+from sim.cli.options import (
+    LAYOUT_OPTIONS,
+    Parser,
+    add_hardware_args,
+    add_scenario_args,
+    hardware_from_args,
+    simulate_parser,
+)
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
-from sim.planning.spec import options, simulate_parser
-from sim.scenario.config import LAYOUTS, PASSES, PLACEMENTS, Workload
-from sim.scenario.schema import SCENARIO_OPTIONS, ScenarioOption, scenario_option
+from sim.planning.spec import column, value_kind
+from sim.scenario.config import LAYOUTS, PASSES, Workload
+from sim.scenario.option import ScenarioOption
+from sim.scenario.resolve import CUSTOM
+from sim.scenario.schema import SCENARIO_OPTIONS, SCHEME_OPTIONS, scenario_option
+from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
+from sim.schemes.hybrid import PLACEMENTS
 from sim.units import tokens
 
 # --- the reference: every flag written out with argparse ------------------------------------
@@ -47,6 +58,10 @@ def reference_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = T
     s = p.add_argument_group("schedule")
     s.add_argument("--scheme", choices=scheme_names(), default="ring",
                    help="sequence-parallel scheme (default ring)")
+    # the schemes' own, scheme by scheme in the registry's order (allgather, hybrid, ulysses)
+    s.add_argument("--head-groups", type=int, default=1,
+                   help="allgather: gather and attend K/V head group by head group, each gather behind "
+                        "the previous group's compute (default 1: one gather, exposed)")
     s.add_argument("--ulysses-degree", type=int, default=None,
                    help="ulysses, hybrid: GPUs per all-to-all group (ulysses: all of them; hybrid default: "
                         "the largest that fits the heads and a node, leaving rings of two or more)")
@@ -55,9 +70,6 @@ def reference_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = T
     s.add_argument("--placement", choices=PLACEMENTS, default="ulysses-inner",
                    help="hybrid: all-to-all groups on consecutive ranks, inside a node (ulysses-inner, "
                         "default, as TransformerEngine's a2a+p2p) or the rings (ring-inner)")
-    s.add_argument("--head-groups", type=int, default=1,
-                   help="allgather: gather and attend K/V head group by head group, each gather behind "
-                        "the previous group's compute (default 1: one gather, exposed)")
     if with_layout:
         s.add_argument("--layout", choices=LAYOUTS, default="zigzag", help="(default zigzag)")
         s.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
@@ -194,11 +206,29 @@ def test_parsing_nothing_gives_the_schema_s_defaults():
     assert vars(a) == {o.dest: o.default for o in SCENARIO_OPTIONS}
 
 
-def test_spec_options_are_the_schema_s():
-    assert [(o.dest, o.flag, o.choices, o.default) for o in options()] == \
-        [(o.dest, o.flag, o.choices, o.default) for o in SCENARIO_OPTIONS]
-    assert [o.kind for o in options()] == ["int" if o.kind == "tokens" else o.kind for o in SCENARIO_OPTIONS]
-    assert {o.kind for o in options()} <= {"int", "float", "str", "bool"}
+def test_a_results_table_s_columns_are_the_schema_s_options():
+    from sim.planning.results import columns
+
+    names = [name for name, _ in columns()]
+    assert names[1:1 + len(SCENARIO_OPTIONS)] == [column(o) for o in SCENARIO_OPTIONS]
+    assert {value_kind(o) for o in SCENARIO_OPTIONS} <= {"int", "float", "str", "bool"}
+    assert column(scenario_option("pass")) == "pass" and column(scenario_option("efficiency")) == "gpu_efficiency"
+
+
+def test_each_scheme_s_options_set_its_settings_and_default_to_them():
+    by_dest = {o.dest: o for o in SCHEME_OPTIONS}
+    for name in scheme_names():
+        scheme = get_scheme(name)
+        defaults = scheme.settings_type()
+        assert {o.dest for o in scheme.options} <= set(vars(defaults))
+        for field_name, value in vars(defaults).items():
+            # every field has its option (its own or another scheme's), defaulting to it
+            assert by_dest[field_name].default == value and by_dest[field_name].group == "schedule"
+        assert set(scheme.options) <= set(SCHEME_OPTIONS)
+    # collected once each, after --scheme, before the common schedule options
+    flags = [o.flag for o in SCENARIO_OPTIONS]
+    assert flags[flags.index("--scheme") + 1:flags.index("--layout")] == [o.flag for o in SCHEME_OPTIONS]
+    assert len(set(flags)) == len(flags)
 
 
 def test_defaults_are_the_configuration_s():

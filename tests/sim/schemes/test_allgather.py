@@ -10,13 +10,18 @@ from hypothesis import strategies as st
 from sim.engine.play import simulate
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario, Workload
+from sim.scenario.resolve import settings_of
+from sim.schemes.allgather import AllgatherSettings
+from sim.schemes.hybrid import HybridSettings
 from sim.trace.metrics import compute_metrics
 from tests.sim.reference import chunk_tokens, cluster, hardware, head_coverage, scenario
 
 
-def allgather(n=4, seq=1024, heads=8, kv_heads=2, head_dim=16, causal=True, pass_="fwd", hw=None, **kw):
+def allgather(n=4, seq=1024, heads=8, kv_heads=2, head_dim=16, causal=True, pass_="fwd", hw=None, head_groups=1,
+              **kw):
     w = Workload(seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, pass_=pass_)
-    return Scenario(workload=w, hardware=hw or hardware(), n_gpus=n, scheme="allgather", **kw)
+    return Scenario(workload=w, hardware=hw or hardware(), n_gpus=n, scheme="allgather",
+                    settings=AllgatherSettings(head_groups=head_groups), **kw)
 
 
 @pytest.mark.parametrize("n,per_node,nics", [(4, 8, None), (8, 4, None), (8, 4, 1), (12, 4, 2), (8, 1, None)])
@@ -115,11 +120,19 @@ def test_every_unmasked_pair_is_computed_once_per_head_and_pass(n, causal, pass_
     (dict(n=4, seq=1020), "2N|8 equal chunks"),
     (dict(n=4, kv_heads=2, head_groups=4), "must divide the 2 K/V heads"),
     (dict(n=6, seq=1200, hw=cluster(gpus_per_node=4)), "whole nodes"),
-    (dict(n=4, ulysses_degree=4), "does not apply to the allgather scheme"),
+    (dict(n=4, head_groups=0), "head_groups must be a positive integer"),
 ])
 def test_configurations_allgather_cannot_run_are_refused_in_one_line(kw, match):
     with pytest.raises(RingsimError, match=match):
         allgather(**kw)
+
+
+def test_another_scheme_s_settings_do_not_apply():
+    with pytest.raises(RingsimError, match="--ulysses-degree .* does not apply to the allgather scheme"):
+        settings_of("allgather", {"ulysses-degree": 4})
+    assert settings_of("allgather", {"ulysses-degree": None, "head-groups": 2}) == AllgatherSettings(head_groups=2)
+    with pytest.raises(RingsimError, match="settings of the allgather scheme are a AllgatherSettings"):
+        Scenario(scheme="allgather", settings=HybridSettings())
 
 
 def test_the_allgather_counts_its_operations_without_building_them():
@@ -130,7 +143,8 @@ def test_the_allgather_counts_its_operations_without_building_them():
 
     def sc(n, pass_, causal=True, groups=1, per_node=8):
         return Scenario(workload=Workload(seq=n * 256, pass_=pass_, causal=causal), n_gpus=n, scheme="allgather",
-                        layout="zigzag", head_groups=groups, hardware=Hardware(gpus_per_node=per_node))
+                        layout="zigzag", settings=AllgatherSettings(head_groups=groups),
+                        hardware=Hardware(gpus_per_node=per_node))
 
     assert count_allgather_ops(sc(16, "fwd")) == 2 * 128 + 16 * 4 == 320
     assert count_allgather_ops(sc(16, "fwdbwd", groups=2)) == 2 * (320 + 320 + 2 * 128)

@@ -10,15 +10,17 @@ from hypothesis import strategies as st
 from sim.engine.play import simulate
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario, Workload
+from sim.scenario.resolve import settings_of
+from sim.schemes.hybrid import HybridSettings
 from sim.trace.metrics import compute_metrics
 from tests.sim.reference import LAYOUTS, chunk_tokens, cluster, head_coverage
 
 
 def hybrid(n=8, u=None, r=None, seq=1024, heads=8, kv_heads=2, head_dim=16, causal=True, pass_="fwd",
-           hw=None, **kw):
+           hw=None, placement="ulysses-inner", **kw):
     w = Workload(seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, pass_=pass_)
     return Scenario(workload=w, hardware=hw or cluster(gpus_per_node=4), n_gpus=n, scheme="hybrid",
-                    ulysses_degree=u, ring_degree=r, **kw)
+                    settings=HybridSettings(ulysses_degree=u, ring_degree=r, placement=placement), **kw)
 
 
 @pytest.mark.parametrize("u,r,kv_heads", [(2, 4, 2), (4, 2, 2), (4, 2, 8), (8, 1, 2), (1, 8, 2), (2, 2, 1)])
@@ -64,7 +66,7 @@ def test_at_a_ulysses_degree_of_one_it_is_the_ring(pass_, layout):
     w = Workload(seq=512, heads=8, kv_heads=2, head_dim=16, pass_=pass_)
     ring = simulate(Scenario(workload=w, hardware=hw, n_gpus=4, layout=layout))
     one = simulate(Scenario(workload=w, hardware=hw, n_gpus=4, layout=layout, scheme="hybrid",
-                            ulysses_degree=1))
+                            settings=HybridSettings(ulysses_degree=1)))
     assert one.spans == ring.spans
 
 
@@ -92,11 +94,19 @@ def test_every_unmasked_pair_is_computed_once_per_head_and_pass(ur, layout, caus
     (dict(n=12, u=3, heads=8), "does not divide the 8 query heads"),
     (dict(n=8, u=4, heads=12, kv_heads=6, seq=96 * 8), "one must divide the other"),
     (dict(n=8, u=2, seq=1000), "does not divide into"),
-    (dict(n=8, head_groups=2), "does not apply to the hybrid scheme"),
+    (dict(n=8, u=0), "ulysses_degree must be a positive integer"),
+    (dict(n=8, placement="inside"), "placement must be one of ulysses-inner, ring-inner"),
 ])
 def test_configurations_the_hybrid_cannot_run_are_refused_in_one_line(kw, match):
     with pytest.raises(RingsimError, match=match):
         hybrid(**kw)
+
+
+def test_another_scheme_s_settings_do_not_apply():
+    with pytest.raises(RingsimError, match="--head-groups .* does not apply to the hybrid scheme"):
+        settings_of("hybrid", {"head-groups": 2})
+    assert settings_of("hybrid", {"ulysses-degree": 2, "placement": "ring-inner"}) == HybridSettings(
+        ulysses_degree=2, placement="ring-inner")
 
 
 def test_block_maps_show_when_and_by_whom_each_pair_is_computed():
@@ -105,7 +115,8 @@ def test_block_maps_show_when_and_by_whom_each_pair_is_computed():
     hw = cluster(gpus_per_node=4)
     w = Workload(seq=512, heads=8, kv_heads=2, head_dim=16)
     ring = simulate(Scenario(workload=w, hardware=hw, n_gpus=2, layout="zigzag"))
-    two_rings = simulate(Scenario(workload=w, hardware=hw, n_gpus=8, scheme="hybrid", ulysses_degree=4))
+    two_rings = simulate(Scenario(workload=w, hardware=hw, n_gpus=8, scheme="hybrid",
+                                  settings=HybridSettings(ulysses_degree=4)))
     want, got = get("ring").block_map(ring), get("hybrid").block_map(two_rings)
     # the hybrid's map is its 2-GPU ring's: same chunks, same steps
     assert np.array_equal(got.value, want.value, equal_nan=True) and np.array_equal(got.work, want.work)
@@ -127,7 +138,7 @@ def test_the_hybrid_counts_its_operations_without_building_them():
 
     def sc(n, u, pass_, placement="ulysses-inner", causal=True):
         return Scenario(workload=Workload(seq=n * 256, pass_=pass_, causal=causal), n_gpus=n, scheme="hybrid",
-                        layout="zigzag", ulysses_degree=u, placement=placement)
+                        layout="zigzag", settings=HybridSettings(ulysses_degree=u, placement=placement))
 
     hybrid = get("hybrid")
     assert hybrid.count_ops(sc(16, 4, "fwd")) == 4 * (2 * 16 - 4) + 4 * 4 * 4 * 3 == 304

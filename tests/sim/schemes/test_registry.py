@@ -44,3 +44,31 @@ def test_a_new_module_is_a_new_scheme(tmp_path, monkeypatch):
         schemes.names.cache_clear()
         schemes.get.cache_clear()
         sys.modules.pop("sim.schemes.copy_of_ring", None)
+
+
+def test_each_scheme_s_variants_and_candidates_are_runs_of_it():
+    """Variants (compare --schemes) and candidates (plan) are option values of the scheme's
+    own settings and the common schedule options, and make scenarios of that scheme."""
+    from sim.hardware.cluster import Hardware
+    from sim.scenario.resolve import vary
+    from sim.scenario.schema import SCENARIO_OPTIONS
+
+    schedule = {o.name for o in SCENARIO_OPTIONS if o.group == "schedule"} - {"scheme"}
+    base = Scenario(workload=Workload(seq=8192, heads=8, kv_heads=4), hardware=Hardware(gpus_per_node=4), n_gpus=8)
+    for name in schemes.names():
+        scheme = schemes.get(name)
+        tried = scheme.variants(base.workload, base.hardware, 8) + scheme.candidates(base.workload, base.hardware, 8)
+        assert tried and all(v.label for v in tried)
+        for v in tried:
+            assert set(v.values) <= schedule
+            try:
+                sc = vary(base, name, v.values)
+            except RingsimError:
+                continue            # a candidate the shapes refuse: listed as not possible
+            assert sc.scheme == name and isinstance(sc.settings, scheme.settings_type)
+    # the all-gather tries every head-group count that divides the K/V heads, the hybrid
+    # every split 1 < u < 8 in both placements (two nodes) and each layout
+    ag = schemes.get("allgather").candidates(base.workload, base.hardware, 8)
+    assert [v.values["head-groups"] for v in ag] == [1, 2, 4]
+    hy = schemes.get("hybrid").candidates(base.workload, base.hardware, 8)
+    assert len(hy) == 2 * 2 * 3 and {v.values["ulysses-degree"] * v.values["ring-degree"] for v in hy} == {8}

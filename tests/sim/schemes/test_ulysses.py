@@ -7,13 +7,17 @@ import pytest
 from sim.engine.play import simulate
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario, Workload
+from sim.scenario.resolve import settings_of
+from sim.schemes.ulysses import UlyssesSettings
 from sim.trace.metrics import compute_metrics
 from tests.sim.reference import chunk_tokens, cluster, hardware, head_coverage
 
 
-def ulysses(n=4, seq=1024, heads=8, kv_heads=2, head_dim=16, causal=True, pass_="fwd", hw=None, **kw):
+def ulysses(n=4, seq=1024, heads=8, kv_heads=2, head_dim=16, causal=True, pass_="fwd", hw=None, ulysses_degree=None,
+            **kw):
     w = Workload(seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, pass_=pass_)
-    return Scenario(workload=w, hardware=hw or hardware(), n_gpus=n, scheme="ulysses", **kw)
+    return Scenario(workload=w, hardware=hw or hardware(), n_gpus=n, scheme="ulysses",
+                    settings=UlyssesSettings(ulysses_degree=ulysses_degree), **kw)
 
 
 @pytest.mark.parametrize("n,heads,kv_heads", [(4, 8, 2), (4, 8, 8), (8, 8, 2), (8, 8, 1), (2, 4, 4)])
@@ -78,11 +82,17 @@ def test_peak_memory_by_hand():
     (dict(n=4, heads=12, kv_heads=6, seq=96), "one must divide the other"),
     (dict(n=4, seq=1022), "does not divide into 4"),
     (dict(n=4, ulysses_degree=2), "--ulysses-degree must be 4"),
-    (dict(n=4, head_groups=2), "does not apply to the ulysses scheme"),
 ])
 def test_configurations_ulysses_cannot_run_are_refused_in_one_line(kw, match):
     with pytest.raises(RingsimError, match=match):
         ulysses(**kw)
+
+
+def test_another_scheme_s_settings_do_not_apply():
+    with pytest.raises(RingsimError, match="--head-groups .* does not apply to the ulysses scheme"):
+        settings_of("ulysses", {"head-groups": 2})
+    # the degree is the hybrid's option, shared
+    assert settings_of("ulysses", {"ulysses-degree": 4}) == UlyssesSettings(ulysses_degree=4)
 
 
 @pytest.mark.parametrize("n,pass_,want", [(16, "fwd", 16 + 4 * 16 * 15), (8, "fwdbwd", 2 * (8 + 4 * 8 * 7)),
