@@ -32,10 +32,11 @@ from sim.planning.compare import compare_layout_rows, compare_scheme_rows, schem
 from sim.reasons import english
 from sim.scenario import documents
 from sim.scenario.config import LAYOUTS, Scenario
-from sim.scenario.memory import full_kv_bytes, peak_memory, peak_memory_bytes
+from sim.scenario.memory import full_kv_bytes, peak_memory
 from sim.scenario.resolve import vary
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import get as get_scheme
+from sim.schemes.ring import peak_memory_bytes
 from sim.trace.format import COMPUTE, Trace
 from sim.trace.metrics import Metrics, compute_metrics
 

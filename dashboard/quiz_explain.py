@@ -23,8 +23,9 @@ from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware, Link
 from sim.layouts import exact_work, n_chunks, rank_of_token
 from sim.scenario.config import Scenario
-from sim.scenario.memory import full_kv_bytes, peak_memory_bytes
+from sim.scenario.memory import full_kv_bytes
 from sim.scenario.online_softmax import example as merge_example
+from sim.schemes.ring import peak_memory_bytes
 
 MERGE_MAX_GPUS = 8
 """The merge of questions 3 and 7 runs on at most this many GPUs (small random inputs)."""

@@ -40,7 +40,8 @@ from hw.merge import merge_, new_accumulators
 from sim.errors import RingsimError
 from sim.layouts import chunks_of_rank
 from sim.layouts.packed import Packed, block_tables
-from sim.scenario.config import BWD_FLOPS_FACTOR, Workload
+from sim.scenario.config import Workload
+from sim.scenario.quantities import BWD_FLOPS_FACTOR
 from sim.schemes.allgather import PACKED_LAYOUTS
 
 LAYOUT = "zigzag"

@@ -42,13 +42,14 @@ import torch
 
 from hw.blocks import BlockOps
 from hw.comm import Ring
-from hw.layouts import block_pieces, doc_pieces
+from hw.layouts import doc_pieces
 from hw.merge import merge_, new_accumulators
-from sim.layouts import chunks_of_rank, exact_work
+from sim.layouts import block_pieces, chunks_of_rank, exact_work
 from sim.layouts.base import ALL
 from sim.layouts.packed import Packed, block_tables
 from sim.layouts.packed import chunks_of_rank as packed_chunks
-from sim.scenario.config import BWD_FLOPS_FACTOR, Workload
+from sim.scenario.config import Workload
+from sim.scenario.quantities import BWD_FLOPS_FACTOR
 
 StepHook = Callable[[int], None]
 

@@ -33,8 +33,8 @@ from hw.ring import heads_first_memory, ring_backward, ring_forward
 from hw.timing import CpuClock, CudaClock, Recorder, TransferStalled
 from sim.engine.record import wait_pieces
 from sim.layouts.packed import block_tables
-from sim.scenario.config import BWD_FLOPS_FACTOR
-from sim.scenario.memory import peak_memory_bytes
+from sim.scenario.quantities import BWD_FLOPS_FACTOR
+from sim.schemes.ring import peak_memory_bytes
 from sim.trace.format import KIND_NAMES, STREAMS, Span, SpanTable, Trace
 
 

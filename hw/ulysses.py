@@ -32,7 +32,8 @@ from hw.comm import Ring
 from hw.layouts import token_index
 from sim.errors import RingsimError
 from sim.layouts import chunks_of_rank
-from sim.scenario.config import BWD_FLOPS_FACTOR, Workload
+from sim.scenario.config import Workload
+from sim.scenario.quantities import BWD_FLOPS_FACTOR
 
 
 def check_degree(heads: int, kv_heads: int, n: int) -> None:

@@ -24,9 +24,9 @@ import sys
 import time
 from typing import Any, Callable
 
+from hw.kernels import SCHEMES
 from hw.validate import (
     GPU_COUNTS,
-    SCHEMES,
     STATE_OFF,
     default_schemes,
     markdown,

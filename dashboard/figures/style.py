@@ -17,9 +17,9 @@ from plotly.colors import qualitative, sample_colorscale
 
 from dashboard.i18n import DEFAULT_LANG, Translator, run_words
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
-from sim.schemes import Scheme
 from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
+from sim.schemes.base import Scheme
 from sim.trace.format import Trace
 
 TEMPLATE = go.layout.Template(layout=dict(

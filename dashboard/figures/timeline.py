@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard.figures.style import COLORS, TEMPLATE, lighter, run_label, scheme_of, time_unit
-from sim.schemes import Scheme
+from sim.schemes.base import Scheme
 from sim.trace.format import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
 
 MAX_BAR_SPANS = 10_000

@@ -20,7 +20,6 @@ from dashboard.i18n import Translator
 from dashboard.served import EXAMPLE_PROFILE_TOKEN, MAX_UPLOAD_BYTES, Served, profile_from_upload, profile_note
 from dashboard.state import (
     CONTROL_IDS,
-    CUSTOM,
     NO_CLUSTER,
     PRESET_P2P,
     RING_CONTROLS,
@@ -41,6 +40,7 @@ from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
 from sim.scenario.config import PASSES
+from sim.scenario.resolve import CUSTOM
 from sim.scenario.schema import scenario_option
 from sim.schemes import names as scheme_names
 

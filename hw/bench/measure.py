@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from hw.blocks import TORCH_DTYPES, select_block_ops
 from hw.devices import pick_device, sync
-from sim.scenario.config import BWD_FLOPS_FACTOR
+from sim.scenario.quantities import BWD_FLOPS_FACTOR
 
 # ---- measuring --------------------------------------------------------------------------
 

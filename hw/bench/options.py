@@ -6,7 +6,7 @@ import argparse
 from typing import Any, Callable
 
 from sim.errors import RingsimError
-from sim.scenario.config import DTYPE_BYTES
+from sim.scenario.quantities import DTYPE_BYTES
 
 FORMAT = "ringsim-hw-bench"
 VERSION = 1

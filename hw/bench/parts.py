@@ -20,7 +20,7 @@ from hw.blocks import select_block_ops
 from hw.devices import sync
 from hw.spawn import spawn
 from sim.hardware.contention import sharing_bound
-from sim.scenario.config import DTYPE_BYTES
+from sim.scenario.quantities import DTYPE_BYTES
 
 
 def _plan_jobs(plan: dict[str, Any], seen: dict[str, set]) -> tuple[list, list]:

@@ -3,7 +3,7 @@
 Which tokens a rank holds and which pieces of a (query shard, K/V block) pair a causal
 kernel computes (each piece one call of a fused attention operator, none with a row
 whose keys are all masked) are the layout modules' answers in `sim.layouts`, shared
-with the simulator and the figures; `block_pieces` is re-exported from there.
+with the simulator and the figures.
 
 Packed documents (`sim.layouts.packed`, docs/packed.md) shard by `sim.layouts.packed.rank_tokens`, and
 a block is computed as a varlen kernel computes it (`doc_pieces`): per document both
@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from sim.layouts import block_pieces, rank_tokens
+from sim.layouts import rank_tokens
 from sim.layouts.base import Piece
 from sim.layouts.packed import DOC_LAYOUTS, Packed
 from sim.layouts.packed import rank_tokens as packed_rank_tokens
 
-__all__ = ["DocPiece", "Piece", "block_pieces", "doc_pieces", "shard", "token_index", "unshard"]
+__all__ = ["DocPiece", "doc_pieces", "shard", "token_index", "unshard"]
 
 
 def token_index(layout: str | Packed, seq: int, n_gpus: int):

@@ -30,7 +30,7 @@ PLAYERS = ("auto", "simpy", "recurrence")
 (the default) is the wave player unless the hardware's contention needs the event loop:
 the two give bit-identical traces, and the wave player is many times faster."""
 
-__all__ = ["PLAYERS", "durations_s", "play", "simulate"]
+__all__ = ["PLAYERS", "play", "simulate"]
 
 
 def play(schedule: Schedule, hardware: HardwareModel, workload: Workload,

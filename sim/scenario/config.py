@@ -18,10 +18,10 @@ from sim.layouts.packed import DOC_LAYOUTS, uses_documents
 from sim.scenario.documents import bounds as doc_bounds
 from sim.scenario.documents import check_spec as check_docs
 from sim.scenario.documents import check_window
-from sim.scenario.quantities import ACCUM_BYTES, BWD_FLOPS_FACTOR, DTYPE_BYTES  # noqa: F401  (read here by many)
+from sim.scenario.quantities import ACCUM_BYTES, DTYPE_BYTES
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
-from sim.schemes import Settings
 from sim.schemes import get as get_scheme
+from sim.schemes.base import Settings
 from sim.units import positive_ints
 
 PASSES = ("fwd", "bwd", "fwdbwd")

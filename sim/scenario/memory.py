@@ -7,9 +7,8 @@ scenario and holds what does not depend on one.
 from __future__ import annotations
 
 from sim.scenario.config import Scenario, Workload
-from sim.schemes.ring import peak_memory_bytes
 
-__all__ = ["full_kv_bytes", "peak_memory", "peak_memory_bytes"]
+__all__ = ["full_kv_bytes", "peak_memory"]
 
 
 def peak_memory(scenario: Scenario) -> dict[str, int]:

@@ -33,8 +33,8 @@ from sim.hardware.presets import cluster_preset, gpu_preset
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.documents import read_file_spec
 from sim.scenario.schema import SCENARIO_OPTIONS, SCHEME_OPTIONS, scenario_option
-from sim.schemes import Settings
 from sim.schemes import get as get_scheme
+from sim.schemes.base import Settings
 
 CUSTOM = "custom"
 """The name of a GPU or link of no preset, its numbers given."""

@@ -15,9 +15,9 @@ from functools import lru_cache
 from typing import Any
 
 from sim.errors import RingsimError
-from sim.schemes.base import BlockMap, OpKind, Scheme, Settings
+from sim.schemes.base import Scheme
 
-__all__ = ["DEFAULT", "BlockMap", "OpKind", "Scheme", "Settings", "get", "names", "run_words"]
+__all__ = ["DEFAULT", "get", "names", "run_words"]
 
 DEFAULT = "ring"
 """The scheme a Scenario takes when it names none."""

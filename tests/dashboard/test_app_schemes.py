@@ -19,8 +19,8 @@ from sim.engine.play import simulate
 from sim.reasons import english
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.memory import peak_memory
-from sim.schemes import Settings
 from sim.schemes import get as get_scheme
+from sim.schemes.base import Settings
 from sim.trace.metrics import compute_metrics
 from tests.dashboard.conftest import controls, measured_from, small_scenario
 

@@ -8,8 +8,8 @@ from dashboard.state import ControlError, defaults, query_from_values, scenario_
 from sim.engine.play import simulate
 from sim.hardware.cluster import Hardware, Link
 from sim.scenario.config import scenario_from_config
-from sim.schemes import Settings
 from sim.schemes.allgather import AllgatherSettings
+from sim.schemes.base import Settings
 from sim.schemes.hybrid import HybridSettings
 from sim.schemes.ulysses import UlyssesSettings
 from tests.dashboard.conftest import small_scenario

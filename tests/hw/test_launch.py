@@ -10,7 +10,7 @@ import torch
 from hw import RunConfig, run_configs, run_local
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario, Workload
-from sim.scenario.memory import peak_memory_bytes
+from sim.schemes.ring import peak_memory_bytes
 from sim.trace.format import Trace
 from tests.hw.conftest import max_err, reference_attention
 from tests.hw.test_ring import check_trace_structure

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from hw.reference import REFERENCE_TOKENS, host_sharing, host_speed, reference_block
+from hw.bench.parts import REFERENCE_TOKENS
+from hw.reference import host_sharing, host_speed, reference_block
 from sim.errors import RingsimError
 from sim.hardware.profile import ComputeGroup, LinkFit, Profile
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from sim.engine.schedule import ComputeOp, TransferOp
 from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.model import HardwareModel
-from sim.scenario.config import BWD_FLOPS_FACTOR, Scenario, Workload
+from sim.scenario.config import Scenario, Workload
+from sim.scenario.quantities import BWD_FLOPS_FACTOR
 from sim.schemes import get as get_scheme
 from sim.trace.format import STREAMS, Span
 from tests.reference import token_owner
