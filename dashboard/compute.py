@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dashboard.figures import rank_starts
 from dashboard.figures.documents import gpu_work, imbalance
+from dashboard.figures.timeline import rank_starts
 from dashboard.state import scenario_key
 from sim.engine.play import simulate
 from sim.engine.players import head_geometry
@@ -61,7 +61,7 @@ class Result:
 
     @property
     def rank_starts(self) -> np.ndarray | None:
-        """figures.rank_starts of the trace: a window of ranks is then a slice of its columns."""
+        """figures.timeline.rank_starts of the trace: a window of ranks is then a slice of its columns."""
         if self._starts is self._UNSET:
             self._starts = rank_starts(self.trace.columns, self.trace.n_gpus)
         return self._starts

@@ -117,7 +117,9 @@ def _parts(n: int) -> dict[str, Any]:
     """CPU seconds of the pieces of the timeline's and the comparison's first draws."""
     from dash._utils import to_json
 
-    from dashboard import figures
+    from dashboard.figures.comparison import comparison
+    from dashboard.figures.schemes import scheme_comparison
+    from dashboard.figures.timeline import timeline
     from dashboard.state import defaults, scenario_from_values
     from sim.engine.play import simulate
     from sim.scenario.config import LAYOUTS
@@ -127,10 +129,10 @@ def _parts(n: int) -> dict[str, Any]:
     window = (0, n - 1 if n <= 64 else 31)
     sim_s, trace = _clock(lambda: simulate(sc, player="recurrence"))
     metrics_s, _ = _clock(lambda: compute_metrics(trace))
-    figure_s, fig = _clock(lambda: figures.timeline(trace, window))
+    figure_s, fig = _clock(lambda: timeline(trace, window))
     json_s, text = _clock(lambda: to_json({"response": {"timeline": {"figure": fig}}}))
-    timeline = {"simulate_s": sim_s, "metrics_s": metrics_s, "figure_s": figure_s, "json_s": json_s,
-                "json_bytes": len(text), "spans_drawn": fig.layout.meta["spans"]}
+    timeline_parts = {"simulate_s": sim_s, "metrics_s": metrics_s, "figure_s": figure_s, "json_s": json_s,
+                      "json_bytes": len(text), "spans_drawn": fig.layout.meta["spans"]}
     rows, sims, mets = [], 0.0, 0.0
     for layout in LAYOUTS:
         for overlap in (True, False):
@@ -141,17 +143,17 @@ def _parts(n: int) -> dict[str, Any]:
             mets += dt
             rows.append(comparison_row(layout, overlap, m))
             trace = None        # the run's trace goes before the next is made
-    figure_s, fig = _clock(lambda: figures.comparison(rows))
+    figure_s, fig = _clock(lambda: comparison(rows))
     json_s, text = _clock(lambda: to_json({"response": {"compare": {"figure": fig}}}))
     compare = {"simulate_s": sims, "metrics_s": mets, "figure_s": figure_s, "json_s": json_s,
                "json_bytes": len(text)}
-    out = {"timeline": timeline, "compare layouts": compare}
-    if hasattr(figures, "scheme_comparison") and n <= SCHEMES_MAX_N:
+    out = {"timeline": timeline_parts, "compare layouts": compare}
+    if n <= SCHEMES_MAX_N:
         from sim.planning.compare import compare_scheme_rows
 
         # compare_scheme_rows simulates and summarizes each run in one call: both in "simulate"
         sims, rows = _clock(lambda: compare_scheme_rows(sc.with_(layout="zigzag")))
-        figure_s, fig = _clock(lambda: figures.scheme_comparison(rows))
+        figure_s, fig = _clock(lambda: scheme_comparison(rows))
         json_s, text = _clock(lambda: to_json({"response": {"schemes": {"figure": fig}}}))
         out["compare schemes"] = {"simulate_s": sims, "metrics_s": 0.0, "figure_s": figure_s, "json_s": json_s,
                                   "json_bytes": len(text)}

@@ -10,7 +10,9 @@ from typing import Any
 import dash
 from dash import Input, Output
 
-from dashboard import compute, explain, figures
+from dashboard import compute, explain
+from dashboard.figures.block_map import block_map
+from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator, layout_label, run_words
 from dashboard.served import Served
 from dashboard.views.common import graph, only_on
@@ -26,16 +28,16 @@ def view() -> list[Any]:
 def register_callbacks(app: dash.Dash, served: Served) -> None:
     @app.callback(Output("block-map", "figure"),
                   Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
-    def block_map(data, profile_data, tab, lang):
+    def draw_block_map(data, profile_data, tab, lang):
         only_on("blocks", tab)
         t = Translator(lang)
         try:
             hw, key = served.hardware_of(profile_data)
             sc = served.scenario_of(data)
-            return compute.figure("blocks", sc, key, t.lang, lambda: figures.block_map(
+            return compute.figure("blocks", sc, key, t.lang, lambda: block_map(
                 compute.run(sc, hw, key).trace, labels=block_map_labels(t)))
         except RingsimError as e:
-            return figures.message_figure(str(e))
+            return message_figure(str(e))
 
 
 def block_map_labels(t: Translator) -> dict[str, Any]:

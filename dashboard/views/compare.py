@@ -11,7 +11,10 @@ from typing import Any
 import dash
 from dash import Input, Output, html, no_update
 
-from dashboard import compute, figures
+from dashboard import compute
+from dashboard.figures.comparison import comparison
+from dashboard.figures.documents import document_balance
+from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
 from dashboard.state import RING_SCHEMES
@@ -40,9 +43,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             rows = compute.figure("compare-rows", sc.with_(layout="zigzag", overlap=True), key, None,
                                   lambda: compute.compare_table(sc, hw, key))
         except RingsimError as e:
-            return figures.message_figure(str(e)), None
+            return message_figure(str(e)), None
         t = Translator(lang)
-        return figures.comparison(rows, comparison_labels(t)), _compare_table(rows, t)
+        return comparison(rows, comparison_labels(t)), _compare_table(rows, t)
 
     @app.callback(Output("documents", "figure"), Output("documents-section", "style"),
                   Input("scenario", "data"), Input("tabs", "value"), Input("lang", "value"))
@@ -56,10 +59,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             if sc.scheme not in RING_SCHEMES:
                 sc = compute.as_ring(sc)          # as the layouts' comparison beside it
             fig = compute.figure("documents", sc, None, t.lang,
-                                 lambda: figures.document_balance(compute.document_balance(sc),
+                                 lambda: document_balance(compute.document_balance(sc),
                                                                   labels=document_labels(t, sc)))
         except RingsimError as e:
-            fig = figures.message_figure(str(e))
+            fig = message_figure(str(e))
         return fig, {}
 
 
@@ -74,13 +77,13 @@ def documents_words(t: Translator, scenario: Scenario) -> str:
 
 
 def document_labels(t: Translator, scenario: Scenario) -> dict[str, Any]:
-    """The texts of figures.document_balance in the page's language."""
+    """The texts of figures.documents.document_balance in the page's language."""
     return figure_labels(t, "docs") | {"gpu": t("ctl.gpu.label"), "docs": documents_words(t, scenario),
                                        "ratio_text": lambda x: t.num(x, 4), "layout": lambda lay: layout_label(t, lay)}
 
 
 def comparison_labels(t: Translator) -> dict[str, Any]:
-    """The texts of figures.comparison in the page's language."""
+    """The texts of figures.comparison.comparison in the page's language."""
     return figure_labels(t, "cmp") | {"num": lambda y: t.num(y), "layout": lambda lay: layout_label(t, lay)}
 
 

@@ -32,6 +32,6 @@ def figure_labels(t: Translator, prefix: str) -> dict[str, Any]:
 
 
 def compared_run(t: Translator, scheme: str, variant: dict[str, Any] | None) -> str:
-    """A compared run's name (figures.run_name: the scheme, its variant in brackets) with
+    """A compared run's name (figures.schemes.run_name: the scheme, its variant in brackets) with
     the variant (its sim.reasons clause) in the page's language."""
     return f"{scheme} ({explain.variant(t, variant)})" if variant else scheme

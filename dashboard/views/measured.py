@@ -15,7 +15,9 @@ import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from dashboard import compute, export, figures, i18n, measured
+from dashboard import compute, export, i18n, measured
+from dashboard.figures.overlay import overlay, trace_summary
+from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator
 from dashboard.served import EXAMPLE_PROFILE_TOKEN, MAX_UPLOAD_BYTES, Served
 from dashboard.views.common import HIDDEN, graph, only_on
@@ -65,7 +67,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             served.uploaded_traces.put(token, trace)
             name = filename if isinstance(filename, str) else "trace"
             return ({"token": token, "name": name}, None,
-                    f"{name}: " + ", ".join(figures.trace_summary(trace)), "")
+                    f"{name}: " + ", ".join(trace_summary(trace)), "")
         if ctx.triggered_id == "lang" and not measured.is_example((current or {}).get("token")):
             raise PreventUpdate          # an upload's status has no words to translate
         if example_token is None:
@@ -90,16 +92,16 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                   Output("profile-example", "style"), Output("profile-example", "children"),
                   Input("measured", "data"), Input("scenario", "data"), Input("profile", "data"),
                   Input("tabs", "value"), Input("lang", "value"))
-    def overlay(measured_data, data, profile_data, tab, lang):
+    def draw_overlay(measured_data, data, profile_data, tab, lang):
         only_on("measured", tab)
         t = Translator(lang)
         hidden = {"display": "none"}
         if not measured_data:
-            return figures.message_figure(t("overlay.none")), None, hidden, None
+            return message_figure(t("overlay.none")), None, hidden, None
         try:
             pair = served.measured_pair(measured_data, data, profile_data)
             if pair is None:
-                return figures.message_figure(t("overlay.gone")), None, hidden, None
+                return message_figure(t("overlay.gone")), None, hidden, None
             trace, sim_scenario, hw, key = pair
             simulated = compute.run(sim_scenario, hw, key).trace
             notice, offer = None, hidden
@@ -109,9 +111,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 if key != EXAMPLE_PROFILE_TOKEN and measured.mismatch(trace, measured.example_profile()) is None:
                     offer = {}        # the profile shipped with the examples is of this machine
         except RingsimError as e:
-            return figures.message_figure(str(e)), None, hidden, None
+            return message_figure(str(e)), None, hidden, None
         button = t("measured.use-profile", device=measured.measured_machine(trace))
-        fig = figures.overlay(simulated, trace, compute.step_errors(simulated, trace), labels=overlay_labels(t))
+        fig = overlay(simulated, trace, compute.step_errors(simulated, trace), labels=overlay_labels(t))
         return fig, notice, offer, button
 
 

@@ -10,7 +10,8 @@ from typing import Any
 import dash
 from dash import Input, Output
 
-from dashboard import compute, figures
+from dashboard import compute
+from dashboard.figures.memory import memory
 from dashboard.i18n import Translator
 from dashboard.served import Served
 from dashboard.views.common import graph, only_on
@@ -23,15 +24,15 @@ def view() -> list[Any]:
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
     @app.callback(Output("memory", "figure"), Input("scenario", "data"), Input("tabs", "value"), Input("lang", "value"))
-    def memory(data, tab, lang):
+    def draw_memory(data, tab, lang):
         only_on("memory", tab)
         t = Translator(lang)
         sc = served.scenario_of(data)
         table = compute.figure("memory-table", sc, None, None, lambda: compute.memory_table(sc))
-        return compute.figure("memory", sc, None, t.lang, lambda: figures.memory(table, labels=memory_labels(t)))
+        return compute.figure("memory", sc, None, t.lang, lambda: memory(table, labels=memory_labels(t)))
 
 
 def memory_labels(t: Translator) -> dict[str, Any]:
-    """The texts of figures.memory in the page's language; a scheme's label there is
+    """The texts of figures.memory.memory in the page's language; a scheme's label there is
     dashboard.compute.scheme_memory's: the scheme, or the scheme and its variant."""
     return figure_labels(t, "memory") | {"run": lambda v: compared_run(t, v["scheme"], v["variant_clause"])}

@@ -10,7 +10,8 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-from dashboard import compute, figures
+from dashboard import compute
+from dashboard.figures.merge import merge_steps
 from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
 from dashboard.views.common import graph, only_on
@@ -49,7 +50,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         row = seq - 1 if row is None or row >= seq else int(row)
         # a function of the small example only, not of the scenario's sizes or hardware
         fig = compute.figure("merge", Scenario(), None, [n, layout, sc.workload.causal, row, t.lang],
-                             lambda: figures.merge_steps(merge_example(
+                             lambda: merge_steps(merge_example(
                                  n_ranks=n, layout=layout, causal=sc.workload.causal,
                                  tokens_per_chunk=MERGE_TOKENS_PER_CHUNK, query_row=row), layout,
                                  labels=merge_labels(t)))

@@ -11,7 +11,9 @@ from typing import Any
 import dash
 from dash import Input, Output, html
 
-from dashboard import compute, explain, figures
+from dashboard import compute, explain
+from dashboard.figures.schemes import fastest, scheme_comparison
+from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator
 from dashboard.served import Served
 from dashboard.views.common import graph, only_on
@@ -45,15 +47,15 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             # change the rows, only which one is marked
             rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw))
             current = compute.current_variant(sc)
-            fig = compute.figure("schemes", base, key, [current, t.lang], lambda: figures.scheme_comparison(
+            fig = compute.figure("schemes", base, key, [current, t.lang], lambda: scheme_comparison(
                 rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload), labels=scheme_labels(t)))
         except RingsimError as e:
-            return figures.message_figure(str(e)), None, None
+            return message_figure(str(e)), None, None
         return fig, _schemes_table(rows, current, t), _schemes_why(rows, t)
 
 
 def scheme_labels(t: Translator) -> dict[str, Any]:
-    """The texts of figures.scheme_comparison in the page's language: a run's name and
+    """The texts of figures.schemes.scheme_comparison in the page's language: a run's name and
     what bounds it (or why it cannot run) as the table beside it says them."""
     def why(row: dict[str, Any]) -> str:
         return (explain.refusal(t, row["refused"], row["refused_clause"]) if "refused" in row
@@ -66,7 +68,7 @@ def scheme_labels(t: Translator) -> dict[str, Any]:
 def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> html.Table:
     """The rows of `ringsim compare --schemes`, a refused one with its reason; the fastest
     and the run on screen marked."""
-    best = figures.fastest(rows)
+    best = fastest(rows)
     head = [t(f"sch.col.{c}") for c in SCHEME_TABLE_COLUMNS]
     body = []
     for r in rows:

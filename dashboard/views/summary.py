@@ -12,8 +12,10 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboard import compute, export, figures
+from dashboard import compute, export
 from dashboard.contents import SUMMARY_CARDS
+from dashboard.figures.layout_strip import layout_strip
+from dashboard.figures.style import time_unit
 from dashboard.i18n import Translator, run_words
 from dashboard.served import Served
 from sim.errors import RingsimError
@@ -25,7 +27,7 @@ from sim.units import fmt_bytes
 def _fmt_s(x: float | None) -> str:
     if x is None:
         return "–"
-    scale, unit = figures.time_unit(abs(x) if x else 1e-6)
+    scale, unit = time_unit(abs(x) if x else 1e-6)
     return f"{x * scale:.4g} {unit}"
 
 
@@ -122,7 +124,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                                       _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak))] + [line]
 
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"), Input("lang", "value"))
-    def layout_strip(data, lang):
+    def draw_layout_strip(data, lang):
         t = Translator(lang)
         sc = served.scenario_of(data)
         split = compute.token_split(sc, t)
@@ -135,7 +137,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 
         def make():
             owner, bounds = compute.token_holders(sc, split)
-            return figures.layout_strip(split["layout"], seq, split["n"], holders=split["holders"],
+            return layout_strip(split["layout"], seq, split["n"], holders=split["holders"],
                                         title=split["title"], labels=labels, owner=owner, bounds=bounds)
 
         # a function of the token split (with what packed holders depend on), the length and

@@ -10,7 +10,9 @@ from typing import Any
 import dash
 from dash import Input, Output
 
-from dashboard import compute, figures
+from dashboard import compute
+from dashboard.figures.style import message_figure
+from dashboard.figures.sweep import overlap_sweep
 from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
 from dashboard.views.common import graph, only_on
@@ -36,9 +38,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             # the table once, a figure per language
             table = compute.figure("sweep-table", sc, key, None, lambda: compute.overlap_sweep(sc, hw, key))
             return compute.figure("sweep", sc, key, t.lang,
-                                  lambda: figures.overlap_sweep(table, labels=sweep_labels(t)))
+                                  lambda: overlap_sweep(table, labels=sweep_labels(t)))
         except RingsimError as e:
-            return figures.message_figure(str(e))
+            return message_figure(str(e))
 
 
 def sweep_labels(t: Translator) -> dict[str, Any]:

@@ -12,7 +12,9 @@ import dash
 from dash import Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from dashboard import compute, figures, quiz_explain
+from dashboard import compute, quiz_explain
+from dashboard.figures.style import message_figure
+from dashboard.figures.timeline import timeline
 from dashboard.i18n import Translator, run_words
 from dashboard.served import Served
 from dashboard.state import defaults
@@ -63,7 +65,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
     @app.callback(Output("timeline", "figure"),
                   Input("scenario", "data"), Input("profile", "data"), Input("ranks", "value"),
                   Input("tabs", "value"), Input("lang", "value"))
-    def timeline(data, profile_data, ranks, tab, lang):
+    def draw_timeline(data, profile_data, ranks, tab, lang):
         only_on("timeline", tab)
         window = tuple(ranks) if ranks else None
         t = Translator(lang)
@@ -79,11 +81,11 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 title = t("tl.title", gpus=t.int(tr.n_gpus), run=run_words(t, tr.config),
                           makespan=t.time(makespan, 4))
                 labels = {"window": t("tl.window"), "time": t("tl.time"), "separators": t.separators()}
-                return figures.timeline(tr, window, starts=res.rank_starts, title=title, labels=labels)
+                return timeline(tr, window, starts=res.rank_starts, title=title, labels=labels)
 
             return compute.figure("timeline", sc, key, [window, t.lang], make)
         except RingsimError as e:
-            return figures.message_figure(str(e))
+            return message_figure(str(e))
 
     # the ring animation under the timeline
     @app.callback(Output("timeline-ring", "figure"), Output("timeline-ring-step", "max"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard import compute, figures
+from dashboard import compute
+from dashboard.figures.timeline import rank_starts
 from sim.hardware.cluster import Gpu, Hardware
 from sim.trace.metrics import compute_metrics
 from tests.dashboard.conftest import small_scenario
@@ -36,7 +37,7 @@ def test_a_result_keeps_where_each_ranks_spans_begin(small_trace):
     ranks = [s.rank for s in small_trace.spans]
     for r in range(small_trace.n_gpus):
         assert starts[r] == ranks.index(r) and starts[r + 1] - starts[r] == ranks.count(r)
-    assert (figures.rank_starts(small_trace.columns, 4) == starts).all()
+    assert (rank_starts(small_trace.columns, 4) == starts).all()
 
 
 def test_the_cache_is_bounded_by_spans():

@@ -9,8 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from dashboard import compute, figures, i18n
-from dashboard.figures.block_map import mask_bins
+from dashboard import compute, i18n
+from dashboard.figures.block_map import block_map, mask_bins
+from dashboard.figures.documents import document_balance
+from dashboard.figures.layout_strip import layout_strip
 from dashboard.i18n import LANGUAGES, catalog
 from dashboard.state import (
     ControlError,
@@ -126,7 +128,7 @@ def test_the_strip_marks_the_documents_and_their_holders(client):
     sc = scenario_from_values(store["values"])
     split = compute.token_split(sc)
     owner, drawn_bounds = compute.token_holders(sc, split)
-    fig = figures.layout_strip(split["layout"], seq, split["n"], owner=owner, bounds=drawn_bounds)
+    fig = layout_strip(split["layout"], seq, split["n"], owner=owner, bounds=drawn_bounds)
     lines = [tr for tr in fig.data if tr.type == "scatter"][0]
     assert sorted(set(np.asarray(lines.x)[~np.isnan(lines.x)].tolist())) == bounds[1:-1].tolist()
     # doc-contiguous: each document cut into n consecutive pieces, piece r on GPU r
@@ -171,7 +173,7 @@ def test_the_token_panel_counts_the_pairs_the_mask_keeps(causal, window):
 def test_the_block_map_of_a_packed_run_draws_the_document_mask(scheme, changes):
     sc = small_scenario(n_gpus=4, scheme=scheme, **changes)
     sc = sc.with_(workload=replace(sc.workload, docs="lognormal:median=512,sigma=1", seed=1))
-    fig = figures.block_map(simulate(sc))
+    fig = block_map(simulate(sc))
     assert fig.layout.meta["packed"]
     token_panel = [tr for tr in fig.data if tr.type == "heatmap"][1]
     kept = token_panel.customdata[..., 2].astype(np.int64).sum()
@@ -196,7 +198,7 @@ def test_the_work_per_gpu_is_the_pairs_each_gpus_queries_keep():
               "striped": [np.arange(0, 64, 2), np.arange(1, 64, 2)],
               "doc-contiguous": [np.r_[0:24, 48:56], np.r_[24:48, 56:64]]}
     table = compute.document_balance(sc)
-    fig = figures.document_balance(table)
+    fig = document_balance(table)
     lines = {tr.name: np.asarray(tr.y) for tr in fig.data if tr.type == "scatter"}
     for layout, held in tokens.items():
         want = [kept[t].sum() for t in held]

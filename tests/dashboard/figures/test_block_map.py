@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dashboard import figures
+from dashboard.figures.block_map import block_map
 from sim.engine.play import simulate
 from sim.errors import RingsimError
 from sim.trace.format import Span, Trace
@@ -23,7 +23,7 @@ def _cells(fig) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunk_pair_work_matches_enumeration(layout, causal):
     n, seq = 4, 64
-    _, custom = _cells(figures.block_map(simulate(small_scenario(layout=layout, n_gpus=n, seq=seq,
+    _, custom = _cells(block_map(simulate(small_scenario(layout=layout, n_gpus=n, seq=seq,
                                                                  causal=causal))))
     work = custom[..., 2]
     chunks = 2 * n if layout == "zigzag" else n
@@ -45,7 +45,7 @@ def test_chunk_pair_work_matches_enumeration(layout, causal):
 def test_block_map_steps_and_blanks(layout, pass_):
     n, seq = 4, 256
     trace = simulate(small_scenario(layout=layout, n_gpus=n, seq=seq, pass_=pass_))
-    fig = figures.block_map(trace)
+    fig = block_map(trace)
     grid, _ = _cells(fig)
     chunks = 2 * n if layout == "zigzag" else n
     assert grid.shape == (chunks, chunks)
@@ -66,7 +66,7 @@ def test_block_map_steps_and_blanks(layout, pass_):
 def test_block_map_work_bars_are_each_gpus_flops():
     n, seq = 4, 256
     sc = small_scenario(layout="contiguous", n_gpus=n, seq=seq)
-    fig = figures.block_map(simulate(sc))
+    fig = block_map(simulate(sc))
     bars = [t for t in fig.data if t.type == "bar"][0]
     w = sc.workload
     for r in range(n):
@@ -78,13 +78,13 @@ def test_block_map_work_bars_are_each_gpus_flops():
 def test_block_map_needs_a_configuration():
     bare = Trace("measured", 2, [Span(0, "compute", "fwd", 0, 0.0, 1.0)])
     with pytest.raises(RingsimError, match="no layout"):
-        figures.block_map(bare)
+        block_map(bare)
 
 
 def test_a_large_block_map_shows_every_kth_chunk():
     n = 320                                           # zigzag: 640 chunks a side
     sc = small_scenario(layout="zigzag", n_gpus=n, seq=640 * 8, causal=False)
-    fig = figures.block_map(simulate(sc, player="recurrence"))
+    fig = block_map(simulate(sc, player="recurrence"))
     heat = fig.data[0]
     stride = fig.layout.meta["stride"]
     assert stride == 2 and fig.layout.meta["chunks"] == 2 * n

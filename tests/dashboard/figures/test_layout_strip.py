@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dashboard import figures
+from dashboard.figures.layout_strip import MAX_STRIP_RUNS, layout_strip
+from dashboard.figures.style import rank_color
 from tests.dashboard.conftest import owner
 
 
@@ -13,7 +14,7 @@ from tests.dashboard.conftest import owner
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_layout_strip_colors_follow_token_owners(layout, n):
     seq = 16 * n
-    fig = figures.layout_strip(layout, seq, n)
+    fig = layout_strip(layout, seq, n)
     bar = fig.data[0]
     base, width, colors = np.asarray(bar.base), np.asarray(bar.x), list(bar.marker.color)
     assert base[0] == 0 and (base[1:] == base[:-1] + width[:-1]).all()   # contiguous cover
@@ -21,15 +22,15 @@ def test_layout_strip_colors_follow_token_owners(layout, n):
     for b, w, c in zip(base, width, colors):
         owners = {owner(layout, seq, n, t) for t in range(int(b), int(b + w))}
         assert len(owners) == 1                     # a run belongs to one GPU
-        assert c == figures.rank_color(owners.pop(), n)
+        assert c == rank_color(owners.pop(), n)
     expected_runs = {"contiguous": n, "zigzag": 2 * n - 1, "striped": seq}[layout]
     assert len(base) == expected_runs
 
 
 def test_layout_strip_truncates_long_striped_sequences():
-    fig = figures.layout_strip("striped", 131072, 8)
-    assert fig.layout.meta["truncated"] and fig.layout.meta["runs"] == figures.MAX_STRIP_RUNS
-    assert fig.layout.meta["tokens_shown"] == figures.MAX_STRIP_RUNS
+    fig = layout_strip("striped", 131072, 8)
+    assert fig.layout.meta["truncated"] and fig.layout.meta["runs"] == MAX_STRIP_RUNS
+    assert fig.layout.meta["tokens_shown"] == MAX_STRIP_RUNS
     assert "pattern repeats" in fig.layout.title.text
 
 
@@ -46,6 +47,6 @@ def test_token_split_of_each_scheme():
     assert (hy["layout"], hy["n"]) == ("striped", 4)
     # ring-inner: rank = j * r + k, so ring position 1 is GPUs 1 and 5
     assert hy["holders"][1] == "ring position 1: GPUs 1, 5"
-    fig = figures.layout_strip(hy["layout"], 8192, hy["n"], holders=hy["holders"], title=hy["title"])
+    fig = layout_strip(hy["layout"], 8192, hy["n"], holders=hy["holders"], title=hy["title"])
     assert "ring position 1: GPUs 1, 5" in set(fig.data[0].hovertext)
     assert "4 ring positions of 2 GPUs" in fig.layout.title.text

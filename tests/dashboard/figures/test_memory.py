@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dashboard import compute, figures
+from dashboard import compute
+from dashboard.figures.memory import memory
 from tests.dashboard.conftest import small_scenario
 
 
@@ -16,7 +17,7 @@ def test_memory_table_against_closed_forms():
         assert r["ring_kv_bytes"] == 3 * full // sc.n_gpus     # own shard + two blocks in flight
     shard = {r["fixed_shard_bytes"] for r in table["by_gpus"]}
     assert len(shard) == 1                                    # fact 4: flat at a fixed shard
-    fig = figures.memory(table)
+    fig = memory(table)
     assert len(fig.data) >= 6
 
 
@@ -41,6 +42,6 @@ def test_every_schemes_memory_against_closed_forms():
     gathered = dict(zip(counts, by["allgather (one gather)"]["by_gpus"]))
     big = max(g for g in counts if gathered[g] is not None)
     assert gathered[big] > full > ring[counts.index(big)]
-    fig = figures.memory(table)
+    fig = memory(table)
     assert fig.layout.meta["full_kv_bytes"] == full
     assert set(fig.layout.meta["totals"]) == set(by)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dashboard import figures
+from dashboard.figures.merge import merge_steps
 from sim.scenario.online_softmax import example
 
 
 def test_merge_figure_shows_the_recorded_steps():
     res = example(n_ranks=4, layout="striped", causal=True, query_row=13)
-    fig = figures.merge_steps(res, "striped")
+    fig = merge_steps(res, "striped")
     m_line = [t for t in fig.data if t.name == "running max m"][0]
     assert list(m_line.y) == [s.m for s in res.steps]
     factors = [t for t in fig.data if t.name == "rescale factor"][0]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dashboard import compute, figures
+from dashboard import compute
+from dashboard.figures.overlay import overlay, trace_summary
+from dashboard.figures.style import time_unit
 from sim.trace.format import Trace
 from tests.dashboard.conftest import measured_from
 
@@ -17,7 +19,7 @@ def test_step_errors_of_a_uniformly_slower_run(small_trace):
     for r in rows:
         assert r["measured_s"] == pytest.approx(1.25 * r["simulated_s"])
         assert r["error"] == pytest.approx(1 / 1.25 - 1)
-    fig = figures.overlay(small_trace, measured, rows)
+    fig = overlay(small_trace, measured, rows)
     assert fig.layout.meta["makespan_error"] == pytest.approx(1 / 1.25 - 1)
     meas = [t for t in fig.data if t.name == "measured compute"][0]
     assert min(meas.base) == pytest.approx(0.0)          # aligned on its own time 0
@@ -57,18 +59,18 @@ def test_step_errors_follow_the_validation_definition(small_trace):
 
 def test_overlay_lanes_are_the_compute_spans(small_trace):
     measured = measured_from(small_trace, factor=1.5, offset_s=2.0)
-    fig = figures.overlay(small_trace, measured, compute.step_errors(small_trace, measured))
+    fig = overlay(small_trace, measured, compute.step_errors(small_trace, measured))
     for label, tr, lane in (("simulated", small_trace, 0), ("measured", measured, 1)):
         (bars,) = [t for t in fig.data if t.name == f"{label} compute"]
         comp = [s for s in tr.spans if s.stream == "compute"]
         assert sorted(np.asarray(bars.y).astype(int)) == sorted(2 * s.rank + lane for s in comp)
-        scale = {"s": 1, "ms": 1e3, "µs": 1e6}[figures.time_unit(max(small_trace.makespan_s,
+        scale = {"s": 1, "ms": 1e3, "µs": 1e6}[time_unit(max(small_trace.makespan_s,
                                                                        measured.makespan_s))[1]]
         assert sum(bars.x) == pytest.approx(sum(s.duration_s for s in comp) * scale)
 
 
 def test_trace_summary_counts_the_spans(small_trace):
-    words = list(figures.trace_summary(small_trace))
+    words = list(trace_summary(small_trace))
     assert words[0] == f"simulated trace, 4 ranks, {len(small_trace.spans)} spans"
     assert words[1] == "zigzag layout"
     assert isinstance(small_trace, Trace)
@@ -76,7 +78,7 @@ def test_trace_summary_counts_the_spans(small_trace):
 
 def test_overlay_legend_sits_beside_the_plots_clear_of_the_titles(small_trace):
     measured = measured_from(small_trace, factor=1.2)
-    fig = figures.overlay(small_trace, measured, compute.step_errors(small_trace, measured))
+    fig = overlay(small_trace, measured, compute.step_errors(small_trace, measured))
     legend = fig.layout.legend
     # right of the plotting area (paper x 1): the titles are centred over the plots
     assert legend.x > 1 and legend.xanchor == "left" and legend.orientation == "v"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dashboard import figures
+from dashboard.figures.schemes import scheme_comparison
+from dashboard.figures.style import scheme_color
 
 
 def _row(scheme, variant, makespan, exposed=0.0, sent=2 ** 20, mem=2 ** 30):
@@ -19,7 +20,7 @@ ROWS = [_row("ring", "zigzag", 2e-3, 1e-4), _row("allgather", "one gather", 1.5e
 
 
 def test_bars_are_the_rows():
-    fig = figures.scheme_comparison(ROWS, current=("ring", "zigzag"), full_kv_bytes=2 * 2 ** 30)
+    fig = scheme_comparison(ROWS, current=("ring", "zigzag"), full_kv_bytes=2 * 2 ** 30)
     bars = [t for t in fig.data if t.type == "bar"]
     assert len(bars) == 4
     assert list(bars[0].y) == ["ring (zigzag) ◂", "allgather (one gather)", "ulysses (degree 64) — not possible"]
@@ -29,7 +30,7 @@ def test_bars_are_the_rows():
     assert list(bars[3].x[:2]) == pytest.approx([1.0, 3.0])                    # GiB
     assert all(np.isnan(b.x[2]) for b in bars)                                 # refused: no bar
     assert list(bars[0].marker.line.width) == [0, 2.5, 0]                      # the fastest outlined
-    assert bars[0].marker.color[0] == figures.scheme_color("ring") != figures.scheme_color("allgather")
+    assert bars[0].marker.color[0] == scheme_color("ring") != scheme_color("allgather")
     (full,) = [t for t in fig.data if t.type == "scatter"]
     assert list(full.x) == [2.0, 2.0]
     assert fig.layout.meta["best"] == ["allgather", "one gather"]
@@ -39,5 +40,5 @@ def test_bars_are_the_rows():
 
 
 def test_nothing_runs():
-    fig = figures.scheme_comparison(ROWS[2:])
+    fig = scheme_comparison(ROWS[2:])
     assert fig.layout.meta["best"] is None and "nothing can run" in fig.layout.title.text

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard import figures
-from dashboard.figures.style import lighter
+from dashboard.figures.style import lighter, rank_colors, scheme_of, time_unit
 from sim.errors import RingsimError
 from sim.trace.format import Span, Trace
 
 
 def test_time_unit():
-    assert figures.time_unit(2.0) == (1.0, "s")
-    assert figures.time_unit(0.02) == (1e3, "ms")
-    assert figures.time_unit(2e-5) == (1e6, "µs")
+    assert time_unit(2.0) == (1.0, "s")
+    assert time_unit(0.02) == (1e3, "ms")
+    assert time_unit(2e-5) == (1e6, "µs")
 
 
 @pytest.mark.parametrize("n", [1, 8, 24, 1024])
 def test_one_distinct_color_per_rank(n):
-    colors = figures.rank_colors(n)
+    colors = rank_colors(n)
     assert len(colors) == n
     if n <= 24:
         assert len(set(colors)) == n
@@ -32,7 +31,7 @@ def test_lighter_mixes_with_white():
 
 def test_scheme_of_a_trace():
     bare = Trace("measured", 1, [Span(0, "compute", "fwd", 0, 0.0, 1.0)])
-    assert figures.scheme_of(bare).name == "ring"            # a header that names none
+    assert scheme_of(bare).name == "ring"            # a header that names none
     bare.config["scheme"] = "no-such-scheme"
     with pytest.raises(RingsimError, match="unknown scheme"):
-        figures.scheme_of(bare)
+        scheme_of(bare)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard import compute, figures
+from dashboard import compute
+from dashboard.figures.sweep import overlap_sweep
 from tests.dashboard.conftest import small_scenario
 
 
@@ -15,7 +16,7 @@ def test_sweep_exposes_communication_on_slow_links():
     slowest, fastest = bw[min(bw)], bw[max(bw)]
     assert slowest["exposed_frac"] > fastest["exposed_frac"]
     assert slowest["efficiency"] < fastest["efficiency"]
-    fig = figures.overlap_sweep(sweep)
+    fig = overlap_sweep(sweep)
     vlines = [s for s in fig.layout.shapes if s.type == "line" and s.line.dash == "dash"]
     assert any(s.x0 == pytest.approx(sweep["crossover_tokens"]) for s in vlines)
     assert any(s.x0 == pytest.approx(sweep["crossover_bandwidth_gbps"]) for s in vlines)

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from dashboard import figures
+from dashboard.figures.style import COLORS
+from dashboard.figures.timeline import rank_starts, timeline
 from sim.engine.play import simulate
 from sim.schemes import get as get_scheme
 from sim.trace.format import COLUMN_TYPES, Span, SpanTable, Trace
@@ -19,7 +20,7 @@ def _trace_named(fig, name):
 
 
 def test_timeline_bars_are_the_spans(small_trace):
-    fig = figures.timeline(small_trace)
+    fig = timeline(small_trace)
     assert not fig.layout.meta["webgl"]
     t0 = min(s.start_s for s in small_trace.spans)
     scale = {"s": 1, "ms": 1e3, "µs": 1e6}[fig.layout.meta["unit"]]
@@ -49,17 +50,17 @@ def test_timeline_highlights_exposed_communication():
     trace = simulate(sc)
     exposed = [s for s in trace.spans if s.stream == "wait" and s.kind != "idle"]
     assert exposed
-    fig = figures.timeline(trace)
+    fig = timeline(trace)
     (bar,) = _trace_named(fig, "exposed communication")
     scale = {"s": 1, "ms": 1e3, "µs": 1e6}[fig.layout.meta["unit"]]
     assert sum(bar.x) == pytest.approx(sum(s.end_s - s.start_s for s in exposed) * scale)
-    assert bar.marker.color == figures.COLORS["exposed"]
+    assert bar.marker.color == COLORS["exposed"]
 
 
 def test_timeline_names_and_colors_are_the_schemes():
     trace = simulate(small_scenario(pass_="fwdbwd"))
     ops = get_scheme("ring").op_kinds
-    fig = figures.timeline(trace)
+    fig = timeline(trace)
     (fwd,) = _trace_named(fig, ops["fwd"].label)
     (bwd,) = _trace_named(fig, ops["bwd"].label)
     assert ops["fwd"].color in set(fwd.marker.color) and ops["bwd"].color in set(bwd.marker.color)
@@ -71,7 +72,7 @@ def test_timeline_names_and_colors_are_the_schemes():
 
 
 def test_timeline_legend_sits_between_the_title_and_the_plot(small_trace):
-    fig = figures.timeline(small_trace)
+    fig = timeline(small_trace)
     legend = fig.layout.template.layout.legend
     assert (legend.orientation, legend.yanchor, legend.y) == ("h", "bottom", 1.02)
     assert fig.layout.margin.t >= 85           # the title sits above a row of legend items
@@ -92,7 +93,7 @@ def _synthetic(n_ranks: int, per_rank: int) -> Trace:
 
 def test_timeline_switches_to_webgl_past_the_bar_limit():
     trace = _synthetic(40, 500)                       # 20k spans
-    fig = figures.timeline(trace)
+    fig = timeline(trace)
     assert fig.layout.meta["webgl"] and fig.layout.meta["spans"] == 20_000
     assert {t.type for t in fig.data} == {"scattergl"}
     x = np.asarray(fig.data[0].x)
@@ -110,7 +111,7 @@ def test_timeline_switches_to_webgl_past_the_bar_limit():
 
 def test_timeline_window_narrows_to_the_span_cap():
     trace = _synthetic(10, 300)
-    fig = figures.timeline(trace, (2, 9), max_spans=1000)
+    fig = timeline(trace, (2, 9), max_spans=1000)
     assert fig.layout.meta["ranks"] == [2, 4]         # 3 ranks x 300 spans fit under 1000
     assert "GPUs 2–4 of 10" in fig.layout.title.text
 
@@ -127,8 +128,8 @@ def test_timeline_window_of_a_trace_in_any_order():
     trace = simulate(small_scenario(n_gpus=8, seq=8192))
     shuffled = np.random.default_rng(0).permutation(len(trace))
     other = Trace(trace.source, trace.n_gpus, trace.columns.take(shuffled), trace.config)
-    assert figures.rank_starts(other.columns, 8) is None
-    a, b = figures.timeline(trace, (2, 5)), figures.timeline(other, (2, 5))
+    assert rank_starts(other.columns, 8) is None
+    a, b = timeline(trace, (2, 5)), timeline(other, (2, 5))
     assert a.layout.meta["ranks"] == b.layout.meta["ranks"] == [2, 5]
     drawn = _drawn(a)
     assert drawn == _drawn(b)
@@ -146,9 +147,9 @@ def test_timeline_of_1024_ranks_draws_its_window_only():
              "flops": np.full(n * per_rank, 1e12), "peer": np.full(n * per_rank, -1),
              "q_chunks": rank, "kv_chunks": rank}
     trace = Trace("simulated", n, SpanTable(**cols, chunk_sets=[(r,) for r in range(n)]))
-    starts = figures.rank_starts(trace.columns, n)
+    starts = rank_starts(trace.columns, n)
     assert starts[1000] == 1000 * per_rank and starts[-1] == n * per_rank
-    fig = figures.timeline(trace, (1000, 1023), starts=starts)
+    fig = timeline(trace, (1000, 1023), starts=starts)
     assert fig.layout.meta["ranks"] == [1000, 1023] and fig.layout.meta["spans"] == 24 * per_rank
     (bar,) = fig.data
     assert set(np.asarray(bar.customdata)[:, 0].astype(int)) == set(range(1000, 1024))
@@ -160,7 +161,7 @@ def test_collectives_take_the_schemes_names_colors_and_meaning():
 
     trace = simulate(small_scenario(scheme="allgather", pass_="fwdbwd", n_gpus=4))
     ops = get_scheme("allgather").op_kinds
-    fig = figures.timeline(trace)
+    fig = timeline(trace)
     for kind in ("ag", "rs"):
         (send,) = _trace_named(fig, f"send {ops[kind].label}")
         (recv,) = _trace_named(fig, f"receive {ops[kind].label}")
@@ -170,7 +171,7 @@ def test_collectives_take_the_schemes_names_colors_and_meaning():
         assert len(send.x) == len(sends)
     # exposed communication of every kind: red, one legend entry, the hover names the kind
     exposed = _trace_named(fig, "exposed communication")
-    assert {t.marker.color for t in exposed} == {figures.COLORS["exposed"]}
+    assert {t.marker.color for t in exposed} == {COLORS["exposed"]}
     assert sum(1 for t in exposed if t.showlegend is not False) == 1
     assert any("waits for the all-gather" in t.hovertemplate for t in exposed)
     assert "all-gather, one gather" in fig.layout.title.text
@@ -179,7 +180,7 @@ def test_collectives_take_the_schemes_names_colors_and_meaning():
 def test_a_wide_chunk_set_reads_as_its_first_last_and_count():
     # all-gather on 8 GPUs: the last query chunk's dense call is against 14 key chunks
     trace = simulate(small_scenario(scheme="allgather", n_gpus=8, seq=8192))
-    fig = figures.timeline(trace)
+    fig = timeline(trace)
     (bar,) = _trace_named(fig, "compute (forward)")
     at = int(re.search(r"K/V block chunks %\{customdata\[(\d+)\]\}…", bar.hovertemplate)[1])
     assert f"(%{{customdata[{at + 2}]}} chunks)" in bar.hovertemplate
