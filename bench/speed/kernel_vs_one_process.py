@@ -1,6 +1,6 @@
 """The real ring kernel against one process doing the same work.
 
-Runs the ring (`hw.run_config`: GPU count 2, causal zigzag by default) several times and
+Runs the ring (`hw.launch.run_config`: GPU count 2, causal zigzag by default) several times and
 reports, from its measured traces:
 
 - per-block compute rate: each ring step's compute span (median over repeats) against

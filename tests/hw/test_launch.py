@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from hw import RunConfig, run_configs, run_local
+from hw.config import RunConfig
+from hw.launch import run_configs, run_local
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario, Workload
 from sim.schemes.ring import peak_memory_bytes

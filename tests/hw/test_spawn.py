@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from hw import RankFailure, RunConfig, run_config
+from hw.config import RunConfig
+from hw.launch import run_config
+from hw.spawn import RankFailure
 from sim.scenario.config import Workload
 
 pytestmark = pytest.mark.slow
