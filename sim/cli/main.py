@@ -13,20 +13,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any, Sequence
 
 import numpy as np
 
+from sim.cli import plan, step, sweep
 from sim.cli.options import Parser, add_scenario_args, resolve_run, table, values_from_args
+from sim.engine.players import head_geometry
 from sim.errors import RingsimError
+from sim.files import write_json
 from sim.hardware.model import HardwareModel
+from sim.layouts.packed import BlockCall, Packed, token_work
 from sim.scenario.config import Scenario
 from sim.scenario.documents import bounds as doc_bounds
 from sim.scenario.documents import describe_packed
 from sim.scenario.resolve import without_scheme
 from sim.schemes import names as scheme_names
 from sim.schemes import run_words
+from sim.trace.format import to_chrome_trace
+from sim.trace.metrics import compute_metrics
 from sim.units import fmt_bytes, fmt_s
 
 COMMAND_GROUP = "ringsim.commands"
@@ -44,9 +50,6 @@ def one_gpu_s(scenario: Scenario, hardware: HardwareModel) -> float:
     call per pass, called in a loop as a benchmark does: queued, nothing to merge). The
     ratio ring-flash-attention's table reports is GPUs x this / the makespan: the GPUs do
     the work of one sequence of seq tokens, each would do 1 / GPUs^2 of it alone."""
-    from sim.engine.players import head_geometry
-    from sim.layouts.packed import BlockCall, Packed, token_work
-
     w = scenario.workload
     c = w.seq // scenario.n_gpus
     pairs = c * (c + 1) // 2 if w.causal else c * c
@@ -81,10 +84,8 @@ def _print_documents(scenario: Scenario) -> None:
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
+    # the engine's player loads when a command plays a scenario, not on every start
     from sim.engine.play import simulate
-    from sim.files import write_json
-    from sim.trace.format import to_chrome_trace
-    from sim.trace.metrics import compute_metrics
 
     run = resolve_run(values_from_args(a))
     scenario, profile = run.scenario, run.profile
@@ -153,6 +154,7 @@ def ranks_to_show(ranks: Sequence[Any], every: bool = False) -> tuple[list[Any],
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
+    # the engine's player (through sim.planning.compare) loads when a command plays a scenario
     from sim.planning.compare import compare_layout_rows
 
     if a.schemes:
@@ -178,8 +180,6 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("ringsim")
     except PackageNotFoundError:   # run from a source tree that was never installed
@@ -191,6 +191,7 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     for name in wanted or []:
         if name not in scheme_names():
             raise RingsimError(f"unknown scheme {name!r} in --schemes; choose all or from {', '.join(scheme_names())}")
+    # the engine's player (through sim.planning.compare) loads when a command plays a scenario
     from sim.planning.compare import compare_scheme_rows
 
     # every scheme's variants start from the default scheme, whatever --scheme says
@@ -252,8 +253,6 @@ def build_parser() -> argparse.ArgumentParser:
                          "makespan, exposed communication, bytes and memory per GPU, and what bounds each")
     cp.add_argument("--json", action="store_true", help="print one JSON object")
     cp.set_defaults(func=cmd_compare)
-    from sim.cli import plan, step, sweep
-
     sweep.register(sub)
     plan.register(sub)
     step.register(sub)

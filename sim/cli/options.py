@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
+from sim.scenario.models import MODEL_PRESETS, Model, model_preset
 from sim.scenario.option import ScenarioOption
 from sim.scenario.resolve import Resolved, hardware_of, resolve
 from sim.scenario.schema import SCENARIO_OPTIONS, scenario_option
@@ -94,6 +95,7 @@ def resolve_run(values: dict[str, Any]) -> Resolved:
     run = resolve(values)
     if run.profile is not None and run.profile.measured_on.get("kind", "cpu") == "cpu":
         # a CPU profile predicts a host like the one it was measured on: most often this one
+        # (the host's description loads only when such a profile is given, not on every start)
         from sim.hardware.host import mismatch_line, this_host
 
         line = mismatch_line(run.profile.measured_on, this_host(), values["profile"])
@@ -110,8 +112,6 @@ def hardware_from_args(a: argparse.Namespace) -> Hardware:
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """A model preset and the numbers that replace its own (model_from_args)."""
-    from sim.scenario.models import MODEL_PRESETS
-
     m = p.add_argument_group("model")
     m.add_argument("--model", default=None, help=f"preset: {', '.join(MODEL_PRESETS)}; or give the numbers below")
     m.add_argument("--layers", type=int, default=None, help="transformer layers (replaces the preset's)")
@@ -126,8 +126,6 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def model_from_args(a: argparse.Namespace):
-    from sim.scenario.models import Model, model_preset
-
     base = model_preset(a.model) if a.model else None
     given = {k: getattr(a, k) for k in ("layers", "heads", "kv_heads", "head_dim", "hidden", "ffn", "vocab")
              if getattr(a, k, None) is not None}

@@ -18,9 +18,10 @@ import time
 from sim.cli.options import add_model_args, model_from_args, table
 from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
+from sim.hardware.presets import cluster_preset
 from sim.scenario.config import PASSES
 from sim.scenario.documents import read_file_spec
-from sim.units import tokens
+from sim.units import fmt_bytes, fmt_s, parse_count, tokens
 
 
 def register(sub) -> None:
@@ -86,7 +87,7 @@ def register(sub) -> None:
 
 
 def request_from_args(a: argparse.Namespace):
-    from sim.hardware.presets import cluster_preset
+    # the planner and the engine's player load when `plan` runs, not on every start
     from sim.planning.plan import request_from
 
     gpn = a.gpus_per_node
@@ -130,6 +131,7 @@ def plan_workers(workers: int | None, gpus: int) -> int:
     most AUTO_WORKERS_MAX) where Dask is installed."""
     if workers is not None:
         return workers
+    # the sweep runner and the engine's player load when `plan` runs, not on every start
     from sim.planning.sweep import dask_available
 
     if gpus <= AUTO_WORKERS_ABOVE or not dask_available():
@@ -139,6 +141,7 @@ def plan_workers(workers: int | None, gpus: int) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
+    # the planner and the engine's player load when `plan` runs, not on every start
     from sim.planning.plan import format_plan, plan
     from sim.planning.sweep import Runner
 
@@ -161,8 +164,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 def _plan_steps(a: argparse.Namespace) -> int:
     """The whole-step plan (sim.training.plan)."""
+    # the step planner and the engine's player load when `plan` runs, not on every start
     from sim.training.plan import label, plan_steps, request_hardware
-    from sim.units import fmt_bytes, fmt_s, parse_count
 
     req = request_from_args(a)
     hardware, hardware_argv = request_hardware(req)

@@ -7,15 +7,17 @@ import argparse
 import json
 
 from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args, table
-from sim.hardware.presets import GPU_PRESETS
+from sim.files import write_json
+from sim.hardware.gemm import gemm_time
+from sim.hardware.presets import GPU_PRESETS, gpu_preset
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import names as scheme_names
+from sim.trace.format import Trace, to_chrome_trace
+from sim.training.step import GRAD_BYTES, RECOMPUTE, ZERO_STAGES, Parallel, StepRequest, check_gpus, simulate_step
+from sim.units import fmt_bytes, fmt_s, tokens
 
 
 def register(sub) -> None:
-    from sim.schemes import names as scheme_names
-    from sim.training.step import GRAD_BYTES, RECOMPUTE, ZERO_STAGES
-    from sim.units import tokens
-
     s = sub.add_parser("step", help="one training step: time, tokens/s and TFLOP/s per GPU, MFU, memory per GPU "
                                     "and what the step is made of, for TP x CP x PP x DP GPUs",
                        description="One training step of a decoder-only transformer on TP x CP x PP x DP GPUs "
@@ -72,10 +74,6 @@ def register(sub) -> None:
 
 
 def cmd_gemm(a: argparse.Namespace) -> int:
-    from sim.hardware.gemm import gemm_time
-    from sim.hardware.presets import gpu_preset
-    from sim.units import fmt_s
-
     t = gemm_time(a.m, a.n, a.k, a.gpu, fp8=a.fp8)
     flops = 2.0 * a.m * a.n * a.k
     out = {"gpu": gpu_preset(a.gpu).name, "m": a.m, "n": a.n, "k": a.k, "dtype": "fp8" if a.fp8 else "bf16",
@@ -95,9 +93,6 @@ def cmd_gemm(a: argparse.Namespace) -> int:
 
 
 def cmd_step(a: argparse.Namespace) -> int:
-    from sim.training.step import Parallel, StepRequest, check_gpus, simulate_step
-    from sim.units import fmt_bytes, fmt_s
-
     hw = hardware_from_args(a)
     par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
                    microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout,
@@ -106,9 +101,6 @@ def cmd_step(a: argparse.Namespace) -> int:
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)
     if a.trace or a.chrome_trace:
-        from sim.files import write_json
-        from sim.trace.format import Trace, to_chrome_trace
-
         t = step.pipeline
         trace = Trace(t.source, t.n_gpus, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,
                                                         "seq": req.seq, "global_batch": req.global_batch},

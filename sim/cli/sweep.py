@@ -15,6 +15,7 @@ import argparse
 import signal
 
 from sim.errors import RingsimError
+from sim.units import fmt_s
 
 
 def register(sub) -> None:
@@ -49,15 +50,15 @@ def _interrupt(signum, frame):
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
+    # the sweep runner and the engine's player load when `sweep` runs, not on every start
+    from sim.planning.results import read_rows
     from sim.planning.spec import load_spec
-    from sim.planning.sweep import Runner, sweep
+    from sim.planning.sweep import Runner, sweep, unique
 
     if not a.out and not a.dry_run:
         raise RingsimError("sweep needs --out RESULTS (.parquet or .csv): where the rows go")
     spec = load_spec(a.spec)
     if a.dry_run:
-        from sim.planning.sweep import unique
-
         configs = unique(spec.configs())
         print(f"{spec.size} combinations, {len(configs)} distinct configurations "
               f"({' x '.join(str(len(v)) for _, v in spec.axes)})")
@@ -86,8 +87,6 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         print("a failed row has its error in the `error` column and its `command` to rerun it alone")
     seeds = dict(spec.axes).get("seed", ())
     if len(seeds) > 1:
-        from sim.planning.results import read_rows
-
         print()
         print(seed_summary(read_rows(a.out, a.format), [d for d, v in spec.axes if d != "seed" and len(v) > 1],
                            seeds))
@@ -103,8 +102,6 @@ def seed_summary(rows: list[dict], keys: list[str], seeds) -> str:
     """A table of the sweep's configurations over their drawn batches of documents: per
     combination of the other varying options, each metric's mean and worst (highest)
     over the seeds."""
-    from sim.units import fmt_s
-
     groups: dict[tuple, list[dict]] = {}
     wanted = set(seeds)
     for row in rows:

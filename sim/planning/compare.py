@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from sim.engine.play import simulate
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
 from sim.scenario.resolve import vary
 from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
 from sim.schemes.base import Variant, layouts_for
+from sim.trace.metrics import comparison_row, compute_metrics, scheme_row
 
 
 def layout_variants(scenario: Scenario) -> list[Scenario]:
@@ -29,9 +31,6 @@ def compare_layout_rows(scenario: Scenario, hardware: Any = None,
                         metrics_of: Callable[[Scenario], Any] | None = None) -> list[dict[str, Any]]:
     """A `sim.trace.metrics.comparison_row` of each of layout_variants; `metrics_of` (a
     scenario's metrics) replaces simulating each here on `hardware`."""
-    from sim.engine.play import simulate
-    from sim.trace.metrics import comparison_row, compute_metrics
-
     metrics_of = metrics_of or (lambda sc: compute_metrics(simulate(sc, hardware)))
     return [comparison_row(sc.layout, sc.overlap, metrics_of(sc)) for sc in layout_variants(scenario)]
 
@@ -50,9 +49,6 @@ def compare_scheme_rows(scenario: Scenario, hardware=None, schemes: Sequence[str
     the scenario, with the variant's clause (`variant_clause`); a variant the configuration
     refuses gets a row with its reason (`refused`, and `refused_clause` where sim.reasons
     knows the reason)."""
-    from sim.engine.play import simulate
-    from sim.trace.metrics import compute_metrics, scheme_row
-
     out = []
     for scheme, variant in scheme_variants(scenario):
         if schemes is not None and scheme not in schemes:

@@ -41,11 +41,14 @@ from typing import Any, Callable
 from sim.cli.options import table
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
+from sim.hardware.presets import cluster_preset, gpu_preset
 from sim.planning.spec import Config, configs_from
 from sim.planning.sweep import Runner, run_configs
 from sim.reasons import Clause, clause, english
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.documents import bounds as doc_bounds
+from sim.scenario.documents import describe_packed
+from sim.scenario.memory import peak_memory
 from sim.scenario.models import Model
 from sim.scenario.resolve import hardware_of, scenario_of, workload_of
 from sim.scenario.schema import SCHEME_OPTIONS
@@ -213,8 +216,6 @@ def candidates(workload: Workload, hardware: Hardware, n_gpus: int) -> list[tupl
 def plan_memory(req: PlanRequest, scenario: Scenario) -> dict[str, int]:
     """Bytes per GPU of a candidate, itemized (see the module's docstring); 'total' is
     what must fit."""
-    from sim.scenario.memory import peak_memory
-
     items = peak_memory(scenario)
     working = int(items["total"])
     w = scenario.workload
@@ -241,8 +242,6 @@ def memory_limit_bytes(req: PlanRequest, capacity_bytes: float | None) -> tuple[
     """(the GPU's memory, the limit after headroom), bytes."""
     cap = req.memory_gb * 1e9 if req.memory_gb is not None else capacity_bytes
     if cap is None and req.gpu is not None:
-        from sim.hardware.presets import gpu_preset
-
         cap = gpu_preset(req.gpu).memory_gb * 1e9
     if cap is None:
         raise RingsimError("the GPU's memory is not known (a calibrated profile does not say it); give --memory-gb")
@@ -394,8 +393,6 @@ def _why(req: PlanRequest, c: dict[str, Any], ranked: list[dict[str, Any]], limi
 # --- text ---------------------------------------------------------------------------------------
 
 def describe_question(req: PlanRequest) -> str:
-    from sim.hardware.presets import cluster_preset
-
     m, n = req.model, req.n_gpus
     c = cluster_preset(req.cluster) if req.cluster else None
     hw = req.gpu or (c.gpu if c else "H100-SXM")
@@ -414,8 +411,6 @@ def _documents(req: PlanRequest) -> str:
     """'; packed: 37 documents, median ..., seed 1, window 4,096 tokens' (nothing for one document)."""
     if not req.packed:
         return ""
-    from sim.scenario.documents import describe_packed
-
     return f"; packed: {describe_packed(req.docs, req.seq, req.seed, req.window)}"
 
 

@@ -72,6 +72,7 @@ def format_of(path: str, fmt: str | None = None) -> str:
 
 
 def _pyarrow():
+    # optional and slow to import: loaded for Parquet files only
     try:
         import pyarrow
         import pyarrow.parquet

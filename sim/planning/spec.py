@@ -291,6 +291,7 @@ def load_spec(path: str) -> Spec:
             data = f.read()
     except OSError as e:
         raise RingsimError(f"cannot read the sweep spec {path}: {e.strerror or e}") from None
+    # each format's parser loads for its specs only: tomli and PyYAML are optional
     if ext == ".toml":
         try:
             import tomllib

@@ -20,6 +20,7 @@ every configuration whose key is already there and simulates only the rest.
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -27,11 +28,14 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from sim.engine.play import simulate
 from sim.errors import RingsimError, one_line
 from sim.planning.results import METRIC_COLUMNS, ResultsFile
 from sim.planning.spec import Config
+from sim.reasons import english
 from sim.scenario.resolve import resolve
 from sim.schemes import run_words
+from sim.trace.metrics import compute_metrics, explain_clauses, scheme_row
 
 MAX_BATCH = 256
 """Largest batch of configurations in one Dask task."""
@@ -58,10 +62,6 @@ def simulate_config(values: Mapping[str, Any]) -> dict[str, Any]:
 
     Played with the wave player, which gives the SimPy player's times bit for bit (the
     engine's own promise; `ringsim simulate` uses SimPy)."""
-    from sim.engine.play import simulate
-    from sim.reasons import english
-    from sim.trace.metrics import compute_metrics, explain_clauses, scheme_row
-
     try:
         run = resolve(values)
         scenario = run.scenario
@@ -104,6 +104,7 @@ def row_of(config: Config, metrics: dict[str, Any]) -> dict[str, Any]:
 # --- where configurations run ---------------------------------------------------------------
 
 def dask_available() -> bool:
+    # an optional dependency: importing it is the test that it is installed
     try:
         import distributed  # noqa: F401
     except ModuleNotFoundError:
@@ -167,8 +168,7 @@ class Runner:
         yield from self._execute_dask(configs)
 
     def _execute_dask(self, configs: Sequence[Config]) -> Iterator[list[dict[str, Any]]]:
-        import logging
-
+        # Dask loads only when a sweep runs on it: a sweep in this process does not need it installed
         from distributed import Client, LocalCluster, as_completed
 
         cluster = None
@@ -181,7 +181,7 @@ class Runner:
             except (OSError, TimeoutError) as e:
                 raise RingsimError(f"cannot reach the Dask scheduler at {self.scheduler}: {one_line(e)}") from None
         else:
-            import dask
+            import dask  # (as distributed above)
 
             with dask.config.set(WORKER_CONFIG):
                 cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,

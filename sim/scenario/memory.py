@@ -7,14 +7,13 @@ scenario and holds what does not depend on one.
 from __future__ import annotations
 
 from sim.scenario.config import Scenario, Workload
+from sim.schemes import get
 
 __all__ = ["full_kv_bytes", "peak_memory"]
 
 
 def peak_memory(scenario: Scenario) -> dict[str, int]:
     """Bytes per rank under the scenario's scheme, itemized; 'total' is the peak."""
-    from sim.schemes import get
-
     return get(scenario.scheme).peak_memory(scenario)
 
 

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from sim.engine.threads import each
-from sim.hardware.pcie import LINK_KIND_KEYS, LINK_KINDS
+from sim.errors import RingsimError
+from sim.hardware.pcie import LINK_KIND_KEYS, LINK_KINDS, Pcie
 from sim.reasons import Clause, clause, english
 from sim.trace.format import COMPUTE, IDLE, KIND_NAMES, RECV, SEND, TRANSFER_KINDS, WAIT, Trace
 
@@ -326,9 +327,6 @@ def _busiest_pcie_link(trace: Trace, send: np.ndarray) -> dict[str, Any]:
     hw = trace.hardware
     if not isinstance(hw, dict) or not isinstance(hw.get("pcie"), dict):
         return {}
-    from sim.errors import RingsimError
-    from sim.hardware.pcie import Pcie
-
     try:
         g = int(hw["gpus_per_node"])
         fabric = Pcie(**hw["pcie"]).fabric(g, float(hw["link"]["bandwidth_gbps"]))
