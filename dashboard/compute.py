@@ -21,6 +21,7 @@ import numpy as np
 
 from dashboard.figures.documents import gpu_work, imbalance
 from dashboard.figures.timeline import rank_starts
+from dashboard.i18n import Translator, layout_label
 from dashboard.state import scenario_key
 from sim.engine.play import simulate
 from sim.engine.players import head_geometry
@@ -236,8 +237,6 @@ def token_split(scenario: Scenario, t: Any = None) -> dict[str, Any]:
     the title, in the language of `t` (a dashboard.i18n.Translator; English without one).
     Packed documents: the documents in the title, and `packed` what the holders depend on
     besides the layout (else None)."""
-    from dashboard.i18n import Translator, layout_label
-
     t = t or Translator("en")
     w = scenario.workload
     split = get_scheme(scenario.scheme).token_split(scenario)

@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from babel.messages.pofile import read_po
-from babel.numbers import format_decimal, format_scientific
+from babel.numbers import format_decimal, format_scientific, get_decimal_symbol, get_group_symbol
 
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import get as get_scheme
@@ -103,8 +103,6 @@ class Translator:
 
     def separators(self) -> str:
         """Plotly's `separators` for the language: its decimal sign, then its grouping sign."""
-        from babel.numbers import get_decimal_symbol, get_group_symbol
-
         return get_decimal_symbol(self.lang) + get_group_symbol(self.lang)
 
     def pct(self, frac: float, sig: int = 3) -> str:
@@ -135,8 +133,6 @@ class Translator:
         """Every number in `text` as Python writes it (`15.631 ms`, `93%`, `1.86`: no
         grouping) in the language's decimal sign, digit for digit: what the simulator's
         own sentences say, in the language's format."""
-        from babel.numbers import get_decimal_symbol
-
         point = get_decimal_symbol(self.lang)
         return _DECIMAL.sub(lambda m: m.group(1) + point + m.group(2), text)
 

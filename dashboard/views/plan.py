@@ -20,6 +20,7 @@ played it, one GPU per stage. A step has no view of its own to load into.
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import fields
 from functools import lru_cache
@@ -30,13 +31,19 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dashboard import explain, nav
-from dashboard.figures.plan import plan_chart
+from dashboard.figures.plan import pipeline_chart, plan_chart, step_chart
 from dashboard.i18n import Translator
-from dashboard.state import CONTROLS, values_from_query
+from dashboard.state import CONTROLS, query_from_values, values_from_query
 from sim.errors import RingsimError
 from sim.hardware.presets import GPU_PRESETS, LINK_PRESETS
+from sim.planning.plan import plan, request_from
+from sim.planning.spec import convert, option
 from sim.scenario.config import PASSES
 from sim.scenario.models import MODEL_PRESETS, Model, model_preset
+from sim.trace.format import KIND_NAMES
+from sim.training.plan import label, plan_steps, request_hardware
+from sim.training.step import Parallel, StepRequest, simulate_step
+from sim.units import parse_count
 
 MAX_GPUS = 256
 """Largest cluster the page plans (each candidate is a simulation of every GPU)."""
@@ -167,8 +174,6 @@ def _whole(values: dict[str, Any], cid: str, what: str) -> int:
 
 def request_of(values: dict[str, Any]):
     """A sim.planning.plan.PlanRequest from the view's inputs; RingsimError naming what is wrong."""
-    from sim.planning.plan import request_from
-
     nodes = _whole(values, "plan-nodes", "nodes")
     gpn = _whole(values, "plan-gpus-per-node", "GPUs per node")
     if nodes * gpn > MAX_GPUS:
@@ -182,21 +187,11 @@ def request_of(values: dict[str, Any]):
 
 @lru_cache(maxsize=16)
 def _plan_cached(key: str):
-    import json
-
-    from sim.planning.plan import plan
-
     return plan(request_of(json.loads(key)))
 
 
 @lru_cache(maxsize=16)
 def _step_plan_cached(key: str) -> dict[str, Any]:
-    import json
-
-    from sim.training.plan import label, plan_steps, request_hardware
-    from sim.training.step import Parallel, StepRequest, simulate_step
-    from sim.units import parse_count
-
     values = json.loads(key)
     req = request_of(values)
     hardware, argv = request_hardware(req)
@@ -216,8 +211,6 @@ def _step_plan_cached(key: str) -> dict[str, Any]:
                                          hardware=hardware))
         c = step.pipeline.columns
         keep = (c.stream == 0) | (c.stream == 1)                     # computes and sends
-        from sim.trace.format import KIND_NAMES
-
         out["pipeline"] = {"stages": step.pipeline.n_gpus, "rank": c.rank[keep].tolist(),
                            "kind": [KIND_NAMES[int(k)] for k in c.kind[keep]],
                            "start_s": c.start_s[keep].tolist(), "end_s": c.end_s[keep].tolist()}
@@ -227,8 +220,6 @@ def _step_plan_cached(key: str) -> dict[str, Any]:
 def plan_data(values: dict[str, Any]) -> dict[str, Any]:
     """The plan of the view's inputs, as the JSON the page stores (cached by inputs): the
     whole step's (sim.training.plan) when a global batch is given, else attention's."""
-    import json
-
     request_of(values)                       # a mistake is reported before the cache sees it
     if (values.get("plan-global-batch") or "").strip():
         return _step_plan_cached(json.dumps({k: values.get(k) for k in INPUT_IDS}, sort_keys=True))
@@ -244,8 +235,6 @@ def query_for_candidate(command: str) -> tuple[str, list[str]]:
     """The page's URL query for a candidate's `ringsim simulate` command, and the options
     of that command the page has no control for (those that differ from simulate's
     defaults)."""
-    from sim.planning.spec import convert, option
-
     argv = shlex.split(command)[2:]
     by_id = {c.id: c for c in CONTROLS}
     items: list[tuple[str, str]] = []
@@ -275,8 +264,6 @@ def query_for_candidate(command: str) -> tuple[str, list[str]]:
     values, ignored = values_from_query(query)
     if ignored:
         dropped += ignored
-    from dashboard.state import query_from_values
-
     return query_from_values(values), dropped
 
 
@@ -331,8 +318,6 @@ def step_table(t: Translator, candidates: list[dict[str, Any]], top: int) -> htm
 
 
 def _draw_steps(t: Translator, data: dict[str, Any], top: int):
-    from dashboard.figures.plan import pipeline_chart, step_chart
-
     cands = [{**c, "split": explain.step_split(t, c)} for c in data["candidates"][:top]]
     labels = {"title": t("plan.step.chart.title"), "x": t("plan.step.chart.x"),
               **{part: t(key) for part, key in STEP_PARTS.items()}}
