@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Any, Iterator, Mapping
 
 from sim.errors import RingsimError
+from sim.files import read_json
 from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.pcie import PCIE_X16_GBPS, Pcie
 from sim.hardware.presets import cluster_preset, gpu_preset
@@ -237,8 +238,8 @@ def _read_profile(path: str) -> tuple[Any, Any]:
 
 @lru_cache(maxsize=8)
 def _read_profile_at(path: str, version: Any) -> tuple[Any, Any]:
+    # the profiles' readers load when a profile is given, not on every start of `ringsim`
     from sim.calibration.gpu_profile import gpu_profile_from_dict, is_gpu_profile
-    from sim.files import read_json
     from sim.hardware.profile import profile_from_dict
 
     d = read_json(path, what="profile", max_bytes=16 * 1024 * 1024)
