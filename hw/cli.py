@@ -19,7 +19,6 @@ import statistics
 from typing import Any
 
 from hw.bench.options import add_bench_args
-from sim.cli.options import table
 from sim.errors import RingsimError
 from sim.files import kept_file, write_json
 from sim.scenario.config import LAYOUTS, PASSES, Workload
@@ -27,7 +26,7 @@ from sim.scenario.documents import describe, read_file_spec
 from sim.scenario.resolve import WORKLOAD_FLAGS, flags_for
 from sim.trace.format import to_chrome_trace
 from sim.trace.metrics import compute_metrics
-from sim.units import fmt_s, tokens
+from sim.units import fmt_s, table, tokens
 
 
 def add_run_args(p: argparse.ArgumentParser, *, gpus: bool = True) -> None:

@@ -1,10 +1,10 @@
-"""Human-readable times and sizes for tables and messages, and token counts read from them."""
+"""Human-readable times, sizes and plain text tables for people, and token counts read from them."""
 
 from __future__ import annotations
 
 import argparse
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from sim.errors import RingsimError
 
@@ -84,3 +84,16 @@ def tokens(value: str) -> int:
         return parse_count(value, "tokens")
     except RingsimError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain text table, columns right-aligned but the first."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for j, row in enumerate(cells):
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join(parts))
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import RESULTS  # noqa: E402
-from sim.cli.options import table  # noqa: E402
 from sim.hardware.gemm import gemm_time  # noqa: E402
+from sim.units import table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data" / "xla_sm90_matmul.csv"

@@ -36,10 +36,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import RESULTS  # noqa: E402
-from sim.cli.options import simulate_parser, table, values_from_args  # noqa: E402
+from sim.cli.options import simulate_parser, values_from_args  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
 from sim.scenario.resolve import scenario_of  # noqa: E402
 from sim.trace.metrics import compute_metrics  # noqa: E402
+from sim.units import table  # noqa: E402
 
 SOURCE = ("feifeibear/long-context-attention README 'Benchmark', media/pcie_machine.jpg and "
           "media/benchmark_results.png (commit 4514bcf); benchmark/benchmark_longctx.py")

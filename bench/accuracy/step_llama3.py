@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import RESULTS  # noqa: E402
-from sim.cli.options import table  # noqa: E402
+from sim.units import table  # noqa: E402
 
 SOURCE = "The Llama 3 Herd of Models (arXiv 2407.21783), Table 4"
 ROWS = [  # gpus, tp, cp, pp, dp, seq, published TFLOP/s per GPU

@@ -51,10 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.accuracy.step_llama3 import run_step  # noqa: E402
 from bench.common import RESULTS  # noqa: E402
-from sim.cli.options import table  # noqa: E402
 from sim.scenario.models import model_preset  # noqa: E402
 from sim.training.plan import step_argv  # noqa: E402
 from sim.training.step import Parallel  # noqa: E402
+from sim.units import table  # noqa: E402
 
 TORCHTITAN = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (commit 820504e; torchtitan 9dec370) "
               "and benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchtitan e7c0cae)")

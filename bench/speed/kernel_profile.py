@@ -139,7 +139,7 @@ def main() -> int:
     import kernel_profile as me  # the ranks import the worker by this name
 
     from hw.spawn import spawn
-    from sim.cli.options import table
+    from sim.units import table
 
     load0 = os.getloadavg()
     per_rank = spawn(me.worker, 2, args=(plan,), timeout_s=1800.0,

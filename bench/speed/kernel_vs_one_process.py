@@ -39,11 +39,11 @@ from hw.config import RunConfig  # noqa: E402
 from hw.launch import run_config  # noqa: E402
 from hw.layouts import shard  # noqa: E402
 from hw.runner import make_inputs  # noqa: E402
-from sim.cli.options import table  # noqa: E402
 from sim.files import write_json  # noqa: E402
 from sim.layouts import block_pieces  # noqa: E402
 from sim.scenario.config import Workload  # noqa: E402
 from sim.trace.metrics import compute_metrics  # noqa: E402
+from sim.units import table  # noqa: E402
 
 
 def busy_cpu_s() -> float:

@@ -183,7 +183,7 @@ def main() -> int:
     import torch
 
     from hw.spawn import spawn
-    from sim.cli.options import table
+    from sim.units import table
 
     load0 = os.getloadavg()
     t0 = time.monotonic()

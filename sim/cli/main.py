@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sim.cli import plan, step, sweep
-from sim.cli.options import Parser, add_scenario_args, resolve_run, table, values_from_args
+from sim.cli.options import Parser, add_scenario_args, resolve_run, values_from_args
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
 from sim.files import write_json
@@ -33,7 +33,7 @@ from sim.schemes import names as scheme_names
 from sim.schemes import run_words
 from sim.trace.format import to_chrome_trace
 from sim.trace.metrics import compute_metrics
-from sim.units import fmt_bytes, fmt_s
+from sim.units import fmt_bytes, fmt_s, table
 
 COMMAND_GROUP = "ringsim.commands"
 """Entry points `name = "module:register"`; register(subparsers) adds the commands. The

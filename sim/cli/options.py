@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any, Sequence
+from typing import Any
 
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
@@ -148,14 +148,3 @@ def model_from_args(a: argparse.Namespace):
     return Model(**fields)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain text table, columns right-aligned but the first."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = []
-    for j, row in enumerate(cells):
-        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
-        lines.append("  ".join(parts))
-        if j == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)

@@ -15,13 +15,13 @@ import os
 import sys
 import time
 
-from sim.cli.options import add_model_args, model_from_args, table
+from sim.cli.options import add_model_args, model_from_args
 from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import cluster_preset
 from sim.scenario.config import PASSES
 from sim.scenario.documents import read_file_spec
-from sim.units import fmt_bytes, fmt_s, parse_count, tokens
+from sim.units import fmt_bytes, fmt_s, parse_count, table, tokens
 
 
 def register(sub) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args, table
+from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args
 from sim.files import write_json
 from sim.hardware.gemm import gemm_time
 from sim.hardware.presets import GPU_PRESETS, gpu_preset
@@ -14,7 +14,7 @@ from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import names as scheme_names
 from sim.trace.format import Trace, to_chrome_trace
 from sim.training.step import GRAD_BYTES, RECOMPUTE, ZERO_STAGES, Parallel, StepRequest, check_gpus, simulate_step
-from sim.units import fmt_bytes, fmt_s, tokens
+from sim.units import fmt_bytes, fmt_s, table, tokens
 
 
 def register(sub) -> None:

@@ -38,7 +38,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from sim.cli.options import table
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.hardware.presets import cluster_preset, gpu_preset
@@ -55,7 +54,7 @@ from sim.scenario.schema import SCHEME_OPTIONS
 from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
 from sim.schemes.base import Variant
-from sim.units import fmt_bytes, fmt_s, parse_count, require_whole
+from sim.units import fmt_bytes, fmt_s, parse_count, require_whole, table
 
 ADAM_BYTES_PER_PARAM = 16
 """bf16 weights (2) and gradients (2), fp32 master weights (4) and Adam's two moments (8)."""

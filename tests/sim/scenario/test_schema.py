@@ -8,14 +8,7 @@ import pytest
 
 from dashboard.state import CONTROLS
 from sim.cli.main import main
-from sim.cli.options import (
-    LAYOUT_OPTIONS,
-    Parser,
-    add_hardware_args,
-    add_scenario_args,
-    hardware_from_args,
-    simulate_parser,
-)
+from sim.cli.options import LAYOUT_OPTIONS, Parser, add_hardware_args, add_scenario_args, hardware_from_args, simulate_parser
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
