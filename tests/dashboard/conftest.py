@@ -1,12 +1,27 @@
 """Independent references for the dashboard tests: token ownership from the layout
-definitions of docs/design.md (fact 8) and a measured-looking trace built by hand."""
+definitions of docs/design.md (fact 8) and a measured-looking trace built by hand; and the
+browser the browser tests share.
+
+A browser test asks for `dash_duo` as with Dash's own fixture and starts its own
+`create_app()`; what it does not pay for again is the browser and the server. One headless
+Chromium and one HTTP server live as long as the test process (one per pytest-xdist
+worker); each test gets a fresh tab (its own history and session storage), the origin's
+stored data cleared, the window at its first size and the console read empty, and the
+server hands every request to the app that test started. Starting Chromium and a server
+for each test cost about 2 s a test, and each test's first page fetched and compiled Dash's
+and Plotly's scripts again.
+"""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import fields
 
 import numpy as np
 import pytest
+from dash._configs import get_combined_config
+from dash.testing.browser import Browser
+from werkzeug.serving import make_server
 
 from dashboard.app import create_app
 from dashboard.client import CallbackClient
@@ -69,3 +84,138 @@ def controls(**changes) -> dict:
     """Every control's value as the page sends it: the defaults with `changes`."""
     vals = defaults() | changes
     return {f"{cid}.value": vals[cid] for cid in CONTROL_IDS}
+
+
+class _CurrentApp:
+    """The WSGI application of whichever Dash app the running test started."""
+
+    def __init__(self):
+        self.app = None
+
+    def __call__(self, environ, start_response):
+        app = self.app
+        if app is None:
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"no app started"]
+        return app.server(environ, start_response)
+
+
+class _SharedServer:
+    """One threaded HTTP server on a free loopback port, serving `_CurrentApp`."""
+
+    def __init__(self):
+        self.current = _CurrentApp()
+        self._server = make_server("127.0.0.1", 0, self.current, threaded=True)
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._thread.join()
+
+
+class SharedDuo(Browser):
+    """Dash's `dash_duo` on a browser and a server that outlive the test."""
+
+    def __init__(self, server: _SharedServer, **kwargs):
+        super().__init__(**kwargs)
+        self.server = server
+        self._first_size = self.driver.get_window_size()
+        self._first_wait_timeout = self.wait_timeout
+
+    def start_server(self, app, navigate: bool = True):
+        """Serve `app` (as Dash's threaded runner prepares it) and, with `navigate`,
+        open its page."""
+        app.scripts.config.serve_locally = True
+        app.css.config.serve_locally = True
+        # what `app.run` sets before it serves: dev tools off unless DASH_DEBUG says
+        app.config.update({"hide_all_callbacks": False})
+        app.enable_dev_tools(get_combined_config("debug", None, False), dev_tools_disable_version_check=True)
+        self.server.current.app = app
+        if navigate:
+            self.server_url = self.server.url   # opens the page and waits for Dash
+
+    def fresh_page(self) -> None:
+        """What a test would find in a browser of its own: one blank tab, nothing stored
+        for the server's origin, the first window size, no console messages."""
+        driver = self.driver
+        driver.switch_to.new_window("tab")
+        tab = driver.current_window_handle
+        for handle in driver.window_handles:
+            if handle != tab:
+                driver.switch_to.window(handle)
+                driver.close()
+        driver.switch_to.window(tab)
+        driver.execute_cdp_cmd("Storage.clearDataForOrigin", {"origin": self.server.url, "storageTypes": "all"})
+        driver.set_window_size(self._first_size["width"], self._first_size["height"])
+        driver.implicitly_wait(2)
+        self.wait_timeout = self._first_wait_timeout
+        driver.get_log("browser")
+        self._last_ts = 0
+        self._url = ""
+        self._window_idx = 0
+
+    def leave_page(self) -> None:
+        """Stop the page's timers and requests before the next test's app is served."""
+        self.server.current.app = None
+        if self.alive():
+            self.driver.get("about:blank")
+
+    def alive(self) -> bool:
+        try:
+            return bool(self.driver.window_handles)
+        except Exception:
+            return False
+
+
+class _BrowserKeeper:
+    """The shared browser, made when a test first asks for it and again if one died."""
+
+    def __init__(self, make):
+        self._make = make
+        self._duo = None
+
+    def get(self):
+        if self._duo is not None and not self._duo.alive():    # a test crashed it
+            self.close()
+        if self._duo is None:
+            self._duo = self._make()
+        return self._duo
+
+    def close(self) -> None:
+        if self._duo is not None:
+            self._duo.__exit__(None, None, None)
+            self._duo = None
+
+
+@pytest.fixture(scope="session")
+def _shared_browser(request, tmp_path_factory):
+    """A browser made as Dash's `dash_duo` makes its own, on a server of the session's."""
+    config = request.config
+    server = _SharedServer()
+    keeper = _BrowserKeeper(lambda: SharedDuo(
+        server,
+        browser=config.getoption("webdriver"),
+        remote=config.getoption("remote"),
+        remote_url=config.getoption("remote_url"),
+        headless=config.getoption("headless"),
+        options=config.hook.pytest_setup_options(),
+        download_path=str(tmp_path_factory.mktemp("download")),
+        percy_assets_root=config.getoption("percy_assets"),
+        percy_finalize=config.getoption("nopercyfinalize"),
+        pause=config.getoption("pause"),
+    ))
+    yield keeper
+    keeper.close()
+    server.close()
+
+
+@pytest.fixture
+def dash_duo(_shared_browser):
+    """Dash's `dash_duo` (a browser with `start_server(app)`) on the shared browser and
+    server, with a fresh page."""
+    duo = _shared_browser.get()
+    duo.fresh_page()
+    yield duo
+    duo.leave_page()
