@@ -152,6 +152,20 @@ def _common_window(ctx, estimate_s: float, blocks: int) -> tuple[float, float]:
     return start, start + max(0.2, blocks * est * max(1.0, ctx.n_gpus / 2) * 1.5)
 
 
+WINDOW_ATTEMPTS = 4
+"""Windows of a concurrency round, each twice as long as the one before, until every
+process has finished a call inside one."""
+
+
+def _fewest(ctx, count: int) -> int:
+    """The smallest `count` over the ranks."""
+    if ctx.n_gpus == 1:
+        return count
+    t = torch.tensor([count], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=ctx.control)
+    return int(t[0])
+
+
 def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, threads: int,
                         impl: str, rounds: int = CONCURRENCY_ROUNDS) -> dict[str, Any]:
     """Each process first computes the block alone, one after another while the others
@@ -181,18 +195,23 @@ def _concurrency_worker(ctx, entry: dict[str, Any], samples: int, warmup: int, t
                 for _ in range(max(1, warmup) if i == 0 else 1):
                     compute()
                 alone = [compute() for _ in range(samples)]
-        start, deadline = _common_window(ctx, statistics.median(alone), samples)
-        while time.perf_counter() < start:
-            pass
-        times = []
-        while True:
-            t0 = time.perf_counter()
-            block()
-            t1 = time.perf_counter()
-            if t1 > deadline:
+        # a host loaded by other work can leave a process no whole call inside the window:
+        # then every process computes again over a window twice as long
+        for attempt in range(WINDOW_ATTEMPTS):
+            start, deadline = _common_window(ctx, statistics.median(alone), samples * 2 ** attempt)
+            while time.perf_counter() < start:
+                pass
+            times = []
+            while True:
+                t0 = time.perf_counter()
+                block()
+                t1 = time.perf_counter()
+                if t1 > deadline:
+                    break
+                times.append(t1 - t0)
+            ctx.barrier()
+            if _fewest(ctx, len(times)) > 0:
                 break
-            times.append(t1 - t0)
-        ctx.barrier()
         by_round.append({"alone_s": alone, "time_s": times})
     return {"time_s": [t for r in by_round for t in r["time_s"]],
             "alone_s": [t for r in by_round for t in r["alone_s"]], "rounds": by_round}
