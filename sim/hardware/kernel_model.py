@@ -19,7 +19,11 @@ docs/design.md's compute time (overhead + FLOPs / rate), built from what the GPU
   the published setting a call takes the published time. The length is the kernel's
   inner loop (`loop_tokens`): the keys of a dense forward, the queries of a dense backward,
   the side of a causal block; piecewise linear in log2(length), held beyond the table.
-  A head dim the table lacks takes the nearest one it has.
+- **Head dims** (`template_head_dim`): a kernel is compiled for a fixed set of head dims
+  (FlashAttention-2: 32, 64, 96, 128, 192, 256; FlashAttention-3: 64 to 256); a head dim
+  between two runs as the larger one, padded: its tiles and step time are the template's,
+  the FLOPs it does the template's, the useful ones (and the ideal's, `best_rate_flops`)
+  its own. A template without a published series reads its neighbours' (`template_series`).
 - **Other kernels**: a backward's preprocess and dQ conversion, GQA's dK/dV reductions,
   a split forward's combine: memory-bound at the GPU's streaming bandwidth.
 - **Merge**: after each block the running (out, lse) takes in its result: per output
@@ -54,7 +58,6 @@ import numpy as np
 from sim.errors import RingsimError
 from sim.hardware.presets import (
     CALL_HOST_US,
-    FA3_CAUSAL_TILES,
     KERNEL_GAP_US,
     KERNEL_SHAPES,
     KERNEL_TABLES,
@@ -74,19 +77,45 @@ def kernel_table(name: str) -> KernelTable:
     return KERNEL_TABLES[name]
 
 
-def series_head_dim(table: KernelTable, kind: str, mask: str, head_dim: int) -> int:
-    """The head dim whose series the table uses for `head_dim` (itself, or the nearest)."""
+def template_head_dim(table: KernelTable, head_dim: int) -> int:
+    """The head dim the kernel runs `head_dim` as: the smallest template it is compiled for
+    that holds it (sim.hardware.presets.KERNEL_SHAPES, `head_dims`); a head dim between two
+    templates is padded to the larger one. Beyond the largest the kernel refuses the call."""
+    dims = KERNEL_SHAPES[table.shape].head_dims
+    for d in dims:
+        if head_dim <= d:
+            return d
+    raise RingsimError(f"head dim {head_dim}: {table.kernel} is compiled for head dims up to {dims[-1]} "
+                       f"({', '.join(map(str, dims))}); choose a head dim of at most {dims[-1]} or the flat model")
+
+
+@functools.lru_cache(maxsize=512)
+def template_series(table_name: str, kind: str, mask: str, template: int) -> tuple[float | None, ...]:
+    """TFLOP/s of the kernel's `template` (FLOPs counted at the template's head dim) at the
+    table's lengths: the published series where there is one; between two published head
+    dims, linear in the head dim at each length; beyond them, the nearest one's."""
+    table = kernel_table(table_name)
     have = sorted(d for k, m, d in table.series if (k, m) == (kind, mask))
     if not have:
         raise RingsimError(f"kernel table {table.name} has no {kind} {mask} series")
-    return min(have, key=lambda d: (abs(d - head_dim), d))
+    if template in have:
+        return table.series[kind, mask, template].tflops
+    below = [d for d in have if d < template]
+    above = [d for d in have if d > template]
+    if not below or not above:
+        return table.series[kind, mask, (above or below)[0] if not below else below[-1]].tflops
+    a, b = below[-1], above[0]
+    w = (template - a) / (b - a)
+    return tuple(None if x is None or y is None else x + (y - x) * w
+                 for x, y in zip(table.series[kind, mask, a].tflops, table.series[kind, mask, b].tflops))
 
 
 def rate_tflops(table: KernelTable, kind: str, mask: str, head_dim: int, length) -> np.ndarray:
-    """Published TFLOP/s at inner-loop `length` (tokens; scalar or array): piecewise linear
-    in log2(length) through the published points, held constant beyond them."""
-    series = table.series[kind, mask, series_head_dim(table, kind, mask, head_dim)]
-    pts = [(np.log2(s), v) for s, v in zip(table.seqlens, series.tflops) if v is not None]
+    """The TFLOP/s of `head_dim`'s template at inner-loop `length` (tokens; scalar or array),
+    FLOPs counted at the template's head dim: piecewise linear in log2(length) through the
+    series' points, held constant beyond them."""
+    series = template_series(table.name, kind, mask, template_head_dim(table, head_dim))
+    pts = [(np.log2(s), v) for s, v in zip(table.seqlens, series) if v is not None]
     xs, ys = np.array([p[0] for p in pts]), np.array([p[1] for p in pts], dtype=float)
     x = np.log2(np.maximum(np.asarray(length, dtype=float), 1.0))
     return np.interp(x, xs, ys)
@@ -227,18 +256,14 @@ def _load(work: np.ndarray, copies: int, sms: int) -> float:
 EXACT_CTAS = 4096
 
 
-def _tiles(table: KernelTable, kind: str, causal: bool, head_dim: int) -> dict[int, tuple[int, int]]:
-    """The kernel's tiles by head dim for this pass and mask (FlashAttention-3 has its own
-    under a causal mask)."""
+def _tile(table: KernelTable, kind: str, causal: bool, template: int) -> tuple[int, int]:
+    """The kernel's tile for this pass, mask and head dim template (its causal tiles where
+    they differ)."""
     shape = KERNEL_SHAPES[table.shape]
-    causal_tiles = FA3_CAUSAL_TILES[kind] if table.shape == "FlashAttention-3" else {}
-    if causal and head_dim in causal_tiles:
-        return causal_tiles
-    return shape.fwd_tile if kind == "fwd" else shape.bwd_tile
-
-
-def _tile(tiles: dict[int, tuple[int, int]], head_dim: int) -> tuple[int, int]:
-    return tiles[min(tiles, key=lambda d: (abs(d - head_dim), d))]
+    causal_tiles = shape.causal_fwd_tile if kind == "fwd" else shape.causal_bwd_tile
+    if causal and template in causal_tiles:
+        return causal_tiles[template]
+    return (shape.fwd_tile if kind == "fwd" else shape.bwd_tile)[template]
 
 
 def _split_count(ctas: int, slots: int, n_blocks: int) -> int:
@@ -275,10 +300,11 @@ def cta_work(table: KernelTable, kind: str, mask: str, q: int, kv: int, heads: i
     """How a call of `heads` (times batch) heads cuts into CTAs: the work of one head's
     CTAs in launch order (in inner-loop steps of the kernel's main tile), the number of
     key splits (FlashAttention-2's forward; 1 otherwise, and where `split` is False: its
-    varlen forward does not split), and the main tile's area."""
+    varlen forward does not split), and the main tile's area. `head_dim`: the head dim
+    template the call runs as (`template_head_dim`)."""
     shape = KERNEL_SHAPES[table.shape]
     causal = mask == "diagonal"
-    tm, tn = _tile(_tiles(table, kind, causal, head_dim), head_dim)
+    tm, tn = _tile(table, kind, causal, head_dim)
     if kind == "fwd":
         if shape.split_kv and split:
             bn = _split_keys(head_dim)
@@ -312,12 +338,13 @@ def cta_work(table: KernelTable, kind: str, mask: str, q: int, kv: int, heads: i
 
 @functools.lru_cache(maxsize=4096)
 def step_s(table_name: str, kind: str, mask: str, head_dim: int, length: float) -> float:
-    """SM time of one inner-loop step of the kernel's main tile at inner-loop `length`:
-    the published time at the table's setting (batch x length = 16k tokens, hidden 2048)
-    over the most steps any SM ran there; piecewise linear in log2(length) between the
-    published lengths, held beyond them."""
+    """SM time of one inner-loop step of the main tile of the kernel's `head_dim` template
+    at inner-loop `length`: the published time at the table's setting (batch x length = 16k
+    tokens, hidden 2048) over the most steps any SM ran there (`template_series`: a
+    template without a published series reads its neighbours'); piecewise linear in
+    log2(length) between the published lengths, held beyond them."""
     table = kernel_table(table_name)
-    d = series_head_dim(table, kind, mask, head_dim)
+    d = head_dim
     xs, ys = [], []
     for seq, heads, work, published_s in _published_calls(table, kind, mask, d):
         # the published call also ran its other kernels (a backward's preprocess, dQ conversion)
@@ -332,7 +359,7 @@ def _published_calls(table: KernelTable, kind: str, mask: str, d: int):
     one head's CTA work, its time at the published rate). The benchmark holds batch x
     length at 16k tokens and the hidden size at 2048, and counts a causal call as half the
     dense pairs."""
-    for seq, tflops in zip(table.seqlens, table.series[kind, mask, d].tflops):
+    for seq, tflops in zip(table.seqlens, template_series(table.name, kind, mask, d)):
         if tflops is None:
             continue
         heads = (16384 // seq) * (2048 // d)
@@ -372,8 +399,11 @@ def call_gpu_s(table_name: str, kind: str, mask: str, q: int, kv: int, heads: in
     gap between queued kernels."""
     table = kernel_table(table_name)
     q, kv = max(q, 1), max(kv, 1)        # an extent the schedule did not give: one token
-    work, splits, _ = cta_work(table, kind, mask, q, kv, heads, head_dim, sms)
-    main = _load(work, heads, sms) * step_s(table_name, kind, mask, head_dim, loop_tokens(kind, mask, q, kv)) / rate_scale
+    # the kernel computes at its template's head dim; the tensors it reads and writes
+    # (and so its other kernels' bytes) are the call's own
+    template = template_head_dim(table, head_dim)
+    work, splits, _ = cta_work(table, kind, mask, q, kv, heads, template, sms)
+    main = _load(work, heads, sms) * step_s(table_name, kind, mask, template, loop_tokens(kind, mask, q, kv)) / rate_scale
     aux_bytes = _other_kernels_bytes(table, kind, q, kv, heads, head_dim, kv_heads_per_head, elem_bytes, splits)
     kernels = 1 + len(aux_bytes)
     return main + sum(aux_bytes) / bandwidth_bytes_s + kernels * kernel_gap_us * 1e-6
@@ -391,14 +421,15 @@ def varlen_call_gpu_s(table_name: str, kind: str, pieces: tuple[tuple[str, int, 
     varlen forward has none). The other kernels move the bytes of all the pieces' rows.
     rate_scale: the calibrated factor of (full, diagonal) blocks of this pass."""
     table = kernel_table(table_name)
+    template = template_head_dim(table, head_dim)
     works = []
     for mask, q, kv in pieces:
-        steps, _, _ = cta_work(table, kind, mask, max(q, 1), max(kv, 1), heads, head_dim, sms, split=False)
+        steps, _, _ = cta_work(table, kind, mask, max(q, 1), max(kv, 1), heads, template, sms, split=False)
         scale = rate_scale[mask == "diagonal"]
         # the inner loop runs over the keys (forward) or the queries (backward); a causal
         # piece of a varlen call need not be square (its queries see keys before them)
         length = kv if kind == "fwd" else q
-        works.append(steps * step_s(table_name, kind, mask, head_dim, length) / scale)
+        works.append(steps * step_s(table_name, kind, mask, template, length) / scale)
     main = _load(np.concatenate(works), heads, sms) if works else 0.0
     q_all = sum(p[1] for p in pieces)
     kv_all = sum(p[2] for p in pieces)
@@ -459,14 +490,28 @@ def varlen_times_s(table: KernelTable, calls, flops, *, kind, head_dim: int, kv_
 
 
 def best_rate_flops(table: KernelTable, head_dim: int) -> float:
-    """The rate of the ideal time (docs/design.md): the table's dense forward at its fastest
-    length, with its work spread evenly over the SMs. The published rate lost the last
-    partial wave (2,048 CTAs on 132 SMs: 16 on the busiest, 15.5 on average); no schedule
-    of the block model beats this one."""
-    d = series_head_dim(table, "fwd", "full", head_dim)
+    """The rate of the ideal time (docs/design.md), in FLOPs of `head_dim`: the fastest any
+    block of its template (`template_head_dim`) can run, times head_dim / template (a
+    padded head dim computes the template's FLOPs, of which only head_dim / template are
+    the workload's). Fastest: the dense forward at its fastest length with its work spread
+    evenly over the SMs (the published rate lost the last partial wave: 2,048 CTAs on 132
+    SMs, 16 on the busiest, 15.5 on average), or, where faster, any pass and mask's whole
+    tiles at their fastest step time on every SM at once (a block whose tokens fill its
+    tiles, where the published call's last tile was partial). A block's busiest SM runs at
+    least the average of its steps, each at least that step time, so no block of the block
+    model beats this rate and efficiency stays at most 1."""
+    d = template_head_dim(table, head_dim)
     best = 0.0
     for seq, heads, work, published_s in _published_calls(table, "fwd", "full", d):
         flops = 4.0 * d * seq * seq * heads
         even_s = published_s * float(work.sum()) * heads / table.sms / _load(work, heads, table.sms)
         best = max(best, flops / even_s)
-    return best
+    for kind in ("fwd", "bwd"):
+        for mask in ("full", "diagonal"):
+            if not any((k, m) == (kind, mask) for k, m, _ in table.series):
+                continue
+            tm, tn = _tile(table, kind, mask == "diagonal", d)
+            step_flops = 4.0 * PASS_FLOPS_FACTOR[kind] * tm * tn * d
+            fastest_s = min(step_s(table.name, kind, mask, d, seq) for seq in table.seqlens)
+            best = max(best, step_flops * table.sms / fastest_s)
+    return best * head_dim / d

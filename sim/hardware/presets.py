@@ -222,12 +222,16 @@ KERNEL_TABLES: dict[str, KernelTable] = {t.name: t for t in (
 class KernelShape:
     name: str
     fwd_tile: dict[int, tuple[int, int]]
-    """Head dim -> (query rows a forward CTA owns, key columns per inner-loop step)."""
+    """Head dim template -> (query rows a forward CTA owns, key columns per inner-loop step)."""
     bwd_tile: dict[int, tuple[int, int]]
-    """Head dim -> (query rows per inner-loop step, key rows a backward CTA owns): the
-    backward parallelises over key tiles and loops over the queries."""
+    """Head dim template -> (query rows per inner-loop step, key rows a backward CTA owns):
+    the backward parallelises over key tiles and loops over the queries."""
     fwd_ctas_per_sm: int
     bwd_ctas_per_sm: int
+    causal_fwd_tile: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Forward tiles under a causal mask where they differ from `fwd_tile`."""
+    causal_bwd_tile: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Backward tiles under a causal mask where they differ from `bwd_tile`."""
     split_kv: bool = False
     """The forward splits the keys over several CTAs when the query tiles are too few to
     fill the GPU, and a combine kernel adds the parts (FlashAttention-2's heuristic)."""
@@ -237,42 +241,61 @@ class KernelShape:
     gqa_sum: bool = False
     """With fewer K/V heads than query heads the backward writes dK and dV per query head
     and sums each group after (two more reductions)."""
+    gqa_accum: bool = False
+    """With fewer K/V heads than query heads the backward adds each query head's dK and dV
+    into fp32 accumulators of the K/V heads (cleared first: two memsets) and converts
+    them after (two more kernels)."""
     source: str
 
+    @property
+    def head_dims(self) -> tuple[int, ...]:
+        """The head dims the kernel is compiled for (its templates), smallest first."""
+        return tuple(sorted(self.fwd_tile))
 
-_FA2_SRC = ("Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_launch_template.h and "
-            "flash_bwd_launch_template.h (vendored by torch as aten/src/ATen/native/transformers/cuda/"
-            "flash_attn): sm80/sm90, no dropout: forward hdim64 Flash_fwd_kernel_traits<64, 128, 128, 4 warps>, "
-            "hdim128 <128, 128, 64, 4 warps>, hdim256 <256, 128, 64, 8 warps>; grid (query tiles, batch, heads); "
+
+_FA2_SRC = ("Dao-AILab/flash-attention csrc/flash_attn/src/static_switch.h HEADDIM_SWITCH (head dims 32, 64, 96, "
+            "128, 192, 256: a head dim runs as the next one up), flash_fwd_launch_template.h and "
+            "flash_bwd_launch_template.h (commit 0251105a2fb19d2957484b7f023cd8c115286ced; vendored by torch as "
+            "aten/src/ATen/native/transformers/cuda/flash_attn): sm90, no dropout: forward Flash_fwd_kernel_traits "
+            "hdim32 and hdim64 <128, 128, 4 warps>, hdim96 and hdim128 <128, 64, 4 warps>, hdim192 and hdim256 "
+            "<128, 64, 8 warps>; grid (query tiles, batch, heads); "
             "flash_api.cpp set_params_splitkv / num_splits_heuristic ('We multiply number of SMs by 2 to hard-code "
             "the fact that we're using 128 threads per block': two CTAs per SM; split kernel kBlockM 64, kBlockN "
-            "256/128/64 by head dim); backward (>= 144 KB shared memory per block) hdim64 <64, 128, 128, 8 warps>, "
-            "hdim128 <128, 64, 128, 8 warps>, hdim256 <256, 64, 64, 8 warps>, one CTA per SM, grid (key tiles, batch, "
-            "heads), run_flash_bwd_seqk_parallel: flash_bwd_dot_do_o_kernel (clears dq_accum), the main kernel, "
-            "flash_bwd_convert_dq_kernel; mha_bwd sums dk_expanded/dv_expanded over each K/V group")
-_FA3_SRC = ("Dao-AILab/flash-attention hopper/tile_size.h tile_size_fwd_sm90 (16-bit: hdim64 192 x 192, causal "
-            "192 x 128; hdim128 128 x 176, causal 128 x 128; hdim256 128 x 80) and hopper/flash_bwd_launch_template.h "
-            "run_mha_bwd_hdim128 (sm90: causal 64 x 128, otherwise 80 x 128; hdim64 128 x 128; hdim256 64 x 64), "
-            "warp-specialised: one CTA (producer + two consumer warpgroups) per SM; backward preprocess, main and "
-            "postprocess (dQ) kernels; GQA accumulates dK/dV in the kernel")
+            "256/128/64 by head dim); backward (>= 144 KB shared memory per block) hdim32 and hdim64 <128, 128>, "
+            "hdim96 and hdim128 <64, 128>, hdim192 and hdim256 <64, 64>, 8 warps, one CTA per SM, grid (key tiles, "
+            "batch, heads), run_flash_bwd_seqk_parallel: flash_bwd_dot_do_o_kernel (clears dq_accum), the main "
+            "kernel, flash_bwd_convert_dq_kernel; mha_bwd sums dk_expanded/dv_expanded over each K/V group")
+_FA3_SRC = ("Dao-AILab/flash-attention hopper/ (commit 0251105a2fb19d2957484b7f023cd8c115286ced): flash_api.cpp "
+            "round_up_headdim (head dims 64, 96, 128, 192, 256: a head dim runs as the next one up); tile_size.h "
+            "tile_size_fwd_sm90 (16-bit: hdim64 192 x 192, causal 192 x 128; hdim96 192 x 144; hdim128 128 x 176, "
+            "causal 128 x 128; hdim192 128 x 112; hdim256 128 x 80) and flash_bwd_launch_template.h "
+            "run_mha_bwd_hdim* (sm90: hdim64 128 x 128; hdim96 64 x 128; hdim128 80 x 128, causal 64 x 128; hdim192 "
+            "64 x 96; hdim256 64 x 80), warp-specialised: one CTA (producer + two consumer warpgroups) per SM; "
+            "backward preprocess, main and postprocess (dQ) kernels; with GQA (num_heads_k != num_heads) mha_bwd "
+            "clears fp32 dk_accum and dv_accum (torch::zeros), the main kernel's epilogue (CollectiveEpilogueBwdGQA) "
+            "adds each head's dK, dV into them, and two FlashAttnBwdPostprocessConvertdQ launches convert them")
 _CUDNN_SRC = ("assumed: cuDNN's fused attention is closed source; its Hopper kernel taken as FlashAttention-3's "
               "shape (128-row query tiles and 128-key steps, one warp-specialised CTA per SM, backward over 128-key "
-              "tiles in 64-row steps with preprocess and dQ conversion kernels)")
+              "tiles in 64-row steps with preprocess and dQ conversion kernels) and FlashAttention-3's head dims "
+              "(cuDNN's frontend support matrix: Hopper d <= 256)")
 
 KERNEL_SHAPES: dict[str, KernelShape] = {k.name: k for k in [
-    KernelShape(name="FlashAttention-2", fwd_tile={64: (128, 128), 128: (128, 64), 256: (128, 64)},
-                bwd_tile={64: (128, 128), 128: (64, 128), 256: (64, 64)}, fwd_ctas_per_sm=2, bwd_ctas_per_sm=1,
-                split_kv=True, gqa_sum=True, source=_FA2_SRC),
-    KernelShape(name="FlashAttention-3", fwd_tile={64: (192, 192), 128: (128, 176), 256: (128, 80)},
-                bwd_tile={64: (128, 128), 128: (80, 128), 256: (64, 64)}, fwd_ctas_per_sm=1, bwd_ctas_per_sm=1,
-                source=_FA3_SRC),
-    KernelShape(name="cuDNN", fwd_tile={64: (128, 128), 128: (128, 128), 256: (128, 64)},
-                bwd_tile={64: (64, 128), 128: (64, 128), 256: (64, 64)}, fwd_ctas_per_sm=1, bwd_ctas_per_sm=1,
-                source=_CUDNN_SRC),
+    KernelShape(name="FlashAttention-2",
+                fwd_tile={32: (128, 128), 64: (128, 128), 96: (128, 64), 128: (128, 64), 192: (128, 64),
+                          256: (128, 64)},
+                bwd_tile={32: (128, 128), 64: (128, 128), 96: (64, 128), 128: (64, 128), 192: (64, 64),
+                          256: (64, 64)},
+                fwd_ctas_per_sm=2, bwd_ctas_per_sm=1, split_kv=True, gqa_sum=True, source=_FA2_SRC),
+    KernelShape(name="FlashAttention-3",
+                fwd_tile={64: (192, 192), 96: (192, 144), 128: (128, 176), 192: (128, 112), 256: (128, 80)},
+                bwd_tile={64: (128, 128), 96: (64, 128), 128: (80, 128), 192: (64, 96), 256: (64, 80)},
+                causal_fwd_tile={64: (192, 128), 128: (128, 128)}, causal_bwd_tile={128: (64, 128)},
+                fwd_ctas_per_sm=1, bwd_ctas_per_sm=1, gqa_accum=True, source=_FA3_SRC),
+    KernelShape(name="cuDNN",
+                fwd_tile={64: (128, 128), 96: (128, 128), 128: (128, 128), 192: (128, 64), 256: (128, 64)},
+                bwd_tile={64: (64, 128), 96: (64, 128), 128: (64, 128), 192: (64, 64), 256: (64, 64)},
+                fwd_ctas_per_sm=1, bwd_ctas_per_sm=1, source=_CUDNN_SRC),
 ]}
-FA3_CAUSAL_TILES = {"fwd": {64: (192, 128), 128: (128, 128)}, "bwd": {128: (64, 128)}}
-"""FlashAttention-3's tiles under a causal mask, where they differ (hopper/tile_size.h,
-flash_bwd_launch_template.h)."""
 
 # The per-call floor: what a call costs beside its kernels' work.
 CALL_HOST_US = {"fwd": 33.3, "bwd": 36.3}
