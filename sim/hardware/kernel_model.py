@@ -234,23 +234,51 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
     return out
 
 
-def _load(work: np.ndarray, copies: int, sms: int) -> float:
-    """The most work any SM does when `copies` runs of CTAs of `work` each (in launch
-    order) are handed, one at a time, to the SM with the least work so far: the block
-    scheduler gives each CTA the first slot to free. Equal CTAs: ceil(N / SMs) of them on
-    the busiest SM. Beyond EXACT_CTAS, the last CTA is taken to start when the rest are
-    spread evenly."""
+def _load(work: np.ndarray, copies: int, sms: int, section: int = 0) -> float:
+    """The most work any SM does when `copies` runs of CTAs of `work` each are handed, one
+    at a time in launch order, to the SM with the least work so far: the block scheduler
+    gives each CTA the first slot to free. Launch order: head by head (each head's CTAs in
+    `work`'s order), or, with `section` > 0, in groups of `section` heads, tile by tile
+    across the group's heads (FlashAttention-3's causal schedulers, `lpt_section`). Equal
+    CTAs: ceil(N / SMs) of them on the busiest SM. Beyond EXACT_CTAS, the last CTA is taken
+    to start when the rest are spread evenly."""
     total_ctas = work.size * copies
     if work.min() == work.max():
         return float(-(-total_ctas // sms) * work[0])
+    if section > 0:
+        groups = [min(section, copies - g) for g in range(0, copies, section)]
+        order = np.concatenate([np.repeat(work, n) for n in groups])
+    else:
+        order = np.tile(work, copies)
     if total_ctas <= EXACT_CTAS:
         loads = [0.0] * sms
         heapq.heapify(loads)
-        for w in np.tile(work, copies).tolist():
+        for w in order.tolist():
             heapq.heapreplace(loads, loads[0] + w)
         return max(loads)
-    last = float(work[-1])
+    last = float(order[-1])
     return (float(work.sum()) * copies - last) / sms + last
+
+
+def lpt_section(table: KernelTable, kind: str, mask: str, q: int, kv: int, template: int,
+                kv_heads_per_head: float, elem_bytes: int) -> int:
+    """Heads per section of FlashAttention-3's causal schedulers (0: none, head by head).
+    Its causal forward (DynamicPersistentTileScheduler) and backward (SingleTileBwdLPTScheduler)
+    hand out tiles longest first, tile by tile across a section of heads whose K and V (forward:
+    32 MiB; backward Q, dO and the fp32 dQ accumulator: 40 MiB) fit in L2: the largest power
+    of two of heads that fit, times the query heads per K/V head in the forward
+    (hopper/tile_scheduler.hpp)."""
+    if mask != "diagonal" or table.shape == "FlashAttention-2":
+        return 0
+    if kind == "fwd":
+        one_head = kv * 2 * template * elem_bytes
+        fit = 32 * 2**20 // one_head
+        group = max(1, round(1 / kv_heads_per_head))
+    else:
+        one_head = q * 2 * template * elem_bytes + q * template * ACCUM_BYTES
+        fit = 40 * 2**20 // one_head
+        group = 1
+    return (1 << (fit.bit_length() - 1) if fit >= 1 else 1) * group
 
 
 EXACT_CTAS = 4096
@@ -331,8 +359,10 @@ def cta_work(table: KernelTable, kind: str, mask: str, q: int, kv: int, heads: i
             work = (m_steps - first).astype(float)
         else:
             work = np.full(n_tiles, float(m_steps))
-    if causal and table.shape != "FlashAttention-2":
-        work = work[::-1].copy()      # scheduled longest first (FlashAttention-3's LPT tile order)
+    if causal and kind == "fwd" and table.shape != "FlashAttention-2":
+        # FlashAttention-3's causal forward hands out its query tiles longest first; its
+        # causal backward's key tiles already come longest first (lpt_section)
+        work = work[::-1].copy()
     return work, 1, float(tm * tn)
 
 
@@ -346,17 +376,18 @@ def step_s(table_name: str, kind: str, mask: str, head_dim: int, length: float) 
     table = kernel_table(table_name)
     d = head_dim
     xs, ys = [], []
-    for seq, heads, work, published_s in _published_calls(table, kind, mask, d):
+    for seq, heads, work, busiest, published_s in _published_calls(table, kind, mask, d):
         # the published call also ran its other kernels (a backward's preprocess, dQ conversion)
         others_s = sum(_other_kernels_bytes(table, kind, seq, seq, heads, d, 1.0, 2, 1)) / (table.stream_gbps * 1e9)
+        fill = fill_s(table, kind, mask, work.size * heads, d, d, 2, table.stream_gbps * 1e9, table.sms)
         xs.append(math.log2(seq))
-        ys.append((published_s - others_s) / _load(work, heads, table.sms))
+        ys.append((published_s - others_s - fill) / busiest)
     return float(np.interp(math.log2(max(length, 1.0)), xs, ys))
 
 
 def _published_calls(table: KernelTable, kind: str, mask: str, d: int):
     """Each call FlashAttention's benchmark timed for a series: (length, heads x batch,
-    one head's CTA work, its time at the published rate). The benchmark holds batch x
+    one head's CTA work, the busiest SM's steps, its time at the published rate). The benchmark holds batch x
     length at 16k tokens and the hidden size at 2048, and counts a causal call as half the
     dense pairs."""
     for seq, tflops in zip(table.seqlens, template_series(table.name, kind, mask, d)):
@@ -365,7 +396,8 @@ def _published_calls(table: KernelTable, kind: str, mask: str, d: int):
         heads = (16384 // seq) * (2048 // d)
         pairs = seq * seq / 2 if mask == "diagonal" else seq * seq
         work, _, _ = cta_work(table, kind, mask, seq, seq, heads, d, table.sms)
-        yield seq, heads, work, 4.0 * PASS_FLOPS_FACTOR[kind] * d * pairs * heads / (tflops * 1e12)
+        busiest = _load(work, heads, table.sms, lpt_section(table, kind, mask, seq, seq, d, 1.0, 2))
+        yield seq, heads, work, busiest, 4.0 * PASS_FLOPS_FACTOR[kind] * d * pairs * heads / (tflops * 1e12)
 
 
 def _other_kernels_bytes(table: KernelTable, kind: str, q: int, kv: int, heads: int, head_dim: int,
@@ -386,7 +418,30 @@ def _other_kernels_bytes(table: KernelTable, kind: str, q: int, kv: int, heads: 
         if shape.gqa_sum and kv_heads_per_head < 1:
             per = float(kv) * heads * head_dim * elem_bytes
             out += [per * (1 + kv_heads_per_head)] * 2     # dK, dV summed over each group
+        if shape.gqa_accum and kv_heads_per_head < 1:
+            accum = float(kv) * heads * kv_heads_per_head * head_dim * ACCUM_BYTES
+            out += [accum] * 2                                          # dK, dV accumulators cleared
+            out += [accum + accum / ACCUM_BYTES * elem_bytes] * 2       # and converted after
     return out
+
+
+def fill_s(table: KernelTable, kind: str, mask: str, ctas: int, template: int, head_dim: int, elem_bytes: int,
+           bandwidth_bytes_s: float, sms: int, split: bool = False) -> float:
+    """The kernel's pipeline fill: before its first step each CTA of the first wave loads
+    its first tiles (forward: its query tile and one key and one value tile; backward: its
+    key and value tiles and the first query and dO tiles), all SMs at once, so the wave
+    waits for those bytes at the GPU's streaming bandwidth. Later CTAs load theirs while
+    others compute (two CTAs per SM, or a producer warp prefetching), so a call pays it
+    once, however many waves it runs; the published calls paid it too (`step_s` takes it
+    out of their time)."""
+    shape = KERNEL_SHAPES[table.shape]
+    if kind == "fwd" and split:
+        tm, tn = SPLIT_ROWS, _split_keys(template)
+    else:
+        tm, tn = _tile(table, kind, mask == "diagonal", template)
+    per_sm = shape.fwd_ctas_per_sm if kind == "fwd" else shape.bwd_ctas_per_sm
+    rows = tm + 2 * tn if kind == "fwd" else 2 * tm + 2 * tn
+    return min(ctas, sms * per_sm) * rows * head_dim * elem_bytes / bandwidth_bytes_s
 
 
 @functools.lru_cache(maxsize=65536)
@@ -403,7 +458,11 @@ def call_gpu_s(table_name: str, kind: str, mask: str, q: int, kv: int, heads: in
     # (and so its other kernels' bytes) are the call's own
     template = template_head_dim(table, head_dim)
     work, splits, _ = cta_work(table, kind, mask, q, kv, heads, template, sms)
-    main = _load(work, heads, sms) * step_s(table_name, kind, mask, template, loop_tokens(kind, mask, q, kv)) / rate_scale
+    section = lpt_section(table, kind, mask, q, kv, template, kv_heads_per_head, elem_bytes)
+    main = _load(work, heads, sms, section) * step_s(table_name, kind, mask, template,
+                                                     loop_tokens(kind, mask, q, kv)) / rate_scale
+    main += fill_s(table, kind, mask, work.size * heads, template, head_dim, elem_bytes, bandwidth_bytes_s, sms,
+                   split=splits > 1)
     aux_bytes = _other_kernels_bytes(table, kind, q, kv, heads, head_dim, kv_heads_per_head, elem_bytes, splits)
     kernels = 1 + len(aux_bytes)
     return main + sum(aux_bytes) / bandwidth_bytes_s + kernels * kernel_gap_us * 1e-6
@@ -431,6 +490,8 @@ def varlen_call_gpu_s(table_name: str, kind: str, pieces: tuple[tuple[str, int, 
         length = kv if kind == "fwd" else q
         works.append(steps * step_s(table_name, kind, mask, template, length) / scale)
     main = _load(np.concatenate(works), heads, sms) if works else 0.0
+    main += fill_s(table, kind, "full", sum(w.size for w in works) * heads, template, head_dim, elem_bytes,
+                   bandwidth_bytes_s, sms)
     q_all = sum(p[1] for p in pieces)
     kv_all = sum(p[2] for p in pieces)
     aux_bytes = _other_kernels_bytes(table, kind, q_all, kv_all, heads, head_dim, kv_heads_per_head, elem_bytes, 1)
@@ -502,9 +563,9 @@ def best_rate_flops(table: KernelTable, head_dim: int) -> float:
     model beats this rate and efficiency stays at most 1."""
     d = template_head_dim(table, head_dim)
     best = 0.0
-    for seq, heads, work, published_s in _published_calls(table, "fwd", "full", d):
+    for seq, heads, work, busiest, published_s in _published_calls(table, "fwd", "full", d):
         flops = 4.0 * d * seq * seq * heads
-        even_s = published_s * float(work.sum()) * heads / table.sms / _load(work, heads, table.sms)
+        even_s = published_s * float(work.sum()) * heads / table.sms / busiest
         best = max(best, flops / even_s)
     for kind in ("fwd", "bwd"):
         for mask in ("full", "diagonal"):

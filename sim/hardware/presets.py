@@ -277,7 +277,10 @@ _FA3_SRC = ("Dao-AILab/flash-attention hopper/ (commit 0251105a2fb19d2957484b7f0
 _CUDNN_SRC = ("assumed: cuDNN's fused attention is closed source; its Hopper kernel taken as FlashAttention-3's "
               "shape (128-row query tiles and 128-key steps, one warp-specialised CTA per SM, backward over 128-key "
               "tiles in 64-row steps with preprocess and dQ conversion kernels) and FlashAttention-3's head dims "
-              "(cuDNN's frontend support matrix: Hopper d <= 256)")
+              "(cuDNN's frontend support matrix: Hopper d <= 256); with GQA its backward reduces the per-head dK "
+              "and dV over each group after the main kernel, as the backward launch chain cuDNN's frontend "
+              "documents does ('SDPA Backward (SM120)', docs.nvidia.com/deeplearning/cudnn: dot preprocess, main "
+              "kernel, dQ convert, GQA reduce), taken for its Hopper kernel too")
 
 KERNEL_SHAPES: dict[str, KernelShape] = {k.name: k for k in [
     KernelShape(name="FlashAttention-2",
@@ -294,7 +297,7 @@ KERNEL_SHAPES: dict[str, KernelShape] = {k.name: k for k in [
     KernelShape(name="cuDNN",
                 fwd_tile={64: (128, 128), 96: (128, 128), 128: (128, 128), 192: (128, 64), 256: (128, 64)},
                 bwd_tile={64: (64, 128), 96: (64, 128), 128: (64, 128), 192: (64, 64), 256: (64, 64)},
-                fwd_ctas_per_sm=1, bwd_ctas_per_sm=1, source=_CUDNN_SRC),
+                fwd_ctas_per_sm=1, bwd_ctas_per_sm=1, gqa_sum=True, source=_CUDNN_SRC),
 ]}
 
 # The per-call floor: what a call costs beside its kernels' work.
