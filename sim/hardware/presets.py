@@ -209,9 +209,42 @@ def _fa2_a100() -> KernelTable:
                        seqlens=SEQLENS, series=s)
 
 
+# --- cuDNN on B200: derived from the H100 table by what bounds each pass on Blackwell ------------
+# FlashAttention-4 (Zadouri, Hoehnerbach, Shah, Liu, Thakkar, Dao, arXiv 2603.05451, and its
+# blog, together.ai/blog/flashattention-4): from H100 to B200 the BF16 tensor cores go from
+# 1 to 2.25 PFLOP/s while the exponential units (16 per clock per SM) and shared-memory
+# bandwidth (128 bytes per clock per SM) stay; on B200 the forward is bound by the
+# exponentials and the backward by shared-memory traffic, which exceed the matrix products'
+# time by 25 to 60% (the paper's feeds-and-speeds analysis). A kernel that kept its H100
+# share of the tensor cores' time (the cuDNN series above over H100's 989.4 TFLOP/s) then
+# runs at B200's 2,250 TFLOP/s over 1.25 (forward, the exponentials) and over 1.6 (backward,
+# shared memory): the ends of that range, assigned so. No per-length cuDNN table was found
+# published for B200; FlashAttention-4 reports up to 1613 TFLOP/s forward and 1.3x over
+# cuDNN 9.13 at best, so cuDNN's best forward is at least about 1240.
+_B200_PER_H100 = 2250.0 / 989.4
+_B200_BOUND = {"fwd": 1.25, "bwd": 1.6}
+_B200_SOURCE = ("derived: cudnn-h100's series x (2,250 / 989.4 TFLOP/s, B200 over H100 BF16 peak) / {bound} "
+                "({what}: FlashAttention-4, arXiv 2603.05451, on B200 the {unit} exceeds the MMA time by 25-60%, the "
+                "{end} end assumed); from: ")
+
+
+def _cudnn_b200() -> KernelTable:
+    h100 = _h100_table("cudnn-h100", "cuDNN", _H100_CUDNN_FWD, _H100_CUDNN_BWD_FULL)
+    s: dict[tuple[str, str, int], RateSeries] = {}
+    for (kind, mask, d), series in h100.series.items():
+        bound = _B200_BOUND[kind]
+        what = ("forward bound by the exponential unit", "exponentials", "low") if kind == "fwd" else \
+            ("backward bound by shared-memory traffic", "shared-memory traffic", "high")
+        s[kind, mask, d] = RateSeries(
+            tflops=tuple(None if v is None else round(v * _B200_PER_H100 / bound, 1) for v in series.tflops),
+            source=_B200_SOURCE.format(bound=bound, what=what[0], unit=what[1], end=what[2]) + series.source)
+    return KernelTable(name="cudnn-b200", kernel="cuDNN", measured_on="B200 (derived from H100)", sms=148,
+                       shape="cuDNN", stream_gbps=8000.0, seqlens=SEQLENS, series=s)
+
+
 KERNEL_TABLES: dict[str, KernelTable] = {t.name: t for t in (
     _fa2_h100(), _h100_table("fa3-h100", "FlashAttention-3", _H100_FA3_FWD, _H100_FA3_BWD_FULL),
-    _h100_table("cudnn-h100", "cuDNN", _H100_CUDNN_FWD, _H100_CUDNN_BWD_FULL), _fa2_a100())}
+    _h100_table("cudnn-h100", "cuDNN", _H100_CUDNN_FWD, _H100_CUDNN_BWD_FULL), _fa2_a100(), _cudnn_b200())}
 
 # How each kernel cuts a block into thread blocks (CTAs), from its source: the tile a CTA
 # owns and the tile its inner loop steps over, by head dim; how many CTAs share an SM; the
@@ -413,13 +446,15 @@ GPU_PRESETS: dict[str, GpuPreset] = {p.name: p for p in [
               source="NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090): FP16/BF16 Tensor with FP32 "
                      "accumulate 165.2 TFLOPS dense (330.4 with sparsity), FP32 82.6 TFLOPS, 24 GB GDDR6X at "
                      "1,008 GB/s, 128 SMs, PCIe 4.0 x16; GeForce cards do not allow peer-to-peer"),
-    # No per-mask, per-length attention table was found published for these two: the flat
-    # model applies (peak x efficiency). The FlashAttention-4 paper reports up to 1613
-    # TFLOP/s (71% of peak) for BF16 attention on B200 (its abstract), a single point.
+    # B200 runs cuDNN's fused attention (the kernel PyTorch's SDPA and TransformerEngine pick on
+    # it) from a table derived from H100's by what bounds each pass on Blackwell (cudnn-b200).
     GpuPreset(name="B200", peak_tflops={"bf16": 2250.0, "fp16": 2250.0, "fp32": 75.0},
-              memory_gb=180.0, memory_bandwidth_gbps=8000.0,
+              memory_gb=180.0, memory_bandwidth_gbps=8000.0, kernels={"cudnn": "cudnn-b200"}, sms=148,
               source="NVIDIA HGX B200 datasheet (per GPU): FP16/BF16 4.5 PFLOPS with sparsity = 2.25 dense, "
-                     "FP32 75 TFLOPS, 180 GB HBM3e at 8 TB/s"),
+                     "FP32 75 TFLOPS, 180 GB HBM3e at 8 TB/s; 148 SMs (Dao-AILab/flash-attention "
+                     "flash_attn/cute/prepare_scheduler.py, commit 0251105: 'e.g. 148/128', B200's SM count)"),
+    # No per-mask, per-length attention table was found published for this one: the flat
+    # model applies (peak x efficiency).
     GpuPreset(name="MI300X", peak_tflops={"bf16": 1307.4, "fp16": 1307.4, "fp32": 163.4},
               memory_gb=192.0, memory_bandwidth_gbps=5300.0,
               source="AMD Instinct MI300X datasheet: FP16/BF16 1307.4 TFLOPS dense, FP32 vector 163.4 TFLOPS, "

@@ -91,7 +91,8 @@ def test_preset_kernel_choice():
     assert Gpu.preset("H800-SXM", kernel="fa3").kernel == "fa3-h100"
     assert Gpu.preset("A100-SXM-40GB").kernel == "fa2-a100"
     assert Gpu.preset("H100-SXM", kernel="flat").kernel is None
-    assert Gpu.preset("B200").kernel is None                 # no published table: flat
+    assert Gpu.preset("MI300X").kernel is None               # no published table: flat
+    assert Gpu.preset("B200").kernel == "cudnn-b200"          # cuDNN, derived from H100's table
     # an explicit flat rate keeps the flat model
     assert Gpu.preset("H100-SXM", efficiency=0.4).kernel is None
     assert Gpu.preset("H100-SXM", achieved_tflops=300.0).kernel is None
