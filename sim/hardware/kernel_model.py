@@ -4,7 +4,7 @@ docs/design.md's compute time (overhead + FLOPs / rate), built from what the GPU
 
     isolated call: host + GPU      queued behind other work: max(host, GPU)
     GPU = main kernel + other kernels + merge + (kernels) x gap
-    main kernel = busiest SM's steps x step time(pass, mask, head dim, inner-loop length)
+    main kernel = pipeline fill + busiest SM's steps x step time(pass, mask, head dim, inner-loop length)
 
 - **CTAs** (`cta_work`): the kernel's tiles (sim.hardware.presets.KERNEL_SHAPES, from its source)
   cut the call into thread blocks, each a run of inner-loop steps: forward over query
@@ -13,9 +13,13 @@ docs/design.md's compute time (overhead + FLOPs / rate), built from what the GPU
   (`_split_count`, its own heuristic), and adds a combine kernel.
 - **Waves** (`_load`): CTAs go in launch order to the SM with the least work so far; the
   main kernel takes as long as the busiest SM. A CTA alone on an SM runs at the SM's rate.
+  FlashAttention-3's causal tiles go out longest first across sections of heads
+  (`lpt_section`, its schedulers').
+- **Pipeline fill** (`fill_s`): the first wave's first tiles, loaded by every SM at once
+  at the streaming bandwidth before the first step; paid once per call.
 - **Step time** (`step_s`): read back from the published table (sim.hardware.presets.KERNEL_TABLES):
   the time FlashAttention's benchmark ran a call in at that length (batch x length 16k
-  tokens, hidden 2048), less its other kernels, over the steps its busiest SM ran; so at
+  tokens, hidden 2048), less its other kernels and its fill, over the steps its busiest SM ran; so at
   the published setting a call takes the published time. The length is the kernel's
   inner loop (`loop_tokens`): the keys of a dense forward, the queries of a dense backward,
   the side of a causal block; piecewise linear in log2(length), held beyond the table.
@@ -24,8 +28,9 @@ docs/design.md's compute time (overhead + FLOPs / rate), built from what the GPU
   between two runs as the larger one, padded: its tiles and step time are the template's,
   the FLOPs it does the template's, the useful ones (and the ideal's, `best_rate_flops`)
   its own. A template without a published series reads its neighbours' (`template_series`).
-- **Other kernels**: a backward's preprocess and dQ conversion, GQA's dK/dV reductions,
-  a split forward's combine: memory-bound at the GPU's streaming bandwidth.
+- **Other kernels**: a backward's preprocess and dQ conversion, GQA's dK/dV reductions
+  (or FlashAttention-3's fp32 accumulators cleared and converted), a split forward's
+  combine: memory-bound at the GPU's streaming bandwidth.
 - **Merge**: after each block the running (out, lse) takes in its result: per output
   element the bytes of sim.hardware.presets.MERGE_BYTES (one fused pass, or the unfused chain of
   elementwise kernels ring-flash-attention runs), per (query row, head) those of the
