@@ -384,7 +384,8 @@ def step_s(table_name: str, kind: str, mask: str, head_dim: int, length: float) 
     for seq, heads, work, busiest, published_s in _published_calls(table, kind, mask, d):
         # the published call also ran its other kernels (a backward's preprocess, dQ conversion)
         others_s = sum(_other_kernels_bytes(table, kind, seq, seq, heads, d, 1.0, 2, 1)) / (table.stream_gbps * 1e9)
-        fill = fill_s(table, kind, mask, work.size * heads, d, d, 2, table.stream_gbps * 1e9, table.sms)
+        fill = fill_s(table, kind, mask, work.size, heads, d, d, 1.0, 2, table.stream_gbps * 1e9, table.sms,
+                      section=lpt_section(table, kind, mask, seq, seq, d, 1.0, 2))
         xs.append(math.log2(seq))
         ys.append((published_s - others_s - fill) / busiest)
     return float(np.interp(math.log2(max(length, 1.0)), xs, ys))
@@ -430,23 +431,32 @@ def _other_kernels_bytes(table: KernelTable, kind: str, q: int, kv: int, heads: 
     return out
 
 
-def fill_s(table: KernelTable, kind: str, mask: str, ctas: int, template: int, head_dim: int, elem_bytes: int,
-           bandwidth_bytes_s: float, sms: int, split: bool = False) -> float:
+def fill_s(table: KernelTable, kind: str, mask: str, ctas_per_head: int, heads: int, template: int,
+           head_dim: int, kv_heads_per_head: float, elem_bytes: int, bandwidth_bytes_s: float, sms: int,
+           split: bool = False, section: int = 0) -> float:
     """The kernel's pipeline fill: before its first step each CTA of the first wave loads
-    its first tiles (forward: its query tile and one key and one value tile; backward: its
-    key and value tiles and the first query and dO tiles), all SMs at once, so the wave
-    waits for those bytes at the GPU's streaming bandwidth. Later CTAs load theirs while
-    others compute (two CTAs per SM, or a producer warp prefetching), so a call pays it
-    once, however many waves it runs; the published calls paid it too (`step_s` takes it
-    out of their time)."""
+    its first tiles, every SM at once, so the wave waits for those bytes from memory at the
+    streaming bandwidth. A forward CTA's query tile is its own; its first key and value
+    tiles are its head's (its K/V head's, under GQA), read from memory once and from L2 by
+    the wave's other CTAs of that head. A backward CTA's key and value tiles are its own;
+    its first query and dO tiles are its head's. Later CTAs load while others compute (two
+    CTAs per SM, or a producer warp prefetching), so a call pays the fill once, however
+    many waves it runs; the published calls paid it too (`step_s` takes it out of their
+    time). `section`: FlashAttention-3's causal order, tile by tile across that many
+    heads (`lpt_section`); otherwise head by head."""
     shape = KERNEL_SHAPES[table.shape]
     if kind == "fwd" and split:
         tm, tn = SPLIT_ROWS, _split_keys(template)
     else:
         tm, tn = _tile(table, kind, mask == "diagonal", template)
     per_sm = shape.fwd_ctas_per_sm if kind == "fwd" else shape.bwd_ctas_per_sm
-    rows = tm + 2 * tn if kind == "fwd" else 2 * tm + 2 * tn
-    return min(ctas, sms * per_sm) * rows * head_dim * elem_bytes / bandwidth_bytes_s
+    resident = min(ctas_per_head * heads, sms * per_sm)
+    wave_heads = min(heads, section, resident) if section > 0 else min(heads, -(-resident // ctas_per_head))
+    if kind == "fwd":
+        rows = resident * tm + math.ceil(wave_heads * min(kv_heads_per_head, 1.0)) * 2 * tn
+    else:
+        rows = resident * 2 * tn + wave_heads * 2 * tm
+    return rows * head_dim * elem_bytes / bandwidth_bytes_s
 
 
 @functools.lru_cache(maxsize=65536)
@@ -466,8 +476,8 @@ def call_gpu_s(table_name: str, kind: str, mask: str, q: int, kv: int, heads: in
     section = lpt_section(table, kind, mask, q, kv, template, kv_heads_per_head, elem_bytes)
     main = _load(work, heads, sms, section) * step_s(table_name, kind, mask, template,
                                                      loop_tokens(kind, mask, q, kv)) / rate_scale
-    main += fill_s(table, kind, mask, work.size * heads, template, head_dim, elem_bytes, bandwidth_bytes_s, sms,
-                   split=splits > 1)
+    main += fill_s(table, kind, mask, work.size, heads, template, head_dim, kv_heads_per_head, elem_bytes,
+                   bandwidth_bytes_s, sms, split=splits > 1, section=section)
     aux_bytes = _other_kernels_bytes(table, kind, q, kv, heads, head_dim, kv_heads_per_head, elem_bytes, splits)
     kernels = 1 + len(aux_bytes)
     return main + sum(aux_bytes) / bandwidth_bytes_s + kernels * kernel_gap_us * 1e-6
@@ -495,8 +505,8 @@ def varlen_call_gpu_s(table_name: str, kind: str, pieces: tuple[tuple[str, int, 
         length = kv if kind == "fwd" else q
         works.append(steps * step_s(table_name, kind, mask, template, length) / scale)
     main = _load(np.concatenate(works), heads, sms) if works else 0.0
-    main += fill_s(table, kind, "full", sum(w.size for w in works) * heads, template, head_dim, elem_bytes,
-                   bandwidth_bytes_s, sms)
+    main += fill_s(table, kind, "full", sum(w.size for w in works), heads, template, head_dim, kv_heads_per_head,
+                   elem_bytes, bandwidth_bytes_s, sms)
     q_all = sum(p[1] for p in pieces)
     kv_all = sum(p[2] for p in pieces)
     aux_bytes = _other_kernels_bytes(table, kind, q_all, kv_all, heads, head_dim, kv_heads_per_head, elem_bytes, 1)

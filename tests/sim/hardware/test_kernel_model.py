@@ -20,13 +20,17 @@ GAP = 1e-6                              # between queued kernels
 FA2 = kernel_table("fa2-h100")
 
 
-def fill_s(ctas, per_sm, rows, d=D, bw=H800_STREAM):
-    """The first wave's loads (CTAs resident at once x their first tiles' rows x head dim
-    x 2 bytes) at the streaming bandwidth: the pipeline fill a call pays once."""
-    return min(ctas, SMS * per_sm) * rows * d * 2 / bw
+def fill_s(resident, own_rows, wave_heads, shared_rows, d=D, bw=H800_STREAM):
+    """The pipeline fill a call pays once: the first wave's CTAs (`resident`) each load
+    their own first tiles (`own_rows` rows of the head dim), and each head in that wave
+    its shared ones once (`shared_rows`: K and V forward, Q and dO backward; the rest come
+    from L2), 2 bytes each, at the streaming bandwidth."""
+    return (resident * own_rows + wave_heads * shared_rows) * d * 2 / bw
 
 
-FA2_FWD_FILL = fill_s(10**6, 2, 128 + 2 * 64)            # a full wave of 264 CTAs: 128-row Q, 64-key K and V
+# FlashAttention-2's forward (head dim 128) at its published 8k: 264 CTAs resident (two per SM),
+# each with its 128-row Q tile; 64 tiles per head, so 5 heads' 64-key K and V tiles
+FA2_FWD_FILL = fill_s(264, 128, 5, 2 * 64)
 
 
 def published_s(tflops, kind, seq, causal, d=D):
@@ -87,10 +91,10 @@ def test_one_cta_takes_the_steps_of_one_cta_at_the_published_step_time():
     # setting (32 x 16 heads, 4 tiles, 2048 CTAs: 16 on the busiest SM, 8 steps each) ran
     # 309 TFLOP/s, so one step took (published - its fill) / (16 x 8); the length is held
     # below 512; the lone CTA fills its own pipeline alone
-    step = (published_s(309, "fwd", 512, False) - FA2_FWD_FILL) / (16 * 8)
+    step = (published_s(309, "fwd", 512, False) - fill_s(264, 128, 66, 2 * 64)) / (16 * 8)   # 4 tiles a head
     assert step_s("fa2-h100", "fwd", "full", D, 128) == pytest.approx(step, rel=1e-12)
     got = call_gpu_s("fa2-h100", "fwd", "full", 128, 128, 1, D, 1.0, 2, H800_STREAM, SMS, 1.0)
-    assert got == pytest.approx(2 * step + fill_s(1, 2, 128 + 2 * 64) + GAP, rel=1e-12)
+    assert got == pytest.approx(2 * step + fill_s(1, 128, 1, 2 * 64) + GAP, rel=1e-12)
 
 
 def test_the_backward_runs_its_preprocess_and_dq_conversion_kernels():
@@ -98,7 +102,7 @@ def test_the_backward_runs_its_preprocess_and_dq_conversion_kernels():
     heads = 32
     gpu = call_gpu_s("fa2-h100", "bwd", "full", q, kv, heads, D, 1.0, 2, H800_STREAM, SMS, 1.0)
     main = _load(np.array([16.0] * 8), heads, SMS) * step_s("fa2-h100", "bwd", "full", D, q)
-    main += fill_s(8 * heads, 1, 2 * 64 + 2 * 128)          # 132 CTAs' K, V (128 rows) and first Q, dO (64)
+    main += fill_s(132, 2 * 128, 17, 2 * 64)                # 132 CTAs' own K, V; 17 heads' first Q, dO
     rows = q * heads
     preprocess = rows * (2 * D * 2 + 4 + 4 * D)             # dO, O read; rowsum; fp32 dQ cleared
     convert = rows * D * (4 + 2)
@@ -185,14 +189,14 @@ def test_ideal_rate_is_the_fastest_published_one_spread_evenly():
     # a block whose keys fill its steps runs 24 / 23.3 faster, on every SM at once
     whole = 638e12 * (128 * 176 * 24 * 16 * 132) / (4096 * 4096 * 64)
     pub = published_s(638, "fwd", 4096, False)
-    fill = fill_s(10**6, 1, 128 + 2 * 176)                  # 132 CTAs: 128-row Q, 176-key K and V
+    fill = fill_s(132, 128, 5, 2 * 176)                      # 132 CTAs' Q; 5 heads' 176-key K and V
     assert Gpu.preset("H100-SXM", kernel="fa3").rate_flops("bf16") == pytest.approx(whole * pub / (pub - fill))
     pub = published_s(617, "fwd", 2048, False)             # cuDNN: 617 TFLOP/s at 2k, 128 x 128 tiles
     assert Gpu.preset("H200", kernel="cudnn").rate_flops("bf16") == pytest.approx(
-        617e12 * even * pub / (pub - fill_s(10**6, 1, 3 * 128)))
+        617e12 * even * pub / (pub - fill_s(132, 128, 9, 2 * 128)))
     # head dim 64: 32 heads of 128-row tiles, 4,096 CTAs: 32 on the busiest SM; 324 TFLOP/s at 16k
     pub = published_s(324, "fwd", 16384, False, 64)
-    fill = fill_s(10**6, 2, 128 + 2 * 128, 64)
+    fill = fill_s(264, 128, 3, 2 * 128, 64)
     assert Gpu.preset("H800-SXM").rate_flops("bf16", 64) == pytest.approx(324e12 * 32 * 132 / 4096 * pub / (pub - fill))
 
 
@@ -203,7 +207,7 @@ def test_the_workload_s_head_dim_and_kv_heads_choose_the_series_the_tiles_and_th
     # forward, 32 heads x 1024: 8 tiles of 128 rows, 8 steps of 128 keys
     work, splits, area = cta_work(FA2, "fwd", "full", 1024, 1024, 32, d, SMS)
     assert (splits, area, work.tolist()) == (1, 128 * 128, [8.0] * 8)
-    fill = fill_s(10**6, 2, 128 + 2 * 128, d)
+    fill = fill_s(264, 128, 3, 2 * 128, d)
     assert step_s("fa2-h100", "fwd", "full", d, 16384) == pytest.approx(
         (published_s(324, "fwd", 16384, False, d) - fill) / (32 * 128))  # 4,096 CTAs: 32 on the busiest SM
     mha = call_gpu_s("fa2-h100", "bwd", "full", 1024, 1024, 32, d, 1.0, 2, H800_STREAM, SMS, 1.0)
