@@ -128,11 +128,11 @@ def test_compared_runs_say_what_they_said(args, schemes, want):
 
 
 PLANNED = {
-    "ring zigzag layout": "fastest that fits, 7.4% ahead of the next (ring, striped layout); compute-bound: 99% of "
+    "ring zigzag layout": "fastest that fits, 7.5% ahead of the next (ring, striped layout); compute-bound: 99% of "
                           "the makespan computing, at 29% of the kernel's best rate",
     "ring contiguous layout": "1.44x the fastest; dK/dV ring exposed 119.886 us (8% of the makespan); causal "
                               "imbalance 1.80x",
-    "allgather 4 head groups": "1.57x the fastest; compute-bound: 96% of the makespan computing, at 19% of the "
+    "allgather 4 head groups": "1.58x the fastest; compute-bound: 96% of the makespan computing, at 19% of the "
                                "kernel's best rate; holds a head group of the K/V of the sequence",
     "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 61.31 MiB per GPU over the 57.22 MiB limit (18.21 MiB kept "
                                            "for backward by 3 other layers, 42.14 MiB working, 976.56 KiB "
@@ -144,7 +144,7 @@ PLANNED_FORWARD = {
                             "GPUs (ringsim calibrate) or both runs measured would separate them; compute-bound: 96% "
                             "of the makespan computing, at 88% of the kernel's best rate; holds the whole K/V of the "
                             "sequence",
-    "ring zigzag layout": "1.7% slower than the fastest; compute-bound: 100% of the makespan computing, at 83% of the "
+    "ring zigzag layout": "2.0% slower than the fastest; compute-bound: 100% of the makespan computing, at 82% of the "
                           "kernel's best rate",
     "ulysses degree 8": "1.21x the fastest; compute-bound: 95% of the makespan computing, at 73% of the kernel's best "
                         "rate; K/V heads replicated 4x by a Ulysses degree above the 2 K/V heads",
@@ -198,7 +198,7 @@ def test_a_plans_reasons_survive_json(plans):
 STEPS = {
     "TP 1 CP 1 PP 1 DP 4, ZeRO-3, recompute none": "fastest; attention 27% of the step",
     "TP 2 CP 1 PP 1 DP 2, ZeRO-1, recompute none, TP overlapped": "1.02x the fastest's time; attention 28% of the step",
-    "TP 2 CP 2 PP 1 DP 1, ZeRO-1, recompute none, CP ring, TP overlapped": "1.09x the fastest's time; attention 33% "
+    "TP 2 CP 2 PP 1 DP 1, ZeRO-1, recompute none, CP ring, TP overlapped": "1.09x the fastest's time; attention 32% "
                                                                           "of the step",
     "TP 2 CP 1 PP 2 DP 1, ZeRO-1, recompute none, TP overlapped, 4 virtual stages": "1.09x the fastest's time; "
                                                                                    "attention 26% of the step",
