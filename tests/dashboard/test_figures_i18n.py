@@ -87,7 +87,9 @@ def test_each_chart_in_english_and_indonesian(client, view):
     # the decimal numbers of the English title and annotations, with a decimal comma; none
     # with a decimal point in the Indonesian title (a point there groups thousands)
     decimals = re.findall(r"\d+\.\d+", " | ".join(_shown(english)[:len(english["layout"]["annotations"]) + 1]))
-    assert decimals
+    # the sweep's annotations are its break-even points to three figures, whole numbers
+    # in this scenario (190 tokens, 44 GB/s): nothing there to put a comma in
+    assert decimals or view == "sweep"
     for number in decimals:
         assert number.replace(".", ",") in shown, number
     assert not re.search(r"\d\.\d", indonesian["layout"]["title"]["text"])
