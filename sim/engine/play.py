@@ -103,7 +103,11 @@ def simulate(scenario: Scenario, hardware: HardwareModel | None = None, *, playe
     built. `jitter` seeds the host's spread of speeds (see play).
     """
     scheme = get_scheme(scenario.scheme)
-    hw = hardware if hardware is not None else scenario.hardware
+    # the implementation's step (sim.implementations): its merge, host operations and
+    # forwarding; the ideal one plays the scenario and hardware as they are
+    impl = scenario.implementation
+    scenario = impl.played(scenario)
+    hw = impl.played_on(hardware if hardware is not None else scenario.hardware)
     check_fits(scheme, scenario)
     with gc_paused(), small_pages():
         schedule = scheme.build_schedule(scenario)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import Any
 
+from sim import implementations
 from sim.errors import RingsimError
 from sim.hardware.cluster import Gpu, Hardware
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
@@ -118,7 +119,8 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
                         "flat (every block at peak x efficiency)"),
     ScenarioOption(flag="--merge", kind="str", group="hardware", default=_gpu["merge"], choices=("fused", "unfused"),
                    help="how each block's partial result is merged: one fused kernel (default) or the chain of "
-                        "elementwise kernels ring-flash-attention and torch's context_parallel run"),
+                        "elementwise kernels ring-flash-attention and torch's context_parallel run; a library's "
+                        "--impl merges as it does"),
     ScenarioOption(flag="--tflops", kind="float", group="hardware", url_key="tflops",
                    help="achieved TFLOP/s per GPU for every block (flat model)"),
     ScenarioOption(flag="--efficiency", kind="float", group="hardware", url_key="eff",
@@ -137,6 +139,12 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
     ScenarioOption(flag="--scheme", kind="str", group="schedule", default=_s["scheme"], choices=scheme_names(),
                    url_key="scheme", help=f"sequence-parallel scheme (default {_s['scheme']})"),
     *SCHEME_OPTIONS,
+    ScenarioOption(flag="--impl", kind="str", group="schedule", default=_s["impl"],
+                   choices=tuple(implementations.LIBRARIES), url_key="impl",
+                   help="whose implementation of the scheme runs: ideal (the fused kernel, default), te "
+                        "(TransformerEngine / Megatron-Core), rfa (ring-flash-attention), torch (context_parallel), "
+                        "usp (long-context-attention); its merge, host operations and streams "
+                        "(docs/implementations.md)"),
     ScenarioOption(flag="--layout", kind="str", group="schedule", default=_s["layout"], choices=LAYOUTS,
                    url_key="layout", help=f"(default {_s['layout']})"),
     ScenarioOption(flag="--overlap", kind="bool", group="schedule", default=_s["overlap"], url_key="overlap",
