@@ -139,12 +139,6 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
     ScenarioOption(flag="--scheme", kind="str", group="schedule", default=_s["scheme"], choices=scheme_names(),
                    url_key="scheme", help=f"sequence-parallel scheme (default {_s['scheme']})"),
     *SCHEME_OPTIONS,
-    ScenarioOption(flag="--impl", kind="str", group="schedule", default=_s["impl"],
-                   choices=tuple(implementations.LIBRARIES), url_key="impl",
-                   help="whose implementation of the scheme runs: ideal (the fused kernel, default), te "
-                        "(TransformerEngine / Megatron-Core), rfa (ring-flash-attention), torch (context_parallel), "
-                        "usp (long-context-attention); its merge, host operations and streams "
-                        "(docs/implementations.md)"),
     ScenarioOption(flag="--layout", kind="str", group="schedule", default=_s["layout"], choices=LAYOUTS,
                    url_key="layout", help=f"(default {_s['layout']})"),
     ScenarioOption(flag="--overlap", kind="bool", group="schedule", default=_s["overlap"], url_key="overlap",
@@ -157,6 +151,12 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
                    help=f"count exact unmasked pairs or whole tiles (default {_s['granularity']})"),
     ScenarioOption(flag="--tile", kind="int", group="schedule", default=_s["tile"], url_key="tile",
                    help=f"tile edge in tokens (default {_s['tile']})"),
+    ScenarioOption(flag="--impl", kind="str", group="schedule", default=_s["impl"],
+                   choices=tuple(implementations.LIBRARIES),
+                   help="whose implementation of the scheme runs: ideal (the fused kernel, default), te "
+                        "(TransformerEngine / Megatron-Core), rfa (ring-flash-attention), torch (context_parallel), "
+                        "usp (long-context-attention); its merge, host operations and streams "
+                        "(docs/implementations.md)"),
 )
 """simulate's scenario options, in the order `ringsim simulate --help` lists them."""
 

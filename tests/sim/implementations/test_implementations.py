@@ -1,0 +1,201 @@
+"""The implementations of the schemes (sim.implementations): what a step launches against a
+hand count from each library's code, the merge's cost against bytes over bandwidth, the
+ideal one changing nothing, and the one-line refusals of a library that lacks a scheme or
+layout."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sim import implementations
+from sim.cli.main import main
+from sim.engine.play import simulate
+from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware
+from sim.hardware.kernel_model import Floors
+from sim.scenario.config import Scenario, Workload
+from sim.schemes import get as get_scheme
+from sim.schemes import names as scheme_names
+from sim.trace.metrics import compute_metrics
+
+RING = scheme_names()[0]       # the default scheme, asked of the registry, not named
+
+
+def _scenario(**fields) -> Scenario:
+    w = Workload(seq=fields.pop("seq", 8 * 4096), pass_=fields.pop("pass_", "fwd"), causal=fields.pop("causal", True))
+    return Scenario(workload=w, n_gpus=fields.pop("n_gpus", 8), **fields)
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+def test_every_scheme_has_the_ideal_first_and_libraries_in_order():
+    order = list(implementations.LIBRARIES)
+    for scheme in scheme_names():
+        libs = [i.library for i in implementations.of_scheme(scheme)]
+        assert libs[0] == implementations.DEFAULT
+        assert libs == sorted(libs, key=order.index)
+        for impl in implementations.of_scheme(scheme):
+            assert impl.scheme == scheme
+            assert impl.library == implementations.DEFAULT or impl.source and impl.steps
+
+
+def test_each_implementation_cites_a_commit():
+    for scheme in scheme_names():
+        for impl in implementations.of_scheme(scheme)[1:]:
+            # a 40-hex commit or a released version with its git hash
+            assert any(len(w.strip(":()")) == 40 and all(c in "0123456789abcdef" for c in w.strip(":()"))
+                       for w in impl.source.split()), impl.source
+
+
+def test_a_library_lacking_a_scheme_is_one_line():
+    with pytest.raises(RingsimError) as e:
+        implementations.get("ulysses", "rfa")
+    assert "\n" not in str(e.value)
+    assert "ring-flash-attention has no ulysses scheme" in str(e.value)
+    with pytest.raises(RingsimError, match="unknown implementation 'flash'"):
+        implementations.get(RING, "flash")
+
+
+# --- what a step launches, against the library's code ---------------------------------------
+
+def _sliced(schedule) -> np.ndarray:
+    """Per compute, whether its queries are part of its rank's (narrower than its widest)."""
+    comp = ~schedule.is_transfer
+    widest = np.zeros(schedule.n_ranks, dtype=np.int64)
+    np.maximum.at(widest, schedule.rank[comp], schedule.q_tokens[comp])
+    return comp & (schedule.q_tokens < widest[schedule.rank])
+
+
+@pytest.mark.parametrize("library", ["rfa", "te"])
+def test_zigzag_forward_step_launches_match_the_library(library):
+    """Hand count, rank r at step i of a causal zigzag forward on 8 GPUs:
+    ring-flash-attention (zigzag_ring_flash_attn.py): one _flash_attn_forward call (q x k
+    at i = 0, q x k[:, :half] at i <= r, q[:, half:] x k after), update_out_and_lse: 9
+    elementwise kernels, plus 2 copies back on the slice (i > r); send_recv_kv: 2
+    empty_like + 4 NCCL posts, comm.wait(): 4 waits.
+    TransformerEngine (AttnFuncWithCPAndKVP2P): one call ("diagonal", "lower-triangle",
+    "upper-triangle"), the log-sum-exp and the output corrections (2 fused kernels, in
+    place on the second half), 1 empty_like + 2 posts + 2 waits + an event recorded and
+    waited."""
+    n = 8
+    sc = _scenario(layout="zigzag", impl=library)
+    schedule = get_scheme(RING).build_schedule(sc)
+    impl = sc.implementation
+    comp = np.flatnonzero(~schedule.is_transfer)
+    sliced = _sliced(schedule)
+    for op in comp.tolist():
+        r, i = int(schedule.rank[op]), int(schedule.step[op])
+        got = impl.launches("fwd", pairs=int(schedule.pairs[op]), sliced=bool(sliced[op]))
+        if library == "rfa":
+            want = (1, 9 + (2 if i > r else 0), 2 + 4 + 4)
+        else:
+            want = (1, 2, 1 + 2 + 2 + 2)
+        assert (got.attention_calls, got.merge_kernels, got.host_ops) == want, (r, i)
+    # the half-query blocks are exactly the steps after the rank, (N - 1 - r) of them on rank r
+    per_rank = np.bincount(schedule.rank[sliced], minlength=n)
+    assert per_rank.tolist() == [n - 1 - r for r in range(n)]
+
+
+def test_a_skipped_block_launches_no_call_but_keeps_the_posts():
+    impl = implementations.get(RING, "rfa")
+    got = impl.launches("fwd", pairs=0)
+    assert (got.attention_calls, got.merge_kernels, got.host_ops) == (0, 0, 10)
+    bwd = impl.launches("bwd", pairs=5)
+    assert (bwd.attention_calls, bwd.merge_kernels, bwd.host_ops) == (1, 3, 18)
+
+
+# --- the merge's cost and the host floor, in closed form ------------------------------------
+
+@pytest.mark.parametrize("library,per_elem,per_row", [("rfa", 36 + 2, 52), ("te", 3 * 2, 20), ("torch", 36 + 2, 52)])
+def test_merge_costs_bytes_over_bandwidth(library, per_elem, per_row):
+    """A block that merges costs, beyond the same block alone (nothing to merge), the merge's
+    bytes at the GPU's streaming bandwidth and a gap per kernel (queued: the host hidden)."""
+    impl = implementations.get(RING, library)
+    hw = impl.played_on(Hardware())
+    q = kv = 4096
+    heads, d = 32, 128
+    flops = 4.0 * d * q * kv * heads
+    kw = dict(dtype="bf16", kind="fwd", mask="full", q_tokens=q, kv_tokens=kv, head_dim=d, kv_heads_per_head=0.25)
+    merged = hw.compute_time_s(flops, **kw)
+    alone = hw.compute_time_s(flops, alone=True, **kw)
+    moved = q * heads * (d * per_elem + per_row)
+    kernels = {"rfa": 9, "te": 2, "torch": 9}[library]
+    gap = hw.gpu.floors.kernel_gap_us * 1e-6
+    assert merged - alone == pytest.approx(moved / (hw.gpu.memory_bandwidth_gbps * 1e9) + kernels * gap, rel=1e-9)
+
+
+def test_an_isolated_block_pays_the_steps_host_operations_in_front():
+    impl = implementations.get(RING, "rfa")
+    hw = impl.played_on(Hardware())
+    f = Floors()
+    kw = dict(dtype="bf16", kind="fwd", mask="full", q_tokens=4096, kv_tokens=4096, head_dim=128,
+              kv_heads_per_head=0.25)
+    flops = 4.0 * 128 * 4096 * 4096 * 32
+    host_s = (f.fwd_host_us + 10 * f.op_host_us + 9 * f.op_host_us) * 1e-6
+    assert hw.compute_time_s(flops, isolated=True, **kw) - hw.compute_time_s(flops, **kw) == pytest.approx(host_s)
+
+
+# --- the ideal implementation changes nothing -----------------------------------------------
+
+@pytest.mark.parametrize("layout,pass_", [("zigzag", "fwdbwd"), ("contiguous", "fwd"), ("striped", "bwd")])
+def test_ideal_is_todays_default(layout, pass_):
+    base = _scenario(layout=layout, pass_=pass_)
+    ideal = _scenario(layout=layout, pass_=pass_, impl="ideal")
+    assert base == ideal
+    assert ideal.implementation.played_on(ideal.hardware) is ideal.hardware
+    assert ideal.implementation.played(ideal) is ideal
+    a, b = simulate(base), simulate(ideal)
+    assert "impl" not in b.config
+    for name in ("start_s", "end_s", "rank", "kind"):
+        assert np.array_equal(getattr(a.columns, name), getattr(b.columns, name))
+
+
+def test_a_library_plays_its_merge_and_forwarding():
+    sc = _scenario(layout="zigzag", impl="te")
+    played = sc.implementation.played(sc)
+    assert played.sync == "buffered"
+    assert sc.implementation.played_on(sc.hardware).gpu.merge == "te"
+    trace = simulate(sc)
+    assert trace.config["impl"] == "te" and trace.config["sync"] == "buffered"
+    # the unfused merge moves more than TransformerEngine's: ring-flash-attention's ring is slower
+    rfa = compute_metrics(simulate(_scenario(layout="zigzag", impl="rfa"))).makespan_s
+    assert rfa > compute_metrics(trace).makespan_s
+
+
+# --- the command line ----------------------------------------------------------------------
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_refuses_a_scheme_the_library_lacks_in_one_line(capsys):
+    code, _, err = _run(capsys, "simulate", "--gpus", "8", "--seq", "32k", "--scheme", "ulysses", "--impl", "rfa")
+    assert code == 2
+    assert err.count("\n") == 1 and "ring-flash-attention has no ulysses scheme" in err
+
+
+def test_cli_refuses_a_layout_the_library_lacks(capsys):
+    code, _, err = _run(capsys, "simulate", "--gpus", "8", "--seq", "32k", "--layout", "striped", "--impl", "te")
+    assert code == 2 and "no striped layout" in err
+
+
+def test_compare_impls_sets_them_side_by_side(capsys):
+    code, out, _ = _run(capsys, "compare", "--impls", "all", "--gpus", "8", "--seq", "32k", "--json")
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    assert [r["impl"] for r in rows] == [i.library for i in implementations.of_scheme(RING)]
+    assert all("makespan_s" in r for r in rows)
+    code, out, _ = _run(capsys, "compare", "--impls", "all", "--gpus", "8", "--seq", "32k", "--layout", "striped",
+                        "--json")
+    refused = {r["impl"] for r in json.loads(out)["rows"] if "refused" in r}
+    assert refused == {"te", "torch"}
+
+
+def test_simulate_names_the_implementation(capsys):
+    code, out, _ = _run(capsys, "simulate", "--gpus", "8", "--seq", "32k", "--impl", "rfa")
+    assert code == 0 and "as rfa runs it" in out.splitlines()[0]
