@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from sim.errors import RingsimError
 from sim.implementations.base import IDEAL, Implementation
+from sim.reasons import clause, refusal
 
 __all__ = ["DEFAULT", "LIBRARIES", "get", "of_scheme"]
 
@@ -67,7 +68,6 @@ def get(scheme: str, library: str) -> Implementation:
         return replace(IDEAL, scheme=scheme)
     found = _found().get(scheme, {})
     if library not in found:
-        offered = [i.library for i in of_scheme(scheme)]
-        raise RingsimError(f"{LIBRARIES[library]} has no {scheme} scheme; the {scheme} scheme is implemented by "
-                           f"{', '.join(offered)}")
+        raise refusal("refused.impl-scheme", impl=library, scheme=scheme,
+                      libraries=[clause("variant.impl", impl=i.library) for i in of_scheme(scheme)])
     return found[library]

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sim.errors import RingsimError
+from sim.hardware.cluster import Hardware
 from sim.hardware.presets import MERGE_BYTES, MERGE_KERNELS, MERGE_SLICE_KERNELS
+from sim.reasons import clause, refusal
 
 if TYPE_CHECKING:
     from sim.scenario.config import Scenario
@@ -95,11 +97,12 @@ class Implementation:
         """RingsimError, one line, where it cannot run the scenario (a layout it lacks)."""
         layout = scenario.layout
         if self.layouts is not None and layout not in self.layouts:
-            raise RingsimError(f"{self.title} has no {layout} layout; it runs {', '.join(self.layouts)}")
+            raise refusal("refused.impl-layout", impl=self.library, layout=layout,
+                          layouts=[clause("variant.ring", layout=x) for x in self.layouts])
         if layout in self.causal_layouts and not scenario.workload.causal:
-            raise RingsimError(f"{self.title} runs the {layout} layout only under a causal mask")
+            raise refusal("refused.impl-causal", impl=self.library, layout=layout)
         if layout in self.full_layouts and scenario.workload.causal:
-            raise RingsimError(f"{self.title} runs the {layout} layout only without a causal mask")
+            raise refusal("refused.impl-full", impl=self.library, layout=layout)
 
     def played(self, scenario: "Scenario") -> "Scenario":
         """The scenario as it plays: the ring forwards as the implementation does."""
@@ -111,9 +114,9 @@ class Implementation:
         """The hardware as it plays: the datasheet model's GPU (sim.hardware.cluster.Hardware)
         merges as the implementation does, and each block's host-side time holds the step's
         host operations. A calibrated profile keeps its own measured blocks."""
-        gpu = getattr(hardware, "gpu", None)
-        if self.is_ideal or gpu is None or not hasattr(gpu, "floors"):
+        if self.is_ideal or not isinstance(hardware, Hardware):
             return hardware
+        gpu = hardware.gpu
         floors = gpu.floors
         floors = replace(floors, fwd_host_us=floors.fwd_host_us + self.host_ops["fwd"] * floors.op_host_us,
                          bwd_host_us=floors.bwd_host_us + self.host_ops["bwd"] * floors.op_host_us)

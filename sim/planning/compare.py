@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from sim import implementations
 from sim.engine.play import simulate
 from sim.errors import RingsimError
+from sim.reasons import clause
 from sim.scenario.config import Scenario
 from sim.scenario.resolve import vary
 from sim.schemes import get as get_scheme
@@ -72,19 +73,22 @@ def compare_impl_rows(scenario: Scenario, hardware=None, libraries: Sequence[str
                       ) -> list[dict[str, Any]]:
     """A `sim.trace.metrics.scheme_row` for each implementation of the scenario's scheme
     (sim.implementations.of_scheme: the ideal first; `libraries` of them, all when None) on
-    its layout, named by its library (`impl`) and title (`variant`); an implementation the
-    configuration refuses (a layout it lacks) gets a row with its reason (`refused`)."""
+    its layout, named by its library (`impl`), title (`variant`) and clause
+    (`variant_clause`); an implementation the configuration refuses (a layout it lacks) gets a
+    row with its reason (`refused`, and `refused_clause`)."""
     out = []
     for impl in implementations.of_scheme(scenario.scheme):
         if libraries is not None and impl.library not in libraries:
             continue
+        label = clause("variant.impl", impl=impl.library)
         try:
             sc = scenario.with_(impl=impl.library)
         except RingsimError as e:
             out.append({"scheme": scenario.scheme, "impl": impl.library, "variant": impl.title, "refused": str(e),
-                        "refused_clause": e.reason})
+                        "variant_clause": label, "refused_clause": e.reason})
             continue
         trace = simulate(sc, hardware, player="recurrence")
-        out.append({**scheme_row(scenario.scheme, impl.title, trace, compute_metrics(trace)), "impl": impl.library})
+        out.append({**scheme_row(scenario.scheme, impl.title, trace, compute_metrics(trace)), "impl": impl.library,
+                    "variant_clause": label})
         del trace
     return out

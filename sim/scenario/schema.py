@@ -152,7 +152,7 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
     ScenarioOption(flag="--tile", kind="int", group="schedule", default=_s["tile"], url_key="tile",
                    help=f"tile edge in tokens (default {_s['tile']})"),
     ScenarioOption(flag="--impl", kind="str", group="schedule", default=_s["impl"],
-                   choices=tuple(implementations.LIBRARIES),
+                   choices=tuple(implementations.LIBRARIES), url_key="impl",
                    help="whose implementation of the scheme runs: ideal (the fused kernel, default), te "
                         "(TransformerEngine / Megatron-Core), rfa (ring-flash-attention), torch (context_parallel), "
                         "usp (long-context-attention); its merge, host operations and streams "

@@ -54,7 +54,8 @@ def test_a_library_lacking_a_scheme_is_one_line():
     with pytest.raises(RingsimError) as e:
         implementations.get("ulysses", "rfa")
     assert "\n" not in str(e.value)
-    assert "ring-flash-attention has no ulysses scheme" in str(e.value)
+    assert str(e.value) == "rfa has no ulysses scheme; the ulysses scheme is implemented by ideal, te, usp"
+    assert e.value.reason["clause"] == "refused.impl-scheme"
     with pytest.raises(RingsimError, match="unknown implementation 'flash'"):
         implementations.get(RING, "flash")
 
@@ -176,7 +177,7 @@ def _run(capsys, *argv):
 def test_cli_refuses_a_scheme_the_library_lacks_in_one_line(capsys):
     code, _, err = _run(capsys, "simulate", "--gpus", "8", "--seq", "32k", "--scheme", "ulysses", "--impl", "rfa")
     assert code == 2
-    assert err.count("\n") == 1 and "ring-flash-attention has no ulysses scheme" in err
+    assert err.count("\n") == 1 and "rfa has no ulysses scheme" in err
 
 
 def test_cli_refuses_a_layout_the_library_lacks(capsys):

@@ -273,6 +273,7 @@ PUBLISHED = {
     "sync": ("sync", "step"), "scheme": ("scheme", "ring"), "ulysses-degree": ("ulysses_degree", None),
     "ring-degree": ("ring_degree", None), "placement": ("placement", "ulysses-inner"),
     "head-groups": ("head_groups", 1), "granularity": ("granularity", "exact"), "tile": ("tile", 128),
+    "impl": ("impl", "ideal"),
 }
 """Each control's URL key and default as the page has published them: a link leaves a
 default out, so a changed key or default changes what old links show."""
