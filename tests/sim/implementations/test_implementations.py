@@ -200,3 +200,55 @@ def test_compare_impls_sets_them_side_by_side(capsys):
 def test_simulate_names_the_implementation(capsys):
     code, out, _ = _run(capsys, "simulate", "--gpus", "8", "--seq", "32k", "--impl", "rfa")
     assert code == 0 and "as rfa runs it" in out.splitlines()[0]
+
+
+# hand counts of the host-side operations of one step, read off each library's code:
+# (allocations, NCCL posts, waits, other) per pass
+HAND_HOST_OPS = {
+    # RingComm.send_recv_kv: 2 empty_like, batch_isend_irecv of K and V (2 sends + 2
+    # receives), comm.wait(): 4 req.wait(); backward adds d_kv_comm's 4 posts and 4 waits
+    ("ring", "rfa"): {"fwd": 2 + 4 + 4, "bwd": 2 + 4 + 4 + 4 + 4},
+    ("ring", "usp"): {"fwd": 2 + 4 + 4, "bwd": 2 + 4 + 4 + 4 + 4},
+    # flash_attn_p2p_communicate: 1 empty_like, 1 send + 1 receive, 2 req.wait(), an event
+    # recorded and waited between the two streams; backward: K/V and dK/dV posts and waits
+    ("ring", "te"): {"fwd": 1 + 2 + 2 + 2, "bwd": 1 + 2 + 2 + 2 + 2},
+    # _AllToAllRotater: contiguous + torch.cat, all_to_all_single (a send and a receive),
+    # wait_tensor; backward: the same for dK/dV
+    ("ring", "torch"): {"fwd": 2 + 2 + 1, "bwd": 2 * (2 + 2 + 1)},
+    # llama3_flash_attn_varlen_forward per group: 2 contiguous, 2 all_gather, 2 handle waits
+    ("allgather", "rfa"): {"fwd": 2 + 2 + 2, "bwd": 2 + 2 + 2 + 1 + 2},
+    # SeqAllToAll4D for Q, K, V and the output: contiguous, all_to_all_single, contiguous
+    ("ulysses", "usp"): {"fwd": 4 * 3, "bwd": 4 * 3},
+}
+
+
+@pytest.mark.parametrize("scheme, library", sorted(HAND_HOST_OPS))
+def test_host_operations_per_step_match_a_hand_count(scheme, library):
+    impl = implementations.get(scheme, library)
+    for kind, want in HAND_HOST_OPS[scheme, library].items():
+        assert impl.launches(kind, pairs=1).host_ops == want, kind
+
+
+def test_the_library_s_merge_kernels_per_block():
+    """ring-flash-attention's _update_out_and_lse: to(fp32), out - block_out, block_lse - lse,
+    sigmoid, *, -, and for the statistics -, logsigmoid, -: 9; torch's _SDPAMerger runs the
+    same; TransformerEngine: the lse and the output corrections, one fused kernel each."""
+    got = {lib: implementations.get(RING, lib).launches("fwd", pairs=1).merge_kernels
+           for lib in ("ideal", "te", "rfa", "torch", "usp")}
+    assert got == {"ideal": 1, "te": 2, "rfa": 9, "torch": 9, "usp": 9}
+
+
+def test_plan_and_step_take_the_implementation(capsys):
+    code, out, _ = _run(capsys, "plan", "--model", "llama3-8b", "--seq", "64k", "--nodes", "1", "--impl", "rfa",
+                        "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert all("--impl rfa" in c["command"] for c in d["candidates"])
+    assert any("rfa has no ulysses scheme" in x["reason"] for x in d["not_possible"])
+    times = {}
+    for lib in ("ideal", "rfa"):
+        code, out, _ = _run(capsys, "step", "--model", "llama3-8b", "--seq", "128k", "--global-batch", "1M",
+                            "--cp", "8", "--impl", lib, "--json")
+        assert code == 0
+        times[lib] = json.loads(out)["step_s"]
+    assert times["rfa"] > times["ideal"]          # the unfused merge: a slower forward
