@@ -25,6 +25,7 @@ from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.hardware.presets import MERGE_BYTES, MERGE_KERNELS, MERGE_SLICE_KERNELS
 from sim.reasons import clause, refusal
+from sim.scenario.documents import bounds as doc_bounds
 
 if TYPE_CHECKING:
     from sim.scenario.config import Scenario
@@ -69,6 +70,11 @@ class Implementation:
     host_ops: dict[str, int] = field(default_factory=lambda: {"fwd": 0, "bwd": 0})
     """Eager host-side operations per step and pass besides the attention call and the merge
     (StepLaunches.host_ops)."""
+    host_wait_layouts: tuple[str, ...] = ()
+    """Layouts on which, with packed documents (more than one), each step makes the host wait
+    for the GPU before its call: ring-flash-attention's varlen zigzag indexes its halves
+    with a boolean mask made on the CPU (k[half_index0], out[half_index1]), whose indices
+    are copied to the GPU from pageable memory, a copy that waits for the stream."""
     sync: str | None = None
     """How the next block's send waits on the compute (module docstring): 'step', 'buffered';
     None: the scenario's `--sync`."""
@@ -109,6 +115,13 @@ class Implementation:
         if self.sync is None or not scenario.overlap or scenario.sync == self.sync:
             return scenario
         return replace(scenario, sync=self.sync)
+
+    def host_waits(self, scenario: "Scenario") -> bool:
+        """Whether each step's call is made on an idle GPU (host_wait_layouts): the engine then
+        has every block pay its host-side time in front (sim.engine.players.durations_s)."""
+        w = scenario.workload
+        return (scenario.layout in self.host_wait_layouts and w.docs is not None
+                and len(doc_bounds(w.docs, w.seq, w.seed)) > 2)
 
     def played_on(self, hardware: Any) -> Any:
         """The hardware as it plays: the datasheet model's GPU (sim.hardware.cluster.Hardware)

@@ -13,6 +13,10 @@ _update_out_and_lse, run as one elementwise kernel per operation
 four req.wait(), each making the compute stream wait on NCCL's. The send of step k+1 is
 posted after step k's call and merge were queued, and NCCL's stream waits for the stream
 that posts it: the next send waits for this step's compute ('step').
+With packed documents the varlen zigzag (zigzag_ring_flash_attn_varlen.py) takes its halves
+with a boolean mask made on the CPU (get_half_index): k[half_index0], out[half_index1] and
+dq[half_index1] += copy the mask's indices to the GPU from pageable memory, which waits for the
+stream, so each step's call is made on an idle GPU.
 Backward, each step: the K/V post as above, one flash-attention backward into bf16
 buffers, dq += (fp32), d_kv_comm.wait(), dk/dv add, kv_comm.wait(), then d_kv_comm's post of
 the fp32 dK/dV: eight NCCL operations and eight waits, two buffers.
@@ -29,6 +33,7 @@ IMPLEMENTATION = Implementation(
            "(RingComm, update_out_and_lse)",
     layouts=("contiguous", "zigzag", "striped", "doc-contiguous"),
     causal_layouts=("zigzag", "striped"),
+    host_wait_layouts=("zigzag",),
     merge="unfused",
     # forward: 2 receive buffers, 4 NCCL posts (K and V, send and receive), 4 waits;
     # backward: the same for K/V, and for dK/dV 4 posts and 4 waits (buffers passed in)
@@ -41,5 +46,7 @@ IMPLEMENTATION = Implementation(
            "output element); on a slice, 2 more copies back (8 bytes)",
            "comm.wait(): 4 x req.wait(), the compute stream waits on NCCL's"),
     not_modelled=("the first step's block_out.to(fp32) is played as a whole merge",
-                  "the final out.to(bf16) (6 bytes per output element) is not played"),
+                  "the final out.to(bf16) (6 bytes per output element) is not played",
+                  "the varlen zigzag's gathers and scatters of its halves (k[half_index0], dq[half_index1] +=) "
+                  "are played as the merge's bytes, their host waits as each call on an idle GPU"),
 )
