@@ -13,6 +13,7 @@ import pytest
 from sim import implementations
 from sim.cli.main import main
 from sim.engine.play import simulate
+from sim.engine.players import durations_s
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.hardware.kernel_model import Floors
@@ -252,3 +253,23 @@ def test_plan_and_step_take_the_implementation(capsys):
         assert code == 0
         times[lib] = json.loads(out)["step_s"]
     assert times["rfa"] > times["ideal"]          # the unfused merge: a slower forward
+
+
+def test_the_varlen_zigzag_makes_every_call_on_an_idle_gpu():
+    """ring-flash-attention's varlen zigzag indexes its halves with a CPU mask (a copy to the
+    GPU that waits for the stream): with several documents every block pays its host-side
+    time in front; with one document (slices, no mask) or another layout, only the first."""
+    impl = implementations.get(RING, "rfa")
+    docs = _scenario(layout="zigzag", impl="rfa")
+    assert not impl.host_waits(docs)
+    packed = Scenario(workload=Workload(seq=8 * 4096, docs="4096,12288"), n_gpus=8, layout="zigzag", impl="rfa")
+    assert impl.host_waits(packed)
+    assert not implementations.get(RING, "te").host_waits(packed.with_(impl="te"))
+    # played: every block pays its host-side time in front, host + GPU, where a queued one
+    # pays the larger of the two
+    schedule = get_scheme(RING).build_schedule(packed)
+    hw = impl.played_on(packed.hardware)
+    waits = durations_s(schedule, hw, packed.workload, host_waits=True)
+    queued = durations_s(schedule, hw, packed.workload)
+    comp = schedule.compute_ids[schedule.pairs[schedule.compute_ids] > 0]
+    assert (waits[comp] >= queued[comp]).all() and (waits[comp] > queued[comp]).sum() >= len(comp) - 8
