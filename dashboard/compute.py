@@ -29,7 +29,7 @@ from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware, Link
 from sim.layouts import get as get_layout
 from sim.layouts import packed
-from sim.planning.compare import compare_layout_rows, compare_scheme_rows, scheme_variants
+from sim.planning.compare import compare_impl_rows, compare_layout_rows, compare_scheme_rows, scheme_variants
 from sim.reasons import english
 from sim.scenario import documents
 from sim.scenario.config import LAYOUTS, Scenario
@@ -190,6 +190,17 @@ def scheme_rows(scenario: Scenario, profile: Any | None = None) -> list[dict[str
     """sim.planning.compare.compare_scheme_rows of the scenario's base: every scheme and ring
     layout (a refused one with its reason)."""
     return compare_scheme_rows(scheme_base(scenario), profile)
+
+
+def impl_rows(scenario: Scenario, profile: Any | None = None) -> list[dict[str, Any]]:
+    """sim.planning.compare.compare_impl_rows of the scenario: its scheme as each library
+    runs it (sim.implementations), on its own layout and settings."""
+    return compare_impl_rows(scenario, profile)
+
+
+def current_impl(scenario: Scenario) -> tuple[str, str]:
+    """The (scheme, variant) of the implementations' comparison that is the scenario itself."""
+    return scenario.scheme, scenario.implementation.title
 
 
 def current_variant(scenario: Scenario) -> tuple[str, str] | None:

@@ -34,6 +34,7 @@ HELP = {
     "granularity": "exact pairs, or whole tiles",
     "sync": "per step: post, compute, wait (as kernels do); buffered: forward a block as soon as a buffer is free",
     "scheme": "how the GPUs share the sequence's K/V",
+    "impl": "whose implementation of the scheme runs: its merge, host-side operations and streams per step",
     "head-groups": "gather K/V group by group of heads, each gather behind the previous group's compute "
                    "(1: one gather, exposed); must divide the K/V heads",
     "ulysses-degree": "GPUs per all-to-all group (blank: the largest that fits the heads and a node)",

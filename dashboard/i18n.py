@@ -148,8 +148,8 @@ def run_words(t: Translator, config: dict[str, Any]) -> str:
     """A run's scheme and what sets it apart, in the page's language, from its trace header:
     the scheme's own terms (sim.schemes.base.Scheme.run_terms) in its catalog entry
     run.<scheme>[.<form>], with the ring's layout and overlap (`ring`: run.ring-part) and an
-    option's value in that option's words (opt.<option>.<value>); a scheme the catalogs do
-    not know by its name."""
+    option's value in that option's words (opt.<option>.<value>), then a library's
+    implementation (run.impl); a scheme the catalogs do not know by its name."""
     name = config.get("scheme", DEFAULT_SCHEME)
     if name not in scheme_names():
         return str(name)
@@ -161,7 +161,9 @@ def run_words(t: Translator, config: dict[str, Any]) -> str:
     overlap = t("opt.on" if config.get("overlap") else "opt.off")
     ring = t("run.ring-part", layout=layout_label(t, layout), overlap=overlap) if layout else ""
     words = {k: t(f"opt.{k}.{v}") if t.has(f"opt.{k}.{v}") else v for k, v in values.items()}
-    return t(key, layout=layout_label(t, layout), overlap=overlap, ring=ring, **words)
+    said = t(key, layout=layout_label(t, layout), overlap=overlap, ring=ring, **words)
+    # a library's implementation (sim.implementations); the ideal one is left unsaid
+    return said + (t("run.impl", impl=config["impl"]) if config.get("impl") else "")
 
 
 def layout_label(t: Translator, layout: Any) -> str:

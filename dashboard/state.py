@@ -123,6 +123,8 @@ CONTROLS: tuple[Control, ...] = (
     _control("sync"),
     _control("scheme"),
     *(_control(o.name) for o in SCHEME_OPTIONS if o.url_key is not None),
+    # whose implementation of the scheme runs (sim.implementations)
+    _control("impl"),
     _control("granularity"),
     _control("tile"),
 )
@@ -138,6 +140,9 @@ RING_SCHEMES = tuple(name for name in scheme_names() if get_scheme(name).ring_op
 RING_CONTROLS = tuple(dict.fromkeys(cid for name in RING_SCHEMES for cid in get_scheme(name).ring_options))
 """The ring's controls (layout, overlap, sync)."""
 CLUSTER_CONTROLS = ("gpu", "link", "inter-link", "gpus-per-node", "nics-per-node")
+SCHEMES_MODES = ("schemes", "impls")
+"""What the Compare schemes view sets side by side: every scheme's variants, or the
+implementations of the scheme on screen (sim.implementations)."""
 """What a cluster preset sets (sim.hardware.presets.ClusterPreset), as `ringsim --cluster` does."""
 LABELS = {"seq": "sequence length", "kv-heads": "K/V heads", "head-dim": "head dim", "gpus": "number of GPUs",
           "gpus-per-node": "GPUs per node", "nics-per-node": "NICs per node"}
@@ -342,6 +347,8 @@ _ZERO_OR_MORE = ("seed",)
 # the message wins (so the schemes' settings come before the heads and GPUs their messages
 # mention).
 _MESSAGE_KEYS = (
+    # an implementation's refusals (sim.implementations): before the layout they name
+    ("is implemented by", "impl"), ("; it runs", "impl"), ("layout only", "impl"),
     ("document", "docs"), ("docs", "docs"), ("lognormal", "docs"), ("window", "window"), ("seed", "seed"),
     ("ulysses degree", "ulysses-degree"), ("ring degree", "ring-degree"), ("head groups", "head-groups"),
     ("placement", "placement"), ("fill whole nodes", "gpus"),

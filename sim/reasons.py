@@ -91,6 +91,7 @@ ENGLISH: dict[str, str] = {
     "variant.hybrid": "{ulysses} x {ring}, {placement}, {layout}",
     "variant.split": "{ulysses} x {ring}",
     "variant.split-placed": "{ulysses} x {ring} {placement}",
+    "variant.impl": "{impl}",
     # why the configuration refuses a candidate (RingsimError.reason)
     "refused.heads": "ulysses degree {degree} does not divide the {heads} query heads",
     "refused.kv-heads": "ulysses degree {degree} and {kv_heads} K/V heads: one must divide the other (K/V heads "
@@ -101,6 +102,10 @@ ENGLISH: dict[str, str] = {
     "refused.shards": "sequence length {seq} does not divide into {shards} equal shards; use a multiple of "
                       "{multiple}",
     "refused.head-count": "{reason} (the head count limits Ulysses)",
+    "refused.impl-scheme": "{impl} has no {scheme} scheme; the {scheme} scheme is implemented by {libraries}",
+    "refused.impl-layout": "{impl} has no {layout} layout; it runs {layouts}",
+    "refused.impl-causal": "{impl} runs the {layout} layout only under a causal mask",
+    "refused.impl-full": "{impl} runs the {layout} layout only without a causal mask",
     # why a whole-step candidate wins or loses, and its split (sim.training.plan)
     "step.unfit": "does not fit: {memory_gb} GB per GPU of {limit_gb} GB",
     "step.fastest": "fastest",
@@ -139,10 +144,11 @@ WORDS: dict[str, dict[str, str]] = {
 transfer (sim.trace.format), a kind and a direction of PCIe link (sim.hardware.pcie), a part
 of a step and a recomputation (sim.training)."""
 
-NAMES = ("scheme", "layout", "placement")
-"""The fields whose value is a name as the command line spells it, written as it is in English."""
+NAMES = ("scheme", "layout", "placement", "impl")
+"""The fields whose value is a name as the command line spells it, written as it is in English
+(an implementation: its library's name for `--impl`, sim.implementations)."""
 
-JOINERS: dict[str, str] = {"items": ", ", "diffs": " and "}
+JOINERS: dict[str, str] = {"items": ", ", "diffs": " and ", "layouts": ", ", "libraries": ", "}
 """What joins the clauses of a list field, by the field's name, in English."""
 
 NUMBERS: dict[str, Callable[[Any], str]] = {

@@ -13,11 +13,14 @@ throughput is flash_attn's / 8 and a cell is ring throughput / (flash_attn's / 8
 Here the same ratio comes from the model alone: the ideal is 8 times the time the
 kernel model gives one 8192-token causal flash-attention call (forward, or forward and
 backward), the ring's time is the simulated makespan. Nothing is fitted to the table:
-the rates come from FlashAttention's published kernel tables, the merge from
-ring-flash-attention's code at the streaming bandwidth measured on each GPU, the links
-from datasheets (sim.hardware.presets). The GPUs run FlashAttention-2 (what ring-flash-attention calls) and its
-merge as ring-flash-attention writes it ('unfused'); two more columns show the same
-simulation without any merge cost and with a fused one, to show what each part does.
+the rates come from FlashAttention's published kernel tables, the links from datasheets
+(sim.hardware.presets), and the ring's step from ring-flash-attention's own code: the
+implementation `--impl rfa` (sim.implementations.ring.rfa: its unfused merge at the
+streaming bandwidth measured on each GPU, its host-side operations per step, its sends
+queued behind the step before's compute). The GPUs run FlashAttention-2 (what
+ring-flash-attention calls). Before it, the table was read with the ideal implementation
+and `--merge unfused` (the setting this script used then): both columns are printed, with
+the ideal one (fused merge) beside them.
 
     .venv/bin/python bench/accuracy/compare_rfa.py              # prints the table, writes
                                                                 # bench/results/accuracy/rfa-layouts-h800-a100-80gb.json
@@ -55,9 +58,9 @@ PUBLISHED = {
 # The README says 8xA100 without the memory size; FlashAttention's A100 table is of the
 # 80GB SXM4. `--a100 40GB` runs the 40GB one (same compute, 1,555 instead of 2,039 GB/s peak).
 MACHINES = {"8xH800": ("H800-SXM", "nvlink-h800"), "8xA100": ("A100-SXM-80GB", "nvlink3")}
-MERGES = ("unfused", "none", "fused")
-NO_MERGE_GBPS = 1e15
-"""A memory bandwidth at which the merge costs nothing measurable (the 'no merge' column)."""
+RUNS = {"ideal": ("ideal", "fused"), "before": ("ideal", "unfused"), "rfa": ("rfa", "fused")}
+"""The columns: (implementation, --merge): the ideal one; the setting this table was read with
+before implementations (the ideal one, ring-flash-attention's unfused merge); `--impl rfa`."""
 
 
 def workload(pass_: str, seq: int) -> Workload:
@@ -65,11 +68,9 @@ def workload(pass_: str, seq: int) -> Workload:
                     pass_=pass_)
 
 
-def hardware(machine: str, merge: str) -> Hardware:
+def hardware(machine: str, merge: str = "fused") -> Hardware:
     gpu_name, link_name = MACHINES[machine]
-    over = {"memory_bandwidth_gbps": NO_MERGE_GBPS} if merge == "none" else {}
-    gpu = Gpu.preset(gpu_name, kernel="fa2", merge="fused" if merge == "none" else merge, **over)
-    return Hardware(gpu=gpu, link=Link.preset(link_name))
+    return Hardware(gpu=Gpu.preset(gpu_name, kernel="fa2", merge=merge), link=Link.preset(link_name))
 
 
 def flash_attn_s(hw: Hardware, pass_: str) -> float:
@@ -80,9 +81,9 @@ def flash_attn_s(hw: Hardware, pass_: str) -> float:
     return one_gpu_s(Scenario(workload=workload(pass_, N_GPUS * TOKENS_PER_GPU), hardware=hw, n_gpus=N_GPUS), hw)
 
 
-def ring_s(hw: Hardware, pass_: str, layout: str) -> float:
+def ring_s(hw: Hardware, pass_: str, layout: str, impl: str = "rfa") -> float:
     sc = Scenario(workload=workload(pass_, N_GPUS * TOKENS_PER_GPU), hardware=hw, n_gpus=N_GPUS,
-                  layout=layout, overlap=True, sync="step")
+                  layout=layout, overlap=True, sync="step", impl=impl)
     return compute_metrics(simulate(sc, player="recurrence")).makespan_s
 
 
@@ -98,33 +99,35 @@ def main(argv: list[str] | None = None) -> int:
     rows, checks = [], []
     for (machine, pass_), (fa_iters, published) in PUBLISHED.items():
         sim: dict[str, dict[str, float]] = {}
-        fa_model_iters = None
-        for merge in MERGES:
+        ideal = N_GPUS * flash_attn_s(hardware(machine), pass_)
+        for column, (impl, merge) in RUNS.items():
             hw = hardware(machine, merge)
-            ideal = N_GPUS * flash_attn_s(hw, pass_)
-            if merge == MERGES[0]:
-                fa_model_iters = 1.0 / flash_attn_s(hw, pass_)
-            sim[merge] = {name: 100.0 * ideal / ring_s(hw, pass_, layout) for name, layout in LAYOUTS.items()}
-        model = sim[MERGES[0]]
+            sim[column] = {name: 100.0 * ideal / ring_s(hw, pass_, layout, impl) for name, layout in LAYOUTS.items()}
+        model = sim["rfa"]
         same_order = order(published) == order(model)
         checks.append({"gpu": machine, "pass": pass_, "published_order": order(published),
                        "simulated_order": order(model), "same": same_order,
-                       "flash_attn_iter_s": {"published": fa_iters, "model": fa_model_iters}})
+                       "flash_attn_iter_s": {"published": fa_iters, "model": N_GPUS / ideal}})
         for name in LAYOUTS:
             rows.append({"gpu": machine, "pass": pass_, "layout": name, "published_pct": published[name],
                          "simulated_pct": model[name], "diff_pts": model[name] - published[name],
                          "within_5": abs(model[name] - published[name]) <= 5.0,
-                         "no_merge_pct": sim["none"][name], "fused_merge_pct": sim["fused"][name]})
+                         "before_pct": sim["before"][name],
+                         "before_within_5": abs(sim["before"][name] - published[name]) <= 5.0,
+                         "ideal_pct": sim["ideal"][name]})
 
-    head = ("GPU", "pass", "layout", "published", "simulated", "diff", "<=5", "no merge", "fused merge")
-    table = [head] + [(r["gpu"], r["pass"], r["layout"], f"{r['published_pct']:.1f}%", f"{r['simulated_pct']:.1f}%",
-                       f"{r['diff_pts']:+.1f}", "yes" if r["within_5"] else "no", f"{r['no_merge_pct']:.1f}%",
-                       f"{r['fused_merge_pct']:.1f}%") for r in rows]
+    head = ("GPU", "pass", "layout", "published", "ideal", "before", "diff", "--impl rfa", "diff", "<=5")
+    table = [head] + [(r["gpu"], r["pass"], r["layout"], f"{r['published_pct']:.1f}%", f"{r['ideal_pct']:.1f}%",
+                       f"{r['before_pct']:.1f}%", f"{r['before_pct'] - r['published_pct']:+.1f}",
+                       f"{r['simulated_pct']:.1f}%", f"{r['diff_pts']:+.1f}", "yes" if r["within_5"] else "no")
+                      for r in rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for j, row in enumerate(table):
         print("  ".join(str(c).ljust(w) if i < 3 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
         if j == 0:
             print("  ".join("-" * w for w in widths))
+    print("ideal: --impl ideal (fused merge); before: --impl ideal --merge unfused (this table's setting before "
+          "implementations); --impl rfa: ring-flash-attention's step")
     print()
     for c in checks:
         fa = c["flash_attn_iter_s"]
@@ -132,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{' < '.join(c['simulated_order'])}: {'same' if c['same'] else 'DIFFERENT'}   "
               f"flash_attn 8k causal: published {fa['published']:.1f} iter/s, model {fa['model']:.1f} iter/s")
     within = sum(r["within_5"] for r in rows)
-    print(f"\n{within}/{len(rows)} cells within 5 points; order the same in "
-          f"{sum(c['same'] for c in checks)}/{len(checks)} rows")
+    before = sum(r["before_within_5"] for r in rows)
+    print(f"\n--impl rfa: {within}/{len(rows)} cells within 5 points (before: {before}/{len(rows)}); order the "
+          f"same in {sum(c['same'] for c in checks)}/{len(checks)} rows")
 
     out = RESULTS / "accuracy" / f"rfa-layouts-h800-a100-{a.a100.lower()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -141,9 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         "source": SOURCE,
         "config": {"gpus": N_GPUS, "tokens_per_gpu": TOKENS_PER_GPU, "seq": N_GPUS * TOKENS_PER_GPU, "batch": 1,
                    "heads": 32, "kv_heads": 8, "head_dim": 128, "dtype": "bf16", "causal": True,
-                   "kernel": "fa2", "merge": MERGES[0], "layouts": LAYOUTS, "machines": MACHINES,
+                   "kernel": "fa2", "impl": "rfa", "before": {"impl": "ideal", "merge": "unfused"},
+                   "layouts": LAYOUTS, "machines": MACHINES,
                    "overlap": True, "sync": "step", "granularity": "exact"},
-        "rows": rows, "order": checks}, indent=2) + "\n")
+        "rows": rows, "order": checks, "cells_within_5": within, "before_cells_within_5": before}, indent=2) + "\n")
     print(f"wrote {out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}")
     return 0
 

@@ -23,8 +23,13 @@ time) / mean ring time over the four packings, the same mean the benchmark's 100
 iterations take.
 
 Nothing is fitted to the table: the rates come from FlashAttention's published kernel
-tables, the merge from ring-flash-attention's code at the streaming bandwidth measured on
-each GPU, the links from datasheets (sim.hardware.presets), as in bench/accuracy/compare_rfa.py.
+tables, the links from datasheets (sim.hardware.presets), and each function's step from
+ring-flash-attention's code: the implementation `--impl rfa` of the ring
+(sim.implementations.ring.rfa: the unfused merge at the streaming bandwidth measured on
+each GPU, the host-side operations per step, the sends queued behind the compute) and of
+the all-gather scheme (sim.implementations.allgather.rfa: llama3_flash_attn_varlen_func,
+its outputs concatenated). Before implementations the table was read with the ideal
+implementation and `--merge unfused` for all three: both are printed.
 
     .venv/bin/python bench/accuracy/rfa_varlen.py   # prints the table, writes
                                                     # bench/results/accuracy/rfa-varlen-h800-a100.json
@@ -48,6 +53,7 @@ from sim.cli.main import one_gpu_s  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
 from sim.hardware.cluster import Hardware  # noqa: E402
 from sim.scenario.config import Scenario  # noqa: E402
+from sim.scenario.resolve import settings_of  # noqa: E402
 from sim.trace.metrics import compute_metrics  # noqa: E402
 
 SOURCE = ("zhuzilin/ring-flash-attention README 'Performance Summary' (varlen api), commit 8996282; "
@@ -80,10 +86,17 @@ def flash_varlen_s(hw: Hardware, pass_: str, local: list[int]) -> float:
     return one_gpu_s(Scenario(workload=w, hardware=hw, n_gpus=N_GPUS, layout="doc-contiguous"), hw)
 
 
-def scheme_s(hw: Hardware, pass_: str, scheme: str, layout: str, groups: int, local: list[int]) -> float:
+def scheme_s(hw: Hardware, pass_: str, scheme: str, layout: str, groups: int, local: list[int],
+             impl: str = "rfa") -> float:
     w = replace(workload(pass_, N_GPUS * TOKENS_PER_GPU), docs=docs_spec(local))
-    sc = Scenario(workload=w, hardware=hw, n_gpus=N_GPUS, scheme=scheme, layout=layout, head_groups=groups)
+    settings = settings_of(scheme, {"head-groups": groups} if groups > 1 else {})
+    sc = Scenario(workload=w, hardware=hw, n_gpus=N_GPUS, scheme=scheme, layout=layout, settings=settings,
+                  impl=impl)
     return compute_metrics(simulate(sc, player="recurrence")).makespan_s
+
+
+RUNS = {"before": ("ideal", "unfused"), "rfa": ("rfa", "fused")}
+"""(implementation, --merge): the setting this table was read with before implementations, and `--impl rfa`."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,27 +106,38 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     rows, checks = [], []
     for (machine, pass_), (fa_iters, published) in PUBLISHED.items():
-        hw = hardware(machine, "unfused")
-        ref = float(np.mean([flash_varlen_s(hw, pass_, local) for local in LOCAL_CU_SEQLENS]))
-        model, per_packing = {}, {}
-        for name, (scheme, layout, groups) in SCHEMES.items():
-            times = [scheme_s(hw, pass_, scheme, layout, groups, local) for local in LOCAL_CU_SEQLENS]
-            model[name] = 100.0 * N_GPUS * ref / float(np.mean(times))
-            per_packing[name] = [t * 1e3 for t in times]
-        same = order(published) == order(model)
+        ref = float(np.mean([flash_varlen_s(hardware(machine), pass_, local) for local in LOCAL_CU_SEQLENS]))
+        model: dict[str, dict[str, float]] = {}
+        per_packing = {}
+        for column, (impl, merge) in RUNS.items():
+            hw = hardware(machine, merge)
+            model[column] = {}
+            for name, (scheme, layout, groups) in SCHEMES.items():
+                times = [scheme_s(hw, pass_, scheme, layout, groups, local, impl) for local in LOCAL_CU_SEQLENS]
+                model[column][name] = 100.0 * N_GPUS * ref / float(np.mean(times))
+                if column == "rfa":
+                    per_packing[name] = [t * 1e3 for t in times]
+        same = order(published) == order(model["rfa"])
         checks.append({"gpu": machine, "pass": pass_, "published_order": order(published),
-                       "simulated_order": order(model), "same": same,
+                       "simulated_order": order(model["rfa"]), "same": same,
                        "flash_attn_iter_s": {"published": fa_iters, "model": 1.0 / ref}})
         for name in SCHEMES:
             rows.append({"gpu": machine, "pass": pass_, "scheme": name, "published": published[name],
-                         "simulated": round(model[name], 1), "diff": round(model[name] - published[name], 1),
+                         "before": round(model["before"][name], 1),
+                         "before_diff": round(model["before"][name] - published[name], 1),
+                         "simulated": round(model["rfa"][name], 1),
+                         "diff": round(model["rfa"][name] - published[name], 1),
                          "ring_ms_per_packing": [round(x, 3) for x in per_packing[name]]})
-    print(f"{'GPU':8} {'pass':7} {'scheme':12} {'published %':>11} {'simulated %':>11} {'diff':>6}")
+    print(f"{'GPU':8} {'pass':7} {'scheme':12} {'published %':>11} {'before %':>9} {'diff':>6} "
+          f"{'--impl rfa %':>12} {'diff':>6}")
     for r in rows:
-        print(f"{r['gpu']:8} {r['pass']:7} {r['scheme']:12} {r['published']:11.1f} {r['simulated']:11.1f} "
-              f"{r['diff']:+6.1f}")
+        print(f"{r['gpu']:8} {r['pass']:7} {r['scheme']:12} {r['published']:11.1f} {r['before']:9.1f} "
+              f"{r['before_diff']:+6.1f} {r['simulated']:12.1f} {r['diff']:+6.1f}")
+    print("before: --impl ideal --merge unfused (this table's setting before implementations); --impl rfa: "
+          "ring-flash-attention's step")
     within = sum(abs(r["diff"]) <= TOLERANCE_POINTS for r in rows)
-    print(f"\ncells within {TOLERANCE_POINTS:g} points: {within} of {len(rows)}; "
+    before = sum(abs(r["before_diff"]) <= TOLERANCE_POINTS for r in rows)
+    print(f"\n--impl rfa: cells within {TOLERANCE_POINTS:g} points: {within} of {len(rows)} (before: {before}); "
           f"order right: {sum(c['same'] for c in checks)} of {len(checks)}")
     for c in checks:
         print(f"  {c['gpu']} {c['pass']}: published {' < '.join(c['published_order'])}; "
@@ -121,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{c['flash_attn_iter_s']['published']:.1f}, model {c['flash_attn_iter_s']['model']:.1f}")
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps({"source": SOURCE, "machines": MACHINES, "cells": rows, "orders": checks,
-                                        "within_points": TOLERANCE_POINTS, "cells_within": within}, indent=1) + "\n")
+                                        "within_points": TOLERANCE_POINTS, "cells_within": within,
+                                        "before_cells_within": before, "impl": "rfa",
+                                        "before": {"impl": "ideal", "merge": "unfused"}}, indent=1) + "\n")
     return 0
 
 

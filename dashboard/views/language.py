@@ -13,7 +13,7 @@ from dash import Input, Output, ctx, dcc, html, no_update
 
 from dashboard.contents import HELP, SUMMARY_CARDS, TABS
 from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator, catalog, layout_label, scheme_label
-from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK, defaults, shown_layouts
+from dashboard.state import CONTROL_IDS, NO_CLUSTER, SAME_LINK, SCHEMES_MODES, defaults, shown_layouts
 from sim.hardware.pcie import P2P_MODES
 from sim.hardware.presets import CLUSTER_PRESETS, LINK_PRESETS
 from sim.scenario.config import PASSES
@@ -40,6 +40,7 @@ def _page_texts() -> list[tuple[str, str, str]]:
         ("dl-csv-btn", "children", "btn.csv"),
         ("ranks-label", "children", "ctl.ranks.label"),
         ("merge-row-label", "children", "ctl.merge-row.label"),
+        ("schemes-mode-label", "children", "ctl.schemes-mode.label"),
         ("measured-example-label", "children", "measured.example.label"),
         ("measured-example", "placeholder", "measured.example.placeholder"),
         ("docs", "placeholder", "ctl.docs.placeholder"),
@@ -68,6 +69,8 @@ def _options(t: Translator, layouts: tuple[str, ...]) -> list[tuple[str, str, An
         ("scheme", "options", [{"label": scheme_label(t, s), "value": s} for s in scheme_names()]),
         ("placement", "options", [{"label": t(f"opt.placement.{p}"), "value": p}
                                   for p in scenario_option("placement").choices]),
+        ("impl", "options", [{"label": t(f"opt.impl.{x}"), "value": x} for x in scenario_option("impl").choices]),
+        ("schemes-mode", "options", [{"label": t(f"opt.schemes-mode.{x}"), "value": x} for x in SCHEMES_MODES]),
         ("layout", "options", [{"label": layout_label(t, x), "value": x} for x in layouts]),
         ("p2p", "options", [{"label": t(f"opt.p2p.{x}"), "value": x} for x in ("preset", *P2P_MODES)]),
         ("cluster", "options", [{"label": t("opt.cluster.none"), "value": NO_CLUSTER},

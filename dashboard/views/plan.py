@@ -206,7 +206,8 @@ def _step_plan_cached(key: str) -> dict[str, Any]:
            "pipeline": None}
     if cands:
         p = cands[0]["parallel"]
-        par = Parallel(**{f.name: p[f.name] for f in fields(Parallel)})
+        # a split names what it sets; the rest (the CP implementation) stays at its default
+        par = Parallel(**{f.name: p[f.name] for f in fields(Parallel) if f.name in p})
         step = simulate_step(StepRequest(model=req.model, seq=req.seq, global_batch=batch, parallel=par,
                                          hardware=hardware))
         c = step.pipeline.columns

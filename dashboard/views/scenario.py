@@ -108,6 +108,8 @@ def controls() -> html.Div:
             id="placement", options=[{"label": en(f"opt.placement.{x}"), "value": x}
                                      for x in scenario_option("placement").choices],
             value=d["placement"], className="radio"), field_style("placement", scheme)),
+        _dropdown("impl", "Implementation", [{"label": en(f"opt.impl.{x}"), "value": x}
+                                             for x in scenario_option("impl").choices], d["impl"]),
         html.Div(id="ring-section", style=field_style("layout", scheme), children=[
             html.H3("Ring", id="h-ring"),
             _field("layout", "Layout", dcc.RadioItems(

@@ -1,7 +1,8 @@
 """The Compare schemes view: every scheme and ring layout side by side on the page's
-workload, hardware and GPUs (the rows of `ringsim compare --schemes all`), as a chart
-(dashboard/figures/schemes.py) and a table with the fastest and the run on screen marked,
-a refused variant with its reason; above them, why the winner wins.
+workload, hardware and GPUs (the rows of `ringsim compare --schemes all`), or the scheme on
+screen as each library runs it (`ringsim compare --impls all`, sim.implementations), as a
+chart (dashboard/figures/schemes.py) and a table with the fastest and the run on screen
+marked, a refused variant with its reason; above them, why the winner wins.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, html
+from dash import Input, Output, dcc, html
 
 from dashboard import compute, explain
 from dashboard.figures.schemes import fastest, scheme_comparison
 from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator
 from dashboard.served import Served
+from dashboard.state import SCHEMES_MODES
 from dashboard.views.common import graph, only_on
 from dashboard.views.labels import compared_run, figure_labels
 from sim.errors import RingsimError
@@ -27,7 +29,12 @@ SCHEME_TABLE_COLUMNS = ("scheme", "variant", "makespan", "vs_best", "efficiency"
 
 
 def view() -> list[Any]:
-    return [html.Div(id="schemes-why", className="schemes-why"), graph("schemes", 420),
+    t = Translator(None)
+    return [html.Div(className="field", children=[
+                html.Label(t("ctl.schemes-mode.label"), id="schemes-mode-label", htmlFor="schemes-mode"),
+                dcc.RadioItems(id="schemes-mode", value=SCHEMES_MODES[0], inline=True, className="radio",
+                               options=[{"label": t(f"opt.schemes-mode.{x}"), "value": x} for x in SCHEMES_MODES])]),
+            html.Div(id="schemes-why", className="schemes-why"), graph("schemes", 420),
             html.Div(id="schemes-table", className="table")]
 
 
@@ -35,19 +42,25 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
     @app.callback(Output("schemes", "figure"), Output("schemes-table", "children"),
                   Output("schemes-why", "children"),
                   Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
-                  Input("lang", "value"))
-    def schemes(data, profile_data, tab, lang):
+                  Input("lang", "value"), Input("schemes-mode", "value"))
+    def schemes(data, profile_data, tab, lang, mode):
         only_on("schemes", tab)
         t = Translator(lang)
         try:
             hw, key = served.hardware_of(profile_data)
             sc = served.scenario_of(data)
-            base = compute.scheme_base(sc)
-            # every scheme from the same base: the scheme on screen and its settings do not
-            # change the rows, only which one is marked
-            rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw))
-            current = compute.current_variant(sc)
-            fig = compute.figure("schemes", base, key, [current, t.lang], lambda: scheme_comparison(
+            if mode == "impls":
+                # the scheme on screen, its layout and settings, as each library runs it
+                base = sc.with_(impl="ideal")
+                rows = compute.figure("impl-rows", base, key, None, lambda: compute.impl_rows(base, hw))
+                current = compute.current_impl(sc)
+            else:
+                base = compute.scheme_base(sc)
+                # every scheme from the same base: the scheme on screen and its settings do
+                # not change the rows, only which one is marked
+                rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw))
+                current = compute.current_variant(sc)
+            fig = compute.figure("schemes", base, key, [mode, current, t.lang], lambda: scheme_comparison(
                 rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload), labels=scheme_labels(t)))
         except RingsimError as e:
             return message_figure(str(e)), None, None

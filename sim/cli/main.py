@@ -157,8 +157,12 @@ def cmd_compare(a: argparse.Namespace) -> int:
     # the engine's player (through sim.planning.compare) loads when a command plays a scenario
     from sim.planning.compare import compare_layout_rows
 
+    if a.schemes and a.impls:
+        raise RingsimError("give --schemes or --impls, not both")
     if a.schemes:
         return _compare_schemes(a)
+    if a.impls:
+        return _compare_impls(a)
     run = resolve_run(values_from_args(a) | {"layout": "zigzag"})
     scenario = run.scenario
     rows = compare_layout_rows(scenario, run.profile)
@@ -232,6 +236,44 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_impls(a: argparse.Namespace) -> int:
+    from sim import implementations
+    from sim.planning.compare import compare_impl_rows
+
+    wanted = None if a.impls == "all" else [x.strip() for x in a.impls.split(",") if x.strip()]
+    for name in wanted or []:
+        if name not in implementations.LIBRARIES:
+            raise RingsimError(f"unknown implementation {name!r} in --impls; choose all or from "
+                               f"{', '.join(implementations.LIBRARIES)}")
+    values = values_from_args(a)
+    run = resolve_run(values | {"layout": values.get("layout", "zigzag"), "impl": implementations.DEFAULT})
+    base = run.scenario
+    rows = compare_impl_rows(base, run.profile, wanted)
+    ran = [r for r in rows if "refused" not in r]
+    best = min(ran, key=lambda r: r["makespan_s"]) if ran else None
+    if a.json:
+        print(json.dumps({"scenario": base.describe(), "rows": rows,
+                          "fastest": None if best is None else best["impl"]}, indent=2))
+        return 0
+    w = base.workload
+    print(f"{base.n_gpus} x {base.hardware.gpu.name}, {run_words(base.describe())}, {w.seq} tokens, "
+          f"{w.heads}/{w.kv_heads} heads x {w.head_dim}, {w.dtype}, {'causal' if w.causal else 'full'}, {w.pass_}: "
+          f"its implementations (docs/implementations.md)")
+    _print_documents(base)
+    shown, notes = [], []
+    for r in rows:
+        if "refused" in r:
+            shown.append([r["impl"], r["variant"], "-", "-", "-", "-"])
+            notes.append(f"{r['impl']}: not possible: {r['refused']}")
+            continue
+        shown.append([r["impl"], r["variant"], fmt_s(r["makespan_s"]), f"{r['makespan_s'] / best['makespan_s']:.2f}x",
+                      "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}", fmt_s(r["exposed_comm_s"])])
+    print(table(["impl", "implementation", "makespan", "vs best", "efficiency", "max exposed comm"], shown))
+    if notes:
+        print("\n".join(notes))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="ringsim", description="Simulate, measure and explore Ring Attention.")
     p.add_argument("--version", action="version", version=f"ringsim {_version()}")
@@ -251,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--schemes", default=None, metavar="all|NAME,...",
                     help="compare schemes instead (every ring layout, allgather, ulysses, hybrid): "
                          "makespan, exposed communication, bytes and memory per GPU, and what bounds each")
+    cp.add_argument("--impls", default=None, metavar="all|NAME,...",
+                    help="compare the implementations of --scheme instead (ideal, te, rfa, torch, usp: what each "
+                         "library's step launches, docs/implementations.md), on --layout (default zigzag)")
+    cp.add_argument("--layout", default=None, help="with --impls: the layout they run (default zigzag)")
     cp.add_argument("--json", action="store_true", help="print one JSON object")
     cp.set_defaults(func=cmd_compare)
     sweep.register(sub)

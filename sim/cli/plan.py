@@ -19,6 +19,7 @@ from sim.cli.options import add_model_args, model_from_args
 from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import cluster_preset
+from sim.implementations import LIBRARIES as IMPL_LIBRARIES
 from sim.scenario.config import PASSES
 from sim.scenario.documents import read_file_spec
 from sim.units import fmt_bytes, fmt_s, parse_count, table, tokens
@@ -67,6 +68,9 @@ def register(sub) -> None:
     h.add_argument("--merge", choices=["fused", "unfused"], default="fused",
                    help="merge of each block's partial result: one fused kernel (default) or ring-flash-attention's "
                         "chain of elementwise kernels")
+    h.add_argument("--impl", choices=tuple(IMPL_LIBRARIES), default="ideal",
+                   help="whose implementation of each scheme runs: ideal (default), te, rfa, torch, usp; a scheme or "
+                        "layout the library lacks is not possible (docs/implementations.md)")
     h.add_argument("--profile", default=None,
                    help="calibrated profile from `ringsim calibrate` (a GPU profile keeps the link flags)")
     r = p.add_argument_group("memory")
@@ -95,7 +99,8 @@ def request_from_args(a: argparse.Namespace):
         gpn = cluster_preset(a.cluster).gpus_per_node if a.cluster else 8
     return request_from(model_from_args(a), seq=a.seq, batch=a.batch, nodes=a.nodes, gpus_per_node=gpn,
                         gpu=a.gpu, link=a.link, inter_link=a.inter_link, cluster=a.cluster,
-                        nics_per_node=a.nics_per_node, kernel=a.kernel, merge=a.merge, profile=a.profile, dtype=a.dtype,
+                        nics_per_node=a.nics_per_node, kernel=a.kernel, merge=a.merge, impl=a.impl, profile=a.profile,
+                        dtype=a.dtype,
                         causal=a.causal, pass_=a.pass_, headroom=a.headroom, memory_gb=a.memory_gb,
                         param_shards=a.param_shards,
                         docs=None if a.docs is None else read_file_spec(a.docs), seed=a.seed, window=a.window,

@@ -10,6 +10,7 @@ from sim.cli.options import add_hardware_args, add_model_args, hardware_from_arg
 from sim.files import write_json
 from sim.hardware.gemm import gemm_time
 from sim.hardware.presets import GPU_PRESETS, gpu_preset
+from sim.implementations import LIBRARIES as IMPL_LIBRARIES
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import names as scheme_names
 from sim.trace.format import Trace, to_chrome_trace
@@ -52,6 +53,8 @@ def register(sub) -> None:
     par.add_argument("--scheme", choices=scheme_names(), default=DEFAULT_SCHEME,
                      help=f"the CP scheme (default {DEFAULT_SCHEME})")
     par.add_argument("--layout", default="zigzag", help="the CP ring's layout (default zigzag)")
+    par.add_argument("--impl", choices=tuple(IMPL_LIBRARIES), default="ideal",
+                     help="whose implementation of the CP scheme runs: ideal (default), te, rfa, torch, usp")
     add_hardware_args(s)
     s.add_argument("--json", action="store_true",
                    help="one JSON object: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, palm_tflops_per_gpu, "
@@ -96,7 +99,7 @@ def cmd_step(a: argparse.Namespace) -> int:
     hw = hardware_from_args(a)
     par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
                    microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout,
-                   tp_overlap=a.tp_overlap, grad_reduce=a.grad_reduce)
+                   impl=a.impl, tp_overlap=a.tp_overlap, grad_reduce=a.grad_reduce)
     check_gpus(par, a.gpus)
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)

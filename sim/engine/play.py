@@ -35,7 +35,7 @@ __all__ = ["PLAYERS", "play", "simulate"]
 
 def play(schedule: Schedule, hardware: HardwareModel, workload: Workload,
          header: dict[str, Any] | None = None, *, player: str = "auto", own: bool = False,
-         jitter: int | None = None) -> Trace:
+         jitter: int | None = None, host_waits: bool = False) -> Trace:
     """Play `schedule` and return its simulated trace (spans by rank and stream, see
     sim.engine.record).
 
@@ -48,10 +48,12 @@ def play(schedule: Schedule, hardware: HardwareModel, workload: Workload,
     jitter: a seed for the host's measured spread of rank and block speeds, where the
     hardware's contention model has one (sim.hardware.contention); None plays every rank and
     block at the mean rate.
+
+    host_waits: the host waits for the GPU before each call (sim.engine.players.durations_s).
     """
     if player not in PLAYERS:
         raise ValueError(f"unknown player {player!r}")
-    dur = durations_s(schedule, hardware, workload)
+    dur = durations_s(schedule, hardware, workload, host_waits)
     if own:
         schedule.release("pairs", "q_tokens", "kv_tokens", "kv_rank")
     header = dict(header or {})
@@ -103,7 +105,11 @@ def simulate(scenario: Scenario, hardware: HardwareModel | None = None, *, playe
     built. `jitter` seeds the host's spread of speeds (see play).
     """
     scheme = get_scheme(scenario.scheme)
-    hw = hardware if hardware is not None else scenario.hardware
+    # the implementation's step (sim.implementations): its merge, host operations and
+    # forwarding; the ideal one plays the scenario and hardware as they are
+    impl = scenario.implementation
+    scenario = impl.played(scenario)
+    hw = impl.played_on(hardware if hardware is not None else scenario.hardware)
     check_fits(scheme, scenario)
     with gc_paused(), small_pages():
         schedule = scheme.build_schedule(scenario)
@@ -117,7 +123,8 @@ def simulate(scenario: Scenario, hardware: HardwareModel | None = None, *, playe
             "meta": {"peak_mem_bytes": [mem["total"]] * scenario.n_gpus, "memory": mem,
                      "schedule": scheme.name, "ops": len(schedule), "p2p_queue": queued},
         }
-        return play(schedule, hw, scenario.workload, header, player=player, own=True, jitter=jitter)
+        return play(schedule, hw, scenario.workload, header, player=player, own=True, jitter=jitter,
+                    host_waits=impl.host_waits(scenario))
 
 
 def ideal_rate_flops(hw: HardwareModel, workload: Workload) -> float:

@@ -50,7 +50,8 @@ class _CountingEnvironment(simpy.Environment):
         super().step()
 
 
-def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload) -> np.ndarray:
+def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
+                host_waits: bool = False) -> np.ndarray:
     """Time each operation takes on `hardware` (0 for a skipped, fully masked block).
 
     The hardware model's batch forms (`compute_times_s`, `transfer_times_s`: its own over
@@ -59,6 +60,10 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload)
     the operations. A block is timed once per run of consecutive computes with the same
     arguments (a ring's step repeats one or two block shapes over all its ranks): the
     methods are elementwise, so this gives the same float for every op.
+
+    host_waits: the implementation makes the host wait for the GPU before each call (a copy to
+    the GPU that synchronises, sim.implementations.base.Implementation.host_waits): every
+    block is called on an idle GPU and pays its host-side time in front (`isolated`).
     """
     dur = np.zeros(len(schedule))
     comp = schedule.compute_ids
@@ -74,7 +79,8 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload)
             extra.append(_sliced(schedule))
         if hardware.takes_call_order:
             names += ["alone", "isolated"]
-            extra += list(_call_order(schedule, comp))
+            alone, isolated = _call_order(schedule, comp)
+            extra += [alone, np.ones_like(isolated) if host_waits else isolated]
         geometry = head_geometry(workload)
 
         def times(flops, kind, mask, q_tokens, kv_tokens, *flags):

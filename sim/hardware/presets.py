@@ -348,12 +348,22 @@ OP_HOST_US = 10.0
 """Host-side time of one eager elementwise operation (the merge's), µs: assumed, between a
 bare launch's ~5 µs (the same blog) and the ~20 µs NVIDIA's Nsight Systems user guide
 measured for a PyTorch elementwise kernel's round trip on a V100 host."""
-MERGE_KERNELS = {"fused": {"fwd": 1, "bwd": 1}, "unfused": {"fwd": 9, "bwd": 3}}
+MERGE_KERNELS = {"fused": {"fwd": 1, "bwd": 1}, "unfused": {"fwd": 9, "bwd": 3},
+                 "te": {"fwd": 2, "bwd": 2}, "torch": {"fwd": 9, "bwd": 3}, "concat": {"fwd": 2, "bwd": 3}}
 """Kernels one merge launches. Unfused, ring-flash-attention's `_update_out_and_lse`:
 to(fp32), out - block_out, block_lse - lse, sigmoid, multiply, subtract, then the
-statistics' subtract, logsigmoid, subtract; its backward adds dQ, dK and dV, one each."""
-MERGE_SLICE_KERNELS = {"fused": 0, "unfused": 2}
-"""More kernels when the merge writes part of the output (the slice copied back)."""
+statistics' subtract, logsigmoid, subtract; its backward adds dQ, dK and dV, one each.
+"te": TransformerEngine's p2p (transformer_engine/pytorch/attention/dot_product_attention/
+context_parallel.py at NVIDIA/TransformerEngine d0067d0): flash_attn_fwd_softmax_lse_correction
+and flash_attn_fwd_out_correction, each one fused kernel (`jit_fuser`); its backward adds
+dQ and the packed dK/dV, one each. "torch": torch's `_SDPAMerger` (torch 2.13.0,
+distributed/tensor/experimental/_context_parallel/_attention.py), ring-flash-attention's
+operations run eagerly: the same nine and three. "concat": the calls' outputs and statistics
+concatenated (two torch.cat); its backward's dQ, dK and dV written into place, one each."""
+MERGE_SLICE_KERNELS = {"fused": 0, "unfused": 2, "te": 0, "torch": 2, "concat": 0}
+"""More kernels when the merge writes part of the output (the slice copied back; torch's
+_partial_update: a torch.cat of the output and one of the statistics; TransformerEngine
+corrects the second half in place)."""
 
 # The merge of (out, lse) after each block, as bytes moved per output element and per
 # (query row, head) of statistics (sim.hardware.kernel_model). "fused": one pass, reading the fp32
@@ -367,6 +377,18 @@ MERGE_SLICE_KERNELS = {"fused": 0, "unfused": 2}
 MERGE_BYTES = {
     "fused": lambda b: (8 + b, 12),
     "unfused": lambda b: (36 + b, 52),
+    # TransformerEngine p2p: its output stays in the input dtype (flash_attn_fwd_out_correction_init
+    # returns out_init_step.dtype) and each step's correction reads the output and the step's
+    # output and writes the output (3 b); per row the log-sum-exp correction reads two fp32
+    # statistics and writes one (12), the output correction reads two (8)
+    "te": lambda b: (3 * b, 20),
+    # torch's _SDPAMerger: ring-flash-attention's operations, eager
+    "torch": lambda b: (36 + b, 52),
+    # no merge: each call writes its own heads, and the outputs of a rank's calls are
+    # concatenated once (ring-flash-attention's llama3_flash_attn_varlen_forward:
+    # torch.cat(out_list), torch.cat(lse_list)): each element read and written once in its
+    # dtype, each row's fp32 statistic likewise
+    "concat": lambda b: (2 * b, 8),
 }
 # A block computed on part of its rank's queries (zigzag's half-query blocks, stripe's
 # q[:, 1:]) merges into that slice of the output. ring-flash-attention's
@@ -374,7 +396,11 @@ MERGE_BYTES = {
 # copies them back (`out[slice_], lse[slice_] = slice_out, slice_lse`): one more read and
 # write of the fp32 slice, 8 bytes per output element and per (query row, head). A fused
 # merge writes the slice in place: nothing more.
-MERGE_SLICE_BYTES = {"fused": (0, 0), "unfused": (8, 8)}
+# torch's _partial_update rebuilds the whole output (and statistics) with torch.cat when a
+# block covers the second of its rank's two chunks: it reads both halves and writes the
+# whole, 16 bytes per element of the fp32 slice (and per row). TransformerEngine corrects
+# the second half in place (a view): nothing more.
+MERGE_SLICE_BYTES = {"fused": (0, 0), "unfused": (8, 8), "te": (0, 0), "torch": (16, 16), "concat": (0, 0)}
 
 # H100 and H200 have the same SMs and clocks (H200 has more, faster memory); H800 is the
 # H100 SXM5 die with NVLink cut to 400 GB/s. Attention tables measured on H100 apply to all.

@@ -1,5 +1,6 @@
 """Runs side by side on one workload and cluster: every layout of a scheme with overlap on
-and off (`ringsim compare`), and every scheme's variants (`ringsim compare --schemes`), each
+and off (`ringsim compare`), every scheme's variants (`ringsim compare --schemes`), and the
+implementations of one scheme (`ringsim compare --impls`, sim.implementations), each
 run summarized by sim.trace.metrics (comparison_row: the layout's makespan, efficiency,
 imbalance and exposed communication; scheme_row: makespan, exposed communication, bytes and
 memory per GPU, and what bounds it, in English and as sim.reasons clauses). The command line
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from sim import implementations
 from sim.engine.play import simulate
 from sim.errors import RingsimError
+from sim.reasons import clause
 from sim.scenario.config import Scenario
 from sim.scenario.resolve import vary
 from sim.schemes import get as get_scheme
@@ -62,5 +65,30 @@ def compare_scheme_rows(scenario: Scenario, hardware=None, schemes: Sequence[str
         trace = simulate(sc, hardware, player="recurrence")
         out.append({**scheme_row(scheme, variant.name, trace, compute_metrics(trace)),
                     "variant_clause": variant.label})
+        del trace
+    return out
+
+
+def compare_impl_rows(scenario: Scenario, hardware=None, libraries: Sequence[str] | None = None
+                      ) -> list[dict[str, Any]]:
+    """A `sim.trace.metrics.scheme_row` for each implementation of the scenario's scheme
+    (sim.implementations.of_scheme: the ideal first; `libraries` of them, all when None) on
+    its layout, named by its library (`impl`), title (`variant`) and clause
+    (`variant_clause`); an implementation the configuration refuses (a layout it lacks) gets a
+    row with its reason (`refused`, and `refused_clause`)."""
+    out = []
+    for impl in implementations.of_scheme(scenario.scheme):
+        if libraries is not None and impl.library not in libraries:
+            continue
+        label = clause("variant.impl", impl=impl.library)
+        try:
+            sc = scenario.with_(impl=impl.library)
+        except RingsimError as e:
+            out.append({"scheme": scenario.scheme, "impl": impl.library, "variant": impl.title, "refused": str(e),
+                        "variant_clause": label, "refused_clause": e.reason})
+            continue
+        trace = simulate(sc, hardware, player="recurrence")
+        out.append({**scheme_row(scenario.scheme, impl.title, trace, compute_metrics(trace)), "impl": impl.library,
+                    "variant_clause": label})
         del trace
     return out

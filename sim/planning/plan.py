@@ -111,6 +111,9 @@ class PlanRequest:
     kernel: str = "default"
     merge: str = "fused"
     """How each block's partial result is merged: 'fused' or 'unfused' (sim.hardware.presets.MERGE_BYTES)."""
+    impl: str = "ideal"
+    """Whose implementation of each scheme runs (sim.implementations); a scheme or layout
+    the library lacks is listed as not possible."""
     profile: str | None = None
     """A calibrated profile (`ringsim calibrate`) instead of the presets."""
     dtype: str = "bf16"
@@ -182,6 +185,8 @@ class PlanRequest:
             o["kernel"] = self.kernel
         if self.merge != "fused":
             o["merge"] = self.merge
+        if self.impl != "ideal":
+            o["impl"] = self.impl
         if self.profile is not None:
             o["profile"] = self.profile
         return o
@@ -190,7 +195,8 @@ class PlanRequest:
         return {"model": self.model.describe(), "seq": self.seq, "batch": self.batch, "nodes": self.nodes,
                 "gpus_per_node": self.gpus_per_node, "gpus": self.n_gpus, "gpu": self.gpu, "link": self.link,
                 "inter_link": self.inter_link, "cluster": self.cluster, "nics_per_node": self.nics_per_node,
-                "kernel": self.kernel, "merge": self.merge, "profile": self.profile, "dtype": self.dtype,
+                "kernel": self.kernel, "merge": self.merge, **({"impl": self.impl} if self.impl != "ideal" else {}),
+                "profile": self.profile, "dtype": self.dtype,
                 "causal": self.causal, "pass": self.pass_, "headroom": self.headroom, "memory_gb": self.memory_gb,
                 "param_shards": self.param_shards, **({"pcie": dict(self.pcie)} if self.pcie else {}),
                 **({"docs": self.docs, "seed": self.seed} if self.docs is not None else {}),

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
+from sim import implementations
 from sim.errors import RingsimError
 from sim.scenario.option import ScenarioOption
 from sim.scenario.schema import SCENARIO_OPTIONS
@@ -208,6 +209,10 @@ class Config:
 
 
 def config_key(resolved: dict[str, Any]) -> str:
+    # the ideal implementation (sim.implementations) keys a row as it did before `impl`
+    # was an option: a sweep's earlier results stay its own
+    if resolved.get("impl") == implementations.DEFAULT:
+        resolved = {k: v for k, v in resolved.items() if k != "impl"}
     text = json.dumps(resolved, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(text.encode()).hexdigest()[:20]
 

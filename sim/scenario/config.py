@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from sim import implementations
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.layouts import NAMES as LAYOUT_NAMES
@@ -116,6 +117,9 @@ class Scenario:
     """Work counted as exact unmasked pairs, or as tiles (a partial tile costs a full one)."""
     tile: int = 128
     """Tile edge in tokens when granularity is 'tile'."""
+    impl: str = implementations.DEFAULT
+    """Whose implementation of the scheme runs (sim.implementations: 'ideal', the fused
+    kernel the schemes assume, or a library's: 'te', 'rfa', 'torch', 'usp')."""
 
     def __post_init__(self) -> None:
         positive_ints(self, "n_gpus", "tile")
@@ -134,6 +138,12 @@ class Scenario:
         if self.workload.dtype not in self.hardware.gpu.peak_tflops and self.hardware.gpu.achieved_tflops is None:
             raise RingsimError(f"GPU {self.hardware.gpu.name} has no rate for {self.workload.dtype}")
         scheme.check(self)
+        self.implementation.check(self)
+
+    @property
+    def implementation(self) -> implementations.Implementation:
+        """What one step launches as the chosen library runs the scheme (sim.implementations)."""
+        return implementations.get(self.scheme, self.impl)
 
     @property
     def packed(self) -> bool:
@@ -184,7 +194,9 @@ class Scenario:
                 del w[name]
         return {"workload": w, "n_gpus": self.n_gpus, "scheme": self.scheme, "layout": self.layout,
                 "overlap": self.overlap, "sync": self.sync, "granularity": self.granularity,
-                "tile": self.tile, **asdict(get_scheme(self.scheme).resolved_settings(self))}
+                "tile": self.tile, **asdict(get_scheme(self.scheme).resolved_settings(self)),
+                # the ideal implementation: the header as it was before implementations were named
+                **({} if self.impl == implementations.DEFAULT else {"impl": self.impl})}
 
 
 def scenario_from_config(config: dict[str, Any], hardware: Any = None) -> Scenario:
@@ -201,7 +213,8 @@ def scenario_from_config(config: dict[str, Any], hardware: Any = None) -> Scenar
         extra = {} if hardware is None else {"hardware": hardware}
         return Scenario(workload=Workload(**w), n_gpus=config["n_gpus"], scheme=scheme, settings=settings,
                         layout=config["layout"], overlap=config["overlap"], sync=config.get("sync", "step"),
-                        granularity=config.get("granularity", "exact"), tile=config.get("tile", 128), **extra)
+                        granularity=config.get("granularity", "exact"), tile=config.get("tile", 128),
+                        impl=config.get("impl", implementations.DEFAULT), **extra)
     except RingsimError as e:
         raise RingsimError(f"the trace's configuration is not a valid scenario: {e}") from None
     except (KeyError, TypeError, AttributeError) as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import Any
 
+from sim import implementations
 from sim.errors import RingsimError
 from sim.hardware.cluster import Gpu, Hardware
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
@@ -118,7 +119,8 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
                         "flat (every block at peak x efficiency)"),
     ScenarioOption(flag="--merge", kind="str", group="hardware", default=_gpu["merge"], choices=("fused", "unfused"),
                    help="how each block's partial result is merged: one fused kernel (default) or the chain of "
-                        "elementwise kernels ring-flash-attention and torch's context_parallel run"),
+                        "elementwise kernels ring-flash-attention and torch's context_parallel run; a library's "
+                        "--impl merges as it does"),
     ScenarioOption(flag="--tflops", kind="float", group="hardware", url_key="tflops",
                    help="achieved TFLOP/s per GPU for every block (flat model)"),
     ScenarioOption(flag="--efficiency", kind="float", group="hardware", url_key="eff",
@@ -149,6 +151,12 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
                    help=f"count exact unmasked pairs or whole tiles (default {_s['granularity']})"),
     ScenarioOption(flag="--tile", kind="int", group="schedule", default=_s["tile"], url_key="tile",
                    help=f"tile edge in tokens (default {_s['tile']})"),
+    ScenarioOption(flag="--impl", kind="str", group="schedule", default=_s["impl"],
+                   choices=tuple(implementations.LIBRARIES), url_key="impl",
+                   help="whose implementation of the scheme runs: ideal (the fused kernel, default), te "
+                        "(TransformerEngine / Megatron-Core), rfa (ring-flash-attention), torch (context_parallel), "
+                        "usp (long-context-attention); its merge, host operations and streams "
+                        "(docs/implementations.md)"),
 )
 """simulate's scenario options, in the order `ringsim simulate --help` lists them."""
 

@@ -46,5 +46,7 @@ def run_words(config: dict[str, Any]) -> str:
     (Scenario.describe(), a trace's header): its scheme's own words (Scheme.run_words), or
     the scheme's name and settings."""
     scheme = get(config.get("scheme", DEFAULT))
-    return scheme.run_words(config) or scheme.name + "".join(
+    words = scheme.run_words(config) or scheme.name + "".join(
         f", {f.name} {config[f.name]}" for f in fields(scheme.settings_type))
+    # a library's implementation (sim.implementations); the ideal one is left unsaid
+    return words + (f", as {config['impl']} runs it" if config.get("impl") else "")

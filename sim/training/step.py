@@ -146,6 +146,8 @@ class Parallel:
     scheme: str = DEFAULT_SCHEME
     """The CP scheme (sim.schemes) and its layout."""
     layout: str = "zigzag"
+    impl: str = "ideal"
+    """Whose implementation of the CP scheme runs (sim.implementations)."""
 
     @property
     def gpus(self) -> int:
@@ -407,7 +409,8 @@ class Step:
                 "parallel": {"tp": p.tp, "cp": p.cp, "pp": p.pp, "dp": p.dp, "zero": p.zero,
                              "recompute": p.recompute, "fp8": p.fp8, "microbatches": r.microbatches,
                              "micro_batch": r.micro_batch, "interleave": p.interleave, "scheme": p.scheme,
-                             "layout": p.layout, "tp_overlap": p.tp_overlap, "grad_reduce": p.grad_reduce},
+                             "layout": p.layout, "tp_overlap": p.tp_overlap, "grad_reduce": p.grad_reduce,
+                             **({"impl": p.impl} if p.impl != "ideal" else {})},
                 "gpus": self.gpus, "gpu": r.hardware.gpu.name, "step_s": self.step_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "tflops_per_gpu": self.tflops_per_gpu,
                 "mfu": self.mfu, "palm_tflops_per_gpu": self.palm_tflops_per_gpu, "palm_mfu": self.palm_mfu,
@@ -425,8 +428,8 @@ def _attention_s(req: StepRequest, pass_: str) -> tuple[float, float]:
     """(makespan, the scheme's working memory) of one layer's attention for one
     micro-batch on the CP group (sim.engine.play.simulate)."""
     m, p = req.model, req.parallel
-    key = (m.heads, m.kv_heads, m.head_dim, p.tp, p.cp, p.scheme, p.layout, req.micro_batch, req.seq, pass_,
-           repr(req.hardware))
+    key = (m.heads, m.kv_heads, m.head_dim, p.tp, p.cp, p.scheme, p.layout, p.impl, req.micro_batch, req.seq,
+           pass_, repr(req.hardware))
     if key not in _ATTENTION:
         if len(_ATTENTION) > 4096:
             _ATTENTION.clear()
@@ -449,7 +452,7 @@ def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
     # the CP group's GPUs sit TP apart: as many of them share a node as TP leaves room for
     cp_hw = replace(hw, gpus_per_node=max(1, hw.gpus_per_node // p.tp), nics_per_node=None, pcie=None)
     sc = Scenario(workload=w, hardware=cp_hw, n_gpus=p.cp, scheme=p.scheme if p.cp > 1 else DEFAULT_SCHEME,
-                  layout=p.layout if p.cp > 1 else "contiguous")
+                  layout=p.layout if p.cp > 1 else "contiguous", impl=p.impl if p.cp > 1 else "ideal")
     trace = simulate(sc, player="recurrence")
     return compute_metrics(trace).makespan_s, float(peak_memory(sc)["total"])
 

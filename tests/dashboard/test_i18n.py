@@ -10,6 +10,7 @@ import pytest
 
 from dashboard import i18n
 from dashboard.i18n import LANGUAGES, Translator, catalog, missing_translations
+from dashboard.state import SCHEMES_MODES
 from dashboard.views import language
 from dashboard.views.labels import FIGURE_TEXTS
 from dashboard.views.language import page_texts
@@ -65,11 +66,14 @@ def _run_keys() -> set[str]:
 
 
 def _key_families() -> set[str]:
-    """Keys the code makes from a name: a scheme's and a placement's label, the words of a
+    """Keys the code makes from a name: a scheme's, a placement's, an implementation's and a
+    Compare schemes mode's label, the words of a
     run, a column of the schemes' table, a sim.reasons clause, word and joiner
     (dashboard/explain.py), a text of a view's chart (dashboard.views.labels.FIGURE_TEXTS)."""
     return ({f"opt.scheme.{s}" for s in scheme_names()} | _run_keys()
             | {f"opt.placement.{p}" for p in scenario_option("placement").choices}
+            | {f"opt.impl.{x}" for x in scenario_option("impl").choices}
+            | {f"opt.schemes-mode.{x}" for x in SCHEMES_MODES}
             | {f"opt.layout.{x}" for x in LAYOUTS} | {f"opt.p2p.{x}" for x in ("preset", *P2P_MODES)}
             | {f"sch.col.{c}" for c in SCHEME_TABLE_COLUMNS} | set(_reason_messages())
             | {f"line.pcie.p2p.{m}" for m in P2P_MODES}
@@ -163,6 +167,10 @@ SAME_IN_BOTH = {
     "why.split.scheme": "an abbreviation and a placeholder",
     "why.variant.ring": "a placeholder only", "why.variant.hybrid": "placeholders and punctuation only",
     "why.variant.split": "placeholders and a symbol", "why.variant.split-placed": "placeholders and a symbol",
+    "why.variant.impl": "a placeholder only", "why.join.layouts": "punctuation only",
+    "why.join.libraries": "punctuation only",
+    **dict.fromkeys(("opt.impl.te", "opt.impl.rfa", "opt.impl.torch", "opt.impl.usp"),
+                    "a library's name for --impl, and its own name"),
     "cmp.makespan": "the scheduling term, with its unit",
     "schemes.makespan": "the scheduling term, with its unit",
 }

@@ -22,8 +22,10 @@ _NESTED = {
     "reason": lambda: example("refused.heads"),
     "items": lambda: [example("plan.kept-for-backward"), example("plan.working"), example("plan.params")],
     "diffs": lambda: [example("plan.less-memory"), example("plan.more-exposed")],
+    "layouts": lambda: [clause("variant.ring", layout="zigzag"), clause("variant.ring", layout="contiguous")],
+    "libraries": lambda: [clause("variant.impl", impl="ideal"), clause("variant.impl", impl="te")],
 }
-_VALUES = {"scheme": "hybrid", "layout": "zigzag", "placement": "ring-inner", "share": 0.4, "computing": 0.95,
+_VALUES = {"scheme": "hybrid", "layout": "zigzag", "placement": "ring-inner", "impl": "rfa", "share": 0.4, "computing": 0.95,
            "rate": 0.8, "ahead": 0.0712, "apart": 0.031, "slower": 0.062, "ratio": 1.5, "capacity_gb": 79.6,
            "limit_gb": 80, "memory_gb": 81.84}
 

@@ -73,6 +73,11 @@ def reference_scenario_args(p: argparse.ArgumentParser, *, with_layout: bool = T
     s.add_argument("--granularity", choices=["exact", "tile"], default="exact",
                    help="count exact unmasked pairs or whole tiles (default exact)")
     s.add_argument("--tile", type=int, default=128, help="tile edge in tokens (default 128)")
+    s.add_argument("--impl", choices=["ideal", "te", "rfa", "torch", "usp"], default="ideal",
+                   help="whose implementation of the scheme runs: ideal (the fused kernel, default), te "
+                        "(TransformerEngine / Megatron-Core), rfa (ring-flash-attention), torch (context_parallel), "
+                        "usp (long-context-attention); its merge, host operations and streams "
+                        "(docs/implementations.md)")
 
 
 def reference_hardware_args(p: argparse.ArgumentParser) -> None:
@@ -109,7 +114,8 @@ def reference_hardware_args(p: argparse.ArgumentParser) -> None:
                         "flat (every block at peak x efficiency)")
     h.add_argument("--merge", choices=["fused", "unfused"], default="fused",
                    help="how each block's partial result is merged: one fused kernel (default) or the chain of "
-                        "elementwise kernels ring-flash-attention and torch's context_parallel run")
+                        "elementwise kernels ring-flash-attention and torch's context_parallel run; a library's "
+                        "--impl merges as it does")
     h.add_argument("--tflops", type=float, default=None,
                    help="achieved TFLOP/s per GPU for every block (flat model)")
     h.add_argument("--efficiency", type=float, default=None,
@@ -267,6 +273,7 @@ PUBLISHED = {
     "sync": ("sync", "step"), "scheme": ("scheme", "ring"), "ulysses-degree": ("ulysses_degree", None),
     "ring-degree": ("ring_degree", None), "placement": ("placement", "ulysses-inner"),
     "head-groups": ("head_groups", 1), "granularity": ("granularity", "exact"), "tile": ("tile", 128),
+    "impl": ("impl", "ideal"),
 }
 """Each control's URL key and default as the page has published them: a link leaves a
 default out, so a changed key or default changes what old links show."""

@@ -1,0 +1,1 @@
+"""The ring's implementations (pass-KV): one module per library (sim.implementations)."""
