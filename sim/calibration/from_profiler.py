@@ -6,9 +6,11 @@ span was timed inside the running ring, beside the others, so the profile takes 
 as they are:
 
 - compute: each attention call is a point (FLOPs, seconds) of its group (dtype, mask,
-  pass): the mask "diagonal" for a call under the causal mask, "full" otherwise, its
-  FLOPs 4·d·pairs per head and batch item (2.5x in the backward; docs/design.md,
-  "Definitions"); the points go through the same table-or-line choice as
+  pass), its seconds with its share of the step's other work (the merge: as ringsim's
+  own traces time a step, sim.profiler.ring.AttentionCall.busy_s); the mask "diagonal"
+  for a call under the causal mask, "full" otherwise, its FLOPs 4·d·pairs per head and
+  batch item (2.5x in the backward; docs/design.md, "Definitions"); one point per FLOPs,
+  the mean of its calls (compute_points); the points go through the same table-or-line choice as
   microbenchmarks (sim.calibration.calibrate.calibrate_compute), the heads (times
   batch) of the calls kept, so a block of another extent is priced as the profile
   module says;
@@ -39,11 +41,19 @@ from sim.profiler.ring import RingRun, Transfer
 
 
 def compute_points(ring: RingRun) -> list[dict[str, Any]]:
-    """(dtype, mask, kind, FLOPs, seconds, heads, head dim) of every attention call."""
+    """(dtype, mask, kind, FLOPs, seconds, heads, head dim) of the attention calls: one
+    point per group and FLOPs, the mean of its calls' times (a pass adds its steps up, and
+    the mean of a sum is the sum of the means: the median would leave out the slow calls
+    of a loaded host)."""
     dtype = ring.config.dtype
-    return [{"dtype": dtype, "mask": "diagonal" if c.causal else "full", "kind": c.kind, "flops": c.flops,
-             "time_s": c.dur_s, "heads": c.heads * c.batch, "head_dim": c.head_dim}
-            for c in ring.calls if c.flops > 0 and c.dur_s > 0]
+    by_point: dict[tuple, list[float]] = {}
+    for c in ring.calls:
+        if c.flops > 0 and c.busy_s > 0:
+            key = ("diagonal" if c.causal else "full", c.kind, c.flops, c.heads * c.batch, c.head_dim)
+            by_point.setdefault(key, []).append(c.busy_s)
+    return [{"dtype": dtype, "mask": mask, "kind": kind, "flops": flops, "time_s": statistics.fmean(ts),
+             "heads": heads, "head_dim": d, "calls": len(ts)}
+            for (mask, kind, flops, heads, d), ts in sorted(by_point.items())]
 
 
 def hop_points(ring: RingRun) -> list[dict[str, Any]]:

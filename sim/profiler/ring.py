@@ -33,10 +33,12 @@ calls. The mask and layout from the blocks' extents where the trace keeps no mas
 argument: half blocks after the first step are the zigzag layout (torch's head-tail
 balancing is the same), skipped steps the contiguous one under a causal mask, blocks
 one token short the striped one; every block full on every step is a full mask (on
-which the layout does no change to the work: `assumed` says so). A run's measured time
-per iteration is its attention phase: from the first post or call on any rank to the
-last call or transfer to end (ranks' clocks as the reader aligned them), the
-simulator's makespan; the ProfilerStep spans around it are kept for reference.
+which the layout does no change to the work: `assumed` says so). A rank's attention
+phase runs from its first post or call to the end of its last step's work or transfer;
+an iteration's measured time is the longest of its ranks' phases: the simulator starts
+every rank at once, so the skew with which the ranks entered the attention (from a
+barrier, or the work before it) is kept apart (`entry_skew_s`); the ProfilerStep spans
+around it are kept for reference.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.profiler.reader import Events, Run
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.quantities import BWD_FLOPS_FACTOR
 
@@ -117,6 +120,10 @@ class AttentionCall:
     name: str
     causal: bool | None = None
     """Whether the call ran under the causal mask: set by `find_ring` from the layout."""
+    busy_s: float = 0.0
+    """The call's time with its share of its step's other work on its stream (the merge
+    of its result, the ops between its step's calls), shared in proportion to the calls'
+    times: a step as ringsim's own traces time it (its compute span holds the merge)."""
 
     @property
     def pairs(self) -> float:
@@ -208,18 +215,27 @@ class RingRun:
         return sorted({it for _, it in self.phases})
 
     def iteration_s(self) -> dict[int, float]:
-        """Each iteration's attention phase over every rank: the last end less the first start."""
-        out = {}
-        for it in self.iterations:
-            spans = [v for (r, i), v in self.phases.items() if i == it]
-            out[it] = max(e for _, e in spans) - min(s for s, _ in spans)
-        return out
+        """Each iteration's attention phase: the longest of its ranks' (module docstring)."""
+        out: dict[int, float] = {}
+        for (_, it), (start, end) in self.phases.items():
+            out[it] = max(out.get(it, 0.0), end - start)
+        return dict(sorted(out.items()))
+
+    def entry_skew_s(self) -> dict[int, float]:
+        """Each iteration's spread of its ranks' phase starts: how far apart they entered
+        the attention, for reasons before it (kept apart from the phase)."""
+        starts: dict[int, list[float]] = {}
+        for (_, it), (start, _) in self.phases.items():
+            starts.setdefault(it, []).append(start)
+        return {it: max(v) - min(v) for it, v in sorted(starts.items())}
 
     def measured(self) -> dict[str, Any]:
-        """The iterations' attention-phase times: median, range, each."""
+        """The iterations' attention-phase times: median, range, each; and the ranks'
+        entry skew."""
         times = list(self.iteration_s().values())
         return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-                "iterations_s": times, "n": len(times)}
+                "iterations_s": times, "n": len(times),
+                "entry_skew_median_s": statistics.median(self.entry_skew_s().values())}
 
     def steps(self) -> list[dict[str, Any]]:
         """Per rank, iteration and step: its calls' time and extents, and the bytes
@@ -244,19 +260,6 @@ class RingRun:
 
 
 # ---------------------------------------------------------------- reading the events
-
-class _Events:
-    """The run's event columns this module reads, as numpy arrays."""
-
-    NAMES = ("rank", "iteration", "on_gpu", "stream", "name", "kind", "start_s", "dur_s", "external_id",
-             "msg_bytes", "dtype", "input_dims")
-
-    def __init__(self, run: Any):
-        ev = run.events
-        for name in self.NAMES:
-            setattr(self, name, np.asarray(ev[name]))
-        self.end_s = self.start_s + self.dur_s
-
 
 def _dims(text: Any) -> list:
     if not isinstance(text, str) or not text:
@@ -323,7 +326,7 @@ def _nested_wrappers(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return wrapper
 
 
-def _calls(ev: _Events, rows: np.ndarray, gpu: bool, shapes_by_ext: dict[int, tuple]) -> tuple[list[dict], int]:
+def _calls(ev: Events, rows: np.ndarray, gpu: bool, shapes_by_ext: dict[int, tuple]) -> tuple[list[dict], int]:
     """The attention calls among `rows` (one rank's events of one iteration); (calls,
     how many had no shape)."""
     kinds = np.array([ATTENTION_KINDS.get(str(k), "") for k in ev.kind[rows]])
@@ -348,7 +351,7 @@ def _calls(ev: _Events, rows: np.ndarray, gpu: bool, shapes_by_ext: dict[int, tu
     return out, missing
 
 
-def _gpu_shapes(ev: _Events, rank_rows: np.ndarray) -> dict[int, tuple]:
+def _gpu_shapes(ev: Events, rank_rows: np.ndarray) -> dict[int, tuple]:
     """External id -> the shape and dtype of the CPU attention op that launched a kernel."""
     out = {}
     for i in rank_rows[~ev.on_gpu[rank_rows].astype(bool)].tolist():
@@ -358,7 +361,7 @@ def _gpu_shapes(ev: _Events, rank_rows: np.ndarray) -> dict[int, tuple]:
     return out
 
 
-def _transfers(ev: _Events, rows: np.ndarray, gpu: bool) -> list[dict]:
+def _transfers(ev: Events, rows: np.ndarray, gpu: bool) -> list[dict]:
     out = []
     for i in rows.tolist():
         if gpu:
@@ -369,10 +372,11 @@ def _transfers(ev: _Events, rows: np.ndarray, gpu: bool) -> list[dict]:
             op = GLOO_TRANSFERS.get(str(ev.name[i]))
         if op is None:
             continue
-        nbytes = float(ev.msg_bytes[i]) if np.isfinite(ev.msg_bytes[i]) and ev.msg_bytes[i] > 0 else 0.0
-        if nbytes == 0.0:
-            nbytes = float(_tensor_elems(_dims(ev.input_dims[i])) * ELEM_BYTES.get(_dtype_name(ev.dtype[i]), 0))
-        out.append({"i": i, "op": op, "start": float(ev.start_s[i]), "end": float(ev.end_s[i]), "bytes": nbytes})
+        # the recorded message size, else the elements of its tensor (sized once the dtype is known)
+        nbytes = float(ev.msg_bytes[i]) if ev.msg_bytes[i] > 0 else 0.0
+        elems = 0 if nbytes else _tensor_elems(_dims(ev.input_dims[i]))
+        out.append({"i": i, "op": op, "start": float(ev.start_s[i]), "end": float(ev.end_s[i]), "bytes": nbytes,
+                    "elems": elems, "dtype": _dtype_name(ev.dtype[i])})
     return out
 
 
@@ -390,7 +394,7 @@ def _assign_hops(transfers: list[dict], call_starts: list[float]) -> None:
         t["hop"] = hop
 
 
-def _assign_steps(calls: list[dict], transfers: list[dict], waits: list[float], ev: _Events) -> None:
+def _assign_steps(calls: list[dict], transfers: list[dict], waits: list[float], ev: Events) -> None:
     """Number the steps of one rank's calls of one pass, in place (module docstring)."""
     hops = sorted({t["hop"] for t in transfers})
     posts = [min(t["start"] for t in transfers if t["hop"] == h) for h in hops[1:]]
@@ -415,9 +419,44 @@ def _assign_steps(calls: list[dict], transfers: list[dict], waits: list[float], 
         prev = s
 
 
+WORK_KINDS = ("cpu_op", "cpu_attention_fwd", "cpu_attention_bwd", "cpu_gemm", "attention_fwd", "attention_bwd",
+              "gemm", "memcpy", "memset", "other")
+"""Kinds of rows that are a step's work on its stream (not communication, launches,
+annotations or the ProfilerStep)."""
+
+
+def _add_step_work(ev: Events, rows: np.ndarray, calls: list[dict], transfers: list[dict],
+                   waits: list[float]) -> None:
+    """Each call's `busy_s` and its step's `step_end`, in place: a step's work runs on
+    its calls' stream from its first call's start to the end of the last op that starts
+    before the next bound (the next step's first call, a post, a wait)."""
+    if not calls:
+        return
+    stream = ev.stream[calls[0]["i"]]
+    work = rows[(ev.stream[rows] == stream) & np.isin(ev.kind[rows], WORK_KINDS)]
+    w_start, w_end = ev.start_s[work], ev.end_s[work]
+    marks = np.array(sorted([t["start"] for t in transfers] + list(waits)))
+    by_step: dict[tuple[str, int], list[dict]] = {}
+    for c in calls:
+        by_step.setdefault((c["kind"], c["step"]), []).append(c)
+    firsts = sorted(min(float(ev.start_s[c["i"]]) for c in cs) for cs in by_step.values())
+    for cs in by_step.values():
+        start = min(float(ev.start_s[c["i"]]) for c in cs)
+        last = max(float(ev.start_s[c["i"]]) for c in cs)
+        bound = min([f for f in firsts if f > last] + [m for m in marks.tolist() if m > last] + [math.inf])
+        inside = (w_start >= start) & (w_start < bound)
+        end = max(float(w_end[inside].max()) if inside.any() else start,
+                  max(float(ev.end_s[c["i"]]) for c in cs))
+        durs = [float(ev.dur_s[c["i"]]) for c in cs]
+        extra = max(0.0, (end - start) - sum(durs))
+        for c, d in zip(cs, durs):
+            c["busy_s"] = d + extra * (d / sum(durs) if sum(durs) > 0 else 1.0 / len(cs))
+            c["step_end"] = end
+
+
 # ---------------------------------------------------------------- the configuration
 
-def _infer_config(run: Any, calls: list[AttentionCall], transfers: list[Transfer],
+def _infer_config(run: Run, calls: list[AttentionCall], transfers: list[dict], on_gpu: bool,
                   unmatched: list[str]) -> RingConfig:
     n = int(run.world_size)
     first = [c for c in calls if c.step == 0]
@@ -433,11 +472,12 @@ def _infer_config(run: Any, calls: list[AttentionCall], transfers: list[Transfer
     if dtypes:
         dtype = SIM_DTYPE[statistics.mode(dtypes)]
     else:
-        dtype = "bf16"
-        assumed.append("dtype: not recorded, bf16 assumed")
+        # CPU attention runs in fp32 unless asked otherwise; GPU attention in 16-bit
+        dtype = "bf16" if on_gpu else "fp32"
+        assumed.append(f"dtype: the attention calls' input type is not in the table; {dtype} assumed")
     kinds = {c.kind for c in calls}
     pass_ = "fwdbwd" if kinds == {"fwd", "bwd"} else kinds.pop()
-    ops = {t.op for t in transfers}
+    ops = {t["op"] for t in transfers}
     transport = "allgather" if "all_gather" in ops else "alltoall" if "all_to_all" in ops else "p2p"
     # the mask and layout from the blocks' extents (module docstring)
     later = [c for c in calls if c.step > 0 and c.kind == "fwd"] or [c for c in calls if c.step > 0]
@@ -461,22 +501,25 @@ def _infer_config(run: Any, calls: list[AttentionCall], transfers: list[Transfer
     cfg = RingConfig(n_gpus=n, seq=c_tokens * n, batch=batch, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                      dtype=dtype, causal=causal, pass_=pass_, layout=layout, scheme="ring", transport=transport,
                      assumed=tuple(assumed))
-    # the K/V block's bytes, against what travelled
-    kv_bytes = cfg.workload().kv_bytes(c_tokens)
-    sizes = {t.bytes for t in transfers if t.op in ("send", "recv", "sendrecv")}
-    if transport == "p2p" and sizes and not any(abs(s - kv_bytes) < 1 or abs(2 * s - kv_bytes) < 1 for s in sizes):
-        unmatched.append(f"point-to-point messages of {sorted(sizes)} bytes, not the K/V block's {kv_bytes} "
-                         "(or its K or V half)")
     return cfg
 
 
-def find_ring(run: Any) -> RingRun:
+def _check_bytes(cfg: RingConfig, transfers: list[dict], unmatched: list[str]) -> None:
+    """Say where point-to-point messages are not the K/V block (or its K or V half)."""
+    kv_bytes = cfg.workload().kv_bytes(cfg.tokens_per_rank)
+    sizes = {t["bytes"] for t in transfers if t["op"] in ("send", "recv", "sendrecv")}
+    if sizes and not any(abs(s - kv_bytes) < 1 or abs(2 * s - kv_bytes) < 1 for s in sizes):
+        unmatched.append(f"point-to-point messages of {sorted(sizes)} bytes, not the K/V block's {kv_bytes} "
+                         "(or its K or V half)")
+
+
+def find_ring(run: Run) -> RingRun:
     """The ring of an imported run (sim.profiler.reader.Run); RingsimError where the run
     holds no attention calls or no transfers between ranks."""
-    ev = _Events(run)
+    ev = run.events
     unmatched: list[str] = []
     calls: list[AttentionCall] = []
-    transfers: list[Transfer] = []
+    moved_all: list[dict] = []
     phases: dict[tuple[int, int], tuple[float, float]] = {}
     profiler_steps: dict[int, float] = {}
     no_shape = 0
@@ -501,15 +544,15 @@ def find_ring(run: Any) -> RingRun:
             _assign_hops(moved, [float(ev.start_s[c["i"]]) for c in found])
             for kind in ("fwd", "bwd"):       # each pass numbers its steps from 0
                 _assign_steps([c for c in found if c["kind"] == kind], moved, waits, ev)
+            _add_step_work(ev, rows, found, moved, waits)
             for c in found:
                 b, h, hk, lq, lk, d = c["shape"]
                 calls.append(AttentionCall(int(rank), int(it), c["step"], c["kind"], float(ev.start_s[c["i"]]),
                                            float(ev.dur_s[c["i"]]), b, h, hk, lq, lk, d, c["dtype"],
-                                           str(ev.name[c["i"]])))
-            for t in moved:
-                transfers.append(Transfer(int(rank), int(it), t["hop"], t["op"], t["start"], t["end"], t["bytes"]))
+                                           str(ev.name[c["i"]]), busy_s=c["busy_s"]))
+            moved_all += [{**t, "rank": int(rank), "iteration": int(it)} for t in moved]
             starts = [float(ev.start_s[c["i"]]) for c in found] + [t["start"] for t in moved]
-            ends = [float(ev.end_s[c["i"]]) for c in found] + [t["end"] for t in moved]
+            ends = [c["step_end"] for c in found] + [t["end"] for t in moved]
             phases[(int(rank), int(it))] = (min(starts), max(ends))
     if not calls:
         raise RingsimError("no attention calls with recorded shapes in the trace: record it with "
@@ -517,10 +560,17 @@ def find_ring(run: Any) -> RingRun:
                            + (f" ({no_shape} attention calls had no Input Dims)" if no_shape else ""))
     if no_shape:
         unmatched.append(f"{no_shape} attention calls without Input Dims were left out")
-    if int(run.world_size) < 2 or not transfers:
+    if int(run.world_size) < 2 or not moved_all:
         raise RingsimError("no transfers between ranks in the trace: not a context-parallel ring "
                            f"(world size {run.world_size})")
-    cfg = _infer_config(run, calls, transfers, unmatched)
+    on_gpu = any(c.name not in ATTENTION_OPS for c in calls)
+    cfg = _infer_config(run, calls, moved_all, on_gpu, unmatched)
+    for t in moved_all:      # sized by their own dtype, else the attention's (the block's)
+        if not t["bytes"]:
+            t["bytes"] = float(t["elems"] * ELEM_BYTES.get(t["dtype"] or cfg.dtype, 0))
+    _check_bytes(cfg, moved_all, unmatched)
+    transfers = [Transfer(t["rank"], t["iteration"], t["hop"], t["op"], t["start"], t["end"], t["bytes"])
+                 for t in moved_all]
     calls = [_with_mask(c, cfg) for c in calls]
     _check_steps(calls, cfg, unmatched)
     return RingRun(cfg, calls, transfers, phases, profiler_steps, unmatched)
