@@ -127,3 +127,32 @@ def replay(ring: RingRun, profile: Profile) -> dict[str, Any]:
     return {"config": ring.config.to_dict(), "measured": m, "simulated_s": simulated,
             "error": (simulated - m["median_s"]) / m["median_s"] if m["median_s"] > 0 else None,
             "within_range": m["min_s"] <= simulated <= m["max_s"]}
+
+
+def validate_trace(paths: list[str], *, partial: bool = False) -> tuple[dict[str, Any], Profile]:
+    """`ringsim validate --trace`: read the run, find its ring, fit a profile to it and
+    replay its configuration on that profile; (the report, the profile)."""
+    from sim.profiler.reader import read_run
+    from sim.profiler.ring import find_ring
+
+    run = read_run(paths, partial=partial)
+    ring = find_ring(run)
+    source = ", ".join(str(p) for p in paths)
+    on = {"kind": "cuda" if run.devices and any(run.devices.values()) else "cpu",
+          "backend": "nccl" if any(t.op == "sendrecv" for t in ring.transfers) or (
+              run.devices and any(run.devices.values())) else "gloo"}
+    names = sorted({d.get("name") for d in run.devices.values() if isinstance(d, dict) and d.get("name")})
+    if names:
+        on["device"] = ", ".join(names)
+    profile = calibrate_from_ring(ring, source, measured_on=on)
+    report = replay(ring, profile)
+    report.update({"trace": [str(p) for p in paths], "ranks": list(run.ranks), "notes": list(run.notes),
+                   "profiler_steps_s": ring.profiler_steps_s, "unmatched": list(ring.unmatched),
+                   "steps": ring.steps(),
+                   "profile": {"compute_model": profile.compute_model,
+                               "compute": {"/".join(k): {"flops_per_s": g.flops_per_s, "overhead_s": g.overhead_s,
+                                                         "points": len(g.points)}
+                                           for k, g in sorted(profile.groups.items())},
+                               "link": {"latency_s": profile.link.latency_s,
+                                        "bandwidth_bytes_per_s": profile.link.bandwidth_bytes_per_s}}})
+    return report, profile
