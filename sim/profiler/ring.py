@@ -361,7 +361,13 @@ def _gpu_shapes(ev: Events, rank_rows: np.ndarray) -> dict[int, tuple]:
     return out
 
 
-def _transfers(ev: Events, rows: np.ndarray, gpu: bool) -> list[dict]:
+def _transfers(ev: Events, rows: np.ndarray, gpu: bool, stream: int) -> list[dict]:
+    """The transfers among `rows`, each with the moment it was posted: on the calls'
+    stream (`stream`), the start of the last communication op that began at or before
+    it (gloo runs a collective on a worker thread, which picks it up later; a GPU kernel
+    starts when its stream reaches it), else its own start."""
+    own = rows[(ev.stream[rows] == stream) & (ev.kind[rows] == "cpu_comm")] if not gpu else rows[:0]
+    own_starts = np.sort(ev.start_s[own])
     out = []
     for i in rows.tolist():
         if gpu:
@@ -375,7 +381,10 @@ def _transfers(ev: Events, rows: np.ndarray, gpu: bool) -> list[dict]:
         # the recorded message size, else the elements of its tensor (sized once the dtype is known)
         nbytes = float(ev.msg_bytes[i]) if ev.msg_bytes[i] > 0 else 0.0
         elems = 0 if nbytes else _tensor_elems(_dims(ev.input_dims[i]))
-        out.append({"i": i, "op": op, "start": float(ev.start_s[i]), "end": float(ev.end_s[i]), "bytes": nbytes,
+        start = float(ev.start_s[i])
+        k = int(np.searchsorted(own_starts, start, side="right"))
+        posted = float(own_starts[k - 1]) if k else start
+        out.append({"i": i, "op": op, "start": start, "posted": posted, "end": float(ev.end_s[i]), "bytes": nbytes,
                     "elems": elems, "dtype": _dtype_name(ev.dtype[i])})
     return out
 
@@ -386,8 +395,8 @@ def _assign_hops(transfers: list[dict], call_starts: list[float]) -> None:
     after a step's compute)."""
     calls = np.sort(np.asarray(call_starts, dtype=float))
     hop, seen = -1, -1
-    for t in sorted(transfers, key=lambda t: t["start"]):
-        before = int(np.searchsorted(calls, t["start"]))
+    for t in sorted(transfers, key=lambda t: t["posted"]):
+        before = int(np.searchsorted(calls, t["posted"]))
         if before != seen:
             hop += 1
             seen = before
@@ -397,7 +406,7 @@ def _assign_hops(transfers: list[dict], call_starts: list[float]) -> None:
 def _assign_steps(calls: list[dict], transfers: list[dict], waits: list[float], ev: Events) -> None:
     """Number the steps of one rank's calls of one pass, in place (module docstring)."""
     hops = sorted({t["hop"] for t in transfers})
-    posts = [min(t["start"] for t in transfers if t["hop"] == h) for h in hops[1:]]
+    posts = [min(t["posted"] for t in transfers if t["hop"] == h) for h in hops[1:]]
     arrivals = []
     gathered_at = math.inf
     for h in hops:
@@ -427,15 +436,20 @@ annotations or the ProfilerStep)."""
 
 def _add_step_work(ev: Events, rows: np.ndarray, calls: list[dict], transfers: list[dict],
                    waits: list[float]) -> None:
-    """Each call's `busy_s` and its step's `step_end`, in place: a step's work runs on
-    its calls' stream from its first call's start to the end of the last op that starts
-    before the next bound (the next step's first call, a post, a wait)."""
+    """Each call's `busy_s` and its step's `step_end`, in place: a step's work is the time
+    its calls' stream is busy (the union of its ops, so that a wait between them, which
+    no op records on gloo, is not counted) from its first call's start up to the next
+    bound (the next step's first call, a post, a wait)."""
     if not calls:
         return
     stream = ev.stream[calls[0]["i"]]
     work = rows[(ev.stream[rows] == stream) & np.isin(ev.kind[rows], WORK_KINDS)]
-    w_start, w_end = ev.start_s[work], ev.end_s[work]
-    marks = np.array(sorted([t["start"] for t in transfers] + list(waits)))
+    order = np.argsort(ev.start_s[work], kind="stable")
+    w_start, w_end = ev.start_s[work][order], ev.end_s[work][order]
+    marks = np.array(sorted([t["posted"] for t in transfers] + list(waits)))
+    # a wait inside an op (an async collective's tensor waited on where it is first read) is not work
+    held = rows[(ev.stream[rows] == stream) & np.isin(ev.name[rows], WAIT_OPS)]
+    held_s = [(float(a), float(b)) for a, b in zip(ev.start_s[held], ev.end_s[held])]
     by_step: dict[tuple[str, int], list[dict]] = {}
     for c in calls:
         by_step.setdefault((c["kind"], c["step"]), []).append(c)
@@ -445,10 +459,16 @@ def _add_step_work(ev: Events, rows: np.ndarray, calls: list[dict], transfers: l
         last = max(float(ev.start_s[c["i"]]) for c in cs)
         bound = min([f for f in firsts if f > last] + [m for m in marks.tolist() if m > last] + [math.inf])
         inside = (w_start >= start) & (w_start < bound)
-        end = max(float(w_end[inside].max()) if inside.any() else start,
-                  max(float(ev.end_s[c["i"]]) for c in cs))
+        busy, end, reach = 0.0, start, start
+        for a, b in zip(w_start[inside].tolist(), w_end[inside].tolist()):   # the union of the ops
+            if b > reach:
+                busy += b - max(a, reach)
+                reach = b
+            end = max(end, b)
+        busy -= sum(max(0.0, min(b, bound) - max(a, start)) for a, b in held_s)
         durs = [float(ev.dur_s[c["i"]]) for c in cs]
-        extra = max(0.0, (end - start) - sum(durs))
+        end = max(end, max(float(ev.end_s[c["i"]]) for c in cs))
+        extra = max(0.0, busy - sum(durs))
         for c, d in zip(cs, durs):
             c["busy_s"] = d + extra * (d / sum(durs) if sum(durs) > 0 else 1.0 / len(cs))
             c["step_end"] = end
@@ -539,7 +559,7 @@ def find_ring(run: Run) -> RingRun:
             no_shape += missing
             if not found:
                 continue
-            moved = _transfers(ev, rows, gpu)
+            moved = _transfers(ev, rows, gpu, int(ev.stream[found[0]["i"]]))
             waits = [float(ev.end_s[i]) for i in rows.tolist() if str(ev.name[i]) in WAIT_OPS]
             _assign_hops(moved, [float(ev.start_s[c["i"]]) for c in found])
             for kind in ("fwd", "bwd"):       # each pass numbers its steps from 0
@@ -551,7 +571,7 @@ def find_ring(run: Run) -> RingRun:
                                            float(ev.dur_s[c["i"]]), b, h, hk, lq, lk, d, c["dtype"],
                                            str(ev.name[c["i"]]), busy_s=c["busy_s"]))
             moved_all += [{**t, "rank": int(rank), "iteration": int(it)} for t in moved]
-            starts = [float(ev.start_s[c["i"]]) for c in found] + [t["start"] for t in moved]
+            starts = [float(ev.start_s[c["i"]]) for c in found] + [t["posted"] for t in moved]
             ends = [c["step_end"] for c in found] + [t["end"] for t in moved]
             phases[(int(rank), int(it))] = (min(starts), max(ends))
     if not calls:
