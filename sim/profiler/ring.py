@@ -407,12 +407,17 @@ def _assign_steps(calls: list[dict], transfers: list[dict], waits: list[float], 
     """Number the steps of one rank's calls of one pass, in place (module docstring)."""
     hops = sorted({t["hop"] for t in transfers})
     posts = [min(t["posted"] for t in transfers if t["hop"] == h) for h in hops[1:]]
+    starts = np.sort(np.array([float(ev.start_s[c["i"]]) for c in calls]))
     arrivals = []
     gathered_at = math.inf
     for h in hops:
         mine = [t for t in transfers if t["hop"] == h]
         incoming = [t for t in mine if t["op"] in ("recv", "sendrecv", "all_to_all", "all_gather")] or mine
-        arrivals.append(max(t["end"] for t in incoming))
+        # the block of a hop posted at step k is for step k + 1: its arrival ends step k, never
+        # before step k's first call (a fast hop may be in before that call starts)
+        k = int(np.searchsorted(starts, min(t["posted"] for t in mine)))
+        first = float(starts[k]) if k < len(starts) else math.inf
+        arrivals.append(max(max(t["end"] for t in incoming), float(np.nextafter(first, math.inf))))
         if any(t["op"] == "all_gather" for t in mine):
             gathered_at = min(gathered_at, arrivals[-1])
     markers = np.array(sorted(posts + arrivals + list(waits)))
