@@ -126,6 +126,8 @@ def replay(ring: RingRun, profile: Profile) -> dict[str, Any]:
     m = ring.measured()
     return {"config": ring.config.to_dict(), "measured": m, "simulated_s": simulated,
             "error": (simulated - m["median_s"]) / m["median_s"] if m["median_s"] > 0 else None,
+            "error_vs_rank_median": (simulated - m["rank_median_s"]) / m["rank_median_s"]
+            if m["rank_median_s"] > 0 else None,
             "within_range": m["min_s"] <= simulated <= m["max_s"]}
 
 
