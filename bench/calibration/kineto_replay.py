@@ -136,7 +136,8 @@ def main() -> int:
 
     doc = {"bench": "kineto_replay", "torch": torch.__version__, "cpu_count": os.cpu_count(), "n_gpus": 2,
            "heads": 8, "head_dim": 64, "dtype": "fp32", "causal": True, "iterations": a.iterations,
-           "recordings": a.recordings, "load_average_before": load0, "load_average_after": load1,
+           "recordings": a.recordings, "recorded_in_this_run": not a.from_dir,
+           "load_average_before": load0, "load_average_after": load1,
            "measured": "the slowest rank's attention phase of each profiled iteration (sim.profiler.ring)",
            "cases": cases, "held_out": held}
     os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
