@@ -273,6 +273,8 @@ def _stream_events(path: Path) -> Iterator[list | dict]:
         if end_of_array is not None:
             ends &= pos < end_of_array
         ends_at = pos[ends]
+        if len(ends_at) and int(ends_at[0]) - start > MAX_EVENT_BYTES:
+            raise RingsimError(f"{path}: an event over {MAX_EVENT_BYTES} bytes: not a trace torch.profiler wrote")
         if len(ends_at):
             last = int(ends_at[-1])
             yield _parse_events(path, buf, start, last + 1)
@@ -621,17 +623,17 @@ def read_run(paths: Sequence[str | os.PathLike] | str | os.PathLike, *, partial:
     read = [_read_file(f) for f in files]
     by_rank: dict[int, _RankFile] = {}
     worlds: dict[int, int | None] = {}
-    for rf in read:
-        rank, world = _rank_of(rf, len(read))
+    given = [(rf, *_rank_of(rf, len(read))) for rf in read]
+    known = {w for _, _, w in given if w is not None}
+    if len(known) > 1:
+        raise RingsimError("ranks of different runs mixed: world sizes "
+                           + ", ".join(f"{w} ({rf.path.name})" for rf, _, w in given))
+    for rf, rank, world in given:
         if rank in by_rank:
             raise RingsimError(f"two files of rank {rank}: {by_rank[rank].path} and {rf.path}")
         by_rank[rank] = rf
         worlds[rank] = world
     ranks = tuple(sorted(by_rank))
-    known = {w for w in worlds.values() if w is not None}
-    if len(known) > 1:
-        raise RingsimError("ranks of different runs mixed: world sizes "
-                           + ", ".join(f"{w} (rank {r})" for r, w in sorted(worlds.items())))
     sigs = {r: _group_signature(by_rank[r]) for r in ranks}
     distinct = {s for s in sigs.values() if s is not None}
     if len(distinct) > 1:
@@ -643,7 +645,8 @@ def read_run(paths: Sequence[str | os.PathLike] | str | os.PathLike, *, partial:
         raise RingsimError(f"rank{'s' if len(missing) > 1 else ''} {_listing(missing)} of {world} missing "
                            f"(given {_listing(list(ranks))}); pass --partial to read only these")
     if missing:
-        notes.append(f"ranks {_listing(list(ranks))} of {world} read")
+        notes.append(f"rank{'s' if len(ranks) > 1 else ''} {_listing(list(ranks))} of {world} read, "
+                     f"{len(missing)} not given")
     events, iterations, offsets, more = _assemble(by_rank)
     notes.extend(more)
     unknown = _unknown_kernels(events)
