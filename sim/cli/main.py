@@ -1,10 +1,10 @@
 """The `ringsim` command line.
 
 Subcommands: simulate, compare (this module), sweep (sim.cli.sweep), plan
-(sim.cli.plan), gemm (sim.cli.step), trace import (sim.cli.trace), and those other packages register
-through the `ringsim.commands`
-entry point group (pyproject.toml): hw, calibrate and validate (beside the real kernel:
-hw.cli, hw.calibrate_cli, hw.validate_cli), dashboard (the browser app). The simulator
+(sim.cli.plan), gemm (sim.cli.step), trace import (sim.cli.trace), and those other packages
+register through the `ringsim.commands` entry point group (pyproject.toml): hw, calibrate and
+validate (beside the real kernel: hw.cli, hw.calibrate_cli, hw.validate_cli), dashboard (the
+browser app). The simulator
 imports neither package. A user's mistake is a `RingsimError`: printed as one line on
 stderr, exit status 2.
 """

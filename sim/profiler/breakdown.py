@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -202,8 +203,7 @@ def kernel_counts(run: Run, rank: int | None = None) -> dict[str, int]:
     """GPU rows per kind (sim.profiler.kernels), for one rank or all."""
     ev = run.events
     rows = ev.on_gpu if rank is None else ev.on_gpu & (ev.rank == rank)
-    kinds, counts = np.unique(ev.kind[rows].astype(str), return_counts=True)
-    return {k: int(c) for k, c in zip(kinds.tolist(), counts.tolist())}
+    return dict(sorted(Counter(ev.kind[rows].tolist()).items()))
 
 
 def has_attention(run: Run) -> bool:
