@@ -60,10 +60,12 @@ KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
     # -- GEMMs: cuBLAS (ampere_*gemm, sm80/sm90 xmma, nvjet from CUDA 12.8), CUTLASS,
     # hipBLASLt / Tensile (Cijk_), CK's gridwise GEMMs, Triton's mm templates
     ("gemm", r"(?i)gemm|^nvjet|^Cijk_|^Custom_Cijk|cutlass\w*tensorop|^triton_tem_fused_\w*mm|gemv|"
-             r"splitKreduce_kernel|^magma_"),
+             r"splitKreduce_kernel|ReduceSplitK|^magma_"),  # split-K's reduction finishes its GEMM
     # -- known families that are none of the above
     ("other", r"^void at::native::|^void (at::|c10::|\(anonymous namespace\)::)|^at::native::"),
     ("other", r"^triton_|^cudnn::|^void cudnn::|^void cub::|^cub::|^batched_transpose|^Memcpy|^Memset"),
+    # cuDNN's kernel library (cask) and MIOpen's tensor and im2col kernels
+    ("other", r"cask_cudnn|computeOffsetsKernel|^Im2d2Col|^SubTensorOp|^MIOpen"),
     ("other", r"(?i)softmax|layer_?norm|rms_?norm|group_?norm|elementwise|reduce_kernel|rotary|rope|"
               r"transpose|copy|fill|gather|scatter|dropout|cross_entropy|embedding|index|cat_|adam|"
               r"multi_tensor_apply|vectorized|unrolled|topk|sort|sync|memset|memcpy|conv|pooling|"

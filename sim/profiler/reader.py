@@ -24,6 +24,7 @@ import math
 import os
 import re
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -75,11 +76,12 @@ DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Lon
 
 EVENT_COLUMNS = ("rank", "iteration", "on_gpu", "stream", "name", "cat", "kind", "start_s", "dur_s",
                  "correlation", "external_id", "msg_bytes", "group_size", "dtype", "input_dims", "grid",
-                 "block", "launch_start_s")
+                 "block", "launch_start_s", "stream_arg")
 _DTYPES = {"rank": np.int32, "iteration": np.int32, "on_gpu": np.bool_, "stream": np.int64, "name": object,
            "cat": object, "kind": object, "start_s": np.float64, "dur_s": np.float64, "correlation": np.int64,
            "external_id": np.int64, "msg_bytes": np.int64, "group_size": np.int32, "dtype": object,
-           "input_dims": object, "grid": object, "block": object, "launch_start_s": np.float64}
+           "input_dims": object, "grid": object, "block": object, "launch_start_s": np.float64,
+           "stream_arg": np.int64}
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,9 @@ class Events:
     block: np.ndarray
     launch_start_s: np.ndarray
     """For a GPU row, the start of the runtime call that launched it (by correlation), else NaN."""
+    stream_arg: np.ndarray
+    """The row's `stream` argument: a GPU row's stream, or on a host operator the stream
+    Inductor's Triton launch records (which HTA counts as a GPU event), else -1."""
 
     def __len__(self) -> int:
         return len(self.start_s)
@@ -224,9 +229,18 @@ def _structure(buf: bytes, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return pos, ch, depth
 
 
-def _stream_events(path: Path) -> Iterator[list | dict]:
-    """The events of `traceEvents`, a list per chunk, then the rest of the document (its
-    header without the events) as a dict, last."""
+@dataclass
+class _Region:
+    """Whole events of traceEvents as bytes, with where each starts ({) and ends (})."""
+
+    data: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+
+
+def _stream_events(path: Path) -> Iterator["_Region | dict"]:
+    """The events of `traceEvents`, a region of whole events per chunk, then the rest of the
+    document (its header without the events) as a dict, last."""
     head = bytearray()
     tail = bytearray()
     carry = b""
@@ -269,9 +283,12 @@ def _stream_events(path: Path) -> Iterator[list | dict]:
         if end_of_array is not None:
             ends &= pos < end_of_array
         ends_at = pos[ends]
+        if len(ends_at) and int(ends_at[0]) - start > MAX_EVENT_BYTES:
+            raise RingsimError(f"{path}: an event over {MAX_EVENT_BYTES} bytes: not a trace torch.profiler wrote")
         if len(ends_at):
             last = int(ends_at[-1])
-            yield _parse_events(path, buf, start, last + 1)
+            opens = pos[after & (ch == 123) & (dep == 3) & (pos < last)]
+            yield _Region(buf[start:last + 1], opens - start, ends_at - start)
             start = last + 1
         if end_of_array is not None:
             if buf[start:end_of_array].strip(b" \t\r\n,"):
@@ -329,8 +346,8 @@ def _outside_string(buf: bytes, p: int, pos: np.ndarray, i: int) -> bool:
     return n % 2 == 0
 
 
-def _parse_events(path: Path, buf: bytes, start: int, end: int) -> list:
-    body = buf[start:end].lstrip(b" \t\r\n,")
+def _parse_events(path: Path, region: _Region) -> list:
+    body = region.data.lstrip(b" \t\r\n,")
     try:
         events = orjson.loads(b"[" + body + b"]")
     except orjson.JSONDecodeError as e:
@@ -356,7 +373,7 @@ class _Columns:
         return self.strings.setdefault(s, s)
 
 
-_RAW = ("on_gpu", "stream", "name", "cat", "ts", "dur", "correlation", "external_id", "msg_nelems", "dtype",
+_RAW = ("on_gpu", "stream", "stream_arg", "name", "cat", "ts", "dur", "correlation", "external_id", "msg_nelems", "dtype",
         "group_size", "collective", "input_dims", "grid", "block")
 
 
@@ -386,8 +403,8 @@ def _dims_text(v: Any, cols: _Columns) -> str:
 
 
 def _add_batch(path: Path, events: list, cols: _Columns) -> None:
-    on_gpu, stream, name, cat, ts, dur, corr, ext, nel, dt, grp, coll, dims, grid, block = (
-        [] for _ in range(15))
+    on_gpu, stream, name, cat, ts, dur, corr, ext, nel, dt, grp, coll, dims, grid, block, sarg = (
+        [] for _ in range(16))
     skipped = cols.skipped
     intern = cols.intern
     base = cols.base_us
@@ -427,6 +444,7 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
             if s < 0:
                 s = _int_arg(e, "tid")
             stream.append(s)
+            sarg.append(s)
             g = args.get("grid")
             grid.append(_dims_text(g, cols) if g is not None else "")
             b = args.get("block")
@@ -436,6 +454,7 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
             on_gpu.append(False)
             cat.append(cpu_cat)
             stream.append(_int_arg(e, "tid"))
+            sarg.append(_int_arg(args, "stream") if "stream" in args else -1)
             grid.append("")
             block.append("")
             dims.append(_dims_text(args.get("Input Dims"), cols) if "Input Dims" in args else "")
@@ -446,6 +465,14 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
             grp.append(_int_arg(args, "Group size"))
             v = args.get("Collective name")
             coll.append(intern(v) if isinstance(v, str) else "")
+        elif not gpu_cat and name[-1].startswith(_COMM_OP_PREFIXES) and "Input Dims" in args:
+            # torch before 2.1 records no message args: the op's first input gives them
+            nel.append(_elements(args.get("Input Dims")))
+            types = args.get("Input type")
+            first = types[0] if isinstance(types, list) and types and isinstance(types[0], str) else ""
+            dt.append(_C10_DTYPES.get(first, ""))
+            grp.append(-1)
+            coll.append(name[-1].split(":", 1)[-1] if name[-1].startswith(("nccl:", "gloo:")) else "")
         else:
             nel.append(-1)
             dt.append("")
@@ -456,6 +483,7 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
     p = cols.parts
     p["on_gpu"].append(np.array(on_gpu, dtype=np.bool_))
     p["stream"].append(np.array(stream, dtype=np.int64))
+    p["stream_arg"].append(np.array(sarg, dtype=np.int64))
     p["name"].append(_objects(name))
     p["cat"].append(_objects(cat))
     p["ts"].append(np.array(ts, dtype=np.float64))
@@ -469,6 +497,29 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
     p["input_dims"].append(_objects(dims))
     p["grid"].append(_objects(grid))
     p["block"].append(_objects(block))
+
+
+_COMM_OP_PREFIXES = ("nccl:", "gloo:", "c10d::")
+
+# the element types torch's record_shapes writes ("Input type"), as c10's ScalarType names
+_C10_DTYPES = {"float": "Float", "double": "Double", "c10::Half": "Half", "c10::BFloat16": "BFloat16",
+               "int": "Int", "long int": "Long", "short int": "Short", "signed char": "Char",
+               "unsigned char": "Byte", "bool": "Bool", "c10::Float8_e4m3fn": "Float8_e4m3fn",
+               "c10::Float8_e5m2": "Float8_e5m2"}
+
+
+def _elements(dims: Any) -> int:
+    """Elements of an op's first input (a tensor's dims, or a tensor list's), -1 if unknown."""
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
+        return -1
+    first = dims[0]
+    shapes = first if first and all(isinstance(x, list) for x in first) else [first]
+    total = 0
+    for shape in shapes:
+        if not shape or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < (1 << 40) for x in shape):
+            return -1
+        total += math.prod(shape)
+    return total if total < (1 << 62) else -1
 
 
 def _objects(values: list) -> np.ndarray:
@@ -498,15 +549,19 @@ def _read_file(path: Path) -> _RankFile:
     for item in _stream_events(path):
         if isinstance(item, dict):
             meta = item
-        else:
-            _add_batch(path, item, cols)
+        elif not (FAST_PATH and _add_region_columnar(path, item, cols)):
+            _add_batch(path, _parse_events(path, item), cols)
     if cols.base_us is None:
         raise RingsimError(f"{path}: no kernels, operators or runtime calls: not a torch.profiler trace "
                            "(or recorded with no activities)")
     base_ns = meta.get("baseTimeNanoseconds", 0)
     if isinstance(base_ns, bool) or not isinstance(base_ns, int) or not 0 <= base_ns < 1 << 63:
         base_ns = 0
-    columns = {c: np.concatenate(parts) for c, parts in cols.parts.items()}
+    columns = {}
+    for c in list(cols.parts):
+        parts = cols.parts.pop(c)  # each column's parts freed as it is joined
+        columns[c] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        del parts
     return _RankFile(path, meta, base_ns // 1000 + cols.base_us, columns, cols.skipped, cols.device)
 
 
@@ -583,17 +638,17 @@ def read_run(paths: Sequence[str | os.PathLike] | str | os.PathLike, *, partial:
     read = [_read_file(f) for f in files]
     by_rank: dict[int, _RankFile] = {}
     worlds: dict[int, int | None] = {}
-    for rf in read:
-        rank, world = _rank_of(rf, len(read))
+    given = [(rf, *_rank_of(rf, len(read))) for rf in read]
+    known = {w for _, _, w in given if w is not None}
+    if len(known) > 1:
+        raise RingsimError("ranks of different runs mixed: world sizes "
+                           + ", ".join(f"{w} ({rf.path.name})" for rf, _, w in given))
+    for rf, rank, world in given:
         if rank in by_rank:
             raise RingsimError(f"two files of rank {rank}: {by_rank[rank].path} and {rf.path}")
         by_rank[rank] = rf
         worlds[rank] = world
     ranks = tuple(sorted(by_rank))
-    known = {w for w in worlds.values() if w is not None}
-    if len(known) > 1:
-        raise RingsimError("ranks of different runs mixed: world sizes "
-                           + ", ".join(f"{w} (rank {r})" for r, w in sorted(worlds.items())))
     sigs = {r: _group_signature(by_rank[r]) for r in ranks}
     distinct = {s for s in sigs.values() if s is not None}
     if len(distinct) > 1:
@@ -605,7 +660,8 @@ def read_run(paths: Sequence[str | os.PathLike] | str | os.PathLike, *, partial:
         raise RingsimError(f"rank{'s' if len(missing) > 1 else ''} {_listing(missing)} of {world} missing "
                            f"(given {_listing(list(ranks))}); pass --partial to read only these")
     if missing:
-        notes.append(f"ranks {_listing(list(ranks))} of {world} read")
+        notes.append(f"rank{'s' if len(ranks) > 1 else ''} {_listing(list(ranks))} of {world} read, "
+                     f"{len(missing)} not given")
     events, iterations, offsets, more = _assemble(by_rank)
     notes.extend(more)
     unknown = _unknown_kernels(events)
@@ -675,7 +731,9 @@ def _assemble(by_rank: dict[int, _RankFile]):
         parts["grid"].append(c["grid"])
         parts["block"].append(c["block"])
         parts["launch_start_s"].append(launch)
-    cols = {k: np.concatenate(v).astype(_DTYPES[k], copy=False) for k, v in parts.items()}
+        parts["stream_arg"].append(c["stream_arg"])
+    cols = {k: (v[0] if len(v) == 1 else np.concatenate(v)).astype(_DTYPES[k], copy=False)
+            for k, v in parts.items()}
     offsets_s = {r: float(offsets_us[r]) * 1e-6 for r in ranks}
     return Events(**cols), iterations, offsets_s, notes
 
@@ -700,9 +758,8 @@ def _kinds(c: dict[str, np.ndarray]) -> np.ndarray:
 
 def _unknown_kernels(events: Events) -> dict[str, int]:
     gpu = events.on_gpu & (events.cat == "kernel")
-    names, counts = np.unique(events.name[gpu].astype(str), return_counts=True)
     out = {}
-    for n, k in zip(names.tolist(), counts.tolist()):
+    for n, k in Counter(events.name[gpu].tolist()).items():
         if not classify_gpu("kernel", n)[1]:
             out[n] = int(k)
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -780,7 +837,38 @@ def _messages(c, kind) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         msg[g[hit]] = msg[src]
         group[g[hit]] = group[src]
         dtype[g[hit]] = dtype[src]
+    _messages_from_launch(c, kind, msg, group, dtype)
     return msg, group, dtype
+
+
+def _messages_from_launch(c, kind, msg, group, dtype) -> None:
+    """A GPU collective still without a size takes that of the innermost communication op
+    around its launch on the launching thread (older Kineto links a kernel to no operator)."""
+    gpu = c["on_gpu"]
+    todo = np.flatnonzero(gpu & np.isin(kind, COMM_KINDS) & (msg < 0) & (c["correlation"] >= 0))
+    if not len(todo):
+        return
+    cpu = ~gpu
+    corr, ts, dur, thread = c["correlation"], c["ts"], c["dur"], c["stream"]
+    launchers = np.flatnonzero(cpu & (corr >= 0) & (kind == "runtime"))
+    ops = np.flatnonzero(cpu & (kind == "cpu_comm") & (msg >= 0))
+    if not len(launchers) or not len(ops):
+        return
+    by_corr = dict(zip(corr[launchers].tolist(), launchers.tolist()))
+    ops = ops[np.argsort(ts[ops], kind="stable")]
+    op_start = ts[ops]
+    for g in todo.tolist():
+        li = by_corr.get(int(corr[g]))
+        if li is None:
+            continue
+        t = ts[li]
+        j = int(np.searchsorted(op_start, t, side="right"))
+        # the innermost: the latest-starting op on the thread that still holds the launch
+        for k in range(j - 1, max(j - 64, -1), -1):
+            o = ops[k]
+            if thread[o] == thread[li] and ts[o] + dur[o] >= t:
+                msg[g], group[g], dtype[g] = msg[o], group[o], dtype[o]
+                break
 
 
 def _clock_offsets(ranks, by_rank, rel_us, kinds) -> tuple[dict[int, float], list[str]]:
@@ -909,3 +997,206 @@ def read_table(path: str | os.PathLike) -> Run:
                            for k, v in m["iterations"].items()},
                events=Events(**cols), unknown_kernels=dict(m["unknown_kernels"]),
                sources={int(k): v for k, v in m["sources"].items()}, notes=tuple(m.get("notes", ())))
+
+
+# --------------------------------------------------------------------------- columnar path
+
+FAST_PATH = True
+"""Parse regions with pyarrow's JSON reader when their layout allows (the orjson path is the
+reference and the fallback)."""
+
+_KEPT_CATS = tuple(GPU_CATS) + tuple(CPU_CATS)
+_ARGS_FIELDS = (("stream", "int64"), ("correlation", "int64"), ("External id", "int64"),
+                ("In msg nelems", "int64"), ("Out msg nelems", "int64"), ("Group size", "int64"),
+                ("dtype", "string"), ("Collective name", "string"), ("device", "int64"),
+                ("grid", "ints"), ("block", "ints"))
+_STRING_ID = re.compile(rb'"(?:tid|pid)"\s*:\s*"')
+_NESTED = rb"\[(?:[^\[\]\"]|\[(?:[^\[\]\"]|\[(?:[^\[\]\"]|\[[^\[\]\"]*\])*\])*\])*\]"
+_INPUT_DIMS = re.compile(rb'"Input Dims"\s*:\s*(' + _NESTED + rb")")
+_INPUT_TYPE = re.compile(rb'"Input type"\s*:\s*\[\s*"([^"\\]{0,64})"')
+_schema_cache: list = []
+
+
+def _schema():
+    if not _schema_cache:
+        import pyarrow as pa
+
+        types = {"int64": pa.int64(), "string": pa.string(), "ints": pa.list_(pa.int64())}
+        _schema_cache.append(pa.schema([
+            ("ph", pa.string()), ("cat", pa.string()), ("name", pa.string()), ("ts", pa.float64()),
+            ("dur", pa.float64()), ("tid", pa.int64()),
+            ("args", pa.struct([(n, types[t]) for n, t in _ARGS_FIELDS]))]))
+    return _schema_cache[0]
+
+
+def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
+    """Add a region's events through pyarrow's JSON reader: the events become one line each
+    (a raw newline is only ever whitespace in JSON, so every one becomes a space, and the comma
+    after each event a newline), and the reader parses them in C++ into columns. False (and
+    nothing added) where the layout or a value's type does not allow it: the caller parses the
+    region with orjson instead, which also names what is wrong."""
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json as pj
+    except ImportError:
+        return False
+    starts, ends = region.starts, region.ends
+    if len(starts) != len(ends) or not len(ends) or (starts > ends).any():
+        return False
+    a = np.frombuffer(region.data, dtype=np.uint8).copy()
+    a[(a == 10) | (a == 13)] = 32
+    a[:starts[0]] = 32  # the comma after the previous region's last event
+    between = ends[:-1] + 1
+    if len(between) and not (a[between] == 44).all():
+        return False
+    a[between] = 10
+    # events with a string pid or tid (Kineto's own spans and instant events) would change a
+    # column's type: they are none of the kept categories, so each becomes {}
+    for m in _STRING_ID.finditer(region.data):
+        i = int(np.searchsorted(starts, m.start(), side="right")) - 1
+        if i >= 0:
+            a[starts[i]:ends[i] + 1] = 32
+            a[starts[i]] = 123
+            a[starts[i] + 1] = 125
+    try:
+        table = pj.read_json(pa.BufferReader(a.tobytes()),
+                             read_options=pj.ReadOptions(block_size=max(1 << 20, len(a) + 1), use_threads=True),
+                             parse_options=pj.ParseOptions(explicit_schema=_schema(),
+                                                           unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
+    if table.num_rows != len(starts):
+        return False
+    ph, cat = table.column("ph"), table.column("cat")
+    keep = pc.fill_null(pc.and_(pc.equal(ph, "X"), pc.is_in(cat, value_set=pa.array(_KEPT_CATS))), False)
+    skipped = pc.value_counts(pc.filter(cat, pc.and_(pc.equal(ph, "X"), pc.invert(keep)))).to_pylist()
+    for item in skipped:
+        if item["values"] is not None:
+            cols.skipped[item["values"]] = cols.skipped.get(item["values"], 0) + item["counts"]
+    rows = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
+    if not len(rows):
+        return True
+    t = table.take(pa.array(rows))
+    ts = t.column("ts").to_numpy(zero_copy_only=False)
+    dur = t.column("dur").to_numpy(zero_copy_only=False)
+    if t.column("ts").null_count or t.column("dur").null_count or t.column("name").null_count:
+        return False  # the orjson path names the event
+    if (np.abs(ts) > MAX_TIME_US).any() or (dur > MAX_DUR_US).any() or (dur < 0).any():
+        return False
+    cat_np = _interned(t.column("cat"), cols)
+    for raw, norm in {**GPU_CATS, **CPU_CATS}.items():
+        if raw != norm:
+            cat_np[cat_np == raw] = norm
+    on_gpu = np.isin(cat_np, ("kernel", "gpu_memcpy", "gpu_memset"))
+    args = t.column("args").combine_chunks()
+
+    def arg(name: str, fill: int = -1) -> np.ndarray:
+        col = pc.fill_null(args.field(name), fill) if args.null_count == 0 else \
+            pc.fill_null(pc.struct_field(args, name), fill)
+        return col.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def arg_text(name: str) -> np.ndarray:
+        col = pc.struct_field(args, name)
+        return _interned(col, cols)
+
+    stream_arg = arg("stream")
+    tid = pc.fill_null(t.column("tid"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    stream = np.where(on_gpu, np.where(stream_arg >= 0, stream_arg, tid), tid)
+    sarg = np.where(on_gpu, stream, stream_arg)
+    has_msg = pc.or_(pc.is_valid(pc.struct_field(args, "In msg nelems")),
+                     pc.is_valid(pc.struct_field(args, "Out msg nelems"))).to_numpy(zero_copy_only=False)
+    has_msg = has_msg & pc.is_valid(args).to_numpy(zero_copy_only=False)
+    nel = np.where(has_msg, np.maximum(arg("In msg nelems"), arg("Out msg nelems")), -1)
+    dtype = np.where(has_msg, arg_text("dtype"), "")
+    group = np.where(has_msg, arg("Group size"), -1)
+    coll = np.where(has_msg, arg_text("Collective name"), "")
+    grid = np.where(on_gpu, _dims_column(pc.struct_field(args, "grid"), cols), "")
+    block = np.where(on_gpu, _dims_column(pc.struct_field(args, "block"), cols), "")
+    names = _interned(t.column("name"), cols)
+    dims = np.full(len(rows), "", dtype=object)
+    # Input Dims (nested lists of any depth) and the first Input type of each CPU op, read
+    # from the bytes: a JSON type no column could hold
+    row_of_event = np.full(len(starts), -1, dtype=np.int64)
+    row_of_event[rows] = np.arange(len(rows))
+    comm_rows = np.zeros(len(rows), dtype=bool)
+    if not has_msg.all():
+        comm_rows = ~has_msg & ~on_gpu & np.array([n.startswith(_COMM_OP_PREFIXES) for n in names.tolist()])
+    first_type = {}
+    found = [(m.start(), m.group(1)) for m in _INPUT_DIMS.finditer(region.data)]
+    if found:
+        at = np.fromiter((f[0] for f in found), dtype=np.int64, count=len(found))
+        i = np.searchsorted(starts, at, side="right") - 1
+        inside = (i >= 0) & (at < ends[np.maximum(i, 0)])
+        r_of = np.where(inside, row_of_event[np.maximum(i, 0)], -1)
+        intern = cols.intern
+        for (_, text), r in zip(found, r_of.tolist()):
+            if r >= 0 and not on_gpu[r]:
+                # dims hold only digits, brackets, commas and whitespace: without the whitespace, the
+                # text is orjson's (the other path's) to the byte
+                dims[r] = intern(text.translate(None, b" \t\r\n").decode())
+    if comm_rows.any():
+        for m in _INPUT_TYPE.finditer(region.data):
+            i = int(np.searchsorted(starts, m.start(), side="right")) - 1
+            r = row_of_event[i] if i >= 0 and m.start() < ends[i] else -1
+            if r >= 0 and comm_rows[r]:
+                first_type[r] = m.group(1).decode()
+        for r in np.flatnonzero(comm_rows).tolist():
+            d = dims[r]
+            nel[r] = _elements(orjson.loads(d)) if d else -1
+            dtype[r] = _C10_DTYPES.get(first_type.get(r, ""), "")
+            nm = names[r]
+            coll[r] = nm.split(":", 1)[-1] if nm.startswith(("nccl:", "gloo:")) else ""
+    if cols.device is None and on_gpu.any():
+        dev = arg("device")[on_gpu]
+        dev = dev[dev >= 0]
+        if len(dev):
+            cols.device = int(dev[0])
+    if cols.base_us is None:
+        cols.base_us = int(math.floor(ts[0]))
+    p = cols.parts
+    p["on_gpu"].append(on_gpu)
+    p["stream"].append(stream)
+    p["stream_arg"].append(sarg)
+    p["name"].append(names)
+    p["cat"].append(cat_np)
+    p["ts"].append(ts - cols.base_us)
+    p["dur"].append(dur.astype(np.float64))
+    p["correlation"].append(arg("correlation"))
+    p["external_id"].append(arg("External id"))
+    p["msg_nelems"].append(nel.astype(np.int64))
+    p["dtype"].append(dtype.astype(object))
+    p["group_size"].append(group.astype(np.int64))
+    p["collective"].append(coll.astype(object))
+    p["input_dims"].append(dims)
+    p["grid"].append(grid.astype(object))
+    p["block"].append(block.astype(object))
+    return True
+
+
+def _interned(col, cols: _Columns) -> np.ndarray:
+    """A string column as an object array of interned str ("" for null), decoding each
+    distinct value once."""
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(col)
+    if hasattr(enc, "combine_chunks"):
+        enc = enc.combine_chunks()
+    values = [cols.intern(v) if v is not None else "" for v in enc.dictionary.to_pylist()]
+    lookup = _objects(values + [""])
+    idx = pc.fill_null(enc.indices, len(values)).to_numpy(zero_copy_only=False)
+    return lookup[idx]
+
+
+def _dims_column(col, cols: _Columns) -> np.ndarray:
+    """A list-of-ints column as the JSON text of each value ("" for null)."""
+    out = np.full(len(col), "", dtype=object)
+    seen: dict[tuple, str] = {}
+    for i, v in enumerate(col.to_pylist()):
+        if v is not None:
+            key = tuple(v)
+            text = seen.get(key)
+            if text is None:
+                text = seen[key] = cols.intern(orjson.dumps(v).decode())
+            out[i] = text
+    return out
