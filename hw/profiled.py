@@ -39,14 +39,16 @@ def trace_path(out_dir: str, rank: int) -> str:
     return os.path.join(out_dir, f"rank{rank}.json.gz")
 
 
-def _profiler(warmup: int, iterations: int, path: str):
-    """torch.profiler over CPU ops with shapes, recording `iterations` iterations after
-    `warmup` ones (the last warm-up one is the profiler's own warm-up, discarded)."""
+def _profiler(warmup: int, iterations: int, path: str, cuda: bool = False):
+    """torch.profiler over CPU ops with shapes (and the GPU's kernels on a CUDA run),
+    recording `iterations` iterations after `warmup` ones (the last warm-up one is the
+    profiler's own warm-up, discarded)."""
     import torch.profiler as tp
 
     if warmup < 1:
         raise RingsimError("a profiled run needs at least one warm-up iteration (the profiler warms up on it)")
-    return tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True,
+    activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if cuda else [])
+    return tp.profile(activities=activities, record_shapes=True,
                       schedule=tp.schedule(wait=warmup - 1, warmup=1, active=iterations, repeat=1),
                       on_trace_ready=lambda p: p.export_chrome_trace(path))
 
@@ -72,7 +74,7 @@ def _ring_worker(ctx, cfg, out_dir: str):
                   device=pick_device(cfg.device, ctx.rank, ctx.n_gpus), barrier=ctx.barrier, store=ctx.store,
                   ranks_on_host=ctx.n_gpus)
     try:
-        with _profiler(cfg.warmup, cfg.repeats, trace_path(out_dir, ctx.rank)) as prof:
+        with _profiler(cfg.warmup, cfg.repeats, trace_path(out_dir, ctx.rank), cuda=cfg.device == "cuda") as prof:
             for it in range(cfg.warmup + cfg.repeats):
                 run.iteration(it)
                 prof.step()
