@@ -94,7 +94,6 @@ WAIT_OPS = ("_c10d_functional::wait_tensor", "c10d::wait")
 
 ELEM_BYTES = {"float": 4, "float32": 4, "fp32": 4, "double": 8, "c10::bfloat16": 2, "bfloat16": 2, "bf16": 2,
               "c10::half": 2, "half": 2, "float16": 2, "fp16": 2}
-DTYPES = {4: "fp32"}
 SIM_DTYPE = {"float": "fp32", "float32": "fp32", "fp32": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16",
              "bf16": "bf16", "c10::half": "fp16", "half": "fp16", "float16": "fp16", "fp16": "fp16"}
 
@@ -328,7 +327,7 @@ def _nested_wrappers(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return wrapper
 
 
-def _calls(ev: Events, rows: np.ndarray, gpu: bool, shapes_by_ext: dict[int, tuple]) -> tuple[list[dict], int]:
+def _calls(ev: Events, rows: np.ndarray, gpu: bool, launchers: "_Launchers | None") -> tuple[list[dict], int]:
     """The attention calls among `rows` (one rank's events of one iteration); (calls,
     how many had no shape)."""
     kinds = np.array([ATTENTION_KINDS.get(str(k), "") for k in ev.kind[rows]])
@@ -340,7 +339,7 @@ def _calls(ev: Events, rows: np.ndarray, gpu: bool, shapes_by_ext: dict[int, tup
     out, missing = [], 0
     for i in pick.tolist():
         if gpu:
-            shape = shapes_by_ext.get(int(ev.external_id[i]))
+            shape = launchers.shape(i) if launchers is not None else None
             dtype = shape[6] if shape else ""
             shape = shape[:6] if shape else None
         else:
@@ -353,14 +352,38 @@ def _calls(ev: Events, rows: np.ndarray, gpu: bool, shapes_by_ext: dict[int, tup
     return out, missing
 
 
-def _gpu_shapes(ev: Events, rank_rows: np.ndarray) -> dict[int, tuple]:
-    """External id -> the shape and dtype of the CPU attention op that launched a kernel."""
-    out = {}
-    for i in rank_rows[~ev.on_gpu[rank_rows].astype(bool)].tolist():
-        shape = _shape(str(ev.name[i]), _dims(ev.input_dims[i]))
-        if shape is not None and int(ev.external_id[i]) >= 0:
-            out[int(ev.external_id[i])] = (*shape, _dtype_name(ev.dtype[i]))
-    return out
+class _Launchers:
+    """The shape and dtype of the CPU attention op that launched each kernel of a rank: by
+    the kernel's External id where the trace gives it one, else through its launch (the
+    runtime call of the same correlation) and the innermost attention op with a shape
+    around that call on its thread."""
+
+    def __init__(self, ev: Events, rank_rows: np.ndarray):
+        self.ev = ev
+        cpu = rank_rows[~ev.on_gpu[rank_rows].astype(bool)]
+        self.by_ext: dict[int, tuple] = {}
+        ops: dict[int, list[tuple[float, float, tuple]]] = {}
+        for i in cpu.tolist():
+            shape = _shape(str(ev.name[i]), _dims(ev.input_dims[i]))
+            if shape is None:
+                continue
+            got = (*shape, _dtype_name(ev.dtype[i]))
+            if int(ev.external_id[i]) >= 0:
+                self.by_ext[int(ev.external_id[i])] = got
+            ops.setdefault(int(ev.stream[i]), []).append((float(ev.start_s[i]), float(ev.end_s[i]), got))
+        self.ops = {k: sorted(v, key=lambda x: x[0]) for k, v in ops.items()}
+        launches = cpu[(ev.kind[cpu] == "runtime") & (ev.correlation[cpu] >= 0)]
+        self.launch = {int(ev.correlation[i]): (int(ev.stream[i]), float(ev.start_s[i])) for i in launches.tolist()}
+
+    def shape(self, i: int) -> tuple | None:
+        got = self.by_ext.get(int(self.ev.external_id[i]))
+        if got is not None:
+            return got
+        at = self.launch.get(int(self.ev.correlation[i]))
+        if at is None:
+            return None
+        around = [op for op in self.ops.get(at[0], []) if op[0] <= at[1] <= op[1]]
+        return max(around, key=lambda op: op[0])[2] if around else None
 
 
 def _transfers(ev: Events, rows: np.ndarray, gpu: bool, stream: int) -> list[dict]:
@@ -554,7 +577,7 @@ def find_ring(run: Run) -> RingRun:
         rank_rows = np.flatnonzero(ev.rank == rank)
         gpu = bool(np.any(ev.on_gpu[rank_rows].astype(bool)
                           & np.isin(ev.kind[rank_rows], ["attention_fwd", "attention_bwd"])))
-        shapes = _gpu_shapes(ev, rank_rows) if gpu else {}
+        launchers = _Launchers(ev, rank_rows) if gpu else None
         for it in sorted(set(ev.iteration[rank_rows].tolist())):
             if it < 0:
                 continue
@@ -562,7 +585,7 @@ def find_ring(run: Run) -> RingRun:
             steps = rows[ev.kind[rows] == "step"]
             if len(steps):
                 profiler_steps[int(it)] = max(profiler_steps.get(int(it), 0.0), float(ev.dur_s[steps].max()))
-            found, missing = _calls(ev, rows, gpu, shapes)
+            found, missing = _calls(ev, rows, gpu, launchers)
             no_shape += missing
             if not found:
                 continue

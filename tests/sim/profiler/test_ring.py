@@ -36,12 +36,14 @@ def pairs(q: int, k: int, causal: bool) -> float:
 
 def write_gpu_ring(folder: Path, *, n: int = 4, c: int = 1024, heads: int = 8, kv_heads: int = 2, d: int = 64,
                    iterations: int = 2, rate: float = 400e12, alpha_s: float = 20e-6,
-                   bandwidth: float = 50e9) -> dict:
+                   bandwidth: float = 50e9, kernel_ids: bool = True) -> dict:
     """One Kineto trace per rank of a zigzag ring forward on GPUs (bf16), every rank alike:
     a FlashAttention kernel per step on stream 7 (FLOPs / `rate` long) launched by
     `aten::_flash_attention_forward` with its Input Dims, an NCCL SendRecv of the next K/V
     block (alpha + bytes / bandwidth) on stream 20 beside it; step k + 1 starts when step k
-    and hop k are both done. Returns what a reader should find."""
+    and hop k are both done. Without `kernel_ids` the attention kernels carry no External
+    id (as some traces keep them): only their launch's correlation links them to their op.
+    Returns what a reader should find."""
     folder.mkdir(parents=True, exist_ok=True)
     kv_elems = 2 * kv_heads * c * d            # K and V of one block, batch 1
     hop_s = alpha_s + kv_elems * 2 / bandwidth
@@ -67,9 +69,10 @@ def write_gpu_ring(folder: Path, *, n: int = 4, c: int = 1024, heads: int = 8, k
                            "ts": t - 20, "dur": 15, "args": {"External id": ext, "Input Dims": dims}})
                 ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": r, "tid": 1,
                            "ts": t - 15, "dur": 5, "args": {"correlation": ext, "External id": ext}})
+                ids = {"External id": ext} if kernel_ids else {}
                 ev.append({"ph": "X", "cat": "kernel", "name": FLASH_FWD, "pid": 0, "tid": 7, "ts": t,
-                           "dur": comp_s * 1e6, "args": {"stream": 7, "device": 0, "correlation": ext,
-                                                         "External id": ext, "grid": [8, 8, 1], "block": [128, 1, 1]}})
+                           "dur": comp_s * 1e6, "args": {"stream": 7, "device": 0, "correlation": ext, **ids,
+                                                         "grid": [8, 8, 1], "block": [128, 1, 1]}})
                 ext += 1
                 t += max(comp_s, hop_s if k < n - 1 else 0.0) * 1e6
             expect_phase = (t - it_start) * 1e-6
@@ -85,8 +88,9 @@ def write_gpu_ring(folder: Path, *, n: int = 4, c: int = 1024, heads: int = 8, k
             "kv_bytes": kv_elems * 2, "phase_s": expect_phase, "hop_s": hop_s, "rate": rate}
 
 
-def test_a_synthetic_gpu_zigzag_ring_is_found_step_by_step(tmp_path):
-    want = write_gpu_ring(tmp_path / "run")
+@pytest.mark.parametrize("kernel_ids", [True, False])
+def test_a_synthetic_gpu_zigzag_ring_is_found_step_by_step(tmp_path, kernel_ids):
+    want = write_gpu_ring(tmp_path / "run", kernel_ids=kernel_ids)
     ring = find_ring(read_run([tmp_path / "run"]))
     n, c = want["n"], want["c"]
     cfg = ring.config
