@@ -47,9 +47,10 @@ def register(sub) -> None:
     v.add_argument("--profile", metavar="PROFILE.json",
                    help="calibrated from separate microbenchmarks (`ringsim calibrate`); needed unless --trace")
     v.add_argument("--trace", nargs="+", metavar="PATH", default=None,
-                   help="a torch.profiler trace of a context-parallel run instead (files or a folder of one file "
-                        "per rank): find its ring, fit a profile to it, and play its configuration on that profile "
-                        "against the measured iterations (sim.calibration.from_profiler); runs nothing")
+                   help="a torch.profiler trace of a context-parallel run instead (files, a folder of one file "
+                        "per rank, or the table of `ringsim trace import --out`): find its ring, fit a profile to "
+                        "it, and play its configuration on that profile against the measured iterations "
+                        "(sim.calibration.from_profiler); runs nothing")
     v.add_argument("--profile-out", metavar="FILE", default=None,
                    help="with --trace: write the fitted profile (for `simulate/compare/step/plan --profile`)")
     v.add_argument("--partial", action="store_true", help="with --trace: read the ranks given, though some are missing")
@@ -245,12 +246,12 @@ def cmd_validate_trace(a: argparse.Namespace) -> int:
         print(f"not matched: {line}")
     for line in report["notes"]:
         print(f"note: {line}")
-    rows = [[f"iteration {it}", fmt_s(t)] for it, t in zip(sorted(report["profiler_steps_s"]) or
-                                                             range(len(m["iterations_s"])), m["iterations_s"])]
+    rows = [[f"iteration {it}", fmt_s(t)] for it, t in zip(m["iterations"], m["iterations_s"])]
     rows += [["measured median", fmt_s(m["median_s"])], ["measured range", f"{fmt_s(m['min_s'])} - {fmt_s(m['max_s'])}"],
              ["simulated", fmt_s(report["simulated_s"])], ["error", f"{report['error']:+.1%}"]]
     print(table(["attention phase (slowest rank)", "time"], rows))
-    print(f"ranks entered the attention {fmt_s(m['entry_skew_median_s'])} apart (median; not in the phase)")
+    print(f"the median rank's phase {fmt_s(m['rank_median_s'])} ({report['error_vs_rank_median']:+.1%}); the ranks "
+          f"entered the attention {fmt_s(m['entry_skew_median_s'])} apart (median; not in the phase)")
     link = report["profile"]["link"]
     print(f"fitted: link {link['latency_s'] * 1e6:.1f} us + {link['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; compute "
           + ", ".join(f"{k} {g['flops_per_s'] / 1e9:.1f} GFLOP/s" for k, g in report["profile"]["compute"].items()))

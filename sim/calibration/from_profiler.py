@@ -132,12 +132,16 @@ def replay(ring: RingRun, profile: Profile) -> dict[str, Any]:
 
 
 def validate_trace(paths: list[str], *, partial: bool = False) -> tuple[dict[str, Any], Profile]:
-    """`ringsim validate --trace`: read the run, find its ring, fit a profile to it and
-    replay its configuration on that profile; (the report, the profile)."""
-    from sim.profiler.reader import read_run
+    """`ringsim validate --trace`: read the run (trace files, folders of them, or the
+    Parquet table `ringsim trace import --out` wrote), find its ring, fit a profile to it
+    and replay its configuration on that profile; (the report, the profile)."""
+    from sim.profiler.reader import read_run, read_table
     from sim.profiler.ring import find_ring
 
-    run = read_run(paths, partial=partial)
+    if len(paths) == 1 and str(paths[0]).endswith(".parquet"):
+        run = read_table(paths[0])
+    else:
+        run = read_run(paths, partial=partial)
     ring = find_ring(run)
     source = ", ".join(str(p) for p in paths)
     on = {"kind": "cuda" if run.devices and any(run.devices.values()) else "cpu",

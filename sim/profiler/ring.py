@@ -232,9 +232,10 @@ class RingRun:
         """The iterations' attention-phase times: median, range, each; the median rank's
         phase over every rank and iteration (what a rank takes when it waits on no slower
         one); and the ranks' entry skew."""
-        times = list(self.iteration_s().values())
+        per = self.iteration_s()
+        times = list(per.values())
         return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-                "iterations_s": times, "n": len(times),
+                "iterations": list(per), "iterations_s": times, "n": len(times),
                 "rank_median_s": statistics.median(e - s for s, e in self.phases.values()),
                 "entry_skew_median_s": statistics.median(self.entry_skew_s().values())}
 
