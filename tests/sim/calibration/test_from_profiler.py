@@ -108,3 +108,15 @@ def test_validate_trace_refuses_a_trace_that_is_no_ring_in_one_line(tmp_path):
     got = _ringsim("validate", "--trace", str(folder))
     assert got.returncode == 2
     assert len(got.stderr.strip().splitlines()) == 1 and "no attention calls" in got.stderr
+
+
+def test_the_imported_table_validates_as_the_traces_do(tmp_path):
+    from sim.profiler.reader import write_table
+
+    folder = CPU / "torchcp-alltoall-causal-2r"
+    write_table(read_run([folder]), tmp_path / "run.parquet")
+    from_table, _ = validate_trace([str(tmp_path / "run.parquet")])
+    from_files, _ = validate_trace([str(folder)])
+    assert from_table["config"] == from_files["config"]
+    assert from_table["measured"]["iterations_s"] == pytest.approx(from_files["measured"]["iterations_s"])
+    assert from_table["simulated_s"] == pytest.approx(from_files["simulated_s"])
