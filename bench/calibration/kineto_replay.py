@@ -8,7 +8,8 @@ it and replay its configuration (sim.calibration.from_profiler): the simulated a
 phase against the measured one (the slowest rank's, median and range over the recording's
 iterations), and against the median rank's phase (a rank that waited on no slower one).
 Then the what-if the profile is for: the profile fitted at one length predicts the
-recording of the same implementation at the other lengths (held out).
+recording of the same implementation at the other lengths (held out), recorded right
+after it (recording i of every case runs before recording i + 1 of any).
 
     .venv/bin/python bench/calibration/kineto_replay.py                     # record and replay
     .venv/bin/python bench/calibration/kineto_replay.py --seqs 2048 --recordings 2
@@ -76,10 +77,12 @@ def main() -> int:
     started = time.time()
     rows, cases = [], []
     fitted: dict[tuple[str, int, int], tuple] = {}
-    for impl in a.impls:
-        for seq in a.seqs:
-            runs = []
-            for i in range(a.recordings):
+    by_case: dict[tuple[str, int], list[dict]] = {}
+    # recording i of every case, then recording i + 1: a case's lengths are recorded back to back,
+    # so that a profile fitted at one length predicts the other as the host ran then
+    for i in range(a.recordings):
+        for impl in a.impls:
+            for seq in a.seqs:
                 folder = os.path.join(base, f"{impl}-s{seq}-r{i}")
                 if not a.from_dir:
                     record(impl, seq, a.iterations, folder)
@@ -87,20 +90,21 @@ def main() -> int:
                 profile = calibrate_from_ring(ring, folder)
                 r = replay(ring, profile)
                 fitted[(impl, seq, i)] = (ring, profile)
-                runs.append({"folder": folder, "measured": r["measured"], "simulated_s": r["simulated_s"],
-                             "error": r["error"], "error_vs_rank_median": r["error_vs_rank_median"],
-                             "within_range": r["within_range"],
-                             "config": r["config"], "unmatched": ring.unmatched})
+                by_case.setdefault((impl, seq), []).append(
+                    {"folder": folder, "measured": r["measured"], "simulated_s": r["simulated_s"],
+                     "error": r["error"], "error_vs_rank_median": r["error_vs_rank_median"],
+                     "within_range": r["within_range"], "config": r["config"], "unmatched": ring.unmatched})
                 print(f"{impl} {seq} #{i}: measured {r['measured']['median_s'] * 1e3:.1f} ms "
                       f"({r['measured']['min_s'] * 1e3:.1f}-{r['measured']['max_s'] * 1e3:.1f}), simulated "
                       f"{r['simulated_s'] * 1e3:.1f} ms ({r['error']:+.1%})", file=sys.stderr, flush=True)
-            cases.append({"impl": impl, "seq": seq, "runs": runs,
-                          "measured_median_s": stats([x["measured"]["median_s"] for x in runs]),
-                          "simulated_s": stats([x["simulated_s"] for x in runs]),
-                          "error": stats([x["error"] for x in runs]),
-                          "error_vs_rank_median": stats([x["error_vs_rank_median"] for x in runs]),
-                          "abs_error_median": statistics.median(abs(x["error"]) for x in runs),
-                          "within_10pct": sum(abs(x["error"]) <= 0.10 for x in runs)})
+    for (impl, seq), runs in by_case.items():
+        cases.append({"impl": impl, "seq": seq, "runs": runs,
+                      "measured_median_s": stats([x["measured"]["median_s"] for x in runs]),
+                      "simulated_s": stats([x["simulated_s"] for x in runs]),
+                      "error": stats([x["error"] for x in runs]),
+                      "error_vs_rank_median": stats([x["error_vs_rank_median"] for x in runs]),
+                      "abs_error_median": statistics.median(abs(x["error"]) for x in runs),
+                      "within_10pct": sum(abs(x["error"]) <= 0.10 for x in runs)})
     # what-ifs held out: a profile fitted at one length predicts the other lengths' recordings
     held = []
     for impl in a.impls:
