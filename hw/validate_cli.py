@@ -250,8 +250,10 @@ def cmd_validate_trace(a: argparse.Namespace) -> int:
     rows += [["measured median", fmt_s(m["median_s"])], ["measured range", f"{fmt_s(m['min_s'])} - {fmt_s(m['max_s'])}"],
              ["simulated", fmt_s(report["simulated_s"])], ["error", f"{report['error']:+.1%}"]]
     print(table(["attention phase (slowest rank)", "time"], rows))
-    print(f"the median rank's phase {fmt_s(m['rank_median_s'])} ({report['error_vs_rank_median']:+.1%}); the ranks "
-          f"entered the attention {fmt_s(m['entry_skew_median_s'])} apart (median; not in the phase)")
+    print(f"the median rank's phase {fmt_s(m['rank_median_s'])} ({report['error_vs_rank_median']:+.1%}); a rank not "
+          f"computing (waiting on blocks or on slower ranks) {fmt_s(m['waiting_median_s'])} of it, simulated "
+          f"{fmt_s(report['simulated_waiting_s'])}; the ranks entered the attention "
+          f"{fmt_s(m['entry_skew_median_s'])} apart (median; not in the phase)")
     link = report["profile"]["link"]
     print(f"fitted: link {link['latency_s'] * 1e6:.1f} us + {link['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; compute "
           + ", ".join(f"{k} {g['flops_per_s'] / 1e9:.1f} GFLOP/s" for k, g in report["profile"]["compute"].items()))

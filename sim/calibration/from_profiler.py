@@ -24,8 +24,9 @@ as they are:
 
 `replay` plays the configuration the trace tells (sim.profiler.ring.RingConfig) on the
 fitted profile and sets the simulated makespan beside the measured iterations' median
-and range: validation of the profile on the run that made it, the floor under any
-what-if asked of it.
+and range, and the time a rank spent not computing (waiting on blocks in flight or on
+slower ranks: the overlap the run really got) beside the simulated one: validation of
+the profile on the run that made it, the floor under any what-if asked of it.
 """
 
 from __future__ import annotations
@@ -122,9 +123,13 @@ def replay(ring: RingRun, profile: Profile) -> dict[str, Any]:
     from sim.trace.metrics import compute_metrics
 
     scenario = ring.config.scenario()
-    simulated = compute_metrics(simulate(scenario, profile)).makespan_s
+    metrics = compute_metrics(simulate(scenario, profile))
+    simulated = metrics.makespan_s
     m = ring.measured()
+    # a simulated rank's time not computing: its exposed communication and idle, as measured
+    waiting = statistics.median(r.exposed_comm_s + r.idle_s for r in metrics.ranks)
     return {"config": ring.config.to_dict(), "measured": m, "simulated_s": simulated,
+            "simulated_waiting_s": waiting, "simulated_overlap_efficiency": metrics.overlap_efficiency,
             "error": (simulated - m["median_s"]) / m["median_s"] if m["median_s"] > 0 else None,
             "error_vs_rank_median": (simulated - m["rank_median_s"]) / m["rank_median_s"]
             if m["rank_median_s"] > 0 else None,

@@ -220,6 +220,15 @@ class RingRun:
             out[it] = max(out.get(it, 0.0), end - start)
         return dict(sorted(out.items()))
 
+    def waiting_s(self) -> dict[tuple[int, int], float]:
+        """(rank, iteration) -> the time of its phase its stream was not working: its waits
+        for blocks still in flight (exposed communication) and for slower ranks (idle), the
+        overlap the run really got."""
+        busy: dict[tuple[int, int], float] = {}
+        for c in self.calls:
+            busy[(c.rank, c.iteration)] = busy.get((c.rank, c.iteration), 0.0) + c.busy_s
+        return {key: max(0.0, (end - start) - busy.get(key, 0.0)) for key, (start, end) in sorted(self.phases.items())}
+
     def entry_skew_s(self) -> dict[int, float]:
         """Each iteration's spread of its ranks' phase starts: how far apart they entered
         the attention, for reasons before it (kept apart from the phase)."""
@@ -231,12 +240,13 @@ class RingRun:
     def measured(self) -> dict[str, Any]:
         """The iterations' attention-phase times: median, range, each; the median rank's
         phase over every rank and iteration (what a rank takes when it waits on no slower
-        one); and the ranks' entry skew."""
+        one); the median rank's time waiting (`waiting_s`); and the ranks' entry skew."""
         per = self.iteration_s()
         times = list(per.values())
         return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
                 "iterations": list(per), "iterations_s": times, "n": len(times),
                 "rank_median_s": statistics.median(e - s for s, e in self.phases.values()),
+                "waiting_median_s": statistics.median(self.waiting_s().values()),
                 "entry_skew_median_s": statistics.median(self.entry_skew_s().values())}
 
     def steps(self) -> list[dict[str, Any]]:

@@ -46,6 +46,9 @@ def test_replaying_a_synthetic_ring_gives_its_own_time(tmp_path):
     got = replay(ring, calibrate_from_ring(ring, "synthetic", measured_on={"kind": "cuda", "backend": "nccl"}))
     assert got["simulated_s"] == pytest.approx(closed, rel=1e-6)
     assert abs(got["error"]) < 1e-6
+    # every hop hidden behind its step: no rank waited, measured or simulated
+    assert got["measured"]["waiting_median_s"] == pytest.approx(0.0, abs=1e-9)
+    assert got["simulated_waiting_s"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_a_recorded_ring_fits_the_blocks_it_holds():
