@@ -199,33 +199,46 @@ _OPEN = (123, 91)  # { [
 _CLOSE = (125, 93)  # } ]
 
 
+_SPECIAL = np.zeros(256, dtype=bool)
+_SPECIAL[[_QUOTE, 123, 125, 91, 93]] = True
+_OPENS = np.zeros(256, dtype=np.int8)
+_OPENS[[123, 91]] = 1
+_OPENS[[125, 93]] = -1
+
+
 def _structure(buf: bytes, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Positions of the brackets of `buf` outside strings, their bytes and the nesting depth
     after each; `buf` starts outside a string at depth `depth0`. Only the quotes and brackets
-    are looked at, so a chunk costs a few vector passes."""
+    are looked at, in a few vector passes over the chunk and 32-bit positions (a chunk is
+    megabytes: its temporaries stay a few times its size)."""
     a = np.frombuffer(buf, dtype=np.uint8)
-    special = np.flatnonzero((a == _QUOTE) | (a == 123) | (a == 125) | (a == 91) | (a == 93))
+    special = np.flatnonzero(_SPECIAL[a]).astype(np.int32)
     chars = a[special]
     is_quote = chars == _QUOTE
     if buf.find(b"\\") >= 0:
-        # a quote after an odd run of backslashes is inside its string
-        qpos = special[is_quote]
-        maybe = qpos[(qpos > 0) & (a[np.maximum(qpos - 1, 0)] == _BACKSLASH)]
-        for p in maybe.tolist():
-            run = 0
-            while p - 1 - run >= 0 and a[p - 1 - run] == _BACKSLASH:
-                run += 1
-            if run % 2:
-                is_quote[np.searchsorted(special, p)] = False
+        # a quote after an odd run of backslashes is inside its string: the run's length is
+        # the distance back to the last byte that is not a backslash
+        qi = np.flatnonzero(is_quote)
+        q = special[qi]
+        after_bs = (q > 0) & (a[np.maximum(q - 1, 0)] == _BACKSLASH)
+        if after_bs.any():
+            idx = np.arange(len(a), dtype=np.int32)
+            last_other = np.maximum.accumulate(np.where(a == _BACKSLASH, np.int32(-1), idx))
+            del idx
+            p = q[after_bs] - 1
+            run = p - last_other[p]
+            del last_other
+            is_quote[qi[after_bs][run % 2 == 1]] = False
     # a bracket is structural where an even number of (real) quotes precede it
-    quotes_before = np.cumsum(is_quote)
+    quotes_before = np.cumsum(is_quote, dtype=np.int32)
     structural = ~is_quote & (quotes_before % 2 == 0)
+    del quotes_before
     if not structural.any():
-        return special[:0], chars[:0], np.zeros(0, np.int64)
+        return special[:0], chars[:0], np.zeros(0, np.int32)
     pos = special[structural]
     ch = chars[structural]
-    delta = np.where((ch == 123) | (ch == 91), 1, -1)
-    depth = depth0 + np.cumsum(delta)
+    depth = np.cumsum(_OPENS[ch], dtype=np.int32)
+    depth += depth0
     return pos, ch, depth
 
 
@@ -554,10 +567,14 @@ class _RankFile:
 def _read_file(path: Path) -> _RankFile:
     cols = _Columns()
     meta: dict = {}
+    seen_bytes = 0
     for item in _stream_events(path):
         if isinstance(item, dict):
             meta = item
-        elif not (FAST_PATH and _add_region_columnar(path, item, cols)):
+            continue
+        seen_bytes += len(item.data)
+        columnar = FAST_PATH and seen_bytes > COLUMNAR_AFTER_BYTES
+        if not (columnar and _add_region_columnar(path, item, cols)):
             _add_batch(path, _parse_events(path, item), cols)
     if cols.base_us is None:
         raise RingsimError(f"{path}: no kernels, operators or runtime calls: not a torch.profiler trace "
@@ -1008,6 +1025,10 @@ def read_table(path: str | os.PathLike) -> Run:
 FAST_PATH = True
 """Parse regions with pyarrow's JSON reader when their layout allows (the orjson path is the
 reference and the fallback)."""
+
+COLUMNAR_AFTER_BYTES = 16 * 1024 * 1024
+"""pyarrow parses a file's regions once this much of it is read: below it, orjson is as
+quick and pyarrow's first use (it loads pandas) would cost more than it saves."""
 
 _KEPT_CATS = tuple(GPU_CATS) + tuple(CPU_CATS)
 _ARGS_FIELDS = (("stream", "int64"), ("correlation", "int64"), ("External id", "int64"),
