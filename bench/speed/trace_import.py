@@ -7,10 +7,13 @@ copy shifted by the trace's span and its correlations and External ids renumbere
 uncompressed JSON reaches `--large-mb`; it is written to a temporary folder (plain JSON, one
 event a line as Kineto writes it) and removed afterwards.
 
-Per trace: the uncompressed size, the seconds of read + breakdown (median and range of
-`--repeats` fresh processes), MB/s of uncompressed JSON, the peak resident memory above what
-the process held once its imports were done (`peak_rss_mb - import_rss_mb`), and that as a
-multiple of the uncompressed size. The aim (docs/traces.md): >= 50 MB/s and under 2x.
+Per trace: the uncompressed size, the seconds of read + breakdown after the imports (median
+and range of `--repeats` fresh processes; the imports' own seconds apart), MB/s of
+uncompressed JSON, the same per CPU second of the process (the machine is shared: wall-clock
+MB/s falls with its load, CPU seconds much less), the peak resident memory above what the
+process held once its imports were done (the kernel's high-water mark reset before the read:
+/proc/self/clear_refs), and that as a multiple of the uncompressed size. The aim
+(docs/traces.md): >= 50 MB/s and under 2x.
 
     .venv/bin/python bench/speed/trace_import.py [--repeats 3] [--large-mb 300] [--out FILE.json]
 """
@@ -37,19 +40,31 @@ from bench.common import RESULTS, cpu_host  # noqa: E402
 TRACES = Path(ROOT) / "tests" / "data" / "traces"
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 sys.path.insert(0, sys.argv[1])
-import numpy, orjson, pyarrow
+t0 = time.perf_counter()
+import numpy, orjson, pyarrow, pyarrow.compute, pyarrow.json
 from sim.profiler.reader import read_run
 from sim.profiler.breakdown import breakdown
-rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-before = rss()
+imports_s = time.perf_counter() - t0
+
+def status_mb(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+
+before = status_mb("VmRSS")
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak resident size (VmHWM) restarts from now: the read's own
 t0 = time.perf_counter()
+c0 = time.process_time()
 run = read_run(sys.argv[2:])
 rows = breakdown(run)
 seconds = time.perf_counter() - t0
-print(json.dumps({"seconds": seconds, "import_rss_mb": before, "peak_rss_mb": rss(), "events": len(run.events),
-                  "ranks": len(run.ranks)}))
+cpu = time.process_time() - c0
+print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "imports_s": imports_s, "import_rss_mb": before,
+                  "peak_rss_mb": status_mb("VmHWM"), "events": len(run.events), "ranks": len(run.ranks)}))
 """
 
 
@@ -113,11 +128,14 @@ def measure(paths: list[Path], repeats: int) -> dict:
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     mb = sum(uncompressed_bytes(p) for p in paths) / 1e6
     secs = [r["seconds"] for r in runs]
+    cpu = [r["cpu_seconds"] for r in runs]
     extra = [r["peak_rss_mb"] - r["import_rss_mb"] for r in runs]
     med = statistics.median(secs)
     return {"uncompressed_mb": mb, "files": len(paths), "events": runs[0]["events"], "ranks": runs[0]["ranks"],
             "seconds_median": med, "seconds_min": min(secs), "seconds_max": max(secs),
             "mb_per_s_median": mb / med, "mb_per_s_min": mb / max(secs), "mb_per_s_max": mb / min(secs),
+            "cpu_seconds_median": statistics.median(cpu), "mb_per_cpu_s_median": mb / statistics.median(cpu),
+            "imports_s_median": statistics.median(r["imports_s"] for r in runs),
             "peak_extra_mb_median": statistics.median(extra), "peak_extra_mb_max": max(extra),
             "peak_over_size": statistics.median(extra) / mb, "import_rss_mb": runs[0]["import_rss_mb"],
             "repeats": repeats}
@@ -150,6 +168,7 @@ def main() -> None:
             r = rows[name]
             print(f"{name:34s} {r['uncompressed_mb']:8.1f} MB  {r['seconds_median']:7.2f} s "
                   f"({r['seconds_min']:.2f}-{r['seconds_max']:.2f})  {r['mb_per_s_median']:6.1f} MB/s  "
+                  f"({r['mb_per_cpu_s_median']:.1f} MB per CPU s)  "
                   f"peak +{r['peak_extra_mb_median']:.0f} MB = {r['peak_over_size']:.2f} x size", flush=True)
     load = os.getloadavg()
     result = {"machine": cpu_host(), "python": platform.python_version(), "load_avg_1_5_15": load,

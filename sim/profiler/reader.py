@@ -199,33 +199,46 @@ _OPEN = (123, 91)  # { [
 _CLOSE = (125, 93)  # } ]
 
 
+_SPECIAL = np.zeros(256, dtype=bool)
+_SPECIAL[[_QUOTE, 123, 125, 91, 93]] = True
+_OPENS = np.zeros(256, dtype=np.int8)
+_OPENS[[123, 91]] = 1
+_OPENS[[125, 93]] = -1
+
+
 def _structure(buf: bytes, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Positions of the brackets of `buf` outside strings, their bytes and the nesting depth
     after each; `buf` starts outside a string at depth `depth0`. Only the quotes and brackets
-    are looked at, so a chunk costs a few vector passes."""
+    are looked at, in a few vector passes over the chunk and 32-bit positions (a chunk is
+    megabytes: its temporaries stay a few times its size)."""
     a = np.frombuffer(buf, dtype=np.uint8)
-    special = np.flatnonzero((a == _QUOTE) | (a == 123) | (a == 125) | (a == 91) | (a == 93))
+    special = np.flatnonzero(_SPECIAL[a]).astype(np.int32)
     chars = a[special]
     is_quote = chars == _QUOTE
     if buf.find(b"\\") >= 0:
-        # a quote after an odd run of backslashes is inside its string
-        qpos = special[is_quote]
-        maybe = qpos[(qpos > 0) & (a[np.maximum(qpos - 1, 0)] == _BACKSLASH)]
-        for p in maybe.tolist():
-            run = 0
-            while p - 1 - run >= 0 and a[p - 1 - run] == _BACKSLASH:
-                run += 1
-            if run % 2:
-                is_quote[np.searchsorted(special, p)] = False
+        # a quote after an odd run of backslashes is inside its string: the run's length is
+        # the distance back to the last byte that is not a backslash
+        qi = np.flatnonzero(is_quote)
+        q = special[qi]
+        after_bs = (q > 0) & (a[np.maximum(q - 1, 0)] == _BACKSLASH)
+        if after_bs.any():
+            idx = np.arange(len(a), dtype=np.int32)
+            last_other = np.maximum.accumulate(np.where(a == _BACKSLASH, np.int32(-1), idx))
+            del idx
+            p = q[after_bs] - 1
+            run = p - last_other[p]
+            del last_other
+            is_quote[qi[after_bs][run % 2 == 1]] = False
     # a bracket is structural where an even number of (real) quotes precede it
-    quotes_before = np.cumsum(is_quote)
+    quotes_before = np.cumsum(is_quote, dtype=np.int32)
     structural = ~is_quote & (quotes_before % 2 == 0)
+    del quotes_before
     if not structural.any():
-        return special[:0], chars[:0], np.zeros(0, np.int64)
+        return special[:0], chars[:0], np.zeros(0, np.int32)
     pos = special[structural]
     ch = chars[structural]
-    delta = np.where((ch == 123) | (ch == 91), 1, -1)
-    depth = depth0 + np.cumsum(delta)
+    depth = np.cumsum(_OPENS[ch], dtype=np.int32)
+    depth += depth0
     return pos, ch, depth
 
 
@@ -373,8 +386,8 @@ class _Columns:
         return self.strings.setdefault(s, s)
 
 
-_RAW = ("on_gpu", "stream", "stream_arg", "name", "cat", "ts", "dur", "correlation", "external_id", "msg_nelems", "dtype",
-        "group_size", "collective", "input_dims", "grid", "block")
+_RAW = ("on_gpu", "stream", "stream_arg", "name", "cat", "kind", "ts", "dur", "correlation", "external_id",
+        "msg_nelems", "dtype", "group_size", "collective", "input_dims", "grid", "block")
 
 
 def _number(path: Path, e: dict, key: str, limit: float) -> float:
@@ -486,6 +499,14 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
     p["stream_arg"].append(np.array(sarg, dtype=np.int64))
     p["name"].append(_objects(name))
     p["cat"].append(_objects(cat))
+    cache: dict[tuple[str, str, bool], str] = {}
+    kinds = []
+    for c_, n_, g_ in zip(cat, name, on_gpu):
+        k = cache.get((c_, n_, g_))
+        if k is None:
+            k = cache[(c_, n_, g_)] = _kind_of(c_, n_, g_)
+        kinds.append(k)
+    p["kind"].append(_objects(kinds))
     p["ts"].append(np.array(ts, dtype=np.float64))
     p["dur"].append(np.array(dur, dtype=np.float64))
     p["correlation"].append(np.array(corr, dtype=np.int64))
@@ -546,10 +567,14 @@ class _RankFile:
 def _read_file(path: Path) -> _RankFile:
     cols = _Columns()
     meta: dict = {}
+    seen_bytes = 0
     for item in _stream_events(path):
         if isinstance(item, dict):
             meta = item
-        elif not (FAST_PATH and _add_region_columnar(path, item, cols)):
+            continue
+        seen_bytes += len(item.data)
+        columnar = FAST_PATH and seen_bytes > COLUMNAR_AFTER_BYTES
+        if not (columnar and _add_region_columnar(path, item, cols)):
             _add_batch(path, _parse_events(path, item), cols)
     if cols.base_us is None:
         raise RingsimError(f"{path}: no kernels, operators or runtime calls: not a torch.profiler trace "
@@ -738,21 +763,17 @@ def _assemble(by_rank: dict[int, _RankFile]):
     return Events(**cols), iterations, offsets_s, notes
 
 
+def _kind_of(cat: str, name: str, on_gpu: bool) -> str:
+    return classify_gpu(cat, name)[0] if on_gpu else classify_cpu(cat, name)
+
+
 def _kinds(c: dict[str, np.ndarray]) -> np.ndarray:
-    """The kind of each row (sim.profiler.kernels), from the unique (cat, name) pairs."""
-    names, cats, gpu = c["name"], c["cat"], c["on_gpu"]
-    out = np.empty(len(names), dtype=object)
-    cache: dict[tuple[str, str, bool], str] = {}
-    coll = c["collective"]
-    for i in range(len(names)):
-        key = (cats[i], names[i], bool(gpu[i]))
-        k = cache.get(key)
-        if k is None:
-            k = classify_gpu(cats[i], names[i])[0] if gpu[i] else classify_cpu(cats[i], names[i])
-            cache[key] = k
-        if k == "collective_other" and coll[i]:
-            k = collective_kind(coll[i]) or k
-        out[i] = k
+    """The kind of each row (sim.profiler.kernels, classified as the rows were read), a
+    collective the name leaves open refined by its "Collective name" argument."""
+    out = c["kind"].copy()
+    open_ = np.flatnonzero((out == "collective_other") & (c["collective"] != ""))
+    for i in open_.tolist():
+        out[i] = collective_kind(c["collective"][i]) or out[i]
     return out
 
 
@@ -1005,12 +1026,60 @@ FAST_PATH = True
 """Parse regions with pyarrow's JSON reader when their layout allows (the orjson path is the
 reference and the fallback)."""
 
+COLUMNAR_AFTER_BYTES = 16 * 1024 * 1024
+"""pyarrow parses a file's regions once this much of it is read: below it, orjson is as
+quick and pyarrow's first use (it loads pandas) would cost more than it saves."""
+
 _KEPT_CATS = tuple(GPU_CATS) + tuple(CPU_CATS)
 _ARGS_FIELDS = (("stream", "int64"), ("correlation", "int64"), ("External id", "int64"),
                 ("In msg nelems", "int64"), ("Out msg nelems", "int64"), ("Group size", "int64"),
                 ("dtype", "string"), ("Collective name", "string"), ("device", "int64"),
                 ("grid", "ints"), ("block", "ints"))
-_STRING_ID = re.compile(rb'"(?:tid|pid)"\s*:\s*"')
+# as Kineto and json.dumps space them ("key": value) and as compact writers do; an event
+# written otherwise is parsed all the same (the reader's type check sends its region to orjson)
+_STACK_TEXTS = (b'"cat": "python_function"', b'"cat":"python_function"')
+_STRING_ID_TEXTS = (b'"tid": "', b'"pid": "', b'"tid":"', b'"pid":"')
+
+
+def _blank(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, at: list[int]) -> None:
+    """Make each event holding a position of `at` an empty object, {} and spaces."""
+    if not at:
+        return
+    i = np.unique(np.searchsorted(starts, np.array(at, dtype=np.int64), side="right") - 1)
+    i = i[i >= 0]
+    edge = np.zeros(len(a) + 1, dtype=np.int8)
+    edge[starts[i] + 2] += 1  # the events are disjoint: no index twice
+    edge[ends[i] + 1] -= 1
+    a[np.cumsum(edge[:-1], dtype=np.int8) > 0] = 32
+    a[starts[i] + 1] = 125
+
+
+def _read_lines(a: np.ndarray):
+    """pyarrow's JSON reader over one event a line, the kept fields typed; None where a value
+    does not fit its type."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    try:
+        # the system allocator gives freed memory back; pyarrow's default pool (mimalloc)
+        # keeps it, and a long read's peak would hold every region's
+        return pj.read_json(pa.BufferReader(a.tobytes()), memory_pool=pa.system_memory_pool(),
+                            read_options=pj.ReadOptions(block_size=1 << 20, use_threads=True),
+                            parse_options=pj.ParseOptions(explicit_schema=_schema(),
+                                                          unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+
+
+def _find_all(data: bytes, texts: tuple[bytes, ...]) -> list[int]:
+    """Where each of `texts` occurs in `data` (bytes.find: a C search, far faster than a regex)."""
+    out = []
+    for text in texts:
+        at = data.find(text)
+        while at >= 0:
+            out.append(at)
+            at = data.find(text, at + 1)
+    return out
 _NESTED = rb"\[(?:[^\[\]\"]|\[(?:[^\[\]\"]|\[(?:[^\[\]\"]|\[[^\[\]\"]*\])*\])*\])*\]"
 _INPUT_DIMS = re.compile(rb'"Input Dims"\s*:\s*(' + _NESTED + rb")")
 _INPUT_TYPE = re.compile(rb'"Input type"\s*:\s*\[\s*"([^"\\]{0,64})"')
@@ -1038,7 +1107,6 @@ def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
     try:
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.json as pj
     except ImportError:
         return False
     starts, ends = region.starts, region.ends
@@ -1052,19 +1120,13 @@ def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
         return False
     a[between] = 10
     # events with a string pid or tid (Kineto's own spans and instant events) would change a
-    # column's type: they are none of the kept categories, so each becomes {}
-    for m in _STRING_ID.finditer(region.data):
-        i = int(np.searchsorted(starts, m.start(), side="right")) - 1
-        if i >= 0:
-            a[starts[i]:ends[i] + 1] = 32
-            a[starts[i]] = 123
-            a[starts[i] + 1] = 125
-    try:
-        table = pj.read_json(pa.BufferReader(a.tobytes()),
-                             read_options=pj.ReadOptions(block_size=max(1 << 20, len(a) + 1), use_threads=True),
-                             parse_options=pj.ParseOptions(explicit_schema=_schema(),
-                                                           unexpected_field_behavior="ignore"))
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
+    # column's type, and flows and python stacks are many and never kept: each becomes {}
+    # python stacks (with_stack: most of such a trace's events) are never kept, and an event
+    # with a string pid or tid (Kineto's own spans and instant events, none of the kept ones)
+    # would change a column's type: each becomes {}, which the reader skips through
+    _blank(a, starts, ends, _find_all(region.data, _STACK_TEXTS + _STRING_ID_TEXTS))
+    table = _read_lines(a)
+    if table is None:
         return False
     if table.num_rows != len(starts):
         return False
@@ -1077,7 +1139,8 @@ def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
     rows = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
     if not len(rows):
         return True
-    t = table.take(pa.array(rows))
+    t = pc.take(table, pa.array(rows), memory_pool=pa.system_memory_pool())
+    del table
     ts = t.column("ts").to_numpy(zero_copy_only=False)
     dur = t.column("dur").to_numpy(zero_copy_only=False)
     if t.column("ts").null_count or t.column("dur").null_count or t.column("name").null_count:
@@ -1111,9 +1174,10 @@ def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
     dtype = np.where(has_msg, arg_text("dtype"), "")
     group = np.where(has_msg, arg("Group size"), -1)
     coll = np.where(has_msg, arg_text("Collective name"), "")
-    grid = np.where(on_gpu, _dims_column(pc.struct_field(args, "grid"), cols), "")
-    block = np.where(on_gpu, _dims_column(pc.struct_field(args, "block"), cols), "")
-    names = _interned(t.column("name"), cols)
+    grid = _dims_column(pc.struct_field(args, "grid"), on_gpu, cols)
+    block = _dims_column(pc.struct_field(args, "block"), on_gpu, cols)
+    name_values, name_codes = _encoded(t.column("name"), cols)
+    names = name_values[name_codes]
     dims = np.full(len(rows), "", dtype=object)
     # Input Dims (nested lists of any depth) and the first Input type of each CPU op, read
     # from the bytes: a JSON type no column could hold
@@ -1121,7 +1185,8 @@ def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
     row_of_event[rows] = np.arange(len(rows))
     comm_rows = np.zeros(len(rows), dtype=bool)
     if not has_msg.all():
-        comm_rows = ~has_msg & ~on_gpu & np.array([n.startswith(_COMM_OP_PREFIXES) for n in names.tolist()])
+        comm_name = np.array([v.startswith(_COMM_OP_PREFIXES) for v in name_values.tolist()], dtype=bool)
+        comm_rows = ~has_msg & ~on_gpu & comm_name[name_codes]
     first_type = {}
     found = [(m.start(), m.group(1)) for m in _INPUT_DIMS.finditer(region.data)]
     if found:
@@ -1160,6 +1225,14 @@ def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
     p["stream_arg"].append(sarg)
     p["name"].append(names)
     p["cat"].append(cat_np)
+    # one classification per distinct (category, name, device) of the region
+    _, cat_codes = _small_codes(cat_np)
+    key = (cat_codes.astype(np.int64) * (len(name_values) + 1) + name_codes) * 2 + on_gpu
+    uniq, inverse = np.unique(key, return_inverse=True)
+    first = np.zeros(len(uniq), dtype=np.int64)
+    first[inverse[::-1]] = np.arange(len(key))[::-1]
+    kinds_u = _objects([_kind_of(cat_np[i], names[i], bool(on_gpu[i])) for i in first.tolist()])
+    p["kind"].append(kinds_u[inverse.reshape(-1)])
     p["ts"].append(ts - cols.base_us)
     p["dur"].append(dur.astype(np.float64))
     p["correlation"].append(arg("correlation"))
@@ -1174,9 +1247,9 @@ def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
     return True
 
 
-def _interned(col, cols: _Columns) -> np.ndarray:
-    """A string column as an object array of interned str ("" for null), decoding each
-    distinct value once."""
+def _encoded(col, cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
+    """A string column as (its distinct values, interned; each row's index into them), null
+    as ""; each distinct value decoded once."""
     import pyarrow.compute as pc
 
     enc = pc.dictionary_encode(col)
@@ -1184,15 +1257,35 @@ def _interned(col, cols: _Columns) -> np.ndarray:
         enc = enc.combine_chunks()
     values = [cols.intern(v) if v is not None else "" for v in enc.dictionary.to_pylist()]
     lookup = _objects(values + [""])
-    idx = pc.fill_null(enc.indices, len(values)).to_numpy(zero_copy_only=False)
-    return lookup[idx]
+    idx = pc.fill_null(enc.indices, len(values)).to_numpy(zero_copy_only=False).astype(np.int64)
+    return lookup, idx
 
 
-def _dims_column(col, cols: _Columns) -> np.ndarray:
-    """A list-of-ints column as the JSON text of each value ("" for null)."""
+def _interned(col, cols: _Columns) -> np.ndarray:
+    """A string column as an object array of interned str ("" for null)."""
+    values, idx = _encoded(col, cols)
+    return values[idx]
+
+
+def _small_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of an object array with few distinct values (the categories)."""
+    distinct = list(dict.fromkeys(values.tolist()))
+    codes = np.zeros(len(values), dtype=np.int64)
+    for i, v in enumerate(distinct[1:], start=1):
+        codes[values == v] = i
+    return _objects(distinct), codes
+
+
+def _dims_column(col, rows: np.ndarray, cols: _Columns) -> np.ndarray:
+    """A list-of-ints column as the JSON text of each value on `rows` ("" elsewhere and for null)."""
+    import pyarrow as pa
+
     out = np.full(len(col), "", dtype=object)
     seen: dict[tuple, str] = {}
-    for i, v in enumerate(col.to_pylist()):
+    where = np.flatnonzero(rows)
+    if not len(where):
+        return out
+    for i, v in zip(where.tolist(), col.take(pa.array(where)).to_pylist()):
         if v is not None:
             key = tuple(v)
             text = seen.get(key)

@@ -96,16 +96,34 @@ def test_older_torch_messages_from_the_op_around_the_launch():
 
 
 @pytest.mark.parametrize("chunk", [4096, 65536])
-def test_any_chunk_size_gives_the_same_table(monkeypatch, chunk):
+@pytest.mark.parametrize("columnar_after", [0, 1 << 40])
+def test_any_chunk_size_gives_the_same_table(monkeypatch, chunk, columnar_after):
     whole = read_run([H100])
     monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(reader, "COLUMNAR_AFTER_BYTES", columnar_after)
     _same(read_run([H100]), whole)
 
 
-def test_columnar_and_orjson_paths_agree(monkeypatch):
-    fast = read_run([H100])
+@pytest.mark.parametrize("path", [H100, NCCL, TRACES / "tracelens-capture-mi300x.json.gz"])
+def test_columnar_and_orjson_paths_agree(monkeypatch, path):
+    monkeypatch.setattr(reader, "COLUMNAR_AFTER_BYTES", 0)
+    fast = read_run([path])
     monkeypatch.setattr(reader, "FAST_PATH", False)
-    _same(read_run([H100]), fast)
+    _same(read_run([path]), fast)
+
+
+def test_columnar_path_falls_back_on_what_it_cannot_type(monkeypatch, tmp_path):
+    """A kept field of another type than the columns' (a string stream) and an event over
+    pyarrow's block are read by orjson, to the same table."""
+    events = [{"ph": "X", "cat": "kernel", "name": "k" * (3 << 20), "pid": 0, "tid": 7, "ts": 5, "dur": 1,
+               "args": {"stream": 7, "correlation": 1}},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 9, "dur": 1,
+               "args": {"stream": "7", "correlation": 2}}]
+    f = tmp_path / "t.json"
+    f.write_bytes(orjson.dumps({"traceEvents": events}, option=orjson.OPT_INDENT_2))
+    monkeypatch.setattr(reader, "COLUMNAR_AFTER_BYTES", 0)
+    run = read_run([f])
+    assert run.events.stream.tolist() == [7, 7] and len(run.events.name[0]) == 3 << 20
 
 
 def test_strings_with_brackets_quotes_and_the_key_itself(tmp_path):
