@@ -71,3 +71,31 @@ def test_existing_traces_are_kept_unless_asked(tmp_path):
         record_torch_cp(TorchCP(n_gpus=2, seq=1024), str(tmp_path))
     with pytest.raises(RingsimError, match="divide"):
         TorchCP(n_gpus=3, seq=1000)
+
+
+def test_the_commands_record_traces_that_validate_reads(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+
+    def ringsim(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "sim.cli.main", *args], cwd=root, capture_output=True,
+                              text=True, timeout=300)
+
+    got = ringsim("hw", "torch-cp", "--gpus", "2", "--seq", "1024", "--repeats", "2", "--profile-dir",
+                  str(tmp_path / "cp"), "--json")
+    assert got.returncode == 0, got.stderr
+    assert len(json.loads(got.stdout)["slowest_rank_s"]) == 2
+    got = ringsim("hw", "run", "--gpus", "2", "--seq", "1024", "--repeats", "2", "--profile-dir",
+                  str(tmp_path / "ring"))
+    assert got.returncode == 0, got.stderr
+    assert f"profiler traces: {tmp_path / 'ring'}" in got.stdout
+    for folder, transport in (("cp", "alltoall"), ("ring", "p2p")):
+        got = ringsim("validate", "--trace", str(tmp_path / folder), "--json")
+        assert got.returncode == 0, got.stderr
+        report = json.loads(got.stdout)
+        assert (report["config"]["seq"], report["config"]["transport"]) == (1024, transport)
+        assert report["measured"]["n"] == 2

@@ -123,3 +123,10 @@ def test_the_imported_table_validates_as_the_traces_do(tmp_path):
     assert from_table["config"] == from_files["config"]
     assert from_table["measured"]["iterations_s"] == pytest.approx(from_files["measured"]["iterations_s"])
     assert from_table["simulated_s"] == pytest.approx(from_files["simulated_s"])
+
+
+def test_validate_needs_a_profile_or_a_trace():
+    got = _ringsim("validate", "--quick")
+    assert got.returncode == 2 and "--profile" in got.stderr and "--trace" in got.stderr
+    got = _ringsim("validate", "--trace", str(CPU / "ring-zigzag-causal-fwd-2r"), "--profile", "p.json")
+    assert got.returncode == 2 and "does not go with --trace" in got.stderr
