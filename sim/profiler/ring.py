@@ -298,6 +298,17 @@ def _dtype_name(text: Any) -> str:
     return t.lower()
 
 
+def _kernel_dtype(name: str) -> str:
+    """The element type a GPU attention kernel's templated name spells (FlashAttention's
+    `cutlass::bfloat16_t` / `cutlass::half_t`), '' where it spells none."""
+    low = name.lower()
+    if "bfloat16" in low or "bf16" in low:
+        return "bf16"
+    if "half" in low or "fp16" in low or "f16" in low:
+        return "fp16"
+    return ""
+
+
 def _tensor_elems(dims: list) -> int:
     """Elements of the first tensor among Input Dims (a TensorList's first tensor)."""
     for d in dims:
@@ -351,7 +362,7 @@ def _calls(ev: Events, rows: np.ndarray, gpu: bool, launchers: "_Launchers | Non
     for i in pick.tolist():
         if gpu:
             shape = launchers.shape(i) if launchers is not None else None
-            dtype = shape[6] if shape else ""
+            dtype = (shape[6] if shape else "") or _kernel_dtype(str(ev.name[i]))
             shape = shape[:6] if shape else None
         else:
             shape = _shape(str(ev.name[i]), _dims(ev.input_dims[i]))

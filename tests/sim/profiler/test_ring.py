@@ -96,7 +96,7 @@ def test_a_synthetic_gpu_zigzag_ring_is_found_step_by_step(tmp_path, kernel_ids)
     cfg = ring.config
     assert (cfg.n_gpus, cfg.seq, cfg.batch, cfg.heads, cfg.kv_heads, cfg.head_dim) == (n, n * c, 1, 8, 2, 64)
     assert (cfg.causal, cfg.layout, cfg.pass_, cfg.transport, cfg.scheme) == (True, "zigzag", "fwd", "p2p", "ring")
-    assert cfg.dtype == "bf16"
+    assert cfg.dtype == "bf16" and cfg.assumed == ()       # FlashAttention's name spells its dtype
     assert ring.unmatched == []
     assert len(ring.calls) == n * n * want["iterations"]
     for call in ring.calls:
