@@ -35,7 +35,7 @@ import orjson
 from sim.errors import RingsimError
 from sim.profiler.kernels import COMM_KINDS, classify_cpu, classify_gpu, collective_kind, step_number
 
-CHUNK_BYTES = 4 * 1024 * 1024
+CHUNK_BYTES = 1024 * 1024
 """Uncompressed bytes scanned at a time."""
 
 MAX_EVENT_BYTES = 64 * 1024 * 1024
