@@ -385,7 +385,7 @@ class _Launchers:
         cpu = rank_rows[~ev.on_gpu[rank_rows].astype(bool)]
         self.by_ext: dict[int, tuple] = {}
         ops: dict[int, list[tuple[float, float, tuple]]] = {}
-        for i in cpu.tolist():
+        for i in cpu[np.isin(ev.name[cpu], list(ATTENTION_OPS))].tolist():
             shape = _shape(str(ev.name[i]), _dims(ev.input_dims[i]))
             if shape is None:
                 continue
@@ -416,6 +416,10 @@ def _transfers(ev: Events, rows: np.ndarray, gpu: bool, stream: int) -> list[dic
     own = rows[(ev.stream[rows] == stream) & (ev.kind[rows] == "cpu_comm")] if not gpu else rows[:0]
     own_starts = np.sort(ev.start_s[own])
     out = []
+    if gpu:
+        rows = rows[ev.on_gpu[rows].astype(bool) & np.isin(ev.kind[rows], list(GPU_TRANSFER_KINDS))]
+    else:
+        rows = rows[np.isin(ev.name[rows], list(GLOO_TRANSFERS))]
     for i in rows.tolist():
         if gpu:
             if not ev.on_gpu[i]:
