@@ -599,15 +599,17 @@ def find_ring(run: Run) -> RingRun:
     phases: dict[tuple[int, int], tuple[float, float]] = {}
     profiler_steps: dict[int, float] = {}
     no_shape = 0
+    whole: list[int] = []
     for rank in sorted(set(ev.rank.tolist())):
         rank_rows = np.flatnonzero(ev.rank == rank)
         gpu = bool(np.any(ev.on_gpu[rank_rows].astype(bool)
                           & np.isin(ev.kind[rank_rows], ["attention_fwd", "attention_bwd"])))
         launchers = _Launchers(ev, rank_rows) if gpu else None
-        for it in sorted(set(ev.iteration[rank_rows].tolist())):
-            if it < 0:
-                continue
-            rows = rank_rows[ev.iteration[rank_rows] == it]
+        stepped = sorted({it for it in ev.iteration[rank_rows].tolist() if it >= 0})
+        if not stepped:     # no ProfilerStep: the whole trace is one iteration
+            whole.append(int(rank))
+        for it in stepped or [-1]:
+            rows = rank_rows[ev.iteration[rank_rows] == it] if it >= 0 else rank_rows
             steps = rows[ev.kind[rows] == "step"]
             if len(steps):
                 profiler_steps[int(it)] = max(profiler_steps.get(int(it), 0.0), float(ev.dur_s[steps].max()))
@@ -636,6 +638,9 @@ def find_ring(run: Run) -> RingRun:
                            + (f" ({no_shape} attention calls had no Input Dims)" if no_shape else ""))
     if no_shape:
         unmatched.append(f"{no_shape} attention calls without Input Dims were left out")
+    if whole:
+        unmatched.append(f"no ProfilerStep on rank{'s' if len(whole) > 1 else ''} "
+                         f"{', '.join(map(str, whole))}: the whole trace taken as one iteration (-1)")
     if int(run.world_size) < 2 or not moved_all:
         raise RingsimError("no transfers between ranks in the trace: not a context-parallel ring "
                            f"(world size {run.world_size})")

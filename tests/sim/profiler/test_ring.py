@@ -36,7 +36,7 @@ def pairs(q: int, k: int, causal: bool) -> float:
 
 def write_gpu_ring(folder: Path, *, n: int = 4, c: int = 1024, heads: int = 8, kv_heads: int = 2, d: int = 64,
                    iterations: int = 2, rate: float = 400e12, alpha_s: float = 20e-6,
-                   bandwidth: float = 50e9, kernel_ids: bool = True) -> dict:
+                   bandwidth: float = 50e9, kernel_ids: bool = True, profiler_steps: bool = True) -> dict:
     """One Kineto trace per rank of a zigzag ring forward on GPUs (bf16), every rank alike:
     a FlashAttention kernel per step on stream 7 (FLOPs / `rate` long) launched by
     `aten::_flash_attention_forward` with its Input Dims, an NCCL SendRecv of the next K/V
@@ -76,8 +76,9 @@ def write_gpu_ring(folder: Path, *, n: int = 4, c: int = 1024, heads: int = 8, k
                 ext += 1
                 t += max(comp_s, hop_s if k < n - 1 else 0.0) * 1e6
             expect_phase = (t - it_start) * 1e-6
-            ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{it}", "pid": r, "tid": 1,
-                       "ts": it_start - 100, "dur": t - it_start + 200, "args": {}})
+            if profiler_steps:
+                ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{it}", "pid": r, "tid": 1,
+                           "ts": it_start - 100, "dur": t - it_start + 200, "args": {}})
             t += 500
         doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": r, "world_size": n},
                "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
@@ -110,6 +111,15 @@ def test_a_synthetic_gpu_zigzag_ring_is_found_step_by_step(tmp_path, kernel_ids)
     m = ring.measured()
     assert m["n"] == want["iterations"]
     assert m["median_s"] == pytest.approx(want["phase_s"], rel=1e-9)
+
+
+def test_a_trace_without_profiler_steps_is_one_iteration(tmp_path):
+    want = write_gpu_ring(tmp_path / "run", iterations=1, profiler_steps=False)
+    ring = find_ring(read_run([tmp_path / "run"]))
+    assert (ring.config.n_gpus, ring.config.seq, ring.config.layout) == (4, 4096, "zigzag")
+    assert ring.iterations == [-1]
+    assert ring.measured()["median_s"] == pytest.approx(want["phase_s"], rel=1e-9)
+    assert any("no ProfilerStep" in u for u in ring.unmatched)
 
 
 def test_the_projects_ring_recorded_on_gloo_is_found(tmp_path):
