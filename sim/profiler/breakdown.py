@@ -152,7 +152,7 @@ def _hta_scope(run: Run, ev: Events, rank: int, compat: bool) -> np.ndarray:
         return mine & (ev.stream_arg != -1) if compat else gpu
     last_start = max(s for _, s, _ in steps)
     launched = ~np.isnan(ev.launch_start_s) & (ev.launch_start_s < last_start)
-    return gpu & launched & (ev.correlation >= 0)
+    return gpu & launched & (ev.correlation >= 0) & (ev.stream_arg >= 0)
 
 
 def _host_rows(ev: Events, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -111,6 +111,8 @@ def classify_gpu(cat: str, name: str) -> tuple[str, bool]:
         return "memcpy", True
     if cat == "gpu_memset":
         return "memset", True
+    if cat == "cuda_sync":
+        return "other", True
     return classify_kernel(name)
 
 

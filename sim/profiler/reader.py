@@ -64,7 +64,10 @@ MIXED_RUN_S = 600.0
 
 # Kineto's categories, and the older names (Kernel, Memcpy, Runtime, Operator) of torch < 1.10
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset",
-            "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
+            "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
+            # a stream's or event's synchronization as the GPU saw it (Kineto records them
+            # when asked: enable_cuda_sync_events); HTA counts those with a stream
+            "cuda_sync": "cuda_sync"}
 CPU_CATS = {"cpu_op": "cpu_op", "user_annotation": "user_annotation", "cuda_runtime": "cuda_runtime",
             "cuda_driver": "cuda_driver", "Operator": "cpu_op", "Runtime": "cuda_runtime"}
 
@@ -118,8 +121,8 @@ class Events:
     launch_start_s: np.ndarray
     """For a GPU row, the start of the runtime call that launched it (by correlation), else NaN."""
     stream_arg: np.ndarray
-    """The row's `stream` argument: a GPU row's stream, or on a host operator the stream
-    Inductor's Triton launch records (which HTA counts as a GPU event), else -1."""
+    """The row's `stream` argument as recorded: a GPU row's stream, on a host operator the
+    stream Inductor's Triton launch records (which HTA counts as a GPU event), else -1."""
 
     def __len__(self) -> int:
         return len(self.start_s)
@@ -457,7 +460,7 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
             if s < 0:
                 s = _int_arg(e, "tid")
             stream.append(s)
-            sarg.append(s)
+            sarg.append(_int_arg(args, "stream") if "stream" in args else -1)
             g = args.get("grid")
             grid.append(_dims_text(g, cols) if g is not None else "")
             b = args.get("block")
@@ -1031,6 +1034,7 @@ COLUMNAR_AFTER_BYTES = 16 * 1024 * 1024
 quick and pyarrow's first use (it loads pandas) would cost more than it saves."""
 
 _KEPT_CATS = tuple(GPU_CATS) + tuple(CPU_CATS)
+_GPU_NORMAL = tuple(sorted(set(GPU_CATS.values())))
 _ARGS_FIELDS = (("stream", "int64"), ("correlation", "int64"), ("External id", "int64"),
                 ("In msg nelems", "int64"), ("Out msg nelems", "int64"), ("Group size", "int64"),
                 ("dtype", "string"), ("Collective name", "string"), ("device", "int64"),
@@ -1151,7 +1155,7 @@ def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
     for raw, norm in {**GPU_CATS, **CPU_CATS}.items():
         if raw != norm:
             cat_np[cat_np == raw] = norm
-    on_gpu = np.isin(cat_np, ("kernel", "gpu_memcpy", "gpu_memset"))
+    on_gpu = np.isin(cat_np, _GPU_NORMAL)
     args = t.column("args").combine_chunks()
 
     def arg(name: str, fill: int = -1) -> np.ndarray:
@@ -1166,7 +1170,7 @@ def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
     stream_arg = arg("stream")
     tid = pc.fill_null(t.column("tid"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
     stream = np.where(on_gpu, np.where(stream_arg >= 0, stream_arg, tid), tid)
-    sarg = np.where(on_gpu, stream, stream_arg)
+    sarg = stream_arg
     has_msg = pc.or_(pc.is_valid(pc.struct_field(args, "In msg nelems")),
                      pc.is_valid(pc.struct_field(args, "Out msg nelems"))).to_numpy(zero_copy_only=False)
     has_msg = has_msg & pc.is_valid(args).to_numpy(zero_copy_only=False)

@@ -152,3 +152,60 @@ def test_hta_scope_drops_the_last_step():
     ev = run.events
     launched_before = ev.on_gpu & (ev.launch_start_s < steps[-1][1])
     assert whole.events == int(launched_before.sum())
+
+
+def _synthetic_trace(steps: int, seed: int) -> dict:
+    """A rank's trace written as Kineto writes one: launches on the host inside ProfilerSteps,
+    kernels on three streams (GEMMs, NCCL all-reduces overlapping them, memcpy, a kernel
+    with "Sync" in its name, which HTA types as other), and cuda_sync events (a stream's and
+    the context's)."""
+    rng = np.random.default_rng(seed)
+    events, corr, t = [], 100, 1_000.0
+    names = ["sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32", "ncclKernel_AllReduce_RING_LL_Sum_float",
+             "Memcpy DtoD (Device -> Device)", "void at::native::elementwise_kernel<4>", "custom_SyncKernel"]
+    cats = ["kernel", "kernel", "gpu_memcpy", "kernel", "kernel"]
+    streams = [7, 20, 7, 7, 24]
+    for n in range(steps):
+        start = t
+        for _ in range(40):
+            k = int(rng.integers(0, len(names)))
+            launch = t + rng.uniform(1, 5)
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": round(launch, 3), "dur": 3.5, "args": {"correlation": corr}})
+            gpu_start = launch + rng.uniform(2, 60)
+            events.append({"ph": "X", "cat": cats[k], "name": names[k], "pid": 0, "tid": streams[k],
+                           "ts": round(gpu_start, 3), "dur": round(float(rng.uniform(0.5, 80)), 3),
+                           "args": {"stream": streams[k], "correlation": corr, "device": 0}})
+            if k == 3:
+                events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7,
+                               "ts": round(gpu_start + 1, 3), "dur": 4.0,
+                               "args": {"stream": 7, "correlation": corr + 1, "device": 0}})
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1,
+                               "tid": 1, "ts": round(launch + 4, 3), "dur": 5.0, "args": {"correlation": corr + 1}})
+            corr += 2
+            t = launch + float(rng.uniform(10, 120))
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n + 1}", "pid": 1, "tid": 1,
+                       "ts": start, "dur": round(t - start + 1, 3), "args": {}})
+        t += 2
+    events.append({"ph": "X", "cat": "cuda_sync", "name": "Context Sync", "pid": 0, "tid": 7, "ts": t + 50,
+                   "dur": 3.0, "args": {"stream": -1, "correlation": corr, "device": 0}})
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+            "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "numSms": 108}],
+            "traceEvents": events}
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_synthetic_trace_agrees_with_hta(steps, tmp_path):
+    """One step (HTA counts every event with a stream) and three (those launched before the
+    last step starts), with sync events and a Sync-named kernel."""
+    folder = tmp_path / "hta"
+    folder.mkdir()
+    f = folder / "rank0.json"
+    f.write_text(json.dumps(_synthetic_trace(steps, seed=steps)))
+    theirs = hta_numbers(folder)[0]
+    (b,) = breakdown(read_run([f]))
+    assert pct(b.idle_s, b.span_s) == pytest.approx(theirs["idle"], abs=TOLERANCE_PP)
+    assert pct(b.compute_s, b.span_s) == pytest.approx(theirs["compute"], abs=TOLERANCE_PP)
+    assert pct(b.non_compute_s, b.span_s) == pytest.approx(theirs["non_compute"], abs=TOLERANCE_PP)
+    assert b.overlap_pct == pytest.approx(theirs["overlap"], abs=TOLERANCE_PP)
+    assert b.other_s > 0
