@@ -13,6 +13,7 @@ imported when a command runs, not here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -190,8 +191,39 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise RingsimError(f"--gpus {cfg.n_gpus} needs as many GPUs; this host has "
                            f"{torch.cuda.device_count()} (use torchrun across nodes)")
     check_outputs(a, cfg.repeats)
+    if a.profile_dir:
+        from hw.profiled import record_ring
+
+        traces = record_ring(cfg, a.profile_dir, overwrite=a.force)
+        code = report(a, cfg, traces)
+        if not a.json:
+            print(f"profiler traces: {a.profile_dir} (one per rank; `ringsim validate --trace {a.profile_dir}`)")
+        return code
     _results, traces = run_config(cfg)
     return report(a, cfg, traces)
+
+
+def cmd_torch_cp(a: argparse.Namespace) -> int:
+    """Record torch's own context_parallel attention under torch.profiler (hw.profiled)."""
+    import statistics as st
+
+    from hw.profiled import TorchCP, record_torch_cp
+
+    run = TorchCP(n_gpus=a.gpus, seq=a.seq, batch=a.batch, heads=a.heads, head_dim=a.head_dim, causal=a.causal,
+                  rotation=a.rotation, warmup=a.warmup, iterations=a.repeats, threads_per_rank=a.threads,
+                  seed=a.seed, timeout_s=a.timeout)
+    ranks = record_torch_cp(run, a.profile_dir, overwrite=a.force)
+    slowest = [max(r["times_s"][i] for r in ranks) for i in range(run.iterations)]
+    if a.json:
+        print(json.dumps({"run": dataclasses.asdict(run), "slowest_rank_s": slowest, "ranks": ranks,
+                          "profile_dir": a.profile_dir}, indent=2))
+        return 0
+    print(f"torch context_parallel, {run.n_gpus} ranks (gloo), {run.rotation} rotation, {run.seq} tokens, "
+          f"{run.heads} heads x {run.head_dim}, {'causal' if run.causal else 'full'}: slowest rank median "
+          f"{fmt_s(st.median(slowest))} over {run.iterations} iterations (min {fmt_s(min(slowest))}, "
+          f"max {fmt_s(max(slowest))})")
+    print(f"profiler traces: {a.profile_dir} (one per rank; `ringsim validate --trace {a.profile_dir}`)")
+    return 0
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
@@ -214,7 +246,29 @@ def register(subparsers: Any) -> None:
     sub = hp.add_subparsers(dest="hw_command", metavar="HW_COMMAND", parser_class=type(hp))
     rp = sub.add_parser("run", help="run the ring on local processes and report measured timings")
     add_run_args(rp)
+    rp.add_argument("--profile-dir", metavar="DIR", default=None,
+                    help="also record the run under torch.profiler (CPU ops with shapes, one ProfilerStep per "
+                         "iteration after the warm-up): one trace per rank, DIR/rank{r}.json.gz (hw.profiled)")
     rp.set_defaults(func=cmd_run)
+    cp = sub.add_parser("torch-cp", help="record torch's own context_parallel attention under torch.profiler (gloo)")
+    cp.add_argument("--profile-dir", metavar="DIR", required=True, help="where each rank writes rank{r}.json.gz")
+    cp.add_argument("--gpus", type=int, default=2, metavar="N", help="ranks (default 2)")
+    cp.add_argument("--seq", type=tokens, default=2048, help="tokens of the sequence (default 2048)")
+    cp.add_argument("--batch", type=int, default=1)
+    cp.add_argument("--heads", type=int, default=8)
+    cp.add_argument("--head-dim", type=int, default=64)
+    cp.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
+                    help="causal mask, with torch's head-tail balancing (default on)")
+    cp.add_argument("--rotation", choices=["alltoall", "allgather"], default="alltoall",
+                    help="how torch moves K/V (set_rotate_method; default alltoall)")
+    cp.add_argument("--warmup", type=int, default=1, help="iterations before the recorded ones (default 1)")
+    cp.add_argument("--repeats", type=int, default=3, help="recorded iterations (default 3)")
+    cp.add_argument("--threads", type=int, default=1, help="CPU threads per rank (default 1)")
+    cp.add_argument("--seed", type=int, default=0)
+    cp.add_argument("--timeout", type=float, default=120.0)
+    cp.add_argument("--force", action="store_true", help="overwrite existing traces")
+    cp.add_argument("--json", action="store_true")
+    cp.set_defaults(func=cmd_torch_cp)
     bp = sub.add_parser("bench", help="microbenchmarks for calibration: block compute, transfers, interference")
     add_bench_args(bp)
     bp.set_defaults(func=cmd_bench)

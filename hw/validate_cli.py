@@ -44,8 +44,16 @@ from sim.units import tokens
 
 def register(sub) -> None:
     v = sub.add_parser("validate", help="measure the real kernel and compare the simulator's prediction")
-    v.add_argument("--profile", required=True, metavar="PROFILE.json",
-                   help="calibrated from separate microbenchmarks (`ringsim calibrate`)")
+    v.add_argument("--profile", metavar="PROFILE.json",
+                   help="calibrated from separate microbenchmarks (`ringsim calibrate`); needed unless --trace")
+    v.add_argument("--trace", nargs="+", metavar="PATH", default=None,
+                   help="a torch.profiler trace of a context-parallel run instead (files, a folder of one file "
+                        "per rank, or the table of `ringsim trace import --out`): find its ring, fit a profile to "
+                        "it, and play its configuration on that profile against the measured iterations "
+                        "(sim.calibration.from_profiler); runs nothing")
+    v.add_argument("--profile-out", metavar="FILE", default=None,
+                   help="with --trace: write the fitted profile (for `simulate/compare/step/plan --profile`)")
+    v.add_argument("--partial", action="store_true", help="with --trace: read the ranks given, though some are missing")
     v.add_argument("--quick", action="store_true",
                    help="the quick matrix: forward at two sizes and forward-backward at the smaller, "
                         "GPU counts 2-4, the ring (under ten minutes on 2 cores); without it fwd, bwd "
@@ -161,6 +169,10 @@ def _batches(cases, rows) -> list[list]:
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
+    if a.trace:
+        return cmd_validate_trace(a)
+    if a.profile is None:
+        raise RingsimError("validate needs --profile PROFILE.json (or --trace PATH to validate on a profiler trace)")
     # the profile, the run's modules and torch load when the command runs (module docstring)
     from hw.config import RunConfig
     from sim.hardware.profile import load_profile
@@ -204,6 +216,50 @@ def cmd_validate(a: argparse.Namespace) -> int:
     for f in failed:
         print(f"ringsim: validation failed: {f}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def cmd_validate_trace(a: argparse.Namespace) -> int:
+    """`validate --trace`: the trace's ring replayed on the profile fitted to it (no torch)."""
+    from sim.calibration.from_profiler import validate_trace
+    from sim.units import fmt_s, table
+
+    for name in ("profile", "out", "markdown"):
+        if getattr(a, name) is not None:
+            raise RingsimError(f"--{name} does not go with --trace (use --profile-out to keep the fitted profile)")
+    why = kept_file(a.profile_out, a.force)
+    if why:
+        raise RingsimError(why)
+    report, profile = validate_trace(a.trace, partial=a.partial)
+    if a.profile_out:
+        profile.save(a.profile_out, overwrite=True)    # checked above
+        report["profile_out"] = a.profile_out
+    if a.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    c, m = report["config"], report["measured"]
+    print(f"ring found: {c['n_gpus']} ranks, {c['transport']}, {c['layout']} layout, {c['seq']} tokens "
+          f"({c['seq'] // c['n_gpus']} per rank), batch {c['batch']}, {c['heads']}/{c['kv_heads']} heads x "
+          f"{c['head_dim']}, {c['dtype']}, {'causal' if c['causal'] else 'full'}, {c['pass']}")
+    for line in c["assumed"]:
+        print(f"assumed: {line}")
+    for line in report["unmatched"]:
+        print(f"not matched: {line}")
+    for line in report["notes"]:
+        print(f"note: {line}")
+    rows = [[f"iteration {it}", fmt_s(t)] for it, t in zip(m["iterations"], m["iterations_s"])]
+    rows += [["measured median", fmt_s(m["median_s"])], ["measured range", f"{fmt_s(m['min_s'])} - {fmt_s(m['max_s'])}"],
+             ["simulated", fmt_s(report["simulated_s"])], ["error", f"{report['error']:+.1%}"]]
+    print(table(["attention phase (slowest rank)", "time"], rows))
+    print(f"the median rank's phase {fmt_s(m['rank_median_s'])} ({report['error_vs_rank_median']:+.1%}); a rank not "
+          f"computing (waiting on blocks or on slower ranks) {fmt_s(m['waiting_median_s'])} of it, simulated "
+          f"{fmt_s(report['simulated_waiting_s'])}; the ranks entered the attention "
+          f"{fmt_s(m['entry_skew_median_s'])} apart (median; not in the phase)")
+    link = report["profile"]["link"]
+    print(f"fitted: link {link['latency_s'] * 1e6:.1f} us + {link['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; compute "
+          + ", ".join(f"{k} {g['flops_per_s'] / 1e9:.1f} GFLOP/s" for k, g in report["profile"]["compute"].items()))
+    if a.profile_out:
+        print(f"profile: {a.profile_out} (ask what-ifs with `ringsim simulate --profile {a.profile_out} ...`)")
+    return 0
 
 
 def _elsewhere(profile, kind: str, path: str) -> str | None:
