@@ -41,6 +41,8 @@ from sim.hardware.gemm import gemm_time, rate_tflops
 from sim.hardware.presets import GPU_PRESETS
 from sim.scenario.models import Model
 
+UNFITTED_LINK = {"A100-SXM-80GB": "nvlink3", "A100-SXM-40GB": "nvlink3", "H100-SXM": "nvlink4", "H200": "nvlink4"}
+"""The NVLink preset of each GPU's DGX (sim.hardware.presets' clusters), for the unfitted play."""
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")
 """The CPU ops whose recorded Input Dims give a GEMM kernel's shape (the innermost one around
 its launch: aten::mm inside aten::matmul inside a Linear)."""
@@ -544,6 +546,12 @@ class Replay:
     their own time): the longest rank."""
     device_simulated_s: float
     """The GPUs alone, the kernels modelled: what the models are checked on without the host."""
+    unfitted_s: list[float]
+    """The same play with the presets' constants in place of the fits: GEMMs at the GPU's
+    MAMF, all-reduces on the preset's NVLink (UNFITTED_LINK): what the fitting changes."""
+    unfitted_link: str
+    unfitted_device_s: float
+    """The GPUs alone with the presets' constants."""
     parts: list[dict[str, float]]
     """Per rank: the GEMMs (measured, modelled), all-reduces' own time (measured: shortest over
     ranks, modelled), other kernels and idle (measured)."""
@@ -578,6 +586,10 @@ class Replay:
                                                    self.parts)],
                 "overall": {"measured_s": self.measured_overall_s, "simulated_s": self.simulated_overall_s,
                             "error": self.overall_error},
+                "unfitted": {"simulated_s": self.unfitted_s, "overall_s": max(self.unfitted_s),
+                             "error": max(self.unfitted_s) / self.measured_overall_s - 1.0,
+                             "link": self.unfitted_link, "gpus_alone_s": self.unfitted_device_s,
+                             "gpus_alone_error": self.unfitted_device_s / self.device_measured_s - 1.0},
                 "gpus_alone": {"measured_s": self.device_measured_s, "simulated_s": self.device_simulated_s,
                                "error": self.device_simulated_s / self.device_measured_s - 1.0}}
 
@@ -598,7 +610,7 @@ def gpu_preset_of(run: Any) -> str:
 def replay(run: Any, iteration: int | None = None) -> Replay:
     """The profiled iteration (the last one unless `iteration`) of a TP run, played through
     the step model with rates fitted to its own kernels (module docstring)."""
-    from sim.training.step import Parallel, StepRequest, simulate_step
+    from sim.training.step import Parallel, StepRequest, ring_collective_s, simulate_step
 
     ranks = sorted(run.ranks)
     if len(ranks) < 2:
@@ -639,6 +651,14 @@ def replay(run: Any, iteration: int | None = None) -> Replay:
     identity = play(kernels, measured_k, list(own))
     device_measured = max(play(kernels, measured_k, list(own), idle=False))
     device_simulated = max(play(kernels, modelled, [afit.time_s(b) for b in sizes], idle=False))
+    # the presets' constants: the MAMF and the cluster's NVLink, an all-reduce as two ring collectives
+    preset_link = Link.preset(UNFITTED_LINK.get(gpu, "nvlink4"))
+    preset_stretches = [_stretches(rk, lambda g: gemm_time(g.m, g.n, g.k, gpu, alone=False, batch=g.batch).time_s)
+                        for rk in kernels]
+    preset_all_reduce = [2 * ring_collective_s(b, group, preset_link.bandwidth_gbps, preset_link.latency_us)
+                         for b in sizes]
+    unfitted = play(kernels, preset_stretches, preset_all_reduce)
+    unfitted_device = max(play(kernels, preset_stretches, preset_all_reduce, idle=False))
     parts = []
     for rk, st in zip(kernels, modelled):
         parts.append({"gemm_measured_s": sum(s.gemm_measured_s for s in st),
@@ -655,7 +675,9 @@ def replay(run: Any, iteration: int | None = None) -> Replay:
                      "softmax, bmm); its two batched GEMMs are modelled at the fitted rate, the softmax measured")
     return Replay(shapes=shapes, gemm=gfit, all_reduce=afit, gpu=gpu, ranks=ranks,
                   measured_s=[rk.end_s - rk.start_s for rk in kernels], simulated_s=simulated, identity_s=identity,
-                  device_measured_s=device_measured, device_simulated_s=device_simulated,
+                  device_measured_s=device_measured, device_simulated_s=device_simulated, unfitted_s=unfitted,
+                  unfitted_device_s=unfitted_device,
+                  unfitted_link=f"{preset_link.name}: {preset_link.bandwidth_gbps:g} GB/s, {preset_link.latency_us:g} µs",
                   parts=parts, step_model=step_model, taken_as_measured=taken)
 
 
