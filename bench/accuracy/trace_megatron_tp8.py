@@ -61,6 +61,9 @@ def main() -> int:
     print(f"\nthe GPUs alone (no host idle): measured kernels {fmt_s(r.device_measured_s)}, modelled "
           f"{fmt_s(r.device_simulated_s)} ({r.device_simulated_s / r.device_measured_s - 1:+.1%}); presets' "
           f"constants {fmt_s(r.unfitted_device_s)} ({r.unfitted_device_s / r.device_measured_s - 1:+.1%})")
+    print(f"the step model on its own (its fused attention and elementwise terms, no host): forward "
+          f"{fmt_s(r.step_model['forward_s'])} ({r.step_model['forward_s'] / r.device_measured_s - 1:+.1%} against "
+          "the GPUs alone measured)")
     print(f"the play with the measured kernel times: {fmt_s(max(r.identity_s))} "
           f"({max(r.identity_s) / r.measured_overall_s - 1:+.2%})")
     worst = max(abs(e) for e in r.errors())

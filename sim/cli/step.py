@@ -212,6 +212,9 @@ def cmd_step_replay(a: argparse.Namespace) -> int:
           f"({max(r.identity_s) / r.measured_overall_s - 1:+.2%}: the play's own error)")
     print(f"the GPUs alone (no host idle): measured kernels {fmt_s(r.device_measured_s)}, modelled "
           f"{fmt_s(r.device_simulated_s)} ({r.device_simulated_s / r.device_measured_s - 1:+.1%})")
+    print(f"the step model on its own (its fused attention and elementwise terms in place of the run's measured "
+          f"kernels, no host): forward {fmt_s(sm['forward_s'])}, against the GPUs alone measured "
+          f"{fmt_s(r.device_measured_s)} ({sm['forward_s'] / r.device_measured_s - 1:+.1%})")
     print(f"with the presets' constants in place of the fits (the MAMF, {r.unfitted_link}): "
           f"{fmt_s(max(r.unfitted_s))} ({max(r.unfitted_s) / r.measured_overall_s - 1:+.1%}); the GPUs alone "
           f"{fmt_s(r.unfitted_device_s)} ({r.unfitted_device_s / r.device_measured_s - 1:+.1%})")

@@ -520,14 +520,17 @@ def play(ranks: list[RankKernels], stretches: list[list[Stretch]], all_reduce_s:
          idle: bool = True) -> list[float]:
     """Each rank's iteration (module docstring): stretch j in its (modelled) busy time plus
     its idle, all-reduce j from the last rank ready, for `all_reduce_s[j]`. Without `idle`,
-    the GPUs alone: every kernel as soon as the one before it and the all-reduce allow."""
+    the GPUs alone: every rank from the earliest start, every kernel as soon as the one before
+    it and the all-reduce allow (what is returned is then the time from that start)."""
     n = len(all_reduce_s)
     w = 1.0 if idle else 0.0
-    ready = [rk.start_s + st[0].busy_modelled_s + w * st[0].idle_s for rk, st in zip(ranks, stretches)]
+    first = min(rk.start_s for rk in ranks)
+    starts = [rk.start_s if idle else first for rk in ranks]
+    ready = [t + st[0].busy_modelled_s + w * st[0].idle_s for t, st in zip(starts, stretches)]
     for j in range(n):
         end = max(ready) + all_reduce_s[j]
         ready = [end + st[j + 1].busy_modelled_s + w * st[j + 1].idle_s for st in stretches]
-    return [r - rk.start_s for r, rk in zip(ready, ranks)]
+    return [r - t for r, t in zip(ready, starts)]
 
 
 @dataclass
@@ -635,7 +638,10 @@ def replay(run: Any, iteration: int | None = None) -> Replay:
     step_model = {"layer_gemm_fwd_s": step.per_layer["gemm_fwd_s"], "layer_tp_fwd_s": step.per_layer["tp_fwd_s"],
                   "layer_gemm_fwd_from_shapes_s": sum(gfit.time_s(g) for g in layer_gemms),
                   "layer_all_reduces_fitted_s": 2 * afit.time_s(shapes.tokens * shapes.hidden * 2),
-                  "layers": shapes.layers, "microbatches": shapes.microbatches}
+                  "layers": shapes.layers, "microbatches": shapes.microbatches,
+                  # the step model on its own (its fused attention and elementwise terms, no host):
+                  # the forward of every micro-batch, embedding and output layer included
+                  "forward_s": shapes.microbatches * step.stage_s[0][0]}
 
     def model_gemm(g: Gemm) -> float:
         return gfit.time_s(g)
