@@ -1,7 +1,8 @@
 """The `ringsim` command line.
 
 Subcommands: simulate, compare (this module), sweep (sim.cli.sweep), plan
-(sim.cli.plan), gemm (sim.cli.step), and those other packages register through the `ringsim.commands`
+(sim.cli.plan), gemm (sim.cli.step), trace import (sim.cli.trace), and those other packages register
+through the `ringsim.commands`
 entry point group (pyproject.toml): hw, calibrate and validate (beside the real kernel:
 hw.cli, hw.calibrate_cli, hw.validate_cli), dashboard (the browser app). The simulator
 imports neither package. A user's mistake is a `RingsimError`: printed as one line on
@@ -18,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sim.cli import plan, step, sweep
+from sim.cli import plan, step, sweep, trace
 from sim.cli.options import Parser, add_scenario_args, resolve_run, values_from_args
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
@@ -256,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.register(sub)
     plan.register(sub)
     step.register(sub)
+    trace.register(sub)
     for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         try:
             register = entry.load()

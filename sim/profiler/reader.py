@@ -75,11 +75,12 @@ DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Lon
 
 EVENT_COLUMNS = ("rank", "iteration", "on_gpu", "stream", "name", "cat", "kind", "start_s", "dur_s",
                  "correlation", "external_id", "msg_bytes", "group_size", "dtype", "input_dims", "grid",
-                 "block", "launch_start_s")
+                 "block", "launch_start_s", "stream_arg")
 _DTYPES = {"rank": np.int32, "iteration": np.int32, "on_gpu": np.bool_, "stream": np.int64, "name": object,
            "cat": object, "kind": object, "start_s": np.float64, "dur_s": np.float64, "correlation": np.int64,
            "external_id": np.int64, "msg_bytes": np.int64, "group_size": np.int32, "dtype": object,
-           "input_dims": object, "grid": object, "block": object, "launch_start_s": np.float64}
+           "input_dims": object, "grid": object, "block": object, "launch_start_s": np.float64,
+           "stream_arg": np.int64}
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,9 @@ class Events:
     block: np.ndarray
     launch_start_s: np.ndarray
     """For a GPU row, the start of the runtime call that launched it (by correlation), else NaN."""
+    stream_arg: np.ndarray
+    """The row's `stream` argument: a GPU row's stream, or on a host operator the stream
+    Inductor's Triton launch records (which HTA counts as a GPU event), else -1."""
 
     def __len__(self) -> int:
         return len(self.start_s)
@@ -269,6 +273,8 @@ def _stream_events(path: Path) -> Iterator[list | dict]:
         if end_of_array is not None:
             ends &= pos < end_of_array
         ends_at = pos[ends]
+        if len(ends_at) and int(ends_at[0]) - start > MAX_EVENT_BYTES:
+            raise RingsimError(f"{path}: an event over {MAX_EVENT_BYTES} bytes: not a trace torch.profiler wrote")
         if len(ends_at):
             last = int(ends_at[-1])
             yield _parse_events(path, buf, start, last + 1)
@@ -356,7 +362,7 @@ class _Columns:
         return self.strings.setdefault(s, s)
 
 
-_RAW = ("on_gpu", "stream", "name", "cat", "ts", "dur", "correlation", "external_id", "msg_nelems", "dtype",
+_RAW = ("on_gpu", "stream", "stream_arg", "name", "cat", "ts", "dur", "correlation", "external_id", "msg_nelems", "dtype",
         "group_size", "collective", "input_dims", "grid", "block")
 
 
@@ -386,8 +392,8 @@ def _dims_text(v: Any, cols: _Columns) -> str:
 
 
 def _add_batch(path: Path, events: list, cols: _Columns) -> None:
-    on_gpu, stream, name, cat, ts, dur, corr, ext, nel, dt, grp, coll, dims, grid, block = (
-        [] for _ in range(15))
+    on_gpu, stream, name, cat, ts, dur, corr, ext, nel, dt, grp, coll, dims, grid, block, sarg = (
+        [] for _ in range(16))
     skipped = cols.skipped
     intern = cols.intern
     base = cols.base_us
@@ -427,6 +433,7 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
             if s < 0:
                 s = _int_arg(e, "tid")
             stream.append(s)
+            sarg.append(s)
             g = args.get("grid")
             grid.append(_dims_text(g, cols) if g is not None else "")
             b = args.get("block")
@@ -436,6 +443,7 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
             on_gpu.append(False)
             cat.append(cpu_cat)
             stream.append(_int_arg(e, "tid"))
+            sarg.append(_int_arg(args, "stream") if "stream" in args else -1)
             grid.append("")
             block.append("")
             dims.append(_dims_text(args.get("Input Dims"), cols) if "Input Dims" in args else "")
@@ -446,6 +454,14 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
             grp.append(_int_arg(args, "Group size"))
             v = args.get("Collective name")
             coll.append(intern(v) if isinstance(v, str) else "")
+        elif not gpu_cat and name[-1].startswith(_COMM_OP_PREFIXES) and "Input Dims" in args:
+            # torch before 2.1 records no message args: the op's first input gives them
+            nel.append(_elements(args.get("Input Dims")))
+            types = args.get("Input type")
+            first = types[0] if isinstance(types, list) and types and isinstance(types[0], str) else ""
+            dt.append(_C10_DTYPES.get(first, ""))
+            grp.append(-1)
+            coll.append(name[-1].split(":", 1)[-1] if name[-1].startswith(("nccl:", "gloo:")) else "")
         else:
             nel.append(-1)
             dt.append("")
@@ -456,6 +472,7 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
     p = cols.parts
     p["on_gpu"].append(np.array(on_gpu, dtype=np.bool_))
     p["stream"].append(np.array(stream, dtype=np.int64))
+    p["stream_arg"].append(np.array(sarg, dtype=np.int64))
     p["name"].append(_objects(name))
     p["cat"].append(_objects(cat))
     p["ts"].append(np.array(ts, dtype=np.float64))
@@ -469,6 +486,29 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
     p["input_dims"].append(_objects(dims))
     p["grid"].append(_objects(grid))
     p["block"].append(_objects(block))
+
+
+_COMM_OP_PREFIXES = ("nccl:", "gloo:", "c10d::")
+
+# the element types torch's record_shapes writes ("Input type"), as c10's ScalarType names
+_C10_DTYPES = {"float": "Float", "double": "Double", "c10::Half": "Half", "c10::BFloat16": "BFloat16",
+               "int": "Int", "long int": "Long", "short int": "Short", "signed char": "Char",
+               "unsigned char": "Byte", "bool": "Bool", "c10::Float8_e4m3fn": "Float8_e4m3fn",
+               "c10::Float8_e5m2": "Float8_e5m2"}
+
+
+def _elements(dims: Any) -> int:
+    """Elements of an op's first input (a tensor's dims, or a tensor list's), -1 if unknown."""
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
+        return -1
+    first = dims[0]
+    shapes = first if first and all(isinstance(x, list) for x in first) else [first]
+    total = 0
+    for shape in shapes:
+        if not shape or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < (1 << 40) for x in shape):
+            return -1
+        total += math.prod(shape)
+    return total if total < (1 << 62) else -1
 
 
 def _objects(values: list) -> np.ndarray:
@@ -583,17 +623,17 @@ def read_run(paths: Sequence[str | os.PathLike] | str | os.PathLike, *, partial:
     read = [_read_file(f) for f in files]
     by_rank: dict[int, _RankFile] = {}
     worlds: dict[int, int | None] = {}
-    for rf in read:
-        rank, world = _rank_of(rf, len(read))
+    given = [(rf, *_rank_of(rf, len(read))) for rf in read]
+    known = {w for _, _, w in given if w is not None}
+    if len(known) > 1:
+        raise RingsimError("ranks of different runs mixed: world sizes "
+                           + ", ".join(f"{w} ({rf.path.name})" for rf, _, w in given))
+    for rf, rank, world in given:
         if rank in by_rank:
             raise RingsimError(f"two files of rank {rank}: {by_rank[rank].path} and {rf.path}")
         by_rank[rank] = rf
         worlds[rank] = world
     ranks = tuple(sorted(by_rank))
-    known = {w for w in worlds.values() if w is not None}
-    if len(known) > 1:
-        raise RingsimError("ranks of different runs mixed: world sizes "
-                           + ", ".join(f"{w} (rank {r})" for r, w in sorted(worlds.items())))
     sigs = {r: _group_signature(by_rank[r]) for r in ranks}
     distinct = {s for s in sigs.values() if s is not None}
     if len(distinct) > 1:
@@ -605,7 +645,8 @@ def read_run(paths: Sequence[str | os.PathLike] | str | os.PathLike, *, partial:
         raise RingsimError(f"rank{'s' if len(missing) > 1 else ''} {_listing(missing)} of {world} missing "
                            f"(given {_listing(list(ranks))}); pass --partial to read only these")
     if missing:
-        notes.append(f"ranks {_listing(list(ranks))} of {world} read")
+        notes.append(f"rank{'s' if len(ranks) > 1 else ''} {_listing(list(ranks))} of {world} read, "
+                     f"{len(missing)} not given")
     events, iterations, offsets, more = _assemble(by_rank)
     notes.extend(more)
     unknown = _unknown_kernels(events)
@@ -675,6 +716,7 @@ def _assemble(by_rank: dict[int, _RankFile]):
         parts["grid"].append(c["grid"])
         parts["block"].append(c["block"])
         parts["launch_start_s"].append(launch)
+        parts["stream_arg"].append(c["stream_arg"])
     cols = {k: np.concatenate(v).astype(_DTYPES[k], copy=False) for k, v in parts.items()}
     offsets_s = {r: float(offsets_us[r]) * 1e-6 for r in ranks}
     return Events(**cols), iterations, offsets_s, notes
@@ -780,7 +822,38 @@ def _messages(c, kind) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         msg[g[hit]] = msg[src]
         group[g[hit]] = group[src]
         dtype[g[hit]] = dtype[src]
+    _messages_from_launch(c, kind, msg, group, dtype)
     return msg, group, dtype
+
+
+def _messages_from_launch(c, kind, msg, group, dtype) -> None:
+    """A GPU collective still without a size takes that of the innermost communication op
+    around its launch on the launching thread (older Kineto links a kernel to no operator)."""
+    gpu = c["on_gpu"]
+    todo = np.flatnonzero(gpu & np.isin(kind, COMM_KINDS) & (msg < 0) & (c["correlation"] >= 0))
+    if not len(todo):
+        return
+    cpu = ~gpu
+    corr, ts, dur, thread = c["correlation"], c["ts"], c["dur"], c["stream"]
+    launchers = np.flatnonzero(cpu & (corr >= 0) & (kind == "runtime"))
+    ops = np.flatnonzero(cpu & (kind == "cpu_comm") & (msg >= 0))
+    if not len(launchers) or not len(ops):
+        return
+    by_corr = dict(zip(corr[launchers].tolist(), launchers.tolist()))
+    ops = ops[np.argsort(ts[ops], kind="stable")]
+    op_start = ts[ops]
+    for g in todo.tolist():
+        li = by_corr.get(int(corr[g]))
+        if li is None:
+            continue
+        t = ts[li]
+        j = int(np.searchsorted(op_start, t, side="right"))
+        # the innermost: the latest-starting op on the thread that still holds the launch
+        for k in range(j - 1, max(j - 64, -1), -1):
+            o = ops[k]
+            if thread[o] == thread[li] and ts[o] + dur[o] >= t:
+                msg[g], group[g], dtype[g] = msg[o], group[o], dtype[o]
+                break
 
 
 def _clock_offsets(ranks, by_rank, rel_us, kinds) -> tuple[dict[int, float], list[str]]:
