@@ -48,12 +48,6 @@ GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::line
 its launch: aten::mm inside aten::matmul inside a Linear)."""
 
 
-DTYPE_IN_NAME = {"bf16": 2, "f16": 2, "half": 2, "f32": 4, "float": 4, "f64": 8, "double": 8, "i8": 1, "u8": 1,
-                 "i32": 4, "i64": 8}
-"""Bytes of an element by the dtype an NCCL kernel's name carries (ncclDevKernel_AllReduce_Sum_f16_RING_LL,
-ncclKernel_AllReduce_RING_LL_Sum_float): NCCL's src/device/generate.py names them so."""
-
-
 def _col(events: Any, name: str) -> np.ndarray:
     return np.asarray(getattr(events, name))
 
@@ -145,8 +139,15 @@ def _rank_kernels(run: Any, rank: int, iteration: int | None) -> RankKernels:
     kind = _col(ev, "kind")[gpu].astype(str)
     return RankKernels(rank=rank, start_s=float(start), end_s=max(float(end), last), kind=kind,
                        name=_col(ev, "name")[gpu].astype(str), k_start=start_s[gpu].astype(float),
-                       k_dur=dur_s[gpu].astype(float), msg_bytes=_message_bytes(run, rank, gpu),
+                       k_dur=dur_s[gpu].astype(float), msg_bytes=_message_bytes(ev, gpu),
                        gemm=_gemm_shapes(run, rank, gpu))
+
+
+def _message_bytes(ev: Any, rows: np.ndarray) -> np.ndarray:
+    """Each kernel's message bytes as the reader gives them (record_param_comms), NaN unknown."""
+    msg = _col(ev, "msg_bytes")[rows].astype(float)
+    msg[msg < 0] = np.nan
+    return msg
 
 
 def _enclosing(op_start: np.ndarray, op_end: np.ndarray, t: float) -> list[int]:
@@ -157,51 +158,6 @@ def _enclosing(op_start: np.ndarray, op_end: np.ndarray, t: float) -> list[int]:
             out.append(i)
         i -= 1
     return out
-
-
-def _message_bytes(run: Any, rank: int, gpu_rows: np.ndarray) -> np.ndarray:
-    """Each collective kernel's message bytes: the reader's, else (traces whose kernels carry
-    no sizes and whose ops link to them only through the launch's time) the tensor of the
-    innermost communication op around the kernel's launch (c10d::allreduce_,
-    record_param_comms: their Input Dims) times the element size in the kernel's name."""
-    ev = run.events
-    msg = _col(ev, "msg_bytes")[gpu_rows].astype(float)
-    msg[msg < 0] = np.nan
-    kind = _col(ev, "kind").astype(str)
-    need = [j for j, row in enumerate(gpu_rows) if kind[row] in ("all_reduce", "all_gather", "reduce_scatter",
-                                                                   "all_to_all", "broadcast") and np.isnan(msg[j])]
-    if not need:
-        return msg
-    rk, on_gpu = _col(ev, "rank"), _col(ev, "on_gpu").astype(bool)
-    start, dur, dims = _col(ev, "start_s"), _col(ev, "dur_s"), _col(ev, "input_dims")
-    ops = np.flatnonzero((rk == rank) & ~on_gpu & (kind == "cpu_comm"))
-    ops = ops[np.argsort(start[ops], kind="stable")]
-    op_start, op_end = start[ops], start[ops] + dur[ops]
-    launch, names = _col(ev, "launch_start_s"), _col(ev, "name").astype(str)
-    for j in need:
-        row = gpu_rows[j]
-        size = next((b for tok, b in DTYPE_IN_NAME.items() if f"_{tok}_" in names[row] + "_"), None)
-        if size is None or not np.isfinite(launch[row]):
-            continue
-        for i in _enclosing(op_start, op_end, float(launch[row])):
-            raw = dims[ops[i]]
-            shape = _first_tensor(json.loads(raw)) if raw else None
-            if shape:
-                msg[j] = float(np.prod(shape)) * size
-                break
-    return msg
-
-
-def _first_tensor(dims: Any) -> list[int] | None:
-    """The first tensor's shape in Input Dims (a list of tensors counts by its first)."""
-    if not isinstance(dims, list) or not dims:
-        return None
-    first = dims[0]
-    if isinstance(first, list) and first and isinstance(first[0], list):
-        first = first[0]
-    if isinstance(first, list) and first and all(isinstance(x, int) for x in first):
-        return first
-    return None
 
 
 def _gemm_shapes(run: Any, rank: int, gpu_rows: np.ndarray) -> list[Gemm | None]:
