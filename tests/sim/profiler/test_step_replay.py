@@ -148,3 +148,32 @@ def test_the_command_line_gives_bad_input_one_line_and_exit_2(tmp_path):
         r = _cli(*args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_the_step_models_own_products_read_back_as_its_model():
+    # a Llama 3 8B layer (SwiGLU, GQA, head dim 128) at TP 2 as the step model builds its
+    # products, recorded 32 times, and the output layer once: read_shapes gives the model back
+    from sim.profiler.step_replay import RankKernels, read_shapes
+    from sim.scenario.models import model_preset
+    from sim.training.step import layer_linears
+
+    m, tp, tokens = model_preset("llama3-8b"), 2, 8192
+    products = [Gemm(tokens, n, k) for k, n in layer_linears(m, tp).values()] * m.layers
+    products.append(Gemm(tokens, m.vocab // tp, m.hidden))
+    n = len(products)
+    rk = RankKernels(rank=0, start_s=0.0, end_s=1.0, kind=np.array(["gemm"] * n), name=np.array(["gemm"] * n),
+                     k_start=np.arange(n, dtype=float), k_dur=np.ones(n), msg_bytes=np.full(n, np.nan),
+                     gemm=products)
+    s = read_shapes(rk, tp)
+    assert (s.hidden, s.heads, s.kv_heads, s.head_dim, s.ffn, s.mlp) == (m.hidden, m.heads, m.kv_heads, m.head_dim,
+                                                                         m.ffn, "swiglu")
+    assert (s.layers, s.vocab, s.microbatches, s.forward_only, s.attention) == (m.layers, m.vocab, 1, True, "fused")
+    assert any("head dim" in u for u in s.unread)
+
+
+def test_the_command_line_gives_the_replay_as_json():
+    r = _cli("--trace", *map(str, MEGATRON), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["ranks"]) == 8 and abs(out["overall"]["error"]) < 0.10
+    assert out["shapes"]["layers"] == 40 and out["taken_as_measured"]
