@@ -7,6 +7,7 @@ import argparse
 import json
 
 from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args
+from sim.errors import RingsimError
 from sim.files import write_json
 from sim.hardware.gemm import gemm_time
 from sim.hardware.presets import GPU_PRESETS, gpu_preset
@@ -29,8 +30,8 @@ def register(sub) -> None:
                                    "Llama 3 paper and torchtitan report.")
     add_model_args(s)
     w = s.add_argument_group("batch")
-    w.add_argument("--seq", type=tokens, required=True, help="tokens per sequence: 8192, 128k, 1M (= 2^20)")
-    w.add_argument("--global-batch", type=tokens, required=True,
+    w.add_argument("--seq", type=tokens, default=None, help="tokens per sequence: 8192, 128k, 1M (= 2^20)")
+    w.add_argument("--global-batch", type=tokens, default=None,
                    help="tokens per step over all replicas: 16M (= 16 x 2^20), 4M, ...")
     w.add_argument("--microbatches", type=int, default=None,
                    help="micro-batches per step per replica (default: one sequence each)")
@@ -59,7 +60,14 @@ def register(sub) -> None:
     s.add_argument("--json", action="store_true",
                    help="one JSON object: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, palm_tflops_per_gpu, "
                         "palm_mfu, memory_bytes_per_gpu, fits, breakdown, memory, ...")
-    s.add_argument("--trace", metavar="FILE",
+    s.add_argument("--trace", metavar="PATH", nargs="+", default=None,
+                   help="a profiled tensor-parallel iteration (torch.profiler traces: files or a folder, one file per "
+                        "rank) to replay: the model's shapes read from its GEMMs, the GEMM rate and the all-reduce "
+                        "fitted to its own kernels, measured against simulated per rank (docs/step.md, "
+                        "'Replaying a profiled iteration'); the model, batch and parallelism come from the run")
+    s.add_argument("--iteration", type=int, default=None,
+                   help="with --trace: the ProfilerStep to replay (default the last)")
+    s.add_argument("--save-trace", metavar="FILE",
                    help="save the pipeline as the engine played it (one GPU per stage: its forwards, backwards "
                         "and sends) as a trace")
     s.add_argument("--chrome-trace", metavar="FILE", help="the same as a Chrome trace (Perfetto)")
@@ -96,6 +104,12 @@ def cmd_gemm(a: argparse.Namespace) -> int:
 
 
 def cmd_step(a: argparse.Namespace) -> int:
+    if a.trace:
+        return cmd_step_replay(a)
+    missing = [flag for flag, v in (("--seq", a.seq), ("--global-batch", a.global_batch)) if v is None]
+    if missing:
+        raise RingsimError(f"the following arguments are required: {', '.join(missing)} (or --trace PATH to replay a "
+                           "profiled iteration)")
     hw = hardware_from_args(a)
     par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
                    microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout,
@@ -103,13 +117,13 @@ def cmd_step(a: argparse.Namespace) -> int:
     check_gpus(par, a.gpus)
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)
-    if a.trace or a.chrome_trace:
+    if a.save_trace or a.chrome_trace:
         t = step.pipeline
         trace = Trace(t.source, t.n_gpus, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,
                                                         "seq": req.seq, "global_batch": req.global_batch},
                       hw.describe(), t.meta)
-        if a.trace:
-            trace.save(a.trace, overwrite=a.force)
+        if a.save_trace:
+            trace.save(a.save_trace, overwrite=a.force)
         if a.chrome_trace:
             write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
     if a.json:
@@ -136,4 +150,75 @@ def cmd_step(a: argparse.Namespace) -> int:
           + ")")
     for note in step.notes:
         print(note)
+    return 0
+
+
+REPLAY_FLAGS = ("model", "layers", "heads", "kv_heads", "head_dim", "hidden", "ffn", "vocab", "params", "seq",
+                "global_batch", "microbatches", "gpus", "save_trace", "chrome_trace")
+
+
+def cmd_step_replay(a: argparse.Namespace) -> int:
+    """`ringsim step --trace PATH`: the profiled iteration measured against the step model's
+    play of it (sim.profiler.step_replay)."""
+    from sim.profiler.reader import read_run
+    from sim.profiler.step_replay import replay
+
+    given = [f"--{k.replace('_', '-')}" for k in REPLAY_FLAGS if getattr(a, k, None) is not None]
+    if given:
+        raise RingsimError(f"--trace reads the model, the batch and the parallelism from the run: leave out "
+                           f"{', '.join(given)}")
+    run = read_run(a.trace)
+    r = replay(run, a.iteration)
+    if a.json:
+        print(json.dumps(r.to_dict(), indent=2, default=float))
+        return 0
+    sh, g, ar = r.shapes, r.gemm, r.all_reduce
+    step = run.iterations[r.ranks[0]][-1][0] if a.iteration is None else a.iteration
+    print(f"profiled run: {len(r.ranks)} ranks on {r.gpu}, ProfilerStep#{step}, "
+          + ("forward only (no backward kernels)" if sh.forward_only else "forward and backward"))
+    print(f"shapes read from the GEMM dims: {sh.layers} layers, hidden {sh.hidden:,}, {sh.heads} heads x "
+          f"{sh.head_dim} ({sh.kv_heads} K/V heads), FFN {sh.ffn:,} ({sh.mlp}), vocabulary "
+          f"{sh.vocab if sh.vocab is None else f'{sh.vocab:,}'}; TP {sh.tp}; {sh.microbatches} micro-batch"
+          f"{'es' if sh.microbatches > 1 else ''} of {sh.micro_batch} x {sh.seq:,} tokens; attention {sh.attention}")
+    for note in sh.unread:
+        print(f"  not read: {note}")
+    print(f"\nGEMM rate fitted: {g.rate_tflops:.1f} TFLOP/s (median over {g.kernels:,} math-bound GEMM kernels of "
+          f"the rate giving each its time; the preset's MAMF is {g.mamf_tflops:g})")
+    rows = [[x["op"], f"{x['batch']} x " * (x["batch"] > 1) + f"{x['m']} x {x['n']} over {x['k']}", x["count"],
+             fmt_s(x["measured_s"]), f"{x['measured_tflops']:.0f}", fmt_s(x["modelled_s"]), f"{x['error']:+.1%}"]
+            for x in g.by_shape]
+    print(table(["op", "product", "kernels", "measured", "TFLOP/s", "modelled", "error"], rows))
+    print(f"\nall-reduce fitted: alpha {ar.alpha_s * 1e6:.1f} us + bytes / {ar.beta_gbps:.1f} GB/s (bus bandwidth "
+          f"{ar.bus_gbps:.1f} GB/s over {ar.group} GPUs), least squares over {ar.calls} calls, each timed by its "
+          f"shortest kernel over the ranks (the last rank to arrive waits for none)")
+    rows = [[fmt_bytes(x["bytes"]), x["calls"], fmt_s(x["measured_s"]), fmt_s(x["modelled_s"]), f"{x['error']:+.1%}"]
+            for x in ar.sizes]
+    print(table(["message", "calls", "measured", "modelled", "error"], rows))
+    sm = r.step_model
+    print(f"\nstep model, one layer's forward (sim.training.step with the fitted rate and link): GEMMs "
+          f"{fmt_s(sm['layer_gemm_fwd_s'])}, TP all-reduces {fmt_s(sm['layer_tp_fwd_s'])}")
+    print("taken as measured (not modelled):")
+    for t in r.taken_as_measured:
+        print(f"  {t}")
+    rows = []
+    for rank, m, s_, p in zip(r.ranks, r.measured_s, r.simulated_s, r.parts):
+        rows.append([rank, fmt_s(m), fmt_s(s_), f"{s_ / m - 1:+.1%}", fmt_s(p["gemm_measured_s"]),
+                     fmt_s(p["gemm_modelled_s"]), fmt_s(p["all_reduce_kernels_s"]), fmt_s(p["all_reduce_modelled_s"]),
+                     fmt_s(p["other_kernels_s"]), fmt_s(p["idle_s"])])
+    rows.append(["all", fmt_s(r.measured_overall_s), fmt_s(r.simulated_overall_s), f"{r.overall_error:+.1%}",
+                 "", "", "", "", "", ""])
+    print("\n" + table(["rank", "measured", "simulated", "error", "GEMMs meas.", "GEMMs model", "all-reduce kernels",
+                        "all-reduces model", "other (meas.)", "GPU idle (meas.)"], rows))
+    print("all-reduce kernels: as recorded, with each rank's wait for the last to arrive; the model times the "
+          "collective alone and the play adds the wait")
+    print(f"the play with every kernel at its measured time: {fmt_s(max(r.identity_s))} "
+          f"({max(r.identity_s) / r.measured_overall_s - 1:+.2%}: the play's own error)")
+    print(f"the GPUs alone (no host idle): measured kernels {fmt_s(r.device_measured_s)}, modelled "
+          f"{fmt_s(r.device_simulated_s)} ({r.device_simulated_s / r.device_measured_s - 1:+.1%})")
+    print(f"the step model on its own (its fused attention and elementwise terms in place of the run's measured "
+          f"kernels, no host): forward {fmt_s(sm['forward_s'])}, against the GPUs alone measured "
+          f"{fmt_s(r.device_measured_s)} ({sm['forward_s'] / r.device_measured_s - 1:+.1%})")
+    print(f"with the presets' constants in place of the fits (the MAMF, {r.unfitted_link}): "
+          f"{fmt_s(max(r.unfitted_s))} ({max(r.unfitted_s) / r.measured_overall_s - 1:+.1%}); the GPUs alone "
+          f"{fmt_s(r.unfitted_device_s)} ({r.unfitted_device_s / r.device_measured_s - 1:+.1%})")
     return 0

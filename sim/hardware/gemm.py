@@ -100,13 +100,15 @@ def rate_tflops(gpu: str, fp8: bool = False) -> tuple[float, str]:
 
 
 def gemm_time(m: int, n: int, k: int, gpu: str, *, fp8: bool = False, alone: bool = True,
-              batch: int = 1) -> GemmTime:
+              batch: int = 1, rate: tuple[float, str] | None = None) -> GemmTime:
     """The time of C (m x n) = A (m x k) B (k x n) on `gpu` (a preset name); with `batch`,
-    of that many independent products in one batched call (each its own A, B and C)."""
+    of that many independent products in one batched call (each its own A, B and C). `rate`:
+    (TFLOP/s, its source) in place of the MAMF, e.g. a rate fitted to a profiled run's own
+    GEMM kernels (sim.profiler.step_replay)."""
     for name, v in (("m", m), ("n", n), ("k", k), ("batch", batch)):
         require_whole(f"--{name}", v)
     p = gpu_preset(gpu)
-    rate, source = rate_tflops(p.name, fp8)
+    rate, source = rate if rate is not None else rate_tflops(p.name, fp8)
     stream = (p.stream_bandwidth_gbps or p.memory_bandwidth_gbps) * 1e9
     tiles = batch * math.ceil(m / TILE_M) * math.ceil(n / TILE_N)
     split = 1

@@ -104,6 +104,9 @@ from sim.training.pipeline import in_flight, pipeline_makespan, play_pipeline
 from sim.units import is_whole, require_whole
 
 RECOMPUTE = ("none", "selective", "full")
+MLPS = ("swiglu", "gelu")
+"""A layer's feed-forward block: SwiGLU (gate and up in one product, then down: Llama's) or
+a plain GeLU MLP (up, then down: GPT's and Megatron-LM's default without --swiglu)."""
 ZERO_STAGES = (0, 1, 3)
 ELEMENTWISE_PASSES = {"norm": 2, "residual": 3, "swiglu": 3, "rope": 2}
 """Bytes moved per element (in units of an element) of the forward's elementwise work:
@@ -162,9 +165,16 @@ class StepRequest:
     """Tokens per step, over all replicas."""
     parallel: Parallel = field(default_factory=Parallel)
     hardware: Hardware = field(default_factory=Hardware)
+    mlp: str = "swiglu"
+    """The feed-forward block (MLPS)."""
+    gemm_rate: tuple[float, str] | None = None
+    """(TFLOP/s, source) the GEMMs run at in place of the GPU's MAMF (sim.hardware.gemm): a
+    rate fitted to a profiled run's own GEMM kernels (sim.profiler.step_replay)."""
 
     def __post_init__(self) -> None:
         m, p = self.model, self.parallel
+        if self.mlp not in MLPS:
+            raise RingsimError(f"the MLP must be one of {', '.join(MLPS)}, got {self.mlp!r}")
         for name, v in (("tp", p.tp), ("cp", p.cp), ("pp", p.pp), ("dp", p.dp), ("interleave", p.interleave),
                         ("seq", self.seq), ("global-batch", self.global_batch)):
             require_whole(f"--{name}", v)
@@ -226,12 +236,18 @@ class StepRequest:
 
 # --- what the model is made of ------------------------------------------------------------
 
-def layer_linears(model: Model, tp: int) -> dict[str, tuple[int, int]]:
-    """Each linear layer of a transformer layer as (k_in, n_out) on one GPU of a TP group."""
+def layer_linears(model: Model, tp: int, mlp: str = "swiglu") -> dict[str, tuple[int, int]]:
+    """Each linear layer of a transformer layer as (k_in, n_out) on one GPU of a TP group;
+    a GeLU MLP (MLPS) has one up projection where SwiGLU has gate and up."""
     h, d = model.hidden, model.head_dim
     kv = max(model.kv_heads // tp, 1)
-    return {"qkv": (h, (model.heads // tp + 2 * kv) * d), "out": (model.heads * d // tp, h),
-            "gate_up": (h, 2 * model.ffn // tp), "down": (model.ffn // tp, h)}
+    linears = {"qkv": (h, (model.heads // tp + 2 * kv) * d), "out": (model.heads * d // tp, h)}
+    if mlp == "gelu":
+        linears["up"] = (h, model.ffn // tp)
+    else:
+        linears["gate_up"] = (h, 2 * model.ffn // tp)
+    linears["down"] = (model.ffn // tp, h)
+    return linears
 
 
 FP8_CAST_BYTES = 6
@@ -476,7 +492,8 @@ def _gemms_s(req: StepRequest, products: list[tuple[int, int, int]], *, fp8: boo
     """The queued products' time, in FP8 as the step asks unless `fp8` says otherwise."""
     gpu = req.hardware.gpu.name
     fp8 = req.parallel.fp8 if fp8 is None else fp8
-    return sum(gemm_time(mm, nn, kk, gpu, fp8=fp8, alone=False).time_s for mm, nn, kk in products)
+    return sum(gemm_time(mm, nn, kk, gpu, fp8=fp8, alone=False, rate=req.gemm_rate).time_s
+               for mm, nn, kk in products)
 
 
 @dataclass(frozen=True)
@@ -512,7 +529,7 @@ def _layer_times(req: StepRequest) -> _LayerTimes:
     m, p, hw = req.model, req.parallel, req.hardware
     t = req.tokens                                   # tokens a GPU's GEMMs see per micro-batch
     stream = hw.gpu.memory_bandwidth_gbps
-    lin = layer_linears(m, p.tp)
+    lin = layer_linears(m, p.tp, req.mlp)
     fwd_products = [(t, n, k) for k, n in lin.values()]
     bwd_products = [x for k, n in lin.values() for x in ((t, k, n), (k, n, t))]
     gemm_f, gemm_b = _gemms_s(req, fwd_products), _gemms_s(req, bwd_products)
