@@ -47,13 +47,18 @@ def register(sub) -> None:
     v.add_argument("--profile", metavar="PROFILE.json",
                    help="calibrated from separate microbenchmarks (`ringsim calibrate`); needed unless --trace")
     v.add_argument("--trace", nargs="+", metavar="PATH", default=None,
-                   help="a torch.profiler trace of a context-parallel run instead (files, a folder of one file "
-                        "per rank, or the table of `ringsim trace import --out`): find its ring, fit a profile to "
-                        "it, and play its configuration on that profile against the measured iterations "
-                        "(sim.calibration.from_profiler); runs nothing")
+                   help="a torch.profiler trace instead (files, a folder of one file per rank, or the table of "
+                        "`ringsim trace import --out`); runs nothing. A context-parallel run: find its ring, fit a "
+                        "profile to it, and play its configuration on that profile against the measured iterations "
+                        "(sim.calibration.from_profiler). A tensor-parallel iteration without attention kernels: "
+                        "its shapes read from the GEMMs, the GEMM rate and all-reduce fitted to its own kernels, "
+                        "replayed through the step model (sim.profiler.step_replay, docs/step.md)")
     v.add_argument("--profile-out", metavar="FILE", default=None,
                    help="with --trace: write the fitted profile (for `simulate/compare/step/plan --profile`)")
     v.add_argument("--partial", action="store_true", help="with --trace: read the ranks given, though some are missing")
+    v.add_argument("--iteration", type=int, default=None,
+                   help="with --trace of a tensor-parallel iteration (no ring in it): the ProfilerStep to replay "
+                        "(default the last)")
     v.add_argument("--quick", action="store_true",
                    help="the quick matrix: forward at two sizes and forward-backward at the smaller, "
                         "GPU counts 2-4, the ring (under ten minutes on 2 cores); without it fwd, bwd "
@@ -220,7 +225,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 def cmd_validate_trace(a: argparse.Namespace) -> int:
     """`validate --trace`: the trace's ring replayed on the profile fitted to it (no torch)."""
-    from sim.calibration.from_profiler import validate_trace
+    from sim.calibration.from_profiler import read_profiled, validate_trace
+    from sim.cli.step import print_step_replay
+    from sim.profiler.step_replay import is_tensor_parallel_iteration
     from sim.units import fmt_s, table
 
     for name in ("profile", "out", "markdown"):
@@ -229,7 +236,16 @@ def cmd_validate_trace(a: argparse.Namespace) -> int:
     why = kept_file(a.profile_out, a.force)
     if why:
         raise RingsimError(why)
-    report, profile = validate_trace(a.trace, partial=a.partial)
+    run = read_profiled(a.trace, partial=a.partial)
+    if is_tensor_parallel_iteration(run):
+        if a.profile_out:
+            raise RingsimError("--profile-out keeps a ring's fitted profile; this trace is a tensor-parallel "
+                               "iteration without attention kernels (its fits are printed)")
+        return print_step_replay(run, a.iteration, a.json)
+    if a.iteration is not None:
+        raise RingsimError("--iteration picks the ProfilerStep of a tensor-parallel iteration; a ring's replay "
+                           "reads every iteration")
+    report, profile = validate_trace(a.trace, partial=a.partial, run=run)
     if a.profile_out:
         profile.save(a.profile_out, overwrite=True)    # checked above
         report["profile_out"] = a.profile_out

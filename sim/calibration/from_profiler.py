@@ -136,17 +136,24 @@ def replay(ring: RingRun, profile: Profile) -> dict[str, Any]:
             "within_range": m["min_s"] <= simulated <= m["max_s"]}
 
 
-def validate_trace(paths: list[str], *, partial: bool = False) -> tuple[dict[str, Any], Profile]:
-    """`ringsim validate --trace`: read the run (trace files, folders of them, or the
-    Parquet table `ringsim trace import --out` wrote), find its ring, fit a profile to it
-    and replay its configuration on that profile; (the report, the profile)."""
+def read_profiled(paths: list[str], *, partial: bool = False):
+    """The run of trace files, folders of them, or the Parquet table `ringsim trace import
+    --out` wrote (sim.profiler.reader.Run)."""
     from sim.profiler.reader import read_run, read_table
-    from sim.profiler.ring import find_ring
 
     if len(paths) == 1 and str(paths[0]).endswith(".parquet"):
-        run = read_table(paths[0])
-    else:
-        run = read_run(paths, partial=partial)
+        return read_table(paths[0])
+    return read_run(paths, partial=partial)
+
+
+def validate_trace(paths: list[str], *, partial: bool = False, run=None) -> tuple[dict[str, Any], Profile]:
+    """`ringsim validate --trace`: read the run (`read_profiled`, unless given), find its
+    ring, fit a profile to it and replay its configuration on that profile; (the report,
+    the profile)."""
+    from sim.profiler.ring import find_ring
+
+    if run is None:
+        run = read_profiled(paths, partial=partial)
     ring = find_ring(run)
     source = ", ".join(str(p) for p in paths)
     on = {"kind": "cuda" if run.devices and any(run.devices.values()) else "cpu",

@@ -7,7 +7,6 @@ import argparse
 import json
 
 from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args
-from sim.errors import RingsimError
 from sim.files import write_json
 from sim.hardware.gemm import gemm_time
 from sim.hardware.presets import GPU_PRESETS, gpu_preset
@@ -30,8 +29,8 @@ def register(sub) -> None:
                                    "Llama 3 paper and torchtitan report.")
     add_model_args(s)
     w = s.add_argument_group("batch")
-    w.add_argument("--seq", type=tokens, default=None, help="tokens per sequence: 8192, 128k, 1M (= 2^20)")
-    w.add_argument("--global-batch", type=tokens, default=None,
+    w.add_argument("--seq", type=tokens, required=True, help="tokens per sequence: 8192, 128k, 1M (= 2^20)")
+    w.add_argument("--global-batch", type=tokens, required=True,
                    help="tokens per step over all replicas: 16M (= 16 x 2^20), 4M, ...")
     w.add_argument("--microbatches", type=int, default=None,
                    help="micro-batches per step per replica (default: one sequence each)")
@@ -60,14 +59,7 @@ def register(sub) -> None:
     s.add_argument("--json", action="store_true",
                    help="one JSON object: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, palm_tflops_per_gpu, "
                         "palm_mfu, memory_bytes_per_gpu, fits, breakdown, memory, ...")
-    s.add_argument("--trace", metavar="PATH", nargs="+", default=None,
-                   help="a profiled tensor-parallel iteration (torch.profiler traces: files or a folder, one file per "
-                        "rank) to replay: the model's shapes read from its GEMMs, the GEMM rate and the all-reduce "
-                        "fitted to its own kernels, measured against simulated per rank (docs/step.md, "
-                        "'Replaying a profiled iteration'); the model, batch and parallelism come from the run")
-    s.add_argument("--iteration", type=int, default=None,
-                   help="with --trace: the ProfilerStep to replay (default the last)")
-    s.add_argument("--save-trace", metavar="FILE",
+    s.add_argument("--trace", metavar="FILE",
                    help="save the pipeline as the engine played it (one GPU per stage: its forwards, backwards "
                         "and sends) as a trace")
     s.add_argument("--chrome-trace", metavar="FILE", help="the same as a Chrome trace (Perfetto)")
@@ -104,12 +96,6 @@ def cmd_gemm(a: argparse.Namespace) -> int:
 
 
 def cmd_step(a: argparse.Namespace) -> int:
-    if a.trace:
-        return cmd_step_replay(a)
-    missing = [flag for flag, v in (("--seq", a.seq), ("--global-batch", a.global_batch)) if v is None]
-    if missing:
-        raise RingsimError(f"the following arguments are required: {', '.join(missing)} (or --trace PATH to replay a "
-                           "profiled iteration)")
     hw = hardware_from_args(a)
     par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
                    microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout,
@@ -117,13 +103,13 @@ def cmd_step(a: argparse.Namespace) -> int:
     check_gpus(par, a.gpus)
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)
-    if a.save_trace or a.chrome_trace:
+    if a.trace or a.chrome_trace:
         t = step.pipeline
         trace = Trace(t.source, t.n_gpus, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,
                                                         "seq": req.seq, "global_batch": req.global_batch},
                       hw.describe(), t.meta)
-        if a.save_trace:
-            trace.save(a.save_trace, overwrite=a.force)
+        if a.trace:
+            trace.save(a.trace, overwrite=a.force)
         if a.chrome_trace:
             write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
     if a.json:
@@ -153,27 +139,18 @@ def cmd_step(a: argparse.Namespace) -> int:
     return 0
 
 
-REPLAY_FLAGS = ("model", "layers", "heads", "kv_heads", "head_dim", "hidden", "ffn", "vocab", "params", "seq",
-                "global_batch", "microbatches", "gpus", "save_trace", "chrome_trace")
-
-
-def cmd_step_replay(a: argparse.Namespace) -> int:
-    """`ringsim step --trace PATH`: the profiled iteration measured against the step model's
-    play of it (sim.profiler.step_replay)."""
-    from sim.profiler.reader import read_run
+def print_step_replay(run, iteration: int | None, as_json: bool) -> int:
+    """`ringsim validate --trace PATH` on a profiled tensor-parallel iteration (no ring in
+    it): the iteration measured against the step model's play of it
+    (sim.profiler.step_replay), as a table or one JSON object."""
     from sim.profiler.step_replay import replay
 
-    given = [f"--{k.replace('_', '-')}" for k in REPLAY_FLAGS if getattr(a, k, None) is not None]
-    if given:
-        raise RingsimError(f"--trace reads the model, the batch and the parallelism from the run: leave out "
-                           f"{', '.join(given)}")
-    run = read_run(a.trace)
-    r = replay(run, a.iteration)
-    if a.json:
+    r = replay(run, iteration)
+    if as_json:
         print(json.dumps(r.to_dict(), indent=2, default=float))
         return 0
     sh, g, ar = r.shapes, r.gemm, r.all_reduce
-    step = run.iterations[r.ranks[0]][-1][0] if a.iteration is None else a.iteration
+    step = run.iterations[r.ranks[0]][-1][0] if iteration is None else iteration
     print(f"profiled run: {len(r.ranks)} ranks on {r.gpu}, ProfilerStep#{step}, "
           + ("forward only (no backward kernels)" if sh.forward_only else "forward and backward"))
     print(f"shapes read from the GEMM dims: {sh.layers} layers, hidden {sh.hidden:,}, {sh.heads} heads x "

@@ -566,6 +566,17 @@ def gpu_preset_of(run: Any) -> str:
                        f"({', '.join(GPU_PRESETS)})")
 
 
+ATTENTION_KINDS = ("attention_fwd", "attention_bwd", "cpu_attention_fwd", "cpu_attention_bwd")
+
+
+def is_tensor_parallel_iteration(run: Any) -> bool:
+    """Whether `validate --trace` replays the run through the step model rather than as a
+    ring: no attention kernels or ops (the unfused attention of a Megatron GPT is GEMMs
+    and a softmax), but GEMM kernels and all-reduces on the GPU."""
+    kinds = set(np.unique(_col(run.events, "kind")).tolist())
+    return not kinds & set(ATTENTION_KINDS) and {"gemm", "all_reduce"} <= kinds
+
+
 def replay(run: Any, iteration: int | None = None) -> Replay:
     """The profiled iteration (the last one unless `iteration`) of a TP run, played through
     the step model with rates fitted to its own kernels (module docstring)."""

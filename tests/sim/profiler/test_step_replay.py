@@ -130,7 +130,7 @@ def test_one_rank_is_refused(run):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "sim.cli.main", "step", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "sim.cli.main", "validate", *args], capture_output=True, text=True)
 
 
 def test_the_command_line_prints_measured_against_simulated():
@@ -144,7 +144,8 @@ def test_the_command_line_prints_measured_against_simulated():
 def test_the_command_line_gives_bad_input_one_line_and_exit_2(tmp_path):
     bad = tmp_path / "not-a-trace.json"
     bad.write_text(json.dumps({"hello": 1}))
-    for args in (["--trace", str(bad)], ["--trace", str(MEGATRON[0]), "--seq", "2048"], ["--tp", "8"]):
+    for args in (["--trace", str(bad)], ["--trace", *map(str, MEGATRON), "--profile-out", str(tmp_path / "p.json")],
+                 ["--trace", *map(str, MEGATRON), "--iteration", "99"]):
         r = _cli(*args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

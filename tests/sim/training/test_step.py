@@ -298,7 +298,7 @@ def test_the_step_saves_its_pipeline_as_a_trace_and_keeps_what_is_there(tmp_path
 
     out = tmp_path / "step.trace.npz"
     args = [sys.executable, "-m", "sim.cli.main", "step", "--model", "llama3-8b", "--seq", "8k", "--global-batch", "128k",
-            "--tp", "8", "--pp", "4", "--cluster", "dgx-h100", "--save-trace", str(out)]
+            "--tp", "8", "--pp", "4", "--cluster", "dgx-h100", "--trace", str(out)]
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     t = Trace.load(str(out))
