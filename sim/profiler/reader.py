@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.files import kept_file, write_bytes
 from sim.profiler.columns import RankFile, objects, read_file
 from sim.profiler.kernels import COMM_KINDS, classify_gpu, collective_kind, step_number
 
@@ -502,14 +503,10 @@ def write_table(run: Run, path: str | os.PathLike, *, overwrite: bool = False) -
     """Write the run as one Parquet table (one row per event, EVENT_COLUMNS) with the run's
     ranks, devices, iterations, offsets, unknown kernels and sources in its metadata; refuse
     to replace an existing file unless `overwrite`."""
-    from sim.files import kept_file, write_bytes
-
     why = kept_file(path, overwrite)
     if why:
         raise RingsimError(why)
-    # pyarrow is optional (the sweep extra): it loads when a table is written
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa, pq = _pyarrow()
 
     ev = run.events
     arrays = {}
@@ -530,10 +527,20 @@ def write_table(run: Run, path: str | os.PathLike, *, overwrite: bool = False) -
     write_bytes(path, sink.getvalue().to_pybytes(), overwrite=overwrite)
 
 
+def _pyarrow():
+    """pyarrow and its Parquet module: optional (the sweep extra), loaded when a table is
+    written or read."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise RingsimError("Parquet tables need pyarrow: pip install 'ringsim[sweep]'") from None
+    return pa, pq
+
+
 def read_table(path: str | os.PathLike) -> Run:
     """A run written by write_table."""
-    import pyarrow.parquet as pq
-
+    _, pq = _pyarrow()
     try:
         table = pq.read_table(path)
     except (OSError, ValueError) as e:
@@ -541,7 +548,14 @@ def read_table(path: str | os.PathLike) -> Run:
     raw = (table.schema.metadata or {}).get(b"ringsim_profiler_run")
     if raw is None:
         raise RingsimError(f"{path}: not a table written by `ringsim trace import --out`")
-    m = json.loads(raw)
+    try:
+        m = json.loads(raw)
+        return _run_from_table(table, m, path)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise RingsimError(f"{path}: its run's metadata is unreadable ({type(e).__name__}: {e})") from None
+
+
+def _run_from_table(table, m: dict, path) -> Run:
     missing = [c for c in EVENT_COLUMNS if c not in table.column_names]
     if missing:
         raise RingsimError(f"{path}: columns {', '.join(missing)} missing")
