@@ -123,9 +123,10 @@ def _parts(start: np.ndarray, end: np.ndarray, types: np.ndarray) -> dict[str, f
     u_cm = union_s(start[cm], end[cm])
     u_cmm = union_s(start[cm | mem], end[cm | mem])
     u_all = union_s(start, end)
-    hidden = u_c + u_m - u_cm
-    return {"span_s": span, "compute_s": u_c, "comm_s": u_cm - u_c, "memory_s": u_cmm - u_cm,
-            "other_s": u_all - u_cmm, "idle_s": span - u_all, "comm_kernel_s": u_m,
+    # differences of unions: float sums can leave -1e-18 where the answer is 0
+    hidden = max(0.0, u_c + u_m - u_cm)
+    return {"span_s": span, "compute_s": u_c, "comm_s": max(0.0, u_cm - u_c), "memory_s": max(0.0, u_cmm - u_cm),
+            "other_s": max(0.0, u_all - u_cmm), "idle_s": max(0.0, span - u_all), "comm_kernel_s": u_m,
             "overlap_pct": 100.0 * hidden / u_m if u_m > 0 else None}
 
 
