@@ -63,14 +63,8 @@ _RAW = ("on_gpu", "stream", "stream_arg", "name", "cat", "kind", "ts", "dur", "c
         "msg_nelems", "dtype", "group_size", "collective", "input_dims", "grid", "block")
 
 
-def _number(path: Path, e: dict, key: str, limit: float) -> float:
-    v = e.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > limit:
-        raise RingsimError(f"{path}: an event's {key} is {str(v)[:40]!r}, not a time in microseconds")
-    return v
-
-
 def _int_arg(args: dict, key: str) -> int:
+    """A whole-number argument (or its digits as text), else -1."""
     v = args.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 62) < v < (1 << 62):
         if isinstance(v, str) and v.lstrip("-").isdigit() and len(v) < 19:
@@ -80,6 +74,7 @@ def _int_arg(args: dict, key: str) -> int:
 
 
 def _dims_text(v: Any, cols: _Columns) -> str:
+    """A list argument (dims, grid, block) as compact JSON, one str per distinct text."""
     if v is None:
         return ""
     try:
@@ -242,6 +237,7 @@ def _elements(dims: Any) -> int:
 
 
 def objects(values: list) -> np.ndarray:
+    """A list as a numpy object array (its items kept as they are, lists included)."""
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
@@ -249,6 +245,8 @@ def objects(values: list) -> np.ndarray:
 
 @dataclass
 class RankFile:
+    """One file's columns (times in its own microseconds after base_us) and its header."""
+
     path: Path
     meta: dict
     base_us: int  # the file's clock origin: baseTimeNanoseconds in us + its first event's ts
@@ -263,6 +261,7 @@ class RankFile:
 
 
 def read_file(path: Path) -> RankFile:
+    """Read one rank's trace file into columns; RingsimError, one line, if it is not one."""
     cols = _Columns()
     meta: dict = {}
     for item in stream_events(path):
