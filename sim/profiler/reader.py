@@ -41,6 +41,10 @@ ALIGN_STEP_MIN_S = 1.0
 """An offset estimated from ProfilerStep starts (no collective kernels) is removed only above
 this: processes of one run start a step milliseconds apart, clocks of two hosts can differ more."""
 
+SUSPECT_OFFSET_S = 10.0
+"""An offset this large is removed but called out: hosts kept in step by NTP or PTP differ by
+milliseconds."""
+
 MIXED_RUN_S = 600.0
 """Ranks whose clocks differ by more than this were not recorded together (different runs)."""
 
@@ -480,7 +484,9 @@ def _clock_offsets(ranks, by_rank, rel_us, kinds) -> tuple[dict[int, float], lis
                                f"rank {ref}'s by their {how}")
         if abs(estimate) > threshold_us:
             offsets[r] = estimate
-            notes.append(f"rank {r}'s clock aligned to rank {ref}'s by {-estimate * 1e-3:+.3f} ms ({how})")
+            notes.append(f"rank {r}'s clock aligned to rank {ref}'s by {-estimate * 1e-3:+.3f} ms ({how})"
+                         + (": more than synchronized hosts drift; check these files are of one run"
+                            if abs(estimate) > SUSPECT_OFFSET_S * 1e6 else ""))
     return offsets, notes
 
 
