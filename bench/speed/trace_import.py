@@ -43,7 +43,7 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 t0 = time.perf_counter()
-import numpy, orjson, pyarrow, pyarrow.compute, pyarrow.json
+import numpy, orjson
 from sim.profiler.reader import read_run
 from sim.profiler.breakdown import breakdown
 imports_s = time.perf_counter() - t0

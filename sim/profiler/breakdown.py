@@ -15,10 +15,11 @@ event with a stream) and
 With two or more ProfilerSteps it counts only the GPU events launched (by correlation) from
 the host before the last step starts (hta/common/trace.py _filter_irrelevant_gpu_kernels);
 it rounds microsecond times with fractions inward (start up, end down:
-hta/common/trace_parser.py round_down_time_stamps), and with fewer than two steps it also
-counts a host operator that carries a `stream` argument (Inductor's Triton launches record one)
-as a GPU event, since it selects GPU events by that argument. `hta_compat` (the default) does
-both, so that the numbers are HTA's; without it, GPU rows only, times as recorded.
+hta/common/trace_parser.py round_down_time_stamps), and it also counts a host operator that
+carries a `stream` argument (Inductor's Triton launches record one; with two or more steps,
+one that starts before the last) as a GPU event, since it selects GPU events by that argument.
+`hta_compat` (the default) does both, so that the numbers are HTA's; without it, GPU rows
+only, times as recorded.
 
 Non-compute is split here into communication, memory and other so that the parts add up to
 the span: comm_s is communication not under computation, memory_s memory not under either,
@@ -123,9 +124,10 @@ def _parts(start: np.ndarray, end: np.ndarray, types: np.ndarray) -> dict[str, f
     u_cm = union_s(start[cm], end[cm])
     u_cmm = union_s(start[cm | mem], end[cm | mem])
     u_all = union_s(start, end)
-    hidden = u_c + u_m - u_cm
-    return {"span_s": span, "compute_s": u_c, "comm_s": u_cm - u_c, "memory_s": u_cmm - u_cm,
-            "other_s": u_all - u_cmm, "idle_s": span - u_all, "comm_kernel_s": u_m,
+    # differences of unions: float sums can leave -1e-18 where the answer is 0
+    hidden = max(0.0, u_c + u_m - u_cm)
+    return {"span_s": span, "compute_s": u_c, "comm_s": max(0.0, u_cm - u_c), "memory_s": max(0.0, u_cmm - u_cm),
+            "other_s": max(0.0, u_all - u_cmm), "idle_s": max(0.0, span - u_all), "comm_kernel_s": u_m,
             "overlap_pct": 100.0 * hidden / u_m if u_m > 0 else None}
 
 
@@ -152,7 +154,12 @@ def _hta_scope(run: Run, ev: Events, rank: int, compat: bool) -> np.ndarray:
         return mine & (ev.stream_arg != -1) if compat else gpu
     last_start = max(s for _, s, _ in steps)
     launched = ~np.isnan(ev.launch_start_s) & (ev.launch_start_s < last_start)
-    return gpu & launched & (ev.correlation >= 0) & (ev.stream_arg >= 0)
+    rows = gpu & launched & (ev.correlation >= 0) & (ev.stream_arg >= 0)
+    if compat:
+        # HTA keeps the host rows that start before the last step, and among them counts
+        # those with a stream argument as GPU events
+        rows |= mine & ~ev.on_gpu & (ev.stream_arg != -1) & (ev.start_s < last_start)
+    return rows
 
 
 def _host_rows(ev: Events, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -9,48 +9,30 @@ the `tid`), `cpu_op`, `user_annotation` (ProfilerStep#N among them), `cuda_runti
 flow says the same), `args["External id"]` a kernel to the operator that issued it. Times are
 microseconds after `baseTimeNanoseconds` (absent: after the Unix epoch).
 
-The file is read as a stream (docs/traces.md): gzip is inflated a chunk at a time, a numpy
-scan of the chunk's quotes and brackets finds where each event of `traceEvents` ends, and
-orjson parses the whole events of the chunk at once; only the columns kept grow with the file.
-Ranks' clocks are aligned on their collective kernels (NCCL ends a collective on every rank at
-once) and every time is given in seconds from the run's first event.
+Each file is read as a stream into columns (sim.profiler.scan, sim.profiler.columns:
+docs/traces.md); this module puts the ranks of one run together and checks that they are
+one run. Ranks' clocks are aligned on their collective kernels (NCCL ends a collective on
+every rank at once) and every time is given in seconds from the run's first event.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
-import math
 import os
 import re
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-import orjson
 
 from sim.errors import RingsimError
-from sim.profiler.kernels import COMM_KINDS, classify_cpu, classify_gpu, collective_kind, step_number
-
-CHUNK_BYTES = 1024 * 1024
-"""Uncompressed bytes scanned at a time."""
-
-MAX_EVENT_BYTES = 64 * 1024 * 1024
-"""The largest single event (or run of header bytes) accepted: a hostile file stops here."""
-
-MAX_HEADER_BYTES = 64 * 1024 * 1024
-"""The most bytes kept of what lies outside traceEvents (device properties, distributed info)."""
+from sim.files import kept_file, write_bytes
+from sim.profiler.columns import RankFile, objects, read_file
+from sim.profiler.kernels import COMM_KINDS, classify_gpu, collective_kind, step_number
 
 MAX_WORLD_SIZE = 1 << 20
-MAX_TIME_US = 1e17
-"""Timestamps beyond this (3,000 years in microseconds) are not a clock's."""
-
-MAX_DUR_US = 1e13
-"""Durations beyond this (116 days) are not an event's."""
-
 ALIGN_MIN_S = 1e-3
 """A clock offset estimated from collective kernels is removed when larger than this: below
 it, it is within how unevenly a collective ends across ranks."""
@@ -59,17 +41,12 @@ ALIGN_STEP_MIN_S = 1.0
 """An offset estimated from ProfilerStep starts (no collective kernels) is removed only above
 this: processes of one run start a step milliseconds apart, clocks of two hosts can differ more."""
 
+SUSPECT_OFFSET_S = 10.0
+"""An offset this large is removed but called out: hosts kept in step by NTP or PTP differ by
+milliseconds."""
+
 MIXED_RUN_S = 600.0
 """Ranks whose clocks differ by more than this were not recorded together (different runs)."""
-
-# Kineto's categories, and the older names (Kernel, Memcpy, Runtime, Operator) of torch < 1.10
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset",
-            "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
-            # a stream's or event's synchronization as the GPU saw it (Kineto records them
-            # when asked: enable_cuda_sync_events); HTA counts those with a stream
-            "cuda_sync": "cuda_sync"}
-CPU_CATS = {"cpu_op": "cpu_op", "user_annotation": "user_annotation", "cuda_runtime": "cuda_runtime",
-            "cuda_driver": "cuda_driver", "Operator": "cpu_op", "Runtime": "cuda_runtime"}
 
 # element sizes of the dtype names record_param_comms writes (c10's ScalarType names)
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1,
@@ -166,436 +143,6 @@ class Run:
         return self.events.take(self.events.rank == rank)
 
 
-# --------------------------------------------------------------------------- streaming
-
-
-def _open(path: Path):
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(2)
-    except OSError as e:
-        raise RingsimError(f"cannot read trace {path}: {e}") from None
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")
-    return open(path, "rb")
-
-
-def _read_chunks(path: Path) -> Iterator[bytes]:
-    f = _open(path)
-    try:
-        with f:
-            while True:
-                chunk = f.read(CHUNK_BYTES)
-                if not chunk:
-                    return
-                yield chunk
-    except EOFError:
-        raise RingsimError(f"{path}: the gzip stream ends early (a truncated or partly copied file)") from None
-    except (gzip.BadGzipFile, zlib.error) as e:
-        raise RingsimError(f"{path}: not a readable gzip file ({e})") from None
-    except OSError as e:
-        raise RingsimError(f"cannot read trace {path}: {e}") from None
-
-
-_QUOTE, _BACKSLASH = 34, 92
-_OPEN = (123, 91)  # { [
-_CLOSE = (125, 93)  # } ]
-
-
-_SPECIAL = np.zeros(256, dtype=bool)
-_SPECIAL[[_QUOTE, 123, 125, 91, 93]] = True
-_OPENS = np.zeros(256, dtype=np.int8)
-_OPENS[[123, 91]] = 1
-_OPENS[[125, 93]] = -1
-
-
-def _structure(buf: bytes, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Positions of the brackets of `buf` outside strings, their bytes and the nesting depth
-    after each; `buf` starts outside a string at depth `depth0`. Only the quotes and brackets
-    are looked at, in a few vector passes over the chunk and 32-bit positions (a chunk is
-    megabytes: its temporaries stay a few times its size)."""
-    a = np.frombuffer(buf, dtype=np.uint8)
-    special = np.flatnonzero(_SPECIAL[a]).astype(np.int32)
-    chars = a[special]
-    is_quote = chars == _QUOTE
-    if buf.find(b"\\") >= 0:
-        # a quote after an odd run of backslashes is inside its string: the run's length is
-        # the distance back to the last byte that is not a backslash
-        qi = np.flatnonzero(is_quote)
-        q = special[qi]
-        after_bs = (q > 0) & (a[np.maximum(q - 1, 0)] == _BACKSLASH)
-        if after_bs.any():
-            idx = np.arange(len(a), dtype=np.int32)
-            last_other = np.maximum.accumulate(np.where(a == _BACKSLASH, np.int32(-1), idx))
-            del idx
-            p = q[after_bs] - 1
-            run = p - last_other[p]
-            del last_other
-            is_quote[qi[after_bs][run % 2 == 1]] = False
-    # a bracket is structural where an even number of (real) quotes precede it
-    quotes_before = np.cumsum(is_quote, dtype=np.int32)
-    structural = ~is_quote & (quotes_before % 2 == 0)
-    del quotes_before
-    if not structural.any():
-        return special[:0], chars[:0], np.zeros(0, np.int32)
-    pos = special[structural]
-    ch = chars[structural]
-    depth = np.cumsum(_OPENS[ch], dtype=np.int32)
-    depth += depth0
-    return pos, ch, depth
-
-
-@dataclass
-class _Region:
-    """Whole events of traceEvents as bytes, with where each starts ({) and ends (})."""
-
-    data: bytes
-    starts: np.ndarray
-    ends: np.ndarray
-
-
-def _stream_events(path: Path) -> Iterator["_Region | dict"]:
-    """The events of `traceEvents`, a region of whole events per chunk, then the rest of the
-    document (its header without the events) as a dict, last."""
-    head = bytearray()
-    tail = bytearray()
-    carry = b""
-    depth = 0
-    phase = "head"
-    for chunk in _read_chunks(path):
-        buf = carry + chunk if carry else chunk
-        carry = b""
-        if phase == "tail":
-            tail += buf
-            if len(tail) > MAX_HEADER_BYTES:
-                raise RingsimError(f"{path}: over {MAX_HEADER_BYTES} bytes after traceEvents: not a Kineto trace")
-            continue
-        pos, ch, dep = _structure(buf, depth)
-        start = 0
-        if phase == "head":
-            found = _find_events_key(buf, pos, dep, depth)
-            if found is None:
-                # keep up to the last bracket: the key cannot straddle it
-                if len(pos):
-                    cut = int(pos[-1]) + 1
-                    head += buf[:cut]
-                    depth = int(dep[-1])
-                    carry = buf[cut:]
-                else:
-                    carry = buf
-                if len(head) > MAX_HEADER_BYTES or len(carry) > MAX_EVENT_BYTES:
-                    raise RingsimError(f"{path}: no traceEvents in its first {len(head) + len(carry)} bytes: "
-                                       "not a Kineto trace")
-                continue
-            key_at, bracket_at = found
-            head += buf[:key_at]
-            start = bracket_at + 1
-            phase = "events"
-        # events: each ends with a } back at depth 2 (document 1, traceEvents 2)
-        after = pos >= start
-        closes = np.flatnonzero(after & (ch == 93) & (dep == 1))
-        end_of_array = int(pos[closes[0]]) if len(closes) else None
-        ends = after & (ch == 125) & (dep == 2)
-        if end_of_array is not None:
-            ends &= pos < end_of_array
-        ends_at = pos[ends]
-        if len(ends_at) and int(ends_at[0]) - start > MAX_EVENT_BYTES:
-            raise RingsimError(f"{path}: an event over {MAX_EVENT_BYTES} bytes: not a trace torch.profiler wrote")
-        if len(ends_at):
-            last = int(ends_at[-1])
-            opens = pos[after & (ch == 123) & (dep == 3) & (pos < last)]
-            yield _Region(buf[start:last + 1], opens - start, ends_at - start)
-            start = last + 1
-        if end_of_array is not None:
-            if buf[start:end_of_array].strip(b" \t\r\n,"):
-                raise RingsimError(f"{path}: traceEvents holds something that is not an event")
-            tail += buf[end_of_array + 1:]
-            phase = "tail"
-            continue
-        carry = buf[start:]
-        depth = 2
-        if len(carry) > MAX_EVENT_BYTES:
-            raise RingsimError(f"{path}: an event over {MAX_EVENT_BYTES} bytes: not a trace torch.profiler wrote")
-    if phase == "head":
-        raise RingsimError(f"{path}: no traceEvents: not a Kineto (torch.profiler) trace")
-    if phase == "events":
-        raise RingsimError(f"{path}: the file ends inside traceEvents (truncated?)")
-    try:
-        meta = orjson.loads(bytes(head) + b'"traceEvents":[]' + bytes(tail))
-    except orjson.JSONDecodeError as e:
-        raise RingsimError(f"{path}: not valid JSON after traceEvents (truncated?): {e}") from None
-    if not isinstance(meta, dict):
-        raise RingsimError(f"{path}: not a Kineto trace (its JSON is not an object)")
-    yield meta
-
-
-def _find_events_key(buf: bytes, pos: np.ndarray, dep: np.ndarray, depth0: int) -> tuple[int, int] | None:
-    """(position of the `"traceEvents"` key at the document's top level, position of its `[`)."""
-    at = 0
-    while True:
-        p = buf.find(b'"traceEvents"', at)
-        if p < 0:
-            return None
-        at = p + 1
-        i = int(np.searchsorted(pos, p))
-        level = int(dep[i - 1]) if i > 0 else depth0
-        if level != 1 or not _outside_string(buf, p, pos, i):
-            continue
-        q = p + len(b'"traceEvents"')
-        rest = buf[q:q + 64].lstrip()
-        if not rest.startswith(b":"):
-            continue
-        rest2 = rest[1:].lstrip()
-        if not rest2:
-            return None  # the value lies in the next chunk: read on
-        if not rest2.startswith(b"["):
-            raise RingsimError("traceEvents is not a list: not a Kineto trace")
-        return p, q + (len(buf[q:q + 64]) - len(rest2))
-
-
-def _outside_string(buf: bytes, p: int, pos: np.ndarray, i: int) -> bool:
-    """Whether the quote at p opens a string (an even number of real quotes since the last
-    structural bracket before it)."""
-    since = int(pos[i - 1]) + 1 if i > 0 else 0
-    seg = buf[since:p]
-    n = seg.count(b'"') - seg.count(b'\\"') + seg.count(b'\\\\"')
-    return n % 2 == 0
-
-
-def _parse_events(path: Path, region: _Region) -> list:
-    body = region.data.lstrip(b" \t\r\n,")
-    try:
-        events = orjson.loads(b"[" + body + b"]")
-    except orjson.JSONDecodeError as e:
-        raise RingsimError(f"{path}: an event is not valid JSON: {e}") from None
-    return events
-
-
-# --------------------------------------------------------------------------- one file
-
-
-class _Columns:
-    """One rank's kept events as growing columns (raw microseconds after the file's first
-    event, as exact as the file gives them)."""
-
-    def __init__(self) -> None:
-        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _RAW}
-        self.base_us: int | None = None
-        self.strings: dict[str, str] = {}
-        self.skipped: dict[str, int] = {}
-        self.device: int | None = None
-
-    def intern(self, s: str) -> str:
-        return self.strings.setdefault(s, s)
-
-
-_RAW = ("on_gpu", "stream", "stream_arg", "name", "cat", "kind", "ts", "dur", "correlation", "external_id",
-        "msg_nelems", "dtype", "group_size", "collective", "input_dims", "grid", "block")
-
-
-def _number(path: Path, e: dict, key: str, limit: float) -> float:
-    v = e.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > limit:
-        raise RingsimError(f"{path}: an event's {key} is {str(v)[:40]!r}, not a time in microseconds")
-    return v
-
-
-def _int_arg(args: dict, key: str) -> int:
-    v = args.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 62) < v < (1 << 62):
-        if isinstance(v, str) and v.lstrip("-").isdigit() and len(v) < 19:
-            return int(v)
-        return -1
-    return v
-
-
-def _dims_text(v: Any, cols: _Columns) -> str:
-    if v is None:
-        return ""
-    try:
-        return cols.intern(orjson.dumps(v).decode())
-    except TypeError:
-        return ""
-
-
-def _add_batch(path: Path, events: list, cols: _Columns) -> None:
-    on_gpu, stream, name, cat, ts, dur, corr, ext, nel, dt, grp, coll, dims, grid, block, sarg = (
-        [] for _ in range(16))
-    skipped = cols.skipped
-    intern = cols.intern
-    base = cols.base_us
-    for e in events:
-        if not isinstance(e, dict):
-            raise RingsimError(f"{path}: traceEvents holds a {type(e).__name__}, not an event")
-        if e.get("ph") != "X":
-            continue
-        c = e.get("cat")
-        gpu_cat = GPU_CATS.get(c)
-        cpu_cat = None if gpu_cat else CPU_CATS.get(c)
-        if gpu_cat is None and cpu_cat is None:
-            if isinstance(c, str):
-                skipped[c] = skipped.get(c, 0) + 1
-            continue
-        t = _number(path, e, "ts", MAX_TIME_US)
-        d = _number(path, e, "dur", MAX_DUR_US)
-        if d < 0:
-            raise RingsimError(f"{path}: an event lasts {d} microseconds")
-        if base is None:
-            base = cols.base_us = int(math.floor(t))
-        args = e.get("args")
-        if not isinstance(args, dict):
-            args = {}
-        n = e.get("name")
-        name.append(intern(n if isinstance(n, str) else str(n)[:1000]))
-        ts.append(t - base)
-        dur.append(d)
-        corr.append(_int_arg(args, "correlation"))
-        ext.append(_int_arg(args, "External id"))
-        if gpu_cat:
-            on_gpu.append(True)
-            cat.append(gpu_cat)
-            if cols.device is None and isinstance(args.get("device"), int):
-                cols.device = args["device"]
-            s = _int_arg(args, "stream")
-            if s < 0:
-                s = _int_arg(e, "tid")
-            stream.append(s)
-            sarg.append(_int_arg(args, "stream") if "stream" in args else -1)
-            g = args.get("grid")
-            grid.append(_dims_text(g, cols) if g is not None else "")
-            b = args.get("block")
-            block.append(_dims_text(b, cols) if b is not None else "")
-            dims.append("")
-        else:
-            on_gpu.append(False)
-            cat.append(cpu_cat)
-            stream.append(_int_arg(e, "tid"))
-            sarg.append(_int_arg(args, "stream") if "stream" in args else -1)
-            grid.append("")
-            block.append("")
-            dims.append(_dims_text(args.get("Input Dims"), cols) if "Input Dims" in args else "")
-        if "In msg nelems" in args or "Out msg nelems" in args:
-            nel.append(max(_int_arg(args, "In msg nelems"), _int_arg(args, "Out msg nelems")))
-            v = args.get("dtype")
-            dt.append(intern(v) if isinstance(v, str) else "")
-            grp.append(_int_arg(args, "Group size"))
-            v = args.get("Collective name")
-            coll.append(intern(v) if isinstance(v, str) else "")
-        elif not gpu_cat and name[-1].startswith(_COMM_OP_PREFIXES) and "Input Dims" in args:
-            # torch before 2.1 records no message args: the op's first input gives them
-            nel.append(_elements(args.get("Input Dims")))
-            types = args.get("Input type")
-            first = types[0] if isinstance(types, list) and types and isinstance(types[0], str) else ""
-            dt.append(_C10_DTYPES.get(first, ""))
-            grp.append(-1)
-            coll.append(name[-1].split(":", 1)[-1] if name[-1].startswith(("nccl:", "gloo:")) else "")
-        else:
-            nel.append(-1)
-            dt.append("")
-            grp.append(-1)
-            coll.append("")
-    if not ts:
-        return
-    p = cols.parts
-    p["on_gpu"].append(np.array(on_gpu, dtype=np.bool_))
-    p["stream"].append(np.array(stream, dtype=np.int64))
-    p["stream_arg"].append(np.array(sarg, dtype=np.int64))
-    p["name"].append(_objects(name))
-    p["cat"].append(_objects(cat))
-    cache: dict[tuple[str, str, bool], str] = {}
-    kinds = []
-    for c_, n_, g_ in zip(cat, name, on_gpu):
-        k = cache.get((c_, n_, g_))
-        if k is None:
-            k = cache[(c_, n_, g_)] = _kind_of(c_, n_, g_)
-        kinds.append(k)
-    p["kind"].append(_objects(kinds))
-    p["ts"].append(np.array(ts, dtype=np.float64))
-    p["dur"].append(np.array(dur, dtype=np.float64))
-    p["correlation"].append(np.array(corr, dtype=np.int64))
-    p["external_id"].append(np.array(ext, dtype=np.int64))
-    p["msg_nelems"].append(np.array(nel, dtype=np.int64))
-    p["dtype"].append(_objects(dt))
-    p["group_size"].append(np.array(grp, dtype=np.int64))
-    p["collective"].append(_objects(coll))
-    p["input_dims"].append(_objects(dims))
-    p["grid"].append(_objects(grid))
-    p["block"].append(_objects(block))
-
-
-_COMM_OP_PREFIXES = ("nccl:", "gloo:", "c10d::")
-
-# the element types torch's record_shapes writes ("Input type"), as c10's ScalarType names
-_C10_DTYPES = {"float": "Float", "double": "Double", "c10::Half": "Half", "c10::BFloat16": "BFloat16",
-               "int": "Int", "long int": "Long", "short int": "Short", "signed char": "Char",
-               "unsigned char": "Byte", "bool": "Bool", "c10::Float8_e4m3fn": "Float8_e4m3fn",
-               "c10::Float8_e5m2": "Float8_e5m2"}
-
-
-def _elements(dims: Any) -> int:
-    """Elements of an op's first input (a tensor's dims, or a tensor list's), -1 if unknown."""
-    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
-        return -1
-    first = dims[0]
-    shapes = first if first and all(isinstance(x, list) for x in first) else [first]
-    total = 0
-    for shape in shapes:
-        if not shape or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < (1 << 40) for x in shape):
-            return -1
-        total += math.prod(shape)
-    return total if total < (1 << 62) else -1
-
-
-def _objects(values: list) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
-
-
-@dataclass
-class _RankFile:
-    path: Path
-    meta: dict
-    base_us: int  # the file's clock origin: baseTimeNanoseconds in us + its first event's ts
-    columns: dict[str, np.ndarray]
-    skipped: dict[str, int]
-    device: int | None
-
-    @property
-    def dist(self) -> dict:
-        d = self.meta.get("distributedInfo")
-        return d if isinstance(d, dict) else {}
-
-
-def _read_file(path: Path) -> _RankFile:
-    cols = _Columns()
-    meta: dict = {}
-    seen_bytes = 0
-    for item in _stream_events(path):
-        if isinstance(item, dict):
-            meta = item
-            continue
-        seen_bytes += len(item.data)
-        columnar = FAST_PATH and seen_bytes > COLUMNAR_AFTER_BYTES
-        if not (columnar and _add_region_columnar(path, item, cols)):
-            _add_batch(path, _parse_events(path, item), cols)
-    if cols.base_us is None:
-        raise RingsimError(f"{path}: no kernels, operators or runtime calls: not a torch.profiler trace "
-                           "(or recorded with no activities)")
-    base_ns = meta.get("baseTimeNanoseconds", 0)
-    if isinstance(base_ns, bool) or not isinstance(base_ns, int) or not 0 <= base_ns < 1 << 63:
-        base_ns = 0
-    columns = {}
-    for c in list(cols.parts):
-        parts = cols.parts.pop(c)  # each column's parts freed as it is joined
-        columns[c] = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        del parts
-    return _RankFile(path, meta, base_ns // 1000 + cols.base_us, columns, cols.skipped, cols.device)
-
-
-# --------------------------------------------------------------------------- a run
-
-
 def trace_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """The trace files named: each path a .json / .json.gz file or a folder of them."""
     if isinstance(paths, (str, os.PathLike)):
@@ -621,7 +168,7 @@ def trace_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.I)
 
 
-def _rank_of(rf: _RankFile, n_files: int) -> tuple[int, int | None]:
+def _rank_of(rf: RankFile, n_files: int) -> tuple[int, int | None]:
     """(rank, world size or None) from distributedInfo, else the file's name."""
     d = rf.dist
     rank, world = d.get("rank"), d.get("world_size")
@@ -642,7 +189,7 @@ def _rank_of(rf: _RankFile, n_files: int) -> tuple[int, int | None]:
                        "ranks apart")
 
 
-def _group_signature(rf: _RankFile) -> Any:
+def _group_signature(rf: RankFile) -> Any:
     """What every rank of one run agrees on: its process groups' ranks and backends."""
     d = rf.dist
     groups = d.get("pg_config")
@@ -663,8 +210,8 @@ def read_run(paths: Sequence[str | os.PathLike] | str | os.PathLike, *, partial:
     RingsimError, one line, on a file that is not a whole Kineto trace, two files of one rank,
     ranks of different runs, or (unless `partial`) a rank missing from several."""
     files = trace_files(paths)
-    read = [_read_file(f) for f in files]
-    by_rank: dict[int, _RankFile] = {}
+    read = [read_file(f) for f in files]
+    by_rank: dict[int, RankFile] = {}
     worlds: dict[int, int | None] = {}
     given = [(rf, *_rank_of(rf, len(read))) for rf in read]
     known = {w for _, _, w in given if w is not None}
@@ -703,7 +250,7 @@ def _listing(xs: list[int]) -> str:
     return ", ".join(str(x) for x in xs) if len(xs) <= 8 else f"{', '.join(str(x) for x in xs[:8])}, ..."
 
 
-def _device(rf: _RankFile) -> dict:
+def _device(rf: RankFile) -> dict:
     """The deviceProperties entry of the GPU the rank's kernels ran on (their args' device)."""
     props = [p for p in rf.meta.get("deviceProperties") or () if isinstance(p, dict)]
     if not props or rf.device is None:
@@ -714,7 +261,7 @@ def _device(rf: _RankFile) -> dict:
     return dict(props[0]) if len(props) == 1 else {}
 
 
-def _assemble(by_rank: dict[int, _RankFile]):
+def _assemble(by_rank: dict[int, RankFile]):
     """Every rank's rows on one clock, iterations, launches and kinds."""
     ranks = sorted(by_rank)
     # each rank's events on an absolute clock (us), kept as exact offsets from one origin
@@ -764,10 +311,6 @@ def _assemble(by_rank: dict[int, _RankFile]):
             for k, v in parts.items()}
     offsets_s = {r: float(offsets_us[r]) * 1e-6 for r in ranks}
     return Events(**cols), iterations, offsets_s, notes
-
-
-def _kind_of(cat: str, name: str, on_gpu: bool) -> str:
-    return classify_gpu(cat, name)[0] if on_gpu else classify_cpu(cat, name)
 
 
 def _kinds(c: dict[str, np.ndarray]) -> np.ndarray:
@@ -941,11 +484,13 @@ def _clock_offsets(ranks, by_rank, rel_us, kinds) -> tuple[dict[int, float], lis
                                f"rank {ref}'s by their {how}")
         if abs(estimate) > threshold_us:
             offsets[r] = estimate
-            notes.append(f"rank {r}'s clock aligned to rank {ref}'s by {-estimate * 1e-3:+.3f} ms ({how})")
+            notes.append(f"rank {r}'s clock aligned to rank {ref}'s by {-estimate * 1e-3:+.3f} ms ({how})"
+                         + (": more than synchronized hosts drift; check these files are of one run"
+                            if abs(estimate) > SUSPECT_OFFSET_S * 1e6 else ""))
     return offsets, notes
 
 
-def _first_steps(rf: _RankFile, kind, rel_us) -> dict[int, float]:
+def _first_steps(rf: RankFile, kind, rel_us) -> dict[int, float]:
     out: dict[int, float] = {}
     names = rf.columns["name"]
     for i in np.flatnonzero(kind == "step").tolist():
@@ -964,14 +509,10 @@ def write_table(run: Run, path: str | os.PathLike, *, overwrite: bool = False) -
     """Write the run as one Parquet table (one row per event, EVENT_COLUMNS) with the run's
     ranks, devices, iterations, offsets, unknown kernels and sources in its metadata; refuse
     to replace an existing file unless `overwrite`."""
-    from sim.files import kept_file, write_bytes
-
     why = kept_file(path, overwrite)
     if why:
         raise RingsimError(why)
-    # pyarrow is optional (the sweep extra): it loads when a table is written
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa, pq = _pyarrow()
 
     ev = run.events
     arrays = {}
@@ -992,10 +533,20 @@ def write_table(run: Run, path: str | os.PathLike, *, overwrite: bool = False) -
     write_bytes(path, sink.getvalue().to_pybytes(), overwrite=overwrite)
 
 
+def _pyarrow():
+    """pyarrow and its Parquet module: optional (the sweep extra), loaded when a table is
+    written or read."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise RingsimError("Parquet tables need pyarrow: pip install 'ringsim[sweep]'") from None
+    return pa, pq
+
+
 def read_table(path: str | os.PathLike) -> Run:
     """A run written by write_table."""
-    import pyarrow.parquet as pq
-
+    _, pq = _pyarrow()
     try:
         table = pq.read_table(path)
     except (OSError, ValueError) as e:
@@ -1003,7 +554,14 @@ def read_table(path: str | os.PathLike) -> Run:
     raw = (table.schema.metadata or {}).get(b"ringsim_profiler_run")
     if raw is None:
         raise RingsimError(f"{path}: not a table written by `ringsim trace import --out`")
-    m = json.loads(raw)
+    try:
+        m = json.loads(raw)
+        return _run_from_table(table, m, path)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise RingsimError(f"{path}: its run's metadata is unreadable ({type(e).__name__}: {e})") from None
+
+
+def _run_from_table(table, m: dict, path) -> Run:
     missing = [c for c in EVENT_COLUMNS if c not in table.column_names]
     if missing:
         raise RingsimError(f"{path}: columns {', '.join(missing)} missing")
@@ -1011,7 +569,7 @@ def read_table(path: str | os.PathLike) -> Run:
     for c in EVENT_COLUMNS:
         col = table.column(c)
         if _DTYPES[c] is object:
-            cols[c] = _objects(col.to_pylist())
+            cols[c] = objects(col.to_pylist())
         else:
             cols[c] = col.to_numpy().astype(_DTYPES[c], copy=False)
     return Run(ranks=tuple(m["ranks"]), world_size=int(m["world_size"]),
@@ -1021,279 +579,3 @@ def read_table(path: str | os.PathLike) -> Run:
                            for k, v in m["iterations"].items()},
                events=Events(**cols), unknown_kernels=dict(m["unknown_kernels"]),
                sources={int(k): v for k, v in m["sources"].items()}, notes=tuple(m.get("notes", ())))
-
-
-# --------------------------------------------------------------------------- columnar path
-
-FAST_PATH = True
-"""Parse regions with pyarrow's JSON reader when their layout allows (the orjson path is the
-reference and the fallback)."""
-
-COLUMNAR_AFTER_BYTES = 16 * 1024 * 1024
-"""pyarrow parses a file's regions once this much of it is read: below it, orjson is as
-quick and pyarrow's first use (it loads pandas) would cost more than it saves."""
-
-_KEPT_CATS = tuple(GPU_CATS) + tuple(CPU_CATS)
-_GPU_NORMAL = tuple(sorted(set(GPU_CATS.values())))
-_ARGS_FIELDS = (("stream", "int64"), ("correlation", "int64"), ("External id", "int64"),
-                ("In msg nelems", "int64"), ("Out msg nelems", "int64"), ("Group size", "int64"),
-                ("dtype", "string"), ("Collective name", "string"), ("device", "int64"),
-                ("grid", "ints"), ("block", "ints"))
-# as Kineto and json.dumps space them ("key": value) and as compact writers do; an event
-# written otherwise is parsed all the same (the reader's type check sends its region to orjson)
-_STACK_TEXTS = (b'"cat": "python_function"', b'"cat":"python_function"')
-_STRING_ID_TEXTS = (b'"tid": "', b'"pid": "', b'"tid":"', b'"pid":"')
-
-
-def _blank(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, at: list[int]) -> None:
-    """Make each event holding a position of `at` an empty object, {} and spaces."""
-    if not at:
-        return
-    i = np.unique(np.searchsorted(starts, np.array(at, dtype=np.int64), side="right") - 1)
-    i = i[i >= 0]
-    edge = np.zeros(len(a) + 1, dtype=np.int8)
-    edge[starts[i] + 2] += 1  # the events are disjoint: no index twice
-    edge[ends[i] + 1] -= 1
-    a[np.cumsum(edge[:-1], dtype=np.int8) > 0] = 32
-    a[starts[i] + 1] = 125
-
-
-def _read_lines(a: np.ndarray):
-    """pyarrow's JSON reader over one event a line, the kept fields typed; None where a value
-    does not fit its type."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    try:
-        # the system allocator gives freed memory back; pyarrow's default pool (mimalloc)
-        # keeps it, and a long read's peak would hold every region's
-        return pj.read_json(pa.BufferReader(a.tobytes()), memory_pool=pa.system_memory_pool(),
-                            read_options=pj.ReadOptions(block_size=1 << 20, use_threads=True),
-                            parse_options=pj.ParseOptions(explicit_schema=_schema(),
-                                                          unexpected_field_behavior="ignore"))
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
-
-
-def _find_all(data: bytes, texts: tuple[bytes, ...]) -> list[int]:
-    """Where each of `texts` occurs in `data` (bytes.find: a C search, far faster than a regex)."""
-    out = []
-    for text in texts:
-        at = data.find(text)
-        while at >= 0:
-            out.append(at)
-            at = data.find(text, at + 1)
-    return out
-_NESTED = rb"\[(?:[^\[\]\"]|\[(?:[^\[\]\"]|\[(?:[^\[\]\"]|\[[^\[\]\"]*\])*\])*\])*\]"
-_INPUT_DIMS = re.compile(rb'"Input Dims"\s*:\s*(' + _NESTED + rb")")
-_INPUT_TYPE = re.compile(rb'"Input type"\s*:\s*\[\s*"([^"\\]{0,64})"')
-_schema_cache: list = []
-
-
-def _schema():
-    if not _schema_cache:
-        import pyarrow as pa
-
-        types = {"int64": pa.int64(), "string": pa.string(), "ints": pa.list_(pa.int64())}
-        _schema_cache.append(pa.schema([
-            ("ph", pa.string()), ("cat", pa.string()), ("name", pa.string()), ("ts", pa.float64()),
-            ("dur", pa.float64()), ("tid", pa.int64()),
-            ("args", pa.struct([(n, types[t]) for n, t in _ARGS_FIELDS]))]))
-    return _schema_cache[0]
-
-
-def _add_region_columnar(path: Path, region: _Region, cols: _Columns) -> bool:
-    """Add a region's events through pyarrow's JSON reader: the events become one line each
-    (a raw newline is only ever whitespace in JSON, so every one becomes a space, and the comma
-    after each event a newline), and the reader parses them in C++ into columns. False (and
-    nothing added) where the layout or a value's type does not allow it: the caller parses the
-    region with orjson instead, which also names what is wrong."""
-    try:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-    except ImportError:
-        return False
-    starts, ends = region.starts, region.ends
-    if len(starts) != len(ends) or not len(ends) or (starts > ends).any():
-        return False
-    a = np.frombuffer(region.data, dtype=np.uint8).copy()
-    a[(a == 10) | (a == 13)] = 32
-    a[:starts[0]] = 32  # the comma after the previous region's last event
-    between = ends[:-1] + 1
-    if len(between) and not (a[between] == 44).all():
-        return False
-    a[between] = 10
-    # events with a string pid or tid (Kineto's own spans and instant events) would change a
-    # column's type, and flows and python stacks are many and never kept: each becomes {}
-    # python stacks (with_stack: most of such a trace's events) are never kept, and an event
-    # with a string pid or tid (Kineto's own spans and instant events, none of the kept ones)
-    # would change a column's type: each becomes {}, which the reader skips through
-    _blank(a, starts, ends, _find_all(region.data, _STACK_TEXTS + _STRING_ID_TEXTS))
-    table = _read_lines(a)
-    if table is None:
-        return False
-    if table.num_rows != len(starts):
-        return False
-    ph, cat = table.column("ph"), table.column("cat")
-    keep = pc.fill_null(pc.and_(pc.equal(ph, "X"), pc.is_in(cat, value_set=pa.array(_KEPT_CATS))), False)
-    skipped = pc.value_counts(pc.filter(cat, pc.and_(pc.equal(ph, "X"), pc.invert(keep)))).to_pylist()
-    for item in skipped:
-        if item["values"] is not None:
-            cols.skipped[item["values"]] = cols.skipped.get(item["values"], 0) + item["counts"]
-    rows = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
-    if not len(rows):
-        return True
-    t = pc.take(table, pa.array(rows), memory_pool=pa.system_memory_pool())
-    del table
-    ts = t.column("ts").to_numpy(zero_copy_only=False)
-    dur = t.column("dur").to_numpy(zero_copy_only=False)
-    if t.column("ts").null_count or t.column("dur").null_count or t.column("name").null_count:
-        return False  # the orjson path names the event
-    if (np.abs(ts) > MAX_TIME_US).any() or (dur > MAX_DUR_US).any() or (dur < 0).any():
-        return False
-    cat_np = _interned(t.column("cat"), cols)
-    for raw, norm in {**GPU_CATS, **CPU_CATS}.items():
-        if raw != norm:
-            cat_np[cat_np == raw] = norm
-    on_gpu = np.isin(cat_np, _GPU_NORMAL)
-    args = t.column("args").combine_chunks()
-
-    def arg(name: str, fill: int = -1) -> np.ndarray:
-        col = pc.fill_null(args.field(name), fill) if args.null_count == 0 else \
-            pc.fill_null(pc.struct_field(args, name), fill)
-        return col.to_numpy(zero_copy_only=False).astype(np.int64)
-
-    def arg_text(name: str) -> np.ndarray:
-        col = pc.struct_field(args, name)
-        return _interned(col, cols)
-
-    stream_arg = arg("stream")
-    tid = pc.fill_null(t.column("tid"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    stream = np.where(on_gpu, np.where(stream_arg >= 0, stream_arg, tid), tid)
-    sarg = stream_arg
-    has_msg = pc.or_(pc.is_valid(pc.struct_field(args, "In msg nelems")),
-                     pc.is_valid(pc.struct_field(args, "Out msg nelems"))).to_numpy(zero_copy_only=False)
-    has_msg = has_msg & pc.is_valid(args).to_numpy(zero_copy_only=False)
-    nel = np.where(has_msg, np.maximum(arg("In msg nelems"), arg("Out msg nelems")), -1)
-    dtype = np.where(has_msg, arg_text("dtype"), "")
-    group = np.where(has_msg, arg("Group size"), -1)
-    coll = np.where(has_msg, arg_text("Collective name"), "")
-    grid = _dims_column(pc.struct_field(args, "grid"), on_gpu, cols)
-    block = _dims_column(pc.struct_field(args, "block"), on_gpu, cols)
-    name_values, name_codes = _encoded(t.column("name"), cols)
-    names = name_values[name_codes]
-    dims = np.full(len(rows), "", dtype=object)
-    # Input Dims (nested lists of any depth) and the first Input type of each CPU op, read
-    # from the bytes: a JSON type no column could hold
-    row_of_event = np.full(len(starts), -1, dtype=np.int64)
-    row_of_event[rows] = np.arange(len(rows))
-    comm_rows = np.zeros(len(rows), dtype=bool)
-    if not has_msg.all():
-        comm_name = np.array([v.startswith(_COMM_OP_PREFIXES) for v in name_values.tolist()], dtype=bool)
-        comm_rows = ~has_msg & ~on_gpu & comm_name[name_codes]
-    first_type = {}
-    found = [(m.start(), m.group(1)) for m in _INPUT_DIMS.finditer(region.data)]
-    if found:
-        at = np.fromiter((f[0] for f in found), dtype=np.int64, count=len(found))
-        i = np.searchsorted(starts, at, side="right") - 1
-        inside = (i >= 0) & (at < ends[np.maximum(i, 0)])
-        r_of = np.where(inside, row_of_event[np.maximum(i, 0)], -1)
-        intern = cols.intern
-        for (_, text), r in zip(found, r_of.tolist()):
-            if r >= 0 and not on_gpu[r]:
-                # dims hold only digits, brackets, commas and whitespace: without the whitespace, the
-                # text is orjson's (the other path's) to the byte
-                dims[r] = intern(text.translate(None, b" \t\r\n").decode())
-    if comm_rows.any():
-        for m in _INPUT_TYPE.finditer(region.data):
-            i = int(np.searchsorted(starts, m.start(), side="right")) - 1
-            r = row_of_event[i] if i >= 0 and m.start() < ends[i] else -1
-            if r >= 0 and comm_rows[r]:
-                first_type[r] = m.group(1).decode()
-        for r in np.flatnonzero(comm_rows).tolist():
-            d = dims[r]
-            nel[r] = _elements(orjson.loads(d)) if d else -1
-            dtype[r] = _C10_DTYPES.get(first_type.get(r, ""), "")
-            nm = names[r]
-            coll[r] = nm.split(":", 1)[-1] if nm.startswith(("nccl:", "gloo:")) else ""
-    if cols.device is None and on_gpu.any():
-        dev = arg("device")[on_gpu]
-        dev = dev[dev >= 0]
-        if len(dev):
-            cols.device = int(dev[0])
-    if cols.base_us is None:
-        cols.base_us = int(math.floor(ts[0]))
-    p = cols.parts
-    p["on_gpu"].append(on_gpu)
-    p["stream"].append(stream)
-    p["stream_arg"].append(sarg)
-    p["name"].append(names)
-    p["cat"].append(cat_np)
-    # one classification per distinct (category, name, device) of the region
-    _, cat_codes = _small_codes(cat_np)
-    key = (cat_codes.astype(np.int64) * (len(name_values) + 1) + name_codes) * 2 + on_gpu
-    uniq, inverse = np.unique(key, return_inverse=True)
-    first = np.zeros(len(uniq), dtype=np.int64)
-    first[inverse[::-1]] = np.arange(len(key))[::-1]
-    kinds_u = _objects([_kind_of(cat_np[i], names[i], bool(on_gpu[i])) for i in first.tolist()])
-    p["kind"].append(kinds_u[inverse.reshape(-1)])
-    p["ts"].append(ts - cols.base_us)
-    p["dur"].append(dur.astype(np.float64))
-    p["correlation"].append(arg("correlation"))
-    p["external_id"].append(arg("External id"))
-    p["msg_nelems"].append(nel.astype(np.int64))
-    p["dtype"].append(dtype.astype(object))
-    p["group_size"].append(group.astype(np.int64))
-    p["collective"].append(coll.astype(object))
-    p["input_dims"].append(dims)
-    p["grid"].append(grid.astype(object))
-    p["block"].append(block.astype(object))
-    return True
-
-
-def _encoded(col, cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
-    """A string column as (its distinct values, interned; each row's index into them), null
-    as ""; each distinct value decoded once."""
-    import pyarrow.compute as pc
-
-    enc = pc.dictionary_encode(col)
-    if hasattr(enc, "combine_chunks"):
-        enc = enc.combine_chunks()
-    values = [cols.intern(v) if v is not None else "" for v in enc.dictionary.to_pylist()]
-    lookup = _objects(values + [""])
-    idx = pc.fill_null(enc.indices, len(values)).to_numpy(zero_copy_only=False).astype(np.int64)
-    return lookup, idx
-
-
-def _interned(col, cols: _Columns) -> np.ndarray:
-    """A string column as an object array of interned str ("" for null)."""
-    values, idx = _encoded(col, cols)
-    return values[idx]
-
-
-def _small_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of an object array with few distinct values (the categories)."""
-    distinct = list(dict.fromkeys(values.tolist()))
-    codes = np.zeros(len(values), dtype=np.int64)
-    for i, v in enumerate(distinct[1:], start=1):
-        codes[values == v] = i
-    return _objects(distinct), codes
-
-
-def _dims_column(col, rows: np.ndarray, cols: _Columns) -> np.ndarray:
-    """A list-of-ints column as the JSON text of each value on `rows` ("" elsewhere and for null)."""
-    import pyarrow as pa
-
-    out = np.full(len(col), "", dtype=object)
-    seen: dict[tuple, str] = {}
-    where = np.flatnonzero(rows)
-    if not len(where):
-        return out
-    for i, v in zip(where.tolist(), col.take(pa.array(where)).to_pylist()):
-        if v is not None:
-            key = tuple(v)
-            text = seen.get(key)
-            if text is None:
-                text = seen[key] = cols.intern(orjson.dumps(v).decode())
-            out[i] = text
-    return out

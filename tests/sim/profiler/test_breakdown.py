@@ -157,8 +157,8 @@ def test_hta_scope_drops_the_last_step():
 def _synthetic_trace(steps: int, seed: int) -> dict:
     """A rank's trace written as Kineto writes one: launches on the host inside ProfilerSteps,
     kernels on three streams (GEMMs, NCCL all-reduces overlapping them, memcpy, a kernel
-    with "Sync" in its name, which HTA types as other), and cuda_sync events (a stream's and
-    the context's)."""
+    with "Sync" in its name, which HTA types as other), cuda_sync events (a stream's and
+    the context's) and Triton launches (host ops with a stream argument)."""
     rng = np.random.default_rng(seed)
     events, corr, t = [], 100, 1_000.0
     names = ["sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32", "ncclKernel_AllReduce_RING_LL_Sum_float",
@@ -182,6 +182,10 @@ def _synthetic_trace(steps: int, seed: int) -> dict:
                                "args": {"stream": 7, "correlation": corr + 1, "device": 0}})
                 events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1,
                                "tid": 1, "ts": round(launch + 4, 3), "dur": 5.0, "args": {"correlation": corr + 1}})
+            if k == 0 and rng.uniform() < 0.3:
+                # Inductor's Triton launch: a host op that records the stream it launches on
+                events.append({"ph": "X", "cat": "cpu_op", "name": "triton_poi_fused_add_0", "pid": 1, "tid": 1,
+                               "ts": round(launch - 1, 3), "dur": 12.0, "args": {"stream": 7, "External id": corr}})
             corr += 2
             t = launch + float(rng.uniform(10, 120))
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n + 1}", "pid": 1, "tid": 1,

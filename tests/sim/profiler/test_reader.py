@@ -1,7 +1,6 @@
 """The reader against the traces' own JSON: every kept event read (counted with orjson over
 the whole document), its times, iterations (HTA's rule), launches and message sizes; the
-streaming scan the same whatever the chunk size; the columnar path and the orjson path the
-same table."""
+streaming scan the same whatever the chunk size and the file's layout."""
 
 from __future__ import annotations
 
@@ -13,7 +12,8 @@ import numpy as np
 import orjson
 import pytest
 
-import sim.profiler.reader as reader
+import sim.profiler.columns as columns
+import sim.profiler.scan as scan
 from sim.errors import RingsimError
 from sim.profiler.reader import EVENT_COLUMNS, read_run, read_table, write_table
 
@@ -21,7 +21,7 @@ TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 NCCL = TRACES / "hta-nccl-a100.rank0-of-2.json.gz"
 H100 = TRACES / "tracelens-qwen0.5b-h100.json.gz"
 MEGATRON0 = TRACES / "megatron-tp8-a100.rank0.json.gz"
-KEPT = set(reader.GPU_CATS) | set(reader.CPU_CATS)
+KEPT = set(columns.GPU_CATS) | set(columns.CPU_CATS)
 
 
 def _doc(path: Path) -> dict:
@@ -96,32 +96,28 @@ def test_older_torch_messages_from_the_op_around_the_launch():
 
 
 @pytest.mark.parametrize("chunk", [4096, 65536])
-@pytest.mark.parametrize("columnar_after", [0, 1 << 40])
-def test_any_chunk_size_gives_the_same_table(monkeypatch, chunk, columnar_after):
+def test_any_chunk_size_gives_the_same_table(monkeypatch, chunk):
     whole = read_run([H100])
-    monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(reader, "COLUMNAR_AFTER_BYTES", columnar_after)
+    monkeypatch.setattr(scan, "CHUNK_BYTES", chunk)
     _same(read_run([H100]), whole)
 
 
-@pytest.mark.parametrize("path", [H100, NCCL, TRACES / "tracelens-capture-mi300x.json.gz"])
-def test_columnar_and_orjson_paths_agree(monkeypatch, path):
-    monkeypatch.setattr(reader, "COLUMNAR_AFTER_BYTES", 0)
-    fast = read_run([path])
-    monkeypatch.setattr(reader, "FAST_PATH", False)
-    _same(read_run([path]), fast)
+@pytest.mark.parametrize("option", [None, orjson.OPT_INDENT_2])
+def test_any_layout_gives_the_same_table(tmp_path, option):
+    """The scan relies on JSON's grammar, not on Kineto's lines: the trace on one line, or
+    with every value on its own, reads the same."""
+    f = tmp_path / "relaid.json"
+    f.write_bytes(orjson.dumps(_doc(NCCL), option=option))
+    _same(read_run([f]), read_run([NCCL]))
 
 
-def test_columnar_path_falls_back_on_what_it_cannot_type(monkeypatch, tmp_path):
-    """A kept field of another type than the columns' (a string stream) and an event over
-    pyarrow's block are read by orjson, to the same table."""
+def test_an_event_larger_than_a_chunk_and_a_stream_as_text(tmp_path):
     events = [{"ph": "X", "cat": "kernel", "name": "k" * (3 << 20), "pid": 0, "tid": 7, "ts": 5, "dur": 1,
                "args": {"stream": 7, "correlation": 1}},
               {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 9, "dur": 1,
                "args": {"stream": "7", "correlation": 2}}]
     f = tmp_path / "t.json"
     f.write_bytes(orjson.dumps({"traceEvents": events}, option=orjson.OPT_INDENT_2))
-    monkeypatch.setattr(reader, "COLUMNAR_AFTER_BYTES", 0)
     run = read_run([f])
     assert run.events.stream.tolist() == [7, 7] and len(run.events.name[0]) == 3 << 20
 
@@ -140,11 +136,11 @@ def test_strings_with_brackets_quotes_and_the_key_itself(tmp_path):
     f = tmp_path / "t.json"
     f.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     for chunk in (7, 64, 1 << 20):
-        reader.CHUNK_BYTES, old = chunk, reader.CHUNK_BYTES
+        scan.CHUNK_BYTES, old = chunk, scan.CHUNK_BYTES
         try:
             run = read_run([f])
         finally:
-            reader.CHUNK_BYTES = old
+            scan.CHUNK_BYTES = old
         assert run.events.name.tolist()[0] == events[0]["name"] or run.events.name.tolist()[1] == events[0]["name"]
         k = run.events.cat == "kernel"
         assert run.events.launch_start_s[k][0] == pytest.approx(0.0)
