@@ -55,6 +55,7 @@ from sim.errors import RingsimError
 from sim.profiler.reader import Events, Run
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.quantities import BWD_FLOPS_FACTOR
+from sim.schemes import DEFAULT as RING  # the ring scheme is the default one (sim.schemes)
 
 ATTENTION_KINDS = {"attention_fwd": "fwd", "attention_bwd": "bwd",
                    "cpu_attention_fwd": "fwd", "cpu_attention_bwd": "bwd"}
@@ -575,7 +576,7 @@ def _infer_config(run: Run, calls: list[AttentionCall], transfers: list[dict], o
         assumed.append("torch's allgather rotation played as the ring (its one all-gather behind the first "
                        "step; the same bytes; exact at 2 ranks)")
     cfg = RingConfig(n_gpus=n, seq=c_tokens * n, batch=batch, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                     dtype=dtype, causal=causal, pass_=pass_, layout=layout, scheme="ring", transport=transport,
+                     dtype=dtype, causal=causal, pass_=pass_, layout=layout, scheme=RING, transport=transport,
                      assumed=tuple(assumed))
     return cfg
 
