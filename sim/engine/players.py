@@ -87,6 +87,7 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
             return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
                                             mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
                                             **geometry, **dict(zip(names, flags)))
+        computed = comp
         if schedule.calls is not None and hardware.times_varlen(workload.dtype):
             # packed documents: a block is one varlen call, a piece per document
             called = schedule.call[comp] >= 0
@@ -104,7 +105,7 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
                 return hardware.memory_bound_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
                                                mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
                                                **geometry, **dict(zip(names, flags)))
-            busy = comp[dur[comp] > 0]
+            busy = computed[dur[computed] > 0]     # varlen calls too, by their blocks' extent
             if busy.size:
                 pull[2][busy] = np.clip(_by_runs(memory, [c[busy] for c in columns]) / dur[busy], 0.0, 1.0)
     if xfer.size and hardware.times_groups:

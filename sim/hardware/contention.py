@@ -273,9 +273,13 @@ class Contention:
 
     @property
     def active(self) -> bool:
+        return self.active_without_gpu or self.gpu is not None
+
+    @property
+    def active_without_gpu(self) -> bool:
         return (self.slowdown_in_flight != 1.0 or self.slowdown_in_flight_bwd not in (None, 1.0)
                 or self.compute_slots is not None
-                or self.concurrency is not None or self.host is not None or self.gpu is not None)
+                or self.concurrency is not None or self.host is not None)
 
     def in_flight(self, backward: bool = False) -> float:
         """The compute time factor while a transfer of the same rank is in flight, of a
@@ -336,6 +340,11 @@ class Sharing:
             if jitter is not None:
                 self.pick = np.random.default_rng([jitter, 1])
         self.held = self.load is not None and host.placement == "held"
+        # NCCL's pull alone touches only the computes of a transfer's two GPUs: re-time
+        # those, not every op in flight (a ring of hundreds of GPUs has as many running)
+        self.local = (model.gpu is not None and host is None and model.concurrency is None
+                      and model.compute_slots is None and not model.active_without_gpu)
+        self.computes_on: list[dict[int, _Running]] = [{} for _ in range(n_ranks)]
 
     def _choose(self, options: list[int]) -> int:
         """The first of equal options, or a seeded pick among them in a jittered play."""
@@ -420,8 +429,37 @@ class Sharing:
                 if op_id != caller and run.process.is_alive and run.process.target is not None:
                     run.process.interrupt()
 
+    def _retime_ranks(self, ranks, caller: int | None) -> None:
+        """The local re-time (`local`): the computes on `ranks` at NCCL's pull there."""
+        now = self.env.now
+        gpu = self.model.gpu
+        for r in ranks:
+            for op_id, run in self.computes_on[r].items():
+                run.left -= (now - run.since) * run.rate
+                run.since = now
+                rate = gpu.rate(self.ctas[r], self.copy_rate[r], run.memory_share) if self.in_flight[r] else 1.0
+                if rate != run.rate:
+                    run.rate = rate
+                    if op_id != caller and run.process.is_alive and run.process.target is not None:
+                        run.process.interrupt()
+
     def _progress(self, op_id: int, run: _Running):
         env = self.env
+        if self.local:
+            if run.transfer:
+                run.rate = 1.0
+            else:
+                self.computes_on[run.rank][op_id] = run
+                self._retime_ranks((run.rank,), op_id)
+            while True:
+                try:
+                    yield env.timeout(max(run.left, 0.0) / run.rate)
+                    break
+                except simpy.Interrupt:
+                    continue
+            if not run.transfer:
+                del self.computes_on[run.rank][op_id]
+            return
         self.running[op_id] = run
         self._retime(op_id)
         while True:
@@ -447,7 +485,8 @@ class Sharing:
         if self.load is not None:
             self._unplace(op_id)
         self.computes -= 1
-        self._retime(None)
+        if not self.local:
+            self._retime(None)
 
     def transfer(self, op_id: int, src: int, dst: int, work_s: float):
         """A SimPy process body: a transfer from src to dst taking `work_s` alone; while it
@@ -461,7 +500,10 @@ class Sharing:
             for end in (src, dst):
                 self.ctas[end] += ctas
                 self.copy_rate[end] += rate
-        yield from self._progress(op_id, _Running(src, True, work_s, self.env.now, self.env.active_process))
+        run = _Running(src, True, work_s, self.env.now, self.env.active_process)
+        if self.local:
+            self._retime_ranks((src, dst), None)
+        yield from self._progress(op_id, run)
         self.in_flight[src] -= 1
         self.in_flight[dst] -= 1
         if self.pull is not None:
@@ -469,4 +511,7 @@ class Sharing:
                 self.ctas[end] -= ctas
                 self.copy_rate[end] -= rate
         self.transfers -= 1
-        self._retime(None)
+        if self.local:
+            self._retime_ranks((src, dst), None)
+        else:
+            self._retime(None)
