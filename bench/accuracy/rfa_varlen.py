@@ -48,6 +48,7 @@ from sim.cli.main import one_gpu_s  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
 from sim.hardware.cluster import Hardware  # noqa: E402
 from sim.scenario.config import Scenario  # noqa: E402
+from sim.schemes import get as get_scheme  # noqa: E402
 from sim.trace.metrics import compute_metrics  # noqa: E402
 
 SOURCE = ("zhuzilin/ring-flash-attention README 'Performance Summary' (varlen api), commit 8996282; "
@@ -82,7 +83,8 @@ def flash_varlen_s(hw: Hardware, pass_: str, local: list[int]) -> float:
 
 def scheme_s(hw: Hardware, pass_: str, scheme: str, layout: str, groups: int, local: list[int]) -> float:
     w = replace(workload(pass_, N_GPUS * TOKENS_PER_GPU), docs=docs_spec(local))
-    sc = Scenario(workload=w, hardware=hw, n_gpus=N_GPUS, scheme=scheme, layout=layout, head_groups=groups)
+    settings = get_scheme(scheme).settings_type(**({"head_groups": groups} if scheme == "allgather" else {}))
+    sc = Scenario(workload=w, hardware=hw, n_gpus=N_GPUS, scheme=scheme, layout=layout, settings=settings)
     return compute_metrics(simulate(sc, player="recurrence")).makespan_s
 
 

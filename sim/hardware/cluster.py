@@ -458,7 +458,7 @@ class Hardware(HardwareModel):
         g = self.gpus_per_node
         members = np.asarray(members)
         nodes = int(len(np.unique(members // g)))
-        channel = self._nccl_link_gbps()
+        channel = port = self._nccl_link_gbps()
         if self.pcie is not None:
             places = np.unique(members % g)
             if self.pcie.gpus_per_switch > 1 and len(np.unique(places // self.pcie.gpus_per_switch)) > 1:
@@ -468,7 +468,7 @@ class Hardware(HardwareModel):
         nic = (self.inter_link or self.link).bandwidth_gbps
         inside = self._inside()
         return nccl.Comm(ranks=int(len(members)), nodes=nodes, arch=self.nccl_arch or "hopper", intra=inside,
-                         channel_gbps=channel, nic_gbps=nic, nics_per_node=self.nics_per_node or g,
+                         channel_gbps=channel, port_gbps=port, nic_gbps=nic, nics_per_node=self.nics_per_node or g,
                          nvls=inside == "nvlink" and self.pcie is None and g > 2,
                          cpu="amd" if self.pcie is not None and self.pcie.socket_link == "xgmi" else "intel")
 
@@ -528,10 +528,8 @@ class Hardware(HardwareModel):
             call = nccl.collective(comm, _COLLECTIVE_FUNCTIONS[name], block * comm.ranks)
             return call.time_s * nbytes / ((comm.ranks - 1) * block), call.channels / 2
         if name == "a2a" and comm.ranks > 1:
-            p2p_channels, _ = nccl.p2p_channels_per_peer(comm)
-            one = nccl.send_recv(comm, nbytes, network=network)
             return (nccl.all_to_all_flow_s(comm, nbytes, path_gbps, network=network, copies=copies),
-                    min(p2p_channels, (comm.ranks - 1) * one.channels) / 2)
+                    nccl.all_to_all_ctas(comm, nbytes, network=network) / 2)
         one = nccl.send_recv(comm, nbytes, network=network)
         return one.time_s(nbytes, path_gbps, copies), float(one.channels)
 

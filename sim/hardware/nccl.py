@@ -26,11 +26,13 @@ picks the fastest as NCCL does and gives its time and its channels (one CTA each
 Point-to-point (`send_recv`): NCCL has no cost model for it; it splits a send over
 channels (its p2p chunking, NCCL_P2P_*_CHUNKSIZE defaults) and picks LL for small parts.
 ringsim times it as one step of NCCL's ring: the ring's base and hardware latency of
-that protocol, and each channel at the bandwidth NCCL's tuning model credits one CTA of
-a ring collective (the ring's Simple bus bandwidth over the communicator's channels),
-never more than the path's bandwidth. An all-to-all (`all_to_all_flow_s`) is every
-rank's sends to every peer in one kernel (NCCL's grouped send/receive): one latency,
-the peers' channels side by side.
+that protocol, and each channel at the bandwidth NCCL sizes a peer's channels for
+(`p2p_channel_gbps`: ncclTopoGetNchannels gives an NVLink peer two channels per NVLink
+and a PCIe peer two, so a channel carries half an NVLink or half the PCIe link; a
+network peer one per NCCL_P2P_PER_CHANNEL_NET_BW = 14 GB/s), never more than the path's
+bandwidth. An all-to-all (`all_to_all_flow_s`) is every rank's sends to every peer in
+one kernel (NCCL's grouped send/receive): one latency, the peers' channels side by side,
+no more of them than the communicator's P2P channels.
 """
 
 from __future__ import annotations
@@ -141,6 +143,9 @@ class Comm:
     """What one ring channel inside a node may take, GB/s in NCCL's units: the narrowest
     link a ring through the node's GPUs crosses once per channel (a GPU's NVLinks or
     PCIe port, a shared switch uplink, the link between sockets)."""
+    port_gbps: float | None = None
+    """A GPU's own link (all its NVLinks, or its PCIe port), GB/s in NCCL's units: what
+    NCCL sizes a peer's P2P channels by; None: `channel_gbps`."""
     nic_gbps: float = 0.0
     """One NIC, GB/s (NCCL: its speed in Mb/s / 8000)."""
     nics_per_node: int = 0
@@ -164,6 +169,10 @@ class Comm:
     @property
     def arch_index(self) -> int:
         return ARCHS.index(self.arch)
+
+    @property
+    def port(self) -> float:
+        return self.channel_gbps if self.port_gbps is None else self.port_gbps
 
 
 @dataclass(frozen=True)
@@ -429,7 +438,7 @@ def p2p_channels_per_peer(comm: Comm) -> tuple[int, int]:
     a power of two; across nodes halved until all peers fit a round of the channels."""
     p2p_n = _pow2_up(min(comm_channels(comm), MAX_CHANNELS))
     if comm.intra == "nvlink":
-        intra = 2 * max(1, int(comm.channel_gbps / NVLINK_GBPS[comm.arch] + 1e-9))
+        intra = 2 * max(1, int(comm.port / NVLINK_GBPS[comm.arch] + 1e-9))
     else:
         intra = 2
     per_peer = intra if comm.ppn > 1 else MAX_CHANNELS
@@ -490,8 +499,7 @@ def send_recv(comm: Comm, nbytes: float, *, network: bool = False) -> P2p:
     pi = PROTOCOLS.index(protocol)
     hw = "net" if network else comm.intra
     latency_us = BASE_LATENCY_US["ring"][pi] + HW_LATENCY_US[hw]["ring"][pi]
-    per_cta = ring_cta_gbps(comm, network)
-    bw = channels * per_cta
+    bw = channels * p2p_channel_gbps(comm, network)
     if protocol == "LL":
         nodes = comm.nodes
         index2 = nodes - 1 if nodes <= 2 else 2
@@ -500,13 +508,16 @@ def send_recv(comm: Comm, nbytes: float, *, network: bool = False) -> P2p:
     return P2p(protocol, channels, latency_us * 1e-6, bw)
 
 
-def ring_cta_gbps(comm: Comm, network: bool = False) -> float:
-    """What NCCL's tuning model credits one CTA of a ring collective, GB/s: the ring
-    graph's channels x their bandwidth (the Simple bus bandwidth) over the communicator's
-    channels; across the network, the graph's inter-node bandwidth."""
-    g = ring_graph(comm)
-    bw = g.bw_inter if network else g.bw_intra
-    return g.channels * bw / comm_channels(comm)
+def p2p_channel_gbps(comm: Comm, network: bool = False) -> float:
+    """What NCCL sizes one P2P channel for, GB/s (paths.cc ncclTopoGetNchannels): an
+    NVLink peer gets 2 channels per NVLink (half an NVLink each, at NCCL's NVLink rate),
+    a PCIe peer 2 (half the port each), a network peer one per
+    NCCL_P2P_PER_CHANNEL_NET_BW."""
+    if network:
+        return float(P2P_PER_CHANNEL_NET_BW)
+    if comm.intra == "nvlink":
+        return NVLINK_GBPS[comm.arch] / 2
+    return comm.port / 2
 
 
 def all_to_all_flow_s(comm: Comm, nbytes: float, path_gbps: float, *, network: bool = False,
@@ -517,4 +528,20 @@ def all_to_all_flow_s(comm: Comm, nbytes: float, path_gbps: float, *, network: b
     narrower of its path and every peer's channels together."""
     peers = max(1, comm.ranks - 1)
     one = send_recv(comm, nbytes, network=network)
-    return copies * one.latency_s / peers + nbytes / (min(peers * one.bandwidth_gbps, path_gbps) * 1e9)
+    return copies * one.latency_s / peers + nbytes / (min(all_to_all_gbps(comm, nbytes, network=network),
+                                                            path_gbps) * 1e9)
+
+
+def all_to_all_ctas(comm: Comm, nbytes: float, *, network: bool = False) -> int:
+    """CTAs of an all-to-all's kernel: every peer's channels, at most the communicator's
+    P2P channels (scheduleP2pTasksToPlan spreads the peers over them; a channel takes up
+    to NCCL_MAX_DEV_WORK_P2P_PER_BATCH peers' work in turn)."""
+    p2p_n, _ = p2p_channels_per_peer(comm)
+    return min(p2p_n, max(1, comm.ranks - 1) * send_recv(comm, nbytes, network=network).channels)
+
+
+def all_to_all_gbps(comm: Comm, nbytes: float, *, network: bool = False) -> float:
+    """What an all-to-all's CTAs move together, GB/s: its CTAs at a channel's rate (LL's
+    half, as a send's)."""
+    one = send_recv(comm, nbytes, network=network)
+    return all_to_all_ctas(comm, nbytes, network=network) * one.bandwidth_gbps / one.channels

@@ -101,11 +101,11 @@ def test_send_recv_as_nccl_splits_it():
     big = nccl.send_recv(c, 32 * MB)
     assert (big.protocol, big.channels) == ("Simple", 4)
     assert big.latency_s == pytest.approx((8.4 + 3.4) * 1e-6)
-    assert big.bandwidth_gbps == pytest.approx(4 * 360.0 / 24)     # 4 CTAs at a ring CTA's 15 GB/s
+    assert big.bandwidth_gbps == pytest.approx(4 * 20.6 / 2)      # 4 channels of half an NVLink each
     small = nccl.send_recv(c, 4096)
     assert (small.protocol, small.channels) == ("LL", 1)            # one 64 KiB part; under 16 KiB a channel
     assert small.latency_s == pytest.approx((6.6 + 0.6) * 1e-6)
-    assert small.bandwidth_gbps == pytest.approx(15.0 * 0.5)
+    assert small.bandwidth_gbps == pytest.approx(20.6 / 2 * 0.5)  # LL: half of it
     # parts over 32 x 512 KiB double the channels
     assert nccl.send_recv(c, 128 * MB).channels == 8
     assert nccl.send_recv(h100_node(ranks=2), 32 * MB).channels == 16
@@ -126,11 +126,14 @@ def test_pcie_all_to_all_through_host_memory():
     t, ctas = hw.group_transfer_times_s(np.array(["a2a"] * 3), np.full(3, float(b)), src, dst, members,
                                         np.zeros(3, dtype=np.int64))
     latency = (8.4 + 5.7) * 1e-6           # ring Simple over PCI, shared by the 7 rounds
+    # 2 P2P channels in the communicator (a power of two over its 2 CTAs), 2 per PCIe peer,
+    # 1 a send at 8 ranks: the kernel's 2 CTAs carry every peer, each half of NCCL's 24 GB/s
+    ctas_gbps = 2 * 24.0 / 2
     staged_gbps = 22.2 / 31.5 * PCIE_X16_GBPS[4]
-    assert t[0] == pytest.approx(latency / 7 + b / (PCIE_X16_GBPS[4] * 1e9), rel=1e-9)      # P2P in the switch
+    assert t[0] == pytest.approx(latency / 7 + b / (ctas_gbps * 1e9), rel=1e-9)            # P2P in the switch
     assert t[1] == pytest.approx(2 * latency / 7 + b / (staged_gbps * 1e9), rel=1e-9)      # two copies
     assert t[2] == pytest.approx(2 * latency / 7 + b / (min(22.0, staged_gbps) * 1e9), rel=1e-9)
-    assert (ctas == 1.0).all()              # the kernel's 2 p2p channels, half at each end
+    assert (ctas == 1.0).all()              # the kernel's 2 CTAs, half at each end
 
 
 def test_a_ring_hop_runs_in_its_ring_communicator():
