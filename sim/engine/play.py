@@ -54,7 +54,7 @@ def play(schedule: Schedule, hardware: HardwareModel, workload: Workload,
         raise ValueError(f"unknown player {player!r}")
     contention = hardware.contention
     pull = None
-    if hardware.gpu_pull is not None:
+    if hardware.gpu_pull is not None and len(schedule.transfer_ids):     # nothing to pull without a transfer
         contention = dataclasses.replace(contention or Contention(), gpu=hardware.gpu_pull)
         pull = tuple(np.zeros(len(schedule)) for _ in range(3))
     dur = durations_s(schedule, hardware, workload, pull)
