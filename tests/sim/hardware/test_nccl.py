@@ -17,6 +17,7 @@ from sim.hardware.contention import HBM_PASSES, Contention, GpuPull, Sharing
 from sim.hardware.pcie import PCIE_X16_GBPS
 from sim.hardware.presets import CLUSTER_PRESETS
 from sim.scenario.config import Scenario, Workload
+from sim.trace.format import COMPUTE, SEND
 from sim.trace.metrics import compute_metrics
 
 MB, GB = 1 << 20, 1 << 30
@@ -202,11 +203,30 @@ def test_sharing_sums_the_pull_of_two_transfers_on_one_gpu():
     assert ends[0] == pytest.approx(1.0 / (1 - 0.25))
 
 
+class _WithoutPull(Hardware):
+    """NCCL's transfer times without its pull on the compute."""
+
+    gpu_pull = None
+
+
 def test_a_ring_on_h100_under_nccl_pays_the_pull():
-    w = Workload(seq=8 * 8192, heads=32, kv_heads=8, head_dim=128, causal=True, pass_="fwd")
+    w = Workload(seq=8 * 8192, heads=32, kv_heads=8, head_dim=128, causal=True, pass_="fwdbwd")
+    pulled = simulate(Scenario(workload=w, hardware=Hardware(), n_gpus=8, scheme="ring", layout="zigzag"))
+    free = simulate(Scenario(workload=w, hardware=_WithoutPull(), n_gpus=8, scheme="ring", layout="zigzag"))
+    assert pulled.meta["player"] == "simpy" and pulled.meta["contention"]["gpu"]["sms"] == 132
+    a, b = pulled.columns, free.columns
+    send = a.stream == SEND
+    assert np.array_equal(a.end_s[send] - a.start_s[send], b.end_s[send] - b.start_s[send])   # same transfers
+    busy = a.stream == COMPUTE
+    grew = (a.end_s - a.start_s)[busy].sum() - (b.end_s - b.start_s)[busy].sum()
+    # a compute beside a transfer ends at most overlap x (1 - rate) later; the slowest rate
+    # is with a send and a receive in flight (8 CTAs, both copies) on a wholly compute- or
+    # memory-bound block; each transfer overlaps computes on its two GPUs for its duration
     hw = Hardware()
-    sc = Scenario(workload=w, hardware=hw, n_gpus=8, scheme="ring", layout="zigzag")
-    trace = simulate(sc)
-    assert trace.meta["player"] == "simpy" and trace.meta["contention"]["gpu"]["sms"] == 132
-    busy = trace.spans
-    assert compute_metrics(trace).makespan_s > 0 and len(busy) > 0
+    pull = hw.gpu_pull
+    moved = 2 * max(a.bytes[send] / (a.end_s - a.start_s)[send])
+    worst = min(pull.rate(8.0, moved, 0.0), pull.rate(8.0, moved, 1.0))
+    bound = 2 * (a.end_s - a.start_s)[send].sum() * (1 - worst)
+    assert 0 < grew
+    assert compute_metrics(pulled).makespan_s > compute_metrics(free).makespan_s
+    assert grew <= bound
