@@ -469,6 +469,7 @@ class Hardware(HardwareModel):
         inside = self._inside()
         return nccl.Comm(ranks=int(len(members)), nodes=nodes, arch=self.nccl_arch or "hopper", intra=inside,
                          channel_gbps=channel, port_gbps=port, nic_gbps=nic, nics_per_node=self.nics_per_node or g,
+                         local_nics=max(1, (self.nics_per_node or g) // g),
                          nvls=inside == "nvlink" and self.pcie is None and g > 2,
                          cpu="amd" if self.pcie is not None and self.pcie.socket_link == "xgmi" else "intel")
 

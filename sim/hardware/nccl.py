@@ -149,6 +149,9 @@ class Comm:
     nic_gbps: float = 0.0
     """One NIC, GB/s (NCCL: its speed in Mb/s / 8000)."""
     nics_per_node: int = 0
+    local_nics: int = 1
+    """NICs closest to each GPU (ncclTopoGetLocalNetCountByBw): one, or more where a node
+    has more NICs than GPUs."""
     nvls: bool = False
     """NVLink SHARP is there (NVSwitch, Hopper or later)."""
     cpu: str = "intel"
@@ -443,9 +446,8 @@ def p2p_channels_per_peer(comm: Comm) -> tuple[int, int]:
         intra = 2
     per_peer = intra if comm.ppn > 1 else MAX_CHANNELS
     if comm.nodes > 1:
-        nics_per_gpu = max(1, comm.nics_per_node // comm.ppn)
-        net_bw = comm.nic_gbps * nics_per_gpu
-        per_peer = min(per_peer, max(nics_per_gpu, -(-int(net_bw) // P2P_PER_CHANNEL_NET_BW)))
+        net_bw = comm.nic_gbps * comm.local_nics
+        per_peer = min(per_peer, max(comm.local_nics, -(-int(net_bw) // P2P_PER_CHANNEL_NET_BW)))
     per_peer = _pow2_up(per_peer)
     if comm.nodes > 1:
         while per_peer * -(-comm.ranks // P2P_PER_BATCH) > p2p_n and per_peer > 1:
