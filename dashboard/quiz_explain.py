@@ -186,10 +186,11 @@ def _q4(sc: Scenario, t: Translator, **_: Any) -> Explained:
 # --- 5: when transfers hide ----------------------------------------------------------------------
 
 def _with_bandwidth(sc: Scenario, gbps: float) -> Hardware:
+    # the design condition (docs/design.md fact 5) is the link's alpha-beta, not NCCL's costs
     hw = sc.hardware
     return Hardware(gpu=hw.gpu, gpus_per_node=hw.gpus_per_node, inter_link=None,
                     link=Link(name=f"{gbps:.4g} GB/s", bandwidth_gbps=gbps,
-                              latency_us=hw.link.latency_us))
+                              latency_us=hw.link.latency_us), comm_cost="link")
 
 
 def _q5(sc: Scenario, t: Translator, bandwidth_gbps: float | None = None, **_: Any) -> Explained:

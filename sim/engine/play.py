@@ -20,6 +20,7 @@ from sim.engine.players import durations_s, times_simpy, times_waves
 from sim.engine.queues import queue_batches
 from sim.engine.record import record_owned
 from sim.engine.schedule import Schedule
+from sim.hardware.contention import Contention
 from sim.hardware.model import HardwareModel
 from sim.scenario.config import Scenario, Workload
 from sim.schemes import get as get_scheme
@@ -53,12 +54,16 @@ def play(schedule: Schedule, hardware: HardwareModel, workload: Workload,
     """
     if player not in PLAYERS:
         raise ValueError(f"unknown player {player!r}")
-    dur = durations_s(schedule, hardware, workload, host_waits)
+    contention = hardware.contention
+    pull = None
+    if hardware.gpu_pull is not None and len(schedule.transfer_ids):     # nothing to pull without a transfer
+        contention = dataclasses.replace(contention or Contention(), gpu=hardware.gpu_pull)
+        pull = tuple(np.zeros(len(schedule)) for _ in range(3))
+    dur = durations_s(schedule, hardware, workload, host_waits, pull)
     if own:
         schedule.release("pairs", "q_tokens", "kv_tokens", "kv_rank")
     header = dict(header or {})
     meta = dict(header.get("meta", {}))
-    contention = hardware.contention
     inline_after_s = hardware.inline_send_after_s if schedule.posts is not None else None
     posts = None
     if inline_after_s is not None:
@@ -72,11 +77,14 @@ def play(schedule: Schedule, hardware: HardwareModel, workload: Workload,
                               "compute_slots": contention.compute_slots,
                               "concurrency": contention.concurrency,
                               "host": dataclasses.asdict(contention.host) if contention.host else None}
+        if contention.gpu is not None:
+            meta["contention"]["gpu"] = dataclasses.asdict(contention.gpu)
     elif player == "auto":
         player = "recurrence"
     if player == "simpy":
         start, end, meta["sim_events"] = times_simpy(schedule, dur.tolist(), contention, jitter, posts,
-                                                     inline_after_s or 0.0)
+                                                     inline_after_s or 0.0,
+                                                     None if pull is None else tuple(x.tolist() for x in pull))
         host = contention.host if contention is not None else None
         if jitter is not None and host is not None and (host.spread or host.placement == "cores"):
             meta["jitter"] = jitter

@@ -51,7 +51,8 @@ class _CountingEnvironment(simpy.Environment):
 
 
 def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
-                host_waits: bool = False) -> np.ndarray:
+                host_waits: bool = False,
+                pull: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Time each operation takes on `hardware` (0 for a skipped, fully masked block).
 
     The hardware model's batch forms (`compute_times_s`, `transfer_times_s`: its own over
@@ -59,11 +60,16 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
     methods once per distinct argument tuple, which they must be pure functions of) time
     the operations. A block is timed once per run of consecutive computes with the same
     arguments (a ring's step repeats one or two block shapes over all its ranks): the
-    methods are elementwise, so this gives the same float for every op.
+    methods are elementwise, so this gives the same float for every op. A model that
+    `times_groups` (NCCL) times every transfer knowing its communicator (`transfer_groups`).
 
     host_waits: the implementation makes the host wait for the GPU before each call (a copy to
     the GPU that synchronises, sim.implementations.base.Implementation.host_waits): every
     block is called on an idle GPU and pays its host-side time in front (`isolated`).
+
+    pull: arrays over the ops that a GPU contention model reads (sim.hardware.contention
+    .GpuPull), filled here: each transfer's CTAs and bytes/s, each compute's memory-bound
+    share of its time (`memory_bound_s` over its time).
     """
     dur = np.zeros(len(schedule))
     comp = schedule.compute_ids
@@ -87,6 +93,7 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
             return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
                                             mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
                                             **geometry, **dict(zip(names, flags)))
+        computed = comp
         if schedule.calls is not None and hardware.times_varlen(workload.dtype):
             # packed documents: a block is one varlen call, a piece per document
             called = schedule.call[comp] >= 0
@@ -99,7 +106,23 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
         for a in range(0, len(comp), _CHUNK):
             ids = comp[a:a + _CHUNK]
             dur[ids] = _by_runs(times, [c[ids] for c in columns])
-    if xfer.size:
+        if pull is not None:
+            def memory(flops, kind, mask, q_tokens, kv_tokens, *flags):
+                return hardware.memory_bound_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
+                                               mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
+                                               **geometry, **dict(zip(names, flags)))
+            busy = computed[dur[computed] > 0]     # varlen calls too, by their blocks' extent
+            if busy.size:
+                pull[2][busy] = np.clip(_by_runs(memory, [c[busy] for c in columns]) / dur[busy], 0.0, 1.0)
+    if xfer.size and hardware.times_groups:
+        members, group_of = transfer_groups(schedule.kind[xfer], schedule.step[xfer], schedule.rank[xfer],
+                                            schedule.peer[xfer])
+        dur[xfer], ctas = hardware.group_transfer_times_s(_KIND_NAMES[schedule.kind[xfer]], schedule.nbytes[xfer],
+                                                          schedule.rank[xfer], schedule.peer[xfer], members, group_of)
+        if pull is not None:
+            pull[0][xfer] = ctas
+            pull[1][xfer] = np.where(dur[xfer] > 0, schedule.nbytes[xfer] / np.maximum(dur[xfer], 1e-300), 0.0)
+    elif xfer.size:
         for a in range(0, len(xfer), _CHUNK):
             ids = xfer[a:a + _CHUNK]
             dur[ids] = hardware.transfer_times_s(schedule.nbytes[ids], schedule.rank[ids], schedule.peer[ids])
@@ -144,6 +167,70 @@ def collective_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer
     nodes = np.unique(np.concatenate([a, b]))
     roots, size = np.unique(label[nodes], return_counts=True)
     return size[np.searchsorted(roots, label[a])]
+
+
+def transfer_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarray
+                    ) -> tuple[list[np.ndarray], np.ndarray]:
+    """The communicator of each transfer: (the distinct groups' ranks, ascending; each
+    transfer's index into them). A collective's group is its connected set of ranks
+    (`collective_groups`); a ring's hops (K/V, dK/dV and a pipeline's sends) run in the
+    group their first step links, the same at every step (a ring's hops of one step
+    close the ring), found on that step alone."""
+    n = len(kind)
+    ranks = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
+    cat = np.zeros(n, dtype=np.int64)          # (category, a, b) names a group
+    lo = np.zeros(n, dtype=np.int64)
+    hi = np.full(n, -1, dtype=np.int64)
+    coll = (kind >= FIRST_COLLECTIVE) & (kind <= A2A)
+    if coll.any():
+        lo[coll] = _labels(kind[coll], step[coll], rank[coll], peer[coll])
+    for k in np.unique(kind[~coll]).tolist():
+        of_kind = np.flatnonzero(~coll & (kind == k))
+        first = of_kind[step[of_kind] == step[of_kind].min()]
+        at = np.arange(ranks)      # each rank's set among the first step's hops (alone: itself)
+        root = _labels(np.zeros(len(first), np.int64), np.zeros(len(first), np.int64), rank[first], peer[first],
+                       ranks=ranks)
+        at[rank[first]] = root
+        at[peer[first]] = root
+        src, dst = rank[of_kind], peer[of_kind]
+        joined = at[src] == at[dst]
+        cat[of_kind] = 1 + k
+        # a hop whose ends the first step does not join runs in a group of its two ranks
+        lo[of_kind] = np.where(joined, at[src], np.minimum(src, dst))
+        hi[of_kind] = np.where(joined, -1, np.maximum(src, dst))
+    keys, group_of = np.unique(np.stack([cat, lo, hi]), axis=1, return_inverse=True)
+    group_of = group_of.ravel()
+    ends = np.concatenate([rank, peer])
+    of = np.concatenate([group_of, group_of])
+    order = np.lexsort((ends, of))
+    pairs = np.unique(np.stack([of[order], ends[order]]), axis=1)
+    bounds = np.searchsorted(pairs[0], np.arange(keys.shape[1] + 1))
+    return [pairs[1, a:b] for a, b in zip(bounds[:-1], bounds[1:])], group_of
+
+
+def _labels(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarray, ranks: int | None = None
+            ) -> np.ndarray:
+    """For each flow, a label of its connected set of ranks among the flows of its kind and
+    step (label propagation with pointer jumping, as `collective_groups`)."""
+    keys, key_of = np.unique(np.stack([kind, step]), axis=1, return_inverse=True)
+    key_of = key_of.ravel()
+    ranks = ranks or int(max(rank.max(), peer.max())) + 1
+    a = key_of * ranks + rank
+    b = key_of * ranks + peer
+    label = np.arange(keys.shape[1] * ranks, dtype=np.int64)
+    while True:
+        low = np.minimum(label[a], label[b])
+        before = label.copy()
+        np.minimum.at(label, label[a], low)
+        np.minimum.at(label, label[b], low)
+        while True:
+            jumped = label[label]
+            if np.array_equal(jumped, label):
+                break
+            label = jumped
+        if np.array_equal(label, before):
+            break
+    return label[a]
 
 
 def head_geometry(workload: Workload) -> dict[str, Any]:
@@ -213,15 +300,17 @@ def resource_queues(schedule: Schedule) -> list[list[int]]:
 
 
 def times_simpy(schedule: Schedule, dur: list[float], contention: Contention | None = None,
-                jitter: int | None = None, posts: Posts | None = None, inline_after_s: float = 0.0
+                jitter: int | None = None, posts: Posts | None = None, inline_after_s: float = 0.0,
+                pull: tuple[list[float], list[float], list[float]] | None = None
                 ) -> tuple[list[float], list[float], int]:
     """Start and end of every operation, and the events SimPy processed; `jitter` seeds
     the host's measured spread of rank and block speeds (sim.hardware.contention).
 
     `posts` (Schedule.posts, made) plays gloo's point-to-point protocol (_GlooPosts).
-    None: every compute starts once its dependencies are done (NCCL, GPUs, the presets)."""
+    None: every compute starts once its dependencies are done (NCCL, GPUs, the presets).
+    `pull`: per op, what a GPU contention model reads (durations_s)."""
     env = _CountingEnvironment()
-    sharing = (Sharing(env, schedule.n_ranks, contention, jitter)
+    sharing = (Sharing(env, schedule.n_ranks, contention, jitter, pull)
                if contention is not None and contention.active else None)
     n_ops = len(schedule)
     start = [0.0] * n_ops

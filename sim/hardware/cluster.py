@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.hardware import nccl
+from sim.hardware.contention import GpuPull
 from sim.hardware.kernel_model import (
     Floors,
     best_rate_flops,
@@ -33,6 +35,10 @@ from sim.scenario.quantities import DTYPE_BYTES
 from sim.units import positive_ints
 
 RATE_GROUPS = ("fwd-full", "fwd-diagonal", "bwd-full", "bwd-diagonal")
+COMM_COSTS = ("nccl", "link")
+"""How Hardware times its transfers: 'nccl' (NCCL's tuning model, sim.hardware.nccl, and
+NCCL's pull on the compute beside it) or 'link' (alpha + bytes / bandwidth of the link)."""
+_COLLECTIVE_FUNCTIONS = {"ag": "all_gather", "rs": "reduce_scatter"}
 
 
 def _positive(obj: Any, *names: str, allow_zero: bool = False) -> None:
@@ -208,9 +214,16 @@ class Hardware(HardwareModel):
     pcie: Pcie | None = None
     """The PCIe fabric inside a node (sim.hardware.pcie): switches, root complexes and sockets whose
     links flows share; None: every GPU's port reaches every other directly (NVSwitch)."""
+    comm_cost: str = "nccl"
+    """How transfers are timed (COMM_COSTS): 'nccl', as NCCL's tuning model costs each
+    collective and send/receive, with its CTAs and copies slowing the compute beside it
+    (sim.hardware.nccl, docs/nccl.md), on GPUs NCCL runs on (sim.hardware.nccl.GPU_ARCH;
+    others by their link); 'link', alpha + bytes / bandwidth of the link."""
 
     def __post_init__(self) -> None:
         positive_ints(self, "gpus_per_node")
+        if self.comm_cost not in COMM_COSTS:
+            raise RingsimError(f"comm_cost must be one of {', '.join(COMM_COSTS)}, got {self.comm_cost!r}")
         if self.pcie is not None:
             self.pcie.check_node(self.gpus_per_node)
         if self.nics_per_node is not None:
@@ -347,8 +360,19 @@ class Hardware(HardwareModel):
             sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated)
 
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """transfer_time_s over arrays of transfers: alpha + bytes / bandwidth of the link
-        between the two (inside a PCIe node, of their route: sim.hardware.pcie)."""
+        """transfer_time_s over arrays of transfers: under NCCL, each a send/receive in a
+        communicator of its two ranks (`group_transfer_times_s`); otherwise alpha + bytes /
+        bandwidth of the link between the two (inside a PCIe node, of their route:
+        sim.hardware.pcie)."""
+        if self.nccl_arch is not None:
+            src, dst = np.asarray(src), np.asarray(dst)
+            pairs = np.unique(np.stack([np.minimum(src, dst), np.maximum(src, dst)]), axis=1)
+            members = [pairs[:, i] for i in range(pairs.shape[1])]
+            key = np.minimum(src, dst) * (int(max(src.max(initial=0), dst.max(initial=0))) + 1) + np.maximum(src, dst)
+            pair_key = pairs[0] * (int(max(src.max(initial=0), dst.max(initial=0))) + 1) + pairs[1]
+            group_of = np.searchsorted(pair_key, key)
+            return self.group_transfer_times_s(np.full(len(src), "kv", dtype=object), nbytes, src, dst,
+                                               members, group_of)[0]
         t = self.link.time_s(nbytes)
         fabric = self.fabric
         if fabric is not None:
@@ -362,6 +386,153 @@ class Hardware(HardwareModel):
             return t
         between_nodes = src // self.gpus_per_node != dst // self.gpus_per_node
         return np.where(between_nodes, self.inter_link.time_s(nbytes), t)
+
+    # --- NCCL (sim.hardware.nccl) ----------------------------------------------------------
+
+    @property
+    def nccl_arch(self) -> str | None:
+        """NCCL's class of this GPU where transfers are NCCL's (`comm_cost`), else None."""
+        return nccl.GPU_ARCH.get(self.gpu.name) if self.comm_cost == "nccl" else None
+
+    @property
+    def times_groups(self) -> bool:
+        """Transfers are timed knowing the communicator they run in (NCCL)."""
+        return self.nccl_arch is not None
+
+    @property
+    def gpu_pull(self) -> GpuPull | None:
+        """Under NCCL, what its CTAs and copies take from the compute beside a transfer
+        (sim.hardware.contention.GpuPull); None otherwise, or where the GPU's SMs or memory
+        bandwidth are not known."""
+        g = self.gpu
+        if self.nccl_arch is None or g.sms is None or g.memory_bandwidth_gbps is None:
+            return None
+        return GpuPull(sms=g.sms, hbm_gbps=g.memory_bandwidth_gbps)
+
+    def memory_bound_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
+                       q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
+                       kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None,
+                       alone: np.ndarray | None = None, isolated: np.ndarray | None = None) -> np.ndarray:
+        """The merge after each block at the GPU's memory bandwidth: what its time spends
+        streaming memory (sim.hardware.kernel_model.merge_bytes; in the flat model only what
+        an unfused merge moves beyond the fused pass its efficiency includes); 0 for a block
+        that is its pass's only one (nothing to merge)."""
+        g = self.gpu
+        flops = np.asarray(flops, dtype=float)
+        out = np.zeros(len(flops))
+        table = g.uses_kernel_table(dtype)
+        if g.memory_bandwidth_gbps is None or not (table or self._flat_unfused):
+            return out
+        kind, mask = np.asarray(kind, dtype=str), np.asarray(mask, dtype=str)
+        q_tokens, kv_tokens = np.asarray(q_tokens), np.asarray(kv_tokens)
+        sliced = np.zeros(len(flops), dtype=bool) if sliced is None else np.asarray(sliced, dtype=bool)
+        merges = np.ones(len(flops), dtype=bool) if alone is None else ~np.asarray(alone, dtype=bool)
+        hd, ratio = head_dim or ASSUMED_HEAD_DIM, kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD
+        for k in ("fwd", "bwd"):
+            for m in ("full", "diagonal"):
+                sel = (kind == k) & (mask == m) & merges
+                if not sel.any():
+                    continue
+                moved = [merge_bytes(k, m, flops[sel], q_tokens[sel], kv_tokens[sel], head_dim=hd,
+                                     kv_heads_per_head=ratio, elem_bytes=DTYPE_BYTES[dtype], merge=merge,
+                                     sliced=sliced[sel]) for merge in (g.merge, "fused")]
+                out[sel] = (moved[0] if table else moved[0] - moved[1]) / (g.memory_bandwidth_gbps * 1e9)
+        return out
+
+    def _inside(self) -> str:
+        """What joins a node's GPUs as NCCL sees it: 'pci' on a PCIe link, else 'nvlink'."""
+        return "pci" if self.pcie is not None or self.link.name.lower().startswith("pcie") else "nvlink"
+
+    def _nccl_link_gbps(self) -> float:
+        """The node link's bandwidth as NCCL's topology counts it (sim.hardware.nccl): NVLink
+        at NCCL's rate per link, PCIe at its GB/s per lane."""
+        arch = self.nccl_arch or "hopper"
+        if self._inside() == "pci":
+            return self.link.bandwidth_gbps * nccl.PCIE_NCCL_SHARE
+        return self.link.bandwidth_gbps * nccl.NVLINK_GBPS[arch] / nccl.NVLINK_DATASHEET_GBPS[arch]
+
+    def nccl_comm(self, members: np.ndarray) -> nccl.Comm:
+        """The communicator of ranks `members` as NCCL sees it: its nodes, and the narrowest
+        link a ring channel through its GPUs of one node crosses (inside a PCIe node also
+        the switch uplinks and the socket link it spans)."""
+        g = self.gpus_per_node
+        members = np.asarray(members)
+        nodes = int(len(np.unique(members // g)))
+        channel = port = self._nccl_link_gbps()
+        if self.pcie is not None:
+            places = np.unique(members % g)
+            if self.pcie.gpus_per_switch > 1 and len(np.unique(places // self.pcie.gpus_per_switch)) > 1:
+                channel = min(channel, self.pcie.uplink_gbps * nccl.PCIE_NCCL_SHARE)
+            if len(np.unique(places // self.pcie.gpus_per_socket)) > 1:
+                channel = min(channel, self.pcie.socket_gbps)
+        nic = (self.inter_link or self.link).bandwidth_gbps
+        inside = self._inside()
+        return nccl.Comm(ranks=int(len(members)), nodes=nodes, arch=self.nccl_arch or "hopper", intra=inside,
+                         channel_gbps=channel, port_gbps=port, nic_gbps=nic, nics_per_node=self.nics_per_node or g,
+                         local_nics=max(1, (self.nics_per_node or g) // g),
+                         nvls=inside == "nvlink" and self.pcie is None and g > 2,
+                         cpu="amd" if self.pcie is not None and self.pcie.socket_link == "xgmi" else "intel")
+
+    def _paths(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per flow: its path's bandwidth (GB/s: the node link as NCCL counts it, a PCIe route's
+        narrowest link, sim.hardware.pcie, or the NIC), whether it is staged through host
+        memory, whether it crosses nodes."""
+        g = self.gpus_per_node
+        between = src // g != dst // g
+        rate = np.full(len(src), self._nccl_link_gbps())
+        staged = np.zeros(len(src), dtype=bool)
+        fabric = self.fabric
+        if fabric is not None:
+            i, j = src % g, dst % g
+            rate = np.where(between, rate, fabric.rate[i, j])
+            staged = ~between & fabric.staged[i, j]
+        nic = (self.inter_link or self.link).bandwidth_gbps
+        return np.where(between, nic, rate), staged, between
+
+    def group_transfer_times_s(self, kind: np.ndarray, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                               members: list[np.ndarray], group_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(time, CTAs) of each transfer as NCCL runs it in the communicator
+        members[group_of] (sim.hardware.nccl): a flow of an all-gather or reduce-scatter
+        ('ag', 'rs') its share of the collective's time by its bytes (the collective of
+        ranks x block bytes, its block one node's share of what the flow carries inside a
+        node), a flow of an all-to-all ('a2a') its round of NCCL's grouped send/receive,
+        any other a send/receive; a flow staged through host memory pays two latencies.
+        CTAs: what the flow keeps busy on each of its two GPUs (a collective's channels,
+        half at each end of a flow: a rank sends and receives one flow at a time)."""
+        kind = np.asarray(kind).astype(str)
+        nbytes = np.asarray(nbytes, dtype=float)
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        group_of = np.asarray(group_of)
+        times = np.zeros(len(kind))
+        ctas = np.zeros(len(kind))
+        path, staged, between = self._paths(src, dst)
+        copies = 1 + staged.astype(np.int64)
+        for gi in np.unique(group_of).tolist():
+            comm = self.nccl_comm(members[gi])
+            in_group = group_of == gi
+            for name in np.unique(kind[in_group]).tolist():
+                sel = np.flatnonzero(in_group & (kind == name))
+                key = np.stack([nbytes[sel], path[sel], copies[sel], between[sel]])
+                distinct, back = np.unique(key, axis=1, return_inverse=True)
+                t = np.empty(distinct.shape[1])
+                c = np.empty(distinct.shape[1])
+                for x, (b, rate, k, net) in enumerate(distinct.T.tolist()):
+                    t[x], c[x] = self._flow_s(comm, name, b, rate, int(k), bool(net))
+                times[sel] = t[back.ravel()]
+                ctas[sel] = c[back.ravel()]
+        return times, ctas
+
+    def _flow_s(self, comm: nccl.Comm, name: str, nbytes: float, path_gbps: float, copies: int,
+                network: bool) -> tuple[float, float]:
+        if name in _COLLECTIVE_FUNCTIONS and comm.ranks > 1:
+            block = nbytes if network or comm.nodes == 1 else nbytes / comm.nodes
+            call = nccl.collective(comm, _COLLECTIVE_FUNCTIONS[name], block * comm.ranks)
+            return call.time_s * nbytes / ((comm.ranks - 1) * block), call.channels / 2
+        if name == "a2a" and comm.ranks > 1:
+            return (nccl.all_to_all_flow_s(comm, nbytes, path_gbps, network=network, copies=copies),
+                    nccl.all_to_all_ctas(comm, nbytes, network=network) / 2)
+        one = nccl.send_recv(comm, nbytes, network=network)
+        return one.time_s(nbytes, path_gbps, copies), float(one.channels)
 
     def rate_flops(self, dtype: str, head_dim: int | None = None) -> float:
         return self.gpu.rate_flops(dtype, head_dim)

@@ -23,6 +23,18 @@ Effects a calibrated profile can carry (all absent from a datasheet preset):
 The two slowdowns of a compute (its rank's transfer in flight, the host's sharing)
 multiply: they are independent causes acting on the same progress rate.
 
+On a GPU (`GpuPull`, the datasheet model under NCCL: sim.hardware.cluster.Hardware) a
+transfer in flight takes from the compute of both its GPUs what NCCL's kernel holds:
+its CTAs, one per channel, each on an SM of its own for the whole transfer (NCCL's
+kernels are persistent: a CTA loops over its channel's chunks until the call ends), and
+its copies' share of HBM bandwidth. A compute's time splits into a compute-bound part,
+which runs on the SMs NCCL leaves (rate 1 - CTAs / SMs), and a memory-bound part (the
+merge after a block, streaming at the GPU's memory bandwidth), which gets the HBM
+bandwidth NCCL's copies leave (rate 1 - bytes/s x HBM_PASSES / bandwidth); with m the
+memory-bound share of its time alone, it progresses at 1 / ((1 - m) / (1 - SM share) +
+m / (1 - HBM share)). Transfers keep their NCCL time: NCCL's kernel is launched first
+and holds its SMs.
+
 The law is a mean. On a host whose processes outnumber its cores, the scheduler serves
 them unevenly: of three processes on two cores one holds a core and two share the other
 (their blocks take 1x and 2x alone, the mean 1.5-1.8x), and the placement changes as
@@ -211,6 +223,35 @@ class Host:
         return max(bound, interpolate(law, demand)) if law else bound
 
 
+HBM_PASSES = 2
+"""Times each byte a transfer moves crosses one end's HBM: NCCL's Simple protocol writes
+into a FIFO buffer in the receiver's memory (NCCL_BUFFSIZE, 4 MiB: src/init.cc
+DEFAULT_BUFFSIZE) that the receiver's CTAs copy into the user's buffer, so the sender
+reads each byte once and the receiver writes, reads and writes it again: four passes
+over the two GPUs, two on each (NVIDIA/nccl v2.30.7-1, src/transport/p2p.cc and
+src/device/prims_simple.h)."""
+MAX_SHARE = 0.95
+"""A guard: NCCL never leaves a compute less than this much of the SMs or of HBM (its
+channels stay far below a GPU's SMs; HBM is shared, not taken)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuPull:
+    """What a transfer in flight takes from the computes on its two GPUs (module docstring)."""
+
+    sms: int
+    """Streaming multiprocessors of the GPU."""
+    hbm_gbps: float
+    """The GPU's memory bandwidth, GB/s (what the merge streams at)."""
+
+    def rate(self, ctas: float, bytes_per_s: float, memory_share: float) -> float:
+        """Progress rate of a compute (1 alone) with `ctas` CTAs of NCCL and `bytes_per_s` of
+        its transfers on its GPU; `memory_share`: the memory-bound share of its time."""
+        sm = min(ctas / self.sms, MAX_SHARE)
+        hbm = min(bytes_per_s * HBM_PASSES / (self.hbm_gbps * 1e9), MAX_SHARE)
+        return 1.0 / ((1.0 - memory_share) / (1.0 - sm) + memory_share / (1.0 - hbm))
+
+
 @dataclass(frozen=True)
 class Contention:
     slowdown_in_flight: float = 1.0
@@ -226,9 +267,16 @@ class Contention:
     host: Host | None = None
     """Processor sharing of the host's cores by computes and transfers; when given it
     replaces `compute_slots` and `concurrency`."""
+    gpu: GpuPull | None = None
+    """What a GPU transfer's NCCL kernel takes from the computes on its GPUs (module
+    docstring); None: nothing."""
 
     @property
     def active(self) -> bool:
+        return self.active_without_gpu or self.gpu is not None
+
+    @property
+    def active_without_gpu(self) -> bool:
         return (self.slowdown_in_flight != 1.0 or self.slowdown_in_flight_bwd not in (None, 1.0)
                 or self.compute_slots is not None
                 or self.concurrency is not None or self.host is not None)
@@ -249,20 +297,28 @@ class Contention:
 
 
 class _Running:
-    __slots__ = ("rank", "transfer", "left", "since", "rate", "process", "backward")
+    __slots__ = ("rank", "transfer", "left", "since", "rate", "process", "backward", "memory_share")
 
-    def __init__(self, rank: int, transfer: bool, left: float, since: float, process, backward: bool = False):
+    def __init__(self, rank: int, transfer: bool, left: float, since: float, process, backward: bool = False,
+                 memory_share: float = 0.0):
         self.rank, self.transfer, self.left, self.since = rank, transfer, left, since
         self.rate, self.process = 0.0, process    # 0.0 forces a fresh rate at the first re-time
         self.backward = backward
+        self.memory_share = memory_share
 
 
 class Sharing:
     """Progress rates of the computes and transfers in flight, re-timed at every change."""
 
-    def __init__(self, env: simpy.Environment, n_ranks: int, model: Contention, jitter: int | None = None):
+    def __init__(self, env: simpy.Environment, n_ranks: int, model: Contention, jitter: int | None = None,
+                 pull: tuple[list[float], list[float], list[float]] | None = None):
+        """pull: with a GPU model, per op (CTAs, bytes/s of a transfer, memory-bound share
+        of a compute): sim.engine.players.times_simpy."""
         self.env = env
         self.model = model
+        self.pull = pull
+        self.ctas = [0.0] * n_ranks            # NCCL's CTAs in flight on each GPU
+        self.copy_rate = [0.0] * n_ranks       # bytes/s its transfers in flight move there
         self.in_flight = [0] * n_ranks
         self.running: dict[int, _Running] = {}
         self.computes = 0
@@ -284,6 +340,11 @@ class Sharing:
             if jitter is not None:
                 self.pick = np.random.default_rng([jitter, 1])
         self.held = self.load is not None and host.placement == "held"
+        # NCCL's pull alone touches only the computes of a transfer's two GPUs: re-time
+        # those, not every op in flight (a ring of hundreds of GPUs has as many running)
+        self.local = (model.gpu is not None and host is None and model.concurrency is None
+                      and model.compute_slots is None and not model.active_without_gpu)
+        self.computes_on: list[dict[int, _Running]] = [{} for _ in range(n_ranks)]
 
     def _choose(self, options: list[int]) -> int:
         """The first of equal options, or a seeded pick among them in a jittered play."""
@@ -347,6 +408,7 @@ class Sharing:
         in_flight_bwd = (1.0 / model.in_flight(backward=True)) / slowdown_bwd
         shared_bwd = 1.0 / slowdown_bwd
         weights = self._weights()
+        gpu = model.gpu
         for op_id, run in self.running.items():
             if run.transfer:
                 rate = transfer_rate
@@ -355,6 +417,8 @@ class Sharing:
                     rate = in_flight_bwd if self.in_flight[run.rank] else shared_bwd
                 else:
                     rate = in_flight_rate if self.in_flight[run.rank] else shared
+                if gpu is not None and self.in_flight[run.rank]:
+                    rate *= gpu.rate(self.ctas[run.rank], self.copy_rate[run.rank], run.memory_share)
                 if weights is not None:
                     rate *= weights[op_id]
                 elif self.held and self.load[self.core_of[op_id]] > 1:
@@ -365,8 +429,37 @@ class Sharing:
                 if op_id != caller and run.process.is_alive and run.process.target is not None:
                     run.process.interrupt()
 
+    def _retime_ranks(self, ranks, caller: int | None) -> None:
+        """The local re-time (`local`): the computes on `ranks` at NCCL's pull there."""
+        now = self.env.now
+        gpu = self.model.gpu
+        for r in ranks:
+            for op_id, run in self.computes_on[r].items():
+                run.left -= (now - run.since) * run.rate
+                run.since = now
+                rate = gpu.rate(self.ctas[r], self.copy_rate[r], run.memory_share) if self.in_flight[r] else 1.0
+                if rate != run.rate:
+                    run.rate = rate
+                    if op_id != caller and run.process.is_alive and run.process.target is not None:
+                        run.process.interrupt()
+
     def _progress(self, op_id: int, run: _Running):
         env = self.env
+        if self.local:
+            if run.transfer:
+                run.rate = 1.0
+            else:
+                self.computes_on[run.rank][op_id] = run
+                self._retime_ranks((run.rank,), op_id)
+            while True:
+                try:
+                    yield env.timeout(max(run.left, 0.0) / run.rate)
+                    break
+                except simpy.Interrupt:
+                    continue
+            if not run.transfer:
+                del self.computes_on[run.rank][op_id]
+            return
         self.running[op_id] = run
         self._retime(op_id)
         while True:
@@ -386,12 +479,14 @@ class Sharing:
         self.computes += 1
         if self.load is not None:
             self._place(op_id)
+        memory_share = self.pull[2][op_id] if self.pull is not None else 0.0
         yield from self._progress(op_id, _Running(rank, False, work_s, self.env.now, self.env.active_process,
-                                                  backward))
+                                                  backward, memory_share))
         if self.load is not None:
             self._unplace(op_id)
         self.computes -= 1
-        self._retime(None)
+        if not self.local:
+            self._retime(None)
 
     def transfer(self, op_id: int, src: int, dst: int, work_s: float):
         """A SimPy process body: a transfer from src to dst taking `work_s` alone; while it
@@ -399,8 +494,24 @@ class Sharing:
         self.in_flight[src] += 1
         self.in_flight[dst] += 1
         self.transfers += 1
-        yield from self._progress(op_id, _Running(src, True, work_s, self.env.now, self.env.active_process))
+        ctas = rate = 0.0
+        if self.pull is not None:
+            ctas, rate = self.pull[0][op_id], self.pull[1][op_id]
+            for end in (src, dst):
+                self.ctas[end] += ctas
+                self.copy_rate[end] += rate
+        run = _Running(src, True, work_s, self.env.now, self.env.active_process)
+        if self.local:
+            self._retime_ranks((src, dst), None)
+        yield from self._progress(op_id, run)
         self.in_flight[src] -= 1
         self.in_flight[dst] -= 1
+        if self.pull is not None:
+            for end in (src, dst):
+                self.ctas[end] -= ctas
+                self.copy_rate[end] -= rate
         self.transfers -= 1
-        self._retime(None)
+        if self.local:
+            self._retime_ranks((src, dst), None)
+        else:
+            self._retime(None)

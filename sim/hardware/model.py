@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
-    from sim.hardware.contention import Contention
+    from sim.hardware.contention import Contention, GpuPull
 
 
 @runtime_checkable
@@ -34,6 +34,10 @@ class HardwareModel(Protocol):
     contention: Contention | None = None
     """What slows compute and transfers while they run together (sim.hardware.contention);
     None: nothing does. An active model makes the engine play on SimPy."""
+    gpu_pull: GpuPull | None = None
+    """What a transfer's kernel takes from the compute on its GPUs (NCCL's CTAs and copies,
+    sim.hardware.contention.GpuPull), added to `contention`; None: nothing. Makes the
+    engine play on SimPy."""
     inline_send_after_s: float | None = None
     """gloo's point-to-point protocol: a send posted more than this after its receiver
     posted the receive is written by the posting thread (sim.engine.players.times_simpy);
@@ -51,6 +55,9 @@ class HardwareModel(Protocol):
     times_collectives: bool = False
     """The flows of collectives have their own times (`collective_times_s`); otherwise they
     take the point-to-point link's."""
+    times_groups: bool = False
+    """Every transfer is timed knowing the communicator it runs in
+    (`group_transfer_times_s`, NCCL's tuning model) in place of `transfer_times_s`."""
 
     @abstractmethod
     def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str, q_tokens: int, kv_tokens: int,
@@ -114,6 +121,22 @@ class HardwareModel(Protocol):
         the ranks its collective joins), `default` (the link's time) where the model has
         none; asked only where `times_collectives`."""
         return np.array(default, dtype=np.float64)
+
+
+    def group_transfer_times_s(self, kind: np.ndarray, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                               members: list[np.ndarray], group_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(time, CTAs it holds on each of its GPUs) of each transfer (`kind`: names such as
+        'kv', 'ag', 'a2a') in the communicator of ranks members[group_of]; asked only where
+        `times_groups`."""
+        raise NotImplementedError(f"{type(self).__name__} does not time transfers by communicator")
+
+    def memory_bound_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
+                       q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
+                       kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None,
+                       alone: np.ndarray | None = None, isolated: np.ndarray | None = None) -> np.ndarray:
+        """The memory-bound part of each block's time (arguments as `compute_times_s`), which
+        a GPU contention model slows by the HBM bandwidth transfers take; 0: none."""
+        return np.zeros(len(np.asarray(flops)))
 
 
 def per_distinct(fn: Callable[..., float], columns: list[np.ndarray]) -> np.ndarray:

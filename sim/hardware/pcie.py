@@ -38,7 +38,9 @@ one copy's rate, shared.
 Time of a flow: alpha + bytes / rate, the rate being the narrowest of its route: the
 GPU ports, the links it crosses (each at its per-direction bandwidth over its lanes,
 below) and, when staged, its socket's host memory. Staging adds a second alpha (two
-copies in series, each a DMA of its own).
+copies in series, each a DMA of its own). Under NCCL (sim.hardware.nccl) alpha is NCCL's
+latency and the rate is also bounded by the channels NCCL gives the flow; the route,
+its rate and the second latency of a staged flow are the same.
 
 Sharing. As everywhere in ringsim, a link carries one flow at a time and flows queue in
 schedule order (sim.hardware.topology): k flows of b bytes through one link end at k b / B either

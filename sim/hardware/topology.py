@@ -7,8 +7,10 @@ GPU, or `nics_per_node`, each shared by gpus_per_node / nics_per_node GPUs. A fl
 holds its sender's outgoing port and its receiver's incoming port (inside a node the two
 GPUs' ports, between nodes the two NICs) for its whole duration, alpha + bytes /
 bandwidth at the link it crosses (docs/design.md, "Link time"; sim.hardware.cluster.Hardware
-.transfer_times_s). The switches, and the network between the NICs, are taken to be
-non-blocking (a full fat tree).
+.transfer_times_s), or under NCCL what NCCL's model gives it: its share, by bytes, of
+its collective's NCCL time, a round of NCCL's grouped send/receive, or a send as NCCL
+splits it (sim.hardware.nccl, Hardware.group_transfer_times_s). The switches, and the
+network between the NICs, are taken to be non-blocking (a full fat tree).
 
 A port carries one flow at a time: flows that meet on a port queue, in schedule order
 (sim.engine.schedule). Sharing the bandwidth would finish a batch of equal flows at the same

@@ -141,9 +141,11 @@ def hardware_of(values: Mapping[str, Any]) -> Hardware:
                    gpus_per_socket="--gpus-per-socket", gpus_per_node="--gpus-per-node",
                    staged_gbps="--staged-gbps"):
         pcie = pcie_fabric(of_cluster, given, gpus_per_node, link_name)
+    # a link latency given is the alpha of the alpha-beta model: NCCL's latencies are its own
+    comm_cost = _value(values, "comm-cost") or ("link" if _value(values, "link-latency-us") is not None else "nccl")
     with flags_for("gpus-per-node", gpus_per_node="--gpus-per-node", nics_per_node="--nics-per-node"):
         return Hardware(gpu=gpu, link=link, inter_link=inter_link, gpus_per_node=gpus_per_node, nics_per_node=nics,
-                        pcie=pcie)
+                        pcie=pcie, comm_cost=comm_cost)
 
 
 def _gpu(values: Mapping[str, Any], name: str) -> Gpu:

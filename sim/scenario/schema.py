@@ -131,7 +131,11 @@ SCENARIO_OPTIONS: tuple[ScenarioOption, ...] = (
     ScenarioOption(flag="--link-gbps", kind="float", group="hardware", url_key="link_gbps",
                    help="link GB/s per direction"),
     ScenarioOption(flag="--link-latency-us", kind="float", group="hardware", url_key="latency_us",
-                   help="link latency, µs"),
+                   help="link latency, µs (alpha-beta transfers: --comm-cost link unless given)"),
+    ScenarioOption(flag="--comm-cost", kind="str", group="hardware", choices=("nccl", "link"),
+                   help="how GPU transfers are timed: NCCL's own tuning model, its CTAs and copies slowing the "
+                        "compute beside them (nccl, default), or alpha + bytes / bandwidth of the link (link, the "
+                        "default when --link-latency-us is given)"),
     ScenarioOption(flag="--profile", kind="str", group="hardware",
                    help="calibrated hardware profile (from `ringsim calibrate`), replacing presets; a GPU profile "
                         "(from one GPU's compute grid) replaces the GPU alone and keeps the link flags"),

@@ -154,8 +154,8 @@ def test_why_a_candidate_wins_or_loses_in_each_language(plans, name):
 def test_the_plans_say_each_kind_of_sentence(plans):
     said = {x["clause"] for data in plans.values() for c in data["candidates"] for x in c["why_clauses"]}
     assert {"plan.tie", "plan.fastest", "plan.no-fit", "plan.slower", "plan.times", "plan.holds-all"} <= said
-    tie = explain.plan_why(ID, plans["one node"]["candidates"][0])
-    assert tie.startswith("seri dengan berikutnya (hybrid, 4 x 2, ulysses-inner, zigzag): selisih ")
+    tie = explain.plan_why(ID, plans["two nodes, 12 heads"]["candidates"][0])
+    assert tie.startswith("seri dengan berikutnya (allgather, 2 kelompok head): selisih ")
 
 
 def test_why_a_candidate_is_not_possible(plans):

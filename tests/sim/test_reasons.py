@@ -22,10 +22,8 @@ _NESTED = {
     "reason": lambda: example("refused.heads"),
     "items": lambda: [example("plan.kept-for-backward"), example("plan.working"), example("plan.params")],
     "diffs": lambda: [example("plan.less-memory"), example("plan.more-exposed")],
-    "layouts": lambda: [clause("variant.ring", layout="zigzag"), clause("variant.ring", layout="contiguous")],
-    "libraries": lambda: [clause("variant.impl", impl="ideal"), clause("variant.impl", impl="te")],
 }
-_VALUES = {"scheme": "hybrid", "layout": "zigzag", "placement": "ring-inner", "impl": "rfa", "share": 0.4, "computing": 0.95,
+_VALUES = {"scheme": "hybrid", "layout": "zigzag", "placement": "ring-inner", "share": 0.4, "computing": 0.95,
            "rate": 0.8, "ahead": 0.0712, "apart": 0.031, "slower": 0.062, "ratio": 1.5, "capacity_gb": 79.6,
            "limit_gb": 80, "memory_gb": 81.84}
 
@@ -91,19 +89,24 @@ def test_a_refusal_carries_its_clause_through_a_pickle():
 # --- real runs: the sentences the simulator wrote before ------------------------------------------
 
 COMPARED = {
-    ("ring", "contiguous"): "K/V ring exposed 15.321 us (7% of the makespan); causal imbalance 1.48x",
-    ("ring", "striped"): "compute-bound: 100% of the makespan computing, at 24% of the kernel's best rate",
-    ("ring", "zigzag"): "compute-bound: 100% of the makespan computing, at 24% of the kernel's best rate",
-    ("allgather", "one gather"): "all-gather exposed 22.981 us (10% of the makespan)",
-    ("allgather", "4 head groups"): "compute-bound: 98% of the makespan computing, at 7% of the kernel's best rate",
-    ("hybrid", "2 x 2"): "all-to-all exposed 12.991 us (8% of the makespan)",
-    ("ulysses", "degree 4"): "all-to-all exposed 28.486 us (16% of the makespan)",
+    ("ring", "contiguous"): "K/V ring exposed 74.502 us (33% of the makespan); causal imbalance "
+                            "1.48x",
+    ("ring", "striped"): "compute-bound: 100% of the makespan computing, at 23% of the kernel's "
+                         "best rate",
+    ("ring", "zigzag"): "compute-bound: 100% of the makespan computing, at 23% of the kernel's "
+                        "best rate",
+    ("allgather", "one gather"): "all-gather exposed 36.076 us (15% of the makespan)",
+    ("allgather", "4 head groups"): "compute-bound: 97% of the makespan computing, at 7% of the "
+                                    "kernel's best rate",
+    ("hybrid", "2 x 2"): "all-to-all exposed 42.688 us (21% of the makespan)",
+    ("ulysses", "degree 4"): "all-to-all exposed 42.688 us (22% of the makespan)",
 }
 PCIE = {
-    ("hybrid", "4 x 2 ring-inner"): "all-to-all exposed 9.750 ms (9% of the makespan); bound by the PCIe socket "
-                                    "link (node 0 socket link 0->1), carrying flows 32% of the makespan",
-    ("hybrid", "2 x 4 ulysses-inner"): "compute-bound: 96% of the makespan computing, at 100% of the kernel's best "
-                                       "rate",
+    ("hybrid", "4 x 2 ring-inner"): "all-to-all exposed 10.164 ms (10% of the makespan); bound by"
+                                    " the PCIe socket link (node 0 socket link 0->1), carrying "
+                                    "flows 32% of the makespan",
+    ("hybrid", "2 x 4 ulysses-inner"): "compute-bound: 95% of the makespan computing, at 100% of "
+                                       "the kernel's best rate",
 }
 
 
@@ -130,32 +133,37 @@ def test_compared_runs_say_what_they_said(args, schemes, want):
 
 
 PLANNED = {
-    "ring zigzag layout": "fastest that fits, 7.5% ahead of the next (ring, striped layout); compute-bound: 99% of "
-                          "the makespan computing, at 29% of the kernel's best rate",
-    "ring contiguous layout": "1.44x the fastest; dK/dV ring exposed 119.886 us (8% of the makespan); causal "
-                              "imbalance 1.80x",
-    "allgather 4 head groups": "1.58x the fastest; compute-bound: 96% of the makespan computing, at 19% of the "
-                               "kernel's best rate; holds a head group of the K/V of the sequence",
-    "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 61.31 MiB per GPU over the 57.22 MiB limit (18.21 MiB kept "
-                                           "for backward by 3 other layers, 42.14 MiB working, 976.56 KiB "
-                                           "parameters); all-to-all exposed 56.972 us (7% of the makespan)",
+    "ring zigzag layout": "fastest that fits, 6.4% ahead of the next (ring, striped layout); "
+                          "compute-bound: 97% of the makespan computing, at 26% of the kernel's "
+                          "best rate",
+    "ring contiguous layout": "1.38x the fastest; K/V ring exposed 458.454 us (28% of the "
+                              "makespan); causal imbalance 1.81x",
+    "allgather 4 head groups": "1.47x the fastest; all-gather exposed 77.550 us (4% of the "
+                               "makespan); holds a head group of the K/V of the sequence",
+    "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 61.31 MiB per GPU over the 57.22 MiB "
+                                           "limit (18.21 MiB kept for backward by 3 other layers,"
+                                           " 42.14 MiB working, 976.56 KiB parameters); "
+                                           "all-to-all exposed 85.376 us (10% of the makespan)",
 }
 PLANNED_FORWARD = {
-    "allgather one gather": "tied with the next (allgather, 2 head groups): 0.8% apart, within the model's own error; "
-                            "this one has the same memory and exposed communication; a calibrated profile of your "
-                            "GPUs (ringsim calibrate) or both runs measured would separate them; compute-bound: 96% "
-                            "of the makespan computing, at 88% of the kernel's best rate; holds the whole K/V of the "
-                            "sequence",
-    "ring zigzag layout": "2.0% slower than the fastest; compute-bound: 100% of the makespan computing, at 82% of the "
-                          "kernel's best rate",
-    "ulysses degree 8": "1.21x the fastest; compute-bound: 95% of the makespan computing, at 73% of the kernel's best "
-                        "rate; K/V heads replicated 4x by a Ulysses degree above the 2 K/V heads",
-    "hybrid 2 x 4, ulysses-inner, contiguous": "1.67x the fastest; causal imbalance: the busiest GPU computes 1.68x "
-                                               "the mean",
-    "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 88.50 MiB per GPU over the 85.83 MiB limit (12.00 MiB K/V "
-                                           "cache by 3 other layers, 76.50 MiB working); compute-bound: 97% of the "
-                                           "makespan computing, at 80% of the kernel's best rate; K/V heads "
-                                           "replicated 2x by a Ulysses degree above the 2 K/V heads",
+    "allgather one gather": "tied with the next (allgather, 2 head groups): 1.0% apart, within "
+                            "the model's own error; this one has 42.132 us more exposed "
+                            "communication (the part a slower network would stretch); a "
+                            "calibrated profile of your GPUs (ringsim calibrate) or both runs "
+                            "measured would separate them; all-gather exposed 113.756 us (6% of "
+                            "the makespan); holds the whole K/V of the sequence",
+    "ring zigzag layout": "2.7% slower than the fastest; compute-bound: 100% of the makespan "
+                          "computing, at 81% of the kernel's best rate",
+    "ulysses degree 8": "1.20x the fastest; all-to-all exposed 125.403 us (5% of the makespan); "
+                        "K/V heads replicated 4x by a Ulysses degree above the 2 K/V heads",
+    "hybrid 2 x 4, ulysses-inner, contiguous": "1.69x the fastest; K/V ring exposed 125.403 us "
+                                               "(4% of the makespan); causal imbalance 1.67x",
+    "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 88.50 MiB per GPU over the 85.83 MiB "
+                                           "limit (12.00 MiB K/V cache by 3 other layers, 76.50 "
+                                           "MiB working); compute-bound: 95% of the makespan "
+                                           "computing, at 80% of the kernel's best rate; K/V "
+                                           "heads replicated 2x by a Ulysses degree above the 2 "
+                                           "K/V heads",
 }
 
 
@@ -199,12 +207,19 @@ def test_a_plans_reasons_survive_json(plans):
 
 STEPS = {
     "TP 1 CP 1 PP 1 DP 4, ZeRO-3, recompute none": "fastest; attention 27% of the step",
-    "TP 2 CP 1 PP 1 DP 2, ZeRO-1, recompute none, TP overlapped": "1.02x the fastest's time; attention 28% of the step",
-    "TP 2 CP 2 PP 1 DP 1, ZeRO-1, recompute none, CP ring, TP overlapped": "1.09x the fastest's time; attention 32% "
-                                                                          "of the step",
-    "TP 2 CP 1 PP 2 DP 1, ZeRO-1, recompute none, TP overlapped, 4 virtual stages": "1.09x the fastest's time; "
-                                                                                   "attention 26% of the step",
-    "TP 1 CP 2 PP 1 DP 2, ZeRO-1, recompute none, CP allgather": "does not fit: 92.8 GB per GPU of 80 GB",
+    "TP 2 CP 1 PP 1 DP 2, ZeRO-1, recompute none, TP overlapped": "1.02x the fastest's time; "
+                                                                  "attention 28% of the step",
+    "TP 2 CP 2 PP 1 DP 1, ZeRO-1, recompute none, CP ring, TP overlapped": "1.11x the fastest's "
+                                                                           "time; attention 34% "
+                                                                           "of the step",
+    "TP 2 CP 1 PP 2 DP 1, ZeRO-1, recompute none, TP overlapped, 4 virtual stages": "1.09x the "
+                                                                                    "fastest's "
+                                                                                    "time; "
+                                                                                    "attention "
+                                                                                    "26% of the "
+                                                                                    "step",
+    "TP 1 CP 2 PP 1 DP 2, ZeRO-1, recompute none, CP allgather": "does not fit: 92.8 GB per GPU "
+                                                                 "of 80 GB",
     "TP 1 CP 1 PP 1 DP 4, ZeRO-1, recompute selective": "does not fit: 111.3 GB per GPU of 80 GB",
 }
 

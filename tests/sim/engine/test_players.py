@@ -157,8 +157,9 @@ def test_durations_timed_once_per_run_of_equal_blocks_are_each_ops_own(monkeypat
     from tests.sim.reference import PerOpHardware, reference_durations, scenario
 
     monkeypatch.setattr(players, "_CHUNK", chunk)
-    unfused = Hardware(gpu=Gpu.preset("H100-SXM", kernel="fa2", merge="unfused"))   # merges on slices cost more
-    for model in (Hardware(), unfused):
+    # the per-op transfer times of the link model (NCCL's depend on the communicator)
+    unfused = Hardware(gpu=Gpu.preset("H100-SXM", kernel="fa2", merge="unfused"), comm_cost="link")
+    for model in (Hardware(comm_cost="link"), unfused):
         for hw in (model, PerOpHardware(model)):
             sc = scenario(n=6, seq=6 * 1024, layout=layout, causal=True, pass_="fwdbwd", hw=Hardware())
             schedule = get("ring").build_schedule(sc)

@@ -24,7 +24,7 @@ class ContendedHardware(Hardware):
 
 def hw(contention, gbps, tflops=1.0):
     return ContendedHardware(contention, gpu=Gpu(achieved_tflops=tflops, launch_overhead_us=0.0),
-                             link=Link(bandwidth_gbps=gbps, latency_us=0.0))
+                             link=Link(bandwidth_gbps=gbps, latency_us=0.0), comm_cost="link")
 
 
 def run(hardware, n=2, seq=2048, causal=False, player="simpy"):
@@ -64,7 +64,7 @@ def test_ranks_share_compute_slots(slots):
 
 def test_no_contention_leaves_the_preset_model_alone():
     plain = Hardware(gpu=Gpu(achieved_tflops=1.0, launch_overhead_us=0.0),
-                     link=Link(bandwidth_gbps=1.0, latency_us=0.0))
+                     link=Link(bandwidth_gbps=1.0, latency_us=0.0), comm_cost="link")
     a = run(plain)
     b = run(hw(Contention(), 1.0))
     assert a.spans == b.spans

@@ -25,7 +25,9 @@ G4, G5 = PCIE_X16_GBPS[4] * 1e9, PCIE_X16_GBPS[5] * 1e9
 
 
 def node(p2p="on", gen=4, per_switch=2, per_socket=4, socket_link="upi-spr", gpus=8, **more):
+    # the fabric's own routes and rates: alpha-beta on each route, not NCCL's costs
     return Hardware(gpu=Gpu.preset("A100-PCIe-80GB"), link=Link.preset(f"pcie{gen}"), gpus_per_node=gpus,
+                    comm_cost="link",
                     pcie=Pcie(gen=gen, gpus_per_switch=per_switch, gpus_per_socket=per_socket, p2p=p2p,
                               socket_link=socket_link, **more))
 
@@ -185,7 +187,7 @@ def test_a_ring_whose_hops_share_an_uplink_waits_for_it():
 
 def test_nvswitch_nodes_are_as_before():
     # without a PCIe fabric a flow holds only its two ports, and times as alpha-beta
-    hw = Hardware()
+    hw = Hardware(comm_cost="link")
     t = Topology.of(hw, 8)
     assert len(t.route(np.array([0]), np.array([5]))) == 2
     assert hw.transfer_time_s(MB, 0, 5) == pytest.approx(3e-6 + MB / 450e9, rel=1e-12)

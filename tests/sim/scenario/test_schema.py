@@ -123,7 +123,12 @@ def reference_hardware_args(p: argparse.ArgumentParser) -> None:
     h.add_argument("--overhead-us", type=float, default=None,
                    help="flat model: per-block launch overhead; block model: the host-side floor of a call, µs")
     h.add_argument("--link-gbps", type=float, default=None, help="link GB/s per direction")
-    h.add_argument("--link-latency-us", type=float, default=None, help="link latency, µs")
+    h.add_argument("--link-latency-us", type=float, default=None,
+                   help="link latency, µs (alpha-beta transfers: --comm-cost link unless given)")
+    h.add_argument("--comm-cost", default=None, choices=("nccl", "link"),
+                   help="how GPU transfers are timed: NCCL's own tuning model, its CTAs and copies slowing the "
+                        "compute beside them (nccl, default), or alpha + bytes / bandwidth of the link (link, the "
+                        "default when --link-latency-us is given)")
     h.add_argument("--profile", default=None,
                    help="calibrated hardware profile (from `ringsim calibrate`), replacing presets; a GPU profile "
                         "(from one GPU's compute grid) replaces the GPU alone and keeps the link flags")

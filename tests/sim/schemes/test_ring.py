@@ -161,7 +161,7 @@ def test_gqa_moves_fewer_bytes():
 def test_inter_node_link_slows_only_the_hops_between_nodes():
     hw = Hardware(gpu=Gpu(achieved_tflops=100.0, launch_overhead_us=0.0),
                   link=Link(bandwidth_gbps=400.0, latency_us=0.0),
-                  inter_link=Link(bandwidth_gbps=10.0, latency_us=0.0), gpus_per_node=2)
+                  inter_link=Link(bandwidth_gbps=10.0, latency_us=0.0), gpus_per_node=2, comm_cost="link")
     trace = simulate(scenario(n=4, seq=4 * 1024, hw=hw))
     durations = {}
     for s in trace.spans:
@@ -235,7 +235,8 @@ def test_wave_player_gives_the_per_op_recurrence_trace_bit_for_bit(layout, n, ca
 
 
 def test_wave_player_at_64_gpus_gives_the_per_op_trace():
-    sc = Scenario(n_gpus=64, workload=Workload(seq=64 * 32, pass_="fwdbwd"))   # tokens enumerated by the reference
+    sc = Scenario(n_gpus=64, workload=Workload(seq=64 * 32, pass_="fwdbwd"),   # tokens enumerated by the reference
+                  hardware=Hardware(comm_cost="link"))                        # its hops timed one by one
     want = reference_trace_spans(reference_ring_ops(sc), 64, sc.hardware, sc.workload, queue=True)
     assert simulate(sc, player="recurrence").spans == want
 
