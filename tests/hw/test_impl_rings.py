@@ -1,0 +1,90 @@
+"""bench/gpu/impl_rings.py on the CPU at tiny sizes: every implementation's ring is profiled,
+read back, and each step's kernels are set beside the model's step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import bench.gpu.impl_rings as impl_rings
+from hw import impl_steps
+from sim.implementations.base import Implementation
+from sim.layouts import block_pieces
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    d = tmp_path_factory.mktemp("impl-rings")
+    out, traces = d / "impl-rings.json", d / "traces"
+    rc = impl_rings.main([str(out), "--device", "cpu", "--gpus", "2", "--tokens-per-rank", "16", "--heads", "4",
+                          "--kv-heads", "2", "--head-dim", "16", "--trace-dir", str(traces)])
+    assert rc == 0
+    return json.loads(out.read_text()), traces
+
+
+def _expected_rings():
+    """(library, layout, mask) every library runs, worked from its sim.implementations record."""
+    want = set()
+    for lib in impl_steps.ring_libraries():
+        impl: Implementation = impl_steps.ring_implementation(lib)
+        layouts = impl.layouts or ("contiguous", "zigzag", "striped")
+        for layout in layouts:
+            if layout in ("contiguous", "zigzag", "striped") and layout not in impl.full_layouts:
+                want.add((lib, layout, "causal"))
+        want.add((lib, "contiguous", "full"))
+    return want
+
+
+def test_every_ring_of_every_library_is_played(report):
+    data, traces = report
+    assert {(r["library"], r["layout"], r["mask"]) for r in data["rings"]} == _expected_rings()
+    for r in data["rings"]:
+        assert (traces / f"{r['library']}-{r['layout']}-{r['mask']}.json").is_file()
+    assert data["config"]["gpus"] == 2 and data["config"]["batch"] == 1
+
+
+def test_every_computed_step_has_its_kernels_and_the_model_beside_them(report):
+    data, _ = report
+    n = 2
+    for ring in data["rings"]:
+        causal = ring["mask"] == "causal"
+        # the steps that compute: every (rank, step) whose block has a piece, forward and backward
+        want = {(kind, r, s0 + s) for kind, s0 in (("fwd", 0), ("bwd", n)) for r in range(n) for s in range(n)
+                if block_pieces(ring["layout"], r, (r - s) % n, n, 16, causal)}
+        assert {(row["kind"], row["rank"], row["step"]) for row in ring["steps"]} == want
+        assert ring["unmatched_steps"] == [] and ring["kernels_outside_model"] == []
+        for row in ring["steps"]:
+            calls = [k for k in row["kernels"] if k["part"] == "call"]
+            kind = "cpu_attention_fwd" if row["kind"] == "fwd" else "cpu_attention_bwd"
+            # one attention call per step, as sim.implementations counts them
+            assert sum(k["kind"] == kind for k in calls) == 1
+            assert row["measured_us"] > 0 and row["model_us"] > 0 and row["model_call_us"] > 0
+            assert row["error"] == pytest.approx(row["model_us"] / row["measured_us"] - 1)
+            assert row["model_us"] == pytest.approx(row["model_call_us"] + row["model_merge_us"])
+            assert row["model_engine_step_us"] > 0
+
+
+def test_merges_are_the_libraries_own(report):
+    data, _ = report
+    names = {}
+    for ring in data["rings"]:
+        for row in ring["steps"]:
+            if row["kind"] == "fwd":
+                names.setdefault(ring["library"], set()).update(
+                    k["name"] for k in row["kernels"] if k["part"] == "merge")
+    # ring-flash-attention's update_out_and_lse and torch's merger: sigmoid and logsigmoid;
+    # TransformerEngine's correction: log1p; the fused merge: lerp
+    assert {"aten::sigmoid", "aten::log_sigmoid"} <= names["rfa"] and names["usp"] == names["rfa"]
+    assert "aten::log1p" in names["te"] and "aten::sigmoid" not in names["te"]
+    assert "aten::lerp_" in names["ideal"]
+    assert "aten::cat" in names["torch"]
+
+
+def test_summary_has_every_library_and_pass(report):
+    data, _ = report
+    assert set(data["summary"]) == set(impl_steps.ring_libraries())
+    for cells in data["summary"].values():
+        assert set(cells) == {"fwd", "bwd"}
+        for c in cells.values():
+            assert c["steps"] > 0 and c["median_abs_error"] >= 0
