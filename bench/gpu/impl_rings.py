@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         try:
             for lib, layout, causal in todo:
-                trace = trace_dir / f"{lib}-{layout}-{'causal' if causal else 'full'}.json"
+                trace = trace_dir / f"{lib}-{layout}-{'causal' if causal else 'full'}.json.gz"
                 why = kept_file(trace, a.force)
                 if why:
                     raise RingsimError(why)

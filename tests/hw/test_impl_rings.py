@@ -40,7 +40,7 @@ def test_every_ring_of_every_library_is_played(report):
     data, traces = report
     assert {(r["library"], r["layout"], r["mask"]) for r in data["rings"]} == _expected_rings()
     for r in data["rings"]:
-        assert (traces / f"{r['library']}-{r['layout']}-{r['mask']}.json").is_file()
+        assert (traces / f"{r['library']}-{r['layout']}-{r['mask']}.json.gz").is_file()
     assert data["config"]["gpus"] == 2 and data["config"]["batch"] == 1
 
 
@@ -88,3 +88,15 @@ def test_summary_has_every_library_and_pass(report):
         assert set(cells) == {"fwd", "bwd"}
         for c in cells.values():
             assert c["steps"] > 0 and c["median_abs_error"] >= 0
+
+
+def test_the_gpu_checks_run_it_as_the_step_impls():
+    from pathlib import Path
+
+    root = Path(impl_rings.__file__).resolve().parent
+    script = (root / "check.sh").read_text()
+    assert "exact,grid,run,sdpa,steps,gemm,varlen,impls}" in script
+    assert 'bench/gpu/impl_rings.py "$out/impl-rings.json" --gpus 4' in script
+    assert "--tokens-per-rank 8192 --heads 32 --kv-heads 8 --head-dim 128" in script
+    assert "bench/gpu/impl_rings.py" in script.split("set -uo pipefail")[0]    # in its header's list
+    assert "impl_rings.py" in (root / "README.md").read_text()
