@@ -9,7 +9,10 @@ account: `Implementation.merge` picks the merge below, `Implementation.launches`
 attention calls a step issues (checked against the calls made), and `Implementation.layouts`,
 `causal_layouts` and `full_layouts` which rings it runs (`runs`).
 
-- `fused` (ideal): `hw.merge.merge_`, one pass into fp32 accumulators.
+- `fused` (ideal): `hw.merge.merge_`, the project's merge into fp32 accumulators. The model
+  counts it as one fused kernel (MERGE_KERNELS 'fused'); torch has no such kernel, and eagerly
+  it runs as about a dozen elementwise kernels (maximum, exp, log, lerp_, ...), so on a GPU its
+  measured merge is that chain's, not a fused kernel's.
 - `unfused` (ring-flash-attention, and long-context-attention's copy of it):
   `update_out_and_lse` as zhuzilin/ring-flash-attention utils.py writes it (899628238f2f5bb8c
   028579c89b7cd56ea451d2a): out (batch, tokens, heads, d) and lse (batch, tokens, heads, 1) in

@@ -205,8 +205,12 @@ def play_profiled(lib: str, layout: str, causal: bool, a, ops, tensors, trace: P
     play_ring(q, k, v, dout, **kw)
     activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if q.device.type == "cuda" else [])
     # the ranks are threads: the profiler follows every thread, not only the one that starts it
-    with tp.profile(activities=activities, record_shapes=True,
-                    experimental_config=_ExperimentalConfig(profile_all_threads=True)) as prof:
+    try:
+        every_thread = _ExperimentalConfig(profile_all_threads=True)
+    except TypeError:
+        raise RingsimError(f"torch {torch.__version__}'s profiler cannot follow the ranks' threads "
+                           "(no profile_all_threads)") from None
+    with tp.profile(activities=activities, record_shapes=True, experimental_config=every_thread) as prof:
         play_ring(q, k, v, dout, timed=True, **kw)
         if q.device.type == "cuda":
             torch.cuda.synchronize(q.device)
