@@ -13,7 +13,7 @@ implementation's merge), and the engine's whole step (sim.engine.play.simulate w
         [--masks causal,full] [--gpu H100] [--kernel fa2] [--device cuda|cpu] [--force]
 
 Each step's measured time is the GPU time its kernels occupy: from the first kernel's start to
-the last one's end within each annotated part (its call, its merge), gaps between them included;
+the last one's end within each annotation they were launched in, gaps between them included;
 its call and merge are also given apart. The error is the model's over the measured, less 1.
 Each rank's steps run one rank at a time (`play_ring(timed=True)`), so no other rank's kernel
 falls between them. `--device cpu` plays the same at small sizes on the CPU: its "kernels" are
@@ -68,10 +68,10 @@ def _enclosing(starts: np.ndarray, ends: np.ndarray, t: float) -> int | None:
 
 def step_kernels(run, *, gpu: bool) -> dict[tuple[str, int, int], list[dict]]:
     """(kind, rank, step) -> the step's kernels found in `run` (sim.profiler.reader.Run), each
-    {part, name, kind, start_s, dur_s}: on a GPU every kernel, memcpy and memset whose launch
-    (its CUDA runtime call, by correlation) lies inside an annotation of hw.impl_steps on the
-    launching thread (by its time alone where that thread has none); on the CPU the outermost
-    operators inside one on the same thread."""
+    {part, name, kind, start_s, dur_s, region (the start of its annotation)}: on a GPU every
+    kernel, memcpy and memset whose launch (its CUDA runtime call, by correlation) lies inside an
+    annotation of hw.impl_steps on the launching thread (by its time alone where that thread
+    has none); on the CPU the outermost operators inside one on the same thread."""
     from hw.impl_steps import LABEL
     from sim.profiler.launch import CPU_OP_KINDS
 
@@ -99,7 +99,7 @@ def step_kernels(run, *, gpu: bool) -> dict[tuple[str, int, int], list[dict]]:
         m = labels[j]
         out.setdefault((m["kind"], int(m["rank"]), int(m["step"])), []).append(
             {"part": m["part"], "name": str(ev.name[row]), "kind": str(ev.kind[row]),
-             "start_s": float(ev.start_s[row]), "dur_s": float(ev.dur_s[row])})
+             "start_s": float(ev.start_s[row]), "dur_s": float(ev.dur_s[row]), "region": float(starts[j])})
 
     if gpu:
         runtime = np.flatnonzero((ev.kind == "runtime") & (ev.correlation >= 0))
@@ -122,13 +122,15 @@ def step_kernels(run, *, gpu: bool) -> dict[tuple[str, int, int], list[dict]]:
 
 
 def busy_s(kernels: list[dict]) -> float:
-    """GPU (or CPU) time the kernels occupy: each part's first start to last end, gaps included."""
-    total = 0.0
-    for part in ("call", "merge"):
-        ks = [k for k in kernels if k["part"] == part]
-        if ks:
-            total += max(k["start_s"] + k["dur_s"] for k in ks) - min(k["start_s"] for k in ks)
-    return total
+    """GPU (or CPU) time the kernels occupy: within each annotation they were launched in, the
+    first one's start to the last one's end, gaps between them included. A step's parts can lie
+    apart in time (TransformerEngine corrects a step's statistics during the next step and its
+    output after the loop; a backward adds its dK/dV share after the wait): each counts alone."""
+    regions: dict[float, list[dict]] = {}
+    for k in kernels:
+        regions.setdefault(k["region"], []).append(k)
+    return sum(max(k["start_s"] + k["dur_s"] for k in ks) - min(k["start_s"] for k in ks)
+               for ks in regions.values())
 
 
 # ------------------------------------------------------------------ the model's steps

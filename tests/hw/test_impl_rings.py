@@ -100,3 +100,46 @@ def test_the_gpu_checks_run_it_as_the_step_impls():
     assert "--tokens-per-rank 8192 --heads 32 --kv-heads 8 --head-dim 128" in script
     assert "bench/gpu/impl_rings.py" in script.split("set -uo pipefail")[0]    # in its header's list
     assert "impl_rings.py" in (root / "README.md").read_text()
+
+
+def _gpu_trace(path):
+    """A Kineto trace as a CUDA run writes one: two ranks' annotations on two host threads,
+    their launches (cudaLaunchKernel) and the kernels on one stream, linked by correlation."""
+    def x(cat, name, ts, dur, tid, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+    ev = [
+        x("user_annotation", "impl_step/rfa/fwd/0/1/call", 100, 20, 11),
+        x("cuda_runtime", "cudaLaunchKernel", 105, 3, 11, correlation=1),
+        x("user_annotation", "impl_step/rfa/fwd/0/1/merge", 130, 20, 11),
+        x("cuda_runtime", "cudaLaunchKernel", 132, 3, 11, correlation=2),
+        x("cuda_runtime", "cudaLaunchKernel", 140, 3, 11, correlation=3),
+        # rank 1's thread launches a copy while rank 0's merge is open: not rank 0's
+        x("cuda_runtime", "cudaMemcpyAsync", 135, 2, 12, correlation=4),
+        x("user_annotation", "impl_step/rfa/fwd/1/1/call", 200, 20, 12),
+        x("cuda_runtime", "cudaLaunchKernel", 201, 3, 12, correlation=5),
+        x("kernel", "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>", 110, 50, 7,
+          correlation=1, stream=7, device=0),
+        x("kernel", "void at::native::vectorized_elementwise_kernel<4, sigmoid>", 161, 4, 7,
+          correlation=2, stream=7, device=0),
+        x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 166, 2, 7, correlation=4, stream=7, device=0),
+        x("kernel", "void at::native::vectorized_elementwise_kernel<4, sub>", 170, 5, 7,
+          correlation=3, stream=7, device=0),
+        x("kernel", "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>", 205, 40, 7,
+          correlation=5, stream=7, device=0),
+    ]
+    path.write_text(json.dumps({"traceEvents": ev}))
+
+
+def test_gpu_kernels_go_to_the_step_whose_annotation_launched_them(tmp_path):
+    from sim.profiler.reader import read_run
+
+    _gpu_trace(tmp_path / "t.json")
+    found = impl_rings.step_kernels(read_run([tmp_path / "t.json"]), gpu=True)
+    assert set(found) == {("fwd", 0, 1), ("fwd", 1, 1)}
+    mine = found["fwd", 0, 1]
+    assert [(k["part"], k["kind"]) for k in mine] == [("call", "attention_fwd"), ("merge", "other"), ("merge", "other")]
+    assert [k["kind"] for k in found["fwd", 1, 1]] == ["attention_fwd"]
+    # the call's kernel alone, then the merge's two from the first's start to the second's end
+    # (the other rank's copy between them included, as the GPU was busy with it)
+    assert impl_rings.busy_s(mine) == pytest.approx(50e-6 + (175 - 161) * 1e-6)
