@@ -20,7 +20,9 @@ attention calls a step issues (checked against the calls made), and `Implementat
   on a slice (zigzag's half-query blocks, stripe's q[:, 1:]) the slice is merged into new
   tensors and copied back. The library runs it as a TorchScript function; here it runs
   eagerly, one kernel per operation, which is how the library's TorchScript runs on a GPU
-  without a fuser (sim.hardware.presets.MERGE_KERNELS).
+  without a fuser (sim.hardware.presets.MERGE_KERNELS); `compiled` scripts it as the library
+  does, and a GPU's TorchScript executor may then fuse it (whether it does is what a GPU trace
+  shows).
 - `te` (TransformerEngine p2p, AttnFuncWithCPAndKVP2P, NVIDIA/TransformerEngine d0067d0da6cb0
   1811b8072a7d304f0e00344ce2b context_parallel.py): each step's output and log-sum-exp are kept;
   at step i the statistics of step i-1 are corrected (flash_attn_fwd_softmax_lse_correction:
@@ -28,9 +30,10 @@ attention calls a step issues (checked against the calls made), and `Implementat
   after the loop the last step's, then the output corrections, one per step
   (flash_attn_fwd_out_correction_init for step 0, flash_attn_fwd_out_correction after:
   out.add_(out_per_step * exp(lse_per_step - lse)), the output in the input's dtype).
-  TransformerEngine fuses each correction into one kernel (`jit_fuser`: torch.compile or
-  TorchScript's fuser); here they run eagerly, several elementwise kernels each, and on one
-  stream, where TransformerEngine alternates two (consecutive calls may overlap there).
+  TransformerEngine fuses each correction into one kernel (`jit_fuser`: torch.compile, see
+  `_compiled`); `compiled` compiles them so, else they run eagerly, several elementwise kernels
+  each. All run on one stream, where TransformerEngine alternates two (consecutive calls may
+  overlap there).
 - `torch` (torch context_parallel's `_SDPAMerger` with convert_to_f32, torch 2.13.0
   torch/distributed/tensor/experimental/_context_parallel/_attention.py): step 0's output to
   fp32 as it is, later ones ring-flash-attention's two lines on (batch, heads, tokens, d)
@@ -60,6 +63,8 @@ so a trace's kernels are found by the annotation around their launch (bench/gpu/
 from __future__ import annotations
 
 import re
+import threading
+import warnings
 from contextlib import contextmanager
 
 import torch
@@ -127,8 +132,8 @@ def _calls(impl: Implementation, kind: str, layout: str, rank: int, owner: int, 
 class _Fused:
     """The fused merge (hw.merge): fp32 accumulators, one pass per block."""
 
-    def __init__(self, q: torch.Tensor, tag):
-        self.q, self.tag = q, tag
+    def __init__(self, q: torch.Tensor, tag, compiled: bool = False):
+        self.q, self.tag, self.compiled = q, tag, compiled
         self.out = self.lse = None
 
     def add(self, step, b_out, b_lse, piece):
@@ -146,21 +151,55 @@ class _Fused:
         return self.out.transpose(1, 2).to(self.q.dtype), self.lse
 
 
-def _rfa_update(out, lse, block_out, block_lse):
-    """ring-flash-attention's _update_out_and_lse (module docstring); block_out (b, h, t, d),
-    block_lse (b, h, t); out (b, t, h, d) and lse (b, t, h, 1) fp32."""
-    block_out = block_out.transpose(1, 2).to(torch.float32)
+def _update_out_and_lse(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor,
+                        block_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """ring-flash-attention's _update_out_and_lse (module docstring): block_out (b, t, h, d) in
+    any dtype, block_lse (b, h, t); out (b, t, h, d) and lse (b, t, h, 1) fp32."""
+    block_out = block_out.to(torch.float32)
     block_lse = block_lse.transpose(-2, -1).unsqueeze(dim=-1)
     out = out - F.sigmoid(block_lse - lse) * (out - block_out)
     lse = lse - F.logsigmoid(lse - block_lse)
     return out, lse
 
 
-class _Unfused:
-    """ring-flash-attention's update_out_and_lse (module docstring)."""
+_COMPILE_LOCK = threading.Lock()
+_COMPILED: dict = {}
 
-    def __init__(self, q: torch.Tensor, tag):
-        self.q, self.tag = q, tag
+
+def _scripted(fn):
+    """`fn` through TorchScript, once per process, as ring-flash-attention declares its
+    _update_out_and_lse (@torch.jit.script): a GPU's TorchScript executor may fuse it after its
+    profiling runs, where the eager function launches one kernel per operation. torch 2.13 calls
+    TorchScript deprecated; the library still uses it."""
+    with _COMPILE_LOCK:
+        if fn not in _COMPILED:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                _COMPILED[fn] = torch.jit.script(fn)
+        return _COMPILED[fn]
+
+
+def _compiled(fn):
+    """`fn` through torch.compile, once per process, as TransformerEngine's jit_fuser compiles its
+    corrections (transformer_engine/pytorch/jit.py: jit_fuser = lazy_compile, torch.compile on
+    first call unless NVTE_TORCH_COMPILE=0; NVIDIA/TransformerEngine
+    00e79635bd02e46ed2610575f77ec4ffe88b0db5)."""
+    with _COMPILE_LOCK:
+        if fn not in _COMPILED:
+            _COMPILED[fn] = torch.compile(fn)
+        return _COMPILED[fn]
+
+
+class _Unfused:
+    """ring-flash-attention's update_out_and_lse (module docstring); `compiled`: scripted, as the
+    library declares it."""
+
+    @property
+    def update(self):
+        return _scripted(_update_out_and_lse) if self.compiled else _update_out_and_lse
+
+    def __init__(self, q: torch.Tensor, tag, compiled: bool = False):
+        self.q, self.tag, self.compiled = q, tag, compiled
         self.out = self.lse = None
 
     def add(self, step, b_out, b_lse, piece):
@@ -172,10 +211,10 @@ class _Unfused:
                 self.lse = b_lse.transpose(-2, -1).unsqueeze(dim=-1)
             elif piece.q != ALL:
                 sl = (slice(None), piece.q)
-                slice_out, slice_lse = _rfa_update(self.out[sl], self.lse[sl], b_out, b_lse)
+                slice_out, slice_lse = self.update(self.out[sl], self.lse[sl], b_out.transpose(1, 2), b_lse)
                 self.out[sl], self.lse[sl] = slice_out, slice_lse
             else:
-                self.out, self.lse = _rfa_update(self.out, self.lse, b_out, b_lse)
+                self.out, self.lse = self.update(self.out, self.lse, b_out.transpose(1, 2), b_lse)
 
     def finish(self, last_step):
         return self.out.to(self.q.dtype), self.lse.squeeze(dim=-1).transpose(-1, -2)
@@ -184,8 +223,8 @@ class _Unfused:
 class _TorchMerger:
     """torch context_parallel's _SDPAMerger(convert_to_f32=True, seq_dim=2) (module docstring)."""
 
-    def __init__(self, q: torch.Tensor, tag):
-        self.q, self.tag = q, tag
+    def __init__(self, q: torch.Tensor, tag, compiled: bool = False):
+        self.q, self.tag, self.compiled = q, tag, compiled
         self.out = self.lse = None
 
     def add(self, step, b_out, b_lse, piece):
@@ -214,18 +253,35 @@ class _TorchMerger:
         return self.out.transpose(1, 2).to(self.q.dtype), self.lse.squeeze(dim=-1)
 
 
-def _te_lse_correction(lse, lse_per_step):
+def _te_lse_correction(lse: torch.Tensor, lse_per_step: torch.Tensor) -> None:
     """flash_attn_fwd_softmax_lse_correction: lse <- log(e^lse + e^lse_per_step), in place."""
     max_scale = torch.max(lse, lse_per_step)
     min_scale = torch.min(lse, lse_per_step)
     lse.copy_(max_scale + torch.log1p(torch.exp(min_scale - max_scale)))
 
 
+def _te_out_correction_init(out_per_step: torch.Tensor, lse: torch.Tensor,
+                            lse_per_step: torch.Tensor) -> torch.Tensor:
+    """flash_attn_fwd_out_correction_init: the first step's output, rescaled, in its own dtype;
+    (b, h, t, d) and (b, h, t) here."""
+    return (out_per_step * torch.exp(lse_per_step - lse).unsqueeze(-1)).to(out_per_step.dtype)
+
+
+def _te_out_correction(out: torch.Tensor, out_per_step: torch.Tensor, lse: torch.Tensor,
+                       lse_per_step: torch.Tensor) -> None:
+    """flash_attn_fwd_out_correction: out += out_per_step * e^(lse_per_step - lse), in place."""
+    out.add_(out_per_step * torch.exp(lse_per_step - lse).unsqueeze(-1))
+
+
 class _Te:
     """TransformerEngine p2p's corrections (module docstring)."""
 
-    def __init__(self, q: torch.Tensor, tag):
+    def __init__(self, q: torch.Tensor, tag, compiled: bool = False):
         self.q, self.tag = q, tag
+        fuse = _compiled if compiled else (lambda fn: fn)
+        self.lse_correction = fuse(_te_lse_correction)
+        self.out_correction = fuse(_te_out_correction)
+        self.out_correction_init = fuse(_te_out_correction_init)
         self.steps: list = []      # (step, out_per_step, lse_per_step, rows)
         self.lse = None
 
@@ -235,7 +291,7 @@ class _Te:
             if self.lse is None:
                 self.lse = lse_i.clone()
             else:
-                _te_lse_correction(self.lse[:, :, rows], lse_i)
+                self.lse_correction(self.lse[:, :, rows], lse_i)
 
     def add(self, step, b_out, b_lse, piece):
         self.steps.append((step, b_out, b_lse, piece.q))
@@ -247,13 +303,12 @@ class _Te:
         out = None
         for step, out_i, lse_i, rows in self.steps:
             with self.tag(step):
-                scale = torch.exp(lse_i - self.lse[:, :, rows]).unsqueeze(-1)
-                if out is None:   # flash_attn_fwd_out_correction_init
+                if out is None:
                     if rows != ALL:
                         raise RingsimError("TransformerEngine's first step covers every query row")
-                    out = (out_i * scale).to(out_i.dtype)
+                    out = self.out_correction_init(out_i, self.lse, lse_i)
                 else:
-                    out[:, :, rows].add_(out_i * scale)
+                    self.out_correction(out[:, :, rows], out_i, self.lse[:, :, rows], lse_i)
         return out.transpose(1, 2).to(self.q.dtype), self.lse
 
 
@@ -262,8 +317,10 @@ MERGERS = {"fused": _Fused, "unfused": _Unfused, "te": _Te, "torch": _TorchMerge
 
 
 def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Ring, layout: str, causal: bool,
-                 ops: BlockOps, library: str, step0: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's output (q's dtype and shape) and log-sum-exp (fp32, (b, h, t)) of `library`'s ring."""
+                 ops: BlockOps, library: str, step0: int = 0,
+                 compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's output (q's dtype and shape) and log-sum-exp (fp32, (b, h, t)) of `library`'s
+    ring; `compiled`: its merge compiled as the library compiles it (module docstring), else eager."""
     impl = ring_implementation(library)
     key = impl.merge or "fused"
     if key not in MERGERS:
@@ -277,7 +334,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ring: Rin
         with _part(ring, library, "fwd", step0 + step, "merge"):
             yield
 
-    merger = MERGERS[key](q, tag)
+    merger = MERGERS[key](q, tag, compiled)
     qh = _heads_first(q)
     block_at = _kv_buffers(k, v, n)
     comm = ring.comm("kv")

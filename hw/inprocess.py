@@ -137,12 +137,14 @@ class StepClock:
 
 def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor | None, *,
               n_gpus: int, layout: str, causal: bool, ops: BlockOps,
-              timeout_s: float = 120.0, timed: bool = False, library: str | None = None):
+              timeout_s: float = 120.0, timed: bool = False, library: str | None = None,
+              compiled: bool = False):
     """Output (and dq, dk, dv when dout is given) of the ring on `n_gpus` threads, in the
     original token order, on q's device; with `timed`, also each rank's compute spans
     (hw.timing.Span: rank, kind, step, start_s, end_s, flops), each step run alone.
     `library`: the ring's step as that library launches it (hw.impl_steps: its merge, its
-    calls, annotated for the profiler); None: the project's kernel (hw.ring).
+    calls, annotated for the profiler), its merge compiled as the library compiles it where
+    `compiled`; None: the project's kernel (hw.ring).
 
     q, dout: (batch, seq, heads, head_dim); k, v: (batch, seq, kv_heads, head_dim); seq
     divisible by the layout's chunks (2 x n_gpus for zigzag).
@@ -159,7 +161,7 @@ def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Ten
         if not impl_steps.runs(impl, layout, causal):
             raise RingsimError(f"{library}'s ring does not run the {layout} layout "
                                f"{'with' if causal else 'without'} a causal mask")
-        forward = functools.partial(impl_steps.ring_forward, library=library)
+        forward = functools.partial(impl_steps.ring_forward, library=library, compiled=compiled)
         backward = functools.partial(impl_steps.ring_backward, library=library)
     box = _Mailbox(timeout_s)
     parts: list[Any] = [None] * n_gpus

@@ -10,7 +10,7 @@ implementation's merge), and the engine's whole step (sim.engine.play.simulate w
 
     python bench/gpu/impl_rings.py OUT.json [--trace-dir DIR] [--gpus 4] [--tokens-per-rank 8192]
         [--heads 32] [--kv-heads 8] [--head-dim 128] [--libraries ideal,te,rfa,torch,usp]
-        [--masks causal,full] [--gpu H100] [--kernel fa2] [--device cuda|cpu] [--force]
+        [--masks causal,full] [--gpu H100] [--kernel fa2] [--device cuda|cpu] [--eager-merges] [--force]
 
 Each step's measured time is the GPU time its kernels occupy: from the first kernel's start to
 the last one's end within each annotation they were launched in, gaps between them included;
@@ -203,7 +203,7 @@ def play_profiled(lib: str, layout: str, causal: bool, a, ops, tensors, trace: P
     from hw.inprocess import play_ring
 
     q, k, v, dout = tensors
-    kw = dict(n_gpus=a.gpus, layout=layout, causal=causal, ops=ops, library=lib)
+    kw = dict(n_gpus=a.gpus, layout=layout, causal=causal, ops=ops, library=lib, compiled=not a.eager_merges)
     play_ring(q, k, v, dout, **kw)
     activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if q.device.type == "cuda" else [])
     # the ranks are threads: the profiler follows every thread, not only the one that starts it
@@ -296,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu", default=None, help="GPU preset of the model (default: H200 on an H200, else H100)")
     p.add_argument("--kernel", default="fa2", help="the preset's kernel table (default fa2: torch's flash backend)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--eager-merges", action="store_true",
+                   help="run every merge eagerly (default: TransformerEngine's corrections through torch.compile "
+                        "and ring-flash-attention's update scripted, as the libraries run them; always on the CPU)")
     p.add_argument("--force", action="store_true", help="overwrite OUT and the traces")
     a = p.parse_args(argv)
     try:
@@ -308,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         from hw.blocks import select_block_ops
 
         device = torch.device(a.device)
+        a.eager_merges = a.eager_merges or device.type == "cpu"   # a compiler on every CPU host is not given
         if device.type == "cuda" and not torch.cuda.is_available():
             raise RingsimError(f"no CUDA device visible to torch {torch.__version__}")
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -360,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             "config": {"gpus": a.gpus, "tokens_per_rank": a.tokens_per_rank, "heads": a.heads,
                        "kv_heads": a.kv_heads, "head_dim": a.head_dim, "dtype": dtype, "batch": 1,
                        "model_gpu": a.gpu, "model_kernel": a.kernel, "libraries": list(libraries),
-                       "masks": list(masks)},
+                       "masks": list(masks), "eager_merges": a.eager_merges},
             "rings": results, "summary": report}, overwrite=True)
     except RingsimError as e:
         print(f"error: {e}", file=sys.stderr)

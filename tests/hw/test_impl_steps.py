@@ -65,3 +65,16 @@ def test_a_layout_the_library_lacks_is_refused():
 def test_labels_read_back():
     m = impl_steps.LABEL.match(impl_steps.label("rfa", "bwd", 3, 12, "merge"))
     assert m and m.group("library", "kind", "rank", "step", "part") == ("rfa", "bwd", "3", "12", "merge")
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("library,layout", [("te", "zigzag"), ("rfa", "zigzag")])
+def test_compiled_merges_match_fp64_attention(library, layout):
+    # TransformerEngine's corrections through torch.compile, ring-flash-attention's update scripted
+    q, k, v, dout = _inputs(24, 2, seed=5)
+    got = play_ring(q, k, v, dout, n_gpus=3, layout=layout, causal=True, ops=CpuFlashOps(), library=library,
+                    compiled=True)
+    want = reference_attention(q, k, v, True, dout)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
+        assert max_err(a, b) < (1e-5 if name == "out" else 1e-4), name
