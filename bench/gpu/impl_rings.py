@@ -194,7 +194,7 @@ def model_steps(lib: str, layout: str, causal: bool, a) -> dict[tuple[str, int, 
 
 # ------------------------------------------------------------------ one ring
 
-def play_profiled(lib: str, layout: str, causal: bool, a, ops, tensors, trace: Path) -> None:
+def play_profiled(lib: str, layout: str, causal: bool, a, ops, tensors, trace: Path, *, compiled: bool) -> None:
     """One warm-up play, then one timed play under torch.profiler, written to `trace`."""
     import torch
     import torch.profiler as tp
@@ -203,7 +203,7 @@ def play_profiled(lib: str, layout: str, causal: bool, a, ops, tensors, trace: P
     from hw.inprocess import play_ring
 
     q, k, v, dout = tensors
-    kw = dict(n_gpus=a.gpus, layout=layout, causal=causal, ops=ops, library=lib, compiled=not a.eager_merges)
+    kw = dict(n_gpus=a.gpus, layout=layout, causal=causal, ops=ops, library=lib, compiled=compiled)
     play_ring(q, k, v, dout, **kw)
     activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if q.device.type == "cuda" else [])
     # the ranks are threads: the profiler follows every thread, not only the one that starts it
@@ -257,6 +257,8 @@ def summary(results: list[dict]) -> dict:
     """Median |error| per implementation and pass (and of its calls and merges apart)."""
     out: dict[str, dict] = {}
     for res in results:
+        if not res["steps"]:
+            continue
         for kind in ("fwd", "bwd"):
             rows = [r for r in res["steps"] if r["kind"] == kind]
             cell = out.setdefault(res["library"], {}).setdefault(kind, {"steps": 0, "_e": [], "_c": [], "_m": []})
@@ -336,15 +338,32 @@ def main(argv: list[str] | None = None) -> int:
         else:
             trace_dir = Path(a.trace_dir)
             trace_dir.mkdir(parents=True, exist_ok=True)
-        results = []
+        results, failed = [], []
         try:
             for lib, layout, causal in todo:
                 trace = trace_dir / f"{lib}-{layout}-{'causal' if causal else 'full'}.json.gz"
                 why = kept_file(trace, a.force)
                 if why:
                     raise RingsimError(why)
-                play_profiled(lib, layout, causal, a, ops, tensors, trace)
-                res = compare(lib, layout, causal, a, trace)
+                ring = {"library": lib, "layout": layout, "mask": "causal" if causal else "full"}
+                try:
+                    compiled = not a.eager_merges
+                    try:
+                        play_profiled(lib, layout, causal, a, ops, tensors, trace, compiled=compiled)
+                    except Exception as e:   # a compiler the host lacks: the merges run eagerly instead
+                        if not compiled:
+                            raise
+                        compiled = False
+                        ring["compile_failed"] = f"{type(e).__name__}: {e}"[:500]
+                        print(f"{lib} {layout}: compiling its merge failed ({ring['compile_failed'][:200]}); "
+                              "eager merges", file=sys.stderr)
+                        play_profiled(lib, layout, causal, a, ops, tensors, trace, compiled=False)
+                    res = {**compare(lib, layout, causal, a, trace), **ring, "compiled_merges": compiled}
+                except Exception as e:   # one ring that fails leaves the others to run
+                    failed.append(ring)
+                    results.append({**ring, "failed": f"{type(e).__name__}: {e}"[:1000], "steps": []})
+                    print(f"{lib} {layout} {ring['mask']}: failed: {e}", file=sys.stderr)
+                    continue
                 if tmp is not None:
                     res["trace"] = None
                 results.append(res)
@@ -369,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     except RingsimError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -143,3 +143,23 @@ def test_gpu_kernels_go_to_the_step_whose_annotation_launched_them(tmp_path):
     # the call's kernel alone, then the merge's two from the first's start to the second's end
     # (the other rank's copy between them included, as the GPU was busy with it)
     assert impl_rings.busy_s(mine) == pytest.approx(50e-6 + (175 - 161) * 1e-6)
+
+
+def test_a_ring_that_fails_is_recorded_and_the_others_run(tmp_path, monkeypatch):
+    real = impl_rings.play_profiled
+
+    def fails_for_te(lib, *args, **kw):
+        if lib == "te":
+            raise RuntimeError("planted for te")
+        return real(lib, *args, **kw)
+
+    monkeypatch.setattr(impl_rings, "play_profiled", fails_for_te)
+    out = tmp_path / "r.json"
+    rc = impl_rings.main([str(out), "--device", "cpu", "--gpus", "2", "--tokens-per-rank", "8", "--heads", "2",
+                          "--kv-heads", "1", "--head-dim", "8", "--libraries", "te,rfa", "--masks", "full"])
+    assert rc == 1
+    data = json.loads(out.read_text())
+    by_lib = {r["library"]: r for r in data["rings"]}
+    assert "planted for te" in by_lib["te"]["failed"] and by_lib["te"]["steps"] == []
+    assert by_lib["rfa"]["steps"] and by_lib["rfa"]["compiled_merges"] is False
+    assert set(data["summary"]) == {"rfa"}
