@@ -20,6 +20,7 @@ ordered after the work that wrote the block and before the receiver's use of it.
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
 from typing import Any
@@ -136,10 +137,14 @@ class StepClock:
 
 def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor | None, *,
               n_gpus: int, layout: str, causal: bool, ops: BlockOps,
-              timeout_s: float = 120.0, timed: bool = False):
+              timeout_s: float = 120.0, timed: bool = False, library: str | None = None,
+              compiled: bool = False):
     """Output (and dq, dk, dv when dout is given) of the ring on `n_gpus` threads, in the
     original token order, on q's device; with `timed`, also each rank's compute spans
     (hw.timing.Span: rank, kind, step, start_s, end_s, flops), each step run alone.
+    `library`: the ring's step as that library launches it (hw.impl_steps: its merge, its
+    calls, annotated for the profiler), its merge compiled as the library compiles it where
+    `compiled`; None: the project's kernel (hw.ring).
 
     q, dout: (batch, seq, heads, head_dim); k, v: (batch, seq, kv_heads, head_dim); seq
     divisible by the layout's chunks (2 x n_gpus for zigzag).
@@ -148,6 +153,16 @@ def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Ten
     if n_gpus < 1 or q.shape[1] % chunks:
         raise RingsimError(f"{q.shape[1]} tokens do not split into {chunks} chunks of the {layout} layout")
     device = q.device
+    forward, backward = ring_forward, ring_backward
+    if library is not None:
+        from hw import impl_steps
+
+        impl = impl_steps.ring_implementation(library)
+        if not impl_steps.runs(impl, layout, causal):
+            raise RingsimError(f"{library}'s ring does not run the {layout} layout "
+                               f"{'with' if causal else 'without'} a causal mask")
+        forward = functools.partial(impl_steps.ring_forward, library=library, compiled=compiled)
+        backward = functools.partial(impl_steps.ring_backward, library=library)
     box = _Mailbox(timeout_s)
     parts: list[Any] = [None] * n_gpus
     lock = threading.Lock()
@@ -164,12 +179,12 @@ def play_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Ten
             ring = Ring(rank=rank, n_gpus=n_gpus, group=box, clock=clocks[rank], recorder=recorders[rank],
                         channel=ThreadChannel)
             mine = [shard_of(x, rank) for x in (q, k, v)]
-            out, lse = ring_forward(*mine, ring=ring, layout=layout, causal=causal, ops=ops)
+            out, lse = forward(*mine, ring=ring, layout=layout, causal=causal, ops=ops)
             if dout is None:
                 parts[rank] = (out,)
                 return
             # the backward's steps follow the forward's, numbered from `n_gpus` as the simulator does
-            grads = ring_backward(shard_of(dout, rank), *mine, out, lse, ring=ring, layout=layout,
+            grads = backward(shard_of(dout, rank), *mine, out, lse, ring=ring, layout=layout,
                                   causal=causal, ops=ops, step0=n_gpus)
             parts[rank] = (out, *grads)
         except BaseException as e:  # handed to the caller below

@@ -16,12 +16,18 @@
 #   7. packed documents: ring-flash-attention's varlen packings as one varlen call, against
 #      the block model, and the boolean-mask index operations of its zigzag varlen backward
 #      against slices (bench/gpu/varlen.py)
+#   8. each library's ring (ideal, TransformerEngine p2p, ring-flash-attention, torch
+#      context_parallel, long-context-attention) on 4 ranks of the one GPU, batch 1, 8k tokens per
+#      rank, Llama-3-8B attention, causal and full, forward and backward, under torch.profiler:
+#      every step's kernels from the trace beside the model's step for that implementation
+#      (bench/gpu/impl_rings.py)
 #
 #   bench/gpu/check.sh OUTDIR      (the committed H200 run: bench/results/gpu/h200/)
 #
 # Needs ringsim installed (its `ringsim hw` commands) in $PYTHON (default python3), with a
 # torch build with CUDA (>= 2.11). Writes ring-exact.json, block-grid.json, run-1gpu-fwdbwd.json,
-# trace-1gpu-fwdbwd.json, sdpa-grid.json, ring-steps.json, gemm-grid.json and varlen.json to OUTDIR;
+# trace-1gpu-fwdbwd.json, sdpa-grid.json, ring-steps.json, gemm-grid.json, varlen.json,
+# impl-rings.json and its profiler traces (impl-traces/) to OUTDIR;
 # exit status 1 when a step failed (the others still run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,7 +40,7 @@ export PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())'
 failed=0
 step() { echo "== $*" >&2; local t0=$SECONDS; "$@" || { echo "== failed: $*" >&2; failed=1; }; echo "== $((SECONDS - t0)) s" >&2; }
-steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps,gemm,varlen}   # a subset reruns the named steps alone
+steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps,gemm,varlen,impls}   # a subset reruns the named steps alone
 [[ ,$steps, == *,exact,* ]] && step "$PYTHON" bench/checks/ring_exact.py --device cuda --block-impl fused --json "$out/ring-exact.json" --force
 [[ ,$steps, == *,grid,* ]] && step bench/gpu/block_grid.sh "$out/block-grid.json"
 [[ ,$steps, == *,run,* ]] && step "$PYTHON" -m sim.cli.main hw run --device cuda --gpus 1 --dtype bf16 --seq 16k --heads 32 --head-dim 128 \
@@ -46,4 +52,6 @@ steps=${GPU_CHECK_STEPS:-exact,grid,run,sdpa,steps,gemm,varlen}   # a subset rer
     --tokens-per-rank 4096 --force
 [[ ,$steps, == *,gemm,* ]] && step "$PYTHON" bench/gpu/gemm_grid.py "$out/gemm-grid.json" --force
 [[ ,$steps, == *,varlen,* ]] && step "$PYTHON" bench/gpu/varlen.py "$out/varlen.json" --force
+[[ ,$steps, == *,impls,* ]] && step "$PYTHON" bench/gpu/impl_rings.py "$out/impl-rings.json" --gpus 4 \
+    --tokens-per-rank 8192 --heads 32 --kv-heads 8 --head-dim 128 --trace-dir "$out/impl-traces" --force
 exit $failed
