@@ -339,7 +339,7 @@ def view() -> list[Any]:
         html.Div(id="traces-msg", className="msg", role="alert"),
         text("traces-h-replay", "traces.h.replay", html.H4),
         html.Div(id="traces-replay"),
-        graph("traces-overlay", 520),
+        graph("traces-lanes", 520),
         text("traces-h-breakdown", "traces.h.breakdown", html.H4),
         html.Div(id="traces-breakdown"),
         text("traces-h-ring", "traces.h.ring", html.H4),
@@ -468,11 +468,16 @@ def replay_figure(opened: Opened, t: Translator):
 
 
 def what_if_figure(opened: Opened, trace: Trace, t: Translator):
-    """A what-if beside the measured iteration, on the same paired lanes (no per-step error:
-    the two need not have the same steps)."""
+    """A what-if beside the measured iteration, on the same paired lanes (without the
+    per-step panel: the two need not have the same steps)."""
     labels = figure_labels(t, "overlay") | {"title": t("traces.whatif.title"), "simulated": t("traces.whatif.run"),
                                             "sim_lane": t("traces.whatif.lane")}
-    return overlay(trace, opened.measured, [], labels=labels)
+    fig = overlay(trace, opened.measured, [], labels=labels)
+    # the lanes only: the per-step panel would compare steps the two runs need not share
+    fig.data = [tr for tr in fig.data if tr.yaxis in (None, "y")]
+    fig.layout.annotations = fig.layout.annotations[:1]
+    fig.update_layout(yaxis=dict(domain=[0.0, 1.0]), xaxis2=dict(visible=False), yaxis2=dict(visible=False))
+    return fig
 
 
 def what_if_line(opened: Opened, trace: Trace, gpus: int, scheme: str, layout: str, seq: int, t: Translator) -> str:
@@ -524,7 +529,7 @@ def register_callbacks(app: dash.Dash, served: Any, traces_dir: str | None = Non
         return {"token": token, "name": opened.name}, ""
 
     @app.callback(Output("traces-status", "children"), Output("traces-replay", "children"),
-                  Output("traces-overlay", "figure"), Output("traces-breakdown", "children"),
+                  Output("traces-lanes", "figure"), Output("traces-breakdown", "children"),
                   Output("traces-ring", "children"), Output("traces-unknown", "children"),
                   Output("traces-whatif-gpus", "value"), Output("traces-whatif-layout", "value"),
                   Output("traces-whatif-scheme", "value"), Output("traces-whatif-seq", "value"),

@@ -23,12 +23,12 @@ def _severe(dash_duo):
 def test_an_uploaded_trace_shows_its_timelines_table_and_what_if(dash_duo):
     dash_duo.start_server(create_app())
     dash_duo.driver.get(dash_duo.server_url + "/?view=traces")
-    dash_duo.wait_for_contains_text("#traces-overlay", "Upload a torch.profiler trace", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#traces-lanes", "Upload a torch.profiler trace", timeout=TIMEOUT)
     files = "\n".join(str(p) for p in sorted(ZIGZAG.iterdir()))
     dash_duo.find_element("#traces-upload input[type=file]").send_keys(files)
     dash_duo.wait_for_contains_text("#traces-status", "2 of 2 ranks", timeout=TIMEOUT)
-    dash_duo.wait_for_contains_text("#traces-overlay .gtitle", "Model vs measurement", timeout=TIMEOUT)
-    ticks = dash_duo.find_element("#traces-overlay").text
+    dash_duo.wait_for_contains_text("#traces-lanes .gtitle", "Model vs measurement", timeout=TIMEOUT)
+    ticks = dash_duo.find_element("#traces-lanes").text
     assert "GPU 0 sim" in ticks and "GPU 1 meas" in ticks
     dash_duo.wait_for_contains_text("#traces-breakdown-table", "comm-comp overlap", timeout=TIMEOUT)
     rows = dash_duo.driver.find_elements("css selector", "#traces-breakdown-table tbody tr")

@@ -101,7 +101,7 @@ def test_an_uploaded_ring_is_drawn_measured_beside_simulated(app_and_client, fol
     report, _ = validate_trace([str(folder)], run=run)
     n = ring.config.n_gpus
 
-    fig = _figure(out["traces-overlay"]["figure"])
+    fig = _figure(out["traces-lanes"]["figure"])
     lanes = [tr for tr in fig.data if tr.type == "bar" and tr.orientation == "h"]
     ys = {float(y) for tr in lanes for y in tr.y}
     # paired lanes per rank: simulated at 2r, measured at 2r + 1, for every rank of the run
@@ -207,7 +207,7 @@ def test_a_parquet_table_opens_as_its_traces_do(app_and_client, tmp_path):
     data = _open(client, [_url(table.read_bytes())], ["run.parquet"])["traces-opened"]["data"]
     out = _draw(client, data)
     assert "2 of 2 ranks" in out["traces-status"]["children"]
-    assert out["traces-overlay"]["figure"]["data"]
+    assert out["traces-lanes"]["figure"]["data"]
 
 
 def test_a_trace_without_a_ring_shows_its_breakdown_and_why(app_and_client):
