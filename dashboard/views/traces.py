@@ -27,6 +27,7 @@ line in the page, in place of the figures.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import statistics
@@ -43,7 +44,7 @@ from dash.exceptions import PreventUpdate
 from dashboard import export
 from dashboard.figures.overlay import overlay
 from dashboard.figures.style import message_figure
-from dashboard.i18n import Translator, layout_label, scheme_label
+from dashboard.i18n import LANGUAGES, Translator, catalog, layout_label, scheme_label
 from dashboard.served import MAX_UPLOAD_BYTES
 from dashboard.views.common import HIDDEN, graph, only_on
 from dashboard.views.labels import figure_labels
@@ -129,9 +130,7 @@ def open_upload(contents: Any, filenames: Any, max_bytes: int = MAX_TRACES_UPLOA
     # base64 holds 3 bytes in 4 characters: refuse before decoding anything
     total = sum(len(c) * 3 // 4 for c in contents if isinstance(c, str))
     if total > max_bytes + 3 * len(contents):
-        raise RingsimError(f"{total / 2 ** 20:.0f} MB of traces is over the {max_bytes // 2 ** 20} MB limit of an "
-                           "upload: import the run with `ringsim trace import --out run.parquet` and upload the table, "
-                           "or open it on the server")
+        raise RingsimError(Translator("en")("traces.too-big", size=-(-total // 2 ** 20), mb=max_bytes // 2 ** 20))
     names = [_SAFE_NAME.sub("_", os.path.basename(str(n))) or f"trace{i}.json" for i, n in enumerate(filenames)]
     for n in names:
         if not n.endswith((".json", ".json.gz", ".parquet")):
@@ -328,7 +327,10 @@ def view() -> list[Any]:
 
     return [
         dcc.Store(id="traces-opened"),
-        dcc.Upload(id="traces-upload", multiple=True, max_size=MAX_TRACES_UPLOAD_BYTES,
+        dcc.Store(id="traces-upload-ok"),
+        # no per-file cap here: a file over it would be dropped without a word; the gate
+        # (register_callbacks) measures the files read and refuses with a message
+        dcc.Upload(id="traces-upload", multiple=True,
                    accept=".json,.gz,.json.gz,.parquet,application/json,application/gzip",
                    className="upload wide", children=_upload_children(en)),
         html.Div(id="traces-path-row", className="inline", style=HIDDEN, children=[
@@ -487,6 +489,25 @@ def what_if_line(opened: Opened, trace: Trace, gpus: int, scheme: str, layout: s
              measured=t.time(measured), ratio=t.num(trace.makespan_s / measured if measured > 0 else float("nan"), 3))
 
 
+_UPLOAD_GATE = """
+function(contents, filename, lang) {
+    const nothing = window.dash_clientside.no_update;
+    if (!contents) { return [nothing, nothing, nothing]; }
+    const all = Array.isArray(contents) ? contents : [contents];
+    const names = Array.isArray(filename) ? filename : [filename];
+    // base64 holds 3 bytes in 4 characters
+    const bytes = all.reduce((n, c) => n + Math.floor((c || "").length * 3 / 4), 0);
+    if (bytes > LIMIT) {
+        const texts = TEXTS;
+        const text = (texts[lang] || texts.en).replace("{size}", Math.ceil(bytes / 1048576))
+            .replace("{mb}", Math.floor(LIMIT / 1048576));
+        return [null, text, null];
+    }
+    return [{contents: all, filename: names}, "", null];
+}
+"""
+
+
 def register_callbacks(app: dash.Dash, served: Any, traces_dir: str | None = None) -> None:
     kept: OrderedDict[str, Opened] = OrderedDict()
 
@@ -509,16 +530,27 @@ def register_callbacks(app: dash.Dash, served: Any, traces_dir: str | None = Non
         t = Translator(lang)
         return [t(key) for _, key in _TEXTS] + [_upload_children(t), _layout_options(t), _scheme_options(t)]
 
+    # The upload's gate, in the browser: files over the limit in all are refused there with
+    # a message (sent on, the request would be refused by the server without one), and the
+    # upload is emptied either way, so that its megabytes do not stay in the page and the
+    # same files dropped again are read again.
+    app.clientside_callback(
+        _UPLOAD_GATE.replace("LIMIT", str(MAX_TRACES_UPLOAD_BYTES)).replace("TEXTS", json.dumps(
+            {lang: catalog(lang)["traces.too-big"] for lang in LANGUAGES})),
+        Output("traces-upload-ok", "data"), Output("traces-msg", "children", allow_duplicate=True),
+        Output("traces-upload", "contents"),
+        Input("traces-upload", "contents"), State("traces-upload", "filename"), State("lang", "value"),
+        prevent_initial_call=True)
+
     @app.callback(Output("traces-opened", "data"), Output("traces-msg", "children"),
-                  Input("traces-upload", "contents"), Input("traces-path-open", "n_clicks"),
-                  Input("traces-path", "value"),
-                  State("traces-upload", "filename"), prevent_initial_call=True)
-    def open_run(contents, _clicks, path, filenames):
+                  Input("traces-upload-ok", "data"), Input("traces-path-open", "n_clicks"),
+                  Input("traces-path", "value"), prevent_initial_call=True)
+    def open_run(upload, _clicks, path):
         try:
-            if ctx.triggered_id == "traces-upload":
-                if not contents:
+            if ctx.triggered_id == "traces-upload-ok":
+                if not upload:
                     raise PreventUpdate
-                token, opened = open_upload(contents, filenames)
+                token, opened = open_upload(upload.get("contents"), upload.get("filename"))
             else:
                 if not path:
                     raise PreventUpdate
