@@ -90,7 +90,7 @@ def _text(node) -> str:
     return "" if node is None else str(node)
 
 
-@pytest.mark.parametrize("folder", [ZIGZAG, FWDBWD], ids=lambda p: p.name)
+@pytest.mark.parametrize("folder", sorted(p for p in CPU.iterdir() if p.is_dir()), ids=lambda p: p.name)
 def test_an_uploaded_ring_is_drawn_measured_beside_simulated(app_and_client, folder):
     _, client, _ = app_and_client
     opened = _open(client, *_upload(folder))
@@ -289,3 +289,11 @@ def test_gzip_members_of_a_folder_upload_are_read_alike(tmp_path):
     _, gz = traces.open_upload(*_upload(ZIGZAG))
     assert opened.report["measured"] == gz.report["measured"]
     assert os.path.basename(opened.name) == "rank0.json, rank1.json"
+
+
+def test_a_traces_dir_that_is_not_a_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    from sim.cli.main import main
+
+    assert main(["dashboard", "--traces-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no such folder" in err and "\n" not in err
