@@ -33,11 +33,13 @@ from dashboard.views import (
     summary,
     sweep,
     timeline,
+    traces,
 )
 
 
-def create_app(profile_path: str | None = None) -> dash.Dash:
-    """The dashboard app; `profile_path` preloads a calibrated hardware profile."""
+def create_app(profile_path: str | None = None, traces_dir: str | None = None) -> dash.Dash:
+    """The dashboard app; `profile_path` preloads a calibrated hardware profile, `traces_dir`
+    is the folder whose profiler traces the Profiler traces view may open by path (None: none)."""
     app = dash.Dash(__name__, title="ringsim", update_title=None,
                     assets_folder=os.path.join(os.path.dirname(__file__), "assets"))
     # base64 inflates an upload by 4/3; refuse bodies well past the upload cap outright
@@ -46,6 +48,7 @@ def create_app(profile_path: str | None = None) -> dash.Dash:
     app.layout = lambda: page(served.initial_profile, served.initial_example)
     for view in (scenario, summary, timeline, blocks, compare, schemes, sweep, memory, merge, measured):
         view.register_callbacks(app, served)
+    traces.register_callbacks(app, served, traces_dir=traces_dir)
     for part in (language, nav, questions, plan):
         part.register_callbacks(app)
 

@@ -58,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="calibrated hardware profile (from `ringsim calibrate`) to start with: it "
                         "replaces the GPU and link presets, and the page opens on a scenario within "
                         "what it measured (its dtype, GPUs and block sizes)")
+    p.add_argument("--traces-dir", default=None, metavar="DIR",
+                   help="let the Profiler traces view open torch.profiler traces by their path on this "
+                        "server, only under DIR (default: uploads only)")
     p.set_defaults(func=cmd_dashboard)
 
 
@@ -113,12 +116,14 @@ def cmd_dashboard(a: argparse.Namespace) -> int:
         raise RingsimError(f"--workers must be in 1..64, got {a.workers}")
     if dev and a.workers > 1:
         raise RingsimError("--workers needs the production server: drop --debug/--dev-server")
+    if a.traces_dir is not None and not os.path.isdir(a.traces_dir):
+        raise RingsimError(f"--traces-dir {a.traces_dir}: no such folder")
     try:
         from dashboard.app import create_app
     except ModuleNotFoundError as e:
         raise RingsimError(f"the dashboard needs {e.name}; install ringsim with its dependencies") from None
     try:
-        app = create_app(profile_path=a.profile)
+        app = create_app(profile_path=a.profile, traces_dir=a.traces_dir)
     except OSError as e:
         raise RingsimError(f"cannot read profile {a.profile}: {e.strerror or e}") from None
     if a.host not in ("127.0.0.1", "localhost", "::1"):

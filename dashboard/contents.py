@@ -16,6 +16,7 @@ TABS = (
     ("memory", "Memory"),
     ("merge", "Exact merge"),
     ("measured", "Measured vs simulated"),
+    ("traces", "Profiler traces"),
     ("plan", "Plan"),
 )
 

@@ -25,6 +25,7 @@ from dashboard.views import (
     summary,
     sweep,
     timeline,
+    traces,
 )
 
 
@@ -41,6 +42,7 @@ def main(first_example: str | None = None) -> html.Div:
         "memory": memory.view(),
         "merge": merge.view(),
         "measured": measured.view(first_example),
+        "traces": traces.view(),
         "plan": [plan.view()],
     }
     return html.Div(className="main", children=[
