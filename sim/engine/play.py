@@ -17,6 +17,7 @@ import numpy as np
 
 from sim.engine.host_memory import check_fits, gc_paused, small_pages
 from sim.engine.players import durations_s, times_simpy, times_waves
+from sim.engine.pull import times_pulled
 from sim.engine.queues import queue_batches
 from sim.engine.record import record_owned
 from sim.engine.schedule import Schedule
@@ -29,7 +30,11 @@ from sim.trace.format import Trace
 PLAYERS = ("auto", "simpy", "recurrence")
 """"recurrence" is the wave player (the max-plus recurrence, a wave at a time); "auto"
 (the default) is the wave player unless the hardware's contention needs the event loop:
-the two give bit-identical traces, and the wave player is many times faster."""
+the two give bit-identical traces, and the wave player is many times faster. NCCL's pull
+on a GPU's computes alone (sim.hardware.contention.GpuPull) plays on the wave player with
+each compute stretched (sim.engine.pull; the trace's meta says player "pull"), unless
+"simpy" is asked for: the event loop re-times every compute at each transfer's start and
+end, exact, and slow at thousands of GPUs."""
 
 __all__ = ["PLAYERS", "play", "simulate"]
 
@@ -70,7 +75,13 @@ def play(schedule: Schedule, hardware: HardwareModel, workload: Workload,
         player = "simpy"     # whether a post writes its send depends on who posted first
         meta["inline_send_after_s"] = inline_after_s
         posts = schedule.posts()
-    if contention is not None and contention.active:
+    stretch = (contention is not None and contention.gpu is not None and not contention.active_without_gpu
+               and player != "simpy")
+    if stretch:
+        # NCCL's pull alone: the wave player with each compute stretched (sim.engine.pull)
+        meta["contention"] = {"gpu": dataclasses.asdict(contention.gpu)}
+        player = "pull"
+    elif contention is not None and contention.active:
         player = "simpy"     # rates that change mid-block need the event loop
         meta["contention"] = {"slowdown_in_flight": contention.slowdown_in_flight,
                               "slowdown_in_flight_bwd": contention.slowdown_in_flight_bwd,
@@ -90,6 +101,8 @@ def play(schedule: Schedule, hardware: HardwareModel, workload: Workload,
             meta["jitter"] = jitter
         times = [np.array(start), np.array(end)]
         del start, end
+    elif player == "pull":
+        times = list(times_pulled(schedule, dur, pull, contention.gpu))
     else:
         times = list(times_waves(schedule, dur))
     del dur

@@ -198,14 +198,18 @@ def transfer_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: 
         # a hop whose ends the first step does not join runs in a group of its two ranks
         lo[of_kind] = np.where(joined, at[src], np.minimum(src, dst))
         hi[of_kind] = np.where(joined, -1, np.maximum(src, dst))
-    keys, group_of = np.unique(np.stack([cat, lo, hi]), axis=1, return_inverse=True)
+    # (category, lo, hi) as one integer, so that one flat sort finds the groups (a sort of
+    # columns is several times slower at a million transfers); lo and hi are ranks or labels
+    # below `span`, hi -1 where unused
+    span = int(max(ranks, lo.max(initial=0), hi.max(initial=0))) + 2
+    keys, group_of = np.unique((cat * span + lo) * span + (hi + 1), return_inverse=True)
     group_of = group_of.ravel()
-    ends = np.concatenate([rank, peer])
-    of = np.concatenate([group_of, group_of])
-    order = np.lexsort((ends, of))
-    pairs = np.unique(np.stack([of[order], ends[order]]), axis=1)
-    bounds = np.searchsorted(pairs[0], np.arange(keys.shape[1] + 1))
-    return [pairs[1, a:b] for a, b in zip(bounds[:-1], bounds[1:])], group_of
+    ends = np.concatenate([rank, peer]).astype(np.int64)
+    of = np.concatenate([group_of, group_of]).astype(np.int64)
+    pairs = np.unique(of * ranks + ends)
+    pair_of, pair_end = pairs // ranks, pairs % ranks
+    bounds = np.searchsorted(pair_of, np.arange(len(keys) + 1))
+    return [pair_end[a:b] for a, b in zip(bounds[:-1], bounds[1:])], group_of
 
 
 def _labels(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarray, ranks: int | None = None

@@ -136,9 +136,9 @@ PLANNED = {
     "ring zigzag layout": "fastest that fits, 6.3% ahead of the next (ring, striped layout); "
                           "compute-bound: 97% of the makespan computing, at 26% of the kernel's "
                           "best rate",
-    "ring contiguous layout": "1.38x the fastest; K/V ring exposed 458.425 us (28% of the "
+    "ring contiguous layout": "1.38x the fastest; K/V ring exposed 458.341 us (28% of the "
                               "makespan); causal imbalance 1.81x",
-    "allgather 4 head groups": "1.45x the fastest; all-gather exposed 77.550 us (4% of the "
+    "allgather 4 head groups": "1.46x the fastest; all-gather exposed 77.550 us (4% of the "
                                "makespan); holds a head group of the K/V of the sequence",
     "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 61.31 MiB per GPU over the 57.22 MiB "
                                            "limit (18.21 MiB kept for backward by 3 other layers,"

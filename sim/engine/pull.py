@@ -1,0 +1,98 @@
+"""NCCL's pull on the computes beside its transfers, played by stretching each compute.
+
+sim.hardware.contention.GpuPull says what a transfer in flight takes from the computes on
+its two GPUs: its CTAs' share of the SMs (sm) and its copies' share of HBM bandwidth
+(hbm), summed over the transfers in flight there. A compute of w seconds alone, m of them
+memory-bound, then progresses at rate r(t) = 1 / ((1 - m) / (1 - sm(t)) + m / (1 - hbm(t)))
+and ends when its progress reaches w: its time T = w + the integral of 1 - r(t) over
+[start, start + T]. The event loop (sim.hardware.contention.Sharing) finds that by
+re-timing every compute at each transfer's start and end; at thousands of GPUs that is
+millions of events. Here the wave player (sim.engine.players.times_waves) plays the
+schedule, each GPU's sm and hbm become step functions of time from the transfers'
+spans, and each compute is stretched by the integral over its span; the schedule is
+played again with the stretched times until no compute moves (a few plays: the pull is a
+few per cent, and a later start shifts a compute within the same steps).
+
+The integrand is taken as (1 - m) sm(t) + m hbm(t): exactly 1 - r(t) for a compute- or a
+memory-bound compute (m = 0 or 1), within the product of the two shares in between (a
+thousandth of the compute's time for NCCL's shares on a GPU); linear in m, so every
+compute's integral comes from two running sums over its GPU's steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.engine.players import times_waves
+from sim.engine.schedule import Schedule
+from sim.hardware.contention import HBM_PASSES, MAX_SHARE, GpuPull
+
+PLAYS = 8
+"""At most this many plays; each after the first moves the computes by less than the last."""
+SETTLED_S = 1e-9
+"""A compute that moved by less than this between two plays has settled (a nanosecond:
+a millionth of a block of a millisecond, far below what the model can tell)."""
+
+
+def times_pulled(schedule: Schedule, dur: np.ndarray, pull: tuple[np.ndarray, np.ndarray, np.ndarray],
+                 gpu: GpuPull) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of every op with the computes stretched by the transfers beside them
+    (module docstring). `pull`: per op, a transfer's CTAs and bytes/s, a compute's
+    memory-bound share (sim.engine.players.durations_s fills it)."""
+    is_transfer = schedule.is_transfer
+    xfer = np.flatnonzero(is_transfer & (dur > 0))
+    comp = np.flatnonzero(~is_transfer & (dur > 0))
+    start, end = times_waves(schedule, dur)
+    if not xfer.size or not comp.size:
+        return start, end
+    ctas, copy_bps, memory_share = pull
+    m = memory_share[comp]
+    stretched = dur.copy()
+    for _ in range(PLAYS):
+        extra = _extra_s(schedule, start, end, xfer, comp, ctas, copy_bps, m, gpu)
+        moved = np.abs(dur[comp] + extra - stretched[comp])
+        stretched[comp] = dur[comp] + extra
+        start, end = times_waves(schedule, stretched)
+        if moved.max(initial=0.0) < SETTLED_S:
+            break
+    return start, end
+
+
+def _extra_s(schedule: Schedule, start: np.ndarray, end: np.ndarray, xfer: np.ndarray, comp: np.ndarray,
+             ctas: np.ndarray, copy_bps: np.ndarray, m: np.ndarray, gpu: GpuPull) -> np.ndarray:
+    """Each compute's extra time: the integral of (1 - m) sm(t) + m hbm(t) over its span."""
+    # every transfer touches its two GPUs; each GPU's time runs on its own stretch of one
+    # axis (GPU g at g x span + t), so one sort and one search serve every GPU
+    span = float(end.max(initial=0.0)) * 2.0 + 1.0
+    gpus = np.concatenate([schedule.rank[xfer], schedule.peer[xfer]]).astype(float)
+    t0 = np.tile(start[xfer], 2) + gpus * span
+    t1 = np.tile(end[xfer], 2) + gpus * span
+    c = np.tile(ctas[xfer], 2)
+    b = np.tile(copy_bps[xfer], 2)
+    at = np.concatenate([t0, t1])
+    order = np.argsort(at, kind="stable")
+    at = at[order]
+    in_flight_ctas = np.cumsum(np.concatenate([c, -c])[order])
+    in_flight_bps = np.cumsum(np.concatenate([b, -b])[order])
+    # a step holds from its breakpoint to the next; rounding leaves dust where nothing is in flight
+    in_flight_ctas[np.abs(in_flight_ctas) < 1e-9] = 0.0
+    in_flight_bps[np.abs(in_flight_bps) < 1e-3] = 0.0
+    sm = np.minimum(in_flight_ctas / gpu.sms, MAX_SHARE)
+    hbm = np.minimum(in_flight_bps * HBM_PASSES / (gpu.hbm_gbps * 1e9), MAX_SHARE)
+    steps = np.diff(at, append=at[-1])
+    sm_sum = np.concatenate([[0.0], np.cumsum(sm * steps)])[:-1]
+    hbm_sum = np.concatenate([[0.0], np.cumsum(hbm * steps)])[:-1]
+
+    def integral(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The running sums of sm and hbm up to each of `t` (one search serves both)."""
+        k = np.searchsorted(at, t, side="right") - 1
+        inside = k >= 0
+        k = np.maximum(k, 0)
+        into = t - at[k]
+        return (np.where(inside, sm_sum[k] + sm[k] * into, 0.0),
+                np.where(inside, hbm_sum[k] + hbm[k] * into, 0.0))
+
+    g = schedule.rank[comp].astype(float) * span
+    sm0, hbm0 = integral(start[comp] + g)
+    sm1, hbm1 = integral(end[comp] + g)
+    return (1.0 - m) * (sm1 - sm0) + m * (hbm1 - hbm0)
