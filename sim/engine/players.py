@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from sim.arrays import unique_columns
 from sim.engine.schedule import A2A, BWD, EMPTY, KINDS, MASKS, NO_DEP, Posts, Schedule
 from sim.hardware.contention import Contention, Sharing
 from sim.hardware.model import HardwareModel
@@ -146,7 +147,7 @@ def collective_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer
     n = len(kind)
     if not n:
         return np.zeros(0, dtype=np.int64)
-    keys, key_of = np.unique(np.stack([kind, step]), axis=1, return_inverse=True)
+    keys, key_of = unique_columns(np.stack([kind, step]))
     key_of = key_of.ravel()
     ranks = int(max(rank.max(), peer.max())) + 1
     a = key_of * ranks + rank
@@ -216,7 +217,7 @@ def _labels(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarr
             ) -> np.ndarray:
     """For each flow, a label of its connected set of ranks among the flows of its kind and
     step (label propagation with pointer jumping, as `collective_groups`)."""
-    keys, key_of = np.unique(np.stack([kind, step]), axis=1, return_inverse=True)
+    keys, key_of = unique_columns(np.stack([kind, step]))
     key_of = key_of.ravel()
     ranks = ranks or int(max(rank.max(), peer.max())) + 1
     a = key_of * ranks + rank

@@ -84,8 +84,11 @@ def _extra_s(schedule: Schedule, start: np.ndarray, end: np.ndarray, xfer: np.nd
     hbm_sum = np.concatenate([[0.0], np.cumsum(hbm * steps)])[:-1]
 
     def integral(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The running sums of sm and hbm up to each of `t` (one search serves both)."""
-        k = np.searchsorted(at, t, side="right") - 1
+        """The running sums of sm and hbm up to each of `t` (one search serves both; the
+        times searched in order, several times faster than in the computes' order)."""
+        order = np.argsort(t, kind="stable")
+        k = np.empty(len(t), dtype=np.int64)
+        k[order] = np.searchsorted(at, t[order], side="right") - 1
         inside = k >= 0
         k = np.maximum(k, 0)
         into = t - at[k]

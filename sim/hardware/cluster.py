@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.arrays import unique_columns
 from sim.errors import RingsimError
 from sim.hardware import nccl
 from sim.hardware.contention import GpuPull
@@ -513,7 +514,7 @@ class Hardware(HardwareModel):
             for name in np.unique(kind[in_group]).tolist():
                 sel = np.flatnonzero(in_group & (kind == name))
                 key = np.stack([nbytes[sel], path[sel], copies[sel], between[sel]])
-                distinct, back = np.unique(key, axis=1, return_inverse=True)
+                distinct, back = unique_columns(key)
                 t = np.empty(distinct.shape[1])
                 c = np.empty(distinct.shape[1])
                 for x, (b, rate, k, net) in enumerate(distinct.T.tolist()):
