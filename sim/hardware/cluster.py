@@ -154,9 +154,12 @@ class Gpu:
 
     def rate_flops(self, dtype: str, head_dim: int | None = None) -> float:
         """The rate of the ideal time (docs/design.md): with a kernel table, its fastest
-        published rate (dense forward at its longest length); flat, the achieved rate."""
+        published rate (dense forward at its longest length), times the largest calibrated
+        `rate_scale` above 1 (a group measured faster than the table runs its blocks
+        faster, and the ideal must stay a bound); flat, the achieved rate."""
         if self.uses_kernel_table(dtype):
-            return best_rate_flops(kernel_table(self.kernel), head_dim or ASSUMED_HEAD_DIM)
+            faster = max([1.0, *self.rate_scale.values()])
+            return best_rate_flops(kernel_table(self.kernel), head_dim or ASSUMED_HEAD_DIM) * faster
         if self.achieved_tflops is not None:
             return self.achieved_tflops * 1e12
         if dtype not in self.peak_tflops:

@@ -121,3 +121,21 @@ def test_head_dim_96_on_h100_no_longer_beats_the_ideal():
     eff = compute_metrics(simulate(Scenario(workload=w, n_gpus=8), player="recurrence")).efficiency
     assert 0.5 < eff < 1
     assert np.isfinite(eff)
+
+
+@pytest.mark.parametrize("scale", [0.8, 1.0, 1.3])
+def test_a_calibrated_rate_scale_keeps_the_ideal_a_bound(scale):
+    # a GPU calibrated faster than its table (rate_scale above 1 on every group) runs its
+    # blocks faster; the ideal's rate grows with it, so efficiency stays at most 1, and a
+    # slower calibration leaves the ideal at the table's own best
+    from sim.engine.play import simulate
+    from sim.hardware.cluster import RATE_GROUPS, Gpu, Hardware
+    from sim.scenario.config import Scenario, Workload
+    from sim.trace.metrics import compute_metrics
+
+    gpu = Gpu.preset("H100-SXM", rate_scale={g: scale for g in RATE_GROUPS})
+    base = Gpu.preset("H100-SXM")
+    assert gpu.rate_flops("bf16", 128) == pytest.approx(base.rate_flops("bf16", 128) * max(scale, 1.0))
+    w = Workload(seq=8 * 16384, heads=32, kv_heads=8, head_dim=128, causal=False, pass_="fwd")
+    m = compute_metrics(simulate(Scenario(workload=w, hardware=Hardware(gpu=gpu), n_gpus=8, layout="contiguous")))
+    assert 0 < m.efficiency <= 1.0
