@@ -144,27 +144,9 @@ def collective_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer
     to every peer), so a flow's group is the number of ranks in its connected set. A
     rank that sends two collectives of one kind in a step (Ulysses' all-to-all in and
     out) still counts once. Connected sets by label propagation with pointer jumping."""
-    n = len(kind)
-    if not n:
+    if not len(kind):
         return np.zeros(0, dtype=np.int64)
-    keys, key_of = unique_columns(np.stack([kind, step]))
-    key_of = key_of.ravel()
-    ranks = int(max(rank.max(), peer.max())) + 1
-    a = key_of * ranks + rank
-    b = key_of * ranks + peer
-    label = np.arange(keys.shape[1] * ranks, dtype=np.int64)
-    while True:
-        low = np.minimum(label[a], label[b])
-        before = label.copy()
-        np.minimum.at(label, label[a], low)
-        np.minimum.at(label, label[b], low)
-        while True:
-            jumped = label[label]
-            if np.array_equal(jumped, label):
-                break
-            label = jumped
-        if np.array_equal(label, before):
-            break
+    a, b, label = _connected(kind, step, rank, peer)
     nodes = np.unique(np.concatenate([a, b]))
     roots, size = np.unique(label[nodes], return_counts=True)
     return size[np.searchsorted(roots, label[a])]
@@ -216,7 +198,16 @@ def transfer_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: 
 def _labels(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarray, ranks: int | None = None
             ) -> np.ndarray:
     """For each flow, a label of its connected set of ranks among the flows of its kind and
-    step (label propagation with pointer jumping, as `collective_groups`)."""
+    step (`_connected`)."""
+    a, _, label = _connected(kind, step, rank, peer, ranks)
+    return label[a]
+
+
+def _connected(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarray, ranks: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The connected sets of ranks that the flows of each (kind, step) link, by label
+    propagation with pointer jumping: (each flow's sending node, its receiving node, every
+    node's label), a node being a rank within one (kind, step)."""
     keys, key_of = unique_columns(np.stack([kind, step]))
     key_of = key_of.ravel()
     ranks = ranks or int(max(rank.max(), peer.max())) + 1
@@ -235,7 +226,7 @@ def _labels(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarr
             label = jumped
         if np.array_equal(label, before):
             break
-    return label[a]
+    return a, b, label
 
 
 def head_geometry(workload: Workload) -> dict[str, Any]:
