@@ -444,31 +444,30 @@ class Sharing:
                         run.process.interrupt()
 
     def _progress(self, op_id: int, run: _Running):
-        env = self.env
         if self.local:
             if run.transfer:
                 run.rate = 1.0
             else:
                 self.computes_on[run.rank][op_id] = run
                 self._retime_ranks((run.rank,), op_id)
-            while True:
-                try:
-                    yield env.timeout(max(run.left, 0.0) / run.rate)
-                    break
-                except simpy.Interrupt:
-                    continue
+            yield from self._until_done(run)
             if not run.transfer:
                 del self.computes_on[run.rank][op_id]
             return
         self.running[op_id] = run
         self._retime(op_id)
+        yield from self._until_done(run)
+        del self.running[op_id]
+
+    def _until_done(self, run: _Running):
+        """Wait out what `run` has left at its rate; a re-time interrupts the wait and the
+        wait starts again at the new rate."""
         while True:
             try:
-                yield env.timeout(max(run.left, 0.0) / run.rate)
+                yield self.env.timeout(max(run.left, 0.0) / run.rate)
                 break
             except simpy.Interrupt:
                 continue
-        del self.running[op_id]
 
     def compute(self, op_id: int, rank: int, work_s: float, backward: bool = False):
         """A SimPy process body: `work_s` of full-speed compute at the current rates, a
