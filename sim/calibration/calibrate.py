@@ -156,6 +156,21 @@ def calibrate_compute(records: list[dict[str, Any]]) -> tuple[dict, str, dict]:
     return groups, model, report
 
 
+def hop_link_points(hops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """calibrate_link's points from measured hops (each a `bytes` and a `time_s`): one per
+    message size, its median (a ring repeats one size many times over), sizes ascending;
+    with one size, the origin beside it (no latency to tell apart: bandwidth through the
+    origin)."""
+    by_size: dict[float, list[float]] = {}
+    for h in hops:
+        by_size.setdefault(h["bytes"], []).append(h["time_s"])
+    points = [{"bytes": b, "direction": "both_ways", "time_s": statistics.median(ts)}
+              for b, ts in sorted(by_size.items())]
+    if len(points) == 1:
+        points.append({**points[0], "bytes": 0.0, "time_s": 0.0})
+    return points
+
+
 def calibrate_link(records: list[dict[str, Any]]) -> tuple[dict[str, LinkFit], dict]:
     out, report = {}, {}
     for direction in ("one_way", "both_ways"):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from sim.calibration.calibrate import calibrate_compute, calibrate_link
+from sim.calibration.calibrate import calibrate_compute, calibrate_link, hop_link_points
 from sim.errors import RingsimError
 from sim.hardware.contention import Contention
 from sim.hardware.profile import Profile
@@ -97,13 +97,7 @@ def calibrate_from_ring(ring: RingRun, source: str = "", *, measured_on: dict[st
         raise RingsimError(f"{source or 'the trace'}: no transfer with a known size to fit the link to "
                            "(record with record_shapes=True, or NCCL's message sizes)")
     groups, model, compute_report = calibrate_compute(compute)
-    by_size: dict[float, list[float]] = {}
-    for h in hops:
-        by_size.setdefault(h["bytes"], []).append(h["time_s"])
-    points = [{"bytes": b, "direction": "both_ways", "time_s": statistics.median(ts)}
-              for b, ts in sorted(by_size.items())]
-    if len(points) == 1:        # one size: no latency to tell apart, bandwidth through the origin
-        points.append({**points[0], "bytes": 0.0, "time_s": 0.0})
+    points = hop_link_points(hops)
     if all(p["time_s"] <= 0 for p in points):
         raise RingsimError(f"{source or 'the trace'}: every hop took no time; the link cannot be fitted")
     links, link_report = calibrate_link(points)

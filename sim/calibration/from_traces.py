@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sim.calibration.calibrate import _stats, calibrate_compute, calibrate_link
+from sim.calibration.calibrate import _stats, calibrate_compute, calibrate_link, hop_link_points
 from sim.calibration.validation import Case, compare_case, simulate_replays
 from sim.engine.schedule import KINDS, MASKS
 from sim.errors import RingsimError
@@ -116,15 +116,7 @@ def calibrate_from_traces(traces: list[tuple[Trace, str]], source: str = "") -> 
         raise RingsimError("the traces hold fewer than two transfers: a link cannot be fitted "
                            "(a GPU count of 2 or more is needed)")
     groups, model, compute_report = calibrate_compute(compute)
-    # one point per message size, its median: a ring repeats one size many times over
-    by_size: dict[float, list[float]] = {}
-    for r in transfer:
-        by_size.setdefault(r["bytes"], []).append(r["time_s"])
-    points = [{"bytes": b, "direction": "both_ways", "time_s": statistics.median(ts)}
-              for b, ts in sorted(by_size.items())]
-    if len(points) == 1:        # one size: no latency to tell apart, bandwidth through the origin
-        points.append({**points[0], "bytes": 0.0, "time_s": 0.0})
-    links, link_report = calibrate_link(points)
+    links, link_report = calibrate_link(hop_link_points(transfer))
     report = {"route": "traces", "cases": {k: len(v) for k, v in sorted(cases.items())},
               "compute": compute_report, "link": link_report, "link_used": "both_ways",
               "contention": "none: the spans were timed under the ring's own contention"}
