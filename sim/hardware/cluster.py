@@ -192,6 +192,26 @@ class Link:
         return self.latency_us * 1e-6 + nbytes / (self.bandwidth_gbps * 1e9)
 
 
+def _merging_blocks(flops: np.ndarray, *, dtype: str, kind, mask, q_tokens, kv_tokens, head_dim: int | None,
+                    kv_heads_per_head: float | None, sliced, alone, merges: tuple[str, ...]):
+    """For each (pass, mask) of the blocks that merge (all but those `alone` in their pass):
+    (which blocks, the pass, their `sliced` flags, the bytes each merge of `merges` moves
+    after each: sim.hardware.kernel_model.merge_bytes)."""
+    kind, mask = np.asarray(kind, dtype=str), np.asarray(mask, dtype=str)
+    q_tokens, kv_tokens = np.asarray(q_tokens), np.asarray(kv_tokens)
+    sliced = np.zeros(len(flops), dtype=bool) if sliced is None else np.asarray(sliced, dtype=bool)
+    merging = np.ones(len(flops), dtype=bool) if alone is None else ~np.asarray(alone, dtype=bool)
+    hd, ratio = head_dim or ASSUMED_HEAD_DIM, kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD
+    for k in ("fwd", "bwd"):
+        for m in ("full", "diagonal"):
+            sel = (kind == k) & (mask == m) & merging
+            if not sel.any():
+                continue
+            yield sel, k, sliced[sel], [
+                merge_bytes(k, m, flops[sel], q_tokens[sel], kv_tokens[sel], head_dim=hd, kv_heads_per_head=ratio,
+                            elem_bytes=DTYPE_BYTES[dtype], merge=merge, sliced=sliced[sel]) for merge in merges]
+
+
 @functools.lru_cache(maxsize=32)
 def _fabric(pcie: Pcie, gpus_per_node: int, port_gbps: float) -> Fabric:
     return pcie.fabric(gpus_per_node, port_gbps)
@@ -285,21 +305,12 @@ class Hardware(HardwareModel):
         t = g.launch_overhead_us * 1e-6 + flops / g.rate_flops(dtype, head_dim)
         if not self._flat_unfused:
             return t
-        hd = head_dim or ASSUMED_HEAD_DIM
-        ratio = kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD
-        sliced = np.zeros(len(flops), dtype=bool) if sliced is None else np.asarray(sliced, dtype=bool)
-        merges = np.ones(len(flops), dtype=bool) if alone is None else ~np.asarray(alone, dtype=bool)
         extra = np.zeros(len(flops))
-        for k in ("fwd", "bwd"):
-            for m in ("full", "diagonal"):
-                sel = (kind == k) & (mask == m) & merges
-                if not sel.any():
-                    continue
-                moved = [merge_bytes(k, m, flops[sel], q_tokens[sel], kv_tokens[sel], head_dim=hd,
-                                     kv_heads_per_head=ratio, elem_bytes=DTYPE_BYTES[dtype], merge=merge,
-                                     sliced=sliced[sel]) for merge in ("unfused", "fused")]
-                kernels = merge_kernels(k, "unfused", sliced[sel]) - merge_kernels(k, "fused", sliced[sel])
-                extra[sel] = (moved[0] - moved[1]) / (g.memory_bandwidth_gbps * 1e9) + kernels * KERNEL_GAP_US * 1e-6
+        for sel, k, sl, (unfused, fused) in _merging_blocks(
+                flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens, kv_tokens=kv_tokens, head_dim=head_dim,
+                kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone, merges=("unfused", "fused")):
+            kernels = merge_kernels(k, "unfused", sl) - merge_kernels(k, "fused", sl)
+            extra[sel] = (unfused - fused) / (g.memory_bandwidth_gbps * 1e9) + kernels * KERNEL_GAP_US * 1e-6
         return t + extra
 
     @property
@@ -427,20 +438,10 @@ class Hardware(HardwareModel):
         table = g.uses_kernel_table(dtype)
         if g.memory_bandwidth_gbps is None or not (table or self._flat_unfused):
             return out
-        kind, mask = np.asarray(kind, dtype=str), np.asarray(mask, dtype=str)
-        q_tokens, kv_tokens = np.asarray(q_tokens), np.asarray(kv_tokens)
-        sliced = np.zeros(len(flops), dtype=bool) if sliced is None else np.asarray(sliced, dtype=bool)
-        merges = np.ones(len(flops), dtype=bool) if alone is None else ~np.asarray(alone, dtype=bool)
-        hd, ratio = head_dim or ASSUMED_HEAD_DIM, kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD
-        for k in ("fwd", "bwd"):
-            for m in ("full", "diagonal"):
-                sel = (kind == k) & (mask == m) & merges
-                if not sel.any():
-                    continue
-                moved = [merge_bytes(k, m, flops[sel], q_tokens[sel], kv_tokens[sel], head_dim=hd,
-                                     kv_heads_per_head=ratio, elem_bytes=DTYPE_BYTES[dtype], merge=merge,
-                                     sliced=sliced[sel]) for merge in (g.merge, "fused")]
-                out[sel] = (moved[0] if table else moved[0] - moved[1]) / (g.memory_bandwidth_gbps * 1e9)
+        for sel, _, _, (own, fused) in _merging_blocks(
+                flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens, kv_tokens=kv_tokens, head_dim=head_dim,
+                kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone, merges=(g.merge, "fused")):
+            out[sel] = (own if table else own - fused) / (g.memory_bandwidth_gbps * 1e9)
         return out
 
     def _inside(self) -> str:
