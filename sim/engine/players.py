@@ -85,9 +85,9 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
             names.append("sliced")
             extra.append(_sliced(schedule))
         if hardware.takes_call_order:
-            names += ["alone", "isolated"]
-            alone, isolated = _call_order(schedule, comp)
-            extra += [alone, np.ones_like(isolated) if host_waits else isolated]
+            names += ["alone", "isolated", "opens"]
+            alone, isolated, opens = _call_order(schedule, comp)
+            extra += [alone, np.ones_like(isolated) if host_waits else isolated, opens]
         geometry = head_geometry(workload)
 
         def times(flops, kind, mask, q_tokens, kv_tokens, *flags):
@@ -251,19 +251,23 @@ def _sliced(schedule: Schedule) -> np.ndarray:
     return out
 
 
-def _call_order(schedule: Schedule, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _call_order(schedule: Schedule, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per op, whether it is the only computed block of its pass on its rank (its result is
-    the output: nothing to merge) and whether it is its rank's first computed block (the
-    GPU is idle when it is called), in schedule order; `comp`: the computed (not fully
-    masked) blocks, ascending."""
+    the output: nothing to merge), whether it is its rank's first computed block (the
+    GPU is idle when it is called) and whether it is its rank's first forward block (its
+    merge opens the output), in schedule order; `comp`: the computed (not fully masked)
+    blocks, ascending."""
     alone = np.zeros(len(schedule), dtype=bool)
     isolated = np.zeros(len(schedule), dtype=bool)
+    opens = np.zeros(len(schedule), dtype=bool)
     rank, kind = schedule.rank[comp], schedule.kind[comp]
     _, first = np.unique(rank, return_index=True)
     isolated[comp[first]] = True
-    _, first, count = np.unique(rank.astype(np.int64) * len(KINDS) + kind, return_index=True, return_counts=True)
+    keys, first, count = np.unique(rank.astype(np.int64) * len(KINDS) + kind, return_index=True, return_counts=True)
     alone[comp[first[count == 1]]] = True
-    return alone, isolated
+    forward = keys % len(KINDS) == KINDS.index("fwd")
+    opens[comp[first[forward]]] = True
+    return alone, isolated, opens
 
 
 def _by_runs(fn: Any, columns: list[np.ndarray]) -> np.ndarray:

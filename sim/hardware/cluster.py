@@ -193,23 +193,25 @@ class Link:
 
 
 def _merging_blocks(flops: np.ndarray, *, dtype: str, kind, mask, q_tokens, kv_tokens, head_dim: int | None,
-                    kv_heads_per_head: float | None, sliced, alone, merges: tuple[str, ...]):
+                    kv_heads_per_head: float | None, sliced, alone, merges: tuple[str, ...], opens=None):
     """For each (pass, mask) of the blocks that merge (all but those `alone` in their pass):
-    (which blocks, the pass, their `sliced` flags, the bytes each merge of `merges` moves
-    after each: sim.hardware.kernel_model.merge_bytes)."""
+    (which blocks, the pass, their `sliced` and `opens` flags, the bytes each merge of
+    `merges` moves after each: sim.hardware.kernel_model.merge_bytes)."""
     kind, mask = np.asarray(kind, dtype=str), np.asarray(mask, dtype=str)
     q_tokens, kv_tokens = np.asarray(q_tokens), np.asarray(kv_tokens)
     sliced = np.zeros(len(flops), dtype=bool) if sliced is None else np.asarray(sliced, dtype=bool)
     merging = np.ones(len(flops), dtype=bool) if alone is None else ~np.asarray(alone, dtype=bool)
+    opens = np.zeros(len(flops), dtype=bool) if opens is None else np.asarray(opens, dtype=bool)
     hd, ratio = head_dim or ASSUMED_HEAD_DIM, kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD
     for k in ("fwd", "bwd"):
         for m in ("full", "diagonal"):
             sel = (kind == k) & (mask == m) & merging
             if not sel.any():
                 continue
-            yield sel, k, sliced[sel], [
+            yield sel, k, sliced[sel], opens[sel], [
                 merge_bytes(k, m, flops[sel], q_tokens[sel], kv_tokens[sel], head_dim=hd, kv_heads_per_head=ratio,
-                            elem_bytes=DTYPE_BYTES[dtype], merge=merge, sliced=sliced[sel]) for merge in merges]
+                            elem_bytes=DTYPE_BYTES[dtype], merge=merge, sliced=sliced[sel], opens=opens[sel])
+                for merge in merges]
 
 
 @functools.lru_cache(maxsize=32)
@@ -271,7 +273,7 @@ class Hardware(HardwareModel):
     def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str,
                        q_tokens: int, kv_tokens: int, head_dim: int | None = None,
                        kv_heads_per_head: float | None = None, sliced: bool = False, alone: bool = False,
-                       isolated: bool = False) -> float:
+                       isolated: bool = False, opens: bool = False) -> float:
         """Time of one block: overhead + FLOPs / achieved rate (docs/design.md); with a kernel
         table, the rate of its pass, mask and size plus its merge (sim.hardware.kernel_model).
         head_dim and kv_heads_per_head (the engine passes the workload's) default to
@@ -279,23 +281,26 @@ class Hardware(HardwareModel):
         (the engine passes it where `merge_copies_slices`); alone: the only block of its
         pass on its rank, whose result is the output (nothing to merge); isolated: the GPU is idle when
         it is called (the first block of its rank): the call's host-side floor is paid in
-        front, not hidden behind queued work (the engine passes both: `takes_call_order`)."""
+        front, not hidden behind queued work; opens: the rank's first forward block, whose
+        merge starts the output (sim.hardware.presets.MERGE_OPEN) (the engine passes the three:
+        `takes_call_order`)."""
         if self.gpu.uses_kernel_table(dtype):
             return float(self.compute_times_s(
                 np.array([flops], dtype=float), dtype=dtype, kind=np.array([kind], dtype=object),
                 mask=np.array([mask], dtype=object), q_tokens=np.array([q_tokens]),
                 kv_tokens=np.array([kv_tokens]), head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
-                sliced=np.array([sliced]), alone=np.array([alone]), isolated=np.array([isolated]))[0])
+                sliced=np.array([sliced]), alone=np.array([alone]), isolated=np.array([isolated]),
+                opens=np.array([opens]))[0])
         return float(self._flat_times_s(np.array([flops], dtype=float), dtype=dtype, kind=np.array([kind]),
                                         mask=np.array([mask]), q_tokens=np.array([q_tokens]),
                                         kv_tokens=np.array([kv_tokens]), head_dim=head_dim,
                                         kv_heads_per_head=kv_heads_per_head, sliced=np.array([sliced]),
-                                        alone=np.array([alone]))[0])
+                                        alone=np.array([alone]), opens=np.array([opens]))[0])
 
     def _flat_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
                       q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None,
                       kv_heads_per_head: float | None, sliced: np.ndarray | None,
-                      alone: np.ndarray | None) -> np.ndarray:
+                      alone: np.ndarray | None, opens: np.ndarray | None = None) -> np.ndarray:
         """The flat model: overhead + FLOPs / (peak x efficiency). Its efficiency is an
         attention kernel's merged in one fused pass; with the unfused merge
         (ring-flash-attention's chain of elementwise kernels), each block that merges also
@@ -306,10 +311,11 @@ class Hardware(HardwareModel):
         if not self._flat_unfused:
             return t
         extra = np.zeros(len(flops))
-        for sel, k, sl, (unfused, fused) in _merging_blocks(
+        for sel, k, sl, op, (unfused, fused) in _merging_blocks(
                 flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens, kv_tokens=kv_tokens, head_dim=head_dim,
-                kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone, merges=("unfused", "fused")):
-            kernels = merge_kernels(k, "unfused", sl) - merge_kernels(k, "fused", sl)
+                kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone, merges=("unfused", "fused"),
+                opens=opens):
+            kernels = merge_kernels(k, "unfused", sl, op) - merge_kernels(k, "fused", sl, op)
             extra[sel] = (unfused - fused) / (g.memory_bandwidth_gbps * 1e9) + kernels * KERNEL_GAP_US * 1e-6
         return t + extra
 
@@ -342,8 +348,10 @@ class Hardware(HardwareModel):
     def compute_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
                         q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
                         kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None,
-                        alone: np.ndarray | None = None, isolated: np.ndarray | None = None) -> np.ndarray:
-        """compute_time_s over arrays of blocks (kind and mask: arrays of names)."""
+                        alone: np.ndarray | None = None, isolated: np.ndarray | None = None,
+                        opens: np.ndarray | None = None) -> np.ndarray:
+        """compute_time_s over arrays of blocks (kind and mask: arrays of names); opens: the
+        blocks that open their rank's forward output (sim.hardware.presets.MERGE_OPEN)."""
         g = self.gpu
         if g.uses_kernel_table(dtype):
             return block_times_s(
@@ -351,11 +359,12 @@ class Hardware(HardwareModel):
                 head_dim=head_dim or ASSUMED_HEAD_DIM,
                 kv_heads_per_head=kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD,
                 elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
-                sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated)
+                sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated,
+                opens=opens)
         return self._flat_times_s(np.asarray(flops, dtype=float), dtype=dtype, kind=np.asarray(kind, dtype=str),
                                   mask=np.asarray(mask, dtype=str), q_tokens=np.asarray(q_tokens),
                                   kv_tokens=np.asarray(kv_tokens), head_dim=head_dim,
-                                  kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone)
+                                  kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone, opens=opens)
 
     def times_varlen(self, dtype: str) -> bool:
         """Whether blocks of packed documents are timed as varlen calls (the block model);
@@ -365,14 +374,15 @@ class Hardware(HardwareModel):
     def varlen_times_s(self, calls, flops: np.ndarray, *, dtype: str, kind: np.ndarray,
                        head_dim: int | None = None, kv_heads_per_head: float | None = None,
                        sliced: np.ndarray | None = None, alone: np.ndarray | None = None,
-                       isolated: np.ndarray | None = None) -> np.ndarray:
+                       isolated: np.ndarray | None = None, opens: np.ndarray | None = None) -> np.ndarray:
         """compute_times_s for blocks that are varlen calls (sim.hardware.kernel_model.varlen_times_s)."""
         g = self.gpu
         return varlen_times_s(
             kernel_table(g.kernel), calls, flops, kind=kind, head_dim=head_dim or ASSUMED_HEAD_DIM,
             kv_heads_per_head=kv_heads_per_head or ASSUMED_KV_HEADS_PER_HEAD,
             elem_bytes=DTYPE_BYTES[dtype], merge=g.merge, memory_bandwidth_gbps=g.memory_bandwidth_gbps,
-            sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated)
+            sms=g.sms, floors=g.floors, rate_scale=g.rate_scale, sliced=sliced, alone=alone, isolated=isolated,
+            opens=opens)
 
     def transfer_times_s(self, nbytes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """transfer_time_s over arrays of transfers: under NCCL, each a send/receive in a
@@ -427,7 +437,8 @@ class Hardware(HardwareModel):
     def memory_bound_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
                        q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
                        kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None,
-                       alone: np.ndarray | None = None, isolated: np.ndarray | None = None) -> np.ndarray:
+                       alone: np.ndarray | None = None, isolated: np.ndarray | None = None,
+                       opens: np.ndarray | None = None) -> np.ndarray:
         """The merge after each block at the GPU's memory bandwidth: what its time spends
         streaming memory (sim.hardware.kernel_model.merge_bytes; in the flat model only what
         an unfused merge moves beyond the fused pass its efficiency includes); 0 for a block
@@ -438,9 +449,10 @@ class Hardware(HardwareModel):
         table = g.uses_kernel_table(dtype)
         if g.memory_bandwidth_gbps is None or not (table or self._flat_unfused):
             return out
-        for sel, _, _, (own, fused) in _merging_blocks(
+        for sel, _, _, _, (own, fused) in _merging_blocks(
                 flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens, kv_tokens=kv_tokens, head_dim=head_dim,
-                kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone, merges=(g.merge, "fused")):
+                kv_heads_per_head=kv_heads_per_head, sliced=sliced, alone=alone, merges=(g.merge, "fused"),
+                opens=opens):
             out[sel] = (own if table else own - fused) / (g.memory_bandwidth_gbps * 1e9)
         return out
 

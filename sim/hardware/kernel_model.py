@@ -68,6 +68,7 @@ from sim.hardware.presets import (
     KERNEL_TABLES,
     MERGE_BYTES,
     MERGE_KERNELS,
+    MERGE_OPEN,
     MERGE_SLICE_BYTES,
     MERGE_SLICE_KERNELS,
     OP_HOST_US,
@@ -149,9 +150,10 @@ def whole_heads(kind: str, mask: str, flops: float, q_tokens: int, kv_tokens: in
 
 
 def merge_bytes(kind: str, mask: str, flops, q_tokens, kv_tokens, *, head_dim: int,
-                kv_heads_per_head: float, elem_bytes: int, merge: str, sliced=False) -> np.ndarray:
+                kv_heads_per_head: float, elem_bytes: int, merge: str, sliced=False, opens=False) -> np.ndarray:
     """Bytes the merge after one block moves (module docstring); `sliced`: the block's
-    queries are part of its rank's (scalar or array)."""
+    queries are part of its rank's; `opens`: the block opens its rank's forward output
+    (sim.hardware.presets.MERGE_OPEN) (scalars or arrays)."""
     width = output_width(kind, mask, flops, q_tokens, kv_tokens)
     q = np.asarray(q_tokens, dtype=float)
     if kind == "fwd":
@@ -160,15 +162,24 @@ def merge_bytes(kind: str, mask: str, flops, q_tokens, kv_tokens, *, head_dim: i
         on_slice = np.asarray(sliced, dtype=bool)
         per_elem = np.where(on_slice, per_elem + slice_elem, per_elem)
         per_row = np.where(on_slice, per_row + slice_row, per_row)
+        if merge in MERGE_OPEN:
+            open_elem, open_row, _ = MERGE_OPEN[merge](elem_bytes)
+            on_open = np.asarray(opens, dtype=bool)
+            per_elem = np.where(on_open, open_elem, per_elem)
+            per_row = np.where(on_open, open_row, per_row)
         return q * width * (per_elem + per_row / head_dim)
     kv = np.asarray(kv_tokens, dtype=float)
     per_elem = 2 * ACCUM_BYTES + elem_bytes
     return per_elem * width * (q + 2.0 * kv_heads_per_head * kv)
 
 
-def merge_kernels(kind: str, merge: str, sliced) -> np.ndarray:
-    """Kernels one merge launches (sim.hardware.presets.MERGE_KERNELS), with the slice's copies."""
-    return MERGE_KERNELS[merge][kind] + np.where(np.asarray(sliced, dtype=bool), MERGE_SLICE_KERNELS[merge], 0)
+def merge_kernels(kind: str, merge: str, sliced, opens=False) -> np.ndarray:
+    """Kernels one merge launches (sim.hardware.presets.MERGE_KERNELS), with the slice's
+    copies; the conversions of MERGE_OPEN where the block opens its rank's forward output."""
+    kernels = MERGE_KERNELS[merge][kind] + np.where(np.asarray(sliced, dtype=bool), MERGE_SLICE_KERNELS[merge], 0)
+    if kind == "fwd" and merge in MERGE_OPEN:
+        kernels = np.where(np.asarray(opens, dtype=bool), MERGE_OPEN[merge](0)[2], kernels)
+    return kernels
 
 
 @dataclass(frozen=True)
@@ -195,7 +206,7 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
                   kv_heads_per_head: float, elem_bytes: int, merge: str,
                   memory_bandwidth_gbps: float, sms: int | None = None, floors: Floors = Floors(),
                   rate_scale: dict[str, float] | None = None, sliced=None, alone=None,
-                  isolated=None) -> np.ndarray:
+                  isolated=None, opens=None) -> np.ndarray:
     """Time of each block (arrays of equal length; kind and mask: arrays of names;
     sliced: whether each block's queries are part of its rank's; alone: whether it is the
     only block of its pass on its rank, whose result is the output (no merge); isolated:
@@ -211,7 +222,7 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
     q_tokens, kv_tokens = np.asarray(q_tokens), np.asarray(kv_tokens)
     n = flops.shape
 
-    sliced, alone, isolated = (_flags(x, n) for x in (sliced, alone, isolated))
+    sliced, alone, isolated, opens = (_flags(x, n) for x in (sliced, alone, isolated, opens))
     unknown = ~((mask == "full") | (mask == "diagonal") | (mask == "empty")) | ~((kind == "fwd") | (kind == "bwd"))
     if unknown.any():
         i = int(np.flatnonzero(unknown)[0])
@@ -231,8 +242,8 @@ def block_times_s(table: KernelTable, flops, *, kind, mask, q_tokens, kv_tokens,
                                         scale.get(f"{k}-{m}", 1.0))
                              for a, b, h in zip(q, kv, heads)])
             moved = merge_bytes(k, m, f, q, kv, head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,
-                                elem_bytes=elem_bytes, merge=merge, sliced=sliced[sel])
-            merges = np.where(alone[sel], 0, merge_kernels(k, merge, sliced[sel]))
+                                elem_bytes=elem_bytes, merge=merge, sliced=sliced[sel], opens=opens[sel])
+            merges = np.where(alone[sel], 0, merge_kernels(k, merge, sliced[sel], opens[sel]))
             gpu = call + np.where(alone[sel], 0.0, moved / bw) + merges * floors.kernel_gap_us * 1e-6
             host = (floors.host_us(k) + merges * floors.op_host_us) * 1e-6
             out[sel] = np.where(isolated[sel], host + gpu, np.maximum(host, gpu))
@@ -526,7 +537,7 @@ def piece_span(mask: str, q: int, kv: int) -> float:
 def varlen_times_s(table: KernelTable, calls, flops, *, kind, head_dim: int, kv_heads_per_head: float,
                    elem_bytes: int, merge: str, memory_bandwidth_gbps: float, sms: int | None = None,
                    floors: Floors = Floors(), rate_scale: dict[str, float] | None = None, sliced=None,
-                   alone=None, isolated=None) -> np.ndarray:
+                   alone=None, isolated=None, opens=None) -> np.ndarray:
     """`block_times_s` for blocks that are varlen calls (`calls`: a sim.layouts.packed.BlockCall
     per block): the call's GPU time from `varlen_call_gpu_s`, then the merge and the floor
     as for any block. The heads come from the FLOPs over the pairs the call's pieces span
@@ -535,7 +546,7 @@ def varlen_times_s(table: KernelTable, calls, flops, *, kind, head_dim: int, kv_
     kind = np.asarray(kind, dtype=str)
     n = flops.shape
 
-    sliced, alone, isolated = (_flags(x, n) for x in (sliced, alone, isolated))
+    sliced, alone, isolated, opens = (_flags(x, n) for x in (sliced, alone, isolated, opens))
     bw = memory_bandwidth_gbps * 1e9
     scale = rate_scale or {}
     out = np.zeros(n)
@@ -555,8 +566,8 @@ def varlen_times_s(table: KernelTable, calls, flops, *, kind, head_dim: int, kv_
             dense = width * 4.0 * PASS_FLOPS_FACTOR[k] * q_all * kv_all
             moved = float(merge_bytes(k, "full", dense, q_all, kv_all, head_dim=head_dim,
                                       kv_heads_per_head=kv_heads_per_head, elem_bytes=elem_bytes, merge=merge,
-                                      sliced=sliced[i]))
-            merges = int(merge_kernels(k, merge, sliced[i]))
+                                      sliced=sliced[i], opens=opens[i]))
+            merges = int(merge_kernels(k, merge, sliced[i], opens[i]))
             gpu += moved / bw + merges * floors.kernel_gap_us * 1e-6
         else:
             merges = 0

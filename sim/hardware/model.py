@@ -50,8 +50,9 @@ class HardwareModel(Protocol):
     `sliced` to the compute times."""
     takes_call_order: bool = False
     """Block times depend on `alone` (the only block of its pass on its rank: nothing to
-    merge) and `isolated` (its rank's first block: the GPU is idle when it is called),
-    which the engine then passes to the compute times."""
+    merge), `isolated` (its rank's first block: the GPU is idle when it is called) and
+    `opens` (its rank's first forward block, whose merge starts the output), which the
+    engine then passes to the compute times."""
     times_collectives: bool = False
     """The flows of collectives have their own times (`collective_times_s`); otherwise they
     take the point-to-point link's."""
@@ -62,10 +63,11 @@ class HardwareModel(Protocol):
     @abstractmethod
     def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str, q_tokens: int, kv_tokens: int,
                        head_dim: int | None = None, kv_heads_per_head: float | None = None,
-                       sliced: bool = False, alone: bool = False, isolated: bool = False) -> float:
+                       sliced: bool = False, alone: bool = False, isolated: bool = False,
+                       opens: bool = False) -> float:
         """Time of one block of `flops` (kind: 'fwd' or 'bwd'; mask: 'full' or 'diagonal')
         on `q_tokens` queries and `kv_tokens` keys; head_dim and kv_heads_per_head are the
-        workload's (None: the model's assumption); sliced, alone and isolated as the
+        workload's (None: the model's assumption); sliced, alone, isolated and opens as the
         abilities above."""
 
     @abstractmethod
@@ -84,11 +86,12 @@ class HardwareModel(Protocol):
     def compute_times_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
                         q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
                         kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None,
-                        alone: np.ndarray | None = None, isolated: np.ndarray | None = None) -> np.ndarray:
+                        alone: np.ndarray | None = None, isolated: np.ndarray | None = None,
+                        opens: np.ndarray | None = None) -> np.ndarray:
         """compute_time_s over arrays of blocks (kind and mask: arrays of names; a flag
         left None is not passed)."""
         flags = {name: np.asarray(values, dtype=bool)
-                 for name, values in (("sliced", sliced), ("alone", alone), ("isolated", isolated))
+                 for name, values in (("sliced", sliced), ("alone", alone), ("isolated", isolated), ("opens", opens))
                  if values is not None}
 
         def one(f, k, m, q, kv, *on):
@@ -110,7 +113,7 @@ class HardwareModel(Protocol):
     def varlen_times_s(self, calls: list[Any], flops: np.ndarray, *, dtype: str, kind: np.ndarray,
                        head_dim: int | None = None, kv_heads_per_head: float | None = None,
                        sliced: np.ndarray | None = None, alone: np.ndarray | None = None,
-                       isolated: np.ndarray | None = None) -> np.ndarray:
+                       isolated: np.ndarray | None = None, opens: np.ndarray | None = None) -> np.ndarray:
         """compute_times_s for blocks that are varlen calls (`calls`: their
         sim.layouts.packed.BlockCall); asked only where `times_varlen`."""
         raise NotImplementedError(f"{type(self).__name__} does not time varlen calls")
@@ -133,7 +136,8 @@ class HardwareModel(Protocol):
     def memory_bound_s(self, flops: np.ndarray, *, dtype: str, kind: np.ndarray, mask: np.ndarray,
                        q_tokens: np.ndarray, kv_tokens: np.ndarray, head_dim: int | None = None,
                        kv_heads_per_head: float | None = None, sliced: np.ndarray | None = None,
-                       alone: np.ndarray | None = None, isolated: np.ndarray | None = None) -> np.ndarray:
+                       alone: np.ndarray | None = None, isolated: np.ndarray | None = None,
+                       opens: np.ndarray | None = None) -> np.ndarray:
         """The memory-bound part of each block's time (arguments as `compute_times_s`), which
         a GPU contention model slows by the HBM bandwidth transfers take; 0: none."""
         return np.zeros(len(np.asarray(flops)))

@@ -401,6 +401,20 @@ MERGE_BYTES = {
 # whole, 16 bytes per element of the fp32 slice (and per row). TransformerEngine corrects
 # the second half in place (a view): nothing more.
 MERGE_SLICE_BYTES = {"fused": (0, 0), "unfused": (8, 8), "te": (0, 0), "torch": (16, 16), "concat": (0, 0)}
+# Where a rank's output starts from nothing, its first forward merge is no merge:
+# ring-flash-attention's update_out_and_lse with out None does `out = block_out.to(torch.float32)`
+# and keeps a view of the block's log-sum-exp (ring_flash_attn/utils.py at
+# zhuzilin/ring-flash-attention 899628238f2f5bb8c028579c89b7cd56ea451d2a), and after the last
+# step the forward converts the fp32 output back, `out = out.to(q.dtype)`, the log-sum-exp again
+# a view (ring_flash_attn.py, zigzag_ring_flash_attn.py, stripe_flash_attn.py); torch's
+# _SDPAMerger.step likewise converts its first output (`self._out = out.to(torch.float32)`; the
+# log-sum-exp is already fp32) and results() converts back (torch 2.13.0,
+# distributed/tensor/experimental/_context_parallel/_attention.py). Both conversions read and
+# write each element once (b + 4 bytes each), one kernel each. Both are charged to the block
+# that opens the output, the rank's first forward block: it covers all the rank's queries (every
+# layout's step 0 is the rank's own K/V), as the final conversion does. (bytes per output element,
+# bytes per (query row, head), kernels); a merge not named here merges its first block as any other.
+MERGE_OPEN = {"unfused": lambda b: (2 * (b + 4), 0, 2), "torch": lambda b: (2 * (b + 4), 0, 2)}
 
 # H100 and H200 have the same SMs and clocks (H200 has more, faster memory); H800 is the
 # H100 SXM5 die with NVLink cut to 400 GB/s. Attention tables measured on H100 apply to all.

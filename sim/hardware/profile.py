@@ -145,7 +145,8 @@ class Profile(HardwareModel):
 
     def compute_time_s(self, flops: float, *, dtype: str, kind: str, mask: str, q_tokens: int, kv_tokens: int,
                        head_dim: int | None = None, kv_heads_per_head: float | None = None,
-                       sliced: bool = False, alone: bool = False, isolated: bool = False) -> float:
+                       sliced: bool = False, alone: bool = False, isolated: bool = False,
+                       opens: bool = False) -> float:
         """The measured group's time for `flops` (its heads read off the block's FLOPs and
         extent, see the module's docstring); the head geometry and the call order do not
         change it: the groups were measured on their own."""

@@ -224,7 +224,7 @@ def reference_durations(ops, hardware, workload):
     ranks = 1 + max((op.rank for op in ops if isinstance(op, ComputeOp)), default=0)
     slices = hardware.merge_copies_slices
     order = hardware.takes_call_order
-    seen_ranks = set()
+    seen_ranks, opened = set(), set()
     per_pass = {}
     for op in ops:
         if isinstance(op, ComputeOp) and op.mask != "empty":
@@ -237,9 +237,13 @@ def reference_durations(ops, hardware, workload):
             out.append(0.0)
         else:
             more = {"sliced": op.q_tokens < workload.seq // ranks} if slices else {}
-            if order:     # a rank's first block finds its GPU idle; a pass's only block is its output
-                more |= {"alone": per_pass[op.rank, op.kind] == 1, "isolated": op.rank not in seen_ranks}
+            if order:     # a rank's first block finds its GPU idle; a pass's only block is its output;
+                # its first forward block opens its output
+                more |= {"alone": per_pass[op.rank, op.kind] == 1, "isolated": op.rank not in seen_ranks,
+                         "opens": op.kind == "fwd" and op.rank not in opened}
                 seen_ranks.add(op.rank)
+                if op.kind == "fwd":
+                    opened.add(op.rank)
             out.append(hardware.compute_time_s(op.flops, dtype=workload.dtype, kind=op.kind, mask=op.mask,
                                                q_tokens=op.q_tokens, kv_tokens=op.kv_tokens, head_dim=workload.head_dim,
                                                kv_heads_per_head=workload.kv_heads / workload.heads, **more))
@@ -368,7 +372,7 @@ class PerOpHardware(HardwareModel):
                        **flags):
         self.calls += 1
         assert type(flops) is float and type(q_tokens) is int and type(kind) is str
-        assert set(flags) <= {"sliced", "alone", "isolated"}
+        assert set(flags) <= {"sliced", "alone", "isolated", "opens"}
         assert all(type(x) is bool for x in flags.values())
         return self.hw.compute_time_s(flops, dtype=dtype, kind=kind, mask=mask, q_tokens=q_tokens,
                                       kv_tokens=kv_tokens, head_dim=head_dim, kv_heads_per_head=kv_heads_per_head,

@@ -10,7 +10,9 @@ stripe calls q[:, 1:] x k[:, :-1] after), then update_out_and_lse: the TorchScri
 _update_out_and_lse, run as one elementwise kernel per operation
 (sim.hardware.presets.MERGE_BYTES 'unfused', fp32 output and log-sum-exp), and on a slice
 (zigzag's and stripe's half and shifted blocks) the slice copied back; then comm.wait():
-four req.wait(), each making the compute stream wait on NCCL's. The send of step k+1 is
+four req.wait(), each making the compute stream wait on NCCL's. The first step's
+update_out_and_lse only converts the block's output to fp32, and the forward ends by
+converting it back (sim.hardware.presets.MERGE_OPEN). The send of step k+1 is
 posted after step k's call and merge were queued, and NCCL's stream waits for the stream
 that posts it: the next send waits for this step's compute ('step').
 With packed documents the varlen zigzag (zigzag_ring_flash_attn_varlen.py) takes its halves
@@ -45,8 +47,9 @@ IMPLEMENTATION = Implementation(
            "update_out_and_lse: 9 elementwise kernels on the fp32 output and log-sum-exp (38 bytes per bf16 "
            "output element); on a slice, 2 more copies back (8 bytes)",
            "comm.wait(): 4 x req.wait(), the compute stream waits on NCCL's"),
-    not_modelled=("the first step's block_out.to(fp32) is played as a whole merge",
-                  "the final out.to(bf16) (6 bytes per output element) is not played",
+    not_modelled=("the final out.to(bf16) (6 bytes per output element, one kernel) is played at the first block, "
+                  "with its block_out.to(fp32) (sim.hardware.presets.MERGE_OPEN), not after the last step",
+                  "the backward's final dq, dk, dv .to(bf16) are not played",
                   "the varlen zigzag's gathers and scatters of its halves (k[half_index0], dq[half_index1] +=) "
                   "are played as the merge's bytes, their host waits as each call on an idle GPU"),
 )

@@ -10,6 +10,8 @@ q chunk x K/V after), then _SDPAMerger.step: out.to(fp32) and the merge as
 ring-flash-attention writes it, eager (out - sigmoid(block_lse - lse) * (out - block_out)),
 'unfused'; on the second q chunk, _partial_update rebuilds the whole output and the
 statistics with torch.cat (MERGE_BYTES 'torch': 16 bytes per element of the chunk). The
+first step's merge only converts the output to fp32 (_merge_one keeps the first block), and
+results() converts it back (sim.hardware.presets.MERGE_OPEN). The
 send is posted after the step before's call and merge were queued ('step').
 """
 

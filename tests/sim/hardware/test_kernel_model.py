@@ -156,6 +156,25 @@ def test_the_merge_adds_its_bytes_and_its_kernels():
     assert block(h800("unfused"), small, "fwd", "full", 128, 128) == pytest.approx((33.3 + 9 * 10.0) * 1e-6)
 
 
+def test_the_block_that_opens_the_output_only_converts_it():
+    """ring-flash-attention's first update_out_and_lse is `block_out.to(fp32)` and its last
+    line `out.to(bf16)`: 2 + 4 bytes per element each, one kernel each, no statistics; charged
+    to the opening block. A fused merge opens as it merges."""
+    q = kv = 8192
+    flops = 4 * D * q * kv * 32
+    gpu = call_gpu_s("fa2-h100", "fwd", "full", q, kv, 32, D, 0.25, 2, H800_STREAM, SMS, 1.0)
+    converts = q * 32 * D * 2 * (2 + 4) / H800_STREAM + 2 * GAP
+    assert block(h800("unfused"), flops, "fwd", "full", q, kv, opens=True) == pytest.approx(gpu + converts, rel=1e-12)
+    assert block(h800("torch"), flops, "fwd", "full", q, kv, opens=True) == pytest.approx(gpu + converts, rel=1e-12)
+    for merge in ("fused", "te", "concat"):
+        assert block(h800(merge), flops, "fwd", "full", q, kv, opens=True) == block(h800(merge), flops, "fwd", "full",
+                                                                                    q, kv)
+    # the backward's merges are not the forward's output
+    bwd = 2.5 * flops
+    assert block(h800("unfused"), bwd, "bwd", "full", q, kv, opens=True) == block(h800("unfused"), bwd, "bwd", "full",
+                                                                                   q, kv)
+
+
 def test_flat_model_is_overhead_plus_flops_over_rate():
     hw = Hardware(gpu=Gpu.preset("H100-SXM", efficiency=0.5, launch_overhead_us=7.0))
     assert block(hw, 1e12, "fwd", "diagonal", 4096, 4096) == pytest.approx(7e-6 + 1e12 / (989.4e12 * 0.5))

@@ -129,6 +129,31 @@ def test_merge_costs_bytes_over_bandwidth(library, per_elem, per_row):
     assert merged - alone == pytest.approx(moved / (hw.gpu.memory_bandwidth_gbps * 1e9) + kernels * gap, rel=1e-9)
 
 
+@pytest.mark.parametrize("layout,pass_", [("zigzag", "fwdbwd"), ("striped", "fwd"), ("contiguous", "bwd")])
+def test_each_rank_opens_its_output_once_at_its_first_forward_block(layout, pass_):
+    """The engine tells the hardware which block opens each rank's forward output: one per rank
+    and forward pass, the first the rank computes (step 0, its own K/V: all its queries)."""
+    from sim.engine.players import _call_order
+    from sim.engine.schedule import EMPTY, KINDS
+
+    sc = _scenario(layout=layout, pass_=pass_, impl="rfa")
+    schedule = get_scheme(RING).build_schedule(sc)
+    comp = schedule.compute_ids
+    comp = comp[schedule.mask[comp] != EMPTY]
+    _, _, opens = _call_order(schedule, comp)
+    forward = comp[schedule.kind[comp] == KINDS.index("fwd")]
+    if pass_ == "bwd":
+        assert not opens.any()
+        return
+    assert sorted(schedule.rank[opens].tolist()) == list(range(sc.n_gpus))
+    widest = np.zeros(sc.n_gpus)
+    np.maximum.at(widest, schedule.rank[forward], schedule.q_tokens[forward])
+    for op in np.flatnonzero(opens):
+        assert schedule.kind[op] == KINDS.index("fwd") and schedule.step[op] == 0
+        assert op == forward[schedule.rank[forward] == schedule.rank[op]].min()
+        assert schedule.q_tokens[op] == widest[schedule.rank[op]]
+
+
 def test_an_isolated_block_pays_the_steps_host_operations_in_front():
     impl = implementations.get(RING, "rfa")
     hw = impl.played_on(Hardware())
