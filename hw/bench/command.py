@@ -31,7 +31,9 @@ from sim.files import check_output, write_json
 
 
 def run_bench(a: argparse.Namespace) -> int:
-    check_output(a.output, a.force, resumes=a.resume)
+    # the folder and the kind of file before anything; a file there without --force or
+    # --resume is refused by _open_doc, before any measurement
+    check_output(a.output, a.force, resumes=True)
     plan = plan_from_args(a)
     kind = _device_kind(a.device)
     device = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device("cpu")
