@@ -205,14 +205,18 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if elsewhere:       # the kernel runs here: a profile of another host predicts that host
         print(elsewhere, file=sys.stderr)
 
+    # the report's first save creates it exclusively unless it replaces or resumes one;
+    # later saves replace this run's own
+    replace = [a.force or resumed]
+
     def save(measured_on: dict[str, Any]) -> None:
         if a.out:
-            write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=True)
+            write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=replace[0])
+            replace[0] = True
 
     measured_on = _measure_cases(a, cases, configs, profile, kind, rows, measured_on, save)
     report = _report(a, settings, cases, rows, measured_on, used)
-    if a.out:
-        write_json(a.out, report, overwrite=True)
+    save(measured_on)
     if a.markdown:
         write_text(a.markdown, markdown(report), overwrite=True)  # checked above
     if a.json:
