@@ -27,7 +27,7 @@ import sys
 from hw.validate import SHARING_OFF
 from sim.calibration.validation import REPLAYS
 from sim.errors import RingsimError
-from sim.files import kept_file, read_json
+from sim.files import check_output, read_json
 from sim.trace.format import Trace
 
 
@@ -76,6 +76,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         return cmd_check(a)
     if not a.output:
         raise RingsimError("calibrate needs -o PROFILE.json: where to write the profile")
+    check_output(a.output, a.force)
     if a.from_traces is not None:
         return cmd_from_traces(a)
     return cmd_bench(a)
@@ -90,9 +91,6 @@ def cmd_from_traces(a: argparse.Namespace) -> int:
     from sim.calibration.from_traces import calibrate_from_traces, holdout
     from sim.hardware.profile import load_profile
 
-    why = kept_file(a.output, a.force)
-    if why:
-        raise RingsimError(why)
     fit_on = _load_traces(a.from_traces)
     held = _load_traces(a.holdout) if a.holdout else []
     overlap = {p for _, p in fit_on} & {p for _, p in held}
@@ -231,9 +229,6 @@ def _compute_only_gpu(benches: list) -> bool:
 def cmd_gpu(a: argparse.Namespace, benches: list) -> int:
     from sim.calibration.gpu_profile import calibrate_gpu
 
-    why = kept_file(a.output, a.force)
-    if why:
-        raise RingsimError(why)
     profile = calibrate_gpu(benches, a.gpu)
     profile.save(a.output, overwrite=a.force)
     if a.json:

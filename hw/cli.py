@@ -21,7 +21,7 @@ from typing import Any
 
 from hw.bench.options import add_bench_args
 from sim.errors import RingsimError
-from sim.files import kept_file, write_json
+from sim.files import check_output, write_json
 from sim.scenario.config import LAYOUTS, PASSES, Workload
 from sim.scenario.documents import describe, read_file_spec
 from sim.scenario.resolve import WORKLOAD_FLAGS, flags_for
@@ -120,15 +120,10 @@ def trace_paths(pattern: str, repeats: int) -> list[str]:
 
 
 def check_outputs(a: argparse.Namespace, repeats: int) -> None:
-    """Refuse before the run, not after it, to overwrite a file without --force."""
-    paths = (trace_paths(a.trace, repeats) if a.trace else []) + ([a.chrome_trace] if a.chrome_trace else [])
+    """Refuse before the run, not after it, an output that could not be written (sim.files)."""
+    paths = (trace_paths(a.trace, repeats) if a.trace is not None else []) + [a.chrome_trace]
     for path in paths:
-        why = kept_file(path, a.force)
-        if why:
-            raise RingsimError(why)
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise RingsimError(f"cannot write {path}: no directory {parent}")
+        check_output(path, a.force)
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -186,11 +181,11 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     from hw.launch import run_config
 
+    check_outputs(a, a.repeats)
     cfg = config_from_args(a, n_gpus=a.gpus)
     if cfg.device == "cuda" and cfg.n_gpus > torch.cuda.device_count():
         raise RingsimError(f"--gpus {cfg.n_gpus} needs as many GPUs; this host has "
                            f"{torch.cuda.device_count()} (use torchrun across nodes)")
-    check_outputs(a, cfg.repeats)
     if a.profile_dir:
         from hw.profiled import record_ring
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.errors import RingsimError
+from sim.files import check_output, output_path
 
 ROTATIONS = ("allgather", "alltoall")
 """torch context_parallel's ways of moving K/V (`set_rotate_method`)."""
@@ -39,7 +40,7 @@ def trace_path(out_dir: str, rank: int) -> str:
     return os.path.join(out_dir, f"rank{rank}.json.gz")
 
 
-def _profiler(warmup: int, iterations: int, path: str, cuda: bool = False):
+def _profiler(warmup: int, iterations: int, path: str, cuda: bool = False, overwrite: bool = False):
     """torch.profiler over CPU ops with shapes (and the GPU's kernels on a CUDA run),
     recording `iterations` iterations after `warmup` ones (the last warm-up one is the
     profiler's own warm-up, discarded)."""
@@ -50,23 +51,30 @@ def _profiler(warmup: int, iterations: int, path: str, cuda: bool = False):
     activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if cuda else [])
     return tp.profile(activities=activities, record_shapes=True,
                       schedule=tp.schedule(wait=warmup - 1, warmup=1, active=iterations, repeat=1),
-                      on_trace_ready=lambda p: p.export_chrome_trace(path))
+                      on_trace_ready=lambda p: _export(p, path, overwrite))
+
+
+def _export(prof, path: str, overwrite: bool) -> None:
+    """The profiler's trace written whole beside `path`, then published as it (sim.files)."""
+    with output_path(path, overwrite=overwrite) as tmp:
+        prof.export_chrome_trace(tmp)
 
 
 def _check_dir(out_dir: str, n: int, overwrite: bool) -> None:
     if not os.path.isdir(out_dir):
+        # where the folder would go is checked as a file's name would be (sim.files)
+        check_output(out_dir.rstrip(os.sep) or out_dir)
         try:
             os.makedirs(out_dir)
         except OSError as e:
             raise RingsimError(f"cannot make {out_dir}: {e.strerror}") from None
-    kept = [trace_path(out_dir, r) for r in range(n) if os.path.exists(trace_path(out_dir, r))]
-    if kept and not overwrite:
-        raise RingsimError(f"{kept[0]} exists (use --force to overwrite)")
+    for r in range(n):
+        check_output(trace_path(out_dir, r), overwrite)
 
 
 # ---------------------------------------------------------------- the project's ring
 
-def _ring_worker(ctx, cfg, out_dir: str):
+def _ring_worker(ctx, cfg, out_dir: str, overwrite: bool = False):
     from hw.devices import pick_device
     from hw.runner import RankRun
 
@@ -74,7 +82,8 @@ def _ring_worker(ctx, cfg, out_dir: str):
                   device=pick_device(cfg.device, ctx.rank, ctx.n_gpus), barrier=ctx.barrier, store=ctx.store,
                   ranks_on_host=ctx.n_gpus)
     try:
-        with _profiler(cfg.warmup, cfg.repeats, trace_path(out_dir, ctx.rank), cuda=cfg.device == "cuda") as prof:
+        with _profiler(cfg.warmup, cfg.repeats, trace_path(out_dir, ctx.rank), cuda=cfg.device == "cuda",
+                       overwrite=overwrite) as prof:
             for it in range(cfg.warmup + cfg.repeats):
                 run.iteration(it)
                 prof.step()
@@ -92,7 +101,7 @@ def record_ring(cfg, out_dir: str, *, overwrite: bool = False):
     from hw.spawn import spawn
 
     _check_dir(out_dir, cfg.n_gpus, overwrite)
-    results = spawn(_ring_worker, cfg.n_gpus, args=(cfg, out_dir), backend=cfg.resolved_backend,
+    results = spawn(_ring_worker, cfg.n_gpus, args=(cfg, out_dir, overwrite), backend=cfg.resolved_backend,
                     timeout_s=cfg.timeout_s)
     return build_traces(cfg, results)
 
@@ -178,7 +187,7 @@ def _register_cpu_attention() -> None:
     _CP_INSTALLED = True
 
 
-def _cp_worker(ctx, run: TorchCP, out_dir: str) -> dict[str, Any]:
+def _cp_worker(ctx, run: TorchCP, out_dir: str, overwrite: bool = False) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -196,7 +205,7 @@ def _cp_worker(ctx, run: TorchCP, out_dir: str) -> dict[str, Any]:
     q, k, v = (torch.randn(run.batch, run.heads, run.seq, run.head_dim, generator=g) for _ in range(3))
     times = []
     with torch.no_grad(), context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
-        with _profiler(run.warmup, run.iterations, trace_path(out_dir, ctx.rank)) as prof:
+        with _profiler(run.warmup, run.iterations, trace_path(out_dir, ctx.rank), overwrite=overwrite) as prof:
             for it in range(run.warmup + run.iterations):
                 dist.barrier()
                 t0 = time.perf_counter()
@@ -214,4 +223,4 @@ def record_torch_cp(run: TorchCP, out_dir: str, *, overwrite: bool = False) -> l
     from hw.spawn import spawn
 
     _check_dir(out_dir, run.n_gpus, overwrite)
-    return spawn(_cp_worker, run.n_gpus, args=(run, out_dir), backend="gloo", timeout_s=run.timeout_s)
+    return spawn(_cp_worker, run.n_gpus, args=(run, out_dir, overwrite), backend="gloo", timeout_s=run.timeout_s)

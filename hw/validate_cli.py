@@ -36,7 +36,7 @@ from hw.validate import (
 )
 from sim.calibration.validation import REPLAYS, compare_case, simulate_replays
 from sim.errors import RingsimError
-from sim.files import kept_file, read_json, write_json
+from sim.files import check_output, read_json, write_json, write_text
 from sim.scenario.config import Workload
 from sim.trace.format import Trace
 from sim.units import tokens
@@ -178,6 +178,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
         return cmd_validate_trace(a)
     if a.profile is None:
         raise RingsimError("validate needs --profile PROFILE.json (or --trace PATH to validate on a profiler trace)")
+    # the outputs before any work: --out is resumed (read and rewritten), and the
+    # Markdown beside a resumed report is rewritten with it
+    check_output(a.out, a.force, resumes=True)
+    check_output(a.markdown, a.force or bool(a.out and os.path.exists(a.out)))
     # the profile, the run's modules and torch load when the command runs (module docstring)
     from hw.config import RunConfig
     from sim.hardware.profile import load_profile
@@ -197,22 +201,24 @@ def cmd_validate(a: argparse.Namespace) -> int:
             print(f"profile has no {block} compute measurements: timed from {group}", file=sys.stderr)
     settings = _settings(a, cases, a.profile)
     rows, measured_on, resumed = _resumed(a, settings, len(cases))
-    why = kept_file(a.markdown, a.force or resumed)
-    if why:
-        raise RingsimError(why)
+    check_output(a.markdown, a.force or resumed)
     if elsewhere:       # the kernel runs here: a profile of another host predicts that host
         print(elsewhere, file=sys.stderr)
 
+    # the report's first save creates it exclusively unless it replaces or resumes one;
+    # later saves replace this run's own
+    replace = [a.force or resumed]
+
     def save(measured_on: dict[str, Any]) -> None:
         if a.out:
-            write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=True)
+            write_json(a.out, _report(a, settings, cases, rows, measured_on, used), overwrite=replace[0])
+            replace[0] = True
 
     measured_on = _measure_cases(a, cases, configs, profile, kind, rows, measured_on, save)
     report = _report(a, settings, cases, rows, measured_on, used)
-    if a.out:
-        write_json(a.out, report, overwrite=True)
+    save(measured_on)
     if a.markdown:
-        _write_text(a.markdown, markdown(report), overwrite=True)  # checked above
+        write_text(a.markdown, markdown(report), overwrite=True)  # checked above
     if a.json:
         print(json.dumps(report, indent=2))
     else:
@@ -233,9 +239,7 @@ def cmd_validate_trace(a: argparse.Namespace) -> int:
     for name in ("profile", "out", "markdown"):
         if getattr(a, name) is not None:
             raise RingsimError(f"--{name} does not go with --trace (use --profile-out to keep the fitted profile)")
-    why = kept_file(a.profile_out, a.force)
-    if why:
-        raise RingsimError(why)
+    check_output(a.profile_out, a.force)
     run = read_profiled(a.trace, partial=a.partial)
     if is_tensor_parallel_iteration(run):
         if a.profile_out:
@@ -247,7 +251,7 @@ def cmd_validate_trace(a: argparse.Namespace) -> int:
                            "reads every iteration")
     report, profile = validate_trace(a.trace, partial=a.partial, run=run)
     if a.profile_out:
-        profile.save(a.profile_out, overwrite=True)    # checked above
+        profile.save(a.profile_out, overwrite=a.force)    # checked above, published exclusively
         report["profile_out"] = a.profile_out
     if a.json:
         print(json.dumps(report, indent=2))
@@ -535,14 +539,3 @@ def _report(a, settings, cases, rows, measured_on, used) -> dict[str, Any]:
             "complete": len(ordered) == len(cases),
             "summary": summary, "median_abs_error": summary.get("median_abs_error"),
             "cases": ordered}
-
-
-def _write_text(path: str, text: str, *, overwrite: bool) -> None:
-    why = kept_file(path, overwrite)
-    if why:
-        raise RingsimError(why)
-    try:
-        with open(path, "w") as f:
-            f.write(text)
-    except OSError as e:
-        raise RingsimError(f"cannot write {path}: {e}") from None

@@ -27,10 +27,13 @@ from hw.blocks import select_block_ops
 from hw.config import default_threads
 from hw.spawn import spawn
 from sim.errors import RingsimError
-from sim.files import write_json
+from sim.files import check_output, write_json
 
 
 def run_bench(a: argparse.Namespace) -> int:
+    # the folder and the kind of file before anything; a file there without --force or
+    # --resume is refused by _open_doc, before any measurement
+    check_output(a.output, a.force, resumes=True)
     plan = plan_from_args(a)
     kind = _device_kind(a.device)
     device = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device("cpu")
@@ -38,7 +41,10 @@ def run_bench(a: argparse.Namespace) -> int:
     if a.threads is not None and a.threads <= 0:
         raise RingsimError("--threads must be positive")
     threads = a.threads or default_threads(2)
-    out = _BenchFile(a.output, _open_doc(a, _describe_device(device, backend, threads), plan))
+    # the first save creates the file exclusively unless it replaces or continues one
+    resumed = a.resume and os.path.exists(a.output)
+    out = _BenchFile(a.output, _open_doc(a, _describe_device(device, backend, threads), plan),
+                     replace=a.force or resumed)
     out.doc["complete"] = False
     # keys measured already (from --resume) or planned: each is measured once
     seen = {part: {_key(part, e) for e in out.doc[part]} for part in PARTS}
@@ -105,14 +111,17 @@ class _BenchFile:
     """The bench file as it is written: saved whole after every entry, so that an
     interrupted run keeps what it measured (`--resume`), with a progress line per entry."""
 
-    def __init__(self, path: str, doc: dict[str, Any]):
+    def __init__(self, path: str, doc: dict[str, Any], *, replace: bool = False):
         self.path = path
         self.doc = doc
         self.count = 0
         self.total = 0
+        self.replace = replace
+        """Whether the next save may replace the file (after the first: it is ours)."""
 
     def save(self) -> None:
-        write_json(self.path, self.doc, overwrite=True)
+        write_json(self.path, self.doc, overwrite=self.replace)
+        self.replace = True
 
     def add(self, part: str, entry: dict[str, Any]) -> None:
         # the host may be shared: how busy it was when this entry completed

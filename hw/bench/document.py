@@ -62,9 +62,6 @@ def _open_doc(a: argparse.Namespace, device_desc: dict[str, Any], plan: dict[str
             return doc
         if not a.force:
             raise RingsimError(f"{path} exists; pass --force to overwrite it or --resume to continue it")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise RingsimError(f"cannot write {path}: no directory {parent}")
     return {"format": FORMAT, "version": VERSION, "complete": False, "device": device_desc,
             "settings": {"samples": plan["samples"], "warmup": plan["warmup"], "quick": plan["quick"]},
             **{part: [] for part in PARTS}}

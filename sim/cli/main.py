@@ -23,7 +23,7 @@ from sim.cli import plan, step, sweep, trace
 from sim.cli.options import Parser, add_scenario_args, resolve_run, values_from_args
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
-from sim.files import write_json
+from sim.files import check_output, write_json
 from sim.hardware.model import HardwareModel
 from sim.layouts.packed import BlockCall, Packed, token_work
 from sim.scenario.config import Scenario
@@ -88,6 +88,8 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     # the engine's player loads when a command plays a scenario, not on every start
     from sim.engine.play import simulate
 
+    for path in (a.trace, a.chrome_trace):
+        check_output(path, a.force)
     run = resolve_run(values_from_args(a))
     scenario, profile = run.scenario, run.profile
     trace = simulate(scenario, profile)

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args
-from sim.files import write_json
+from sim.files import check_output, write_json
 from sim.hardware.gemm import gemm_time
 from sim.hardware.presets import GPU_PRESETS, gpu_preset
 from sim.implementations import LIBRARIES as IMPL_LIBRARIES
@@ -96,6 +96,8 @@ def cmd_gemm(a: argparse.Namespace) -> int:
 
 
 def cmd_step(a: argparse.Namespace) -> int:
+    for path in (a.trace, a.chrome_trace):
+        check_output(path, a.force)
     hw = hardware_from_args(a)
     par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
                    microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout,

@@ -15,6 +15,7 @@ import argparse
 import signal
 
 from sim.errors import RingsimError
+from sim.files import check_output
 from sim.units import fmt_s
 
 
@@ -51,12 +52,16 @@ def _interrupt(signum, frame):
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     # the sweep runner and the engine's player load when `sweep` runs, not on every start
-    from sim.planning.results import read_rows
+    from sim.planning.results import format_of, read_rows
     from sim.planning.spec import load_spec
     from sim.planning.sweep import Runner, sweep, unique
 
     if not a.out and not a.dry_run:
         raise RingsimError("sweep needs --out RESULTS (.parquet or .csv): where the rows go")
+    if a.out and not a.dry_run:
+        # the output is read (resumed) and rewritten: checked before the spec is expanded
+        format_of(a.out, a.format)
+        check_output(a.out, resumes=True)
     spec = load_spec(a.spec)
     if a.dry_run:
         configs = unique(spec.configs())

@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from sim.errors import RingsimError
-from sim.files import kept_file
+from sim.files import check_output
 from sim.profiler.breakdown import Breakdown, breakdown, has_attention, kernel_counts, pct
 from sim.profiler.kernels import COMM_KINDS
 from sim.profiler.reader import read_run, write_table
@@ -62,9 +61,7 @@ def _row_json(b: Breakdown, run, rank_kernels: dict[str, int]) -> dict:
 
 
 def cmd_import(a: argparse.Namespace) -> int:
-    why = kept_file(a.out, a.force)
-    if why:
-        raise RingsimError(why)
+    check_output(a.out, a.force)
     run = read_run(a.paths, partial=a.partial)
     rows = breakdown(run, per_iteration=a.per_iteration)
     counts = {r: kernel_counts(run, r) for r in run.ranks}

@@ -6,7 +6,9 @@ runs, finished rows go to part files beside the output (`OUT.parts/`, each writt
 and renamed into place, every few seconds); at the end, or on Ctrl-C, the parts and any
 earlier output are merged into OUT (written whole, then renamed over it), rows in the
 order of the expansion. The keys already there (or in parts left by a run that was
-killed) are what a sweep run again skips.
+killed) are what a sweep run again skips. Columns of OUT that ringsim did not write (a
+user's own) are kept, each row's values with its key, after ringsim's columns; a fresh
+sweep, which would drop them with their rows, refuses such a file instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 from sim.errors import RingsimError, one_line
+from sim.files import check_output, output_file, output_path
 from sim.planning.spec import column, value_kind
 from sim.scenario.schema import SCENARIO_OPTIONS
 
@@ -116,22 +119,58 @@ def read_rows(path: str, fmt: str | None = None) -> list[dict[str, Any]]:
     (a column the file lacks is None)."""
     fmt = format_of(path, fmt)
     names = column_names()
+    raw = _aligned(_read_table(path)).to_pylist() if fmt == "parquet" else _read_csv(path)[0]
+    return [{n: r.get(n) for n in names} for r in raw]
+
+
+def _read_csv(path: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """A CSV results file's rows, ringsim's columns typed and any others as their text,
+    and the names of those others (a user's own columns) in the file's order."""
+    kinds = dict(columns())
     try:
-        if fmt == "parquet":
-            raw = _aligned(_read_table(path)).to_pylist()
-        else:
-            kinds = dict(columns())
-            with open(path, newline="") as f:
-                reader = csv.DictReader(f)
-                if not reader.fieldnames or "key" not in reader.fieldnames:
-                    raise RingsimError(f"{path} is not a ringsim sweep result (it has no key column)")
-                raw = [{k: _typed(kinds.get(k, "str"), v or "") for k, v in r.items() if k is not None}
-                       for r in reader if r.get("key")]
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if not header or "key" not in header:
+                raise RingsimError(f"{path} is not a ringsim sweep result (it has no key column)")
+            twice = sorted({h for h in header if header.count(h) > 1})
+            if twice:
+                raise RingsimError(f"{path} has two columns named {twice[0]!r}: rewriting it would lose one")
+            raw = []
+            for line, values in enumerate(reader, 2):
+                if len(values) > len(header):
+                    raise RingsimError(f"{path}, line {line}: more values than the header has columns; "
+                                       "rewriting it would lose them")
+                r = dict(zip(header, values))
+                if r.get("key"):
+                    raw.append({k: _typed(kinds[k], v) if k in kinds else v for k, v in r.items()})
     except RingsimError:
         raise
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, csv.Error) as e:
         raise RingsimError(f"cannot read the results {path}: {one_line(e)}") from None
-    return [{n: r.get(n) for n in names} for r in raw]
+    return raw, [h for h in header if h not in kinds]
+
+
+def foreign_columns(path: str, fmt: str | None = None) -> list[str]:
+    """The columns of an existing results file that ringsim does not write (a user's own)."""
+    if not os.path.exists(path):
+        return []
+    ours = set(column_names())
+    if format_of(path, fmt) == "parquet":
+        pa = _pyarrow()
+        try:
+            names = pa.parquet.read_schema(path).names
+        except Exception as e:  # noqa: BLE001 - pyarrow's and the OS's errors: a damaged file
+            if isinstance(e, OSError) or type(e).__module__.startswith("pyarrow"):
+                raise RingsimError(f"cannot read the results {path}: {one_line(e)}") from None
+            raise
+    else:
+        try:
+            with open(path, newline="") as f:
+                names = next(csv.reader(f), [])
+        except (OSError, ValueError, csv.Error) as e:
+            raise RingsimError(f"cannot read the results {path}: {one_line(e)}") from None
+    return [n for n in names if n not in ours]
 
 
 def _read_table(path: str, columns: list[str] | None = None):
@@ -150,49 +189,40 @@ def _read_table(path: str, columns: list[str] | None = None):
         raise
 
 
-def _aligned(table):
-    """`table` in the current columns and types (a column it lacks is null)."""
+def _aligned(table, extra=None):
+    """`table` in the current columns and types (a column it lacks is null), followed by
+    the fields of `extra` (a user's own columns: the table's, else null)."""
     pa = _pyarrow()
-    schema = arrow_schema()
+    fields = [*arrow_schema(), *(extra or ())]
     cols = []
-    for f in schema:
+    for f in fields:
         if f.name in table.column_names:
             cols.append(table.column(f.name).cast(f.type))
         else:
             cols.append(pa.nulls(table.num_rows, type=f.type))
-    return pa.Table.from_arrays(cols, schema=schema)
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
-def _write_table(path: str, table) -> None:
-    """Write a pyarrow Table whole: a temporary name beside `path`, then renamed over it."""
+def _write_table(path: str, table, *, overwrite: bool = True) -> None:
+    """Write a pyarrow Table whole: a temporary file beside `path`, then published as it."""
     pa = _pyarrow()
-    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
+    with output_path(path, overwrite=overwrite) as tmp:
         pa.parquet.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
-def write_rows(path: str, rows: Sequence[dict[str, Any]], fmt: str) -> None:
-    """Write `rows` to `path` whole: to a temporary name beside it, then renamed over it."""
-    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        if fmt == "parquet":
-            _write_table(path, _pyarrow().Table.from_pylist(list(rows), schema=arrow_schema()))
-            return
-        else:
-            names = column_names()
-            with open(tmp, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(names)
-                for r in rows:
-                    w.writerow([_text(r.get(n)) for n in names])
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+def write_rows(path: str, rows: Sequence[dict[str, Any]], fmt: str, *, extra: Sequence[str] = (),
+               overwrite: bool = True) -> None:
+    """Write `rows` to `path` whole (a temporary file beside it, then published as it),
+    ringsim's columns and then `extra`'s (CSV)."""
+    if fmt == "parquet":
+        _write_table(path, _pyarrow().Table.from_pylist(list(rows), schema=arrow_schema()), overwrite=overwrite)
+        return
+    names = [*column_names(), *extra]
+    with output_file(path, overwrite=overwrite, text=True) as f:
+        w = csv.writer(f)
+        w.writerow(names)
+        for r in rows:
+            w.writerow([_text(r.get(n)) for n in names])
 
 
 class ResultsFile:
@@ -203,10 +233,9 @@ class ResultsFile:
         self.fmt = format_of(path, fmt)
         if self.fmt == "parquet":
             _pyarrow()
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise RingsimError(f"the folder of {path} does not exist")
+        check_output(path, resumes=True)
         self.parts_dir = path + ".parts"
+        self.fresh = False
         self._buffer: list[dict[str, Any]] = []
         self._last_flush = time.monotonic()
         self._seq = 0
@@ -218,7 +247,8 @@ class ResultsFile:
                       if not n.startswith(".") and n.endswith("." + self.fmt))
 
     def _sources(self) -> list[str]:
-        return ([self.path] if os.path.exists(self.path) else []) + self._parts()
+        kept = os.path.exists(self.path) and not self.fresh
+        return ([self.path] if kept else []) + self._parts()
 
     def existing(self) -> list[dict[str, Any]]:
         """Rows already finished: OUT's, then those of parts a killed run left."""
@@ -237,11 +267,16 @@ class ResultsFile:
         return keys
 
     def discard(self) -> None:
-        """Forget earlier results (a fresh sweep)."""
+        """Forget earlier results (a fresh sweep): the parts now, OUT's rows when the new
+        ones replace it. Refused where OUT has columns of its own, which would go with them."""
+        foreign = foreign_columns(self.path, self.fmt)
+        if foreign:
+            raise RingsimError(f"{self.path} has columns ringsim did not write ({', '.join(foreign[:5])}"
+                               f"{', ...' if len(foreign) > 5 else ''}); a fresh sweep would drop them with "
+                               "their rows: move the file aside or sweep without --fresh")
         for p in self._parts():
             os.remove(p)
-        if os.path.exists(self.path):
-            os.remove(self.path)
+        self.fresh = True
 
     def add(self, rows: Iterable[dict[str, Any]]) -> None:
         self._buffer.extend(rows)
@@ -267,9 +302,13 @@ class ResultsFile:
         self.flush()
         sources = self._sources()
         rank = {k: i for i, k in enumerate(order)}
+        kept = self.path in sources
         if self.fmt == "parquet":
             pa = _pyarrow()
-            tables = [_aligned(_read_table(p)) for p in sources]
+            read = [_read_table(p) for p in sources]
+            # a user's own columns of OUT ride along with their rows (null in new rows)
+            extra = [f for f in read[0].schema if f.name not in set(column_names())] if kept else []
+            tables = [_aligned(t, extra) for t in read]
             table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
             keys = table.column("key").to_pylist()
             latest = {k: i for i, k in enumerate(keys)}
@@ -278,11 +317,16 @@ class ResultsFile:
             n = len(take)
         else:
             rows: dict[str, dict[str, Any]] = {}
+            extra: list[str] = []
             for p in sources:
-                for r in read_rows(p, self.fmt):
-                    rows[r["key"]] = r
+                got, own = _read_csv(p)
+                if p == self.path:
+                    extra = own
+                for r in got:
+                    # a row simulated again keeps the user's values of their own columns
+                    rows[r["key"]] = {**rows.get(r["key"], {}), **r}
             keys = sorted(rows, key=lambda k: (0, rank[k]) if k in rank else (1, 0))
-            write_rows(self.path, [rows[k] for k in keys], self.fmt)
+            write_rows(self.path, [rows[k] for k in keys], self.fmt, extra=extra)
             n = len(keys)
         for p in self._parts():
             os.remove(p)

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.files import kept_file, write_bytes
+from sim.files import check_output, write_bytes
 from sim.profiler.columns import RankFile, objects, read_file
 from sim.profiler.kernels import COMM_KINDS, classify_gpu, collective_kind, step_number
 
@@ -509,9 +509,7 @@ def write_table(run: Run, path: str | os.PathLike, *, overwrite: bool = False) -
     """Write the run as one Parquet table (one row per event, EVENT_COLUMNS) with the run's
     ranks, devices, iterations, offsets, unknown kernels and sources in its metadata; refuse
     to replace an existing file unless `overwrite`."""
-    why = kept_file(path, overwrite)
-    if why:
-        raise RingsimError(why)
+    check_output(path, overwrite)
     pa, pq = _pyarrow()
 
     ev = run.events
