@@ -205,6 +205,11 @@ def _others(serving: Serving, tokens: int) -> dict[str, float]:
 def check_fits(serving: Serving, kv_bytes_per_gpu: float, what: str) -> None:
     """RingsimError unless the weights and the K/V cache fit the GPU's usable memory."""
     weights, usable = serving.weight_bytes(), serving.usable_bytes()
+    if weights > usable:
+        raise RingsimError(
+            f"the weights do not fit: {weights / GIB:.1f} GiB per GPU at TP {serving.tp}, and a "
+            f"{serving.hardware.gpu.memory_gb:g} GB GPU leaves {usable / GIB:.1f} GiB ({MEMORY_UTILIZATION:.0%}); "
+            "raise --tp or use --dtype fp8")
     if weights + kv_bytes_per_gpu > usable:
         raise RingsimError(
             f"the K/V cache does not fit: {what} needs {kv_bytes_per_gpu / GIB:.1f} GiB per GPU beside "
