@@ -41,7 +41,7 @@ pass-Q the queries: the trace's header says `carries: q`), the return of the par
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -150,6 +150,16 @@ class PrefillAttention:
 
     def describe(self) -> dict:
         return {**asdict(self), "new_padded": self.new_padded}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "PrefillAttention":
+        """The shape a trace's header describes (`simulate_prefill_attention` writes it: `kind:
+        prefill` and `describe()`), as a measured run that shards the same way may write it."""
+        names = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in config.items() if k in names})
+        except TypeError as e:
+            raise RingsimError(f"the trace's header is not a prefill's shape: {e}") from None
 
 
 def merge_s(shape: PrefillAttention, partials: int, stream_gbps: float) -> float:

@@ -155,6 +155,17 @@ class Serving:
                 "kv_dtype": self.kv_dtype}
 
 
+def simulate_config(config: dict, hardware: Hardware) -> Trace:
+    """One attention layer as a trace's header describes it (`kind` prefill or decode), played
+    on `hardware`: the simulated twin of a measured run, for validation."""
+    kind = config.get("kind")
+    if kind == "prefill":
+        return simulate_prefill_attention(PrefillAttention.from_config(config), hardware)
+    if kind == "decode":
+        return simulate_decode_attention(DecodeAttention.from_config(config), hardware)
+    raise RingsimError(f"the trace's header names no inference layer (kind {kind!r}; prefill or decode)")
+
+
 # --- what every layer does beside attention ----------------------------------------------
 
 def linear_s(serving: Serving, tokens: int) -> float:
