@@ -255,7 +255,8 @@ class Prefill:
     """One layer's attention under each scheme, simulated."""
     rule_scheme: str
     chosen_scheme: str
-    """ringsim's choice: the faster of pass-KV and pass-Q as simulated."""
+    """ringsim's choice: the faster of pass-KV and pass-Q as simulated (pass-KV on one rank,
+    where there is no ring)."""
     rank_pairs: list[int]
     kv_cache_bytes_per_gpu: float
     trace: Trace
@@ -300,7 +301,8 @@ def prefill(serving: Serving, cached: int, new: int, *, batch: int = 1, scheme: 
     check_fits(serving, kv_gpu, f"a context of {cached + new:,} tokens x {batch}")
     traces = {s: _attention_trace(sh, serving.cp_hardware) for s, sh in shapes.items()}
     times = {s: compute_metrics(t).makespan_s for s, t in traces.items()}
-    chosen = min(("pass-kv", "pass-q"), key=lambda s: times[s])
+    # one rank holds every token: no ring, and both schemes are its local attention
+    chosen = "pass-kv" if serving.cp == 1 else min(("pass-kv", "pass-q"), key=lambda s: times[s])
     use = scheme or chosen
     if use not in shapes:
         raise RingsimError("allgather prefill cuts the new tokens in chunks: give --layout zigzag or contiguous")
