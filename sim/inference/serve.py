@@ -64,8 +64,8 @@ GIB = 1024 ** 3
 LINEAR_DTYPES = ("bf16", "fp8")
 MEMORY_UTILIZATION = 0.9
 """The share of a GPU's memory an inference engine takes for weights, activations and the
-K/V cache: vLLM's default `gpu_memory_utilization` (vllm/engine/arg_utils.py, EngineArgs:
-0.9); SGLang's `mem_fraction_static` is of the same order."""
+K/V cache: vLLM's default (vllm-project/vllm, vllm/engine/arg_utils.py, EngineArgs of the
+v0.6 series: `gpu_memory_utilization: float = 0.90`)."""
 ROWWISE_CAST_BYTES = 5
 """Bytes moved per element to cast a product's bf16 input to FP8 with a scale per row:
 one read for the row's maximum, one read to scale and cast (2 bytes each), one FP8 write
