@@ -54,7 +54,7 @@ from sim.inference.decode import (
     simulate_decode_attention,
 )
 from sim.inference.prefill import KV_DTYPES, PrefillAttention, simulate_prefill_attention
-from sim.inference.work import SCHEMES, rank_pairs, rule_scheme, rule_threshold
+from sim.inference.work import SCHEMES, cached_counts, rank_pairs, rule_scheme, rule_threshold
 from sim.scenario.models import Model
 from sim.trace.format import Trace
 from sim.trace.metrics import compute_metrics
@@ -335,8 +335,6 @@ def _attention_trace(shape: PrefillAttention, hardware: Hardware) -> Trace:
 
 def _prefill_kv_bytes(serving: Serving, shape: PrefillAttention) -> float:
     """The cache one GPU holds after the prefill: its rank's cached and new tokens."""
-    from sim.inference.work import cached_counts
-
     tokens = int(cached_counts(shape.cached, shape.n_ranks, shape.cache_layout).max()) + shape.new_per_rank
     return shape.batch * tokens * serving.kv_bytes_per_token()
 
