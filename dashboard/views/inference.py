@@ -52,12 +52,12 @@ def view() -> list[Any]:
             pick("inf-model", MODELS, "llama3-70b"), pick("inf-cluster", CLUSTERS, "dgx-h100"),
             pick("inf-nodes", NODES, 4), pick("inf-context", CONTEXTS, 131072), pick("inf-new", NEW_SHARES, 0.0625)]),
         html.Div(id="inf-note", className="help"),
-        graph("inference-timeline", 520), graph("inference-crossover", 420), graph("inference-decode", 380)]
+        graph("inf-prefill", 520), graph("inf-crossover", 420), graph("inf-decode", 380)]
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
-    @app.callback(Output("inference-timeline", "figure"), Output("inference-crossover", "figure"),
-                  Output("inference-decode", "figure"), Output("inf-note", "children"),
+    @app.callback(Output("inf-prefill", "figure"), Output("inf-crossover", "figure"),
+                  Output("inf-decode", "figure"), Output("inf-note", "children"),
                   Output("inf-model-label", "children"), Output("inf-cluster-label", "children"),
                   Output("inf-nodes-label", "children"), Output("inf-context-label", "children"),
                   Output("inf-new-label", "children"), Output("inf-new", "options"),

@@ -54,10 +54,10 @@ def test_the_callback_answers_in_each_language(lang):
     client = CallbackClient.for_app(create_app())
     values = {"inf-model.value": "llama3-8b", "inf-cluster.value": "dgx-h100", "inf-nodes.value": 2,
               "inf-context.value": 32768, "inf-new.value": 0.125, "tabs.value": "inference", "lang.value": lang}
-    status, out = client.call("inference-timeline.figure", values, ["inf-model.value"])
+    status, out = client.call("inf-prefill.figure", values, ["inf-model.value"])
     assert status == 200
     t = Translator(lang)
     assert out["inf-model-label"]["children"] == t("inf.ctl.model")
-    assert out["inference-timeline"]["figure"]["layout"]["title"]["text"] == t("inf.timeline.title")
-    assert out["inference-crossover"]["figure"]["layout"]["title"]["text"] == t("inf.cross.title")
+    assert out["inf-prefill"]["figure"]["layout"]["title"]["text"] == t("inf.timeline.title")
+    assert out["inf-crossover"]["figure"]["layout"]["title"]["text"] == t("inf.cross.title")
     assert "4,096" in out["inf-note"]["children"] or "4.096" in out["inf-note"]["children"]
