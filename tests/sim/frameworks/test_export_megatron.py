@@ -80,9 +80,9 @@ def step_of(model: str, seq: int, global_batch: int, **parallel):
 CASES = [
     ("llama3-70b", 131072, 16 * 2**20, dict(tp=8, cp=4, dp=8, zero=1, recompute="full")),
     ("llama3-70b", 131072, 16 * 2**20, dict(tp=4, cp=8, dp=8, zero=3, recompute="full", scheme="hybrid")),
-    ("llama3-70b", 131072, 16 * 2**20, dict(tp=8, cp=4, dp=8, zero=3, recompute="selective", scheme="allgather",
+    ("llama3-70b", 131072, 16 * 2**20, dict(tp=8, cp=4, dp=8, zero=3, recompute="full", scheme="allgather",
                                             fp8=True, grad_reduce="bf16")),
-    ("llama3-8b", 65536, 2**22, dict(tp=2, cp=4, dp=8, zero=1, recompute="full", scheme="ulysses", tp_overlap=True)),
+    ("llama3-8b", 65536, 2**22, dict(tp=2, cp=4, dp=8, zero=1, recompute="selective", scheme="ulysses", tp_overlap=True)),
     ("llama3-405b", 8192, 2**23, dict(tp=8, pp=16, dp=4, zero=1, recompute="full", interleave=8)),
     ("llama3-70b", 8192, 2**21, dict(tp=8, pp=4, dp=2, zero=1, recompute="full", interleave=2)),
 ]
