@@ -126,7 +126,7 @@ def export_plan(a: argparse.Namespace, candidates: list[dict[str, Any]], model: 
     if a.rank is not None and a.rank > len(candidates):
         raise RingsimError(f"--rank {a.rank}: the plan ranks {len(candidates)} splits")
     tried = [candidates[a.rank - 1]] if a.rank is not None else candidates
-    passed: list[str] = []
+    passed: dict[str, list[int]] = {}         # why a better split was not taken -> its ranks
     for c in tried:
         par = Parallel(**{k: v for k, v in c["parallel"].items() if k in names})
         step = simulate_step(StepRequest(model=model, seq=seq, global_batch=global_batch, parallel=par,
@@ -135,14 +135,15 @@ def export_plan(a: argparse.Namespace, candidates: list[dict[str, Any]], model: 
         if why is None:
             text = export(a.export, step, source=c["command"])
             said = f"rank {c['rank']} ({label(c)}) as a {title} job"
-            if passed:
-                said += "; not " + "; not ".join(passed)
+            for reason, ranks in passed.items():
+                said += (f"; not rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}: "
+                         + reason.splitlines()[0])
             return text, said
         if a.rank is not None:
             raise RingsimError(f"rank {c['rank']} ({label(c)}): {why}")
-        if len(passed) < 3:
-            passed.append(f"rank {c['rank']}: {why.splitlines()[0]}")
-    raise RingsimError(f"no split of the plan runs as a {title} job; rank 1: {passed[0].split(': ', 1)[1]}")
+        passed.setdefault(why, []).append(c["rank"])
+    first = next(iter(passed))
+    raise RingsimError(f"no split of the plan runs as a {title} job; rank 1: {first.splitlines()[0]}")
 
 
 def step_from(a: argparse.Namespace, simulate: Any, show: Any) -> int:

@@ -69,7 +69,7 @@ def refusal(name: str, step: Step) -> str | None:
     module = framework_module(name)
     why = module.refusal(step.request)
     if why:
-        return f"{module.TITLE}: {why}"
+        return why
     found = module.check(step.request)
     memory = traps.memory_line(step, module.FLAGS, step.request.micro_batch)
     return "\n".join(found + ([memory] if memory else [])) or None

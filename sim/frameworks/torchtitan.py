@@ -111,7 +111,7 @@ def refusal(req: StepRequest) -> str | None:
                 f"context_parallel at its default rotate method allgather; 0.3.0 has no rotate-method setting): the "
                 f"{p.scheme} scheme is not one of its settings")
     if p.cp > 1 and p.layout not in ("zigzag", "contiguous"):
-        return f"its CP load balancer is headtail (zigzag) or None (contiguous), not the {p.layout} layout"
+        return f"torchtitan's CP load balancer is headtail (zigzag) or None (contiguous), not the {p.layout} layout"
     replicas = p.dp * p.cp
     if p.zero == 1 and replicas > 1:
         return ("torchtitan shards with FSDP (ZeRO-3, data_parallel_shard_degree) or replicates (DDP, "
@@ -124,8 +124,8 @@ def refusal(req: StepRequest) -> str | None:
         return "torchtitan reduces gradients in float32 only (training.mixed_precision_reduce)"
     if p.fp8 != CONFIG_DEFAULTS[config]["fp8"]:
         has = "has" if CONFIG_DEFAULTS[config]["fp8"] else "has no"
-        return (f"Float8 is set by the config function, not a key: {config} {has} Float8 linear layers, and this "
-                f"step is {'in FP8' if p.fp8 else 'in bf16'}")
+        return (f"torchtitan sets Float8 in the config function, not by a key: {config} {has} Float8 linear layers, "
+                f"and this step is {'in FP8' if p.fp8 else 'in bf16'}")
     if p.interleave > 1:
         return _stages_refusal(req)
     return None
@@ -147,9 +147,9 @@ def _stages_refusal(req: StepRequest) -> str | None:
     m, p = req.model, req.parallel
     first, last = _less_layers(m.layers, p.pp)
     per = _layers_per_stage(m.layers, p.pp, p.interleave)
-    if math.ceil((m.layers + first + last) / per) != p.pp * p.interleave:
-        return (f"pipeline_parallel_layers_per_stage {per} makes {math.ceil((m.layers + first + last) / per)} stages, "
-                f"not {p.pp} x {p.interleave}")
+    stages = math.ceil((m.layers + first + last) / per)
+    if stages != p.pp * p.interleave:
+        return f"torchtitan's pipeline_parallel_layers_per_stage {per} makes {stages} stages, not {p.pp} x {p.interleave}"
     return None
 
 
