@@ -9,10 +9,11 @@ field's name with dashes). What each ringsim setting becomes:
   `--pipeline-model-parallel-size`; DP is what is left of the GPUs. `--sequence-parallel`
   with TP > 1 (the step model's TP is Megatron's with sequence parallelism).
 - The CP scheme, as TransformerEngine names it (`--cp-comm-type`, megatron-core
-  TransformerConfig.cp_comm_type): ring -> p2p, allgather -> all_gather, ulysses -> a2a,
-  hybrid -> a2a+p2p with `--hierarchical-context-parallel-sizes u r` (the all-to-all
-  degree, then the ring's). Megatron splits each sequence into 2 x CP chunks, rank r holding
-  r and 2CP-1-r (get_batch_on_this_cp_rank): the zigzag layout, the only one exported.
+  TransformerConfig.cp_comm_type; each scheme's `frameworks`): the ring is p2p, the
+  all-gather all_gather, Ulysses a2a, and the hybrid a2a+p2p with
+  `--hierarchical-context-parallel-sizes u r` (the all-to-all degree, then the ring's).
+  Megatron splits each sequence into 2 x CP chunks, rank r holding r and 2CP-1-r
+  (get_batch_on_this_cp_rank): the zigzag layout, the only one exported.
 - Pipeline stages: ringsim gives the first and last stages the fewer layers where they do not
   split evenly (sim.training.step.stage_layers), which is Megatron's
   `--account-for-embedding-in-pipeline-split` (and `--account-for-loss-in-pipeline-split`):
@@ -39,16 +40,26 @@ import shlex
 from sim.errors import RingsimError
 from sim.frameworks import traps
 from sim.frameworks.job import Job, flag_values, launch, model_of, tokens, whole
+from sim.schemes import get as get_scheme
+from sim.schemes import names as scheme_names
 from sim.training.step import Parallel, StepRequest, attention_scenario, stage_layers
 
 TITLE = "Megatron-LM"
 SCRIPT = "pretrain_gpt.py"
-COMM_TYPES = {"ring": "p2p", "allgather": "all_gather", "ulysses": "a2a", "hybrid": "a2a+p2p"}
-"""ringsim's CP scheme -> TransformerEngine's cp_comm_type (megatron-core
-TransformerConfig.cp_comm_type)."""
-SCHEME_OF = {**{v: k for k, v in COMM_TYPES.items()}, "allgather": "allgather"}
-"""Megatron's cp_comm_type -> ringsim's scheme (Megatron-LM's help writes 'allgather',
-TransformerEngine 'all_gather')."""
+FRAMEWORK = "megatron"
+"""The key of Megatron's names in a scheme's `frameworks` (sim.schemes.base.Scheme)."""
+
+
+def comm_type(scheme: str) -> str | None:
+    """The cp_comm_type (TransformerEngine's name, megatron-core TransformerConfig.cp_comm_type)
+    of ringsim's CP scheme, or None where Megatron has none."""
+    names = get_scheme(scheme).frameworks.get(FRAMEWORK)
+    return names[0] if names else None
+
+
+def scheme_of(comm: str) -> str | None:
+    """ringsim's CP scheme of a cp_comm_type (any name Megatron accepts), or None."""
+    return next((name for name in scheme_names() if comm in get_scheme(name).frameworks.get(FRAMEWORK, ())), None)
 
 FLAGS = traps.Flags(tp="--tensor-model-parallel-size", cp="--context-parallel-size",
                     pp="--pipeline-model-parallel-size", seq="--seq-length", cp_comm="--cp-comm-type",
@@ -87,6 +98,8 @@ shape it assumes)."""
 def refusal(req: StepRequest) -> str | None:
     """Why Megatron-LM cannot run `req` as ringsim simulates it, or None."""
     p = req.parallel
+    if p.cp > 1 and comm_type(p.scheme) is None:
+        return f"Megatron has no cp_comm_type for the {p.scheme} scheme"
     if p.cp > 1 and p.layout != "zigzag":
         return (f"Megatron splits a sequence into 2 x CP chunks, rank r holding r and 2CP-1-r "
                 f"(get_batch_on_this_cp_rank): the zigzag layout, not {p.layout}")
@@ -124,7 +137,7 @@ def _counted_layers(layers: int, pp: int) -> int | None:
 def hierarchical_sizes(req: StepRequest) -> tuple[int, int] | None:
     """a2a+p2p's (all-to-all degree, ring degree), as the step runs them."""
     p = req.parallel
-    if p.cp == 1 or p.scheme != "hybrid":
+    if p.cp == 1 or comm_type(p.scheme) != traps.HIERARCHICAL:
         return None
     u = attention_scenario(req, "fwd").describe()["ulysses_degree"]
     return u, p.cp // u
@@ -145,7 +158,7 @@ def arguments(req: StepRequest, micro_batch: int) -> list[str]:
     if p.tp > 1:
         args.append("--sequence-parallel")
     if p.cp > 1:
-        args += ["--cp-comm-type", COMM_TYPES[p.scheme]]
+        args += ["--cp-comm-type", comm_type(p.scheme)]
         sizes = hierarchical_sizes(req)
         if sizes:
             args += ["--hierarchical-context-parallel-sizes", *sizes]
@@ -180,7 +193,7 @@ def arguments(req: StepRequest, micro_batch: int) -> list[str]:
 def check(req: StepRequest) -> list[str]:
     """The traps `req` falls into as this framework would run it (sim.frameworks.traps)."""
     p = req.parallel
-    return traps.check(req.model, req.seq, p, FLAGS, comm=COMM_TYPES.get(p.scheme, p.scheme),
+    return traps.check(req.model, req.seq, p, FLAGS, comm=comm_type(p.scheme) or p.scheme,
                       hierarchical=hierarchical_sizes(req), sequence_parallel=p.tp > 1)
 
 
@@ -275,12 +288,13 @@ def read_arguments(args: list[str], where: str, *, gpus: int | None = None, gpus
     if len(set(comm)) > 1:
         raise RingsimError(f"{where}: --cp-comm-type {' '.join(comm)}: one type a layer is not simulated; give one")
     comm_type = comm[0]
-    if comm_type not in SCHEME_OF:
+    scheme = scheme_of(comm_type)
+    if scheme is None:
         raise RingsimError(f"{where}: --cp-comm-type {comm_type}: Megatron's types are p2p, all_gather, a2a, a2a+p2p")
-    scheme = SCHEME_OF[comm_type]
     hierarchical = tuple(whole(v, f"{where}: --hierarchical-context-parallel-sizes")
                          for v in flags.get("--hierarchical-context-parallel-sizes", []))
-    ulysses = hierarchical[0] if scheme == "hybrid" and hierarchical else None
+    two_levels = comm_type == traps.HIERARCHICAL
+    ulysses = hierarchical[0] if two_levels and hierarchical else None
     # the pipeline
     interleave = 1
     extra = ("--account-for-embedding-in-pipeline-split" in flags) + ("--account-for-loss-in-pipeline-split" in flags)
@@ -333,7 +347,7 @@ def read_arguments(args: list[str], where: str, *, gpus: int | None = None, gpus
                      "sequence parallelism)")
     found = traps.check(model, seq, parallel, FLAGS, comm=comm_type, hierarchical=hierarchical or None,
                         sequence_parallel="--sequence-parallel" in flags, packed="--reset-attention-mask" in flags)
-    if hierarchical and scheme != "hybrid":
+    if hierarchical and not two_levels:
         notes.append(f"--hierarchical-context-parallel-sizes with --cp-comm-type {comm_type}: not used")
     return Job(framework="megatron", model=model, seq=seq, global_batch=global_seqs * seq, parallel=parallel, mlp=mlp,
                gpus=gpus, gpus_per_node=gpus_per_node, ignored=ignored, unknown=unknown, notes=notes, traps=found)

@@ -20,7 +20,6 @@ degrees default to 1 and the batch must be given, each assumption named.
 
 from __future__ import annotations
 
-import math
 import shlex
 from typing import Any
 
@@ -83,7 +82,7 @@ def values(req: StepRequest, micro_batch: int) -> dict[str, Any]:
     out: dict[str, Any] = {"model.tensor_model_parallel_size": p.tp, "model.pipeline_model_parallel_size": p.pp,
                            "model.context_parallel_size": p.cp, "model.sequence_parallel": p.tp > 1}
     if p.cp > 1:
-        out["model.cp_comm_type"] = megatron.COMM_TYPES[p.scheme]
+        out["model.cp_comm_type"] = megatron.comm_type(p.scheme)
         sizes = megatron.hierarchical_sizes(req)
         out["model.hierarchical_context_parallel_sizes"] = list(sizes) if sizes else None
     out["model.virtual_pipeline_model_parallel_size"] = p.interleave if p.interleave > 1 else None
@@ -122,7 +121,7 @@ def _override(key: str, v: Any) -> str:
 def check(req: StepRequest) -> list[str]:
     """The traps `req` falls into as this framework would run it (sim.frameworks.traps)."""
     p = req.parallel
-    return traps.check(req.model, req.seq, p, FLAGS, comm=megatron.COMM_TYPES.get(p.scheme, p.scheme),
+    return traps.check(req.model, req.seq, p, FLAGS, comm=megatron.comm_type(p.scheme) or p.scheme,
                       hierarchical=megatron.hierarchical_sizes(req), sequence_parallel=p.tp > 1)
 
 
@@ -223,12 +222,13 @@ def read_text(text: str, where: str, gpus: int | None = None) -> Job:
         raise RingsimError(f"{where}: train.global_batch_size {seqs} is not a whole number of micro-batches of "
                            f"{micro} on each of the {dp} data-parallel ranks")
     comm = get("model.cp_comm_type", "p2p", assumed=cp > 1) or "p2p"
-    if comm not in megatron.SCHEME_OF:
+    scheme = megatron.scheme_of(comm)
+    if scheme is None:
         raise RingsimError(f"{where}: model.cp_comm_type {comm}: p2p, all_gather, a2a or a2a+p2p")
-    scheme = megatron.SCHEME_OF[comm]
     sizes = overrides.get("model.hierarchical_context_parallel_sizes")
     hierarchical = tuple(whole(x, f"{where}: hierarchical_context_parallel_sizes") for x in sizes) if sizes else None
-    cp_ignored = CP_IGNORED if cp > 1 and scheme == "hybrid" and not hierarchical else None
+    two_levels = comm == traps.HIERARCHICAL
+    cp_ignored = CP_IGNORED if cp > 1 and two_levels and not hierarchical else None
     v = overrides.get("model.virtual_pipeline_model_parallel_size") or 1
     granularity = get("model.recompute_granularity", None, assumed=False)
     fsdp = bool(overrides.get("ddp.use_megatron_fsdp"))
@@ -239,14 +239,14 @@ def read_text(text: str, where: str, gpus: int | None = None) -> Job:
         notes.append(f"mixed_precision {mixed}: simulated with current scaling's casts")
     parallel = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, recompute=granularity or "none", fp8=fp8,
                         microbatches=seqs // dp // micro, interleave=v, scheme=scheme, layout="zigzag",
-                        ulysses_degree=hierarchical[0] if scheme == "hybrid" and hierarchical else None,
+                        ulysses_degree=hierarchical[0] if two_levels and hierarchical else None,
                         tp_overlap=bool(overrides.get("comm_overlap.tp_comm_overlap")),
                         grad_reduce="fp32" if get("ddp.grad_reduce_in_fp32", True) else "bf16")
     packed = "dataset.packed_sequence_specs.packed_sequence_size" in overrides
     sp = overrides.get("model.sequence_parallel")
     found = traps.check(model, seq, parallel, FLAGS, comm=comm, hierarchical=hierarchical,
                         sequence_parallel=sp, packed=packed)
-    if cp > 1 and hierarchical and math.prod(hierarchical) == cp and scheme != "hybrid":
+    if cp > 1 and hierarchical and not two_levels:
         notes.append(f"model.hierarchical_context_parallel_sizes with cp_comm_type {comm}: not used")
     return Job(framework="nemo", model=model, seq=seq, global_batch=seqs * seq, parallel=parallel, gpus=gpus,
                gpus_per_node=run.nproc_per_node, ignored=ignored, unknown=unknown, notes=notes, traps=found,

@@ -20,7 +20,8 @@ What each ringsim setting becomes (and what torchtitan 0.3.0 cannot run):
   FlexAttention through flex_cp_allgather, SDPA through torch's context_parallel at its default
   rotate method, allgather (torchtitan/distributed/context_parallel/api.py; torch's
   _context_parallel/_attention.py, `rotate_method = ALL_GATHER`); 0.3.0 has no
-  `context_parallel_rotate_method` (0.2's field). So only the allgather scheme is exported.
+  `context_parallel_rotate_method` (0.2's field). So only the all-gather scheme is exported
+  (the scheme whose `frameworks` names torchtitan).
 - Data parallelism: FSDP (ZeRO-3) is `data_parallel_shard_degree`, over which and the CP ranks
   torchtitan shards; DDP (ZeRO-0) `data_parallel_replicate_degree`. ZeRO-1 is not a setting.
 - Recomputation: `activation_checkpoint` none, selective or full (torchtitan's selective is
@@ -44,9 +45,23 @@ from sim.errors import RingsimError
 from sim.frameworks import traps
 from sim.frameworks.job import Job, launch, tokens, whole
 from sim.scenario.models import MODEL_PRESETS
+from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import get as get_scheme
+from sim.schemes import names as scheme_names
 from sim.training.step import Parallel, StepRequest, stage_layers
 
 TITLE = "torchtitan 0.3.0"
+FRAMEWORK = "torchtitan"
+"""The key of torchtitan's names in a scheme's `frameworks` (sim.schemes.base.Scheme)."""
+
+
+def cp_scheme() -> str:
+    """The one CP scheme torchtitan 0.3.0 runs (its scheme's `frameworks` says so)."""
+    return next(name for name in scheme_names() if FRAMEWORK in get_scheme(name).frameworks)
+
+
+def _cp_word() -> str:
+    return get_scheme(cp_scheme()).frameworks[FRAMEWORK][0]
 MODULE = "llama3"
 CONFIGS = {"llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b", "llama3-405b": "llama3_405b"}
 """ringsim's model presets -> torchtitan's llama3 config functions."""
@@ -106,7 +121,7 @@ def refusal(req: StepRequest) -> str | None:
     if config is None:
         return (f"torchtitan takes its model from a config function (torchtitan/models/llama3/config_registry.py: "
                 f"{', '.join(CONFIGS.values())}); {m.name} has none")
-    if p.cp > 1 and p.scheme != "allgather":
+    if p.cp > 1 and FRAMEWORK not in get_scheme(p.scheme).frameworks:
         return (f"torchtitan runs context parallelism as an all-gather of K/V (flex_cp_allgather, or torch's "
                 f"context_parallel at its default rotate method allgather; 0.3.0 has no rotate-method setting): the "
                 f"{p.scheme} scheme is not one of its settings")
@@ -218,7 +233,7 @@ def _toml_value(v: Any) -> str:
 def check(req: StepRequest) -> list[str]:
     """The traps `req` falls into as this framework would run it (sim.frameworks.traps)."""
     p = req.parallel
-    return traps.check(req.model, req.seq, p, FLAGS, comm="allgather", sequence_parallel=p.tp > 1)
+    return traps.check(req.model, req.seq, p, FLAGS, comm=_cp_word(), sequence_parallel=p.tp > 1)
 
 
 def export_text(req: StepRequest, *, micro_batch: int, source: str) -> str:
@@ -441,8 +456,8 @@ def read_values(job: dict[str, Any], where: str, *, gpus: int | None, gpus_per_n
     tp_overlap = bool(value["compile.enable"] and value["compile.enable_async_tensor_parallel"])
     parallel = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, recompute=AC_MODES[recompute],
                         fp8=CONFIG_DEFAULTS[config]["fp8"], microbatches=microbatches, interleave=interleave,
-                        scheme="allgather" if cp > 1 else "ring", layout=layout, tp_overlap=tp_overlap)
-    found = traps.check(model, seq, parallel, FLAGS, comm="allgather",
+                        scheme=cp_scheme() if cp > 1 else DEFAULT_SCHEME, layout=layout, tp_overlap=tp_overlap)
+    found = traps.check(model, seq, parallel, FLAGS, comm=_cp_word(),
                         sequence_parallel=bool(value["parallelism.enable_sequence_parallel"]) and tp > 1)
     return Job(framework="torchtitan", model=model, seq=seq, global_batch=seqs * seq, parallel=parallel, gpus=gpus,
                gpus_per_node=gpus_per_node, ignored=ignored, unknown=unknown, notes=notes, traps=found)

@@ -29,9 +29,10 @@ each violation is one line naming the framework's flag (or key) that sets it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from sim.scenario.models import Model
+from sim.schemes import get as get_scheme
 from sim.training.step import Parallel, Step
 from sim.units import fmt_bytes
 
@@ -58,16 +59,20 @@ class Flags:
     packed: str
 
 
+HIERARCHICAL = "a2a+p2p"
+"""Megatron's cp_comm_type whose two levels --hierarchical-context-parallel-sizes gives."""
+
+
 def all_to_all_degree(parallel: Parallel) -> int | None:
-    """The degree of the CP scheme's all-to-all: every CP rank (ulysses, Megatron's a2a), the
-    first hierarchical size (hybrid, a2a+p2p), or None where there is none."""
+    """The degree of the CP scheme's all-to-all (sim.schemes.base.Scheme.all_to_all_degree:
+    every CP rank for Megatron's a2a, the first hierarchical size for a2a+p2p), or None where
+    there is none."""
     if parallel.cp == 1:
         return None
-    if parallel.scheme == "ulysses":
-        return parallel.cp
-    if parallel.scheme == "hybrid":
-        return parallel.ulysses_degree
-    return None
+    scheme = get_scheme(parallel.scheme)
+    own = {f.name for f in fields(scheme.settings_type)}
+    given = {"ulysses_degree": parallel.ulysses_degree} if "ulysses_degree" in own and parallel.ulysses_degree else {}
+    return scheme.all_to_all_degree(scheme.settings_type(**given), parallel.cp)
 
 
 def check(model: Model, seq: int, parallel: Parallel, flags: Flags, *, comm: str,
@@ -78,7 +83,7 @@ def check(model: Model, seq: int, parallel: Parallel, flags: Flags, *, comm: str
     hierarchical sizes it was given (a2a+p2p), `sequence_parallel` whether it asked for
     sequence parallelism (None: not a setting of it)."""
     p, out = parallel, []
-    if p.cp > 1 and p.scheme == "hybrid":
+    if p.cp > 1 and comm == HIERARCHICAL:
         if not hierarchical:
             out.append(f"{flags.cp_comm} {comm} needs {flags.hierarchical} (the all-to-all degree, then the "
                        f"ring's, product {flags.cp} {p.cp}): without it Megatron-LM refuses the run and Megatron-Bridge "
