@@ -15,6 +15,7 @@ import os
 import sys
 import time
 
+from sim.cli.frameworks import add_framework_args, check_framework_args, export_plan, write_export
 from sim.cli.options import add_model_args, model_from_args
 from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
@@ -85,6 +86,7 @@ def register(sub) -> None:
     o.add_argument("--top", type=int, default=5, help="candidates shown (default 5; 0: all)")
     o.add_argument("--json", action="store_true",
                    help='print {"candidates": [...]}, best first, each with its `ringsim simulate` command')
+    add_framework_args(p, plan=True)
     o.add_argument("--workers", type=int, default=None,
                    help="simulate on a local Dask cluster of N workers (default: this process up to "
                         f"{AUTO_WORKERS_ABOVE} GPUs; above, one worker per core, at most {AUTO_WORKERS_MAX})")
@@ -158,6 +160,9 @@ def cmd_plan(a: argparse.Namespace) -> int:
         return cmd_plan_inference(a)
     if a.seq is None:
         raise RingsimError("the following arguments are required: --seq")
+    check_framework_args(a)
+    if a.export is not None and (a.global_batch is None or a.attention_only):
+        raise RingsimError("--export takes the whole-step plan's split: give --global-batch (without --attention-only)")
     if a.global_batch is not None and not a.attention_only:
         if a.docs is not None or a.window is not None:
             raise RingsimError("the whole-step plan takes one document per sequence; plan packed documents "
@@ -185,6 +190,14 @@ def _plan_steps(a: argparse.Namespace) -> int:
     result = plan_steps(req.model, seq, batch, hardware, req.n_gpus, hardware_argv=hardware_argv, fp8=a.fp8,
                         on_progress=progress_line(sys.stderr))
     top = result.candidates[: a.top or len(result.candidates)]
+    exported = None
+    if a.export is not None:
+        exported = export_plan(a, result.candidates, req.model, seq, batch, hardware)
+        if a.out is None:            # the job alone on stdout; which split it is on stderr
+            write_export(a, exported[0])
+            print(f"exported {exported[1]}", file=sys.stderr)
+            return 0
+        write_export(a, exported[0])
     if a.json:
         json.dump({"gpus": result.gpus, "considered": result.considered, "refused": result.refused,
                    "skipped": result.skipped, "seconds": result.seconds, "candidates": top}, sys.stdout, indent=2)
@@ -206,4 +219,6 @@ def _plan_steps(a: argparse.Namespace) -> int:
     for c in top:
         print(f"{c['rank']}. {label(c)}: {c['why']}")
         print(f"   {c['command']}")
+    if exported is not None:
+        print(f"\nwrote {a.out}: {exported[1]}")
     return 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from sim.cli.frameworks import add_framework_args, check_framework_args, export_step, hardware_argv, step_from
 from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args
+from sim.errors import RingsimError
 from sim.files import check_output, write_json
 from sim.hardware.gemm import gemm_time
 from sim.hardware.presets import GPU_PRESETS, gpu_preset
@@ -29,9 +31,10 @@ def register(sub) -> None:
                                    "Llama 3 paper and torchtitan report.")
     add_model_args(s)
     w = s.add_argument_group("batch")
-    w.add_argument("--seq", type=tokens, required=True, help="tokens per sequence: 8192, 128k, 1M (= 2^20)")
-    w.add_argument("--global-batch", type=tokens, required=True,
-                   help="tokens per step over all replicas: 16M (= 16 x 2^20), 4M, ...")
+    w.add_argument("--seq", type=tokens, default=None, help="tokens per sequence: 8192, 128k, 1M (= 2^20) (required "
+                                                             "unless --from)")
+    w.add_argument("--global-batch", type=tokens, default=None,
+                   help="tokens per step over all replicas: 16M (= 16 x 2^20), 4M, ... (required unless --from)")
     w.add_argument("--microbatches", type=int, default=None,
                    help="micro-batches per step per replica (default: one sequence each)")
     par = s.add_argument_group("parallelism (the GPUs are TP x CP x PP x DP; the nodes follow from the GPUs per node)")
@@ -53,6 +56,9 @@ def register(sub) -> None:
     par.add_argument("--scheme", choices=scheme_names(), default=DEFAULT_SCHEME,
                      help=f"the CP scheme (default {DEFAULT_SCHEME})")
     par.add_argument("--layout", default="zigzag", help="the CP ring's layout (default zigzag)")
+    par.add_argument("--ulysses-degree", type=int, default=None,
+                     help="ulysses, hybrid: GPUs per all-to-all group (Megatron's first hierarchical CP size; default: "
+                          "the scheme's choice)")
     par.add_argument("--impl", choices=tuple(IMPL_LIBRARIES), default="ideal",
                      help="whose implementation of the CP scheme runs: ideal (default), te, rfa, torch, usp")
     add_hardware_args(s)
@@ -64,6 +70,7 @@ def register(sub) -> None:
                         "and sends) as a trace")
     s.add_argument("--chrome-trace", metavar="FILE", help="the same as a Chrome trace (Perfetto)")
     s.add_argument("--force", action="store_true", help="overwrite existing output files")
+    add_framework_args(s)
     s.set_defaults(func=cmd_step)
     g = sub.add_parser("gemm", help="the GEMM model's time of one product C (M x N) = A (M x K) B (K x N), "
                                     "called alone")
@@ -98,13 +105,31 @@ def cmd_gemm(a: argparse.Namespace) -> int:
 def cmd_step(a: argparse.Namespace) -> int:
     for path in (a.trace, a.chrome_trace):
         check_output(path, a.force)
+    check_framework_args(a)
+    if a.from_file is not None:
+        return step_from(a, simulate_step, lambda step: print_step(a, step))
+    if a.seq is None or a.global_batch is None:
+        raise RingsimError("the following arguments are required: --seq, --global-batch (or --from FILE)")
     hw = hardware_from_args(a)
     par = Parallel(tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp, zero=a.zero, recompute=a.recompute, fp8=a.fp8,
                    microbatches=a.microbatches, interleave=a.interleave, scheme=a.scheme, layout=a.layout,
-                   impl=a.impl, tp_overlap=a.tp_overlap, grad_reduce=a.grad_reduce)
+                   ulysses_degree=a.ulysses_degree, impl=a.impl, tp_overlap=a.tp_overlap, grad_reduce=a.grad_reduce)
     check_gpus(par, a.gpus)
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)
+    if a.export:
+        # the whole-step planner loads when a step is exported, not on every start
+        from sim.training.plan import step_command
+
+        return export_step(a, step, step_command(req.model, req.seq, req.global_batch, par, hardware_argv(a)),
+                           show=lambda: print_step(a, step))
+    return print_step(a, step)
+
+
+def print_step(a: argparse.Namespace, step) -> int:
+    """The step as a table (or JSON), its traces written where asked."""
+    req = step.request
+    par, hw = req.parallel, req.hardware
     if a.trace or a.chrome_trace:
         t = step.pipeline
         trace = Trace(t.source, t.n_gpus, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,

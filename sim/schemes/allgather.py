@@ -394,6 +394,9 @@ SCHEME = Scheme(
     variants=variants,
     candidates=candidates,
     training_cp=True,
+    # TransformerEngine's all_gather (Megatron-LM's help also writes allgather); torchtitan 0.3.0's
+    # context parallelism (flex_cp_allgather, torch's default rotate method)
+    frameworks={"megatron": ("all_gather", "allgather"), "torchtitan": ("allgather",)},
     run_words=lambda config: "allgather, " + (
         "one gather" if _groups(config) == 1 else f"pipelined over {_groups(config)} head groups"),
     run_terms=lambda config: ("one", {}) if _groups(config) == 1 else ("groups", {"groups": _groups(config)}),

@@ -194,6 +194,15 @@ class Scheme:
     """True where the schedule already makes every point-to-point hop wait for the batch
     each of its ranks posted before (sim.engine.queues): a device that queues its batches, as
     NCCL does, then changes nothing, and the engine skips adding the same dependencies."""
+    frameworks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """What the training frameworks call it, by framework (sim.frameworks): the name written
+    first, then others they accept. "megatron": Megatron-LM's and Megatron-Bridge's
+    cp_comm_type (TransformerEngine's names); "torchtitan": where torchtitan runs it. A
+    framework it lacks does not run it."""
+    all_to_all_degree: Callable[[Settings, int], int | None] = field(default=lambda settings, n_gpus: None)
+    """The GPUs of its all-to-all group with these settings on n GPUs (None: it has no
+    all-to-all, or the degree is left to its own choice): the degree a framework's heads must
+    divide by."""
     count_ops: Callable[["Scenario"], int] | None = None
     """How many operations the schedule will hold, without building it: the engine
     refuses a run that cannot fit in the machine's memory before it starts (None: not

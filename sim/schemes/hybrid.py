@@ -446,5 +446,7 @@ SCHEME = Scheme(
     token_split=lambda scenario: split_of(scenario, *degrees(scenario), scenario.settings.placement),
     plan_notes=plan_notes,
     limited_by_heads=True,
+    frameworks={"megatron": ("a2a+p2p",)},          # with hierarchical_context_parallel_sizes [u, r]
+    all_to_all_degree=lambda settings, n_gpus: settings.ulysses_degree,
     count_ops=count_hybrid_ops,
 )

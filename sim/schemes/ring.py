@@ -473,6 +473,9 @@ SCHEME = Scheme(
     variants=variants,
     candidates=candidates,
     training_cp=True,
+    # TransformerEngine's ring (Megatron's default cp_comm_type); torch's "alltoall" rotation,
+    # which torchtitan 0.3.0 has no setting for
+    frameworks={"megatron": ("p2p",)},
     run_words=run_words,
     # forward, step-synchronous or lock-step: a rank posts K/V hop k after hop k-1 was done
     # on both its ranks, and hop k waits for that on both ends (see _after), so the queue of

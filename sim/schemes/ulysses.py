@@ -86,4 +86,6 @@ SCHEME = replace(
     token_split=_split,
     plan_notes=_notes,
     block_map=lambda trace: hybrid.block_map_of(trace, trace.n_gpus, 1, hybrid.PLACEMENTS[0]),
+    frameworks={"megatron": ("a2a",)},
+    all_to_all_degree=lambda settings, n_gpus: settings.ulysses_degree or n_gpus,
 )

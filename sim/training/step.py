@@ -89,7 +89,7 @@ counted that way.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from sim.errors import RingsimError
@@ -98,6 +98,7 @@ from sim.hardware.gemm import FP8_PEAK_FACTOR, gemm_time
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.models import Model
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
+from sim.schemes import get as get_scheme
 from sim.trace.format import Trace
 from sim.trace.metrics import compute_metrics
 from sim.training.pipeline import in_flight, pipeline_makespan, play_pipeline
@@ -149,6 +150,9 @@ class Parallel:
     scheme: str = DEFAULT_SCHEME
     """The CP scheme (sim.schemes) and its layout."""
     layout: str = "zigzag"
+    ulysses_degree: int | None = None
+    """A CP scheme with an all-to-all (ulysses, hybrid): GPUs in each all-to-all group, as
+    Megatron's first hierarchical CP size gives it; None: the scheme's own choice."""
     impl: str = "ideal"
     """Whose implementation of the CP scheme runs (sim.implementations)."""
 
@@ -426,6 +430,7 @@ class Step:
                              "recompute": p.recompute, "fp8": p.fp8, "microbatches": r.microbatches,
                              "micro_batch": r.micro_batch, "interleave": p.interleave, "scheme": p.scheme,
                              "layout": p.layout, "tp_overlap": p.tp_overlap, "grad_reduce": p.grad_reduce,
+                             **({"ulysses_degree": p.ulysses_degree} if p.ulysses_degree is not None else {}),
                              **({"impl": p.impl} if p.impl != "ideal" else {})},
                 "gpus": self.gpus, "gpu": r.hardware.gpu.name, "step_s": self.step_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "tflops_per_gpu": self.tflops_per_gpu,
@@ -444,8 +449,8 @@ def _attention_s(req: StepRequest, pass_: str) -> tuple[float, float]:
     """(makespan, the scheme's working memory) of one layer's attention for one
     micro-batch on the CP group (sim.engine.play.simulate)."""
     m, p = req.model, req.parallel
-    key = (m.heads, m.kv_heads, m.head_dim, p.tp, p.cp, p.scheme, p.layout, p.impl, req.micro_batch, req.seq,
-           pass_, repr(req.hardware))
+    key = (m.heads, m.kv_heads, m.head_dim, p.tp, p.cp, p.scheme, p.layout, p.ulysses_degree, p.impl,
+           req.micro_batch, req.seq, pass_, repr(req.hardware))
     if key not in _ATTENTION:
         if len(_ATTENTION) > 4096:
             _ATTENTION.clear()
@@ -453,12 +458,10 @@ def _attention_s(req: StepRequest, pass_: str) -> tuple[float, float]:
     return _ATTENTION[key]
 
 
-def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
-    # `ringsim` imports this module on every start (the step command's options): the
-    # engine and the memory model load when a step's attention is first simulated
-    from sim.engine.play import simulate
-    from sim.scenario.memory import peak_memory
-
+def attention_scenario(req: StepRequest, pass_: str) -> Scenario:
+    """One layer's attention for one micro-batch on the CP group, as a Scenario: its
+    scheme (with the all-to-all degree the step gives), layout and kernel model, heads / TP
+    per GPU."""
     m, p = req.model, req.parallel
     heads = m.heads // p.tp
     kv = max(m.kv_heads // p.tp, 1)
@@ -467,8 +470,24 @@ def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
     hw = req.hardware
     # the CP group's GPUs sit TP apart: as many of them share a node as TP leaves room for
     cp_hw = replace(hw, gpus_per_node=max(1, hw.gpus_per_node // p.tp), nics_per_node=None, pcie=None)
-    sc = Scenario(workload=w, hardware=cp_hw, n_gpus=p.cp, scheme=p.scheme if p.cp > 1 else DEFAULT_SCHEME,
-                  layout=p.layout if p.cp > 1 else "contiguous", impl=p.impl if p.cp > 1 else "ideal")
+    scheme = p.scheme if p.cp > 1 else DEFAULT_SCHEME
+    settings = None
+    if p.cp > 1 and p.ulysses_degree is not None:
+        settings_type = get_scheme(scheme).settings_type
+        if "ulysses_degree" not in {f.name for f in fields(settings_type)}:
+            raise RingsimError(f"--ulysses-degree {p.ulysses_degree}: the {scheme} scheme has no all-to-all")
+        settings = settings_type(ulysses_degree=p.ulysses_degree)
+    return Scenario(workload=w, hardware=cp_hw, n_gpus=p.cp, scheme=scheme, settings=settings,
+                    layout=p.layout if p.cp > 1 else "contiguous", impl=p.impl if p.cp > 1 else "ideal")
+
+
+def _simulate_attention(req: StepRequest, pass_: str) -> tuple[float, float]:
+    # `ringsim` imports this module on every start (the step command's options): the
+    # engine and the memory model load when a step's attention is first simulated
+    from sim.engine.play import simulate
+    from sim.scenario.memory import peak_memory
+
+    sc = attention_scenario(req, pass_)
     trace = simulate(sc, player="recurrence")
     return compute_metrics(trace).makespan_s, float(peak_memory(sc)["total"])
 
