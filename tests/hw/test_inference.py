@@ -1,0 +1,273 @@
+"""The inference kernels (hw.inference: prefill over a cached prefix, pass-KV, pass-Q and
+all-gather; hw.inference_decode: decode over a sharded cache) against attention over the
+whole context in float64 (torch's scaled_dot_product_attention with the mask, and the
+log-sum-exp of the masked scores), on 1, 2, 3 and 5 gloo ranks: every new-token layout,
+cache layout, GQA, full and causal; decode batches of requests of different lengths,
+both cache layouts and both merges.
+
+One spawned group per rank count runs every case (start-up paid once); each rank
+returns its shard's output, log-sum-exp and spans.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import zlib
+
+import pytest
+import torch
+
+from tests.hw.conftest import max_err
+
+BATCH, HEADS, HEAD_DIM, PER_CHUNK, CACHED_PER_CHUNK = 2, 4, 8, 2, 3
+DECODE_HEADS = 30          # divisible by 2, 3 and 5: the all-to-all merge splits heads over the ranks
+TOL = 1e-5                 # fp32, absolute, against float64 (outputs and log-sum-exp)
+
+PREFILL = [dict(kind="prefill", scheme=s, layout=lay, cache=c, kv_heads=kvh, causal=causal)
+           for s, lay, c, kvh, causal in itertools.product(
+               ("pass-kv", "pass-q", "allgather"), ("contiguous", "striped", "zigzag"),
+               (None, "contiguous", "zigzag"), (HEADS, 2), (True, False))]
+DECODE = [dict(kind="decode", layout=lay, merge=m, kv_heads=kvh, new=s)
+          for lay, m, kvh, s in itertools.product(("contiguous", "round-robin"), ("a2a", "allgather"),
+                                                 (DECODE_HEADS, 6, 1), (1, 3))]
+CASES = PREFILL + DECODE
+
+
+def _gen(case: dict, n: int) -> torch.Generator:
+    return torch.Generator().manual_seed(zlib.crc32(repr(sorted(case.items())).encode()) + n)
+
+
+def prefill_inputs(case: dict, n: int):
+    """q (b, T, h, d) of the new tokens; k, v (b, P + T, kv_h, d): cached, then new."""
+    new = 2 * n * PER_CHUNK
+    cached = 0 if case["cache"] is None else 2 * n * CACHED_PER_CHUNK
+    g = _gen(case, n)
+    q = torch.randn(BATCH, new, HEADS, HEAD_DIM, generator=g)
+    k, v = (torch.randn(BATCH, cached + new, case["kv_heads"], HEAD_DIM, generator=g) for _ in range(2))
+    return q, k, v, cached
+
+
+def decode_lengths(n: int) -> tuple[int, ...]:
+    """Requests of different lengths: shorter than the ranks (some hold none of it), not
+    divisible by them, and longer."""
+    return (3, 4 * n + 1, 7 * n + 2)
+
+
+def decode_inputs(case: dict, n: int):
+    """q (requests, new, h, d); per request k, v (length, kv_h, d)."""
+    g = _gen(case, n)
+    lengths = decode_lengths(n)
+    q = torch.randn(len(lengths), case["new"], DECODE_HEADS, HEAD_DIM, generator=g)
+    kv = [tuple(torch.randn(length, case["kv_heads"], HEAD_DIM, generator=g) for _ in range(2))
+          for length in lengths]
+    return q, kv
+
+
+def run_cases(ctx, cases: list[dict]) -> list[dict]:
+    """Run in every rank: each case's kernel on this rank's shard of its inputs."""
+    from hw.blocks import select_block_ops
+    from hw.comm import Ring
+    from hw.inference import Prefill, prefill_kernel
+    from hw.inference_decode import DecodeBatch, decode_forward
+    from hw.layouts import shard
+    from hw.timing import CpuClock, Recorder
+
+    torch.set_num_threads(1)
+    n, r = ctx.n_gpus, ctx.rank
+    ops = select_block_ops("cpu", "fp32", HEAD_DIM)
+    rows = []
+    for case in cases:
+        clock = CpuClock(30.0)
+        rec = Recorder(clock, r)
+        ring = Ring(r, n, ctx.group, clock, rec)
+        ctx.barrier()
+        clock.origin = clock.mark()
+        if case["kind"] == "prefill":
+            q, k, v, cached = prefill_inputs(case, n)
+            new = q.shape[1]
+            qs, kn, vn = (shard(x, case["layout"], n, r) for x in (q, k[:, cached:], v[:, cached:]))
+            if cached:
+                kc, vc = (shard(x, case["cache"], n, r) for x in (k[:, :cached], v[:, :cached]))
+            else:
+                kc, vc = k[:, :0], v[:, :0]
+            pf = Prefill(n_gpus=n, layout=case["layout"], new_per_rank=new // n, cached_per_rank=cached // n,
+                         causal=case["causal"])
+            out, lse = prefill_kernel(case["scheme"])(qs, kn, vn, kc, vc, ring=ring, pf=pf, ops=ops)
+        else:
+            q, kv = decode_inputs(case, n)
+            batch = DecodeBatch(decode_lengths(n), case["new"], n, case["layout"])
+            held = batch.held(r)
+            k = torch.cat([kv[i][0][torch.from_numpy(pos)] for i, pos in enumerate(held)])
+            v = torch.cat([kv[i][1][torch.from_numpy(pos)] for i, pos in enumerate(held)])
+            out, lse = decode_forward(q, k, v, ring=ring, batch=batch, merge=case["merge"], ops=ops)
+        clock.close()
+        rows.append({"out": out.contiguous(), "lse": lse.contiguous(), "spans": [s.to_dict() for s in rec.spans()]})
+    return rows
+
+
+_RESULTS: dict[int, list[list[dict]]] = {}
+
+
+def results(n: int) -> list[list[dict]]:
+    """Per rank, per case (one spawned group per rank count, cached)."""
+    if n not in _RESULTS:
+        if n == 1:
+            from tests.hw.test_schemes_common import Solo
+            _RESULTS[n] = [run_cases(Solo(), CASES)]
+        else:
+            from hw.spawn import spawn
+            _RESULTS[n] = spawn(run_cases, n, args=(CASES,), timeout_s=120.0)
+    return _RESULTS[n]
+
+
+def reference(q, k, v, mask):
+    """Output (b, t, h, d) and log-sum-exp (b, h, t) in float64; mask (t, keys), True: kept."""
+    qh, kh, vh = (x.double().transpose(1, 2) for x in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask,
+                                                           enable_gqa=qh.shape[1] != kh.shape[1])
+    g = qh.shape[1] // kh.shape[1]
+    scores = qh @ kh.repeat_interleave(g, dim=1).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    lse = torch.logsumexp(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return out.transpose(1, 2), lse
+
+
+def _gpus(n: int):
+    return pytest.param(n, marks=[pytest.mark.slow] if n > 1 else [], id=f"n{n}")
+
+
+GPU_COUNTS = [_gpus(n) for n in (1, 2, 3, 5)]
+
+
+def _id(c: dict) -> str:
+    if c["kind"] == "prefill":
+        return (f"{c['scheme']}-{c['layout']}-cache-{c['cache'] or 'none'}-kv{c['kv_heads']}-"
+                f"{'causal' if c['causal'] else 'full'}")
+    return f"decode-{c['layout']}-{c['merge']}-kv{c['kv_heads']}-new{c['new']}"
+
+
+PREFILL_IDX = [i for i, c in enumerate(CASES) if c["kind"] == "prefill"]
+DECODE_IDX = [i for i, c in enumerate(CASES) if c["kind"] == "decode"]
+
+
+@pytest.mark.parametrize("n_gpus", GPU_COUNTS)
+@pytest.mark.parametrize("index", PREFILL_IDX, ids=[_id(CASES[i]) for i in PREFILL_IDX])
+def test_prefill_matches_float64_attention_over_the_whole_context(n_gpus, index):
+    from hw.layouts import unshard
+
+    case = CASES[index]
+    per_rank = [rows[index] for rows in results(n_gpus)]
+    out = unshard([p["out"] for p in per_rank], case["layout"])
+    lse = unshard([p["lse"] for p in per_rank], case["layout"], dim=2)
+    q, k, v, cached = prefill_inputs(case, n_gpus)
+    new = q.shape[1]
+    pos_q = cached + torch.arange(new)[:, None]
+    mask = (torch.arange(cached + new)[None, :] <= pos_q) if case["causal"] else torch.ones(new, cached + new,
+                                                                                              dtype=torch.bool)
+    want_out, want_lse = reference(q, k, v, mask)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (BATCH, HEADS, new) and lse.dtype == torch.float32
+    assert max_err(out, want_out) <= TOL
+    assert max_err(lse, want_lse) <= TOL
+
+
+@pytest.mark.parametrize("n_gpus", GPU_COUNTS)
+@pytest.mark.parametrize("index", DECODE_IDX, ids=[_id(CASES[i]) for i in DECODE_IDX])
+def test_decode_matches_float64_attention_per_request(n_gpus, index):
+    case = CASES[index]
+    q, kv = decode_inputs(case, n_gpus)
+    s = case["new"]
+    want = []
+    for i, (k, v) in enumerate(kv):
+        length = k.shape[0]
+        mask = torch.arange(length)[None, :] <= (length - s + torch.arange(s))[:, None]
+        want.append(reference(q[i:i + 1], k[None], v[None], mask))
+    want_out = torch.cat([w[0] for w in want])
+    want_lse = torch.cat([w[1] for w in want])
+    hq = DECODE_HEADS // n_gpus
+    for r, rows in enumerate(results(n_gpus)):
+        got = rows[index]
+        if case["merge"] == "a2a":     # rank r holds its share of the heads
+            heads = slice(r * hq, (r + 1) * hq)
+        else:                          # every rank holds every head
+            heads = slice(None)
+        assert max_err(got["out"], want_out[:, :, heads]) <= TOL
+        assert max_err(got["lse"], want_lse[:, heads]) <= TOL
+
+
+def _trace(n: int, index: int):
+    from tests.hw.test_schemes_common import trace_of
+
+    return trace_of([[rows[index]] for rows in results(n)], 0, n)
+
+
+PASS_Q_ZIGZAG = [i for i in PREFILL_IDX if CASES[i]["scheme"] == "pass-q" and CASES[i]["layout"] == "zigzag"
+                 and CASES[i]["kv_heads"] == 2]
+
+
+@pytest.mark.parametrize("n_gpus", GPU_COUNTS)
+@pytest.mark.parametrize("index", PASS_Q_ZIGZAG, ids=[_id(CASES[i]) for i in PASS_Q_ZIGZAG])
+def test_pass_q_trace_moves_queries_then_partial_results(n_gpus, index):
+    """Queries travel N - 1 hops of T/N tokens x heads; the partial results go home in one
+    all-to-all of N - 1 messages of (output, log-sum-exp) in fp32; the work is every
+    unmasked pair once, counted independently here (positions of each rank's tokens)."""
+    from hw.inference import Q_KIND
+    from hw.layouts import token_index
+    from tests.hw.test_schemes_common import check_no_overlap
+
+    case = CASES[index]
+    n = n_gpus
+    trace = _trace(n, index)
+    check_no_overlap(trace)
+    new = 2 * n * PER_CHUNK
+    cached = 0 if case["cache"] is None else 2 * n * CACHED_PER_CHUNK
+    t = new // n
+    q_bytes = BATCH * t * HEADS * HEAD_DIM * 4
+    result_bytes = BATCH * HEADS * t * (HEAD_DIM + 1) * 4
+    pos = token_index(case["layout"], new, n)
+    for r, spans in enumerate(trace.by_rank()):
+        sends = sorted((s.kind, s.step, s.bytes) for s in spans if s.stream == "send")
+        want = [(Q_KIND, k, q_bytes) for k in range(n - 1)] + ([("a2a", n, (n - 1) * result_bytes)] if n > 1 else [])
+        assert sends == sorted(want)
+        flops = sum(s.flops for s in spans if s.stream == "compute")
+        # rank r's keys: its cached shard (all visible) and its new tokens, met by every query
+        q_pos = pos.reshape(-1)
+        mine = pos[r]
+        new_pairs = int((mine[None, :] <= q_pos[:, None]).sum()) if case["causal"] else new * t
+        pairs = new * (cached // n) + new_pairs
+        assert flops == 4 * HEAD_DIM * pairs * HEADS * BATCH
+
+
+def test_decode_refuses_an_all_to_all_that_does_not_split_the_heads():
+    from hw.blocks import select_block_ops
+    from hw.comm import Ring
+    from hw.inference_decode import DecodeBatch, decode_forward
+    from hw.timing import CpuClock
+    from sim.errors import RingsimError
+
+    ring = Ring(0, 3, None, CpuClock(1.0))
+    batch = DecodeBatch((5,), 1, 3)
+    q = torch.zeros(1, 1, 4, 8)
+    with pytest.raises(RingsimError, match="divide") as e:
+        decode_forward(q, torch.zeros(2, 4, 8), torch.zeros(2, 4, 8), ring=ring, batch=batch, merge="a2a",
+                       ops=select_block_ops("cpu", "fp32", 8))
+    assert "\n" not in str(e.value)
+
+
+def test_decode_batch_refuses_requests_shorter_than_their_new_tokens():
+    from hw.inference_decode import DecodeBatch
+    from sim.errors import RingsimError
+
+    with pytest.raises(RingsimError, match="cannot hold"):
+        DecodeBatch((2, 9), 3, 2)
+
+
+def test_held_tokens_cover_every_position_once():
+    import numpy as np
+
+    from hw.inference_decode import held_tokens
+
+    for layout in ("contiguous", "round-robin"):
+        for n, length in ((3, 7), (5, 3), (2, 10)):
+            got = np.sort(np.concatenate([held_tokens(layout, length, n, r) for r in range(n)]))
+            assert got.tolist() == list(range(length))
