@@ -3,25 +3,27 @@ torch.distributed.
 
 A request's context is P cached tokens (their K/V kept from an earlier pass: a prompt
 prefix, a previous turn) followed by T new tokens computed now. The cache is sharded
-over the N ranks as it was written (`cache_layout` over the P tokens: P/N per rank);
-the new tokens lie in their own layout (`layout` over the T tokens: T/N per rank,
-zigzag to balance the causal work). A new token attends to every cached token and,
+over the N ranks as it was written (contiguous, zigzag or striped over the P tokens,
+sim.inference.work.cache_tokens: the ranks may hold a token more or less each); the new
+tokens lie in their own layout (`layout` over the T tokens: T/N per rank, zigzag to
+balance the causal work). A new token attends to every cached token and,
 causally, to the new tokens up to itself; P = 0 is a full prefill. Each rank's K/V
 block is its cached shard followed by its new shard ([cached | new] along tokens).
 
 - pass-KV: the ring of hw.ring, K/V blocks travelling. At step k rank r holds the
   block of rank (r - k) mod N and merges its queries against it into its accumulators:
   the cached part whole (no mask), the new part by the layout's pieces
-  (`sim.layouts.block_pieces`; fully masked blocks skipped). Each block carries
-  (P + T)/N tokens of K and V.
+  (`sim.layouts.block_pieces`; fully masked blocks skipped). Each block carries its
+  owner's cached and new tokens of K and V.
 - pass-Q: the K/V stay; the queries travel the ring instead (T/N tokens of Q, K/V
   heads x Q heads fewer bytes per token under GQA when K/V are many). At step k rank r
   holds the queries of rank o = (r - k) mod N and computes their partial result
   against its own block, the same pieces with the roles swapped. After the last step
   every partial result goes home by one all-to-all and each rank merges the N results
   of its queries (`hw.inference_merge.to_owners`).
-- all-gather: one all-gather of every rank's block, then the rank's queries against
-  each block in turn, merged.
+- all-gather: one all-gather of every rank's block (each padded to the largest, as an
+  all-gather moves equal shares), then the rank's queries against each block in turn,
+  merged.
 
 Everything merged is exact (`hw.merge`): each rank returns the output and log-sum-exp
 of its new queries that attention over the whole context gives. Spans are recorded as
@@ -67,15 +69,16 @@ class Prefill:
     layout: str
     """Layout of the T new tokens (sim.layouts)."""
     new_per_rank: int
-    cached_per_rank: int
+    cached: tuple[int, ...]
+    """Cached tokens each rank holds."""
     causal: bool = True
     """New tokens attend causally to each other (cached ones are all before them)."""
 
     def __post_init__(self) -> None:
         if self.new_per_rank <= 0:
             raise RingsimError("a prefill computes at least one new token per rank")
-        if self.cached_per_rank < 0:
-            raise RingsimError("cached tokens per rank must be non-negative")
+        if len(self.cached) != self.n_gpus or any(c < 0 for c in self.cached):
+            raise RingsimError(f"give the cached tokens of each of the {self.n_gpus} ranks, 0 or more")
         new = self.new_per_rank * self.n_gpus
         if new % n_chunks(self.layout, self.n_gpus):
             raise RingsimError(f"{new} new tokens do not split into the {n_chunks(self.layout, self.n_gpus)} "
@@ -89,7 +92,11 @@ class Prefill:
         """(N, N): unmasked pairs of (query rank, K/V rank), per head and batch item."""
         n = self.n_gpus
         new = exact_work(self.layout, self.new_per_rank * n, n, self.causal)
-        return new + self.new_per_rank * self.cached_per_rank
+        return new + self.new_per_rank * np.asarray(self.cached, dtype=np.int64)[None, :]
+
+    def block_tokens(self, owner: int) -> int:
+        """Tokens of K/V in the block of `owner`: its cached and its new ones."""
+        return self.cached[owner] + self.new_per_rank
 
     def chunks(self) -> list[tuple[int, ...]]:
         return chunks_of_rank(self.layout, self.n_gpus)
@@ -116,7 +123,7 @@ def block_attention(qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, pf: Pr
     """The new queries of q_owner (qh, heads-first) against the block of kv_owner (kh, vh:
     [cached | new] along tokens, heads-first), merged into `acc` = (out, lse) (fp32; None:
     made here); returns the accumulators, None where nothing was computed."""
-    c, t = pf.cached_per_rank, pf.new_per_rank
+    c, t = pf.cached[kv_owner], pf.new_per_rank
     b, h, _, d = qh.shape
     if c:
         b_out, b_lse = ops.forward(qh, kh[:, :, :c], vh[:, :, :c], False)
@@ -143,10 +150,25 @@ def own_block(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
             torch.cat((_hf(v_cache), _hf(v_new)), dim=2).contiguous())
 
 
-def _buffers(own: tuple[torch.Tensor, ...], n: int) -> Callable[[int], tuple[torch.Tensor, ...]]:
-    """The block a rank holds at each ring step: its own, then two receive buffers in turn."""
-    recv = [tuple(torch.empty_like(x) for x in own) for _ in range(min(n - 1, 2))]
-    return lambda step: own if step == 0 else recv[(step - 1) % 2]
+def _buffers(own: tuple[torch.Tensor, ...], n: int, tokens_at: Callable[[int], int] | None = None
+             ) -> Callable[[int], tuple[torch.Tensor, ...]]:
+    """The block a rank holds at each ring step: its own, then two receive buffers in
+    turn; `tokens_at(step)`: the tokens (dim 2) of the block arriving for that step, when
+    blocks differ in size (a contiguous view of a buffer of the largest)."""
+    if tokens_at is None:
+        recv = [tuple(torch.empty_like(x) for x in own) for _ in range(min(n - 1, 2))]
+        return lambda step: own if step == 0 else recv[(step - 1) % 2]
+    most = max([tokens_at(k) for k in range(1, n)], default=0)
+    flat = [tuple(torch.empty(x.numel() // x.shape[2] * most, dtype=x.dtype, device=x.device) for x in own)
+            for _ in range(min(n - 1, 2))]
+
+    def at(step: int) -> tuple[torch.Tensor, ...]:
+        if step == 0:
+            return own
+        tokens = tokens_at(step)
+        return tuple(buf[:x.numel() // x.shape[2] * tokens].view(*x.shape[:2], tokens, *x.shape[3:])
+                     for buf, x in zip(flat[(step - 1) % 2], own))
+    return at
 
 
 def _finish(acc, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,7 +183,8 @@ def prefill_pass_kv(q, k_new, v_new, k_cache, v_cache, *, ring: Ring, pf: Prefil
     n, r = ring.n_gpus, ring.rank
     chunks, work = pf.chunks(), pf.pairs()
     qh = _hf(q)
-    block_at = _buffers(own_block(k_cache, v_cache, k_new, v_new), n)
+    block_at = _buffers(own_block(k_cache, v_cache, k_new, v_new), n,
+                        lambda step: pf.block_tokens((r - step) % n))
     comm = ring.comm("kv")
     acc = None
     for step in range(n):
@@ -228,7 +251,10 @@ def prefill_allgather(q, k_new, v_new, k_cache, v_cache, *, ring: Ring, pf: Pref
     every = tuple(sorted(x for cs in chunks for x in cs))
     if on_step is not None:
         on_step(step0)
-    own = torch.stack(own_block(k_cache, v_cache, k_new, v_new))
+    kh, vh = own_block(k_cache, v_cache, k_new, v_new)
+    most = max(pf.block_tokens(o) for o in range(n))
+    own = kh.new_zeros((2, *kh.shape[:2], most, kh.shape[3]))
+    own[0, :, :, :kh.shape[2]], own[1, :, :, :kh.shape[2]] = kh, vh
     if n > 1:
         blocks = [torch.empty_like(own) for _ in range(n)]
         run_collective(ring, "ag", lambda: dist.all_gather(blocks, own, group=ring.group, async_op=True),
@@ -241,7 +267,9 @@ def prefill_allgather(q, k_new, v_new, k_cache, v_cache, *, ring: Ring, pf: Pref
     t0 = ring.clock.mark()
     for owner in range(n):
         if work[r, owner] > 0:
-            acc = block_attention(qh, blocks[owner][0], blocks[owner][1], pf, r, owner, ops, acc)
+            size = pf.block_tokens(owner)
+            acc = block_attention(qh, blocks[owner][0, :, :, :size], blocks[owner][1, :, :, :size], pf, r, owner,
+                                  ops, acc)
     if ring.recorder is not None:
         ring.recorder.compute("fwd", step0, t0, ring.clock.mark(), _flops(q, work[r].sum()), chunks[r], every)
     return _finish(acc, q)

@@ -11,7 +11,9 @@ keys it holds (docs/design.md, fact 3). The exact result over all keys is their 
   for it (pass-Q: the rows of its own queries; decode: its share of the heads) and
   merges them;
 - `to_everyone` (all-gather): every rank receives every rank's partial results for all
-  rows and merges them, so that every rank holds the whole output.
+  rows and merges them, so that every rank holds the whole output;
+- `gather_outputs` (all-gather): merged outputs, after an all-to-all merge by heads,
+  to every rank.
 
 A partial result travels as one flat fp32 message (output, then log-sum-exp): exact,
 where sending the output in the model's dtype would round it before the merge. Rows a
@@ -90,3 +92,17 @@ def to_everyone(ring: Ring, part: Partial, *, step: int, chunks: tuple[int, ...]
                    step=step, sent=(n - 1) * nbytes(mine), received=(n - 1) * nbytes(mine),
                    send_chunks=chunks, recv_chunks=all_chunks, q_chunks=chunks, kv_chunks=all_chunks)
     return [_unflat(buf, shape) for buf in recv]
+
+
+def gather_outputs(ring: Ring, mine: torch.Tensor, *, step: int, chunks: tuple[int, ...] = (),
+                   all_chunks: tuple[int, ...] = ()) -> list[torch.Tensor]:
+    """All-gather of merged outputs (one shape on every rank), by source rank: after an
+    all-to-all merge, so that every rank holds the whole output."""
+    n = ring.n_gpus
+    if n == 1:
+        return [mine]
+    recv = [torch.empty_like(mine) for _ in range(n)]
+    run_collective(ring, "ag", lambda: dist.all_gather(recv, mine, group=ring.group, async_op=True),
+                   step=step, sent=(n - 1) * nbytes(mine), received=(n - 1) * nbytes(mine),
+                   send_chunks=chunks, recv_chunks=all_chunks, q_chunks=chunks, kv_chunks=all_chunks)
+    return recv
