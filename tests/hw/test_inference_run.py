@@ -1,0 +1,94 @@
+"""`ringsim hw infer` (hw.inference_run): the inputs each rank makes, the measured traces
+of a prefill and a decode run (one spawned group), and the command line's refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hw.inference_run import InferRun, decode_inputs, prefill_inputs
+from sim.errors import RingsimError
+
+
+def test_each_rank_makes_its_shard_of_the_one_rank_context():
+    """A value depends on its request and position alone: the shards of N ranks are the
+    one-rank tensors at the positions each rank holds (new tokens by the layout, the
+    cache as it was written, decode shards request after request)."""
+    from hw.layouts import token_index
+
+    one = InferRun(phase="prefill", n_gpus=1, cached=7, new=12, batch=2, heads=4, kv_heads=2, head_dim=8,
+                   layout="contiguous")
+    q1, kn1, vn1, kc1, vc1 = prefill_inputs(one, 0)
+    run = InferRun(phase="prefill", n_gpus=3, cached=7, new=12, batch=2, heads=4, kv_heads=2, head_dim=8,
+                   layout="zigzag", cache_layout="zigzag")
+    held = {0: [0, 5, 6], 1: [1, 4], 2: [2, 3]}   # zigzag pieces of 7 tokens, edges floor(i 7 / 6)
+    for r in range(3):
+        q, kn, vn, kc, vc = prefill_inputs(run, r)
+        pos = token_index("zigzag", 12, 3)[r]
+        assert torch.equal(q, q1[:, pos]) and torch.equal(kn, kn1[:, pos]) and torch.equal(vn, vn1[:, pos])
+        assert torch.equal(kc, kc1[:, held[r]]) and torch.equal(vc, vc1[:, held[r]])
+    one = InferRun(phase="decode", n_gpus=1, prompts=(5, 2), generated=2, heads=4, kv_heads=2, head_dim=8)
+    q1, k1, _ = decode_inputs(one, 0)
+    run = InferRun(phase="decode", n_gpus=2, prompts=(5, 2), generated=2, heads=4, kv_heads=2, head_dim=8,
+                   layout="contiguous")
+    # request 0 (7 tokens): prompt halves 0-1 | 2-4, generated 5-6 on the last rank; request 1's
+    # tokens start at 7 in the one-rank shard: prompt 0 | 1, generated 2-3 on the last
+    k_of = {0: [0, 1, 7 + 0], 1: [2, 3, 4, 5, 6, 7 + 1, 7 + 2, 7 + 3]}
+    for r in range(2):
+        q, k, _ = decode_inputs(run, r)
+        assert torch.equal(q, q1)
+        assert torch.equal(k, k1[k_of[r]])
+
+
+@pytest.mark.slow
+def test_a_prefill_and_a_decode_run_give_measured_traces_of_their_layer():
+    from hw.inference import Q_KIND
+    from hw.inference_run import measure_many
+
+    prefill = InferRun(phase="prefill", n_gpus=2, scheme="pass-q", cached=40, new=32, heads=4, kv_heads=1,
+                       head_dim=8, warmup=0, repeats=2, threads_per_rank=1)
+    decode = InferRun(phase="decode", n_gpus=2, merge_by="all-to-all", prompts=(30, 9), generated=3, heads=4,
+                      kv_heads=2, head_dim=8, warmup=0, repeats=2, threads_per_rank=1)
+    traces_p, traces_d = measure_many([prefill, decode])
+    assert len(traces_p) == len(traces_d) == 2
+    t = traces_p[0]
+    assert t.source == "measured" and t.n_gpus == 2
+    assert t.config["kind"] == "prefill" and t.config["scheme"] == "pass-q" and t.config["cached"] == 40
+    assert t.meta["phase"] == "prefill" and t.meta["carries"] == "q"
+    hops = [s for s in t.spans if s.stream == "send" and s.kind == Q_KIND]
+    assert len(hops) == 2 and all(s.bytes == 16 * 4 * 8 * 4 for s in hops)      # T/N tokens x heads x d, fp32
+    assert sorted({s.kind for s in t.spans if s.stream == "send"}) == sorted({Q_KIND, "a2a"})
+    t = traces_d[1]
+    assert t.config["kind"] == "decode" and t.config["merge"] == "all-to-all" and t.config["prompts"] == [30, 9]
+    sends = sorted((s.kind, s.step) for s in t.spans if s.stream == "send" and s.rank == 0)
+    assert sends == [("a2a", 1), ("ag", 2)]
+    # every kept pair: request 0 sees 33 keys, request 1 sees 12, one query each, 4 heads x 4 d FLOPs
+    flops = sum(s.flops for s in t.spans if s.stream == "compute")
+    assert flops == 4 * 8 * 4 * (33 + 12)
+
+
+def _args(*argv: str):
+    import argparse
+
+    from hw.inference_run import add_infer_args
+
+    p = argparse.ArgumentParser()
+    add_infer_args(p)
+    return p.parse_args(list(argv))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--phase", "prefill", "--prompts", "5,6"), "decode batch"),
+    (("--phase", "prefill", "--context", "100", "--new", "200"), "--context >= --new"),
+    (("--phase", "prefill", "--new", "100", "--gpus", "3"), "multiple of 6"),
+    (("--phase", "decode", "--prompts", "5,x"), "separated by commas"),
+    (("--phase", "decode", "--context", "4", "--generated", "4"), "generated"),
+    (("--phase", "decode", "--prompts", "2", "--new", "3"), "cannot hold"),
+    (("--phase", "decode", "--layout", "zigzag"), "round-robin"),
+])
+def test_the_command_line_refuses_a_layer_it_cannot_run_in_one_line(argv, words):
+    from hw.inference_run import run_from_args
+
+    with pytest.raises(RingsimError, match=words) as e:
+        run_from_args(_args("--device", "cpu", *argv))
+    assert "\n" not in str(e.value)
