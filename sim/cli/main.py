@@ -1,7 +1,7 @@
 """The `ringsim` command line.
 
 Subcommands: simulate, compare (this module), sweep (sim.cli.sweep), plan
-(sim.cli.plan), gemm (sim.cli.step), trace import (sim.cli.trace), and those other packages
+(sim.cli.plan), gemm (sim.cli.step), trace import (sim.cli.trace), infer (sim.cli.infer), and those other packages
 register through the `ringsim.commands` entry point group (pyproject.toml): hw, calibrate and
 validate (beside the real kernel: hw.cli, hw.calibrate_cli, hw.validate_cli), dashboard (the
 browser app). The simulator
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sim.cli import plan, step, sweep, trace
+from sim.cli import infer, plan, step, sweep, trace
 from sim.cli.options import Parser, add_scenario_args, resolve_run, values_from_args
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
@@ -304,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.register(sub)
     step.register(sub)
     trace.register(sub)
+    infer.register(sub)
     for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         try:
             register = entry.load()

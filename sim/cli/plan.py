@@ -20,6 +20,7 @@ from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import cluster_preset
 from sim.implementations import LIBRARIES as IMPL_LIBRARIES
+from sim.inference.plan import add_plan_arguments, cmd_plan_inference
 from sim.scenario.config import PASSES
 from sim.scenario.documents import read_file_spec
 from sim.units import fmt_bytes, fmt_s, parse_count, table, tokens
@@ -30,7 +31,7 @@ def register(sub) -> None:
                                     "with memory per GPU")
     add_model_args(p)
     w = p.add_argument_group("workload")
-    w.add_argument("--seq", required=True, help="tokens per sequence: 131072, 128k, 1M (= 2^20)")
+    w.add_argument("--seq", default=None, help="tokens per sequence: 131072, 128k, 1M (= 2^20)")
     w.add_argument("--global-batch", default=None,
                    help="tokens a step over all replicas (16M, 4M): plan the whole training step over TP x CP x "
                         "PP x DP (ringsim step); without it, attention alone")
@@ -87,6 +88,7 @@ def register(sub) -> None:
     o.add_argument("--workers", type=int, default=None,
                    help="simulate on a local Dask cluster of N workers (default: this process up to "
                         f"{AUTO_WORKERS_ABOVE} GPUs; above, one worker per core, at most {AUTO_WORKERS_MAX})")
+    add_plan_arguments(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -152,6 +154,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     if a.top < 0:
         raise RingsimError(f"--top must be 0 (all) or more, got {a.top}")
+    if a.phase is not None:      # inference (sim.inference.plan)
+        return cmd_plan_inference(a)
+    if a.seq is None:
+        raise RingsimError("the following arguments are required: --seq")
     if a.global_batch is not None and not a.attention_only:
         if a.docs is not None or a.window is not None:
             raise RingsimError("the whole-step plan takes one document per sequence; plan packed documents "
