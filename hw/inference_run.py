@@ -25,30 +25,15 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.inference.decode import DECODE_LAYOUTS
+from sim.inference.decode import MERGES as DECODE_MERGES
+from sim.inference.work import CACHE_LAYOUTS, cache_tokens, new_tokens
+from sim.inference.work import SCHEMES as PREFILL_SCHEMES
 from sim.layouts import NAMES as LAYOUT_NAMES
 from sim.layouts import n_chunks
 from sim.units import tokens
 
 PHASES = ("prefill", "decode")
-PREFILL_SCHEMES = ("pass-kv", "pass-q", "allgather")
-CACHE_LAYOUTS = ("contiguous", "zigzag", "striped")
-DECODE_LAYOUTS = ("round-robin", "contiguous")
-DECODE_MERGES = ("all-to-all", "all-gather")
-
-
-def cache_positions(cached: int, n_gpus: int, layout: str) -> list[np.ndarray]:
-    """The positions of the cached prefix each rank holds, ascending (boundaries at
-    floor(i P / pieces): contiguous N pieces, zigzag 2N with rank r holding r and
-    2N-1-r, striped token t on rank t mod N), as sim.inference.work.cache_tokens."""
-    t = np.arange(cached, dtype=np.int64)
-    if layout == "striped":
-        return [t[r::n_gpus] for r in range(n_gpus)]
-    pieces = n_gpus if layout == "contiguous" else 2 * n_gpus
-    edges = np.arange(pieces + 1, dtype=np.int64) * cached // pieces
-    parts = [t[edges[i]:edges[i + 1]] for i in range(pieces)]
-    if layout == "contiguous":
-        return parts
-    return [np.concatenate([parts[r], parts[2 * n_gpus - 1 - r]]) for r in range(n_gpus)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,11 +200,10 @@ def _values(run: InferRun, stream: int, rows, heads: int, device):
 
 
 def prefill_positions(run: InferRun, rank: int) -> tuple[np.ndarray, np.ndarray]:
-    """(new positions, cached positions) rank holds: the new tokens P + the layout's over T."""
-    from sim.layouts import rank_tokens
-
-    new = run.cached + rank_tokens(run.layout, run.new, run.n_gpus)[rank]
-    return new, cache_positions(run.cached, run.n_gpus, run.cache_layout)[rank]
+    """(new positions, cached positions) rank holds, as the model lays them out
+    (sim.inference.work: the new tokens P + the layout's over T, the cache as it was written)."""
+    return (new_tokens(run.cached, run.new, run.n_gpus, run.layout)[rank],
+            cache_tokens(run.cached, run.n_gpus, run.cache_layout)[rank])
 
 
 def prefill_inputs(run: InferRun, rank: int, device="cpu"):
@@ -264,7 +248,7 @@ def kernel_of(run: InferRun, inputs, ops):
         from hw.inference import Prefill, prefill_kernel
 
         q, kn, vn, kc, vc = inputs
-        counts = tuple(len(c) for c in cache_positions(run.cached, run.n_gpus, run.cache_layout))
+        counts = tuple(len(c) for c in cache_tokens(run.cached, run.n_gpus, run.cache_layout))
         pf = Prefill(n_gpus=run.n_gpus, layout=run.layout, new_per_rank=run.new_per_rank, cached=counts)
         fn = prefill_kernel(run.scheme)
         return lambda ring: fn(q, kn, vn, kc, vc, ring=ring, pf=pf, ops=ops)
@@ -275,47 +259,79 @@ def kernel_of(run: InferRun, inputs, ops):
     return lambda ring: decode_forward(q, k, v, ring=ring, batch=batch, merge=run.merge_by, ops=ops)
 
 
+class RankInfer:
+    """One rank's run of a layer, an iteration at a time (`measure_many` interleaves the
+    iterations of several runs, as hw.launch does the ring's)."""
+
+    def __init__(self, ctx, run: InferRun):
+        import torch
+
+        from hw.blocks import select_block_ops
+        from hw.devices import pick_device
+        from hw.timing import CpuClock, CudaClock
+
+        self.ctx, self.run = ctx, run
+        self.device = pick_device(run.device, ctx.rank, ctx.n_gpus)
+        self.threads = run.threads(ctx.n_gpus)
+        if self.device.type == "cpu":
+            torch.set_num_threads(self.threads)
+        self.ops = select_block_ops(self.device.type, run.dtype, run.head_dim, run.block_impl)
+        make = prefill_inputs if run.phase == "prefill" else decode_inputs
+        self.inputs = make(run, ctx.rank, self.device)
+        self.layer = kernel_of(run, self.inputs, self.ops)
+        cuda = self.device.type == "cuda"
+        self.clock = CudaClock(self.device, run.timeout_s) if cuda else CpuClock(run.timeout_s)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.measured: list = []
+        self.needs: list = []
+
+    def iteration(self, it: int) -> None:
+        """Iteration `it` (the first `run.warmup` are not recorded)."""
+        import torch
+
+        from hw.comm import Ring
+        from hw.devices import sync
+        from hw.timing import Recorder
+
+        ctx, run = self.ctx, self.run
+        if self.device.type == "cpu":       # another run's set them otherwise
+            torch.set_num_threads(self.threads)
+        rec = Recorder(self.clock, ctx.rank)
+        ring = Ring(ctx.rank, run.n_gpus, ctx.group, self.clock, rec, ctx.store)
+        self.clock.align(ctx.barrier)
+        self.layer(ring)
+        self.clock.synchronize()
+        sync(self.device)
+        if it >= run.warmup:
+            self.measured.append(rec.spans())
+            self.needs.append(rec.needs)
+
+    def result(self):
+        import torch
+
+        from hw.devices import describe_device
+        from hw.runner import RankResult
+
+        self.clock.close()
+        if self.device.type == "cuda":
+            peak = int(torch.cuda.max_memory_allocated(self.device))
+        else:
+            peak = int(sum(x.numel() * x.element_size() for x in self.inputs))
+        info = {"device": describe_device(self.device),
+                "threads_per_rank": self.threads if self.device.type == "cpu" else None,
+                "block_impl": self.ops.describe(), "peak_mem_bytes": peak, "clock": self.clock.kind}
+        return RankResult(self.ctx.rank, self.measured, info, needs=self.needs)
+
+
 def _rank_main(ctx, run: InferRun):
-    import torch
-
-    from hw.blocks import select_block_ops
-    from hw.comm import Ring
-    from hw.devices import describe_device, pick_device, sync
-    from hw.runner import RankResult
-    from hw.timing import CpuClock, CudaClock, Recorder
-
-    device = pick_device(run.device, ctx.rank, ctx.n_gpus)
-    threads = run.threads(ctx.n_gpus)
-    if device.type == "cpu":
-        torch.set_num_threads(threads)
-    ops = select_block_ops(device.type, run.dtype, run.head_dim, run.block_impl)
-    make = prefill_inputs if run.phase == "prefill" else decode_inputs
-    inputs = make(run, ctx.rank, device)
-    layer = kernel_of(run, inputs, ops)
-    clock = CudaClock(device, run.timeout_s) if device.type == "cuda" else CpuClock(run.timeout_s)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    measured, needs = [], []
+    one = RankInfer(ctx, run)
     try:
         for it in range(run.warmup + run.repeats):
-            rec = Recorder(clock, ctx.rank)
-            ring = Ring(ctx.rank, run.n_gpus, ctx.group, clock, rec, ctx.store)
-            clock.align(ctx.barrier)
-            layer(ring)
-            clock.synchronize()
-            sync(device)
-            if it >= run.warmup:
-                measured.append(rec.spans())
-                needs.append(rec.needs)
+            one.iteration(it)
     finally:
-        clock.close()
-    if device.type == "cuda":
-        peak = int(torch.cuda.max_memory_allocated(device))
-    else:
-        peak = int(sum(x.numel() * x.element_size() for x in inputs))
-    info = {"device": describe_device(device), "threads_per_rank": threads if device.type == "cpu" else None,
-            "block_impl": ops.describe(), "peak_mem_bytes": peak, "clock": clock.kind}
-    return RankResult(ctx.rank, measured, info, needs=needs)
+        result = one.result()
+    return result
 
 
 def traces_of(run: InferRun, results) -> list:
@@ -372,12 +388,22 @@ def measure(run: InferRun) -> list:
 
 
 def _many(ctx, runs: list[InferRun]):
-    return [_rank_main(ctx, run) for run in runs]
+    """Every run's warm-up, then repeat i of every run before repeat i + 1 of any: a slow
+    spell of a shared host then weighs on every run alike."""
+    mine = [RankInfer(ctx, run) for run in runs]
+    for one in mine:
+        for it in range(one.run.warmup):
+            one.iteration(it)
+    for i in range(max(run.repeats for run in runs)):
+        for one in mine:
+            if i < one.run.repeats:
+                one.iteration(one.run.warmup + i)
+    return [one.result() for one in mine]
 
 
 def measure_many(runs: list[InferRun]) -> list[list]:
-    """Several runs, one set of processes per rank count (start-up paid once per count):
-    each run's traces, in the order given."""
+    """Several runs, one set of processes per rank count (start-up paid once per count),
+    their repeats interleaved (`_many`): each run's traces, in the order given."""
     from hw.spawn import spawn
 
     groups: dict[tuple, list[int]] = {}
