@@ -84,13 +84,13 @@ def cases(*, gpu_counts: list[int], contexts: list[int], phases: list[str], head
     a continuation (T = C/4 over P = 3C/4), the new tokens in the zigzag layout over a
     zigzag cache; and a decode step of four requests (C, C/2, 3C/4, C/4 tokens: lengths
     no rank count divides alike) round-robin over the ranks, merged by all-gather and by
-    all-to-all. T is rounded down to whole chunks of the layout on 2N ranks x 6, so that
-    every rank count of 2-3 cuts it alike."""
+    all-to-all. T is rounded down to whole chunks of the zigzag layout (2N) where the
+    context does not give them (the default 4608 does on 2 and 3 ranks)."""
     out = []
     common = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, warmup=warmup,
                   repeats=repeats, seed=seed, threads_per_rank=threads)
     for n in gpu_counts:
-        grain = 2 * n * 6
+        grain = 2 * n
         for c in contexts:
             if "prefill" in phases:
                 for new in (c, c // 4):
@@ -227,7 +227,7 @@ def cmd_validate_infer(a: argparse.Namespace) -> int:
             raise RingsimError(why)
     profile = load_profile(a.profile)
     threads = int(profile.measured_on.get("threads_per_rank") or 1)
-    runs = cases(gpu_counts=a.gpus or [2, 3], contexts=a.seqs or [4096], phases=a.infer, heads=a.heads,
+    runs = cases(gpu_counts=a.gpus or [2, 3], contexts=a.seqs or [4608], phases=a.infer, heads=a.heads,
                  kv_heads=a.kv_heads, head_dim=a.head_dim, dtype=a.dtype, warmup=a.warmup, repeats=a.repeats,
                  seed=a.seed, threads=threads)
     read = dict(dtype=a.dtype, heads=a.heads, head_dim=a.head_dim, threads=threads, seconds=a.reference_s)

@@ -62,7 +62,7 @@ def register(sub) -> None:
     v.add_argument("--infer", nargs="+", choices=["prefill", "decode"], default=None, metavar="PHASE",
                    help="validate the inference kernels instead (hw.inference_validate): prefill by pass-KV and "
                         "pass-Q at two shares of new tokens, decode merged by all-gather and all-to-all, on --gpus "
-                        "(default 2 3) at the contexts --seqs (default 4096), against sim.inference on --profile")
+                        "(default 2 3) at the contexts --seqs (default 4608), against sim.inference on --profile")
     v.add_argument("--quick", action="store_true",
                    help="the quick matrix: forward at two sizes and forward-backward at the smaller, "
                         "GPU counts 2-4, the ring (under ten minutes on 2 cores); without it fwd, bwd "

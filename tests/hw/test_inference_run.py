@@ -65,6 +65,15 @@ def test_a_prefill_and_a_decode_run_give_measured_traces_of_their_layer():
     # every kept pair: request 0 sees 33 keys, request 1 sees 12, one query each, 4 heads x 4 d FLOPs
     flops = sum(s.flops for s in t.spans if s.stream == "compute")
     assert flops == 4 * 8 * 4 * (33 + 12)
+    # the model of each layer (on the CPU profile) sends what the kernels sent, at the same steps
+    from hw.inference_validate import simulate
+    from sim.hardware.profile import load_profile
+
+    profile = load_profile("bench/results/calibration/cpu-2core/profile.json")
+    for run, measured in ((prefill, traces_p[0]), (decode, traces_d[0])):
+        model = simulate(run, profile, stream_gbps=5.0)
+        assert ({(s.rank, s.kind, s.step) for s in model.spans if s.stream == "send"}
+                == {(s.rank, s.kind, s.step) for s in measured.spans if s.stream == "send"})
 
 
 def _args(*argv: str):
@@ -92,3 +101,51 @@ def test_the_command_line_refuses_a_layer_it_cannot_run_in_one_line(argv, words)
     with pytest.raises(RingsimError, match=words) as e:
         run_from_args(_args("--device", "cpu", *argv))
     assert "\n" not in str(e.value)
+
+
+def test_the_kernels_shard_the_cache_as_the_model_counts_it():
+    """Each rank's cached and new tokens (hw.inference_run) are the model's counts
+    (sim.inference.work.cached_counts, DecodeAttention.tokens)."""
+    from hw.inference_run import decode_batch, prefill_positions
+    from sim.inference.decode import DecodeAttention
+    from sim.inference.work import cached_counts
+
+    for n, cached, layout in ((3, 37, "zigzag"), (2, 9, "striped"), (5, 23, "contiguous")):
+        run = InferRun(phase="prefill", n_gpus=n, cached=cached, new=2 * n * 4, cache_layout=layout)
+        got = [len(prefill_positions(run, r)[1]) for r in range(n)]
+        assert got == cached_counts(cached, n, layout).tolist()
+    for layout in ("round-robin", "contiguous"):
+        run = InferRun(phase="decode", n_gpus=3, prompts=(7, 2, 12), generated=4, layout=layout)
+        want = DecodeAttention(n_ranks=3, prompts=(7, 2, 12), generated=4, layout=layout).tokens()
+        got = [[len(x) for x in decode_batch(run).held(r)] for r in range(3)]
+        assert (want.T == got).all()
+
+
+def test_validate_infer_needs_a_profile():
+    from hw.validate_cli import cmd_validate
+    from sim.cli.main import build_parser
+
+    a = build_parser().parse_args(["validate", "--infer", "prefill"])
+    with pytest.raises(RingsimError, match="--profile") as e:
+        cmd_validate(a)
+    assert "\n" not in str(e.value)
+
+
+def test_the_model_on_the_cpu_profile_plays_the_kernels_steps():
+    """The model's trace of a layer on the CPU profile (hw.inference_validate.simulate)
+    has the kernels' operations: pass-Q's hops at steps 0..N-2, its return at step N and
+    one merge per rank after it; decode's all-to-all at step 1 and gather at step 2."""
+    from hw.inference_validate import simulate
+    from sim.hardware.profile import load_profile
+
+    profile = load_profile("bench/results/calibration/cpu-2core/profile.json")
+    run = InferRun(phase="prefill", n_gpus=3, scheme="pass-q", cached=60, new=48, heads=8, kv_heads=2)
+    t = simulate(run, profile, stream_gbps=5.0)
+    sends = {(s.kind, s.step) for s in t.spans if s.stream == "send"}
+    assert sends == {("kv", 0), ("kv", 1), ("a2a", 3)}
+    assert t.config["kind"] == "prefill" and t.makespan_s > 0
+    merges = [s for s in t.spans if s.stream == "compute" and s.step == 3]
+    assert sorted(s.rank for s in merges) == [0, 1, 2]
+    run = InferRun(phase="decode", n_gpus=3, merge_by="all-to-all", prompts=(50, 20), heads=8, kv_heads=2)
+    t = simulate(run, profile, stream_gbps=5.0)
+    assert {(s.kind, s.step) for s in t.spans if s.stream == "send"} == {("a2a", 1), ("ag", 2)}
