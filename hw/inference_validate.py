@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -230,6 +231,7 @@ def cmd_validate_infer(a: argparse.Namespace) -> int:
     runs = cases(gpu_counts=a.gpus or [2, 3], contexts=a.seqs or [4608], phases=a.infer, heads=a.heads,
                  kv_heads=a.kv_heads, head_dim=a.head_dim, dtype=a.dtype, warmup=a.warmup, repeats=a.repeats,
                  seed=a.seed, threads=threads)
+    load = [os.getloadavg()[0]]
     read = dict(dtype=a.dtype, heads=a.heads, head_dim=a.head_dim, threads=threads, seconds=a.reference_s)
     before = _host_state(profile, read) if a.reference_s > 0 else None
     stream = host_stream_gbps(threads=threads)
@@ -238,6 +240,7 @@ def cmd_validate_infer(a: argparse.Namespace) -> int:
     measured = measure_many(runs)
     stream_after = host_stream_gbps(threads=threads)
     after = _host_state(profile, read) if a.reference_s > 0 else None
+    load.append(os.getloadavg()[0])
     state = None
     if before and after:      # the profile at the host's speed and sharing around the cases (hw.reference)
         speed = statistics.fmean((before["speed"], after["speed"]))
@@ -259,7 +262,7 @@ def cmd_validate_infer(a: argparse.Namespace) -> int:
     report = {"profile": a.profile, "measured_on": dict(measured[0][0].hardware), "warmup": a.warmup,
               "repeats": a.repeats, "replays": a.replays, "heads": a.heads, "kv_heads": a.kv_heads,
               "head_dim": a.head_dim, "dtype": a.dtype, "stream_gbps": [stream, stream_after],
-              "host_state": state, "summary": summary(rows), "cases": rows}
+              "host_state": state, "load_avg_1m": load, "summary": summary(rows), "cases": rows}
     if a.out:
         write_json(a.out, report, overwrite=True)     # checked above
     text = markdown(report)
@@ -318,7 +321,9 @@ def markdown(report: dict[str, Any]) -> str:
              f"{report['measured_on'].get('threads_per_rank', '?')} thread per rank; profile {report['profile']}; "
              f"{report['heads']}/{report['kv_heads']} heads x {report['head_dim']}, {report['dtype']}; "
              f"{s['cases']} cases, {report['repeats']} repeats each after {report['warmup']} warm-up; "
-             f"host streaming rate {report['stream_gbps'][0]:.1f} GB/s before, {report['stream_gbps'][1]:.1f} after.",
+             f"host streaming rate {report['stream_gbps'][0]:.1f} GB/s before, {report['stream_gbps'][1]:.1f} after"
+             + (f"; load average {report['load_avg_1m'][0]:.1f} before, {report['load_avg_1m'][1]:.1f} after"
+                if "load_avg_1m" in report else "") + ".",
              "",
              f"- median |error| {s['median_abs_error']:.1%}, worst {s['max_abs_error']:.1%} ({s['worst_case']}); "
              f"simulated inside the measured range: {s['within_range']} of {s['cases']}; median cv of the "

@@ -149,3 +149,22 @@ def test_the_model_on_the_cpu_profile_plays_the_kernels_steps():
     run = InferRun(phase="decode", n_gpus=3, merge_by="all-to-all", prompts=(50, 20), heads=8, kv_heads=2)
     t = simulate(run, profile, stream_gbps=5.0)
     assert {(s.kind, s.step) for s in t.spans if s.stream == "send"} == {("a2a", 1), ("ag", 2)}
+
+
+def test_the_validation_report_reads_as_a_table_with_the_host_state():
+    from hw.inference_validate import markdown, summary
+
+    part = {"measured": 0.2, "simulated": 0.1, "error": -0.5}
+    rows = [{"key": f"prefill/pass-q/zigzag/gpus2/cached{c}/new64", "rule_scheme": "pass-q",
+             "measured_median_s": m, "measured_min_s": m * 0.9, "measured_max_s": m * 1.2, "measured_cv": 0.1,
+             "simulated_s": 0.1, "error": (0.1 - m) / m, "within_range": False, "simulated_at_host_state_s": m,
+             "error_at_host_state": 0.0, "parts": {"compute_s": part}} for c, m in ((0, 0.2), (64, 0.4))]
+    s = summary(rows)
+    assert s["median_abs_error"] == pytest.approx(0.625) and s["max_abs_error"] == pytest.approx(0.75)
+    assert s["worst_case"] == rows[1]["key"] and s["median_abs_error_at_host_state"] == 0.0
+    text = markdown({"measured_on": {"device": "cpu", "threads_per_rank": 1}, "profile": "p.json", "heads": 8,
+                     "kv_heads": 2, "head_dim": 64, "dtype": "fp32", "repeats": 5, "warmup": 1,
+                     "stream_gbps": [5.0, 5.5], "load_avg_1m": [1.0, 2.0],
+                     "host_state": {"speed": 2.0, "sharing": 1.5}, "summary": s, "cases": rows})
+    assert "| prefill/pass-q/zigzag/gpus2/cached64/new64 | pass-q | 400.0 ms | 360.0-480.0 ms | 100.0 ms |" in text
+    assert "load average 1.0 before, 2.0 after" in text and "2.00x the profile's time" in text
