@@ -425,7 +425,7 @@ def add_infer_args(p: argparse.ArgumentParser) -> None:
     """The options of `ringsim hw infer`."""
     p.add_argument("--phase", choices=PHASES, default="prefill", help="(default prefill)")
     p.add_argument("--gpus", type=int, default=2, metavar="N", help="ranks, one process each (default 2)")
-    p.add_argument("--scheme", choices=PREFILL_SCHEMES, default="pass-kv", help="prefill: (default pass-kv)")
+    p.add_argument("--scheme", choices=PREFILL_SCHEMES, default=None, help="prefill: (default pass-kv)")
     p.add_argument("--merge-by", choices=DECODE_MERGES, default="all-gather",
                    help="decode: how the partial results meet (default all-gather)")
     p.add_argument("--context", type=tokens, default=None,
@@ -480,8 +480,10 @@ def run_from_args(a: argparse.Namespace) -> InferRun:
         context = a.context if a.context is not None else new
         if context < new:
             raise RingsimError(f"the context ({context} tokens) holds the {new} new ones: give --context >= --new")
-        return InferRun(**common, scheme=a.scheme, cached=context - new, new=new, batch=a.batch,
+        return InferRun(**common, scheme=a.scheme or "pass-kv", cached=context - new, new=new, batch=a.batch,
                         layout=a.layout or "zigzag", cache_layout=a.cache_layout)
+    if a.scheme is not None:
+        raise RingsimError("--scheme picks a prefill's ring; a decode step's partial results meet by --merge-by")
     if a.prompts is not None:
         try:
             prompts = tuple(int(tokens(x)) for x in a.prompts.split(","))
@@ -520,7 +522,14 @@ def cmd_infer(a: argparse.Namespace) -> int:
           f"{hw['block_impl']}), {run.label}, {run.heads}/{run.kv_heads} heads x {run.head_dim}, {run.dtype}")
     s = spread(makespans)
     print(f"attention layer over {s['n']} repeats: median {fmt_s(s['median'])}, min {fmt_s(s['min'])}, "
-          f"max {fmt_s(s['max'])}, cv {s['cv']:.1%}\n")
+          f"max {fmt_s(s['max'])}, cv {s['cv']:.1%}")
+    if run.phase == "prefill":
+        from sim.inference.work import rule_scheme, rule_threshold
+
+        print(f"the paper's rule (arXiv 2411.01783) takes {rule_scheme(run.cached, run.new, run.heads, run.kv_heads)}: "
+              f"new share T/(T+P) = {run.new / (run.new + run.cached):.3f} against 2 H_kv/H = "
+              f"{rule_threshold(run.heads, run.kv_heads):.3f}")
+    print()
     m = metrics[mid]
     rows = [[r.rank, fmt_s(r.compute_s), fmt_s(r.comm_s), fmt_s(r.exposed_comm_s), fmt_s(r.idle_s),
              f"{r.flops / 1e9:.3f}"] for r in m.ranks]

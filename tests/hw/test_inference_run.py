@@ -94,6 +94,7 @@ def _args(*argv: str):
     (("--phase", "decode", "--context", "4", "--generated", "4"), "generated"),
     (("--phase", "decode", "--prompts", "2", "--new", "3"), "cannot hold"),
     (("--phase", "decode", "--layout", "zigzag"), "round-robin"),
+    (("--phase", "decode", "--scheme", "pass-q"), "--merge-by"),
 ])
 def test_the_command_line_refuses_a_layer_it_cannot_run_in_one_line(argv, words):
     from hw.inference_run import run_from_args
