@@ -70,8 +70,8 @@ def to_owners(ring: Ring, parts: list[Partial], *, step: int, chunks: tuple[int,
         return [parts[0]]
     shapes = [tuple(p[0].shape) for p in parts]
     send = [_flat(p) for p in parts]
+    # every slot its own buffer: a collective copying a tensor onto itself is undefined
     recv = [torch.empty_like(send[r]) for _ in range(n)]
-    recv[r] = send[r]
     run_collective(ring, "a2a", lambda: dist.all_to_all(recv, send, group=ring.group, async_op=True),
                    step=step, sent=nbytes(*(t for j, t in enumerate(send) if j != r)),
                    received=nbytes(*(t for j, t in enumerate(recv) if j != r)),
