@@ -230,7 +230,7 @@ def decode_batch(run: InferRun):
 
 def decode_inputs(run: InferRun, rank: int, device="cpu"):
     """Every request's new queries (requests, new, heads, d) and this rank's shard of the
-    cache, request after request (tokens, kv_heads, d)."""
+    cache, request after request (tokens, kv_heads, d), laid out heads-first in memory."""
     batch = decode_batch(run)
     longest = max(batch.lengths)
     q_rows = np.concatenate([i * longest + np.arange(length - run.new, length)
@@ -238,7 +238,10 @@ def decode_inputs(run: InferRun, rank: int, device="cpu"):
     q = _values(run, 0, q_rows, run.heads, device).reshape(len(batch.lengths), run.new, run.heads, run.head_dim)
     held = batch.held(rank)
     kv_rows = np.concatenate([i * longest + pos for i, pos in enumerate(held)])
-    k, v = (_values(run, s, kv_rows, run.kv_heads, device) for s in (1, 2))
+    # heads-first in memory: a request's keys are then, head by head, consecutive rows, the
+    # fused CPU operator's fast case (hw.inference_decode: 3.6x faster than tokens-first)
+    k, v = (_values(run, s, kv_rows, run.kv_heads, device).transpose(0, 1).contiguous().transpose(0, 1)
+            for s in (1, 2))
     return q, k, v
 
 

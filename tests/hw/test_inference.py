@@ -133,6 +133,8 @@ def run_cases(ctx, cases: list[dict]) -> list[dict]:
             held = batch.held(r)
             k = torch.cat([kv[i][0][torch.from_numpy(pos)] for i, pos in enumerate(held)])
             v = torch.cat([kv[i][1][torch.from_numpy(pos)] for i, pos in enumerate(held)])
+            if case["new"] == 3:     # heads-first in memory, as the runner lays the shard out
+                k, v = (x.transpose(0, 1).contiguous().transpose(0, 1) for x in (k, v))
             out, lse = decode_forward(q, k, v, ring=ring, batch=batch, merge=case["merge"], ops=ops)
         clock.close()
         rows.append({"out": out.contiguous(), "lse": lse.contiguous(), "spans": [s.to_dict() for s in rec.spans()]})
