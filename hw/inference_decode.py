@@ -27,10 +27,11 @@ The cache shard is a varlen tensor: a rank's tokens of request 0, then of reques
 ..., (tokens, kv_heads, head_dim), of any strides; heads-first in memory (each head's
 tokens consecutive) is the fast case of the fused CPU operator, which took longer on
 tokens-first memory (median 3.6x over 15 paired calls, one query of 8 heads against
-41k keys, 2 K/V heads of 64, one thread, on a loaded 2-core host). Spans: one compute "fwd" (step0; work = kept
-(query, key) pairs), then the collective and the merge's compute (step0 + 1, no pairs),
-and for the all-to-all the gather of the merged outputs (step0 + 2), as
-sim.inference.decode schedules them. Chunks: rank r holds chunk r.
+41k keys, 2 K/V heads of 64, one thread, on a loaded 2-core host).
+
+Spans: one compute "fwd" (step0; work = kept (query, key) pairs), then the collective and
+the merge's compute (step0 + 1, no pairs), and for the all-to-all the gather of the merged
+outputs (step0 + 2), as sim.inference.decode schedules them. Chunks: rank r holds chunk r.
 """
 
 from __future__ import annotations
