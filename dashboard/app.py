@@ -22,6 +22,7 @@ from dashboard.served import MAX_UPLOAD_BYTES, Served
 from dashboard.views import (
     blocks,
     compare,
+    inference,
     language,
     measured,
     memory,
@@ -46,7 +47,7 @@ def create_app(profile_path: str | None = None, traces_dir: str | None = None) -
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_UPLOAD_BYTES * 3 // 2
     served = Served(profile_path)
     app.layout = lambda: page(served.initial_profile, served.initial_example)
-    for view in (scenario, summary, timeline, blocks, compare, schemes, sweep, memory, merge, measured):
+    for view in (scenario, summary, timeline, blocks, compare, schemes, sweep, memory, merge, measured, inference):
         view.register_callbacks(app, served)
     traces.register_callbacks(app, served, traces_dir=traces_dir)
     for part in (language, nav, questions, plan):

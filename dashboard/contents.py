@@ -18,6 +18,7 @@ TABS = (
     ("measured", "Measured vs simulated"),
     ("traces", "Profiler traces"),
     ("plan", "Plan"),
+    ("inference", "Inference"),
 )
 
 HELP = {

@@ -14,6 +14,7 @@ from dashboard.contents import TABS
 from dashboard.views import (
     blocks,
     compare,
+    inference,
     language,
     measured,
     memory,
@@ -44,6 +45,7 @@ def main(first_example: str | None = None) -> html.Div:
         "measured": measured.view(first_example),
         "traces": traces.view(),
         "plan": [plan.view()],
+        "inference": inference.view(),
     }
     return html.Div(className="main", children=[
         html.Div(id="banner", className="banner", role="alert"),

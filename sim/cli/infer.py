@@ -24,6 +24,7 @@ from sim.trace.format import to_chrome_trace
 from sim.units import fmt_s, parse_count, table
 
 PHASES = ("prefill", "decode", "request")
+PREFILL_NONE = "a prefill computes 1 new token or more (T = 0 leaves nothing to compute)"
 
 
 def register(sub) -> None:
@@ -71,13 +72,13 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--kv-dtype", default="bf16", help="the K/V cache: bf16 (default) or fp8")
 
 
-def _count(value, flag: str, *, zero: bool = False) -> int:
-    """A token count from a flag (128k, 1M); `zero`: 0 is allowed."""
+def _count(value, flag: str, *, zero: bool = False, why: str | None = None) -> int:
+    """A token count from a flag (128k, 1M); `zero`: 0 is allowed; `why`: what 0 would
+    mean, said when it is given."""
     if zero and str(value).strip() == "0":
         return 0
     if str(value).strip() in ("0", "0k", "0K"):
-        raise RingsimError(f"{flag} 0: a prefill computes 1 new token or more" if flag == "--new"
-                           else f"{flag} must be 1 or more, got 0")
+        raise RingsimError(f"{flag} 0: {why}" if why else f"{flag} must be 1 or more, got 0")
     return parse_count(value, flag)
 
 
@@ -110,12 +111,12 @@ def split_of(a: argparse.Namespace, context: int) -> tuple[int, int]:
         if cached > context:
             raise RingsimError(f"the cached prefix ({cached:,} tokens) is longer than the context ({context:,} tokens)")
         new = context - cached
-        if a.new is not None and _count(a.new, "--new") != new:
+        if a.new is not None and _count(a.new, "--new", why=PREFILL_NONE) != new:
             raise RingsimError(f"--cached {cached:,} and --new {a.new} do not add up to --context {context:,}")
         if new == 0:
             raise RingsimError("the cached prefix is the whole context: a prefill computes 1 new token or more")
         return cached, new
-    new = context if a.new is None else _count(a.new, "--new")
+    new = context if a.new is None else _count(a.new, "--new", why=PREFILL_NONE)
     if new > context:
         raise RingsimError(f"--new {new:,} is more than --context {context:,}: the context holds the cached prefix "
                            "and the new tokens")
@@ -140,7 +141,7 @@ def cmd_infer(a: argparse.Namespace) -> int:
         trace, out = result.trace, result.to_dict()
         out = {"prefill_s": result.prefill_s, "tpot_s": None, **out}
     elif a.phase == "decode":
-        output = 256 if a.new is None else _count(a.new, "--new")
+        output = 256 if a.new is None else _count(a.new, "--new", why="decode generates 1 token or more")
         prompts = [c - output for c in contexts for _ in range(a.batch)]
         if min(prompts) < 1:
             raise RingsimError(f"--new {output:,} generated tokens leave no prompt in a context of "
@@ -149,7 +150,7 @@ def cmd_infer(a: argparse.Namespace) -> int:
         trace, out = result.trace, {"prefill_s": None, **result.to_dict()}
     else:
         cached, new = split_of(a, contexts[0])
-        output = 256 if a.output is None else _count(a.output, "--output")
+        output = 256 if a.output is None else _count(a.output, "--output", why="a request generates 1 token or more")
         result = request(serving, contexts[0], cached, output, batch=a.batch, scheme=a.scheme,
                          layout=a.layout or "zigzag", cache_layout=a.cache_layout, merge=a.merge_by)
         trace, out = result.prefill.trace, {"prefill_s": result.ttft_s, **result.to_dict()}

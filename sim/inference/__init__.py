@@ -45,7 +45,9 @@ The API, module by module (nothing is re-exported here; import from the module):
     ``.chosen_scheme``, ``.trace``, ``.to_dict()``); ``decode(serving, prompts, output,
     layout, merge) -> Decode`` (``.tpot_s``, ``.parts``, ``.kv_cache_bytes_per_gpu``,
     ``.max_context_tokens``, ``.trace``, ``.to_dict()``); ``max_context_tokens``,
-    ``check_fits``.
+    ``check_fits``; ``simulate_config(trace.config, hardware) -> Trace``: the layer a trace's
+    header describes (``kind`` prefill or decode: ``PrefillAttention.from_config``,
+    ``DecodeAttention.from_config``), replayed, for comparing a measured run with the model.
 
 ``sim.inference.request``: a whole request (TTFT and TPOT); ``sim.inference.plan``: the
 splits ranked for a latency target.

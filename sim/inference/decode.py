@@ -28,7 +28,7 @@ log-sum-exps (docs/inference.md).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -119,6 +119,18 @@ class DecodeAttention:
         d = asdict(self)
         d["prompts"] = [int(p) for p in self.prompts]
         return d
+
+    @classmethod
+    def from_config(cls, config: dict) -> "DecodeAttention":
+        """The shape a trace's header describes (`kind: decode` and `describe()`)."""
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in config.items() if k in names}
+        if isinstance(values.get("prompts"), list):
+            values["prompts"] = tuple(values["prompts"])
+        try:
+            return cls(**values)
+        except TypeError as e:
+            raise RingsimError(f"the trace's header is not a decode step's shape: {e}") from None
 
 
 def attention_s(shape: DecodeAttention, stream_gbps: float) -> np.ndarray:

@@ -29,6 +29,13 @@ inference rings are written double-buffered), a hop of step k is posted at the s
 step k on both ends, as the training ring's "step" sync: it waits for the block its
 sender received and for both ends' computes of step k - 1.
 
+**Calls.** Where the hardware's block times depend on the call order (the block model's
+merge and host floor), a layer's calls are timed as a prefill makes them: none pays the
+host's floor in front (the layer's attention is queued behind its QKV product), and every
+call merges into a running output but the first on a set of queries: pass-Q's first call
+of each step (it starts that step's partial, which the all-to-all returns) and each of the
+all-gather's calls (one varlen call in Llama 3's, which merges nothing).
+
 The operations are timed by the hardware model (sim.engine.players.durations_s: the
 block model or the flat one, NCCL's costs of each send and all-to-all round), the merges
 by `merge_s`, and played by the wave player (sim.engine.players.times_waves) into the
@@ -41,13 +48,13 @@ pass-Q the queries: the trace's header says `carries: q`), the return of the par
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from sim.engine.players import durations_s, times_waves
+from sim.engine.players import durations_s, head_geometry, times_waves
 from sim.engine.record import record_owned
-from sim.engine.schedule import A2A, AG, EMPTY, FULL, FWD, KV, NO_DEP, Schedule, ScheduleBuilder
+from sim.engine.schedule import A2A, AG, EMPTY, FULL, FWD, KV, MASKS, NO_DEP, Schedule, ScheduleBuilder
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.hardware.presets import KERNEL_GAP_US
@@ -151,6 +158,16 @@ class PrefillAttention:
 
     def describe(self) -> dict:
         return {**asdict(self), "new_padded": self.new_padded}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "PrefillAttention":
+        """The shape a trace's header describes (`simulate_prefill_attention` writes it: `kind:
+        prefill` and `describe()`), as a measured run that shards the same way may write it."""
+        names = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in config.items() if k in names})
+        except TypeError as e:
+            raise RingsimError(f"the trace's header is not a prefill's shape: {e}") from None
 
 
 def merge_s(shape: PrefillAttention, partials: int, stream_gbps: float) -> float:
@@ -258,6 +275,27 @@ def _allgather(b: ScheduleBuilder, shape: PrefillAttention, topo: Topology, own:
                           kv_tokens=z, q_chunks=own, kv_chunks=own, after=[prev])
 
 
+def _call_times(schedule: Schedule, hardware: Hardware, workload: Workload, scheme: str, dur: np.ndarray) -> None:
+    """The attention calls timed as a prefill layer makes them (module docstring, "Calls"),
+    in place of the engine's call order, where the hardware's times depend on it."""
+    comp = schedule.compute_ids
+    comp = comp[schedule.mask[comp] != EMPTY]
+    if not comp.size:
+        return
+    fresh = np.zeros(len(comp), dtype=bool)
+    if scheme == "allgather":
+        fresh[:] = True
+    elif scheme == "pass-q":
+        # the first call of each step on a rank starts that step's partial
+        key = schedule.rank[comp].astype(np.int64) * (int(schedule.step.max()) + 1) + schedule.step[comp]
+        fresh[np.unique(key, return_index=True)[1]] = True
+    dur[comp] = hardware.compute_times_s(
+        schedule.flops[comp], dtype=workload.dtype, kind=np.full(len(comp), "fwd"),
+        mask=np.array(MASKS)[schedule.mask[comp]], q_tokens=schedule.q_tokens[comp],
+        kv_tokens=schedule.kv_tokens[comp], **head_geometry(workload), alone=fresh,
+        isolated=np.zeros(len(comp), dtype=bool))
+
+
 def simulate_prefill_attention(shape: PrefillAttention, hardware: Hardware) -> Trace:
     """One layer's attention played on `hardware` (its GPUs one per rank, packed
     `gpus_per_node` to a node): the standard simulated trace, its header's config the
@@ -266,6 +304,8 @@ def simulate_prefill_attention(shape: PrefillAttention, hardware: Hardware) -> T
     workload = shape.workload
     schedule.mask[merges] = EMPTY              # the engine does not time the merges: `merge_s` does
     dur = durations_s(schedule, hardware, workload)
+    if hardware.takes_call_order:
+        _call_times(schedule, hardware, workload, shape.scheme, dur)
     schedule.mask[merges] = FULL
     stream = hardware.gpu.memory_bandwidth_gbps or 1000.0
     dur[merges] = merge_s(shape, shape.n_ranks, stream)

@@ -54,7 +54,7 @@ from sim.inference.decode import (
     simulate_decode_attention,
 )
 from sim.inference.prefill import KV_DTYPES, PrefillAttention, simulate_prefill_attention
-from sim.inference.work import SCHEMES, rank_pairs, rule_scheme, rule_threshold
+from sim.inference.work import SCHEMES, cached_counts, rank_pairs, rule_scheme, rule_threshold
 from sim.scenario.models import Model
 from sim.trace.format import Trace
 from sim.trace.metrics import compute_metrics
@@ -64,8 +64,8 @@ GIB = 1024 ** 3
 LINEAR_DTYPES = ("bf16", "fp8")
 MEMORY_UTILIZATION = 0.9
 """The share of a GPU's memory an inference engine takes for weights, activations and the
-K/V cache: vLLM's default `gpu_memory_utilization` (vllm/engine/arg_utils.py, EngineArgs:
-0.9); SGLang's `mem_fraction_static` is of the same order."""
+K/V cache: vLLM's default (vllm-project/vllm, vllm/engine/arg_utils.py, EngineArgs of the
+v0.6 series: `gpu_memory_utilization: float = 0.90`)."""
 ROWWISE_CAST_BYTES = 5
 """Bytes moved per element to cast a product's bf16 input to FP8 with a scale per row:
 one read for the row's maximum, one read to scale and cast (2 bytes each), one FP8 write
@@ -153,6 +153,17 @@ class Serving:
         return {"model": self.model.name, "gpu": hw.gpu.name, "gpus": self.gpus, "tp": self.tp, "cp": self.cp,
                 "gpus_per_node": hw.gpus_per_node, "nodes": -(-self.gpus // hw.gpus_per_node), "dtype": self.dtype,
                 "kv_dtype": self.kv_dtype}
+
+
+def simulate_config(config: dict, hardware: Hardware) -> Trace:
+    """One attention layer as a trace's header describes it (`kind` prefill or decode), played
+    on `hardware`: the simulated twin of a measured run, for validation."""
+    kind = config.get("kind")
+    if kind == "prefill":
+        return simulate_prefill_attention(PrefillAttention.from_config(config), hardware)
+    if kind == "decode":
+        return simulate_decode_attention(DecodeAttention.from_config(config), hardware)
+    raise RingsimError(f"the trace's header names no inference layer (kind {kind!r}; prefill or decode)")
 
 
 # --- what every layer does beside attention ----------------------------------------------
@@ -244,7 +255,8 @@ class Prefill:
     """One layer's attention under each scheme, simulated."""
     rule_scheme: str
     chosen_scheme: str
-    """ringsim's choice: the faster of pass-KV and pass-Q as simulated."""
+    """ringsim's choice: the faster of pass-KV and pass-Q as simulated (pass-KV on one rank,
+    where there is no ring)."""
     rank_pairs: list[int]
     kv_cache_bytes_per_gpu: float
     trace: Trace
@@ -289,7 +301,8 @@ def prefill(serving: Serving, cached: int, new: int, *, batch: int = 1, scheme: 
     check_fits(serving, kv_gpu, f"a context of {cached + new:,} tokens x {batch}")
     traces = {s: _attention_trace(sh, serving.cp_hardware) for s, sh in shapes.items()}
     times = {s: compute_metrics(t).makespan_s for s, t in traces.items()}
-    chosen = min(("pass-kv", "pass-q"), key=lambda s: times[s])
+    # one rank holds every token: no ring, and both schemes are its local attention
+    chosen = "pass-kv" if serving.cp == 1 else min(("pass-kv", "pass-q"), key=lambda s: times[s])
     use = scheme or chosen
     if use not in shapes:
         raise RingsimError("allgather prefill cuts the new tokens in chunks: give --layout zigzag or contiguous")
@@ -322,8 +335,6 @@ def _attention_trace(shape: PrefillAttention, hardware: Hardware) -> Trace:
 
 def _prefill_kv_bytes(serving: Serving, shape: PrefillAttention) -> float:
     """The cache one GPU holds after the prefill: its rank's cached and new tokens."""
-    from sim.inference.work import cached_counts
-
     tokens = int(cached_counts(shape.cached, shape.n_ranks, shape.cache_layout).max()) + shape.new_per_rank
     return shape.batch * tokens * serving.kv_bytes_per_token()
 

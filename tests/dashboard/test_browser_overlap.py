@@ -20,7 +20,7 @@ TIMEOUT = 60
 WIDTH, HEIGHT = 1400, 1000
 GRAPH_OF = {"timeline": "timeline", "blocks": "block-map", "compare": "compare", "schemes": "schemes",
             "sweep": "sweep", "memory": "memory", "merge": "merge", "measured": "overlay", "plan": "plan-chart",
-            "questions": "quiz-figure", "traces": "traces-lanes"}
+            "questions": "quiz-figure", "traces": "traces-lanes", "inference": "inf-prefill"}
 """The chart each view draws, whose drawing means the view is there."""
 
 BOXES = r"""

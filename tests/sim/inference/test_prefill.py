@@ -108,3 +108,21 @@ def test_new_tokens_are_padded_to_whole_chunks():
 def test_bad_shapes_are_one_line(bad, match):
     with pytest.raises(RingsimError, match=match):
         shape(**bad)
+
+
+@pytest.mark.parametrize("scheme", ["pass-kv", "pass-q", "allgather"])
+def test_a_traces_header_replays_the_same_layer(scheme, tmp_path):
+    from sim.inference.decode import DecodeAttention, simulate_decode_attention
+    from sim.inference.serve import simulate_config
+    from sim.trace.format import Trace
+
+    s = shape(scheme=scheme, new=1001)
+    path = tmp_path / "t.json"
+    simulate_prefill_attention(s, FLAT).save(path)
+    again = simulate_config(Trace.load(path).config, FLAT)
+    assert PrefillAttention.from_config(again.config) == s
+    assert np.array_equal(again.columns.end_s, simulate_prefill_attention(s, FLAT).columns.end_s)
+    d = DecodeAttention(n_ranks=2, prompts=(100, 50), generated=3)
+    assert DecodeAttention.from_config(simulate_decode_attention(d, FLAT).config) == d
+    with pytest.raises(RingsimError, match="no inference layer"):
+        simulate_config({"workload": {}}, FLAT)
