@@ -180,19 +180,13 @@ class HostModel(HardwareModel):
 
 
 def model_shape(run: InferRun):
-    """The model's shape of the run's layer (sim.inference), its K/V cache in the run's dtype."""
-    if run.phase == "prefill":
-        from sim.inference.prefill import PrefillAttention
-
-        return PrefillAttention(n_ranks=run.n_gpus, cached=run.cached, new=run.new, heads=run.heads,
-                                kv_heads=run.kv_heads, head_dim=run.head_dim, batch=run.batch, dtype=run.dtype,
-                                kv_dtype=run.dtype, layout=run.layout, cache_layout=run.cache_layout,
-                                scheme=run.scheme)
+    """The model's shape of the run's layer, read from the header its measured traces
+    carry (sim.inference's from_config): the measured trace and the model name one layer."""
     from sim.inference.decode import DecodeAttention
+    from sim.inference.prefill import PrefillAttention
 
-    return DecodeAttention(n_ranks=run.n_gpus, prompts=tuple(run.prompts), generated=run.generated,
-                           heads=run.heads, kv_heads=run.kv_heads, head_dim=run.head_dim, dtype=run.dtype,
-                           kv_dtype=run.dtype, layout=run.layout, merge=run.merge_by)
+    kind = PrefillAttention if run.phase == "prefill" else DecodeAttention
+    return kind.from_config(run.describe())
 
 
 def simulate(run: InferRun, profile, stream_gbps: float, jitter: int | None = None) -> Trace:

@@ -169,3 +169,19 @@ def test_the_validation_report_reads_as_a_table_with_the_host_state():
                      "host_state": {"speed": 2.0, "sharing": 1.5}, "summary": s, "cases": rows})
     assert "| prefill/pass-q/zigzag/gpus2/cached64/new64 | pass-q | 400.0 ms | 360.0-480.0 ms | 100.0 ms |" in text
     assert "load average 1.0 before, 2.0 after" in text and "2.00x the profile's time" in text
+
+
+def test_a_measured_traces_header_is_the_models_shape_of_the_layer():
+    """The header a measured run writes (InferRun.describe) is read by the model as the same
+    layer (sim.inference's from_config), field for field."""
+    from sim.inference.decode import DecodeAttention
+    from sim.inference.prefill import PrefillAttention
+
+    run = InferRun(phase="prefill", n_gpus=3, scheme="pass-q", cached=100, new=48, batch=2, heads=8, kv_heads=2,
+                   head_dim=16, layout="contiguous", cache_layout="striped")
+    shape = PrefillAttention.from_config(run.describe())
+    assert shape.describe() == {k: v for k, v in run.describe().items() if k != "kind"}
+    run = InferRun(phase="decode", n_gpus=2, merge_by="all-to-all", prompts=(30, 9), generated=3, heads=4,
+                   kv_heads=2, head_dim=8, layout="contiguous")
+    shape = DecodeAttention.from_config(run.describe())
+    assert shape.describe() == {k: v for k, v in run.describe().items() if k not in ("kind", "new")}
