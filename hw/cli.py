@@ -5,9 +5,10 @@
 torchrun places, on one node or many. Either prints the measured makespan of every
 repeat with its spread and the per-rank metrics of the median repeat (`sim.trace.metrics`),
 and with --trace saves one trace per repeat. `ringsim hw bench` is documented in
-`hw.bench`. The `ringsim` CLI imports this module on every start to register its
-commands, so torch (an optional dependency) and the modules that only a run needs are
-imported when a command runs, not here.
+`hw.bench`, `ringsim hw infer` (an inference layer: prefill or decode) in hw.inference_run.
+The `ringsim` CLI imports this module on every start to register its commands, so
+torch (an optional dependency) and the modules that only a run needs are imported when
+a command runs, not here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import statistics
 from typing import Any
 
 from hw.bench.options import add_bench_args
+from hw.inference_run import add_infer_args
 from sim.errors import RingsimError
 from sim.files import check_output, write_json
 from sim.scenario.config import LAYOUTS, PASSES, Workload
@@ -221,6 +223,12 @@ def cmd_torch_cp(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_infer(a: argparse.Namespace) -> int:
+    from hw.inference_run import cmd_infer as run_infer
+
+    return run_infer(a)
+
+
 def cmd_bench(a: argparse.Namespace) -> int:
     from hw.bench.command import run_bench
 
@@ -264,6 +272,10 @@ def register(subparsers: Any) -> None:
     cp.add_argument("--force", action="store_true", help="overwrite existing traces")
     cp.add_argument("--json", action="store_true")
     cp.set_defaults(func=cmd_torch_cp)
+    ip = sub.add_parser("infer", help="run one attention layer of context-parallel inference (prefill over a cached "
+                                      "prefix, or a decode step) on local processes and report measured timings")
+    add_infer_args(ip)
+    ip.set_defaults(func=cmd_infer)
     bp = sub.add_parser("bench", help="microbenchmarks for calibration: block compute, transfers, interference")
     add_bench_args(bp)
     bp.set_defaults(func=cmd_bench)

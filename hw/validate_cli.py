@@ -59,6 +59,10 @@ def register(sub) -> None:
     v.add_argument("--iteration", type=int, default=None,
                    help="with --trace of a tensor-parallel iteration (no ring in it): the ProfilerStep to replay "
                         "(default the last)")
+    v.add_argument("--infer", nargs="+", choices=["prefill", "decode"], default=None, metavar="PHASE",
+                   help="validate the inference kernels instead (hw.inference_validate): prefill by pass-KV and "
+                        "pass-Q at two shares of new tokens, decode merged by all-gather and all-to-all, on --gpus "
+                        "(default 2 3) at the contexts --seqs (default 4608), against sim.inference on --profile")
     v.add_argument("--quick", action="store_true",
                    help="the quick matrix: forward at two sizes and forward-backward at the smaller, "
                         "GPU counts 2-4, the ring (under ten minutes on 2 cores); without it fwd, bwd "
@@ -176,6 +180,10 @@ def _batches(cases, rows) -> list[list]:
 def cmd_validate(a: argparse.Namespace) -> int:
     if a.trace:
         return cmd_validate_trace(a)
+    if a.infer:
+        from hw.inference_validate import cmd_validate_infer
+
+        return cmd_validate_infer(a)
     if a.profile is None:
         raise RingsimError("validate needs --profile PROFILE.json (or --trace PATH to validate on a profiler trace)")
     # the outputs before any work: --out is resumed (read and rewritten), and the

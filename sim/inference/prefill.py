@@ -77,8 +77,9 @@ from sim.scenario.quantities import DTYPE_BYTES
 from sim.trace.format import Trace
 from sim.units import positive_ints
 
-KV_DTYPES = {"bf16": 2, "fp16": 2, "fp8": 1}
-"""Bytes per element of the K/V cache (and of K/V on the ring): 16-bit, or FP8 (e4m3)."""
+KV_DTYPES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+"""Bytes per element of the K/V cache (and of K/V on the ring): 16-bit, or FP8 (e4m3);
+fp32 is a CPU run's (the kernels' validation on a CPU profile, hw.inference_validate)."""
 
 
 @dataclass(frozen=True, kw_only=True)
