@@ -24,6 +24,7 @@ from dashboard.i18n import Translator
 from dashboard.served import Served
 from dashboard.views.common import graph, only_on
 from sim.errors import RingsimError
+from sim.inference.work import ALL_GATHER, PASS_KV, PASS_Q, SCHEMES
 from sim.trace.format import A2A, AG, COMPUTE, KV, SEND, Trace
 
 MODELS = ("llama3-8b", "llama3-70b", "llama3-405b")
@@ -37,7 +38,7 @@ CACHED_SHARES = (0.0, 0.5, 0.75, 0.875, 0.9375, 0.96875, 0.984375)
 DECODE_CONTEXTS = tuple(2 ** k for k in range(13, 21))
 DECODE_OUTPUT = 128
 TP = 8
-COLOR = {"pass-kv": "#3a6fd8", "pass-q": "#f28e2b", "allgather": "#2e9e5b", "compute": "#3a6fd8",
+COLOR = {PASS_KV: "#3a6fd8", PASS_Q: "#f28e2b", ALL_GATHER: "#2e9e5b", "compute": "#3a6fd8",
          "hop": "#2e9e5b", "a2a": "#b04fc4"}
 
 
@@ -191,25 +192,24 @@ def prefill_timelines(traces: dict[str, Trace], labels: dict[str, str] = TIMELIN
 
 
 CROSSOVER_LABELS = {"title": "Prefill time as the cached share grows", "x": "cached share P / (P + T)",
-                    "y": "prefill ({unit})", "pass-kv": "pass-KV", "pass-q": "pass-Q", "allgather": "all-gather",
+                    "y": "prefill ({unit})", PASS_KV: "pass-KV", PASS_Q: "pass-Q", ALL_GATHER: "all-gather",
                     "rule": "the paper's rule: pass-Q beyond"}
 
 
 def crossover_labels(t: Translator) -> dict[str, str]:
     return {"title": t("inf.cross.title"), "x": t("inf.cross.x"), "y": t("inf.cross.y"),
-            "pass-kv": t("inf.scheme.pass-kv"), "pass-q": t("inf.scheme.pass-q"),
-            "allgather": t("inf.scheme.allgather"), "rule": t("inf.cross.rule")}
+            **{s: t(f"inf.scheme.{s}") for s in SCHEMES}, "rule": t("inf.cross.rule")}
 
 
 def crossover(rows: list[dict[str, float]], threshold: float,
               labels: dict[str, str] = CROSSOVER_LABELS) -> go.Figure:
     """Each scheme's prefill against the cached share, and the share 1 - 2 H_kv / H where the
     rule turns to pass-Q (T / (T + P) below 2 H_kv / H)."""
-    top = max(max(r[s] for s in ("pass-kv", "pass-q", "allgather") if s in r) for r in rows)
+    top = max(max(r[s] for s in SCHEMES if s in r) for r in rows)
     scale, unit = time_unit(top)
     fig = go.Figure()
     x = [r["cached_share"] for r in rows]
-    for s in ("pass-kv", "pass-q", "allgather"):
+    for s in SCHEMES:
         if all(s in r for r in rows):
             fig.add_trace(go.Scatter(x=x, y=[r[s] * scale for r in rows], mode="lines+markers", name=labels[s],
                                      line=dict(color=COLOR[s])))

@@ -54,6 +54,7 @@ def plan_inference(model, hardware, nodes: int, phase: str, context: int, new: i
     command (its hardware `hardware_flags`, else the GPU's preset), or `refused` with the reason."""
     # the inference model and the engine load when a plan runs, not on every start
     from sim.inference.serve import Serving, decode, prefill
+    from sim.inference.work import SCHEMES as PREFILL_SCHEMES
 
     if phase not in PLAN_PHASES:
         raise RingsimError(f"--phase must be one of {', '.join(PLAN_PHASES)}, got {phase!r}")
@@ -63,7 +64,7 @@ def plan_inference(model, hardware, nodes: int, phase: str, context: int, new: i
     rows: list[dict[str, Any]] = []
     for used, tp in _splits(gpn, nodes, model.heads, model.kv_heads):
         cp = used * gpn // tp
-        variants = ([("scheme", s) for s in ("pass-kv", "pass-q", "allgather")] if phase == "prefill"
+        variants = ([("scheme", s) for s in PREFILL_SCHEMES] if phase == "prefill"
                     else [("merge", (m, lay)) for m in ("all-gather", "all-to-all")
                           for lay in ("round-robin", "contiguous")])
         if cp == 1:          # one rank: no ring to choose, nothing to merge

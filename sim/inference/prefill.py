@@ -60,6 +60,7 @@ from sim.hardware.cluster import Hardware
 from sim.hardware.presets import KERNEL_GAP_US
 from sim.hardware.topology import Topology
 from sim.inference.work import (
+    ALL_GATHER,
     CACHE_LAYOUTS,
     LSE_BYTES,
     SCHEMES,
@@ -124,7 +125,7 @@ class PrefillAttention:
                                f"got {self.layout!r}")
         if self.cache_layout not in CACHE_LAYOUTS:
             raise RingsimError(f"the cache layout must be one of {', '.join(CACHE_LAYOUTS)}, got {self.cache_layout!r}")
-        if self.scheme == "allgather" and self.layout == "striped":
+        if self.scheme == ALL_GATHER and self.layout == "striped":
             raise RingsimError("allgather prefill cuts the new tokens in chunks: give --layout zigzag or contiguous")
         if self.dtype not in DTYPE_BYTES:
             raise RingsimError(f"the attention dtype must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
@@ -186,7 +187,7 @@ def build_prefill_schedule(shape: PrefillAttention, hardware: Hardware) -> tuple
     topo = Topology.of(hardware, n)
     b = ScheduleBuilder(n, topo.resource_names())
     own = np.array([b.chunk_set(c) for c in chunks_of_rank(shape.layout, n)], dtype=np.int64)
-    if shape.scheme == "allgather":
+    if shape.scheme == ALL_GATHER:
         _allgather(b, shape, topo, own)
         return b.build(), np.zeros(0, dtype=np.int64)
     merges = _ring(b, shape, topo, own)
@@ -283,7 +284,7 @@ def _call_times(schedule: Schedule, hardware: Hardware, workload: Workload, sche
     if not comp.size:
         return
     fresh = np.zeros(len(comp), dtype=bool)
-    if scheme == "allgather":
+    if scheme == ALL_GATHER:
         fresh[:] = True
     elif scheme == "pass-q":
         # the first call of each step on a rank starts that step's partial

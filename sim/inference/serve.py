@@ -54,7 +54,7 @@ from sim.inference.decode import (
     simulate_decode_attention,
 )
 from sim.inference.prefill import KV_DTYPES, PrefillAttention, simulate_prefill_attention
-from sim.inference.work import SCHEMES, cached_counts, rank_pairs, rule_scheme, rule_threshold
+from sim.inference.work import ALL_GATHER, SCHEMES, cached_counts, rank_pairs, rule_scheme, rule_threshold
 from sim.scenario.models import Model
 from sim.trace.format import Trace
 from sim.trace.metrics import compute_metrics
@@ -296,7 +296,7 @@ def prefill(serving: Serving, cached: int, new: int, *, batch: int = 1, scheme: 
         raise RingsimError(f"--scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     shapes = {s: prefill_attention_shape(serving, cached, new, batch=batch, scheme=s, layout=layout,
                                          cache_layout=cache_layout)
-              for s in SCHEMES if not (s == "allgather" and layout == "striped")}
+              for s in SCHEMES if not (s == ALL_GATHER and layout == "striped")}
     kv_gpu = _prefill_kv_bytes(serving, shapes["pass-kv"])
     check_fits(serving, kv_gpu, f"a context of {cached + new:,} tokens x {batch}")
     traces = {s: _attention_trace(sh, serving.cp_hardware) for s, sh in shapes.items()}

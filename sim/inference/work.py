@@ -31,6 +31,9 @@ from sim.layouts import get as get_layout
 CACHE_LAYOUTS = ("contiguous", "zigzag", "striped")
 """How the cached prefix lies over the ranks: as the prefill (or decode) that wrote it cut it."""
 SCHEMES = ("pass-kv", "pass-q", "allgather")
+"""The prefill's own schemes (not the training schemes of sim.schemes): K/V travel, queries
+travel, or K/V are gathered once."""
+PASS_KV, PASS_Q, ALL_GATHER = SCHEMES
 LSE_BYTES = 4
 """A log-sum-exp is kept in fp32 per query row and head (flash-attention's softmax_lse)."""
 
