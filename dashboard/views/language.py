@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output, ctx, dcc, html, no_update
+from dash import Input, Output, dcc, html
 
 from dashboard.contents import HELP, SUMMARY_CARDS, TABS
 from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator, catalog, layout_label, scheme_label
@@ -97,6 +97,18 @@ def page_texts(lang: Any, layouts: tuple[str, ...] | None = None) -> list[tuple[
     return [(cid, prop, t(key)) for cid, prop, key in _page_texts()] + _options(t, layouts)
 
 
+def with_texts(root: Any, lang: str = DEFAULT_LANG) -> Any:
+    """`root` (the page) with every text of page_texts set in `lang`: the page is whole
+    before its first callback, whichever control that comes from."""
+    texts = {}
+    for cid, prop, value in page_texts(lang):
+        texts.setdefault(cid, {})[prop] = value
+    for component in (root, *root._traverse()):
+        for prop, value in texts.get(getattr(component, "id", None), {}).items():
+            setattr(component, prop, value)
+    return root
+
+
 def language_bar() -> html.Div:
     """The language switch (autonyms from each catalog) and a line for unreadable links."""
     return html.Div(className="lang-bar", children=[
@@ -109,18 +121,21 @@ def language_bar() -> html.Div:
 
 
 def register_callbacks(app) -> None:
-    outputs = [(cid, prop) for cid, prop, _ in page_texts(DEFAULT_LANG)]
+    outputs = [(cid, prop) for cid, prop, _ in page_texts(DEFAULT_LANG) if (cid, prop) != ("layout", "options")]
 
-    # the layouts offered follow the documents (dashboard.state.shown_layouts): a change of
-    # those rewrites the layout's options only
-    @app.callback([Output(cid, prop) for cid, prop in outputs], Input("lang", "value"), Input("docs", "value"),
+    # every text follows the language alone, so that whichever control the page's first
+    # call comes from, every label is drawn (the layout holds them in English until then)
+    @app.callback([Output(cid, prop) for cid, prop in outputs], Input("lang", "value"))
+    def translate_page(lang):
+        texts = {(cid, prop): v for cid, prop, v in page_texts(lang)}
+        return [texts[out] for out in outputs]
+
+    # the layouts offered follow the documents (dashboard.state.shown_layouts)
+    @app.callback(Output("layout", "options"), Input("lang", "value"), Input("docs", "value"),
                   Input("window", "value"), Input("layout", "value"))
-    def translate_page(lang, docs, window, layout):
-        texts = page_texts(lang, shown_layouts(docs, window, layout))
-        triggered = set(ctx.triggered_prop_ids.values())
-        if triggered and "lang" not in triggered:
-            return [v if (cid, prop) == ("layout", "options") else no_update for cid, prop, v in texts]
-        return [v for _, _, v in texts]
+    def layout_options(lang, docs, window, layout):
+        t = Translator(lang)
+        return [{"label": layout_label(t, x), "value": x} for x in shown_layouts(docs, window, layout)]
 
     # the document's language, for screen readers and hyphenation
     app.clientside_callback(

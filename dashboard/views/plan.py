@@ -145,8 +145,6 @@ def view() -> html.Div:
         html.Div(id="plan-pipeline-box", style={"display": "none"}, children=[
             dcc.Graph(id="plan-pipeline", config={"displaylogo": False})]),
         dcc.Store(id="plan-result"),
-        # a candidate opens as a link would: the page loads its address (the inputs above persist)
-        dcc.Location(id="plan-goto", refresh=True),
     ])
 
 
@@ -268,11 +266,11 @@ def query_for_candidate(command: str) -> tuple[str, list[str]]:
     return query_from_values(values), dropped
 
 
-def href_for_candidate(command: str, pathname: str | None, search: str | None) -> tuple[str, list[str]]:
-    """The page's address that opens a candidate on the timeline (keeping the language),
-    and the options the page could not take (see query_for_candidate)."""
+def search_for_candidate(command: str, search: str | None) -> tuple[str, list[str]]:
+    """The page's query that opens a candidate on the timeline (keeping the language), and
+    the options the page could not take (see query_for_candidate)."""
     query, dropped = query_for_candidate(command)
-    return (pathname or "/") + nav.with_nav(query, search, view="timeline"), dropped
+    return nav.with_nav(query, search, view="timeline"), dropped
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -391,11 +389,15 @@ def register_callbacks(app) -> None:
         return (plan_chart(cands, data["memory_limit_bytes"], labels), table(t, data, top), summary, {},
                 {"display": "none"}, {})
 
-    @app.callback(Output("plan-goto", "href"), Output("plan-load-msg", "children"),
+    # a candidate opens as a link would, without reloading the page: its options become the
+    # page's query, which the controls read (dashboard/views/scenario.py), and the timeline
+    # opens; the language and the rest of the page stay as they are
+    @app.callback(Output("url", "search", allow_duplicate=True), Output("tabs", "value", allow_duplicate=True),
+                  Output("plan-load-msg", "children"),
                   Input("plan-chart", "clickData"), Input({"type": "plan-load", "index": ALL}, "n_clicks"),
-                  State("plan-result", "data"), State("url", "pathname"), State("url", "search"),
+                  State("plan-result", "data"), State("url", "search"),
                   State("lang", "value"), prevent_initial_call=True)
-    def load(click, clicks, data, pathname, search, lang):
+    def load(click, clicks, data, search, lang):
         if not data:
             raise PreventUpdate
         trig = ctx.triggered_id
@@ -413,10 +415,10 @@ def register_callbacks(app) -> None:
         cands = data["candidates"]
         if data.get("mode") == "step" or not 0 <= index < len(cands):
             raise PreventUpdate              # a whole step has no view of its own here: its row gives the command
-        href, dropped = href_for_candidate(cands[index]["command"], pathname, search)
+        query, dropped = search_for_candidate(cands[index]["command"], search)
         if dropped:
             # the other views would show another configuration: say so rather than mislead
-            return no_update, Translator(lang)("plan.cannot-load", flags=", ".join(dropped),
-                                               command=cands[index]["command"])
-        return href, ""
+            return no_update, no_update, Translator(lang)("plan.cannot-load", flags=", ".join(dropped),
+                                                          command=cands[index]["command"])
+        return (no_update if query == (search or "") else query), "timeline", ""
 

@@ -30,6 +30,7 @@ from dashboard.state import (
     check_profile_dtype,
     cluster_values,
     defaults,
+    message,
     profile_changes,
     query_from_values,
     scenario_from_values,
@@ -177,12 +178,16 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         [Output(cid, "value") for cid in CONTROL_IDS]
         + [Output("url", "search"), Output("scenario", "data"), Output("banner", "children")]
         + [Output(f"{cid}-msg", "children") for cid in CONTROL_IDS],
-        [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS] + [Input("profile", "data")],
+        [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS]
+        + [Input("profile", "data"), Input("lang", "value")],
         State("scenario", "data"),
     )
     def sync(search, *vals_and_current):
-        *vals, profile_data, current = vals_and_current
+        *vals, profile_data, lang, current = vals_and_current
         prof = served.loaded_profile(profile_data)
+        # the messages in the page's language: the URL's (it carries the language) until the
+        # switch has taken it
+        t = Translator(lang if "lang" in set(ctx.triggered_prop_ids.values()) else nav.parse_nav(search)[0]["lang"])
         # the page's first call names every input it has a value for: the URL wins
         triggered = set(ctx.triggered_prop_ids.values())
         if not triggered or "url" in triggered:
@@ -201,6 +206,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             values.update(changes)
             value_out = [changes.get(cid, no_update) for cid in CONTROL_IDS]
             url_out = nav.with_nav(query_from_values(values), search) if changes else no_update
+        elif triggered == {"lang"}:
+            # the same values, their messages said again
+            values, ignored = dict(zip(CONTROL_IDS, vals)), []
+            value_out, url_out = [no_update] * len(CONTROL_IDS), no_update
         else:
             values, ignored = dict(zip(CONTROL_IDS, vals)), []
             value_out = [no_update] * len(CONTROL_IDS)
@@ -211,18 +220,23 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 value_out = [filled.get(cid, no_update) for cid in CONTROL_IDS]
             url_out = nav.with_nav(query_from_values(values), search)
         msgs = [""] * len(CONTROL_IDS)
-        banner = [f"ignored unreadable link parameters: {', '.join(ignored)}"] if ignored else []
+        banner = [t("nav.ignored", params=", ".join(ignored))] if ignored else []
         try:
             scenario_from_values(values)
             if prof is not None:
                 check_profile_dtype(values, prof)
             # a link that changes only the view, question or language keeps the scenario
-            same = "url" in triggered and (current or {}).get("values") == values
+            same = (current or {}).get("values") == values
             store = no_update if same else {"values": values}
         except ControlError as e:
-            msgs[index[e.control]] = str(e)
-            store = no_update
-            banner.append("The views show the last valid scenario until the highlighted value is fixed.")
+            msgs[index[e.control]] = message(t, e)
+            if not current and (not triggered or "url" in triggered):
+                # a link the page cannot simulate, and nothing valid shown yet: the defaults
+                store = {"values": defaults()}
+                banner.append(t("banner.defaults"))
+            else:
+                store = no_update
+                banner.append(t("banner.last-valid"))
         return value_out + [url_out, store, " ".join(banner) or None] + msgs
 
     # a loaded profile is the hardware: the GPU and link controls name it, the preset
