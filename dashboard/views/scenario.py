@@ -232,7 +232,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             msgs[index[e.control]] = message(t, e)
             if not current and (not triggered or "url" in triggered):
                 # a link the page cannot simulate, and nothing valid shown yet: the defaults
-                store = {"values": defaults()}
+                store = {"values": defaults(), "link_refused": True}
+                banner.append(t("banner.defaults"))
+            elif (current or {}).get("link_refused"):
+                store = no_update
                 banner.append(t("banner.defaults"))
             else:
                 store = no_update
