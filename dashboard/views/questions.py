@@ -1,11 +1,13 @@
 """The Questions view: eight questions on sequence parallelism and Ring Attention, each
 answered by a live view of the scenario on screen.
 
-A question shows four choices. Once answered it says right or wrong, explains why
-(the catalogs' text) and, beside it, draws the view that proves it with the numbers the
-explanation quotes (dashboard/quiz_explain.py). Question n is docs/design.md's fact n. The
-score counts first answers; a question can be answered again to see the other choices'
-outcome. Answers stay in the browser's session storage; the question, view and
+The questions and their four choices are the quiz's as its author wrote them (some in
+Bahasa Indonesia, some in English; tests/data/quiz.txt), each shown in the page's
+language: the author's words where they are in it, a faithful translation otherwise. Once
+answered it says right or wrong, explains why (the catalogs' text) and, beside it, draws
+the view that proves it with the numbers the explanation quotes (dashboard/quiz_explain.py).
+Question n is docs/design.md's fact n. The score counts first answers; a question can be
+answered again to see the other choices' outcome. Answers stay in the browser's session storage; the question, view and
 language are in the URL (dashboard/nav.py).
 """
 
@@ -23,8 +25,11 @@ from dashboard.nav import N_QUESTIONS
 from dashboard.views.ring_animation import register_ring_stepper, ring_controls, ring_scenario
 from sim.errors import RingsimError
 
-ANSWERS = {1: 1, 2: 0, 3: 2, 4: 3, 5: 1, 6: 0, 7: 3, 8: 2}
-"""The right choice (0-based) of each question; the choices' texts are in the catalogs."""
+ANSWERS = {1: 1, 2: 3, 3: 0, 4: 2, 5: 3, 6: 1, 7: 2, 8: 0}
+"""The right choice (0-based, in the author's order) of each question, the one the quiz
+means: the token dimension, key/value blocks, online softmax, K/V streamed in blocks,
+overlap, later tokens handling more keys, keeping the sums consistent with the running
+maximum, later tokens. The questions' and choices' texts are in the catalogs."""
 N_CHOICES = 4
 LETTERS = "ABCD"
 BANDWIDTH_STEP = 0.01
