@@ -45,6 +45,7 @@ def _page_texts() -> list[tuple[str, str, str]]:
         ("measured-example", "placeholder", "measured.example.placeholder"),
         ("docs", "placeholder", "ctl.docs.placeholder"),
         ("window", "placeholder", "ctl.window.placeholder"),
+        *((cid, "placeholder", f"ctl.{cid}.placeholder") for cid in PLACEHOLDERS),
         ("timeline-ring-label", "children", "ring.caption"),
         ("quiz-nav-label", "children", "quiz.nav"),
         ("quiz-next", "children", "quiz.next"),
@@ -56,6 +57,11 @@ def _page_texts() -> list[tuple[str, str, str]]:
         texts += [(f"{prefix}-ring-play", "title", "ring.play"),
                   (f"{prefix}-ring-step-label", "children", "ring.slider")]
     return texts
+
+
+PLACEHOLDERS = ("ulysses-degree", "ring-degree", "tflops", "efficiency", "overhead-us", "link-gbps",
+                "link-latency-us", "nics-per-node", "nic-gbps")
+"""Number controls whose blank stands for a value the page names in the box (ctl.<id>.placeholder)."""
 
 
 def _upload_children(t: Translator, key: str) -> list[Any]:
@@ -79,6 +85,8 @@ def _options(t: Translator, layouts: tuple[str, ...]) -> list[tuple[str, str, An
         ("causal", "options", onoff),
         ("sync", "options", [{"label": t("opt.sync.step"), "value": "step"},
                              {"label": t("opt.sync.buffered"), "value": "buffered"}]),
+        ("granularity", "options", [{"label": t(f"opt.granularity.{x}"), "value": x}
+                                    for x in scenario_option("granularity").choices]),
         ("pass", "options", [{"label": t(f"opt.pass.{p}"), "value": p} for p in PASSES]),
         ("inter-link", "options", [{"label": t("opt.inter-link.same"), "value": SAME_LINK},
                                    *[{"label": x, "value": x} for x in LINK_PRESETS]]),

@@ -4,9 +4,10 @@ The same inputs as the command (a model preset or its numbers, a sequence length
 128k or 1M, batch, nodes x GPUs per node, GPU and link presets, the pass, headroom), the
 ranked candidates as a table and as a chart of time per step against memory per GPU with
 the memory limit drawn (dashboard/figures/plan.py). Clicking a point, or a row's button,
-loads that candidate into the other views: its `ringsim simulate` options become the
-page's address, which the page then loads as any link (the view's inputs persist for
-the browser tab's session). A candidate with an option the page has no control for is
+opens that candidate in the other views: its `ringsim simulate` options become the page's
+query, which the controls then read as any link's, and the timeline opens, without
+reloading the page (the language stays; the view's inputs also persist for the browser
+tab's session). A candidate with an option the page has no control for is
 not loaded: a line under the table names the option and gives the command instead. Labels come from the catalogs; the
 sentences on why a candidate wins or loses are the planner's own reasons (the clauses each candidate carries), in
 the page's language (dashboard/explain.py).
@@ -32,7 +33,7 @@ from dash.exceptions import PreventUpdate
 
 from dashboard import explain, nav
 from dashboard.figures.plan import pipeline_chart, plan_chart, step_chart
-from dashboard.i18n import Translator
+from dashboard.i18n import Translator, scheme_name
 from dashboard.state import CONTROLS, query_from_values, values_from_query
 from sim.errors import RingsimError
 from sim.hardware.presets import GPU_PRESETS, LINK_PRESETS
@@ -82,7 +83,7 @@ COLUMNS = ("plan.col.rank", "plan.col.scheme", "plan.col.variant", "plan.col.lay
 
 _LABEL_KEY = dict(LABELS)
 _KEEP = {"persistence": True, "persistence_type": "session"}
-"""The inputs keep what the user set when a candidate's address loads the page."""
+"""The inputs keep what the user set when the page is reloaded."""
 
 
 def _field(cid: str, component: Any, t: Translator) -> html.Div:
@@ -286,7 +287,8 @@ def table(t: Translator, data: dict[str, Any], top: int) -> html.Table:
     rows = []
     for i, c in enumerate(data["candidates"][:top]):
         rows.append(html.Tr([
-            html.Td(str(c["rank"])), html.Td(c["scheme"]), html.Td(explain.variant(t, c["variant_clause"])),
+            html.Td(str(c["rank"])), html.Td(scheme_name(t, c["scheme"])),
+            html.Td(explain.variant(t, c["variant_clause"])),
             html.Td(_fmt_s(t, c["makespan_s"])), html.Td(_fmt_s(t, c["step_s"])),
             html.Td("–" if c["efficiency"] is None else t.pct(c["efficiency"])),
             html.Td(_fmt_s(t, c["exposed_comm_s"]) if c["exposed_comm_s"] else "0"),
@@ -318,7 +320,7 @@ def step_table(t: Translator, candidates: list[dict[str, Any]], top: int) -> htm
 
 def _draw_steps(t: Translator, data: dict[str, Any], top: int):
     cands = [{**c, "split": explain.step_split(t, c)} for c in data["candidates"][:top]]
-    labels = {"title": t("plan.step.chart.title"), "x": t("plan.step.chart.x"),
+    labels = {"title": t("plan.step.chart.title"), "x": t("plan.step.chart.x"), "separators": t.separators(),
               **{part: t(key) for part, key in STEP_PARTS.items()}}
     summary = t("plan.step.summary", considered=t.int(data["considered"]), timed=t.int(data["timed"]),
                 fit=t.int(data["fit"]), gpus=t.int(data["gpus"]), seconds=t.num(data.get("elapsed_s", 0.0)))
@@ -326,7 +328,8 @@ def _draw_steps(t: Translator, data: dict[str, Any], top: int):
         pipe = pipeline_chart(data["pipeline"], {"title": t("plan.step.pipeline.title"),
                                                  "x": t("plan.step.pipeline.x"), "stage": t("plan.step.stage"),
                                                  "fwd": t("plan.step.fwd"), "bwd": t("plan.step.bwd"),
-                                                 "pp": t("plan.step.send")})
+                                                 "pp": t("plan.step.send"), "from": t("plan.step.from"),
+                                                 "separators": t.separators()})
         shown = {}
     else:
         pipe, shown = {}, {"display": "none"}
@@ -377,7 +380,9 @@ def register_callbacks(app) -> None:
             return (*_draw_steps(t, data, top if isinstance(top, int) and top > 0 else len(cands)),
                     {"display": "none"})
         labels = {"x": t("plan.chart.x"), "y": t("plan.chart.y"), "limit": t("plan.chart.limit"),
-                  "title": t("plan.chart.title"), "not_fit": t("plan.chart.not-fit")}
+                  "title": t("plan.chart.title"), "not_fit": t("plan.chart.not-fit"), "separators": t.separators(),
+                  "scheme": lambda scheme: scheme_name(t, scheme),
+                  "point": lambda c: f"#{c['rank']} {scheme_name(t, c['scheme'])} {explain.variant(t, c['variant_clause'])}"}
         top = top if isinstance(top, int) and top > 0 else len(cands)
         summary = t("plan.summary", simulated=t.int(data["simulated"]), tokens=t.int(data["request"]["seq"]),
                     fit=t.int(data["fit"]),

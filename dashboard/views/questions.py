@@ -103,8 +103,9 @@ def _log10(x: float) -> float:
     return round(math.log10(x), 2)
 
 
-def _gbps(x: float) -> str:
-    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+def _gbps(t: Translator, x: float) -> str:
+    """A tick of the bandwidth control: GB/s, three digits, in the page's language."""
+    return t.int(x) if x >= 100 else t.num(x, 3)
 
 
 def register_callbacks(app) -> None:
@@ -145,8 +146,8 @@ def register_callbacks(app) -> None:
 
     @app.callback(Output("quiz-bw", "min"), Output("quiz-bw", "max"), Output("quiz-bw", "marks"),
                   Output("quiz-bw", "value"), Output("quiz-row", "max"), Output("quiz-row", "value"),
-                  Input("scenario", "data"))
-    def controls(data):
+                  Input("scenario", "data"), Input("lang", "value"))
+    def controls(data, lang):
         try:
             sc = ring_scenario(data)
         except RingsimError:
@@ -155,8 +156,9 @@ def register_callbacks(app) -> None:
         now = sc.hardware.link.bandwidth_gbps
         b_star = compute.crossover_bandwidth_gbps(sc.hardware, sc, sc.tokens_per_rank)
         lo_log, hi_log = math.floor(math.log10(lo) * 100) / 100, math.ceil(math.log10(hi) * 100) / 100
-        marks = {lo_log: _gbps(10 ** lo_log), hi_log: _gbps(10 ** hi_log),
-                 _log10(b_star): _gbps(b_star), _log10(now): _gbps(now)}
+        t = Translator(lang)
+        marks = {lo_log: _gbps(t, 10 ** lo_log), hi_log: _gbps(t, 10 ** hi_log),
+                 _log10(b_star): _gbps(t, b_star), _log10(now): _gbps(t, now)}
         _, seq = quiz_explain.merge_size(sc)
         return lo_log, hi_log, marks, math.log10(now), seq - 1, seq - 1
 

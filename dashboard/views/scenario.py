@@ -249,11 +249,14 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                   Input("profile", "data"), Input("gpu", "value"), Input("link", "value"), Input("lang", "value"))
     def hardware_controls(profile_data, gpu, link, lang):
         prof = served.loaded_profile(profile_data)
-        if prof is None:
-            return ([{"label": x, "value": x} for x in (*GPU_PRESETS, CUSTOM)], False,
-                    [{"label": x, "value": x} for x in (*LINK_PRESETS, CUSTOM)], False,
-                    *[False] * len(PRESET_HARDWARE_CONTROLS))
         t = Translator(lang)
+        if prof is None:
+            def named(x):
+                return {"label": t("opt.custom") if x == CUSTOM else x, "value": x}
+
+            return ([named(x) for x in (*GPU_PRESETS, CUSTOM)], False,
+                    [named(x) for x in (*LINK_PRESETS, CUSTOM)], False,
+                    *[False] * len(PRESET_HARDWARE_CONTROLS))
         device = (prof.measured_on or {}).get("device") or profile_data.get("name")
         fit = prof.link
         link_label = t("ctl.link.profile", gbps=t.gbps(fit.bandwidth_bytes_per_s / 1e9),
@@ -290,10 +293,11 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         served.profiles.put(token, hw)
         return profile_note(token, name, hw), ""
 
-    @app.callback(Output("profile-status", "children"), Input("profile", "data"))
-    def profile_status(profile_data):
+    @app.callback(Output("profile-status", "children"), Input("profile", "data"), Input("lang", "value"))
+    def profile_status(profile_data, lang):
+        t = Translator(lang)
         if profile_data:
-            name = profile_data.get("name", "a calibrated profile")
+            name = profile_data.get("name") or t("ctl.profile.a-profile")
             device = profile_data.get("device")
-            return f"using {name}" + (f", measured on {device}" if device else "")
-        return "none: presets and custom numbers"
+            return t("ctl.profile.using-on", name=name, device=device) if device else t("ctl.profile.using", name=name)
+        return t("ctl.profile.none")

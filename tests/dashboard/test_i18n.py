@@ -71,6 +71,9 @@ def _key_families() -> set[str]:
     run, a column of the schemes' table, a sim.reasons clause, word and joiner
     (dashboard/explain.py), a text of a view's chart (dashboard.views.labels.FIGURE_TEXTS)."""
     return ({f"opt.scheme.{s}" for s in scheme_names()} | _run_keys()
+            | {f"name.scheme.{s}" for s in scheme_names()}
+            | {f"opt.granularity.{g}" for g in scenario_option("granularity").choices}
+            | {f"name.placement.{p}" for p in scenario_option("placement").choices}
             | {f"opt.placement.{p}" for p in scenario_option("placement").choices}
             | {f"opt.impl.{x}" for x in scenario_option("impl").choices}
             | {f"opt.schemes-mode.{x}" for x in SCHEMES_MODES}
@@ -163,6 +166,9 @@ SAME_IN_BOTH = {
     "why.kind.ag": "a collective's name, as Indonesian writing keeps it",
     "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
     "why.join.items": "punctuation only",
+    "name.scheme.allgather": "a collective's name", "name.scheme.ulysses": "a scheme's name",
+    "ctl.overhead-us.placeholder": "a number", "tl.h_carries": "placeholders and punctuation only",
+    "memory.item.q": "a symbol", "memory.item.dqkv": "symbols",
     "why.split.degrees": "the degrees' abbreviations and placeholders", "why.split.zero": "ZeRO's name",
     "why.split.scheme": "an abbreviation and a placeholder",
     "why.variant.ring": "a placeholder only", "why.variant.hybrid": "placeholders and punctuation only",
