@@ -167,8 +167,9 @@ def run_words(t: Translator, config: dict[str, Any]) -> str:
 
 
 def scheme_name(t: Translator, scheme: Any) -> str:
-    """A scheme's short name inside a sentence or a legend, in the page's language (its module
-    name where the catalogs have none)."""
+    """A scheme's short name inside a sentence or a legend, in the page's language: in English
+    as the command line spells it (so that the page says what `ringsim compare` prints), in
+    another language in its words; its module name where the catalogs have none."""
     key = f"name.scheme.{scheme}"
     return t(key) if t.has(key) else str(scheme)
 

@@ -179,11 +179,11 @@ def test_the_overhead_control_sets_the_kernel_model_s_floor_as_the_flag_does():
 
 @pytest.mark.parametrize("change, control, english, indonesian", [
     ({"kv-heads": 5}, "kv-heads", "K/V heads (5) must divide Query heads (32)",
-     "Head K/V (5) harus membagi habis Head kueri (32)"),
+     "Kepala K/V (5) harus membagi habis Kepala kueri (32)"),
     ({"scheme": "allgather", "head-groups": 3}, "head-groups", "Head groups (3) must divide K/V heads (8)",
-     "Kelompok head (3) harus membagi habis Head K/V (8)"),
+     "Kelompok kepala (3) harus membagi habis Kepala K/V (8)"),
     ({"nics-per-node": 3}, "nics-per-node", "NICs per node (3) must divide GPUs per node (8)",
-     "NIC per node (3) harus membagi habis GPU per node (8)"),
+     "NIC per simpul (3) harus membagi habis GPU per simpul (8)"),
     ({"gpus": 2000}, "gpus", "GPUs (2,000): the dashboard simulates at most 1,024 GPUs",
      "GPU (2.000): dasbor ini menyimulasikan paling banyak 1.024 GPU"),
     ({"gpus": 0}, "gpus", "GPUs must be more than 0, got 0", "GPU harus lebih dari 0, bukan 0"),

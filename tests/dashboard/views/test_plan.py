@@ -200,7 +200,7 @@ def _unit_scale(fig) -> float:
      "TP 8 CP 1 PP 1 DP 4, ZeRO-3, komputasi ulang tidak ada"),
     (dict(tp=8, cp=4, pp=4, dp=2, zero=1, recompute="selective", scheme="allgather", tp_overlap=True, interleave=2),
      "TP 8 CP 4 PP 4 DP 2, ZeRO-1, recompute selective, CP allgather, TP overlapped, 2 virtual stages",
-     "TP 8 CP 4 PP 4 DP 2, ZeRO-1, komputasi ulang selektif, CP allgather, TP ditumpangtindihkan, 2 tahap virtual"),
+     "TP 8 CP 4 PP 4 DP 2, ZeRO-1, komputasi ulang selektif, CP all-gather, TP ditumpangtindihkan, 2 tahap virtual"),
 ])
 def test_a_steps_split_reads_in_the_pages_language(parallel, english, indonesian):
     from dashboard.explain import step_split
