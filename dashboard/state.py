@@ -466,7 +466,8 @@ def message(t: Any, err: ControlError) -> str:
     fields = {}
     for name, v in err.fields.items():
         if name in ("control", "other"):
-            fields[name] = t(f"ctl.{v}.label")
+            # a control of the left column, or one of the Plan view's (plan-<x>: plan.<x>)
+            fields[name] = t(f"ctl.{v}.label") if t.has(f"ctl.{v}.label") else t(f"plan.{v.removeprefix('plan-')}")
         elif name == "layout":
             fields[name] = layout_label(t, v)
         elif isinstance(v, int) and not isinstance(v, bool):

@@ -34,7 +34,7 @@ from dash.exceptions import PreventUpdate
 from dashboard import explain, nav
 from dashboard.figures.plan import pipeline_chart, plan_chart, step_chart
 from dashboard.i18n import Translator, scheme_name
-from dashboard.state import CONTROLS, query_from_values, values_from_query
+from dashboard.state import CONTROLS, ControlError, message, query_from_values, values_from_query
 from sim.errors import RingsimError
 from sim.hardware.presets import GPU_PRESETS, LINK_PRESETS
 from sim.planning.plan import plan, request_from
@@ -159,7 +159,7 @@ def model_of(values: dict[str, Any]) -> Model:
     for cid, field in zip(MODEL_NUMBERS, ("layers", "heads", "kv_heads", "head_dim")):
         v = values.get(cid)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v != int(v):
-            raise RingsimError(f"model {field}: enter a whole number")
+            raise ControlError(cid, f"model {field}: enter a whole number", "msg.enter-whole", {"control": cid})
         nums[field] = int(v)
     return Model(name=CUSTOM, hidden=nums["heads"] * nums["head_dim"], **nums)
 
@@ -167,7 +167,8 @@ def model_of(values: dict[str, Any]) -> Model:
 def _whole(values: dict[str, Any], cid: str, what: str) -> int:
     v = values.get(cid)
     if not isinstance(v, (int, float)) or isinstance(v, bool) or v != int(v) or v <= 0:
-        raise RingsimError(f"{what} must be a positive whole number, got {v!r}")
+        raise ControlError(cid, f"{what} must be a positive whole number, got {v!r}", "msg.positive-whole",
+                           {"control": cid, "value": v if isinstance(v, (int, float)) else repr(v)})
     return int(v)
 
 
@@ -176,7 +177,8 @@ def request_of(values: dict[str, Any]):
     nodes = _whole(values, "plan-nodes", "nodes")
     gpn = _whole(values, "plan-gpus-per-node", "GPUs per node")
     if nodes * gpn > MAX_GPUS:
-        raise RingsimError(f"the page plans at most {MAX_GPUS} GPUs; use `ringsim plan` for {nodes * gpn}")
+        raise ControlError("plan-nodes", f"the page plans at most {MAX_GPUS} GPUs; use `ringsim plan` for {nodes * gpn}",
+                           "msg.plan-max-gpus", {"most": MAX_GPUS, "gpus": nodes * gpn})
     inter = values.get("plan-inter-link")
     return request_from(model_of(values), seq=values.get("plan-seq"), batch=_whole(values, "plan-batch", "batch"),
                         nodes=nodes, gpus_per_node=gpn, gpu=values.get("plan-gpu"), link=values.get("plan-link"),
@@ -356,15 +358,17 @@ def register_callbacks(app) -> None:
 
     @app.callback(Output("plan-result", "data"), Output("plan-msg", "children"),
                   Input("plan-run", "n_clicks"), Input("tabs", "value"),
-                  [State(cid, "value") for cid in INPUT_IDS] + [State("plan-result", "data")])
+                  [State(cid, "value") for cid in INPUT_IDS] + [State("plan-result", "data"), State("lang", "value")])
     def run(_, tab, *values_and_current):
-        *vals, current = values_and_current
+        *vals, current, lang = values_and_current
         if tab != "plan" or (ctx.triggered_id == "tabs" and current):
             raise PreventUpdate                 # computed when the view opens first, then on demand
         try:
             return plan_data(dict(zip(INPUT_IDS, vals))), ""
+        except ControlError as e:
+            return no_update, message(Translator(lang), e)
         except RingsimError as e:
-            return no_update, str(e)
+            return no_update, explain.refusal(Translator(lang), str(e), e.reason)
 
     @app.callback(Output("plan-chart", "figure"), Output("plan-table", "children"),
                   Output("plan-summary", "children"), Output("plan-pipeline", "figure"),

@@ -211,3 +211,11 @@ def test_a_steps_split_reads_in_the_pages_language(parallel, english, indonesian
     assert label(c) == english
     assert step_split(Translator("en"), c) == english
     assert step_split(Translator("id"), c) == indonesian
+
+
+@pytest.mark.parametrize("lang, words", [("en", "Nodes must be a whole number more than 0, got 0"),
+                                         ("id", "Simpul harus bilangan bulat lebih dari 0, bukan 0")])
+def test_a_mistake_names_the_input_as_labelled_in_the_page_s_language(client, lang, words):
+    status, out = client.call("plan-result.data", {"tabs.value": "plan", "plan-run.n_clicks": 1, "lang.value": lang,
+                                                   **_inputs(**{"plan-nodes": 0})}, ["plan-run.n_clicks"])
+    assert status == 200 and out["plan-msg"]["children"] == words
