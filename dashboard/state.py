@@ -6,7 +6,10 @@ URL, default and choices the option's), so that a link reproduces the scenario. 
 values become a `Scenario` through the simulator's resolver (sim.scenario.resolve), as the
 command line's flags do: the page checks what its controls hold, leaves out the controls
 that do not apply to the chosen scheme and turns its words for "not given" into None; a
-mistake becomes a `ControlError` naming the control to show the message beside.
+mistake becomes a `ControlError` naming the control to show the message under, which
+`message` says in the page's language, naming controls as the page labels them (a
+simulator's sentence about a control's value is read once, into a catalog message and its
+numbers: _SIMULATOR_SENTENCES).
 """
 
 from __future__ import annotations

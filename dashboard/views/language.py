@@ -1,8 +1,10 @@
 """The language switch at the top of the page and the page's texts in the language chosen:
 which component property shows which catalog message (`page_texts`: the controls' labels,
-help lines and options, the tabs', cards' and headings' names, the buttons), all rewritten
-when the language changes, and the document's own `lang` (for screen readers and
-hyphenation). The layouts offered follow the documents (dashboard.state.shown_layouts).
+help lines, placeholders and options, the tabs', cards' and headings' names, the buttons),
+set in English in the page as it is served (`with_texts`, so that no label waits on a
+callback) and all rewritten when the language changes, and the document's own `lang` (for
+screen readers, hyphenation and the bandwidth control's tooltip). The layouts offered
+follow the documents (dashboard.state.shown_layouts).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from dash import Input, Output, dcc, html
+from dash.development.base_component import Component
 
 from dashboard.contents import HELP, SUMMARY_CARDS, TABS
 from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator, catalog, layout_label, scheme_label
@@ -111,10 +114,19 @@ def with_texts(root: Any, lang: str = DEFAULT_LANG) -> Any:
     texts = {}
     for cid, prop, value in page_texts(lang):
         texts.setdefault(cid, {})[prop] = value
-    for component in (root, *root._traverse()):
+    for component in _components(root):
         for prop, value in texts.get(getattr(component, "id", None), {}).items():
             setattr(component, prop, value)
     return root
+
+
+def _components(component: Any):
+    """`component` and every component under it (its children, theirs, ...)."""
+    yield component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, (list, tuple)) else [children]:
+        if isinstance(child, Component):
+            yield from _components(child)
 
 
 def language_bar() -> html.Div:

@@ -392,7 +392,7 @@ def register_callbacks(app) -> None:
                     fit=t.int(data["fit"]),
                     seconds=t.num(data.get("elapsed_s", 0.0)), limit=t.bytes(data["memory_limit_bytes"]))
         if data["not_possible"]:
-            reasons = sorted({f"{x['scheme']} {explain.variant(t, x['variant_clause'])}: "
+            reasons = sorted({f"{scheme_name(t, x['scheme'])} {explain.variant(t, x['variant_clause'])}: "
                               f"{explain.refusal(t, x['reason'], x['reason_clause'])}" for x in data["not_possible"]})
             summary = [summary, html.Br(), t("plan.not-possible", items="; ".join(reasons))]
         return (plan_chart(cands, data["memory_limit_bytes"], labels), table(t, data, top), summary, {},
