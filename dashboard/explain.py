@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard.i18n import Translator, layout_label
+from dashboard.i18n import Translator, name_of
 from sim.reasons import LABEL_SEPARATOR, REASON_SEPARATOR, Clause, Clauses, Language, render
 from sim.training.plan import split_clauses
 
@@ -22,7 +22,7 @@ def language(t: Translator) -> Language:
     """sim.reasons' Language of `t`'s catalog."""
     return Language(message=lambda key: t(f"why.{key}"), word=lambda field, value: t(f"why.{field}.{value}"),
                     joiner=lambda field: t(f"why.join.{field}"),
-                    name=lambda field, value: layout_label(t, value) if field == "layout" else value,
+                    name=lambda field, value: name_of(t, field, value),
                     number=lambda text: text.replace(".", t.separators()[0]))
 
 

@@ -166,6 +166,26 @@ def run_words(t: Translator, config: dict[str, Any]) -> str:
     return said + (t("run.impl", impl=config["impl"]) if config.get("impl") else "")
 
 
+def scheme_name(t: Translator, scheme: Any) -> str:
+    """A scheme's short name inside a sentence or a legend, in the page's language: in English
+    as the command line spells it (so that the page says what `ringsim compare` prints), in
+    another language in its words; its module name where the catalogs have none."""
+    key = f"name.scheme.{scheme}"
+    return t(key) if t.has(key) else str(scheme)
+
+
+def name_of(t: Translator, field: str, value: Any) -> str:
+    """A name as the command line spells it (sim.reasons.NAMES: a scheme, a layout, a
+    placement, an implementation) as the page writes it: a scheme, layout or placement in the
+    page's words, a library by its own name."""
+    if field == "layout":
+        return layout_label(t, value)
+    if field == "scheme":
+        return scheme_name(t, value)
+    key = f"name.{field}.{value}"
+    return t(key) if t.has(key) else str(value)
+
+
 def layout_label(t: Translator, layout: Any) -> str:
     """A layout's name in the page's language (its own name where the catalogs have none)."""
     key = f"opt.layout.{layout}"

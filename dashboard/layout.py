@@ -61,7 +61,7 @@ def page(profile_note: dict[str, Any] | None = None,
          example_note: dict[str, Any] | None = None) -> html.Div:
     """The page; `profile_note` names a profile loaded at start, `example_note` the
     measured run the Measured view opens on (the store's data)."""
-    return html.Div(className="page", children=[
+    return language.with_texts(html.Div(className="page", children=[
         dcc.Location(id="url", refresh=False),
         dcc.Store(id="scenario"),
         dcc.Store(id="profile", data=profile_note),
@@ -74,4 +74,4 @@ def page(profile_note: dict[str, Any] | None = None,
             language.language_bar(),
         ]),
         html.Div(className="body", children=[scenario.controls(), main((example_note or {}).get("token"))]),
-    ])
+    ]))

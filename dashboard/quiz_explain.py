@@ -18,7 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard import compute, quiz_figures
-from dashboard.i18n import Translator
+from dashboard.i18n import Translator, layout_label
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware, Link
 from sim.layouts import exact_work, n_chunks, rank_of_token
@@ -78,7 +78,7 @@ def _q1(sc: Scenario, t: Translator, **_: Any) -> Explained:
     nums = {"q": 1, "seq": w.seq, "gpus": sc.n_gpus, "tokens_per_gpu": tokens,
             "tokens_per_gpu_min": int(per_gpu.min()), "shard_bytes": qkv_bytes(tokens),
             "full_bytes": qkv_bytes(w.seq)}
-    live = t("q1.live", seq=t.int(w.seq), gpus=sc.n_gpus, layout=sc.layout, tokens=t.int(tokens),
+    live = t("q1.live", seq=t.int(w.seq), gpus=sc.n_gpus, layout=layout_label(t, sc.layout), tokens=t.int(tokens),
              heads=w.heads, head_dim=w.head_dim, shard=t.bytes(nums["shard_bytes"]),
              full=t.bytes(nums["full_bytes"]))
     return Explained(live, quiz_figures.token_split(owner, w.heads, w.head_dim, t, nums), nums)
@@ -116,7 +116,7 @@ def _merge(sc: Scenario, query_row: int | None):
 
 
 def _merge_sub(t: Translator, sc: Scenario, n: int, seq: int) -> str:
-    return t("merge.fig.sub", tokens=seq, gpus=n, layout=sc.layout, mask=_mask(t, sc.workload.causal))
+    return t("merge.fig.sub", tokens=seq, gpus=n, layout=layout_label(t, sc.layout), mask=_mask(t, sc.workload.causal))
 
 
 def _q3(sc: Scenario, t: Translator, query_row: int | None = None, **_: Any) -> Explained:
@@ -125,7 +125,7 @@ def _q3(sc: Scenario, t: Translator, query_row: int | None = None, **_: Any) -> 
     nums = {"q": 3, "query_row": merge.query_row, "query_gpu": merge.query_rank, "gpus": n,
             "tokens": seq, "max_abs_error": err, "steps": len(merge.steps)}
     live = t("q3.live", row=merge.query_row, gpu=merge.query_rank, gpus=n, tokens=seq,
-             layout=sc.layout, steps=len(merge.steps), err=t.sci(err))
+             layout=layout_label(t, sc.layout), steps=len(merge.steps), err=t.sci(err))
     nums["title"] = t("q3.fig.title", row=merge.query_row, err=t.sci(err))
     nums["subtitle"] = _merge_sub(t, sc, n, seq)
     return Explained(live, quiz_figures.merge_trace(merge.steps, t, nums), nums)
@@ -225,7 +225,7 @@ def _q5(sc: Scenario, t: Translator, bandwidth_gbps: float | None = None, **_: A
     live = t("q5.live", bw=t.gbps(bw), tokens=t.int(c), compute=t.time(comp),
              transfer=t.time(xfer), verdict=verdict, bw_star=t.gbps(b_star),
              c_star=t.int(math.ceil(c_star)))
-    live += " " + t("q5.live_sim", gpus=n_sim, layout=sc.layout, mask=_mask(t, sc.workload.causal),
+    live += " " + t("q5.live_sim", gpus=n_sim, layout=layout_label(t, sc.layout), mask=_mask(t, sc.workload.causal),
                     exposed=t.time(exposed), pct=t.pct(nums["exposed_frac"]),
                     makespan=t.time(m.makespan_s))
     if not sc.overlap:
@@ -268,7 +268,7 @@ def _q6(sc: Scenario, t: Translator, **_: Any) -> Explained:
     nums["q"] = 6
     live = t("q6.live", seq=t.int(nums["seq"]), gpus=nums["gpus"], ratio=t.num(nums["ratio"]),
              imb_c=t.num(nums["imbalance_contiguous"], 4), imb_b=t.num(nums["imbalance_balanced"], 4),
-             balanced=nums["balanced"], mk_c=t.time(nums["makespan_contiguous_s"]),
+             balanced=layout_label(t, nums["balanced"]), mk_c=t.time(nums["makespan_contiguous_s"]),
              mk_b=t.time(nums["makespan_balanced_s"]))
     if nums["forced_causal"]:
         live += " " + t("q6.live_forced")

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.figures import style
-from dashboard.i18n import Translator
+from dashboard.i18n import Translator, layout_label
 
 MAX_RING_DRAWN = 16
 """The ring animation draws at most this many GPUs (the pattern is the same for more)."""
@@ -262,9 +262,9 @@ def causal_work(per_gpu: dict[str, Sequence[float]], seq: int, n: int, t: Transl
                         subplot_titles=(t("q6.fig.per_gpu"), t("q6.fig.per_token")))
     gpus = list(range(n))
     for key, color in (("contiguous", RED), (meta["balanced"], BLUE)):
-        fig.add_trace(go.Bar(x=gpus, y=[v * 100 for v in per_gpu[key]], name=key,
+        fig.add_trace(go.Bar(x=gpus, y=[v * 100 for v in per_gpu[key]], name=layout_label(t, key),
                              marker_color=color,
-                             hovertemplate="GPU %{x}: %{y:.3g}%<extra>" + key + "</extra>"),
+                             hovertemplate="GPU %{x}: %{y:.3g}%<extra>" + layout_label(t, key) + "</extra>"),
                       row=1, col=1)
     fig.add_hline(y=100 / n, line=dict(color="#444", dash="dash", width=1), row=1, col=1,
                   annotation_text=t("q6.fig.even"), annotation_position="top left")

@@ -6,17 +6,23 @@ URL, default and choices the option's), so that a link reproduces the scenario. 
 values become a `Scenario` through the simulator's resolver (sim.scenario.resolve), as the
 command line's flags do: the page checks what its controls hold, leaves out the controls
 that do not apply to the chosen scheme and turns its words for "not given" into None; a
-mistake becomes a `ControlError` naming the control to show the message beside.
+mistake becomes a `ControlError` naming the control to show the message under, which
+`message` says in the page's language, naming controls as the page labels them (a
+simulator's sentence about a control's value is read once, into a catalog message and its
+numbers: _SIMULATOR_SENTENCES).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from dashboard import explain
+from dashboard.i18n import layout_label
 from sim.errors import RingsimError
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS, cluster_preset
 from sim.layouts import NAMES as ONE_DOCUMENT_LAYOUTS
@@ -188,11 +194,17 @@ def _defaults_under(values: dict[str, Any]) -> dict[str, Any]:
 
 
 class ControlError(RingsimError):
-    """A user mistake attributed to one control."""
+    """A user mistake attributed to one control: `message` in English, and for the page's
+    language the catalog message `key` with its `fields` (a field named `control` or
+    `other` holds a control's id: the page writes that control's label) or the simulator's
+    `reason` (a sim.reasons clause)."""
 
-    def __init__(self, control: str, message: str):
-        super().__init__(message)
+    def __init__(self, control: str, message: str, key: str | None = None,
+                 fields: dict[str, Any] | None = None, reason: Any = None):
+        super().__init__(message, reason=reason)
         self.control = control
+        self.key = key
+        self.fields = dict(fields or {})
 
 
 def defaults() -> dict[str, Any]:
@@ -276,16 +288,27 @@ def _label(cid: str) -> str:
     return LABELS.get(cid, cid.replace("-", " "))
 
 
+def _mistake(cid: str, key: str, english: str, **fields: Any) -> ControlError:
+    """A mistake in control `cid`'s value, said by the catalog message `key` (`english`
+    with the control's name in the simulator's words, for logs and the command line)."""
+    return ControlError(cid, english, key, {"control": cid, **fields})
+
+
 def _int(values: dict[str, Any], cid: str) -> int:
     v = values.get(cid)
     label = _label(cid)
     if v is None or v == "":
-        raise ControlError(cid, f"{label}: enter a whole number")
+        raise _mistake(cid, "msg.enter-whole", f"{label}: enter a whole number")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
-        raise ControlError(cid, f"{label} must be a whole number, got {v!r}")
+        raise _mistake(cid, "msg.whole", f"{label} must be a whole number, got {v!r}", value=_shown(v))
     if v <= 0:
-        raise ControlError(cid, f"{label} must be positive, got {int(v)}")
+        raise _mistake(cid, "msg.positive", f"{label} must be positive, got {int(v)}", value=int(v))
     return int(v)
+
+
+def _shown(v: Any) -> Any:
+    """A value as a message quotes it: a number as itself, anything else as typed."""
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
 
 
 def _blank(v: Any) -> bool:
@@ -297,9 +320,10 @@ def _count(values: dict[str, Any], cid: str) -> int:
     v = values.get(cid)
     label = _label(cid)
     if v is None or v == "":
-        raise ControlError(cid, f"{label}: enter a whole number")
+        raise _mistake(cid, "msg.enter-whole", f"{label}: enter a whole number")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < 0:
-        raise ControlError(cid, f"{label} must be a whole number, 0 or more, got {v!r}")
+        raise _mistake(cid, "msg.zero-or-more", f"{label} must be a whole number, 0 or more, got {v!r}",
+                       value=_shown(v))
     return int(v)
 
 
@@ -308,7 +332,7 @@ def _text(values: dict[str, Any], cid: str) -> str | None:
     if _blank(v):
         return None
     if not isinstance(v, str):
-        raise ControlError(cid, f"enter text, got {v!r}")
+        raise _mistake(cid, "msg.text", f"enter text, got {v!r}", value=_shown(v))
     return v.strip()
 
 
@@ -317,7 +341,7 @@ def _opt_float(values: dict[str, Any], cid: str) -> float | None:
     if v is None or v == "":
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ControlError(cid, f"enter a number, got {v!r}")
+        raise _mistake(cid, "msg.number", f"enter a number, got {v!r}", value=_shown(v))
     return float(v)
 
 
@@ -331,10 +355,11 @@ def _choice(values: dict[str, Any], cid: str) -> Any:
     v = values.get(cid)
     if c.kind == "bool":
         if not isinstance(v, bool):
-            raise ControlError(cid, f"choose on or off, got {v!r}")
+            raise _mistake(cid, "msg.on-off", f"choose on or off, got {v!r}")
         return v
     if v not in c.choices:
-        raise ControlError(cid, f"choose one of {', '.join(map(str, c.choices))}")
+        raise _mistake(cid, "msg.choose", f"choose one of {', '.join(map(str, c.choices))}",
+                       choices=", ".join(map(str, c.choices)))
     return v
 
 
@@ -361,17 +386,101 @@ _MESSAGE_KEYS = (
 
 
 def _attribute(err: RingsimError, fallback: str) -> ControlError:
-    """The control a message is about: the option it names (sim.scenario.resolve.OptionError),
-    else the first of _MESSAGE_KEYS in it, else the part being made, else `fallback`."""
+    """The control a message is about, and how the page says it: a sentence of
+    _SIMULATOR_SENTENCES names both; else the option the message names
+    (sim.scenario.resolve.OptionError), else the first of _MESSAGE_KEYS in it, else the
+    part being made, else `fallback`."""
     text = str(err)
+    for pattern, cid, key, other in _SIMULATOR_SENTENCES:
+        m = pattern.search(text)
+        if m:
+            # numbers as numbers (the simulator groups thousands with commas), for the page to write
+            fields = {k: int(v.replace(",", "")) if v.replace(",", "").isdigit() else v
+                      for k, v in m.groupdict().items()}
+            return ControlError(cid, text, key, {"control": cid, **fields, **other}, err.reason)
     named = err.option if isinstance(err, OptionError) else None
     if named in _BY_ID:
-        return ControlError(named, text)
+        return ControlError(named, text, reason=err.reason)
     for key, cid in _MESSAGE_KEYS:
         if key in text:
-            return ControlError(cid, text)
+            return ControlError(cid, text, reason=err.reason)
     part = err.part if isinstance(err, OptionError) else None
-    return ControlError(part if part in _BY_ID else fallback, text)
+    return ControlError(part if part in _BY_ID else fallback, text, reason=err.reason)
+
+
+_N = r"(?P<{}>\d+)"
+_SIMULATOR_SENTENCES: tuple[tuple[re.Pattern[str], str, str, dict[str, str]], ...] = tuple(
+    (re.compile(pattern.format(n=_N.format("value"), m=_N.format("other_value"))), cid, key,
+     {"other": more[0]} if more else {})
+    for pattern, cid, key, *more in (
+        # sim.scenario.config.Workload, sim.schemes.allgather, sim.hardware.cluster.Hardware
+        (r"^(--kv-heads|kv_heads) \({n}\) must divide (--)?heads \({m}\)", "kv-heads", "msg.divide", "heads"),
+        (r"^head groups \({n}\) must divide the {m} K/V heads", "head-groups", "msg.divide", "kv-heads"),
+        (r"^(--nics-per-node|nics_per_node) \({n}\) must divide (--gpus-per-node|gpus_per_node) \({m}\)",
+         "nics-per-node", "msg.divide", "gpus-per-node"),
+        # sim.scenario.config.Scenario: the layout's chunks
+        (r"^sequence length {n} does not divide into (?P<chunks>\d+) equal chunks \((?P<layout>[\w-]+) layout on "
+         r"(?P<gpus>\d+) GPUs\); use a multiple of (?P<multiple>\d+)", "seq", "msg.seq-chunks"),
+        (r"^sequence length {n} does not divide over (?P<gpus>\d+) GPUs", "seq", "msg.seq-gpus"),
+        # sim.schemes.hybrid
+        (r"^ulysses degree {n} x ring degree {m} = (?P<product>\d+), not the (?P<gpus>\d+) GPUs", "ulysses-degree",
+         "msg.degrees", "ring-degree"),
+        (r"^ulysses degree {n} does not divide the (?P<gpus>\d+) GPUs", "ulysses-degree", "msg.ulysses-gpus"),
+        (r"^ring degree {n} does not divide the (?P<gpus>\d+) GPUs", "ring-degree", "msg.ring-gpus"),
+        # sim.scenario.resolve: a custom GPU or link
+        (r"^a custom GPU needs its achieved TFLOP/s", "tflops", "msg.custom-gpu"),
+        (r"^a custom link needs its bandwidth in GB/s", "link-gbps", "msg.custom-link"),
+        # sim.hardware.cluster: numbers in range
+        (r"^--efficiency must be in \(0, 1\], got (?P<value>\S+)", "efficiency", "msg.fraction"),
+        (r"^--tflops must be a positive finite number, got (?P<value>\S+)", "tflops", "msg.positive"),
+        (r"^--link-gbps must be a positive finite number, got (?P<value>\S+)", "link-gbps", "msg.positive"),
+        (r"^--nic-gbps must be a positive finite number, got (?P<value>\S+)", "nic-gbps", "msg.positive"),
+        (r"^--link-latency-us must be a non-negative finite number, got (?P<value>\S+)", "link-latency-us",
+         "msg.not-negative"),
+        (r"^--overhead-us must be a non-negative finite number, got (?P<value>\S+)", "overhead-us",
+         "msg.not-negative"),
+        (r"^(window|--window) must be positive, got (?P<value>-?\d+)", "window", "msg.positive"),
+        (r"^(tile|--tile) must be positive, got (?P<value>-?\d+)", "tile", "msg.positive"),
+        (r"^(heads|--heads) must be positive, got (?P<value>-?\d+)", "heads", "msg.positive"),
+        # sim.scenario.documents
+        (r"^the documents \((?P<total>[\d,]+) tokens\) exceed the sequence of (?P<seq>[\d,]+) tokens", "docs",
+         "msg.docs-exceed"),
+        (r"^the documents \((?P<total>[\d,]+) tokens\) do not fill the sequence of (?P<seq>[\d,]+) tokens",
+         "docs", "msg.docs-fill", "seq"),
+        (r"^document (?P<doc>\d+) of .* is not a length: (?P<value>.+)$", "docs", "msg.docs-length"),
+        (r"^document (?P<doc>\d+) of .* has length zero", "docs", "msg.docs-zero"),
+        (r"^document (?P<doc>\d+) of .* has a negative length", "docs", "msg.docs-negative"),
+        (r"^(?P<kind>lognormal|sample) needs (?P<value>.+)$", "docs", "msg.docs-needs"),
+        (r"^(?P<kind>lognormal|sample) takes (?P<allowed>.+); got (?P<value>.+)$", "docs", "msg.docs-takes"),
+        (r"^unknown document distribution (?P<value>\S+);", "docs", "msg.docs-unknown"),
+        (r"^lognormal sigma must be", "docs", "msg.docs-sigma"),
+    ))
+"""The simulator's sentences about values the page's controls hold, and how the page says
+each: under which control, the catalog message (its fields the sentence's named groups) and
+the other control it names, if any."""
+
+
+def message(t: Any, err: ControlError) -> str:
+    """What is wrong, in the page's language (a dashboard.i18n.Translator `t`), naming
+    controls as the page labels them: the error's catalog message, else its sim.reasons
+    clause, else the simulator's sentence as it wrote it."""
+    if err.key is None:
+        return explain.refusal(t, str(err), err.reason)
+    fields = {}
+    for name, v in err.fields.items():
+        if name in ("control", "other"):
+            # a control of the left column, or one of the Plan view's (plan-<x>: plan.<x>)
+            fields[name] = t(f"ctl.{v}.label") if t.has(f"ctl.{v}.label") else t(f"plan.{v.removeprefix('plan-')}")
+        elif name == "layout":
+            fields[name] = layout_label(t, v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            fields[name] = t.int(v)
+        elif isinstance(v, float):
+            fields[name] = t.num(v, 4)
+        else:
+            fields[name] = str(v)
+    return t(err.key, **fields)
+
 
 
 def option_values(values: dict[str, Any]) -> dict[str, Any]:
@@ -387,10 +496,12 @@ def option_values(values: dict[str, Any]) -> dict[str, Any]:
         v = _count(values, c.id) if c.id in _ZERO_OR_MORE else _READ[c.kind](values, c.id)
         out[c.id] = None if c.blank is not None and v == c.blank else v
     if out["docs"] is not None and out["docs"].startswith("file:"):
-        raise ControlError("docs", "the page takes the lengths themselves (sample:300,4096,...), not a file")
+        raise _mistake("docs", "msg.docs-file", "the page takes the lengths themselves (sample:300,4096,...), "
+                                                "not a file")
     if out["gpus"] > MAX_GPUS:
-        raise ControlError("gpus", f"the dashboard simulates at most {MAX_GPUS} GPUs "
-                                   "(use `ringsim simulate` for larger rings)")
+        raise _mistake("gpus", "msg.max-gpus", f"the dashboard simulates at most {MAX_GPUS} GPUs "
+                                               "(use `ringsim simulate` for larger rings)", value=out["gpus"],
+                       most=MAX_GPUS)
     return out
 
 
@@ -411,7 +522,9 @@ def scenario_from_values(values: dict[str, Any]) -> Scenario:
     except RingsimError as e:
         err = _attribute(e, "gpus")
         if not applies(err.control, given["scheme"]):
-            err = ControlError("scheme", str(e))    # beside a control that is shown
+            # beside a control that is shown: a degree the scheme sets from the GPUs (Ulysses
+            # over every GPU) is the GPUs', any other setting the scheme's
+            err.control = "gpus" if err.control in ("ulysses-degree", "ring-degree") else "scheme"
         raise err from None
 
 
@@ -502,5 +615,6 @@ def check_profile_dtype(values: dict[str, Any], profile: Any) -> None:
     have = profile_dtypes(profile)
     if values.get("dtype") not in have:
         device = (getattr(profile, "measured_on", {}) or {}).get("device", "the calibrated profile")
-        raise ControlError("dtype", f"the profile of {device} has no compute measurements for "
-                                    f"{values.get('dtype')} (it has {', '.join(have) or 'none'})")
+        raise _mistake("dtype", "msg.dtype-profile", f"the profile of {device} has no compute measurements for "
+                                                     f"{values.get('dtype')} (it has {', '.join(have) or 'none'})",
+                       device=device, value=values.get("dtype"), have=", ".join(have) or "–")

@@ -54,6 +54,23 @@ LABELS = {
     "h_full": "full K/V %{y:.4g} GiB",
     "seq_axis": "sequence length (tokens)", "gpus_axis": "GPUs", "gib_per_gpu": "GiB per GPU",
     "separators": ".,",
+    # a scheme's memory items (sim.schemes' names), in words
+    "item.q": "Q",
+    "item.kv_own": "own K/V shard",
+    "item.kv_buffers": "K/V blocks in flight",
+    "item.kv_gathered": "gathered K/V",
+    "item.out": "output",
+    "item.out_accum": "output accumulator",
+    "item.softmax_stats": "softmax statistics",
+    "item.qkv_tokens": "Q/K/V, token shard",
+    "item.out_tokens": "output, token shard",
+    "item.qkv_heads": "Q/K/V, head shard",
+    "item.out_heads": "output, head shard",
+    "item.dkv_buffers": "dK/dV blocks in flight",
+    "item.dkv_partial": "dK/dV partial sums",
+    "item.dout": "output gradient",
+    "item.dq_accum": "dQ accumulator",
+    "item.dqkv": "dQ/dK/dV",
 }
 """The figure's texts in English: `memory(labels=...)` replaces any of them, and adds how
 numbers read (`digits`: a number as Python writes it, in the language's decimal sign;
@@ -65,7 +82,8 @@ def memory(table: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go
     """Peak memory per GPU against sequence length and GPU count (the ring and every
     other scheme), beside the full K/V; under them each scheme's memory now, item by
     item, against the full K/V. `labels`: the texts in the page's language (LABELS)."""
-    lab = {**LABELS, "digits": str, "int": lambda x: f"{x:,.0f}", "run": lambda v: v["label"], **(labels or {})}
+    lab = {**LABELS, "digits": str, "int": lambda x: f"{x:,.0f}", "run": lambda v: v["label"], "scheme_name": str,
+           **(labels or {})}
     whole = lab["int"]
     fig = make_subplots(
         rows=2, cols=2, specs=[[{}, {}], [{"colspan": 2}, None]], row_heights=[0.55, 0.45],
@@ -175,7 +193,7 @@ def _items_now(table: dict[str, Any], lab: dict[str, Any]) -> list[_Placed]:
             y=[runs[v["label"]] for v in having], x=[v["items"][name] / GIB for v in having], orientation="h",
             name=lab[group], legendgroup=f"items-{group}", showlegend=group not in shown_groups,
             marker=dict(color=color, line=dict(color="white", width=1)),
-            hovertemplate=f"%{{y}}: {name} %{{x:.4g}} GiB<extra></extra>"), 2, 1))
+            hovertemplate=f"%{{y}}: {lab.get(f'item.{name}', name)} %{{x:.4g}} GiB<extra></extra>"), 2, 1))
         shown_groups.add(group)
     if labels_now:
         out.append((go.Scatter(
@@ -199,8 +217,9 @@ def _axes_and_titles(fig: go.Figure, table: dict[str, Any], lab: dict[str, Any])
     fig.update_xaxes(title_text=lab["gib_per_gpu"], rangemode="tozero", row=2, col=1)
     fig.update_yaxes(autorange="reversed", row=2, col=1)
     items = table["scheme_items"]
-    detail = ", ".join(f"{k} {d(f'{v / 2**20:.1f}')} MiB" for k, v in items.items() if k != "total")
-    sub = lab["detail"].format(scheme=table["scheme"], detail=detail)
+    detail = ", ".join(f"{lab.get(f'item.{k}', k)} {d(f'{v / 2**20:.1f}')} MiB" for k, v in items.items()
+                       if k != "total")
+    sub = lab["detail"].format(scheme=lab["scheme_name"](table["scheme"]), detail=detail)
     fig.update_layout(
         template=TEMPLATE, barmode="stack", height=860, separators=lab["separators"],
         title=dict(text=f"{_headline(table, lab)}<br><sup>{sub}</sup>", font=dict(size=13)),
@@ -224,4 +243,4 @@ def _headline(table: dict[str, Any], lab: dict[str, Any]) -> str:
         text += (lab["gathered_whole"].format(gathered=d(f"{gathered / GIB:.3g}")) if gathered >= full else
                  lab["gathered_part"].format(gathered=d(f"{gathered / GIB:.3g}"), share=d(f"{gathered / full:.0%}")))
     total = d(f"{table['scheme_items']['total'] / GIB:.3g}")
-    return text + " — " + lab["scheme_now"].format(scheme=table["scheme"], total=total)
+    return text + " — " + lab["scheme_now"].format(scheme=lab["scheme_name"](table["scheme"]), total=total)

@@ -16,16 +16,19 @@ GIB = 2 ** 30
 
 DEFAULT_LABELS = {"x": "memory per GPU (GiB)", "y": "attention time per step ({unit})",
                   "limit": "memory limit", "title": "Candidates: time against memory per GPU",
-                  "fits": "fits", "not_fit": "does not fit"}
+                  "fits": "fits", "not_fit": "does not fit", "separators": ".,"}
 
 
 def plan_chart(candidates: Sequence[dict[str, Any]], limit_bytes: float,
                labels: dict[str, str] | None = None) -> go.Figure:
     """Time per step against memory per GPU of each candidate, the limit as a line."""
-    lab = {**DEFAULT_LABELS, **(labels or {})}
+    # "scheme" names a scheme, "point" a candidate's hover line, in the page's language
+    lab = {**DEFAULT_LABELS, "scheme": str, "point": lambda c: f"#{c['rank']} {c['scheme']} {c['variant']}",
+           **(labels or {})}
     scale, unit = time_unit(max((c["step_s"] for c in candidates), default=1.0))
     fig = figure(height=440, xaxis_title=lab["x"], yaxis_title=lab["y"].format(unit=unit),
                  title=dict(text=lab["title"], font=dict(size=13)), legend=LEGEND_BESIDE,
+                 separators=lab["separators"],
                  meta={"limit_gib": limit_bytes / GIB, "points": len(candidates)})
     for scheme in dict.fromkeys(c["scheme"] for c in candidates):
         for fits in (True, False):
@@ -37,8 +40,8 @@ def plan_chart(candidates: Sequence[dict[str, Any]], limit_bytes: float,
                 x=[candidates[i]["peak_mem_bytes"] / GIB for i in idx],
                 y=[candidates[i]["step_s"] * scale for i in idx],
                 customdata=idx, mode="markers",
-                name=f"{scheme}" + ("" if fits else f" ({lab['not_fit']})"),
-                text=[f"#{candidates[i]['rank']} {scheme} {candidates[i]['variant']}" for i in idx],
+                name=lab["scheme"](scheme) + ("" if fits else f" ({lab['not_fit']})"),
+                text=[lab["point"](candidates[i]) for i in idx],
                 marker=dict(size=10, color=color, line=dict(color=color, width=2),
                             symbol="circle" if fits else "circle-open"),
                 hovertemplate="%{text}<br>%{y:.4g} " + unit + ", %{x:.3g} GiB<extra></extra>"))
@@ -55,7 +58,8 @@ STEP_COLORS = {"gemm_s": "#3a6fd8", "attention_s": "#8e44ad", "elementwise_s": "
                "recompute_s": "#b07cc6", "pp_bubble_s": "#bdbdbd", "pp_comm_s": "#f2b866", "dp_comm_s": "#d62728",
                "optimizer_s": "#2e9e5b"}
 STEP_DEFAULT_LABELS = {"title": "Candidates: what each step is made of (the slowest pipeline stage)",
-                       "x": "time per step ({unit})", **{k: k.removesuffix("_s").replace("_", " ") for k in STEP_PARTS}}
+                       "x": "time per step ({unit})", "separators": ".,",
+                       **{k: k.removesuffix("_s").replace("_", " ") for k in STEP_PARTS}}
 
 
 def step_chart(candidates: Sequence[dict[str, Any]], labels: dict[str, str] | None = None) -> go.Figure:
@@ -69,7 +73,7 @@ def step_chart(candidates: Sequence[dict[str, Any]], labels: dict[str, str] | No
     splits = [c["split"] for c in candidates]
     fig = figure(height=max(320, 60 + 28 * len(candidates)), barmode="stack", legend=LEGEND_BESIDE,
                  xaxis_title=lab["x"].format(unit=unit), title=dict(text=lab["title"], font=dict(size=13)),
-                 meta={"bars": len(candidates)})
+                 separators=lab["separators"], meta={"bars": len(candidates)})
     for part in STEP_PARTS:
         values = [c["breakdown"].get(part, 0.0) * scale for c in candidates]
         if not any(values):
@@ -85,7 +89,7 @@ def step_chart(candidates: Sequence[dict[str, Any]], labels: dict[str, str] | No
 
 PIPELINE_DEFAULT_LABELS = {"title": "One step of the fastest candidate, one GPU per pipeline stage",
                            "x": "time ({unit})", "stage": "stage {n}", "fwd": "forward", "bwd": "backward",
-                           "pp": "send to the next stage"}
+                           "pp": "send to the next stage", "from": "from", "separators": ".,"}
 
 
 def pipeline_chart(spans: dict[str, Any], labels: dict[str, str] | None = None) -> go.Figure:
@@ -99,7 +103,7 @@ def pipeline_chart(spans: dict[str, Any], labels: dict[str, str] | None = None) 
     rows = [lab["stage"].format(n=s) for s in range(n)]
     fig = figure(height=max(240, 80 + 26 * n), barmode="overlay", legend=LEGEND_BESIDE,
                  xaxis_title=lab["x"].format(unit=unit), title=dict(text=lab["title"], font=dict(size=13)),
-                 meta={"stages": n})
+                 separators=lab["separators"], meta={"stages": n})
     colors = {"fwd": "#3a6fd8", "bwd": "#8e44ad", "pp": "#e08a1e"}
     for kind in ("fwd", "bwd", "pp"):
         idx = [i for i, k in enumerate(spans["kind"]) if k == kind]
@@ -109,6 +113,7 @@ def pipeline_chart(spans: dict[str, Any], labels: dict[str, str] | None = None) 
             y=[rows[spans["rank"][i]] for i in idx], x=[(spans["end_s"][i] - spans["start_s"][i]) * scale for i in idx],
             base=[spans["start_s"][i] * scale for i in idx], orientation="h", name=lab[kind],
             width=0.35 if kind == "pp" else 0.8, marker=dict(color=colors[kind]),
-            hovertemplate=lab[kind] + ": %{x:.3g} " + unit + " from %{base:.4g} " + unit + "<extra></extra>"))
+            hovertemplate=lab[kind] + ": %{x:.3g} " + unit + f" {lab['from']} %{{base:.4g}} " + unit
+                          + "<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
     return fig

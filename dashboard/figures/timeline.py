@@ -40,6 +40,21 @@ TRANSFER_MEANING = {
 """What a transfer of each kind is, for its hover (the name and colour are the scheme's)."""
 CARRIES = {"kv": "block chunks", "dkv": "dK/dV of chunks", "ag": "K/V of chunks",
            "rs": "dK/dV of chunks", "a2a": "tokens of chunks"}
+LABELS = {
+    "idle": "idle", "exposed": "exposed communication", "send": "send {label}", "recv": "receive {label}",
+    "op.fwd": "compute (forward)", "op.bwd": "compute (backward)",
+    "h_compute": "GPU %{{customdata[0]}} computes, step %{{customdata[1]}}",
+    "h_chunks": "query chunks {q} × K/V block chunks {k}",
+    "h_when": "start %{{customdata[2]:.4g}} {unit}, lasts %{{customdata[3]:.4g}} {unit}",
+    "h_wait": "GPU %{{customdata[0]}} waits for the {label} (exposed communication), step %{{customdata[1]}}",
+    "h_needs": "needs {carries} {k}", "h_idle": "GPU %{{customdata[0]}} idle, step %{{customdata[1]}}",
+    "h_transfer": "GPU %{{customdata[0]}} {arrow} GPU %{{customdata[4]}}, step %{{customdata[1]}}",
+    "h_carries": "{name}: {carries} {k}", "h_summary": "{first}…{last} ({count} chunks)", "h_chunks_of": "chunks",
+    **{f"carries.{k}": v for k, v in CARRIES.items()}, **{f"meaning.{k}": v for k, v in TRANSFER_MEANING.items()},
+}
+"""The figure's texts in English (`timeline(labels=...)` replaces any of them; the page's are
+the catalogs' `tl.<name>`): series names, the hovers' lines (Plotly's placeholders doubled
+braces) and what each kind of transfer carries and is."""
 
 
 def _series_table() -> tuple[tuple[str, ...], np.ndarray]:
@@ -65,23 +80,26 @@ SERIES, _SERIES_OF = _series_table()
 _LANE_OF = {name: LANES.index(name.split()[0]) if name.split()[0] in LANES else 0 for name in SERIES}
 
 
-def series_styles(scheme: Scheme) -> dict[str, tuple[str, str]]:
+def series_styles(scheme: Scheme, labels: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
     """Legend name and colour of each series: a compute or transfer as the scheme names
-    and colours its operation kind; exposed communication and idle as everywhere."""
-    out = {"idle": ("idle", COLORS["idle"])}
+    and colours its operation kind (a compute in `labels`' words, LABELS), exposed
+    communication and idle as everywhere."""
+    lab = {**LABELS, **(labels or {})}
+    out = {"idle": (lab["idle"], COLORS["idle"])}
     for kind in KINDS["wait"]:
         if kind != "idle":
-            out[f"exposed {kind}"] = ("exposed communication", COLORS["exposed"])
+            out[f"exposed {kind}"] = (lab["exposed"], COLORS["exposed"])
     for kind in KINDS["compute"]:
         op = scheme.op_kinds.get(kind)
-        out[kind] = (op.label, op.color) if op else (f"compute ({kind})", COLORS["compute"])
+        name = lab.get(f"op.{kind}", op.label if op else f"compute ({kind})")
+        out[kind] = (name, op.color if op else COLORS["compute"])
     for kind in KINDS["send"]:
         op = scheme.op_kinds.get(kind)
         label = op.label if op else kind
         send = op.color if op else COLORS["transfer"]
         recv = (op.recv_color or op.color) if op else COLORS["transfer"]
-        out[f"send {kind}"] = (f"send {label}", send)
-        out[f"recv {kind}"] = (f"receive {label}", recv)
+        out[f"send {kind}"] = (lab["send"].format(label=label), send)
+        out[f"recv {kind}"] = (lab["recv"].format(label=label), recv)
     return out
 
 
@@ -143,35 +161,37 @@ def _set_table(columns: SpanTable) -> np.ndarray:
     return table
 
 
-def _chunk_text(at: int, n: int, summary: bool) -> str:
+def _chunk_text(at: int, n: int, summary: bool, lab: dict[str, str] = LABELS) -> str:
     if summary:
-        return f"%{{customdata[{at}]}}…%{{customdata[{at + 1}]}} (%{{customdata[{at + 2}]}} chunks)"
+        return lab["h_summary"].format(first=f"%{{customdata[{at}]}}", last=f"%{{customdata[{at + 1}]}}",
+                                       count=f"%{{customdata[{at + 2}]}}")
     return ", ".join(f"%{{customdata[{at + i}]}}" for i in range(n))
 
 
 def _hover(series: str, name: str, nq: int, nk: int, unit: str, q_summary: bool = False,
-           kv_summary: bool = False, op_labels: dict[str, str] | None = None) -> str:
+           kv_summary: bool = False, op_labels: dict[str, str] | None = None,
+           labels: dict[str, str] | None = None) -> str:
+    lab = {**LABELS, **(labels or {})}
     base = 6
-    q = _chunk_text(base, nq, q_summary)
-    k = _chunk_text(base + nq, nk, kv_summary)
-    when = f"start %{{customdata[2]:.4g}} {unit}, lasts %{{customdata[3]:.4g}} {unit}"
+    q = _chunk_text(base, nq, q_summary, lab)
+    k = _chunk_text(base + nq, nk, kv_summary, lab)
+    when = lab["h_when"].format(unit=unit)
     kind = series.split()[-1]
+    carries = lab.get(f"carries.{kind}", lab["h_chunks_of"])
     if series in KINDS["compute"]:
-        lines = ["GPU %{customdata[0]} computes, step %{customdata[1]}",
-                 f"query chunks {q} × K/V block chunks {k}", when,
+        lines = [lab["h_compute"].format(), lab["h_chunks"].format(q=q, k=k), when,
                  "%{customdata[5]:.4g} TFLOP"]
     elif series.startswith("exposed"):
         label = (op_labels or {}).get(kind, kind)
-        lines = [f"GPU %{{customdata[0]}} waits for the {label} (exposed communication), step %{{customdata[1]}}",
-                 f"needs {CARRIES.get(kind, 'chunks')} {k}", when]
+        lines = [lab["h_wait"].format(label=label), lab["h_needs"].format(carries=carries, k=k), when]
     elif series == "idle":
-        lines = ["GPU %{customdata[0]} idle, step %{customdata[1]}", when]
+        lines = [lab["h_idle"].format(), when]
     else:
         arrow = "→" if series.startswith("send") else "←"
-        lines = [f"GPU %{{customdata[0]}} {arrow} GPU %{{customdata[4]}}, step %{{customdata[1]}}",
-                 f"{name}: {CARRIES.get(kind, 'chunks')} {k}", when, "%{customdata[5]:.4g} MB"]
-        if kind in TRANSFER_MEANING:
-            lines.append(f"<i>{TRANSFER_MEANING[kind]}</i>")
+        lines = [lab["h_transfer"].format(arrow=arrow), lab["h_carries"].format(name=name, carries=carries, k=k),
+                 when, "%{customdata[5]:.4g} MB"]
+        if f"meaning.{kind}" in lab:
+            lines.append(f"<i>{lab[f'meaning.{kind}']}</i>")
     return "<br>".join(lines) + "<extra></extra>"
 
 
@@ -182,7 +202,8 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     """Per GPU, three lanes (compute, send, receive); exposed communication in red.
 
     `labels` (the page's language): "window", the window's note with {lo}, {hi} and {n};
-    "time", the time axis with {unit}; "separators", Plotly's decimal and grouping signs.
+    "time", the time axis with {unit}; "separators", Plotly's decimal and grouping signs;
+    and any of LABELS, the series' names and the hovers' lines.
 
     `ranks` is an inclusive window; it narrows further if it holds more than
     `max_spans` spans. Past `max_bar_spans` spans the lanes are WebGL line segments.
@@ -198,7 +219,8 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     shown = hi - lo + 1
     n_rows = shown * len(LANES)
     height = int(min(1400, max(320, 110 + n_rows * 11)))
-    traces = _lane_traces(c, rows, lo, t0, scale, unit, scheme_of(trace), use_gl, lane_px=(height - 110) / n_rows)
+    traces = _lane_traces(c, rows, lo, t0, scale, unit, scheme_of(trace), use_gl, lane_px=(height - 110) / n_rows,
+                          labels=labels)
     if title is None:
         what = run_label(trace.config)
         title = (f"{trace.source.capitalize()} timeline: {trace.n_gpus} GPUs"
@@ -226,10 +248,10 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
 
 
 def _lane_traces(c: SpanTable, rows: slice | np.ndarray, lo: int, t0: float, scale: float, unit: str, scheme: Scheme,
-                 use_gl: bool, lane_px: float) -> list:
+                 use_gl: bool, lane_px: float, labels: dict[str, str] | None = None) -> list:
     """The spans `rows` of the columns `c` on their GPUs' lanes from GPU `lo` down, a
     trace (or with `use_gl` a pair) per series, times from `t0` in `unit`."""
-    styles = series_styles(scheme)
+    styles = series_styles(scheme, labels)
     op_labels = {k: op.label for k, op in scheme.op_kinds.items()}
     rank, stream, kind = c.rank[rows], c.stream[rows], c.kind[rows]
     start = (c.start_s[rows] - t0) * scale
@@ -251,7 +273,7 @@ def _lane_traces(c: SpanTable, rows: slice | np.ndarray, lo: int, t0: float, sca
         cd = np.column_stack([rank[sel], step[sel], s, e - s, peer[sel], amount[sel], qc, kc]
                              ).astype(np.float32)
         name, color = styles[series]
-        hover = _hover(series, name, qc.shape[1], kc.shape[1], unit, q_sum, kv_sum, op_labels)
+        hover = _hover(series, name, qc.shape[1], kc.shape[1], unit, q_sum, kv_sum, op_labels, labels)
         group = "exposed" if series.startswith("exposed") else series
         legend = group not in legend_shown
         legend_shown.add(group)

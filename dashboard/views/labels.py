@@ -16,10 +16,12 @@ from dashboard.figures.merge import LABELS as MERGE_TEXTS
 from dashboard.figures.overlay import LABELS as OVERLAY_TEXTS
 from dashboard.figures.schemes import LABELS as SCHEME_TEXTS
 from dashboard.figures.sweep import LABELS as SWEEP_TEXTS
-from dashboard.i18n import Translator
+from dashboard.figures.timeline import LABELS as TIMELINE_TEXTS
+from dashboard.i18n import Translator, scheme_name
 
 FIGURE_TEXTS = {"memory": MEMORY_TEXTS, "sweep": SWEEP_TEXTS, "blocks": BLOCK_MAP_TEXTS, "merge.view": MERGE_TEXTS,
-                "overlay": OVERLAY_TEXTS, "schemes": SCHEME_TEXTS, "cmp": COMPARISON_TEXTS, "docs": DOCUMENT_TEXTS}
+                "overlay": OVERLAY_TEXTS, "schemes": SCHEME_TEXTS, "cmp": COMPARISON_TEXTS, "docs": DOCUMENT_TEXTS,
+                "tl": TIMELINE_TEXTS}
 """The figures whose English texts live in their module (LABELS) and whose translations
 are the catalogs' messages `<prefix>.<name>`, by prefix."""
 
@@ -32,6 +34,7 @@ def figure_labels(t: Translator, prefix: str) -> dict[str, Any]:
 
 
 def compared_run(t: Translator, scheme: str, variant: dict[str, Any] | None) -> str:
-    """A compared run's name (figures.schemes.run_name: the scheme, its variant in brackets) with
-    the variant (its sim.reasons clause) in the page's language."""
-    return f"{scheme} ({explain.variant(t, variant)})" if variant else scheme
+    """A compared run's name (figures.schemes.run_name: the scheme, its variant in brackets), the
+    scheme and the variant (its sim.reasons clause) in the page's language."""
+    name = scheme_name(t, scheme)
+    return f"{name} ({explain.variant(t, variant)})" if variant else name

@@ -1,15 +1,18 @@
 """The language switch at the top of the page and the page's texts in the language chosen:
 which component property shows which catalog message (`page_texts`: the controls' labels,
-help lines and options, the tabs', cards' and headings' names, the buttons), all rewritten
-when the language changes, and the document's own `lang` (for screen readers and
-hyphenation). The layouts offered follow the documents (dashboard.state.shown_layouts).
+help lines, placeholders and options, the tabs', cards' and headings' names, the buttons),
+set in English in the page as it is served (`with_texts`, so that no label waits on a
+callback) and all rewritten when the language changes, and the document's own `lang` (for
+screen readers, hyphenation and the bandwidth control's tooltip). The layouts offered
+follow the documents (dashboard.state.shown_layouts).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output, ctx, dcc, html, no_update
+from dash import Input, Output, dcc, html
+from dash.development.base_component import Component
 
 from dashboard.contents import HELP, SUMMARY_CARDS, TABS
 from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator, catalog, layout_label, scheme_label
@@ -45,6 +48,7 @@ def _page_texts() -> list[tuple[str, str, str]]:
         ("measured-example", "placeholder", "measured.example.placeholder"),
         ("docs", "placeholder", "ctl.docs.placeholder"),
         ("window", "placeholder", "ctl.window.placeholder"),
+        *((cid, "placeholder", f"ctl.{cid}.placeholder") for cid in PLACEHOLDERS),
         ("timeline-ring-label", "children", "ring.caption"),
         ("quiz-nav-label", "children", "quiz.nav"),
         ("quiz-next", "children", "quiz.next"),
@@ -56,6 +60,11 @@ def _page_texts() -> list[tuple[str, str, str]]:
         texts += [(f"{prefix}-ring-play", "title", "ring.play"),
                   (f"{prefix}-ring-step-label", "children", "ring.slider")]
     return texts
+
+
+PLACEHOLDERS = ("ulysses-degree", "ring-degree", "tflops", "efficiency", "overhead-us", "link-gbps",
+                "link-latency-us", "nics-per-node", "nic-gbps")
+"""Number controls whose blank stands for a value the page names in the box (ctl.<id>.placeholder)."""
 
 
 def _upload_children(t: Translator, key: str) -> list[Any]:
@@ -79,6 +88,8 @@ def _options(t: Translator, layouts: tuple[str, ...]) -> list[tuple[str, str, An
         ("causal", "options", onoff),
         ("sync", "options", [{"label": t("opt.sync.step"), "value": "step"},
                              {"label": t("opt.sync.buffered"), "value": "buffered"}]),
+        ("granularity", "options", [{"label": t(f"opt.granularity.{x}"), "value": x}
+                                    for x in scenario_option("granularity").choices]),
         ("pass", "options", [{"label": t(f"opt.pass.{p}"), "value": p} for p in PASSES]),
         ("inter-link", "options", [{"label": t("opt.inter-link.same"), "value": SAME_LINK},
                                    *[{"label": x, "value": x} for x in LINK_PRESETS]]),
@@ -97,6 +108,27 @@ def page_texts(lang: Any, layouts: tuple[str, ...] | None = None) -> list[tuple[
     return [(cid, prop, t(key)) for cid, prop, key in _page_texts()] + _options(t, layouts)
 
 
+def with_texts(root: Any, lang: str = DEFAULT_LANG) -> Any:
+    """`root` (the page) with every text of page_texts set in `lang`: the page is whole
+    before its first callback, whichever control that comes from."""
+    texts = {}
+    for cid, prop, value in page_texts(lang):
+        texts.setdefault(cid, {})[prop] = value
+    for component in _components(root):
+        for prop, value in texts.get(getattr(component, "id", None), {}).items():
+            setattr(component, prop, value)
+    return root
+
+
+def _components(component: Any):
+    """`component` and every component under it (its children, theirs, ...)."""
+    yield component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, (list, tuple)) else [children]:
+        if isinstance(child, Component):
+            yield from _components(child)
+
+
 def language_bar() -> html.Div:
     """The language switch (autonyms from each catalog) and a line for unreadable links."""
     return html.Div(className="lang-bar", children=[
@@ -109,18 +141,21 @@ def language_bar() -> html.Div:
 
 
 def register_callbacks(app) -> None:
-    outputs = [(cid, prop) for cid, prop, _ in page_texts(DEFAULT_LANG)]
+    outputs = [(cid, prop) for cid, prop, _ in page_texts(DEFAULT_LANG) if (cid, prop) != ("layout", "options")]
 
-    # the layouts offered follow the documents (dashboard.state.shown_layouts): a change of
-    # those rewrites the layout's options only
-    @app.callback([Output(cid, prop) for cid, prop in outputs], Input("lang", "value"), Input("docs", "value"),
+    # every text follows the language alone, so that whichever control the page's first
+    # call comes from, every label is drawn (the layout holds them in English until then)
+    @app.callback([Output(cid, prop) for cid, prop in outputs], Input("lang", "value"))
+    def translate_page(lang):
+        texts = {(cid, prop): v for cid, prop, v in page_texts(lang)}
+        return [texts[out] for out in outputs]
+
+    # the layouts offered follow the documents (dashboard.state.shown_layouts)
+    @app.callback(Output("layout", "options"), Input("lang", "value"), Input("docs", "value"),
                   Input("window", "value"), Input("layout", "value"))
-    def translate_page(lang, docs, window, layout):
-        texts = page_texts(lang, shown_layouts(docs, window, layout))
-        triggered = set(ctx.triggered_prop_ids.values())
-        if triggered and "lang" not in triggered:
-            return [v if (cid, prop) == ("layout", "options") else no_update for cid, prop, v in texts]
-        return [v for _, _, v in texts]
+    def layout_options(lang, docs, window, layout):
+        t = Translator(lang)
+        return [{"label": layout_label(t, x), "value": x} for x in shown_layouts(docs, window, layout)]
 
     # the document's language, for screen readers and hyphenation
     app.clientside_callback(

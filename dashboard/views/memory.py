@@ -12,7 +12,7 @@ from dash import Input, Output
 
 from dashboard import compute
 from dashboard.figures.memory import memory
-from dashboard.i18n import Translator
+from dashboard.i18n import Translator, scheme_name
 from dashboard.served import Served
 from dashboard.views.common import graph, only_on
 from dashboard.views.labels import compared_run, figure_labels
@@ -35,4 +35,5 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 def memory_labels(t: Translator) -> dict[str, Any]:
     """The texts of figures.memory.memory in the page's language; a scheme's label there is
     dashboard.compute.scheme_memory's: the scheme, or the scheme and its variant."""
-    return figure_labels(t, "memory") | {"run": lambda v: compared_run(t, v["scheme"], v["variant_clause"])}
+    return figure_labels(t, "memory") | {"run": lambda v: compared_run(t, v["scheme"], v["variant_clause"]),
+                                         "scheme_name": lambda scheme: scheme_name(t, scheme)}

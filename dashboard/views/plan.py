@@ -4,9 +4,10 @@ The same inputs as the command (a model preset or its numbers, a sequence length
 128k or 1M, batch, nodes x GPUs per node, GPU and link presets, the pass, headroom), the
 ranked candidates as a table and as a chart of time per step against memory per GPU with
 the memory limit drawn (dashboard/figures/plan.py). Clicking a point, or a row's button,
-loads that candidate into the other views: its `ringsim simulate` options become the
-page's address, which the page then loads as any link (the view's inputs persist for
-the browser tab's session). A candidate with an option the page has no control for is
+opens that candidate in the other views: its `ringsim simulate` options become the page's
+query, which the controls then read as any link's, and the timeline opens, without
+reloading the page (the language stays; the view's inputs also persist for the browser
+tab's session). A candidate with an option the page has no control for is
 not loaded: a line under the table names the option and gives the command instead. Labels come from the catalogs; the
 sentences on why a candidate wins or loses are the planner's own reasons (the clauses each candidate carries), in
 the page's language (dashboard/explain.py).
@@ -32,8 +33,8 @@ from dash.exceptions import PreventUpdate
 
 from dashboard import explain, nav
 from dashboard.figures.plan import pipeline_chart, plan_chart, step_chart
-from dashboard.i18n import Translator
-from dashboard.state import CONTROLS, query_from_values, values_from_query
+from dashboard.i18n import Translator, scheme_name
+from dashboard.state import CONTROLS, ControlError, message, query_from_values, values_from_query
 from sim.errors import RingsimError
 from sim.hardware.presets import GPU_PRESETS, LINK_PRESETS
 from sim.planning.plan import plan, request_from
@@ -82,7 +83,7 @@ COLUMNS = ("plan.col.rank", "plan.col.scheme", "plan.col.variant", "plan.col.lay
 
 _LABEL_KEY = dict(LABELS)
 _KEEP = {"persistence": True, "persistence_type": "session"}
-"""The inputs keep what the user set when a candidate's address loads the page."""
+"""The inputs keep what the user set when the page is reloaded."""
 
 
 def _field(cid: str, component: Any, t: Translator) -> html.Div:
@@ -145,8 +146,6 @@ def view() -> html.Div:
         html.Div(id="plan-pipeline-box", style={"display": "none"}, children=[
             dcc.Graph(id="plan-pipeline", config={"displaylogo": False})]),
         dcc.Store(id="plan-result"),
-        # a candidate opens as a link would: the page loads its address (the inputs above persist)
-        dcc.Location(id="plan-goto", refresh=True),
     ])
 
 
@@ -160,7 +159,7 @@ def model_of(values: dict[str, Any]) -> Model:
     for cid, field in zip(MODEL_NUMBERS, ("layers", "heads", "kv_heads", "head_dim")):
         v = values.get(cid)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v != int(v):
-            raise RingsimError(f"model {field}: enter a whole number")
+            raise ControlError(cid, f"model {field}: enter a whole number", "msg.enter-whole", {"control": cid})
         nums[field] = int(v)
     return Model(name=CUSTOM, hidden=nums["heads"] * nums["head_dim"], **nums)
 
@@ -168,7 +167,8 @@ def model_of(values: dict[str, Any]) -> Model:
 def _whole(values: dict[str, Any], cid: str, what: str) -> int:
     v = values.get(cid)
     if not isinstance(v, (int, float)) or isinstance(v, bool) or v != int(v) or v <= 0:
-        raise RingsimError(f"{what} must be a positive whole number, got {v!r}")
+        raise ControlError(cid, f"{what} must be a positive whole number, got {v!r}", "msg.positive-whole",
+                           {"control": cid, "value": v if isinstance(v, (int, float)) else repr(v)})
     return int(v)
 
 
@@ -177,7 +177,8 @@ def request_of(values: dict[str, Any]):
     nodes = _whole(values, "plan-nodes", "nodes")
     gpn = _whole(values, "plan-gpus-per-node", "GPUs per node")
     if nodes * gpn > MAX_GPUS:
-        raise RingsimError(f"the page plans at most {MAX_GPUS} GPUs; use `ringsim plan` for {nodes * gpn}")
+        raise ControlError("plan-nodes", f"the page plans at most {MAX_GPUS} GPUs; use `ringsim plan` for {nodes * gpn}",
+                           "msg.plan-max-gpus", {"most": MAX_GPUS, "gpus": nodes * gpn})
     inter = values.get("plan-inter-link")
     return request_from(model_of(values), seq=values.get("plan-seq"), batch=_whole(values, "plan-batch", "batch"),
                         nodes=nodes, gpus_per_node=gpn, gpu=values.get("plan-gpu"), link=values.get("plan-link"),
@@ -268,11 +269,11 @@ def query_for_candidate(command: str) -> tuple[str, list[str]]:
     return query_from_values(values), dropped
 
 
-def href_for_candidate(command: str, pathname: str | None, search: str | None) -> tuple[str, list[str]]:
-    """The page's address that opens a candidate on the timeline (keeping the language),
-    and the options the page could not take (see query_for_candidate)."""
+def search_for_candidate(command: str, search: str | None) -> tuple[str, list[str]]:
+    """The page's query that opens a candidate on the timeline (keeping the language), and
+    the options the page could not take (see query_for_candidate)."""
     query, dropped = query_for_candidate(command)
-    return (pathname or "/") + nav.with_nav(query, search, view="timeline"), dropped
+    return nav.with_nav(query, search, view="timeline"), dropped
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -288,7 +289,8 @@ def table(t: Translator, data: dict[str, Any], top: int) -> html.Table:
     rows = []
     for i, c in enumerate(data["candidates"][:top]):
         rows.append(html.Tr([
-            html.Td(str(c["rank"])), html.Td(c["scheme"]), html.Td(explain.variant(t, c["variant_clause"])),
+            html.Td(str(c["rank"])), html.Td(scheme_name(t, c["scheme"])),
+            html.Td(explain.variant(t, c["variant_clause"])),
             html.Td(_fmt_s(t, c["makespan_s"])), html.Td(_fmt_s(t, c["step_s"])),
             html.Td("–" if c["efficiency"] is None else t.pct(c["efficiency"])),
             html.Td(_fmt_s(t, c["exposed_comm_s"]) if c["exposed_comm_s"] else "0"),
@@ -320,7 +322,7 @@ def step_table(t: Translator, candidates: list[dict[str, Any]], top: int) -> htm
 
 def _draw_steps(t: Translator, data: dict[str, Any], top: int):
     cands = [{**c, "split": explain.step_split(t, c)} for c in data["candidates"][:top]]
-    labels = {"title": t("plan.step.chart.title"), "x": t("plan.step.chart.x"),
+    labels = {"title": t("plan.step.chart.title"), "x": t("plan.step.chart.x"), "separators": t.separators(),
               **{part: t(key) for part, key in STEP_PARTS.items()}}
     summary = t("plan.step.summary", considered=t.int(data["considered"]), timed=t.int(data["timed"]),
                 fit=t.int(data["fit"]), gpus=t.int(data["gpus"]), seconds=t.num(data.get("elapsed_s", 0.0)))
@@ -328,7 +330,8 @@ def _draw_steps(t: Translator, data: dict[str, Any], top: int):
         pipe = pipeline_chart(data["pipeline"], {"title": t("plan.step.pipeline.title"),
                                                  "x": t("plan.step.pipeline.x"), "stage": t("plan.step.stage"),
                                                  "fwd": t("plan.step.fwd"), "bwd": t("plan.step.bwd"),
-                                                 "pp": t("plan.step.send")})
+                                                 "pp": t("plan.step.send"), "from": t("plan.step.from"),
+                                                 "separators": t.separators()})
         shown = {}
     else:
         pipe, shown = {}, {"display": "none"}
@@ -355,15 +358,17 @@ def register_callbacks(app) -> None:
 
     @app.callback(Output("plan-result", "data"), Output("plan-msg", "children"),
                   Input("plan-run", "n_clicks"), Input("tabs", "value"),
-                  [State(cid, "value") for cid in INPUT_IDS] + [State("plan-result", "data")])
+                  [State(cid, "value") for cid in INPUT_IDS] + [State("plan-result", "data"), State("lang", "value")])
     def run(_, tab, *values_and_current):
-        *vals, current = values_and_current
+        *vals, current, lang = values_and_current
         if tab != "plan" or (ctx.triggered_id == "tabs" and current):
             raise PreventUpdate                 # computed when the view opens first, then on demand
         try:
             return plan_data(dict(zip(INPUT_IDS, vals))), ""
+        except ControlError as e:
+            return no_update, message(Translator(lang), e)
         except RingsimError as e:
-            return no_update, str(e)
+            return no_update, explain.refusal(Translator(lang), str(e), e.reason)
 
     @app.callback(Output("plan-chart", "figure"), Output("plan-table", "children"),
                   Output("plan-summary", "children"), Output("plan-pipeline", "figure"),
@@ -379,23 +384,29 @@ def register_callbacks(app) -> None:
             return (*_draw_steps(t, data, top if isinstance(top, int) and top > 0 else len(cands)),
                     {"display": "none"})
         labels = {"x": t("plan.chart.x"), "y": t("plan.chart.y"), "limit": t("plan.chart.limit"),
-                  "title": t("plan.chart.title"), "not_fit": t("plan.chart.not-fit")}
+                  "title": t("plan.chart.title"), "not_fit": t("plan.chart.not-fit"), "separators": t.separators(),
+                  "scheme": lambda scheme: scheme_name(t, scheme),
+                  "point": lambda c: f"#{c['rank']} {scheme_name(t, c['scheme'])} {explain.variant(t, c['variant_clause'])}"}
         top = top if isinstance(top, int) and top > 0 else len(cands)
         summary = t("plan.summary", simulated=t.int(data["simulated"]), tokens=t.int(data["request"]["seq"]),
                     fit=t.int(data["fit"]),
                     seconds=t.num(data.get("elapsed_s", 0.0)), limit=t.bytes(data["memory_limit_bytes"]))
         if data["not_possible"]:
-            reasons = sorted({f"{x['scheme']} {explain.variant(t, x['variant_clause'])}: "
+            reasons = sorted({f"{scheme_name(t, x['scheme'])} {explain.variant(t, x['variant_clause'])}: "
                               f"{explain.refusal(t, x['reason'], x['reason_clause'])}" for x in data["not_possible"]})
             summary = [summary, html.Br(), t("plan.not-possible", items="; ".join(reasons))]
         return (plan_chart(cands, data["memory_limit_bytes"], labels), table(t, data, top), summary, {},
                 {"display": "none"}, {})
 
-    @app.callback(Output("plan-goto", "href"), Output("plan-load-msg", "children"),
+    # a candidate opens as a link would, without reloading the page: its options become the
+    # page's query, which the controls read (dashboard/views/scenario.py), and the timeline
+    # opens; the language and the rest of the page stay as they are
+    @app.callback(Output("url", "search", allow_duplicate=True), Output("tabs", "value", allow_duplicate=True),
+                  Output("plan-load-msg", "children"),
                   Input("plan-chart", "clickData"), Input({"type": "plan-load", "index": ALL}, "n_clicks"),
-                  State("plan-result", "data"), State("url", "pathname"), State("url", "search"),
+                  State("plan-result", "data"), State("url", "search"),
                   State("lang", "value"), prevent_initial_call=True)
-    def load(click, clicks, data, pathname, search, lang):
+    def load(click, clicks, data, search, lang):
         if not data:
             raise PreventUpdate
         trig = ctx.triggered_id
@@ -413,10 +424,10 @@ def register_callbacks(app) -> None:
         cands = data["candidates"]
         if data.get("mode") == "step" or not 0 <= index < len(cands):
             raise PreventUpdate              # a whole step has no view of its own here: its row gives the command
-        href, dropped = href_for_candidate(cands[index]["command"], pathname, search)
+        query, dropped = search_for_candidate(cands[index]["command"], search)
         if dropped:
             # the other views would show another configuration: say so rather than mislead
-            return no_update, Translator(lang)("plan.cannot-load", flags=", ".join(dropped),
-                                               command=cands[index]["command"])
-        return href, ""
+            return no_update, no_update, Translator(lang)("plan.cannot-load", flags=", ".join(dropped),
+                                                          command=cands[index]["command"])
+        return (no_update if query == (search or "") else query), "timeline", ""
 

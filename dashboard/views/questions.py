@@ -1,11 +1,13 @@
 """The Questions view: eight questions on sequence parallelism and Ring Attention, each
 answered by a live view of the scenario on screen.
 
-A question shows four choices. Once answered it says right or wrong, explains why
-(the catalogs' text) and, beside it, draws the view that proves it with the numbers the
-explanation quotes (dashboard/quiz_explain.py). Question n is docs/design.md's fact n. The
-score counts first answers; a question can be answered again to see the other choices'
-outcome. Answers stay in the browser's session storage; the question, view and
+The questions and their four choices are the quiz's as its author wrote them (some in
+Bahasa Indonesia, some in English; tests/data/quiz.txt), each shown in the page's
+language: the author's words where they are in it, a faithful translation otherwise. Once
+answered it says right or wrong, explains why (the catalogs' text) and, beside it, draws
+the view that proves it with the numbers the explanation quotes (dashboard/quiz_explain.py).
+Question n is docs/design.md's fact n. The score counts first answers; a question can be
+answered again to see the other choices' outcome. Answers stay in the browser's session storage; the question, view and
 language are in the URL (dashboard/nav.py).
 """
 
@@ -23,8 +25,11 @@ from dashboard.nav import N_QUESTIONS
 from dashboard.views.ring_animation import register_ring_stepper, ring_controls, ring_scenario
 from sim.errors import RingsimError
 
-ANSWERS = {1: 1, 2: 0, 3: 2, 4: 3, 5: 1, 6: 0, 7: 3, 8: 2}
-"""The right choice (0-based) of each question; the choices' texts are in the catalogs."""
+ANSWERS = {1: 1, 2: 3, 3: 0, 4: 2, 5: 3, 6: 1, 7: 2, 8: 0}
+"""The right choice (0-based, in the author's order) of each question, the one the quiz
+means: the token dimension, key/value blocks, online softmax, K/V streamed in blocks,
+overlap, later tokens handling more keys, keeping the sums consistent with the running
+maximum, later tokens. The questions' and choices' texts are in the catalogs."""
 N_CHOICES = 4
 LETTERS = "ABCD"
 BANDWIDTH_STEP = 0.01
@@ -98,8 +103,9 @@ def _log10(x: float) -> float:
     return round(math.log10(x), 2)
 
 
-def _gbps(x: float) -> str:
-    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+def _gbps(t: Translator, x: float) -> str:
+    """A tick of the bandwidth control: GB/s, three digits, in the page's language."""
+    return t.int(x) if x >= 100 else t.num(x, 3)
 
 
 def register_callbacks(app) -> None:
@@ -140,8 +146,8 @@ def register_callbacks(app) -> None:
 
     @app.callback(Output("quiz-bw", "min"), Output("quiz-bw", "max"), Output("quiz-bw", "marks"),
                   Output("quiz-bw", "value"), Output("quiz-row", "max"), Output("quiz-row", "value"),
-                  Input("scenario", "data"))
-    def controls(data):
+                  Input("scenario", "data"), Input("lang", "value"))
+    def controls(data, lang):
         try:
             sc = ring_scenario(data)
         except RingsimError:
@@ -150,8 +156,9 @@ def register_callbacks(app) -> None:
         now = sc.hardware.link.bandwidth_gbps
         b_star = compute.crossover_bandwidth_gbps(sc.hardware, sc, sc.tokens_per_rank)
         lo_log, hi_log = math.floor(math.log10(lo) * 100) / 100, math.ceil(math.log10(hi) * 100) / 100
-        marks = {lo_log: _gbps(10 ** lo_log), hi_log: _gbps(10 ** hi_log),
-                 _log10(b_star): _gbps(b_star), _log10(now): _gbps(now)}
+        t = Translator(lang)
+        marks = {lo_log: _gbps(t, 10 ** lo_log), hi_log: _gbps(t, 10 ** hi_log),
+                 _log10(b_star): _gbps(t, b_star), _log10(now): _gbps(t, now)}
         _, seq = quiz_explain.merge_size(sc)
         return lo_log, hi_log, marks, math.log10(now), seq - 1, seq - 1
 

@@ -30,6 +30,7 @@ from dashboard.state import (
     check_profile_dtype,
     cluster_values,
     defaults,
+    message,
     profile_changes,
     query_from_values,
     scenario_from_values,
@@ -177,12 +178,16 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         [Output(cid, "value") for cid in CONTROL_IDS]
         + [Output("url", "search"), Output("scenario", "data"), Output("banner", "children")]
         + [Output(f"{cid}-msg", "children") for cid in CONTROL_IDS],
-        [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS] + [Input("profile", "data")],
+        [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS]
+        + [Input("profile", "data"), Input("lang", "value")],
         State("scenario", "data"),
     )
     def sync(search, *vals_and_current):
-        *vals, profile_data, current = vals_and_current
+        *vals, profile_data, lang, current = vals_and_current
         prof = served.loaded_profile(profile_data)
+        # the messages in the page's language: the URL's (it carries the language) until the
+        # switch has taken it
+        t = Translator(lang if "lang" in set(ctx.triggered_prop_ids.values()) else nav.parse_nav(search)[0]["lang"])
         # the page's first call names every input it has a value for: the URL wins
         triggered = set(ctx.triggered_prop_ids.values())
         if not triggered or "url" in triggered:
@@ -201,6 +206,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             values.update(changes)
             value_out = [changes.get(cid, no_update) for cid in CONTROL_IDS]
             url_out = nav.with_nav(query_from_values(values), search) if changes else no_update
+        elif triggered == {"lang"}:
+            # the same values, their messages said again
+            values, ignored = dict(zip(CONTROL_IDS, vals)), []
+            value_out, url_out = [no_update] * len(CONTROL_IDS), no_update
         else:
             values, ignored = dict(zip(CONTROL_IDS, vals)), []
             value_out = [no_update] * len(CONTROL_IDS)
@@ -211,18 +220,26 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 value_out = [filled.get(cid, no_update) for cid in CONTROL_IDS]
             url_out = nav.with_nav(query_from_values(values), search)
         msgs = [""] * len(CONTROL_IDS)
-        banner = [f"ignored unreadable link parameters: {', '.join(ignored)}"] if ignored else []
+        banner = [t("nav.ignored", params=", ".join(ignored))] if ignored else []
         try:
             scenario_from_values(values)
             if prof is not None:
                 check_profile_dtype(values, prof)
             # a link that changes only the view, question or language keeps the scenario
-            same = "url" in triggered and (current or {}).get("values") == values
+            same = (current or {}).get("values") == values
             store = no_update if same else {"values": values}
         except ControlError as e:
-            msgs[index[e.control]] = str(e)
-            store = no_update
-            banner.append("The views show the last valid scenario until the highlighted value is fixed.")
+            msgs[index[e.control]] = message(t, e)
+            if not current and (not triggered or "url" in triggered):
+                # a link the page cannot simulate, and nothing valid shown yet: the defaults
+                store = {"values": defaults(), "link_refused": True}
+                banner.append(t("banner.defaults"))
+            elif (current or {}).get("link_refused"):
+                store = no_update
+                banner.append(t("banner.defaults"))
+            else:
+                store = no_update
+                banner.append(t("banner.last-valid"))
         return value_out + [url_out, store, " ".join(banner) or None] + msgs
 
     # a loaded profile is the hardware: the GPU and link controls name it, the preset
@@ -232,11 +249,14 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                   Input("profile", "data"), Input("gpu", "value"), Input("link", "value"), Input("lang", "value"))
     def hardware_controls(profile_data, gpu, link, lang):
         prof = served.loaded_profile(profile_data)
-        if prof is None:
-            return ([{"label": x, "value": x} for x in (*GPU_PRESETS, CUSTOM)], False,
-                    [{"label": x, "value": x} for x in (*LINK_PRESETS, CUSTOM)], False,
-                    *[False] * len(PRESET_HARDWARE_CONTROLS))
         t = Translator(lang)
+        if prof is None:
+            def named(x):
+                return {"label": t("opt.custom") if x == CUSTOM else x, "value": x}
+
+            return ([named(x) for x in (*GPU_PRESETS, CUSTOM)], False,
+                    [named(x) for x in (*LINK_PRESETS, CUSTOM)], False,
+                    *[False] * len(PRESET_HARDWARE_CONTROLS))
         device = (prof.measured_on or {}).get("device") or profile_data.get("name")
         fit = prof.link
         link_label = t("ctl.link.profile", gbps=t.gbps(fit.bandwidth_bytes_per_s / 1e9),
@@ -273,10 +293,11 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         served.profiles.put(token, hw)
         return profile_note(token, name, hw), ""
 
-    @app.callback(Output("profile-status", "children"), Input("profile", "data"))
-    def profile_status(profile_data):
+    @app.callback(Output("profile-status", "children"), Input("profile", "data"), Input("lang", "value"))
+    def profile_status(profile_data, lang):
+        t = Translator(lang)
         if profile_data:
-            name = profile_data.get("name", "a calibrated profile")
+            name = profile_data.get("name") or t("ctl.profile.a-profile")
             device = profile_data.get("device")
-            return f"using {name}" + (f", measured on {device}" if device else "")
-        return "none: presets and custom numbers"
+            return t("ctl.profile.using-on", name=name, device=device) if device else t("ctl.profile.using", name=name)
+        return t("ctl.profile.none")

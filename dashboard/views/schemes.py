@@ -15,7 +15,7 @@ from dash import Input, Output, dcc, html
 from dashboard import compute, explain
 from dashboard.figures.schemes import fastest, scheme_comparison
 from dashboard.figures.style import message_figure
-from dashboard.i18n import Translator
+from dashboard.i18n import Translator, scheme_name
 from dashboard.served import Served
 from dashboard.state import SCHEMES_MODES
 from dashboard.views.common import graph, only_on
@@ -89,13 +89,13 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
         variant = [explain.variant(t, r["variant_clause"])] + (
             [" ", html.Span("◂ " + t("sch.current"), className="here")] if here else [])
         if "refused" in r:
-            cells = [html.Td(r["scheme"]), html.Td(variant),
+            cells = [html.Td(scheme_name(t, r["scheme"])), html.Td(variant),
                      html.Td(t("sch.refused", reason=explain.refusal(t, r["refused"], r["refused_clause"])),
                              colSpan=7, className="refused")]
         else:
             eff = "–" if r["efficiency"] is None else t.pct(r["efficiency"])
             peak = "–" if r["peak_mem_bytes"] is None else t.bytes(r["peak_mem_bytes"])
-            cells = [html.Td(c) for c in (r["scheme"], variant, t.time(r["makespan_s"]),
+            cells = [html.Td(c) for c in (scheme_name(t, r["scheme"]), variant, t.time(r["makespan_s"]),
                                           t.num(r["makespan_s"] / best["makespan_s"]) + "×", eff,
                                           t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0",
                                           t.bytes(r["bytes_sent_per_gpu"]), peak)]

@@ -85,7 +85,7 @@ def scenario_line(t: Translator, sc: Any, profile_data: Any, shown: Any) -> str:
     line = t("line.scenario", gpus=t.int(sc.n_gpus), hardware=hw_name, run=run_words(t, sc.describe()),
              tokens=t.int(w.seq), per_gpu=t.int(sc.tokens_per_rank), heads=t.int(w.heads),
              kv_heads=t.int(w.kv_heads), head_dim=t.int(w.head_dim), dtype=w.dtype,
-             mask=t("line.causal" if w.causal else "line.full"), **{"pass": w.pass_})
+             mask=t("line.causal" if w.causal else "line.full"), **{"pass": t(f"opt.pass.{w.pass_}")})
     return t("line.measured", line=line) if shown is not None else line
 
 

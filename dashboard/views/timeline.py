@@ -19,6 +19,7 @@ from dashboard.i18n import Translator, run_words
 from dashboard.served import Served
 from dashboard.state import defaults
 from dashboard.views.common import HIDDEN, graph, only_on
+from dashboard.views.labels import figure_labels
 from dashboard.views.ring_animation import register_ring_stepper, ring_controls, ring_scenario
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
@@ -80,7 +81,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 makespan = float(c.end_s.max() - c.start_s.min()) if len(c) else 0.0   # no metrics needed
                 title = t("tl.title", gpus=t.int(tr.n_gpus), run=run_words(t, tr.config),
                           makespan=t.time(makespan, 4))
-                labels = {"window": t("tl.window"), "time": t("tl.time"), "separators": t.separators()}
+                labels = figure_labels(t, "tl") | {"window": t("tl.window"), "time": t("tl.time")}
                 return timeline(tr, window, starts=res.rank_starts, title=title, labels=labels)
 
             return compute.figure("timeline", sc, key, [window, t.lang], make)

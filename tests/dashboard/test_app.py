@@ -53,6 +53,24 @@ def test_invalid_value_shows_a_message_and_keeps_the_last_scenario(client):
     assert out["heads-msg"]["children"] == ""
 
 
+@pytest.mark.parametrize("lang, words", [("en", "the views show the default scenario"),
+                                         ("id", "tampilan menunjukkan skenario bawaan")])
+def test_a_link_the_page_cannot_simulate_falls_back_to_the_defaults_and_says_so(client, lang, words):
+    search = "?gpus=2000" + ("&lang=id" if lang == "id" else "")
+    status, out = client.call("scenario.data", {"url.search": search} | controls(), ["url.search"])
+    assert status == 200
+    assert out["gpus"]["value"] == 2000                               # the link's value, to fix
+    assert out["scenario"]["data"]["values"] == defaults()            # the views: the defaults
+    assert words in out["banner"]["children"]
+    assert "1,024" in out["gpus-msg"]["children"] or "1.024" in out["gpus-msg"]["children"]
+    # the message follows the language switch
+    status, out = client.call("scenario.data", {"url.search": search, "lang.value": "id",
+                                                "scenario.data": {"values": defaults()}} | controls(gpus=2000),
+                              ["lang.value"])
+    assert out["gpus-msg"]["children"].startswith("GPU (2.000)")
+    assert "scenario" not in out
+
+
 def test_timeline_redraws_when_the_layout_changes(client):
     values = {"scenario.data": _store(layout="contiguous"), "tabs.value": "timeline",
               "ranks.value": [0, 7]}

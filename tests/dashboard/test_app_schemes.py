@@ -95,7 +95,8 @@ def test_a_scheme_mistake_is_shown_beside_its_control(client):
     status, out = client.call("scenario.data", controls(scheme="allgather", **{"head-groups": 3}),
                               ["head-groups.value"])
     assert status == 200
-    assert "head groups (3) must divide the 8 K/V heads" in out["head-groups-msg"]["children"]
+    # named as the page labels the controls
+    assert "Head groups (3) must divide K/V heads (8)" in out["head-groups-msg"]["children"]
     assert "scenario" not in out
 
 
@@ -203,7 +204,7 @@ def test_memory_view_shows_all_gather_holding_the_full_kv(client):
     assert totals["allgather (one gather)"] - totals["ring"] == full - 2 * shard
     # pipelined over the 4 K/V heads: two groups' K/V at once
     assert totals["allgather (4 head groups)"] - totals["allgather (one gather)"] == full // 2 - full
-    (gathered,) = [t for t in fig["data"] if t["type"] == "bar" and "kv_gathered" in t["hovertemplate"]]
+    (gathered,) = [t for t in fig["data"] if t["type"] == "bar" and "gathered K/V" in t["hovertemplate"]]
     assert list(gathered["y"]) == ["allgather (one gather)", "allgather (4 head groups)"]
     assert _array(gathered["x"]) * 2 ** 30 == pytest.approx([full, full / 2])
     assert "all-gather" in fig["layout"]["title"]["text"] and "the whole K/V" in fig["layout"]["title"]["text"]

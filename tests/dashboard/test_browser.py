@@ -51,7 +51,7 @@ def test_invalid_value_shows_a_message_beside_its_control(dash_duo):
     box = dash_duo.find_element("#kv-heads")
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys("7", Keys.ENTER)
-    dash_duo.wait_for_contains_text("#kv-heads-msg", "must divide heads", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#kv-heads-msg", "must divide Query heads", timeout=TIMEOUT)
     dash_duo.wait_for_contains_text("#banner", "last valid scenario", timeout=TIMEOUT)
     assert "zigzag layout" in dash_duo.find_element("#timeline .gtitle").text   # page still there
     box.send_keys(Keys.CONTROL, "a")

@@ -177,3 +177,33 @@ def test_back_and_forward_restore_the_open_view(dash_duo):
     _until(dash_duo, lambda d: "view=memory" in d.current_url and selected() == "tab-memory",
            "forward did not reopen the Memory view")
     assert _severe(dash_duo) == []
+
+
+def test_the_page_shows_the_quiz_as_its_author_wrote_it(dash_duo):
+    """Every question and its four choices, in the author's order, in both languages: the
+    author's own words where the page speaks the language the author wrote them in
+    (tests/data/quiz.txt), the catalog's translation otherwise."""
+    from tests.dashboard.views.test_quiz_as_written import AUTHOR_LANGUAGE, OTHER_LANGUAGE, written
+
+    quiz = written()
+    _open(dash_duo, "?view=questions")
+    seen_author = 0
+    for lang in ("en", "id"):
+        t = Translator(lang)
+        if lang == "id":
+            _switch_language(dash_duo, "id")
+        for q in sorted(quiz):
+            _click_label(dash_duo, "#quiz-q label", q - 1)
+            dash_duo.wait_for_text_to_equal("#quiz-title", t("quiz.title", n=q, total=8), timeout=TIMEOUT)
+            text, choices = quiz[q]
+            dash_duo.wait_for_text_to_equal("#quiz-text", t(f"q{q}.text"), timeout=TIMEOUT)
+            if AUTHOR_LANGUAGE[q] == lang:
+                assert dash_duo.find_element("#quiz-text").text == text
+            shown = [e.text for e in dash_duo.find_elements("#quiz-choice label")]
+            assert shown == [choice_text(t, q, i) for i in range(4)]
+            for i, choice in enumerate(choices):
+                if OTHER_LANGUAGE.get((q, i), AUTHOR_LANGUAGE[q]) == lang:
+                    assert shown[i] == f"{'ABCD'[i]}. {choice}"
+                    seen_author += 1
+    assert seen_author == 32                 # each choice once, in the language it was written in
+    assert _severe(dash_duo) == []

@@ -65,7 +65,7 @@ def test_every_word_in_both_languages():
         for word, text in words.items():
             assert EN(f"why.{field}.{word}") == text
             assert _english_left(ID(f"why.{field}.{word}")) == [], (field, word)
-    assert explain.say(ID, clause("step.share", part="pp_bubble_s", share=0.25)) == "gelembung pipeline 25% dari langkah"
+    assert explain.say(ID, clause("step.share", part="pp_bubble_s", share=0.25)) == "gelembung pipa 25% dari langkah"
 
 
 # (simulate's arguments, scheme, variant, the clauses that bound it)
@@ -102,18 +102,18 @@ def test_what_bounds_a_run_in_each_language(rows, name):
 
 def test_the_socket_link_by_its_indonesian_name(rows):
     indonesian = explain.row_bound(ID, rows["PCIe node, the socket link"])
-    assert "dibatasi oleh tautan antar-soket PCIe (tautan soket 0->1 di node 0)" in indonesian
+    assert "dibatasi oleh tautan antar-soket PCIe (tautan soket 0->1 di simpul 0)" in indonesian
 
 
 def test_link_names():
     link = clause("link.in-node", node=1, resource=clause("link.root", socket=0, direction="in"),
                   on_lane=clause("link.lane", lane=2))
-    assert explain.say(ID, link) == "kompleks akar soket 0 arah masuk di node 1 jalur 2"
+    assert explain.say(ID, link) == "kompleks akar soket 0 arah masuk di simpul 1 jalur 2"
     assert explain.say(EN, link) == "node 1 socket 0 root complex in lane 2"
     uplink = clause("link.in-node", node=0, resource=clause("link.uplink", switch=3, direction="down"), on_lane=None)
-    assert explain.say(ID, uplink) == "tautan naik switch 3 arah turun di node 0"
+    assert explain.say(ID, uplink) == "tautan naik sakelar 3 arah turun di simpul 0"
     memory = clause("link.in-node", node=0, resource=clause("link.memory", socket=1), on_lane=None)
-    assert explain.say(ID, memory) == "memori host soket 1 di node 0"
+    assert explain.say(ID, memory) == "memori inang soket 1 di simpul 0"
 
 
 def test_a_refusal_sim_reasons_does_not_know_stays_as_the_simulator_wrote_it():
@@ -164,22 +164,22 @@ def test_why_a_candidate_is_not_possible(plans):
     for x in refused:
         assert explain.refusal(EN, x["reason"], x["reason_clause"]) == x["reason"]
         indonesian = explain.refusal(ID, x["reason"], x["reason_clause"])
-        assert indonesian.startswith("derajat ulysses ") and indonesian.endswith(" (jumlah head membatasi Ulysses)")
+        assert indonesian.startswith("derajat Ulysses ") and indonesian.endswith(" (jumlah kepala membatasi Ulysses)")
         assert _english_left(indonesian) == []
     assert explain.variant(ID, clause("variant.degree", degree=16)) == "derajat 16"
     assert explain.variant(ID, clause("variant.layout", layout="zigzag")) == "tata letak zigzag"
     assert explain.variant(ID, clause("variant.hybrid", ulysses=8, ring=2, placement="ring-inner",
-                                      layout="zigzag")) == "8 x 2, ring-inner, zigzag"
+                                      layout="zigzag")) == "8 x 2, cincin di dalam simpul, zigzag"
 
 
 def test_other_refusals_in_indonesian():
     cases = [
         (clause("refused.chunks", seq=1000, chunks=16, layout="zigzag", ranks=8),
-         "panjang sekuens 1000 tidak terbagi menjadi 16 potongan untuk zigzag pada 8 rank"),
+         "panjang sekuens 1000 tidak terbagi menjadi 16 potongan untuk zigzag pada 8 proses"),
         (clause("refused.gather-chunks", seq=1000, chunks=16, gpus=8, multiple=16),
-         "panjang sekuens 1000 tidak terbagi menjadi 16 potongan sama besar (allgather pada 8 GPU); pakai kelipatan 16"),
+         "panjang sekuens 1000 tidak terbagi menjadi 16 potongan sama besar (all-gather pada 8 GPU); pakai kelipatan 16"),
         (clause("refused.kv-heads", degree=16, kv_heads=12),
-         "derajat ulysses 16 dan 12 head K/V: salah satunya harus membagi habis yang lain (head K/V direplikasi "
+         "derajat Ulysses 16 dan 12 kepala K/V: salah satunya harus membagi habis yang lain (kepala K/V direplikasi "
          "bila derajatnya lebih besar)"),
     ]
     for c, indonesian in cases:
@@ -220,13 +220,13 @@ def test_the_views_show_the_sentences_in_indonesian(client, plans):
                                                  "tabs.value": "schemes", "lang.value": "id"}, ["tabs.value"])
     assert status == 200
     shown = _texts(out["schemes-table"]["children"]) + _texts(out["schemes-why"]["children"])
-    assert "dari makespan" in shown and _english_left(shown) == []
+    assert "dari waktu penyelesaian" in shown and _english_left(shown) == []
     data = plans["two nodes, 12 heads"]
     status, out = client.call("plan-chart.figure", {"plan-result.data": data, "lang.value": "id",
                                                     "plan-top.value": 5}, ["plan-result.data"])
     assert status == 200
     shown = _texts(out["plan-table"]["children"]) + _texts(out["plan-summary"]["children"])
-    assert "seri dengan berikutnya" in shown and "jumlah head membatasi Ulysses" in shown
+    assert "seri dengan berikutnya" in shown and "jumlah kepala membatasi Ulysses" in shown
     assert _english_left(shown) == []
 
 
@@ -254,16 +254,16 @@ def test_the_whole_step_plans_sentences_in_both_languages():
 
 def test_the_compared_variants_in_both_languages():
     assert explain.variant(ID, clause("variant.one-gather")) == "satu pengumpulan"
-    assert explain.variant(ID, clause("variant.head-groups", groups=8)) == "8 kelompok head"
+    assert explain.variant(ID, clause("variant.head-groups", groups=8)) == "8 kelompok kepala"
     assert explain.variant(ID, clause("variant.degree", degree=8)) == "derajat 8"
     assert explain.variant(EN, clause("variant.degree", degree=8)) == "degree 8"
     assert explain.variant(ID, clause("variant.split-placed", ulysses=4, ring=2, placement="ring-inner")) == \
-        "4 x 2 ring-inner"
+        "4 x 2 cincin di dalam simpul"
     assert explain.variant(ID, clause("variant.ring", layout="doc-contiguous")) == "berurutan per dokumen"
 
 
 @pytest.mark.parametrize("lang, words", [("en", "2 GPUs a switch, 4 a socket, P2P under a switch"),
-                                         ("id", "2 GPU per switch, 4 per soket, P2P di bawah satu switch")])
+                                         ("id", "2 GPU per sakelar, 4 per soket, P2P di bawah satu sakelar")])
 def test_the_scenario_line_names_a_pcie_nodes_fabric(client, lang, words):
     from dashboard.state import defaults
 

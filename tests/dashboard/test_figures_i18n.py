@@ -25,9 +25,11 @@ VIEWS = {
     "schemes": ("schemes.figure", {"scenario.data": STORE, "profile.data": None, "tabs.value": "schemes"}),
 }
 ENGLISH_TITLES = {
+    # a scheme's memory items in words since (dashboard/figures/memory.py LABELS "item.<name>")
     "memory": "The full K/V would take 0.0312 GiB; the ring holds 0.0234 GiB of it per GPU, all-gather 0.0312 GiB "
-              "(the whole K/V) — ring: 0.0864 GiB per GPU now<br><sup>ring now: q 16.0 MiB, kv_own 8.0 MiB, "
-              "kv_buffers 16.0 MiB, out 16.0 MiB, out_accum 32.0 MiB, softmax_stats 0.5 MiB</sup>",
+              "(the whole K/V) — ring: 0.0864 GiB per GPU now<br><sup>ring now: Q 16.0 MiB, own K/V shard 8.0 MiB, "
+              "K/V blocks in flight 16.0 MiB, output 16.0 MiB, output accumulator 32.0 MiB, softmax statistics "
+              "0.5 MiB</sup>",
     "sweep": "When transfers hide (zigzag, overlap on, simulated on 4 GPUs)<br><sup>dashed: a full block's compute "
              "equals its transfer (launch overhead and link latency aside); orange: the current scenario</sup>",
     "block-map": "Who computes which block when: zigzag, causal, 4 GPUs<br>work imbalance max/mean 1.000",
@@ -51,8 +53,8 @@ ENGLISH_WORDS = {
                 "exposed", "communication", "bars", "red", "time", "each run"],
     "schemes": ["Which scheme wins", "one gather", "exposed", "worst", "sent", "peak memory", "full K/V on one"],
 }
-"""Words of each chart's English that its Indonesian must not keep (not the loanwords it keeps:
-bandwidth, makespan, shard, head, kernel)."""
+"""Words of each chart's English that its Indonesian must not keep (not the loanword it keeps:
+kernel)."""
 
 
 
@@ -110,7 +112,7 @@ def test_the_merge_note_and_the_block_maps_words_in_indonesian(client):
     # another scheme's words for the map's values, with its numbers
     store = {"values": dict(defaults(), gpus=4, seq=8192, scheme="hybrid")}
     for lang, words in (("en", "ring step (2 rings side by side, 1/2 of the heads each)"),
-                        ("id", "langkah cincin (2 cincin berdampingan, masing-masing 1/2 head)")):
+                        ("id", "langkah cincin (2 cincin berdampingan, masing-masing 1/2 kepala)")):
         _, out = client.call("block-map.figure", {"scenario.data": store, "profile.data": None, "tabs.value": "blocks",
                                                   "lang.value": lang}, ["lang.value"])
         assert words in out["block-map"]["figure"]["layout"]["annotations"][0]["text"]

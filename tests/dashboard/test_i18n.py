@@ -71,6 +71,9 @@ def _key_families() -> set[str]:
     run, a column of the schemes' table, a sim.reasons clause, word and joiner
     (dashboard/explain.py), a text of a view's chart (dashboard.views.labels.FIGURE_TEXTS)."""
     return ({f"opt.scheme.{s}" for s in scheme_names()} | _run_keys()
+            | {f"name.scheme.{s}" for s in scheme_names()}
+            | {f"opt.granularity.{g}" for g in scenario_option("granularity").choices}
+            | {f"name.placement.{p}" for p in scenario_option("placement").choices}
             | {f"opt.placement.{p}" for p in scenario_option("placement").choices}
             | {f"opt.impl.{x}" for x in scenario_option("impl").choices}
             | {f"opt.schemes-mode.{x}" for x in SCHEMES_MODES}
@@ -157,12 +160,13 @@ SAME_IN_BOTH = {
     "plan.model": "the same word in Indonesian", "plan.col.rank": "a symbol",
     "sch.bounds": "placeholders and punctuation only",
     "opt.scheme.allgather": "a scheme's name and its source", "opt.scheme.ulysses": "a scheme's name and its source",
-    "card.m-makespan": "the scheduling term, kept as in the literature", "card.m-ideal": "as Indonesian writes it",
-    "sch.col.makespan": "the scheduling term",
+    "card.m-ideal": "as Indonesian writes it",
     "opt.layout.zigzag": "the layout's name in the literature",
     "why.kind.ag": "a collective's name, as Indonesian writing keeps it",
     "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
     "why.join.items": "punctuation only",
+    "ctl.overhead-us.placeholder": "a number", "tl.h_carries": "placeholders and punctuation only",
+    "memory.item.q": "a symbol", "memory.item.dqkv": "symbols",
     "why.split.degrees": "the degrees' abbreviations and placeholders", "why.split.zero": "ZeRO's name",
     "why.split.scheme": "an abbreviation and a placeholder",
     "why.variant.ring": "a placeholder only", "why.variant.hybrid": "placeholders and punctuation only",
@@ -171,8 +175,6 @@ SAME_IN_BOTH = {
     "why.join.libraries": "punctuation only",
     **dict.fromkeys(("opt.impl.te", "opt.impl.rfa", "opt.impl.torch", "opt.impl.usp"),
                     "a library's name for --impl, and its own name"),
-    "cmp.makespan": "the scheduling term, with its unit",
-    "schemes.makespan": "the scheduling term, with its unit",
 }
 """Keys whose Indonesian text is the English one, each for a reason; any other identical
 text is an untranslated message."""

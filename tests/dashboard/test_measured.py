@@ -178,7 +178,7 @@ def test_a_cpu_trace_against_the_h100_preset_says_so_and_how_to_fix_it(plain):
         assert "AMD EPYC (2 cores), gloo" in notice and "H100-SXM / nvlink4" in notice
         assert "ringsim dashboard --profile PROFILE.json" in notice and "\n" not in notice
         assert out["overlay"]["figure"]["layout"]["title"]["text"].startswith(
-            {"en": "Model vs measurement", "id": "Model vs pengukuran"}[lang])
+            {"en": "Model vs measurement", "id": "Model dibanding pengukuran"}[lang])
         # the profile shipped with the examples is of this machine: the page offers it
         assert out["profile-example"]["style"] == {}
         assert "AMD EPYC" in out["profile-example"]["children"]

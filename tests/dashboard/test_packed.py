@@ -13,10 +13,11 @@ from dashboard import compute, i18n
 from dashboard.figures.block_map import block_map, mask_bins
 from dashboard.figures.documents import document_balance
 from dashboard.figures.layout_strip import layout_strip
-from dashboard.i18n import LANGUAGES, catalog
+from dashboard.i18n import LANGUAGES, Translator, catalog
 from dashboard.state import (
     ControlError,
     defaults,
+    message,
     query_from_values,
     scenario_from_values,
     shown_layouts,
@@ -108,7 +109,7 @@ def test_bad_documents_are_one_line_beside_their_control(client, changes, contro
     assert err.value.control == control and "\n" not in str(err.value)
     status, out = client.call("scenario.data", controls(**changes), [f"{control}.value"])
     assert status == 200
-    assert out[f"{control}-msg"]["children"] == str(err.value)
+    assert out[f"{control}-msg"]["children"] == message(Translator("en"), err.value)
     assert "scenario" not in out                                # the views keep the last valid one
     assert "last valid scenario" in out["banner"]["children"]
 

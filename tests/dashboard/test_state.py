@@ -144,7 +144,8 @@ def test_nic_controls_shape_the_hardware():
     ({"scheme": "hybrid", "gpus": 16, "ulysses-degree": 3}, "ulysses-degree", "does not divide"),
     ({"scheme": "hybrid", "gpus": 16, "ulysses-degree": 4, "ring-degree": 2}, "ulysses-degree", "not the 16 GPUs"),
     ({"scheme": "hybrid", "gpus": 16, "ring-degree": 0}, "ring-degree", "positive"),
-    ({"scheme": "ulysses", "gpus": 64}, "scheme", "does not divide the 32 query heads"),
+    # Ulysses's degree is the GPUs: the message stands under them
+    ({"scheme": "ulysses", "gpus": 64}, "gpus", "does not divide the 32 query heads"),
     ({"scheme": "allgather", "gpus": 12, "seq": 98304}, "gpus", "whole nodes"),
     ({"scheme": "allgather", "seq": 1000}, "seq", "does not divide"),
     ({"nics-per-node": 3}, "nics-per-node", "must divide"),
@@ -174,3 +175,46 @@ def test_the_overhead_control_sets_the_kernel_model_s_floor_as_the_flag_does():
     page = scenario_from_values(defaults() | {"overhead-us": 7.0}).hardware.gpu
     cli = hardware_from_args(build_parser().parse_args(["simulate", "--overhead-us", "7"])).gpu
     assert page.floors == cli.floors and (page.floors.fwd_host_us, page.floors.bwd_host_us) == (7.0, 7.0)
+
+
+@pytest.mark.parametrize("change, control, english, indonesian", [
+    ({"kv-heads": 5}, "kv-heads", "K/V heads (5) must divide Query heads (32)",
+     "Kepala K/V (5) harus membagi habis Kepala kueri (32)"),
+    ({"scheme": "allgather", "head-groups": 3}, "head-groups", "Head groups (3) must divide K/V heads (8)",
+     "Kelompok kepala (3) harus membagi habis Kepala K/V (8)"),
+    ({"nics-per-node": 3}, "nics-per-node", "NICs per node (3) must divide GPUs per node (8)",
+     "NIC per simpul (3) harus membagi habis GPU per simpul (8)"),
+    ({"gpus": 2000}, "gpus", "GPUs (2,000): the dashboard simulates at most 1,024 GPUs",
+     "GPU (2.000): dasbor ini menyimulasikan paling banyak 1.024 GPU"),
+    ({"gpus": 0}, "gpus", "GPUs must be more than 0, got 0", "GPU harus lebih dari 0, bukan 0"),
+    ({"seq": 1000}, "seq", "Sequence length 1,000 does not divide into 16 equal chunks (zigzag layout on 8 GPUs)",
+     "Panjang sekuens 1.000 tidak terbagi menjadi 16 potongan sama besar (tata letak zigzag pada 8 GPU)"),
+    ({"scheme": "hybrid", "gpus": 16, "ulysses-degree": 4, "ring-degree": 2}, "ulysses-degree",
+     "Ulysses degree 4 × Ring degree 2 = 8, not the 16 GPUs", "Derajat Ulysses 4 × Derajat cincin 2 = 8, bukan 16 GPU"),
+    ({"efficiency": 2.0}, "efficiency", "Efficiency must be more than 0 and at most 1, got 2",
+     "Efisiensi harus lebih dari 0 dan paling besar 1, bukan 2"),
+    ({"docs": "1000"}, "docs", "Documents: the documents (1,000 tokens) do not fill",
+     "Dokumen: dokumen (1.000 token) tidak memenuhi"),
+])
+def test_a_message_names_the_controls_as_the_page_labels_them(change, control, english, indonesian):
+    """What the page says under a control, in each language, names it (and any other control
+    it mentions) by its label, in the language's numbers."""
+    from dashboard.i18n import Translator
+    from dashboard.state import message
+
+    with pytest.raises(ControlError) as e:
+        scenario_from_values(defaults() | change)
+    assert e.value.control == control
+    assert message(Translator("en"), e.value).startswith(english)
+    assert message(Translator("id"), e.value).startswith(indonesian)
+
+
+def test_a_refusal_the_simulator_gives_a_reason_for_reads_in_the_page_s_language():
+    from dashboard.i18n import Translator
+    from dashboard.state import message
+
+    with pytest.raises(ControlError) as e:
+        scenario_from_values(defaults() | {"scheme": "ulysses", "gpus": 64})
+    assert e.value.reason is not None
+    said = message(Translator("id"), e.value)
+    assert "64" in said and "32" in said and "query heads" not in said

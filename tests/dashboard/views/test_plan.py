@@ -87,24 +87,26 @@ def test_the_view_plans_draws_and_loads_a_candidate(client):
     ring = next(i for i, c in enumerate(data["candidates"]) if c["scheme"] == "ring")
     status, out = client.call("plan-load-msg.children",
                               {"plan-chart.clickData": {"points": [{"customdata": ring}]}, "plan-result.data": data,
-                               "url.pathname": "/", "url.search": "?lang=id", "lang.value": "id"},
+                               "url.search": "?lang=id&view=plan", "lang.value": "id"},
                               ["plan-chart.clickData"])
     assert status == 200 and out["plan-load-msg"]["children"] == ""
-    href = out["plan-goto"]["href"]
-    assert href.startswith("/?") and "view=" not in href and "lang=id" in href   # the timeline: the default view
-    values, _ = values_from_query(href[1:])
+    # the page's own query changes (no reload): the timeline, the default view, in the same language
+    search = out["url"]["search"]
+    assert search.startswith("?") and "view=" not in search and "lang=id" in search
+    assert out["tabs"]["value"] == "timeline"
+    values, _ = values_from_query(search)
     assert (values["seq"], values["gpus"], values["pass"]) == (16384, 8, "fwdbwd")
     assert values["layout"] == data["candidates"][ring]["settings"]["layout"]
     # a hybrid loads only where the page has controls for its scheme's options
     hybrid = next(i for i, c in enumerate(data["candidates"]) if c["scheme"] == "hybrid")
     status, out = client.call("plan-load-msg.children",
                               {"plan-load.n_clicks": None, "plan-chart.clickData": {"points": [{"customdata": hybrid}]},
-                               "plan-result.data": data, "url.pathname": "/", "url.search": "", "lang.value": "en"},
+                               "plan-result.data": data, "url.search": "", "lang.value": "en"},
                               ["plan-chart.clickData"])
     if "scheme" in CONTROL_IDS and "ulysses-degree" in CONTROL_IDS:
-        assert out["plan-goto"]["href"].startswith("/?")
+        assert "scheme=hybrid" in out["url"]["search"]
     else:
-        assert "plan-goto" not in out
+        assert "url" not in out
         msg = out["plan-load-msg"]["children"]
         assert "--scheme hybrid" in msg and data["candidates"][hybrid]["command"] in msg
 
@@ -184,8 +186,8 @@ def test_with_a_global_batch_the_view_plans_the_whole_step(client):
     # a step's row has no view of its own to load into
     status, out = client.call("plan-load-msg.children",
                               {"plan-chart.clickData": {"points": [{"customdata": 0}]}, "plan-result.data": data,
-                               "url.pathname": "/", "url.search": "", "lang.value": "en"}, ["plan-chart.clickData"])
-    assert status == 204 or "plan-goto" not in out
+                               "url.search": "", "lang.value": "en"}, ["plan-chart.clickData"])
+    assert status == 204 or "url" not in out
 
 
 def _unit_scale(fig) -> float:
@@ -198,7 +200,7 @@ def _unit_scale(fig) -> float:
      "TP 8 CP 1 PP 1 DP 4, ZeRO-3, komputasi ulang tidak ada"),
     (dict(tp=8, cp=4, pp=4, dp=2, zero=1, recompute="selective", scheme="allgather", tp_overlap=True, interleave=2),
      "TP 8 CP 4 PP 4 DP 2, ZeRO-1, recompute selective, CP allgather, TP overlapped, 2 virtual stages",
-     "TP 8 CP 4 PP 4 DP 2, ZeRO-1, komputasi ulang selektif, CP allgather, TP ditumpangtindihkan, 2 tahap virtual"),
+     "TP 8 CP 4 PP 4 DP 2, ZeRO-1, komputasi ulang selektif, CP all-gather, TP ditumpangtindihkan, 2 tahap virtual"),
 ])
 def test_a_steps_split_reads_in_the_pages_language(parallel, english, indonesian):
     from dashboard.explain import step_split
@@ -209,3 +211,11 @@ def test_a_steps_split_reads_in_the_pages_language(parallel, english, indonesian
     assert label(c) == english
     assert step_split(Translator("en"), c) == english
     assert step_split(Translator("id"), c) == indonesian
+
+
+@pytest.mark.parametrize("lang, words", [("en", "Nodes must be a whole number more than 0, got 0"),
+                                         ("id", "Simpul harus bilangan bulat lebih dari 0, bukan 0")])
+def test_a_mistake_names_the_input_as_labelled_in_the_page_s_language(client, lang, words):
+    status, out = client.call("plan-result.data", {"tabs.value": "plan", "plan-run.n_clicks": 1, "lang.value": lang,
+                                                   **_inputs(**{"plan-nodes": 0})}, ["plan-run.n_clicks"])
+    assert status == 200 and out["plan-msg"]["children"] == words
