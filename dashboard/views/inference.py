@@ -198,7 +198,8 @@ CROSSOVER_LABELS = {"title": "Prefill time as the cached share grows", "x": "cac
 
 def crossover_labels(t: Translator) -> dict[str, str]:
     return {"title": t("inf.cross.title"), "x": t("inf.cross.x"), "y": t("inf.cross.y"),
-            **{s: t(f"inf.scheme.{s}") for s in SCHEMES}, "rule": t("inf.cross.rule")}
+            PASS_KV: t("inf.scheme.pass-kv"), PASS_Q: t("inf.scheme.pass-q"), ALL_GATHER: t("inf.scheme.allgather"),
+            "rule": t("inf.cross.rule")}
 
 
 def crossover(rows: list[dict[str, float]], threshold: float,

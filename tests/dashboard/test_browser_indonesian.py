@@ -19,14 +19,11 @@ from dashboard.contents import TABS
 from dashboard.i18n import Translator, catalog
 from dashboard.nav import N_QUESTIONS
 from dashboard.views.questions import ANSWERS
+from tests.dashboard.test_browser_overlap import GRAPH_OF
 
 pytestmark = pytest.mark.browser
 
 TIMEOUT = 90
-GRAPH_OF = {"timeline": "timeline", "blocks": "block-map", "compare": "compare", "schemes": "schemes",
-            "sweep": "sweep", "memory": "memory", "merge": "merge", "measured": "overlay", "plan": "plan-chart",
-            "questions": "quiz-figure", "traces": "traces-lanes"}
-"""The chart each view draws, whose drawing means the view is there."""
 
 ALLOWED = set("""
 ring attention ulysses deepspeed llama nvlink pcie nccl nic nics gpu gpus cpu transformerengine
@@ -35,7 +32,7 @@ te rfa usp english zero zero- gqa mqa tp cp pp dp p2p k v q kv dk dv dq dout dqk
 gb gib mib kib tib mb b ms s µs us tflop tflops
 data model total ideal per transfer global virtual simulator tensor kernel token batch softmax median sigma
 lognormal sample zigzag all-gather all-to-all reduce-scatter server folder valid context parallel float exp mod
-m' m port profiler csv json npz parquet fp
+m' m port profiler csv json npz parquet fp pass-kv pass-q
 """.split())
 """Proper names (of methods, libraries, hardware, tools; the language switch's "English"),
 units, and words Indonesian writes as English does."""
