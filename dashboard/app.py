@@ -16,7 +16,8 @@ import os
 
 import dash
 
-from dashboard import nav
+from dashboard import compute, nav
+from dashboard.disk_cache import DiskCache
 from dashboard.layout import page
 from dashboard.served import MAX_UPLOAD_BYTES, Served
 from dashboard.views import (
@@ -45,6 +46,9 @@ def create_app(profile_path: str | None = None, traces_dir: str | None = None) -
     # base64 inflates an upload by 4/3; refuse bodies well past the upload cap outright
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_UPLOAD_BYTES * 3 // 2
     served = Served(profile_path)
+    # results shared by every server process (gunicorn's workers fork after this) and by
+    # the background callbacks' jobs
+    compute.use_disk(DiskCache())
     app.layout = lambda: page(served.initial_profile, served.initial_example)
     for view in (scenario, summary, timeline, blocks, compare, schemes, sweep, memory, merge, measured):
         view.register_callbacks(app, served)

@@ -116,6 +116,11 @@ class Served:
         hw, key = self.hardware_of(profile_data)
         return compute.run(self.scenario_of(data), hw, key)
 
+    def metrics_of(self, data: Any, profile_data: Any):
+        """The metrics of the page's run (compute.metrics: no trace is read where they are kept)."""
+        hw, key = self.hardware_of(profile_data)
+        return compute.metrics(self.scenario_of(data), hw, key)
+
     def measured_pair(self, measured_data: Any, data: Any, profile_data: Any) -> tuple | None:
         """The measured trace on screen and what it is set against: (trace, the scenario of
         its configuration on the page's hardware, the hardware model, its cache key), or

@@ -58,7 +58,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 base = compute.scheme_base(sc)
                 # every scheme from the same base: the scheme on screen and its settings do
                 # not change the rows, only which one is marked
-                rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw))
+                rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw, key))
                 current = compute.current_variant(sc)
             fig = compute.figure("schemes", base, key, [mode, current, t.lang], lambda: scheme_comparison(
                 rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload), labels=scheme_labels(t)))

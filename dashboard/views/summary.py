@@ -108,13 +108,12 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 shown = served.measured_pair(measured_data, data, profile_data)
             if shown is not None:
                 _, sc, hw_model, key = shown
-                res = compute.run(sc, hw_model, key)
+                m = compute.metrics(sc, hw_model, key)
             else:
                 sc = served.scenario_of(data)
-                res = served.result_of(data, profile_data)
+                m = served.metrics_of(data, profile_data)
         except RingsimError as e:
             return ["–"] * len(SUMMARY_CARDS) + [html.Span(str(e), className="msg")]
-        m = res.metrics
         peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or None
         t = Translator(lang)
         line = scenario_line(t, sc, profile_data, shown)
