@@ -161,8 +161,9 @@ class DiskCache:
         try:
             entries = []
             for path in self.folder.iterdir():
-                if path.name.startswith(".") or path.suffix == ".lock":
-                    continue
+                if path.name.startswith(".") or path.suffix == ".lock" or (
+                        path.is_dir() and not path.name.startswith("trace-")):
+                    continue          # a value being written, a lock, or the background jobs' folder
                 try:
                     size = (sum(p.stat().st_size for p in path.iterdir()) if path.is_dir()
                             else path.stat().st_size)

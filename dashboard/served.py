@@ -75,7 +75,9 @@ class Served:
     """What the app's callbacks share on a server: the calibrated profiles and traces
     uploaded (kept by token), and the page's scenario and hardware read from its stores."""
 
-    def __init__(self, profile_path: str | None = None):
+    def __init__(self, profile_path: str | None = None, background: Any | None = None):
+        self.background = background
+        """The manager of the background callbacks (dashboard.views.background.manager), or None."""
         self.profiles = _Kept()
         self.uploaded_traces = _Kept()
         self.initial_profile = None

@@ -18,6 +18,7 @@ from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator
 from dashboard.served import Served
 from dashboard.state import SCHEMES_MODES
+from dashboard.views.background import busy_line, long_callback, progress_words
 from dashboard.views.common import graph, only_on
 from dashboard.views.labels import compared_run, figure_labels
 from sim.errors import RingsimError
@@ -34,18 +35,21 @@ def view() -> list[Any]:
                 html.Label(t("ctl.schemes-mode.label"), id="schemes-mode-label", htmlFor="schemes-mode"),
                 dcc.RadioItems(id="schemes-mode", value=SCHEMES_MODES[0], inline=True, className="radio",
                                options=[{"label": t(f"opt.schemes-mode.{x}"), "value": x} for x in SCHEMES_MODES])]),
-            html.Div(id="schemes-why", className="schemes-why"), graph("schemes", 420),
+            busy_line("schemes"), html.Div(id="schemes-why", className="schemes-why"), graph("schemes", 420),
             html.Div(id="schemes-table", className="table")]
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
-    @app.callback(Output("schemes", "figure"), Output("schemes-table", "children"),
-                  Output("schemes-why", "children"),
-                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
-                  Input("lang", "value"), Input("schemes-mode", "value"))
-    def schemes(data, profile_data, tab, lang, mode):
+    @long_callback(app, served.background, "schemes",
+                   [Output("schemes", "figure"), Output("schemes-table", "children"), Output("schemes-why", "children")],
+                   [Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
+                    Input("lang", "value"), Input("schemes-mode", "value")])
+    def schemes(progress, data, profile_data, tab, lang, mode):
         only_on("schemes", tab)
         t = Translator(lang)
+
+        def runs_done(done: int, total: int) -> None:
+            progress(progress_words(t, done, total))
         try:
             hw, key = served.hardware_of(profile_data)
             sc = served.scenario_of(data)
@@ -58,7 +62,8 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 base = compute.scheme_base(sc)
                 # every scheme from the same base: the scheme on screen and its settings do
                 # not change the rows, only which one is marked
-                rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw, key))
+                rows = compute.figure("scheme-rows", base, key, None,
+                                      lambda: compute.scheme_rows(sc, hw, key, progress=runs_done))
                 current = compute.current_variant(sc)
             fig = compute.figure("schemes", base, key, [mode, current, t.lang], lambda: scheme_comparison(
                 rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload), labels=scheme_labels(t)))

@@ -176,9 +176,12 @@ def test_compare_schemes_in_indonesian(client):
     assert why[0]["props"]["children"].startswith("Tercepat: ")
 
 
-def test_compare_schemes_reuses_its_rows_whatever_the_scheme_on_screen(client):
+def test_compare_schemes_reuses_its_rows_whatever_the_scheme_on_screen():
     from dashboard import compute
+    from dashboard.app import create_app
 
+    # in the request, where the caches' counters are this process's
+    client = CallbackClient.for_app(create_app(background_jobs=False))
     compute.clear_caches()
     _schemes(client, scheme="ring")
     misses = compute.FIGURES.misses
