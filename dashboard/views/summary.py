@@ -21,7 +21,6 @@ from dashboard.served import Served
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
-from sim.units import fmt_bytes
 
 
 def _fmt_s(x: float | None) -> str:
@@ -33,10 +32,6 @@ def _fmt_s(x: float | None) -> str:
 
 def _fmt_pct(x: float | None) -> str:
     return "–" if x is None else f"{x * 100:.1f}%"
-
-
-def _fmt_bytes(x: float | None) -> str:
-    return fmt_bytes(x, ".3g", missing="–")
 
 
 def _card(cid: str, label: str) -> html.Div:
@@ -118,9 +113,16 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         t = Translator(lang)
         line = scenario_line(t, sc, profile_data, shown)
         # the cards' numbers in the page's decimal sign
-        return [t.digits(x) for x in (_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
-                                      f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
-                                      _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak))] + [line]
+        cards: list[Any] = [t.digits(x) for x in (_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
+                                                  f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
+                                                  _fmt_s(max(r.exposed_comm_s for r in m.ranks)))]
+        # GiB as the Memory view draws it; past the GPU's memory the run does not fit, and says so
+        cards.append("–" if peak is None else f"{t.num(peak / 2 ** 30)} GiB")
+        capacity = sc.hardware.gpu.memory_gb * 1e9
+        if peak is not None and shown is None and not profile_data and peak > capacity:
+            cards[-1] = [cards[-1], html.Div(t("card.no-fit", capacity=f"{t.num(capacity / 2 ** 30)} GiB"),
+                                             className="no-fit")]
+        return cards + [line]
 
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"), Input("lang", "value"))
     def draw_layout_strip(data, lang):

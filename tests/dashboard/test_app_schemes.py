@@ -156,7 +156,9 @@ def test_compare_schemes_against_the_simulator(client):
     winner = [r for r, cls in zip(rows, classes) if cls and "best" in cls]
     assert f"{winner[0][0]} ({winner[0][1].replace(' ◂ on screen', '')})" == best
     lead = why[0]["props"]["children"]
-    assert lead.startswith(f"Fastest: {best} in ")
+    first, second = sorted(v for v in makespan.values() if v is not None)[:2]
+    # within the model's stated error (5%: docs/gpu-model.md, docs/calibration.md) a winner is a tie
+    assert lead.startswith(f"{best} and " if second / first - 1 < 0.05 else f"Fastest: {best} in ")
     bullets = [li["props"]["children"] for li in why[1]["props"]["children"]]
     assert bullets[0].startswith(f"{best}: ") and winner[0][-1] in bullets[0]
 
@@ -173,7 +175,8 @@ def test_compare_schemes_in_indonesian(client):
     _, table, why = _schemes(client, lang="id")
     head = [th["props"]["children"] for th in table["props"]["children"][0]["props"]["children"]["props"]["children"]]
     assert head[:2] == ["skema", "varian"]
-    assert why[0]["props"]["children"].startswith("Tercepat: ")
+    lead = why[0]["props"]["children"]
+    assert lead.startswith("Tercepat: ") or " seri pada " in lead
 
 
 def test_compare_schemes_reuses_its_rows_whatever_the_scheme_on_screen():
