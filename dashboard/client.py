@@ -59,6 +59,10 @@ class CallbackClient:
 
     def dependency(self, output: str) -> dict[str, Any]:
         found = [d for d in self.deps if output in d["output"]]
+        if len(found) > 1:
+            # an output that another callback also writes (allow_duplicate: "id.prop@hash")
+            # names the callback that writes it plainly
+            found = [d for d in found if output in (".".join(p) for p in _split_outputs(d["output"]))] or found
         if len(found) != 1:
             raise KeyError(f"{len(found)} callbacks have an output matching {output!r}")
         return found[0]

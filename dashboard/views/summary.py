@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import compute, export
 from dashboard.contents import SUMMARY_CARDS
@@ -39,9 +39,27 @@ def _card(cid: str, label: str) -> html.Div:
                                                 html.Div("–", id=cid, className="card-value")])
 
 
+START_HERE = {"questions": "start.questions", "timeline": "start.timeline", "schemes": "start.schemes"}
+"""The path a first visit is offered: the questions the simulator answers, the blocks
+travelling on the timeline, then the schemes compared (view: the message naming its step)."""
+
+
+def start_here() -> html.Div:
+    """The "start here" path shown on a first visit, until dismissed (remembered by the browser)."""
+    t = Translator(None)
+    return html.Div(id="start-here", className="start-here", style={"display": "none"}, children=[
+        dcc.Store(id="start-here-dismissed", storage_type="local"),
+        html.Strong(t("start.title"), id="start-here-title"),
+        *[html.Button(t(key), id=f"start-{view}", n_clicks=0, className="start-step")
+          for view, key in START_HERE.items()],
+        html.Button("×", id="start-here-close", n_clicks=0, className="start-close", title=t("start.close")),
+    ])
+
+
 def view() -> list[Any]:
-    """The cards, the line and downloads under them, and the layout strip."""
+    """The start-here path, the cards, the line and downloads under them, and the layout strip."""
     return [
+        start_here(),
         html.Div(className="cards", children=[_card(cid, label) for cid, label in SUMMARY_CARDS]),
         html.Div(className="exports", children=[
             html.Span(id="scenario-line", className="scenario-line"),
@@ -123,6 +141,27 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             cards[-1] = [cards[-1], html.Div(t("card.no-fit", capacity=f"{t.num(capacity / 2 ** 30)} GiB"),
                                              className="no-fit")]
         return cards + [line]
+
+    @app.callback([Output("start-here-title", "children"), Output("start-here-close", "title")]
+                  + [Output(f"start-{v}", "children") for v in START_HERE], Input("lang", "value"))
+    def start_here_texts(lang):
+        t = Translator(lang)
+        return [t("start.title"), t("start.close")] + [t(key) for key in START_HERE.values()]
+
+    @app.callback(Output("start-here", "style"), Input("start-here-dismissed", "data"))
+    def start_here_shown(dismissed):
+        return {"display": "none"} if dismissed else {}
+
+    @app.callback(Output("start-here-dismissed", "data"), Input("start-here-close", "n_clicks"),
+                  prevent_initial_call=True)
+    def dismiss_start_here(clicks):
+        return True if clicks else no_update
+
+    @app.callback(Output("tabs", "value", allow_duplicate=True),
+                  [Input(f"start-{v}", "n_clicks") for v in START_HERE], prevent_initial_call=True)
+    def follow_start_here(*_):
+        view = (ctx.triggered_id or "").removeprefix("start-")
+        return view if view in START_HERE else no_update
 
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"), Input("lang", "value"))
     def draw_layout_strip(data, lang):
