@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.style import COLORS, TEMPLATE, lighter, run_label, scheme_of, time_unit
+from dashboard.figures.style import COLORS, TEMPLATE, lighter, run_label, scheme_of, time_unit, wrap_title
 from sim.schemes.base import Scheme
 from sim.trace.format import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
 
@@ -215,19 +215,21 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     lab = {"window": " (GPUs {lo}–{hi} of {n})", "time": "time ({unit})", "separators": ".,", **(labels or {})}
     if (lo, hi) != (0, trace.n_gpus - 1):
         title += lab["window"].format(lo=lo, hi=hi, n=trace.n_gpus)
+    title = wrap_title(title)
+    lines = title.count("<br>")
     layout: dict[str, Any] = dict(
         template=TEMPLATE, height=height, barmode="overlay", bargap=0,
         # the title at the top, the legend (the template's: bottom-anchored at y=1.02)
         # between it and the plot, in a top margin that holds both
         title=dict(text=title, font=dict(size=13), y=1, yref="container", yanchor="top",
-                   pad=dict(t=10)),
+                   pad=dict(t=16)),      # at 10 px the first line's ascenders touched the edge
         # the hover points would pad an automatic range: the run is the range
         separators=lab["separators"],
         xaxis=dict(title=lab["time"].format(unit=unit), rangemode="tozero",
                    **({"range": [0, makespan * scale]} if use_gl else {})),
         yaxis=_gpu_axis(lo, hi),
         meta={"ranks": [lo, hi], "webgl": use_gl, "spans": n_spans, "unit": unit},
-        hovermode="closest", margin=dict(t=90),
+        hovermode="closest", margin=dict(t=90 + 16 * lines),
     )
     # one constructor call: plotly validates the layout once instead of once per update
     fig = go.Figure(data=traces, layout=layout)
