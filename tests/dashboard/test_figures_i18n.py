@@ -26,8 +26,8 @@ VIEWS = {
 }
 ENGLISH_TITLES = {
     "memory": "The full K/V would take 0.0312 GiB; the ring holds 0.0234 GiB of it per GPU, all-gather 0.0312 GiB "
-              "(the whole K/V) — ring: 0.0864 GiB per GPU now<br><sup>ring now: q 16.0 MiB, kv_own 8.0 MiB, "
-              "kv_buffers 16.0 MiB, out 16.0 MiB, out_accum 32.0 MiB, softmax_stats 0.5 MiB</sup>",
+              "(the whole K/V) — ring: 0.0864 GiB per GPU now<br><sup>ring now: q 0.0156 GiB, kv_own 0.00781 GiB, "
+              "kv_buffers 0.0156 GiB, out 0.0156 GiB, out_accum 0.0312 GiB, softmax_stats 0.000488 GiB</sup>",
     "sweep": "When transfers hide (zigzag, overlap on, simulated on 4 GPUs)<br><sup>dashed: a full block's compute "
              "equals its transfer (launch overhead and link latency aside); orange: the current scenario</sup>",
     "block-map": "Who computes which block when: zigzag, causal, 4 GPUs<br>work imbalance max/mean 1.000",
