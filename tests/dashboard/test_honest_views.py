@@ -58,7 +58,8 @@ def test_a_clicked_span_lists_its_record(client):
                                                        "lang.value": "en", "scenario.data": store,
                                                        "profile.data": None}, ["timeline.clickData"])
     text = _text(out["timeline-details"]["children"])
-    assert "send K/V" in text and "other GPU" in text and "other GPU 3" in text and "1.50 MB" in text and "lasts 0.2500" in text
+    assert "send K/V" in text and "other GPU 3" in text
+    assert "1.50 MB" in text and "lasts 0.2500" in text
 
 
 def test_a_run_with_nothing_exposed_says_so(client):
