@@ -65,8 +65,10 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
                                 measured=d(f"{measured.makespan_s * scale:.4g} {unit}"),
                                 error=d(f"{err_total * 100:+.1f}%"), median=d(f"{median:.1f}%"))
     fig.update_layout(
-        # from the top edge down, clear of it: two lines centred at y=0.985 ran past it
-        title=dict(text=wrap_title(title), font=dict(size=13), y=1, yref="container", yanchor="top", pad=dict(t=14)),
+        # from the top edge down, clear of it (two lines centred at y=0.985 ran past it), and from
+        # the left, clear of the toolbar at the top right
+        title=dict(text=wrap_title(title, 80), font=dict(size=13), y=1, yref="container", yanchor="top",
+                   pad=dict(t=14), x=0, xref="paper", xanchor="left"),
         # beside the plots: above them it would cover the first subplot's title
         legend=LEGEND_BESIDE,
         margin=dict(l=100, t=100),
