@@ -65,6 +65,7 @@ def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = N
                                             state=lab["on" if best["overlap"] else "off"],
                                             time=f"{lab['num'](best['makespan_s'] * scale)} {unit}"),
                    font=dict(size=13)),
-        legend=dict(y=1.12), margin=dict(t=90),
+        # room under the panels for layout names of two words (Bahasa Indonesia's), turned if need be
+        legend=dict(y=1.12), margin=dict(t=90, b=90),
         meta={"best": [best["layout"], best["overlap"]]})
     return fig

@@ -13,7 +13,8 @@ import pytest
 from dashboard import export
 from dashboard.app import create_app
 from dashboard.client import CallbackClient
-from dashboard.figures.timeline import TRANSFER_MEANING
+from dashboard.figures.style import lighter
+from dashboard.figures.timeline import LANE_COLORS, TRANSFER_MEANING
 from dashboard.state import defaults, scenario_from_values
 from sim.engine.play import simulate
 from sim.reasons import english
@@ -226,7 +227,8 @@ def test_timeline_of_another_scheme_names_its_collectives(client, scheme, kinds)
     ops = get_scheme(scheme).op_kinds
     for kind in kinds:
         (send,) = [t for t in fig["data"] if t["name"] == f"send {ops[kind].label}"]
-        assert send["marker"]["color"] == ops[kind].color
+        # every send in the timeline's one colour-blind-safe hue for sends (a later kind lighter)
+        assert send["marker"]["color"] in {lighter(LANE_COLORS["send"], shade) for shade in (0.0, 0.45, 0.9)}
         assert TRANSFER_MEANING[kind] in send["hovertemplate"]
     assert sum(1 for t in fig["data"] if t.get("showlegend") is not False
                and t["name"] == "exposed communication") <= 1
