@@ -16,10 +16,12 @@ import os
 
 import dash
 
-from dashboard import nav
+from dashboard import compute, nav
+from dashboard.disk_cache import DiskCache
 from dashboard.layout import page
 from dashboard.served import MAX_UPLOAD_BYTES, Served
 from dashboard.views import (
+    background,
     blocks,
     compare,
     inference,
@@ -38,18 +40,26 @@ from dashboard.views import (
 )
 
 
-def create_app(profile_path: str | None = None, traces_dir: str | None = None) -> dash.Dash:
+def create_app(profile_path: str | None = None, traces_dir: str | None = None,
+               background_jobs: bool = True) -> dash.Dash:
     """The dashboard app; `profile_path` preloads a calibrated hardware profile, `traces_dir`
-    is the folder whose profiler traces the Profiler traces view may open by path (None: none)."""
+    is the folder whose profiler traces the Profiler traces view may open by path (None: none).
+    With `background_jobs` (and diskcache installed) the long views compute in jobs of
+    their own (dashboard/views/background.py); without, in the request."""
     app = dash.Dash(__name__, title="ringsim", update_title=None,
                     assets_folder=os.path.join(os.path.dirname(__file__), "assets"))
     # base64 inflates an upload by 4/3; refuse bodies well past the upload cap outright
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_UPLOAD_BYTES * 3 // 2
-    served = Served(profile_path)
+    # results shared by every server process (gunicorn's workers fork after this) and by
+    # the background callbacks' jobs, which keep their own results beside them
+    disk = DiskCache()
+    compute.use_disk(disk)
+    served = Served(profile_path, background.manager(str(disk.folder / "jobs")) if background_jobs else None)
     app.layout = lambda: page(served.initial_profile, served.initial_example)
     for view in (scenario, summary, timeline, blocks, compare, schemes, sweep, memory, merge, measured, inference):
         view.register_callbacks(app, served)
     traces.register_callbacks(app, served, traces_dir=traces_dir)
+    background.register_texts(app, ("compare", "schemes"))
     for part in (language, nav, questions, plan):
         part.register_callbacks(app)
 

@@ -4,6 +4,10 @@ A simulation is the expensive part of a view drawn for the first time, so finish
 traces are kept in a small LRU keyed on the scenario's JSON (a `Scenario` holds dicts and
 is not hashable) and bounded by the number of spans they hold. Concurrent sessions
 asking for the same scenario wait for one simulation rather than each running their own.
+Behind it, where the app set one up (`use_disk`), a folder every server process shares
+(dashboard/disk_cache.py): traces, metrics and comparison rows made by one worker, or by
+a background callback's job, are read by the others instead of simulated again. The
+comparisons keep only the metrics of the runs they make, not their traces.
 
 The tables built here (comparison, overlap sweep, memory, per-step error) are plain
 data read from the traces' columns; dashboard/figures/ draws them.
@@ -19,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dashboard.disk_cache import DiskCache
 from dashboard.figures.documents import gpu_work, imbalance
 from dashboard.figures.timeline import rank_starts
 from dashboard.i18n import Translator, layout_label
@@ -29,7 +34,7 @@ from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware, Link
 from sim.layouts import get as get_layout
 from sim.layouts import packed
-from sim.planning.compare import compare_impl_rows, compare_layout_rows, compare_scheme_rows, scheme_variants
+from sim.planning.compare import compare_impl_rows, layout_variants, scheme_variants
 from sim.reasons import english
 from sim.scenario import documents
 from sim.scenario.config import LAYOUTS, Scenario
@@ -39,7 +44,7 @@ from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import get as get_scheme
 from sim.schemes.ring import peak_memory_bytes
 from sim.trace.format import COMPUTE, Trace
-from sim.trace.metrics import Metrics, compute_metrics
+from sim.trace.metrics import Metrics, comparison_row, compute_metrics, scheme_row
 
 
 class Result:
@@ -81,6 +86,11 @@ class BoundedCache:
         self._inflight: dict[str, threading.Event] = {}
         self.hits = 0
         self.misses = 0
+
+    def peek(self, key: str) -> Any | None:
+        """The value under `key` if it is made, else None (nothing is made)."""
+        with self._lock:
+            return self._items.get(key)
 
     def get(self, key: str, make: Callable[[], Any]) -> Any:
         while True:
@@ -130,9 +140,25 @@ FIGURES = BoundedCache(48, lambda f: 1)
 the same scenario asked for by another session, costs only its serialization."""
 
 
-def clear_caches() -> None:
+DISK: DiskCache | None = None
+"""The folder the server's processes share (set by `use_disk`; None: memory only)."""
+
+
+def use_disk(disk: DiskCache | None) -> None:
+    global DISK
+    DISK = disk
+
+
+def clear_caches(disk: bool = False) -> None:
+    """Empty the memory caches, and with `disk` the shared folder too."""
     CACHE.clear()
     FIGURES.clear()
+    if disk and DISK is not None:
+        DISK.clear()
+
+
+Progress = Callable[[int, int], None]
+"""Told (runs done, runs in all) as a comparison makes its runs."""
 
 
 def figure(kind: str, scenario: Scenario, profile_key: str | None, extra: Any,
@@ -147,20 +173,65 @@ def figure(kind: str, scenario: Scenario, profile_key: str | None, extra: Any,
 
 def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None) -> Result:
     """Simulate `scenario` (on `profile` when given) and compute its metrics, cached."""
-    hw_desc = profile_key if profile is not None else None
-    key = scenario_key(scenario, hw_desc)
+    key = _key(scenario, profile, profile_key)
 
     def make() -> Result:
-        return Result(simulate(scenario, profile, player="recurrence"))
+        if DISK is not None:
+            trace = DISK.read_trace(key)
+            if trace is not None:
+                return Result(trace, DISK.read("metrics", key))
+        trace = simulate(scenario, profile, player="recurrence")
+        if DISK is not None:
+            DISK.write_trace_later(key, trace)
+        return Result(trace)
 
     return CACHE.get(key, make)
 
 
-def compare_table(scenario: Scenario, profile: Any | None = None,
-                  profile_key: str | None = None) -> list[dict[str, Any]]:
+def _key(scenario: Scenario, profile: Any | None, profile_key: str | None) -> str:
+    return scenario_key(scenario, profile_key if profile is not None else None)
+
+
+def metrics(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None) -> Metrics:
+    """The metrics of `scenario`'s run: from the run in memory, the shared folder, or a run
+    made (and kept) for them."""
+    key = _key(scenario, profile, profile_key)
+    held = CACHE.peek(key)
+    if held is not None or DISK is None:
+        return (held or run(scenario, profile, profile_key)).metrics
+    return DISK.get("metrics", key, lambda: run(scenario, profile, profile_key).metrics)
+
+
+def _compared(scenario: Scenario, profile: Any | None, profile_key: str | None, kind: str,
+              summary: Callable[[Trace, Metrics], Any]) -> Any:
+    """`summary(trace, metrics)` of one run of a comparison, kept in the shared folder under
+    `kind`. A run already in memory is read; another is simulated for it alone and let go
+    (a comparison of 1,024 GPUs would otherwise push the run on screen out of memory)."""
+    key = _key(scenario, profile, profile_key)
+
+    def make() -> Any:
+        held = CACHE.peek(key)
+        if held is not None:
+            return summary(held.trace, held.metrics)
+        trace = simulate(scenario, profile, player="recurrence")
+        return summary(trace, compute_metrics(trace))
+
+    return make() if DISK is None else DISK.get(kind, key, make)
+
+
+def compare_table(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None,
+                  progress: Progress | None = None) -> list[dict[str, Any]]:
     """Every layout with overlap on and off: the rows of `ringsim compare`
-    (sim.planning.compare.compare_layout_rows), each run cached."""
-    return compare_layout_rows(scenario, metrics_of=lambda sc: run(sc, profile, profile_key).metrics)
+    (sim.planning.compare.layout_variants, each a sim.trace.metrics.comparison_row), each
+    run's metrics kept."""
+    variants = layout_variants(scenario)
+    rows = []
+    for i, sc in enumerate(variants):
+        m = _compared(sc, profile, profile_key, "metrics", lambda _, m: m)
+        rows.append(comparison_row(sc.layout, sc.overlap, m))
+        if progress is not None:
+            progress(i + 1, len(variants))
+    return rows
 
 
 # --- the schemes side by side -------------------------------------------------------
@@ -186,10 +257,26 @@ def scheme_base(scenario: Scenario) -> Scenario:
     raise first
 
 
-def scheme_rows(scenario: Scenario, profile: Any | None = None) -> list[dict[str, Any]]:
-    """sim.planning.compare.compare_scheme_rows of the scenario's base: every scheme and ring
-    layout (a refused one with its reason)."""
-    return compare_scheme_rows(scheme_base(scenario), profile)
+def scheme_rows(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None,
+                progress: Progress | None = None) -> list[dict[str, Any]]:
+    """The rows of sim.planning.compare.compare_scheme_rows for the scenario's base: every
+    scheme and ring layout (a refused one with its reason), each run's row kept."""
+    base = scheme_base(scenario)
+    variants = scheme_variants(base)
+    out = []
+    for i, (scheme, variant) in enumerate(variants):
+        try:
+            sc = vary(base, scheme, variant.values)
+        except RingsimError as e:
+            out.append({"scheme": scheme, "variant": variant.name, "refused": str(e),
+                        "variant_clause": variant.label, "refused_clause": e.reason})
+        else:
+            out.append(_compared(sc, profile, profile_key, f"scheme-row-{scheme}-{variant.name}",
+                                 lambda tr, m: {**scheme_row(scheme, variant.name, tr, m),
+                                                "variant_clause": variant.label}))
+        if progress is not None:
+            progress(i + 1, len(variants))
+    return out
 
 
 def impl_rows(scenario: Scenario, profile: Any | None = None) -> list[dict[str, Any]]:

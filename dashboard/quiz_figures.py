@@ -211,9 +211,12 @@ def crossover(by_tokens: dict[str, Sequence[float]], by_bw: dict[str, Sequence[f
     """Left: one block's compute (∝ c²) and transfer (∝ c) against tokens per GPU, at the
     chosen bandwidth, the crossover dashed and the current block marked. Right: the same
     block against link bandwidth, the crossover bandwidth dashed and the chosen one marked."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
+    # wide apart, each subplot title on its own panel in a smaller type: side by side at 1,280
+    # px they would meet, and the longer one would run past the figure's edge
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.16, subplot_titles=(
         t("q5.fig.by_tokens", bw=t.gbps(meta["bandwidth_gbps"])),
         t("q5.fig.by_bw", tokens=t.int(meta["tokens"]))))
+    fig.update_annotations(font_size=11)
     us = 1e6
     for col, data, xkey, hover in ((1, by_tokens, "tokens", "%{x:,}: %{y:.4g} µs"),
                                    (2, by_bw, "gbps", "%{x:.3g} GB/s: %{y:.4g} µs")):
@@ -258,8 +261,10 @@ def causal_work(per_gpu: dict[str, Sequence[float]], seq: int, n: int, t: Transl
     """Left: each GPU's share of the causal work, contiguous against a balanced layout.
     Right: keys each query token attends to along the sequence (t + 1), with the
     contiguous shards shaded and each shard's mean."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, column_widths=[0.5, 0.5],
+    # the right panel's axis title needs the room of the left panel's tick labels and its own
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.17, column_widths=[0.5, 0.5],
                         subplot_titles=(t("q6.fig.per_gpu"), t("q6.fig.per_token")))
+    fig.update_annotations(font_size=11)
     gpus = list(range(n))
     for key, color in (("contiguous", RED), (meta["balanced"], BLUE)):
         fig.add_trace(go.Bar(x=gpus, y=[v * 100 for v in per_gpu[key]], name=layout_label(t, key),

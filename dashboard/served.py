@@ -75,7 +75,9 @@ class Served:
     """What the app's callbacks share on a server: the calibrated profiles and traces
     uploaded (kept by token), and the page's scenario and hardware read from its stores."""
 
-    def __init__(self, profile_path: str | None = None):
+    def __init__(self, profile_path: str | None = None, background: Any | None = None):
+        self.background = background
+        """The manager of the background callbacks (dashboard.views.background.manager), or None."""
         self.profiles = _Kept()
         self.uploaded_traces = _Kept()
         self.initial_profile = None
@@ -115,6 +117,11 @@ class Served:
     def result_of(self, data: Any, profile_data: Any) -> compute.Result:
         hw, key = self.hardware_of(profile_data)
         return compute.run(self.scenario_of(data), hw, key)
+
+    def metrics_of(self, data: Any, profile_data: Any):
+        """The metrics of the page's run (compute.metrics: no trace is read where they are kept)."""
+        hw, key = self.hardware_of(profile_data)
+        return compute.metrics(self.scenario_of(data), hw, key)
 
     def measured_pair(self, measured_data: Any, data: Any, profile_data: Any) -> tuple | None:
         """The measured trace on screen and what it is set against: (trace, the scenario of

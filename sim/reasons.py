@@ -52,6 +52,9 @@ ENGLISH: dict[str, str] = {
     "bound.compute-bound": "compute-bound: {computing} of the makespan computing",
     "bound.compute-bound-rate": "compute-bound: {computing} of the makespan computing, at {rate} of the kernel's "
                                 "best rate",
+    "bound.call-overhead": "bound by per-call costs: {computing} of the makespan computing, but at only {rate} "
+                           "of the kernel's best rate (each call's fixed cost and partial wave outweigh its "
+                           "small block)",
     "bound.waits": "waits on peers: the busiest GPU computes only {computing} of the makespan",
     "bound.no-fit": "does not fit ({peak_bytes} per GPU, {capacity_gb} GB)",
     # a link of a PCIe node's fabric (sim.hardware.pcie.Fabric.links)

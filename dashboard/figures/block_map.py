@@ -151,7 +151,9 @@ def block_map(trace: Trace, *, labels: dict | None = None) -> go.Figure:
     work_col = 2 if p is None else 3
     fig = make_subplots(rows=1, cols=work_col,
                         column_widths=[0.58, 0.42] if p is None else [0.32, 0.38, 0.30],
-                        horizontal_spacing=0.1 if p is None else 0.07,
+                        # room between the map and the work for the colour bar, its title on its side,
+                        # and the work's axis title: none of them meet
+                        horizontal_spacing=0.2 if p is None else 0.07,
                         # three panels side by side: each title on two lines
                         subplot_titles=(lab["chunks"].format(sep=" " if p is None else "<br>", value=value_label),
                                         *([] if p is None else [lab["tokens"]]), lab["work"]))
@@ -173,8 +175,9 @@ def block_map(trace: Trace, *, labels: dict | None = None) -> go.Figure:
         colorscale=colorscale, zmin=zmin, zmax=zmax, customdata=custom,
         hovertemplate=hover, hoverongaps=False, xgap=1 if chunks <= 64 else 0,
         ygap=1 if chunks <= 64 else 0,
-        colorbar=dict(title=value_label if p is None else None, x=0.52 if p is None else 0.29, len=0.9,
-                      tickvals=tickvals, thickness=30 if p is None else 12)), row=1, col=1)
+        colorbar=dict(title=dict(text=value_label, side="right") if p is None else None,
+                      x=0.475 if p is None else 0.29, len=0.9, tickvals=tickvals, thickness=18 if p is None else 12)),
+        row=1, col=1)
     shown = "" if stride == 1 else lab["shown"].format(stride=stride, chunks=chunks)
     fig.update_xaxes(title_text=lab["key"].format(axis=axis_label) + shown, row=1, col=1, showgrid=False)
     fig.update_yaxes(title_text=lab["query"].format(axis=axis_label), autorange="reversed", row=1, col=1,

@@ -22,6 +22,10 @@ LABELS = {
 how a bar's number and a layout's name read."""
 
 
+MAX_LABELLED_LAYOUTS = 3
+"""Past this many layouts side by side the bars carry no number labels (they would collide)."""
+
+
 def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = None) -> go.Figure:
     """Makespan, efficiency, imbalance and exposed communication of every layout x overlap.
     `labels`: the texts in the page's language (LABELS)."""
@@ -48,7 +52,10 @@ def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = N
             fig.add_trace(go.Bar(
                 x=names, y=ys, name=name, legendgroup=str(overlap), showlegend=col == 1,
                 marker_color=COLORS["on" if overlap else "off"],
-                text=[lab["num"](y) for y in ys], textposition="outside",
+                # a label on each of six bars a panel; with the documents' layouts (ten) they
+                # would run into each other: the hover gives each number
+                text=[lab["num"](y) for y in ys] if len(layouts) <= MAX_LABELLED_LAYOUTS else None,
+                textposition="outside",
                 hovertemplate=f"%{{x}}, {name}: %{{y:.4g}}<extra>{label}</extra>"),
                 row=1, col=col)
     best = min(rows, key=lambda r: r["makespan_s"])
@@ -58,6 +65,7 @@ def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = N
                                             state=lab["on" if best["overlap"] else "off"],
                                             time=f"{lab['num'](best['makespan_s'] * scale)} {unit}"),
                    font=dict(size=13)),
-        legend=dict(y=1.12), margin=dict(t=90),
+        # room under the panels for layout names of two words (Bahasa Indonesia's), turned if need be
+        legend=dict(y=1.12), margin=dict(t=90, b=90),
         meta={"best": [best["layout"], best["overlap"]]})
     return fig

@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard.figures.style import figure, rank_colors
-from sim.layouts import rank_of_token
+from sim.layouts import segments
 
 MAX_STRIP_RUNS = 512
 """The layout strip draws at most this many runs of tokens (the rest repeats), and as
@@ -35,20 +35,21 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
            "document": "document", "holders": "GPU", "documents": "documents",
            "separators": ".,", "number": lambda x: f"{x:,}", **(labels or {})}
     if owner is None:
-        owner = rank_of_token(layout, seq, n)
-    cuts = np.flatnonzero(np.diff(owner)) + 1
-    starts = np.concatenate([[0], cuts])
-    ends = np.concatenate([cuts, [seq]])
-    truncated = len(starts) > MAX_STRIP_RUNS
-    if truncated:
-        starts, ends = starts[:MAX_STRIP_RUNS], ends[:MAX_STRIP_RUNS]
+        starts, ends, ranks = layout_runs(layout, seq, n, MAX_STRIP_RUNS + 1)
+    else:
+        cuts = np.flatnonzero(np.diff(owner)) + 1
+        starts = np.concatenate([[0], cuts])
+        ends = np.concatenate([cuts, [seq]])
+        ranks = owner[starts]
+    truncated = len(starts) > MAX_STRIP_RUNS or int(ends[-1]) < seq
+    if len(starts) > MAX_STRIP_RUNS:
+        starts, ends, ranks = starts[:MAX_STRIP_RUNS], ends[:MAX_STRIP_RUNS], ranks[:MAX_STRIP_RUNS]
     shown = int(ends[-1])
     docs = None if bounds is None or len(bounds) <= 2 else np.asarray(bounds, dtype=np.int64)
     if docs is not None and len(docs) - 1 > MAX_STRIP_RUNS and docs[MAX_STRIP_RUNS] < shown:
         shown, truncated = int(docs[MAX_STRIP_RUNS]), True
         keep = starts < shown
-        starts, ends = starts[keep], np.minimum(ends[keep], shown)
-    ranks = owner[starts]
+        starts, ends, ranks = starts[keep], np.minimum(ends[keep], shown), ranks[keep]
     fig = figure(height=170, barmode="overlay", showlegend=False,
                  margin=dict(l=70, r=20, t=40, b=40))
     names = np.asarray(holders if holders is not None else [f"GPU {r}" for r in range(n)], dtype=object)
@@ -74,6 +75,32 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
         title=dict(text=title, font=dict(size=13)), separators=lab["separators"],
         xaxis=dict(title=lab["axis"], range=[0, shown], tickformat=","), yaxis=rows, meta=meta)
     return fig
+
+
+def layout_runs(layout: str, seq: int, n: int, most: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first runs of consecutive tokens held by one rank (at least `most` of them, or
+    all): their starts, ends and ranks, read from the layout's segments (sim.layouts) so
+    that a sequence of a billion tokens costs no array of a billion owners."""
+    pieces = []
+    for rank, segs in enumerate(segments(layout, seq, n)):
+        for g in segs:
+            if g.stride == 1 or g.count == 1:
+                pieces.append(np.array([[g.start, g.start + g.count, rank]], dtype=np.int64))
+            else:
+                # a strided segment is one-token runs: the first `most` of them reach far enough
+                t = g.start + g.stride * np.arange(min(g.count, most), dtype=np.int64)
+                pieces.append(np.column_stack([t, t + 1, np.full(len(t), rank)]))
+    runs = np.concatenate(pieces)
+    runs = runs[np.argsort(runs[:, 0], kind="stable")]
+    gap = np.flatnonzero(runs[1:, 0] != runs[:-1, 1])      # where a cut-short segment leaves tokens out
+    if gap.size:
+        runs = runs[:gap[0] + 1]
+    # neighbouring pieces of one rank are one run
+    first = np.ones(len(runs), dtype=bool)
+    first[1:] = runs[1:, 2] != runs[:-1, 2]
+    starts = runs[first, 0]
+    ends = np.append(starts[1:], runs[-1, 1])
+    return starts, ends, runs[first, 2]
 
 
 def _documents(fig: go.Figure, bounds: np.ndarray, shown: int, lab: dict) -> list[int]:

@@ -217,7 +217,8 @@ def _axes_and_titles(fig: go.Figure, table: dict[str, Any], lab: dict[str, Any])
     fig.update_xaxes(title_text=lab["gib_per_gpu"], rangemode="tozero", row=2, col=1)
     fig.update_yaxes(autorange="reversed", row=2, col=1)
     items = table["scheme_items"]
-    detail = ", ".join(f"{lab.get(f'item.{k}', k)} {d(f'{v / 2**20:.1f}')} MiB" for k, v in items.items()
+    # in the chart's unit: one unit for memory on the page
+    detail = ", ".join(f"{lab.get(f'item.{k}', k)} {d(f'{v / GIB:.3g}')} GiB" for k, v in items.items()
                        if k != "total")
     sub = lab["detail"].format(scheme=lab["scheme_name"](table["scheme"]), detail=detail)
     fig.update_layout(

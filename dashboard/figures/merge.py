@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.style import COLORS, TEMPLATE
+from dashboard.figures.style import COLORS, TEMPLATE, wrap_title
 from sim.scenario.online_softmax import RingMerge
 
 LABELS = {
@@ -39,7 +39,8 @@ def merge_steps(merge: RingMerge, layout: str, *, labels: dict[str, Any] | None 
     x = [s.step for s in steps]
     masked = [s.unmasked_keys == 0 for s in steps]
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=(lab["max"], lab["normalizer"], lab["rescale"]))
+                        # a long title on two lines: at 1,280 px one line ran past the chart's edge
+                        subplot_titles=tuple(wrap_title(lab[k], 70) for k in ("max", "normalizer", "rescale")))
     fig.update_layout(template=TEMPLATE, height=620, separators=lab["separators"])
     hover_extra = [lab["block"].format(gpu=s.kv_rank, keys=s.unmasked_keys)
                    + (lab["skipped"] if s.unmasked_keys == 0 else "") for s in steps]

@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.style import COLORS, LEGEND_BESIDE, TEMPLATE, time_unit
+from dashboard.figures.style import COLORS, LEGEND_BESIDE, TEMPLATE, time_unit, wrap_title
 from dashboard.figures.timeline import MAX_BAR_SPANS
 from sim.trace.format import COMPUTE, IDLE, WAIT, Trace
 
@@ -65,10 +65,13 @@ def overlay(simulated: Trace, measured: Trace, errors: Sequence[dict[str, float]
                                 measured=d(f"{measured.makespan_s * scale:.4g} {unit}"),
                                 error=d(f"{err_total * 100:+.1f}%"), median=d(f"{median:.1f}%"))
     fig.update_layout(
-        title=dict(text=title, font=dict(size=13), y=0.985),
+        # from the top edge down, clear of it (two lines centred at y=0.985 ran past it), and from
+        # the left, clear of the toolbar at the top right
+        title=dict(text=wrap_title(title, 80), font=dict(size=13), y=1, yref="container", yanchor="top",
+                   pad=dict(t=14), x=0, xref="paper", xanchor="left"),
         # beside the plots: above them it would cover the first subplot's title
         legend=LEGEND_BESIDE,
-        margin=dict(l=100, t=90),
+        margin=dict(l=100, t=100),
         meta={"makespan_error": err_total, "steps": len(errors)})
     return fig
 

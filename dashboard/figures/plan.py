@@ -45,9 +45,22 @@ def plan_chart(candidates: Sequence[dict[str, Any]], limit_bytes: float,
                 marker=dict(size=10, color=color, line=dict(color=color, width=2),
                             symbol="circle" if fits else "circle-open"),
                 hovertemplate="%{text}<br>%{y:.4g} " + unit + ", %{x:.3g} GiB<extra></extra>"))
-    fig.add_vline(x=limit_bytes / GIB, line=dict(color=COLORS["capacity"], dash="dash"),
-                  annotation_text=lab["limit"], annotation_position="top left")
-    fig.update_xaxes(rangemode="tozero")
+    # the range fits the candidates: a limit far past them is named at the edge, not drawn,
+    # so that points a few GiB apart are not squeezed into one corner of the chart
+    limit = limit_bytes / GIB
+    xs = [c["peak_mem_bytes"] / GIB for c in candidates]
+    lo, hi = (min(xs), max(xs)) if xs else (0.0, limit)
+    pad = max(0.12 * (hi - lo), 0.05 * hi, 1e-3)
+    if limit <= hi + 4 * pad or limit <= 1.5 * hi:
+        hi = max(hi, limit)
+        fig.add_vline(x=limit, line=dict(color=COLORS["capacity"], dash="dash"),
+                      annotation_text=lab["limit"], annotation_position="top left")
+    else:
+        fig.add_annotation(x=1, xref="paper", y=1, yref="paper", xanchor="right", yanchor="bottom",
+                           showarrow=False, font=dict(size=11, color=COLORS["capacity"]),
+                           text=f"{lab['limit']}: {limit:.3g} GiB →")
+    fig.update_xaxes(range=[max(0.0, lo - pad), hi + pad])
+    fig.layout.meta["x_range_gib"] = [max(0.0, lo - pad), hi + pad]
     return fig
 
 

@@ -110,6 +110,31 @@ def scheme_of(trace: Trace) -> Scheme:
     return get_scheme(trace.config.get("scheme", DEFAULT_SCHEME))
 
 
+TITLE_CHARS = 90
+"""A chart title's line longer than this is broken in two: at 1,280 px a chart is about 850
+px wide, some 110 characters of a 13 px title, less its margins."""
+
+
+def wrap_title(text: str, width: int = TITLE_CHARS) -> str:
+    """`text` with each line longer than `width` characters broken at the last ", " or " — "
+    before `width` (a space where there is none; a title's own <br> kept)."""
+    lines = []
+    for line in text.split("<br>"):
+        while len(line) > width:
+            # between clauses where it can, between words only where a line has no clause to cut
+            cut = max(line.rfind(sep, 0, width) for sep in (", ", " — "))
+            if cut <= 0:
+                cut = line.rfind(" ", 0, width)
+            if cut <= 0:
+                break
+            sep = next(sep for sep in (", ", " — ", " ") if line.startswith(sep, cut))
+            keep = sep.rstrip() if sep != " " else ""
+            lines.append(line[:cut] + keep)
+            line = line[cut + len(sep):]
+        lines.append(line)
+    return "<br>".join(lines)
+
+
 def message_figure(text: str, height: int = 300) -> go.Figure:
     """An empty figure that says why there is nothing to draw."""
     fig = figure(height=height, xaxis=dict(visible=False), yaxis=dict(visible=False))

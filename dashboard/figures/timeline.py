@@ -16,10 +16,18 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.style import COLORS, TEMPLATE, lighter, run_label, scheme_of, time_unit
+from dashboard.figures.style import COLORS, TEMPLATE, lighter, run_label, scheme_of, time_unit, wrap_title
 from sim.schemes.base import Scheme
 from sim.trace.format import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
 
+LANE_COLORS = {"send": "#009E73", "recv": "#56B4E9", "exposed": "#D55E00"}
+"""Sends, receives and exposed waits in three hues of Okabe and Ito's palette, told apart with
+every common form of colour blindness (Okabe & Ito 2008, "Color Universal Design"); a
+scheme's second transfer kind (the ring's dK/dV) in a lighter shade of the same hue."""
+MIN_WIDTH_SHARE = 0.002
+"""A span is drawn at least this share of the run wide (about 2 px of a 1,000 px chart), so
+that a transfer of a microsecond in a run of a second is still seen and clicked; its hover
+and details give its true length."""
 MAX_BAR_SPANS = 10_000
 """Past this many spans a timeline draws WebGL line segments instead of SVG bars."""
 MAX_DRAWN_SPANS = 60_000
@@ -88,18 +96,19 @@ def series_styles(scheme: Scheme, labels: dict[str, str] | None = None) -> dict[
     out = {"idle": (lab["idle"], COLORS["idle"])}
     for kind in KINDS["wait"]:
         if kind != "idle":
-            out[f"exposed {kind}"] = (lab["exposed"], COLORS["exposed"])
+            out[f"exposed {kind}"] = (lab["exposed"], LANE_COLORS["exposed"])
     for kind in KINDS["compute"]:
         op = scheme.op_kinds.get(kind)
         name = lab.get(f"op.{kind}", op.label if op else f"compute ({kind})")
         out[kind] = (name, op.color if op else COLORS["compute"])
+    transfer_kinds = [k for k in KINDS["send"] if k in scheme.op_kinds]
     for kind in KINDS["send"]:
         op = scheme.op_kinds.get(kind)
         label = op.label if op else kind
-        send = op.color if op else COLORS["transfer"]
-        recv = (op.recv_color or op.color) if op else COLORS["transfer"]
-        out[f"send {kind}"] = (lab["send"].format(label=label), send)
-        out[f"recv {kind}"] = (lab["recv"].format(label=label), recv)
+        # one hue for sends and one for receives; a scheme's later kinds lighter shades of it
+        shade = 0.45 * transfer_kinds.index(kind) if kind in transfer_kinds else 0.0
+        out[f"send {kind}"] = (lab["send"].format(label=label), lighter(LANE_COLORS["send"], shade))
+        out[f"recv {kind}"] = (lab["recv"].format(label=label), lighter(LANE_COLORS["recv"], shade))
     return out
 
 
@@ -228,19 +237,21 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     lab = {"window": " (GPUs {lo}–{hi} of {n})", "time": "time ({unit})", "separators": ".,", **(labels or {})}
     if (lo, hi) != (0, trace.n_gpus - 1):
         title += lab["window"].format(lo=lo, hi=hi, n=trace.n_gpus)
+    title = wrap_title(title)
+    lines = title.count("<br>")
     layout: dict[str, Any] = dict(
         template=TEMPLATE, height=height, barmode="overlay", bargap=0,
         # the title at the top, the legend (the template's: bottom-anchored at y=1.02)
         # between it and the plot, in a top margin that holds both
         title=dict(text=title, font=dict(size=13), y=1, yref="container", yanchor="top",
-                   pad=dict(t=10)),
+                   pad=dict(t=16)),      # at 10 px the first line's ascenders touched the edge
         # the hover points would pad an automatic range: the run is the range
         separators=lab["separators"],
         xaxis=dict(title=lab["time"].format(unit=unit), rangemode="tozero",
                    **({"range": [0, makespan * scale]} if use_gl else {})),
         yaxis=_gpu_axis(lo, hi),
         meta={"ranks": [lo, hi], "webgl": use_gl, "spans": n_spans, "unit": unit},
-        hovermode="closest", margin=dict(t=90),
+        hovermode="closest", margin=dict(t=90 + 16 * lines),
     )
     # one constructor call: plotly validates the layout once instead of once per update
     fig = go.Figure(data=traces, layout=layout)
@@ -261,17 +272,21 @@ def _lane_traces(c: SpanTable, rows: slice | np.ndarray, lo: int, t0: float, sca
     sets = _set_table(c)
     q_ids, kv_ids = c.q_chunks[rows], c.kv_chunks[rows]
     series_of = _SERIES_OF[stream, kind]
+    span_end = float(end.max(initial=0.0))
+    min_width = MIN_WIDTH_SHARE * (span_end - float(start.min(initial=0.0)))
     traces = []
     legend_shown: set[str] = set()       # exposed communication of every kind: one legend entry
     for code, series in enumerate(SERIES):
         sel = np.flatnonzero(series_of == code)
         if not sel.size:
             continue
-        s, e = start[sel], end[sel]
+        s, true_end = start[sel], end[sel]
+        e = np.maximum(true_end, s + min_width)          # drawn at least MIN_WIDTH_SHARE wide
         y = (rank[sel] - lo) * len(LANES) + _LANE_OF[series]
         (qc, q_sum), (kc, kv_sum) = _chunk_columns(sets, q_ids[sel]), _chunk_columns(sets, kv_ids[sel])
-        cd = np.column_stack([rank[sel], step[sel], s, e - s, peer[sel], amount[sel], qc, kc]
-                             ).astype(np.float32)
+        # the last column names the series: the details on click read it
+        cd = np.column_stack([rank[sel], step[sel], s, true_end - s, peer[sel], amount[sel], qc, kc,
+                              np.full(len(sel), code)]).astype(np.float32)
         name, color = styles[series]
         hover = _hover(series, name, qc.shape[1], kc.shape[1], unit, q_sum, kv_sum, op_labels, labels)
         group = "exposed" if series.startswith("exposed") else series
@@ -287,7 +302,7 @@ def _lane_traces(c: SpanTable, rows: slice | np.ndarray, lo: int, t0: float, sca
                 line=dict(color=color, width=float(np.clip(0.75 * lane_px, 1, 12))),
                 connectgaps=False, hoverinfo="skip", legendgroup=group, showlegend=legend))
             traces.append(go.Scattergl(
-                x=((s + e) / 2).astype(np.float32), y=y.astype(np.float32), mode="markers",
+                x=((s + true_end) / 2).astype(np.float32), y=y.astype(np.float32), mode="markers",
                 name=name, marker=dict(color=color, opacity=0, size=4), customdata=cd,
                 hovertemplate=hover, legendgroup=group, showlegend=False))
         else:

@@ -18,6 +18,7 @@ from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
 from dashboard.state import RING_SCHEMES
+from dashboard.views.background import busy_line, long_callback, progress_words
 from dashboard.views.common import HIDDEN, graph, only_on
 from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
@@ -26,14 +27,16 @@ from sim.scenario.config import Scenario
 
 def view() -> list[Any]:
     return [html.Div(id="documents-section", style=HIDDEN, children=[graph("documents", 420)]),
-            graph("compare", 380), html.Div(id="compare-table", className="table")]
+            busy_line("compare"), graph("compare", 380), html.Div(id="compare-table", className="table")]
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
-    @app.callback(Output("compare", "figure"), Output("compare-table", "children"),
-                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
-    def compare(data, profile_data, tab, lang):
+    @long_callback(app, served.background, "compare",
+                   [Output("compare", "figure"), Output("compare-table", "children")],
+                   [Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value")])
+    def compare(progress, data, profile_data, tab, lang):
         only_on("compare", tab)
+        t = Translator(lang)
         try:
             hw, key = served.hardware_of(profile_data)
             sc = served.scenario_of(data)
@@ -41,10 +44,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 sc = compute.as_ring(sc)          # a scheme without a ring: the ring's layouts
             # one layout/overlap pair is as good as another for the key: all six are drawn
             rows = compute.figure("compare-rows", sc.with_(layout="zigzag", overlap=True), key, None,
-                                  lambda: compute.compare_table(sc, hw, key))
+                                  lambda: compute.compare_table(
+                                      sc, hw, key, progress=lambda done, total: progress(progress_words(t, done, total))))
         except RingsimError as e:
             return message_figure(str(e)), None
-        t = Translator(lang)
         return comparison(rows, comparison_labels(t)), _compare_table(rows, t)
 
     @app.callback(Output("documents", "figure"), Output("documents-section", "style"),

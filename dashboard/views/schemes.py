@@ -13,14 +13,16 @@ import dash
 from dash import Input, Output, dcc, html
 
 from dashboard import compute, explain
-from dashboard.figures.schemes import fastest, scheme_comparison
+from dashboard.figures.schemes import GIB, fastest, scheme_comparison, sent_unit
 from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator, scheme_name
 from dashboard.served import Served
 from dashboard.state import SCHEMES_MODES
+from dashboard.views.background import busy_line, long_callback, progress_words
 from dashboard.views.common import graph, only_on
 from dashboard.views.labels import compared_run, figure_labels
 from sim.errors import RingsimError
+from sim.planning.plan import TIE_WITHIN
 from sim.scenario.memory import full_kv_bytes
 
 SCHEME_TABLE_COLUMNS = ("scheme", "variant", "makespan", "vs_best", "efficiency", "exposed", "sent", "memory",
@@ -34,18 +36,21 @@ def view() -> list[Any]:
                 html.Label(t("ctl.schemes-mode.label"), id="schemes-mode-label", htmlFor="schemes-mode"),
                 dcc.RadioItems(id="schemes-mode", value=SCHEMES_MODES[0], inline=True, className="radio",
                                options=[{"label": t(f"opt.schemes-mode.{x}"), "value": x} for x in SCHEMES_MODES])]),
-            html.Div(id="schemes-why", className="schemes-why"), graph("schemes", 420),
+            busy_line("schemes"), html.Div(id="schemes-why", className="schemes-why"), graph("schemes", 420),
             html.Div(id="schemes-table", className="table")]
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
-    @app.callback(Output("schemes", "figure"), Output("schemes-table", "children"),
-                  Output("schemes-why", "children"),
-                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
-                  Input("lang", "value"), Input("schemes-mode", "value"))
-    def schemes(data, profile_data, tab, lang, mode):
+    @long_callback(app, served.background, "schemes",
+                   [Output("schemes", "figure"), Output("schemes-table", "children"), Output("schemes-why", "children")],
+                   [Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
+                    Input("lang", "value"), Input("schemes-mode", "value")])
+    def schemes(progress, data, profile_data, tab, lang, mode):
         only_on("schemes", tab)
         t = Translator(lang)
+
+        def runs_done(done: int, total: int) -> None:
+            progress(progress_words(t, done, total))
         try:
             hw, key = served.hardware_of(profile_data)
             sc = served.scenario_of(data)
@@ -58,7 +63,8 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 base = compute.scheme_base(sc)
                 # every scheme from the same base: the scheme on screen and its settings do
                 # not change the rows, only which one is marked
-                rows = compute.figure("scheme-rows", base, key, None, lambda: compute.scheme_rows(sc, hw))
+                rows = compute.figure("scheme-rows", base, key, None,
+                                      lambda: compute.scheme_rows(sc, hw, key, progress=runs_done))
                 current = compute.current_variant(sc)
             fig = compute.figure("schemes", base, key, [mode, current, t.lang], lambda: scheme_comparison(
                 rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload), labels=scheme_labels(t)))
@@ -83,6 +89,11 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
     and the run on screen marked."""
     best = fastest(rows)
     head = [t(f"sch.col.{c}") for c in SCHEME_TABLE_COLUMNS]
+    # the chart's units (figures.schemes.sent_unit): one unit per quantity on the page
+    sent_scale, sent_in = sent_unit(rows)
+
+    def gib(n: float) -> str:
+        return f"{t.num(n / GIB)} GiB"
     body = []
     for r in rows:
         here = current is not None and (r["scheme"], r["variant"]) == tuple(current)
@@ -94,11 +105,11 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
                              colSpan=7, className="refused")]
         else:
             eff = "–" if r["efficiency"] is None else t.pct(r["efficiency"])
-            peak = "–" if r["peak_mem_bytes"] is None else t.bytes(r["peak_mem_bytes"])
+            peak = "–" if r["peak_mem_bytes"] is None else gib(r["peak_mem_bytes"])
             cells = [html.Td(c) for c in (scheme_name(t, r["scheme"]), variant, t.time(r["makespan_s"]),
                                           t.num(r["makespan_s"] / best["makespan_s"]) + "×", eff,
                                           t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0",
-                                          t.bytes(r["bytes_sent_per_gpu"]), peak)]
+                                          f"{t.num(r['bytes_sent_per_gpu'] / sent_scale)} {sent_in}", peak)]
             cells.append(html.Td(explain.row_bound(t, r), className="why"))
         body.append(html.Tr(cells, className=" ".join(
             c for c, on in (("best", r is best), ("current", here)) if on) or None))
@@ -120,8 +131,11 @@ def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
         lead = t("sch.only", winner=name(best), time=t.time(best["makespan_s"]))
     else:
         nxt = ran[1]
-        lead = t("sch.fastest", winner=name(best), time=t.time(best["makespan_s"]), next=name(nxt),
-                 margin=t.pct(nxt["makespan_s"] / best["makespan_s"] - 1))
+        apart = nxt["makespan_s"] / best["makespan_s"] - 1
+        # within the model's own error (sim.planning.plan.TIE_WITHIN) a winner is a tie
+        words = dict(winner=name(best), time=t.time(best["makespan_s"]), next=name(nxt), margin=t.pct(apart))
+        lead = (t("sch.tie", error=t.pct(TIE_WITHIN), **words) if apart < TIE_WITHIN
+                else t("sch.fastest", **words))
     shown = ran[:2] + ([ran[-1]] if len(ran) > 2 else [])
     return [html.Strong(lead), html.Ul([html.Li(t("sch.bounds", run=name(r), why=explain.row_bound(t, r)))
                                         for r in shown])]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import compute, export
 from dashboard.contents import SUMMARY_CARDS
@@ -21,7 +21,6 @@ from dashboard.served import Served
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
-from sim.units import fmt_bytes
 
 
 def _fmt_s(x: float | None) -> str:
@@ -35,18 +34,32 @@ def _fmt_pct(x: float | None) -> str:
     return "–" if x is None else f"{x * 100:.1f}%"
 
 
-def _fmt_bytes(x: float | None) -> str:
-    return fmt_bytes(x, ".3g", missing="–")
-
-
 def _card(cid: str, label: str) -> html.Div:
     return html.Div(className="card", children=[html.Div(label, className="card-label", id=f"{cid}-label"),
                                                 html.Div("–", id=cid, className="card-value")])
 
 
+START_HERE = {"questions": "start.questions", "timeline": "start.timeline", "schemes": "start.schemes"}
+"""The path a first visit is offered: the questions the simulator answers, the blocks
+travelling on the timeline, then the schemes compared (view: the message naming its step)."""
+
+
+def start_here() -> html.Div:
+    """The "start here" path shown on a first visit, until dismissed (remembered by the browser)."""
+    t = Translator(None)
+    return html.Div(id="start-here", className="start-here", style={"display": "none"}, children=[
+        dcc.Store(id="start-here-dismissed", storage_type="local"),
+        html.Strong(t("start.title"), id="start-here-title"),
+        *[html.Button(t(key), id=f"start-{view}", n_clicks=0, className="start-step")
+          for view, key in START_HERE.items()],
+        html.Button("×", id="start-here-close", n_clicks=0, className="start-close", title=t("start.close")),
+    ])
+
+
 def view() -> list[Any]:
-    """The cards, the line and downloads under them, and the layout strip."""
+    """The start-here path, the cards, the line and downloads under them, and the layout strip."""
     return [
+        start_here(),
         html.Div(className="cards", children=[_card(cid, label) for cid, label in SUMMARY_CARDS]),
         html.Div(className="exports", children=[
             html.Span(id="scenario-line", className="scenario-line"),
@@ -108,20 +121,47 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 shown = served.measured_pair(measured_data, data, profile_data)
             if shown is not None:
                 _, sc, hw_model, key = shown
-                res = compute.run(sc, hw_model, key)
+                m = compute.metrics(sc, hw_model, key)
             else:
                 sc = served.scenario_of(data)
-                res = served.result_of(data, profile_data)
+                m = served.metrics_of(data, profile_data)
         except RingsimError as e:
             return ["–"] * len(SUMMARY_CARDS) + [html.Span(str(e), className="msg")]
-        m = res.metrics
         peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or None
         t = Translator(lang)
         line = scenario_line(t, sc, profile_data, shown)
         # the cards' numbers in the page's decimal sign
-        return [t.digits(x) for x in (_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
-                                      f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
-                                      _fmt_s(max(r.exposed_comm_s for r in m.ranks)), _fmt_bytes(peak))] + [line]
+        cards: list[Any] = [t.digits(x) for x in (_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
+                                                  f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
+                                                  _fmt_s(max(r.exposed_comm_s for r in m.ranks)))]
+        # GiB as the Memory view draws it; past the GPU's memory the run does not fit, and says so
+        cards.append("–" if peak is None else f"{t.num(peak / 2 ** 30)} GiB")
+        capacity = sc.hardware.gpu.memory_gb * 1e9
+        if peak is not None and shown is None and not profile_data and peak > capacity:
+            cards[-1] = [cards[-1], html.Div(t("card.no-fit", capacity=f"{t.num(capacity / 2 ** 30)} GiB"),
+                                             className="no-fit")]
+        return cards + [line]
+
+    @app.callback([Output("start-here-title", "children"), Output("start-here-close", "title")]
+                  + [Output(f"start-{v}", "children") for v in START_HERE], Input("lang", "value"))
+    def start_here_texts(lang):
+        t = Translator(lang)
+        return [t("start.title"), t("start.close")] + [t(key) for key in START_HERE.values()]
+
+    @app.callback(Output("start-here", "style"), Input("start-here-dismissed", "data"))
+    def start_here_shown(dismissed):
+        return {"display": "none"} if dismissed else {}
+
+    @app.callback(Output("start-here-dismissed", "data"), Input("start-here-close", "n_clicks"),
+                  prevent_initial_call=True)
+    def dismiss_start_here(clicks):
+        return True if clicks else no_update
+
+    @app.callback(Output("tabs", "value", allow_duplicate=True),
+                  [Input(f"start-{v}", "n_clicks") for v in START_HERE], prevent_initial_call=True)
+    def follow_start_here(*_):
+        view = (ctx.triggered_id or "").removeprefix("start-")
+        return view if view in START_HERE else no_update
 
     @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"), Input("lang", "value"))
     def draw_layout_strip(data, lang):

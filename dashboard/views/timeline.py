@@ -13,8 +13,8 @@ from dash import Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dashboard import compute, quiz_explain
-from dashboard.figures.style import message_figure
-from dashboard.figures.timeline import timeline
+from dashboard.figures.style import message_figure, scheme_of, time_unit
+from dashboard.figures.timeline import SERIES, series_styles, timeline
 from dashboard.i18n import Translator, run_words
 from dashboard.served import Served
 from dashboard.state import defaults
@@ -48,7 +48,12 @@ def view() -> list[Any]:
                                      value=[0, d["gpus"] - 1], allowCross=False,
                                      tooltip={"placement": "bottom"}), className="slider"),
         ]),
-        graph("timeline", 420), ring_section()]
+        html.Div(id="timeline-hidden", className="timeline-hidden", style=HIDDEN, children=[
+            html.Span(id="timeline-hidden-text"),
+            html.Button(id="timeline-show-contiguous", n_clicks=0, className="link-button")]),
+        graph("timeline", 420),
+        html.Div(id="timeline-details", className="timeline-details", role="region"),
+        ring_section()]
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
@@ -63,10 +68,17 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         hi = n - 1 if n <= 64 else TIMELINE_DEFAULT_RANKS - 1
         return n - 1, [0, hi], marks
 
-    @app.callback(Output("timeline", "figure"),
+    @app.callback(Output("timeline", "figure"), Output("ranks", "value", allow_duplicate=True),
                   Input("scenario", "data"), Input("profile", "data"), Input("ranks", "value"),
-                  Input("tabs", "value"), Input("lang", "value"))
+                  Input("tabs", "value"), Input("lang", "value"), prevent_initial_call="initial_duplicate")
     def draw_timeline(data, profile_data, ranks, tab, lang):
+        fig = _draw_timeline(data, profile_data, ranks, tab, lang)
+        # the slider shows the GPUs drawn: a window narrowed to fit MAX_DRAWN_SPANS says so
+        drawn = ((fig.layout.meta or {}).get("ranks") if hasattr(fig, "layout") else None)
+        same = not drawn or not ranks or list(drawn) == list(ranks)
+        return fig, no_update if same else list(drawn)
+
+    def _draw_timeline(data, profile_data, ranks, tab, lang):
         only_on("timeline", tab)
         window = tuple(ranks) if ranks else None
         t = Translator(lang)
@@ -87,6 +99,61 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             return compute.figure("timeline", sc, key, [window, t.lang], make)
         except RingsimError as e:
             return message_figure(str(e))
+
+    # the details of the span clicked: its record's fields, as a trace viewer lists them
+    @app.callback(Output("timeline-details", "children"),
+                  Input("timeline", "clickData"), Input("lang", "value"),
+                  State("scenario", "data"), State("profile", "data"))
+    def details(click, lang, data, profile_data):
+        t = Translator(lang)
+        points = (click or {}).get("points") or []
+        cd = points[0].get("customdata") if points else None
+        if not cd:
+            return html.Span(t("tl.detail.hint"), className="help")
+        try:
+            hw, key = served.hardware_of(profile_data)
+            tr = compute.run(served.scenario_of(data), hw, key).trace
+        except RingsimError as e:
+            return html.Span(str(e), className="msg")
+        c = tr.columns
+        scale, unit = time_unit(float(c.end_s.max() - c.start_s.min()) or 1e-6)
+        series = SERIES[int(cd[-1])]
+        name = series_styles(scheme_of(tr))[series][0]
+        compute_span = not (series.startswith(("send", "recv", "exposed")) or series == "idle")
+        rows = [(t("tl.detail.op"), name), (t("ctl.gpu.label"), t.int(int(cd[0]))),
+                (t("tl.detail.step"), t.int(int(cd[1]))),
+                (t("tl.detail.start"), t.time(cd[2] / scale, 4)), (t("tl.detail.duration"), t.time(cd[3] / scale, 4))]
+        if series.startswith(("send", "recv")):
+            rows.append((t("tl.detail.peer"), t.int(int(cd[4]))))
+            rows.append((t("tl.detail.bytes"), f"{t.num(cd[5])} MB"))
+        elif compute_span:
+            rows.append((t("tl.detail.flops"), f"{t.num(cd[5])} TFLOP"))
+        return [html.Strong(t("tl.detail.title")),
+                html.Table(html.Tbody([html.Tr([html.Th(k), html.Td(v)]) for k, v in rows]))]
+
+    # a run whose transfers all hide shows nothing exposed: say so, and offer the layout that does
+    @app.callback(Output("timeline-hidden", "style"), Output("timeline-hidden-text", "children"),
+                  Output("timeline-show-contiguous", "children"),
+                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
+    def nothing_exposed(data, profile_data, tab, lang):
+        only_on("timeline", tab)
+        t = Translator(lang)
+        try:
+            sc = served.scenario_of(data)
+            m = served.metrics_of(data, profile_data)
+        except RingsimError:
+            return HIDDEN, None, None
+        exposed = max((r.exposed_comm_s for r in m.ranks), default=0.0)
+        if exposed > 0 or sc.scheme != DEFAULT_SCHEME or sc.layout == "contiguous" or sc.packed:
+            return HIDDEN, None, None
+        return {}, t("tl.hidden.note"), t("tl.hidden.button")
+
+    @app.callback(Output("layout", "value", allow_duplicate=True), Input("timeline-show-contiguous", "n_clicks"),
+                  prevent_initial_call=True)
+    def show_contiguous(clicks):
+        if not clicks:
+            raise PreventUpdate
+        return "contiguous"
 
     # the ring animation under the timeline
     @app.callback(Output("timeline-ring", "figure"), Output("timeline-ring-step", "max"),

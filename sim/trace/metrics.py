@@ -262,6 +262,10 @@ IMBALANCE = 1.10
 """Then a load imbalance above this."""
 COMPUTE_BOUND = 0.90
 """Then compute-bound when the busiest GPU computes at least this share of the makespan."""
+CALL_BOUND_RATE = 0.5
+"""...and bound by its calls' fixed costs instead when its computes reach less than this
+share of the kernel's best rate: a call's floor (the launch, the host's dispatch) and its
+partial wave of CTAs then take more of each call than the block's work does."""
 NIC_BUSY = 0.5
 """A NIC busy this share of the makespan, while no GPU is compute-bound, is named."""
 PCIE_BUSY = 0.2
@@ -362,8 +366,8 @@ def explain_clauses(row: dict[str, Any]) -> list[Clause]:
     for the NIC, and a wait for a flow that has not started counts as idle, not exposed);
     a load imbalance above IMBALANCE. Without any of these: compute-bound when the
     busiest GPU computes COMPUTE_BOUND of the makespan (at what share of the kernel's best
-    rate), else waiting on peers. A warning comes first when the peak memory exceeds the
-    GPU's."""
+    rate; by per-call costs below CALL_BOUND_RATE of it), else waiting on peers. A warning
+    comes first when the peak memory exceeds the GPU's."""
     makespan = row["makespan_s"]
     if not makespan:
         return [clause("bound.idle")]
@@ -387,7 +391,9 @@ def explain_clauses(row: dict[str, Any]) -> list[Clause]:
         out.append(clause("bound.imbalance" if out else "bound.imbalance-alone", ratio=row["load_imbalance"]))
     if not out and computing >= COMPUTE_BOUND:
         if row.get("efficiency") is not None:
-            out.append(clause("bound.compute-bound-rate", computing=computing, rate=row["efficiency"] / computing))
+            rate = row["efficiency"] / computing
+            key = "bound.call-overhead" if rate < CALL_BOUND_RATE else "bound.compute-bound-rate"
+            out.append(clause(key, computing=computing, rate=rate))
         else:
             out.append(clause("bound.compute-bound", computing=computing))
     elif not out:

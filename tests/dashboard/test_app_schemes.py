@@ -13,7 +13,8 @@ import pytest
 from dashboard import export
 from dashboard.app import create_app
 from dashboard.client import CallbackClient
-from dashboard.figures.timeline import TRANSFER_MEANING
+from dashboard.figures.style import lighter
+from dashboard.figures.timeline import LANE_COLORS, TRANSFER_MEANING
 from dashboard.state import defaults, scenario_from_values
 from sim.engine.play import simulate
 from sim.reasons import english
@@ -157,7 +158,9 @@ def test_compare_schemes_against_the_simulator(client):
     winner = [r for r, cls in zip(rows, classes) if cls and "best" in cls]
     assert f"{winner[0][0]} ({winner[0][1].replace(' ◂ on screen', '')})" == best
     lead = why[0]["props"]["children"]
-    assert lead.startswith(f"Fastest: {best} in ")
+    first, second = sorted(v for v in makespan.values() if v is not None)[:2]
+    # within the model's stated error (5%: docs/gpu-model.md, docs/calibration.md) a winner is a tie
+    assert lead.startswith(f"{best} and " if second / first - 1 < 0.05 else f"Fastest: {best} in ")
     bullets = [li["props"]["children"] for li in why[1]["props"]["children"]]
     assert bullets[0].startswith(f"{best}: ") and winner[0][-1] in bullets[0]
 
@@ -174,12 +177,16 @@ def test_compare_schemes_in_indonesian(client):
     _, table, why = _schemes(client, lang="id")
     head = [th["props"]["children"] for th in table["props"]["children"][0]["props"]["children"]["props"]["children"]]
     assert head[:2] == ["skema", "varian"]
-    assert why[0]["props"]["children"].startswith("Tercepat: ")
+    lead = why[0]["props"]["children"]
+    assert lead.startswith("Tercepat: ") or " seri pada " in lead
 
 
-def test_compare_schemes_reuses_its_rows_whatever_the_scheme_on_screen(client):
+def test_compare_schemes_reuses_its_rows_whatever_the_scheme_on_screen():
     from dashboard import compute
+    from dashboard.app import create_app
 
+    # in the request, where the caches' counters are this process's
+    client = CallbackClient.for_app(create_app(background_jobs=False))
     compute.clear_caches()
     _schemes(client, scheme="ring")
     misses = compute.FIGURES.misses
@@ -221,7 +228,8 @@ def test_timeline_of_another_scheme_names_its_collectives(client, scheme, kinds)
     ops = get_scheme(scheme).op_kinds
     for kind in kinds:
         (send,) = [t for t in fig["data"] if t["name"] == f"send {ops[kind].label}"]
-        assert send["marker"]["color"] == ops[kind].color
+        # every send in the timeline's one colour-blind-safe hue for sends (a later kind lighter)
+        assert send["marker"]["color"] in {lighter(LANE_COLORS["send"], shade) for shade in (0.0, 0.45, 0.9)}
         assert TRANSFER_MEANING[kind] in send["hovertemplate"]
     assert sum(1 for t in fig["data"] if t.get("showlegend") is not False
                and t["name"] == "exposed communication") <= 1

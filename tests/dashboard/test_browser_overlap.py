@@ -1,7 +1,8 @@
-"""Every view at 1400 x 1000 in both languages, in headless Chromium: no two boxes of
-text overlap (chart titles, axis titles, legend entries, annotations, the plot toolbar,
-tab labels, control labels, buttons, table cells), and the browser's back button
-restores the view that was open (run with `pytest --headless`)."""
+"""Every view at 1280 x 800, 1400 x 1000 and 1920 x 1080 in both languages, in headless
+Chromium: no two boxes of text overlap (chart titles, axis titles, tick labels, legend
+entries, annotations, colour bar titles, the plot toolbar, tab labels, control labels,
+buttons, table cells) and no chart text is cut by its chart's edge; and the browser's back
+button restores the view that was open (run with `pytest --headless`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ pytestmark = pytest.mark.browser
 
 TIMEOUT = 60
 WIDTH, HEIGHT = 1400, 1000
+SIZES = [(1280, 800), (1400, 1000), (1920, 1080)]
+"""The windows people open the page in: a small laptop, the size it was designed at, a desktop."""
 GRAPH_OF = {"timeline": "timeline", "blocks": "block-map", "compare": "compare", "schemes": "schemes",
             "sweep": "sweep", "memory": "memory", "merge": "merge", "measured": "overlay", "plan": "plan-chart",
             "questions": "quiz-figure", "traces": "traces-lanes", "inference": "inf-prefill"}
@@ -38,13 +41,19 @@ function add(el, kind) {
     e = e.parentElement;
   }
   const text = (el.textContent || '').trim().slice(0, 60);
-  if (kind === 'text' && !text) return;
+  if (kind !== 'toolbar' && !text) return;
+  const graph = el.closest('.dash-graph');
+  const svg = graph && graph.querySelector('.main-svg');
+  const c = svg ? svg.getBoundingClientRect() : null;
   out.push({kind: kind, text: text, x0: r.left, y0: r.top, x1: r.right, y1: r.bottom,
-            chart: (el.closest('.dash-graph') || {}).id || ''});
+            chart: (graph || {}).id || '',
+            box: c ? [c.left, c.top, c.right, c.bottom] : null});
 }
 // chart texts: titles, axis titles, legend entries, annotations (not tick labels of one axis)
 document.querySelectorAll('.gtitle, .xtitle, .ytitle, .legendtext, .annotation-text, .g-xtitle text, '
                           + '.g-ytitle text, .legendtitletext, .cbtitle text').forEach(el => add(el, 'text'));
+// tick labels: each against the chart's other texts (two of one axis never meet: Plotly spaces them)
+document.querySelectorAll('.xtick text, .ytick text, .cbaxis text').forEach(el => add(el, 'tick'));
 document.querySelectorAll('.modebar').forEach(el => add(el, 'toolbar'));
 // page texts: leaf elements with text of their own
 document.querySelectorAll('label, button, th, td, h1, h2, h3, .tab, .help, .msg, p, li').forEach(el => {
@@ -56,11 +65,19 @@ return out;
 
 
 def overlaps(boxes: list[dict], slack: float = 1.5) -> list[tuple[str, str]]:
-    """Pairs of boxes that overlap by more than `slack` pixels both ways; a chart's own
-    title, axis titles and legend only with each other and the toolbar."""
+    """Pairs of boxes that overlap by more than `slack` pixels both ways (two tick labels
+    never: an axis's own labels may touch where Plotly packs them), and each chart text cut
+    by its chart's edge (paired with "clipped")."""
     found = []
+    for a in boxes:
+        if a["kind"] != "toolbar" and a.get("box"):
+            left, top, right, bottom = a["box"]
+            if a["x0"] < left - slack or a["y0"] < top - slack or a["x1"] > right + slack or a["y1"] > bottom + slack:
+                found.append((f"{a['kind']} {a['text']!r} ({a['chart']})", "clipped by the chart's edge"))
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
+            if a["kind"] == "tick" and b["kind"] == "tick":
+                continue
             w = min(a["x1"], b["x1"]) - max(a["x0"], b["x0"])
             h = min(a["y1"], b["y1"]) - max(a["y0"], b["y0"])
             if w > slack and h > slack:
@@ -68,10 +85,11 @@ def overlaps(boxes: list[dict], slack: float = 1.5) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("lang", ["en", "id"])
-def test_no_two_texts_overlap_on_any_view(dash_duo, lang):
+def test_no_two_texts_overlap_on_any_view(dash_duo, lang, size):
     dash_duo.start_server(create_app())
-    dash_duo.driver.set_window_size(WIDTH, HEIGHT)
+    dash_duo.driver.set_window_size(*size)
     problems = {}
     pages = [(view, "") for view, _ in TABS if view != "questions"]
     pages += [("questions", f"&q={q}") for q in range(1, N_QUESTIONS + 1)]

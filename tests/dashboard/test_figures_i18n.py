@@ -27,9 +27,9 @@ VIEWS = {
 ENGLISH_TITLES = {
     # a scheme's memory items in words since (dashboard/figures/memory.py LABELS "item.<name>")
     "memory": "The full K/V would take 0.0312 GiB; the ring holds 0.0234 GiB of it per GPU, all-gather 0.0312 GiB "
-              "(the whole K/V) — ring: 0.0864 GiB per GPU now<br><sup>ring now: Q 16.0 MiB, own K/V shard 8.0 MiB, "
-              "K/V blocks in flight 16.0 MiB, output 16.0 MiB, output accumulator 32.0 MiB, softmax statistics "
-              "0.5 MiB</sup>",
+              "(the whole K/V) — ring: 0.0864 GiB per GPU now<br><sup>ring now: Q 0.0156 GiB, own K/V shard 0.00781 GiB, "
+              "K/V blocks in flight 0.0156 GiB, output 0.0156 GiB, output accumulator 0.0312 GiB, softmax statistics "
+              "0.000488 GiB</sup>",
     "sweep": "When transfers hide (zigzag, overlap on, simulated on 4 GPUs)<br><sup>dashed: a full block's compute "
              "equals its transfer (launch overhead and link latency aside); orange: the current scenario</sup>",
     "block-map": "Who computes which block when: zigzag, causal, 4 GPUs<br>work imbalance max/mean 1.000",

@@ -50,3 +50,17 @@ def test_token_split_of_each_scheme():
     fig = layout_strip(hy["layout"], 8192, hy["n"], holders=hy["holders"], title=hy["title"])
     assert "ring position 1: GPUs 1, 5" in set(fig.data[0].hovertext)
     assert "4 ring positions of 2 GPUs" in fig.layout.title.text
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "striped", "zigzag"])
+def test_a_billion_tokens_draw_from_the_layouts_segments(layout):
+    # the runs come from the segments: a billion tokens cost no array of a billion owners
+    seq, n = 1_000_000_000, 8
+    fig = layout_strip(layout, seq, n)
+    base, width = np.asarray(fig.data[0].base), np.asarray(fig.data[0].x)
+    expected = {"contiguous": n, "zigzag": 2 * n - 1, "striped": MAX_STRIP_RUNS}[layout]
+    assert len(base) == expected
+    shard = seq // n if layout == "contiguous" else seq // (2 * n) if layout == "zigzag" else 1
+    assert width[0] == shard and base[0] == 0
+    for b in base[:4].tolist():
+        assert fig.data[0].customdata[list(base).index(b)][2] == owner(layout, seq, n, int(b))

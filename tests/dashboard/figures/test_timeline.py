@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from dashboard.figures.style import COLORS
-from dashboard.figures.timeline import rank_starts, timeline
+from dashboard.figures.style import lighter
+from dashboard.figures.timeline import LANE_COLORS, rank_starts, timeline
 from sim.engine.play import simulate
 from sim.schemes import get as get_scheme
 from sim.trace.format import COLUMN_TYPES, Span, SpanTable, Trace
@@ -54,7 +54,7 @@ def test_timeline_highlights_exposed_communication():
     (bar,) = _trace_named(fig, "exposed communication")
     scale = {"s": 1, "ms": 1e3, "µs": 1e6}[fig.layout.meta["unit"]]
     assert sum(bar.x) == pytest.approx(sum(s.end_s - s.start_s for s in exposed) * scale)
-    assert bar.marker.color == COLORS["exposed"]
+    assert bar.marker.color == LANE_COLORS["exposed"]
 
 
 def test_timeline_names_and_colors_are_the_schemes():
@@ -64,11 +64,15 @@ def test_timeline_names_and_colors_are_the_schemes():
     (fwd,) = _trace_named(fig, ops["fwd"].label)
     (bwd,) = _trace_named(fig, ops["bwd"].label)
     assert ops["fwd"].color in set(fwd.marker.color) and ops["bwd"].color in set(bwd.marker.color)
-    for kind in ("kv", "dkv"):
+    # sends and receives in two colour-blind-safe hues, the second kind a lighter shade
+    colours = set()
+    for kind, shade in (("kv", 0.0), ("dkv", 0.45)):
         (send,) = _trace_named(fig, f"send {ops[kind].label}")
         (recv,) = _trace_named(fig, f"receive {ops[kind].label}")
-        assert send.marker.color == ops[kind].color
-        assert recv.marker.color == (ops[kind].recv_color or ops[kind].color)
+        assert send.marker.color == lighter(LANE_COLORS["send"], shade)
+        assert recv.marker.color == lighter(LANE_COLORS["recv"], shade)
+        colours |= {send.marker.color, recv.marker.color}
+    assert len(colours | {LANE_COLORS["exposed"]}) == 5
 
 
 def test_timeline_legend_sits_between_the_title_and_the_plot(small_trace):
@@ -165,13 +169,15 @@ def test_collectives_take_the_schemes_names_colors_and_meaning():
     for kind in ("ag", "rs"):
         (send,) = _trace_named(fig, f"send {ops[kind].label}")
         (recv,) = _trace_named(fig, f"receive {ops[kind].label}")
-        assert send.marker.color == ops[kind].color and recv.marker.color == ops[kind].recv_color
+        assert send.marker.color != recv.marker.color
+        assert {send.marker.color, recv.marker.color} <= {lighter(LANE_COLORS[lane], shade)
+                                                          for lane in ("send", "recv") for shade in (0.0, 0.45)}
         assert TRANSFER_MEANING[kind] in send.hovertemplate
         sends = [s for s in trace.spans if s.stream == "send" and s.kind == kind]
         assert len(send.x) == len(sends)
     # exposed communication of every kind: red, one legend entry, the hover names the kind
     exposed = _trace_named(fig, "exposed communication")
-    assert {t.marker.color for t in exposed} == {COLORS["exposed"]}
+    assert {t.marker.color for t in exposed} == {LANE_COLORS["exposed"]}
     assert sum(1 for t in exposed if t.showlegend is not False) == 1
     assert any("waits for the all-gather" in t.hovertemplate for t in exposed)
     assert "all-gather, one gather" in fig.layout.title.text
@@ -189,3 +195,16 @@ def test_a_wide_chunk_set_reads_as_its_first_last_and_count():
     assert widest
     row = cd[(cd[:, 0] == widest[0].rank) & np.isclose(cd[:, 5], widest[0].flops / 1e12, rtol=1e-6)][0]
     assert tuple(row[at:at + 3].astype(int)) == (min(widest[0].kv_chunks), max(widest[0].kv_chunks), 14)
+
+
+def test_a_short_transfer_is_drawn_wide_enough_to_see_and_keeps_its_length(small_trace):
+    from dashboard.figures.timeline import MIN_WIDTH_SHARE
+
+    fig = timeline(small_trace)
+    span = max(b + w for t in fig.data if t.type == "bar" for b, w in zip(t.base, t.x))   # the run, and a little
+    for bar in (t for t in fig.data if t.type == "bar"):
+        cd = np.asarray(bar.customdata)
+        drawn = np.asarray(bar.x)
+        assert (drawn >= MIN_WIDTH_SHARE * span * 0.99).all()
+        # the hover's length is the record's, however wide the bar is drawn
+        assert (cd[:, 3] <= drawn * (1 + 1e-5)).all()

@@ -23,6 +23,10 @@ def _row(**changes):
 CASES = [
     # 95% computing, 0.76 / 0.95 = 80% of the kernel's best rate
     (_row(), ["compute-bound-rate"], "compute-bound: 95% of the makespan computing, at 80% of the kernel's best rate"),
+    # 0.38 / 0.95 = 40% of the kernel's best rate: under half, the calls' fixed costs bound it
+    (_row(efficiency=0.38), ["call-overhead"],
+     "bound by per-call costs: 95% of the makespan computing, but at only 40% of the kernel's best rate (each "
+     "call's fixed cost and partial wave outweigh its small block)"),
     (_row(efficiency=None), ["compute-bound"], "compute-bound: 95% of the makespan computing"),
     (_row(compute_s=0.005), ["waits"], "waits on peers: the busiest GPU computes only 50% of the makespan"),
     # 4 ms of 10 ms on the K/V ring, 90% of it between nodes; the NIC busy 6 ms; 1.5x

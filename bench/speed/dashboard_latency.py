@@ -1,0 +1,251 @@
+"""How long each dashboard view takes to update in a real browser, at 8, 64, 256 and 1,024
+GPUs, the first time a scenario is asked for (cold) and again (warm); this tree against
+another version of the code in the same run.
+
+Each tree is served as people serve it (`ringsim dashboard`: gunicorn with --workers
+processes, 2 by default as on this machine, each with its own memory; this tree's
+processes share a fresh cache folder) on a loopback port, and driven by headless
+Chromium through Selenium. For each view and size the page opens on the view at 4 GPUs;
+then its address changes to the size (cold: a link latency no request has used before
+makes the scenario new to every cache), back to 4, and to the size again (warm: the
+scenario computed once already, as when a reader comes back to it), each change made as
+the browser's back button makes it (the page follows its address). A time runs from the
+change to the moment the view's chart is drawn anew, no callback is pending and the busy
+line (if any) is hidden: what a reader waits.
+
+    .venv/bin/python bench/speed/dashboard_latency.py [--sizes 8 64 256 1024] [--against main]
+        [--views timeline blocks compare schemes memory sweep] [--workers 2]
+        [--out bench/results/speed/cpu-2core/dashboard-latency.json]
+
+`--against REF` serves a checkout of the git ref REF (a temporary `git worktree`,
+removed afterwards) the same way, one view at a time beside this tree's, so that both see
+the same machine load. A view that does not finish within --timeout-s is reported as that
+many seconds and marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import RESULTS, cpu_host  # noqa: E402
+
+VIEWS = ("timeline", "blocks", "compare", "schemes", "memory", "sweep")
+"""The views whose chart follows the number of GPUs (the exact merge's does not)."""
+GRAPH_OF = {"timeline": "timeline", "blocks": "block-map", "compare": "compare", "schemes": "schemes",
+            "sweep": "sweep", "memory": "memory", "merge": "merge"}
+BASE_GPUS = 4
+"""The page opens on this many GPUs, and goes back to it between the cold and the warm update."""
+GOALS_S = {"warm": 1.0, "cold": 3.0}
+"""Every view at 1,024 GPUs: warm under 1 s, cold under 3 s."""
+
+SETTLED = r"""
+const view = arguments[0], graph = arguments[1];
+const s = window.store && window.store.getState();
+if (!s) return false;
+const cb = Object.assign({}, s.callbacks); delete cb.stored; delete cb.completed;
+const pending = [].concat(...Object.values(cb)).length;
+const busy = document.getElementById(view + '-busy');
+const busyShown = busy && getComputedStyle(busy).display !== 'none';
+const loading = document.querySelector('#' + graph + '[data-dash-is-loading="true"], '
+                                       + '[data-dash-is-loading="true"] #' + graph);
+const svg = document.querySelector('#' + graph + ' .main-svg');
+const redrawn = svg && svg.parentElement.parentElement.textContent !== window.__benchBefore;
+return pending === 0 && !busyShown && !loading && !!redrawn;
+"""
+MARK = r"""
+const svg = document.querySelector('#' + arguments[0] + ' .main-svg');
+window.__benchBefore = svg ? svg.parentElement.parentElement.textContent : null;
+"""
+"""Keeps the chart's texts as drawn: an update is done once they differ (each view's chart
+names the GPUs or shows numbers that follow them)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`ringsim dashboard` of one tree on a free loopback port."""
+
+    def __init__(self, tree: Path, workers: int, extra_path: str | None):
+        self.port = _free_port()
+        self.cache = tempfile.mkdtemp(prefix="ringsim-latency-cache-")
+        env = dict(os.environ, RINGSIM_DASHBOARD_CACHE=self.cache,
+                   PYTHONPATH=os.pathsep.join(p for p in (str(tree), extra_path) if p))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sim.cli.main", "dashboard", "--port", str(self.port),
+             "--workers", str(workers)], cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{self.port}"
+        import requests
+
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            try:
+                if requests.get(self.url + "/_dash-layout", timeout=5).ok:
+                    return
+            except requests.RequestException:
+                time.sleep(0.5)
+        raise RuntimeError(f"the dashboard of {tree} did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        subprocess.run(["rm", "-rf", self.cache], check=False)
+
+
+def _browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--no-first-run", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    opts.binary_location = "/usr/bin/chromium"
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+
+
+def _wait(driver, view: str, timeout_s: float) -> tuple[float, bool]:
+    t = time.perf_counter()
+    end = t + timeout_s
+    time.sleep(0.05)           # let the renderer take the change before asking whether it settled
+    while time.perf_counter() < end:
+        if driver.execute_script(SETTLED, view, GRAPH_OF[view]):
+            return time.perf_counter() - t, True
+        time.sleep(0.05)
+    return timeout_s, False
+
+
+def _go(driver, view: str, gpus: int, latency_us: float, timeout_s: float) -> tuple[float, bool]:
+    """Change the page's address to the view at `gpus` GPUs, as the browser's back button
+    does (the page follows its address, dashboard/nav.py and dashboard/state.py), and wait
+    until the view's chart is drawn anew."""
+    driver.execute_script(MARK, GRAPH_OF[view])
+    t0 = time.perf_counter()
+    driver.execute_script(f"window.history.pushState({{}}, '', '?view={view}&gpus={gpus}&link-latency-us={latency_us}');"
+                          "window.dispatchEvent(new PopStateEvent('popstate'));")
+    _, ok = _wait(driver, view, timeout_s)
+    return (time.perf_counter() - t0 if ok else timeout_s), ok
+
+
+def measure_view(driver, url: str, view: str, n: int, latency_us: float, timeout_s: float) -> dict[str, Any]:
+    """The page opened on `view` at BASE_GPUS, then: cold (to n GPUs, a scenario new to
+    every cache), back to BASE_GPUS, warm (to n again)."""
+    driver.get(f"{url}/?view={view}&gpus={BASE_GPUS}&link-latency-us={latency_us}")
+    _wait(driver, view, timeout_s)
+    out: dict[str, Any] = {}
+    out["cold_s"], out["cold_finished"] = _go(driver, view, n, latency_us, timeout_s)
+    _go(driver, view, BASE_GPUS, latency_us, timeout_s)
+    out["warm_s"], out["warm_finished"] = _go(driver, view, n, latency_us, timeout_s)
+    return out
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 256, 1024])
+    p.add_argument("--views", nargs="+", default=list(VIEWS), choices=VIEWS)
+    p.add_argument("--against", metavar="REF", help="also serve the git ref REF, in the same run")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--timeout-s", type=float, default=120.0)
+    p.add_argument("--extra-path", default=os.environ.get("RINGSIM_EXTRA_PATH"),
+                   help="a folder put on both servers' path (packages this machine's venv lacks)")
+    p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "dashboard-latency.json"))
+    a = p.parse_args()
+    trees = {"this": ROOT}
+    ref_tree = None
+    if a.against:
+        ref_commit = _git("rev-parse", "--verify", a.against + "^{commit}")
+        ref_tree = Path(tempfile.mkdtemp(prefix="ringsim-latency-ref-"))
+        _git("worktree", "add", "--detach", str(ref_tree), ref_commit)
+        trees = {"ref": ref_tree, "this": ROOT}
+    this_commit = _git("rev-parse", "HEAD") + (" (with uncommitted changes)" if _git("status", "--porcelain", "-uno")
+                                               else "")
+    load_start = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    driver = _browser()
+    servers: dict[str, Server] = {}
+    try:
+        servers = {name: Server(tree, a.workers, a.extra_path) for name, tree in trees.items()}
+        latency = 1.0
+        for n in a.sizes:
+            for view in a.views:
+                row: dict[str, Any] = {"n_gpus": n, "view": view}
+                for name, server in servers.items():
+                    latency += 0.01         # a scenario no cache has seen
+                    row[name] = measure_view(driver, server.url, view, n, round(latency, 2), a.timeout_s)
+                rows.append(row)
+                _print_row(row)
+    finally:
+        driver.quit()
+        for server in servers.values():
+            server.stop()
+        if ref_tree is not None:
+            _git("worktree", "remove", "--force", str(ref_tree))
+    table = _table(rows, "ref" in trees)
+    print("\n" + table)
+    import dash
+
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump({"what": "seconds from a committed GPUs value to the view drawn, in headless Chromium",
+                   "command": "bench/speed/dashboard_latency.py " + " ".join(sys.argv[1:]),
+                   "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_start,
+                               "loadavg_at_end": os.getloadavg(), "platform": platform.platform(),
+                               "python": platform.python_version()},
+                   "versions": {"dash": dash.__version__}, "this": this_commit,
+                   "ref": {"name": a.against, "commit": ref_commit} if a.against else None,
+                   "server": f"ringsim dashboard --workers {a.workers} (gunicorn)",
+                   "scenario": "defaults (Llama-3-8B attention, 131072 tokens, causal, zigzag, overlap, "
+                               "H100-SXM / nvlink4), a fresh link latency per view",
+                   "goals_at_1024_s": GOALS_S, "timeout_s": a.timeout_s, "rows": rows, "table": table}, f, indent=2)
+    print(f"wrote {a.out}")
+
+
+def _cell(r: dict[str, Any], key: str) -> str:
+    """The time, and + where the view was not drawn in time."""
+    return f"{r[key + '_s']:.2f}" + ("" if r[key + "_finished"] else "+")
+
+
+def _print_row(row: dict[str, Any]) -> None:
+    parts = [f"{name}: cold {_cell(row[name], 'cold')} s, warm {_cell(row[name], 'warm')} s"
+             for name in ("ref", "this") if name in row]
+    print(f"{row['n_gpus']:>5} GPUs {row['view']:<9} " + "; ".join(parts), flush=True)
+
+
+def _table(rows: list[dict[str, Any]], with_ref: bool) -> str:
+    head = "| GPUs | view | " + ("cold before | cold after | warm before | warm after |" if with_ref
+                                else "cold | warm |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        cells = ([_cell(r["ref"], "cold"), _cell(r["this"], "cold"), _cell(r["ref"], "warm"), _cell(r["this"], "warm")]
+                 if with_ref else [_cell(r["this"], "cold"), _cell(r["this"], "warm")])
+        lines.append(f"| {r['n_gpus']} | {r['view']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + ("\n\nseconds from the change of GPUs to the view drawn anew; + marks a view "
+                               "still not drawn at the timeout")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""What every server process of the dashboard shares: simulated traces, metrics and
+comparison rows kept in a folder on disk, so that a scenario simulated by one worker (or
+by a background callback's job, a process of its own) is not simulated again by another.
+
+A value is named by the digest of its kind, its key (the scenario's JSON and the profile's
+token) and the code's fingerprint (the size and time of every source file of sim/ and
+dashboard/): a changed model never serves a result of the old one, and a folder kept
+across restarts stays true. A value is written to a temporary name and renamed into place,
+so a reader sees it whole or not at all; one process makes a missing value while the
+others wait on its lock file (`fcntl.flock`). A trace is kept as one `.npy` file per
+column and read back memory-mapped: a window of a million-span trace reads only the pages
+it draws. The folder is bounded in bytes; past its budget the least recently used values
+go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from sim.trace.format import COLUMN_TYPES, SpanTable, Trace
+
+DEFAULT_BUDGET_BYTES = 3 * 1024 ** 3
+"""The folder's size past which the least recently used values go: a dozen 1,024-GPU
+forward traces (about 240 MB each in columns)."""
+FOLDER_ENV = "RINGSIM_DASHBOARD_CACHE"
+"""The environment variable naming the folder (default: ringsim-dashboard-cache in the
+system's temporary folder)."""
+BUDGET_ENV = "RINGSIM_DASHBOARD_CACHE_BYTES"
+
+
+def default_folder() -> Path:
+    return Path(os.environ.get(FOLDER_ENV) or Path(tempfile.gettempdir()) / "ringsim-dashboard-cache")
+
+
+def code_fingerprint() -> str:
+    """A digest of the size and modification time of every Python source of sim/ and
+    dashboard/: results of other code are never read."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for package in ("sim", "dashboard"):
+        for path in sorted((root / package).rglob("*.py")):
+            st = path.stat()
+            h.update(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:16]
+
+
+class DiskCache:
+    """Values by kind and key in `folder`, shared by every process that opens it."""
+
+    def __init__(self, folder: str | os.PathLike | None = None, budget_bytes: int | None = None):
+        self.folder = Path(folder) if folder is not None else default_folder()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.budget_bytes = budget_bytes if budget_bytes is not None else int(
+            os.environ.get(BUDGET_ENV) or DEFAULT_BUDGET_BYTES)
+        self.fingerprint = code_fingerprint()
+        self._evicting = threading.Lock()
+
+    def _name(self, kind: str, key: str) -> Path:
+        digest = hashlib.sha256(f"{self.fingerprint}\n{kind}\n{key}".encode()).hexdigest()[:40]
+        return self.folder / f"{kind}-{digest}"
+
+    @contextlib.contextmanager
+    def _locked(self, name: Path):
+        with open(str(name) + ".lock", "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    # --- small values: pickled ---------------------------------------------------------
+
+    def read(self, kind: str, key: str) -> Any | None:
+        """The value kept under (kind, key), or None."""
+        path = self._name(kind, key).with_suffix(".pkl")
+        try:
+            with open(path, "rb") as f:
+                value = pickle.load(f)
+        except (FileNotFoundError, EOFError, pickle.UnpicklingError):
+            return None
+        _touch(path)
+        return value
+
+    def write(self, kind: str, key: str, value: Any) -> None:
+        path = self._name(kind, key).with_suffix(".pkl")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        with open(tmp, "wb") as f:
+            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+        self.evict()
+
+    def get(self, kind: str, key: str, make: Callable[[], Any]) -> Any:
+        """The value under (kind, key), made by `make()` once for every process: the others
+        wait for it."""
+        value = self.read(kind, key)
+        if value is not None:
+            return value
+        with self._locked(self._name(kind, key)):
+            value = self.read(kind, key)
+            if value is None:
+                value = make()
+                self.write(kind, key, value)
+        return value
+
+    # --- traces: a column a file, memory-mapped -----------------------------------------
+
+    def read_trace(self, key: str) -> Trace | None:
+        folder = self._name("trace", key)
+        try:
+            with open(folder / "header.json") as f:
+                head = json.load(f)
+            columns = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in COLUMN_TYPES}
+        except (FileNotFoundError, NotADirectoryError, ValueError):
+            return None
+        _touch(folder)
+        table = SpanTable(chunk_sets=[tuple(s) for s in head["chunk_sets"]], **columns)
+        return Trace(head["source"], head["n_gpus"], table, head["config"], head["hardware"], head["meta"])
+
+    def write_trace(self, key: str, trace: Trace) -> None:
+        folder = self._name("trace", key)
+        if folder.exists():
+            return
+        tmp = folder.with_name(f".{folder.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.mkdir()
+        try:
+            c = trace.columns
+            for name in COLUMN_TYPES:
+                np.save(tmp / f"{name}.npy", getattr(c, name), allow_pickle=False)
+            with open(tmp / "header.json", "w") as f:
+                json.dump({"source": trace.source, "n_gpus": trace.n_gpus, "config": trace.config,
+                           "hardware": trace.hardware, "meta": trace.meta,
+                           "chunk_sets": [list(s) for s in c.chunk_sets]}, f, default=_plain)
+            os.rename(tmp, folder)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)     # another process renamed it first, or no room
+            return
+        self.evict()
+
+    def write_trace_later(self, key: str, trace: Trace) -> None:
+        """write_trace in a thread of its own: the request that simulated does not wait for the disk."""
+        threading.Thread(target=self.write_trace, args=(key, trace), daemon=True).start()
+
+    # --- the budget ----------------------------------------------------------------------
+
+    def evict(self) -> None:
+        """Remove the least recently used values until the folder fits its budget."""
+        if not self._evicting.acquire(blocking=False):
+            return
+        try:
+            entries = []
+            for path in self.folder.iterdir():
+                if path.name.startswith(".") or path.suffix == ".lock" or (
+                        path.is_dir() and not path.name.startswith("trace-")):
+                    continue          # a value being written, a lock, or the background jobs' folder
+                try:
+                    size = (sum(p.stat().st_size for p in path.iterdir()) if path.is_dir()
+                            else path.stat().st_size)
+                    entries.append((path.stat().st_mtime, size, path))
+                except FileNotFoundError:
+                    continue
+            total = sum(size for _, size, _ in entries)
+            for _, size, path in sorted(entries):
+                if total <= self.budget_bytes:
+                    break
+                # a reader that mapped a trace keeps its pages: removing the files is safe
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+                total -= size
+        finally:
+            self._evicting.release()
+
+    def clear(self) -> None:
+        for path in self.folder.iterdir():
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def _touch(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def _plain(x: Any) -> Any:
+    """JSON for the numpy numbers a trace's header may hold."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON")

@@ -1,0 +1,77 @@
+"""Views whose first draw may take seconds (the comparisons of a large ring: a simulation
+per run) run as Dash background callbacks where the app has a manager for them
+(`manager`: diskcache and Dash's DiskcacheManager), in a process of their own: the page
+shows a line saying how many of the runs are done and a button that cancels the rest,
+and the other views stay live meanwhile. Without a manager the same callback runs in the
+request, silently. What a job computes reaches the other processes through the shared
+folder (dashboard/disk_cache.py), so a view revisited does not compute again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from dash import Input, Output, html
+
+from dashboard.i18n import Translator
+from dashboard.views.common import HIDDEN
+
+POLL_MS = 250
+"""How often the page asks for a background job's progress and result: a revisited view
+(its runs kept) answers within about this."""
+
+
+def manager(folder: str) -> Any | None:
+    """A DiskcacheManager keeping its jobs' results in `folder`, or None where diskcache
+    is not installed (the callbacks then run in the request)."""
+    try:
+        import diskcache
+        from dash import DiskcacheManager
+    except ModuleNotFoundError:
+        return None
+    # results are read once by the page that asked: an hour is plenty
+    return DiskcacheManager(diskcache.Cache(folder), expire=3600)
+
+
+def busy_line(name: str) -> html.Div:
+    """The line shown while view `name` computes: its progress and a cancel button."""
+    t = Translator(None)
+    return html.Div(id=f"{name}-busy", className="busy", style=HIDDEN, role="status", children=[
+        html.Span(t("busy.starting"), id=f"{name}-progress", className="busy-progress"),
+        html.Button(t("busy.cancel"), id=f"{name}-cancel", n_clicks=0, className="busy-cancel")])
+
+
+def progress_words(t: Translator, done: int, total: int) -> str:
+    return t("busy.runs", done=t.int(done), total=t.int(total))
+
+
+def long_callback(app, background: Any | None, name: str, outputs: list, inputs: list
+                  ) -> Callable[[Callable[..., Any]], Any]:
+    """Register `fn(progress, *inputs)` on `outputs`: as a background callback with view
+    `name`'s busy line when `background` is a manager, else in the request with a progress
+    that says nothing. `progress(text)` sets the line."""
+    def decorate(fn: Callable[..., Any]) -> Any:
+        if background is None:
+            return app.callback(*outputs, *inputs)(lambda *args: fn(_quiet, *args))
+
+        def job(set_progress, *args):
+            return fn(lambda text: set_progress([text]), *args)
+
+        return app.callback(
+            *outputs, *inputs, background=True, manager=background, interval=POLL_MS,
+            progress=[Output(f"{name}-progress", "children")],
+            running=[(Output(f"{name}-busy", "style"), {}, HIDDEN)],
+            cancel=[Input(f"{name}-cancel", "n_clicks")])(job)
+
+    return decorate
+
+
+def register_texts(app, names: tuple[str, ...]) -> None:
+    """The busy lines' button in the page's language."""
+    @app.callback([Output(f"{n}-cancel", "children") for n in names], Input("lang", "value"))
+    def busy_texts(lang):
+        return [Translator(lang)("busy.cancel")] * len(names)
+
+
+def _quiet(_: str) -> None:
+    pass

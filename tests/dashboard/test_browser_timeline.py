@@ -1,0 +1,45 @@
+"""The timeline as a trace viewer and the first visit, in headless Chromium (run with
+`pytest --headless`): the start-here path leads to its views and stays hidden once closed; a
+comparison computing in the background shows its busy line with a cancel button, then its
+chart. (A click's record: tests/dashboard/test_honest_views.py, through the callback.)"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dashboard.app import create_app
+from dashboard.views import background
+
+pytestmark = pytest.mark.browser
+
+TIMEOUT = 60
+
+
+def test_the_start_here_path_leads_and_stays_closed(dash_duo):
+    dash_duo.start_server(create_app())
+    dash_duo.wait_for_element("#start-here", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#start-here", "Questions", timeout=TIMEOUT)
+    dash_duo.find_element("#start-schemes").click()
+    dash_duo.wait_for_element("#schemes .main-svg", timeout=TIMEOUT)
+    dash_duo.find_element("#start-here-close").click()
+    deadline = time.time() + TIMEOUT
+    while dash_duo.find_element("#start-here").is_displayed() and time.time() < deadline:
+        time.sleep(0.2)
+    assert not dash_duo.find_element("#start-here").is_displayed()
+    dash_duo.driver.refresh()                       # remembered by the browser
+    dash_duo.wait_for_element("#schemes .main-svg", timeout=TIMEOUT)
+    time.sleep(1)
+    assert not dash_duo.find_element("#start-here").is_displayed()
+
+
+@pytest.mark.skipif(background.manager("/tmp/ringsim-manager-probe") is None, reason="diskcache is not installed")
+def test_a_comparison_computing_in_the_background_shows_its_progress(dash_duo):
+    dash_duo.start_server(create_app())
+    dash_duo.driver.get(f"{dash_duo.server_url}/?view=compare&gpus=64&link-latency-us=1.37")
+    dash_duo.wait_for_element("#compare-busy", timeout=TIMEOUT)
+    dash_duo.wait_for_element("#compare .main-svg", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#compare-table", "zigzag", timeout=TIMEOUT)
+    assert dash_duo.find_element("#compare-cancel").get_attribute("textContent") == "Cancel"
+    assert not dash_duo.find_element("#compare-busy").is_displayed()      # done: the line goes

@@ -1,0 +1,76 @@
+"""The folder the dashboard's server processes share: a trace read back column for column,
+a value made once for every process, the budget kept, and another code's values unread."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dashboard import compute
+from dashboard.disk_cache import DiskCache
+from dashboard.state import defaults, scenario_from_values, scenario_key
+from sim.engine.play import simulate
+from sim.trace.format import COLUMN_TYPES
+from sim.trace.metrics import compute_metrics
+
+
+def _scenario(gpus=4):
+    return scenario_from_values(defaults() | {"gpus": gpus, "seq": 8192})
+
+
+def test_a_trace_comes_back_column_for_column(tmp_path):
+    sc = _scenario()
+    trace = simulate(sc, player="recurrence")
+    disk = DiskCache(tmp_path)
+    disk.write_trace("k", trace)
+    back = DiskCache(tmp_path).read_trace("k")          # another process's view of the folder
+    for name in COLUMN_TYPES:
+        assert np.array_equal(getattr(back.columns, name), getattr(trace.columns, name)), name
+    assert back.columns.chunk_sets == trace.columns.chunk_sets
+    assert (back.config, back.hardware, back.n_gpus) == (trace.config, trace.hardware, trace.n_gpus)
+    assert compute_metrics(back).makespan_s == compute_metrics(trace).makespan_s
+
+
+def test_a_value_is_made_once_for_every_process(tmp_path):
+    made = []
+    one, two = DiskCache(tmp_path), DiskCache(tmp_path)
+    assert one.get("rows", "k", lambda: made.append(1) or [1, 2]) == [1, 2]
+    assert two.get("rows", "k", lambda: made.append(2) or [3]) == [1, 2]
+    assert made == [1]
+
+
+def test_the_least_recently_used_go_past_the_budget(tmp_path):
+    disk = DiskCache(tmp_path, budget_bytes=3000)
+    for i in range(5):
+        disk.write("blob", str(i), b"x" * 1000)
+    kept = [i for i in range(5) if disk.read("blob", str(i)) is not None]
+    assert kept and len(kept) < 5 and kept[-1] == 4
+
+
+def test_another_codes_values_are_not_read(tmp_path):
+    disk = DiskCache(tmp_path)
+    disk.write("rows", "k", [1])
+    other = DiskCache(tmp_path)
+    other.fingerprint = "another"
+    assert other.read("rows", "k") is None
+
+
+def test_the_views_read_a_run_another_process_simulated(tmp_path, monkeypatch):
+    sc = _scenario(8)
+    key = scenario_key(sc, None)
+    trace = simulate(sc, player="recurrence")
+    compute.use_disk(DiskCache(tmp_path))
+    try:
+        compute.clear_caches()
+        compute.DISK.write_trace(key, trace)
+        with monkeypatch.context() as m:
+            m.setattr(compute, "simulate", None)           # read, not simulated
+            got = compute.run(sc)
+        assert np.array_equal(got.trace.columns.end_s, trace.columns.end_s)
+        assert compute.metrics(sc).makespan_s == compute_metrics(trace).makespan_s
+        compute.clear_caches()
+        rows = compute.compare_table(sc)
+        compute.clear_caches()
+        assert compute.compare_table(sc) == rows        # the second time from the folder
+    finally:
+        compute.use_disk(None)
+        compute.clear_caches()

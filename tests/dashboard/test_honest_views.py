@@ -1,0 +1,71 @@
+"""What the views say of a run, checked against numbers worked out here: a run that does not
+fit its GPU says so on the peak-memory card, the plan chart's range holds its candidates
+and not an empty span up to the GPU's memory, a clicked span's record is listed, and a run
+whose transfers all hide says so on the timeline."""
+
+from __future__ import annotations
+
+from dashboard.figures.plan import plan_chart
+from dashboard.state import defaults, scenario_from_values
+from sim.scenario.memory import peak_memory
+
+GIB = 2 ** 30
+
+
+def _store(**changes):
+    return {"values": defaults() | changes}
+
+
+def _text(node) -> str:
+    if isinstance(node, str):
+        return node
+    if isinstance(node, list):
+        return " ".join(_text(n) for n in node)
+    if isinstance(node, dict):
+        return _text(node.get("props", {}).get("children", ""))
+    return ""
+
+
+def test_a_run_past_the_gpus_memory_says_it_does_not_fit(client):
+    seq = 1 << 27
+    peak = peak_memory(scenario_from_values(defaults() | {"seq": seq}))["total"]
+    assert peak > 80e9                     # an H100's 80 GB: it cannot fit
+    _, out = client.call("m-memory.children", {"scenario.data": _store(seq=seq), "profile.data": None,
+                                              "tabs.value": "memory", "lang.value": "en"}, ["scenario.data"])
+    card = _text(out["m-memory"]["children"])
+    assert f"{peak / GIB:.3g}".rstrip("0").rstrip(".") in card.replace(",", "") and "does not fit" in card
+    _, out = client.call("m-memory.children", {"scenario.data": _store(), "profile.data": None,
+                                              "tabs.value": "memory", "lang.value": "id"}, ["scenario.data"])
+    assert "muat" not in _text(out["m-memory"]["children"]) and "GiB" in _text(out["m-memory"]["children"])
+
+
+def test_the_plan_charts_range_holds_its_candidates():
+    cands = [{"scheme": "ring", "variant": "zigzag", "rank": i + 1, "fits": True, "step_s": 0.1 + 0.01 * i,
+              "peak_mem_bytes": (11 + 0.2 * i) * GIB} for i in range(4)]
+    lo, hi = plan_chart(cands, 80e9).layout.xaxis.range
+    assert lo <= 11 and hi >= 11.6 and hi - lo < 3            # not 0-75 GiB
+    near = plan_chart(cands, 12 * GIB).layout.xaxis.range     # a limit among them is drawn, in range
+    assert near[1] >= 12
+
+
+def test_a_clicked_span_lists_its_record(client):
+    store = _store(gpus=4, seq=8192)
+    cd = [2, 1, 0.5, 0.25, 3, 1.5, 0, 1, -1, 1]
+    from dashboard.figures.timeline import SERIES
+
+    cd[-1] = SERIES.index("send kv")
+    _, out = client.call("timeline-details.children", {"timeline.clickData": {"points": [{"customdata": cd}]},
+                                                       "lang.value": "en", "scenario.data": store,
+                                                       "profile.data": None}, ["timeline.clickData"])
+    text = _text(out["timeline-details"]["children"])
+    assert "send K/V" in text and "other GPU 3" in text
+    assert "1.50 MB" in text and "lasts 0.2500" in text
+
+
+def test_a_run_with_nothing_exposed_says_so(client):
+    values = {"scenario.data": _store(), "profile.data": None, "tabs.value": "timeline", "lang.value": "en"}
+    _, out = client.call("timeline-hidden.style", values, ["scenario.data"])
+    from dashboard import compute
+
+    exposed = max(r.exposed_comm_s for r in compute.metrics(scenario_from_values(defaults())).ranks)
+    assert (out["timeline-hidden"]["style"] == {}) == (exposed == 0)
