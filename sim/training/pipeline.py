@@ -164,8 +164,47 @@ def pipeline_makespan(forward_s: list[float], backward_s: list[float], send_s: f
                       interleave: int = 1) -> float:
     """The pipeline's time from its first op to its last, as play_pipeline's trace gives it,
     without recording the trace."""
+    if len(forward_s) == 1 and interleave == 1:
+        # one stage: a forward and a backward in turn, each waiting for the one before, so
+        # the engine's recurrence is a running sum, added in its order (the same number)
+        f, b, end = float(forward_s[0]), float(backward_s[0]), 0.0
+        for _ in range(microbatches):
+            end = end + f
+            end = end + b
+        return end
     start, end = times_waves(*build_pipeline_schedule(forward_s, backward_s, send_s, microbatches, interleave))
     return float(end[:len(start)].max()) - float(start.min()) if len(start) else 0.0
+
+
+BATCH_CELLS = 1 << 21
+"""pipeline_makespans plays at most this many ops x pipelines at once (16 MB a column of times)."""
+
+
+def pipeline_makespans(forward_s: list[list[float]], backward_s: list[list[float]], send_s: list[float],
+                       microbatches: int, interleave: int = 1) -> list[float]:
+    """pipeline_makespan of K pipelines of one shape (forward_s and backward_s: K lists of
+    the stages' times; send_s: K sends), played side by side on the engine's recurrence, one
+    column of durations each (sim.engine.players.times_waves): the same numbers, the
+    recurrence's per-wave work shared by the K."""
+    if not len(send_s):
+        return []
+    f, b = np.asarray(forward_s, dtype=np.float64), np.asarray(backward_s, dtype=np.float64)
+    if f.shape[1] == 1 and interleave == 1:
+        return [pipeline_makespan(*x, microbatches, interleave) for x in zip(forward_s, backward_s, send_s)]
+    schedule = _pipeline_ops(f.shape[1], microbatches, interleave)
+    if not len(schedule):
+        return [0.0] * len(send_s)
+    rank, kind = schedule.rank, schedule.kind[:, None]
+    send = np.asarray(send_s, dtype=np.float64)
+    out: list[float] = []
+    step = max(1, BATCH_CELLS // len(schedule))
+    for a in range(0, len(send), step):
+        fa, ba, sa = f[a:a + step], b[a:a + step], send[a:a + step]
+        durations = np.where(kind == FWD, fa[:, rank].T / interleave,
+                             np.where(kind == BWD, ba[:, rank].T / interleave, sa[None, :]))
+        start, end = times_waves(schedule, durations)
+        out += (end.max(axis=0) - start.min(axis=0)).tolist()
+    return out
 
 
 def play_pipeline(forward_s: list[float], backward_s: list[float], send_s: float, microbatches: int,
