@@ -62,15 +62,13 @@ def in_flight(pp: int, microbatches: int, interleave: int = 1) -> tuple[int, ...
     any moment of its program: the activations it holds at its peak. Stage 0 holds PP
     without interleaving and (v + 1) PP - 1 chunks of 1/v of its layers with v, so its
     activations grow by 1 + (PP - 1) / (PP v) (Korthikanti et al., "Reducing Activation
-    Recomputation in Large Transformer Models", 2022, section 4.2.3)."""
-    out = []
-    for order in program(pp, microbatches, interleave):
-        held = peak = 0
-        for phase, _, _ in order:
-            held += 1 if phase == "F" else -1
-            peak = max(peak, held)
-        out.append(peak)
-    return tuple(out)
+    Recomputation in Large Transformer Models", 2022, section 4.2.3). Read from the
+    program's shape rather than walked: its warm-up's forwards, then one more before the
+    first backward (each backward after it follows a forward), or every chunk where the
+    warm-up takes them all."""
+    total = microbatches * interleave
+    return tuple(min((pp - s - 1 if interleave == 1 else (pp - s - 1) * 2 + (interleave - 1) * pp) + 1, total)
+                 for s in range(pp))
 
 
 def build_pipeline_schedule(forward_s: list[float], backward_s: list[float], send_s: float, microbatches: int,

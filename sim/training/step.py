@@ -441,6 +441,8 @@ the same few many times)."""
 _ATTENTION_MEMORY: dict[tuple, float] = {}
 """The CP scheme's working memory of a layer's attention, by the same key (a plan reads it
 for every split before it simulates any attention)."""
+_ATTENTION_BOUND: dict[tuple, float] = {}
+"""attention_bound_s, by the same key."""
 _HARDWARE_KEYS: dict[int, tuple[Hardware, str]] = {}
 """Each hardware's repr, by the object (a plan's splits share one: its repr costs more
 than the look-up)."""
@@ -499,11 +501,16 @@ def attention_bound_s(req: StepRequest, pass_: str) -> float:
     from sim.engine.play import ideal_rate_flops
     from sim.scenario.quantities import PASS_FLOPS_FACTOR
 
-    sc = _attention_scenario(req, pass_)
-    w = sc.workload
-    rate = ideal_rate_flops(sc.implementation.played_on(sc.hardware), w)
-    flops = w.fwd_flops(w.seq * w.seq / 2) * PASS_FLOPS_FACTOR[pass_]          # over the batch
-    return flops / (sc.n_gpus * rate)
+    key = _attention_key(req, pass_)
+    if key not in _ATTENTION_BOUND:
+        sc = _attention_scenario(req, pass_)
+        w = sc.workload
+        rate = ideal_rate_flops(sc.implementation.played_on(sc.hardware), w)
+        flops = w.fwd_flops(w.seq * w.seq / 2) * PASS_FLOPS_FACTOR[pass_]          # over the batch
+        if len(_ATTENTION_BOUND) > 4096:
+            _ATTENTION_BOUND.clear()
+        _ATTENTION_BOUND[key] = flops / (sc.n_gpus * rate)
+    return _ATTENTION_BOUND[key]
 
 
 def _attention_scenario(req: StepRequest, pass_: str) -> Scenario:
@@ -731,7 +738,7 @@ def _memory(req: StepRequest, layers: list[int], attention_working_bytes: float)
     replicas = p.dp * p.cp
     grad = GRAD_BYTES[p.grad_reduce]
     head_n = m.vocab // p.tp
-    params_gpu = max(_stage_params(req, layers, s) for s in range(p.pp))
+    params_gpu = max(_stage_params(req, layers, s) for s in _distinct_stages(layers))
     # each stage's peak of chunks in flight (sim.training.pipeline.in_flight), each of 1/v of its layers
     held = in_flight(p.pp, req.microbatches, p.interleave)
     kept_layers = max(layers[s] * held[s] / p.interleave for s in range(p.pp))
@@ -757,6 +764,20 @@ def _memory(req: StepRequest, layers: list[int], attention_working_bytes: float)
         memory["logits_last_stage"] = t * head_n * 4.0
     memory["total"] = sum(memory.values()) - memory.get("logits_last_stage", 0.0)
     return memory
+
+
+def _distinct_stages(layers: list[int]) -> list[int]:
+    """One stage of each kind: the first, the last and, between them, the first stage of each
+    layer count (stages of one kind hold the same parameters and do the same work)."""
+    pp = len(layers)
+    seen, out = set(), [0]
+    for s in range(1, pp - 1):
+        if layers[s] not in seen:
+            seen.add(layers[s])
+            out.append(s)
+    if pp > 1:
+        out.append(pp - 1)
+    return out
 
 
 def step_memory(req: StepRequest) -> dict[str, float]:
@@ -902,15 +923,16 @@ def step_bound_s(req: StepRequest) -> float:
     layers = stage_layers(m.layers, p.pp)
     stage_f, stage_b = _stage_times(layer, ends, layers)
     mb = req.microbatches
-    optimizer = [_optimizer_s(req, layers, s) for s in range(p.pp)]
-    pipe = pipeline_bound_s(stage_f, stage_b, 0.0, mb, p.interleave) + min(optimizer)
+    distinct = _distinct_stages(layers)
+    optimizer = {s: _optimizer_s(req, layers, s) for s in distinct}
+    pipe = pipeline_bound_s(stage_f, stage_b, 0.0, mb, p.interleave) + min(optimizer.values())
     replicas = p.dp * p.cp
     if replicas <= 1:
         return pipe
     dbw, dlat = _link(req, p.tp * p.cp * p.dp)
     grad = GRAD_BYTES[p.grad_reduce]
     stages = []
-    for s in range(p.pp):
+    for s in distinct:
         f, b = stage_f[s], stage_b[s]
         params = _stage_params(req, layers, s)
         rs = ring_collective_s(params * grad, replicas, dbw, dlat)

@@ -50,12 +50,21 @@ def test_the_trace_names_the_stages_and_their_sends():
     assert sends.any() and set(c.kind[~sends].tolist()) <= {KIND_NAMES.index(k) for k in ("fwd", "bwd", "idle", "pp")}
 
 
-@pytest.mark.parametrize("pp, m, v", [(4, 8, 1), (4, 2, 1), (16, 32, 1), (4, 8, 2), (16, 32, 2), (16, 32, 4),
+@pytest.mark.parametrize("pp, m, v", [(4, 8, 1), (4, 2, 1), (16, 32, 1), (4, 8, 2), (16, 32, 2), (16, 32, 4), (1, 3, 1),
                                       (16, 16, 8), (8, 8, 4)])
 def test_the_chunks_in_flight_follow_megatrons_warm_up(pp, m, v):
     # plain 1F1B: stage s holds PP - s micro-batches (at most m); interleaved, Megatron's
     # warm-up of 2 (PP - s - 1) + (v - 1) PP forwards plus the one before the first backward
     held = in_flight(pp, m, v)
+    # the reference: each stage's program walked, a forward taking a chunk and a backward freeing one
+    walked = []
+    for order in program(pp, m, v):
+        now = peak = 0
+        for phase, _, _ in order:
+            now += 1 if phase == "F" else -1
+            peak = max(peak, now)
+        walked.append(peak)
+    assert list(held) == walked
     for s in range(pp):
         want = pp - s if v == 1 else 2 * (pp - s - 1) + (v - 1) * pp + 1
         assert held[s] == min(want, m * v)
