@@ -72,6 +72,35 @@ def summary(runs: list[dict]) -> dict:
             "cpu_median_s": statistics.median(cpus), "wall_s": walls, "cpu_s": cpus}
 
 
+def report(runs: dict, trees: dict, loads: list[float], out: str, done: int, final: bool) -> None:
+    """Print (at the end) and write the results of the `done` repeats so far."""
+    result = {"machine": cpu_host(), "repeats": done, "load_average_1min": {"min": min(loads), "max": max(loads)},
+              "trees": {v: os.path.realpath(t) for v, t in trees.items()}, "plans": {}}
+    say = print if final else (lambda *x, **k: None)
+    say(f"\n{'plan':30} {'version':8} {'wall median':>12} {'wall range':>17} {'CPU median':>11} {'same rows':>10}")
+    for name in runs:
+        entry = {"argv": PLANS[name]}
+        for version in trees:
+            s = summary(runs[name][version])
+            same = None
+            if version == "after" and "before" in trees:
+                same = all(rows_of(x["stdout"]) == rows_of(runs[name]["before"][0]["stdout"])
+                           for x in runs[name]["after"])
+                s["same_rows_as_before"] = same
+            entry[version] = s
+            say(f"{name:30} {version:8} {s['wall_median_s']:11.1f}s {s['wall_min_s']:7.1f}-{s['wall_max_s']:.1f} s "
+                f"{s['cpu_median_s']:10.1f}s {'' if same is None else ('yes' if same else 'NO'):>10}")
+        if "before" in trees:
+            entry["speedup_wall_median"] = entry["before"]["wall_median_s"] / entry["after"]["wall_median_s"]
+        result["plans"][name] = entry
+    say(f"load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    say(f"wrote {out}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", default=None, help="a tree of the version to compare with (a worktree of main)")
@@ -91,30 +120,7 @@ def main() -> int:
                 print(f"  {rep + 1}/{a.repeats} {name} {version}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU",
                       file=sys.stderr, flush=True)
                 loads.append(os.getloadavg()[0])
-    result = {"machine": cpu_host(), "repeats": a.repeats, "load_average_1min": {"min": min(loads), "max": max(loads)},
-              "trees": {v: os.path.realpath(t) for v, t in trees.items()}, "plans": {}}
-    print(f"\n{'plan':30} {'version':8} {'wall median':>12} {'wall range':>17} {'CPU median':>11} {'same rows':>10}")
-    for name in names:
-        entry = {"argv": PLANS[name]}
-        for version in trees:
-            s = summary(runs[name][version])
-            same = None
-            if version == "after" and "before" in trees:
-                same = all(rows_of(x["stdout"]) == rows_of(runs[name]["before"][0]["stdout"])
-                           for x in runs[name]["after"])
-                s["same_rows_as_before"] = same
-            entry[version] = s
-            print(f"{name:30} {version:8} {s['wall_median_s']:11.1f}s {s['wall_min_s']:7.1f}-{s['wall_max_s']:.1f} s "
-                  f"{s['cpu_median_s']:10.1f}s {'' if same is None else ('yes' if same else 'NO'):>10}")
-        if "before" in trees:
-            entry["speedup_wall_median"] = entry["before"]["wall_median_s"] / entry["after"]["wall_median_s"]
-        result["plans"][name] = entry
-    print(f"load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    print(f"wrote {a.out}")
+        report(runs, trees, loads, a.out, rep + 1, final=rep + 1 == a.repeats)
     return 0
 
 
