@@ -143,7 +143,8 @@ def export_plan(a: argparse.Namespace, candidates: list[dict[str, Any]], model: 
             raise RingsimError(f"rank {c['rank']} ({label(c)}): {why}")
         passed.setdefault(why, []).append(c["rank"])
     first = next(iter(passed))
-    raise RingsimError(f"no split of the plan runs as a {title} job; rank 1: {first.splitlines()[0]}")
+    more = "" if not a.top else f" (of the first {len(candidates)}; --top 0 ranks every split)"
+    raise RingsimError(f"no split of the plan runs as a {title} job{more}; rank 1: {first.splitlines()[0]}")
 
 
 def step_from(a: argparse.Namespace, simulate: Any, show: Any) -> int:

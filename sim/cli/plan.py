@@ -83,7 +83,11 @@ def register(sub) -> None:
                    help="count parameters and optimizer state, sharded over this many GPUs "
                         "(default: not counted)")
     o = p.add_argument_group("output")
-    o.add_argument("--top", type=int, default=5, help="candidates shown (default 5; 0: all)")
+    o.add_argument("--top", type=int, default=5,
+                   help="candidates shown (default 5; 0: all). With --global-batch only the first K are sure to be "
+                        "timed: a split whose lower bound is above the K-th's step is not (0 times every split)")
+    o.add_argument("--progress", action="store_true",
+                   help="a progress line with the time left on stderr even where it is not a terminal")
     o.add_argument("--json", action="store_true",
                    help='print {"candidates": [...]}, best first, each with its `ringsim simulate` command')
     add_framework_args(p, plan=True)
@@ -114,17 +118,36 @@ def request_from_args(a: argparse.Namespace):
                               if v is not None})
 
 
-def progress_line(stream):
-    """On a terminal, a line that counts the candidates simulated (rewritten in place, gone
-    at the end); elsewhere (a pipe, a file, CI) nothing."""
-    if not stream.isatty():
+PROGRESS_AFTER_S = 1.0
+"""A plan shows its progress once it has run this long (a quicker one shows nothing)."""
+PROGRESS_EVERY_S = 0.25
+"""The progress line is rewritten at most this often."""
+
+
+def progress_line(stream, always: bool = False):
+    """On a terminal (or `always`), a line that counts the candidates settled and the time
+    left at the rate so far, rewritten in place at most every PROGRESS_EVERY_S once the
+    plan has run PROGRESS_AFTER_S, and gone at the end; elsewhere (a pipe, a file, CI)
+    nothing."""
+    if not (always or stream.isatty()):
         return None
     start = time.monotonic()
+    shown = {"at": 0.0, "width": 0}
 
     def show(done: int, total: int) -> None:
-        end = "\n" if done == total else ""
-        stream.write(f"\r{done} of {total} candidates simulated, {time.monotonic() - start:.0f} s" + end)
+        now = time.monotonic() - start
+        if done >= total:
+            if shown["width"]:
+                stream.write("\r" + " " * shown["width"] + "\r")
+                stream.flush()
+            return
+        if now < PROGRESS_AFTER_S or now - shown["at"] < PROGRESS_EVERY_S:
+            return
+        left = now / done * (total - done) if done else float("nan")
+        line = f"{done:,} of {total:,} candidates, {now:.0f} s, about {left:.0f} s left"
+        stream.write("\r" + line.ljust(shown["width"]))
         stream.flush()
+        shown["at"], shown["width"] = now, max(shown["width"], len(line))
     return show
 
 
@@ -169,7 +192,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
                                "with --attention-only")
         return _plan_steps(a)
     req = request_from_args(a)
-    result = plan(req, Runner(workers=plan_workers(a.workers, req.n_gpus)), progress_line(sys.stderr))
+    result = plan(req, Runner(workers=plan_workers(a.workers, req.n_gpus)), progress_line(sys.stderr, a.progress))
     if a.json:
         json.dump(result.to_dict(a.top or None), sys.stdout, indent=2)
         print()
@@ -181,14 +204,16 @@ def cmd_plan(a: argparse.Namespace) -> int:
 def _plan_steps(a: argparse.Namespace) -> int:
     """The whole-step plan (sim.training.plan)."""
     # the step planner and the engine's player load when `plan` runs, not on every start
-    from sim.training.plan import label, plan_steps, request_hardware
+    from sim.training.plan import label, not_ranked_line, plan_steps, request_hardware
 
     req = request_from_args(a)
     hardware, hardware_argv = request_hardware(req)
     seq = parse_count(a.seq, "seq")
     batch = parse_count(a.global_batch, "global-batch")
+    # the first K are timed (--top; an export's --rank K beyond it widens them to K)
+    first = None if not a.top else max(a.top, a.rank or 0) if a.export is not None else a.top
     result = plan_steps(req.model, seq, batch, hardware, req.n_gpus, hardware_argv=hardware_argv, fp8=a.fp8,
-                        on_progress=progress_line(sys.stderr))
+                        on_progress=progress_line(sys.stderr, a.progress), top=first)
     top = result.candidates[: a.top or len(result.candidates)]
     exported = None
     if a.export is not None:
@@ -200,17 +225,20 @@ def _plan_steps(a: argparse.Namespace) -> int:
         write_export(a, exported[0])
     if a.json:
         json.dump({"gpus": result.gpus, "considered": result.considered, "refused": result.refused,
-                   "skipped": result.skipped, "seconds": result.seconds, "candidates": top}, sys.stdout, indent=2)
+                   "skipped": result.skipped, "timed": result.timed, "fit": result.fitting, "seconds": result.seconds,
+                   "candidates": top, "not_ranked": result.not_ranked, "bar_s": result.bar_s}, sys.stdout, indent=2)
         print()
         return 0
-    fitting = sum(c["fits"] for c in result.candidates)
+    fitting = result.fitting
     print(f"{req.model.name} at {seq:,} tokens a sequence, {batch:,} tokens a step; {result.gpus:,} x "
           f"{hardware.gpu.name} ({req.nodes} node{'s' if req.nodes > 1 else ''} of {req.gpus_per_node})")
     skipped = (f", {result.skipped:,} interleaved not tried (their plain 1F1B does not fit or is not possible)"
                if result.skipped else "")
     print(f"{result.considered:,} splits considered, {result.refused:,} not possible{skipped}, "
-          f"{len(result.candidates):,} timed, {fitting:,} fit in {hardware.gpu.memory_gb:g} GB; "
+          f"{result.timed:,} timed, {fitting:,} fit in {hardware.gpu.memory_gb:g} GB; "
           f"{result.seconds:.1f} s")
+    if result.not_ranked:
+        print(not_ranked_line(result, a.top))
     rows = [[c["rank"], label(c), fmt_s(c["step_s"]), f"{c['tokens_per_s_per_gpu']:,.0f}",
              f"{c['tflops_per_gpu']:.0f}", f"{c['mfu']:.1%}", fmt_bytes(c["memory_bytes_per_gpu"]),
              "yes" if c["fits"] else "no"] for c in top]

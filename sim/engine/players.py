@@ -479,11 +479,16 @@ def times_waves(schedule: Schedule, dur: np.ndarray) -> tuple[np.ndarray, np.nda
     (the end of each resource's previous op) and its dependencies' ends, a max, exact in
     any order; end = start + duration, or start for a zero-duration op (a skipped block
     still takes its turn in its stream: it waits for what it waits on).
+
+    `dur` may have more columns than one (ops x K): K plays of the same schedule with other
+    durations, each column timed as alone (start and end ops x K); a planner plays many
+    pipelines of one shape in one pass.
     """
     n_ops = len(schedule)
-    start = np.zeros(n_ops)
-    end = np.zeros(n_ops + 1)   # end[NO_DEP], the last: waiting on nothing is ready at 0
-    free = np.zeros(schedule.n_resources + 1)   # free[-1]: no resource (an extra's padding)
+    lanes = dur.shape[1:]
+    start = np.zeros((n_ops, *lanes))
+    end = np.zeros((n_ops + 1, *lanes))   # end[NO_DEP], the last: waiting on nothing is ready at 0
+    free = np.zeros((schedule.n_resources + 1, *lanes))   # free[-1]: no resource (an extra's padding)
     resource, after, extra = schedule.resource, schedule.after, schedule.extra_resources
     # adding 0.0 to a time leaves it exactly as it is: one addition serves every op (the
     # durations themselves where none is negative or NaN: -0.0 adds as 0.0 to a time)

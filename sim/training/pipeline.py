@@ -62,15 +62,13 @@ def in_flight(pp: int, microbatches: int, interleave: int = 1) -> tuple[int, ...
     any moment of its program: the activations it holds at its peak. Stage 0 holds PP
     without interleaving and (v + 1) PP - 1 chunks of 1/v of its layers with v, so its
     activations grow by 1 + (PP - 1) / (PP v) (Korthikanti et al., "Reducing Activation
-    Recomputation in Large Transformer Models", 2022, section 4.2.3)."""
-    out = []
-    for order in program(pp, microbatches, interleave):
-        held = peak = 0
-        for phase, _, _ in order:
-            held += 1 if phase == "F" else -1
-            peak = max(peak, held)
-        out.append(peak)
-    return tuple(out)
+    Recomputation in Large Transformer Models", 2022, section 4.2.3). Read from the
+    program's shape rather than walked: its warm-up's forwards, then one more before the
+    first backward (each backward after it follows a forward), or every chunk where the
+    warm-up takes them all."""
+    total = microbatches * interleave
+    return tuple(min((pp - s - 1 if interleave == 1 else (pp - s - 1) * 2 + (interleave - 1) * pp) + 1, total)
+                 for s in range(pp))
 
 
 def build_pipeline_schedule(forward_s: list[float], backward_s: list[float], send_s: float, microbatches: int,
@@ -164,8 +162,47 @@ def pipeline_makespan(forward_s: list[float], backward_s: list[float], send_s: f
                       interleave: int = 1) -> float:
     """The pipeline's time from its first op to its last, as play_pipeline's trace gives it,
     without recording the trace."""
+    if len(forward_s) == 1 and interleave == 1:
+        # one stage: a forward and a backward in turn, each waiting for the one before, so
+        # the engine's recurrence is a running sum, added in its order (the same number)
+        f, b, end = float(forward_s[0]), float(backward_s[0]), 0.0
+        for _ in range(microbatches):
+            end = end + f
+            end = end + b
+        return end
     start, end = times_waves(*build_pipeline_schedule(forward_s, backward_s, send_s, microbatches, interleave))
     return float(end[:len(start)].max()) - float(start.min()) if len(start) else 0.0
+
+
+BATCH_CELLS = 1 << 21
+"""pipeline_makespans plays at most this many ops x pipelines at once (16 MB a column of times)."""
+
+
+def pipeline_makespans(forward_s: list[list[float]], backward_s: list[list[float]], send_s: list[float],
+                       microbatches: int, interleave: int = 1) -> list[float]:
+    """pipeline_makespan of K pipelines of one shape (forward_s and backward_s: K lists of
+    the stages' times; send_s: K sends), played side by side on the engine's recurrence, one
+    column of durations each (sim.engine.players.times_waves): the same numbers, the
+    recurrence's per-wave work shared by the K."""
+    if not len(send_s):
+        return []
+    f, b = np.asarray(forward_s, dtype=np.float64), np.asarray(backward_s, dtype=np.float64)
+    if f.shape[1] == 1 and interleave == 1:
+        return [pipeline_makespan(*x, microbatches, interleave) for x in zip(forward_s, backward_s, send_s)]
+    schedule = _pipeline_ops(f.shape[1], microbatches, interleave)
+    if not len(schedule):
+        return [0.0] * len(send_s)
+    rank, kind = schedule.rank, schedule.kind[:, None]
+    send = np.asarray(send_s, dtype=np.float64)
+    out: list[float] = []
+    step = max(1, BATCH_CELLS // len(schedule))
+    for a in range(0, len(send), step):
+        fa, ba, sa = f[a:a + step], b[a:a + step], send[a:a + step]
+        durations = np.where(kind == FWD, fa[:, rank].T / interleave,
+                             np.where(kind == BWD, ba[:, rank].T / interleave, sa[None, :]))
+        start, end = times_waves(schedule, durations)
+        out += (end.max(axis=0) - start.min(axis=0)).tolist()
+    return out
 
 
 def play_pipeline(forward_s: list[float], backward_s: list[float], send_s: float, microbatches: int,

@@ -443,19 +443,79 @@ class Step:
 _ATTENTION: dict[tuple, tuple[float, float]] = {}
 """Attention layers already simulated, by everything that decides them (a plan asks for
 the same few many times)."""
+_ATTENTION_MEMORY: dict[tuple, float] = {}
+"""The CP scheme's working memory of a layer's attention, by the same key (a plan reads it
+for every split before it simulates any attention)."""
+_ATTENTION_BOUND: dict[tuple, float] = {}
+"""attention_bound_s, by the same key."""
+_HARDWARE_KEYS: dict[int, tuple[Hardware, str]] = {}
+"""Each hardware's repr, by the object (a plan's splits share one: its repr costs more
+than the look-up)."""
+
+
+def _hardware_key(hw: Hardware) -> str:
+    hit = _HARDWARE_KEYS.get(id(hw))
+    if hit is None or hit[0] is not hw:
+        if len(_HARDWARE_KEYS) > 64:
+            _HARDWARE_KEYS.clear()
+        hit = _HARDWARE_KEYS[id(hw)] = (hw, repr(hw))
+    return hit[1]
+
+
+def _attention_key(req: StepRequest, pass_: str) -> tuple:
+    m, p = req.model, req.parallel
+    return (m.heads, m.kv_heads, m.head_dim, p.tp, p.cp, p.scheme, p.layout, p.ulysses_degree, p.impl,
+            req.micro_batch, req.seq, pass_, _hardware_key(req.hardware))
 
 
 def _attention_s(req: StepRequest, pass_: str) -> tuple[float, float]:
     """(makespan, the scheme's working memory) of one layer's attention for one
     micro-batch on the CP group (sim.engine.play.simulate)."""
-    m, p = req.model, req.parallel
-    key = (m.heads, m.kv_heads, m.head_dim, p.tp, p.cp, p.scheme, p.layout, p.ulysses_degree, p.impl,
-           req.micro_batch, req.seq, pass_, repr(req.hardware))
+    key = _attention_key(req, pass_)
     if key not in _ATTENTION:
         if len(_ATTENTION) > 4096:
             _ATTENTION.clear()
         _ATTENTION[key] = _simulate_attention(req, pass_)
     return _ATTENTION[key]
+
+
+def attention_memory_bytes(req: StepRequest) -> float:
+    """The CP scheme's working memory for one layer's attention (what `_attention_s` gives
+    beside the makespan), without simulating it."""
+    key = _attention_key(req, "fwd")
+    if key in _ATTENTION:
+        return _ATTENTION[key][1]
+    if key not in _ATTENTION_MEMORY:
+        # the memory model loads with the first attention, as in _simulate_attention
+        from sim.scenario.memory import peak_memory
+
+        if len(_ATTENTION_MEMORY) > 4096:
+            _ATTENTION_MEMORY.clear()
+        _ATTENTION_MEMORY[key] = float(peak_memory(attention_scenario(req, "fwd"))["total"])
+    return _ATTENTION_MEMORY[key]
+
+
+def attention_bound_s(req: StepRequest, pass_: str) -> float:
+    """A lower bound of `_attention_s`'s makespan that simulates nothing: the pass's ideal
+    time (docs/design.md), the causal FLOPs of the micro-batch's sequences over the CP
+    group at the rate no block of the kernel model beats (sim.engine.play.ideal_rate_flops).
+    The busiest GPU computes at least the group's mean, each block no faster than that
+    rate, and contention only stretches a block, so no simulated attention is shorter
+    (efficiency at most 1). The pairs counted are seq^2 / 2 a sequence, a little under the
+    seq (seq + 1) / 2 a causal mask computes."""
+    from sim.engine.play import ideal_rate_flops
+    from sim.scenario.quantities import PASS_FLOPS_FACTOR
+
+    key = _attention_key(req, pass_)
+    if key not in _ATTENTION_BOUND:
+        sc = attention_scenario(req, pass_)
+        w = sc.workload
+        rate = ideal_rate_flops(sc.implementation.played_on(sc.hardware), w)
+        flops = w.fwd_flops(w.seq * w.seq / 2) * PASS_FLOPS_FACTOR[pass_]          # over the batch
+        if len(_ATTENTION_BOUND) > 4096:
+            _ATTENTION_BOUND.clear()
+        _ATTENTION_BOUND[key] = flops / (sc.n_gpus * rate)
+    return _ATTENTION_BOUND[key]
 
 
 def attention_scenario(req: StepRequest, pass_: str) -> Scenario:
@@ -542,11 +602,20 @@ class _LayerTimes:
         return self.gemm_bwd_s + self.attention_bwd_s + self.elementwise_bwd_s + self.tp_bwd_s + self.recompute_s
 
 
-def _layer_times(req: StepRequest) -> _LayerTimes:
-    """A layer's GEMMs, attention, elementwise work and TP collectives, forward and
-    backward, and what recomputation adds (module docstring)."""
+_LAYER_WORK: dict[tuple, tuple[float, float, float, float, float]] = {}
+"""A layer's work besides attention, by everything that decides it (a plan's splits of one
+TP degree and micro-batch share it)."""
+
+
+def _layer_work(req: StepRequest) -> tuple[float, float, float, float, float]:
+    """A layer's GEMMs forward and backward, its elementwise work forward, and what of its
+    TP collectives shows forward and backward (module docstring), for one micro-batch."""
     m, p, hw = req.model, req.parallel, req.hardware
     t = req.tokens                                   # tokens a GPU's GEMMs see per micro-batch
+    key = (m, req.mlp, p.tp, p.fp8, p.tp_overlap, t, req.gemm_rate, _hardware_key(hw))
+    hit = _LAYER_WORK.get(key)
+    if hit is not None:
+        return hit
     stream = hw.gpu.memory_bandwidth_gbps
     lin = layer_linears(m, p.tp, req.mlp)
     fwd_products = [(t, n, k) for k, n in lin.values()]
@@ -556,8 +625,6 @@ def _layer_times(req: StepRequest) -> _LayerTimes:
         cast_f, cast_b = fp8_cast_elements(m, p.tp)
         gemm_f += t * cast_f * FP8_CAST_BYTES / (stream * 1e9)
         gemm_b += t * cast_b * FP8_CAST_BYTES / (stream * 1e9)
-    attn_f, attn_mem = _attention_s(req, "fwd")
-    attn_b, _ = _attention_s(req, "bwd")
     kv = max(m.kv_heads // p.tp, 1)
     elem_elems = t * (m.hidden / p.tp * (2 * ELEMENTWISE_PASSES["norm"] + 2 * ELEMENTWISE_PASSES["residual"])
                       + m.ffn / p.tp * ELEMENTWISE_PASSES["swiglu"]
@@ -569,6 +636,23 @@ def _layer_times(req: StepRequest) -> _LayerTimes:
         # each collective runs in chunks beside the GEMM it feeds or follows: only what the
         # layer's GEMMs cannot cover shows
         tp_f, tp_b = max(0.0, tp_f - gemm_f), max(0.0, tp_b - gemm_b)
+    if len(_LAYER_WORK) > 4096:
+        _LAYER_WORK.clear()
+    _LAYER_WORK[key] = (gemm_f, gemm_b, elem_f, tp_f, tp_b)
+    return _LAYER_WORK[key]
+
+
+def _layer_times(req: StepRequest, attention: tuple[float, float, float] | None = None) -> _LayerTimes:
+    """A layer's GEMMs, attention, elementwise work and TP collectives, forward and
+    backward, and what recomputation adds (module docstring). `attention`: (forward,
+    backward, working memory) in place of the simulated attention's (a plan's bound)."""
+    p = req.parallel
+    gemm_f, gemm_b, elem_f, tp_f, tp_b = _layer_work(req)
+    if attention is None:
+        attn_f, attn_mem = _attention_s(req, "fwd")
+        attn_b, _ = _attention_s(req, "bwd")
+    else:
+        attn_f, attn_b, attn_mem = attention
     recompute_b = 0.0
     if p.recompute == "selective":
         recompute_b = attn_f
@@ -661,14 +745,14 @@ def _optimizer_s(req: StepRequest, layers: list[int], slow: int) -> float:
     return _stage_params(req, layers, slow) / shard * 16 * 2 / (req.hardware.gpu.memory_bandwidth_gbps * 1e9)
 
 
-def _memory(req: StepRequest, layers: list[int], layer: _LayerTimes) -> dict[str, float]:
+def _memory(req: StepRequest, layers: list[int], attention_working_bytes: float) -> dict[str, float]:
     """Bytes per GPU on the stage that holds the most, by what holds them (module
     docstring, "Memory per GPU")."""
     m, p, t = req.model, req.parallel, req.tokens
     replicas = p.dp * p.cp
     grad = GRAD_BYTES[p.grad_reduce]
     head_n = m.vocab // p.tp
-    params_gpu = max(_stage_params(req, layers, s) for s in range(p.pp))
+    params_gpu = max(_stage_params(req, layers, s) for s in _distinct_stages(layers))
     # each stage's peak of chunks in flight (sim.training.pipeline.in_flight), each of 1/v of its layers
     held = in_flight(p.pp, req.microbatches, p.interleave)
     kept_layers = max(layers[s] * held[s] / p.interleave for s in range(p.pp))
@@ -685,7 +769,7 @@ def _memory(req: StepRequest, layers: list[int], layer: _LayerTimes) -> dict[str
         "optimizer": state_bytes,
         "activations": kept_layers * activation_bytes_per_token(m, p.tp, p.recompute) * t,
         "logits": t * head_n * 4.0 if p.pp == 1 else 0.0,
-        "attention_working": layer.attention_working_bytes,
+        "attention_working": attention_working_bytes,
         # the backward of a recomputed layer holds what its forward rebuilt, one layer at a time
         "recompute_working": (activation_bytes_per_token(m, p.tp, "none")
                               - activation_bytes_per_token(m, p.tp, p.recompute)) * t,
@@ -696,7 +780,123 @@ def _memory(req: StepRequest, layers: list[int], layer: _LayerTimes) -> dict[str
     return memory
 
 
-def simulate_step(req: StepRequest) -> Step:
+def _distinct_stages(layers: list[int]) -> list[int]:
+    """One stage of each kind: the first, the last and, between them, the first stage of each
+    layer count (stages of one kind hold the same parameters and do the same work)."""
+    pp = len(layers)
+    seen, out = set(), [0]
+    for s in range(1, pp - 1):
+        if layers[s] not in seen:
+            seen.add(layers[s])
+            out.append(s)
+    if pp > 1:
+        out.append(pp - 1)
+    return out
+
+
+def step_memory(req: StepRequest) -> dict[str, float]:
+    """The step's memory per GPU (Step.memory), without simulating its attention."""
+    return _memory(req, stage_layers(req.model.layers, req.parallel.pp), attention_memory_bytes(req))
+
+
+def _stage_times(layer: _LayerTimes, ends: _EndTimes, layers: list[int]) -> tuple[list[float], list[float]]:
+    """Each stage's forward and backward of one micro-batch: its layers, the output layer
+    on the last stage and the embedding on the first."""
+    stage_f = [n * layer.forward_s for n in layers]
+    stage_b = [n * layer.backward_s for n in layers]
+    stage_f[-1] += ends.head_fwd_s
+    stage_b[-1] += ends.head_bwd_s
+    stage_f[0] += ends.embedding_s
+    stage_b[0] += ends.embedding_s
+    return stage_f, stage_b
+
+
+def pipeline_bound_s(stage_f: list[float], stage_b: list[float], send: float, mb: int, v: int) -> float:
+    """A lower bound of the pipeline's makespan (sim.training.pipeline) that plays nothing.
+    Stage s runs its m micro-batches' forwards and backwards one at a time; its first op
+    (chunk 0 of micro-batch 0) waits for that chunk's forward on every stage before it and
+    the send after each, and after its last op (a backward of chunk 0) that backward still
+    runs on every stage before it: (stage_f[j] + stage_b[j]) / v + 2 sends for each j < s."""
+    best, before = 0.0, 0.0
+    for f, b in zip(stage_f, stage_b):
+        best = max(best, before + mb * (f + b))
+        before += (f + b) / v + 2 * send
+    return best
+
+
+@dataclass
+class StepParts:
+    """A step's answer before its pipeline is played: everything `simulate_step` gives but
+    the pipeline's makespan (a planner bounds the step with it before it plays the pipeline)."""
+
+    request: StepRequest
+    layer: _LayerTimes
+    ends: _EndTimes
+    layers: list[int]
+    stage_f: list[float]
+    stage_b: list[float]
+    slow: int
+    """The stage with the most work a micro-batch."""
+    send: float
+    """One send between two stages, s (0 without a pipeline)."""
+    data_parallel_s: float
+    optimizer_s: float
+    notes: list[str]
+
+    @property
+    def pipeline_play(self) -> tuple:
+        p = self.request.parallel
+        return (self.stage_f, self.stage_b, self.send, self.request.microbatches, p.interleave)
+
+    def bound_s(self) -> float:
+        """A lower bound of the step's time (pipeline_bound_s, the rest as it is)."""
+        return pipeline_bound_s(*self.pipeline_play) + self.data_parallel_s + self.optimizer_s
+
+    def step(self, pipelines: tuple[float, float] | None = None) -> Step:
+        """The step, its pipeline played on the engine (sim.training.pipeline); `pipelines`:
+        the pipeline's makespan with its sends and without them, played already."""
+        req, layer, ends, layers, slow = self.request, self.layer, self.ends, self.layers, self.slow
+        m, p = req.model, req.parallel
+        stage_f, stage_b, send, mb = self.stage_f, self.stage_b, self.send, req.microbatches
+        tf, tb = stage_f[slow], stage_b[slow]
+        work = mb * (tf + tb)
+        # the pipeline played on the engine (sim.training.pipeline), with its sends and without them
+        if pipelines is not None:
+            pipe, pipe_bare = pipelines
+        else:
+            pipe = _pipeline(stage_f, stage_b, send, mb, p.interleave)
+            pipe_bare = _pipeline(stage_f, stage_b, 0.0, mb, p.interleave) if send else pipe
+        bubble = max(0.0, pipe_bare - work)
+        pp_comm = max(0.0, pipe - pipe_bare)
+        dp_exposed, optimizer = self.data_parallel_s, self.optimizer_s
+        step_s = pipe + dp_exposed + optimizer
+        last, first, n = slow == p.pp - 1, slow == 0, layers[slow]
+        breakdown = {
+            "gemm_s": mb * (n * (layer.gemm_fwd_s + layer.gemm_bwd_s)
+                            + (ends.head_gemm_fwd_s + ends.head_gemm_bwd_s if last else 0.0)),
+            "attention_s": mb * n * (layer.attention_fwd_s + layer.attention_bwd_s),
+            "elementwise_s": mb * (n * (layer.elementwise_fwd_s + layer.elementwise_bwd_s)
+                                   + (2 * ends.loss_s if last else 0.0) + (2 * ends.embedding_s if first else 0.0)),
+            "tp_comm_s": mb * n * (layer.tp_fwd_s + layer.tp_bwd_s),
+            "recompute_s": mb * n * layer.recompute_s,
+            "pp_bubble_s": bubble,
+            "pp_comm_s": pp_comm,
+            "dp_comm_s": dp_exposed,
+            "optimizer_s": optimizer,
+        }
+        breakdown["other_s"] = max(0.0, step_s - sum(breakdown.values()))
+        per_layer = {"gemm_fwd_s": layer.gemm_fwd_s, "gemm_bwd_s": layer.gemm_bwd_s,
+                     "attention_fwd_s": layer.attention_fwd_s, "attention_bwd_s": layer.attention_bwd_s,
+                     "elementwise_fwd_s": layer.elementwise_fwd_s, "tp_fwd_s": layer.tp_fwd_s,
+                     "tp_bwd_s": layer.tp_bwd_s, "recompute_s": layer.recompute_s}
+        return Step(request=req, step_s=step_s, breakdown=breakdown, per_layer=per_layer,
+                    memory=_memory(req, layers, layer.attention_working_bytes),
+                    model_flops=model_flops_per_token(m, req.seq) * req.global_batch, stage_layers=layers,
+                    notes=self.notes, stage_s=list(zip(stage_f, stage_b)), pipeline_play=self.pipeline_play)
+
+
+def step_parts(req: StepRequest) -> StepParts:
+    """The step up to its pipeline (StepParts), its attention simulated."""
     m, p, hw = req.model, req.parallel, req.hardware
     if hw.gpu.memory_bandwidth_gbps is None:
         raise RingsimError(f"GPU {hw.gpu.name} has no memory bandwidth: the step's elementwise work needs it")
@@ -704,49 +904,64 @@ def simulate_step(req: StepRequest) -> Step:
     layer = _layer_times(req)                        # per layer, per micro-batch
     ends = _end_times(req)                           # the output layer (last stage) and the embedding (first)
     layers = stage_layers(m.layers, p.pp)
-    stage_f = [n * layer.forward_s for n in layers]
-    stage_b = [n * layer.backward_s for n in layers]
-    stage_f[-1] += ends.head_fwd_s
-    stage_b[-1] += ends.head_bwd_s
-    stage_f[0] += ends.embedding_s
-    stage_b[0] += ends.embedding_s
+    stage_f, stage_b = _stage_times(layer, ends, layers)
     slow = max(range(p.pp), key=lambda s: stage_f[s] + stage_b[s])
     tf, tb = stage_f[slow], stage_b[slow]
-    mb = req.microbatches
-    work = mb * (tf + tb)
     bw, lat = _link(req, p.tp * p.cp * p.dp * min(p.pp, 2))      # two neighbouring stages
     send = lat * 1e-6 + _activation_bytes(req) / p.tp / (bw * 1e9) if p.pp > 1 else 0.0
-    # the pipeline played on the engine (sim.training.pipeline), with its sends and without them
-    pipe = _pipeline(stage_f, stage_b, send, mb, p.interleave)
-    pipe_bare = _pipeline(stage_f, stage_b, 0.0, mb, p.interleave) if send else pipe
-    bubble = max(0.0, pipe_bare - work)
-    pp_comm = max(0.0, pipe - pipe_bare)
     dp_exposed = _data_parallel_s(req, layers, slow, layer, tf, tb, notes)
     optimizer = _optimizer_s(req, layers, slow)
-    step_s = pipe + dp_exposed + optimizer
-    last, first, n = slow == p.pp - 1, slow == 0, layers[slow]
-    breakdown = {
-        "gemm_s": mb * (n * (layer.gemm_fwd_s + layer.gemm_bwd_s)
-                        + (ends.head_gemm_fwd_s + ends.head_gemm_bwd_s if last else 0.0)),
-        "attention_s": mb * n * (layer.attention_fwd_s + layer.attention_bwd_s),
-        "elementwise_s": mb * (n * (layer.elementwise_fwd_s + layer.elementwise_bwd_s)
-                               + (2 * ends.loss_s if last else 0.0) + (2 * ends.embedding_s if first else 0.0)),
-        "tp_comm_s": mb * n * (layer.tp_fwd_s + layer.tp_bwd_s),
-        "recompute_s": mb * n * layer.recompute_s,
-        "pp_bubble_s": bubble,
-        "pp_comm_s": pp_comm,
-        "dp_comm_s": dp_exposed,
-        "optimizer_s": optimizer,
-    }
-    breakdown["other_s"] = max(0.0, step_s - sum(breakdown.values()))
-    per_layer = {"gemm_fwd_s": layer.gemm_fwd_s, "gemm_bwd_s": layer.gemm_bwd_s,
-                 "attention_fwd_s": layer.attention_fwd_s, "attention_bwd_s": layer.attention_bwd_s,
-                 "elementwise_fwd_s": layer.elementwise_fwd_s, "tp_fwd_s": layer.tp_fwd_s,
-                 "tp_bwd_s": layer.tp_bwd_s, "recompute_s": layer.recompute_s}
-    return Step(request=req, step_s=step_s, breakdown=breakdown, per_layer=per_layer,
-                memory=_memory(req, layers, layer),
-                model_flops=model_flops_per_token(m, req.seq) * req.global_batch, stage_layers=layers, notes=notes,
-                stage_s=list(zip(stage_f, stage_b)), pipeline_play=(stage_f, stage_b, send, mb, p.interleave))
+    return StepParts(request=req, layer=layer, ends=ends, layers=layers, stage_f=stage_f, stage_b=stage_b,
+                     slow=slow, send=send, data_parallel_s=dp_exposed, optimizer_s=optimizer, notes=notes)
+
+
+def simulate_step(req: StepRequest) -> Step:
+    return step_parts(req).step()
+
+
+def step_bound_s(req: StepRequest) -> float:
+    """A lower bound of simulate_step(req).step_s that simulates nothing: the step with
+    each attention at its bound (attention_bound_s) and the pipeline at pipeline_bound_s.
+    What data parallelism exposes shrinks as the stage it hides behind grows, so it is
+    bounded with that stage's own work, which grows at least as much: for each stage s
+    taken as the slowest, m micro-batches of its work with (DDP) the all-reduce beyond the
+    last backward, (ZeRO-1) the reduce-scatter beyond it and the gather beyond the first
+    forward, (FSDP) each layer's forward at least its gather and its backward at least its
+    gather and reduce-scatter; the least over the stages, as the slowest is not known
+    before the attention is."""
+    m, p = req.model, req.parallel
+    if req.hardware.gpu.memory_bandwidth_gbps is None:
+        return 0.0
+    layer = _layer_times(req, (attention_bound_s(req, "fwd"), attention_bound_s(req, "bwd"), 0.0))
+    ends = _end_times(req)
+    layers = stage_layers(m.layers, p.pp)
+    stage_f, stage_b = _stage_times(layer, ends, layers)
+    mb = req.microbatches
+    distinct = _distinct_stages(layers)
+    optimizer = {s: _optimizer_s(req, layers, s) for s in distinct}
+    pipe = pipeline_bound_s(stage_f, stage_b, 0.0, mb, p.interleave) + min(optimizer.values())
+    replicas = p.dp * p.cp
+    if replicas <= 1:
+        return pipe
+    dbw, dlat = _link(req, p.tp * p.cp * p.dp)
+    grad = GRAD_BYTES[p.grad_reduce]
+    stages = []
+    for s in distinct:
+        f, b = stage_f[s], stage_b[s]
+        params = _stage_params(req, layers, s)
+        rs = ring_collective_s(params * grad, replicas, dbw, dlat)
+        if p.zero == 0:
+            exposed = mb * f + (mb - 1) * b + max(b, 2 * rs)
+        elif p.zero == 1:
+            gather = ring_collective_s(params * ELEMENT_BYTES, replicas, dbw, dlat)
+            exposed = (mb - 1) * (f + b) + max(b, rs) + max(f, gather)
+        else:
+            gather = ring_collective_s(layer_params(m) / p.tp * ELEMENT_BYTES, replicas, dbw, dlat)
+            layer_rs = ring_collective_s(layer_params(m) / p.tp * grad, replicas, dbw, dlat)
+            n, tables = layers[s], (s == 0) * 2 * ends.embedding_s + (s == p.pp - 1) * (ends.head_fwd_s + ends.head_bwd_s)
+            exposed = mb * (n * (max(layer.forward_s, gather) + max(layer.backward_s, gather + layer_rs)) + tables)
+        stages.append(exposed + optimizer[s])
+    return max(pipe, min(stages))
 
 
 def check_gpus(parallel: Parallel, gpus: int | None) -> None:

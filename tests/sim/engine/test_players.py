@@ -165,3 +165,28 @@ def test_durations_timed_once_per_run_of_equal_blocks_are_each_ops_own(monkeypat
             schedule = get("ring").build_schedule(sc)
             got = durations_s(schedule, hw, sc.workload).tolist()
             assert got == reference_durations(schedule.ops, model, sc.workload)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=any_schedule(), ports=st.integers(1, 3), lanes=st.integers(1, 4), data=st.data())
+def test_the_wave_player_plays_columns_of_durations_each_as_alone(case, ports, lanes, data):
+    """times_waves given ops x K durations: each column's starts and ends are those of
+    that column played alone, bit for bit, shared resources and extra ones included."""
+    import numpy as np
+
+    from sim.engine.players import times_waves
+
+    n, ops = case
+    resources = []
+    for op in ops:
+        own = f"GPU {op.rank} compute" if isinstance(op, ComputeOp) else f"port {data.draw(st.integers(0, ports - 1))}"
+        more = data.draw(st.lists(st.sampled_from([f"port {p} in" for p in range(ports)]), max_size=1))
+        resources.append(tuple([own, *more]))
+    schedule = Schedule.from_ops(n, ops, resources)
+    dur = np.array(data.draw(st.lists(st.lists(st.sampled_from([0.0, 0.1, 1.0, 2.5, 1e-7]), min_size=lanes,
+                                                max_size=lanes), min_size=len(ops), max_size=len(ops))))
+    dur = dur.reshape(len(ops), lanes)
+    start, end = times_waves(schedule, dur)
+    for k in range(lanes):
+        one_start, one_end = times_waves(schedule, np.ascontiguousarray(dur[:, k]))
+        assert start[:, k].tolist() == one_start.tolist() and end[:, k].tolist() == one_end.tolist()

@@ -1,5 +1,6 @@
 """The pipeline played on the engine (sim.training.pipeline) against 1F1B's closed forms."""
 
+import numpy as np
 import pytest
 
 from sim.trace.format import KIND_NAMES
@@ -49,12 +50,21 @@ def test_the_trace_names_the_stages_and_their_sends():
     assert sends.any() and set(c.kind[~sends].tolist()) <= {KIND_NAMES.index(k) for k in ("fwd", "bwd", "idle", "pp")}
 
 
-@pytest.mark.parametrize("pp, m, v", [(4, 8, 1), (4, 2, 1), (16, 32, 1), (4, 8, 2), (16, 32, 2), (16, 32, 4),
+@pytest.mark.parametrize("pp, m, v", [(4, 8, 1), (4, 2, 1), (16, 32, 1), (4, 8, 2), (16, 32, 2), (16, 32, 4), (1, 3, 1),
                                       (16, 16, 8), (8, 8, 4)])
 def test_the_chunks_in_flight_follow_megatrons_warm_up(pp, m, v):
     # plain 1F1B: stage s holds PP - s micro-batches (at most m); interleaved, Megatron's
     # warm-up of 2 (PP - s - 1) + (v - 1) PP forwards plus the one before the first backward
     held = in_flight(pp, m, v)
+    # the reference: each stage's program walked, a forward taking a chunk and a backward freeing one
+    walked = []
+    for order in program(pp, m, v):
+        now = peak = 0
+        for phase, _, _ in order:
+            now += 1 if phase == "F" else -1
+            peak = max(peak, now)
+        walked.append(peak)
+    assert list(held) == walked
     for s in range(pp):
         want = pp - s if v == 1 else 2 * (pp - s - 1) + (v - 1) * pp + 1
         assert held[s] == min(want, m * v)
@@ -70,3 +80,32 @@ def test_the_makespan_without_a_trace_is_the_traces(pp, m, v, send):
     bwd = [2.0 + 0.5 * (s % 2) for s in range(pp)]
     for f, b in ((fwd, bwd), (bwd, fwd)):
         assert pipeline_makespan(f, b, send, m, v) == compute_metrics(play_pipeline(f, b, send, m, v)).makespan_s
+
+
+@pytest.mark.parametrize("pp, m, v", [(1, 7, 1), (2, 4, 1), (4, 8, 2), (3, 6, 1), (4, 8, 4)])
+def test_pipelines_played_together_are_each_the_trace_of_its_own(pp, m, v):
+    # the reference: each pipeline's own trace (sim.engine.record), its makespan bit for bit
+    from sim.training.pipeline import pipeline_makespans
+
+    rng = np.random.default_rng(pp * 100 + m * 10 + v)
+    f = rng.uniform(0.5, 2.0, size=(5, pp)).tolist()
+    b = rng.uniform(1.0, 4.0, size=(5, pp)).tolist()
+    send = [0.0, 0.01, 0.3, 0.0, 1e-6]
+    together = pipeline_makespans(f, b, send, m, v)
+    alone = [compute_metrics(play_pipeline(f[k], b[k], send[k], m, v)).makespan_s for k in range(5)]
+    assert together == alone
+    assert [pipeline_makespan(f[k], b[k], send[k], m, v) for k in range(5)] == alone
+
+
+@pytest.mark.parametrize("pp, m, v", [(1, 5, 1), (2, 2, 1), (4, 8, 1), (4, 8, 2), (8, 16, 4), (5, 10, 1)])
+def test_the_pipelines_bound_is_at_most_its_makespan_and_reached_without_a_bubble(pp, m, v):
+    from sim.training.step import pipeline_bound_s
+
+    rng = np.random.default_rng(pp + m + v)
+    for _ in range(20):
+        f, b = rng.uniform(0.1, 3.0, pp).tolist(), rng.uniform(0.1, 6.0, pp).tolist()
+        send = float(rng.choice([0.0, 0.05, 0.5]))
+        bound, played = pipeline_bound_s(f, b, send, m, v), pipeline_makespan(f, b, send, m, v)
+        assert bound <= played * (1 + 1e-12)
+    # equal stages and free sends: the bound is 1F1B's closed form, m (t_f + t_b) + (PP - 1) / v (t_f + t_b)
+    assert pipeline_bound_s([1.0] * pp, [2.0] * pp, 0.0, m, v) == pytest.approx(m * 3 + (pp - 1) * 3 / v)
