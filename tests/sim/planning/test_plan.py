@@ -213,25 +213,6 @@ def test_candidates_within_the_model_s_error_are_called_tied():
     assert first["why"].startswith("tied with the next" if apart < 0.05 else "fastest that fits")
 
 
-def test_a_terminal_sees_the_plan_s_progress_and_a_pipe_does_not():
-    import io
-
-    from sim.cli.plan import progress_line
-
-    class Tty(io.StringIO):
-        def isatty(self):
-            return True
-
-    assert progress_line(io.StringIO()) is None
-    out = Tty()
-    show = progress_line(out)
-    show(1, 3)
-    show(3, 3)
-    text = out.getvalue()
-    assert text.startswith("\r1 of 3 candidates simulated") and text.endswith("\n")
-    assert "\r3 of 3 candidates simulated" in text
-
-
 def test_large_plans_run_on_every_core_by_default(monkeypatch):
     from sim.cli import plan as plan_cli
     from sim.planning import sweep
