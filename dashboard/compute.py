@@ -27,6 +27,7 @@ from sim.engine.play import simulate
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware, Link
+from sim.invariants import check_rows, check_run
 from sim.layouts import get as get_layout
 from sim.layouts import packed
 from sim.planning.compare import compare_impl_rows, compare_layout_rows, compare_scheme_rows, scheme_variants
@@ -151,7 +152,10 @@ def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None 
     key = scenario_key(scenario, hw_desc)
 
     def make() -> Result:
-        return Result(simulate(scenario, profile, player="recurrence"))
+        # an impossible result (sim.invariants) is a RingsimError: the view shows its sentence, not the figure
+        result = Result(simulate(scenario, profile, player="recurrence"))
+        check_run(result.metrics.to_dict(), scenario.describe())
+        return result
 
     return CACHE.get(key, make)
 
@@ -189,13 +193,18 @@ def scheme_base(scenario: Scenario) -> Scenario:
 def scheme_rows(scenario: Scenario, profile: Any | None = None) -> list[dict[str, Any]]:
     """sim.planning.compare.compare_scheme_rows of the scenario's base: every scheme and ring
     layout (a refused one with its reason)."""
-    return compare_scheme_rows(scheme_base(scenario), profile)
+    base = scheme_base(scenario)
+    rows = compare_scheme_rows(base, profile)
+    check_rows(rows, base.describe())
+    return rows
 
 
 def impl_rows(scenario: Scenario, profile: Any | None = None) -> list[dict[str, Any]]:
     """sim.planning.compare.compare_impl_rows of the scenario: its scheme as each library
     runs it (sim.implementations), on its own layout and settings."""
-    return compare_impl_rows(scenario, profile)
+    rows = compare_impl_rows(scenario, profile)
+    check_rows(rows, scenario.describe())
+    return rows
 
 
 def current_impl(scenario: Scenario) -> tuple[str, str]:

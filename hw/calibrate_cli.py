@@ -28,6 +28,7 @@ from hw.validate import SHARING_OFF
 from sim.calibration.validation import REPLAYS
 from sim.errors import RingsimError
 from sim.files import kept_file, read_json
+from sim.invariants import check_calibration
 from sim.trace.format import Trace
 
 
@@ -107,6 +108,7 @@ def cmd_from_traces(a: argparse.Namespace) -> int:
             profiles["compare"] = compare
         result = holdout(held, profiles, replays=REPLAYS if a.replays is None else a.replays)
         profile.report["holdout"] = {**result, "compare_profile": a.compare}
+    check_calibration(profile.report, {"traces": ", ".join(a.from_traces)})
     profile.save(a.output, overwrite=a.force)
     if a.json:
         print(json.dumps(profile.report, indent=2))
@@ -235,6 +237,7 @@ def cmd_gpu(a: argparse.Namespace, benches: list) -> int:
     if why:
         raise RingsimError(why)
     profile = calibrate_gpu(benches, a.gpu)
+    check_calibration(profile.report, {"benches": ", ".join(a.bench)})
     profile.save(a.output, overwrite=a.force)
     if a.json:
         print(json.dumps(profile.to_dict(), indent=2))
@@ -260,6 +263,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         raise RingsimError("--gpu goes with a GPU's compute-only bench (a GPU profile)")
     bench = merge_benches(benches)
     profile = calibrate(bench, ", ".join(a.bench))
+    check_calibration(profile.report, {"benches": ", ".join(a.bench)})
     profile.save(a.output, overwrite=a.force)
     r = profile.report
     if a.json:

@@ -39,6 +39,7 @@ fits the models of sim.hardware.profile:
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Any
 
@@ -46,7 +47,7 @@ import numpy as np
 
 from sim.errors import RingsimError
 from sim.hardware.contention import Contention, Host, sharing_bound, split_cores
-from sim.hardware.profile import CollectiveFit, ComputeGroup, LinkFit, Profile
+from sim.hardware.profile import MAX_BLOCK_S, MIN_BLOCK_S, CollectiveFit, ComputeGroup, LinkFit, Profile
 
 
 def _median(x: Any, what: str) -> float:
@@ -55,8 +56,8 @@ def _median(x: Any, what: str) -> float:
         vals = [float(v) for v in vals]
     except (TypeError, ValueError):
         raise RingsimError(f"bench: {what} must be a number or a list of numbers") from None
-    if not vals or any(v != v or v < 0 for v in vals):
-        raise RingsimError(f"bench: {what} must hold non-negative numbers")
+    if not vals or any(not math.isfinite(v) or v < 0 for v in vals):
+        raise RingsimError(f"bench: {what} must hold finite non-negative numbers")
     return statistics.median(vals)
 
 
@@ -744,8 +745,13 @@ def _entry_time(r: dict[str, Any], i: int) -> float:
     validation of 2026-11-30 and 2026-12-01, re-simulated both ways)."""
     passes = r.get("pass_medians_s")
     if isinstance(passes, list) and len(passes) > 1:
-        return _mean(passes, f"compute entry {i} pass_medians_s")
-    return _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")
+        t = _mean(passes, f"compute entry {i} pass_medians_s")
+    else:
+        t = _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")
+    if not MIN_BLOCK_S <= t <= MAX_BLOCK_S:
+        raise RingsimError(f"bench: compute entry {i} took {t:g} s, outside the {MIN_BLOCK_S:g} to {MAX_BLOCK_S:g} s "
+                           "a measured block can take")
+    return t
 
 
 def _entry_listed(r: dict[str, Any], i: int, key: str, per_pass: str) -> float | None:

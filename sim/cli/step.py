@@ -11,6 +11,7 @@ from sim.files import write_json
 from sim.hardware.gemm import gemm_time
 from sim.hardware.presets import GPU_PRESETS, gpu_preset
 from sim.implementations import LIBRARIES as IMPL_LIBRARIES
+from sim.invariants import check_step
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import names as scheme_names
 from sim.trace.format import Trace, to_chrome_trace
@@ -103,9 +104,12 @@ def cmd_step(a: argparse.Namespace) -> int:
     check_gpus(par, a.gpus)
     req = StepRequest(model=model_from_args(a), seq=a.seq, global_batch=a.global_batch, parallel=par, hardware=hw)
     step = simulate_step(req)
+    result = step.to_dict()
+    check_step(result, {"model": req.model.name, "seq": req.seq, "global_batch": req.global_batch,
+                        **result["parallel"], "gpu": hw.gpu.name})
     if a.trace or a.chrome_trace:
         t = step.pipeline
-        trace = Trace(t.source, t.n_gpus, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,
+        trace = Trace(t.source, t.n_gpus, t.columns, {"step": result["parallel"], "model": req.model.name,
                                                         "seq": req.seq, "global_batch": req.global_batch},
                       hw.describe(), t.meta)
         if a.trace:
@@ -113,7 +117,7 @@ def cmd_step(a: argparse.Namespace) -> int:
         if a.chrome_trace:
             write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
     if a.json:
-        print(json.dumps(step.to_dict(), indent=2))
+        print(json.dumps(result, indent=2))
         return 0
     nodes = -(-par.gpus // hw.gpus_per_node)
     print(f"{req.model.name}, {req.seq:,}-token sequences, {req.global_batch:,} tokens a step; {par.gpus:,} x "

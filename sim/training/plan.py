@@ -95,6 +95,8 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
                hardware_argv: list[str] | None = None, fp8: bool = False,
                on_progress: Callable[[int, int], None] | None = None) -> StepPlan:
     t0 = time.perf_counter()
+    if global_batch < seq:
+        raise RingsimError(f"--global-batch {global_batch:,} tokens is less than one {seq:,}-token sequence")
     splits = []
     for tp in divisors(gpus):
         if tp > hardware.gpus_per_node:
@@ -111,6 +113,7 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
                                                            recompute=recompute, fp8=fp8, scheme=scheme,
                                                            tp_overlap=overlap, interleave=v))
     out, refused, skipped = [], 0, 0
+    first_refusal = ""
     limit = hardware.gpu.memory_gb * 1e9
     plain_fits: dict[Parallel, bool] = {}        # each split's answer with plain 1F1B (v = 1)
     for i, par in enumerate(splits):
@@ -125,8 +128,9 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
         try:
             req = StepRequest(model=model, seq=seq, global_batch=global_batch, parallel=par, hardware=hardware)
             step = simulate_step(req)
-        except RingsimError:
+        except RingsimError as e:
             refused += 1
+            first_refusal = first_refusal or str(e)
             continue
         d = step.to_dict()
         d["command"] = step_command(model, seq, global_batch, par, hardware_argv or [])
@@ -134,6 +138,10 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
         if par.interleave == 1:
             plain_fits[par] = d["fits"]
         out.append(d)
+    if not out:
+        # an empty table would read as an answer: say why no split runs
+        raise RingsimError(f"none of the {len(splits):,} splits of {gpus:,} GPUs can run this step; the first: "
+                           f"{first_refusal}")
     out.sort(key=lambda c: (not c["fits"], -c["tokens_per_s_per_gpu"]))
     for rank, c in enumerate(out, 1):
         c["rank"] = rank

@@ -95,7 +95,7 @@ from typing import Any
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.hardware.gemm import FP8_PEAK_FACTOR, gemm_time
-from sim.scenario.config import Scenario, Workload
+from sim.scenario.config import LAYOUTS, Scenario, Workload
 from sim.scenario.models import Model
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.trace.format import Trace
@@ -186,6 +186,9 @@ class StepRequest:
             raise RingsimError(f"--zero must be one of {', '.join(map(str, ZERO_STAGES))}, got {p.zero!r}")
         if p.grad_reduce not in GRAD_BYTES:
             raise RingsimError(f"--grad-reduce must be one of {', '.join(GRAD_BYTES)}, got {p.grad_reduce!r}")
+        if p.layout not in LAYOUTS:
+            # checked whatever --cp: a layout nothing uses is still a mistake to say
+            raise RingsimError(f"--layout must be one of {', '.join(LAYOUTS)}, got {p.layout!r}")
         if p.recompute not in RECOMPUTE:
             raise RingsimError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {p.recompute!r}")
         if m.heads % p.tp:
