@@ -27,9 +27,13 @@ import sys
 from hw.validate import SHARING_OFF
 from sim.calibration.validation import REPLAYS
 from sim.errors import RingsimError
-from sim.files import kept_file, read_json
+from sim.files import kept_file
+from sim.inputs import read_json
 from sim.invariants import check_calibration
 from sim.trace.format import Trace
+
+MAX_BENCH_BYTES = 64 * 1024 * 1024
+"""A bench file: thousands of entries of a few hundred bytes each (the full CPU bench's is about 1 MB)."""
 
 
 def register(sub) -> None:
@@ -256,7 +260,7 @@ def cmd_gpu(a: argparse.Namespace, benches: list) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     from sim.calibration.calibrate import calibrate, merge_benches
 
-    benches = [(read_json(path, what="bench results"), path) for path in a.bench]
+    benches = [(read_json(path, what="bench results", max_bytes=MAX_BENCH_BYTES), path) for path in a.bench]
     if _compute_only_gpu(benches):
         return cmd_gpu(a, benches)
     if a.gpu:

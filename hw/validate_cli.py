@@ -36,7 +36,8 @@ from hw.validate import (
 )
 from sim.calibration.validation import REPLAYS, compare_case, simulate_replays
 from sim.errors import RingsimError
-from sim.files import kept_file, read_json, write_json
+from sim.files import kept_file, write_json
+from sim.inputs import read_json
 from sim.invariants import check_calibration, check_rows
 from sim.scenario.config import Workload
 from sim.trace.format import Trace
@@ -345,7 +346,7 @@ def _resumed(a: argparse.Namespace, settings: dict[str, Any], n_cases: int) -> t
     key, the machine it names, whether there was one to resume)."""
     if not (a.out and os.path.exists(a.out) and not a.force):
         return {}, {}, False
-    old = read_json(a.out, what="report")
+    old = read_json(a.out, what="report", max_bytes=64 * 1024 * 1024)
     if not isinstance(old, dict) or old.get("settings") != settings:
         raise RingsimError(f"{a.out} holds a report with other settings; pass --force to start over")
     rows = {r["key"]: r for r in old.get("cases", []) if isinstance(r, dict) and "key" in r}

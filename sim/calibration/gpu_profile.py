@@ -22,11 +22,12 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.files import read_json, write_json
+from sim.files import write_json
 from sim.hardware.cluster import RATE_GROUPS, Gpu, Hardware
 from sim.hardware.kernel_model import Floors
 from sim.hardware.presets import GPU_PRESETS
 from sim.hardware.profile import MAX_BLOCK_S, MIN_BLOCK_S
+from sim.inputs import read_json
 
 FORMAT = "ringsim-gpu-profile"
 VERSION = 1

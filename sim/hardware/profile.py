@@ -38,10 +38,11 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.files import read_json, write_json
+from sim.files import write_json
 from sim.hardware.contention import PLACEMENTS, Contention, Host
 from sim.hardware.kernel_model import whole_heads
 from sim.hardware.model import HardwareModel
+from sim.inputs import read_json
 
 FORMAT = "ringsim-profile"
 VERSION = 1

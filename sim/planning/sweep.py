@@ -342,7 +342,8 @@ def sweep(configs: Sequence[Config], out: str, *, runner: Runner | None = None, 
         raise
     finally:
         n_rows = 0 if keep_nothing else results.finish(order)
-        progress.close()
+        if not keep_nothing:        # a refusal before the first row is its one line alone
+            progress.close()
         if interrupted and not quiet:
             print(f"interrupted: {n_rows} rows in {out}; run the same command again to finish the rest",
                   file=progress.stream, flush=True)
