@@ -125,6 +125,11 @@ def calibrate_compute(records: list[dict[str, Any]]) -> tuple[dict, str, dict]:
     widths: dict[tuple[str, str, str], set] = {}
     for r in records:
         key = (r["dtype"], r["mask"], r.get("kind", "fwd"))
+        # a block timed outside what a block can take (a zero-length span, 1e300 s) is a broken
+        # measurement, refused here for every route in (bench entries, traces' spans)
+        if not (MIN_BLOCK_S <= r["time_s"] <= MAX_BLOCK_S and 0 < r["flops"] < math.inf):
+            raise RingsimError(f"a {'/'.join(key)} block of {r['flops']:g} FLOPs timed at {r['time_s']:g} s: outside "
+                               f"the {MIN_BLOCK_S:g} to {MAX_BLOCK_S:g} s a measured block can take")
         by_group.setdefault(key, {}).setdefault(float(r["flops"]), []).append(r["time_s"])
         widths.setdefault(key, set()).add((r.get("heads"), r.get("head_dim")))
     if not by_group:
@@ -176,6 +181,10 @@ def calibrate_link(records: list[dict[str, Any]]) -> tuple[dict[str, LinkFit], d
     out, report = {}, {}
     for direction in ("one_way", "both_ways"):
         pts = [(float(r["bytes"]), r["time_s"]) for r in records if r["direction"] == direction]
+        bad = [(x, y) for x, y in pts if not (0 <= y <= MAX_BLOCK_S and 0 <= x < math.inf)]
+        if bad:
+            raise RingsimError(f"a transfer of {bad[0][0]:g} bytes timed at {bad[0][1]:g} s: outside the 0 to "
+                               f"{MAX_BLOCK_S:g} s a measured transfer can take")
         if len(pts) < 2:
             continue
         a, b = fit_line([p[0] for p in pts], [p[1] for p in pts])

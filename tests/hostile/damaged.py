@@ -94,3 +94,21 @@ def bench_dict(kind: str = "cpu", time_s: float = 0.01) -> dict:
     return {"format": "ringsim-hw-bench", "version": 1, "complete": True,
             "device": {"kind": kind, "name": "test device"}, "compute": [entry], "transfer": [],
             "collective": [], "concurrency": [], "ring_conditions": [], "interference": []}
+
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "dashboard", "examples",
+                       "ring-2ranks-zigzag-causal-4096.trace.npz")
+"""A measured ring (2 ranks on gloo), shipped with the dashboard."""
+
+
+def measured_trace_with(path: str, *, end_scale: float | None = None, empty: bool = False) -> str:
+    """The shipped measured ring with its spans' ends scaled from their starts (0: every span
+    zero-length; 1e300: absurd) or its spans removed, saved at `path`."""
+    from sim.trace.format import SpanTable, Trace
+
+    t = Trace.load(EXAMPLE)
+    c = SpanTable.empty() if empty else t.columns.take(np.arange(len(t.columns)))
+    if end_scale is not None:
+        c.end_s[:] = c.start_s + (c.end_s - c.start_s) * end_scale
+    Trace(t.source, t.n_gpus, c, t.config, t.hardware, t.meta).save(path, overwrite=True)
+    return path

@@ -170,6 +170,12 @@ CASES = {
                                           os.path.join(t, "p.json")],
     "calibrate-traces-zip-bomb": lambda t: ["calibrate", "--from-traces", _zip_bomb(t), "-o",
                                             os.path.join(t, "p.json")],
+    "calibrate-traces-zero-length-spans": lambda t: ["calibrate", "--from-traces", d.measured_trace_with(
+        os.path.join(t, "z.npz"), end_scale=0.0), "-o", os.path.join(t, "p.json")],
+    "calibrate-traces-1e300-spans": lambda t: ["calibrate", "--from-traces", d.measured_trace_with(
+        os.path.join(t, "h.npz"), end_scale=1e300), "-o", os.path.join(t, "p.json")],
+    "calibrate-traces-no-spans": lambda t: ["calibrate", "--from-traces", d.measured_trace_with(
+        os.path.join(t, "e.npz"), empty=True), "-o", os.path.join(t, "p.json")],
     "calibrate-check-missing": lambda t: ["calibrate", "--check", os.path.join(t, "none.json")],
     "calibrate-tolerance": lambda t: ["calibrate", "--check", PROFILE, "--tolerance", "2"],
     # validate
