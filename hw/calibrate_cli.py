@@ -75,6 +75,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         raise RingsimError("--compare needs --holdout: the runs to predict")
     if a.replays is not None and a.check is None and not a.holdout:
         raise RingsimError("--replays goes with --check or --holdout")
+    if a.gpu is not None and not a.bench:
+        raise RingsimError("--gpu goes with a GPU's compute-only bench (BENCH.json...)")
     if a.replays is not None and a.replays < 1:
         raise RingsimError("--replays must be at least 1")
     if a.check is not None:

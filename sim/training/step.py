@@ -124,6 +124,12 @@ benchmark recipes turn it off (`grad_reduce_in_fp32 = False`,
 megatron/bridge/perf_recipes/_common.py): bf16."""
 
 
+MAX_MICROBATCHES = 65536
+"""The most micro-batches a replica's step is played with: the play holds every micro-batch's
+forward and backward on every stage (a million took minutes and 1.5 GB), and 65,536 is 32
+times the 2,048 sequences of Llama 3 405B's whole 16M-token batch at 8k tokens."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Parallel:
     tp: int = 1
@@ -216,6 +222,9 @@ class StepRequest:
             raise RingsimError(f"--microbatches {mb} does not divide the {per_replica} sequences of a replica")
         if p.interleave > 1 and mb % p.pp:
             raise RingsimError(f"interleaved 1F1B needs the micro-batches ({mb}) to be a multiple of --pp {p.pp}")
+        if mb > MAX_MICROBATCHES:
+            raise RingsimError(f"{mb:,} micro-batches a step per replica: more than the {MAX_MICROBATCHES:,} the "
+                               "pipeline is played with; give --microbatches (larger micro-batches) or more --dp")
 
     @property
     def sequences_per_replica(self) -> int:

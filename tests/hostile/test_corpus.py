@@ -149,6 +149,8 @@ CASES = {
                                 "1000000000000"],
     "step-microbatches-0": lambda t: ["step", "--model", "llama3-8b", "--seq", "8k", "--global-batch", "64k",
                                       "--microbatches", "0"],
+    "step-microbatches-too-many": lambda t: ["step", "--model", "llama3-8b", "--seq", "2048", "--global-batch",
+                                             str(2048 * 2 ** 20)],
     "step-gpus-mismatch": lambda t: ["step", "--model", "llama3-8b", "--seq", "8k", "--global-batch", "64k",
                                      "--gpus", "5"],
     "gemm-zero": lambda t: ["gemm", "--m", "0", "--n", "4", "--k", "4"],
@@ -177,6 +179,7 @@ CASES = {
     "calibrate-traces-no-spans": lambda t: ["calibrate", "--from-traces", d.measured_trace_with(
         os.path.join(t, "e.npz"), empty=True), "-o", os.path.join(t, "p.json")],
     "calibrate-check-missing": lambda t: ["calibrate", "--check", os.path.join(t, "none.json")],
+    "calibrate-check-with-gpu": lambda t: ["calibrate", "--check", PROFILE, "--gpu", "H100-SXM"],
     "calibrate-tolerance": lambda t: ["calibrate", "--check", PROFILE, "--tolerance", "2"],
     # validate
     "validate-no-profile": lambda t: ["validate"],
