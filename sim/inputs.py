@@ -60,12 +60,12 @@ def parse_json(data: bytes | str, *, what: str = "file", max_bytes: int | None =
         raise RingsimError(f"{what}: {len(raw):,} bytes is over the {max_bytes:,}-byte limit")
     depth = nesting_depth(raw)
     if depth > MAX_JSON_NESTING:
-        raise RingsimError(f"{what} is not valid JSON for ringsim: nested {depth} levels deep, more than the "
+        raise RingsimError(f"{what}: not valid JSON for ringsim: nested {depth} levels deep, more than the "
                            f"{MAX_JSON_NESTING} a ringsim file has")
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise RingsimError(f"{what} is not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+        raise RingsimError(f"{what}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
             from None
 
 
@@ -120,7 +120,7 @@ def read_npy_member(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
         except (ValueError, EOFError, OSError) as e:
             raise RingsimError(f"archive member {info.filename}: not a readable .npy header ({e})") from None
         if dtype.hasobject:
-            raise RingsimError(f"archive member {info.filename}: damaged, it holds Python objects")
+            raise RingsimError(f"archive member {info.filename}: damaged: Object arrays cannot be loaded (Python objects)")
         claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
         header = f.tell()
         if claimed != info.file_size - header:
