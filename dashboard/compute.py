@@ -32,6 +32,7 @@ from sim.engine.play import simulate
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware, Link
+from sim.invariants import check_rows, check_run
 from sim.layouts import get as get_layout
 from sim.layouts import packed
 from sim.planning.compare import compare_impl_rows, layout_variants, scheme_variants
@@ -180,10 +181,12 @@ def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None 
             trace = DISK.read_trace(key)
             if trace is not None:
                 return Result(trace, DISK.read("metrics", key))
-        trace = simulate(scenario, profile, player="recurrence")
+        # an impossible result (sim.invariants) is a RingsimError: the view shows its sentence, not the figure
+        result = Result(simulate(scenario, profile, player="recurrence"))
+        check_run(result.metrics.to_dict(), scenario.describe())
         if DISK is not None:
-            DISK.write_trace_later(key, trace)
-        return Result(trace)
+            DISK.write_trace_later(key, result.trace)
+        return result
 
     return CACHE.get(key, make)
 
@@ -276,13 +279,16 @@ def scheme_rows(scenario: Scenario, profile: Any | None = None, profile_key: str
                                                 "variant_clause": variant.label}))
         if progress is not None:
             progress(i + 1, len(variants))
+    check_rows([r for r in out if "refused" not in r], base.describe())
     return out
 
 
 def impl_rows(scenario: Scenario, profile: Any | None = None) -> list[dict[str, Any]]:
     """sim.planning.compare.compare_impl_rows of the scenario: its scheme as each library
     runs it (sim.implementations), on its own layout and settings."""
-    return compare_impl_rows(scenario, profile)
+    rows = compare_impl_rows(scenario, profile)
+    check_rows(rows, scenario.describe())
+    return rows
 
 
 def current_impl(scenario: Scenario) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.inputs import parse_json
 from sim.trace.format import Trace, to_chrome_trace
 from sim.trace.metrics import Metrics
 
@@ -127,10 +128,7 @@ def parse_trace_bytes(raw: bytes, name: str) -> Trace:
 
 def parse_json_bytes(raw: bytes, name: str) -> Any:
     """A JSON document (a calibrated profile, for instance); nothing but JSON is parsed."""
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise RingsimError(f"{name}: not valid JSON ({e})") from None
+    return parse_json(raw, what=name)
 
 
 def parse_json_upload(contents: Any, filename: Any, max_bytes: int) -> Any:

@@ -27,8 +27,13 @@ import sys
 from hw.validate import SHARING_OFF
 from sim.calibration.validation import REPLAYS
 from sim.errors import RingsimError
-from sim.files import check_output, read_json
+from sim.files import check_output
+from sim.inputs import read_json
+from sim.invariants import check_calibration
 from sim.trace.format import Trace
+
+MAX_BENCH_BYTES = 64 * 1024 * 1024
+"""A bench file: thousands of entries of a few hundred bytes each (the full CPU bench's is about 1 MB)."""
 
 
 def register(sub) -> None:
@@ -70,6 +75,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         raise RingsimError("--compare needs --holdout: the runs to predict")
     if a.replays is not None and a.check is None and not a.holdout:
         raise RingsimError("--replays goes with --check or --holdout")
+    if a.gpu is not None and not a.bench:
+        raise RingsimError("--gpu goes with a GPU's compute-only bench (BENCH.json...)")
     if a.replays is not None and a.replays < 1:
         raise RingsimError("--replays must be at least 1")
     if a.check is not None:
@@ -105,6 +112,7 @@ def cmd_from_traces(a: argparse.Namespace) -> int:
             profiles["compare"] = compare
         result = holdout(held, profiles, replays=REPLAYS if a.replays is None else a.replays)
         profile.report["holdout"] = {**result, "compare_profile": a.compare}
+    check_calibration(profile.report, {"traces": ", ".join(a.from_traces)})
     profile.save(a.output, overwrite=a.force)
     if a.json:
         print(json.dumps(profile.report, indent=2))
@@ -230,6 +238,7 @@ def cmd_gpu(a: argparse.Namespace, benches: list) -> int:
     from sim.calibration.gpu_profile import calibrate_gpu
 
     profile = calibrate_gpu(benches, a.gpu)
+    check_calibration(profile.report, {"benches": ", ".join(a.bench)})
     profile.save(a.output, overwrite=a.force)
     if a.json:
         print(json.dumps(profile.to_dict(), indent=2))
@@ -248,13 +257,14 @@ def cmd_gpu(a: argparse.Namespace, benches: list) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     from sim.calibration.calibrate import calibrate, merge_benches
 
-    benches = [(read_json(path, what="bench results"), path) for path in a.bench]
+    benches = [(read_json(path, what="bench results", max_bytes=MAX_BENCH_BYTES), path) for path in a.bench]
     if _compute_only_gpu(benches):
         return cmd_gpu(a, benches)
     if a.gpu:
         raise RingsimError("--gpu goes with a GPU's compute-only bench (a GPU profile)")
     bench = merge_benches(benches)
     profile = calibrate(bench, ", ".join(a.bench))
+    check_calibration(profile.report, {"benches": ", ".join(a.bench)})
     profile.save(a.output, overwrite=a.force)
     r = profile.report
     if a.json:

@@ -36,7 +36,9 @@ from hw.validate import (
 )
 from sim.calibration.validation import REPLAYS, compare_case, simulate_replays
 from sim.errors import RingsimError
-from sim.files import check_output, read_json, write_json, write_text
+from sim.files import check_output, write_json, write_text
+from sim.inputs import read_json
+from sim.invariants import check_calibration, check_rows
 from sim.scenario.config import Workload
 from sim.trace.format import Trace
 from sim.units import tokens
@@ -224,6 +226,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
     measured_on = _measure_cases(a, cases, configs, profile, kind, rows, measured_on, save)
     report = _report(a, settings, cases, rows, measured_on, used)
+    check_rows(report["cases"], {"profile": a.profile})
     save(measured_on)
     if a.markdown:
         write_text(a.markdown, markdown(report), overwrite=True)  # checked above
@@ -259,6 +262,7 @@ def cmd_validate_trace(a: argparse.Namespace) -> int:
                            "reads every iteration")
     report, profile = validate_trace(a.trace, partial=a.partial, run=run)
     if a.profile_out:
+        check_calibration(profile.report, {"trace": ", ".join(a.trace)})
         profile.save(a.profile_out, overwrite=a.force)    # checked above, published exclusively
         report["profile_out"] = a.profile_out
     if a.json:
@@ -308,6 +312,12 @@ def _check_options(a: argparse.Namespace) -> None:
     """Refuse the counts and fractions no validation can run with."""
     if a.repeats < 2:
         raise RingsimError("--repeats must be at least 2 to report a spread")
+    bad = [n for n in a.gpus or () if n < 1]
+    if bad:
+        raise RingsimError(f"--gpus takes positive counts of processes, got {bad[0]}")
+    for name in ("heads", "kv_heads", "head_dim"):
+        if getattr(a, name) < 1:
+            raise RingsimError(f"--{name.replace('_', '-')} must be positive, got {getattr(a, name)}")
     if not 1 <= a.rounds <= a.repeats:
         raise RingsimError(f"--rounds must be a count from 1 to --repeats ({a.repeats}), got {a.rounds}")
     if a.replays < 1:
@@ -348,7 +358,7 @@ def _resumed(a: argparse.Namespace, settings: dict[str, Any], n_cases: int) -> t
     key, the machine it names, whether there was one to resume)."""
     if not (a.out and os.path.exists(a.out) and not a.force):
         return {}, {}, False
-    old = read_json(a.out, what="report")
+    old = read_json(a.out, what="report", max_bytes=64 * 1024 * 1024)
     if not isinstance(old, dict) or old.get("settings") != settings:
         raise RingsimError(f"{a.out} holds a report with other settings; pass --force to start over")
     rows = {r["key"]: r for r in old.get("cases", []) if isinstance(r, dict) and "key" in r}

@@ -12,7 +12,7 @@ import torch
 from hw.bench.options import FORMAT, PARTS, VERSION
 from hw.devices import describe_device
 from sim.errors import RingsimError
-from sim.files import read_json
+from sim.inputs import read_json
 
 # ---- the command ----------------------------------------------------------------------
 
@@ -45,7 +45,7 @@ def _open_doc(a: argparse.Namespace, device_desc: dict[str, Any], plan: dict[str
     path = a.output
     if os.path.exists(path):
         if a.resume and not a.force:
-            doc = read_json(path, what="bench file")
+            doc = read_json(path, what="bench file", max_bytes=64 * 1024 * 1024)
             if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
                 raise RingsimError(f"{path} is not a ringsim-hw-bench file (version {VERSION})")
             old = doc.get("device", {})

@@ -154,6 +154,8 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
         bad = [x for x in plan[name] if x not in allowed]
         if bad:
             raise RingsimError(f"--{name}: {', '.join(map(str, bad))} not among {', '.join(allowed)}")
+    if getattr(a, "force", False) and getattr(a, "resume", False):
+        raise RingsimError("--force starts FILE over and --resume continues it: give one of them")
     if "collective" in plan["parts"] and min(plan["collective_gpus"]) < 2:
         raise RingsimError("--collective-gpus: a collective needs two ranks or more")
     if plan["samples"] <= 0 or plan["warmup"] < 0 or a.batch <= 0 or plan["compute_passes"] <= 0:

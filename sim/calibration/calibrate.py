@@ -39,6 +39,7 @@ fits the models of sim.hardware.profile:
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Any
 
@@ -46,7 +47,7 @@ import numpy as np
 
 from sim.errors import RingsimError
 from sim.hardware.contention import Contention, Host, sharing_bound, split_cores
-from sim.hardware.profile import CollectiveFit, ComputeGroup, LinkFit, Profile
+from sim.hardware.profile import MAX_BLOCK_S, MIN_BLOCK_S, CollectiveFit, ComputeGroup, LinkFit, Profile
 
 
 def _median(x: Any, what: str) -> float:
@@ -55,8 +56,8 @@ def _median(x: Any, what: str) -> float:
         vals = [float(v) for v in vals]
     except (TypeError, ValueError):
         raise RingsimError(f"bench: {what} must be a number or a list of numbers") from None
-    if not vals or any(v != v or v < 0 for v in vals):
-        raise RingsimError(f"bench: {what} must hold non-negative numbers")
+    if not vals or any(not math.isfinite(v) or v < 0 for v in vals):
+        raise RingsimError(f"bench: {what} must hold finite non-negative numbers")
     return statistics.median(vals)
 
 
@@ -124,6 +125,11 @@ def calibrate_compute(records: list[dict[str, Any]]) -> tuple[dict, str, dict]:
     widths: dict[tuple[str, str, str], set] = {}
     for r in records:
         key = (r["dtype"], r["mask"], r.get("kind", "fwd"))
+        # a block timed outside what a block can take (a zero-length span, 1e300 s) is a broken
+        # measurement, refused here for every route in (bench entries, traces' spans)
+        if not (MIN_BLOCK_S <= r["time_s"] <= MAX_BLOCK_S and 0 < r["flops"] < math.inf):
+            raise RingsimError(f"a {'/'.join(key)} block of {r['flops']:g} FLOPs timed at {r['time_s']:g} s: outside "
+                               f"the {MIN_BLOCK_S:g} to {MAX_BLOCK_S:g} s a measured block can take")
         by_group.setdefault(key, {}).setdefault(float(r["flops"]), []).append(r["time_s"])
         widths.setdefault(key, set()).add((r.get("heads"), r.get("head_dim")))
     if not by_group:
@@ -175,6 +181,10 @@ def calibrate_link(records: list[dict[str, Any]]) -> tuple[dict[str, LinkFit], d
     out, report = {}, {}
     for direction in ("one_way", "both_ways"):
         pts = [(float(r["bytes"]), r["time_s"]) for r in records if r["direction"] == direction]
+        bad = [(x, y) for x, y in pts if not (0 <= y <= MAX_BLOCK_S and 0 <= x < math.inf)]
+        if bad:
+            raise RingsimError(f"a transfer of {bad[0][0]:g} bytes timed at {bad[0][1]:g} s: outside the 0 to "
+                               f"{MAX_BLOCK_S:g} s a measured transfer can take")
         if len(pts) < 2:
             continue
         a, b = fit_line([p[0] for p in pts], [p[1] for p in pts])
@@ -744,8 +754,13 @@ def _entry_time(r: dict[str, Any], i: int) -> float:
     validation of 2026-11-30 and 2026-12-01, re-simulated both ways)."""
     passes = r.get("pass_medians_s")
     if isinstance(passes, list) and len(passes) > 1:
-        return _mean(passes, f"compute entry {i} pass_medians_s")
-    return _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")
+        t = _mean(passes, f"compute entry {i} pass_medians_s")
+    else:
+        t = _median(r.get("time_s", r.get("median_s")), f"compute entry {i} time_s")
+    if not MIN_BLOCK_S <= t <= MAX_BLOCK_S:
+        raise RingsimError(f"bench: compute entry {i} took {t:g} s, outside the {MIN_BLOCK_S:g} to {MAX_BLOCK_S:g} s "
+                           "a measured block can take")
+    return t
 
 
 def _entry_listed(r: dict[str, Any], i: int, key: str, per_pass: str) -> float | None:

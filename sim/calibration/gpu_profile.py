@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.files import read_json, write_json
+from sim.files import write_json
 from sim.hardware.cluster import RATE_GROUPS, Gpu, Hardware
 from sim.hardware.kernel_model import Floors
 from sim.hardware.presets import GPU_PRESETS
+from sim.hardware.profile import MAX_BLOCK_S, MIN_BLOCK_S
+from sim.inputs import read_json
 
 FORMAT = "ringsim-gpu-profile"
 VERSION = 1
@@ -78,6 +80,10 @@ def gpu_preset_of(device_name: str) -> str:
                        f"({', '.join(GPU_PRESETS)})")
 
 
+BENCH_VERSIONS = (1,)
+"""The versions of `ringsim hw bench` files a GPU profile is fitted from (hw.bench.options.VERSION)."""
+
+
 def _entries(bench: dict[str, Any], source: str) -> list[dict[str, Any]]:
     """The compute entries of a CUDA bench, checked."""
     device = bench.get("device") if isinstance(bench.get("device"), dict) else {}
@@ -103,8 +109,9 @@ def _entries(bench: dict[str, Any], source: str) -> list[dict[str, Any]]:
         if nums["heads"] % nums["kv_heads"]:
             raise RingsimError(f"{source}: compute entry {i}: kv_heads must divide heads")
         t = r.get("median_s")
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or t != t or t == float("inf"):
-            raise RingsimError(f"{source}: compute entry {i} needs a positive time (median_s), got {t!r}")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not MIN_BLOCK_S <= t <= MAX_BLOCK_S:
+            raise RingsimError(f"{source}: compute entry {i} needs a positive time (median_s) from {MIN_BLOCK_S:g} "
+                               f"to {MAX_BLOCK_S:g} s, got {t!r}")
         kernel = IMPL_KERNELS.get(r.get("impl"))
         if kernel is None:
             raise RingsimError(f"{source}: compute entry {i} ran {r.get('impl')!r}, which no kernel table models "
@@ -166,6 +173,9 @@ def calibrate_gpu(benches: list[tuple[dict[str, Any], str]], gpu_name: str | Non
     for bench, source in benches:
         if not isinstance(bench, dict) or bench.get("format") != "ringsim-hw-bench":
             raise RingsimError(f"{source}: not a `ringsim hw bench` result")
+        if bench.get("version") not in BENCH_VERSIONS:
+            raise RingsimError(f"{source}: bench version {bench.get('version')!r} is not one this ringsim reads "
+                               f"({', '.join(map(str, BENCH_VERSIONS))})")
         entries += _entries(bench, source)
         names.add(str((bench.get("device") or {}).get("name", "unknown")))
     if len(names) > 1:

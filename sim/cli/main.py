@@ -25,6 +25,7 @@ from sim.engine.players import head_geometry
 from sim.errors import RingsimError
 from sim.files import check_output, write_json
 from sim.hardware.model import HardwareModel
+from sim.invariants import check_rows, check_run
 from sim.layouts.packed import BlockCall, Packed, token_work
 from sim.scenario.config import Scenario
 from sim.scenario.documents import bounds as doc_bounds
@@ -98,13 +99,14 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     # under a window it grows with the tokens, and the ratio says nothing
     alone_s = None if scenario.workload.window else one_gpu_s(scenario, run.hardware)
     vs_one = scenario.n_gpus * alone_s / m.makespan_s if alone_s is not None and m.makespan_s > 0 else None
+    out = {"scenario": scenario.describe(), **_summary(scenario, m), "bytes_sent": m.bytes_sent,
+           "one_gpu_s": alone_s, "vs_one_gpu": vs_one}
+    check_run(out, out["scenario"])
     if a.trace:
         trace.save(a.trace, overwrite=a.force)
     if a.chrome_trace:
         write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
     if a.json:
-        out = {"scenario": scenario.describe(), **_summary(scenario, m), "bytes_sent": m.bytes_sent,
-               "one_gpu_s": alone_s, "vs_one_gpu": vs_one}
         print(json.dumps(out, indent=2))
         return 0
     w = scenario.workload
@@ -160,15 +162,19 @@ def cmd_compare(a: argparse.Namespace) -> int:
     # the engine's player (through sim.planning.compare) loads when a command plays a scenario
     from sim.planning.compare import compare_layout_rows
 
-    if a.schemes and a.impls:
+    if a.schemes is not None and a.impls is not None:
         raise RingsimError("give --schemes or --impls, not both")
-    if a.schemes:
+    for flag, value in (("--schemes", a.schemes), ("--impls", a.impls)):
+        if value is not None and not value.replace(",", "").strip():
+            raise RingsimError(f"{flag} needs all or a list of names, got {value!r}")
+    if a.schemes is not None:
         return _compare_schemes(a)
-    if a.impls:
+    if a.impls is not None:
         return _compare_impls(a)
     run = resolve_run(values_from_args(a) | {"layout": "zigzag"})
     scenario = run.scenario
     rows = compare_layout_rows(scenario, run.profile)
+    check_rows(rows, scenario.describe())
     if a.json:
         print(json.dumps({"scenario": scenario.describe(), "rows": rows}, indent=2))
         return 0
@@ -194,7 +200,7 @@ def _version() -> str:
 
 
 def _compare_schemes(a: argparse.Namespace) -> int:
-    wanted = None if a.schemes == "all" else [x.strip() for x in a.schemes.split(",") if x.strip()]
+    wanted = None if a.schemes.strip() == "all" else [x.strip() for x in a.schemes.split(",") if x.strip()]
     for name in wanted or []:
         if name not in scheme_names():
             raise RingsimError(f"unknown scheme {name!r} in --schemes; choose all or from {', '.join(scheme_names())}")
@@ -205,6 +211,7 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     run = resolve_run(without_scheme(values_from_args(a)) | {"layout": "zigzag"})
     base = run.scenario
     rows = compare_scheme_rows(base, run.profile, wanted)
+    check_rows(rows, base.describe())
     ran = [r for r in rows if "refused" not in r]
     best = min(ran, key=lambda r: r["makespan_s"]) if ran else None
     if a.json:
@@ -243,7 +250,7 @@ def _compare_impls(a: argparse.Namespace) -> int:
     from sim import implementations
     from sim.planning.compare import compare_impl_rows
 
-    wanted = None if a.impls == "all" else [x.strip() for x in a.impls.split(",") if x.strip()]
+    wanted = None if a.impls.strip() == "all" else [x.strip() for x in a.impls.split(",") if x.strip()]
     for name in wanted or []:
         if name not in implementations.LIBRARIES:
             raise RingsimError(f"unknown implementation {name!r} in --impls; choose all or from "
@@ -252,6 +259,7 @@ def _compare_impls(a: argparse.Namespace) -> int:
     run = resolve_run(values | {"layout": values.get("layout", "zigzag"), "impl": implementations.DEFAULT})
     base = run.scenario
     rows = compare_impl_rows(base, run.profile, wanted)
+    check_rows(rows, base.describe())
     ran = [r for r in rows if "refused" not in r]
     best = min(ran, key=lambda r: r["makespan_s"]) if ran else None
     if a.json:
@@ -318,6 +326,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+FILE_OPTIONS = ("trace", "chrome_trace", "out", "output", "profile", "profile_out", "markdown", "compare", "check",
+                "spec", "paths", "bench", "from_traces", "holdout", "traces_dir")
+"""The arguments of every command that name a file, read or written."""
+
+
+def check_file_names(a: argparse.Namespace) -> None:
+    """Refuse an empty file name: `--trace ''` would otherwise be taken as no file at all and
+    the command would end with nothing written and exit 0."""
+    for name in FILE_OPTIONS:
+        value = getattr(a, name, None)
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and not v.strip():
+                raise RingsimError(f"--{name.replace('_', '-')} needs a file name, got {v!r}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -325,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(a, "func", None):
             parser.print_help()
             return 2
+        check_file_names(a)
         return a.func(a) or 0
     except RingsimError as e:
         print(f"ringsim: error: {e}", file=sys.stderr)

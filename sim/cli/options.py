@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import replace
 from typing import Any
 
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
-from sim.scenario.models import MODEL_PRESETS, Model, model_preset
+from sim.scenario.models import MODEL_PRESETS, PARAMS_AGREE, Model, model_preset
 from sim.scenario.option import ScenarioOption
 from sim.scenario.resolve import Resolved, hardware_of, resolve
 from sim.scenario.schema import SCENARIO_OPTIONS, scenario_option
@@ -142,9 +143,20 @@ def model_from_args(a: argparse.Namespace):
             fields["name"] = base.name + " (changed)"
             fields["source"] = base.source + "; changed on the command line: " + ", ".join(given)
     if a.params is not None:
-        if not a.params > 0:
+        if not 0 < a.params < float("inf"):
             raise RingsimError(f"--params must be positive (billions), got {a.params!r}")
         fields["params"] = a.params * 1e9
-    return Model(**fields)
+    model = Model(**fields)
+    derived = model.shape_params()
+    if derived is None:
+        return model
+    if a.params is None:
+        # a changed or custom model counts its parameters from its shapes: a preset's count
+        # describes the preset's shapes only
+        return model if base is not None and not given else replace(model, params=derived)
+    if abs(model.params - derived) > PARAMS_AGREE * derived:
+        raise RingsimError(f"--params {a.params:g}B disagrees with the {derived / 1e9:.4g}B the model's shapes give "
+                           f"(layers, hidden, heads, head dim, FFN, vocabulary); leave --params out to use the shapes'")
+    return model
 
 

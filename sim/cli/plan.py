@@ -22,6 +22,7 @@ from sim.hardware.pcie import P2P_MODES, SOCKET_LINKS
 from sim.hardware.presets import cluster_preset
 from sim.implementations import LIBRARIES as IMPL_LIBRARIES
 from sim.inference.plan import add_plan_arguments, cmd_plan_inference
+from sim.invariants import check_rows, check_step
 from sim.scenario.config import PASSES
 from sim.scenario.documents import read_file_spec
 from sim.units import fmt_bytes, fmt_s, parse_count, table, tokens
@@ -193,8 +194,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
         return _plan_steps(a)
     req = request_from_args(a)
     result = plan(req, Runner(workers=plan_workers(a.workers, req.n_gpus)), progress_line(sys.stderr, a.progress))
+    out = result.to_dict(a.top or None)
+    check_rows(out["candidates"], {"model": req.model.name, "seq": a.seq, "gpus": req.n_gpus})
     if a.json:
-        json.dump(result.to_dict(a.top or None), sys.stdout, indent=2)
+        json.dump(out, sys.stdout, indent=2)
         print()
         return 0
     print(format_plan(result, a.top or len(result.candidates)))
@@ -215,6 +218,8 @@ def _plan_steps(a: argparse.Namespace) -> int:
     result = plan_steps(req.model, seq, batch, hardware, req.n_gpus, hardware_argv=hardware_argv, fp8=a.fp8,
                         on_progress=progress_line(sys.stderr, a.progress), top=first)
     top = result.candidates[: a.top or len(result.candidates)]
+    for c in top:
+        check_step(c, {"model": req.model.name, "seq": seq, "global_batch": batch, "split": c.get("command")})
     exported = None
     if a.export is not None:
         exported = export_plan(a, result.candidates, req.model, seq, batch, hardware)

@@ -13,6 +13,7 @@ from sim.files import check_output, write_json
 from sim.hardware.gemm import gemm_time
 from sim.hardware.presets import GPU_PRESETS, gpu_preset
 from sim.implementations import LIBRARIES as IMPL_LIBRARIES
+from sim.invariants import check_step
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import names as scheme_names
 from sim.trace.format import Trace, to_chrome_trace
@@ -130,9 +131,12 @@ def print_step(a: argparse.Namespace, step) -> int:
     """The step as a table (or JSON), its traces written where asked."""
     req = step.request
     par, hw = req.parallel, req.hardware
+    result = step.to_dict()
+    check_step(result, {"model": req.model.name, "seq": req.seq, "global_batch": req.global_batch,
+                        **result["parallel"], "gpu": hw.gpu.name})
     if a.trace or a.chrome_trace:
         t = step.pipeline
-        trace = Trace(t.source, t.n_gpus, t.columns, {"step": step.to_dict()["parallel"], "model": req.model.name,
+        trace = Trace(t.source, t.n_gpus, t.columns, {"step": result["parallel"], "model": req.model.name,
                                                         "seq": req.seq, "global_batch": req.global_batch},
                       hw.describe(), t.meta)
         if a.trace:
@@ -140,7 +144,7 @@ def print_step(a: argparse.Namespace, step) -> int:
         if a.chrome_trace:
             write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
     if a.json:
-        print(json.dumps(step.to_dict(), indent=2))
+        print(json.dumps(result, indent=2))
         return 0
     nodes = -(-par.gpus // hw.gpus_per_node)
     print(f"{req.model.name}, {req.seq:,}-token sequences, {req.global_batch:,} tokens a step; {par.gpus:,} x "

@@ -261,19 +261,21 @@ def _load(work: np.ndarray, copies: int, sms: int, section: int = 0) -> float:
     total_ctas = work.size * copies
     if work.min() == work.max():
         return float(-(-total_ctas // sms) * work[0])
+    if total_ctas > EXACT_CTAS:
+        # in either launch order the last CTA is work's last; the order itself is not built
+        # (a batch of a billion sequences would make it terabytes)
+        last = float(work[-1])
+        return (float(work.sum()) * copies - last) / sms + last
     if section > 0:
         groups = [min(section, copies - g) for g in range(0, copies, section)]
         order = np.concatenate([np.repeat(work, n) for n in groups])
     else:
         order = np.tile(work, copies)
-    if total_ctas <= EXACT_CTAS:
-        loads = [0.0] * sms
-        heapq.heapify(loads)
-        for w in order.tolist():
-            heapq.heapreplace(loads, loads[0] + w)
-        return max(loads)
-    last = float(order[-1])
-    return (float(work.sum()) * copies - last) / sms + last
+    loads = [0.0] * sms
+    heapq.heapify(loads)
+    for w in order.tolist():
+        heapq.heapreplace(loads, loads[0] + w)
+    return max(loads)
 
 
 def lpt_section(table: KernelTable, kind: str, mask: str, q: int, kv: int, template: int,

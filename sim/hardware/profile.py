@@ -38,10 +38,11 @@ from typing import Any
 import numpy as np
 
 from sim.errors import RingsimError
-from sim.files import read_json, write_json
+from sim.files import write_json
 from sim.hardware.contention import PLACEMENTS, Contention, Host
 from sim.hardware.kernel_model import whole_heads
 from sim.hardware.model import HardwareModel
+from sim.inputs import read_json
 
 FORMAT = "ringsim-profile"
 VERSION = 1
@@ -254,12 +255,33 @@ class Profile(HardwareModel):
         write_json(path, self.to_dict(), overwrite=overwrite)
 
 
+MIN_BLOCK_S = 1e-7
+"""The shortest measured block time a profile takes: 100 ns, below the launch of any kernel
+(a few microseconds on a GPU) and the dispatch of any CPU operator; a shorter or zero time
+is a broken measurement, and a block timed from it would beat every bound."""
+MAX_BLOCK_S = 3600.0
+"""The longest: an hour, beyond any microbenchmark sample (a bench of every block runs for
+minutes); 1e300 is a broken file."""
+MAX_RATE_FLOPS = 2.25e16
+"""The fastest rate a profile's point or fit may claim: ten times the fastest dense 16-bit
+datasheet rate among the presets (B200, 2,250 TFLOP/s, sim.hardware.presets)."""
+
+
 def _num(x: Any, what: str, *, positive: bool = False) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (float("inf"), float("-inf")):
         raise RingsimError(f"profile: {what} must be a finite number, got {x!r}")
     if x < 0 or (positive and x == 0):
         raise RingsimError(f"profile: {what} must be {'positive' if positive else 'non-negative'}, got {x!r}")
     return float(x)
+
+
+def _block_s(x: Any, what: str) -> float:
+    """A measured block time: a finite number of seconds from MIN_BLOCK_S to MAX_BLOCK_S."""
+    t = _num(x, what, positive=True)
+    if not MIN_BLOCK_S <= t <= MAX_BLOCK_S:
+        raise RingsimError(f"profile: {what} {t:g} lies outside the {MIN_BLOCK_S:g} to {MAX_BLOCK_S:g} s a "
+                           "measured block can take")
+    return t
 
 
 def host_to_dict(host: Host | None) -> dict[str, Any] | None:
@@ -325,7 +347,12 @@ def profile_from_dict(d: Any, source: str = "") -> Profile:
         pts = g.get("points", [])
         if not isinstance(pts, list) or not all(isinstance(p, list) and len(p) == 2 for p in pts):
             raise RingsimError(f"profile: compute group {i} points must be [flops, seconds] pairs")
-        points = tuple(sorted((_num(p[0], "flops"), _num(p[1], "seconds")) for p in pts))
+        points = tuple(sorted((_num(p[0], "flops", positive=True), _block_s(p[1], f"compute group {i} seconds"))
+                              for p in pts))
+        for flops, seconds in points:
+            if flops / seconds > MAX_RATE_FLOPS:
+                raise RingsimError(f"profile: compute group {i} claims {flops:g} FLOPs in {seconds:g} s, faster "
+                                   f"than {MAX_RATE_FLOPS:g} FLOP/s (ten times any GPU's datasheet)")
         fit = g.get("fit")
         if not isinstance(fit, dict):
             raise RingsimError(f"profile: compute group {i} has no fit")
@@ -334,8 +361,14 @@ def profile_from_dict(d: Any, source: str = "") -> Profile:
                 isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (heads, head_dim)):
             raise RingsimError(f"profile: compute group {i} heads and head_dim must be positive integers, "
                                f"got {heads!r} and {head_dim!r}")
-        groups[key] = ComputeGroup(*key, points, _num(fit.get("overhead_s"), "overhead_s"),
-                                   _num(fit.get("flops_per_s"), "flops_per_s", positive=True), heads, head_dim)
+        overhead_s = _num(fit.get("overhead_s"), "overhead_s")
+        if overhead_s > MAX_BLOCK_S:
+            raise RingsimError(f"profile: compute group {i} overhead_s {overhead_s:g} is over {MAX_BLOCK_S:g} s")
+        rate = _num(fit.get("flops_per_s"), "flops_per_s", positive=True)
+        if rate > MAX_RATE_FLOPS:
+            raise RingsimError(f"profile: compute group {i} flops_per_s {rate:g} is over {MAX_RATE_FLOPS:g} "
+                               "(ten times any GPU's datasheet)")
+        groups[key] = ComputeGroup(*key, points, overhead_s, rate, heads, head_dim)
     link = d.get("link")
     if not isinstance(link, dict):
         raise RingsimError("profile: link must be an object")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from sim import implementations
+from sim.engine.host_memory import check_fits
 from sim.engine.play import simulate
 from sim.errors import RingsimError
 from sim.reasons import clause
@@ -35,7 +36,10 @@ def compare_layout_rows(scenario: Scenario, hardware: Any = None,
     """A `sim.trace.metrics.comparison_row` of each of layout_variants; `metrics_of` (a
     scenario's metrics) replaces simulating each here on `hardware`."""
     metrics_of = metrics_of or (lambda sc: compute_metrics(simulate(sc, hardware)))
-    return [comparison_row(sc.layout, sc.overlap, metrics_of(sc)) for sc in layout_variants(scenario)]
+    variants = layout_variants(scenario)
+    for sc in variants:         # every run's memory estimated before the first starts
+        check_fits(get_scheme(sc.scheme), sc.implementation.played(sc))
+    return [comparison_row(sc.layout, sc.overlap, metrics_of(sc)) for sc in variants]
 
 
 def scheme_variants(scenario: Scenario) -> list[tuple[str, Variant]]:
@@ -52,15 +56,24 @@ def compare_scheme_rows(scenario: Scenario, hardware=None, schemes: Sequence[str
     the scenario, with the variant's clause (`variant_clause`); a variant the configuration
     refuses gets a row with its reason (`refused`, and `refused_clause` where sim.reasons
     knows the reason)."""
-    out = []
+    runs = []
     for scheme, variant in scheme_variants(scenario):
         if schemes is not None and scheme not in schemes:
             continue
         try:
-            sc = vary(scenario, scheme, variant.values)
+            runs.append((scheme, variant, vary(scenario, scheme, variant.values)))
         except RingsimError as e:
-            out.append({"scheme": scheme, "variant": variant.name, "refused": str(e),
-                        "variant_clause": variant.label, "refused_clause": e.reason})
+            runs.append((scheme, variant, e))
+    # every run's memory estimated before the first starts: a comparison too large for this
+    # machine stops at once, naming the run, not part way through
+    for _, _, sc in runs:
+        if isinstance(sc, Scenario):
+            check_fits(get_scheme(sc.scheme), sc.implementation.played(sc))
+    out = []
+    for scheme, variant, sc in runs:
+        if isinstance(sc, RingsimError):
+            out.append({"scheme": scheme, "variant": variant.name, "refused": str(sc),
+                        "variant_clause": variant.label, "refused_clause": sc.reason})
             continue
         trace = simulate(sc, hardware, player="recurrence")
         out.append({**scheme_row(scheme, variant.name, trace, compute_metrics(trace)),
@@ -76,16 +89,23 @@ def compare_impl_rows(scenario: Scenario, hardware=None, libraries: Sequence[str
     its layout, named by its library (`impl`), title (`variant`) and clause
     (`variant_clause`); an implementation the configuration refuses (a layout it lacks) gets a
     row with its reason (`refused`, and `refused_clause`)."""
-    out = []
+    runs = []
     for impl in implementations.of_scheme(scenario.scheme):
         if libraries is not None and impl.library not in libraries:
             continue
-        label = clause("variant.impl", impl=impl.library)
         try:
-            sc = scenario.with_(impl=impl.library)
+            runs.append((impl, scenario.with_(impl=impl.library)))
         except RingsimError as e:
-            out.append({"scheme": scenario.scheme, "impl": impl.library, "variant": impl.title, "refused": str(e),
-                        "variant_clause": label, "refused_clause": e.reason})
+            runs.append((impl, e))
+    for _, sc in runs:          # every run's memory estimated before the first starts
+        if isinstance(sc, Scenario):
+            check_fits(get_scheme(sc.scheme), sc.implementation.played(sc))
+    out = []
+    for impl, sc in runs:
+        label = clause("variant.impl", impl=impl.library)
+        if isinstance(sc, RingsimError):
+            out.append({"scheme": scenario.scheme, "impl": impl.library, "variant": impl.title, "refused": str(sc),
+                        "variant_clause": label, "refused_clause": sc.reason})
             continue
         trace = simulate(sc, hardware, player="recurrence")
         out.append({**scheme_row(scenario.scheme, impl.title, trace, compute_metrics(trace)), "impl": impl.library,

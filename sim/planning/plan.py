@@ -251,7 +251,10 @@ def memory_limit_bytes(req: PlanRequest, capacity_bytes: float | None) -> tuple[
     if cap is None:
         raise RingsimError("the GPU's memory is not known (a calibrated profile does not say it); give --memory-gb")
     frac, b = parse_headroom(req.headroom)
-    return cap, cap * (1 - frac) - b
+    limit = cap * (1 - frac) - b
+    if limit <= 0:
+        raise RingsimError(f"headroom {req.headroom} leaves none of the GPU's {cap / 1e9:g} GB to plan with")
+    return cap, limit
 
 
 # --- the plan ----------------------------------------------------------------------------------

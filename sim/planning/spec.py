@@ -33,6 +33,8 @@ from typing import Any, Iterable, Iterator
 
 from sim import implementations
 from sim.errors import RingsimError
+from sim.files import read_bytes
+from sim.inputs import MAX_SPEC_BYTES, parse_spec_text
 from sim.scenario.option import ScenarioOption
 from sim.scenario.schema import SCENARIO_OPTIONS
 from sim.units import parse_count
@@ -129,27 +131,56 @@ def expand_range(name: str, spec: dict[str, Any]) -> list[Any]:
             raise RingsimError(f"{k} of the range of {name} must be a number, got {v!r}")
     ints = all(isinstance(spec[k], int) for k in spec)
     out: list[Any] = []
+    count = range_length(name, spec)
     if "step" in spec:
         step = spec["step"]
-        if step == 0 or (hi - lo) * step < 0:
-            raise RingsimError(f"the range of {name} never reaches {hi} from {lo} by steps of {step}")
-        count = math.floor((hi - lo) / step + 1e-9) + 1
         for i in range(count):
             x = lo + i * step
             out.append(x if ints else round(x, 12))
     else:
         times = spec["times"]
-        if times <= 0 or times == 1 or lo == 0 or (hi / lo < 1) != (times < 1) or hi / lo <= 0:
-            raise RingsimError(f"the range of {name} never reaches {hi} from {lo} by times {times}")
         x = lo
         while (x <= hi * (1 + 1e-12)) if times > 1 else (x >= hi * (1 - 1e-12)):
             out.append(x if ints else round(x, 12))
             x = x * times
             if ints and isinstance(times, int):
                 x = int(x)
-    if len(out) > MAX_CONFIGS:
-        raise RingsimError(f"the range of {name} has {len(out)} values")
     return out
+
+
+def range_length(name: str, spec: dict[str, Any]) -> int:
+    """How many values a checked range holds, counted arithmetically (nothing is built);
+    RingsimError where the range never reaches its end or holds more than MAX_CONFIGS."""
+    lo, hi = spec["from"], spec["to"]
+    if "step" in spec:
+        step = spec["step"]
+        if step == 0 or (hi - lo) * step < 0:
+            raise RingsimError(f"the range of {name} never reaches {hi} from {lo} by steps of {step}")
+        count = math.floor((hi - lo) / step + 1e-9) + 1
+    else:
+        times = spec["times"]
+        if times <= 0 or times == 1 or lo == 0 or (hi / lo < 1) != (times < 1) or hi / lo <= 0:
+            raise RingsimError(f"the range of {name} never reaches {hi} from {lo} by times {times}")
+        count = math.floor(math.log(hi / lo) / math.log(times) + 1e-9) + 1
+    if count > MAX_CONFIGS:
+        raise RingsimError(f"the range of {name} has {count:,} values, more than the {MAX_CONFIGS:,} a sweep runs")
+    return count
+
+
+def count_values(name: str, raw: Any) -> int:
+    """How many values one spec key takes, before any is built (a range counted
+    arithmetically)."""
+    if isinstance(raw, dict):
+        keys = set(raw)
+        if not ({"from", "to"} <= keys and len(keys & {"step", "times"}) == 1
+                and keys <= {"from", "to", "step", "times"}):
+            raise RingsimError(f"range of {name} must be {{from, to, step}} or {{from, to, times}}, got {raw!r}")
+        for k in raw:
+            v = raw[k]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise RingsimError(f"{k} of the range of {name} must be a number, got {v!r}")
+        return range_length(name, raw)
+    return len(raw) if isinstance(raw, list) else 1
 
 
 def values_of(name: str, raw: Any) -> list[Any]:
@@ -248,6 +279,12 @@ class Spec:
             raise RingsimError("a sweep spec is a mapping of simulate's options to values, lists or ranges")
         axes: list[tuple[str, tuple[Any, ...]]] = []
         seen: dict[str, str] = {}
+        # the expansion's size, counted before any list of values exists
+        size = 1
+        for name, value in raw.items():
+            size *= count_values(str(name), value)
+            if size > MAX_CONFIGS:
+                raise RingsimError(f"the sweep spec expands to more than {MAX_CONFIGS:,} configurations")
         for name, value in raw.items():
             if not isinstance(name, str):
                 raise RingsimError(f"sweep spec keys are option names, got {name!r}")
@@ -287,35 +324,10 @@ def configs_from(given: Iterable[dict[str, Any]]) -> list[Config]:
 
 
 def load_spec(path: str) -> Spec:
-    """A spec from a .toml, .yaml or .yml file."""
+    """A spec from a .toml, .yaml or .yml file, its size and nesting checked before it is
+    parsed (sim.inputs.parse_spec_text)."""
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".toml", ".yaml", ".yml"):
         raise RingsimError(f"sweep spec {path}: name it .toml, .yaml or .yml")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise RingsimError(f"cannot read the sweep spec {path}: {e.strerror or e}") from None
-    # each format's parser loads for its specs only: tomli and PyYAML are optional
-    if ext == ".toml":
-        try:
-            import tomllib
-        except ModuleNotFoundError:     # Python 3.10
-            try:
-                import tomli as tomllib  # type: ignore[no-redef]
-            except ModuleNotFoundError:
-                raise RingsimError("TOML specs need Python 3.11 or the tomli package") from None
-        try:
-            raw = tomllib.loads(data.decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise RingsimError(f"{path} is not valid TOML: {str(e).splitlines()[0]}") from None
-    else:
-        try:
-            import yaml
-        except ModuleNotFoundError:
-            raise RingsimError("YAML specs need PyYAML: pip install 'ringsim[sweep]' (or write the spec in TOML)") from None
-        try:
-            raw = yaml.safe_load(data)
-        except yaml.YAMLError as e:
-            raise RingsimError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
-    return Spec.from_dict(raw)
+    data = read_bytes(path, what="sweep spec", max_bytes=MAX_SPEC_BYTES)
+    return Spec.from_dict(parse_spec_text(data, ext, path))

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from sim.engine.play import simulate
 from sim.errors import RingsimError, one_line
+from sim.invariants import check_run
 from sim.planning.results import METRIC_COLUMNS, ResultsFile
 from sim.planning.spec import Config
 from sim.reasons import english
@@ -52,6 +55,9 @@ WORKER_CONFIG = {
     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
 }
 """Dask settings of the LocalCluster a sweep starts."""
+SCHEDULER_ADDRESS = re.compile(r"^([a-z]+://)?[^\s/:]+(:[^\s/:]+)*:\d{1,5}$|^[a-z]+://\[[0-9a-fA-F:.]+\]:\d{1,5}$")
+"""What --scheduler takes: [protocol://]host:port (an IPv6 host in brackets), checked before
+anything is written."""
 
 
 # --- one configuration (runs wherever the sweep runs: here or on a worker) ------------------
@@ -67,7 +73,7 @@ def simulate_config(values: Mapping[str, Any]) -> dict[str, Any]:
         scenario = run.scenario
         trace = simulate(scenario, run.profile, player="recurrence")
         m = compute_metrics(trace)
-        row = scheme_row(scenario.scheme, run_words(scenario.describe()), trace, m)
+        row = check_run(scheme_row(scenario.scheme, run_words(scenario.describe()), trace, m), values)
     except Exception as e:   # noqa: BLE001 - a sweep records the failure and goes on
         return {"error": one_line(e)}
     out = {name: row.get(name) for name in METRIC_COLUMNS if name in row and name != "variant"}
@@ -136,6 +142,8 @@ class Runner:
             raise RingsimError(f"--workers must be a positive whole number, got {self.workers!r}")
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
             raise RingsimError(f"--batch-size must be a positive whole number, got {self.batch_size!r}")
+        if self.scheduler is not None and not SCHEDULER_ADDRESS.match(self.scheduler.strip()):
+            raise RingsimError(f"--scheduler {self.scheduler!r} is not an address such as tcp://HOST:8786")
         if self.on_dask and not dask_available():
             raise RingsimError("running on several workers or a scheduler needs Dask: "
                                "pip install 'ringsim[sweep]' (or run with --workers 1, in this process)")
@@ -177,8 +185,8 @@ class Runner:
             client = self.client
         elif self.scheduler:
             try:
-                client = Client(self.scheduler, timeout="20s")
-            except (OSError, TimeoutError) as e:
+                client = Client(self.scheduler.strip(), timeout="20s")
+            except (OSError, TimeoutError, ValueError) as e:
                 raise RingsimError(f"cannot reach the Dask scheduler at {self.scheduler}: {one_line(e)}") from None
         else:
             import dask  # (as distributed above)
@@ -319,16 +327,23 @@ def sweep(configs: Sequence[Config], out: str, *, runner: Runner | None = None, 
     progress = Progress(len(configs), len(configs) - len(todo), stream=stream, quiet=quiet)
     t0 = time.monotonic()
     interrupted = False
+    # a sweep that fails before its first row (an unreachable scheduler) leaves no empty
+    # table behind; rows that did finish are merged, as on Ctrl-C
+    keep_nothing = not os.path.exists(out)
     try:
         for rows in runner.execute(todo, simulate):
             results.add(rows)
             progress.update(rows)
+            keep_nothing = False
+        keep_nothing = False
     except KeyboardInterrupt:
         interrupted = True
+        keep_nothing = False
         raise
     finally:
-        n_rows = results.finish(order)
-        progress.close()
+        n_rows = 0 if keep_nothing else results.finish(order)
+        if not keep_nothing:        # a refusal before the first row is its one line alone
+            progress.close()
         if interrupted and not quiet:
             print(f"interrupted: {n_rows} rows in {out}; run the same command again to finish the rest",
                   file=progress.stream, flush=True)

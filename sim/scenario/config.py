@@ -29,6 +29,10 @@ PASSES = ("fwd", "bwd", "fwdbwd")
 LAYOUTS = LAYOUT_NAMES + DOC_LAYOUTS
 GRANULARITIES = ("exact", "tile")
 SYNCS = ("step", "buffered")
+MAX_SEQ_TOKENS = 2 ** 31
+"""The longest sequence: a block's (query, key) pairs, up to seq^2 on one GPU, are counted
+exactly in 64-bit integers (2^62 at this length; sim.layouts). It is 200 times the longest
+context any published model trains on (10M tokens)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +65,8 @@ class Workload:
 
     def __post_init__(self) -> None:
         positive_ints(self, "batch", "seq", "heads", "kv_heads", "head_dim")
+        if self.seq > MAX_SEQ_TOKENS:
+            raise RingsimError(f"seq {self.seq:,} is longer than the {MAX_SEQ_TOKENS:,} tokens ringsim counts exactly")
         if self.docs is not None:
             check_docs(self.docs)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -57,10 +57,27 @@ class Model:
             if getattr(self, name) is not None:
                 require_whole(f"model {name}", getattr(self, name))
 
+    def shape_params(self) -> float | None:
+        """Parameters the shapes give (None without the FFN and vocabulary): per layer the
+        Q, K, V and output projections, a SwiGLU MLP (three matrices) and two norms; an
+        embedding and an untied output layer, and the final norm (Llama 3's architecture;
+        8.030B for llama3-8b, its model page's 8.03B)."""
+        if self.ffn is None or self.vocab is None:
+            return None
+        h, d = self.hidden, self.head_dim
+        layer = h * (self.heads + 2 * self.kv_heads) * d + self.heads * d * h + 3 * h * self.ffn + 2 * h
+        return float(self.layers * layer + 2 * self.vocab * h + h)
+
     def describe(self) -> dict:
         return {"name": self.name, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
                 "kv_heads": self.kv_heads, "head_dim": self.head_dim, "params": self.params, "ffn": self.ffn,
                 "vocab": self.vocab, "source": self.source}
+
+
+PARAMS_AGREE = 0.01
+"""How far a given parameter count may lie from the shapes' (Model.shape_params): the
+presets' published counts are rounded to three significant figures (at most 0.5% off), and
+a count further off would make every MFU, memory and gradient figure wrong by as much."""
 
 
 MODEL_PRESETS: dict[str, Model] = {m.name: m for m in [

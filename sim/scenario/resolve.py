@@ -27,10 +27,10 @@ from functools import lru_cache
 from typing import Any, Iterator, Mapping
 
 from sim.errors import RingsimError
-from sim.files import read_json
 from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.pcie import PCIE_X16_GBPS, Pcie
 from sim.hardware.presets import cluster_preset, gpu_preset
+from sim.inputs import read_json
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.documents import read_file_spec
 from sim.scenario.schema import SCENARIO_OPTIONS, SCHEME_OPTIONS, scenario_option
@@ -122,7 +122,9 @@ def hardware_of(values: Mapping[str, Any]) -> Hardware:
     gpu = _gpu(values, pick("gpu", c and c.gpu) or scenario_option("gpu").fallback)
     link = _link(values, link_name)
     inter_link = _inter_link(values, pick("inter-link", c and c.inter_link), link)
-    gpus_per_node = pick("gpus-per-node", c and c.gpus_per_node) or scenario_option("gpus-per-node").fallback
+    gpus_per_node = pick("gpus-per-node", c and c.gpus_per_node)
+    if gpus_per_node is None:       # (not `or`: a 0 given is refused below, not taken as left out)
+        gpus_per_node = scenario_option("gpus-per-node").fallback
     if "nics-per-node" in values or c is None:
         nics = values.get("nics-per-node")
     else:

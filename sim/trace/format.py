@@ -41,6 +41,7 @@ import numpy as np
 
 from sim.errors import RingsimError
 from sim.files import read_bytes, write_bytes, write_json
+from sim.inputs import checked_npz_members, parse_json, read_npy_member
 
 FORMAT = "ringsim-trace"
 VERSION = 3
@@ -66,6 +67,14 @@ SOURCES = ("simulated", "measured")
 # A trace file larger than this is refused rather than parsed into memory; so is an
 # archive whose members would unpack to more than MAX_TRACE_ARRAY_BYTES.
 MAX_TRACE_ARRAY_BYTES = 2 * 1024 ** 3
+MAX_TRACE_FILE_BYTES = 512 * 1024 ** 2
+"""The largest trace file read (an archive holds a 1,024-GPU forward-backward ring, 9.4M spans,
+in about 200 MB)."""
+MAX_TRACE_JSON_BYTES = 256 * 1024 ** 2
+"""The largest JSON trace parsed: its numbers become Python objects, several times the
+text's size in memory; a larger run is saved and read as an archive (`.npz`)."""
+MAX_TRACE_HEADER_BYTES = 64 * 1024 ** 2
+"""An archive's header.json: the configuration, the hardware and the chunk sets."""
 COLUMN_TYPES = {
     "rank": np.int32, "stream": np.int8, "kind": np.int8, "step": np.int32,
     "start_s": np.float64, "end_s": np.float64, "flops": np.float64, "bytes": np.float64,
@@ -290,7 +299,7 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Trace":
-        data = read_bytes(path, what="trace")
+        data = read_bytes(path, what="trace", max_bytes=MAX_TRACE_FILE_BYTES)
         try:
             return cls.loads(data)
         except RingsimError as e:
@@ -301,11 +310,7 @@ class Trace:
         """A trace from a file's contents: an archive or JSON (any version in READS)."""
         if isinstance(data, bytes) and data.startswith(_ZIP_MAGIC):
             return _from_archive(data)
-        try:
-            decoded = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            raise RingsimError(f"trace: not valid JSON ({e})") from None
-        return cls.from_dict(decoded)
+        return cls.from_dict(parse_json(data, what="trace", max_bytes=MAX_TRACE_JSON_BYTES))
 
 
 def _is_int(x: Any) -> bool:
@@ -403,15 +408,13 @@ def _make_table(table: dict[str, np.ndarray], sets: list[tuple[int, ...]]) -> Sp
 def _from_archive(data: bytes) -> Trace:
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
-        infos = {i.filename: i for i in z.infolist()}
+        try:
+            infos = checked_npz_members(z, len(data), max_bytes=MAX_TRACE_ARRAY_BYTES)
+        except RingsimError as e:
+            raise RingsimError(f"trace: {e}") from None
         if "header.json" not in infos:
             raise RingsimError("trace: archive has no header.json")
-        if sum(i.file_size for i in infos.values()) > MAX_TRACE_ARRAY_BYTES:
-            raise RingsimError(f"trace: archive unpacks to more than {MAX_TRACE_ARRAY_BYTES} bytes")
-        try:
-            head = json.loads(z.read("header.json"))
-        except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            raise RingsimError(f"trace: header.json is not valid JSON ({e})") from None
+        head = parse_json(z.read("header.json"), what="trace: header.json", max_bytes=MAX_TRACE_HEADER_BYTES)
         n_gpus, source = _check_header(head)
         if head["version"] not in ARRAY_VERSIONS:
             raise RingsimError(f"trace: an archive must be version {' or '.join(map(str, ARRAY_VERSIONS))}")
@@ -420,8 +423,10 @@ def _from_archive(data: bytes) -> Trace:
             member = f"{name}.npy"
             if member not in infos:
                 raise RingsimError(f"trace: archive has no column {name}")
-            with z.open(member) as f:
-                arr = np.lib.format.read_array(f, allow_pickle=False)
+            try:
+                arr = read_npy_member(z, infos[member])
+            except RingsimError as e:
+                raise RingsimError(f"trace: {e}") from None
             if arr.dtype != np.dtype(dtype) or arr.ndim != 1:
                 raise RingsimError(f"trace: column {name} must be a 1-d {np.dtype(dtype).name} array")
             table[name] = arr

@@ -134,6 +134,8 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
     """Every split of `gpus` GPUs, ranked (module docstring); with `top`, only the first
     `top` are sure to be timed, the rest bounded (StepPlan.not_ranked)."""
     t0 = time.perf_counter()
+    if global_batch < seq:
+        raise RingsimError(f"--global-batch {global_batch:,} tokens is less than one {seq:,}-token sequence")
     splits = []
     for tp in divisors(gpus):
         if tp > hardware.gpus_per_node:
@@ -149,6 +151,7 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
                                     splits.append(Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero,
                                                            recompute=recompute, fp8=fp8, scheme=scheme,
                                                            tp_overlap=overlap, interleave=v))
+    first_refusal = ""
     limit = hardware.gpu.memory_gb * 1e9
     progress = _Progress(on_progress, len(splits))
     # every split's request and memory, nothing simulated: the memory does not wait on a time
@@ -165,8 +168,9 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
         try:
             req = StepRequest(model=model, seq=seq, global_batch=global_batch, parallel=par, hardware=hardware)
             memory[i] = step_memory(req)["total"]
-        except RingsimError:
+        except RingsimError as e:
             refused.add(i)
+            first_refusal = first_refusal or str(e)
             continue
         fits = memory[i] <= limit
         if par.interleave == 1:
@@ -189,6 +193,10 @@ def plan_steps(model: Model, seq: int, global_batch: int, hardware: Hardware, gp
             bounds.update((x[0], None) for x in others)
             progress.done(len(others))
     _refused_with_plain(splits, refused, skipped, timed, bounds)
+    if not timed:
+        # an empty table would read as an answer: say why no split runs
+        raise RingsimError(f"none of the {len(splits):,} splits of {gpus:,} GPUs can run this step; the first: "
+                           f"{first_refusal}")
     out = sorted(timed.values(), key=lambda c: (not c["fits"], -c["tokens_per_s_per_gpu"], c["_index"]))
     behind = set()
     if top and len(out) > top:

@@ -95,7 +95,7 @@ from typing import Any
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
 from sim.hardware.gemm import FP8_PEAK_FACTOR, gemm_time
-from sim.scenario.config import Scenario, Workload
+from sim.scenario.config import LAYOUTS, Scenario, Workload
 from sim.scenario.models import Model
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import get as get_scheme
@@ -123,6 +123,12 @@ README's distributed-optimizer table counts bf16 parameters with fp32 gradients)
 torchtitan's FSDP reduces in fp32 by default (`training.mixed_precision_reduce`). NeMo's
 benchmark recipes turn it off (`grad_reduce_in_fp32 = False`,
 megatron/bridge/perf_recipes/_common.py): bf16."""
+
+
+MAX_MICROBATCHES = 65536
+"""The most micro-batches a replica's step is played with: the play holds every micro-batch's
+forward and backward on every stage (a million took minutes and 1.5 GB), and 65,536 is 32
+times the 2,048 sequences of Llama 3 405B's whole 16M-token batch at 8k tokens."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +196,9 @@ class StepRequest:
             raise RingsimError(f"--zero must be one of {', '.join(map(str, ZERO_STAGES))}, got {p.zero!r}")
         if p.grad_reduce not in GRAD_BYTES:
             raise RingsimError(f"--grad-reduce must be one of {', '.join(GRAD_BYTES)}, got {p.grad_reduce!r}")
+        if p.layout not in LAYOUTS:
+            # checked whatever --cp: a layout nothing uses is still a mistake to say
+            raise RingsimError(f"--layout must be one of {', '.join(LAYOUTS)}, got {p.layout!r}")
         if p.recompute not in RECOMPUTE:
             raise RingsimError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {p.recompute!r}")
         if m.heads % p.tp:
@@ -217,6 +226,9 @@ class StepRequest:
             raise RingsimError(f"--microbatches {mb} does not divide the {per_replica} sequences of a replica")
         if p.interleave > 1 and mb % p.pp:
             raise RingsimError(f"interleaved 1F1B needs the micro-batches ({mb}) to be a multiple of --pp {p.pp}")
+        if mb > MAX_MICROBATCHES:
+            raise RingsimError(f"{mb:,} micro-batches a step per replica: more than the {MAX_MICROBATCHES:,} the "
+                               "pipeline is played with; give --microbatches (larger micro-batches) or more --dp")
 
     @property
     def sequences_per_replica(self) -> int:
