@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import statistics
 from typing import Any
 
 from hw.bench.options import add_bench_args
 from hw.inference_run import add_infer_args
+from hw.reporting import check_outputs, spread, trace_paths
 from sim.errors import RingsimError
-from sim.files import check_output, write_json
+from sim.files import write_json
 from sim.scenario.config import LAYOUTS, PASSES, Workload
 from sim.scenario.documents import describe, read_file_spec
 from sim.scenario.resolve import WORKLOAD_FLAGS, flags_for
@@ -109,31 +108,6 @@ def config_from_args(a: argparse.Namespace, *, n_gpus: int):
                          backend=a.backend, warmup=a.warmup, repeats=a.repeats, seed=a.seed,
                          timeout_s=a.timeout, threads_per_rank=a.threads, block_impl=a.block_impl,
                          measure_rate=a.measure_rate)
-
-
-def trace_paths(pattern: str, repeats: int) -> list[str]:
-    """Where each repeat's trace goes (see --trace)."""
-    if repeats == 1 and "{i}" not in pattern:
-        return [pattern]
-    if "{i}" in pattern:
-        return [pattern.replace("{i}", str(i)) for i in range(repeats)]
-    stem, ext = os.path.splitext(pattern)
-    return [f"{stem}-r{i}{ext}" for i in range(repeats)]
-
-
-def check_outputs(a: argparse.Namespace, repeats: int) -> None:
-    """Refuse before the run, not after it, an output that could not be written (sim.files)."""
-    paths = (trace_paths(a.trace, repeats) if a.trace is not None else []) + [a.chrome_trace]
-    for path in paths:
-        check_output(path, a.force)
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    """Median, extremes and coefficient of variation of repeated measurements."""
-    mean = statistics.fmean(values)
-    cv = statistics.pstdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "mean": mean, "cv": cv, "n": len(values)}
 
 
 def report(a: argparse.Namespace, cfg, traces: list) -> int:

@@ -502,7 +502,7 @@ def run_from_args(a: argparse.Namespace) -> InferRun:
 
 
 def cmd_infer(a: argparse.Namespace) -> int:
-    from hw.cli import check_outputs, spread, trace_paths
+    from hw.reporting import check_outputs, spread, trace_paths
     from sim.trace.metrics import compute_metrics
     from sim.units import fmt_s, table
 

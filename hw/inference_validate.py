@@ -207,15 +207,15 @@ def simulate(run: InferRun, profile, stream_gbps: float, jitter: int | None = No
     return play(schedule, host, shape.workload, header, jitter=jitter)
 
 
-def cmd_validate_infer(a: argparse.Namespace) -> int:
+def cmd_validate_infer(a: argparse.Namespace, check_options) -> int:
     """`ringsim validate --infer PHASE...`: measure the inference matrix, simulate it on
-    --profile, print (and with --out/--markdown write) the report."""
-    from hw.validate_cli import _check_options
+    --profile, print (and with --out/--markdown write) the report; `check_options`: the ring
+    validation's own checks of the options both share."""
     from sim.hardware.profile import load_profile
 
     if a.profile is None:
         raise RingsimError("validate --infer needs --profile PROFILE.json")
-    _check_options(a)
+    check_options(a)
     for path in (a.out, a.markdown):
         why = kept_file(path, a.force)
         if why:

@@ -17,9 +17,10 @@ import sys
 
 import torch.distributed as dist
 
-from hw.cli import add_run_args, check_outputs, config_from_args, report
+from hw.cli import add_run_args, config_from_args, report
 from hw.comm import PeerFailure, note_failure
 from hw.devices import pick_device
+from hw.reporting import check_outputs
 from hw.runner import build_traces, run_rank
 from hw.spawn import join_group, release_group_after_failure
 from sim.errors import RingsimError

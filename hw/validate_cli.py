@@ -185,7 +185,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if a.infer:
         from hw.inference_validate import cmd_validate_infer
 
-        return cmd_validate_infer(a)
+        return cmd_validate_infer(a, _check_options)
     if a.profile is None:
         raise RingsimError("validate needs --profile PROFILE.json (or --trace PATH to validate on a profiler trace)")
     # the outputs before any work: --out is resumed (read and rewritten), and the

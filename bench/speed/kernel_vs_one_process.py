@@ -34,10 +34,10 @@ import torch  # noqa: E402
 
 from bench.common import RESULTS, cpu_host, timed  # noqa: E402
 from hw.blocks import select_block_ops  # noqa: E402
-from hw.cli import spread  # noqa: E402
 from hw.config import RunConfig  # noqa: E402
 from hw.launch import run_config  # noqa: E402
 from hw.layouts import shard  # noqa: E402
+from hw.reporting import spread  # noqa: E402
 from hw.runner import make_inputs  # noqa: E402
 from sim.files import write_json  # noqa: E402
 from sim.layouts import block_pieces  # noqa: E402

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from hw.cli import trace_paths
 from hw.config import RunConfig
+from hw.reporting import trace_paths
 from hw.runner import RankResult, build_traces, make_inputs
 from sim.scenario.config import Workload
 from sim.trace.format import Span
