@@ -15,7 +15,7 @@ from dashboard.figures.style import COLORS, TEMPLATE, time_unit
 LABELS = {
     "title": "Which layout wins: {layout} with overlap {state} ({time})", "makespan": "makespan ({unit})",
     "efficiency": "efficiency (%)", "imbalance": "load imbalance (max/mean)",
-    "exposed": "exposed comm, worst GPU ({unit})", "on": "on", "off": "off", "overlap": "overlap {state}",
+    "exposed": "exposed comm,<br>worst GPU ({unit})", "on": "on", "off": "off", "overlap": "overlap {state}",
     "separators": ".,",
 }
 """The figure's texts in English: `comparison(labels=...)` replaces any of them, and adds
