@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args
+from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args, save_traces
 from sim.errors import RingsimError
-from sim.files import write_json
-from sim.trace.format import to_chrome_trace
 from sim.units import fmt_s, parse_count, table
 
 PHASES = ("prefill", "decode", "request")
@@ -154,10 +152,7 @@ def cmd_infer(a: argparse.Namespace) -> int:
         result = request(serving, contexts[0], cached, output, batch=a.batch, scheme=a.scheme,
                          layout=a.layout or "zigzag", cache_layout=a.cache_layout, merge=a.merge_by)
         trace, out = result.prefill.trace, {"prefill_s": result.ttft_s, **result.to_dict()}
-    if a.trace:
-        trace.save(a.trace, overwrite=a.force)
-    if a.chrome_trace:
-        write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
+    save_traces(a, trace)
     if a.json:
         print(json.dumps(out, indent=2))
         return 0

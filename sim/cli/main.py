@@ -20,10 +20,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from sim.cli import infer, plan, step, sweep, trace
-from sim.cli.options import Parser, add_scenario_args, resolve_run, values_from_args
+from sim.cli.options import Parser, add_scenario_args, resolve_run, save_traces, values_from_args
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
-from sim.files import check_output, write_json
+from sim.files import check_output
 from sim.hardware.model import HardwareModel
 from sim.invariants import check_rows, check_run
 from sim.layouts.packed import BlockCall, Packed, token_work
@@ -33,7 +33,6 @@ from sim.scenario.documents import describe_packed
 from sim.scenario.resolve import without_scheme
 from sim.schemes import names as scheme_names
 from sim.schemes import run_words
-from sim.trace.format import to_chrome_trace
 from sim.trace.metrics import compute_metrics
 from sim.units import fmt_bytes, fmt_s, table
 
@@ -102,10 +101,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     out = {"scenario": scenario.describe(), **_summary(scenario, m), "bytes_sent": m.bytes_sent,
            "one_gpu_s": alone_s, "vs_one_gpu": vs_one}
     check_run(out, out["scenario"])
-    if a.trace:
-        trace.save(a.trace, overwrite=a.force)
-    if a.chrome_trace:
-        write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
+    save_traces(a, trace)
     if a.json:
         print(json.dumps(out, indent=2))
         return 0

@@ -15,11 +15,13 @@ from dataclasses import replace
 from typing import Any
 
 from sim.errors import RingsimError
+from sim.files import write_json
 from sim.hardware.cluster import Hardware
 from sim.scenario.models import MODEL_PRESETS, PARAMS_AGREE, Model, model_preset
 from sim.scenario.option import ScenarioOption
 from sim.scenario.resolve import Resolved, hardware_of, resolve
 from sim.scenario.schema import SCENARIO_OPTIONS, scenario_option
+from sim.trace.format import Trace, to_chrome_trace
 from sim.units import tokens
 
 
@@ -160,3 +162,10 @@ def model_from_args(a: argparse.Namespace):
     return model
 
 
+def save_traces(a: argparse.Namespace, trace: Trace) -> None:
+    """A run's trace where `--trace` and `--chrome-trace` ask (checked before the run:
+    sim.files.check_output), replacing a file only with `--force`."""
+    if a.trace:
+        trace.save(a.trace, overwrite=a.force)
+    if a.chrome_trace:
+        write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)

@@ -7,16 +7,16 @@ import argparse
 import json
 
 from sim.cli.frameworks import add_framework_args, check_framework_args, export_step, hardware_argv, step_from
-from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args
+from sim.cli.options import add_hardware_args, add_model_args, hardware_from_args, model_from_args, save_traces
 from sim.errors import RingsimError
-from sim.files import check_output, write_json
+from sim.files import check_output
 from sim.hardware.gemm import gemm_time
 from sim.hardware.presets import GPU_PRESETS, gpu_preset
 from sim.implementations import LIBRARIES as IMPL_LIBRARIES
 from sim.invariants import check_step
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import names as scheme_names
-from sim.trace.format import Trace, to_chrome_trace
+from sim.trace.format import Trace
 from sim.training.step import GRAD_BYTES, RECOMPUTE, ZERO_STAGES, Parallel, StepRequest, check_gpus, simulate_step
 from sim.units import fmt_bytes, fmt_s, table, tokens
 
@@ -139,10 +139,7 @@ def print_step(a: argparse.Namespace, step) -> int:
         trace = Trace(t.source, t.n_gpus, t.columns, {"step": result["parallel"], "model": req.model.name,
                                                         "seq": req.seq, "global_batch": req.global_batch},
                       hw.describe(), t.meta)
-        if a.trace:
-            trace.save(a.trace, overwrite=a.force)
-        if a.chrome_trace:
-            write_json(a.chrome_trace, to_chrome_trace(trace), overwrite=a.force)
+        save_traces(a, trace)
     if a.json:
         print(json.dumps(result, indent=2))
         return 0
