@@ -78,6 +78,8 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             rows, threshold = _crossover(model, cluster, nodes, context)
             cross = crossover(rows, threshold, crossover_labels(t))
             dec = decode_curve(_decode(model, cluster, nodes), decode_labels(t))
+            for fig in (timeline, cross, dec):           # the page's decimal and grouping signs
+                fig.update_layout(separators=t.separators())
             note = t("inf.note", model=model, gpus=t.int(nodes * 8), cp=t.int(nodes * 8 // TP),
                      new=t.int(new), cached=t.int(context - new), rule=rule, chosen=chosen)
         except RingsimError as e:

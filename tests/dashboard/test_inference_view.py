@@ -60,4 +60,7 @@ def test_the_callback_answers_in_each_language(lang):
     assert out["inf-model-label"]["children"] == t("inf.ctl.model")
     assert out["inf-prefill"]["figure"]["layout"]["title"]["text"] == t("inf.timeline.title")
     assert out["inf-crossover"]["figure"]["layout"]["title"]["text"] == t("inf.cross.title")
+    # the charts write numbers as the page does ("0,5" on the Indonesian page)
+    for graph in ("inf-prefill", "inf-crossover", "inf-decode"):
+        assert out[graph]["figure"]["layout"]["separators"] == t.separators()
     assert "4,096" in out["inf-note"]["children"] or "4.096" in out["inf-note"]["children"]
