@@ -72,6 +72,9 @@ def _run(cfg, rank: int, n_gpus: int):
         gathered = [None] * n_gpus if rank == 0 else None
         if n_gpus > 1:
             dist.gather_object(res, gathered, dst=0, group=control)
+            # A gloo gather returns on the sender before rank 0 has read it; tearing the
+            # group down then can abort the sender. Leave together once rank 0 has all.
+            dist.barrier(group=control)
             dist.destroy_process_group()
         else:
             gathered = [res]
