@@ -26,11 +26,30 @@ def manager(folder: str) -> Any | None:
     is not installed (the callbacks then run in the request)."""
     try:
         import diskcache
+        import psutil
         from dash import DiskcacheManager
     except ModuleNotFoundError:
         return None
+
+    class Manager(DiskcacheManager):
+        """Dash's manager, where a job that ends between Dash's check that its process exists
+        and the call on that process is a job done, not a failed request (the page cancels
+        its last job each time its inputs change, often just as the job finishes)."""
+
+        def terminate_job(self, job):
+            try:
+                super().terminate_job(job)
+            except psutil.NoSuchProcess:
+                pass
+
+        def job_running(self, job):
+            try:
+                return super().job_running(job)
+            except psutil.NoSuchProcess:
+                return False
+
     # results are read once by the page that asked: an hour is plenty
-    return DiskcacheManager(diskcache.Cache(folder), expire=3600)
+    return Manager(diskcache.Cache(folder), expire=3600)
 
 
 def busy_line(name: str) -> html.Div:

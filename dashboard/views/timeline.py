@@ -100,21 +100,25 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         except RingsimError as e:
             return message_figure(str(e))
 
-    # the details of the span clicked: its record's fields, as a trace viewer lists them
+    # the details of the span clicked: its record's fields, as a trace viewer lists them. The
+    # page's click names the chart's trace and point, not the point's data (dcc.Graph leaves
+    # out a typed array's rows), so the row is read from the figure drawn, kept in the cache
     @app.callback(Output("timeline-details", "children"),
                   Input("timeline", "clickData"), Input("lang", "value"),
-                  State("scenario", "data"), State("profile", "data"))
-    def details(click, lang, data, profile_data):
+                  State("scenario", "data"), State("profile", "data"), State("ranks", "value"))
+    def details(click, lang, data, profile_data, ranks):
         t = Translator(lang)
         points = (click or {}).get("points") or []
-        cd = points[0].get("customdata") if points else None
-        if not cd:
+        if not points:
             return html.Span(t("tl.detail.hint"), className="help")
         try:
             hw, key = served.hardware_of(profile_data)
             tr = compute.run(served.scenario_of(data), hw, key).trace
+            cd = _clicked_row(_draw_timeline(data, profile_data, ranks, "timeline", lang), points[0])
         except RingsimError as e:
             return html.Span(str(e), className="msg")
+        if cd is None:
+            return html.Span(t("tl.detail.hint"), className="help")
         c = tr.columns
         scale, unit = time_unit(float(c.end_s.max() - c.start_s.min()) or 1e-6)
         series = SERIES[int(cd[-1])]
@@ -176,3 +180,16 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         return fig, len(fig.frames) - 1, 0, {}
 
     register_ring_stepper(app, "timeline", "timeline-ring")
+
+
+def _clicked_row(fig: Any, point: dict[str, Any]) -> list[float] | None:
+    """The record (figures.timeline's customdata row) of the point clicked on `fig`, or None
+    where the point carries none (a message, a span's line rather than its point)."""
+    curve, index = point.get("curveNumber"), point.get("pointNumber")
+    data = getattr(fig, "data", ())
+    if not isinstance(curve, int) or not isinstance(index, int) or not 0 <= curve < len(data):
+        return None
+    rows = data[curve].customdata
+    if rows is None or not 0 <= index < len(rows):
+        return None
+    return [float(x) for x in rows[index]]

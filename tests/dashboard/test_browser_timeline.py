@@ -1,7 +1,7 @@
 """The timeline as a trace viewer and the first visit, in headless Chromium (run with
 `pytest --headless`): the start-here path leads to its views and stays hidden once closed; a
 comparison computing in the background shows its busy line with a cancel button, then its
-chart. (A click's record: tests/dashboard/test_honest_views.py, through the callback.)"""
+chart; a click on a span lists its record (the callback alone: tests/dashboard/test_honest_views.py)."""
 
 from __future__ import annotations
 
@@ -43,3 +43,26 @@ def test_a_comparison_computing_in_the_background_shows_its_progress(dash_duo):
     dash_duo.wait_for_contains_text("#compare-table", "zigzag", timeout=TIMEOUT)
     assert dash_duo.find_element("#compare-cancel").get_attribute("textContent") == "Cancel"
     assert not dash_duo.find_element("#compare-busy").is_displayed()      # done: the line goes
+
+
+@pytest.mark.parametrize("lang, title, step", [("en", "The span clicked", "ring step"),
+                                              ("id", "Rentang yang diklik", "langkah cincin")])
+def test_a_click_on_a_span_lists_its_record(dash_duo, lang, title, step):
+    """A real click on a drawn bar (not an event sent to the chart) lists that span's record:
+    its operation, GPU, step, start and duration, in the page's language."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    dash_duo.start_server(create_app())
+    dash_duo.driver.get(f"{dash_duo.server_url}/?view=timeline&lang={lang}")
+    dash_duo.wait_for_element("#timeline .barlayer .point path", timeout=TIMEOUT)
+    dash_duo.wait_for_element("#timeline-details .help", timeout=TIMEOUT)     # the hint, before a click
+    bars = dash_duo.driver.find_elements("css selector", "#timeline .barlayer .point path")
+    widest = max(bars, key=lambda b: b.rect["width"])
+    assert widest.rect["width"] > 4
+    ActionChains(dash_duo.driver).move_to_element(widest).click().perform()
+    dash_duo.wait_for_element("#timeline-details table", timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#timeline-details", title, timeout=TIMEOUT)
+    rows = dash_duo.driver.find_elements("css selector", "#timeline-details tr")
+    fields = {r.find_element("css selector", "th").text: r.find_element("css selector", "td").text for r in rows}
+    assert step in fields and fields[step].isdigit()
+    assert len(fields) >= 5 and all(v.strip() for v in fields.values())

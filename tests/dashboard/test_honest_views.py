@@ -49,17 +49,35 @@ def test_the_plan_charts_range_holds_its_candidates():
 
 
 def test_a_clicked_span_lists_its_record(client):
-    store = _store(gpus=4, seq=8192)
-    cd = [2, 1, 0.5, 0.25, 3, 1.5, 0, 1, -1, 1]
-    from dashboard.figures.timeline import SERIES
+    """The page's click names the chart's trace and point only (as dcc.Graph sends it): the
+    details are the record of that span in the simulated trace."""
+    import re
 
-    cd[-1] = SERIES.index("send kv")
-    _, out = client.call("timeline-details.children", {"timeline.clickData": {"points": [{"customdata": cd}]},
-                                                       "lang.value": "en", "scenario.data": store,
-                                                       "profile.data": None}, ["timeline.clickData"])
+    import numpy as np
+
+    from dashboard import compute
+    from sim.trace.format import SEND
+
+    store = _store(gpus=4, seq=8192)
+    values = {"scenario.data": store, "profile.data": None, "ranks.value": [0, 3], "tabs.value": "timeline",
+              "lang.value": "en"}
+    _, out = client.call("timeline.figure", values, ["scenario.data"])
+    data = out["timeline"]["figure"]["data"]
+    curve = next(i for i, tr in enumerate(data) if tr["name"] == "send K/V")
+    _, out = client.call("timeline-details.children",
+                         {**values, "timeline.clickData": {"points": [{"curveNumber": curve, "pointNumber": 0}]}},
+                         ["timeline.clickData"])
     text = _text(out["timeline-details"]["children"])
-    assert "send K/V" in text and "other GPU 3" in text
-    assert "1.50 MB" in text and "lasts 0.2500" in text
+    assert "send K/V" in text, text
+    gpu, step = map(int, re.search(r"GPU (\d+) ring step (\d+)", text).groups())
+    c = compute.run(scenario_from_values(store["values"])).trace.columns
+    (span,) = np.flatnonzero((c.stream == SEND) & (c.rank == gpu) & (c.step == step))
+    assert f"other GPU {int(c.peer[span])}" in text
+    assert f"{c.bytes[span] / 1e6:.2f} MB" in text
+    _, out = client.call("timeline-details.children",
+                         {**values, "timeline.clickData": {"points": [{"curveNumber": 999, "pointNumber": 0}]}},
+                         ["timeline.clickData"])
+    assert "Click a span" in _text(out["timeline-details"]["children"])      # no such point: the hint
 
 
 def test_a_run_with_nothing_exposed_says_so(client):

@@ -1,0 +1,45 @@
+"""The background callbacks' manager (dashboard/views/background.py): a job whose process
+ends between Dash's check that it exists and the call on it is a job done, not an error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dashboard.views import background
+
+psutil = pytest.importorskip("psutil")
+
+
+@pytest.fixture()
+def manager(tmp_path):
+    m = background.manager(str(tmp_path / "jobs"))
+    if m is None:
+        pytest.skip("diskcache is not installed")
+    return m
+
+
+def _ended_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_job_that_ended_as_it_was_cancelled_is_not_an_error(manager, monkeypatch):
+    pid = _ended_pid()
+    # the race: the process is there when Dash looks, gone when it acts
+    monkeypatch.setattr(psutil, "pid_exists", lambda _: True)
+    with pytest.raises(psutil.NoSuchProcess):
+        psutil.Process(pid)
+    manager.terminate_job(pid)
+    assert manager.job_running(pid) is False
+
+
+def test_a_running_job_is_still_stopped(manager):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert manager.job_running(proc.pid)
+    manager.terminate_job(proc.pid)        # killed and reaped (psutil waits on it)
+    assert not manager.job_running(proc.pid) and not psutil.pid_exists(proc.pid)
+    proc.wait(timeout=10)
