@@ -370,7 +370,7 @@ _ZERO_OR_MORE = ("seed",)
 # Which control a simulator message without a reason, naming no option, is about: the first key
 # found in the message wins.
 _MESSAGE_KEYS = (
-    ("document", "docs"), ("docs", "docs"), ("window", "window"), ("seed", "seed"),
+    ("document", "docs"), ("docs", "docs"), ("lognormal", "docs"), ("window", "window"), ("seed", "seed"),
     ("placement", "placement"), ("fill whole nodes", "gpus"),
     ("heads", "heads"), ("batch", "batch"), ("sequence length", "seq"), ("seq", "seq"), ("dtype", "dtype"),
     ("no rate for", "dtype"), ("has no peak rate", "dtype"),
