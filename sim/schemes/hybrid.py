@@ -142,9 +142,10 @@ def degrees(scenario: Scenario) -> tuple[int, int]:
                           product=u * r, gpus=n)
         return u, r
     if u is not None or r is not None:
-        given, name = (u, "ulysses-degree") if u is not None else (r, "ring-degree")
+        given, option, key = (u, "ulysses-degree", "refused.ulysses-gpus") if u is not None else \
+            (r, "ring-degree", "refused.ring-gpus")
         if n % given:
-            raise refusal(f"refused.{name.removesuffix('-degree')}-gpus", option=name, value=given, gpus=n)
+            raise refusal(key, option=option, value=given, gpus=n)
         return (u, n // u) if u is not None else (n // r, r)
     cap = min(scenario.hardware.gpus_per_node, n // 2 if n > 1 else 1)
     u = max((d for d in range(1, cap + 1) if n % d == 0 and degree_fits(scenario.workload, d)), default=1)
