@@ -8,15 +8,14 @@ command line's flags do: the page checks what its controls hold, leaves out the 
 that do not apply to the chosen scheme and turns its words for "not given" into None; a
 mistake becomes a `ControlError` naming the control to show the message under, which
 `message` says in the page's language, naming controls as the page labels them (a
-simulator's sentence about a control's value is read once, into a catalog message and its
-numbers: _SIMULATOR_SENTENCES).
+simulator's refusal of a control's value carries its reason as a sim.reasons clause: the control
+it is about and its numbers, which the page says by a catalog message, _PAGE_MESSAGES).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -368,96 +367,83 @@ _READ = {"int": _int, "optint": _opt_int, "float": _opt_float, "text": _text, "b
 _ZERO_OR_MORE = ("seed",)
 
 
-# Which control a simulator message that names no option is about: the first key found in
-# the message wins (so the schemes' settings come before the heads and GPUs their messages
-# mention).
+# Which control a simulator message without a reason, naming no option, is about: the first key
+# found in the message wins.
 _MESSAGE_KEYS = (
-    # an implementation's refusals (sim.implementations): before the layout they name
-    ("is implemented by", "impl"), ("; it runs", "impl"), ("layout only", "impl"),
     ("document", "docs"), ("docs", "docs"), ("lognormal", "docs"), ("window", "window"), ("seed", "seed"),
-    ("ulysses degree", "ulysses-degree"), ("ring degree", "ring-degree"), ("head groups", "head-groups"),
     ("placement", "placement"), ("fill whole nodes", "gpus"),
     ("heads", "heads"), ("batch", "batch"), ("sequence length", "seq"), ("seq", "seq"), ("dtype", "dtype"),
     ("no rate for", "dtype"), ("has no peak rate", "dtype"),
-    ("efficiency", "efficiency"), ("peak", "tflops"), ("memory_gb", "gpu"),
-    ("bandwidth", "link-gbps"), ("latency", "link-latency-us"), ("tile", "tile"),
+    ("peak", "tflops"), ("memory_gb", "gpu"), ("tile", "tile"),
     ("layout", "layout"), ("sync", "sync"), ("granularity", "granularity"),
 )
 
+_CLAUSE_CONTROLS = {
+    **dict.fromkeys(("refused.heads", "refused.kv-heads", "refused.head-count"), "ulysses-degree"),
+    **dict.fromkeys(("refused.chunks", "refused.gather-chunks", "refused.shards"), "seq"),
+    **dict.fromkeys(("refused.impl-scheme", "refused.impl-layout", "refused.impl-causal", "refused.impl-full"),
+                    "impl"),
+}
+"""The control a refusal is about whose clause names no option (a clause plans and comparisons
+carry too): a Ulysses degree the heads refuse, a sequence the layout's chunks or shards do not
+divide, an implementation."""
+
+_PAGE_MESSAGES: dict[str, tuple[str, dict[str, str]]] = {
+    "refused.must-divide": ("msg.divide", {}),
+    "refused.head-groups": ("msg.divide", {}),
+    "refused.layout-chunks": ("msg.seq-chunks", {}),
+    "refused.seq-gpus": ("msg.seq-gpus", {}),
+    "refused.degrees": ("msg.degrees", {}),
+    "refused.ulysses-gpus": ("msg.ulysses-gpus", {}),
+    "refused.ring-gpus": ("msg.ring-gpus", {}),
+    "refused.custom-gpu": ("msg.custom-gpu", {}),
+    "refused.custom-link": ("msg.custom-link", {}),
+    "refused.fraction": ("msg.fraction", {}),
+    "refused.positive": ("msg.positive", {}),
+    "refused.not-negative": ("msg.not-negative", {}),
+    "refused.docs-exceed": ("msg.docs-exceed", {"total_tokens": "total", "seq_tokens": "seq"}),
+    "refused.docs-fill": ("msg.docs-fill", {"total_tokens": "total", "seq_tokens": "seq"}),
+    "refused.docs-length": ("msg.docs-length", {"typed": "value"}),
+    "refused.docs-zero": ("msg.docs-zero", {}),
+    "refused.docs-negative": ("msg.docs-negative", {}),
+    "refused.docs-takes": ("msg.docs-takes", {"distribution": "kind", "typed": "value"}),
+    "refused.docs-needs": ("msg.docs-needs", {"distribution": "kind", "allowed": "value"}),
+    "refused.docs-unknown": ("msg.docs-unknown", {"typed": "value"}),
+    "refused.docs-sigma": ("msg.docs-sigma", {}),
+    "refused.docs-sigma-range": ("msg.docs-sigma", {}),
+}
+"""How the page says a refusal of a control's value (sim.reasons clause key -> the catalog
+message, and the clause's fields it takes under other names): naming the control, and any other
+the clause names, by its label where the simulator's sentence spells a flag or a field."""
+_SPELLED = ("clause", "field", "other_field", "option")
+"""A refusal's fields the page does not write: the control names itself."""
+
 
 def _attribute(err: RingsimError, fallback: str) -> ControlError:
-    """The control a message is about, and how the page says it: a sentence of
-    _SIMULATOR_SENTENCES names both; else the option the message names
-    (sim.scenario.resolve.OptionError), else the first of _MESSAGE_KEYS in it, else the
-    part being made, else `fallback`."""
-    text = str(err)
-    for pattern, cid, key, other in _SIMULATOR_SENTENCES:
-        m = pattern.search(text)
-        if m:
-            # numbers as numbers (the simulator groups thousands with commas), for the page to write
-            fields = {k: int(v.replace(",", "")) if v.replace(",", "").isdigit() else v
-                      for k, v in m.groupdict().items()}
-            return ControlError(cid, text, key, {"control": cid, **fields, **other}, err.reason)
+    """The control a message is about, and how the page says it: the control a refusal's
+    clause names (sim.reasons: its `option`, else the one _CLAUSE_CONTROLS gives its key) and its
+    page message (_PAGE_MESSAGES); else the option the message names
+    (sim.scenario.resolve.OptionError), else the first of _MESSAGE_KEYS in it, else the part being
+    made, else `fallback`."""
+    text, reason = str(err), err.reason
+    cid = None if reason is None else reason.get("option", _CLAUSE_CONTROLS.get(reason["clause"]))
+    if cid in _BY_ID:
+        if reason["clause"] not in _PAGE_MESSAGES:
+            return ControlError(cid, text, reason=reason)
+        key, renamed = _PAGE_MESSAGES[reason["clause"]]
+        fields = {renamed.get(name, name): v for name, v in reason.items()
+                  if name not in _SPELLED and not isinstance(v, dict) and v is not None}
+        if isinstance(reason.get("each"), dict):        # the chunks of a hybrid's rings, each cut more ways
+            key, fields["times"] = "msg.seq-chunks-ways", reason["each"]["times"]
+        return ControlError(cid, text, key, {"control": cid, **fields}, reason)
     named = err.option if isinstance(err, OptionError) else None
     if named in _BY_ID:
-        return ControlError(named, text, reason=err.reason)
+        return ControlError(named, text, reason=reason)
     for key, cid in _MESSAGE_KEYS:
         if key in text:
-            return ControlError(cid, text, reason=err.reason)
+            return ControlError(cid, text, reason=reason)
     part = err.part if isinstance(err, OptionError) else None
-    return ControlError(part if part in _BY_ID else fallback, text, reason=err.reason)
-
-
-_N = r"(?P<{}>\d+)"
-_SIMULATOR_SENTENCES: tuple[tuple[re.Pattern[str], str, str, dict[str, str]], ...] = tuple(
-    (re.compile(pattern.format(n=_N.format("value"), m=_N.format("other_value"))), cid, key,
-     {"other": more[0]} if more else {})
-    for pattern, cid, key, *more in (
-        # sim.scenario.config.Workload, sim.schemes.allgather, sim.hardware.cluster.Hardware
-        (r"^(--kv-heads|kv_heads) \({n}\) must divide (--)?heads \({m}\)", "kv-heads", "msg.divide", "heads"),
-        (r"^head groups \({n}\) must divide the {m} K/V heads", "head-groups", "msg.divide", "kv-heads"),
-        (r"^(--nics-per-node|nics_per_node) \({n}\) must divide (--gpus-per-node|gpus_per_node) \({m}\)",
-         "nics-per-node", "msg.divide", "gpus-per-node"),
-        # sim.scenario.config.Scenario: the layout's chunks
-        (r"^sequence length {n} does not divide into (?P<chunks>\d+) equal chunks \((?P<layout>[\w-]+) layout on "
-         r"(?P<gpus>\d+) GPUs\); use a multiple of (?P<multiple>\d+)", "seq", "msg.seq-chunks"),
-        (r"^sequence length {n} does not divide over (?P<gpus>\d+) GPUs", "seq", "msg.seq-gpus"),
-        # sim.schemes.hybrid
-        (r"^ulysses degree {n} x ring degree {m} = (?P<product>\d+), not the (?P<gpus>\d+) GPUs", "ulysses-degree",
-         "msg.degrees", "ring-degree"),
-        (r"^ulysses degree {n} does not divide the (?P<gpus>\d+) GPUs", "ulysses-degree", "msg.ulysses-gpus"),
-        (r"^ring degree {n} does not divide the (?P<gpus>\d+) GPUs", "ring-degree", "msg.ring-gpus"),
-        # sim.scenario.resolve: a custom GPU or link
-        (r"^a custom GPU needs its achieved TFLOP/s", "tflops", "msg.custom-gpu"),
-        (r"^a custom link needs its bandwidth in GB/s", "link-gbps", "msg.custom-link"),
-        # sim.hardware.cluster: numbers in range
-        (r"^--efficiency must be in \(0, 1\], got (?P<value>\S+)", "efficiency", "msg.fraction"),
-        (r"^--tflops must be a positive finite number, got (?P<value>\S+)", "tflops", "msg.positive"),
-        (r"^--link-gbps must be a positive finite number, got (?P<value>\S+)", "link-gbps", "msg.positive"),
-        (r"^--nic-gbps must be a positive finite number, got (?P<value>\S+)", "nic-gbps", "msg.positive"),
-        (r"^--link-latency-us must be a non-negative finite number, got (?P<value>\S+)", "link-latency-us",
-         "msg.not-negative"),
-        (r"^--overhead-us must be a non-negative finite number, got (?P<value>\S+)", "overhead-us",
-         "msg.not-negative"),
-        (r"^(window|--window) must be positive, got (?P<value>-?\d+)", "window", "msg.positive"),
-        (r"^(tile|--tile) must be positive, got (?P<value>-?\d+)", "tile", "msg.positive"),
-        (r"^(heads|--heads) must be positive, got (?P<value>-?\d+)", "heads", "msg.positive"),
-        # sim.scenario.documents
-        (r"^the documents \((?P<total>[\d,]+) tokens\) exceed the sequence of (?P<seq>[\d,]+) tokens", "docs",
-         "msg.docs-exceed"),
-        (r"^the documents \((?P<total>[\d,]+) tokens\) do not fill the sequence of (?P<seq>[\d,]+) tokens",
-         "docs", "msg.docs-fill", "seq"),
-        (r"^document (?P<doc>\d+) of .* is not a length: (?P<value>.+)$", "docs", "msg.docs-length"),
-        (r"^document (?P<doc>\d+) of .* has length zero", "docs", "msg.docs-zero"),
-        (r"^document (?P<doc>\d+) of .* has a negative length", "docs", "msg.docs-negative"),
-        (r"^(?P<kind>lognormal|sample) needs (?P<value>.+)$", "docs", "msg.docs-needs"),
-        (r"^(?P<kind>lognormal|sample) takes (?P<allowed>.+); got (?P<value>.+)$", "docs", "msg.docs-takes"),
-        (r"^unknown document distribution (?P<value>\S+);", "docs", "msg.docs-unknown"),
-        (r"^lognormal sigma must be", "docs", "msg.docs-sigma"),
-    ))
-"""The simulator's sentences about values the page's controls hold, and how the page says
-each: under which control, the catalog message (its fields the sentence's named groups) and
-the other control it names, if any."""
+    return ControlError(part if part in _BY_ID else fallback, text, reason=reason)
 
 
 def message(t: Any, err: ControlError) -> str:
@@ -476,7 +462,8 @@ def message(t: Any, err: ControlError) -> str:
         elif isinstance(v, int) and not isinstance(v, bool):
             fields[name] = t.int(v)
         elif isinstance(v, float):
-            fields[name] = t.num(v, 4)
+            # as given, digit for digit, in the language's decimal sign
+            fields[name] = t.int(v) if v.is_integer() else t.digits(repr(v))
         else:
             fields[name] = str(v)
     return t(err.key, **fields)

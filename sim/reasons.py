@@ -109,6 +109,38 @@ ENGLISH: dict[str, str] = {
     "refused.impl-layout": "{impl} has no {layout} layout; it runs {layouts}",
     "refused.impl-causal": "{impl} runs the {layout} layout only under a causal mask",
     "refused.impl-full": "{impl} runs the {layout} layout only without a causal mask",
+    # why the scenario refuses an option's value (RingsimError.reason): `option`, and `other` where
+    # it names a second, is the scenario option (sim.scenario.schema) it is about, for a page to say
+    # it under that control; `field` and `other_field` a setting as the sentence spells it, a
+    # dataclass's field (kv_heads) or its flag once sim.scenario.resolve names the option (--kv-heads)
+    "refused.must-divide": "{field} ({value}) must divide {other_field} ({other_value})",
+    "refused.head-groups": "head groups ({value}) must divide the {other_value} K/V heads",
+    "refused.layout-chunks": "sequence length {value} does not divide into {chunks} equal chunks ({layout} layout "
+                             "on {gpus} GPUs{each}); use a multiple of {multiple}",
+    "refused.each-chunk": ", each chunk {times} ways",
+    "refused.seq-gpus": "sequence length {value} does not divide over {gpus} GPUs",
+    "refused.degrees": "ulysses degree {value} x ring degree {other_value} = {product}, not the {gpus} GPUs",
+    "refused.ulysses-gpus": "ulysses degree {value} does not divide the {gpus} GPUs",
+    "refused.ring-gpus": "ring degree {value} does not divide the {gpus} GPUs",
+    "refused.custom-gpu": "a custom GPU needs its achieved {unit}",
+    "refused.custom-link": "a custom link needs its bandwidth in {unit}",
+    "refused.fraction": "{field} must be in (0, 1], got {value}",
+    "refused.positive": "{field} must be a positive finite number, got {value}",
+    "refused.not-negative": "{field} must be a non-negative finite number, got {value}",
+    "refused.docs-exceed": "the documents ({total_tokens} tokens) exceed the sequence of {seq_tokens} tokens",
+    "refused.docs-fill": "the documents ({total_tokens} tokens) do not fill the sequence of {seq_tokens} tokens: "
+                         "the list repeats whole, so its sum must divide the sequence",
+    "refused.docs-length": "document {doc} of {what} is not a length: {typed}",
+    "refused.docs-zero": "document {doc} of {what} has length zero",
+    "refused.docs-negative": "document {doc} of {what} has a negative length ({typed})",
+    "refused.docs-takes": "{distribution} takes {allowed}; got {typed}",
+    "refused.docs-needs": "{distribution} needs {allowed}",
+    "refused.docs-unknown": "unknown document distribution {typed}; give a list of lengths, {lognormal} or {file}",
+    "refused.docs-sigma": "{parameter} must be a number, got {typed}",
+    "refused.docs-sigma-range": "{parameter} must be between 0 and 10, got {typed}",
+    "docs.list": "the document list",
+    "docs.sample": "the sample",
+    "docs.file": "{path}",
     # why a whole-step candidate wins or loses, and its split (sim.training.plan)
     "step.unfit": "does not fit: {memory_gb} GB per GPU of {limit_gb} GB",
     "step.fastest": "fastest",
@@ -147,9 +179,12 @@ WORDS: dict[str, dict[str, str]] = {
 transfer (sim.trace.format), a kind and a direction of PCIe link (sim.hardware.pcie), a part
 of a step and a recomputation (sim.training)."""
 
-NAMES = ("scheme", "layout", "placement", "impl")
+NAMES = ("scheme", "layout", "placement", "impl", "field", "other_field", "unit", "typed", "distribution",
+         "allowed", "lognormal", "file", "parameter", "path")
 """The fields whose value is a name as the command line spells it, written as it is in English
-(an implementation: its library's name for `--impl`, sim.implementations)."""
+(an implementation: its library's name for `--impl`, sim.implementations); a setting as a
+refusal spells it, a unit, and what the user typed (a document's length, a distribution and its
+parameters, a file's path), as typed."""
 
 JOINERS: dict[str, str] = {"items": ", ", "diffs": " and ", "layouts": ", ", "libraries": ", "}
 """What joins the clauses of a list field, by the field's name, in English."""
@@ -160,6 +195,7 @@ NUMBERS: dict[str, Callable[[Any], str]] = {
     "ratio": lambda v: f"{v:.2f}",
     **dict.fromkeys(("capacity_gb", "limit_gb"), lambda v: f"{v:g}"),
     "memory_gb": lambda v: f"{v:.1f}",
+    **dict.fromkeys(("total_tokens", "seq_tokens"), lambda v: f"{v:,}"),
 }
 """How a number field is written, by name; seconds (`_s`) and bytes (`_bytes`) with their unit
 (sim.units), any other number (a count, a degree, an index) as a whole number."""

@@ -32,6 +32,7 @@ from sim.hardware.kernel_model import (
 from sim.hardware.model import HardwareModel
 from sim.hardware.pcie import Fabric, Pcie
 from sim.hardware.presets import KERNEL_GAP_US, LAUNCH_OVERHEAD_US, MERGE_BYTES, MERGE_SLICE_BYTES, gpu_preset, link_preset
+from sim.reasons import refusal
 from sim.scenario.quantities import DTYPE_BYTES
 from sim.units import positive_ints
 
@@ -47,8 +48,8 @@ def _positive(obj: Any, *names: str, allow_zero: bool = False) -> None:
         v = getattr(obj, name)
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v != float("inf")
         if not ok or v < 0 or (v == 0 and not allow_zero):
-            kind = "non-negative" if allow_zero else "positive"
-            raise RingsimError(f"{name} must be a {kind} finite number, got {v!r}")
+            raise refusal("refused.not-negative" if allow_zero else "refused.positive", field=name,
+                          value=v if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v))
 
 
 ASSUMED_HEAD_DIM = 128
@@ -99,7 +100,7 @@ class Gpu:
 
     def __post_init__(self) -> None:
         if not 0 < self.efficiency <= 1:
-            raise RingsimError(f"efficiency must be in (0, 1], got {self.efficiency!r}")
+            raise refusal("refused.fraction", field="efficiency", value=self.efficiency)
         if self.achieved_tflops is not None:
             _positive(self, "achieved_tflops")
         _positive(self, "launch_overhead_us", allow_zero=True)
@@ -255,8 +256,8 @@ class Hardware(HardwareModel):
         if self.nics_per_node is not None:
             positive_ints(self, "nics_per_node")
             if self.gpus_per_node % self.nics_per_node:
-                raise RingsimError(f"nics_per_node ({self.nics_per_node}) must divide gpus_per_node "
-                                   f"({self.gpus_per_node})")
+                raise refusal("refused.must-divide", field="nics_per_node", value=self.nics_per_node,
+                              other_field="gpus_per_node", other_value=self.gpus_per_node)
 
     @property
     def fabric(self) -> Fabric | None:

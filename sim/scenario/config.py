@@ -16,6 +16,7 @@ from sim.hardware.cluster import Hardware
 from sim.layouts import NAMES as LAYOUT_NAMES
 from sim.layouts import get as get_layout
 from sim.layouts.packed import DOC_LAYOUTS, uses_documents
+from sim.reasons import clause, refusal
 from sim.scenario.documents import bounds as doc_bounds
 from sim.scenario.documents import check_spec as check_docs
 from sim.scenario.documents import check_window
@@ -77,7 +78,8 @@ class Workload:
         if self.pass_ not in PASSES:
             raise RingsimError(f"pass must be one of {', '.join(PASSES)}, got {self.pass_!r}")
         if self.heads % self.kv_heads:
-            raise RingsimError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+            raise refusal("refused.must-divide", field="kv_heads", value=self.kv_heads, other_field="heads",
+                          other_value=self.heads)
         if not isinstance(self.causal, bool):
             raise RingsimError(f"causal must be true or false, got {self.causal!r}")
 
@@ -163,15 +165,14 @@ class Scenario:
         n = self.n_gpus if ranks is None else ranks
         if self.packed:
             if self.workload.seq % (n * times):
-                raise RingsimError(f"sequence length {self.workload.seq} does not divide over {n * times} GPUs")
+                raise refusal("refused.seq-gpus", option="seq", value=self.workload.seq, gpus=n * times)
             doc_bounds(self.workload.docs, self.workload.seq, self.workload.seed)
             return
         chunks = get_layout(self.layout).n_chunks(n) * times
         if self.workload.seq % chunks:
-            raise RingsimError(
-                f"sequence length {self.workload.seq} does not divide into {chunks} equal chunks "
-                f"({self.layout} layout on {n} GPUs" + (f", each chunk {times} ways" if times > 1 else "")
-                + f"); use a multiple of {chunks}")
+            raise refusal("refused.layout-chunks", option="seq", value=self.workload.seq, chunks=chunks,
+                          layout=self.layout, gpus=n,
+                          each=clause("refused.each-chunk", times=times) if times > 1 else None, multiple=chunks)
 
     @property
     def n_chunks(self) -> int:

@@ -28,11 +28,19 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import RingsimError
+from sim.reasons import clause, refusal
 from sim.units import parse_count
 
 DISTRIBUTIONS = ("lognormal", "sample")
 MAX_DOCS = 1 << 22
 """The most documents a spec may give (a list's entries, or a file's lengths)."""
+
+
+def _of(what: str) -> dict:
+    """What a list of lengths is, as a refusal's clause says it: the document list, the sample,
+    or a file (its path)."""
+    return {"the document list": clause("docs.list"), "the sample": clause("docs.sample")}.get(
+        what, clause("docs.file", path=what))
 
 
 def _lengths(text: str, what: str) -> list[int]:
@@ -44,13 +52,13 @@ def _lengths(text: str, what: str) -> list[int]:
     out = []
     for i, p in enumerate(parts):
         if p.lstrip().startswith("-"):
-            raise RingsimError(f"document {i + 1} of {what} has a negative length ({p})")
+            raise refusal("refused.docs-negative", option="docs", doc=i + 1, what=_of(what), typed=p)
         try:
             n = parse_count(p, f"document {i + 1}'s length")
         except RingsimError:
             if p.strip() in ("0", "0k", "0.0"):
-                raise RingsimError(f"document {i + 1} of {what} has length zero") from None
-            raise RingsimError(f"document {i + 1} of {what} is not a length: {p!r}") from None
+                raise refusal("refused.docs-zero", option="docs", doc=i + 1, what=_of(what)) from None
+            raise refusal("refused.docs-length", option="docs", doc=i + 1, what=_of(what), typed=repr(p)) from None
         out.append(n)
     return out
 
@@ -61,11 +69,13 @@ def _params(body: str, name: str, allowed: tuple[str, ...]) -> dict[str, str]:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or key not in allowed:
-            raise RingsimError(f"{name} takes {', '.join(k + '=' for k in allowed)}; got {item.strip()!r}")
+            raise refusal("refused.docs-takes", option="docs", distribution=name,
+                          allowed=", ".join(k + "=" for k in allowed), typed=repr(item.strip()))
         out[key] = value.strip()
     missing = [k for k in allowed if k not in out]
     if missing:
-        raise RingsimError(f"{name} needs {', '.join(k + '=' for k in missing)}")
+        raise refusal("refused.docs-needs", option="docs", distribution=name,
+                      allowed=", ".join(k + "=" for k in missing))
     return out
 
 
@@ -89,16 +99,17 @@ def _parse(spec: str) -> tuple[str, tuple]:
         try:
             sigma = float(p["sigma"])
         except ValueError:
-            raise RingsimError(f"lognormal sigma must be a number, got {p['sigma']!r}") from None
+            raise refusal("refused.docs-sigma", option="docs", parameter="lognormal sigma",
+                          typed=repr(p["sigma"])) from None
         if not (math.isfinite(sigma) and 0 <= sigma <= 10):
-            raise RingsimError(f"lognormal sigma must be between 0 and 10, got {p['sigma']}")
+            raise refusal("refused.docs-sigma-range", option="docs", parameter="lognormal sigma", typed=p["sigma"])
         return "lognormal", (median, sigma)
     if kind == "sample":
         return "sample", tuple(_lengths(body, "the sample"))
     if kind == "file":
         raise RingsimError("file: documents are read by the command line (read_file_spec), not here")
-    raise RingsimError(f"unknown document distribution {kind!r}; give a list of lengths, "
-                       f"lognormal:median=M,sigma=S or file:PATH")
+    raise refusal("refused.docs-unknown", option="docs", typed=repr(kind), lognormal="lognormal:median=M,sigma=S",
+                  file="file:PATH")
 
 
 def read_file_spec(spec: str) -> str:
@@ -128,10 +139,9 @@ def _lengths_cached(spec: str, seq: int, seed: int) -> np.ndarray:
     if kind == "list":
         total = sum(args)
         if total > seq:
-            raise RingsimError(f"the documents ({total:,} tokens) exceed the sequence of {seq:,} tokens")
+            raise refusal("refused.docs-exceed", option="docs", total_tokens=total, seq_tokens=seq)
         if seq % total:
-            raise RingsimError(f"the documents ({total:,} tokens) do not fill the sequence of {seq:,} tokens: "
-                               f"the list repeats whole, so its sum must divide the sequence")
+            raise refusal("refused.docs-fill", option="docs", other="seq", total_tokens=total, seq_tokens=seq)
         return np.tile(np.array(args, dtype=np.int64), seq // total)
     rng = np.random.Generator(np.random.PCG64(seed))
     out: list[np.ndarray] = []

@@ -31,6 +31,7 @@ from sim.hardware.cluster import Gpu, Hardware, Link
 from sim.hardware.pcie import PCIE_X16_GBPS, Pcie
 from sim.hardware.presets import cluster_preset, gpu_preset
 from sim.inputs import read_json
+from sim.reasons import Clause, clause, english
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.documents import read_file_spec
 from sim.scenario.schema import SCENARIO_OPTIONS, SCHEME_OPTIONS, scenario_option
@@ -81,9 +82,25 @@ def flags_for(part: str | None = None, **flags: str) -> Iterator[None]:
             else:
                 message = re.sub(rf"^{name}\b", flag, message)
         at = {message.find(f): f for f in set(flags.values()) if f in message}
-        # a refusal sim.reasons knows keeps its clause while its sentence stands as it was
         raise OptionError(message, at[min(at)][2:] if at else None, part,
-                          reason=e.reason if message == str(e) else None) from None
+                          reason=_flagged(e.reason, flags, message)) from None
+
+
+def _flagged(reason: Clause | None, flags: dict[str, str], message: str) -> Clause | None:
+    """The clause of a refusal (sim.reasons) whose sentence flags_for rewrote: the settings it
+    spells (`field`, `other_field`) as the sentence now spells them (its subject by its flag;
+    another setting by its flag where it is a dataclass's field name), and the options they
+    are named (`option`, `other`); None where its English is not the sentence."""
+    if reason is None:
+        return None
+    named = dict(reason)
+    for spelled, option in (("field", "option"), ("other_field", "other")):
+        flag = flags.get(named.get(spelled))
+        if flag is not None:
+            named.setdefault(option, flag[2:])
+            if spelled == "field" or "_" in named[spelled]:
+                named[spelled] = flag
+    return named if english(named) == message else None
 
 
 def _check_names(values: Mapping[str, Any]) -> None:
@@ -172,7 +189,8 @@ def _gpu(values: Mapping[str, Any], name: str) -> Gpu:
             gpu = replace(gpu, **over) if over else gpu
         elif name == CUSTOM:
             if "achieved_tflops" not in over:
-                raise OptionError("a custom GPU needs its achieved TFLOP/s", "tflops")
+                raise OptionError("a custom GPU needs its achieved TFLOP/s", "tflops",
+                                  reason=clause("refused.custom-gpu", option="tflops", unit="TFLOP/s"))
             gpu = Gpu(name=CUSTOM, merge=merge, **over)
         else:
             gpu = Gpu.preset(name, kernel=_value(values, "kernel"), merge=merge, **over)
@@ -190,7 +208,8 @@ def _link(values: Mapping[str, Any], name: str) -> Link:
     with flags_for("link", bandwidth_gbps="--link-gbps", latency_us="--link-latency-us"):
         if name == CUSTOM:
             if "bandwidth_gbps" not in over:
-                raise OptionError("a custom link needs its bandwidth in GB/s", "link-gbps")
+                raise OptionError("a custom link needs its bandwidth in GB/s", "link-gbps",
+                                  reason=clause("refused.custom-link", option="link-gbps", unit="GB/s"))
             return Link(name=CUSTOM, **over)
         return Link.preset(name, **over)
 

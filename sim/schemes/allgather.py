@@ -332,7 +332,7 @@ def _check(scenario: Scenario) -> None:
     elif w.seq % (2 * n):
         raise refusal("refused.gather-chunks", seq=w.seq, chunks=2 * n, gpus=n, multiple=2 * n)
     if w.kv_heads % g:
-        raise RingsimError(f"head groups ({g}) must divide the {w.kv_heads} K/V heads")
+        raise refusal("refused.head-groups", option="head-groups", other="kv-heads", value=g, other_value=w.kv_heads)
     Topology.of(scenario.hardware, n)._levels(n)
 
 

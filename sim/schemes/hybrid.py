@@ -138,12 +138,14 @@ def degrees(scenario: Scenario) -> tuple[int, int]:
     n, u, r = scenario.n_gpus, scenario.settings.ulysses_degree, scenario.settings.ring_degree
     if u is not None and r is not None:
         if u * r != n:
-            raise RingsimError(f"ulysses degree {u} x ring degree {r} = {u * r}, not the {n} GPUs")
+            raise refusal("refused.degrees", option="ulysses-degree", other="ring-degree", value=u, other_value=r,
+                          product=u * r, gpus=n)
         return u, r
     if u is not None or r is not None:
-        given, name = (u, "ulysses degree") if u is not None else (r, "ring degree")
+        given, option, key = (u, "ulysses-degree", "refused.ulysses-gpus") if u is not None else \
+            (r, "ring-degree", "refused.ring-gpus")
         if n % given:
-            raise RingsimError(f"{name} {given} does not divide the {n} GPUs")
+            raise refusal(key, option=option, value=given, gpus=n)
         return (u, n // u) if u is not None else (n // r, r)
     cap = min(scenario.hardware.gpus_per_node, n // 2 if n > 1 else 1)
     u = max((d for d in range(1, cap + 1) if n % d == 0 and degree_fits(scenario.workload, d)), default=1)

@@ -252,3 +252,104 @@ def test_the_words_are_the_simulators_closed_sets():
     assert tuple(WORDS["link_kind"]) == LINK_KIND_KEYS and tuple(WORDS["link_kind"].values()) == LINK_KINDS
     assert tuple(WORDS["part"]) == PARTS
     assert tuple(WORDS["recompute"]) == RECOMPUTE
+
+
+# --- the scenario's refusals of an option's value ---------------------------------------------------
+
+REFUSALS = {
+    "kv-heads": ("--kv-heads 5", {"kv-heads": 5}, "kv-heads", "--kv-heads (5) must divide heads (32)"),
+    "head-groups": ("--scheme allgather --head-groups 3", {"scheme": "allgather", "head-groups": 3}, "head-groups",
+                    "head groups (3) must divide the 8 K/V heads"),
+    "nics-per-node": ("--nics-per-node 3", {"nics-per-node": 3}, "nics-per-node",
+                      "--nics-per-node (3) must divide --gpus-per-node (8)"),
+    "layout chunks": ("--seq 1000", {"seq": 1000}, "seq",
+                      "sequence length 1000 does not divide into 16 equal chunks (zigzag layout on 8 GPUs); use a "
+                      "multiple of 16"),
+    "a hybrid's ring chunks": ("--scheme hybrid --gpus 16 --ulysses-degree 4 --seq 1000",
+                               {"scheme": "hybrid", "gpus": 16, "ulysses-degree": 4, "seq": 1000}, "seq",
+                               "sequence length 1000 does not divide into 32 equal chunks (zigzag layout on 4 GPUs, "
+                               "each chunk 4 ways); use a multiple of 32"),
+    "packed shards": ("--docs 4096 --layout striped --gpus 7", {"docs": "4096", "layout": "striped", "gpus": 7}, "seq",
+                      "sequence length 131072 does not divide over 7 GPUs"),
+    "degrees": ("--scheme hybrid --gpus 16 --ulysses-degree 4 --ring-degree 2",
+                {"scheme": "hybrid", "gpus": 16, "ulysses-degree": 4, "ring-degree": 2}, "ulysses-degree",
+                "ulysses degree 4 x ring degree 2 = 8, not the 16 GPUs"),
+    "ulysses degree": ("--scheme hybrid --gpus 16 --ulysses-degree 3", {"scheme": "hybrid", "gpus": 16,
+                                                                        "ulysses-degree": 3}, "ulysses-degree",
+                       "ulysses degree 3 does not divide the 16 GPUs"),
+    "ring degree": ("--scheme hybrid --gpus 16 --ring-degree 3", {"scheme": "hybrid", "gpus": 16, "ring-degree": 3},
+                    "ring-degree", "ring degree 3 does not divide the 16 GPUs"),
+    "custom GPU": ("--gpu custom", {"gpu": "custom"}, "tflops", "a custom GPU needs its achieved TFLOP/s"),
+    "custom link": ("--link custom", {"link": "custom"}, "link-gbps", "a custom link needs its bandwidth in GB/s"),
+    "efficiency": ("--efficiency 2", {"efficiency": 2.0}, "efficiency", "--efficiency must be in (0, 1], got 2.0"),
+    "tflops": ("--tflops -1", {"tflops": -1.0}, "tflops", "--tflops must be a positive finite number, got -1.0"),
+    "link-gbps": ("--link-gbps -3", {"link-gbps": -3.0}, "link-gbps",
+                  "--link-gbps must be a positive finite number, got -3.0"),
+    "nic-gbps": ("--nic-gbps -1.5", {"nic-gbps": -1.5}, "nic-gbps",
+                 "--nic-gbps must be a positive finite number, got -1.5"),
+    "link-latency-us": ("--link-latency-us -1", {"link-latency-us": -1.0}, "link-latency-us",
+                        "--link-latency-us must be a non-negative finite number, got -1.0"),
+    "overhead-us": ("--overhead-us -2.5", {"overhead-us": -2.5}, "overhead-us",
+                    "--overhead-us must be a non-negative finite number, got -2.5"),
+    "documents over the sequence": ("--docs 100000000", {"docs": "100000000"}, "docs",
+                                    "the documents (100,000,000 tokens) exceed the sequence of 131,072 tokens"),
+    "documents short of the sequence": ("--docs 1000", {"docs": "1000"}, "docs",
+                                        "the documents (1,000 tokens) do not fill the sequence of 131,072 tokens: the "
+                                        "list repeats whole, so its sum must divide the sequence"),
+    "not a length": ("--docs 100,abc", {"docs": "100,abc"}, "docs",
+                     "document 2 of the document list is not a length: 'abc'"),
+    "length zero": ("--docs sample:100,0", {"docs": "sample:100,0"}, "docs", "document 2 of the sample has length zero"),
+    "negative length": ("--docs 100,-3", {"docs": "100,-3"}, "docs",
+                        "document 2 of the document list has a negative length (-3)"),
+    "a parameter lognormal does not take": ("--docs lognormal:mean=3", {"docs": "lognormal:mean=3"}, "docs",
+                                            "lognormal takes median=, sigma=; got 'mean=3'"),
+    "a parameter lognormal needs": ("--docs lognormal:median=3", {"docs": "lognormal:median=3"}, "docs",
+                                    "lognormal needs sigma="),
+    "unknown distribution": ("--docs zipf:3", {"docs": "zipf:3"}, "docs",
+                             "unknown document distribution 'zipf'; give a list of lengths, "
+                             "lognormal:median=M,sigma=S or file:PATH"),
+    "sigma not a number": ("--docs lognormal:median=1000,sigma=x", {"docs": "lognormal:median=1000,sigma=x"}, "docs",
+                           "lognormal sigma must be a number, got 'x'"),
+    "sigma out of range": ("--docs lognormal:median=1000,sigma=20", {"docs": "lognormal:median=1000,sigma=20"},
+                           "docs", "lognormal sigma must be between 0 and 10, got 20"),
+}
+"""What the command line refuses (simulate's arguments, the dashboard's controls that say the same,
+the option the refusal is about, and the line the command line printed before its refusals
+carried clauses, copied here from that version's output)."""
+
+
+@pytest.mark.parametrize("name", REFUSALS)
+def test_a_refused_option_value_carries_its_clause_and_option(name, capsys):
+    from sim.cli.main import main
+    from sim.cli.options import simulate_parser, values_from_args
+    from sim.scenario.resolve import scenario_of
+
+    args, _, option, sentence = REFUSALS[name]
+    assert main(["simulate", *args.split()]) == 2
+    assert capsys.readouterr().err.strip() == f"ringsim: error: {sentence}"
+    with pytest.raises(RingsimError) as e:
+        scenario_of(values_from_args(simulate_parser().parse_args(args.split())))
+    assert str(e.value) == sentence
+    assert english(e.value.reason) == sentence and e.value.reason["option"] == option
+    assert json.loads(json.dumps(e.value.reason)) == e.value.reason
+    back = pickle.loads(pickle.dumps(e.value))
+    assert (str(back), back.reason) == (sentence, e.value.reason)
+
+
+def test_a_dataclass_refusal_spells_its_fields_and_resolve_names_the_options():
+    """Made directly, a refusal says the dataclass's fields (its clause says the same); through the
+    options, their flags and the options they are."""
+    from sim.hardware.cluster import Hardware, Link
+    from sim.scenario.config import Workload
+
+    with pytest.raises(RingsimError) as e:
+        Workload(heads=32, kv_heads=5)
+    assert str(e.value) == english(e.value.reason) == "kv_heads (5) must divide heads (32)"
+    assert "option" not in e.value.reason
+    with pytest.raises(RingsimError) as e:
+        Link(name="custom", bandwidth_gbps=-2.0)
+    assert str(e.value) == english(e.value.reason) == "bandwidth_gbps must be a positive finite number, got -2.0"
+    with pytest.raises(RingsimError) as e:
+        Hardware(gpus_per_node=8, nics_per_node=3)
+    assert e.value.reason == clause("refused.must-divide", field="nics_per_node", value=3,
+                                    other_field="gpus_per_node", other_value=8)
