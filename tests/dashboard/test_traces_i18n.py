@@ -325,3 +325,15 @@ def test_a_partial_runs_note_is_said_in_indonesian():
     assert run.notes == ("ranks 0, 2 of 3 read, 1 not given",)
     assert explain.say(ID, run.note_clauses[0]) == ID("why.profiler.ranks-read", rank_list="0, 2", world="3",
                                                       missing="1")
+
+
+def test_the_shipped_measured_examples_are_named_in_indonesian():
+    from dashboard import measured
+
+    for e in measured.examples():
+        said = measured.example_label(e, ID)
+        assert _english(said) == [], said
+        cfg = e.trace.config
+        assert ID("opt.layout." + cfg["layout"]) in said and ID("name.scheme." + cfg["scheme"]) in said
+        # the English page names them as the command line does
+        assert f"{cfg['scheme']}, {cfg['layout']}" in measured.example_label(e, EN)
