@@ -281,6 +281,22 @@ def _drawn(opened: traces.Opened, t: Translator) -> dict[str, str]:
     return texts
 
 
+def _figure_texts(fig) -> list[str]:
+    """What a figure writes: its title, axis titles and ticks, annotations, and each trace's
+    name, first hovers and texts."""
+    out = [fig.layout.title.text or ""]
+    for axis in ("xaxis", "yaxis", "xaxis2", "yaxis2"):
+        a = getattr(fig.layout, axis, None)
+        if a is not None:
+            out += [a.title.text or ""] + [str(x) for x in (a.ticktext or ())]
+    out += [a.text or "" for a in fig.layout.annotations]
+    for tr in fig.data:
+        out.append(tr.name or "")
+        for many in (tr.hovertemplate, tr.text):
+            out += [many] if isinstance(many, str) else [str(x) for x in list(many if many is not None else ())[:3]]
+    return [x for x in out if x]
+
+
 RINGS = sorted(p.name for p in CPU.iterdir() if p.is_dir())
 
 
@@ -298,6 +314,11 @@ def test_every_vendored_trace_is_drawn_in_indonesian(name):
             assert explain.say(ID, a) in drawn["ring"] and explain.say(EN, a) in english["ring"]
         for u in opened.ring.unmatched_clauses:
             assert explain.say(ID, u) in drawn["ring"]
+        cfg = opened.ring.config
+        what_if = traces.what_if(opened, cfg.n_gpus, cfg.layout, cfg.scheme, cfg.seq)
+        for fig in (traces.replay_figure(opened, ID), traces.what_if_figure(opened, what_if, ID)):
+            assert fig.layout.separators == ID.separators()
+            assert [t for t in _figure_texts(fig) if _english(t)] == []
     else:
         why = explain.say(ID, opened.no_ring_reason)
         assert ID("traces.ring.none", why=why) == drawn["ring"]
