@@ -1,11 +1,14 @@
 """Reasons as data: what bounds a run, why a plan's candidate wins, loses or does not fit, what
 a candidate's variant or a whole step's split is, why the configuration refuses a candidate,
-and what a block map's cells and chunks are, as clauses that rows carry and any language renders.
+what a block map's cells and chunks are, and why a profiled run is refused, what was assumed of
+its ring and what a person should know about reading it, as clauses that rows (and refusals)
+carry and any language renders.
 
 A clause is a plain dict, JSON as it is: `{"clause": key, **fields}`. The key names what the
 clause says (ENGLISH has every key's sentence); a field is a number (written as NUMBERS and the
 `_s` and `_bytes` suffixes say), a word of a closed set (WORDS: a kind of transfer, a part of a
-step), a name as the command line spells it (NAMES: a scheme, a layout, a placement), a clause, a
+step), a name as the command line spells it (NAMES: a scheme, a layout, a placement; QUOTED: a
+path, code, a library's own words, written as they are in any language), a clause, a
 list of clauses (joined as JOINERS says) or None (an optional part left out: nothing is written).
 A reason is a list of clauses said one after another, REASON_SEPARATOR between them.
 

@@ -21,7 +21,9 @@ folder; then what `ringsim trace import` and `ringsim validate --trace` say of i
 The run and what was derived from it stay on the server, a few at a time, named by a token
 of the bytes (an upload) or the path and its modification time; the page keeps the token.
 A file that is not a trace, a path outside the folder, an upload over the size limit: one
-line in the page, in place of the figures.
+line in the page, in place of the figures, in the page's language: the view's own refusals
+from the catalogs (`message`), the importer's and the simulator's from the sim.reasons
+clause they carry (dashboard/explain.py), a file named as it was given.
 """
 
 from __future__ import annotations
