@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from dashboard import export
-from dashboard.i18n import Translator
+from dashboard.i18n import Translator, layout_label, scheme_name
 from sim.errors import RingsimError
 from sim.hardware.profile import Profile, load_profile
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
@@ -70,13 +70,15 @@ def examples(folder: str = EXAMPLES_DIR) -> tuple[Example, ...]:
 
 
 def example_label(e: Example, t: Translator) -> str:
-    """An example run in a few words from its header: ranks, scheme and layout, tokens,
-    mask, dtype."""
+    """An example run in a few words from its header, in `t`'s language: ranks, scheme and
+    layout (named as the page names them), tokens, mask, dtype."""
     cfg = e.trace.config
     w = cfg.get("workload", {})
     seq = w.get("seq")
     scheme = cfg.get("scheme", DEFAULT_SCHEME)
-    run = f"{scheme}, {cfg['layout']}" if scheme == DEFAULT_SCHEME and cfg.get("layout") else scheme
+    run = scheme_name(t, scheme)
+    if scheme == DEFAULT_SCHEME and cfg.get("layout"):
+        run = f"{run}, {layout_label(t, cfg['layout'])}"
     return t("measured.example.option", ranks=t.int(e.trace.n_gpus), run=run,
              tokens=t.int(seq) if isinstance(seq, int) else "?",
              mask=t("measured.mask.causal" if w.get("causal") else "measured.mask.full"),

@@ -1,11 +1,14 @@
 """Reasons as data: what bounds a run, why a plan's candidate wins, loses or does not fit, what
 a candidate's variant or a whole step's split is, why the configuration refuses a candidate,
-and what a block map's cells and chunks are, as clauses that rows carry and any language renders.
+what a block map's cells and chunks are, and why a profiled run is refused, what was assumed of
+its ring and what a person should know about reading it, as clauses that rows (and refusals)
+carry and any language renders.
 
 A clause is a plain dict, JSON as it is: `{"clause": key, **fields}`. The key names what the
 clause says (ENGLISH has every key's sentence); a field is a number (written as NUMBERS and the
 `_s` and `_bytes` suffixes say), a word of a closed set (WORDS: a kind of transfer, a part of a
-step), a name as the command line spells it (NAMES: a scheme, a layout, a placement), a clause, a
+step), a name as the command line spells it (NAMES: a scheme, a layout, a placement; QUOTED: a
+path, code, a library's own words, written as they are in any language), a clause, a
 list of clauses (joined as JOINERS says) or None (an optional part left out: nothing is written).
 A reason is a list of clauses said one after another, REASON_SEPARATOR between them.
 
@@ -161,6 +164,79 @@ ENGLISH: dict[str, str] = {
     "blocks.chunk": "chunk (token order)",
     "blocks.stripe": "stripe (tokens ≡ r mod N)",
     "blocks.shard": "GPU shard (packed documents)",
+    # a profiled run the importer refuses, what it assumed of its ring, what it did not match and
+    # what a person should know about the reading (sim.profiler, sim.calibration.from_profiler)
+    "profiler.unreadable": "cannot read trace {path}: {detail}",
+    "profiler.gzip-cut": "{path}: the gzip stream ends early (a truncated or partly copied file)",
+    "profiler.gzip-bad": "{path}: not a readable gzip file ({detail})",
+    "profiler.header-over": "{path}: over {limit} bytes after traceEvents: not a Kineto trace",
+    "profiler.no-events-early": "{path}: no traceEvents in its first {size} bytes: not a Kineto trace",
+    "profiler.event-over": "{path}: an event over {limit} bytes: not a trace torch.profiler wrote",
+    "profiler.not-event": "{path}: traceEvents holds something that is not an event",
+    "profiler.no-events": "{path}: no traceEvents: not a Kineto (torch.profiler) trace",
+    "profiler.ends-inside": "{path}: the file ends inside traceEvents (truncated?)",
+    "profiler.json-after": "{path}: not valid JSON after traceEvents (truncated?): {detail}",
+    "profiler.not-object": "{path}: not a Kineto trace (its JSON is not an object)",
+    "profiler.events-not-list": "{path}: traceEvents is not a list: not a Kineto trace",
+    "profiler.event-json": "{path}: an event is not valid JSON: {detail}",
+    "profiler.event-type": "{path}: traceEvents holds a {detail}, not an event",
+    "profiler.negative-duration": "{path}: an event lasts {duration_us} microseconds",
+    "profiler.bad-time": "{path}: an event's {entry} is {detail}, not a time in microseconds",
+    "profiler.no-activities": "{path}: no kernels, operators or runtime calls: not a torch.profiler trace (or "
+                              "recorded with no activities)",
+    "profiler.empty-folder": "{path}: no .json or .json.gz trace files in this folder",
+    "profiler.no-such-path": "{path}: no such file or folder",
+    "profiler.no-files": "no trace files given",
+    "profiler.world-size": "{path}: distributedInfo gives world size {world}",
+    "profiler.rank-of-world": "{path}: distributedInfo gives rank {rank} of a world of {world}",
+    "profiler.no-rank": "{path}: no distributedInfo rank and none in the file's name: cannot tell the ranks apart",
+    "profiler.mixed-worlds": "ranks of different runs mixed: world sizes {worlds}",
+    "profiler.world-of": "{world} ({path})",
+    "profiler.rank-twice": "two files of rank {rank}: {path} and {other_path}",
+    "profiler.mixed-groups": "ranks of different runs mixed: their process groups differ ({code})",
+    "profiler.rank-missing": "rank {rank_list} of {world} missing (given {given_list}); pass {code} to read only "
+                             "these",
+    "profiler.ranks-missing": "ranks {rank_list} of {world} missing (given {given_list}); pass {code} to read "
+                              "only these",
+    "profiler.rank-read": "rank {rank_list} of {world} read, {missing} not given",
+    "profiler.ranks-read": "ranks {rank_list} of {world} read, {missing} not given",
+    "profiler.mixed-start": "ranks of different runs mixed: rank {rank}'s trace starts {lead} s from rank {ref}'s",
+    "profiler.mixed-clock": "ranks of different runs mixed: rank {rank}'s clock is {lead} s from rank {ref}'s by "
+                            "their {how}",
+    "profiler.clock-aligned": "rank {rank}'s clock aligned to rank {ref}'s by {shift} ms ({how}){drift}",
+    "profiler.clock-drift": ": more than synchronized hosts drift; check these files are of one run",
+    "profiler.by-collectives": "collective kernels' ends",
+    "profiler.by-step": "ProfilerStep#{step}'s start",
+    "profiler.needs-pyarrow": "Parquet tables need pyarrow: {code}",
+    "profiler.not-parquet": "cannot read {path} as a Parquet table: {detail}",
+    "profiler.not-our-table": "{path}: not a table written by {code}",
+    "profiler.bad-metadata": "{path}: its run's metadata is unreadable ({detail})",
+    "profiler.no-columns": "{path}: columns {columns} missing",
+    "profiler.no-attention": "no attention calls with recorded shapes in the trace: record it with {code} around "
+                             "the attention{shapeless}",
+    "profiler.shapeless": " ({calls} attention calls had no Input Dims)",
+    "profiler.shapeless-left-out": "{calls} attention calls without Input Dims were left out",
+    "profiler.no-transfers": "no transfers between ranks in the trace: not a context-parallel ring (world size "
+                             "{world})",
+    "profiler.head-shapes": "attention calls of {count} head shapes (batch, heads, kv heads, head dim): {shapes}; "
+                            "the most common is played",
+    "profiler.no-step": "no ProfilerStep on rank {rank_list}: the whole trace taken as one iteration (-1)",
+    "profiler.no-steps": "no ProfilerStep on ranks {rank_list}: the whole trace taken as one iteration (-1)",
+    "profiler.odd-messages": "point-to-point messages of {sizes} bytes, not the K/V block's {block} (or its K or V "
+                             "half)",
+    "profiler.extra-steps": "{count} rank-iterations hold more steps than a ring of {n} ranks (first: rank {rank}, "
+                            "iteration {iteration}, {phase}); their extra calls are played as they fall",
+    "profiler.assumed-dtype": "dtype: the attention calls' input type is not in the table; {dtype} assumed",
+    "profiler.assumed-full-mask": "mask: every block full on every step, a full mask; layout {layout} assumed "
+                                  "(under a full mask every layout does the same work)",
+    "profiler.assumed-allgather": "torch's allgather rotation played as the ring (its one all-gather behind the "
+                                  "first step; the same bytes; exact at 2 ranks)",
+    "profiler.note": "{detail}",
+    "profiler.the-trace": "the trace",
+    "profiler.no-compute-points": "{source}: no attention call with a positive time to fit compute to",
+    "profiler.no-hop-points": "{source}: no transfer with a known size to fit the link to (record with {code}, or "
+                              "NCCL's message sizes)",
+    "profiler.no-hop-time": "{source}: every hop took no time; the link cannot be fitted",
 }
 """Every clause's sentence in English, by key; a placeholder is one of the clause's fields."""
 
@@ -174,19 +250,25 @@ WORDS: dict[str, dict[str, str]] = {
              "tp_comm_s": "TP communication", "recompute_s": "recomputation", "pp_bubble_s": "the pipeline bubble",
              "pp_comm_s": "pipeline sends", "dp_comm_s": "DP communication", "optimizer_s": "the optimizer"},
     "recompute": {"none": "none", "selective": "selective", "full": "full"},
+    "phase": {"fwd": "fwd", "bwd": "bwd"},
 }
 """The fields whose value is one of a closed set of words: each value's English. A kind of
 transfer (sim.trace.format), a kind and a direction of PCIe link (sim.hardware.pcie), a part
-of a step and a recomputation (sim.training)."""
+of a step and a recomputation (sim.training), a pass of a profiled run's attention (sim.profiler)."""
+
+QUOTED = ("path", "other_path", "source", "detail", "entry", "code", "columns", "dtype", "rank_list", "given_list")
+"""The fields written as they are in every language: a file's path as it was given, a library's
+or the file's own words (an exception's text, an entry of the file), code to type, a list of
+names or ranks (sim.profiler)."""
 
 NAMES = ("scheme", "layout", "placement", "impl", "field", "other_field", "unit", "typed", "distribution",
-         "allowed", "lognormal", "file", "parameter", "path")
+         "allowed", "lognormal", "file", "parameter", *QUOTED)
 """The fields whose value is a name as the command line spells it, written as it is in English
 (an implementation: its library's name for `--impl`, sim.implementations); a setting as a
 refusal spells it, a unit, and what the user typed (a document's length, a distribution and its
-parameters, a file's path), as typed."""
+parameters, a file's path), as typed; and the QUOTED ones."""
 
-JOINERS: dict[str, str] = {"items": ", ", "diffs": " and ", "layouts": ", ", "libraries": ", "}
+JOINERS: dict[str, str] = {"items": ", ", "diffs": " and ", "layouts": ", ", "libraries": ", ", "worlds": ", "}
 """What joins the clauses of a list field, by the field's name, in English."""
 
 NUMBERS: dict[str, Callable[[Any], str]] = {
@@ -196,6 +278,8 @@ NUMBERS: dict[str, Callable[[Any], str]] = {
     **dict.fromkeys(("capacity_gb", "limit_gb"), lambda v: f"{v:g}"),
     "memory_gb": lambda v: f"{v:.1f}",
     **dict.fromkeys(("total_tokens", "seq_tokens"), lambda v: f"{v:,}"),
+    "lead": lambda v: f"{v:+.0f}",
+    "shift": lambda v: f"{v:+.3f}",
 }
 """How a number field is written, by name; seconds (`_s`) and bytes (`_bytes`) with their unit
 (sim.units), any other number (a count, a degree, an index) as a whole number."""

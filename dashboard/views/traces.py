@@ -21,11 +21,15 @@ folder; then what `ringsim trace import` and `ringsim validate --trace` say of i
 The run and what was derived from it stay on the server, a few at a time, named by a token
 of the bytes (an upload) or the path and its modification time; the page keeps the token.
 A file that is not a trace, a path outside the folder, an upload over the size limit: one
-line in the page, in place of the figures.
+line in the page, in place of the figures, in the page's language: the view's own refusals
+from the catalogs (`message`), the importer's and the simulator's from the sim.reasons
+clause they carry (dashboard/explain.py), a file named as it was given.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import os
@@ -41,10 +45,10 @@ import numpy as np
 from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from dashboard import export
+from dashboard import explain
 from dashboard.figures.overlay import overlay
 from dashboard.figures.style import message_figure
-from dashboard.i18n import LANGUAGES, Translator, catalog, layout_label, scheme_label
+from dashboard.i18n import LANGUAGES, Translator, catalog, layout_label, scheme_label, scheme_name
 from dashboard.served import MAX_UPLOAD_BYTES
 from dashboard.views.common import HIDDEN, graph, only_on
 from dashboard.views.labels import figure_labels
@@ -53,6 +57,7 @@ from sim.layouts import NAMES as LAYOUT_NAMES
 from sim.profiler.breakdown import Breakdown, breakdown, pct
 from sim.profiler.reader import Run
 from sim.profiler.ring import RingRun
+from sim.reasons import Clause, english
 from sim.schemes import names as scheme_names
 from sim.trace.format import A2A, AG, BWD, COMPUTE, DKV, FWD, IDLE, KV, RECV, RS, SEND, WAIT, SpanTable, Trace
 
@@ -79,6 +84,8 @@ class Opened:
     ring: RingRun | None = None
     no_ring: str | None = None
     """Why no ring was found (or no profile fitted to it), in sim.profiler's words."""
+    no_ring_reason: Clause | None = None
+    """The same as a sim.reasons clause, for the page's language (None where it has none)."""
     report: dict[str, Any] = field(default_factory=dict)
     """validate_trace's report (empty without a ring)."""
     profile: Any = None
@@ -86,6 +93,61 @@ class Opened:
     """The iteration drawn as the measured lanes."""
     measured: Trace | None = None
     simulated: Trace | None = None
+
+
+# ------------------------------------------------------------------ the view's refusals
+
+def _refusal(key: str, **fields: Any) -> RingsimError:
+    """A refusal of the view's own, message `key` of the catalogs: a RingsimError whose text is
+    the English one, with the key and its fields kept (`said`) for the page to say it in its
+    language. A field is a count (written as the language writes numbers), a name or path
+    (written as it is) or a function of the Translator (a text of the catalogs)."""
+    e = RingsimError(_say(Translator("en"), key, fields))
+    e.said = (key, fields)
+    return e
+
+
+def _say(t: Translator, key: str, fields: dict[str, Any]) -> str:
+    def text(v: Any) -> str:
+        if callable(v):
+            return v(t)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return t.int(v)
+        return str(v)
+
+    return t(key, **{k: text(v) for k, v in fields.items()})
+
+
+def message(t: Translator, e: RingsimError) -> str:
+    """A refusal as the page shows it, in `t`'s language: the view's own from the catalogs,
+    the simulator's from its reason (dashboard.explain), else as the simulator wrote it."""
+    said = getattr(e, "said", None)
+    if said is not None:
+        return _say(t, *said)
+    return explain.refusal(t, str(e), e.reason)
+
+
+def _without_folder(reason: Any, folder: str) -> Any:
+    """A reason with `folder` (the upload's own temporary one, or the traces folder) taken off
+    the front of the paths it names: the page names a file as the person gave it."""
+    if isinstance(reason, dict):
+        return {k: _without_folder(v, folder) for k, v in reason.items()}
+    if isinstance(reason, list):
+        return [_without_folder(v, folder) for v in reason]
+    if isinstance(reason, str):
+        return reason.replace(folder + os.sep, "")
+    return reason
+
+
+def _read_under(paths: list[str], folder: str) -> Run:
+    """The run of `paths`, its refusals naming files under `folder` by their names below it."""
+    try:
+        return _read(paths)
+    except RingsimError as e:
+        if e.reason is None:
+            raise RingsimError(str(e).replace(folder + os.sep, "")) from None
+        reason = _without_folder(e.reason, folder)
+        raise RingsimError(english(reason), reason=reason) from None
 
 
 # ------------------------------------------------------------------ opening a run
@@ -106,7 +168,7 @@ def analyse(run: Run, name: str) -> Opened:
     try:
         report, profile = validate_trace([name], run=run)
     except RingsimError as e:
-        opened.no_ring = str(e)
+        opened.no_ring, opened.no_ring_reason = str(e), e.reason
         return opened
     from sim.profiler.ring import find_ring
 
@@ -124,24 +186,24 @@ def open_upload(contents: Any, filenames: Any, max_bytes: int = MAX_TRACES_UPLOA
     if isinstance(contents, str):
         contents, filenames = [contents], [filenames]
     if not isinstance(contents, list) or not contents:
-        raise RingsimError("the upload did not arrive as a file")
+        raise _refusal("traces.msg.no-file")
     if not isinstance(filenames, list) or len(filenames) != len(contents):
         filenames = [f"trace{i}.json" for i in range(len(contents))]
     # base64 holds 3 bytes in 4 characters: refuse before decoding anything
     total = sum(len(c) * 3 // 4 for c in contents if isinstance(c, str))
     if total > max_bytes + 3 * len(contents):
-        raise RingsimError(Translator("en")("traces.too-big", size=-(-total // 2 ** 20), mb=max_bytes // 2 ** 20))
+        raise _refusal("traces.too-big", size=-(-total // 2 ** 20), mb=max_bytes // 2 ** 20)
     names = [_SAFE_NAME.sub("_", os.path.basename(str(n))) or f"trace{i}.json" for i, n in enumerate(filenames)]
     for n in names:
         if not n.endswith((".json", ".json.gz", ".parquet")):
-            raise RingsimError(f"{n}: not a .json, .json.gz or .parquet trace file")
+            raise _refusal("traces.msg.extension", name=n)
     if len(set(names)) != len(names):
-        raise RingsimError("two files of the same name: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
+        raise _refusal("traces.msg.same-name", names=", ".join(sorted({n for n in names if names.count(n) > 1})))
     if any(n.endswith(".parquet") for n in names) and len(names) > 1:
-        raise RingsimError("a .parquet table holds a whole run: upload it alone")
-    raws = [export.decode_upload(c, n, max_bytes) for c, n in zip(contents, names)]
+        raise _refusal("traces.msg.parquet-alone")
+    raws = [_decode(c, n, max_bytes) for c, n in zip(contents, names)]
     if sum(len(r) for r in raws) > max_bytes:
-        raise RingsimError(f"the traces are over the {max_bytes // 2 ** 20} MB limit of an upload")
+        raise _refusal("traces.msg.over-limit", mb=max_bytes // 2 ** 20)
     digest = hashlib.sha256()
     for n, r in sorted(zip(names, raws)):
         digest.update(n.encode() + b"\0" + hashlib.sha256(r).digest())
@@ -153,11 +215,27 @@ def open_upload(contents: Any, filenames: Any, max_bytes: int = MAX_TRACES_UPLOA
             with open(path, "wb") as f:
                 f.write(r)
             paths.append(path)
-        try:
-            run = _read(paths)
-        except RingsimError as e:
-            raise RingsimError(str(e).replace(folder + os.sep, "")) from None
+        run = _read_under(paths, folder)
     return token, analyse(run, ", ".join(names))
+
+
+def _decode(contents: Any, name: str, max_bytes: int) -> bytes:
+    """The bytes of one file of a dcc.Upload (a base64 data URL), refusing anything over
+    `max_bytes` (as dashboard.export.decode_upload does, in the catalogs' words)."""
+    if not isinstance(contents, str) or "," not in contents:
+        raise _refusal("traces.msg.file-not-a-file", name=name)
+    header, _, data = contents.partition(",")
+    if not header.endswith(";base64"):
+        raise _refusal("traces.msg.not-base64", name=name)
+    if len(data) * 3 // 4 > max_bytes + 3:
+        raise _refusal("traces.msg.file-over", name=name, mb=max_bytes // 2 ** 20)
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _refusal("traces.msg.bad-base64", name=name) from None
+    if len(raw) > max_bytes:
+        raise _refusal("traces.msg.file-over", name=name, mb=max_bytes // 2 ** 20)
+    return raw
 
 
 def resolve_server_path(text: Any, traces_dir: str | None) -> str:
@@ -165,15 +243,15 @@ def resolve_server_path(text: Any, traces_dir: str | None) -> str:
     links resolved; RingsimError when the server opens no paths, or the path is outside
     the folder or missing."""
     if not traces_dir:
-        raise RingsimError("this server opens no paths: start it with `ringsim dashboard --traces-dir DIR`")
+        raise _refusal("traces.msg.no-paths")
     if not isinstance(text, str) or not text.strip():
-        raise RingsimError("type a trace file or folder under the traces folder")
+        raise _refusal("traces.msg.type-path")
     root = os.path.realpath(traces_dir)
     path = os.path.realpath(os.path.join(root, os.path.expanduser(text.strip())))
     if os.path.commonpath([root, path]) != root:
-        raise RingsimError(f"{text.strip()} is outside the traces folder {traces_dir}: only paths under it are opened")
+        raise _refusal("traces.msg.outside", path=text.strip(), folder=traces_dir)
     if not os.path.exists(path):
-        raise RingsimError(f"{text.strip()}: no such file or folder under {traces_dir}")
+        raise _refusal("traces.msg.no-such", path=text.strip(), folder=traces_dir)
     return path
 
 
@@ -184,11 +262,7 @@ def open_path(text: Any, traces_dir: str | None) -> tuple[str, Opened]:
     token = "profiled-" + hashlib.sha256(f"{path}\0{os.path.getmtime(path)}".encode()).hexdigest()[:16]
     root = os.path.realpath(traces_dir or "")
     name = os.path.relpath(path, root)
-    try:
-        run = _read([path])
-    except RingsimError as e:
-        raise RingsimError(str(e).replace(root + os.sep, "")) from None
-    return token, analyse(run, name)
+    return token, analyse(_read_under([path], root), name)
 
 
 # ------------------------------------------------------------------ the measured lanes
@@ -237,7 +311,7 @@ def measured_trace(ring: RingRun, iteration: int) -> Trace:
         if end > edge:
             rows.extend(_wait_rows(rank, mine[-1][2] if mine else 0, edge, end, flights))
     if not rows:
-        raise RingsimError(f"iteration {iteration}: no attention call or transfer to draw")
+        raise _refusal("traces.msg.nothing-to-draw", iteration=iteration)
     cols = list(zip(*rows))
     table = SpanTable(rank=cols[0], stream=cols[1], kind=cols[2], step=cols[3], start_s=cols[4], end_s=cols[5],
                       flops=cols[6], bytes=cols[7], peer=cols[8], q_chunks=np.full(len(rows), -1),
@@ -274,23 +348,26 @@ def what_if(opened: Opened, gpus: Any, layout: Any, scheme: Any, seq: Any) -> Tr
     from sim.scenario.config import Scenario
 
     if opened.ring is None or opened.profile is None:
-        raise RingsimError("no ring was found in this run, so no profile to ask a what-if of")
+        raise _refusal("traces.whatif.no-ring")
     cfg = opened.ring.config
-    gpus = _whole(gpus, "GPUs", 1, MAX_WHAT_IF_GPUS)
-    seq = _whole(seq, "sequence", 1, 1 << 40)
+    gpus = _whole(gpus, "traces.whatif.gpus", 1, MAX_WHAT_IF_GPUS)
+    seq = _whole(seq, "traces.whatif.seq", 1, 1 << 40)
     if scheme not in scheme_names():
-        raise RingsimError(f"scheme {scheme!r} is not one of {', '.join(scheme_names())}")
+        raise _refusal("traces.msg.scheme", scheme=repr(scheme),
+                       choices=lambda t: ", ".join(scheme_name(t, s) for s in scheme_names()))
     if layout not in LAYOUT_NAMES:
-        raise RingsimError(f"layout {layout!r} is not one of {', '.join(LAYOUT_NAMES)}")
+        raise _refusal("traces.msg.layout", layout=repr(layout),
+                       choices=lambda t: ", ".join(layout_label(t, x) for x in LAYOUT_NAMES))
     workload = replace(cfg.workload(), seq=seq)
     scenario = Scenario(workload=workload, n_gpus=gpus, scheme=scheme, layout=layout, overlap=True,
                         granularity="exact")
     return simulate(scenario, opened.profile)
 
 
-def _whole(x: Any, what: str, lo: int, hi: int) -> int:
+def _whole(x: Any, control: str, lo: int, hi: int) -> int:
+    """`x` as a whole number from `lo` to `hi`; else a refusal naming the control (its label's key)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)) or x != int(x) or not lo <= x <= hi:
-        raise RingsimError(f"{what} must be a whole number from {lo} to {hi}")
+        raise _refusal("traces.msg.whole", control=lambda t: t(control), lo=lo, hi=hi)
     return int(x)
 
 
@@ -310,6 +387,10 @@ _TEXTS = (
     ("traces-whatif-seq-label", "traces.whatif.seq"),
 )
 """(component id, message key) of the view's fixed texts."""
+
+_TRANSPORTS = {"p2p": "traces.transport.p2p", "alltoall": "traces.transport.alltoall",
+               "allgather": "traces.transport.allgather"}
+"""How the ring's blocks travelled (sim.profiler.ring.RingConfig.transport) -> its words' key."""
 
 _BREAKDOWN_COLUMNS = ("traces.col.rank", "traces.col.span", "traces.col.compute", "traces.col.comm", "traces.col.memory",
                       "traces.col.other", "traces.col.idle", "traces.col.overlap", "traces.col.events")
@@ -407,7 +488,7 @@ def breakdown_section(opened: Opened, t: Translator) -> list[Any]:
     out: list[Any] = [breakdown_table(opened.breakdown, t)]
     if opened.breakdown and not opened.breakdown[0].on_gpu:
         out.append(html.P(t("traces.breakdown.host"), className="help"))
-    out += [html.P(note, className="help") for note in opened.run.notes]
+    out += [html.P(explain.say(t, note), className="help") for note in opened.run.note_clauses]
     return out
 
 
@@ -415,19 +496,24 @@ def ring_section(opened: Opened, t: Translator) -> list[Any]:
     """The ring's configuration, what the ring finder assumed and what it did not match;
     or why there is no ring."""
     if opened.ring is None:
-        return [html.P(t("traces.ring.none", why=opened.no_ring or ""), id="traces-no-ring")]
+        why = explain.refusal(t, opened.no_ring or "", opened.no_ring_reason)
+        return [html.P(t("traces.ring.none", why=why), id="traces-no-ring")]
     cfg = opened.ring.config
+    transport = _TRANSPORTS.get(cfg.transport)
+    passes = f"opt.pass.{cfg.pass_}"
     out: list[Any] = [html.P(t("traces.ring.config", n=t.int(cfg.n_gpus), scheme=scheme_label(t, cfg.scheme),
-                               transport=cfg.transport, layout=layout_label(t, cfg.layout), seq=t.int(cfg.seq),
+                               transport=t(transport) if transport else cfg.transport,
+                               layout=layout_label(t, cfg.layout), seq=t.int(cfg.seq),
                                batch=t.int(cfg.batch), heads=t.int(cfg.heads), kv_heads=t.int(cfg.kv_heads),
                                head_dim=t.int(cfg.head_dim), dtype=cfg.dtype,
                                mask=t("traces.mask.causal" if cfg.causal else "traces.mask.full"),
-                               passes=cfg.pass_))]
-    if cfg.assumed:
-        out += [html.P(t("traces.ring.assumed")), html.Ul([html.Li(a) for a in cfg.assumed], id="traces-assumed")]
-    if opened.ring.unmatched:
+                               passes=t(passes) if t.has(passes) else cfg.pass_))]
+    if cfg.assumed_clauses:
+        out += [html.P(t("traces.ring.assumed")),
+                html.Ul([html.Li(explain.say(t, a)) for a in cfg.assumed_clauses], id="traces-assumed")]
+    if opened.ring.unmatched_clauses:
         out += [html.P(t("traces.ring.unmatched")),
-                html.Ul([html.Li(u) for u in opened.ring.unmatched], id="traces-unmatched")]
+                html.Ul([html.Li(explain.say(t, u)) for u in opened.ring.unmatched_clauses], id="traces-unmatched")]
     else:
         out.append(html.P(t("traces.ring.all-matched"), id="traces-unmatched"))
     return out
@@ -544,8 +630,8 @@ def register_callbacks(app: dash.Dash, served: Any, traces_dir: str | None = Non
 
     @app.callback(Output("traces-opened", "data"), Output("traces-msg", "children"),
                   Input("traces-upload-ok", "data"), Input("traces-path-open", "n_clicks"),
-                  Input("traces-path", "value"), prevent_initial_call=True)
-    def open_run(upload, _clicks, path):
+                  Input("traces-path", "value"), State("lang", "value"), prevent_initial_call=True)
+    def open_run(upload, _clicks, path, lang):
         try:
             if ctx.triggered_id == "traces-upload-ok":
                 if not upload:
@@ -556,7 +642,7 @@ def register_callbacks(app: dash.Dash, served: Any, traces_dir: str | None = Non
                     raise PreventUpdate
                 token, opened = open_path(path, traces_dir)
         except RingsimError as e:
-            return no_update, str(e)
+            return no_update, message(Translator(lang), e)
         keep(token, opened)
         return {"token": token, "name": opened.name}, ""
 
@@ -596,6 +682,6 @@ def register_callbacks(app: dash.Dash, served: Any, traces_dir: str | None = Non
         try:
             trace = what_if(opened, gpus, layout, scheme, seq)
         except RingsimError as e:
-            return no_update, no_update, str(e)
+            return no_update, no_update, message(t, e)
         return (what_if_figure(opened, trace, t), what_if_line(opened, trace, int(gpus), scheme, layout, int(seq), t),
                 "")

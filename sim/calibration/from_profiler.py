@@ -35,10 +35,10 @@ import statistics
 from typing import Any
 
 from sim.calibration.calibrate import calibrate_compute, calibrate_link, hop_link_points
-from sim.errors import RingsimError
 from sim.hardware.contention import Contention
 from sim.hardware.profile import Profile
 from sim.profiler.ring import RingRun, Transfer
+from sim.reasons import clause, refusal
 
 
 def compute_points(ring: RingRun) -> list[dict[str, Any]]:
@@ -91,15 +91,15 @@ def calibrate_from_ring(ring: RingRun, source: str = "", *, measured_on: dict[st
     """A profile fitted to the ring found in a profiled run (module docstring)."""
     compute = compute_points(ring)
     if not compute:
-        raise RingsimError(f"{source or 'the trace'}: no attention call with a positive time to fit compute to")
+        raise refusal("profiler.no-compute-points", source=source or clause("profiler.the-trace"))
     hops = [h for h in hop_points(ring) if h["bytes"] > 0]
     if not hops:
-        raise RingsimError(f"{source or 'the trace'}: no transfer with a known size to fit the link to "
-                           "(record with record_shapes=True, or NCCL's message sizes)")
+        raise refusal("profiler.no-hop-points", source=source or clause("profiler.the-trace"),
+                      code="record_shapes=True")
     groups, model, compute_report = calibrate_compute(compute)
     points = hop_link_points(hops)
     if all(p["time_s"] <= 0 for p in points):
-        raise RingsimError(f"{source or 'the trace'}: every hop took no time; the link cannot be fitted")
+        raise refusal("profiler.no-hop-time", source=source or clause("profiler.the-trace"))
     links, link_report = calibrate_link(points)
     report = {"route": "profiler trace", "config": ring.config.to_dict(),
               "points": {"compute": len(compute), "hops": len(hops)}, "compute": compute_report,

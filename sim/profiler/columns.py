@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from sim.errors import RingsimError
 from sim.profiler.kernels import classify_cpu, classify_gpu
 from sim.profiler.scan import parse_region, stream_events
+from sim.reasons import refusal
 
 MAX_TIME_US = 1e17
 """Timestamps beyond this (3,000 years in microseconds) are not a clock's."""
@@ -94,7 +94,7 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
     empty: dict = {}
     for e in events:
         if not isinstance(e, dict):
-            raise RingsimError(f"{path}: traceEvents holds a {type(e).__name__}, not an event")
+            raise refusal("profiler.event-type", path=str(path), detail=type(e).__name__)
         if e.get("ph") != "X":
             continue
         c = e.get("cat")
@@ -156,7 +156,7 @@ def _add_batch(path: Path, events: list, cols: _Columns) -> None:
     t = _times(path, ts, "ts", MAX_TIME_US)
     d = _times(path, dur, "dur", MAX_DUR_US)
     if (d < 0).any():
-        raise RingsimError(f"{path}: an event lasts {float(d[d < 0][0])} microseconds")
+        raise refusal("profiler.negative-duration", path=str(path), duration_us=float(d[d < 0][0]))
     if cols.base_us is None:
         cols.base_us = int(math.floor(t[0]))
     gpu = np.array(on_gpu, dtype=np.bool_)
@@ -201,7 +201,7 @@ def _times(path: Path, values: list, key: str, limit: float) -> np.ndarray:
         return out
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > limit:
-            raise RingsimError(f"{path}: an event's {key} is {str(v)[:40]!r}, not a time in microseconds")
+            raise refusal("profiler.bad-time", path=str(path), entry=key, detail=repr(str(v)[:40]))
     return np.array(values, dtype=np.float64)
 
 
@@ -270,8 +270,7 @@ def read_file(path: Path) -> RankFile:
         else:
             _add_batch(path, parse_region(path, item), cols)
     if cols.base_us is None:
-        raise RingsimError(f"{path}: no kernels, operators or runtime calls: not a torch.profiler trace "
-                           "(or recorded with no activities)")
+        raise refusal("profiler.no-activities", path=str(path))
     base_ns = meta.get("baseTimeNanoseconds", 0)
     if isinstance(base_ns, bool) or not isinstance(base_ns, int) or not 0 <= base_ns < 1 << 63:
         base_ns = 0

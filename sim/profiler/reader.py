@@ -27,10 +27,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sim.errors import RingsimError
 from sim.files import check_output, write_bytes
 from sim.profiler.columns import RankFile, objects, read_file
 from sim.profiler.kernels import COMM_KINDS, classify_gpu, collective_kind, step_number
+from sim.reasons import Clause, clause, english, refusal
 
 MAX_WORLD_SIZE = 1 << 20
 ALIGN_MIN_S = 1e-3
@@ -136,8 +136,14 @@ class Run:
     """GPU kernel names no pattern of sim.profiler.kernels matched, with their counts."""
     sources: dict[int, str]
     """Per rank, the file it was read from."""
-    notes: tuple[str, ...] = field(default=())
-    """What a person should know about the reading: clocks aligned, ranks partial, ..."""
+    note_clauses: tuple[Clause, ...] = field(default=())
+    """What a person should know about the reading (clocks aligned, ranks partial, ...), as
+    sim.reasons clauses."""
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The notes in English, as the command line prints them."""
+        return tuple(english(c) for c in self.note_clauses)
 
     def rank_events(self, rank: int) -> Events:
         return self.events.take(self.events.rank == rank)
@@ -154,14 +160,14 @@ def trace_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
             found = sorted(q for q in p.iterdir() if q.is_file() and (q.name.endswith(".json")
                                                                      or q.name.endswith(".json.gz")))
             if not found:
-                raise RingsimError(f"{p}: no .json or .json.gz trace files in this folder")
+                raise refusal("profiler.empty-folder", path=str(p))
             files.extend(found)
         elif p.exists():
             files.append(p)
         else:
-            raise RingsimError(f"{p}: no such file or folder")
+            raise refusal("profiler.no-such-path", path=str(p))
     if not files:
-        raise RingsimError("no trace files given")
+        raise refusal("profiler.no-files")
     return files
 
 
@@ -175,18 +181,18 @@ def _rank_of(rf: RankFile, n_files: int) -> tuple[int, int | None]:
     if isinstance(world, bool) or not isinstance(world, int):
         world = None
     elif not 1 <= world <= MAX_WORLD_SIZE:
-        raise RingsimError(f"{rf.path}: distributedInfo gives world size {world}")
+        raise refusal("profiler.world-size", path=str(rf.path), world=world)
     if isinstance(rank, int) and not isinstance(rank, bool):
         if rank < 0 or (world is not None and rank >= world):
-            raise RingsimError(f"{rf.path}: distributedInfo gives rank {rank} of a world of {world}")
+            # a world the file does not give is written as Python writes None
+            raise refusal("profiler.rank-of-world", path=str(rf.path), rank=rank, world=str(world))
         return rank, world
     if n_files == 1:
         return 0, world
     m = _RANK_IN_NAME.search(rf.path.name)
     if m and int(m.group(1)) <= MAX_WORLD_SIZE:
         return int(m.group(1)), world
-    raise RingsimError(f"{rf.path}: no distributedInfo rank and none in the file's name: cannot tell the "
-                       "ranks apart")
+    raise refusal("profiler.no-rank", path=str(rf.path))
 
 
 def _group_signature(rf: RankFile) -> Any:
@@ -216,34 +222,34 @@ def read_run(paths: Sequence[str | os.PathLike] | str | os.PathLike, *, partial:
     given = [(rf, *_rank_of(rf, len(read))) for rf in read]
     known = {w for _, _, w in given if w is not None}
     if len(known) > 1:
-        raise RingsimError("ranks of different runs mixed: world sizes "
-                           + ", ".join(f"{w} ({rf.path.name})" for rf, _, w in given))
+        raise refusal("profiler.mixed-worlds",
+                      worlds=[clause("profiler.world-of", world=w, path=rf.path.name) for rf, _, w in given])
     for rf, rank, world in given:
         if rank in by_rank:
-            raise RingsimError(f"two files of rank {rank}: {by_rank[rank].path} and {rf.path}")
+            raise refusal("profiler.rank-twice", rank=rank, path=str(by_rank[rank].path), other_path=str(rf.path))
         by_rank[rank] = rf
         worlds[rank] = world
     ranks = tuple(sorted(by_rank))
     sigs = {r: _group_signature(by_rank[r]) for r in ranks}
     distinct = {s for s in sigs.values() if s is not None}
     if len(distinct) > 1:
-        raise RingsimError("ranks of different runs mixed: their process groups differ (distributedInfo pg_config)")
+        raise refusal("profiler.mixed-groups", code="distributedInfo pg_config")
     world = known.pop() if known else max(ranks) + 1
-    notes: list[str] = []
+    notes: list[Clause] = []
     missing = [r for r in range(world) if r not in by_rank]
     if missing and len(ranks) > 1 and not partial:
-        raise RingsimError(f"rank{'s' if len(missing) > 1 else ''} {_listing(missing)} of {world} missing "
-                           f"(given {_listing(list(ranks))}); pass --partial to read only these")
+        raise refusal("profiler.ranks-missing" if len(missing) > 1 else "profiler.rank-missing",
+                      rank_list=_listing(missing), world=world, given_list=_listing(list(ranks)), code="--partial")
     if missing:
-        notes.append(f"rank{'s' if len(ranks) > 1 else ''} {_listing(list(ranks))} of {world} read, "
-                     f"{len(missing)} not given")
+        notes.append(clause("profiler.ranks-read" if len(ranks) > 1 else "profiler.rank-read",
+                            rank_list=_listing(list(ranks)), world=world, missing=len(missing)))
     events, iterations, offsets, more = _assemble(by_rank)
     notes.extend(more)
     unknown = _unknown_kernels(events)
     devices = {r: _device(by_rank[r]) for r in ranks}
     return Run(ranks=ranks, world_size=world, devices=devices, clock_offsets_s=offsets, iterations=iterations,
                events=events, unknown_kernels=unknown, sources={r: str(by_rank[r].path) for r in ranks},
-               notes=tuple(notes))
+               note_clauses=tuple(notes))
 
 
 def _listing(xs: list[int]) -> str:
@@ -438,7 +444,7 @@ def _messages_from_launch(c, kind, msg, group, dtype) -> None:
                 break
 
 
-def _clock_offsets(ranks, by_rank, rel_us, kinds) -> tuple[dict[int, float], list[str]]:
+def _clock_offsets(ranks, by_rank, rel_us, kinds) -> tuple[dict[int, float], list[Clause]]:
     """Each rank's clock minus the first rank's, in microseconds, where it is larger than
     collectives or steps allow. A collective kernel ends on every rank at nearly the same
     moment (the last rank's data completes it everywhere): the median difference of the k-th
@@ -446,7 +452,7 @@ def _clock_offsets(ranks, by_rank, rel_us, kinds) -> tuple[dict[int, float], lis
     first ProfilerStep all ranks recorded."""
     ref = ranks[0]
     offsets = {r: 0.0 for r in ranks}
-    notes: list[str] = []
+    notes: list[Clause] = []
     if len(ranks) == 1:
         return offsets, notes
 
@@ -462,7 +468,7 @@ def _clock_offsets(ranks, by_rank, rel_us, kinds) -> tuple[dict[int, float], lis
         a, ka = ends[ref]
         b, kb = ends[r]
         n = min(len(a), len(b))
-        estimate, threshold_us, how = None, ALIGN_MIN_S * 1e6, "collective kernels' ends"
+        estimate, threshold_us, how = None, ALIGN_MIN_S * 1e6, clause("profiler.by-collectives")
         if n >= 3 and (ka[:n] == kb[:n]).mean() > 0.9:
             estimate = float(np.median(b[:n] - a[:n]))
         else:
@@ -471,22 +477,20 @@ def _clock_offsets(ranks, by_rank, rel_us, kinds) -> tuple[dict[int, float], lis
             common = sorted(set(sa) & set(sb))
             if common:
                 estimate = sb[common[0]] - sa[common[0]]
-                threshold_us, how = ALIGN_STEP_MIN_S * 1e6, f"ProfilerStep#{common[0]}'s start"
+                threshold_us, how = ALIGN_STEP_MIN_S * 1e6, clause("profiler.by-step", step=common[0])
         if estimate is None:
             # nothing to align on: only the files' clocks, which must at least be of one run
             estimate = float(rel_us[r].min() - rel_us[ref].min())
             if abs(estimate) > MIXED_RUN_S * 1e6:
-                raise RingsimError(f"ranks of different runs mixed: rank {r}'s trace starts "
-                                   f"{estimate * 1e-6:+.0f} s from rank {ref}'s")
+                raise refusal("profiler.mixed-start", rank=r, lead=estimate * 1e-6, ref=ref)
             continue
         if abs(estimate) > MIXED_RUN_S * 1e6:
-            raise RingsimError(f"ranks of different runs mixed: rank {r}'s clock is {estimate * 1e-6:+.0f} s from "
-                               f"rank {ref}'s by their {how}")
+            raise refusal("profiler.mixed-clock", rank=r, lead=estimate * 1e-6, ref=ref, how=how)
         if abs(estimate) > threshold_us:
             offsets[r] = estimate
-            notes.append(f"rank {r}'s clock aligned to rank {ref}'s by {-estimate * 1e-3:+.3f} ms ({how})"
-                         + (": more than synchronized hosts drift; check these files are of one run"
-                            if abs(estimate) > SUSPECT_OFFSET_S * 1e6 else ""))
+            notes.append(clause("profiler.clock-aligned", rank=r, ref=ref, shift=-estimate * 1e-3, how=how,
+                                drift=clause("profiler.clock-drift") if abs(estimate) > SUSPECT_OFFSET_S * 1e6
+                                else None))
     return offsets, notes
 
 
@@ -524,7 +528,7 @@ def write_table(run: Run, path: str | os.PathLike, *, overwrite: bool = False) -
         "clock_offsets_s": {str(k): v for k, v in run.clock_offsets_s.items()},
         "iterations": {str(k): [list(x) for x in v] for k, v in run.iterations.items()},
         "unknown_kernels": run.unknown_kernels, "sources": {str(k): v for k, v in run.sources.items()},
-        "notes": list(run.notes)})}
+        "notes": list(run.notes), "note_clauses": list(run.note_clauses)})}
     table = pa.table(arrays).replace_schema_metadata(meta)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
@@ -538,7 +542,7 @@ def _pyarrow():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise RingsimError("Parquet tables need pyarrow: pip install 'ringsim[sweep]'") from None
+        raise refusal("profiler.needs-pyarrow", code="pip install 'ringsim[sweep]'") from None
     return pa, pq
 
 
@@ -548,21 +552,21 @@ def read_table(path: str | os.PathLike) -> Run:
     try:
         table = pq.read_table(path)
     except (OSError, ValueError) as e:
-        raise RingsimError(f"cannot read {path} as a Parquet table: {e}") from None
+        raise refusal("profiler.not-parquet", path=str(path), detail=str(e)) from None
     raw = (table.schema.metadata or {}).get(b"ringsim_profiler_run")
     if raw is None:
-        raise RingsimError(f"{path}: not a table written by `ringsim trace import --out`")
+        raise refusal("profiler.not-our-table", path=str(path), code="`ringsim trace import --out`")
     try:
         m = json.loads(raw)
         return _run_from_table(table, m, path)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise RingsimError(f"{path}: its run's metadata is unreadable ({type(e).__name__}: {e})") from None
+        raise refusal("profiler.bad-metadata", path=str(path), detail=f"{type(e).__name__}: {e}") from None
 
 
 def _run_from_table(table, m: dict, path) -> Run:
     missing = [c for c in EVENT_COLUMNS if c not in table.column_names]
     if missing:
-        raise RingsimError(f"{path}: columns {', '.join(missing)} missing")
+        raise refusal("profiler.no-columns", path=str(path), columns=", ".join(missing))
     cols = {}
     for c in EVENT_COLUMNS:
         col = table.column(c)
@@ -576,4 +580,12 @@ def _run_from_table(table, m: dict, path) -> Run:
                iterations={int(k): [(int(a), float(b), float(c)) for a, b, c in v]
                            for k, v in m["iterations"].items()},
                events=Events(**cols), unknown_kernels=dict(m["unknown_kernels"]),
-               sources={int(k): v for k, v in m["sources"].items()}, notes=tuple(m.get("notes", ())))
+               sources={int(k): v for k, v in m["sources"].items()}, note_clauses=_note_clauses(m))
+
+
+def _note_clauses(m: dict) -> tuple[Clause, ...]:
+    """A table's notes as clauses; a table written before they were kept as clauses holds only
+    their English, kept as it was written."""
+    if "note_clauses" in m:
+        return tuple(m["note_clauses"])
+    return tuple(clause("profiler.note", detail=str(n)) for n in m.get("notes", ()))

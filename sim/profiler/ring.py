@@ -51,8 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import RingsimError
 from sim.profiler.reader import Events, Run
+from sim.reasons import Clause, clause, english, refusal
 from sim.scenario.config import Scenario, Workload
 from sim.scenario.quantities import BWD_FLOPS_FACTOR
 from sim.schemes import DEFAULT as RING  # the ring scheme is the default one (sim.schemes)
@@ -174,8 +174,13 @@ class RingConfig:
     scheme: str
     transport: str
     """How blocks travelled: p2p, alltoall or allgather."""
-    assumed: tuple[str, ...] = ()
-    """What the trace could not tell and was assumed, in words."""
+    assumed_clauses: tuple[Clause, ...] = ()
+    """What the trace could not tell and was assumed, as sim.reasons clauses."""
+
+    @property
+    def assumed(self) -> tuple[str, ...]:
+        """What was assumed, in English words."""
+        return tuple(english(c) for c in self.assumed_clauses)
 
     @property
     def tokens_per_rank(self) -> int:
@@ -192,6 +197,7 @@ class RingConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["pass"] = d.pop("pass_")
+        del d["assumed_clauses"]
         d["assumed"] = list(self.assumed)
         return d
 
@@ -207,8 +213,13 @@ class RingRun:
     """(rank, iteration) -> (start, end) of the rank's attention phase, seconds."""
     profiler_steps_s: dict[int, float] = field(default_factory=dict)
     """Iteration -> its ProfilerStep span, the longest over ranks (reference only)."""
-    unmatched: list[str] = field(default_factory=list)
-    """What could not be matched to the ring, in words."""
+    unmatched_clauses: list[Clause] = field(default_factory=list)
+    """What could not be matched to the ring, as sim.reasons clauses."""
+
+    @property
+    def unmatched(self) -> list[str]:
+        """What could not be matched to the ring, in English words."""
+        return [english(c) for c in self.unmatched_clauses]
 
     @property
     def iterations(self) -> list[int]:
@@ -534,24 +545,23 @@ def _add_step_work(ev: Events, rows: np.ndarray, calls: list[dict], transfers: l
 # ---------------------------------------------------------------- the configuration
 
 def _infer_config(run: Run, calls: list[AttentionCall], transfers: list[dict], on_gpu: bool,
-                  unmatched: list[str]) -> RingConfig:
+                  unmatched: list[Clause]) -> RingConfig:
     n = int(run.world_size)
     first = [c for c in calls if c.step == 0]
     shapes = {(c.batch, c.heads, c.kv_heads, c.head_dim) for c in calls}
     if len(shapes) > 1:
-        unmatched.append(f"attention calls of {len(shapes)} head shapes (batch, heads, kv heads, head dim): "
-                         f"{sorted(shapes)}; the most common is played")
+        unmatched.append(clause("profiler.head-shapes", count=len(shapes), shapes=str(sorted(shapes))))
     batch, heads, kv_heads, head_dim = statistics.mode([(c.batch, c.heads, c.kv_heads, c.head_dim) for c in calls])
     c_tokens = statistics.mode([c.q_tokens for c in first]) if first else statistics.mode(
         [c.q_tokens for c in calls])
     dtypes = [c.dtype for c in calls if c.dtype in SIM_DTYPE]
-    assumed: list[str] = []
+    assumed: list[Clause] = []
     if dtypes:
         dtype = SIM_DTYPE[statistics.mode(dtypes)]
     else:
         # CPU attention runs in fp32 unless asked otherwise; GPU attention in 16-bit
         dtype = "bf16" if on_gpu else "fp32"
-        assumed.append(f"dtype: the attention calls' input type is not in the table; {dtype} assumed")
+        assumed.append(clause("profiler.assumed-dtype", dtype=dtype))
     kinds = {c.kind for c in calls}
     pass_ = "fwdbwd" if kinds == {"fwd", "bwd"} else kinds.pop()
     ops = {t["op"] for t in transfers}
@@ -570,31 +580,28 @@ def _infer_config(run: Run, calls: list[AttentionCall], transfers: list[dict], o
         causal, layout = True, "contiguous"
     else:
         causal, layout = False, "contiguous"
-        assumed.append("mask: every block full on every step, a full mask; layout contiguous assumed "
-                       "(under a full mask every layout does the same work)")
+        assumed.append(clause("profiler.assumed-full-mask", layout=layout))
     if transport == "allgather":
-        assumed.append("torch's allgather rotation played as the ring (its one all-gather behind the first "
-                       "step; the same bytes; exact at 2 ranks)")
+        assumed.append(clause("profiler.assumed-allgather"))
     cfg = RingConfig(n_gpus=n, seq=c_tokens * n, batch=batch, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                      dtype=dtype, causal=causal, pass_=pass_, layout=layout, scheme=RING, transport=transport,
-                     assumed=tuple(assumed))
+                     assumed_clauses=tuple(assumed))
     return cfg
 
 
-def _check_bytes(cfg: RingConfig, transfers: list[dict], unmatched: list[str]) -> None:
+def _check_bytes(cfg: RingConfig, transfers: list[dict], unmatched: list[Clause]) -> None:
     """Say where point-to-point messages are not the K/V block (or its K or V half)."""
     kv_bytes = cfg.workload().kv_bytes(cfg.tokens_per_rank)
     sizes = {t["bytes"] for t in transfers if t["op"] in ("send", "recv", "sendrecv")}
     if sizes and not any(abs(s - kv_bytes) < 1 or abs(2 * s - kv_bytes) < 1 for s in sizes):
-        unmatched.append(f"point-to-point messages of {sorted(sizes)} bytes, not the K/V block's {kv_bytes} "
-                         "(or its K or V half)")
+        unmatched.append(clause("profiler.odd-messages", sizes=str(sorted(sizes)), block=kv_bytes))
 
 
 def find_ring(run: Run) -> RingRun:
     """The ring of an imported run (sim.profiler.reader.Run); RingsimError where the run
     holds no attention calls or no transfers between ranks."""
     ev = run.events
-    unmatched: list[str] = []
+    unmatched: list[Clause] = []
     calls: list[AttentionCall] = []
     moved_all: list[dict] = []
     phases: dict[tuple[int, int], tuple[float, float]] = {}
@@ -634,17 +641,15 @@ def find_ring(run: Run) -> RingRun:
             ends = [c["step_end"] for c in found] + [t["end"] for t in moved]
             phases[(int(rank), int(it))] = (min(starts), max(ends))
     if not calls:
-        raise RingsimError("no attention calls with recorded shapes in the trace: record it with "
-                           "torch.profiler(record_shapes=True) around the attention"
-                           + (f" ({no_shape} attention calls had no Input Dims)" if no_shape else ""))
+        raise refusal("profiler.no-attention", code="torch.profiler(record_shapes=True)",
+                      shapeless=clause("profiler.shapeless", calls=no_shape) if no_shape else None)
     if no_shape:
-        unmatched.append(f"{no_shape} attention calls without Input Dims were left out")
+        unmatched.append(clause("profiler.shapeless-left-out", calls=no_shape))
     if whole:
-        unmatched.append(f"no ProfilerStep on rank{'s' if len(whole) > 1 else ''} "
-                         f"{', '.join(map(str, whole))}: the whole trace taken as one iteration (-1)")
+        unmatched.append(clause("profiler.no-steps" if len(whole) > 1 else "profiler.no-step",
+                                rank_list=", ".join(map(str, whole))))
     if int(run.world_size) < 2 or not moved_all:
-        raise RingsimError("no transfers between ranks in the trace: not a context-parallel ring "
-                           f"(world size {run.world_size})")
+        raise refusal("profiler.no-transfers", world=run.world_size)
     on_gpu = any(c.name not in ATTENTION_OPS for c in calls)
     cfg = _infer_config(run, calls, moved_all, on_gpu, unmatched)
     for t in moved_all:      # sized by their own dtype, else the attention's (the block's)
@@ -666,7 +671,7 @@ def _with_mask(c: AttentionCall, cfg: RingConfig) -> AttentionCall:
     return AttentionCall(**{**asdict(c), "causal": causal})
 
 
-def _check_steps(calls: list[AttentionCall], cfg: RingConfig, unmatched: list[str]) -> None:
+def _check_steps(calls: list[AttentionCall], cfg: RingConfig, unmatched: list[Clause]) -> None:
     """Say where a rank's steps are more than the ring has."""
     per: dict[tuple[int, int, str], int] = {}
     for c in calls:
@@ -675,5 +680,5 @@ def _check_steps(calls: list[AttentionCall], cfg: RingConfig, unmatched: list[st
     over = sorted(k for k, v in per.items() if v > cfg.n_gpus)
     if over:
         r, it, kind = over[0]
-        unmatched.append(f"{len(over)} rank-iterations hold more steps than a ring of {cfg.n_gpus} ranks "
-                         f"(first: rank {r}, iteration {it}, {kind}); their extra calls are played as they fall")
+        unmatched.append(clause("profiler.extra-steps", count=len(over), n=cfg.n_gpus, rank=r, iteration=it,
+                                phase=kind))

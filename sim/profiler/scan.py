@@ -16,7 +16,7 @@ from typing import Iterator
 import numpy as np
 import orjson
 
-from sim.errors import RingsimError
+from sim.reasons import refusal
 
 CHUNK_BYTES = 1024 * 1024
 """Uncompressed bytes scanned at a time."""
@@ -33,7 +33,7 @@ def _open(path: Path):
         with open(path, "rb") as f:
             magic = f.read(2)
     except OSError as e:
-        raise RingsimError(f"cannot read trace {path}: {e}") from None
+        raise refusal("profiler.unreadable", path=str(path), detail=str(e)) from None
     if magic == b"\x1f\x8b":
         return gzip.open(path, "rb")
     return open(path, "rb")
@@ -49,11 +49,11 @@ def _read_chunks(path: Path) -> Iterator[bytes]:
                     return
                 yield chunk
     except EOFError:
-        raise RingsimError(f"{path}: the gzip stream ends early (a truncated or partly copied file)") from None
+        raise refusal("profiler.gzip-cut", path=str(path)) from None
     except (gzip.BadGzipFile, zlib.error) as e:
-        raise RingsimError(f"{path}: not a readable gzip file ({e})") from None
+        raise refusal("profiler.gzip-bad", path=str(path), detail=str(e)) from None
     except OSError as e:
-        raise RingsimError(f"cannot read trace {path}: {e}") from None
+        raise refusal("profiler.unreadable", path=str(path), detail=str(e)) from None
 
 
 _QUOTE, _BACKSLASH = 34, 92
@@ -127,7 +127,7 @@ def stream_events(path: Path) -> Iterator["Region | dict"]:
         if phase == "tail":
             tail += buf
             if len(tail) > MAX_HEADER_BYTES:
-                raise RingsimError(f"{path}: over {MAX_HEADER_BYTES} bytes after traceEvents: not a Kineto trace")
+                raise refusal("profiler.header-over", path=str(path), limit=MAX_HEADER_BYTES)
             continue
         pos, ch, dep = _structure(buf, depth)
         start = 0
@@ -143,8 +143,7 @@ def stream_events(path: Path) -> Iterator["Region | dict"]:
                 else:
                     carry = buf
                 if len(head) > MAX_HEADER_BYTES or len(carry) > MAX_EVENT_BYTES:
-                    raise RingsimError(f"{path}: no traceEvents in its first {len(head) + len(carry)} bytes: "
-                                       "not a Kineto trace")
+                    raise refusal("profiler.no-events-early", path=str(path), size=len(head) + len(carry))
                 continue
             key_at, bracket_at = found
             head += buf[:key_at]
@@ -159,7 +158,7 @@ def stream_events(path: Path) -> Iterator["Region | dict"]:
             ends &= pos < end_of_array
         ends_at = pos[ends]
         if len(ends_at) and int(ends_at[0]) - start > MAX_EVENT_BYTES:
-            raise RingsimError(f"{path}: an event over {MAX_EVENT_BYTES} bytes: not a trace torch.profiler wrote")
+            raise refusal("profiler.event-over", path=str(path), limit=MAX_EVENT_BYTES)
         if len(ends_at):
             last = int(ends_at[-1])
             opens = pos[after & (ch == 123) & (dep == 3) & (pos < last)]
@@ -167,24 +166,24 @@ def stream_events(path: Path) -> Iterator["Region | dict"]:
             start = last + 1
         if end_of_array is not None:
             if buf[start:end_of_array].strip(b" \t\r\n,"):
-                raise RingsimError(f"{path}: traceEvents holds something that is not an event")
+                raise refusal("profiler.not-event", path=str(path))
             tail += buf[end_of_array + 1:]
             phase = "tail"
             continue
         carry = buf[start:]
         depth = 2
         if len(carry) > MAX_EVENT_BYTES:
-            raise RingsimError(f"{path}: an event over {MAX_EVENT_BYTES} bytes: not a trace torch.profiler wrote")
+            raise refusal("profiler.event-over", path=str(path), limit=MAX_EVENT_BYTES)
     if phase == "head":
-        raise RingsimError(f"{path}: no traceEvents: not a Kineto (torch.profiler) trace")
+        raise refusal("profiler.no-events", path=str(path))
     if phase == "events":
-        raise RingsimError(f"{path}: the file ends inside traceEvents (truncated?)")
+        raise refusal("profiler.ends-inside", path=str(path))
     try:
         meta = orjson.loads(bytes(head) + b'"traceEvents":[]' + bytes(tail))
     except orjson.JSONDecodeError as e:
-        raise RingsimError(f"{path}: not valid JSON after traceEvents (truncated?): {e}") from None
+        raise refusal("profiler.json-after", path=str(path), detail=str(e)) from None
     if not isinstance(meta, dict):
-        raise RingsimError(f"{path}: not a Kineto trace (its JSON is not an object)")
+        raise refusal("profiler.not-object", path=str(path))
     yield meta
 
 
@@ -209,7 +208,7 @@ def _find_events_key(path: Path, buf: bytes, pos: np.ndarray, dep: np.ndarray,
         if not rest2:
             return None  # the value lies in the next chunk: read on
         if not rest2.startswith(b"["):
-            raise RingsimError(f"{path}: traceEvents is not a list: not a Kineto trace")
+            raise refusal("profiler.events-not-list", path=str(path))
         return p, q + (len(buf[q:q + 64]) - len(rest2))
 
 
@@ -228,5 +227,5 @@ def parse_region(path: Path, region: Region) -> list:
     try:
         events = orjson.loads(b"[" + body + b"]")
     except orjson.JSONDecodeError as e:
-        raise RingsimError(f"{path}: an event is not valid JSON: {e}") from None
+        raise refusal("profiler.event-json", path=str(path), detail=str(e)) from None
     return events

@@ -23,10 +23,13 @@ from tests.sim.test_reasons import example
 EN, ID = Translator("en"), Translator("id")
 SHARED = {"makespan", "kernel", "model", "head", "pcie", "ringsim", "calibrate", "cache", "host", "node", "rank",
           "shard", "switch", "token", "virtual", "zero", "pipeline", "optimizer", "gather", "reduce", "scatter",
-          *scheme_names()}
+          *scheme_names(),
+          "folder", "batch", "metadata", "input", "kineto", "torch", "profiler", "json", "gzip", "parquet", "pyarrow",
+          "nccl", "dtype", "traceevents", "distributedinfo", "profilerstep", "dims", "transfer"}
 """Words the Indonesian sentences keep: the scheduling term, loanwords Indonesian ML writing
 keeps, a command, ZeRO's name, the collectives' names (all-gather, reduce-scatter), the
-schemes' names (as the tables show them)."""
+schemes' names (as the tables show them); of a profiled run, the tools', formats' and libraries'
+names and a trace's own entries (traceEvents, distributedInfo, Input Dims, a dtype)."""
 
 
 def _words(texts) -> set[str]:

@@ -173,6 +173,8 @@ SAME_IN_BOTH = {
     "why.variant.split": "placeholders and a symbol", "why.variant.split-placed": "placeholders and a symbol",
     "why.variant.impl": "a placeholder only", "why.join.layouts": "punctuation only",
     "why.join.libraries": "punctuation only",
+    "why.join.worlds": "punctuation only", "why.profiler.world-of": "placeholders and punctuation only",
+    "why.profiler.note": "a placeholder only",
     **dict.fromkeys(("opt.impl.te", "opt.impl.rfa", "opt.impl.torch", "opt.impl.usp"),
                     "a library's name for --impl, and its own name"),
 }
