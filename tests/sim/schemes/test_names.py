@@ -34,6 +34,7 @@ EXEMPT = {
     ("sim/hardware/profile.py", "allgather"): "NCCL's collective, a profile's key",
     ("sim/profiler/kernels.py", "allgather"): "the collective's name in a profiler trace's comm args",
     ("sim/profiler/ring.py", "allgather"): "how a profiled ring's blocks travelled (torch's rotation)",
+    ("dashboard/views/traces.py", "allgather"): "the words for how a profiled ring's blocks travelled",
     ("sim/inference/work.py", "allgather"): "the inference prefill's own scheme (K/V gathered once), not sim.schemes'",
 }
 
