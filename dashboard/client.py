@@ -81,7 +81,22 @@ class CallbackClient:
 
     def call(self, output: str, values: dict[str, Any], changed: list[str] | None = None
              ) -> tuple[int, dict[str, dict[str, Any]]]:
-        """Status and the outputs sent back ({} when the callback did not update)."""
+        """Status and the outputs sent back ({} when the callback did not update). A
+        background callback behind a request that asks first (dashboard/views/background.py:
+        its only input is the view's "-asked" store) is called as the page calls it: the
+        asking callback with `values`, then, unless that drew the outputs, the job with what
+        it asked."""
+        dep = self.dependency(output)
+        asked = [i["id"] for i in dep["inputs"] if i["id"].endswith("-asked") and i["property"] == "data"]
+        if len(dep["inputs"]) != 1 or not asked:
+            return self._call(output, values, changed)
+        status, out = self._call(f"{asked[0]}.data", values, changed)
+        if status != 200 or asked[0] not in out:
+            return status, {k: {p.split("@")[0]: v for p, v in props.items()} for k, props in out.items()}
+        return self._call(output, {f"{asked[0]}.data": out[asked[0]]["data"]}, [f"{asked[0]}.data"])
+
+    def _call(self, output: str, values: dict[str, Any], changed: list[str] | None
+              ) -> tuple[int, dict[str, dict[str, Any]]]:
         body = json.dumps(self.payload(output, values, changed or [])).encode()
         status, data = self.post_following(body)
         if status != 200 or not data:

@@ -172,6 +172,20 @@ def figure(kind: str, scenario: Scenario, profile_key: str | None, extra: Any,
     return FIGURES.get(key, make)
 
 
+def rows(kind: str, scenario: Scenario, profile_key: str | None, make: Callable[[], Any]) -> Any:
+    """A comparison's rows (`make()`, words aside: every language draws from them), kept in
+    memory and in the shared folder: a background job's rows are read by the server's
+    processes, which then draw a revisited comparison in the request (`rows_ready`)."""
+    key = json.dumps([kind, scenario_key(scenario, profile_key)], default=str)
+    return FIGURES.get(key, make if DISK is None else lambda: DISK.get(kind, key, make))
+
+
+def rows_ready(kind: str, scenario: Scenario, profile_key: str | None) -> bool:
+    """Whether `rows(kind, scenario, profile_key, ...)` is made: in memory or in the shared folder."""
+    key = json.dumps([kind, scenario_key(scenario, profile_key)], default=str)
+    return FIGURES.peek(key) is not None or (DISK is not None and DISK.has(kind, key))
+
+
 def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None) -> Result:
     """Simulate `scenario` (on `profile` when given) and compute its metrics, cached."""
     key = _key(scenario, profile, profile_key)

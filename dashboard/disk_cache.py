@@ -93,6 +93,10 @@ class DiskCache:
         _touch(path)
         return value
 
+    def has(self, kind: str, key: str) -> bool:
+        """Whether a value is kept under (kind, key) (nothing is read)."""
+        return self._name(kind, key).with_suffix(".pkl").exists()
+
     def write(self, kind: str, key: str, value: Any) -> None:
         path = self._name(kind, key).with_suffix(".pkl")
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")

@@ -5,13 +5,21 @@ shows a line saying how many of the runs are done and a button that cancels the 
 and the other views stay live meanwhile. Without a manager the same callback runs in the
 request, silently. What a job computes reaches the other processes through the shared
 folder (dashboard/disk_cache.py), so a view revisited does not compute again.
+
+A job is a process started for the request (about a second of a core before it does
+anything), so a request callback asks first: a view whose tab is not open starts nothing
+(every change of the scenario would otherwise start a job per such view, taking the cores
+from the view on screen), and a view whose result is already made draws it in the request;
+only the rest becomes a job.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
-from dash import Input, Output, html
+from dash import Input, Output, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
 from dashboard.i18n import Translator
 from dashboard.views.common import HIDDEN
@@ -57,30 +65,48 @@ def busy_line(name: str) -> html.Div:
     t = Translator(None)
     return html.Div(id=f"{name}-busy", className="busy", style=HIDDEN, role="status", children=[
         html.Span(t("busy.starting"), id=f"{name}-progress", className="busy-progress"),
-        html.Button(t("busy.cancel"), id=f"{name}-cancel", n_clicks=0, className="busy-cancel")])
+        html.Button(t("busy.cancel"), id=f"{name}-cancel", n_clicks=0, className="busy-cancel"),
+        dcc.Store(id=f"{name}-asked")])
 
 
 def progress_words(t: Translator, done: int, total: int) -> str:
     return t("busy.runs", done=t.int(done), total=t.int(total))
 
 
-def long_callback(app, background: Any | None, name: str, outputs: list, inputs: list
-                  ) -> Callable[[Callable[..., Any]], Any]:
-    """Register `fn(progress, *inputs)` on `outputs`: as a background callback with view
-    `name`'s busy line when `background` is a manager, else in the request with a progress
-    that says nothing. `progress(text)` sets the line."""
+def long_callback(app, background: Any | None, name: str, outputs: list, inputs: list,
+                  ready: Callable[..., bool] | None = None) -> Callable[[Callable[..., Any]], Any]:
+    """Register `fn(progress, *inputs)` on `outputs` for the view whose tab is `name` (one of
+    `inputs` is the tabs' value): as a background callback with the view's busy line when
+    `background` is a manager, else in the request with a progress that says nothing.
+    `progress(text)` sets the line. With a manager, a request callback asks first (module
+    docstring): nothing while the tab is closed, `fn` in the request where `ready(*inputs)`
+    says its result is made, else a job."""
     def decorate(fn: Callable[..., Any]) -> Any:
         if background is None:
             return app.callback(*outputs, *inputs)(lambda *args: fn(_quiet, *args))
+        tab_at = [i for i, x in enumerate(inputs) if x.component_id == "tabs"]
+        drawn = [Output(o.component_id, o.component_property, allow_duplicate=True) for o in outputs]
 
-        def job(set_progress, *args):
-            return fn(lambda text: set_progress([text]), *args)
+        @app.callback(*drawn, Output(f"{name}-asked", "data"), *inputs, prevent_initial_call="initial_duplicate")
+        def ask(*args):
+            if tab_at and args[tab_at[0]] != name:
+                raise PreventUpdate
+            if ready is not None and ready(*args):
+                out = fn(_quiet, *args)
+                return (*(out if len(outputs) > 1 else [out]), no_update)
+            # the time makes each ask new: asking again for the same inputs starts a job again
+            return (*[no_update] * len(outputs), {"inputs": list(args), "at": time.time()})
+
+        def job(set_progress, asked):
+            if not asked:
+                raise PreventUpdate
+            return fn(lambda text: set_progress([text]), *asked["inputs"])
 
         return app.callback(
-            *outputs, *inputs, background=True, manager=background, interval=POLL_MS,
+            *outputs, Input(f"{name}-asked", "data"), background=True, manager=background, interval=POLL_MS,
             progress=[Output(f"{name}-progress", "children")],
             running=[(Output(f"{name}-busy", "style"), {}, HIDDEN)],
-            cancel=[Input(f"{name}-cancel", "n_clicks")])(job)
+            cancel=[Input(f"{name}-cancel", "n_clicks")], prevent_initial_call=True)(job)
 
     return decorate
 

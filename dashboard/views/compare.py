@@ -31,21 +31,33 @@ def view() -> list[Any]:
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
+    def compared(data, profile_data):
+        """(the ring scenario whose layouts are compared, its hardware, its profile's key)."""
+        hw, key = served.hardware_of(profile_data)
+        sc = served.scenario_of(data)
+        if sc.scheme not in RING_SCHEMES:
+            sc = compute.as_ring(sc)          # a scheme without a ring: the ring's layouts
+        # one layout/overlap pair is as good as another for the key: all six are drawn
+        return sc, sc.with_(layout="zigzag", overlap=True), hw, key
+
+    def ready(data, profile_data, tab, lang) -> bool:
+        try:
+            _, keyed, _, key = compared(data, profile_data)
+        except RingsimError:
+            return True                        # its message is drawn at once
+        return compute.rows_ready("compare-rows", keyed, key)
+
     @long_callback(app, served.background, "compare",
                    [Output("compare", "figure"), Output("compare-table", "children")],
-                   [Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value")])
+                   [Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value")],
+                   ready=ready)
     def compare(progress, data, profile_data, tab, lang):
         only_on("compare", tab)
         t = Translator(lang)
         try:
-            hw, key = served.hardware_of(profile_data)
-            sc = served.scenario_of(data)
-            if sc.scheme not in RING_SCHEMES:
-                sc = compute.as_ring(sc)          # a scheme without a ring: the ring's layouts
-            # one layout/overlap pair is as good as another for the key: all six are drawn
-            rows = compute.figure("compare-rows", sc.with_(layout="zigzag", overlap=True), key, None,
-                                  lambda: compute.compare_table(
-                                      sc, hw, key, progress=lambda done, total: progress(progress_words(t, done, total))))
+            sc, keyed, hw, key = compared(data, profile_data)
+            rows = compute.rows("compare-rows", keyed, key, lambda: compute.compare_table(
+                sc, hw, key, progress=lambda done, total: progress(progress_words(t, done, total))))
         except RingsimError as e:
             return message_figure(str(e)), None
         return comparison(rows, comparison_labels(t)), _compare_table(rows, t)

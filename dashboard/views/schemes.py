@@ -41,10 +41,27 @@ def view() -> list[Any]:
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
+    def compared(data, profile_data, mode):
+        """(the scenario, its rows' kind and base, its hardware and profile's key): as each
+        library runs the scheme on screen, or every scheme from the same base (the scheme on
+        screen and its settings do not change those rows, only which one is marked)."""
+        hw, key = served.hardware_of(profile_data)
+        sc = served.scenario_of(data)
+        if mode == "impls":
+            return sc, "impl-rows", sc.with_(impl="ideal"), hw, key
+        return sc, "scheme-rows", compute.scheme_base(sc), hw, key
+
+    def ready(data, profile_data, tab, lang, mode) -> bool:
+        try:
+            _, kind, base, _, key = compared(data, profile_data, mode)
+        except RingsimError:
+            return True                        # its message is drawn at once
+        return compute.rows_ready(kind, base, key)
+
     @long_callback(app, served.background, "schemes",
                    [Output("schemes", "figure"), Output("schemes-table", "children"), Output("schemes-why", "children")],
                    [Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
-                    Input("lang", "value"), Input("schemes-mode", "value")])
+                    Input("lang", "value"), Input("schemes-mode", "value")], ready=ready)
     def schemes(progress, data, profile_data, tab, lang, mode):
         only_on("schemes", tab)
         t = Translator(lang)
@@ -52,19 +69,12 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         def runs_done(done: int, total: int) -> None:
             progress(progress_words(t, done, total))
         try:
-            hw, key = served.hardware_of(profile_data)
-            sc = served.scenario_of(data)
+            sc, kind, base, hw, key = compared(data, profile_data, mode)
             if mode == "impls":
-                # the scheme on screen, its layout and settings, as each library runs it
-                base = sc.with_(impl="ideal")
-                rows = compute.figure("impl-rows", base, key, None, lambda: compute.impl_rows(base, hw))
+                rows = compute.rows(kind, base, key, lambda: compute.impl_rows(base, hw))
                 current = compute.current_impl(sc)
             else:
-                base = compute.scheme_base(sc)
-                # every scheme from the same base: the scheme on screen and its settings do
-                # not change the rows, only which one is marked
-                rows = compute.figure("scheme-rows", base, key, None,
-                                      lambda: compute.scheme_rows(sc, hw, key, progress=runs_done))
+                rows = compute.rows(kind, base, key, lambda: compute.scheme_rows(sc, hw, key, progress=runs_done))
                 current = compute.current_variant(sc)
             fig = compute.figure("schemes", base, key, [mode, current, t.lang], lambda: scheme_comparison(
                 rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload), labels=scheme_labels(t)))

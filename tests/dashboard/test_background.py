@@ -43,3 +43,33 @@ def test_a_running_job_is_still_stopped(manager):
     manager.terminate_job(proc.pid)        # killed and reaped (psutil waits on it)
     assert not manager.job_running(proc.pid) and not psutil.pid_exists(proc.pid)
     proc.wait(timeout=10)
+
+
+def _values(tab: str, **changes):
+    from dashboard.state import defaults
+
+    return {"scenario.data": {"values": defaults() | {"gpus": 4, "seq": 8192} | changes}, "profile.data": None,
+            "tabs.value": tab, "lang.value": "en", "schemes-mode.value": "schemes"}
+
+
+def test_a_closed_view_starts_no_job(client):
+    status, out = client._call("compare-asked.data", _values("timeline"), ["scenario.data"])
+    assert status == 204 and out == {}
+
+
+def test_a_comparison_made_once_is_drawn_in_the_request(client, tmp_path, monkeypatch):
+    from dashboard import compute
+    from dashboard.disk_cache import DiskCache
+
+    monkeypatch.setattr(compute, "DISK", DiskCache(tmp_path / "shared"))   # nothing made before
+    compute.clear_caches()
+    values = _values("compare")
+    _, first = client._call("compare-asked.data", values, ["scenario.data"])
+    assert "compare-asked" in first and "compare" not in first     # not made yet: a job is asked for
+    _, drawn = client.call("compare.figure", values, ["scenario.data"])
+    assert drawn["compare"]["figure"]["data"]
+    _, again = client._call("compare-asked.data", values, ["scenario.data"])
+    assert "compare-asked" not in again                             # made: no job
+    (figure,) = [v for k, v in again["compare"].items() if k.startswith("figure")]
+    assert figure == drawn["compare"]["figure"]
+    compute.clear_caches()
