@@ -152,9 +152,37 @@ class DiskCache:
             return
         self.evict()
 
-    def write_trace_later(self, key: str, trace: Trace) -> None:
-        """write_trace in a thread of its own: the request that simulated does not wait for the disk."""
-        threading.Thread(target=self.write_trace, args=(key, trace), daemon=True).start()
+    def trace(self, key: str, make: Callable[[], Trace]) -> tuple[Trace, bool]:
+        """(the trace under `key`, whether this call made it): made by `make()` in one process
+        while the others wait for it (two server processes drawing two views of a new
+        scenario would otherwise simulate it twice at once, each at half the cores), written
+        in a thread of its own (the request that simulated does not wait for the disk), and
+        the others let in once it is written, to read it."""
+        trace = self.read_trace(key)
+        if trace is not None:
+            return trace, False
+        lock = open(str(self._name("trace", key)) + ".lock", "a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            trace = self.read_trace(key)
+            made = trace is None
+            if made:
+                trace = make()
+        except BaseException:
+            lock.close()           # closing the file lets the lock go
+            raise
+        if not made:
+            lock.close()
+            return trace, False
+
+        def write_then_let_in() -> None:
+            try:
+                self.write_trace(key, trace)
+            finally:
+                lock.close()
+
+        threading.Thread(target=write_then_let_in, daemon=True).start()
+        return trace, True
 
     # --- the budget ----------------------------------------------------------------------
 

@@ -74,3 +74,49 @@ def test_the_views_read_a_run_another_process_simulated(tmp_path, monkeypatch):
     finally:
         compute.use_disk(None)
         compute.clear_caches()
+
+
+def _ask_for_trace(folder: str, log: str, start: float) -> float:
+    """One server process asking the shared folder for a scenario's trace: simulating it
+    (and noting so in `log`) unless another process has, at `start` (time.time())."""
+    import time
+
+    disk = DiskCache(folder)
+    time.sleep(max(0.0, start - time.time()))
+
+    def make():
+        with open(log, "a") as f:
+            f.write("simulated\n")
+        time.sleep(0.5)                                   # long enough for the other to ask meanwhile
+        return simulate(_scenario(), player="recurrence")
+
+    trace, _ = disk.trace("k", make)
+    return float(compute_metrics(trace).makespan_s)
+
+
+def test_two_processes_asking_at_once_simulate_a_scenario_once(tmp_path):
+    import multiprocessing
+    import time
+
+    log = tmp_path / "made.log"
+    start = time.time() + 1.0
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        spans = pool.starmap(_ask_for_trace, [(str(tmp_path / "shared"), str(log), start)] * 2)
+    assert log.read_text().splitlines() == ["simulated"]
+    assert spans[0] == spans[1] == compute_metrics(simulate(_scenario(), player="recurrence")).makespan_s
+
+
+def test_a_failed_simulation_lets_the_next_asker_in(tmp_path):
+    disk = DiskCache(tmp_path)
+
+    def fail():
+        raise ValueError("no")
+
+    try:
+        disk.trace("k", fail)
+    except ValueError:
+        pass
+    trace, made = disk.trace("k", lambda: simulate(_scenario(), player="recurrence"))
+    assert made and len(trace.columns)
+    back, made_again = DiskCache(tmp_path).trace("k", fail)    # waits for the write, then reads
+    assert not made_again and np.array_equal(back.columns.end_s, trace.columns.end_s)
