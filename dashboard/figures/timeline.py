@@ -30,8 +30,11 @@ that a transfer of a microsecond in a run of a second is still seen and clicked;
 and details give its true length."""
 MAX_BAR_SPANS = 10_000
 """Past this many spans a timeline draws WebGL line segments instead of SVG bars."""
-MAX_DRAWN_SPANS = 60_000
-"""A timeline draws at most this many spans; it narrows its window of ranks to fit."""
+MAX_DRAWN_SPANS = 20_000
+"""A timeline draws at most this many spans; it narrows its window of ranks to fit (a whole
+ring up to 64 GPUs, about 4 GPUs of 1,024 GPUs' 1,024 steps). Headless Chromium took about
+1.8 s longer to draw 60,000 than 20,000 (bench/speed/dashboard_latency.py, 1,024 GPUs, warm:
+4.1 s against 2.3 s)."""
 
 LANES = ("compute", "send", "recv")
 MAX_LISTED_CHUNKS = 4
