@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dashboard import side_by_side
 from dashboard.disk_cache import DiskCache
 from dashboard.figures.documents import gpu_work, imbalance
 from dashboard.figures.timeline import rank_starts
@@ -45,7 +46,7 @@ from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import get as get_scheme
 from sim.schemes.ring import peak_memory_bytes
 from sim.trace.format import COMPUTE, Trace
-from sim.trace.metrics import Metrics, comparison_row, compute_metrics, scheme_row
+from sim.trace.metrics import Metrics, comparison_row, compute_metrics
 
 
 class Result:
@@ -220,21 +221,44 @@ def metrics(scenario: Scenario, profile: Any | None = None, profile_key: str | N
     return DISK.get("metrics", key, lambda: run(scenario, profile, profile_key).metrics)
 
 
-def _compared(scenario: Scenario, profile: Any | None, profile_key: str | None, kind: str,
-              summary: Callable[[Trace, Metrics], Any]) -> Any:
-    """`summary(trace, metrics)` of one run of a comparison, kept in the shared folder under
-    `kind`. A run already in memory is read; another is simulated for it alone and let go
-    (a comparison of 1,024 GPUs would otherwise push the run on screen out of memory)."""
-    key = _key(scenario, profile, profile_key)
-
-    def make() -> Any:
+def _summaries(runs: list[tuple[str, Scenario, tuple]], profile: Any | None, profile_key: str | None,
+               progress: Progress | None = None) -> list[Any]:
+    """What a comparison keeps of each of `runs` ((kind, scenario, what): see
+    dashboard.side_by_side.Summary), kept in the shared folder under its kind. A run in
+    memory or in the folder is read; the others are simulated for their summary alone and
+    let go (a comparison of 1,024 GPUs would otherwise push the run on screen out of
+    memory), the large ones side by side in processes of their own
+    (dashboard/side_by_side.py)."""
+    out: list[Any] = [None] * len(runs)
+    keys = [_key(sc, profile, profile_key) for _, sc, _ in runs]
+    todo = []
+    for i, ((kind, _, what), key) in enumerate(zip(runs, keys)):
         held = CACHE.peek(key)
         if held is not None:
-            return summary(held.trace, held.metrics)
-        trace = simulate(scenario, profile, player="recurrence")
-        return summary(trace, compute_metrics(trace))
+            out[i] = side_by_side.summarize(held.trace, held.metrics, what)
+        elif DISK is not None:
+            out[i] = DISK.read(kind, key)
+        if out[i] is None:
+            todo.append(i)
+    done = [len(runs) - len(todo)]
 
-    return make() if DISK is None else DISK.get(kind, key, make)
+    def keep(i: int, summary: Any) -> None:
+        out[i] = summary
+        if DISK is not None:
+            DISK.write(runs[i][0], keys[i], summary)
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], len(runs))
+
+    if progress is not None and done[0]:
+        progress(done[0], len(runs))
+    far = [todo[j] for j in side_by_side.apart([runs[i][1] for i in todo])]
+    if far:
+        side_by_side.run_apart([(runs[i][1], profile, runs[i][2]) for i in far], lambda j, v: keep(far[j], v))
+    for i in todo:
+        if i not in far:
+            keep(i, side_by_side.simulated(runs[i][1], profile, runs[i][2]))
+    return out
 
 
 def compare_table(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None,
@@ -243,13 +267,8 @@ def compare_table(scenario: Scenario, profile: Any | None = None, profile_key: s
     (sim.planning.compare.layout_variants, each a sim.trace.metrics.comparison_row), each
     run's metrics kept."""
     variants = layout_variants(scenario)
-    rows = []
-    for i, sc in enumerate(variants):
-        m = _compared(sc, profile, profile_key, "metrics", lambda _, m: m)
-        rows.append(comparison_row(sc.layout, sc.overlap, m))
-        if progress is not None:
-            progress(i + 1, len(variants))
-    return rows
+    metrics = _summaries([("metrics", sc, ("metrics",)) for sc in variants], profile, profile_key, progress)
+    return [comparison_row(sc.layout, sc.overlap, m) for sc, m in zip(variants, metrics)]
 
 
 # --- the schemes side by side -------------------------------------------------------
@@ -280,20 +299,26 @@ def scheme_rows(scenario: Scenario, profile: Any | None = None, profile_key: str
     """The rows of sim.planning.compare.compare_scheme_rows for the scenario's base: every
     scheme and ring layout (a refused one with its reason), each run's row kept."""
     base = scheme_base(scenario)
-    variants = scheme_variants(base)
-    out = []
-    for i, (scheme, variant) in enumerate(variants):
+    out: list[dict[str, Any] | None] = []
+    runs, places = [], []
+    for scheme, variant in scheme_variants(base):
         try:
             sc = vary(base, scheme, variant.values)
         except RingsimError as e:
             out.append({"scheme": scheme, "variant": variant.name, "refused": str(e),
                         "variant_clause": variant.label, "refused_clause": e.reason})
         else:
-            out.append(_compared(sc, profile, profile_key, f"scheme-row-{scheme}-{variant.name}",
-                                 lambda tr, m: {**scheme_row(scheme, variant.name, tr, m),
-                                                "variant_clause": variant.label}))
+            places.append(len(out))
+            out.append(None)
+            runs.append((f"scheme-row-{scheme}-{variant.name}", sc, ("scheme-row", scheme, variant.name, variant.label)))
+    refused = len(out) - len(runs)
+
+    def runs_done(done: int, total: int) -> None:
         if progress is not None:
-            progress(i + 1, len(variants))
+            progress(refused + done, refused + total)
+
+    for place, row in zip(places, _summaries(runs, profile, profile_key, runs_done)):
+        out[place] = row
     check_rows([r for r in out if "refused" not in r], base.describe())
     return out
 
