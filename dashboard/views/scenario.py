@@ -199,7 +199,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 values.update(changes)
                 if changes:
                     url_out = nav.with_nav(query_from_values(values), search)
-            value_out = [values[cid] for cid in CONTROL_IDS]
+            # a control already showing its value is left alone: the page redraws only those
+            # the address changed (re-rendering all of them took the browser about 0.4 s)
+            value_out = [values[cid] if not triggered or values[cid] != now else no_update
+                         for cid, now in zip(CONTROL_IDS, vals)]
         elif triggered == {"profile"}:
             values, ignored = dict(zip(CONTROL_IDS, vals)), []
             changes = profile_changes(values, prof) if prof is not None else {}

@@ -44,6 +44,17 @@ def test_url_sets_controls_and_controls_set_url(client):
     assert "value" not in out.get("gpus", {})
 
 
+def test_an_address_change_sets_only_the_controls_it_changes(client):
+    # the back button to ?gpus=64 from a page showing the defaults: gpus alone is redrawn
+    status, out = client.call("scenario.data", {"url.search": "?gpus=64"} | controls(), ["url.search"])
+    assert status == 200 and out["gpus"]["value"] == 64
+    assert [cid for cid in out if "value" in out[cid]] == ["gpus"]
+    assert out["scenario"]["data"]["values"] == defaults() | {"gpus": 64}
+    # the page's first call sets every control, whatever it shows
+    status, out = client.call("scenario.data", {"url.search": "?gpus=64"} | controls(), [])
+    assert sum("value" in props for props in out.values()) == len(defaults())
+
+
 def test_invalid_value_shows_a_message_and_keeps_the_last_scenario(client):
     status, out = client.call("scenario.data", controls(**{"kv-heads": 7}), ["kv-heads.value"])
     assert status == 200
