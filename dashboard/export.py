@@ -14,7 +14,7 @@ import binascii
 import csv
 import io
 import json
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -90,22 +90,35 @@ def metrics_csv(m: Metrics) -> str:
     return out.getvalue()
 
 
-def decode_upload(contents: Any, filename: Any, max_bytes: int) -> bytes:
-    """The bytes of a dcc.Upload data URL, refusing anything over `max_bytes`."""
+UPLOAD_REFUSALS = {
+    "file-not-a-file": "{name}: the upload did not arrive as a file",
+    "not-base64": "{name}: the upload did not arrive base64-encoded",
+    "bad-base64": "{name}: the upload is corrupt (bad base64)",
+    "file-over": "{name} is larger than the {mb} MB limit",
+}
+"""Why `decode_upload` refuses an upload, in English, by what is wrong."""
+
+
+def decode_upload(contents: Any, filename: Any, max_bytes: int,
+                  refuse: Callable[..., Exception] | None = None) -> bytes:
+    """The bytes of a dcc.Upload data URL, refusing anything over `max_bytes`. A refusal is
+    `refuse(what, name=..., [mb=...])` (`what` a key of UPLOAD_REFUSALS), by default a
+    RingsimError in English (a view can say it in the page's language)."""
+    refuse = refuse or (lambda what, **fields: RingsimError(UPLOAD_REFUSALS[what].format(**fields)))
     name = filename if isinstance(filename, str) else "the file"
     if not isinstance(contents, str) or "," not in contents:
-        raise RingsimError(f"{name}: the upload did not arrive as a file")
+        raise refuse("file-not-a-file", name=name)
     header, _, data = contents.partition(",")
     if not header.endswith(";base64"):
-        raise RingsimError(f"{name}: the upload did not arrive base64-encoded")
+        raise refuse("not-base64", name=name)
     if len(data) * 3 // 4 > max_bytes + 3:
-        raise RingsimError(f"{name} is larger than the {max_bytes // 2**20} MB limit")
+        raise refuse("file-over", name=name, mb=max_bytes // 2**20)
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise RingsimError(f"{name}: the upload is corrupt (bad base64)") from None
+        raise refuse("bad-base64", name=name) from None
     if len(raw) > max_bytes:
-        raise RingsimError(f"{name} is larger than the {max_bytes // 2**20} MB limit")
+        raise refuse("file-over", name=name, mb=max_bytes // 2**20)
     return raw
 
 

@@ -28,8 +28,6 @@ clause they carry (dashboard/explain.py), a file named as it was given.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import os
@@ -46,6 +44,7 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dashboard import explain
+from dashboard.export import decode_upload
 from dashboard.figures.overlay import overlay
 from dashboard.figures.style import message_figure
 from dashboard.i18n import LANGUAGES, Translator, catalog, layout_label, scheme_label, scheme_name
@@ -219,23 +218,16 @@ def open_upload(contents: Any, filenames: Any, max_bytes: int = MAX_TRACES_UPLOA
     return token, analyse(run, ", ".join(names))
 
 
+_UPLOAD_MESSAGES = {"file-not-a-file": "traces.msg.file-not-a-file", "not-base64": "traces.msg.not-base64",
+                    "bad-base64": "traces.msg.bad-base64", "file-over": "traces.msg.file-over"}
+"""The catalogs' message for each of dashboard.export.decode_upload's refusals."""
+
+
 def _decode(contents: Any, name: str, max_bytes: int) -> bytes:
-    """The bytes of one file of a dcc.Upload (a base64 data URL), refusing anything over
-    `max_bytes` (as dashboard.export.decode_upload does, in the catalogs' words)."""
-    if not isinstance(contents, str) or "," not in contents:
-        raise _refusal("traces.msg.file-not-a-file", name=name)
-    header, _, data = contents.partition(",")
-    if not header.endswith(";base64"):
-        raise _refusal("traces.msg.not-base64", name=name)
-    if len(data) * 3 // 4 > max_bytes + 3:
-        raise _refusal("traces.msg.file-over", name=name, mb=max_bytes // 2 ** 20)
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise _refusal("traces.msg.bad-base64", name=name) from None
-    if len(raw) > max_bytes:
-        raise _refusal("traces.msg.file-over", name=name, mb=max_bytes // 2 ** 20)
-    return raw
+    """The bytes of one file of a dcc.Upload (dashboard.export.decode_upload), its refusals
+    in the catalogs' words."""
+    return decode_upload(contents, name, max_bytes,
+                         refuse=lambda what, **fields: _refusal(_UPLOAD_MESSAGES[what], **fields))
 
 
 def resolve_server_path(text: Any, traces_dir: str | None) -> str:
