@@ -177,14 +177,18 @@ def rows(kind: str, scenario: Scenario, profile_key: str | None, make: Callable[
     """A comparison's rows (`make()`, words aside: every language draws from them), kept in
     memory and in the shared folder: a background job's rows are read by the server's
     processes, which then draw a revisited comparison in the request (`rows_ready`)."""
-    key = json.dumps([kind, scenario_key(scenario, profile_key)], default=str)
+    key = _rows_key(kind, scenario, profile_key)
     return FIGURES.get(key, make if DISK is None else lambda: DISK.get(kind, key, make))
 
 
 def rows_ready(kind: str, scenario: Scenario, profile_key: str | None) -> bool:
     """Whether `rows(kind, scenario, profile_key, ...)` is made: in memory or in the shared folder."""
-    key = json.dumps([kind, scenario_key(scenario, profile_key)], default=str)
+    key = _rows_key(kind, scenario, profile_key)
     return FIGURES.peek(key) is not None or (DISK is not None and DISK.has(kind, key))
+
+
+def _rows_key(kind: str, scenario: Scenario, profile_key: str | None) -> str:
+    return json.dumps([kind, scenario_key(scenario, profile_key)], default=str)
 
 
 def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None) -> Result:
@@ -200,9 +204,16 @@ def run(scenario: Scenario, profile: Any | None = None, profile_key: str | None 
     def make() -> Result:
         if DISK is None:
             return simulated()
-        made: list[Result] = []
-        trace, _ = DISK.trace(key, lambda: (made.append(simulated()) or made[0].trace))
-        return made[0] if made else Result(trace, DISK.read("metrics", key))
+        result: Result | None = None
+
+        def simulated_trace() -> Trace:
+            nonlocal result
+            result = simulated()
+            return result.trace
+
+        # another process's trace comes with the metrics it kept, if any
+        trace, made = DISK.trace(key, simulated_trace)
+        return result if made else Result(trace, DISK.read("metrics", key))
 
     return CACHE.get(key, make)
 
@@ -231,33 +242,33 @@ def _summaries(runs: list[tuple[str, Scenario, tuple]], profile: Any | None, pro
     (dashboard/side_by_side.py)."""
     out: list[Any] = [None] * len(runs)
     keys = [_key(sc, profile, profile_key) for _, sc, _ in runs]
-    todo = []
-    for i, ((kind, _, what), key) in enumerate(zip(runs, keys)):
-        held = CACHE.peek(key)
-        if held is not None:
-            out[i] = side_by_side.summarize(held.trace, held.metrics, what)
-        elif DISK is not None:
-            out[i] = DISK.read(kind, key)
-        if out[i] is None:
-            todo.append(i)
-    done = [len(runs) - len(todo)]
 
     def keep(i: int, summary: Any) -> None:
         out[i] = summary
         if DISK is not None:
             DISK.write(runs[i][0], keys[i], summary)
-        done[0] += 1
-        if progress is not None:
-            progress(done[0], len(runs))
 
-    if progress is not None and done[0]:
-        progress(done[0], len(runs))
+    def report() -> None:
+        if progress is not None:
+            progress(sum(x is not None for x in out), len(runs))
+
+    for i, ((kind, _, what), key) in enumerate(zip(runs, keys)):
+        held = CACHE.peek(key)
+        if held is not None:
+            keep(i, side_by_side.summarize(held.trace, held.metrics, what))      # the other processes read it
+        elif DISK is not None:
+            out[i] = DISK.read(kind, key)
+    todo = [i for i, x in enumerate(out) if x is None]
+    if len(todo) < len(runs):
+        report()
     far = [todo[j] for j in side_by_side.apart([runs[i][1] for i in todo])]
     if far:
-        side_by_side.run_apart([(runs[i][1], profile, runs[i][2]) for i in far], lambda j, v: keep(far[j], v))
+        side_by_side.run_apart([(runs[i][1], profile, runs[i][2]) for i in far],
+                               lambda j, v: (keep(far[j], v), report()))
     for i in todo:
         if i not in far:
             keep(i, side_by_side.simulated(runs[i][1], profile, runs[i][2]))
+            report()
     return out
 
 

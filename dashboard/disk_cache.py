@@ -71,14 +71,22 @@ class DiskCache:
         digest = hashlib.sha256(f"{self.fingerprint}\n{kind}\n{key}".encode()).hexdigest()[:40]
         return self.folder / f"{kind}-{digest}"
 
+    @staticmethod
+    def _lock(name: Path):
+        """The lock file of value `name`, open and locked (closing it lets the lock go): one
+        process at a time makes that value."""
+        f = open(str(name) + ".lock", "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except BaseException:
+            f.close()
+            raise
+        return f
+
     @contextlib.contextmanager
     def _locked(self, name: Path):
-        with open(str(name) + ".lock", "a+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with self._lock(name):
+            yield
 
     # --- small values: pickled ---------------------------------------------------------
 
@@ -161,15 +169,14 @@ class DiskCache:
         trace = self.read_trace(key)
         if trace is not None:
             return trace, False
-        lock = open(str(self._name("trace", key)) + ".lock", "a+")
+        lock = self._lock(self._name("trace", key))
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
             trace = self.read_trace(key)
             made = trace is None
             if made:
                 trace = make()
         except BaseException:
-            lock.close()           # closing the file lets the lock go
+            lock.close()
             raise
         if not made:
             lock.close()
