@@ -31,10 +31,18 @@ and details give its true length."""
 MAX_BAR_SPANS = 10_000
 """Past this many spans a timeline draws WebGL line segments instead of SVG bars."""
 MAX_DRAWN_SPANS = 20_000
-"""A timeline draws at most this many spans; it narrows its window of ranks to fit (a whole
-ring up to 64 GPUs, about 4 GPUs of 1,024 GPUs' 1,024 steps). Headless Chromium took about
-1.8 s longer to draw 60,000 than 20,000 (bench/speed/dashboard_latency.py, 1,024 GPUs, warm:
-4.1 s against 2.3 s)."""
+"""A timeline draws at most this many marks (a span, or spans merged where they are closer
+than a pixel); it narrows its window of ranks to fit. Headless Chromium took about 1.8 s
+longer to draw 60,000 than 20,000 (bench/speed/dashboard_latency.py, 1,024 GPUs, warm: 4.1 s
+against 2.3 s)."""
+MAX_WINDOW_SPANS = 400_000
+"""A window of ranks holds at most this many spans before they merge into marks (32 GPUs of a
+1,024-GPU ring hold about 140,000); the merge reads each of them."""
+PIXELS = 2_000
+"""The time shown is drawn at this many columns, finer than the chart's pixels on a 1,920 px
+screen: spans of one series on one lane whose drawn extents come closer than one column
+merge into one mark, which looks the same at this zoom (a ring of 1,024 steps draws a few
+marks per GPU instead of thousands); zooming in draws them again at the finer scale."""
 
 LANES = ("compute", "send", "recv")
 MAX_LISTED_CHUNKS = 4
@@ -61,6 +69,10 @@ LABELS = {
     "h_needs": "needs {carries} {k}", "h_idle": "GPU %{{customdata[0]}} idle, step %{{customdata[1]}}",
     "h_transfer": "GPU %{{customdata[0]}} {arrow} GPU %{{customdata[4]}}, step %{{customdata[1]}}",
     "h_carries": "{name}: {carries} {k}", "h_summary": "{first}…{last} ({count} chunks)", "h_chunks_of": "chunks",
+    "h_merged": "GPU %{{customdata[0]}}: %{{customdata[6]}} × {name}, steps %{{customdata[1]}}–%{{customdata[4]}}",
+    "h_merged_when": "from %{{customdata[2]:.4g}} {unit} for %{{customdata[3]:.4g}} {unit}, "
+                     "busy %{{customdata[5]:.4g}} {unit} of it",
+    "h_zoom": "closer than a pixel at this zoom: zoom in to see each",
     **{f"carries.{k}": v for k, v in CARRIES.items()}, **{f"meaning.{k}": v for k, v in TRANSFER_MEANING.items()},
 }
 """The figure's texts in English (`timeline(labels=...)` replaces any of them; the page's are
@@ -210,7 +222,7 @@ def _hover(series: str, name: str, nq: int, nk: int, unit: str, q_summary: bool 
 def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
              max_bar_spans: int = MAX_BAR_SPANS, max_spans: int = MAX_DRAWN_SPANS,
              title: str | None = None, starts: np.ndarray | None = None,
-             labels: dict[str, str] | None = None) -> go.Figure:
+             labels: dict[str, str] | None = None, time_range_s: tuple[float, float] | None = None) -> go.Figure:
     """Per GPU, three lanes (compute, send, receive); exposed communication in red.
 
     `labels` (the page's language): "window", the window's note with {lo}, {hi} and {n};
@@ -218,20 +230,34 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     and any of LABELS, the series' names and the hovers' lines.
 
     `ranks` is an inclusive window; it narrows further if it holds more than
-    `max_spans` spans. Past `max_bar_spans` spans the lanes are WebGL line segments.
-    `starts` is rank_starts(trace.columns, trace.n_gpus), when the caller keeps it.
+    `max_spans` marks. `time_range_s` (seconds from the run's start) shows that stretch
+    of time only (a zoom), its spans drawn at its scale; by default the whole run. Spans
+    closer than a column of PIXELS merge into one mark (`merge_marks`). Past
+    `max_bar_spans` marks the lanes are WebGL line segments. `starts` is
+    rank_starts(trace.columns, trace.n_gpus), when the caller keeps it.
     """
     c = trace.columns
-    lo, hi, rows = _window(c, trace.n_gpus, ranks, max_spans, starts)
-    n_spans = len(c.rank[rows])
-    use_gl = n_spans > max_bar_spans
+    lo, hi, rows = _window(c, trace.n_gpus, ranks, MAX_WINDOW_SPANS, starts)
     t0 = float(c.start_s.min()) if len(c) else 0.0
     makespan = float(c.end_s.max()) - t0 if len(c) else 0.0   # trace.makespan_s, one pass each
     scale, unit = time_unit(makespan or 1e-6)
+    zoomed = time_range_s is not None
+    a_s, b_s = (0.0, makespan) if not zoomed else (max(0.0, float(time_range_s[0])), float(time_range_s[1]))
+    if b_s <= a_s:
+        a_s, b_s, zoomed = 0.0, makespan, False
+    idx = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else np.asarray(rows)
+    if zoomed:
+        rel_start, rel_end = c.start_s[idx] - t0, c.end_s[idx] - t0
+        idx = idx[(rel_end >= a_s) & (rel_start <= b_s)]
+    shown_s = (b_s - a_s) or 1e-6
+    marks = merge_marks(c, idx, t0, min_width_s=MIN_WIDTH_SHARE * shown_s, column_s=shown_s / PIXELS)
+    hi = min(hi, lo + marks.ranks_within(lo, max_spans) - 1) if len(marks) > max_spans else hi
+    marks = marks.of_ranks(lo, hi)
+    use_gl = len(marks) > max_bar_spans
     shown = hi - lo + 1
     n_rows = shown * len(LANES)
     height = int(min(1400, max(320, 110 + n_rows * 11)))
-    traces = _lane_traces(c, rows, lo, t0, scale, unit, scheme_of(trace), use_gl, lane_px=(height - 110) / n_rows,
+    traces = _lane_traces(c, marks, lo, t0, scale, unit, scheme_of(trace), use_gl, lane_px=(height - 110) / n_rows,
                           labels=labels)
     if title is None:
         what = run_label(trace.config)
@@ -242,6 +268,7 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
         title += lab["window"].format(lo=lo, hi=hi, n=trace.n_gpus)
     title = wrap_title(title)
     lines = title.count("<br>")
+    x_range = {"range": [a_s * scale, b_s * scale]} if use_gl or zoomed else {}
     layout: dict[str, Any] = dict(
         template=TEMPLATE, height=height, barmode="overlay", bargap=0,
         # the title at the top, the legend (the template's: bottom-anchored at y=1.02)
@@ -250,10 +277,11 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
                    pad=dict(t=16)),      # at 10 px the first line's ascenders touched the edge
         # the hover points would pad an automatic range: the run is the range
         separators=lab["separators"],
-        xaxis=dict(title=lab["time"].format(unit=unit), rangemode="tozero",
-                   **({"range": [0, makespan * scale]} if use_gl else {})),
+        xaxis=dict(title=lab["time"].format(unit=unit), rangemode="tozero", **x_range),
         yaxis=_gpu_axis(lo, hi),
-        meta={"ranks": [lo, hi], "webgl": use_gl, "spans": n_spans, "unit": unit},
+        meta={"ranks": [lo, hi], "webgl": use_gl, "spans": marks.spans, "marks": len(marks), "run_s": makespan,
+              "merged": marks.merged, "unit": unit, "scale": scale,
+              "time_range_s": [a_s, b_s] if zoomed else None},
         hovermode="closest", margin=dict(t=90 + 16 * lines),
     )
     # one constructor call: plotly validates the layout once instead of once per update
@@ -261,63 +289,157 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
     return fig
 
 
-def _lane_traces(c: SpanTable, rows: slice | np.ndarray, lo: int, t0: float, scale: float, unit: str, scheme: Scheme,
+class Marks:
+    """What a timeline draws of a set of spans: each mark one span, or consecutive spans of
+    one series on one GPU's lane merged (merge_marks), as columns over the marks, ordered
+    by rank, series and start. `first` is each mark's first span (a row of the trace's
+    columns); times are seconds from the run's start; `drawn_end_s` is where it is drawn
+    to, at least the minimum width past its start."""
+
+    def __init__(self, **columns: np.ndarray):
+        self.rank, self.series, self.first = columns["rank"], columns["series"], columns["first"]
+        self.count, self.start_s, self.end_s = columns["count"], columns["start_s"], columns["end_s"]
+        self.drawn_end_s, self.busy_s = columns["drawn_end_s"], columns["busy_s"]
+        self.first_step, self.last_step = columns["first_step"], columns["last_step"]
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    @property
+    def spans(self) -> int:
+        return int(self.count.sum())
+
+    @property
+    def merged(self) -> int:
+        """Marks of more than one span."""
+        return int((self.count > 1).sum())
+
+    def ranks_within(self, lo: int, budget: int) -> int:
+        """How many ranks from `lo` on fit in `budget` marks (at least one)."""
+        per_rank = np.bincount(self.rank - lo)
+        return max(1, int(np.searchsorted(np.cumsum(per_rank), budget, side="right")))
+
+    def of_ranks(self, lo: int, hi: int) -> "Marks":
+        keep = (self.rank >= lo) & (self.rank <= hi)
+        if keep.all():
+            return self
+        return Marks(**{k: v[keep] for k, v in vars(self).items()})
+
+
+def merge_marks(c: SpanTable, rows: np.ndarray, t0: float, min_width_s: float, column_s: float) -> Marks:
+    """The marks of the spans `rows` of `c`: each span drawn from its start to its end, or
+    `min_width_s` past its start where it is narrower; consecutive spans of one series on
+    one GPU that are both narrower merge where the later starts within `column_s` of every
+    drawn end before it, so the marks cover what the spans cover, gaps of a column or less
+    filled."""
+    series = _SERIES_OF[c.stream[rows], c.kind[rows]].astype(np.int64)
+    drawn = series >= 0
+    rows, series = rows[drawn], series[drawn]
+    rank = c.rank[rows].astype(np.int64)
+    start = c.start_s[rows] - t0
+    end = c.end_s[rows] - t0
+    order = np.lexsort((start, series, rank))
+    rows, rank, series, start, end = rows[order], rank[order], series[order], start[order], end[order]
+    drawn_end = np.maximum(end, start + min_width_s)
+    new = np.ones(len(rows), dtype=bool)
+    if len(rows) > 1:
+        same = (rank[1:] == rank[:-1]) & (series[1:] == series[:-1])
+        # the furthest drawn end so far within each (rank, series): every group lifted past
+        # the one before it, so that one running maximum serves them all
+        group = np.concatenate([[0], np.cumsum(~same)]).astype(float)
+        lift = group * (2.0 * float(drawn_end.max()) + 1.0)
+        furthest = np.maximum.accumulate(drawn_end + lift)
+        # only spans drawn wider than they are merge: a wider one stays itself (back-to-back
+        # blocks in alternate shades), as do its neighbours
+        narrow = end - start < min_width_s
+        new[1:] = ~same | (start[1:] + lift[1:] > furthest[:-1] + column_s) | ~narrow[1:] | ~narrow[:-1]
+    firsts = np.flatnonzero(new)
+    if not len(rows):
+        empty = np.zeros(0)
+        return Marks(rank=empty.astype(np.int64), series=empty.astype(np.int64), first=empty.astype(np.int64),
+                     count=empty.astype(np.int64), start_s=empty, end_s=empty, drawn_end_s=empty, busy_s=empty,
+                     first_step=empty.astype(np.int64), last_step=empty.astype(np.int64))
+    step = c.step[rows].astype(np.int64)
+    return Marks(rank=rank[firsts], series=series[firsts], first=rows[firsts],
+                 count=np.diff(np.append(firsts, len(rows))), start_s=start[firsts],
+                 end_s=np.maximum.reduceat(end, firsts), drawn_end_s=np.maximum.reduceat(drawn_end, firsts),
+                 busy_s=np.add.reduceat(end - start, firsts),
+                 first_step=np.minimum.reduceat(step, firsts), last_step=np.maximum.reduceat(step, firsts))
+
+
+def _lane_traces(c: SpanTable, marks: Marks, lo: int, t0: float, scale: float, unit: str, scheme: Scheme,
                  use_gl: bool, lane_px: float, labels: dict[str, str] | None = None) -> list:
-    """The spans `rows` of the columns `c` on their GPUs' lanes from GPU `lo` down, a
-    trace (or with `use_gl` a pair) per series, times from `t0` in `unit`."""
+    """The `marks` of the columns `c` on their GPUs' lanes from GPU `lo` down, a trace (or
+    with `use_gl` a pair) per series for its single spans and one for its merged marks,
+    times in `unit` (`scale` per second)."""
     styles = series_styles(scheme, labels)
+    lab = {**LABELS, **(labels or {})}
     op_labels = {k: op.label for k, op in scheme.op_kinds.items()}
-    rank, stream, kind = c.rank[rows], c.stream[rows], c.kind[rows]
-    start = (c.start_s[rows] - t0) * scale
-    end = (c.end_s[rows] - t0) * scale
-    step, peer = c.step[rows], c.peer[rows]
-    amount = np.where(stream == COMPUTE, c.flops[rows] / 1e12, c.bytes[rows] / 1e6)
     sets = _set_table(c)
-    q_ids, kv_ids = c.q_chunks[rows], c.kv_chunks[rows]
-    series_of = _SERIES_OF[stream, kind]
-    span_end = float(end.max(initial=0.0))
-    min_width = MIN_WIDTH_SHARE * (span_end - float(start.min(initial=0.0)))
     traces = []
     legend_shown: set[str] = set()       # exposed communication of every kind: one legend entry
     for code, series in enumerate(SERIES):
-        sel = np.flatnonzero(series_of == code)
-        if not sel.size:
+        of_series = marks.series == code
+        if not of_series.any():
             continue
-        s, true_end = start[sel], end[sel]
-        e = np.maximum(true_end, s + min_width)          # drawn at least MIN_WIDTH_SHARE wide
-        y = (rank[sel] - lo) * len(LANES) + _LANE_OF[series]
-        (qc, q_sum), (kc, kv_sum) = _chunk_columns(sets, q_ids[sel]), _chunk_columns(sets, kv_ids[sel])
-        # the last column names the series: the details on click read it
-        cd = np.column_stack([rank[sel], step[sel], s, true_end - s, peer[sel], amount[sel], qc, kc,
-                              np.full(len(sel), code)]).astype(np.float32)
         name, color = styles[series]
-        hover = _hover(series, name, qc.shape[1], kc.shape[1], unit, q_sum, kv_sum, op_labels, labels)
         group = "exposed" if series.startswith("exposed") else series
-        legend = group not in legend_shown
-        legend_shown.add(group)
-        if use_gl:
-            # the spans as line segments (start, end, gap) that do not hover, and their
-            # middles as invisible points that do: hover data once per span, not thrice
-            nan = np.full(len(s), np.nan)
-            traces.append(go.Scattergl(
-                x=np.column_stack([s, e, nan]).ravel().astype(np.float32),
-                y=np.column_stack([y, y, nan]).ravel().astype(np.float32), mode="lines", name=name,
-                line=dict(color=color, width=float(np.clip(0.75 * lane_px, 1, 12))),
-                connectgaps=False, hoverinfo="skip", legendgroup=group, showlegend=legend))
-            traces.append(go.Scattergl(
-                x=((s + true_end) / 2).astype(np.float32), y=y.astype(np.float32), mode="markers",
-                name=name, marker=dict(color=color, opacity=0, size=4), customdata=cd,
-                hovertemplate=hover, legendgroup=group, showlegend=False))
-        else:
-            shade: Any = color
-            if series in KINDS["compute"]:
-                # alternate shades by step so that back-to-back blocks stay distinguishable
-                shade = np.where(step[sel] % 2 == 1, lighter(color), color)
-            traces.append(go.Bar(
-                x=e - s, base=s, y=y.astype(np.float32), orientation="h",
-                width=0.8, name=name, marker=dict(color=shade, line=dict(width=0)),
-                customdata=cd, hovertemplate=hover, legendgroup=group, showlegend=legend))
+        y_lane = _LANE_OF[series]
+        single = np.flatnonzero(of_series & (marks.count == 1))
+        merged = np.flatnonzero(of_series & (marks.count > 1))
+        for kind, sel in (("span", single), ("merged", merged)):
+            if not sel.size:
+                continue
+            s, true_end = marks.start_s[sel] * scale, marks.end_s[sel] * scale
+            e = marks.drawn_end_s[sel] * scale
+            y = (marks.rank[sel] - lo) * len(LANES) + y_lane
+            if kind == "span":
+                rows = marks.first[sel]
+                stream = c.stream[rows]
+                amount = np.where(stream == COMPUTE, c.flops[rows] / 1e12, c.bytes[rows] / 1e6)
+                (qc, q_sum), (kc, kv_sum) = _chunk_columns(sets, c.q_chunks[rows]), _chunk_columns(sets, c.kv_chunks[rows])
+                # the last column names the series: the details on click read it
+                cd = np.column_stack([c.rank[rows], c.step[rows], s, true_end - s, c.peer[rows], amount, qc, kc,
+                                      np.full(len(sel), code)]).astype(np.float32)
+                hover = _hover(series, name, qc.shape[1], kc.shape[1], unit, q_sum, kv_sum, op_labels, labels)
+                shade: Any = color
+                if series in KINDS["compute"] and not use_gl:
+                    # alternate shades by step so that back-to-back blocks stay distinguishable
+                    shade = np.where(c.step[rows] % 2 == 1, lighter(color), color)
+            else:
+                cd = np.column_stack([marks.rank[sel], marks.first_step[sel], s, true_end - s, marks.last_step[sel],
+                                      marks.busy_s[sel] * scale, marks.count[sel],
+                                      np.full(len(sel), code)]).astype(np.float32)
+                hover = "<br>".join([lab["h_merged"].format(name=name), lab["h_merged_when"].format(unit=unit),
+                                     f"<i>{lab['h_zoom']}</i>"]) + "<extra></extra>"
+                shade = color
+            legend = group not in legend_shown
+            legend_shown.add(group)
+            traces += _drawn(s, e, true_end, y, cd, name, color, shade, hover, group, legend, use_gl, lane_px,
+                             meta={"marks": kind})
     return traces
+
+
+def _drawn(s: np.ndarray, e: np.ndarray, true_end: np.ndarray, y: np.ndarray, cd: np.ndarray, name: str, color: str,
+           shade: Any, hover: str, group: str, legend: bool, use_gl: bool, lane_px: float,
+           meta: dict[str, Any]) -> list:
+    """One series' marks from `s` to `e` on lanes `y`: SVG bars, or with `use_gl` WebGL line
+    segments that do not hover and invisible points at their middles that do (hover data
+    once per mark, not thrice)."""
+    if use_gl:
+        nan = np.full(len(s), np.nan)
+        return [go.Scattergl(
+                    x=np.column_stack([s, e, nan]).ravel().astype(np.float32),
+                    y=np.column_stack([y, y, nan]).ravel().astype(np.float32), mode="lines", name=name,
+                    line=dict(color=color, width=float(np.clip(0.75 * lane_px, 1, 12))),
+                    connectgaps=False, hoverinfo="skip", legendgroup=group, showlegend=legend, meta=meta),
+                go.Scattergl(
+                    x=((s + true_end) / 2).astype(np.float32), y=y.astype(np.float32), mode="markers",
+                    name=name, marker=dict(color=color, opacity=0, size=4), customdata=cd,
+                    hovertemplate=hover, legendgroup=group, showlegend=False, meta=meta)]
+    return [go.Bar(x=e - s, base=s, y=y.astype(np.float32), orientation="h", width=0.8, name=name,
+                   marker=dict(color=shade, line=dict(width=0)), customdata=cd, hovertemplate=hover,
+                   legendgroup=group, showlegend=legend, meta=meta)]
 
 
 def _gpu_axis(lo: int, hi: int) -> dict[str, Any]:
@@ -326,7 +448,8 @@ def _gpu_axis(lo: int, hi: int) -> dict[str, Any]:
     shown = hi - lo + 1
     n_rows = shown * len(LANES)
     tick_ranks = list(range(lo, hi + 1, max(1, shown // 32)))
-    axis = dict(autorange="reversed", tickmode="array",
+    # the GPUs shown are the window's (the page's slider chooses them): a zoom is in time only
+    axis = dict(autorange="reversed", tickmode="array", fixedrange=True,
                 tickvals=[(r - lo) * len(LANES) + 1 for r in tick_ranks],
                 ticktext=[f"GPU {r}" for r in tick_ranks], showgrid=False,
                 range=[n_rows - 0.5, -0.5])

@@ -6,6 +6,9 @@ its K/V blocks one hop at a time under it (play, or drag the step).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from typing import Any
 
 import dash
@@ -52,6 +55,7 @@ def view() -> list[Any]:
             html.Span(id="timeline-hidden-text"),
             html.Button(id="timeline-show-contiguous", n_clicks=0, className="link-button")]),
         graph("timeline", 420),
+        dcc.Store(id="timeline-zoom"),
         html.Div(id="timeline-details", className="timeline-details", role="region"),
         ring_section()]
 
@@ -70,17 +74,32 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 
     @app.callback(Output("timeline", "figure"), Output("ranks", "value", allow_duplicate=True),
                   Input("scenario", "data"), Input("profile", "data"), Input("ranks", "value"),
-                  Input("tabs", "value"), Input("lang", "value"), prevent_initial_call="initial_duplicate")
-    def draw_timeline(data, profile_data, ranks, tab, lang):
-        fig = _draw_timeline(data, profile_data, ranks, tab, lang)
+                  Input("tabs", "value"), Input("lang", "value"), Input("timeline-zoom", "data"),
+                  prevent_initial_call="initial_duplicate")
+    def draw_timeline(data, profile_data, ranks, tab, lang, zoom):
+        fig = _draw_timeline(data, profile_data, ranks, tab, lang, zoom)
         # the slider shows the GPUs drawn: a window narrowed to fit MAX_DRAWN_SPANS says so
         drawn = ((fig.layout.meta or {}).get("ranks") if hasattr(fig, "layout") else None)
         same = not drawn or not ranks or list(drawn) == list(ranks)
         return fig, no_update if same else list(drawn)
 
-    def _draw_timeline(data, profile_data, ranks, tab, lang):
+    # a zoom on the time axis draws that stretch again at its own scale (spans merged
+    # where they are closer than a pixel come apart); a double-click shows the whole run
+    @app.callback(Output("timeline-zoom", "data"), Input("timeline", "relayoutData"),
+                  State("timeline", "figure"), State("scenario", "data"), State("profile", "data"),
+                  prevent_initial_call=True)
+    def zoom(relayout, fig, data, profile_data):
+        time_range_s = zoomed_range_s(relayout, ((fig or {}).get("layout") or {}).get("meta") or {})
+        if time_range_s is False:
+            raise PreventUpdate
+        return {"run": run_of(data, profile_data), "time_range_s": time_range_s}
+
+    def _draw_timeline(data, profile_data, ranks, tab, lang, zoom):
         only_on("timeline", tab)
         window = tuple(ranks) if ranks else None
+        # a zoom holds for the run it was made on: a new run opens whole
+        time_range_s = (zoom or {}).get("time_range_s") if (zoom or {}).get("run") == run_of(data, profile_data) else None
+        time_range_s = tuple(time_range_s) if time_range_s else None
         t = Translator(lang)
         try:
             hw, key = served.hardware_of(profile_data)
@@ -94,9 +113,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 title = t("tl.title", gpus=t.int(tr.n_gpus), run=run_words(t, tr.config),
                           makespan=t.time(makespan, 4))
                 labels = figure_labels(t, "tl") | {"window": t("tl.window"), "time": t("tl.time")}
-                return timeline(tr, window, starts=res.rank_starts, title=title, labels=labels)
+                return timeline(tr, window, starts=res.rank_starts, title=title, labels=labels,
+                                time_range_s=time_range_s)
 
-            return compute.figure("timeline", sc, key, [window, t.lang], make)
+            return compute.figure("timeline", sc, key, [window, t.lang, time_range_s], make)
         except RingsimError as e:
             return message_figure(str(e))
 
@@ -105,8 +125,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
     # out a typed array's rows), so the row is read from the figure drawn, kept in the cache
     @app.callback(Output("timeline-details", "children"),
                   Input("timeline", "clickData"), Input("lang", "value"),
-                  State("scenario", "data"), State("profile", "data"), State("ranks", "value"))
-    def details(click, lang, data, profile_data, ranks):
+                  State("scenario", "data"), State("profile", "data"), State("ranks", "value"),
+                  State("timeline-zoom", "data"))
+    def details(click, lang, data, profile_data, ranks, zoom):
         t = Translator(lang)
         points = (click or {}).get("points") or []
         if not points:
@@ -114,7 +135,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         try:
             hw, key = served.hardware_of(profile_data)
             tr = compute.run(served.scenario_of(data), hw, key).trace
-            cd = _clicked_row(_draw_timeline(data, profile_data, ranks, "timeline", lang), points[0])
+            cd, merged = _clicked_row(_draw_timeline(data, profile_data, ranks, "timeline", lang, zoom), points[0])
         except RingsimError as e:
             return html.Span(str(e), className="msg")
         if cd is None:
@@ -122,7 +143,16 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         c = tr.columns
         scale, unit = time_unit(float(c.end_s.max() - c.start_s.min()) or 1e-6)
         series = SERIES[int(cd[-1])]
-        name = series_styles(scheme_of(tr))[series][0]
+        name = series_styles(scheme_of(tr), figure_labels(t, "tl"))[series][0]
+        if merged:
+            rows = [(t("tl.detail.op"), name), (t("ctl.gpu.label"), t.int(int(cd[0]))),
+                    (t("tl.detail.count"), t.int(int(cd[6]))),
+                    (t("tl.detail.steps"), f"{t.int(int(cd[1]))}–{t.int(int(cd[4]))}"),
+                    (t("tl.detail.start"), t.time(cd[2] / scale, 4)), (t("tl.detail.span"), t.time(cd[3] / scale, 4)),
+                    (t("tl.detail.busy"), t.time(cd[5] / scale, 4))]
+            return [html.Strong(t("tl.detail.merged")),
+                    html.Table(html.Tbody([html.Tr([html.Th(k), html.Td(v)]) for k, v in rows])),
+                    html.P(t("tl.detail.zoom"), className="help")]
         compute_span = not (series.startswith(("send", "recv", "exposed")) or series == "idle")
         rows = [(t("tl.detail.op"), name), (t("ctl.gpu.label"), t.int(int(cd[0]))),
                 (t("tl.detail.step"), t.int(int(cd[1]))),
@@ -182,14 +212,38 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
     register_ring_stepper(app, "timeline", "timeline-ring")
 
 
-def _clicked_row(fig: Any, point: dict[str, Any]) -> list[float] | None:
+def _clicked_row(fig: Any, point: dict[str, Any]) -> tuple[list[float] | None, bool]:
     """The record (figures.timeline's customdata row) of the point clicked on `fig`, or None
-    where the point carries none (a message, a span's line rather than its point)."""
+    where the point carries none (a message, a span's line rather than its point); and
+    whether it is a mark of merged spans."""
     curve, index = point.get("curveNumber"), point.get("pointNumber")
     data = getattr(fig, "data", ())
     if not isinstance(curve, int) or not isinstance(index, int) or not 0 <= curve < len(data):
-        return None
+        return None, False
     rows = data[curve].customdata
     if rows is None or not 0 <= index < len(rows):
+        return None, False
+    return [float(x) for x in rows[index]], (data[curve].meta or {}).get("marks") == "merged"
+
+
+def run_of(data: Any, profile_data: Any) -> str:
+    """A name of the run on screen (its scenario and profile), for a zoom to hold to."""
+    return hashlib.sha1(json.dumps([data, profile_data], sort_keys=True, default=str).encode()).hexdigest()
+
+
+def zoomed_range_s(relayout: dict[str, Any] | None, meta: dict[str, Any]) -> list[float] | None | bool:
+    """The stretch of time (seconds from the run's start) a change of the chart's axes
+    shows, from Plotly's relayout event and the figure's meta (its unit's scale): None
+    for the whole run (a double-click, an autorange), False where the time axis did not
+    change (a zoom of the GPUs only, a resize)."""
+    r = relayout or {}
+    scale = meta.get("scale")
+    if r.get("xaxis.autorange"):
         return None
-    return [float(x) for x in rows[index]]
+    lo_hi = r.get("xaxis.range") or [r.get("xaxis.range[0]"), r.get("xaxis.range[1]")]
+    if not isinstance(scale, (int, float)) or scale <= 0 or any(not isinstance(x, (int, float)) for x in lo_hi):
+        return False
+    lo, hi = sorted(float(x) / scale for x in lo_hi)
+    if not math.isfinite(lo) or not math.isfinite(hi) or hi <= max(lo, 0.0):
+        return False
+    return [max(lo, 0.0), hi]

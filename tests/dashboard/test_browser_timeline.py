@@ -66,3 +66,51 @@ def test_a_click_on_a_span_lists_its_record(dash_duo, lang, title, step):
     fields = {r.find_element("css selector", "th").text: r.find_element("css selector", "td").text for r in rows}
     assert step in fields and fields[step].isdigit()
     assert len(fields) >= 5 and all(v.strip() for v in fields.values())
+
+
+def _meta(dash_duo) -> dict:
+    return dash_duo.driver.execute_script(
+        "const g = document.querySelector('#timeline .js-plotly-plot');"
+        "return g && g.layout && g.layout.meta ? g.layout.meta : null;") or {}
+
+
+def _until(condition, what: str):
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_drag_across_time_zooms_in_span_by_span_and_a_double_click_zooms_out(dash_duo):
+    """512 GPUs: the whole run draws each GPU's spans merged; a real drag across a tenth of the
+    time axis draws that stretch again span by span; a double-click draws the whole run."""
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    dash_duo.start_server(create_app())
+    dash_duo.driver.set_window_size(1400, 1000)
+    dash_duo.driver.get(f"{dash_duo.server_url}/?view=timeline&gpus=512")
+    whole = _until(lambda: (m := _meta(dash_duo)).get("merged") and m, "the whole run, merged")
+    assert whole["time_range_s"] is None and whole["marks"] < whole["spans"] / 20
+    # the chart is taller than the window: the pointer moves in the window's coordinates
+    drag = dash_duo.find_element("#timeline .nsewdrag")
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", drag)
+    left, top, width = dash_duo.driver.execute_script(
+        "const r = arguments[0].getBoundingClientRect(); return [r.left, r.top, r.width];", drag)
+    x, y = int(left + 0.4 * width), int(top + 60)
+    drag_across = ActionBuilder(dash_duo.driver)
+    drag_across.pointer_action.move_to_location(x, y).pointer_down().move_to_location(x + int(0.1 * width), y) \
+        .pointer_up()
+    drag_across.perform()
+    near = _until(lambda: (m := _meta(dash_duo)).get("time_range_s") and m, "the zoomed stretch")
+    a, b = near["time_range_s"]
+    assert near["merged"] == 0 and 0.05 < (b - a) / whole["run_s"] < 0.15
+    assert near["marks"] == near["spans"] > 0
+    clicks = ActionBuilder(dash_duo.driver)
+    clicks.pointer_action.move_to_location(x, y).click().click()
+    clicks.perform()
+    again = _until(lambda: (m := _meta(dash_duo)).get("time_range_s") is None and m.get("merged") and m,
+                   "the whole run again")
+    assert again["marks"] == whole["marks"]

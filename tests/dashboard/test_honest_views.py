@@ -87,3 +87,48 @@ def test_a_run_with_nothing_exposed_says_so(client):
 
     exposed = max(r.exposed_comm_s for r in compute.metrics(scenario_from_values(defaults())).ranks)
     assert (out["timeline-hidden"]["style"] == {}) == (exposed == 0)
+
+
+def test_a_zoom_on_time_draws_that_stretch_span_by_span(client):
+    """At 512 GPUs a step is narrower than the drawn minimum: the whole run draws each GPU's
+    spans merged; a zoom (Plotly's relayout event, as the page sends it) draws the stretch
+    shown span by span, each span of the window's GPUs in it; a double-click the whole run;
+    a click on a merged mark lists how many operations it holds."""
+    import numpy as np
+
+    from dashboard import compute
+
+    store = _store(gpus=512)
+    values = {"scenario.data": store, "profile.data": None, "ranks.value": [0, 3], "tabs.value": "timeline",
+              "lang.value": "en", "timeline-zoom.data": None}
+    _, out = client.call("timeline.figure", values, ["scenario.data"])
+    whole = out["timeline"]["figure"]
+    meta = whole["layout"]["meta"]
+    assert meta["merged"] > 0 and meta["marks"] < meta["spans"] / 20 and meta["time_range_s"] is None
+    c = compute.run(scenario_from_values(store["values"])).trace.columns
+    t0 = float(c.start_s.min())
+    a, b = 0.40 * float(c.end_s.max() - t0), 0.41 * float(c.end_s.max() - t0)
+    relayout = {"xaxis.range[0]": a * meta["scale"], "xaxis.range[1]": b * meta["scale"]}
+    _, out = client.call("timeline-zoom.data", {**values, "timeline.relayoutData": relayout, "timeline.figure": whole},
+                         ["timeline.relayoutData"])
+    zoom = out["timeline-zoom"]["data"]
+    assert zoom["time_range_s"] == [a, b] or np.allclose(zoom["time_range_s"], [a, b], rtol=1e-9)
+    _, out = client.call("timeline.figure", {**values, "timeline-zoom.data": zoom}, ["timeline-zoom.data"])
+    near = out["timeline"]["figure"]["layout"]["meta"]
+    inside = (c.rank <= 3) & (c.end_s - t0 >= zoom["time_range_s"][0]) & (c.start_s - t0 <= zoom["time_range_s"][1])
+    assert near["merged"] == 0 and near["spans"] == near["marks"] == int(inside.sum())
+    # a double-click: the whole run; a zoom made on another run does not hold
+    _, out = client.call("timeline-zoom.data", {**values, "timeline.relayoutData": {"xaxis.autorange": True},
+                                                "timeline.figure": whole}, ["timeline.relayoutData"])
+    assert out["timeline-zoom"]["data"]["time_range_s"] is None
+    _, out = client.call("timeline.figure", {**values, "scenario.data": _store(gpus=4), "timeline-zoom.data": zoom},
+                         ["scenario.data"])
+    assert out["timeline"]["figure"]["layout"]["meta"]["time_range_s"] is None
+    # a click on a merged mark: its operations, their steps
+    curve = next(i for i, tr in enumerate(whole["data"]) if tr.get("meta", {}).get("marks") == "merged"
+                 and tr["name"] == "compute (forward)")
+    _, out = client.call("timeline-details.children",
+                         {**values, "timeline.clickData": {"points": [{"curveNumber": curve, "pointNumber": 0}]}},
+                         ["timeline.clickData"])
+    text = _text(out["timeline-details"]["children"])
+    assert "Operations merged at this zoom" in text and "Zoom in" in text, text

@@ -208,3 +208,96 @@ def test_a_short_transfer_is_drawn_wide_enough_to_see_and_keeps_its_length(small
         assert (drawn >= MIN_WIDTH_SHARE * span * 0.99).all()
         # the hover's length is the record's, however wide the bar is drawn
         assert (cd[:, 3] <= drawn * (1 + 1e-5)).all()
+
+
+def _dense(n_ranks: int, per_rank: int) -> Trace:
+    """A run of many short steps per GPU: computes of 0.9 µs every µs (none on GPU 1 for 50
+    steps from step 1,500), a send and a receive of 0.3 µs in each, and an exposed wait of
+    0.05 µs every 50 steps (far apart at the whole run's scale)."""
+    spans = []
+    for r in range(n_ranks):
+        for i in range(per_rank):
+            t = i * 1e-6
+            if not (r == 1 and 1500 <= i < 1550):
+                spans.append(Span(r, "compute", "fwd", i, t, t + 0.9e-6, q_chunks=(r,), kv_chunks=(r,)))
+            spans.append(Span(r, "send", "kv", i, t + 0.1e-6, t + 0.4e-6, q_chunks=(r,), kv_chunks=(r,),
+                              peer=(r + 1) % n_ranks, bytes=1e6))
+            spans.append(Span(r, "recv", "kv", i, t + 0.1e-6, t + 0.4e-6, q_chunks=(r,), kv_chunks=(r,),
+                              peer=(r - 1) % n_ranks, bytes=1e6))
+            if i % 50 == 49:
+                spans.append(Span(r, "wait", "kv", i, t + 0.9e-6, t + 0.95e-6, q_chunks=(r,), kv_chunks=(r,)))
+    return Trace("simulated", n_ranks, spans, {"layout": "contiguous", "overlap": True})
+
+
+def _raster(intervals, lo: float, width: float, columns: int) -> np.ndarray:
+    """The columns of [lo, lo + width] (`columns` of them) whose inside an interval of
+    `intervals` ((start, end) pairs) overlaps."""
+    covered = np.zeros(columns, dtype=bool)
+    w = width / columns
+    for s, e in intervals:
+        first = max(0, int(np.floor((s - lo) / w)))
+        last = min(columns - 1, int(np.ceil((e - lo) / w)) - 1)
+        covered[first:last + 1] = True
+    return covered
+
+
+def _drawn_by_lane(fig) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    out: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for t in fig.data:
+        for y, b, x in zip(t.y, t.base, t.x):
+            out.setdefault((t.name, int(y)), []).append((b, b + x))
+    return out
+
+
+def test_spans_closer_than_a_pixel_merge_into_marks_that_look_the_same():
+    from dashboard.figures.timeline import MIN_WIDTH_SHARE, PIXELS
+
+    trace = _dense(3, 3000)                   # 3,000 steps in 3 ms: a step is two thirds of a column
+    fig = timeline(trace)
+    meta = fig.layout.meta
+    assert meta["spans"] == len(trace) and meta["marks"] < 400 and meta["merged"] > 0
+    scale = meta["scale"]
+    makespan = (max(s.end_s for s in trace.spans) - min(s.start_s for s in trace.spans)) * scale
+    min_width = MIN_WIDTH_SHARE * makespan
+    names = {"compute": "compute (forward)", "send": "send K/V", "recv": "receive K/V", "wait": "exposed communication"}
+    lanes = {"compute": 0, "send": 1, "recv": 2, "wait": 0}
+    drawn = _drawn_by_lane(fig)
+    for stream in names:
+        for r in range(3):
+            spans = [((s.start_s) * scale, max(s.end_s * scale, s.start_s * scale + min_width))
+                     for s in trace.spans if s.stream == stream and s.rank == r]
+            want = _raster(spans, 0.0, makespan, PIXELS)
+            got = _raster(drawn[(names[stream], r * 3 + lanes[stream])], 0.0, makespan, PIXELS)
+            assert (got == want).all(), (stream, r)
+    # a merged mark's hover and record: how many operations, their steps, how long busy
+    (merged,) = [t for t in fig.data if t.name == "compute (forward)" and t.meta["marks"] == "merged"]
+    cd = np.asarray(merged.customdata)
+    assert cd[:, 6].sum() == 3 * 3000 - 50 and set(cd[:, 0].astype(int)) == {0, 1, 2}
+    assert cd[:, 5].sum() == pytest.approx((3 * 3000 - 50) * 0.9e-6 * scale, rel=1e-5)
+    assert "zoom in" in merged.hovertemplate
+
+
+def test_a_zoom_draws_the_stretch_shown_span_by_span():
+    trace = _dense(3, 3000)
+    fig = timeline(trace, time_range_s=(1000e-6, 1010e-6))
+    meta = fig.layout.meta
+    assert meta["merged"] == 0 and meta["time_range_s"] == [1000e-6, 1010e-6]
+    inside = [s for s in trace.spans if s.end_s >= 1000e-6 and s.start_s <= 1010e-6]
+    assert meta["spans"] == meta["marks"] == len(inside)
+    assert list(fig.layout.xaxis.range) == pytest.approx([1000e-6 * meta["scale"], 1010e-6 * meta["scale"]])
+    # the whole run again: no range of its own, merged as at first
+    whole = timeline(trace)
+    assert whole.layout.meta["time_range_s"] is None and whole.layout.meta["merged"] > 0
+
+
+def test_a_wide_span_stays_itself_beside_narrow_ones():
+    trace = simulate(small_scenario(n_gpus=8, seq=8192))
+    fig = timeline(trace)
+    assert fig.layout.meta["merged"] == 0 and fig.layout.meta["marks"] == len(trace)
+
+
+def test_a_large_window_narrows_to_the_marks_it_draws():
+    trace = _dense(12, 3000)
+    fig = timeline(trace, max_spans=200)          # about 65 marks a GPU
+    lo, hi = fig.layout.meta["ranks"]
+    assert lo == 0 and 0 < hi < 11 and fig.layout.meta["marks"] <= 200
