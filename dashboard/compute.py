@@ -233,13 +233,14 @@ def metrics(scenario: Scenario, profile: Any | None = None, profile_key: str | N
 
 
 def _summaries(runs: list[tuple[str, Scenario, tuple]], profile: Any | None, profile_key: str | None,
-               progress: Progress | None = None) -> list[Any]:
+               progress: Progress | None = None, partial: Callable[[list[Any]], None] | None = None) -> list[Any]:
     """What a comparison keeps of each of `runs` ((kind, scenario, what): see
     dashboard.side_by_side.Summary), kept in the shared folder under its kind. A run in
     memory or in the folder is read; the others are simulated for their summary alone and
     let go (a comparison of 1,024 GPUs would otherwise push the run on screen out of
     memory), the large ones side by side in processes of their own
-    (dashboard/side_by_side.py)."""
+    (dashboard/side_by_side.py). As runs end, `progress` hears how many are done and
+    `partial` the summaries so far (None for a run not done)."""
     out: list[Any] = [None] * len(runs)
     keys = [_key(sc, profile, profile_key) for _, sc, _ in runs]
 
@@ -251,6 +252,8 @@ def _summaries(runs: list[tuple[str, Scenario, tuple]], profile: Any | None, pro
     def report() -> None:
         if progress is not None:
             progress(sum(x is not None for x in out), len(runs))
+        if partial is not None:
+            partial(list(out))
 
     for i, ((kind, _, what), key) in enumerate(zip(runs, keys)):
         held = CACHE.peek(key)
@@ -273,13 +276,19 @@ def _summaries(runs: list[tuple[str, Scenario, tuple]], profile: Any | None, pro
 
 
 def compare_table(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None,
-                  progress: Progress | None = None) -> list[dict[str, Any]]:
+                  progress: Progress | None = None,
+                  partial: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
     """Every layout with overlap on and off: the rows of `ringsim compare`
     (sim.planning.compare.layout_variants, each a sim.trace.metrics.comparison_row), each
-    run's metrics kept."""
+    run's metrics kept. `partial` hears the rows done so far, in order, as runs end."""
     variants = layout_variants(scenario)
-    metrics = _summaries([("metrics", sc, ("metrics",)) for sc in variants], profile, profile_key, progress)
-    return [comparison_row(sc.layout, sc.overlap, m) for sc, m in zip(variants, metrics)]
+
+    def rows(metrics: list[Any]) -> list[dict[str, Any]]:
+        return [comparison_row(sc.layout, sc.overlap, m) for sc, m in zip(variants, metrics) if m is not None]
+
+    metrics = _summaries([("metrics", sc, ("metrics",)) for sc in variants], profile, profile_key, progress,
+                         None if partial is None else lambda done: partial(rows(done)))
+    return rows(metrics)
 
 
 # --- the schemes side by side -------------------------------------------------------
@@ -306,9 +315,11 @@ def scheme_base(scenario: Scenario) -> Scenario:
 
 
 def scheme_rows(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None,
-                progress: Progress | None = None) -> list[dict[str, Any]]:
+                progress: Progress | None = None,
+                partial: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
     """The rows of sim.planning.compare.compare_scheme_rows for the scenario's base: every
-    scheme and ring layout (a refused one with its reason), each run's row kept."""
+    scheme and ring layout (a refused one with its reason), each run's row kept. `partial`
+    hears the rows done so far (the refused ones among them), in order, as runs end."""
     base = scheme_base(scenario)
     out: list[dict[str, Any] | None] = []
     runs, places = [], []
@@ -328,7 +339,14 @@ def scheme_rows(scenario: Scenario, profile: Any | None = None, profile_key: str
         if progress is not None:
             progress(refused + done, refused + total)
 
-    for place, row in zip(places, _summaries(runs, profile, profile_key, runs_done)):
+    def rows_so_far(done: list[Any]) -> None:
+        so_far = list(out)
+        for place, row in zip(places, done):
+            so_far[place] = row
+        partial([r for r in so_far if r is not None])
+
+    for place, row in zip(places, _summaries(runs, profile, profile_key, runs_done,
+                                             None if partial is None else rows_so_far)):
         out[place] = row
     check_rows([r for r in out if "refused" not in r], base.describe())
     return out

@@ -64,13 +64,33 @@ def busy_line(name: str) -> html.Div:
     """The line shown while view `name` computes: its progress and a cancel button."""
     t = Translator(None)
     return html.Div(id=f"{name}-busy", className="busy", style=HIDDEN, role="status", children=[
-        html.Span(t("busy.starting"), id=f"{name}-progress", className="busy-progress"),
+        html.Div(t("busy.starting"), id=f"{name}-progress", className="busy-progress"),
         html.Button(t("busy.cancel"), id=f"{name}-cancel", n_clicks=0, className="busy-cancel"),
         dcc.Store(id=f"{name}-asked")])
 
 
 def progress_words(t: Translator, done: int, total: int) -> str:
     return t("busy.runs", done=t.int(done), total=t.int(total))
+
+
+class RowsSoFar:
+    """A comparison's progress as it runs: how many runs are done and, once one has run, the
+    view's table of the rows done so far (`table(rows)`), so that a long comparison shows its
+    first answers while the rest compute. `counted` and `rows` are the callbacks the
+    comparison's computation calls (dashboard.compute's `progress` and `partial`)."""
+
+    def __init__(self, progress: Callable[[Any], None], t: Translator, table: Callable[[list], Any]):
+        self.progress, self.t, self.table = progress, t, table
+        self.done, self.total = 0, 0
+
+    def counted(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+        self.progress(progress_words(self.t, done, total))
+
+    def rows(self, rows: list[dict[str, Any]]) -> None:
+        if any("refused" not in r for r in rows):
+            self.progress([html.Div(progress_words(self.t, self.done, self.total)),
+                           html.Div(self.table(rows), className="table busy-rows")])
 
 
 def long_callback(app, background: Any | None, name: str, outputs: list, inputs: list,

@@ -18,7 +18,7 @@ from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
 from dashboard.state import RING_SCHEMES
-from dashboard.views.background import busy_line, long_callback, progress_words
+from dashboard.views.background import RowsSoFar, busy_line, long_callback
 from dashboard.views.common import HIDDEN, graph, only_on
 from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
@@ -56,8 +56,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         t = Translator(lang)
         try:
             sc, keyed, hw, key = compared(data, profile_data)
+            so_far = RowsSoFar(progress, t, lambda rows: _compare_table(rows, t))
             rows = compute.rows("compare-rows", keyed, key, lambda: compute.compare_table(
-                sc, hw, key, progress=lambda done, total: progress(progress_words(t, done, total))))
+                sc, hw, key, progress=so_far.counted, partial=so_far.rows))
         except RingsimError as e:
             return message_figure(str(e)), None
         return comparison(rows, comparison_labels(t)), _compare_table(rows, t)

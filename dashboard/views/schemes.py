@@ -18,7 +18,7 @@ from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator, scheme_name
 from dashboard.served import Served
 from dashboard.state import SCHEMES_MODES
-from dashboard.views.background import busy_line, long_callback, progress_words
+from dashboard.views.background import RowsSoFar, busy_line, long_callback
 from dashboard.views.common import graph, only_on
 from dashboard.views.labels import compared_run, figure_labels
 from sim.errors import RingsimError
@@ -66,16 +66,16 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         only_on("schemes", tab)
         t = Translator(lang)
 
-        def runs_done(done: int, total: int) -> None:
-            progress(progress_words(t, done, total))
         try:
             sc, kind, base, hw, key = compared(data, profile_data, mode)
             if mode == "impls":
                 rows = compute.rows(kind, base, key, lambda: compute.impl_rows(base, hw))
                 current = compute.current_impl(sc)
             else:
-                rows = compute.rows(kind, base, key, lambda: compute.scheme_rows(sc, hw, key, progress=runs_done))
                 current = compute.current_variant(sc)
+                so_far = RowsSoFar(progress, t, lambda rows: _schemes_table(rows, current, t))
+                rows = compute.rows(kind, base, key, lambda: compute.scheme_rows(
+                    sc, hw, key, progress=so_far.counted, partial=so_far.rows))
             fig = compute.figure("schemes", base, key, [mode, current, t.lang], lambda: scheme_comparison(
                 rows, current=current, full_kv_bytes=full_kv_bytes(sc.workload), labels=scheme_labels(t)))
         except RingsimError as e:

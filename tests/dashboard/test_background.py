@@ -73,3 +73,21 @@ def test_a_comparison_made_once_is_drawn_in_the_request(client, tmp_path, monkey
     (figure,) = [v for k, v in again["compare"].items() if k.startswith("figure")]
     assert figure == drawn["compare"]["figure"]
     compute.clear_caches()
+
+
+def test_a_comparisons_progress_shows_the_rows_done_so_far():
+    """Before any run ends, the count alone; once one has run, the count and the view's table
+    of the rows so far (a refused row alone is not a result yet)."""
+    from dashboard.i18n import Translator
+    from dashboard.views.background import RowsSoFar
+
+    shown = []
+    so_far = RowsSoFar(shown.append, Translator("en"), lambda rows: f"table of {len(rows)}")
+    so_far.counted(1, 15)
+    so_far.rows([{"scheme": "ulysses", "refused": "no"}])
+    assert shown == ["Simulating: 1 of 15 runs done"]
+    so_far.counted(2, 15)
+    so_far.rows([{"scheme": "ulysses", "refused": "no"}, {"scheme": "ring"}])
+    words, table = shown[-1]
+    assert "2" in words.children and "15" in words.children
+    assert table.children == "table of 2" and "busy-rows" in table.className

@@ -114,3 +114,25 @@ def test_a_drag_across_time_zooms_in_span_by_span_and_a_double_click_zooms_out(d
     again = _until(lambda: (m := _meta(dash_duo)).get("time_range_s") is None and m.get("merged") and m,
                    "the whole run again")
     assert again["marks"] == whole["marks"]
+
+
+@pytest.mark.skipif(background.manager("/tmp/ringsim-manager-probe") is None, reason="diskcache is not installed")
+def test_a_long_comparison_shows_its_rows_done_so_far(dash_duo, tmp_path, monkeypatch):
+    """Compare schemes at 512 GPUs (fifteen runs, seconds each): while the rest compute, the
+    busy line shows the table of the runs done so far, in the page's language; then the chart
+    and the whole table."""
+    from dashboard import compute
+    from dashboard.state import defaults, scenario_from_values
+    from sim.planning.compare import scheme_variants
+
+    every = len(scheme_variants(compute.scheme_base(scenario_from_values(defaults() | {"gpus": 512}))))
+    monkeypatch.setenv("RINGSIM_DASHBOARD_CACHE", str(tmp_path))      # nothing computed before
+    dash_duo.start_server(create_app())
+    dash_duo.driver.get(f"{dash_duo.server_url}/?view=schemes&gpus=512&lang=id")
+    rows = _until(lambda: dash_duo.driver.find_elements("css selector", "#schemes-busy .busy-rows tbody tr"),
+                  "the rows done so far")
+    assert 1 <= len(rows) < every
+    assert "Menyimulasikan" in dash_duo.find_element("#schemes-progress").text
+    _until(lambda: len(dash_duo.driver.find_elements("css selector", "#schemes-table tbody tr")) == every,
+           "the whole table")
+    dash_duo.wait_for_element("#schemes .main-svg", timeout=TIMEOUT)

@@ -29,16 +29,27 @@ def every_run_apart(monkeypatch):
 def test_the_layouts_compared_apart_are_the_commands_rows(every_run_apart):
     sc = _scenario()
     assert len(side_by_side.apart(compute.layout_variants(sc))) == 6
-    seen = []
-    rows = compute.compare_table(sc, progress=lambda done, total: seen.append((done, total)))
+    seen, so_far = [], []
+    rows = compute.compare_table(sc, progress=lambda done, total: seen.append((done, total)),
+                                 partial=so_far.append)
     assert rows == compare_layout_rows(sc)
     assert seen == [(i, 6) for i in range(1, 7)]
+    # as each run ends, the rows done so far: that many, each the command's row, in its order
+    assert [len(x) for x in so_far] == [i for i, _ in seen]
+    for done in so_far:
+        assert all(row in rows for row in done)
+        assert [rows.index(row) for row in done] == sorted(rows.index(row) for row in done)
+    assert so_far[-1] == rows
 
 
 def test_the_schemes_compared_apart_are_the_commands_rows(every_run_apart):
     sc = _scenario()
-    rows = compute.scheme_rows(sc)
+    so_far = []
+    rows = compute.scheme_rows(sc, partial=so_far.append)
     want = compare_scheme_rows(compute.scheme_base(sc))
+    refused = sum("refused" in r for r in rows)
+    assert [sum("refused" not in r for r in x) for x in so_far] == list(range(1, len(rows) - refused + 1))
+    assert all(sum("refused" in r for r in x) == refused for x in so_far) and so_far[-1] == rows
     assert [(r["scheme"], r["variant"]) for r in rows] == [(r["scheme"], r["variant"]) for r in want]
     for got, ref in zip(rows, want):
         assert {k: v for k, v in got.items() if k != "refused_clause"} == \
