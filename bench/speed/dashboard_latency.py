@@ -14,7 +14,7 @@ change to the moment the view's chart is drawn anew, no callback is pending and 
 line (if any) is hidden: what a reader waits.
 
     .venv/bin/python bench/speed/dashboard_latency.py [--sizes 8 64 256 1024] [--against main]
-        [--views timeline blocks compare schemes memory sweep] [--workers 2]
+        [--views timeline blocks compare schemes memory sweep] [--workers 2] [--rounds 3]
         [--out bench/results/speed/cpu-2core/dashboard-latency.json]
 
 `--against REF` serves a checkout of the git ref REF (a temporary `git worktree`,
@@ -65,6 +65,11 @@ const svg = document.querySelector('#' + graph + ' .main-svg');
 const redrawn = svg && svg.parentElement.parentElement.textContent !== window.__benchBefore;
 return pending === 0 && !busyShown && !loading && !!redrawn;
 """
+FIRST_ROWS = r"""
+const rows = document.querySelector('#' + arguments[0] + '-busy .busy-rows');
+return !!rows && rows.offsetParent !== null;
+"""
+"""A comparison's busy line shows the rows done so far: its first answers, before the rest."""
 MARK = r"""
 const svg = document.querySelector('#' + arguments[0] + ' .main-svg');
 window.__benchBefore = svg ? svg.parentElement.parentElement.textContent : null;
@@ -124,18 +129,24 @@ def _browser():
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
 
 
-def _wait(driver, view: str, timeout_s: float) -> tuple[float, bool]:
-    t = time.perf_counter()
+def _wait(driver, view: str, timeout_s: float, t0: float | None = None) -> tuple[float, bool, float | None]:
+    """Seconds from `t0` until the view settles, whether it did within `timeout_s`, and when
+    its first rows showed (a comparison's rows done so far, or the view itself), if they did."""
+    t = time.perf_counter() if t0 is None else t0
     end = t + timeout_s
+    first = None
     time.sleep(0.05)           # let the renderer take the change before asking whether it settled
     while time.perf_counter() < end:
         if driver.execute_script(SETTLED, view, GRAPH_OF[view]):
-            return time.perf_counter() - t, True
+            now = time.perf_counter() - t
+            return now, True, now if first is None else first
+        if first is None and driver.execute_script(FIRST_ROWS, view):
+            first = time.perf_counter() - t
         time.sleep(0.05)
-    return timeout_s, False
+    return timeout_s, False, first
 
 
-def _go(driver, view: str, gpus: int, latency_us: float, timeout_s: float) -> tuple[float, bool]:
+def _go(driver, view: str, gpus: int, latency_us: float, timeout_s: float) -> tuple[float, bool, float | None]:
     """Change the page's address to the view at `gpus` GPUs, as the browser's back button
     does (the page follows its address, dashboard/nav.py and dashboard/state.py), and wait
     until the view's chart is drawn anew."""
@@ -143,8 +154,7 @@ def _go(driver, view: str, gpus: int, latency_us: float, timeout_s: float) -> tu
     t0 = time.perf_counter()
     driver.execute_script(f"window.history.pushState({{}}, '', '?view={view}&gpus={gpus}&link-latency-us={latency_us}');"
                           "window.dispatchEvent(new PopStateEvent('popstate'));")
-    _, ok = _wait(driver, view, timeout_s)
-    return (time.perf_counter() - t0 if ok else timeout_s), ok
+    return _wait(driver, view, timeout_s, t0)
 
 
 def measure_view(driver, url: str, view: str, n: int, latency_us: float, timeout_s: float) -> dict[str, Any]:
@@ -153,9 +163,9 @@ def measure_view(driver, url: str, view: str, n: int, latency_us: float, timeout
     driver.get(f"{url}/?view={view}&gpus={BASE_GPUS}&link-latency-us={latency_us}")
     _wait(driver, view, timeout_s)
     out: dict[str, Any] = {}
-    out["cold_s"], out["cold_finished"] = _go(driver, view, n, latency_us, timeout_s)
+    out["cold_s"], out["cold_finished"], out["cold_first_s"] = _go(driver, view, n, latency_us, timeout_s)
     _go(driver, view, BASE_GPUS, latency_us, timeout_s)
-    out["warm_s"], out["warm_finished"] = _go(driver, view, n, latency_us, timeout_s)
+    out["warm_s"], out["warm_finished"], _ = _go(driver, view, n, latency_us, timeout_s)
     return out
 
 
@@ -170,6 +180,8 @@ def main() -> None:
     p.add_argument("--against", metavar="REF", help="also serve the git ref REF, in the same run")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout-s", type=float, default=120.0)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure every view this many times over (the table: median and range)")
     p.add_argument("--extra-path", default=os.environ.get("RINGSIM_EXTRA_PATH"),
                    help="a folder put on both servers' path (packages this machine's venv lacks)")
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "dashboard-latency.json"))
@@ -190,14 +202,15 @@ def main() -> None:
     try:
         servers = {name: Server(tree, a.workers, a.extra_path) for name, tree in trees.items()}
         latency = 1.0
-        for n in a.sizes:
-            for view in a.views:
-                row: dict[str, Any] = {"n_gpus": n, "view": view}
-                for name, server in servers.items():
-                    latency += 0.01         # a scenario no cache has seen
-                    row[name] = measure_view(driver, server.url, view, n, round(latency, 2), a.timeout_s)
-                rows.append(row)
-                _print_row(row)
+        for turn in range(a.rounds):
+            for n in a.sizes:
+                for view in a.views:
+                    row: dict[str, Any] = {"round": turn + 1, "n_gpus": n, "view": view}
+                    for name, server in servers.items():
+                        latency += 0.01         # a scenario no cache has seen
+                        row[name] = measure_view(driver, server.url, view, n, round(latency, 2), a.timeout_s)
+                    rows.append(row)
+                    _print_row(row)
     finally:
         driver.quit()
         for server in servers.values():
@@ -229,22 +242,71 @@ def _cell(r: dict[str, Any], key: str) -> str:
     return f"{r[key + '_s']:.2f}" + ("" if r[key + "_finished"] else "+")
 
 
+def _first(r: dict[str, Any]) -> str:
+    """When a cold update first showed an answer (a comparison's first rows), or – if never."""
+    return "–" if r.get("cold_first_s") is None else f"{r['cold_first_s']:.2f}"
+
+
 def _print_row(row: dict[str, Any]) -> None:
-    parts = [f"{name}: cold {_cell(row[name], 'cold')} s, warm {_cell(row[name], 'warm')} s"
-             for name in ("ref", "this") if name in row]
+    parts = [f"{name}: cold {_cell(row[name], 'cold')} s (first rows {_first(row[name])} s), "
+             f"warm {_cell(row[name], 'warm')} s" for name in ("ref", "this") if name in row]
     print(f"{row['n_gpus']:>5} GPUs {row['view']:<9} " + "; ".join(parts), flush=True)
 
 
+def _rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of several rounds as one per size and view, each time the median of the
+    rounds with their range ("1.23 (1.10-1.40)"), as _table prints it."""
+    out: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in rows:
+        out.setdefault((r["n_gpus"], r["view"]), {"n_gpus": r["n_gpus"], "view": r["view"], "of": []})["of"].append(r)
+    return list(out.values())
+
+
+def _spread(values: list[float], finished: bool) -> str:
+    import statistics
+
+    mark = "" if finished else "+"
+    if len(values) == 1:
+        return f"{values[0]:.2f}{mark}"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f}){mark}"
+
+
 def _table(rows: list[dict[str, Any]], with_ref: bool) -> str:
-    head = "| GPUs | view | " + ("cold before | cold after | warm before | warm after |" if with_ref
-                                else "cold | warm |")
+    if any(r.get("round", 1) > 1 for r in rows):
+        return _table_of_rounds(_rounds(rows), with_ref)
+    return _table_of_one(rows, with_ref)
+
+
+def _table_of_rounds(groups: list[dict[str, Any]], with_ref: bool) -> str:
+    trees = ("ref", "this") if with_ref else ("this",)
+    head = "| GPUs | view | " + " | ".join(
+        [f"cold {t}" for t in trees] + ["first rows this"] + [f"warm {t}" for t in trees]) + " |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for g in groups:
+        def cell(tree: str, key: str) -> str:
+            rs = [r[tree] for r in g["of"]]
+            return _spread([x[key + "_s"] for x in rs], all(x[key + "_finished"] for x in rs))
+        firsts = [r["this"].get("cold_first_s") for r in g["of"]]
+        first = _spread([f for f in firsts if f is not None], True) if all(f is not None for f in firsts) else "–"
+        cells = [cell(t, "cold") for t in trees] + [first] + [cell(t, "warm") for t in trees]
+        lines.append(f"| {g['n_gpus']} | {g['view']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + (f"\n\nmedian of {len(groups[0]['of']) if groups else 0} rounds (range); seconds "
+                               "from the change of GPUs to the view drawn anew (first rows: to a comparison's rows "
+                               "done so far, or the view drawn); + marks a view not drawn at the timeout in a round")
+
+
+def _table_of_one(rows: list[dict[str, Any]], with_ref: bool) -> str:
+    head = "| GPUs | view | " + ("cold before | cold after | first rows after | warm before | warm after |"
+                                if with_ref else "cold | first rows | warm |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        cells = ([_cell(r["ref"], "cold"), _cell(r["this"], "cold"), _cell(r["ref"], "warm"), _cell(r["this"], "warm")]
-                 if with_ref else [_cell(r["this"], "cold"), _cell(r["this"], "warm")])
+        cells = ([_cell(r["ref"], "cold"), _cell(r["this"], "cold"), _first(r["this"]), _cell(r["ref"], "warm"),
+                  _cell(r["this"], "warm")]
+                 if with_ref else [_cell(r["this"], "cold"), _first(r["this"]), _cell(r["this"], "warm")])
         lines.append(f"| {r['n_gpus']} | {r['view']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + ("\n\nseconds from the change of GPUs to the view drawn anew; + marks a view "
-                               "still not drawn at the timeout")
+    return "\n".join(lines) + ("\n\nseconds from the change of GPUs to the view drawn anew (first rows: to a "
+                               "comparison's rows done so far, or the view drawn); + marks a view still not "
+                               "drawn at the timeout")
 
 
 if __name__ == "__main__":
