@@ -23,7 +23,8 @@ def language(t: Translator) -> Language:
     return Language(message=lambda key: t(f"why.{key}"), word=lambda field, value: t(f"why.{field}.{value}"),
                     joiner=lambda field: t(f"why.join.{field}"),
                     name=lambda field, value: name_of(t, field, value),
-                    number=lambda text: text.replace(".", t.separators()[0]))
+                    number=lambda text: text.translate(str.maketrans({".": t.separators()[0],
+                                                                      ",": t.separators()[1]})))
 
 
 def say(t: Translator, clauses: Clauses, separator: str = REASON_SEPARATOR) -> str:

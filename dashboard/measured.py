@@ -126,10 +126,13 @@ def measured_machine(trace: Trace) -> str | None:
     return f"{device}, {backend}" if isinstance(backend, str) and backend else device
 
 
-def simulated_machine(hardware: Any) -> str:
-    """The machine a calibrated profile was measured on, or the preset GPU and link."""
+def simulated_machine(hardware: Any) -> str | None:
+    """The machine a calibrated profile was measured on (None where it names none: the page
+    says so in its language), or the preset GPU and link."""
     if isinstance(hardware, Profile):
-        device = hardware.measured_on.get("device") or "a calibrated profile"
+        device = hardware.measured_on.get("device")
+        if not device:
+            return None
         backend = hardware.measured_on.get("backend")
         return f"{device}, {backend}" if backend else str(device)
     return f"{hardware.gpu.name} / {hardware.link.name}"
@@ -139,9 +142,9 @@ def _same(a: Any, b: Any) -> bool:
     return str(a).strip().casefold() == str(b).strip().casefold()
 
 
-def mismatch(trace: Trace, hardware: Any) -> tuple[str, str] | None:
-    """(measured machine, simulated machine) when `trace` ran elsewhere than `hardware`
-    models, else None.
+def mismatch(trace: Trace, hardware: Any) -> tuple[str, str | None] | None:
+    """(measured machine, simulated machine: None for a profile that names none) when
+    `trace` ran elsewhere than `hardware` models, else None.
 
     A profile matches a trace of the device and backend it was measured on. A preset
     matches a trace whose device names its GPU model (`H100` of `H100-SXM` in

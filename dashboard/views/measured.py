@@ -107,7 +107,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             notice, offer = None, hidden
             apart = measured.mismatch(trace, hw if hw is not None else sim_scenario.hardware)
             if apart is not None:
-                notice = t("measured.mismatch", measured=apart[0], simulated=apart[1])
+                notice = t("measured.mismatch", measured=apart[0], simulated=apart[1] or t("measured.unnamed"))
                 if key != EXAMPLE_PROFILE_TOKEN and measured.mismatch(trace, measured.example_profile()) is None:
                     offer = {}        # the profile shipped with the examples is of this machine
         except RingsimError as e:

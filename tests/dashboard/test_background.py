@@ -91,3 +91,22 @@ def test_a_comparisons_progress_shows_the_rows_done_so_far():
     words, table = shown[-1]
     assert "2" in words.children and "15" in words.children
     assert table.children == "table of 2" and "busy-rows" in table.className
+
+
+def test_a_new_job_starts_its_line_afresh(tmp_path, monkeypatch):
+    """Asking for a job resets the busy line to "starting" in the page's language: the last
+    job's count and rows do not show again until the new job's first word."""
+    if background.manager(str(tmp_path / "probe")) is None:
+        pytest.skip("diskcache is not installed")
+    monkeypatch.setenv("RINGSIM_DASHBOARD_CACHE", str(tmp_path / "cache"))
+    from dashboard.app import create_app
+    from dashboard.client import CallbackClient
+    from dashboard.state import defaults
+
+    client = CallbackClient.for_app(create_app())
+    values = {"scenario.data": {"values": defaults() | {"gpus": 64}}, "profile.data": None,
+              "tabs.value": "schemes", "lang.value": "id", "schemes-mode.value": "schemes"}
+    status, out = client._call("schemes-asked.data", values, ["scenario.data"])
+    assert status == 200 and out["schemes-asked"]["data"]["inputs"]
+    (progress,) = [v for k, v in out["schemes-progress"].items() if k.startswith("children")]
+    assert progress == "Memulai…"

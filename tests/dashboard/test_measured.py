@@ -225,6 +225,8 @@ def test_which_machines_count_as_the_same():
     custom = Hardware(gpu=Gpu(name="custom", achieved_tflops=1.0), link=h100.link)
     assert measured.mismatch(cpu, custom) is None           # typed-in numbers: nothing to check
     assert measured.mismatch(_trace_on(h100.describe(), source="simulated"), _profile("x")) is None
+    # a profile that names no machine: None, which the page says in its own language
+    assert measured.mismatch(cpu, _profile("")) == ("AMD EPYC (2 cores), gloo", None)
 
 
 # --- started with a calibrated profile ------------------------------------------------
