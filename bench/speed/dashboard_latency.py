@@ -6,8 +6,9 @@ Each tree is served as people serve it (`ringsim dashboard`: gunicorn with --wor
 processes, 2 by default as on this machine, each with its own memory; this tree's
 processes share a fresh cache folder) on a loopback port, and driven by headless
 Chromium through Selenium. For each view and size the page opens on the view at 4 GPUs;
-then its address changes to the size (cold: a link latency no request has used before
-makes the scenario new to every cache), back to 4, and to the size again (warm: the
+then its address changes to the size (cold: a link bandwidth no request has used before,
+450 GB/s and a few thousandths, makes the scenario new to every cache: its run, and every run
+a view derives from it), back to 4, and to the size again (warm: the
 scenario computed once already, as when a reader comes back to it), each change made as
 the browser's back button makes it (the page follows its address). A time runs from the
 change to the moment the view's chart is drawn anew, no callback is pending and the busy
@@ -146,26 +147,44 @@ def _wait(driver, view: str, timeout_s: float, t0: float | None = None) -> tuple
     return timeout_s, False, first
 
 
-def _go(driver, view: str, gpus: int, latency_us: float, timeout_s: float) -> tuple[float, bool, float | None]:
+FRESH_KEY = "link_gbps"
+"""The address's parameter that makes a scenario new: the link's bandwidth (NVLink 4's 450 GB/s
+by default) moved by a thousandth of a GB/s, which changes no view's cost."""
+
+
+def _fresh_query(view: str, gpus: int, link_gbps: float) -> str:
+    return f"?view={view}&gpus={gpus}&{FRESH_KEY}={link_gbps:.3f}"
+
+
+def _check_fresh_key() -> None:
+    """The page reads FRESH_KEY into its scenario (else no update would be cold)."""
+    from dashboard.state import scenario_from_values, values_from_query
+
+    values, ignored = values_from_query(_fresh_query("timeline", 8, 450.001))
+    if ignored or scenario_from_values(values).hardware.link.bandwidth_gbps != 450.001:
+        raise SystemExit(f"the page does not read {FRESH_KEY} from its address: no update would be cold")
+
+
+def _go(driver, view: str, gpus: int, link_gbps: float, timeout_s: float) -> tuple[float, bool, float | None]:
     """Change the page's address to the view at `gpus` GPUs, as the browser's back button
     does (the page follows its address, dashboard/nav.py and dashboard/state.py), and wait
     until the view's chart is drawn anew."""
     driver.execute_script(MARK, GRAPH_OF[view])
     t0 = time.perf_counter()
-    driver.execute_script(f"window.history.pushState({{}}, '', '?view={view}&gpus={gpus}&link-latency-us={latency_us}');"
+    driver.execute_script(f"window.history.pushState({{}}, '', '{_fresh_query(view, gpus, link_gbps)}');"
                           "window.dispatchEvent(new PopStateEvent('popstate'));")
     return _wait(driver, view, timeout_s, t0)
 
 
-def measure_view(driver, url: str, view: str, n: int, latency_us: float, timeout_s: float) -> dict[str, Any]:
+def measure_view(driver, url: str, view: str, n: int, link_gbps: float, timeout_s: float) -> dict[str, Any]:
     """The page opened on `view` at BASE_GPUS, then: cold (to n GPUs, a scenario new to
     every cache), back to BASE_GPUS, warm (to n again)."""
-    driver.get(f"{url}/?view={view}&gpus={BASE_GPUS}&link-latency-us={latency_us}")
+    driver.get(f"{url}/{_fresh_query(view, BASE_GPUS, link_gbps)}")
     _wait(driver, view, timeout_s)
     out: dict[str, Any] = {}
-    out["cold_s"], out["cold_finished"], out["cold_first_s"] = _go(driver, view, n, latency_us, timeout_s)
-    _go(driver, view, BASE_GPUS, latency_us, timeout_s)
-    out["warm_s"], out["warm_finished"], _ = _go(driver, view, n, latency_us, timeout_s)
+    out["cold_s"], out["cold_finished"], out["cold_first_s"] = _go(driver, view, n, link_gbps, timeout_s)
+    _go(driver, view, BASE_GPUS, link_gbps, timeout_s)
+    out["warm_s"], out["warm_finished"], _ = _go(driver, view, n, link_gbps, timeout_s)
     return out
 
 
@@ -201,14 +220,15 @@ def main() -> None:
     servers: dict[str, Server] = {}
     try:
         servers = {name: Server(tree, a.workers, a.extra_path) for name, tree in trees.items()}
-        latency = 1.0
+        _check_fresh_key()
+        link_gbps = 450.0
         for turn in range(a.rounds):
             for n in a.sizes:
                 for view in a.views:
                     row: dict[str, Any] = {"round": turn + 1, "n_gpus": n, "view": view}
                     for name, server in servers.items():
-                        latency += 0.01         # a scenario no cache has seen
-                        row[name] = measure_view(driver, server.url, view, n, round(latency, 2), a.timeout_s)
+                        link_gbps += 0.001         # a scenario no cache has seen
+                        row[name] = measure_view(driver, server.url, view, n, round(link_gbps, 3), a.timeout_s)
                     rows.append(row)
                     _print_row(row)
     finally:
@@ -232,7 +252,7 @@ def main() -> None:
                    "ref": {"name": a.against, "commit": ref_commit} if a.against else None,
                    "server": f"ringsim dashboard --workers {a.workers} (gunicorn)",
                    "scenario": "defaults (Llama-3-8B attention, 131072 tokens, causal, zigzag, overlap, "
-                               "H100-SXM / nvlink4), a fresh link latency per view",
+                               "H100-SXM / nvlink4), a fresh link bandwidth per view (450 GB/s and thousandths)",
                    "goals_at_1024_s": GOALS_S, "timeout_s": a.timeout_s, "rows": rows, "table": table}, f, indent=2)
     print(f"wrote {a.out}")
 
