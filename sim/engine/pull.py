@@ -45,12 +45,12 @@ def times_pulled(schedule: Schedule, dur: np.ndarray, pull: tuple[np.ndarray, np
     start, end = times_waves(schedule, dur)
     if not xfer.size or not comp.size:
         return start, end
-    gpus = _ByGpu(schedule, xfer, comp)
     ctas, copy_bps, memory_share = pull
+    gpus = _ByGpu(schedule, xfer, comp, ctas, copy_bps)
     m = memory_share[gpus.comp]
     stretched = dur.copy()
     for _ in range(PLAYS):
-        extra = _extra_s(gpus, start, end, ctas, copy_bps, m, gpu)
+        extra = _extra_s(gpus, start, end, m, gpu)
         moved = np.abs(dur[gpus.comp] + extra - stretched[gpus.comp])
         stretched[gpus.comp] = dur[gpus.comp] + extra
         start, end = times_waves(schedule, stretched)
@@ -68,19 +68,24 @@ class _ByGpu:
     a GPU) the breakpoints come in a few sorted runs, which a stable sort merges at a
     tenth of the cost of the ops in schedule order, and the computes' times come sorted.
     The merged order is the same as the schedule order's: ties keep starts before ends,
-    a sender's side before a receiver's, schedule order within a side."""
+    a sender's side before a receiver's, schedule order within a side. `ctas` and `bps`:
+    what each breakpoint adds to its GPU's CTAs and bytes/s in flight (a transfer's start
+    its own, its end the negative), in the breakpoints' order before the merge."""
 
-    def __init__(self, schedule: Schedule, xfer: np.ndarray, comp: np.ndarray):
+    def __init__(self, schedule: Schedule, xfer: np.ndarray, comp: np.ndarray, ctas: np.ndarray,
+                 copy_bps: np.ndarray):
         self.sent = xfer[np.argsort(schedule.rank[xfer], kind="stable")]
         self.received = xfer[np.argsort(schedule.peer[xfer], kind="stable")]
         self.sender = schedule.rank[self.sent].astype(float)
         self.receiver = schedule.peer[self.received].astype(float)
         self.comp = comp[np.argsort(schedule.rank[comp], kind="stable")]
         self.computer = schedule.rank[self.comp].astype(float)
+        c = np.concatenate([ctas[self.sent], ctas[self.received]])
+        b = np.concatenate([copy_bps[self.sent], copy_bps[self.received]])
+        self.ctas, self.bps = np.concatenate([c, -c]), np.concatenate([b, -b])
 
 
-def _extra_s(gpus: _ByGpu, start: np.ndarray, end: np.ndarray, ctas: np.ndarray, copy_bps: np.ndarray,
-             m: np.ndarray, gpu: GpuPull) -> np.ndarray:
+def _extra_s(gpus: _ByGpu, start: np.ndarray, end: np.ndarray, m: np.ndarray, gpu: GpuPull) -> np.ndarray:
     """Each compute's extra time (in the order of `gpus.comp`): the integral of
     (1 - m) sm(t) + m hbm(t) over its span; every transfer touches its two GPUs."""
     span = float(end.max(initial=0.0)) * 2.0 + 1.0
@@ -88,20 +93,23 @@ def _extra_s(gpus: _ByGpu, start: np.ndarray, end: np.ndarray, ctas: np.ndarray,
     offsets = (gpus.sender * span, gpus.receiver * span)
     at = np.concatenate([start[x] + o for x, o in zip(sides, offsets)]
                         + [end[x] + o for x, o in zip(sides, offsets)])
-    c = np.concatenate([ctas[x] for x in sides])
-    b = np.concatenate([copy_bps[x] for x in sides])
     order = np.argsort(at, kind="stable")
     at = at[order]
-    in_flight_ctas = np.cumsum(np.concatenate([c, -c])[order])
-    in_flight_bps = np.cumsum(np.concatenate([b, -b])[order])
+    in_flight_ctas = np.cumsum(gpus.ctas[order])
+    in_flight_bps = np.cumsum(gpus.bps[order])
+    # of breakpoints at one time, the last holds what is in flight from then on (a search
+    # finds it) and the others hold for no time: they add nothing to the running sums, so
+    # they go before the sums are taken (most of a ring's breakpoints are such ties)
+    last = np.flatnonzero(np.append(at[1:] != at[:-1], True))
+    at, in_flight_ctas, in_flight_bps = at[last], in_flight_ctas[last], in_flight_bps[last]
     # a step holds from its breakpoint to the next; rounding leaves dust where nothing is in flight
     in_flight_ctas[np.abs(in_flight_ctas) < 1e-9] = 0.0
     in_flight_bps[np.abs(in_flight_bps) < 1e-3] = 0.0
     sm = np.minimum(in_flight_ctas / gpu.sms, MAX_SHARE)
     hbm = np.minimum(in_flight_bps * HBM_PASSES / (gpu.hbm_gbps * 1e9), MAX_SHARE)
     steps = np.diff(at, append=at[-1])
-    sm_sum = np.concatenate([[0.0], np.cumsum(sm * steps)])[:-1]
-    hbm_sum = np.concatenate([[0.0], np.cumsum(hbm * steps)])[:-1]
+    sm_sum = _sums_before(sm * steps)
+    hbm_sum = _sums_before(hbm * steps)
 
     def integral(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The running sums of sm and hbm up to each of `t` (one search serves both; the
@@ -123,3 +131,11 @@ def _extra_s(gpus: _ByGpu, start: np.ndarray, end: np.ndarray, ctas: np.ndarray,
     sm0, hbm0 = integral(start[gpus.comp] + g)
     sm1, hbm1 = integral(end[gpus.comp] + g)
     return (1.0 - m) * (sm1 - sm0) + m * (hbm1 - hbm0)
+
+
+def _sums_before(x: np.ndarray) -> np.ndarray:
+    """The sum of the elements before each element of `x` (0 before the first)."""
+    out = np.empty_like(x)
+    out[:1] = 0.0
+    np.cumsum(x[:-1], out=out[1:])
+    return out
