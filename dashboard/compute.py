@@ -265,13 +265,14 @@ def _summaries(runs: list[tuple[str, Scenario, tuple]], profile: Any | None, pro
     if len(todo) < len(runs):
         report()
     far = [todo[j] for j in side_by_side.apart([runs[i][1] for i in todo])]
-    if far:
-        side_by_side.run_apart([(runs[i][1], profile, runs[i][2]) for i in far],
-                               lambda j, v: (keep(far[j], v), report()))
+    # the small runs first: a comparison's first rows show in a second, not after its largest
     for i in todo:
         if i not in far:
             keep(i, side_by_side.simulated(runs[i][1], profile, runs[i][2]))
             report()
+    if far:
+        side_by_side.run_apart([(runs[i][1], profile, runs[i][2]) for i in far],
+                               lambda j, v: (keep(far[j], v), report()))
     return out
 
 
