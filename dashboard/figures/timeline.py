@@ -44,6 +44,12 @@ screen: spans of one series on one lane whose drawn extents come closer than one
 merge into one mark, which looks the same at this zoom (a ring of 1,024 steps draws a few
 marks per GPU instead of thousands); zooming in draws them again at the finer scale."""
 
+BAR_THICKNESS = 0.8
+"""A span's bar, in lanes (the gap between lanes keeps GPUs apart)."""
+MIN_BUSY_DRAWN = 0.15
+"""A merged mark is as thick as its stretch is busy, and at least this share of a bar (a
+stretch busy 1% of its time is still seen)."""
+
 LANES = ("compute", "send", "recv")
 MAX_LISTED_CHUNKS = 4
 """A hover lists up to this many chunks of an operation; a wider set (an all-gather's
@@ -314,6 +320,12 @@ class Marks:
         """Marks of more than one span."""
         return int((self.count > 1).sum())
 
+    def busy_share(self) -> np.ndarray:
+        """Of each mark's stretch (its first start to its last end), the share its spans
+        take (1 for a single span)."""
+        stretch = self.end_s - self.start_s
+        return np.where(stretch > 0, self.busy_s / np.where(stretch > 0, stretch, 1.0), 1.0)
+
     def ranks_within(self, lo: int, budget: int) -> int:
         """How many ranks from `lo` on fit in `budget` marks (at least one)."""
         per_rank = np.bincount(self.rank - lo)
@@ -406,6 +418,7 @@ def _lane_traces(c: SpanTable, marks: Marks, lo: int, t0: float, scale: float, u
                 if series in KINDS["compute"] and not use_gl:
                     # alternate shades by step so that back-to-back blocks stay distinguishable
                     shade = np.where(c.step[rows] % 2 == 1, lighter(color), color)
+                thickness: Any = BAR_THICKNESS
             else:
                 cd = np.column_stack([marks.rank[sel], marks.first_step[sel], s, true_end - s, marks.last_step[sel],
                                       marks.busy_s[sel] * scale, marks.count[sel],
@@ -413,19 +426,26 @@ def _lane_traces(c: SpanTable, marks: Marks, lo: int, t0: float, scale: float, u
                 hover = "<br>".join([lab["h_merged"].format(name=name), lab["h_merged_when"].format(unit=unit),
                                      f"<i>{lab['h_zoom']}</i>"]) + "<extra></extra>"
                 shade = color
+                # as thick as the stretch is busy, and on the compute lane stacked as a bar of
+                # shares: computes from the lane's top, waits from its bottom (a stretch busy
+                # 70% computing and 30% waiting draws 0.7 of the bar blue over 0.3 red)
+                thickness = BAR_THICKNESS * np.clip(marks.busy_share()[sel], MIN_BUSY_DRAWN, 1.0)
+                if y_lane == 0:
+                    side = 1.0 if series == "idle" or series.startswith("exposed") else -1.0
+                    y = y + side * (BAR_THICKNESS - thickness) / 2
             legend = group not in legend_shown
             legend_shown.add(group)
             traces += _drawn(s, e, true_end, y, cd, name, color, shade, hover, group, legend, use_gl, lane_px,
-                             meta={"marks": kind})
+                             meta={"marks": kind}, thickness=thickness)
     return traces
 
 
 def _drawn(s: np.ndarray, e: np.ndarray, true_end: np.ndarray, y: np.ndarray, cd: np.ndarray, name: str, color: str,
            shade: Any, hover: str, group: str, legend: bool, use_gl: bool, lane_px: float,
-           meta: dict[str, Any]) -> list:
-    """One series' marks from `s` to `e` on lanes `y`: SVG bars, or with `use_gl` WebGL line
-    segments that do not hover and invisible points at their middles that do (hover data
-    once per mark, not thrice)."""
+           meta: dict[str, Any], thickness: Any = None) -> list:
+    """One series' marks from `s` to `e` on lanes `y`: SVG bars `thickness` of a lane thick
+    (one value, or one per mark), or with `use_gl` WebGL line segments that do not hover
+    and invisible points at their middles that do (hover data once per mark, not thrice)."""
     if use_gl:
         nan = np.full(len(s), np.nan)
         return [go.Scattergl(
@@ -437,7 +457,8 @@ def _drawn(s: np.ndarray, e: np.ndarray, true_end: np.ndarray, y: np.ndarray, cd
                     x=((s + true_end) / 2).astype(np.float32), y=y.astype(np.float32), mode="markers",
                     name=name, marker=dict(color=color, opacity=0, size=4), customdata=cd,
                     hovertemplate=hover, legendgroup=group, showlegend=False, meta=meta)]
-    return [go.Bar(x=e - s, base=s, y=y.astype(np.float32), orientation="h", width=0.8, name=name,
+    return [go.Bar(x=e - s, base=s, y=y.astype(np.float32), orientation="h",
+                   width=BAR_THICKNESS if thickness is None else thickness, name=name,
                    marker=dict(color=shade, line=dict(width=0)), customdata=cd, hovertemplate=hover,
                    legendgroup=group, showlegend=legend, meta=meta)]
 

@@ -84,9 +84,9 @@ def _until(condition, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_drag_across_time_zooms_in_span_by_span_and_a_double_click_zooms_out(dash_duo):
+def test_a_drag_across_time_zooms_in_span_by_span_and_autoscale_zooms_out(dash_duo):
     """512 GPUs: the whole run draws each GPU's spans merged; a real drag across a tenth of the
-    time axis draws that stretch again span by span; a double-click draws the whole run."""
+    time axis draws that stretch again span by span; the chart's Autoscale the whole run."""
     from selenium.webdriver.common.actions.action_builder import ActionBuilder
 
     dash_duo.start_server(create_app())
@@ -108,9 +108,11 @@ def test_a_drag_across_time_zooms_in_span_by_span_and_a_double_click_zooms_out(d
     a, b = near["time_range_s"]
     assert near["merged"] == 0 and 0.05 < (b - a) / whole["run_s"] < 0.15
     assert near["marks"] == near["spans"] > 0
-    clicks = ActionBuilder(dash_duo.driver)
-    clicks.pointer_action.move_to_location(x, y).click().click()
-    clicks.perform()
+    # the whole run again, from the chart's own Autoscale button (a double-click does the
+    # same, but two clicks of a loaded machine may fall further apart than Plotly's 300 ms)
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})",
+                                   dash_duo.find_element("#timeline .modebar"))
+    dash_duo.find_element("#timeline .modebar-btn[data-title='Autoscale']").click()
     again = _until(lambda: (m := _meta(dash_duo)).get("time_range_s") is None and m.get("merged") and m,
                    "the whole run again")
     assert again["marks"] == whole["marks"]

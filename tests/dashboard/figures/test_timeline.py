@@ -245,7 +245,7 @@ def _drawn_by_lane(fig) -> dict[tuple[str, int], list[tuple[float, float]]]:
     out: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for t in fig.data:
         for y, b, x in zip(t.y, t.base, t.x):
-            out.setdefault((t.name, int(y)), []).append((b, b + x))
+            out.setdefault((t.name, int(round(y))), []).append((b, b + x))
     return out
 
 
@@ -275,6 +275,11 @@ def test_spans_closer_than_a_pixel_merge_into_marks_that_look_the_same():
     assert cd[:, 6].sum() == 3 * 3000 - 50 and set(cd[:, 0].astype(int)) == {0, 1, 2}
     assert cd[:, 5].sum() == pytest.approx((3 * 3000 - 50) * 0.9e-6 * scale, rel=1e-5)
     assert "zoom in" in merged.hovertemplate
+    # as thick as busy: GPU 0's 3,000 computes of 0.9 µs from 0 to 2,999.9 µs
+    (gpu0,) = np.flatnonzero(cd[:, 0] == 0)
+    thick = 0.8 * 3000 * 0.9 / 2999.9
+    assert merged.width[gpu0] == pytest.approx(thick, rel=1e-5)
+    assert merged.y[gpu0] - thick / 2 == pytest.approx(-0.4, abs=1e-6)     # from the lane's top
 
 
 def test_a_zoom_draws_the_stretch_shown_span_by_span():
