@@ -93,7 +93,9 @@ def scheme_comparison(rows: Sequence[dict[str, Any]], *, current: Sequence[str] 
             line=dict(color=COLORS["full"], dash="dash", width=2),
             hovertemplate=lab["full_hover"].format(gib=d(f"{full_kv_bytes / GIB:.4g}")) + "<extra></extra>"),
             row=1, col=len(panels))
-    fig.update_yaxes(autorange="reversed", row=1, col=1)
+    # the runs' names take the room they need (Indonesian's hybrid names at 32 x 2 ran past
+    # a fixed margin)
+    fig.update_yaxes(autorange="reversed", automargin=True, row=1, col=1)
     fig.update_xaxes(rangemode="tozero")
     height = int(max(360, 130 + 34 * len(rows)))
     title = (lab["title_none"] if best is None else

@@ -279,7 +279,9 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
         template=TEMPLATE, height=height, barmode="overlay", bargap=0,
         # the title at the top, the legend (the template's: bottom-anchored at y=1.02)
         # between it and the plot, in a top margin that holds both
-        title=dict(text=title, font=dict(size=13), y=1, yref="container", yanchor="top",
+        # at the left: the toolbar takes the top right (at 1,280 px a centred Indonesian title
+        # of 64 GPUs ran under it)
+        title=dict(text=title, font=dict(size=13), y=1, yref="container", yanchor="top", x=0.01, xanchor="left",
                    pad=dict(t=16)),      # at 10 px the first line's ascenders touched the edge
         # the hover points would pad an automatic range: the run is the range
         separators=lab["separators"],

@@ -135,3 +135,26 @@ def test_no_two_texts_overlap_with_packed_documents(dash_duo, lang):
         if found:
             problems[view] = found[:6]
     assert problems == {}, json.dumps(problems, indent=1, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_no_two_texts_overlap_on_a_larger_ring(dash_duo, lang):
+    """64 GPUs at the smallest window: the hybrids' longer names (32 x 2) in Compare schemes,
+    the layouts and the timeline of a wider ring."""
+    dash_duo.start_server(create_app())
+    dash_duo.driver.set_window_size(*SIZES[0])
+    problems = {}
+    drawn = {"schemes": ("#schemes .ytick text", "32 x 2"), "compare": ("#compare-table td", ""),
+             "timeline": ("#timeline .gtitle", "64")}
+    for view, (selector, text) in drawn.items():
+        dash_duo.driver.get(f"{dash_duo.server_url}/?view={view}&lang={lang}&gpus=64")
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline and not dash_duo.driver.execute_script(
+                "return Array.from(document.querySelectorAll(arguments[0]))"
+                ".some(e => e.textContent.includes(arguments[1]));", selector, text):
+            time.sleep(0.3)
+        time.sleep(2.5)
+        found = overlaps(dash_duo.driver.execute_script(BOXES))
+        if found:
+            problems[view] = found[:6]
+    assert problems == {}, json.dumps(problems, indent=1, ensure_ascii=False)
