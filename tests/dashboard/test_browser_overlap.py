@@ -64,6 +64,17 @@ return out;
 """
 
 
+def settle(dash_duo, pause_s: float) -> None:
+    """Wait until no comparison computes (its busy line, which grows with the rows done so far,
+    moves the charts under it as it comes and goes), then `pause_s` for the last callbacks
+    and the fonts."""
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline and dash_duo.driver.execute_script(
+            "return Array.from(document.querySelectorAll('.busy')).some(e => e.offsetParent !== null);"):
+        time.sleep(0.3)
+    time.sleep(pause_s)
+
+
 def overlaps(boxes: list[dict], slack: float = 1.5) -> list[tuple[str, str]]:
     """Pairs of boxes that overlap by more than `slack` pixels both ways (two tick labels
     never: an axis's own labels may touch where Plotly packs them), and each chart text cut
@@ -96,7 +107,7 @@ def test_no_two_texts_overlap_on_any_view(dash_duo, lang, size):
     for view, more in pages:
         dash_duo.driver.get(f"{dash_duo.server_url}/?view={view}&lang={lang}{more}")
         dash_duo.wait_for_element(f"#{GRAPH_OF[view]} .main-svg", timeout=TIMEOUT)
-        time.sleep(1.5)                                     # the last callbacks and the fonts
+        settle(dash_duo, 1.5)
         found = overlaps(dash_duo.driver.execute_script(BOXES))
         if found:
             problems[view + more] = found[:6]
@@ -129,7 +140,7 @@ def test_no_two_texts_overlap_with_packed_documents(dash_duo, lang):
     for view in ("timeline", "blocks", "compare"):
         dash_duo.driver.get(f"{dash_duo.server_url}/?view={view}&lang={lang}&{packed}")
         dash_duo.wait_for_element(f"#{GRAPH_OF[view]} .main-svg", timeout=TIMEOUT)
-        time.sleep(2.5)
+        settle(dash_duo, 2.5)
         assert "balanced" in dash_duo.driver.current_url
         found = overlaps(dash_duo.driver.execute_script(BOXES))
         if found:
@@ -153,7 +164,7 @@ def test_no_two_texts_overlap_on_a_larger_ring(dash_duo, lang):
                 "return Array.from(document.querySelectorAll(arguments[0]))"
                 ".some(e => e.textContent.includes(arguments[1]));", selector, text):
             time.sleep(0.3)
-        time.sleep(2.5)
+        settle(dash_duo, 2.5)
         found = overlaps(dash_duo.driver.execute_script(BOXES))
         if found:
             problems[view] = found[:6]
