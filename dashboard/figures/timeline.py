@@ -271,7 +271,8 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
                  + (f", {what}" if what else "") + f" — makespan {makespan * scale:.4g} {unit}")
     lab = {"window": " (GPUs {lo}–{hi} of {n})", "time": "time ({unit})", "separators": ".,", **(labels or {})}
     if (lo, hi) != (0, trace.n_gpus - 1):
-        title += lab["window"].format(lo=lo, hi=hi, n=trace.n_gpus)
+        count = lab.get("int", str)           # the page's grouping: "1,024" and "1.024" as in the title
+        title += lab["window"].format(lo=count(lo), hi=count(hi), n=count(trace.n_gpus))
     title = wrap_title(title)
     lines = title.count("<br>")
     x_range = {"range": [a_s * scale, b_s * scale]} if use_gl or zoomed else {}

@@ -158,6 +158,13 @@ def test_timeline_of_1024_ranks_draws_its_window_only():
     (bar,) = fig.data
     assert set(np.asarray(bar.customdata)[:, 0].astype(int)) == set(range(1000, 1024))
     assert "GPUs 1000–1023 of 1024" in fig.layout.title.text
+    from dashboard.i18n import Translator
+    from dashboard.views.labels import figure_labels
+
+    for lang, window in (("en", "GPUs 1,000–1,023 of 1,024"), ("id", "GPU 1.000–1.023 dari 1.024")):
+        t = Translator(lang)
+        labels = figure_labels(t, "tl") | {"window": t("tl.window")}
+        assert window in timeline(trace, (1000, 1023), starts=starts, labels=labels).layout.title.text
 
 
 def test_collectives_take_the_schemes_names_colors_and_meaning():
