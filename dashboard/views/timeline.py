@@ -85,21 +85,22 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 
     # a zoom on the time axis draws that stretch again at its own scale (spans merged
     # where they are closer than a pixel come apart); a double-click shows the whole run
+    # (the range is kept in the chart's unit, which follows from the run: the figure itself,
+    # megabytes at 20,000 spans, stays in the page)
     @app.callback(Output("timeline-zoom", "data"), Input("timeline", "relayoutData"),
-                  State("timeline", "figure"), State("scenario", "data"), State("profile", "data"),
-                  prevent_initial_call=True)
-    def zoom(relayout, fig, data, profile_data):
-        time_range_s = zoomed_range_s(relayout, ((fig or {}).get("layout") or {}).get("meta") or {})
-        if time_range_s is False:
+                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
+    def zoom(relayout, data, profile_data):
+        shown = zoomed_range(relayout)
+        if shown is False:
             raise PreventUpdate
-        return {"run": run_of(data, profile_data), "time_range_s": time_range_s}
+        return {"run": run_of(data, profile_data), "range": shown}
 
     def _draw_timeline(data, profile_data, ranks, tab, lang, zoom):
         only_on("timeline", tab)
         window = tuple(ranks) if ranks else None
         # a zoom holds for the run it was made on: a new run opens whole
-        time_range_s = (zoom or {}).get("time_range_s") if (zoom or {}).get("run") == run_of(data, profile_data) else None
-        time_range_s = tuple(time_range_s) if time_range_s else None
+        shown = (zoom or {}).get("range") if (zoom or {}).get("run") == run_of(data, profile_data) else None
+        shown = tuple(shown) if shown else None
         t = Translator(lang)
         try:
             hw, key = served.hardware_of(profile_data)
@@ -113,10 +114,11 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 title = t("tl.title", gpus=t.int(tr.n_gpus), run=run_words(t, tr.config),
                           makespan=t.time(makespan, 4))
                 labels = figure_labels(t, "tl") | {"window": t("tl.window"), "time": t("tl.time")}
+                scale, _ = time_unit(makespan or 1e-6)            # the chart's unit, as the figure picks it
                 return timeline(tr, window, starts=res.rank_starts, title=title, labels=labels,
-                                time_range_s=time_range_s)
+                                time_range_s=None if shown is None else (shown[0] / scale, shown[1] / scale))
 
-            return compute.figure("timeline", sc, key, [window, t.lang, time_range_s], make)
+            return compute.figure("timeline", sc, key, [window, t.lang, shown], make)
         except RingsimError as e:
             return message_figure(str(e))
 
@@ -231,19 +233,17 @@ def run_of(data: Any, profile_data: Any) -> str:
     return hashlib.sha1(json.dumps([data, profile_data], sort_keys=True, default=str).encode()).hexdigest()
 
 
-def zoomed_range_s(relayout: dict[str, Any] | None, meta: dict[str, Any]) -> list[float] | None | bool:
-    """The stretch of time (seconds from the run's start) a change of the chart's axes
-    shows, from Plotly's relayout event and the figure's meta (its unit's scale): None
-    for the whole run (a double-click, an autorange), False where the time axis did not
-    change (a zoom of the GPUs only, a resize)."""
+def zoomed_range(relayout: dict[str, Any] | None) -> list[float] | None | bool:
+    """The stretch of time (in the chart's unit, from the run's start) a change of the
+    chart's axes shows, from Plotly's relayout event: None for the whole run (a
+    double-click, an autorange), False where the time axis did not change (a resize)."""
     r = relayout or {}
-    scale = meta.get("scale")
     if r.get("xaxis.autorange"):
         return None
     lo_hi = r.get("xaxis.range") or [r.get("xaxis.range[0]"), r.get("xaxis.range[1]")]
-    if not isinstance(scale, (int, float)) or scale <= 0 or any(not isinstance(x, (int, float)) for x in lo_hi):
+    if any(not isinstance(x, (int, float)) for x in lo_hi):
         return False
-    lo, hi = sorted(float(x) / scale for x in lo_hi)
+    lo, hi = sorted(float(x) for x in lo_hi)
     if not math.isfinite(lo) or not math.isfinite(hi) or hi <= max(lo, 0.0):
         return False
     return [max(lo, 0.0), hi]
