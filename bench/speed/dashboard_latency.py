@@ -205,6 +205,7 @@ def main() -> None:
                    help="a folder put on both servers' path (packages this machine's venv lacks)")
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "dashboard-latency.json"))
     a = p.parse_args()
+    _check_fresh_key()
     trees = {"this": ROOT}
     ref_tree = None
     if a.against:
@@ -220,7 +221,6 @@ def main() -> None:
     servers: dict[str, Server] = {}
     try:
         servers = {name: Server(tree, a.workers, a.extra_path) for name, tree in trees.items()}
-        _check_fresh_key()
         link_gbps = 450.0
         for turn in range(a.rounds):
             for n in a.sizes:
@@ -274,8 +274,8 @@ def _print_row(row: dict[str, Any]) -> None:
 
 
 def _rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of several rounds as one per size and view, each time the median of the
-    rounds with their range ("1.23 (1.10-1.40)"), as _table prints it."""
+    """The rows of every round grouped by size and view (`of`: that size and view's row of
+    each round)."""
     out: dict[tuple[int, str], dict[str, Any]] = {}
     for r in rows:
         out.setdefault((r["n_gpus"], r["view"]), {"n_gpus": r["n_gpus"], "view": r["view"], "of": []})["of"].append(r)
@@ -292,41 +292,26 @@ def _spread(values: list[float], finished: bool) -> str:
 
 
 def _table(rows: list[dict[str, Any]], with_ref: bool) -> str:
-    if any(r.get("round", 1) > 1 for r in rows):
-        return _table_of_rounds(_rounds(rows), with_ref)
-    return _table_of_one(rows, with_ref)
-
-
-def _table_of_rounds(groups: list[dict[str, Any]], with_ref: bool) -> str:
-    trees = ("ref", "this") if with_ref else ("this",)
-    head = "| GPUs | view | " + " | ".join(
-        [f"cold {t}" for t in trees] + ["first rows this"] + [f"warm {t}" for t in trees]) + " |"
+    """The rows as a table, one line per size and view: with several rounds each time the
+    median of the rounds and their range."""
+    groups = _rounds(rows)
+    rounds = len(groups[0]["of"]) if groups else 0
+    head = "| GPUs | view | " + ("cold before | cold after | first rows after | warm before | warm after |"
+                                if with_ref else "cold | first rows | warm |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for g in groups:
         def cell(tree: str, key: str) -> str:
             rs = [r[tree] for r in g["of"]]
             return _spread([x[key + "_s"] for x in rs], all(x[key + "_finished"] for x in rs))
         firsts = [r["this"].get("cold_first_s") for r in g["of"]]
-        first = _spread([f for f in firsts if f is not None], True) if all(f is not None for f in firsts) else "–"
-        cells = [cell(t, "cold") for t in trees] + [first] + [cell(t, "warm") for t in trees]
+        first = _spread(firsts, True) if all(f is not None for f in firsts) else "–"
+        cells = ([cell("ref", "cold"), cell("this", "cold"), first, cell("ref", "warm"), cell("this", "warm")]
+                 if with_ref else [cell("this", "cold"), first, cell("this", "warm")])
         lines.append(f"| {g['n_gpus']} | {g['view']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + (f"\n\nmedian of {len(groups[0]['of']) if groups else 0} rounds (range); seconds "
-                               "from the change of GPUs to the view drawn anew (first rows: to a comparison's rows "
-                               "done so far, or the view drawn); + marks a view not drawn at the timeout in a round")
-
-
-def _table_of_one(rows: list[dict[str, Any]], with_ref: bool) -> str:
-    head = "| GPUs | view | " + ("cold before | cold after | first rows after | warm before | warm after |"
-                                if with_ref else "cold | first rows | warm |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in rows:
-        cells = ([_cell(r["ref"], "cold"), _cell(r["this"], "cold"), _first(r["this"]), _cell(r["ref"], "warm"),
-                  _cell(r["this"], "warm")]
-                 if with_ref else [_cell(r["this"], "cold"), _first(r["this"]), _cell(r["this"], "warm")])
-        lines.append(f"| {r['n_gpus']} | {r['view']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + ("\n\nseconds from the change of GPUs to the view drawn anew (first rows: to a "
-                               "comparison's rows done so far, or the view drawn); + marks a view still not "
-                               "drawn at the timeout")
+    of_rounds = f"median of {rounds} rounds (range); " if rounds > 1 else ""
+    return "\n".join(lines) + (f"\n\n{of_rounds}seconds from the change of GPUs to the view drawn anew (first "
+                               "rows: to a comparison's rows done so far, or the view drawn); + marks a view still "
+                               "not drawn at the timeout" + (" in a round" if rounds > 1 else ""))
 
 
 if __name__ == "__main__":
