@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -142,3 +144,28 @@ def test_picking_a_scheme_shows_its_settings_and_the_schemes_compared(dash_duo):
     dash_duo.wait_for_contains_text("#schemes-table", "on screen", timeout=TIMEOUT)
     assert "view=schemes" in dash_duo.driver.current_url
     assert _severe(dash_duo) == []
+
+
+def test_a_chart_drawn_narrower_than_its_box_is_drawn_again_at_its_width(dash_duo):
+    """A figure that arrives while its part of the page is hidden is drawn at Plotly's default
+    700 px and no resize event comes when the part shows (dashboard/assets/fit.js): here the
+    same state made directly, Compare layouts' chart drawn at 700 px by a figure that fixes no
+    width."""
+    dash_duo.start_server(create_app())
+    dash_duo.driver.set_window_size(1400, 1000)
+    dash_duo.driver.get(dash_duo.server_url + "/?view=compare")
+    dash_duo.wait_for_element("#compare .main-svg", timeout=TIMEOUT)
+    time.sleep(1)
+    narrowed = dash_duo.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const gd = document.querySelector('#compare .js-plotly-plot');
+        Plotly.relayout(gd, {width: 700}).then(() => { delete gd.layout.width; done(gd._fullLayout.width); });""")
+    assert narrowed == 700
+    widths = "const gd = document.querySelector('#compare .js-plotly-plot'); return [gd.clientWidth, gd._fullLayout.width];"
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        box, drawn = dash_duo.driver.execute_script(widths)
+        if abs(box - drawn) <= 1:
+            break
+        time.sleep(0.2)
+    assert box > 900 and abs(box - drawn) <= 1, (box, drawn)

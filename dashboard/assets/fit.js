@@ -1,0 +1,37 @@
+/* Every chart drawn at its box's width. A chart is drawn at the width of its box when its
+   figure arrives; a figure that arrives while its part of the page is still hidden (the
+   packed documents' section, shown in the same reply that brings its figure) is drawn at
+   Plotly's default of 700 px, and only a resize event the chart listens for draws it again.
+   This watches each chart's box and redraws a chart whose drawn width is not its box's
+   (one that fixes its own width excepted), asking once for each pair of widths. */
+(function () {
+    "use strict";
+    const watched = new WeakSet();
+    const asked = new WeakMap();
+
+    function fit(gd) {
+        const full = gd._fullLayout;
+        const width = gd.clientWidth;
+        if (!window.Plotly || !full || (gd.layout && gd.layout.width) || width < 1) return;
+        const wish = width + "/" + full.width;
+        if (Math.abs(full.width - width) <= 1 || asked.get(gd) === wish) return;
+        asked.set(gd, wish);
+        window.Plotly.Plots.resize(gd).catch(function () {});
+    }
+
+    const observer = new ResizeObserver(function (entries) {
+        entries.forEach(function (entry) { fit(entry.target); });
+    });
+
+    function watch() {
+        document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
+            if (!watched.has(gd)) {
+                watched.add(gd);
+                observer.observe(gd);
+            }
+            fit(gd);
+        });
+    }
+
+    window.setInterval(watch, 500);
+})();
