@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -236,7 +237,8 @@ def _summaries(runs: list[tuple[str, Scenario, tuple]], profile: Any | None, pro
                progress: Progress | None = None, partial: Callable[[list[Any]], None] | None = None) -> list[Any]:
     """What a comparison keeps of each of `runs` ((kind, scenario, what): see
     dashboard.side_by_side.Summary), kept in the shared folder under its kind. A run in
-    memory or in the folder is read; the others are simulated for their summary alone and
+    memory or in the folder is read, one that another process is making is waited for
+    (`_awaited`); the others are simulated for their summary alone and
     let go (a comparison of 1,024 GPUs would otherwise push the run on screen out of
     memory), the large ones side by side in processes of their own
     (dashboard/side_by_side.py). As runs end, `progress` hears how many are done and
@@ -264,16 +266,44 @@ def _summaries(runs: list[tuple[str, Scenario, tuple]], profile: Any | None, pro
     todo = [i for i, x in enumerate(out) if x is None]
     if len(todo) < len(runs):
         report()
-    far = [todo[j] for j in side_by_side.apart([runs[i][1] for i in todo])]
-    # the small runs first: a comparison's first rows show in a second, not after its largest
-    for i in todo:
-        if i not in far:
-            keep(i, side_by_side.simulated(runs[i][1], profile, runs[i][2]))
+    # a run another process is making now (the page's own run, simulated for the view beside
+    # this comparison) is waited for in a thread, not made again on the cores it shares
+    elsewhere = [i for i in todo if DISK is not None and (DISK.making("metrics", keys[i]) or DISK.making("trace", keys[i]))]
+    todo = [i for i in todo if i not in elsewhere]
+    lock = threading.Lock()
+
+    def done(i: int, summary: Any) -> None:
+        with lock:
+            keep(i, summary)
             report()
-    if far:
-        side_by_side.run_apart([(runs[i][1], profile, runs[i][2]) for i in far],
-                               lambda j, v: (keep(far[j], v), report()))
+
+    with ThreadPoolExecutor(max_workers=1) as waiter:
+        waited = [waiter.submit(lambda i=i: done(i, _awaited(runs[i][1], runs[i][2], keys[i], profile)))
+                  for i in elsewhere]
+        far = [todo[j] for j in side_by_side.apart([runs[i][1] for i in todo])]
+        # the small runs first: a comparison's first rows show in a second, not after its largest
+        for i in todo:
+            if i not in far:
+                done(i, side_by_side.simulated(runs[i][1], profile, runs[i][2]))
+        if far:
+            side_by_side.run_apart([(runs[i][1], profile, runs[i][2]) for i in far],
+                                   lambda j, v: done(far[j], v))
+        for w in waited:
+            w.result()
     return out
+
+
+def _awaited(scenario: Scenario, what: tuple, key: str, profile: Any | None) -> Any:
+    """What a comparison keeps of a run another process is making now (see _summaries),
+    once that process has made it; made here after all where that process failed. Its
+    metrics are written before its trace (compute.metrics): a comparison that keeps only
+    the metrics waits for them alone."""
+    assert DISK is not None
+    if what == ("metrics",) and DISK.making("metrics", key):
+        return DISK.get("metrics", key, lambda: side_by_side.simulated(scenario, profile, what))
+    trace, _ = DISK.trace(key, lambda: simulate(scenario, profile, player="recurrence"))
+    metrics = DISK.read("metrics", key)
+    return side_by_side.summarize(trace, metrics if metrics is not None else compute_metrics(trace), what)
 
 
 def compare_table(scenario: Scenario, profile: Any | None = None, profile_key: str | None = None,

@@ -83,6 +83,20 @@ class DiskCache:
             raise
         return f
 
+    def making(self, kind: str, key: str) -> bool:
+        """Whether a process (this one's other threads included) is making the value under
+        (kind, key) now: its lock is held."""
+        path = str(self._name(kind, key)) + ".lock"
+        if not os.path.exists(path):
+            return False
+        with open(path, "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
     @contextlib.contextmanager
     def _locked(self, name: Path):
         with self._lock(name):

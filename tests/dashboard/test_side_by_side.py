@@ -3,12 +3,18 @@ rows `ringsim compare` gives, simulated here one after another."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from dashboard import compute, side_by_side
+from dashboard.disk_cache import DiskCache
 from dashboard.state import defaults, scenario_from_values
+from sim.engine.play import simulate
 from sim.planning.compare import compare_layout_rows, compare_scheme_rows
 from sim.scenario.config import Scenario
+from sim.trace.metrics import compute_metrics
 
 
 def _scenario(**changes) -> Scenario:
@@ -68,3 +74,38 @@ def test_small_runs_stay_in_the_process():
     small = [_scenario(gpus=4)] * 3
     assert side_by_side.apart(small) == []
     assert 1 <= side_by_side.workers_for(small) <= 3
+
+
+@pytest.mark.parametrize("other_makes_it", [True, False])
+def test_a_run_another_process_is_making_is_waited_for_not_made_again(monkeypatch, tmp_path, other_makes_it):
+    """The page's own run, simulated by a server process for the view beside Compare layouts,
+    is one of its rows: the comparison waits for that run's metrics instead of simulating
+    it again on the cores the two share, and makes it itself where that process ends
+    without it."""
+    disk = DiskCache(tmp_path)
+    monkeypatch.setattr(compute, "DISK", disk)
+    compute.clear_caches()
+    sc = _scenario()
+    key = compute._key(sc, None, None)
+    assert [compute._key(v, None, None) for v in compute.layout_variants(sc)].count(key) == 1
+    made = []
+    real = side_by_side.simulated
+    monkeypatch.setattr(side_by_side, "simulated",
+                        lambda s, p, w: made.append(compute._key(s, p, None)) or real(s, p, w))
+    other = disk._lock(disk._name("metrics", key))     # the other process, simulating
+    assert disk.making("metrics", key)
+    got = {}
+    comparison = threading.Thread(target=lambda: got.setdefault("rows", compute.compare_table(sc)))
+    comparison.start()
+    deadline = time.time() + 60
+    while len(made) < 5 and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert len(made) == 5 and key not in made and comparison.is_alive()      # the five others, then waiting
+    if other_makes_it:
+        disk.write("metrics", key, compute_metrics(simulate(sc)))
+    other.close()
+    comparison.join(60)
+    assert got["rows"] == compare_layout_rows(sc)
+    assert (key in made) is not other_makes_it and not disk.making("metrics", key)
+    compute.clear_caches()
