@@ -56,6 +56,42 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+_HELD: set["_Held"] = set()
+"""The lock files this process holds now."""
+
+
+class _Held:
+    """A lock file held (DiskCache._lock); closing it lets the lock go.
+
+    A lock taken with flock belongs to the open file, which a forked process shares: a Dash
+    background job forked from a server process while it makes a value would hold that
+    value's lock until the job ends, long after the server process let go of it (and a job
+    that then waits for the value would wait on itself). A forked process therefore closes
+    its copies at once (`_close_in_child`); closing a copy leaves the parent's lock held."""
+
+    def __init__(self, f: Any):
+        self.f = f
+        _HELD.add(self)
+
+    def close(self) -> None:
+        _HELD.discard(self)
+        self.f.close()
+
+    def __enter__(self) -> "_Held":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _close_in_child() -> None:
+    for held in list(_HELD):
+        held.close()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
 class DiskCache:
     """Values by kind and key in `folder`, shared by every process that opens it."""
 
@@ -72,7 +108,7 @@ class DiskCache:
         return self.folder / f"{kind}-{digest}"
 
     @staticmethod
-    def _lock(name: Path):
+    def _lock(name: Path) -> "_Held":
         """The lock file of value `name`, open and locked (closing it lets the lock go): one
         process at a time makes that value."""
         f = open(str(name) + ".lock", "a+")
@@ -81,7 +117,7 @@ class DiskCache:
         except BaseException:
             f.close()
             raise
-        return f
+        return _Held(f)
 
     def making(self, kind: str, key: str) -> bool:
         """Whether a process (this one's other threads included) is making the value under
@@ -96,11 +132,6 @@ class DiskCache:
                 return True
             fcntl.flock(f, fcntl.LOCK_UN)
         return False
-
-    @contextlib.contextmanager
-    def _locked(self, name: Path):
-        with self._lock(name):
-            yield
 
     # --- small values: pickled ---------------------------------------------------------
 
@@ -133,7 +164,7 @@ class DiskCache:
         value = self.read(kind, key)
         if value is not None:
             return value
-        with self._locked(self._name(kind, key)):
+        with self._lock(self._name(kind, key)):
             value = self.read(kind, key)
             if value is None:
                 value = make()

@@ -3,6 +3,8 @@ a value made once for every process, the budget kept, and another code's values 
 
 from __future__ import annotations
 
+import multiprocessing
+
 import numpy as np
 
 from dashboard import compute
@@ -28,6 +30,31 @@ def test_a_trace_comes_back_column_for_column(tmp_path):
     assert back.columns.chunk_sets == trace.columns.chunk_sets
     assert (back.config, back.hardware, back.n_gpus) == (trace.config, trace.hardware, trace.n_gpus)
     assert compute_metrics(back).makespan_s == compute_metrics(trace).makespan_s
+
+
+def _wait_for(event) -> None:
+    event.wait(30)
+
+
+def test_a_process_forked_while_a_value_is_made_does_not_hold_its_lock(tmp_path):
+    """A Dash background job is forked from a server process, perhaps while that process
+    makes a value: once the server process lets go of the value's lock, the lock is free,
+    though the job still runs (it would hold it to its end, and a job waiting for the value
+    would wait on itself)."""
+    disk = DiskCache(tmp_path)
+    held = disk._lock(disk._name("trace", "k"))
+    assert disk.making("trace", "k")
+    fork = multiprocessing.get_context("fork")
+    go = fork.Event()
+    job = fork.Process(target=_wait_for, args=(go,))
+    job.start()
+    try:
+        assert disk.making("trace", "k")        # the server process holds it still
+        held.close()
+        assert job.is_alive() and not disk.making("trace", "k")
+    finally:
+        go.set()
+        job.join(30)
 
 
 def test_a_value_is_made_once_for_every_process(tmp_path):
