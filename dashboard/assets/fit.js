@@ -2,8 +2,10 @@
    figure arrives; a figure that arrives while its part of the page is still hidden (the
    packed documents' section, shown in the same reply that brings its figure) is drawn at
    Plotly's default of 700 px, and only a resize event the chart listens for draws it again.
-   This watches each chart's box and redraws a chart whose drawn width is not its box's
-   (one that fixes its own width excepted), asking once for each pair of widths. */
+   This looks at a chart after each drawing and whenever its box changes size, and redraws
+   one whose drawn width is not its box's (one that fixes its own width excepted), asking
+   once for each pair of widths. Nothing is read between those events: a read of a box's
+   width makes the browser lay the page out. */
 (function () {
     "use strict";
     const watched = new WeakSet();
@@ -24,11 +26,12 @@
     });
 
     function watch() {
+        // a chart is watched once Plotly has drawn it (its element then has `on`)
         document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
-            if (!watched.has(gd)) {
-                watched.add(gd);
-                observer.observe(gd);
-            }
+            if (watched.has(gd) || typeof gd.on !== "function") return;
+            watched.add(gd);
+            gd.on("plotly_afterplot", function () { fit(gd); });
+            observer.observe(gd);
             fit(gd);
         });
     }

@@ -148,18 +148,21 @@ def test_picking_a_scheme_shows_its_settings_and_the_schemes_compared(dash_duo):
 
 def test_a_chart_drawn_narrower_than_its_box_is_drawn_again_at_its_width(dash_duo):
     """A figure that arrives while its part of the page is hidden is drawn at Plotly's default
-    700 px and no resize event comes when the part shows (dashboard/assets/fit.js): here the
-    same state made directly, Compare layouts' chart drawn at 700 px by a figure that fixes no
-    width."""
+    700 px, and a chart drawn so stayed so until a resize of the window
+    (dashboard/assets/fit.js): here the state made directly, Compare layouts' chart drawn at
+    700 px, then drawn again by a figure that fixes no width."""
     dash_duo.start_server(create_app())
     dash_duo.driver.set_window_size(1400, 1000)
     dash_duo.driver.get(dash_duo.server_url + "/?view=compare")
-    dash_duo.wait_for_element("#compare .main-svg", timeout=TIMEOUT)
+    dash_duo.wait_for_element("#compare-table td", timeout=TIMEOUT)
     time.sleep(1)
     narrowed = dash_duo.driver.execute_async_script("""
         const done = arguments[arguments.length - 1];
         const gd = document.querySelector('#compare .js-plotly-plot');
-        Plotly.relayout(gd, {width: 700}).then(() => { delete gd.layout.width; done(gd._fullLayout.width); });""")
+        Plotly.relayout(gd, {width: 700}).then(() => {
+            delete gd.layout.width;
+            return Plotly.relayout(gd, {'title.text': gd.layout.title.text});
+        }).then(() => done(gd._fullLayout.width), e => done(String(e)));""")
     assert narrowed == 700
     widths = "const gd = document.querySelector('#compare .js-plotly-plot'); return [gd.clientWidth, gd._fullLayout.width];"
     deadline = time.time() + 10
