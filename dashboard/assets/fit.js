@@ -4,17 +4,18 @@
    Plotly's default of 700 px, and only a resize event the chart listens for draws it again.
    This looks at a chart after each drawing and whenever its box changes size, and redraws
    one whose drawn width is not its box's (one that fixes its own width excepted), asking
-   once for each pair of widths. Nothing is read between those events: a read of a box's
-   width makes the browser lay the page out. */
+   once for each pair of widths. A box's width is the one its last resize event gave:
+   reading it from the page would make the browser lay the page out after every drawing. */
 (function () {
     "use strict";
     const watched = new WeakSet();
     const asked = new WeakMap();
+    const box = new WeakMap();
 
     function fit(gd) {
         const full = gd._fullLayout;
-        const width = gd.clientWidth;
-        if (!window.Plotly || !full || (gd.layout && gd.layout.width) || width < 1) return;
+        const width = box.get(gd);
+        if (!window.Plotly || !full || (gd.layout && gd.layout.width) || !(width >= 1)) return;
         const wish = width + "/" + full.width;
         if (Math.abs(full.width - width) <= 1 || asked.get(gd) === wish) return;
         asked.set(gd, wish);
@@ -22,7 +23,10 @@
     }
 
     const observer = new ResizeObserver(function (entries) {
-        entries.forEach(function (entry) { fit(entry.target); });
+        entries.forEach(function (entry) {
+            box.set(entry.target, Math.round(entry.contentRect.width));
+            fit(entry.target);
+        });
     });
 
     function watch() {
@@ -31,8 +35,7 @@
             if (watched.has(gd) || typeof gd.on !== "function") return;
             watched.add(gd);
             gd.on("plotly_afterplot", function () { fit(gd); });
-            observer.observe(gd);
-            fit(gd);
+            observer.observe(gd);        // its first event gives the box's width
         });
     }
 
