@@ -32,8 +32,9 @@ def test_a_trace_comes_back_column_for_column(tmp_path):
     assert compute_metrics(back).makespan_s == compute_metrics(trace).makespan_s
 
 
-def _wait_for(event) -> None:
-    event.wait(30)
+def _job(running, go) -> None:
+    running.set()
+    go.wait(30)
 
 
 def test_a_process_forked_while_a_value_is_made_does_not_hold_its_lock(tmp_path):
@@ -45,10 +46,11 @@ def test_a_process_forked_while_a_value_is_made_does_not_hold_its_lock(tmp_path)
     held = disk._lock(disk._name("trace", "k"))
     assert disk.making("trace", "k")
     fork = multiprocessing.get_context("fork")
-    go = fork.Event()
-    job = fork.Process(target=_wait_for, args=(go,))
+    running, go = fork.Event(), fork.Event()
+    job = fork.Process(target=_job, args=(running, go))
     job.start()
     try:
+        assert running.wait(30)                 # the job is past its fork
         assert disk.making("trace", "k")        # the server process holds it still
         held.close()
         assert job.is_alive() and not disk.making("trace", "k")
