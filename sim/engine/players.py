@@ -32,6 +32,7 @@ import simpy
 
 from sim.arrays import unique_columns
 from sim.engine.schedule import A2A, BWD, EMPTY, KINDS, MASKS, NO_DEP, Posts, Schedule
+from sim.engine.threads import each
 from sim.hardware.contention import Contention, Sharing
 from sim.hardware.model import HardwareModel
 from sim.scenario.config import Workload
@@ -76,45 +77,62 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
     comp = schedule.compute_ids
     comp = comp[schedule.mask[comp] != EMPTY]
     xfer = schedule.transfer_ids
-    if comp.size:
-        # a hardware model whose merge costs more on part of a rank's queries is told
-        # which blocks those are (sliced: narrower than the rank's widest block)
-        names = []
-        extra = []
-        if hardware.merge_copies_slices:
-            names.append("sliced")
-            extra.append(_sliced(schedule))
-        if hardware.takes_call_order:
-            names += ["alone", "isolated", "opens"]
-            alone, isolated, opens = _call_order(schedule, comp)
-            extra += [alone, np.ones_like(isolated) if host_waits else isolated, opens]
-        geometry = head_geometry(workload)
+    # the computes and the transfers write their own entries (of `dur`, and of `pull`'s
+    # arrays): side by side on a large schedule (sim.engine.threads)
+    each(lambda part: part(), [lambda: _compute_times(schedule, hardware, workload, comp, dur, host_waits, pull),
+                               lambda: _transfer_times(schedule, hardware, xfer, dur, pull)], size=len(schedule))
+    return dur
 
-        def times(flops, kind, mask, q_tokens, kv_tokens, *flags):
-            return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
-                                            mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
-                                            **geometry, **dict(zip(names, flags)))
-        computed = comp
-        if schedule.calls is not None and hardware.times_varlen(workload.dtype):
-            # packed documents: a block is one varlen call, a piece per document
-            called = schedule.call[comp] >= 0
-            vl, comp = comp[called], comp[~called]
-            flags = dict(zip(names, [x[vl] for x in extra]))
-            dur[vl] = hardware.varlen_times_s(
-                [schedule.calls[i] for i in schedule.call[vl].tolist()], schedule.flops[vl],
-                dtype=workload.dtype, kind=_KIND_NAMES[schedule.kind[vl]], **geometry, **flags)
-        columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens, *extra]
-        for a in range(0, len(comp), _CHUNK):
-            ids = comp[a:a + _CHUNK]
-            dur[ids] = _by_runs(times, [c[ids] for c in columns])
-        if pull is not None:
-            def memory(flops, kind, mask, q_tokens, kv_tokens, *flags):
-                return hardware.memory_bound_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
-                                               mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
-                                               **geometry, **dict(zip(names, flags)))
-            busy = computed[dur[computed] > 0]     # varlen calls too, by their blocks' extent
-            if busy.size:
-                pull[2][busy] = np.clip(_by_runs(memory, [c[busy] for c in columns]) / dur[busy], 0.0, 1.0)
+
+def _compute_times(schedule: Schedule, hardware: HardwareModel, workload: Workload, comp: np.ndarray,
+                   dur: np.ndarray, host_waits: bool,
+                   pull: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> None:
+    """durations_s of the computed blocks `comp`, written into `dur` (and `pull`'s memory-bound shares)."""
+    if not comp.size:
+        return
+    # a hardware model whose merge costs more on part of a rank's queries is told
+    # which blocks those are (sliced: narrower than the rank's widest block)
+    names = []
+    extra = []
+    if hardware.merge_copies_slices:
+        names.append("sliced")
+        extra.append(_sliced(schedule))
+    if hardware.takes_call_order:
+        names += ["alone", "isolated", "opens"]
+        alone, isolated, opens = _call_order(schedule, comp)
+        extra += [alone, np.ones_like(isolated) if host_waits else isolated, opens]
+    geometry = head_geometry(workload)
+
+    def times(flops, kind, mask, q_tokens, kv_tokens, *flags):
+        return hardware.compute_times_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
+                                        mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
+                                        **geometry, **dict(zip(names, flags)))
+    computed = comp
+    if schedule.calls is not None and hardware.times_varlen(workload.dtype):
+        # packed documents: a block is one varlen call, a piece per document
+        called = schedule.call[comp] >= 0
+        vl, comp = comp[called], comp[~called]
+        flags = dict(zip(names, [x[vl] for x in extra]))
+        dur[vl] = hardware.varlen_times_s(
+            [schedule.calls[i] for i in schedule.call[vl].tolist()], schedule.flops[vl],
+            dtype=workload.dtype, kind=_KIND_NAMES[schedule.kind[vl]], **geometry, **flags)
+    columns = [schedule.flops, schedule.kind, schedule.mask, schedule.q_tokens, schedule.kv_tokens, *extra]
+    for a in range(0, len(comp), _CHUNK):
+        ids = comp[a:a + _CHUNK]
+        dur[ids] = _by_runs(times, [c[ids] for c in columns])
+    if pull is not None:
+        def memory(flops, kind, mask, q_tokens, kv_tokens, *flags):
+            return hardware.memory_bound_s(flops, dtype=workload.dtype, kind=_KIND_NAMES[kind],
+                                           mask=_MASK_NAMES[mask], q_tokens=q_tokens, kv_tokens=kv_tokens,
+                                           **geometry, **dict(zip(names, flags)))
+        busy = computed[dur[computed] > 0]     # varlen calls too, by their blocks' extent
+        if busy.size:
+            pull[2][busy] = np.clip(_by_runs(memory, [c[busy] for c in columns]) / dur[busy], 0.0, 1.0)
+
+
+def _transfer_times(schedule: Schedule, hardware: HardwareModel, xfer: np.ndarray, dur: np.ndarray,
+                    pull: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> None:
+    """durations_s of the transfers `xfer`, written into `dur` (and `pull`'s CTAs and bytes/s)."""
     if xfer.size and hardware.times_groups:
         members, group_of = transfer_groups(schedule.kind[xfer], schedule.step[xfer], schedule.rank[xfer],
                                             schedule.peer[xfer])
@@ -134,7 +152,6 @@ def durations_s(schedule: Schedule, hardware: HardwareModel, workload: Workload,
             group = collective_groups(schedule.kind[ids], schedule.step[ids], schedule.rank[ids], schedule.peer[ids])
             dur[ids] = hardware.collective_times_s(_KIND_NAMES[schedule.kind[ids]], schedule.nbytes[ids],
                                                    dur[ids], group=group)
-    return dur
 
 
 def collective_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: np.ndarray) -> np.ndarray:

@@ -11,7 +11,9 @@ millions of events. Here the wave player (sim.engine.players.times_waves) plays 
 schedule, each GPU's sm and hbm become step functions of time from the transfers'
 spans, and each compute is stretched by the integral over its span; the schedule is
 played again with the stretched times until no compute moves (a few plays: the pull is a
-few per cent, and a later start shifts a compute within the same steps).
+few per cent, and a later start shifts a compute within the same steps). A GPU's
+stretches read only the transfers on that GPU, so ranges of GPUs are found apart, on
+threads (sim.engine.threads) at thousands of GPUs.
 
 The integrand is taken as (1 - m) sm(t) + m hbm(t): exactly 1 - r(t) for a compute- or a
 memory-bound compute (m = 0 or 1), within the product of the two shares in between (a
@@ -23,8 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.engine import threads
 from sim.engine.players import times_waves
 from sim.engine.schedule import Schedule
+from sim.engine.threads import each
 from sim.hardware.contention import HBM_PASSES, MAX_SHARE, GpuPull
 
 PLAYS = 8
@@ -32,38 +36,58 @@ PLAYS = 8
 SETTLED_S = 1e-9
 """A compute that moved by less than this between two plays has settled (a nanosecond:
 a millionth of a block of a millisecond, far below what the model can tell)."""
+PIECES = 8
+"""Ranges of GPUs whose stretches are found on threads of their own, in a schedule of
+sim.engine.threads.WORTH_THREADS operations or more (one range below it). A fixed count,
+even on 2, 4 and 8 cores, so that the trace does not depend on the machine: a range's
+running sums start at its first GPU, so ranges change the times in their last bits
+(about 1e-14 s at 1,024 GPUs)."""
 
 
 def times_pulled(schedule: Schedule, dur: np.ndarray, pull: tuple[np.ndarray, np.ndarray, np.ndarray],
-                 gpu: GpuPull) -> tuple[np.ndarray, np.ndarray]:
+                 gpu: GpuPull, pieces: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of every op with the computes stretched by the transfers beside them
     (module docstring). `pull`: per op, a transfer's CTAs and bytes/s, a compute's
-    memory-bound share (sim.engine.players.durations_s fills it)."""
+    memory-bound share (sim.engine.players.durations_s fills it). `pieces`: how many ranges
+    of GPUs the stretches are found in, side by side on the cores (sim.engine.threads); a
+    GPU's stretches read its own transfers alone. By default PIECES for a large schedule."""
     is_transfer = schedule.is_transfer
     xfer = np.flatnonzero(is_transfer & (dur > 0))
     comp = np.flatnonzero(~is_transfer & (dur > 0))
     start, end = times_waves(schedule, dur)
     if not xfer.size or not comp.size:
         return start, end
+    if pieces is None:
+        pieces = PIECES if len(schedule) >= threads.WORTH_THREADS else 1
     ctas, copy_bps, memory_share = pull
-    gpus = _ByGpu(schedule, xfer, comp, ctas, copy_bps)
-    m = memory_share[gpus.comp]
+    gpus = each(lambda r: _ByGpu(schedule, xfer, comp, ctas, copy_bps, *r), _ranges(schedule.n_ranks, pieces),
+                size=len(schedule))
+    ids = np.concatenate([g.comp for g in gpus])
+    m = [memory_share[g.comp] for g in gpus]
     stretched = dur.copy()
     for _ in range(PLAYS):
-        extra = _extra_s(gpus, start, end, m, gpu)
-        moved = np.abs(dur[gpus.comp] + extra - stretched[gpus.comp])
-        stretched[gpus.comp] = dur[gpus.comp] + extra
+        extra = np.concatenate(each(lambda j: _extra_s(gpus[j], start, end, m[j], gpu), range(len(gpus)),
+                                    size=len(schedule)))
+        moved = np.abs(dur[ids] + extra - stretched[ids])
+        stretched[ids] = dur[ids] + extra
         start, end = times_waves(schedule, stretched)
         if moved.max(initial=0.0) < SETTLED_S:
             break
     return start, end
 
 
+def _ranges(n_gpus: int, pieces: int) -> list[tuple[int, int]]:
+    """`pieces` ranges of GPUs (as even as they divide), in order; none empty."""
+    bounds = np.linspace(0, n_gpus, max(1, min(pieces, n_gpus)) + 1).round().astype(int).tolist()
+    return list(zip(bounds, bounds[1:]))
+
+
 class _ByGpu:
-    """The transfers and computes of a schedule ordered by GPU, made once for every play.
+    """The transfers and computes of a range of GPUs [lo, hi) ordered by GPU, made once for
+    every play.
 
     Each GPU's time runs on its own stretch of one axis (GPU g at g x span + t), so one
-    sort and one search serve every GPU. A GPU's ops on one stream follow each other in
+    sort and one search serve every GPU of the range. A GPU's ops on one stream follow each other in
     schedule order, so with the ops grouped by GPU (a stable sort: schedule order within
     a GPU) the breakpoints come in a few sorted runs, which a stable sort merges at a
     tenth of the cost of the ops in schedule order, and the computes' times come sorted.
@@ -73,12 +97,16 @@ class _ByGpu:
     its own, its end the negative), in the breakpoints' order before the merge."""
 
     def __init__(self, schedule: Schedule, xfer: np.ndarray, comp: np.ndarray, ctas: np.ndarray,
-                 copy_bps: np.ndarray):
-        self.sent = xfer[np.argsort(schedule.rank[xfer], kind="stable")]
-        self.received = xfer[np.argsort(schedule.peer[xfer], kind="stable")]
+                 copy_bps: np.ndarray, lo: int, hi: int):
+        def on(ops: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+            g = gpu[ops]
+            ops = ops[(g >= lo) & (g < hi)]
+            return ops[np.argsort(gpu[ops], kind="stable")]
+        self.sent = on(xfer, schedule.rank)
+        self.received = on(xfer, schedule.peer)
         self.sender = schedule.rank[self.sent].astype(float)
         self.receiver = schedule.peer[self.received].astype(float)
-        self.comp = comp[np.argsort(schedule.rank[comp], kind="stable")]
+        self.comp = on(comp, schedule.rank)
         self.computer = schedule.rank[self.comp].astype(float)
         c = np.concatenate([ctas[self.sent], ctas[self.received]])
         b = np.concatenate([copy_bps[self.sent], copy_bps[self.received]])
@@ -88,6 +116,8 @@ class _ByGpu:
 def _extra_s(gpus: _ByGpu, start: np.ndarray, end: np.ndarray, m: np.ndarray, gpu: GpuPull) -> np.ndarray:
     """Each compute's extra time (in the order of `gpus.comp`): the integral of
     (1 - m) sm(t) + m hbm(t) over its span; every transfer touches its two GPUs."""
+    if not gpus.comp.size or not gpus.ctas.size:
+        return np.zeros(gpus.comp.size)
     span = float(end.max(initial=0.0)) * 2.0 + 1.0
     sides = (gpus.sent, gpus.received)
     offsets = (gpus.sender * span, gpus.receiver * span)

@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 
 from sim.engine.schedule import DKV, EMPTY, KINDS, NO_DEP, Posts, Schedule
-from sim.engine.threads import each
+from sim.engine.threads import WORTH_THREADS, each
 from sim.trace.format import COLUMN_TYPES, COMPUTE, IDLE, KIND_NAMES, RECV, SEND, WAIT, SpanTable
 
 # a schedule's kind codes as the trace's; the trace's idle after them
@@ -192,7 +192,7 @@ def record_owned(schedule: Schedule, times: list[np.ndarray], *, release: bool,
     # laid out by rank, then op, so that each group's places in the record ascend; every
     # column is written there group by group, a chunk of spans at a time, so that no
     # concatenation of all spans, nor any temporary of a whole column, is ever made
-    w_op, w_kind, w_start, w_end = _compute_waits(schedule, w_ops, w_ready, start, end, posts)
+    w_op, w_kind, w_start, w_end = _compute_waits_apart(schedule, w_ops, w_ready, start, end, posts)
     del w_ops, w_ready
     if release:
         schedule.release("after")
@@ -417,6 +417,18 @@ def _windows(column: np.ndarray, width: int) -> np.ndarray:
 def _by_rank(ranks: np.ndarray, n: int) -> np.ndarray:
     """A stable sort by rank (16-bit keys sort by radix, in linear time)."""
     return np.argsort(ranks.astype(np.int16) if n <= 1 << 15 else ranks, kind="stable")
+
+
+def _compute_waits_apart(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: np.ndarray,
+                         end: np.ndarray, posts: Posts | None = None
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """_compute_waits, found for the two halves of `ops` side by side (each compute's waits
+    are its own: sim.engine.threads) when the schedule is large enough to gain from it."""
+    if len(schedule) < WORTH_THREADS or len(ops) < 2:
+        return _compute_waits(schedule, ops, t0, start, end, posts)
+    halves = [slice(0, len(ops) // 2), slice(len(ops) // 2, None)]
+    found = each(lambda h: _compute_waits(schedule, ops[h], t0[h], start, end, posts), halves, size=len(schedule))
+    return tuple(np.concatenate(x) for x in zip(*found))
 
 
 def _compute_waits(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: np.ndarray,

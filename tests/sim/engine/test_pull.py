@@ -66,3 +66,36 @@ def test_one_compute_beside_one_transfer_ends_where_the_event_loop_ends_it():
     # the two differ only by the linearised integrand: d x m (1 - m) x (products of the two
     # shares), a few parts in ten million of a block beside one hop
     assert ends[1] == pytest.approx(ends[0], rel=1e-6)
+
+
+@pytest.mark.parametrize("pieces", [2, 5, 16, 40])
+def test_ranges_of_gpus_found_apart_give_the_times_of_one_range(monkeypatch, pieces):
+    # a large schedule's stretches are found in ranges of GPUs on threads (PIECES); each
+    # range's running sums start at its first GPU: the same times to rounding, and the
+    # event loop's times as closely as one range's (the waits aside: rounding may split
+    # one where two ends meet)
+    import sim.engine.pull as pull
+    import sim.engine.threads as threads
+
+    sc = _scenario(n_gpus=16, layout="contiguous", pass_="fwdbwd", scheme=None)
+    whole = simulate(sc).columns
+    monkeypatch.setattr(pull, "PIECES", pieces)
+    monkeypatch.setattr(threads, "WORTH_THREADS", 0)      # in ranges, on threads, even at this size
+    apart = simulate(sc)
+    exact = simulate(sc, player="simpy").columns
+    span = whole.end_s.max()
+    a, w, e = apart.columns, whole, exact
+    ops_a, ops_w, ops_e = a.stream != WAIT, w.stream != WAIT, e.stream != WAIT
+    assert np.array_equal(a.kind[ops_a], w.kind[ops_w]) and np.array_equal(a.rank[ops_a], w.rank[ops_w])
+    assert np.abs(a.end_s[ops_a] - w.end_s[ops_w]).max() <= 1e-12 * span
+    assert np.abs(a.start_s[ops_a] - w.start_s[ops_w]).max() <= 1e-12 * span
+    assert np.abs(a.end_s[ops_a] - e.end_s[ops_e]).max() <= 1e-5 * span
+
+
+@pytest.mark.parametrize("n_gpus,pieces", [(1, 4), (5, 2), (16, 3), (16, 16), (4, 9)])
+def test_ranges_cover_every_gpu_once_in_order(n_gpus, pieces):
+    from sim.engine.pull import _ranges
+
+    r = _ranges(n_gpus, pieces)
+    assert r[0][0] == 0 and r[-1][1] == n_gpus and len(r) == min(pieces, n_gpus)
+    assert all(lo < hi for lo, hi in r) and all(a[1] == b[0] for a, b in zip(r, r[1:]))
