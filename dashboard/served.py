@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -122,6 +123,22 @@ class Served:
         """The metrics of the page's run (compute.metrics: no trace is read where they are kept)."""
         hw, key = self.hardware_of(profile_data)
         return compute.metrics(self.scenario_of(data), hw, key)
+
+    def start_run(self, data: Any, profile_data: Any) -> threading.Thread:
+        """Start making the metrics of the page's run (`metrics_of`) in a thread, and return
+        it. The scenario callback starts it as it sends the page a new scenario: the cards and
+        views that the page then asks for, a round trip and the browser's redraw of the
+        controls later, find the run made or being made (compute's caches make a value once,
+        the other askers wait for it), and a failure is theirs to show."""
+        def make() -> None:
+            try:
+                self.metrics_of(data, profile_data)
+            except Exception:      # noqa: BLE001 (the views asking for the run say what went wrong)
+                pass
+
+        thread = threading.Thread(target=make, name="ringsim-page-run", daemon=True)
+        thread.start()
+        return thread
 
     def measured_pair(self, measured_data: Any, data: Any, profile_data: Any) -> tuple | None:
         """The measured trace on screen and what it is set against: (trace, the scenario of

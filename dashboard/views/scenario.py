@@ -180,10 +180,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         + [Output(f"{cid}-msg", "children") for cid in CONTROL_IDS],
         [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS]
         + [Input("profile", "data"), Input("lang", "value")],
-        State("scenario", "data"),
+        State("scenario", "data"), State("tabs", "value"),
     )
     def sync(search, *vals_and_current):
-        *vals, profile_data, lang, current = vals_and_current
+        *vals, profile_data, lang, current, tab = vals_and_current
         prof = served.loaded_profile(profile_data)
         # the messages in the page's language: the URL's (it carries the language) until the
         # switch has taken it
@@ -231,6 +231,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             # a link that changes only the view, question or language keeps the scenario
             same = (current or {}).get("values") == values
             store = no_update if same else {"values": values}
+            if not same and tab != "measured" and (prof is not None or not profile_data):
+                # the cards beside every view but Measured show this run's metrics: made from now on
+                served.start_run(store, profile_data)
         except ControlError as e:
             msgs[index[e.control]] = message(t, e)
             if not current and (not triggered or "url" in triggered):

@@ -9,6 +9,7 @@ import pytest
 
 from dashboard import export
 from dashboard.app import create_app
+from dashboard.client import CallbackClient
 from dashboard.state import defaults
 from sim.cli.main import build_parser, main
 from sim.trace.format import Trace
@@ -203,3 +204,39 @@ def test_the_scenario_line_speaks_the_page_s_language(client):
     assert "131,072 tokens (16,384 per GPU)" in en and "zigzag layout, overlap on" in en and "causal" in en
     assert "131.072 token (16.384 per GPU)" in id_ and "tata letak zigzag, tumpang-tindih aktif" in id_
     assert "kausal" in id_ and "tokens" not in id_ and "layout" not in id_
+
+
+def test_a_new_scenario_starts_its_run_as_the_page_is_sent_it(monkeypatch):
+    # the scenario callback starts the page's run (the cards beside every view show its
+    # metrics) before the page asks for the cards: not for the same scenario, a refused
+    # one, nor on the Measured view (its cards describe the measured run)
+    from dashboard.served import Served
+
+    started = []
+    monkeypatch.setattr(Served, "start_run", lambda self, data, profile: started.append(data["values"]))
+    client = CallbackClient.for_app(create_app())
+    client.call("scenario.data", {"url.search": "?gpus=16"} | controls(), ["url.search"])
+    assert started == [defaults() | {"gpus": 16}]
+    current = {"scenario.data": {"values": defaults() | {"gpus": 16}}}
+    client.call("scenario.data", controls(gpus=16) | current, ["gpus.value"])
+    client.call("scenario.data", controls(**{"kv-heads": 7}) | current, ["kv-heads.value"])
+    client.call("scenario.data", controls(gpus=32) | current | {"tabs.value": "measured"}, ["gpus.value"])
+    assert len(started) == 1
+    client.call("scenario.data", controls(gpus=32) | current | {"tabs.value": "memory"}, ["gpus.value"])
+    assert started[1] == defaults() | {"gpus": 32}
+
+
+def test_the_started_run_is_the_one_the_cards_then_read(monkeypatch):
+    from dashboard import compute
+    from dashboard.served import Served
+    from dashboard.state import scenario_from_values, scenario_key
+
+    monkeypatch.setattr(compute, "DISK", None)       # this process's memory alone
+    compute.clear_caches()
+    served, data = Served(), _store(gpus=8, seq=8192)
+    served.start_run(data, None).join()
+    made = compute.CACHE.peek(scenario_key(scenario_from_values(data["values"]), None))
+    assert made is not None and compute.CACHE.misses == 1
+    assert served.metrics_of(data, None) is made.metrics and compute.CACHE.misses == 1
+    # a run the page cannot make fails in the thread alone: the view asking says why
+    served.start_run(_store(gpus=8, seq=8192, heads=7), None).join()
