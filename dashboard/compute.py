@@ -16,7 +16,9 @@ data read from the traces' columns; dashboard/figures/ draws them.
 from __future__ import annotations
 
 import json
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -78,7 +80,11 @@ class Result:
 
 class BoundedCache:
     """An LRU bounded by the total `size_of` its values, safe under threads; a value being
-    made is made once, the other threads asking for it wait."""
+    made is made once, the other threads asking for it wait.
+
+    A process forked from this one (a Dash background job) has none of the threads that were
+    making values: it starts with its own lock and makes such a value itself, where it would
+    wait for ever on the event of a thread it does not have (or on a lock such a thread held)."""
 
     def __init__(self, budget: int, size_of: Callable[[Any], int]):
         self.budget = budget
@@ -89,6 +95,11 @@ class BoundedCache:
         self._inflight: dict[str, threading.Event] = {}
         self.hits = 0
         self.misses = 0
+        _CACHES.add(self)
+
+    def _forget_threads(self) -> None:
+        self._lock = threading.Lock()
+        self._inflight = {}
 
     def peek(self, key: str) -> Any | None:
         """The value under `key` if it is made, else None (nothing is made)."""
@@ -133,6 +144,10 @@ class BoundedCache:
             self._items.clear()
             self._used = 0
             self.hits = self.misses = 0
+
+
+_CACHES: "weakref.WeakSet[BoundedCache]" = weakref.WeakSet()
+os.register_at_fork(after_in_child=lambda: [cache._forget_threads() for cache in list(_CACHES)])
 
 
 CACHE = BoundedCache(10_000_000, lambda r: len(r.trace))

@@ -57,7 +57,10 @@ def code_fingerprint() -> str:
 
 
 _HELD: set["_Held"] = set()
-"""The lock files this process holds now."""
+"""The lock files this process has open: held, or waited for."""
+_OPENING = threading.Lock()
+"""Held while a lock file is opened and entered in _HELD, and across a fork: a process is
+never forked between the two (its copy of the file would be missed)."""
 
 
 class _Held:
@@ -66,8 +69,11 @@ class _Held:
     A lock taken with flock belongs to the open file, which a forked process shares: a Dash
     background job forked from a server process while it makes a value would hold that
     value's lock until the job ends, long after the server process let go of it (and a job
-    that then waits for the value would wait on itself). A forked process therefore closes
-    its copies at once (`_close_in_child`); closing a copy leaves the parent's lock held."""
+    that then waits for the value would wait on itself). A file is entered here as it is
+    opened, before its lock is asked for: a thread waiting for the lock when the process
+    forks takes it later, for the open file the child shares. A forked process therefore
+    closes its copies of them all at once (`_close_in_child`); closing a copy leaves the
+    parent's lock held, and its waiting thread waiting."""
 
     def __init__(self, f: Any):
         self.f = f
@@ -87,9 +93,10 @@ class _Held:
 def _close_in_child() -> None:
     for held in list(_HELD):
         held.close()
+    _OPENING.release()
 
 
-os.register_at_fork(after_in_child=_close_in_child)
+os.register_at_fork(before=_OPENING.acquire, after_in_parent=_OPENING.release, after_in_child=_close_in_child)
 
 
 class DiskCache:
@@ -111,13 +118,14 @@ class DiskCache:
     def _lock(name: Path) -> "_Held":
         """The lock file of value `name`, open and locked (closing it lets the lock go): one
         process at a time makes that value."""
-        f = open(str(name) + ".lock", "a+")
+        with _OPENING:
+            held = _Held(open(str(name) + ".lock", "a+"))
         try:
-            fcntl.flock(f, fcntl.LOCK_EX)
+            fcntl.flock(held.f, fcntl.LOCK_EX)
         except BaseException:
-            f.close()
+            held.close()
             raise
-        return _Held(f)
+        return held
 
     def making(self, kind: str, key: str) -> bool:
         """Whether a process (this one's other threads included) is making the value under

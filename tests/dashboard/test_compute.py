@@ -41,6 +41,38 @@ def test_a_result_keeps_where_each_ranks_spans_begin(small_trace):
     assert (rank_starts(small_trace.columns, 4) == starts).all()
 
 
+def _ask(cache, out) -> None:
+    out.put(cache.get("k", lambda: "made by the forked process"))
+
+
+def test_a_forked_process_makes_what_a_thread_of_its_parent_was_making():
+    """A Dash background job is forked from a server process, perhaps while one of its
+    threads makes a value (the page's run): the job has no such thread, so it makes the value
+    itself where it would wait for ever."""
+    import multiprocessing
+    import threading
+
+    cache = compute.BoundedCache(10, len)
+    making, finish = threading.Event(), threading.Event()
+    parent = threading.Thread(target=lambda: cache.get("k", lambda: making.set() or finish.wait(30) and "parent's"))
+    parent.start()
+    try:
+        assert making.wait(30)
+        fork = multiprocessing.get_context("fork")
+        out = fork.Queue()
+        job = fork.Process(target=_ask, args=(cache, out))
+        job.start()
+        try:
+            assert out.get(timeout=30) == "made by the forked process"
+        finally:
+            job.kill()
+            job.join(30)
+    finally:
+        finish.set()
+        parent.join(30)
+    assert cache.get("k", lambda: "again") == "parent's"
+
+
 def test_the_cache_is_bounded_by_spans():
     cache = compute.BoundedCache(10, len)
     cache.get("a", lambda: "x" * 6)

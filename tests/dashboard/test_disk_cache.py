@@ -4,6 +4,8 @@ a value made once for every process, the budget kept, and another code's values 
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import time
 
 import numpy as np
 
@@ -55,6 +57,41 @@ def test_a_process_forked_while_a_value_is_made_does_not_hold_its_lock(tmp_path)
         held.close()
         assert job.is_alive() and not disk.making("trace", "k")
     finally:
+        go.set()
+        job.join(30)
+
+
+def test_a_lock_waited_for_when_the_process_forks_is_not_held_by_the_forked_process(tmp_path):
+    """A thread of the server process waits for a value's lock as a job is forked, and takes
+    it after the fork: once that thread lets go, the lock is free though the job still runs
+    (the job's copy of the waiting thread's file would keep it held)."""
+    disk = DiskCache(tmp_path)
+    name = disk._name("metrics", "k")
+    first = disk._lock(name)
+    taken, release = threading.Event(), threading.Event()
+
+    def waiter():
+        with disk._lock(name):
+            taken.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.3)                             # the thread waits in flock
+    assert not taken.is_set()
+    fork = multiprocessing.get_context("fork")
+    running, go = fork.Event(), fork.Event()
+    job = fork.Process(target=_job, args=(running, go))
+    job.start()
+    try:
+        assert running.wait(30)
+        first.close()
+        assert taken.wait(30)                    # the waiting thread took it after the fork
+        release.set()
+        thread.join(30)
+        assert job.is_alive() and not disk.making("metrics", "k")
+    finally:
+        release.set()
         go.set()
         job.join(30)
 
