@@ -312,7 +312,7 @@ def block_map(trace: Trace) -> BlockMap:
         order = np.lexsort((first, rank))
         first, rank = first[order], rank[order]
         place = np.arange(len(first)) - np.searchsorted(rank, rank)
-        q, k = col.chunk_matrix("q_chunks")[first], col.chunk_matrix("kv_chunks")[first]
+        q, k = col.chunk_matrix("q_chunks", first), col.chunk_matrix("kv_chunks", first)
         for a in range(q.shape[1]):
             for c in range(k.shape[1]):
                 ok = (q[:, a] >= 0) & (k[:, c] >= 0) & (q[:, a] < chunks) & (k[:, c] < chunks)

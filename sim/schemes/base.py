@@ -222,7 +222,7 @@ def ring_step_grid(trace: "Trace", work: np.ndarray, ring: int) -> np.ndarray:
     if len(comp):
         kinds = c.kind[comp]
         sel = comp[kinds == kinds.min()]
-        q, k = c.chunk_matrix("q_chunks")[sel], c.chunk_matrix("kv_chunks")[sel]
+        q, k = c.chunk_matrix("q_chunks", sel), c.chunk_matrix("kv_chunks", sel)
         step = (c.step[sel] % ring).astype(np.float64)
         for i in range(q.shape[1]):
             for j in range(k.shape[1]):

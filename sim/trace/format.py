@@ -198,13 +198,15 @@ class SpanTable:
             cols["kv_chunks"] = np.concatenate([k for _, k in remapped])
         return cls(**cols, chunk_sets=list(sets))
 
-    def chunk_matrix(self, column: str) -> np.ndarray:
-        """(spans, widest) chunk ids of `column` ('q_chunks' or 'kv_chunks'), -1 padded."""
+    def chunk_matrix(self, column: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """(spans, widest) chunk ids of `column` ('q_chunks' or 'kv_chunks'), -1 padded: of
+        every span, or of the spans `rows` (indices or a mask) alone."""
         width = max((len(s) for s in self.chunk_sets), default=0)
         table = np.full((len(self.chunk_sets) + 1, width), -1, dtype=np.int32)
         for i, chunks in enumerate(self.chunk_sets):
             table[i, :len(chunks)] = chunks
-        return table[getattr(self, column)]
+        ids = getattr(self, column)
+        return table[ids if rows is None else ids[rows]]
 
 
 class Trace:

@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from sim.engine.play import simulate
@@ -264,3 +265,20 @@ def test_traces_of_collectives_round_trip_and_their_kinds_are_checked(tmp_path):
     d["columns"]["kind"][comp] = d["kinds"].index("a2a")       # a compute span of kind a2a
     with pytest.raises(RingsimError, match="not valid on its stream"):
         Trace.from_dict(json.loads(json.dumps(d)))
+
+
+def test_a_chunk_matrix_of_some_spans_is_theirs_in_the_spans_own_words():
+    # each row lists the span's chunk ids (as its Span record names them), -1 padded
+    trace = simulate(Scenario(workload=Workload(seq=4096, heads=8, kv_heads=2, head_dim=64, pass_="fwdbwd"),
+                              n_gpus=4, layout="zigzag"))
+    c = trace.columns
+    rows = [3, 0, len(c) - 1, 7]
+    for column, field in (("q_chunks", "q_chunks"), ("kv_chunks", "kv_chunks")):
+        some = c.chunk_matrix(column, rows)
+        assert some.shape[0] == len(rows)
+        for row, i in zip(some, rows):
+            named = getattr(trace.spans[i], field)
+            assert list(row[:len(named)]) == list(named) and (row[len(named):] == -1).all()
+        mask = np.zeros(len(c), dtype=bool)
+        mask[rows] = True
+        assert (c.chunk_matrix(column, mask) == c.chunk_matrix(column)[np.sort(rows)]).all()
