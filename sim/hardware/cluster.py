@@ -525,11 +525,14 @@ class Hardware(HardwareModel):
         ctas = np.zeros(len(kind))
         path, staged, between = self._paths(src, dst)
         copies = 1 + staged.astype(np.int64)
-        for gi in np.unique(group_of).tolist():
+        # the transfers group by group (a stable sort: ascending within a group), each group's a slice
+        by_group = np.argsort(group_of, kind="stable")
+        groups, firsts = np.unique(group_of[by_group], return_index=True)
+        for gi, a, b in zip(groups.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(by_group)]):
             comm = self.nccl_comm(members[gi])
-            in_group = group_of == gi
+            in_group = by_group[a:b]
             for name in np.unique(kind[in_group]).tolist():
-                sel = np.flatnonzero(in_group & (kind == name))
+                sel = in_group[kind[in_group] == name]
                 key = np.stack([nbytes[sel], path[sel], copies[sel], between[sel]])
                 distinct, back = unique_columns(key)
                 t = np.empty(distinct.shape[1])
