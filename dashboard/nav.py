@@ -9,6 +9,7 @@ the top of the page.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -78,11 +79,45 @@ def register_callbacks(app) -> None:
         return (*(no_update if new == now else new
                   for new, now in ((nav["view"], view), (nav["q"], q), (nav["lang"], lang))), msg)
 
-    @app.callback(Output("url", "search", allow_duplicate=True),
-                  Input("tabs", "value"), Input("quiz-q", "value"), Input("lang", "value"),
-                  State("url", "search"), prevent_initial_call=True)
-    def nav_to_url(view, q, lang, search):
-        new = with_nav(search or "", search, view=view if view in views() else None,
-                       q=q if isinstance(q, int) and 1 <= q <= N_QUESTIONS else None,
-                       lang=lang if lang in LANGUAGES else None)
-        return no_update if new == (search or "") else new
+    # in the browser, as the click is handled: an address written a server round trip
+    # later may come after the click's user activation has lapsed (about 5 s in Chromium),
+    # and back skips the entry before one pushed without it
+    app.clientside_callback(TO_URL_JS, Output("url", "search", allow_duplicate=True),
+                            Input("tabs", "value"), Input("quiz-q", "value"), Input("lang", "value"),
+                            State("url", "search"), prevent_initial_call=True)
+
+
+TO_URL_JS = """
+function(view, q, lang, search) {
+    const spec = %s;
+    const decode = (s) => {
+        try { return decodeURIComponent(s.replace(/\\+/g, " ")); } catch (e) { return s; }
+    };
+    const now = {view: spec.view, q: 1, lang: spec.lang};
+    const kept = [];
+    for (const part of (search || "").replace(/^\\?/, "").split("&")) {
+        if (!part) { continue; }
+        const at = part.indexOf("=");
+        const key = decode(at < 0 ? part : part.slice(0, at));
+        const value = decode(at < 0 ? "" : part.slice(at + 1)).trim().toLowerCase();
+        if (!spec.keys.includes(key)) { kept.push(part); continue; }
+        if (key === "view" && spec.views.includes(value)) { now.view = value; }
+        else if (key === "lang" && spec.languages.includes(value)) { now.lang = value; }
+        else if (key === "q" && /^[0-9]+$/.test(value) && +value >= 1 && +value <= spec.questions) { now.q = +value; }
+    }
+    if (spec.views.includes(view)) { now.view = view; }
+    if (Number.isInteger(q) && q >= 1 && q <= spec.questions) { now.q = q; }
+    if (spec.languages.includes(lang)) { now.lang = lang; }
+    if (now.view !== spec.view) {
+        kept.push("view=" + now.view);
+        if (now.view === "questions") { kept.push("q=" + now.q); }
+    }
+    if (now.lang !== spec.lang) { kept.push("lang=" + now.lang); }
+    const out = kept.length ? "?" + kept.join("&") : "";
+    return out === (search || "") ? window.dash_clientside.no_update : out;
+}
+""" % json.dumps({"views": list(views()), "languages": list(LANGUAGES), "questions": N_QUESTIONS,
+                  "keys": list(NAV_KEYS), "view": DEFAULT_VIEW, "lang": DEFAULT_LANG})
+"""The query with the page's view, question and language: `with_nav(search, search, view=,
+q=, lang=)` (an invalid one taken from the query, else the default), the query's other keys
+kept as they are written; no update where it is the query already."""

@@ -179,6 +179,42 @@ def test_back_and_forward_restore_the_open_view(dash_duo):
     assert _severe(dash_duo) == []
 
 
+NAV_CASES = [
+    ("questions", 6, "id", "?gpus=16"),
+    ("memory", 1, "en", "?gpus=16&view=questions&q=6&lang=id"),
+    ("timeline", 1, "en", "?gpus=16&view=memory"),
+    ("timeline", 1, "en", "?gpus=16"),
+    ("timeline", 1, "en", ""),
+    ("questions", 3, "en", ""),
+    ("compare", 1, "id", "?layout=striped&gpus=64&lang=id"),
+    (None, None, None, "?view=memory&q=2&lang=id"),
+    ("nowhere", 99, "klingon", "?view=questions&q=4&gpus=8"),
+    ("schemes", 2, "en", "?view=klingon&q=zero&lang=&gpus=8"),
+    ("questions", 8, "id", "?VIEW=memory&gpus=8&seq=131072"),
+]
+
+
+def test_the_view_question_and_language_reach_the_url_as_the_server_writes_them(dash_duo):
+    """The address the browser writes on a change of view, question or language
+    (dashboard.nav.TO_URL_JS) is the server's own (dashboard.nav.with_nav): the other keys
+    kept, defaults left out, an invalid value taken from the address; nothing where the
+    address says it already."""
+    from dashboard.nav import TO_URL_JS, with_nav
+
+    _open(dash_duo, "")
+    dash_duo.wait_for_contains_text("#timeline .gtitle", "makespan", timeout=TIMEOUT)
+    script = ("const to_url = " + TO_URL_JS + ";\n const out = to_url(...arguments);"
+              "\n return out === window.dash_clientside.no_update ? null : out;")
+    for view, q, lang, search in NAV_CASES:
+        want = with_nav(search, search, view=view if view in [v for v, _ in TABS] else None,
+                        q=q if isinstance(q, int) and 1 <= q <= 8 else None,
+                        lang=lang if lang in ("en", "id") else None)
+        got = dash_duo.driver.execute_script(script, view, q, lang, search)
+        assert got == (None if want == search else want), (view, q, lang, search)
+    # the other keys as they are written: not decoded and encoded again
+    assert dash_duo.driver.execute_script(script, "memory", 1, "en", "?note=a%20b") == "?note=a%20b&view=memory"
+
+
 def test_the_page_shows_the_quiz_as_its_author_wrote_it(dash_duo):
     """Every question and its four choices, in the author's order, in both languages: the
     author's own words where the page speaks the language the author wrote them in
