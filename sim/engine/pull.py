@@ -98,9 +98,12 @@ class _ByGpu:
 
     def __init__(self, schedule: Schedule, xfer: np.ndarray, comp: np.ndarray, ctas: np.ndarray,
                  copy_bps: np.ndarray, lo: int, hi: int):
+        whole = lo == 0 and hi >= schedule.n_ranks
+
         def on(ops: np.ndarray, gpu: np.ndarray) -> np.ndarray:
-            g = gpu[ops]
-            ops = ops[(g >= lo) & (g < hi)]
+            if not whole:
+                g = gpu[ops]
+                ops = ops[(g >= lo) & (g < hi)]
             return ops[np.argsort(gpu[ops], kind="stable")]
         self.sent = on(xfer, schedule.rank)
         self.received = on(xfer, schedule.peer)

@@ -526,8 +526,9 @@ class Hardware(HardwareModel):
         path, staged, between = self._paths(src, dst)
         copies = 1 + staged.astype(np.int64)
         # the transfers group by group (a stable sort: ascending within a group), each group's a slice
-        by_group = np.argsort(group_of, kind="stable")
-        groups, firsts = np.unique(group_of[by_group], return_index=True)
+        groups = np.unique(group_of)
+        by_group = np.argsort(group_of, kind="stable") if len(groups) > 1 else np.arange(len(group_of))
+        firsts = np.searchsorted(group_of[by_group], groups)
         for gi, a, b in zip(groups.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(by_group)]):
             comm = self.nccl_comm(members[gi])
             in_group = by_group[a:b]
