@@ -62,12 +62,18 @@ def times_pulled(schedule: Schedule, dur: np.ndarray, pull: tuple[np.ndarray, np
     ctas, copy_bps, memory_share = pull
     gpus = each(lambda r: _ByGpu(schedule, xfer, comp, ctas, copy_bps, *r), _ranges(schedule.n_ranks, pieces),
                 size=len(schedule))
-    ids = np.concatenate([g.comp for g in gpus])
+    ids = gpus[0].comp if len(gpus) == 1 else np.concatenate([g.comp for g in gpus])
     m = [memory_share[g.comp] for g in gpus]
+
+    def extra_s(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        if len(gpus) == 1:       # a small schedule: nothing to gather (the planner runs thousands)
+            return _extra_s(gpus[0], start, end, m[0], gpu)
+        return np.concatenate(each(lambda j: _extra_s(gpus[j], start, end, m[j], gpu), range(len(gpus)),
+                                   size=len(schedule)))
+
     stretched = dur.copy()
     for _ in range(PLAYS):
-        extra = np.concatenate(each(lambda j: _extra_s(gpus[j], start, end, m[j], gpu), range(len(gpus)),
-                                    size=len(schedule)))
+        extra = extra_s(start, end)
         moved = np.abs(dur[ids] + extra - stretched[ids])
         stretched[ids] = dur[ids] + extra
         start, end = times_waves(schedule, stretched)
