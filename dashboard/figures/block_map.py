@@ -22,9 +22,11 @@ from sim.trace.format import COMPUTE, Trace
 
 MAX_HOVER_CELLS = 128 * 128
 """The block map carries per-cell hover data up to this many cells."""
-MAX_MAP_CHUNKS = 512
-"""Past this many chunks a side, the map shows every k-th chunk (a screen has no more
-pixels than that; the JSON would pass 10 MB at 2048 chunks)."""
+MAX_MAP_CHUNKS = 256
+"""Past this many chunks a side, the map shows every k-th chunk: the map is drawn at most
+about 480 px a side, so 256 cells give each about two pixels (512 drew 1.7 MB of JSON at
+2,048 chunks, 0.4 MB now, and the page's warm redraw of a 1,024-GPU map took 0.81 s against
+0.66 s: bench/results/speed/cpu-2core/dashboard-latency.md)."""
 MASK_BINS = 128
 """Packed documents: the token panel bins queries and keys into at most this many bins."""
 MAX_DRAWN_BOUNDS = 64

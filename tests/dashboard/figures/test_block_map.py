@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dashboard.figures.block_map import block_map
+from dashboard.figures.block_map import MAX_MAP_CHUNKS, block_map
 from sim.engine.play import simulate
 from sim.errors import RingsimError
 from sim.trace.format import Span, Trace
@@ -87,8 +87,9 @@ def test_a_large_block_map_shows_every_kth_chunk():
     fig = block_map(simulate(sc, player="recurrence"))
     heat = fig.data[0]
     stride = fig.layout.meta["stride"]
-    assert stride == 2 and fig.layout.meta["chunks"] == 2 * n
-    assert np.asarray(heat.z).shape == (n, n) and list(heat.x) == list(range(0, 2 * n, 2))
+    assert stride == -(-2 * n // MAX_MAP_CHUNKS) > 1 and fig.layout.meta["chunks"] == 2 * n
+    shown = list(range(0, 2 * n, stride))
+    assert np.asarray(heat.z).shape == (len(shown), len(shown)) and list(heat.x) == shown
     assert heat.customdata is None                    # no per-cell hover at this size
     # no mask: query rank r sees the block of K/V rank s at step (r - s) mod n
     grid = np.asarray(heat.z, dtype=float)
