@@ -147,7 +147,14 @@ class BoundedCache:
 
 
 _CACHES: "weakref.WeakSet[BoundedCache]" = weakref.WeakSet()
-os.register_at_fork(after_in_child=lambda: [cache._forget_threads() for cache in list(_CACHES)])
+
+
+def _forget_threads_in_child() -> None:
+    for cache in list(_CACHES):
+        cache._forget_threads()
+
+
+os.register_at_fork(after_in_child=_forget_threads_in_child)
 
 
 CACHE = BoundedCache(10_000_000, lambda r: len(r.trace))

@@ -28,7 +28,6 @@ import numpy as np
 from sim.engine import threads
 from sim.engine.players import times_waves
 from sim.engine.schedule import Schedule
-from sim.engine.threads import each
 from sim.hardware.contention import HBM_PASSES, MAX_SHARE, GpuPull
 
 PLAYS = 8
@@ -60,26 +59,26 @@ def times_pulled(schedule: Schedule, dur: np.ndarray, pull: tuple[np.ndarray, np
     if pieces is None:
         pieces = PIECES if len(schedule) >= threads.WORTH_THREADS else 1
     ctas, copy_bps, memory_share = pull
-    gpus = each(lambda r: _ByGpu(schedule, xfer, comp, ctas, copy_bps, *r), _ranges(schedule.n_ranks, pieces),
-                size=len(schedule))
-    ids = gpus[0].comp if len(gpus) == 1 else np.concatenate([g.comp for g in gpus])
+    gpus = threads.each(lambda r: _ByGpu(schedule, xfer, comp, ctas, copy_bps, *r),
+                        _ranges(schedule.n_ranks, pieces), size=len(schedule))
+    ids = _joined([g.comp for g in gpus])
     m = [memory_share[g.comp] for g in gpus]
-
-    def extra_s(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        if len(gpus) == 1:       # a small schedule: nothing to gather (the planner runs thousands)
-            return _extra_s(gpus[0], start, end, m[0], gpu)
-        return np.concatenate(each(lambda j: _extra_s(gpus[j], start, end, m[j], gpu), range(len(gpus)),
-                                   size=len(schedule)))
-
     stretched = dur.copy()
     for _ in range(PLAYS):
-        extra = extra_s(start, end)
+        extra = _joined(threads.each(lambda j: _extra_s(gpus[j], start, end, m[j], gpu), range(len(gpus)),
+                                     size=len(schedule)))
         moved = np.abs(dur[ids] + extra - stretched[ids])
         stretched[ids] = dur[ids] + extra
         start, end = times_waves(schedule, stretched)
         if moved.max(initial=0.0) < SETTLED_S:
             break
     return start, end
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The ranges' arrays end to end (one range's as it is: a small run, as the planner makes
+    thousands of, copies nothing)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _ranges(n_gpus: int, pieces: int) -> list[tuple[int, int]]:

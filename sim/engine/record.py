@@ -17,8 +17,9 @@ from collections import Counter
 
 import numpy as np
 
+from sim.engine import threads
 from sim.engine.schedule import DKV, EMPTY, KINDS, NO_DEP, Posts, Schedule
-from sim.engine.threads import WORTH_THREADS, each
+from sim.engine.threads import each
 from sim.trace.format import COLUMN_TYPES, COMPUTE, IDLE, KIND_NAMES, RECV, SEND, WAIT, SpanTable
 
 # a schedule's kind codes as the trace's; the trace's idle after them
@@ -424,7 +425,7 @@ def _compute_waits_apart(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, st
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """_compute_waits, found for the two halves of `ops` side by side (each compute's waits
     are its own: sim.engine.threads) when the schedule is large enough to gain from it."""
-    if len(schedule) < WORTH_THREADS or len(ops) < 2:
+    if len(schedule) < threads.WORTH_THREADS or len(ops) < 2:
         return _compute_waits(schedule, ops, t0, start, end, posts)
     halves = [slice(0, len(ops) // 2), slice(len(ops) // 2, None)]
     found = each(lambda h: _compute_waits(schedule, ops[h], t0[h], start, end, posts), halves, size=len(schedule))

@@ -199,16 +199,17 @@ def test_the_view_question_and_language_reach_the_url_as_the_server_writes_them(
     (dashboard.nav.TO_URL_JS) is the server's own (dashboard.nav.with_nav): the other keys
     kept, defaults left out, an invalid value taken from the address; nothing where the
     address says it already."""
-    from dashboard.nav import TO_URL_JS, with_nav
+    from dashboard.i18n import LANGUAGES
+    from dashboard.nav import N_QUESTIONS, TO_URL_JS, views, with_nav
 
     _open(dash_duo, "")
     dash_duo.wait_for_contains_text("#timeline .gtitle", "makespan", timeout=TIMEOUT)
     script = ("const to_url = " + TO_URL_JS + ";\n const out = to_url(...arguments);"
               "\n return out === window.dash_clientside.no_update ? null : out;")
     for view, q, lang, search in NAV_CASES:
-        want = with_nav(search, search, view=view if view in [v for v, _ in TABS] else None,
-                        q=q if isinstance(q, int) and 1 <= q <= 8 else None,
-                        lang=lang if lang in ("en", "id") else None)
+        want = with_nav(search, search, view=view if view in views() else None,
+                        q=q if isinstance(q, int) and 1 <= q <= N_QUESTIONS else None,
+                        lang=lang if lang in LANGUAGES else None)
         got = dash_duo.driver.execute_script(script, view, q, lang, search)
         assert got == (None if want == search else want), (view, q, lang, search)
     # the other keys as they are written: not decoded and encoded again
