@@ -38,6 +38,7 @@ from dashboard.views import (
     timeline,
     traces,
 )
+from dashboard.views.common import register_shown
 
 
 def create_app(profile_path: str | None = None, traces_dir: str | None = None,
@@ -60,6 +61,7 @@ def create_app(profile_path: str | None = None, traces_dir: str | None = None,
         view.register_callbacks(app, served)
     traces.register_callbacks(app, served, traces_dir=traces_dir)
     background.register_texts(app, ("compare", "schemes"))
+    register_shown(app)
     for part in (language, nav, questions, plan):
         part.register_callbacks(app)
 

@@ -28,6 +28,7 @@ from dashboard.views import (
     timeline,
     traces,
 )
+from dashboard.views.common import shown_stores
 
 
 def main(first_example: str | None = None) -> html.Div:
@@ -67,6 +68,7 @@ def page(profile_note: dict[str, Any] | None = None,
         dcc.Store(id="profile", data=profile_note),
         dcc.Store(id="measured", data=example_note),
         *questions.stores(),
+        *shown_stores(),
         html.Header(className="header", children=[
             html.H1("ringsim"),
             html.Span("Ring Attention and sequence parallelism, simulated: how K/V blocks travel, "

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output
+from dash import Output, State
 
 from dashboard import compute, explain
 from dashboard.figures.block_map import block_map
 from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator, layout_label, run_words
 from dashboard.served import Served
-from dashboard.views.common import graph, only_on
+from dashboard.views.common import graph, only_on, shown
 from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
@@ -27,8 +27,9 @@ def view() -> list[Any]:
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
     @app.callback(Output("block-map", "figure"),
-                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
-    def draw_block_map(data, profile_data, tab, lang):
+                  State("scenario", "data"), State("profile", "data"), State("tabs", "value"), State("lang", "value"),
+                  shown("blocks"))
+    def draw_block_map(data, profile_data, tab, lang, _shown):
         only_on("blocks", tab)
         t = Translator(lang)
         try:

@@ -1,9 +1,20 @@
 """What the views share: a graph with its loading indicator, the style of a hidden part,
-and the rule that a view computes only while its tab is open (`only_on`)."""
+and the rule that a view computes only while its tab is open (`only_on`, `shown`).
+
+A view's callbacks read the scenario, the profile, the language and the tab as State and
+fire on the view's own store, `shown-<view>`, which a callback in the browser
+(`register_shown`) writes when one of those changes and the view's tab is open, or as the
+tab opens. A change of the scenario thus asks the server for the open view alone, not for
+every view (each request the page makes, even one a closed view answers with nothing,
+costs the page's renderer about as much as drawing a small figure: it walks every
+component on the page for each of its steps).
+"""
 
 from __future__ import annotations
 
-from dash import dcc
+import json
+
+from dash import Input, Output, dcc
 from dash.exceptions import PreventUpdate
 
 HIDDEN = {"display": "none"}
@@ -17,3 +28,38 @@ def graph(gid: str, height: int = 400) -> dcc.Loading:
 def only_on(tab: str, current: str) -> None:
     if current != tab:
         raise PreventUpdate
+
+
+SHOWN_VIEWS = ("questions", "timeline", "blocks", "compare", "schemes", "sweep", "memory", "merge", "measured")
+"""The views whose callbacks follow the scenario, the profile and the language (`shown`)."""
+
+SHOWN_INPUTS = (("scenario", "data"), ("profile", "data"), ("lang", "value"), ("tabs", "value"))
+"""The values whose change makes the open view draw again; the tab last."""
+
+_SHOWN_JS = """
+function(...args) {
+    const tab = args[args.length - 1];
+    const views = %s;
+    // a view's callbacks fire on any write to its store: the time makes each one new to a reader
+    return views.map(v => v === tab ? Date.now() : window.dash_clientside.no_update);
+}
+"""
+
+
+def shown(view: str) -> Input:
+    """The input a callback of `view` fires on: its store, written when the scenario, the
+    profile, the language or the tab changes and `view` is the tab open."""
+    assert view in SHOWN_VIEWS, view
+    return Input(f"shown-{view}", "data")
+
+
+def shown_stores() -> list[dcc.Store]:
+    return [dcc.Store(id=f"shown-{view}") for view in SHOWN_VIEWS]
+
+
+def register_shown(app) -> None:
+    """The callback, run in the browser, that writes the open view's store (`shown`); the
+    tab is its last input."""
+    app.clientside_callback(_SHOWN_JS % json.dumps(list(SHOWN_VIEWS)),
+                            [Output(f"shown-{view}", "data") for view in SHOWN_VIEWS],
+                            *[Input(i, p) for i, p in SHOWN_INPUTS])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, html, no_update
+from dash import Output, State, html, no_update
 
 from dashboard import compute
 from dashboard.figures.comparison import comparison
@@ -19,7 +19,7 @@ from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
 from dashboard.state import RING_SCHEMES
 from dashboard.views.background import RowsSoFar, busy_line, long_callback
-from dashboard.views.common import HIDDEN, graph, only_on
+from dashboard.views.common import HIDDEN, graph, only_on, shown
 from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
@@ -40,7 +40,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         # one layout/overlap pair is as good as another for the key: all six are drawn
         return sc, sc.with_(layout="zigzag", overlap=True), hw, key
 
-    def ready(data, profile_data, tab, lang) -> bool:
+    def ready(data, profile_data, tab, lang, _shown) -> bool:
         try:
             _, keyed, _, key = compared(data, profile_data)
         except RingsimError:
@@ -49,9 +49,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 
     @long_callback(app, served.background, "compare",
                    [Output("compare", "figure"), Output("compare-table", "children")],
-                   [Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value")],
+                   [State("scenario", "data"), State("profile", "data"), State("tabs", "value"), State("lang", "value"),
+                    shown("compare")],
                    ready=ready)
-    def compare(progress, data, profile_data, tab, lang):
+    def compare(progress, data, profile_data, tab, lang, _shown):
         only_on("compare", tab)
         t = Translator(lang)
         try:
@@ -64,8 +65,8 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         return comparison(rows, comparison_labels(t)), _compare_table(rows, t)
 
     @app.callback(Output("documents", "figure"), Output("documents-section", "style"),
-                  Input("scenario", "data"), Input("tabs", "value"), Input("lang", "value"))
-    def documents(data, tab, lang):
+                  State("scenario", "data"), State("tabs", "value"), State("lang", "value"), shown("compare"))
+    def documents(data, tab, lang, _shown):
         only_on("compare", tab)
         sc = served.scenario_of(data)
         if not sc.packed:

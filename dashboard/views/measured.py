@@ -20,7 +20,7 @@ from dashboard.figures.overlay import overlay, trace_summary
 from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator
 from dashboard.served import EXAMPLE_PROFILE_TOKEN, MAX_UPLOAD_BYTES, Served
-from dashboard.views.common import HIDDEN, graph, only_on
+from dashboard.views.common import HIDDEN, graph, only_on, shown
 from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
 
@@ -90,9 +90,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 
     @app.callback(Output("overlay", "figure"), Output("trace-notice", "children"),
                   Output("profile-example", "style"), Output("profile-example", "children"),
-                  Input("measured", "data"), Input("scenario", "data"), Input("profile", "data"),
-                  Input("tabs", "value"), Input("lang", "value"))
-    def draw_overlay(measured_data, data, profile_data, tab, lang):
+                  Input("measured", "data"), State("scenario", "data"), State("profile", "data"),
+                  State("tabs", "value"), State("lang", "value"), shown("measured"))
+    def draw_overlay(measured_data, data, profile_data, tab, lang, _shown):
         only_on("measured", tab)
         t = Translator(lang)
         hidden = {"display": "none"}

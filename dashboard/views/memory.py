@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output
+from dash import Output, State
 
 from dashboard import compute
 from dashboard.figures.memory import memory
 from dashboard.i18n import Translator, scheme_name
 from dashboard.served import Served
-from dashboard.views.common import graph, only_on
+from dashboard.views.common import graph, only_on, shown
 from dashboard.views.labels import compared_run, figure_labels
 
 
@@ -23,8 +23,9 @@ def view() -> list[Any]:
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
-    @app.callback(Output("memory", "figure"), Input("scenario", "data"), Input("tabs", "value"), Input("lang", "value"))
-    def draw_memory(data, tab, lang):
+    @app.callback(Output("memory", "figure"), State("scenario", "data"), State("tabs", "value"), State("lang", "value"),
+                  shown("memory"))
+    def draw_memory(data, tab, lang, _shown):
         only_on("memory", tab)
         t = Translator(lang)
         sc = served.scenario_of(data)

@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboard import compute
 from dashboard.figures.merge import merge_steps
 from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
-from dashboard.views.common import graph, only_on
+from dashboard.views.common import graph, only_on, shown
 from dashboard.views.labels import figure_labels
 from sim.layouts import get as get_layout
 from sim.scenario.config import Scenario
@@ -38,8 +38,9 @@ def view() -> list[Any]:
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
     @app.callback(Output("merge", "figure"), Output("merge-row", "max"), Output("merge-note", "children"),
-                  Input("scenario", "data"), Input("merge-row", "value"), Input("tabs", "value"), Input("lang", "value"))
-    def merge(data, row, tab, lang):
+                  State("scenario", "data"), Input("merge-row", "value"), State("tabs", "value"), State("lang", "value"),
+                  shown("merge"))
+    def merge(data, row, tab, lang, _shown):
         only_on("merge", tab)
         t = Translator(lang)
         sc = served.scenario_of(data)

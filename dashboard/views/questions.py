@@ -22,6 +22,7 @@ from dash.exceptions import PreventUpdate
 from dashboard import compute, quiz_explain, quiz_figures
 from dashboard.i18n import Translator
 from dashboard.nav import N_QUESTIONS
+from dashboard.views.common import shown
 from dashboard.views.ring_animation import register_ring_stepper, ring_controls, ring_scenario
 from sim.errors import RingsimError
 
@@ -146,8 +147,8 @@ def register_callbacks(app) -> None:
 
     @app.callback(Output("quiz-bw", "min"), Output("quiz-bw", "max"), Output("quiz-bw", "marks"),
                   Output("quiz-bw", "value"), Output("quiz-row", "max"), Output("quiz-row", "value"),
-                  Input("scenario", "data"), Input("lang", "value"))
-    def controls(data, lang):
+                  State("scenario", "data"), State("lang", "value"), shown("questions"))
+    def controls(data, lang, _shown):
         try:
             sc = ring_scenario(data)
         except RingsimError:
@@ -169,10 +170,10 @@ def register_callbacks(app) -> None:
                   Output("quiz-score", "children"), Output("quiz-final", "children"),
                   Output("quiz-ring-box", "style"), Output("quiz-ring-step", "max"),
                   Output("quiz-ring-step", "value"),
-                  Input("quiz-answers", "data"), Input("quiz-q", "value"), Input("lang", "value"),
-                  Input("scenario", "data"), Input("quiz-bw", "value"), Input("quiz-row", "value"),
-                  Input("tabs", "value"))
-    def explanation(answers, q, lang, data, bw_log, row, tab):
+                  Input("quiz-answers", "data"), Input("quiz-q", "value"), State("lang", "value"),
+                  State("scenario", "data"), Input("quiz-bw", "value"), Input("quiz-row", "value"),
+                  State("tabs", "value"), shown("questions"))
+    def explanation(answers, q, lang, data, bw_log, row, tab, _shown):
         if tab != "questions" or q not in ANSWERS:
             raise PreventUpdate
         t = Translator(lang)

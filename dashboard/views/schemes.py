@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboard import compute, explain
 from dashboard.figures.schemes import GIB, fastest, scheme_comparison, sent_unit
@@ -19,7 +19,7 @@ from dashboard.i18n import Translator, scheme_name
 from dashboard.served import Served
 from dashboard.state import SCHEMES_MODES
 from dashboard.views.background import RowsSoFar, busy_line, long_callback
-from dashboard.views.common import graph, only_on
+from dashboard.views.common import graph, only_on, shown
 from dashboard.views.labels import compared_run, figure_labels
 from sim.errors import RingsimError
 from sim.planning.plan import TIE_WITHIN
@@ -51,7 +51,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             return sc, "impl-rows", sc.with_(impl="ideal"), hw, key
         return sc, "scheme-rows", compute.scheme_base(sc), hw, key
 
-    def ready(data, profile_data, tab, lang, mode) -> bool:
+    def ready(data, profile_data, tab, lang, mode, _shown) -> bool:
         try:
             _, kind, base, _, key = compared(data, profile_data, mode)
         except RingsimError:
@@ -60,9 +60,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 
     @long_callback(app, served.background, "schemes",
                    [Output("schemes", "figure"), Output("schemes-table", "children"), Output("schemes-why", "children")],
-                   [Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"),
-                    Input("lang", "value"), Input("schemes-mode", "value")], ready=ready)
-    def schemes(progress, data, profile_data, tab, lang, mode):
+                   [State("scenario", "data"), State("profile", "data"), State("tabs", "value"),
+                    State("lang", "value"), Input("schemes-mode", "value"), shown("schemes")], ready=ready)
+    def schemes(progress, data, profile_data, tab, lang, mode, _shown):
         only_on("schemes", tab)
         t = Translator(lang)
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output
+from dash import Output, State
 
 from dashboard import compute
 from dashboard.figures.style import message_figure
 from dashboard.figures.sweep import overlap_sweep
 from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
-from dashboard.views.common import graph, only_on
+from dashboard.views.common import graph, only_on, shown
 from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
 
@@ -26,8 +26,9 @@ def view() -> list[Any]:
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
     @app.callback(Output("sweep", "figure"),
-                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
-    def sweep(data, profile_data, tab, lang):
+                  State("scenario", "data"), State("profile", "data"), State("tabs", "value"), State("lang", "value"),
+                  shown("sweep"))
+    def sweep(data, profile_data, tab, lang, _shown):
         only_on("sweep", tab)
         t = Translator(lang)
         try:

@@ -21,7 +21,7 @@ from dashboard.figures.timeline import SERIES, series_styles, timeline
 from dashboard.i18n import Translator, run_words
 from dashboard.served import Served
 from dashboard.state import defaults
-from dashboard.views.common import HIDDEN, graph, only_on
+from dashboard.views.common import HIDDEN, graph, only_on, shown
 from dashboard.views.labels import figure_labels
 from dashboard.views.ring_animation import register_ring_stepper, ring_controls, ring_scenario
 from sim.errors import RingsimError
@@ -62,8 +62,8 @@ def view() -> list[Any]:
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
     @app.callback(Output("ranks", "max"), Output("ranks", "value"), Output("ranks", "marks"),
-                  Input("scenario", "data"), State("ranks", "max"), State("ranks", "value"))
-    def rank_window(data, old_max, current):
+                  State("scenario", "data"), State("ranks", "max"), State("ranks", "value"), shown("timeline"))
+    def rank_window(data, old_max, current, _shown):
         n = served.scenario_of(data).n_gpus
         step = max(1, n // 8)
         marks = {r: str(r) for r in range(0, n, step)} | {n - 1: str(n - 1)}
@@ -73,10 +73,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         return n - 1, [0, hi], marks
 
     @app.callback(Output("timeline", "figure"), Output("ranks", "value", allow_duplicate=True),
-                  Input("scenario", "data"), Input("profile", "data"), Input("ranks", "value"),
-                  Input("tabs", "value"), Input("lang", "value"), Input("timeline-zoom", "data"),
+                  State("scenario", "data"), State("profile", "data"), Input("ranks", "value"),
+                  State("tabs", "value"), State("lang", "value"), Input("timeline-zoom", "data"), shown("timeline"),
                   prevent_initial_call="initial_duplicate")
-    def draw_timeline(data, profile_data, ranks, tab, lang, zoom):
+    def draw_timeline(data, profile_data, ranks, tab, lang, zoom, _shown):
         fig = _draw_timeline(data, profile_data, ranks, tab, lang, zoom)
         # the slider shows the GPUs drawn: a window narrowed to fit MAX_DRAWN_SPANS says so
         drawn = ((fig.layout.meta or {}).get("ranks") if hasattr(fig, "layout") else None)
@@ -170,8 +170,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
     # a run whose transfers all hide shows nothing exposed: say so, and offer the layout that does
     @app.callback(Output("timeline-hidden", "style"), Output("timeline-hidden-text", "children"),
                   Output("timeline-show-contiguous", "children"),
-                  Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("lang", "value"))
-    def nothing_exposed(data, profile_data, tab, lang):
+                  State("scenario", "data"), State("profile", "data"), State("tabs", "value"), State("lang", "value"),
+                  shown("timeline"))
+    def nothing_exposed(data, profile_data, tab, lang, _shown):
         only_on("timeline", tab)
         t = Translator(lang)
         try:
@@ -194,8 +195,8 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
     # the ring animation under the timeline
     @app.callback(Output("timeline-ring", "figure"), Output("timeline-ring-step", "max"),
                   Output("timeline-ring-step", "value"), Output("timeline-ring-section", "style"),
-                  Input("scenario", "data"), Input("lang", "value"), Input("tabs", "value"))
-    def timeline_ring(data, lang, tab):
+                  State("scenario", "data"), State("lang", "value"), State("tabs", "value"), shown("timeline"))
+    def timeline_ring(data, lang, tab, _shown):
         if tab != "timeline":
             raise PreventUpdate
         values = (data or {}).get("values") if isinstance(data, dict) else None
