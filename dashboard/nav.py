@@ -71,13 +71,13 @@ def register_callbacks(app) -> None:
     @app.callback(Output("tabs", "value"), Output("quiz-q", "value"), Output("lang", "value"),
                   Output("nav-msg", "children"),
                   Input("url", "pathname"), Input("url", "search"),
-                  State("tabs", "value"), State("quiz-q", "value"), State("lang", "value"))
-    def nav_from_url(_, search, view, q, lang):
+                  State("tabs", "value"), State("quiz-q", "value"), State("lang", "value"), State("nav-msg", "children"))
+    def nav_from_url(_, search, view, q, lang, shown_msg):
         nav, ignored = parse_nav(search)
         msg = (Translator(nav["lang"])("nav.ignored", params=", ".join(ignored))
                if ignored else None)
-        return (*(no_update if new == now else new
-                  for new, now in ((nav["view"], view), (nav["q"], q), (nav["lang"], lang))), msg)
+        return tuple(no_update if (new or None) == (now or None) else new
+                     for new, now in ((nav["view"], view), (nav["q"], q), (nav["lang"], lang), (msg, shown_msg)))
 
     # in the browser, as the click is handled: an address written a server round trip
     # later may come after the click's user activation has lapsed (about 5 s in Chromium),

@@ -171,6 +171,11 @@ def controls() -> html.Div:
     ])
 
 
+def _changed(new: Any, shown: Any) -> Any:
+    """`new`, or no_update where the page shows it already (an empty line is None or "")."""
+    return no_update if (new or None) == (shown or None) else new
+
+
 def register_callbacks(app: dash.Dash, served: Served) -> None:
     index = {cid: i for i, cid in enumerate(CONTROL_IDS)}
 
@@ -180,10 +185,12 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         + [Output(f"{cid}-msg", "children") for cid in CONTROL_IDS],
         [Input("url", "search")] + [Input(cid, "value") for cid in CONTROL_IDS]
         + [Input("profile", "data"), Input("lang", "value")],
-        State("scenario", "data"), State("tabs", "value"),
+        [State("scenario", "data"), State("tabs", "value"), State("banner", "children")]
+        + [State(f"{cid}-msg", "children") for cid in CONTROL_IDS],
     )
-    def sync(search, *vals_and_current):
-        *vals, profile_data, lang, current, tab = vals_and_current
+    def sync(search, *rest):
+        n = len(CONTROL_IDS)
+        vals, (profile_data, lang, current, tab, shown_banner), shown_msgs = rest[:n], rest[n:n + 5], rest[n + 5:]
         prof = served.loaded_profile(profile_data)
         # the messages in the page's language: the URL's (it carries the language) until the
         # switch has taken it
@@ -246,7 +253,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             else:
                 store = no_update
                 banner.append(t("banner.last-valid"))
-        return value_out + [url_out, store, " ".join(banner) or None] + msgs
+        # a line already saying what it should is left alone, as a control is
+        banner_out = " ".join(banner) or None
+        return (value_out + [url_out, store, _changed(banner_out, shown_banner)]
+                + [_changed(m, shown) for m, shown in zip(msgs, shown_msgs)])
 
     # a loaded profile is the hardware: the GPU and link controls name it, the preset
     # numbers it replaces are disabled

@@ -7,6 +7,7 @@ downloads: the trace, the Chrome trace and the metrics (dashboard/export.py).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import dash
@@ -69,6 +70,7 @@ def view() -> list[Any]:
             dcc.Download(id="dl-trace"), dcc.Download(id="dl-chrome"), dcc.Download(id="dl-csv"),
         ]),
         dcc.Graph(id="layout-strip", config={"displayModeBar": False}, style={"height": "170px"}),
+        dcc.Store(id="layout-strip-drawn"),
     ]
 
 
@@ -163,8 +165,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         view = (ctx.triggered_id or "").removeprefix("start-")
         return view if view in START_HERE else no_update
 
-    @app.callback(Output("layout-strip", "figure"), Input("scenario", "data"), Input("lang", "value"))
-    def draw_layout_strip(data, lang):
+    @app.callback(Output("layout-strip", "figure"), Output("layout-strip-drawn", "data"),
+                  Input("scenario", "data"), Input("lang", "value"), State("layout-strip-drawn", "data"))
+    def draw_layout_strip(data, lang, drawn):
         t = Translator(lang)
         sc = served.scenario_of(data)
         split = compute.token_split(sc, t)
@@ -181,8 +184,11 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                                         title=split["title"], labels=labels, owner=owner, bounds=bounds)
 
         # a function of the token split (with what packed holders depend on), the length and
-        # the language only: other changes reuse it
-        return compute.figure("strip", Scenario(), None, [split, seq, t.lang], make)
+        # the language only: other changes reuse it, and leave the strip on the page as drawn
+        key = json.dumps([split, seq, t.lang], sort_keys=True, default=str)
+        if key == drawn:
+            return no_update, no_update
+        return compute.figure("strip", Scenario(), None, [split, seq, t.lang], make), key
 
     @app.callback(Output("dl-trace", "data"), Input("dl-trace-btn", "n_clicks"),
                   State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)

@@ -62,7 +62,13 @@ def test_invalid_value_shows_a_message_and_keeps_the_last_scenario(client):
     assert "must divide" in out["kv-heads-msg"]["children"]
     assert "scenario" not in out                       # views keep the last valid one
     assert "last valid scenario" in out["banner"]["children"]
-    assert out["heads-msg"]["children"] == ""
+    assert "heads-msg" not in out and "seq-msg" not in out     # no message shown, none sent
+    # a line shown for a control now valid is cleared; the banner too
+    status, out = client.call("scenario.data", controls() | {"kv-heads-msg.children": "must divide",
+                                                             "banner.children": "last valid scenario"},
+                              ["kv-heads.value"])
+    assert status == 200 and out["kv-heads-msg"]["children"] == "" and out["banner"]["children"] is None
+    assert "scenario" in out and "heads-msg" not in out
 
 
 @pytest.mark.parametrize("lang, words", [("en", "the views show the default scenario"),
@@ -240,3 +246,17 @@ def test_the_started_run_is_the_one_the_cards_then_read(monkeypatch):
     assert served.metrics_of(data, None) is made.metrics and compute.CACHE.misses == 1
     # a run the page cannot make fails in the thread alone: the view asking says why
     served.start_run(_store(gpus=8, seq=8192, heads=7), None).join()
+
+
+def test_the_layout_strip_is_left_as_drawn_where_the_change_does_not_move_it(client):
+    _, out = client.call("layout-strip.figure", {"scenario.data": _store(gpus=8)}, ["scenario.data"])
+    drawn = out["layout-strip-drawn"]["data"]
+    assert "8 GPUs" in out["layout-strip"]["figure"]["layout"]["title"]["text"]
+    # the link's bandwidth moves no token: nothing is sent
+    _, out = client.call("layout-strip.figure", {"scenario.data": _store(gpus=8, **{"link-gbps": 100.0}),
+                                                 "layout-strip-drawn.data": drawn}, ["scenario.data"])
+    assert out == {}
+    # another number of GPUs, or another language, is drawn again
+    for change in ({"scenario.data": _store(gpus=4)}, {"scenario.data": _store(gpus=8), "lang.value": "id"}):
+        _, out = client.call("layout-strip.figure", change | {"layout-strip-drawn.data": drawn}, ["scenario.data"])
+        assert out["layout-strip-drawn"]["data"] != drawn and "figure" in out["layout-strip"]

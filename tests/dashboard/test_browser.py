@@ -172,3 +172,61 @@ def test_a_chart_drawn_narrower_than_its_box_is_drawn_again_at_its_width(dash_du
             break
         time.sleep(0.2)
     assert box > 900 and abs(box - drawn) <= 1, (box, drawn)
+
+
+ASKED = """
+window.__asked = [];
+const fetched = window.fetch;
+window.fetch = function(url, options) {
+    try { window.__asked.push(JSON.parse(options.body).output); } catch (e) {}
+    return fetched.apply(this, arguments);
+};
+"""
+"""Notes the outputs of every callback the page asks the server for."""
+SETTLED = """
+const s = window.store && window.store.getState();
+if (!s) return false;
+const cb = Object.assign({}, s.callbacks); delete cb.stored; delete cb.completed;
+return [].concat(...Object.values(cb)).length === 0;
+"""
+VIEW_FIGURES = {"timeline": "timeline.figure", "blocks": "block-map.figure", "compare": "compare.figure",
+                "schemes": "schemes.figure", "sweep": "sweep.figure", "memory": "memory.figure",
+                "merge": "merge.figure", "measured": "overlay.figure", "questions": "quiz-bw.marks"}
+"""A callback of each view that follows the scenario (dashboard.views.common.SHOWN_VIEWS)."""
+
+
+def _asked(dash_duo) -> list[str]:
+    """The outputs asked for since the last call, once the page has no callback pending."""
+    deadline = time.time() + TIMEOUT
+    while not dash_duo.driver.execute_script(SETTLED) and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)
+    while not dash_duo.driver.execute_script(SETTLED) and time.time() < deadline:
+        time.sleep(0.1)
+    return dash_duo.driver.execute_script("const a = window.__asked; window.__asked = []; return a;")
+
+
+def test_a_change_of_the_scenario_asks_the_server_for_the_open_view_alone(dash_duo):
+    from dashboard.views.common import SHOWN_VIEWS
+
+    assert set(VIEW_FIGURES) == set(SHOWN_VIEWS)
+    dash_duo.start_server(create_app())
+    dash_duo.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": ASKED})
+    dash_duo.driver.get(dash_duo.server_url + "/?view=memory&gpus=4")
+    dash_duo.wait_for_element("#memory .main-svg", timeout=TIMEOUT)
+    first = _asked(dash_duo)
+    assert any(VIEW_FIGURES["memory"] in o for o in first)
+    # the address changes, as the back button changes it
+    dash_duo.driver.execute_script("window.history.pushState({}, '', '?view=memory&gpus=8');"
+                                   "window.dispatchEvent(new PopStateEvent('popstate'));")
+    dash_duo.wait_for_contains_text("#scenario-line", "8 × ", timeout=TIMEOUT)
+    asked = " ".join(_asked(dash_duo))
+    assert VIEW_FIGURES["memory"] in asked and "m-makespan.children" in asked
+    for view, output in VIEW_FIGURES.items():
+        assert view == "memory" or output not in asked, (view, asked)
+    # a view opened draws the scenario as it is now
+    dash_duo.find_element("#tab-sweep").click()
+    asked = " ".join(_asked(dash_duo))
+    assert VIEW_FIGURES["sweep"] in asked and VIEW_FIGURES["memory"] not in asked
+    dash_duo.wait_for_element("#sweep .main-svg", timeout=TIMEOUT)
+    assert _severe(dash_duo) == []

@@ -221,10 +221,17 @@ def test_link_opens_view_question_and_language(client):
                                                    "url.search": "?view=questions&q=5&lang=id"})
     assert status == 200
     assert out["tabs"]["value"] == "questions" and out["quiz-q"]["value"] == 5
-    assert out["lang"]["value"] == "id" and out["nav-msg"]["children"] is None
+    assert out["lang"]["value"] == "id" and "nav-msg" not in out      # nothing to say, nothing shown
     status, out = client.call("nav-msg.children", {"url.pathname": "/", "url.search": "?q=0&lang=klingon"})
     assert status == 200 and out["quiz-q"]["value"] == 1 and out["lang"]["value"] == "en"
-    assert "q=0" in out["nav-msg"]["children"] and "lang=klingon" in out["nav-msg"]["children"]
+    said = out["nav-msg"]["children"]
+    assert "q=0" in said and "lang=klingon" in said
+    # the same line again is left alone; a good link then clears it
+    _, out = client.call("nav-msg.children", {"url.pathname": "/", "url.search": "?q=0&lang=klingon",
+                                              "nav-msg.children": said})
+    assert "nav-msg" not in out
+    _, out = client.call("nav-msg.children", {"url.pathname": "/", "url.search": "?q=2", "nav-msg.children": said})
+    assert out["nav-msg"]["children"] is None
 
 
 def test_view_question_and_language_go_into_the_url_in_the_browser(client):
