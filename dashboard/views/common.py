@@ -13,6 +13,8 @@ component on the page for each of its steps).
 from __future__ import annotations
 
 import json
+from html import escape
+from typing import Any
 
 from dash import Input, Output, dcc
 from dash.exceptions import PreventUpdate
@@ -63,3 +65,35 @@ def register_shown(app) -> None:
     app.clientside_callback(_SHOWN_JS % json.dumps(list(SHOWN_VIEWS)),
                             [Output(f"shown-{view}", "data") for view in SHOWN_VIEWS],
                             *[Input(i, p) for i, p in SHOWN_INPUTS])
+
+
+class Cell(str):
+    """A table cell's HTML (`cell`)."""
+
+
+def cell(*parts: str | tuple[str, str], cls: str | None = None, colspan: int | None = None) -> Cell:
+    """A cell of `table`: its parts, each a text or (text, class), a span of that class."""
+    inner = "".join(_text(p) if isinstance(p, str) else f'<span class="{escape(p[1])}">{_text(p[0])}</span>'
+                    for p in parts)
+    attrs = (f' class="{escape(cls)}"' if cls else "") + (f' colspan="{int(colspan)}"' if colspan else "")
+    return Cell(f"<td{attrs}>{inner}</td>")
+
+
+def table(head: list[str], rows: list[tuple[list[Any], str | None]]) -> dcc.Markdown:
+    """A table of `rows` ((cells, the row's class or None); a cell is a text or a `cell`) as
+    one component: its HTML, every text escaped. An html.Table of a comparison's fifteen rows
+    is some 150 components, and the page's renderer walks every component on the page at
+    each step of every update (a warm Compare schemes at 1,024 GPUs took about 0.3 s longer)."""
+    def row(cells: list[Any], cls: str | None) -> str:
+        attr = f' class="{escape(cls)}"' if cls else ""
+        return f"<tr{attr}>" + "".join(c if isinstance(c, Cell) else cell(str(c)) for c in cells) + "</tr>"
+
+    body = "".join(row(cells, cls) for cells, cls in rows)
+    head_row = "".join(f"<th>{_text(h)}</th>" for h in head)
+    return dcc.Markdown(f"<table><thead><tr>{head_row}</tr></thead><tbody>{body}</tbody></table>",
+                        dangerously_allow_html=True)
+
+
+def _text(s: str) -> str:
+    # one line: a blank line would end the HTML block the Markdown reads as it is
+    return escape(str(s).replace("\r", " ").replace("\n", " "))

@@ -19,7 +19,7 @@ from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
 from dashboard.state import RING_SCHEMES
 from dashboard.views.background import RowsSoFar, busy_line, long_callback
-from dashboard.views.common import HIDDEN, graph, only_on, shown
+from dashboard.views.common import HIDDEN, graph, only_on, shown, table
 from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
@@ -104,7 +104,7 @@ def comparison_labels(t: Translator) -> dict[str, Any]:
     return figure_labels(t, "cmp") | {"num": lambda y: t.num(y), "layout": lambda lay: layout_label(t, lay)}
 
 
-def _compare_table(rows: list[dict[str, Any]], t: Translator) -> html.Table:
+def _compare_table(rows: list[dict[str, Any]], t: Translator) -> Any:
     """The rows of `ringsim compare`: every layout with overlap on and off, in the page's language."""
     best = min(r["makespan_s"] for r in rows)
     head = [t("cmp.col.layout"), t("cmp.col.overlap"), t("sch.col.makespan"), t("sch.col.vs_best"),
@@ -113,5 +113,4 @@ def _compare_table(rows: list[dict[str, Any]], t: Translator) -> html.Table:
              t.num(r["makespan_s"] / best) + "×", "–" if r["efficiency"] is None else t.pct(r["efficiency"]),
              t.num(r["load_imbalance"], 4), t.pct(r["overlap_efficiency"]),
              t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0"] for r in rows]
-    return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])),
-                       html.Tbody([html.Tr([html.Td(c) for c in row]) for row in body])])
+    return table(head, [(row, None) for row in body])

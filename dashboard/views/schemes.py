@@ -19,7 +19,7 @@ from dashboard.i18n import Translator, scheme_name
 from dashboard.served import Served
 from dashboard.state import SCHEMES_MODES
 from dashboard.views.background import RowsSoFar, busy_line, long_callback
-from dashboard.views.common import graph, only_on, shown
+from dashboard.views.common import cell, graph, only_on, shown, table
 from dashboard.views.labels import compared_run, figure_labels
 from sim.errors import RingsimError
 from sim.planning.plan import TIE_WITHIN
@@ -94,7 +94,7 @@ def scheme_labels(t: Translator) -> dict[str, Any]:
                                           "why": why}
 
 
-def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> html.Table:
+def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> Any:
     """The rows of `ringsim compare --schemes`, a refused one with its reason; the fastest
     and the run on screen marked."""
     best = fastest(rows)
@@ -107,23 +107,21 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> h
     body = []
     for r in rows:
         here = current is not None and (r["scheme"], r["variant"]) == tuple(current)
-        variant = [explain.variant(t, r["variant_clause"])] + (
-            [" ", html.Span("◂ " + t("sch.current"), className="here")] if here else [])
+        variant = cell(explain.variant(t, r["variant_clause"]), *([" ", ("◂ " + t("sch.current"), "here")] if here else []))
         if "refused" in r:
-            cells = [html.Td(scheme_name(t, r["scheme"])), html.Td(variant),
-                     html.Td(t("sch.refused", reason=explain.refusal(t, r["refused"], r["refused_clause"])),
-                             colSpan=7, className="refused")]
+            cells = [scheme_name(t, r["scheme"]), variant,
+                     cell(t("sch.refused", reason=explain.refusal(t, r["refused"], r["refused_clause"])),
+                          colspan=7, cls="refused")]
         else:
             eff = "–" if r["efficiency"] is None else t.pct(r["efficiency"])
             peak = "–" if r["peak_mem_bytes"] is None else gib(r["peak_mem_bytes"])
-            cells = [html.Td(c) for c in (scheme_name(t, r["scheme"]), variant, t.time(r["makespan_s"]),
-                                          t.num(r["makespan_s"] / best["makespan_s"]) + "×", eff,
-                                          t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0",
-                                          f"{t.num(r['bytes_sent_per_gpu'] / sent_scale)} {sent_in}", peak)]
-            cells.append(html.Td(explain.row_bound(t, r), className="why"))
-        body.append(html.Tr(cells, className=" ".join(
-            c for c, on in (("best", r is best), ("current", here)) if on) or None))
-    return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(body)])
+            cells = [scheme_name(t, r["scheme"]), variant, t.time(r["makespan_s"]),
+                     t.num(r["makespan_s"] / best["makespan_s"]) + "×", eff,
+                     t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0",
+                     f"{t.num(r['bytes_sent_per_gpu'] / sent_scale)} {sent_in}", peak,
+                     cell(explain.row_bound(t, r), cls="why")]
+        body.append((cells, " ".join(c for c, on in (("best", r is best), ("current", here)) if on) or None))
+    return table(head, body)
 
 
 def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:

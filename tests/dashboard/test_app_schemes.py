@@ -23,7 +23,7 @@ from sim.scenario.memory import peak_memory
 from sim.schemes import get as get_scheme
 from sim.schemes.base import Settings
 from sim.trace.metrics import compute_metrics
-from tests.dashboard.conftest import controls, measured_from, small_scenario
+from tests.dashboard.conftest import controls, measured_from, small_scenario, table_head, table_rows
 
 # 4 GPUs, 8192 tokens, 8 query heads and 4 K/V heads of 64, bf16: every scheme can run
 SMALL = {"gpus": 4, "seq": 8192, "heads": 8, "kv-heads": 4, "head-dim": 64}
@@ -49,22 +49,12 @@ def _array(x) -> np.ndarray:
 
 
 def _cells(component) -> list[list[str]]:
-    """The text of each body row of an html.Table as Dash serializes it."""
-    def text(node) -> str:
-        if isinstance(node, (str, int, float)):
-            return str(node)
-        if isinstance(node, list):
-            return "".join(text(x) for x in node)
-        if isinstance(node, dict):
-            return text(node.get("props", {}).get("children", ""))
-        return ""
-    body = component["props"]["children"][1]["props"]["children"]
-    return [[text(td) for td in tr["props"]["children"]] for tr in body]
+    """The text of each body row of a table the page shows."""
+    return [cells for _, cells in table_rows(component)]
 
 
 def _row_classes(component) -> list[str | None]:
-    body = component["props"]["children"][1]["props"]["children"]
-    return [tr["props"].get("className") for tr in body]
+    return [cls for cls, _ in table_rows(component)]
 
 
 # --- controls --------------------------------------------------------------------------
@@ -175,7 +165,7 @@ def test_compare_schemes_lists_a_refused_scheme_with_its_reason(client):
 
 def test_compare_schemes_in_indonesian(client):
     _, table, why = _schemes(client, lang="id")
-    head = [th["props"]["children"] for th in table["props"]["children"][0]["props"]["children"]["props"]["children"]]
+    head = table_head(table)
     assert head[:2] == ["skema", "varian"]
     lead = why[0]["props"]["children"]
     assert lead.startswith("Tercepat: ") or " seri pada " in lead

@@ -18,6 +18,7 @@ from sim.planning.compare import compare_scheme_rows
 from sim.reasons import ENGLISH, WORDS, clause, english
 from sim.scenario.resolve import scenario_of
 from sim.schemes import names as scheme_names
+from tests.dashboard.conftest import table_text
 from tests.sim.test_reasons import example
 
 EN, ID = Translator("en"), Translator("id")
@@ -213,6 +214,8 @@ def _texts(node) -> str:
         return node
     if isinstance(node, list):
         return " ".join(_texts(x) for x in node)
+    if isinstance(node, dict) and node.get("type") == "Markdown":
+        return table_text(node)
     if isinstance(node, dict):
         return _texts(node.get("props", {}).get("children", ""))
     return ""
