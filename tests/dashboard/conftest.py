@@ -36,77 +36,54 @@ from tests.reference import token_owner as owner  # noqa: F401  (the figure test
 from tests.sim.reference import run_by
 
 
+class _HtmlTable(HTMLParser):
+    """A table the page shows as HTML (dashboard.views.common.table, as Dash serializes it),
+    read by the standard library's HTML parser: its column titles, its body rows (each
+    row's class and its cells' texts) and every text it holds."""
+
+    def __init__(self, component):
+        super().__init__()
+        assert component["type"] == "Markdown" and component["props"]["dangerously_allow_html"]
+        self.head, self.rows, self.texts = [], [], []
+        self._in_body, self._cell = False, None
+        self.feed(component["props"]["children"])
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tbody":
+            self._in_body = True
+        elif tag == "tr" and self._in_body:
+            self.rows.append((dict(attrs).get("class"), []))
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            text = "".join(self._cell)
+            if tag == "th":
+                self.head.append(text)
+            elif self._in_body:
+                self.rows[-1][1].append(text)
+            self._cell = None
+
+    def handle_data(self, data):
+        self.texts.append(data)
+        if self._cell is not None:
+            self._cell.append(data)
+
+
 def table_rows(component) -> list[tuple[str | None, list[str]]]:
-    """The body rows of a table the page shows as HTML (dashboard.views.common.table, as Dash
-    serializes it): each row's class and its cells' texts, read by the standard library's
-    HTML parser."""
-    assert component["type"] == "Markdown" and component["props"]["dangerously_allow_html"]
-
-    class Rows(HTMLParser):
-        def __init__(self):
-            super().__init__()
-            self.rows, self.in_body, self.cell = [], False, None
-
-        def handle_starttag(self, tag, attrs):
-            if tag == "tbody":
-                self.in_body = True
-            elif tag == "tr" and self.in_body:
-                self.rows.append((dict(attrs).get("class"), []))
-            elif tag == "td" and self.in_body:
-                self.cell = []
-
-        def handle_endtag(self, tag):
-            if tag == "td" and self.cell is not None:
-                self.rows[-1][1].append("".join(self.cell))
-                self.cell = None
-
-        def handle_data(self, data):
-            if self.cell is not None:
-                self.cell.append(data)
-
-    parser = Rows()
-    parser.feed(component["props"]["children"])
-    return parser.rows
+    """The body rows of a table the page shows as HTML: each row's class and its cells' texts."""
+    return _HtmlTable(component).rows
 
 
 def table_head(component) -> list[str]:
     """The column titles of a table the page shows as HTML."""
-    class Head(HTMLParser):
-        def __init__(self):
-            super().__init__()
-            self.titles, self.title = [], None
-
-        def handle_starttag(self, tag, attrs):
-            if tag == "th":
-                self.title = []
-
-        def handle_endtag(self, tag):
-            if tag == "th":
-                self.titles.append("".join(self.title))
-                self.title = None
-
-        def handle_data(self, data):
-            if self.title is not None:
-                self.title.append(data)
-
-    parser = Head()
-    parser.feed(component["props"]["children"])
-    return parser.titles
+    return _HtmlTable(component).head
 
 
 def table_text(component) -> str:
     """Every text a table the page shows as HTML holds, its head's among them."""
-    class Texts(HTMLParser):
-        def __init__(self):
-            super().__init__()
-            self.texts = []
-
-        def handle_data(self, data):
-            self.texts.append(data)
-
-    parser = Texts()
-    parser.feed(component["props"]["children"])
-    return " ".join(parser.texts)
+    return " ".join(_HtmlTable(component).texts)
 
 
 def chunk_tokens(layout: str, seq: int, n: int, chunk: int) -> np.ndarray:
