@@ -13,10 +13,11 @@ import json
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from dash import Input, Output, State, no_update
+from dash import Input, Output, State
 
 from dashboard.contents import TABS
 from dashboard.i18n import DEFAULT_LANG, LANGUAGES, Translator
+from dashboard.views.common import changed
 
 N_QUESTIONS = 8
 DEFAULT_VIEW = "timeline"
@@ -76,8 +77,8 @@ def register_callbacks(app) -> None:
         nav, ignored = parse_nav(search)
         msg = (Translator(nav["lang"])("nav.ignored", params=", ".join(ignored))
                if ignored else None)
-        return tuple(no_update if (new or None) == (now or None) else new
-                     for new, now in ((nav["view"], view), (nav["q"], q), (nav["lang"], lang), (msg, shown_msg)))
+        return tuple(changed(new, now) for new, now in ((nav["view"], view), (nav["q"], q), (nav["lang"], lang),
+                                                         (msg, shown_msg)))
 
     # in the browser, as the click is handled: an address written a server round trip
     # later may come after the click's user activation has lapsed (about 5 s in Chromium),

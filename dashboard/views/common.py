@@ -1,5 +1,6 @@
 """What the views share: a graph with its loading indicator, the style of a hidden part,
-and the rule that a view computes only while its tab is open (`only_on`, `shown`).
+the rule that a view computes only while its tab is open (`only_on`, `shown`), a value
+left alone where the page shows it already (`changed`) and a table as one component (`table`).
 
 A view's callbacks read the scenario, the profile, the language and the tab as State and
 fire on the view's own store, `shown-<view>`, which a callback in the browser
@@ -16,7 +17,7 @@ import json
 from html import escape
 from typing import Any
 
-from dash import Input, Output, dcc
+from dash import Input, Output, dcc, no_update
 from dash.exceptions import PreventUpdate
 
 HIDDEN = {"display": "none"}
@@ -30,6 +31,11 @@ def graph(gid: str, height: int = 400) -> dcc.Loading:
 def only_on(tab: str, current: str) -> None:
     if current != tab:
         raise PreventUpdate
+
+
+def changed(new: Any, shown: Any) -> Any:
+    """`new`, or no_update where the page shows it already (an empty line is None or "")."""
+    return no_update if (new or None) == (shown or None) else new
 
 
 SHOWN_VIEWS = ("questions", "timeline", "blocks", "compare", "schemes", "sweep", "memory", "merge", "measured")

@@ -37,6 +37,7 @@ from dashboard.state import (
     shown_layouts,
     values_from_query,
 )
+from dashboard.views.common import changed
 from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
@@ -171,11 +172,6 @@ def controls() -> html.Div:
     ])
 
 
-def _changed(new: Any, shown: Any) -> Any:
-    """`new`, or no_update where the page shows it already (an empty line is None or "")."""
-    return no_update if (new or None) == (shown or None) else new
-
-
 def register_callbacks(app: dash.Dash, served: Served) -> None:
     index = {cid: i for i, cid in enumerate(CONTROL_IDS)}
 
@@ -255,8 +251,8 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 banner.append(t("banner.last-valid"))
         # a line already saying what it should is left alone, as a control is
         banner_out = " ".join(banner) or None
-        return (value_out + [url_out, store, _changed(banner_out, shown_banner)]
-                + [_changed(m, shown) for m, shown in zip(msgs, shown_msgs)])
+        return (value_out + [url_out, store, changed(banner_out, shown_banner)]
+                + [changed(m, shown) for m, shown in zip(msgs, shown_msgs)])
 
     # a loaded profile is the hardware: the GPU and link controls name it, the preset
     # numbers it replaces are disabled
