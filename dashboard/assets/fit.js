@@ -1,7 +1,8 @@
 /* Every chart drawn at its box's width. A chart is drawn at the width of its box when its
-   figure arrives; a figure that arrives while its part of the page is still hidden (the
-   packed documents' section, shown in the same reply that brings its figure) is drawn at
-   Plotly's default of 700 px, and only a resize event the chart listens for draws it again.
+   figure arrives; a figure that arrives while its part of the page is still hidden with
+   `display: none` is drawn at Plotly's default of 700 px, and only a resize event the chart
+   listens for draws it again (a part that holds a chart folds instead, keeping its width:
+   dashboard/views/common.py FOLDED; a window's resize is another case).
    This looks at a chart after each drawing and whenever its box changes size, and redraws
    one whose drawn width is not its box's (one that fixes its own width excepted), asking
    once for each pair of widths. A box's width is the one its last resize event gave:

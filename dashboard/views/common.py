@@ -1,4 +1,4 @@
-"""What the views share: a graph with its loading indicator, the style of a hidden part,
+"""What the views share: a graph with its loading indicator, the style of a hidden part (and of one that holds a chart),
 the rule that a view computes only while its tab is open (`only_on`, `shown`), a value
 left alone where the page shows it already (`changed`) and a table as one component (`table`).
 
@@ -21,6 +21,11 @@ from dash import Input, Output, dcc, no_update
 from dash.exceptions import PreventUpdate
 
 HIDDEN = {"display": "none"}
+
+FOLDED = {"height": 0, "overflow": "hidden", "visibility": "hidden"}
+"""The style of a hidden part that holds a chart: folded to no height, it keeps its width, so a
+figure that arrives with the part's showing is drawn at the width it is shown at (Plotly draws
+a chart in a part hidden with `display: none` at its default 700 px, and fit.js must ask again)."""
 
 
 def graph(gid: str, height: int = 400) -> dcc.Loading:

@@ -19,14 +19,14 @@ from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
 from dashboard.state import RING_SCHEMES
 from dashboard.views.background import RowsSoFar, busy_line, long_callback
-from dashboard.views.common import HIDDEN, graph, only_on, shown, table
+from dashboard.views.common import FOLDED, graph, only_on, shown, table
 from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
 from sim.scenario.config import Scenario
 
 
 def view() -> list[Any]:
-    return [html.Div(id="documents-section", style=HIDDEN, children=[graph("documents", 420)]),
+    return [html.Div(id="documents-section", style=FOLDED, children=[graph("documents", 420)]),
             busy_line("compare"), graph("compare", 380), html.Div(id="compare-table", className="table")]
 
 
@@ -70,7 +70,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         only_on("compare", tab)
         sc = served.scenario_of(data)
         if not sc.packed:
-            return no_update, {"display": "none"}
+            return no_update, FOLDED
         t = Translator(lang)
         try:
             if sc.scheme not in RING_SCHEMES:

@@ -22,7 +22,7 @@ from dash.exceptions import PreventUpdate
 from dashboard import compute, quiz_explain, quiz_figures
 from dashboard.i18n import Translator
 from dashboard.nav import N_QUESTIONS
-from dashboard.views.common import shown
+from dashboard.views.common import HIDDEN, shown
 from dashboard.views.ring_animation import register_ring_stepper, ring_controls, ring_scenario
 from sim.errors import RingsimError
 
@@ -37,7 +37,6 @@ BANDWIDTH_STEP = 0.01
 """Question 5's bandwidth control moves in steps of this many decades."""
 QUESTIONS_WITH_BANDWIDTH = (5,)
 QUESTIONS_WITH_ROW = (3, 7)
-_HIDDEN = {"display": "none"}
 
 
 def choice_text(t: Translator, q: int, i: int) -> str:
@@ -79,15 +78,15 @@ def view() -> html.Div:
                     html.Button(id="quiz-restart", n_clicks=0, className="small"),
                 ]),
             ]),
-            html.Div(id="quiz-right", className="quiz-right", style=_HIDDEN, children=[
-                html.Div(id="quiz-bw-box", className="inline", style=_HIDDEN, children=[
+            html.Div(id="quiz-right", className="quiz-right", style=HIDDEN, children=[
+                html.Div(id="quiz-bw-box", className="inline", style=HIDDEN, children=[
                     html.Label(id="quiz-bw-label", htmlFor="quiz-bw"),
                     html.Div(dcc.Slider(id="quiz-bw", min=0, max=3, step=BANDWIDTH_STEP, value=None,
                                         marks=None, updatemode="mouseup", allow_direct_input=False,
                                         tooltip={"placement": "bottom", "transform": "ringsimGbps"}),
                              className="slider"),
                 ]),
-                html.Div(id="quiz-row-box", className="inline", style=_HIDDEN, children=[
+                html.Div(id="quiz-row-box", className="inline", style=HIDDEN, children=[
                     html.Label(id="quiz-row-label", htmlFor="quiz-row"),
                     html.Div(dcc.Slider(id="quiz-row", min=0, max=63, step=1, value=None, marks=None,
                                         tooltip={"placement": "bottom"}), className="slider"),
@@ -182,8 +181,8 @@ def register_callbacks(app) -> None:
         final = t("quiz.final", right=right, total=N_QUESTIONS) if answered == N_QUESTIONS else None
         given = ((answers or {}).get(str(q)) or {}).get("last")
         if given not in range(N_CHOICES):
-            return (t("quiz.prompt"), "quiz-verdict", None, None, no_update, _HIDDEN, _HIDDEN,
-                    _HIDDEN, score_text, final, _HIDDEN, no_update, no_update)
+            return (t("quiz.prompt"), "quiz-verdict", None, None, no_update, HIDDEN, HIDDEN,
+                    HIDDEN, score_text, final, HIDDEN, no_update, no_update)
         ok = given == ANSWERS[q]
         verdict = ("✓ " + t("quiz.right") if ok else
                    "✗ " + t("quiz.wrong", answer=choice_text(t, q, ANSWERS[q])))
@@ -201,8 +200,8 @@ def register_callbacks(app) -> None:
         shown = {"display": "flex"}
         steps = len(fig.frames or ())
         return (verdict, "quiz-verdict " + ("right" if ok else "wrong"), t(f"q{q}.why"), live, fig,
-                {}, shown if q in QUESTIONS_WITH_BANDWIDTH else _HIDDEN,
-                shown if q in QUESTIONS_WITH_ROW else _HIDDEN, score_text, final,
-                shown if steps else _HIDDEN, max(steps - 1, 1), 0)
+                {}, shown if q in QUESTIONS_WITH_BANDWIDTH else HIDDEN,
+                shown if q in QUESTIONS_WITH_ROW else HIDDEN, score_text, final,
+                shown if steps else HIDDEN, max(steps - 1, 1), 0)
 
     register_ring_stepper(app, "quiz", "quiz-figure")

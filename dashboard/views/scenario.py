@@ -37,7 +37,7 @@ from dashboard.state import (
     shown_layouts,
     values_from_query,
 )
-from dashboard.views.common import changed
+from dashboard.views.common import HIDDEN, changed
 from sim.errors import RingsimError
 from sim.hardware.pcie import P2P_MODES
 from sim.hardware.presets import CLUSTER_PRESETS, GPU_PRESETS, LINK_PRESETS
@@ -51,12 +51,10 @@ PRESET_HARDWARE_CONTROLS = ("cluster", "tflops", "efficiency", "overhead-us", "l
 """What a calibrated profile replaces besides the GPU and the link (sim.engine.play.simulate
 times every block and transfer on the profile): disabled while one is loaded."""
 
-_SHOWN, _HIDDEN = {}, {"display": "none"}
-
 
 def field_style(cid: str, scheme: str) -> dict[str, str]:
     """A control's field is shown only where it applies to the scheme (dashboard.state.applies)."""
-    return _SHOWN if applies(cid, scheme) else _HIDDEN
+    return {} if applies(cid, scheme) else HIDDEN
 
 
 def _field(cid: str, label: str, component: Any, style: dict[str, str] | None = None) -> html.Div:

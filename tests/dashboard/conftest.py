@@ -15,6 +15,7 @@ and Plotly's scripts again.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import fields
 from html.parser import HTMLParser
 
@@ -238,6 +239,29 @@ class _BrowserKeeper:
         if self._duo is not None:
             self._duo.__exit__(None, None, None)
             self._duo = None
+
+
+SETTLED = """
+const s = window.store && window.store.getState();
+if (!s) return false;
+const cb = Object.assign({}, s.callbacks); delete cb.stored; delete cb.completed;
+if ([].concat(...Object.values(cb)).length) return false;
+// every chart drawn at its box's width (dashboard/assets/fit.js), one that fixes its own excepted
+return Array.from(document.querySelectorAll('.js-plotly-plot')).every(gd =>
+    !gd._fullLayout || (gd.layout && gd.layout.width) || gd.clientWidth < 1
+    || Math.abs(gd._fullLayout.width - gd.clientWidth) <= 1);
+"""
+"""True once the page has no callback pending and every chart shown is drawn at its width."""
+
+
+def wait_settled(driver, timeout_s: float) -> None:
+    """Wait until the page reads as settled (`SETTLED`) twice, 0.3 s apart: a callback's
+    reply may ask for the next one."""
+    deadline = time.time() + timeout_s
+    for _ in range(2):
+        while not driver.execute_script(SETTLED) and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)
 
 
 @pytest.fixture(scope="session")

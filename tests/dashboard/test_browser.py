@@ -12,7 +12,7 @@ from dashboard import export, measured
 from dashboard.app import create_app
 from dashboard.i18n import Translator
 from sim.engine.play import simulate
-from tests.dashboard.conftest import measured_from, small_scenario
+from tests.dashboard.conftest import measured_from, small_scenario, wait_settled
 
 pytestmark = pytest.mark.browser
 
@@ -183,12 +183,6 @@ window.fetch = function(url, options) {
 };
 """
 """Notes the outputs of every callback the page asks the server for."""
-SETTLED = """
-const s = window.store && window.store.getState();
-if (!s) return false;
-const cb = Object.assign({}, s.callbacks); delete cb.stored; delete cb.completed;
-return [].concat(...Object.values(cb)).length === 0;
-"""
 VIEW_FIGURES = {"timeline": "timeline.figure", "blocks": "block-map.figure", "compare": "compare.figure",
                 "schemes": "schemes.figure", "sweep": "sweep.figure", "memory": "memory.figure",
                 "merge": "merge.figure", "measured": "overlay.figure", "questions": "quiz-bw.marks"}
@@ -197,12 +191,7 @@ VIEW_FIGURES = {"timeline": "timeline.figure", "blocks": "block-map.figure", "co
 
 def _asked(dash_duo) -> list[str]:
     """The outputs asked for since the last call, once the page has no callback pending."""
-    deadline = time.time() + TIMEOUT
-    while not dash_duo.driver.execute_script(SETTLED) and time.time() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.3)
-    while not dash_duo.driver.execute_script(SETTLED) and time.time() < deadline:
-        time.sleep(0.1)
+    wait_settled(dash_duo.driver, TIMEOUT)
     return dash_duo.driver.execute_script("const a = window.__asked; window.__asked = []; return a;")
 
 

@@ -14,6 +14,7 @@ import pytest
 from dashboard.app import create_app
 from dashboard.contents import TABS
 from dashboard.nav import N_QUESTIONS
+from tests.dashboard.conftest import wait_settled
 
 pytestmark = pytest.mark.browser
 
@@ -66,12 +67,14 @@ return out;
 
 def settle(dash_duo, pause_s: float) -> None:
     """Wait until no comparison computes (its busy line, which grows with the rows done so far,
-    moves the charts under it as it comes and goes), then `pause_s` for the last callbacks
-    and the fonts."""
+    moves the charts under it as it comes and goes), no callback is pending and every chart is
+    drawn at its width (a check that runs sooner reads a chart's texts where they were before
+    its last drawing), then `pause_s` for the fonts."""
     deadline = time.time() + TIMEOUT
     while time.time() < deadline and dash_duo.driver.execute_script(
             "return Array.from(document.querySelectorAll('.busy')).some(e => e.offsetParent !== null);"):
         time.sleep(0.3)
+    wait_settled(dash_duo.driver, max(deadline - time.time(), 5.0))
     time.sleep(pause_s)
 
 
