@@ -155,7 +155,7 @@ def test_a_chart_drawn_narrower_than_its_box_is_drawn_again_at_its_width(dash_du
     dash_duo.driver.set_window_size(1400, 1000)
     dash_duo.driver.get(dash_duo.server_url + "/?view=compare")
     dash_duo.wait_for_element("#compare-table td", timeout=TIMEOUT)
-    time.sleep(1)
+    wait_settled(dash_duo.driver, TIMEOUT)
     narrowed = dash_duo.driver.execute_async_script("""
         const done = arguments[arguments.length - 1];
         const gd = document.querySelector('#compare .js-plotly-plot');
@@ -165,7 +165,7 @@ def test_a_chart_drawn_narrower_than_its_box_is_drawn_again_at_its_width(dash_du
         }).then(() => done(gd._fullLayout.width), e => done(String(e)));""")
     assert narrowed == 700
     widths = "const gd = document.querySelector('#compare .js-plotly-plot'); return [gd.clientWidth, gd._fullLayout.width];"
-    deadline = time.time() + 10
+    deadline = time.time() + TIMEOUT
     while time.time() < deadline:
         box, drawn = dash_duo.driver.execute_script(widths)
         if abs(box - drawn) <= 1:

@@ -124,9 +124,10 @@ def test_back_restores_the_open_view(dash_duo):
     dash_duo.find_element("#tab-schemes").click()
     dash_duo.wait_for_element("#schemes .main-svg", timeout=TIMEOUT)
     dash_duo.driver.back()
-    dash_duo.wait_for_element("#memory .main-svg", timeout=TIMEOUT)
+    # the Memory chart drawn before is still in the page: wait for the address and the tab
     deadline = time.time() + TIMEOUT
-    while "view=memory" not in dash_duo.driver.current_url and time.time() < deadline:
+    while time.time() < deadline and not ("view=memory" in dash_duo.driver.current_url
+                                          and dash_duo.find_element("#memory").is_displayed()):
         time.sleep(0.2)
     assert "view=memory" in dash_duo.driver.current_url
     assert dash_duo.find_element("#memory").is_displayed()
