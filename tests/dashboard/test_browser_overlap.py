@@ -121,8 +121,10 @@ def test_back_restores_the_open_view(dash_duo):
     dash_duo.start_server(create_app())
     dash_duo.driver.get(f"{dash_duo.server_url}/?view=memory")
     dash_duo.wait_for_element("#memory .main-svg", timeout=TIMEOUT)
+    wait_settled(dash_duo.driver, TIMEOUT)
     dash_duo.find_element("#tab-schemes").click()
     dash_duo.wait_for_element("#schemes .main-svg", timeout=TIMEOUT)
+    wait_settled(dash_duo.driver, TIMEOUT)          # the address written for the tab opened
     dash_duo.driver.back()
     # the Memory chart drawn before is still in the page: wait for the address and the tab
     deadline = time.time() + TIMEOUT
