@@ -10,8 +10,10 @@ re-timing every compute at each transfer's start and end; at thousands of GPUs t
 millions of events. Here the wave player (sim.engine.players.times_waves) plays the
 schedule, each GPU's sm and hbm become step functions of time from the transfers'
 spans, and each compute is stretched by the integral over its span; the schedule is
-played again with the stretched times until no compute moves (a few plays: the pull is a
-few per cent, and a later start shifts a compute within the same steps). A GPU's
+played again with the stretched times until the computes have settled (a few plays: the
+pull is a few per cent, and a later start shifts a compute within the same steps; each
+play's moves some 30 to 60 times smaller than the last's, so that the last two foretell
+when the next would move nothing by a nanosecond, `_settled`). A GPU's
 stretches read only the transfers on that GPU, so ranges of GPUs are found apart, on
 threads (sim.engine.threads) at thousands of GPUs.
 
@@ -33,8 +35,10 @@ from sim.hardware.contention import HBM_PASSES, MAX_SHARE, GpuPull
 PLAYS = 8
 """At most this many plays; each after the first moves the computes by less than the last."""
 SETTLED_S = 1e-9
-"""A compute that moved by less than this between two plays has settled (a nanosecond:
-a millionth of a block of a millisecond, far below what the model can tell)."""
+"""The plays stop once the computes are within this of where more plays would take them (a
+nanosecond: a millionth of a block of a millisecond, far below what the model can tell):
+a play that moved none by more, or one whose next move, foretold from the last two, is
+smaller (`_settled`)."""
 PIECES = 8
 """Ranges of GPUs whose stretches are found on threads of their own, in a schedule of
 sim.engine.threads.WORTH_THREADS operations or more (one range below it). A fixed count,
@@ -64,15 +68,32 @@ def times_pulled(schedule: Schedule, dur: np.ndarray, pull: tuple[np.ndarray, np
     ids = _joined([g.comp for g in gpus])
     m = [memory_share[g.comp] for g in gpus]
     stretched = dur.copy()
+    before = None
     for _ in range(PLAYS):
         extra = _joined(threads.each(lambda j: _extra_s(gpus[j], start, end, m[j], gpu), range(len(gpus)),
                                      size=len(schedule)))
-        moved = np.abs(dur[ids] + extra - stretched[ids])
+        moved = float(np.abs(dur[ids] + extra - stretched[ids]).max(initial=0.0))
         stretched[ids] = dur[ids] + extra
         start, end = times_waves(schedule, stretched)
-        if moved.max(initial=0.0) < SETTLED_S:
+        if _settled(moved, before):
             break
+        before = moved
     return start, end
+
+
+def _settled(moved: float, before: float | None) -> bool:
+    """Whether the plays may stop, the last having moved the computes by at most `moved`
+    and the one before by `before` (None for none before). Each play maps the stretches of
+    the last to new ones; where that map shrinks every change by a ratio r < 1, the
+    stretches are within moved r / (1 - r) of its fixed point, and r is about moved / before
+    (a ring's plays shrink their moves by 30 to 60 times: 0.79 us, 12 ns, 0.18 ns at 1,024
+    GPUs). That bound under SETTLED_S, the play that would only confirm it is left out."""
+    if moved < SETTLED_S:
+        return True
+    if before is None or not before > moved:
+        return False
+    r = moved / before
+    return moved * r / (1.0 - r) < SETTLED_S
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -99,3 +99,51 @@ def test_ranges_cover_every_gpu_once_in_order(n_gpus, pieces):
     r = _ranges(n_gpus, pieces)
     assert r[0][0] == 0 and r[-1][1] == n_gpus and len(r) == min(pieces, n_gpus)
     assert all(lo < hi for lo, hi in r) and all(a[1] == b[0] for a, b in zip(r, r[1:]))
+
+
+def test_the_plays_stop_within_a_nanosecond_of_where_more_plays_go(monkeypatch):
+    # the plays stop where the last two foretell the next move under SETTLED_S; played on
+    # until a play moves nothing by more than 1e-15 s, no time is further than SETTLED_S
+    # (64 GPUs: moves of 50 us, 1.4 us, 96 ns, 2.9 ns, the next foretold at 0.1 ns; at 8
+    # the second play moves nothing)
+    import sim.engine.pull as pull
+
+    sc = _scenario(n_gpus=64, layout="zigzag", pass_="fwd", scheme=None)
+    counted = []
+    waves = pull.times_waves
+    monkeypatch.setattr(pull, "times_waves", lambda *a: counted.append(1) or waves(*a))
+    stopped = simulate(sc).columns
+    plays = len(counted)
+    counted.clear()
+    monkeypatch.setattr(pull, "SETTLED_S", 1e-15)
+    monkeypatch.setattr(pull, "PLAYS", 40)
+    settled = simulate(sc).columns
+    assert len(counted) > plays           # the foretold stop left plays out
+    ops_s, ops_f = stopped.stream != WAIT, settled.stream != WAIT
+    assert np.abs(stopped.end_s[ops_s] - settled.end_s[ops_f]).max() <= 1e-9
+    assert np.abs(stopped.start_s[ops_s] - settled.start_s[ops_f]).max() <= 1e-9
+
+
+@pytest.mark.parametrize("moves,stop", [
+    ([1e-6], None),                       # one move: nothing to foretell from
+    ([1e-10], 0),                         # under SETTLED_S at once
+    ([1e-6, 1e-8, 1e-10], 1),             # r = 0.01: next about 1e-10
+    ([8e-7, 1.2e-8], 1),                  # r = 0.015: next about 1.8e-10
+    ([1e-6, 5e-7, 2.5e-7, 1.25e-7, 6.25e-8, 3.1e-8, 1.6e-8, 7.8e-9, 3.9e-9, 1.9e-9, 9.7e-10], 10),  # r = 1/2
+    ([1e-8, 2e-8], None),                 # a move that grew foretells nothing
+])
+def test_the_plays_stop_where_the_bound_on_the_next_moves_falls_under_a_nanosecond(moves, stop):
+    # a map that shrinks every change by r leaves its iterate within moved r / (1 - r) of the
+    # fixed point: the geometric series of the moves to come
+    from sim.engine.pull import SETTLED_S, _settled
+
+    before, found = None, None
+    for k, moved in enumerate(moves):
+        if _settled(moved, before):
+            found = k
+            break
+        before = moved
+    assert found == stop
+    if found is not None and found > 0:
+        r = moves[found] / moves[found - 1]
+        assert moves[found] < SETTLED_S or sum(moves[found] * r ** j for j in range(1, 200)) < SETTLED_S
