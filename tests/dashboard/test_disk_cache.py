@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from dashboard import compute
 from dashboard.disk_cache import DiskCache
@@ -21,7 +22,14 @@ def _scenario(gpus=4):
     return scenario_from_values(defaults() | {"gpus": gpus, "seq": 8192})
 
 
-def test_a_trace_comes_back_column_for_column(tmp_path):
+@pytest.mark.parametrize("on_threads", [False, True])
+def test_a_trace_comes_back_column_for_column(tmp_path, monkeypatch, on_threads):
+    # a trace of a million spans writes its columns on threads (sim.engine.threads): here a
+    # small one as if it were that large
+    import sim.engine.threads as threads
+
+    if on_threads:
+        monkeypatch.setattr(threads, "WORTH_THREADS", 0)
     sc = _scenario()
     trace = simulate(sc, player="recurrence")
     disk = DiskCache(tmp_path)
