@@ -5,8 +5,8 @@ run's own; optionally the same on another commit, in the same run, for a before/
 Causal zigzag forward ring, Llama-3-8B attention shape (32/8 heads x 128, bf16), 4096
 tokens per rank, H100 / NVLink presets (the defaults). Per GPU count and code tree:
 - `simulate_s`: `simulate(..., player="recurrence")` plus `compute_metrics`, the first
-  call in the process (cold), the best of the following ones (`--repeats`) and their
-  median (`simulate_median_s`);
+  call in the process (cold), the best of the following ones (`--repeats`), their
+  median (`simulate_median_s`) and slowest (`simulate_max_s`; every one in `simulate_warm_s`);
 - `peak_rss_mb`: the process's peak resident memory, and `import_rss_mb` before the
   first call (what Python, numpy and simpy take on their own);
 - `cli_s`, `cli_rss_mb`: the whole `ringsim simulate --gpus N --json` process;
@@ -61,7 +61,8 @@ for i in range(1 + repeats):
     del trace
     gc.collect()
 warm = sorted(times[1:] or times)
-row.update(simulate_cold_s=times[0], simulate_s=warm[0], simulate_median_s=warm[len(warm) // 2])
+row.update(simulate_cold_s=times[0], simulate_s=warm[0], simulate_median_s=warm[len(warm) // 2],
+           simulate_max_s=warm[-1], simulate_warm_s=times[1:])
 if check:
     a = simulate(sc, player="recurrence").spans
     b = simulate(sc, player="simpy").spans
@@ -127,8 +128,8 @@ def main() -> None:
         trees.insert(0, (a.against, ref_path, False))
     rows = []
     load_start = os.getloadavg()
-    print(f"{'tree':>10} {'GPUs':>5} {'spans':>9} | {'simulate s':>10} {'median':>7} {'cold s':>7} {'peak MB':>8} "
-          f"{'import MB':>9} | {'CLI s':>6} {'CLI MB':>7} | simpy")
+    print(f"{'tree':>10} {'GPUs':>5} {'spans':>9} | {'simulate s':>10} {'median':>7} {'slowest':>7} {'cold s':>7} "
+          f"{'peak MB':>8} {'import MB':>9} | {'CLI s':>6} {'CLI MB':>7} | simpy")
     try:
         for n in a.sizes:
             for name, tree, huge in trees:
@@ -144,7 +145,9 @@ def main() -> None:
                 cli_s = f"{r['cli_s']:>6.2f}" if "cli_s" in r else f"{'-':>6}"
                 cli_mb = f"{r['cli_rss_mb']:>7.0f}" if r.get("cli_rss_mb") else f"{'-':>7}"
                 print(f"{name:>10} {n:>5} {r['spans']:>9} | {r['simulate_s']:>10.3f} "
-                      f"{r.get('simulate_median_s', r['simulate_s']):>7.3f} {r['simulate_cold_s']:>7.3f} "
+                      f"{r.get('simulate_median_s', r['simulate_s']):>7.3f} "
+                      f"{r.get('simulate_max_s', r['simulate_s']):>7.3f} "
+                      f"{r['simulate_cold_s']:>7.3f} "
                       f"{r['peak_rss_mb']:>8.0f} {r['import_rss_mb']:>9.0f} | {cli_s} {cli_mb} | "
                       f"{r.get('simpy_identical', '-')}", flush=True)
     finally:
