@@ -1,6 +1,7 @@
-"""What the views share: a graph with its loading indicator, the style of a hidden part (and of one that holds a chart),
-the rule that a view computes only while its tab is open (`only_on`, `shown`), a value
-left alone where the page shows it already (`changed`) and a table as one component (`table`).
+"""What the views share: a graph with its loading indicator, the style of a hidden part
+(and of one that holds a chart), the rule that a view computes only while its tab is open
+(`only_on`, `shown`), a value left alone where the page shows it already (`changed`) and a
+table as one component (`table`).
 
 A view's callbacks read the scenario, the profile, the language and the tab as State and
 fire on the view's own store, `shown-<view>`, which a callback in the browser

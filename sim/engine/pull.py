@@ -12,7 +12,7 @@ schedule, each GPU's sm and hbm become step functions of time from the transfers
 spans, and each compute is stretched by the integral over its span; the schedule is
 played again with the stretched times until the computes have settled (a few plays: the
 pull is a few per cent, and a later start shifts a compute within the same steps; each
-play's moves some 30 to 60 times smaller than the last's, so that the last two foretell
+play's moves some 15 to 70 times smaller than the last's, so that the last two foretell
 when the next would move nothing by a nanosecond, `_settled`). A GPU's
 stretches read only the transfers on that GPU, so ranges of GPUs are found apart, on
 threads (sim.engine.threads) at thousands of GPUs.
@@ -86,7 +86,7 @@ def _settled(moved: float, before: float | None) -> bool:
     and the one before by `before` (None for none before). Each play maps the stretches of
     the last to new ones; where that map shrinks every change by a ratio r < 1, the
     stretches are within moved r / (1 - r) of its fixed point, and r is about moved / before
-    (a ring's plays shrink their moves by 30 to 60 times: 0.79 us, 12 ns, 0.18 ns at 1,024
+    (a ring's plays shrink their moves by 15 to 70 times: 0.79 us, 12 ns, 0.18 ns at 1,024
     GPUs). That bound under SETTLED_S, the play that would only confirm it is left out."""
     if moved < SETTLED_S:
         return True
