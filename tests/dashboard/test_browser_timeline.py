@@ -11,6 +11,7 @@ import pytest
 
 from dashboard.app import create_app
 from dashboard.views import background
+from tests.dashboard.conftest import wait_settled
 
 pytestmark = pytest.mark.browser
 
@@ -30,7 +31,7 @@ def test_the_start_here_path_leads_and_stays_closed(dash_duo):
     assert not dash_duo.find_element("#start-here").is_displayed()
     dash_duo.driver.refresh()                       # remembered by the browser
     dash_duo.wait_for_element("#schemes .main-svg", timeout=TIMEOUT)
-    time.sleep(1)
+    wait_settled(dash_duo.driver, TIMEOUT)          # its callback has answered: hidden, not yet shown
     assert not dash_duo.find_element("#start-here").is_displayed()
 
 
