@@ -147,7 +147,7 @@ ENGLISH: dict[str, str] = {
     # why a whole-step candidate wins or loses, and its split (sim.training.plan)
     "step.unfit": "does not fit: {memory_gb} GB per GPU of {limit_gb} GB",
     "step.fastest": "fastest",
-    "step.tie": "within 1% of the fastest, a tie for the model",
+    "step.tie": "within {within} of the fastest, a tie for the model",
     "step.slower": "{ratio}x the fastest's time",
     "step.share": "{part} {share} of the step",
     "split.degrees": "TP {tp} CP {cp} PP {pp} DP {dp}",
@@ -272,7 +272,7 @@ JOINERS: dict[str, str] = {"items": ", ", "diffs": " and ", "layouts": ", ", "li
 """What joins the clauses of a list field, by the field's name, in English."""
 
 NUMBERS: dict[str, Callable[[Any], str]] = {
-    **dict.fromkeys(("share", "computing", "rate"), lambda v: f"{v:.0%}"),
+    **dict.fromkeys(("share", "computing", "rate", "within"), lambda v: f"{v:.0%}"),
     **dict.fromkeys(("ahead", "apart", "slower"), lambda v: f"{v:.1%}"),
     "ratio": lambda v: f"{v:.2f}",
     **dict.fromkeys(("capacity_gb", "limit_gb"), lambda v: f"{v:g}"),

@@ -10,17 +10,23 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.style import COLORS, TEMPLATE, time_unit
+from dashboard.figures.style import COLORS, TEMPLATE, time_unit, wrap_title
+from sim.planning.plan import TIE_WITHIN, tied
 
 LABELS = {
     "title": "Which layout wins: {layout} with overlap {state} ({time})", "makespan": "makespan ({unit})",
+    "title_tie": "Which layout wins: a tie, {count} runs within the model's error of {error} ({time} to {last})",
     "efficiency": "efficiency (%)", "imbalance": "load imbalance (max/mean)",
     "exposed": "exposed comm,<br>worst GPU ({unit})", "on": "on", "off": "off", "overlap": "overlap {state}",
     "separators": ".,",
 }
 """The figure's texts in English: `comparison(labels=...)` replaces any of them, and adds
-how a bar's number and a layout's name read."""
+how a bar's number, a share and a layout's name read."""
 
+
+TITLE_LINE = 60
+"""The title's lines at most this many characters: the left half of a chart 1,280 px wide
+(about 900 px, some 7.5 px a character of a 13 px title), beside the legend."""
 
 MAX_LABELLED_LAYOUTS = 3
 """Past this many layouts side by side the bars carry no number labels (they would collide)."""
@@ -29,7 +35,7 @@ MAX_LABELLED_LAYOUTS = 3
 def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = None) -> go.Figure:
     """Makespan, efficiency, imbalance and exposed communication of every layout x overlap.
     `labels`: the texts in the page's language (LABELS)."""
-    lab = {**LABELS, "num": lambda y: f"{y:.3g}", "layout": str, **(labels or {})}
+    lab = {**LABELS, "num": lambda y: f"{y:.3g}", "pct": lambda v: f"{v:.0%}", "layout": str, **(labels or {})}
     makespans = [r["makespan_s"] for r in rows]
     scale, unit = time_unit(max(makespans))
     panels = [("makespan_s", lab["makespan"].format(unit=unit), scale),
@@ -38,7 +44,9 @@ def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = N
               ("exposed_comm_s", lab["exposed"].format(unit=unit), scale)]
     fig = make_subplots(rows=1, cols=4, subplot_titles=[p[1] for p in panels],
                         horizontal_spacing=0.07)
-    fig.update_layout(template=TEMPLATE, height=380, barmode="group", separators=lab["separators"])
+    # a little room between the bars of a pair: each bar's number is as wide as its bar, and
+    # two side by side ran together ("1,861,87" at 1,280 px)
+    fig.update_layout(template=TEMPLATE, height=380, barmode="group", bargroupgap=0.15, separators=lab["separators"])
     layouts = list(dict.fromkeys(r["layout"] for r in rows))
     names = [lab["layout"](lay) for lay in layouts]
     for overlap in (True, False):
@@ -59,13 +67,22 @@ def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = N
                 hovertemplate=f"%{{x}}, {name}: %{{y:.4g}}<extra>{label}</extra>"),
                 row=1, col=col)
     best = min(rows, key=lambda r: r["makespan_s"])
+    # runs within the model's own error of the fastest (sim.planning.plan.TIE_WITHIN) are a tie, not a win
+    ties = [rows[i] for i in tied(makespans)]
+
+    def at(r: dict[str, Any]) -> str:
+        return f"{lab['num'](r['makespan_s'] * scale)} {unit}"
+    title = (lab["title_tie"].format(count=len(ties), error=lab["pct"](TIE_WITHIN), time=at(ties[0]), last=at(ties[-1]))
+             if len(ties) > 1 else
+             lab["title"].format(layout=lab["layout"](best["layout"]), state=lab["on" if best["overlap"] else "off"],
+                                 time=at(best)))
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(
-        title=dict(text=lab["title"].format(layout=lab["layout"](best["layout"]),
-                                            state=lab["on" if best["overlap"] else "off"],
-                                            time=f"{lab['num'](best['makespan_s'] * scale)} {unit}"),
-                   font=dict(size=13)),
+        # the title on the left, broken in lines of at most TITLE_LINE characters, and the legend
+        # on the right: centred, a long title ran into the legend
+        title=dict(text=wrap_title(title, TITLE_LINE), font=dict(size=13), x=0.0, xref="paper", xanchor="left"),
+        legend=dict(y=1.12, x=1.0, xanchor="right"),
         # room under the panels for layout names of two words (Bahasa Indonesia's), turned if need be
-        legend=dict(y=1.12), margin=dict(t=90, b=90),
+        margin=dict(t=90, b=90),
         meta={"best": [best["layout"], best["overlap"]]})
     return fig

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.figures.style import COLORS, LEGEND_BESIDE, TEMPLATE, scheme_color, time_unit
+from sim.planning.plan import TIE_WITHIN, tied
 
 GIB, MIB = 2 ** 30, 2 ** 20
 
@@ -37,13 +38,14 @@ def fastest(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 LABELS = {
     "title": "Which scheme wins: {run}, {time}", "title_none": "Which scheme wins: nothing can run this configuration",
+    "title_tie": "Which scheme wins: a tie, {count} runs within the model's error of {error} ({time} to {last})",
     "makespan": "makespan<br>({unit})", "exposed": "exposed comm,<br>worst GPU ({unit})",
     "sent": "sent per GPU<br>({unit})", "memory": "peak memory<br>per GPU (GiB)",
     "refused": " — not possible", "full": "the full K/V on one GPU", "full_hover": "the full K/V: {gib} GiB",
     "separators": ".,",
 }
 """The figure's texts in English: `scheme_comparison(labels=...)` replaces any of them, and
-adds how numbers read (`digits`), a row's name (`run`) and what bounds it or why it is
+adds how numbers read (`digits`, and a share `pct`), a row's name (`run`) and what bounds it or why it is
 refused (`why`)."""
 
 
@@ -57,7 +59,7 @@ def scheme_comparison(rows: Sequence[dict[str, Any]], *, current: Sequence[str] 
     scheme variant; the fastest outlined, the run on screen (`current`: scheme, variant)
     marked, the full K/V beside the memory. `labels`: the texts in the page's language
     (LABELS)."""
-    lab = {**LABELS, "digits": str, "run": run_name, "why": _why, **(labels or {})}
+    lab = {**LABELS, "digits": str, "pct": lambda v: f"{v:.0%}", "run": run_name, "why": _why, **(labels or {})}
     d = lab["digits"]
     best = fastest(rows)
     ran = [r for r in rows if "refused" not in r]
@@ -98,8 +100,14 @@ def scheme_comparison(rows: Sequence[dict[str, Any]], *, current: Sequence[str] 
     fig.update_yaxes(autorange="reversed", automargin=True, row=1, col=1)
     fig.update_xaxes(rangemode="tozero")
     height = int(max(360, 130 + 34 * len(rows)))
+    # runs within the model's own error of the fastest (sim.planning.plan.TIE_WITHIN) are a tie, not a win
+    ties = [ran[i] for i in tied([r["makespan_s"] for r in ran])]
+
+    def at(r: dict[str, Any]) -> str:
+        return d(f"{r['makespan_s'] * scale:.4g} {unit}")
     title = (lab["title_none"] if best is None else
-             lab["title"].format(run=lab["run"](best), time=d(f"{best['makespan_s'] * scale:.4g} {unit}")))
+             lab["title_tie"].format(count=len(ties), error=lab["pct"](TIE_WITHIN), time=at(ties[0]), last=at(ties[-1]))
+             if len(ties) > 1 else lab["title"].format(run=lab["run"](best), time=at(best)))
     fig.update_layout(
         template=TEMPLATE, height=height, bargap=0.25, title=dict(text=title, font=dict(size=13)),
         separators=lab["separators"], legend=LEGEND_BESIDE, margin=dict(l=210, t=110),

@@ -30,7 +30,7 @@ def figure_labels(t: Translator, prefix: str) -> dict[str, Any]:
     """The texts of a figure of FIGURE_TEXTS in the page's language, with Plotly's
     `separators` and how its numbers read."""
     return {name: t(f"{prefix}.{name}") for name in FIGURE_TEXTS[prefix] if name != "separators"} | {
-        "separators": t.separators(), "digits": t.digits, "int": t.int}
+        "separators": t.separators(), "digits": t.digits, "int": t.int, "pct": lambda v: t.pct(v, 1)}
 
 
 def compared_run(t: Translator, scheme: str, variant: dict[str, Any] | None) -> str:

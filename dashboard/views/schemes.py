@@ -22,7 +22,7 @@ from dashboard.views.background import RowsSoFar, busy_line, long_callback
 from dashboard.views.common import cell, graph, only_on, shown, table
 from dashboard.views.labels import compared_run, figure_labels
 from sim.errors import RingsimError
-from sim.planning.plan import TIE_WITHIN
+from sim.planning.plan import TIE_WITHIN, tied
 from sim.scenario.memory import full_kv_bytes
 
 SCHEME_TABLE_COLUMNS = ("scheme", "variant", "makespan", "vs_best", "efficiency", "exposed", "sent", "memory",
@@ -138,12 +138,16 @@ def _schemes_why(rows: list[dict[str, Any]], t: Translator) -> list[Any]:
     if len(ran) == 1:
         lead = t("sch.only", winner=name(best), time=t.time(best["makespan_s"]))
     else:
-        nxt = ran[1]
-        apart = nxt["makespan_s"] / best["makespan_s"] - 1
-        # within the model's own error (sim.planning.plan.TIE_WITHIN) a winner is a tie
-        words = dict(winner=name(best), time=t.time(best["makespan_s"]), next=name(nxt), margin=t.pct(apart))
-        lead = (t("sch.tie", error=t.pct(TIE_WITHIN), **words) if apart < TIE_WITHIN
-                else t("sch.fastest", **words))
+        # every run within the model's own error of the fastest (sim.planning.plan.TIE_WITHIN)
+        # ties with it: none of them is named the winner
+        ties = [ran[i] for i in tied([r["makespan_s"] for r in ran])]
+        if len(ties) > 1:
+            lead = t("sch.tie", count=len(ties), error=t.pct(TIE_WITHIN, 1), time=t.time(best["makespan_s"]),
+                     last=t.time(ties[-1]["makespan_s"]), runs=t("sch.join").join(name(r) for r in ties))
+        else:
+            nxt = ran[1]
+            lead = t("sch.fastest", winner=name(best), time=t.time(best["makespan_s"]), next=name(nxt),
+                     margin=t.pct(nxt["makespan_s"] / best["makespan_s"] - 1))
     shown = ran[:2] + ([ran[-1]] if len(ran) > 2 else [])
     return [html.Strong(lead), html.Ul([html.Li(t("sch.bounds", run=name(r), why=explain.row_bound(t, r)))
                                         for r in shown])]

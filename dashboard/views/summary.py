@@ -110,23 +110,29 @@ def _file_name(sc) -> str:
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
+    def on_screen(data, profile_data, tab, measured_data) -> tuple:
+        """(scenario, hardware model, cache key, the measured pair or None) of the run the cards,
+        the token strip and the downloads are about: on the Measured view with a trace loaded,
+        that trace's configuration simulated (served.measured_pair); else the page's scenario on
+        its hardware or profile."""
+        shown = (served.measured_pair(measured_data, data, profile_data)
+                 if tab == "measured" and measured_data else None)
+        if shown is not None:
+            _, sc, hw, key = shown
+            return sc, hw, key, shown
+        hw, key = served.hardware_of(profile_data)
+        return served.scenario_of(data), hw, key, None
+
     @app.callback(
         [Output(cid, "children") for cid, _ in SUMMARY_CARDS] + [Output("scenario-line", "children")],
         Input("scenario", "data"), Input("profile", "data"), Input("tabs", "value"), Input("measured", "data"),
         Input("lang", "value"),
     )
     def summary(data, profile_data, tab, measured_data, lang):
-        shown = None
         try:
-            if tab == "measured" and measured_data:
-                # the Measured view's cards describe the run it shows: its configuration, simulated
-                shown = served.measured_pair(measured_data, data, profile_data)
-            if shown is not None:
-                _, sc, hw_model, key = shown
-                m = compute.metrics(sc, hw_model, key)
-            else:
-                sc = served.scenario_of(data)
-                m = served.metrics_of(data, profile_data)
+            # the Measured view's cards describe the run it shows: its configuration, simulated
+            sc, hw_model, key, shown = on_screen(data, profile_data, tab, measured_data)
+            m = compute.metrics(sc, hw_model, key)
         except RingsimError as e:
             return ["–"] * len(SUMMARY_CARDS) + [html.Span(str(e), className="msg")]
         peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or None
@@ -166,10 +172,15 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         return view if view in START_HERE else no_update
 
     @app.callback(Output("layout-strip", "figure"), Output("layout-strip-drawn", "data"),
-                  Input("scenario", "data"), Input("lang", "value"), State("layout-strip-drawn", "data"))
-    def draw_layout_strip(data, lang, drawn):
+                  Input("scenario", "data"), Input("lang", "value"), Input("tabs", "value"), Input("measured", "data"),
+                  State("profile", "data"), State("layout-strip-drawn", "data"))
+    def draw_layout_strip(data, lang, tab, measured_data, profile_data, drawn):
         t = Translator(lang)
-        sc = served.scenario_of(data)
+        try:
+            # the run the cards describe: on the Measured view, the measured run's configuration
+            sc = on_screen(data, profile_data, tab, measured_data)[0]
+        except RingsimError:
+            sc = served.scenario_of(data)          # the cards say what is wrong
         split = compute.token_split(sc, t)
         seq = sc.workload.seq
         labels = {"axis": t("strip.axis"), "hover": t("strip.hover"),
@@ -190,22 +201,28 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             return no_update, no_update
         return compute.figure("strip", Scenario(), None, [split, seq, t.lang], make), key
 
+    def shown_run(data, profile_data, tab, measured_data) -> tuple:
+        """(scenario, run) of what the cards describe (`on_screen`): what a download saves."""
+        sc, hw, key, _ = on_screen(data, profile_data, tab, measured_data)
+        return sc, compute.run(sc, hw, key)
+
     @app.callback(Output("dl-trace", "data"), Input("dl-trace-btn", "n_clicks"),
-                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
-    def download_trace(_, data, profile_data):
-        res = served.result_of(data, profile_data)
-        return dcc.send_bytes(export.trace_archive(res.trace), _file_name(served.scenario_of(data)) + ".trace.npz")
+                  State("scenario", "data"), State("profile", "data"), State("tabs", "value"),
+                  State("measured", "data"), prevent_initial_call=True)
+    def download_trace(_, data, profile_data, tab, measured_data):
+        sc, res = shown_run(data, profile_data, tab, measured_data)
+        return dcc.send_bytes(export.trace_archive(res.trace), _file_name(sc) + ".trace.npz")
 
     @app.callback(Output("dl-chrome", "data"), Input("dl-chrome-btn", "n_clicks"),
-                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
-    def download_chrome(_, data, profile_data):
-        res = served.result_of(data, profile_data)
-        return dict(content=export.chrome_trace_json(res.trace),
-                    filename=_file_name(served.scenario_of(data)) + ".chrome.json")
+                  State("scenario", "data"), State("profile", "data"), State("tabs", "value"),
+                  State("measured", "data"), prevent_initial_call=True)
+    def download_chrome(_, data, profile_data, tab, measured_data):
+        sc, res = shown_run(data, profile_data, tab, measured_data)
+        return dict(content=export.chrome_trace_json(res.trace), filename=_file_name(sc) + ".chrome.json")
 
     @app.callback(Output("dl-csv", "data"), Input("dl-csv-btn", "n_clicks"),
-                  State("scenario", "data"), State("profile", "data"), prevent_initial_call=True)
-    def download_csv(_, data, profile_data):
-        res = served.result_of(data, profile_data)
-        return dict(content=export.metrics_csv(res.metrics),
-                    filename=_file_name(served.scenario_of(data)) + ".metrics.csv")
+                  State("scenario", "data"), State("profile", "data"), State("tabs", "value"),
+                  State("measured", "data"), prevent_initial_call=True)
+    def download_csv(_, data, profile_data, tab, measured_data):
+        sc, res = shown_run(data, profile_data, tab, measured_data)
+        return dict(content=export.metrics_csv(res.metrics), filename=_file_name(sc) + ".metrics.csv")

@@ -49,7 +49,7 @@ from dashboard.figures.overlay import overlay
 from dashboard.figures.style import message_figure
 from dashboard.i18n import LANGUAGES, Translator, catalog, layout_label, scheme_label, scheme_name
 from dashboard.served import MAX_UPLOAD_BYTES
-from dashboard.views.common import HIDDEN, graph, only_on
+from dashboard.views.common import FOLDED, HIDDEN, graph, only_on
 from dashboard.views.labels import figure_labels
 from sim.errors import RingsimError
 from sim.layouts import NAMES as LAYOUT_NAMES
@@ -415,6 +415,9 @@ def view() -> list[Any]:
         text("traces-h-replay", "traces.h.replay", html.H4),
         html.Div(id="traces-replay"),
         graph("traces-lanes", 520),
+        # what is derived from an opened run, folded until one is (its charts still drawn at
+        # their width: views.common.FOLDED): empty headings and controls said nothing
+        html.Div(id="traces-derived", style=FOLDED, children=[
         text("traces-h-breakdown", "traces.h.breakdown", html.H4),
         html.Div(id="traces-breakdown"),
         text("traces-h-ring", "traces.h.ring", html.H4),
@@ -436,7 +439,7 @@ def view() -> list[Any]:
                     dcc.Input(id="traces-whatif-seq", type="number", min=1, step=1, debounce=True))]),
         html.Div(id="traces-whatif-msg", className="msg", role="alert"),
         html.Div(id="traces-whatif-line"),
-        graph("traces-whatif", 520)]
+        graph("traces-whatif", 520)])]
 
 
 def _upload_children(t: Translator) -> list[Any]:
@@ -643,20 +646,22 @@ def register_callbacks(app: dash.Dash, served: Any, traces_dir: str | None = Non
                   Output("traces-ring", "children"), Output("traces-unknown", "children"),
                   Output("traces-whatif-gpus", "value"), Output("traces-whatif-layout", "value"),
                   Output("traces-whatif-scheme", "value"), Output("traces-whatif-seq", "value"),
+                  Output("traces-derived", "style"),
                   Input("traces-opened", "data"), Input("tabs", "value"), Input("lang", "value"))
     def draw(data, tab, lang):
         only_on("traces", tab)
         t = Translator(lang)
         opened = kept.get((data or {}).get("token"))
         if opened is None:
-            none = t("traces.gone" if data else "traces.none")
-            return (None, none, message_figure(none), None, None, None, no_update, no_update, no_update, no_update)
+            none = t("traces.gone" if data else "traces.none" if traces_dir else "traces.none-upload")
+            return (None, none, message_figure(none), None, None, None, no_update, no_update, no_update, no_update,
+                    FOLDED)
         controls: tuple = (no_update,) * 4
         if ctx.triggered_id == "traces-opened" and opened.ring is not None:
             cfg = opened.ring.config
             controls = (cfg.n_gpus, cfg.layout, cfg.scheme, cfg.seq)
         return (status_line(opened, t), replay_line(opened, t), replay_figure(opened, t),
-                breakdown_section(opened, t), ring_section(opened, t), unknown_section(opened, t), *controls)
+                breakdown_section(opened, t), ring_section(opened, t), unknown_section(opened, t), *controls, {})
 
     @app.callback(Output("traces-whatif", "figure"), Output("traces-whatif-line", "children"),
                   Output("traces-whatif-msg", "children"),

@@ -202,6 +202,7 @@ def _compare_schemes(a: argparse.Namespace) -> int:
             raise RingsimError(f"unknown scheme {name!r} in --schemes; choose all or from {', '.join(scheme_names())}")
     # the engine's player (through sim.planning.compare) loads when a command plays a scenario
     from sim.planning.compare import compare_scheme_rows
+    from sim.planning.plan import TIE_WITHIN, tied
 
     # every scheme's variants start from the default scheme, whatever --scheme says
     run = resolve_run(without_scheme(values_from_args(a)) | {"layout": "zigzag"})
@@ -210,9 +211,12 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     check_rows(rows, base.describe())
     ran = [r for r in rows if "refused" not in r]
     best = min(ran, key=lambda r: r["makespan_s"]) if ran else None
+    # the runs within the model's own error of the fastest (sim.planning.plan.TIE_WITHIN) tie with it
+    ties = [ran[i] for i in tied([r["makespan_s"] for r in ran])]
     if a.json:
         print(json.dumps({"scenario": base.describe(), "rows": rows,
-                          "fastest": None if best is None else [best["scheme"], best["variant"]]}, indent=2))
+                          "fastest": None if best is None else [best["scheme"], best["variant"]],
+                          "tied": [[r["scheme"], r["variant"]] for r in ties] if len(ties) > 1 else []}, indent=2))
         return 0
     w, hw = base.workload, base.hardware
     nodes = -(-base.n_gpus // hw.gpus_per_node)
@@ -239,6 +243,10 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     print("\n".join(notes))
     if best is not None:
         print(f"\nfastest: {best['scheme']} ({best['variant']}): {best['explanation']}")
+    if len(ties) > 1:
+        print(f"a tie: within the model's error of {TIE_WITHIN:.0%} of the fastest (docs/gpu-model.md, "
+              "docs/calibration.md):")
+        print("\n".join(f"  {r['scheme']} ({r['variant']}) {fmt_s(r['makespan_s'])}" for r in ties[1:]))
     return 0
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
@@ -349,6 +349,16 @@ def _why_not(opts: dict[str, Any], e: RingsimError) -> Clause | None:
 TIE_WITHIN = 0.05
 """Candidates closer than this are tied: the GPU kernel model's median error on measured
 blocks is 3-4% (docs/gpu-model.md), a profile's on measured runs 2-7% (docs/calibration.md)."""
+
+
+def tied(makespans: Sequence[float]) -> list[int]:
+    """The positions of the runs tied with the fastest, within TIE_WITHIN of its time: the
+    fastest first, then by time (the fastest alone where it wins outright; none of none)."""
+    order = sorted(range(len(makespans)), key=lambda i: makespans[i])
+    if not order:
+        return []
+    best = makespans[order[0]]
+    return [order[0]] + [i for i in order[1:] if makespans[i] < best * (1 + TIE_WITHIN)]
 
 
 def tie_clause(c: dict[str, Any], nxt: dict[str, Any], ahead: float) -> Clause:

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from sim.errors import RingsimError
 from sim.hardware.cluster import Hardware
+from sim.planning.plan import TIE_WITHIN
 from sim.planning.spec import configs_from, option
 from sim.reasons import LABEL_SEPARATOR, Clause, clause, english
 from sim.scenario.models import Model
@@ -379,7 +380,9 @@ def _why(c: dict[str, Any], best: dict[str, Any], limit: float) -> list[Clause]:
     if c is best:
         return [clause("step.fastest"), *share]
     slower = best["tokens_per_s_per_gpu"] / c["tokens_per_s_per_gpu"]
-    stand = clause("step.tie") if slower < 1.01 else clause("step.slower", ratio=slower)
+    # within the model's own error of the fastest, a tie (as the planner of one attention step says)
+    stand = (clause("step.tie", within=TIE_WITHIN) if slower < 1 + TIE_WITHIN
+             else clause("step.slower", ratio=slower))
     return [stand, *share]
 
 

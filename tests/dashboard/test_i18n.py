@@ -165,6 +165,7 @@ SAME_IN_BOTH = {
     "why.kind.ag": "a collective's name, as Indonesian writing keeps it",
     "why.kind.rs": "a collective's name", "why.kind.a2a": "a collective's name",
     "why.join.items": "punctuation only",
+    "sch.join": "punctuation only",
     "ctl.overhead-us.placeholder": "a number", "tl.h_carries": "placeholders and punctuation only",
     "memory.item.q": "a symbol", "memory.item.dqkv": "symbols",
     "why.split.degrees": "the degrees' abbreviations and placeholders", "why.split.zero": "ZeRO's name",

@@ -312,3 +312,29 @@ def test_the_measured_view_s_cards_describe_the_run_it_shows(plain):
     line = shown["scenario-line"]["children"]
     assert line.startswith("the measured run, simulated:") and f"{first.trace.n_gpus} ×" in line
     assert measured.example_profile().measured_on["device"] in line
+
+
+def test_the_measured_view_s_token_strip_and_downloads_are_the_run_it_shows(plain):
+    """The token strip and the downloads beside the cards follow them: on the Measured view,
+    the measured run's configuration (its GPUs and tokens, and its simulated metrics in the
+    CSV); on other views, the page's scenario."""
+    app, client = plain
+    first = measured.examples()[0]
+    inputs = {"measured.data": {"token": first.token}, "scenario.data": {"values": defaults()},
+              "profile.data": None, "lang.value": "en", "layout-strip-drawn.data": None}
+    _, shown = client.call("layout-strip.figure", {**inputs, "tabs.value": "measured"}, ["tabs.value"])
+    _, page = client.call("layout-strip.figure", {**inputs, "tabs.value": "timeline"}, ["tabs.value"])
+    seq, gpus = first.trace.config["workload"]["seq"], first.trace.n_gpus
+    title = shown["layout-strip"]["figure"]["layout"]["title"]["text"]
+    assert f"{seq:,} tokens over {gpus} GPUs" in title
+    page_title = page["layout-strip"]["figure"]["layout"]["title"]["text"]
+    assert f"{defaults()['seq']:,} tokens over {defaults()['gpus']} GPUs" in page_title
+    csv = {}
+    for tab in ("measured", "timeline"):
+        _, out = client.call("dl-csv.data", {**inputs, "tabs.value": tab, "dl-csv-btn.n_clicks": 1}, ["dl-csv-btn.n_clicks"])
+        csv[tab] = out["dl-csv"]["data"]
+    assert csv["measured"]["filename"].startswith(f"ringsim-{gpus}gpu-") and f"-{seq}-" in csv["measured"]["filename"]
+    sim = simulate(scenario_from_config(first.trace.config, Hardware()), load_profile(EXAMPLE_PROFILE_PATH))
+    makespan = next(line for line in csv["measured"]["content"].splitlines() if line.startswith("run,"))
+    assert float(makespan.split(",")[2]) == pytest.approx(sim.makespan_s)
+    assert csv["timeline"]["filename"].startswith(f"ringsim-{defaults()['gpus']}gpu-")

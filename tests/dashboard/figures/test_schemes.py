@@ -42,3 +42,14 @@ def test_bars_are_the_rows():
 def test_nothing_runs():
     fig = scheme_comparison(ROWS[2:])
     assert fig.layout.meta["best"] is None and "nothing can run" in fig.layout.title.text
+
+
+def test_runs_within_the_models_error_of_the_fastest_are_called_a_tie():
+    """1.5, 1.52 and 1.57 ms are within 5% of the fastest (1.5 x 1.05 = 1.575), 2 ms is not:
+    the title names no winner but the three tied and their span; a 6% lead is a win."""
+    rows = ROWS + [_row("hybrid", "2 x 2", 1.52e-3), _row("ulysses", "degree 4", 1.57e-3)]
+    fig = scheme_comparison(rows)
+    assert fig.layout.title.text == "Which scheme wins: a tie, 3 runs within the model's error of 5% (1.5 ms to 1.57 ms)"
+    assert fig.layout.meta["best"] == ["allgather", "one gather"]               # still the fastest outlined
+    fig = scheme_comparison([ROWS[0], _row("allgather", "one gather", 2e-3 / 1.06)])
+    assert fig.layout.title.text == "Which scheme wins: allgather (one gather), 1.887 ms"

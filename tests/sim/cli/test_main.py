@@ -126,10 +126,14 @@ def test_compare_all_schemes_lists_every_scheme_and_names_the_fastest(capsys):
     assert [r["variant"] for r in rows if r["scheme"] == "hybrid"] == ["4 x 2", "2 x 4"]
     fastest = min(rows, key=lambda r: r["makespan_s"])
     assert d["fastest"] == [fastest["scheme"], fastest["variant"]]
+    # every other run within 5% of the fastest (the model's error) ties with it, fastest first
+    close = sorted((r for r in rows if r["makespan_s"] < fastest["makespan_s"] * 1.05), key=lambda r: r["makespan_s"])
+    assert d["tied"] == ([[r["scheme"], r["variant"]] for r in close] if len(close) > 1 else [])
     for r in rows:
         assert r["explanation"] and r["bytes_sent_per_gpu"] > 0 and r["peak_mem_bytes"] > 0
     code, out, _ = run(capsys, "compare", "--schemes", "all", "--gpus", "8", "--seq", "16384")
     assert code == 0 and out.count("\n") >= 10 and "fastest:" in out
+    assert ("a tie: within the model's error of 5%" in out) == (len(close) > 1)
     # a scheme the configuration refuses is a row saying why
     code, out, _ = run(capsys, "compare", "--schemes", "ulysses,ring", "--gpus", "64", "--seq", "65536", "--json")
     rows = json.loads(out)["rows"]

@@ -224,3 +224,12 @@ def test_large_plans_run_on_every_core_by_default(monkeypatch):
     assert plan_cli.plan_workers(None, 1024) == plan_cli.AUTO_WORKERS_MAX
     monkeypatch.setattr(sweep, "dask_available", lambda: False)
     assert plan_cli.plan_workers(None, 1024) == 1                  # no Dask: this process
+
+
+def test_the_runs_tied_with_the_fastest_are_those_within_the_models_error():
+    from sim.planning.plan import tied
+
+    assert tied([]) == []
+    assert tied([3.0]) == [0]
+    assert tied([1.05, 1.0, 2.0, 1.049]) == [1, 3]          # 1.05 is 5% behind: outside
+    assert tied([2.0, 1.0, 1.04, 1.01]) == [1, 3, 2]         # the fastest first, then by time

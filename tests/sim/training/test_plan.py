@@ -110,3 +110,21 @@ def test_a_step_from_its_parts_is_the_simulated_step():
     req = StepRequest(model=L8B, seq=8192, global_batch=64 * 8192, parallel=par, hardware=dgx(2))
     a, b = simulate_step(req), step_parts(req).step()
     assert a.to_dict() == b.to_dict()
+
+
+@pytest.mark.parametrize("slower, stands", [(1.0, "step.fastest"), (1.03, "step.tie"), (1.049, "step.tie"),
+                                            (1.06, "step.slower")])
+def test_a_split_within_the_models_error_of_the_fastest_is_a_tie(slower, stands):
+    """The step planner ties splits as the attention planner ties candidates: within
+    sim.planning.plan.TIE_WITHIN (the kernel model's error), not a closer margin of its own."""
+    from sim.planning.plan import TIE_WITHIN
+    from sim.training.plan import _why
+
+    best = {"fits": True, "tokens_per_s_per_gpu": 1000.0, "step_s": 1.0, "breakdown": {"gemm_s": 1.0}}
+    c = best if slower == 1.0 else {**best, "tokens_per_s_per_gpu": 1000.0 / slower}
+    first = _why(c, best, limit=80e9)[0]
+    assert first["clause"] == stands
+    if stands == "step.tie":
+        assert first["within"] == TIE_WITHIN
+    if stands == "step.slower":
+        assert first["ratio"] == pytest.approx(slower)
