@@ -24,9 +24,10 @@ LABELS = {
 how a bar's number, a share and a layout's name read."""
 
 
-TITLE_LINE = 60
-"""The title's lines at most this many characters: the left half of a chart 1,280 px wide
-(about 900 px, some 7.5 px a character of a 13 px title), beside the legend."""
+HEIGHT = 425
+"""The chart's height in px: its panels about 200 px high between the titles and the legend."""
+TOOLBAR_PX = 32
+"""The top of the chart Plotly's toolbar takes (its buttons at the right), where no title goes."""
 
 MAX_LABELLED_LAYOUTS = 3
 """Past this many layouts side by side the bars carry no number labels (they would collide)."""
@@ -46,7 +47,7 @@ def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = N
                         horizontal_spacing=0.07)
     # a little room between the bars of a pair: each bar's number is as wide as its bar, and
     # two side by side ran together ("1,861,87" at 1,280 px)
-    fig.update_layout(template=TEMPLATE, height=380, barmode="group", bargroupgap=0.15, separators=lab["separators"])
+    fig.update_layout(template=TEMPLATE, height=HEIGHT, barmode="group", bargroupgap=0.15, separators=lab["separators"])
     layouts = list(dict.fromkeys(r["layout"] for r in rows))
     names = [lab["layout"](lay) for lay in layouts]
     for overlap in (True, False):
@@ -78,11 +79,15 @@ def comparison(rows: Sequence[dict[str, Any]], labels: dict[str, Any] | None = N
                                  time=at(best)))
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(
-        # the title on the left, broken in lines of at most TITLE_LINE characters, and the legend
-        # on the right: centred, a long title ran into the legend
-        title=dict(text=wrap_title(title, TITLE_LINE), font=dict(size=13), x=0.0, xref="paper", xanchor="left"),
-        legend=dict(y=1.12, x=1.0, xanchor="right"),
-        # room under the panels for layout names of two words (Bahasa Indonesia's), turned if need be
-        margin=dict(t=90, b=90),
+        # the title under the toolbar in lines of figures.style.TITLE_CHARS at most, over the
+        # panels' own titles (two lines each at most), and the legend at the bottom, under the
+        # layouts' names: above the panels a tie's longer title ran into the legend, and the
+        # legend into the last panel's title
+        title=dict(text=wrap_title(title), font=dict(size=13), y=1 - TOOLBAR_PX / HEIGHT, yanchor="top",
+                   yref="container"),
+        legend=dict(x=0.5, xanchor="center", y=0.0, yanchor="bottom", yref="container"),
+        # room under the panels for layout names of two words (Bahasa Indonesia's), turned if
+        # need be, and the legend under them
+        margin=dict(t=110, b=115),
         meta={"best": [best["layout"], best["overlap"]]})
     return fig

@@ -31,6 +31,17 @@ LABELS = {
 adds how numbers read (`digits`) and a layout's name (`layout`)."""
 
 
+HEIGHT = 660
+"""The chart's height in px (three panels of about 150 px each)."""
+TITLE_LINE = 100
+"""A panel title's lines at most this many characters: the chart is about 870 px wide at
+1,280 px, and a panel title's character about 7 px."""
+SPACING_PER_LINE = 0.045
+"""The space between panels for each line of the longest panel title, as a fraction of the
+plot's height (two lines: 0.09, some 45 px: at 0.07 a two-line title touched the ticks of
+the panel above)."""
+
+
 def merge_steps(merge: RingMerge, layout: str, *, labels: dict[str, Any] | None = None) -> go.Figure:
     """For one query row: running max, normalizer and rescale factor at each ring step.
     `labels`: the texts in the page's language (LABELS)."""
@@ -38,10 +49,14 @@ def merge_steps(merge: RingMerge, layout: str, *, labels: dict[str, Any] | None 
     steps = merge.steps
     x = [s.step for s in steps]
     masked = [s.unmasked_keys == 0 for s in steps]
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        # a long title on two lines: at 1,280 px one line ran past the chart's edge
-                        subplot_titles=tuple(wrap_title(lab[k], 70) for k in ("max", "normalizer", "rescale")))
-    fig.update_layout(template=TEMPLATE, height=620, separators=lab["separators"])
+    # a long title in lines of at most TITLE_LINE characters (at 1,280 px one line ran past the
+    # chart's edge), and the panels as far apart as the longest takes lines: the Indonesian
+    # rescale title's third line lay over the panel above
+    titles = tuple(wrap_title(lab[k], TITLE_LINE) for k in ("max", "normalizer", "rescale"))
+    lines = max(t.count("<br>") + 1 for t in titles)
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=SPACING_PER_LINE * max(2, lines),
+                        subplot_titles=titles)
+    fig.update_layout(template=TEMPLATE, height=HEIGHT, separators=lab["separators"])
     hover_extra = [lab["block"].format(gpu=s.kv_rank, keys=s.unmasked_keys)
                    + (lab["skipped"] if s.unmasked_keys == 0 else "") for s in steps]
     fig.add_trace(go.Scatter(x=x, y=[s.m for s in steps], mode="lines+markers", name=lab["m"],
@@ -71,5 +86,5 @@ def merge_steps(merge: RingMerge, layout: str, *, labels: dict[str, Any] | None 
                                             gpus=len(steps), tokens=merge.output.shape[0],
                                             dim=merge.output.shape[1], err=lab["digits"](f"{err:.2e}"),
                                             dtype=merge.output.dtype), font=dict(size=13)),
-        showlegend=False, margin=dict(t=90), meta={"max_abs_error": err})
+        showlegend=False, margin=dict(t=100), meta={"max_abs_error": err})
     return fig

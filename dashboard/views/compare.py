@@ -12,7 +12,7 @@ import dash
 from dash import Output, State, html, no_update
 
 from dashboard import compute
-from dashboard.figures.comparison import comparison
+from dashboard.figures.comparison import HEIGHT, comparison
 from dashboard.figures.documents import document_balance
 from dashboard.figures.style import message_figure
 from dashboard.i18n import Translator, layout_label
@@ -27,7 +27,7 @@ from sim.scenario.config import Scenario
 
 def view() -> list[Any]:
     return [html.Div(id="documents-section", style=FOLDED, children=[graph("documents", 420)]),
-            busy_line("compare"), graph("compare", 380), html.Div(id="compare-table", className="table")]
+            busy_line("compare"), graph("compare", HEIGHT), html.Div(id="compare-table", className="table")]
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:

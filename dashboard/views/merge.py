@@ -11,6 +11,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from dashboard import compute
+from dashboard.figures.merge import HEIGHT as MERGE_HEIGHT
 from dashboard.figures.merge import merge_steps
 from dashboard.i18n import Translator, layout_label
 from dashboard.served import Served
@@ -33,7 +34,7 @@ def view() -> list[Any]:
                                 marks=None, tooltip={"placement": "bottom"}), className="slider"),
         ]),
         html.Div(id="merge-note", className="help"),
-        graph("merge", 620)]
+        graph("merge", MERGE_HEIGHT)]
 
 
 def register_callbacks(app: dash.Dash, served: Served) -> None:
