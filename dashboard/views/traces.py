@@ -654,7 +654,8 @@ def register_callbacks(app: dash.Dash, served: Any, traces_dir: str | None = Non
         opened = kept.get((data or {}).get("token"))
         if opened is None:
             none = t("traces.gone" if data else "traces.none" if traces_dir else "traces.none-upload")
-            return (None, none, message_figure(none), None, None, None, no_update, no_update, no_update, no_update,
+            # said once, in the chart's place
+            return (None, None, message_figure(none), None, None, None, no_update, no_update, no_update, no_update,
                     FOLDED)
         controls: tuple = (no_update,) * 4
         if ctx.triggered_id == "traces-opened" and opened.ring is not None:

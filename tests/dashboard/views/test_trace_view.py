@@ -297,3 +297,24 @@ def test_a_traces_dir_that_is_not_a_folder_is_one_line_and_exit_2(tmp_path, caps
     assert main(["dashboard", "--traces-dir", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err.strip()
     assert "no such folder" in err and "\n" not in err
+
+
+def test_before_a_run_is_open_the_view_says_what_to_do_once_and_folds_the_rest(app_and_client):
+    """Nothing open: one sentence, in the chart's place, and what an opened run fills (its
+    tables, ring, what-if controls) folded away; it names the server's folder only where the
+    server opens one. An opened run unfolds it."""
+    from dashboard.views.common import FOLDED
+
+    _, client, _ = app_and_client
+    out = _draw(client, None)
+    assert out["traces-replay"]["children"] is None
+    assert "or open one on the server" in str(out["traces-lanes"]["figure"])
+    assert out["traces-derived"]["style"] == FOLDED
+    plain = CallbackClient.for_app(create_app())           # no --traces-dir: upload alone
+    out = _draw(plain, None)
+    assert "Upload a torch.profiler trace to see it beside its replay." in str(out["traces-lanes"]["figure"])
+    out = _draw(plain, None, lang="id")
+    assert "Unggah jejak torch.profiler untuk melihatnya" in str(out["traces-lanes"]["figure"])
+    raw = MEGATRON_RANK0.read_bytes()
+    data = _open(client, [_url(raw)], [MEGATRON_RANK0.name])["traces-opened"]["data"]
+    assert _draw(client, data)["traces-derived"]["style"] == {}
