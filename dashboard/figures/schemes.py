@@ -45,8 +45,8 @@ LABELS = {
     "separators": ".,",
 }
 """The figure's texts in English: `scheme_comparison(labels=...)` replaces any of them, and
-adds how numbers read (`digits`, and a share `pct`), a row's name (`run`) and what bounds it or why it is
-refused (`why`)."""
+adds how numbers read (`digits`, a share `pct`), a row's name (`run`) and what bounds it or
+why it is refused (`why`)."""
 
 
 def _why(row: dict[str, Any]) -> str:
