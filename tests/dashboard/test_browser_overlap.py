@@ -1,8 +1,9 @@
 """Every view at 1280 x 800, 1400 x 1000 and 1920 x 1080 in both languages, in headless
 Chromium: no two boxes of text overlap (chart titles, axis titles, tick labels, legend
 entries, annotations, colour bar titles, the plot toolbar, tab labels, control labels,
-buttons, table cells) and no chart text is cut by its chart's edge; and the browser's back
-button restores the view that was open (run with `pytest --headless`)."""
+buttons, table cells), no chart text is cut by its chart's edge, and no chart text set
+outside the plots (a title, a panel's title, an axis title) reaches into one; and the
+browser's back button restores the view that was open (run with `pytest --headless`)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,13 @@ document.querySelectorAll('.gtitle, .xtitle, .ytitle, .legendtext, .annotation-t
 // tick labels: each against the chart's other texts (two of one axis never meet: Plotly spaces them)
 document.querySelectorAll('.xtick text, .ytick text, .cbaxis text').forEach(el => add(el, 'tick'));
 document.querySelectorAll('.modebar').forEach(el => add(el, 'toolbar'));
+// each panel's plot area (its drag layer's rectangle)
+document.querySelectorAll('.nsewdrag').forEach(el => {
+  const graph = el.closest('.dash-graph');
+  const r = el.getBoundingClientRect();
+  if (graph && r.width >= 1 && r.height >= 1 && el.closest('svg').getBoundingClientRect().width > 0)
+    out.push({kind: 'plot', text: '', x0: r.left, y0: r.top, x1: r.right, y1: r.bottom, chart: graph.id, box: null});
+});
 // page texts: leaf elements with text of their own
 document.querySelectorAll('label, button, th, td, h1, h2, h3, .tab, .help, .msg, p, li').forEach(el => {
   const own = Array.from(el.childNodes).some(n => n.nodeType === 3 && n.textContent.trim());
@@ -78,11 +86,29 @@ def settle(dash_duo, pause_s: float) -> None:
     time.sleep(pause_s)
 
 
+def _apart(a: dict, b: dict, slack: float) -> bool:
+    return (min(a["x1"], b["x1"]) - max(a["x0"], b["x0"]) <= slack
+            or min(a["y1"], b["y1"]) - max(a["y0"], b["y0"]) <= slack)
+
+
 def overlaps(boxes: list[dict], slack: float = 1.5) -> list[tuple[str, str]]:
     """Pairs of boxes that overlap by more than `slack` pixels both ways (two tick labels
-    never: an axis's own labels may touch where Plotly packs them), and each chart text cut
-    by its chart's edge (paired with "clipped")."""
+    never: an axis's own labels may touch where Plotly packs them), each chart text cut
+    by its chart's edge (paired with "clipped"), and each chart text whose middle is outside
+    every plot of its chart that reaches into one of them (a panel's title over the panel
+    above; a text placed on a plot, as an annotation marking a point, is the plot's own)."""
+    plots = [b for b in boxes if b["kind"] == "plot"]
+    boxes = [b for b in boxes if b["kind"] != "plot"]
     found = []
+    for a in boxes:
+        if a["kind"] != "text" or not a["chart"]:
+            continue
+        mine = [p for p in plots if p["chart"] == a["chart"]]
+        x, y = (a["x0"] + a["x1"]) / 2, (a["y0"] + a["y1"]) / 2
+        if any(p["x0"] <= x <= p["x1"] and p["y0"] <= y <= p["y1"] for p in mine):
+            continue
+        if any(not _apart(a, p, slack) for p in mine):
+            found.append((f"{a['kind']} {a['text']!r} ({a['chart']})", "reaches into a plot"))
     for a in boxes:
         if a["kind"] != "toolbar" and a.get("box"):
             left, top, right, bottom = a["box"]
@@ -92,9 +118,7 @@ def overlaps(boxes: list[dict], slack: float = 1.5) -> list[tuple[str, str]]:
         for b in boxes[i + 1:]:
             if a["kind"] == "tick" and b["kind"] == "tick":
                 continue
-            w = min(a["x1"], b["x1"]) - max(a["x0"], b["x0"])
-            h = min(a["y1"], b["y1"]) - max(a["y0"], b["y0"])
-            if w > slack and h > slack:
+            if not _apart(a, b, slack):
                 found.append((f"{a['kind']} {a['text']!r} ({a['chart']})", f"{b['kind']} {b['text']!r} ({b['chart']})"))
     return found
 
