@@ -115,10 +115,6 @@ class Served:
             raise PreventUpdate
         return scenario_from_values(data["values"])
 
-    def result_of(self, data: Any, profile_data: Any) -> compute.Result:
-        hw, key = self.hardware_of(profile_data)
-        return compute.run(self.scenario_of(data), hw, key)
-
     def metrics_of(self, data: Any, profile_data: Any):
         """The metrics of the page's run (compute.metrics: no trace is read where they are kept)."""
         hw, key = self.hardware_of(profile_data)
