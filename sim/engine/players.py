@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.arrays import unique_columns
+from sim.arrays import distinct_ints, unique_columns, unique_values
 from sim.engine.schedule import A2A, BWD, EMPTY, KINDS, MASKS, NO_DEP, Posts, Schedule
 from sim.engine.threads import each
 from sim.hardware.contention import Contention, Sharing
@@ -164,7 +164,7 @@ def collective_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer
     if not len(kind):
         return np.zeros(0, dtype=np.int64)
     a, b, label = _connected(kind, step, rank, peer)
-    nodes = np.unique(np.concatenate([a, b]))
+    nodes = distinct_ints(np.concatenate([a, b]), len(label))
     roots, size = np.unique(label[nodes], return_counts=True)
     return size[np.searchsorted(roots, label[a])]
 
@@ -184,7 +184,7 @@ def transfer_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: 
     coll = (kind >= FIRST_COLLECTIVE) & (kind <= A2A)
     if coll.any():
         lo[coll] = _labels(kind[coll], step[coll], rank[coll], peer[coll])
-    for k in np.unique(kind[~coll]).tolist():
+    for k in distinct_ints(kind[~coll], len(KINDS)).tolist():
         of_kind = np.flatnonzero(~coll & (kind == k))
         first = of_kind[step[of_kind] == step[of_kind].min()]
         at = np.arange(ranks)      # each rank's set among the first step's hops (alone: itself)
@@ -202,11 +202,10 @@ def transfer_groups(kind: np.ndarray, step: np.ndarray, rank: np.ndarray, peer: 
     # columns is several times slower at a million transfers); lo and hi are ranks or labels
     # below `span`, hi -1 where unused
     span = int(max(ranks, lo.max(initial=0), hi.max(initial=0))) + 2
-    keys, group_of = np.unique((cat * span + lo) * span + (hi + 1), return_inverse=True)
-    group_of = group_of.ravel()
+    keys, group_of = unique_values((cat * span + lo) * span + (hi + 1))
     ends = np.concatenate([rank, peer]).astype(np.int64)
-    of = np.concatenate([group_of, group_of]).astype(np.int64)
-    pairs = np.unique(of * ranks + ends)
+    of = np.concatenate([group_of, group_of])
+    pairs = distinct_ints(of * ranks + ends, len(keys) * ranks)
     pair_of, pair_end = pairs // ranks, pairs % ranks
     bounds = np.searchsorted(pair_of, np.arange(len(keys) + 1))
     return [pair_end[a:b] for a, b in zip(bounds[:-1], bounds[1:])], group_of

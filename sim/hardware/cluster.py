@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.arrays import unique_columns
+from sim.arrays import unique_columns, unique_values
 from sim.errors import RingsimError
 from sim.hardware import nccl
 from sim.hardware.contention import GpuPull
@@ -517,7 +517,8 @@ class Hardware(HardwareModel):
         any other a send/receive; a flow staged through host memory pays two latencies.
         CTAs: what the flow keeps busy on each of its two GPUs (a collective's channels,
         half at each end of a flow: a rank sends and receives one flow at a time)."""
-        kind = np.asarray(kind).astype(str)
+        kind = np.asarray(kind)
+        names, kind = unique_values(kind if kind.dtype.kind == "U" else kind.astype(str))
         nbytes = np.asarray(nbytes, dtype=float)
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         group_of = np.asarray(group_of)
@@ -526,14 +527,16 @@ class Hardware(HardwareModel):
         path, staged, between = self._paths(src, dst)
         copies = 1 + staged.astype(np.int64)
         # the transfers group by group (a stable sort: ascending within a group), each group's a slice
-        groups = np.unique(group_of)
+        groups = unique_values(group_of)[0]
         by_group = np.argsort(group_of, kind="stable") if len(groups) > 1 else np.arange(len(group_of))
         firsts = np.searchsorted(group_of[by_group], groups)
         for gi, a, b in zip(groups.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(by_group)]):
             comm = self.nccl_comm(members[gi])
             in_group = by_group[a:b]
-            for name in np.unique(kind[in_group]).tolist():
-                sel = in_group[kind[in_group] == name]
+            kinds = kind[in_group]
+            for code in np.flatnonzero(np.bincount(kinds, minlength=len(names))).tolist():
+                name = str(names[code])
+                sel = in_group if len(names) == 1 else in_group[kinds == code]
                 key = np.stack([nbytes[sel], path[sel], copies[sel], between[sel]])
                 distinct, back = unique_columns(key)
                 t = np.empty(distinct.shape[1])
