@@ -140,6 +140,9 @@ class _ByGpu:
         c = np.concatenate([ctas[self.sent], ctas[self.received]])
         b = np.concatenate([copy_bps[self.sent], copy_bps[self.received]])
         self.ctas, self.bps = np.concatenate([c, -c]), np.concatenate([b, -b])
+        self.steps: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        """The last play's (sort of the breakpoints, last of each time, sm and hbm shares
+        of each step): kept while the breakpoints keep their order (`_same_steps`)."""
 
 
 def _extra_s(gpus: _ByGpu, start: np.ndarray, end: np.ndarray, m: np.ndarray, gpu: GpuPull) -> np.ndarray:
@@ -152,20 +155,28 @@ def _extra_s(gpus: _ByGpu, start: np.ndarray, end: np.ndarray, m: np.ndarray, gp
     offsets = (gpus.sender * span, gpus.receiver * span)
     at = np.concatenate([start[x] + o for x, o in zip(sides, offsets)]
                         + [end[x] + o for x, o in zip(sides, offsets)])
-    order = np.argsort(at, kind="stable")
-    at = at[order]
-    in_flight_ctas = np.cumsum(gpus.ctas[order])
-    in_flight_bps = np.cumsum(gpus.bps[order])
-    # of breakpoints at one time, the last holds what is in flight from then on (a search
-    # finds it) and the others hold for no time: they add nothing to the running sums, so
-    # they go before the sums are taken (most of a ring's breakpoints are such ties)
-    last = np.flatnonzero(np.append(at[1:] != at[:-1], True))
-    at, in_flight_ctas, in_flight_bps = at[last], in_flight_ctas[last], in_flight_bps[last]
-    # a step holds from its breakpoint to the next; rounding leaves dust where nothing is in flight
-    in_flight_ctas[np.abs(in_flight_ctas) < 1e-9] = 0.0
-    in_flight_bps[np.abs(in_flight_bps) < 1e-3] = 0.0
-    sm = np.minimum(in_flight_ctas / gpu.sms, MAX_SHARE)
-    hbm = np.minimum(in_flight_bps * HBM_PASSES / (gpu.hbm_gbps * 1e9), MAX_SHARE)
+    steps_before = gpus.steps
+    if steps_before is not None and _same_steps(at, *steps_before):
+        # the last play's breakpoints in the same order, with the same ties: the same
+        # steps in flight, only their times moved
+        order, last, sm, hbm = steps_before
+        at = at[order][last]
+    else:
+        order = np.argsort(at, kind="stable")
+        at = at[order]
+        in_flight_ctas = np.cumsum(gpus.ctas[order])
+        in_flight_bps = np.cumsum(gpus.bps[order])
+        # of breakpoints at one time, the last holds what is in flight from then on (a search
+        # finds it) and the others hold for no time: they add nothing to the running sums, so
+        # they go before the sums are taken (most of a ring's breakpoints are such ties)
+        last = np.flatnonzero(np.append(at[1:] != at[:-1], True))
+        at, in_flight_ctas, in_flight_bps = at[last], in_flight_ctas[last], in_flight_bps[last]
+        # a step holds from its breakpoint to the next; rounding leaves dust where nothing is in flight
+        in_flight_ctas[np.abs(in_flight_ctas) < 1e-9] = 0.0
+        in_flight_bps[np.abs(in_flight_bps) < 1e-3] = 0.0
+        sm = np.minimum(in_flight_ctas / gpu.sms, MAX_SHARE)
+        hbm = np.minimum(in_flight_bps * HBM_PASSES / (gpu.hbm_gbps * 1e9), MAX_SHARE)
+        gpus.steps = (order, last, sm, hbm)
     steps = np.diff(at, append=at[-1])
     sm_sum = _sums_before(sm * steps)
     hbm_sum = _sums_before(hbm * steps)
@@ -190,6 +201,24 @@ def _extra_s(gpus: _ByGpu, start: np.ndarray, end: np.ndarray, m: np.ndarray, gp
     sm0, hbm0 = integral(start[gpus.comp] + g)
     sm1, hbm1 = integral(end[gpus.comp] + g)
     return (1.0 - m) * (sm1 - sm0) + m * (hbm1 - hbm0)
+
+
+def _same_steps(at: np.ndarray, order: np.ndarray, last: np.ndarray, sm: np.ndarray, hbm: np.ndarray) -> bool:
+    """Whether `order` is still the stable sort of the breakpoint times `at` and `last` still
+    the last of each run of equal times: ascending times, equal ones in the order they are
+    listed, a new time exactly where one began before. The plays after the first move the
+    computes by microseconds and less, which seldom moves one breakpoint past another; where
+    none moves, the sort, the running sums of what is in flight and the shares are the last
+    play's, bit for bit."""
+    ordered = at[order]
+    rises = ordered[1:] != ordered[:-1]
+    if not (ordered[1:] >= ordered[:-1]).all():
+        return False
+    if not (rises | (order[1:] > order[:-1])).all():
+        return False
+    was = np.zeros(len(at) - 1, dtype=bool)
+    was[last[:-1]] = True
+    return bool(np.array_equal(rises, was))
 
 
 def _sums_before(x: np.ndarray) -> np.ndarray:

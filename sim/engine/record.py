@@ -453,6 +453,11 @@ def _compute_waits(schedule: Schedule, ops: np.ndarray, t0: np.ndarray, start: n
             deps = np.concatenate([deps, sent[ops][:, None]], axis=1)
             posted = np.delete(posted, first)
     flying = (deps != NO_DEP) & schedule.is_transfer[deps]   # a pad reads the last op: masked
+    used = flying.any(axis=0)
+    if not used.all():
+        # a position no compute here waits a transfer on (a compute before, padding) is
+        # never read: dropped before the times are gathered for it
+        deps, flying = deps[:, used], flying[:, used]
     kinds = schedule.kind[deps]
     pieces = wait_pieces(t0, start[ops], start[deps], end[deps], kinds, flying, _SCHED_IDLE, DKV,
                          tie=_TIE[kinds])
