@@ -181,7 +181,10 @@ def block_map(trace: Trace, *, labels: dict | None = None) -> go.Figure:
                       x=0.475 if p is None else 0.29, len=0.9, tickvals=tickvals, thickness=18 if p is None else 12)),
         row=1, col=1)
     shown = "" if stride == 1 else lab["shown"].format(stride=stride, chunks=chunks)
-    fig.update_xaxes(title_text=lab["key"].format(axis=axis_label) + shown, row=1, col=1, showgrid=False)
+    # square cells: the panel gives up width (next to its colour bar) or height, never shows
+    # chunks that are not there
+    fig.update_xaxes(title_text=lab["key"].format(axis=axis_label) + shown, row=1, col=1, showgrid=False,
+                     constrain="domain", constraintoward="right")
     fig.update_yaxes(title_text=lab["query"].format(axis=axis_label), autorange="reversed", row=1, col=1,
                      showgrid=False, scaleanchor="x", constrain="domain")
     if p is not None:
