@@ -10,7 +10,10 @@ so a reader sees it whole or not at all; one process makes a missing value while
 others wait on its lock file (`fcntl.flock`). A trace is kept as one `.npy` file per
 column and read back memory-mapped: a window of a million-span trace reads only the pages
 it draws. The folder is bounded in bytes; past its budget the least recently used values
-go.
+go, with their lock files. A process looks over the folder for that in a thread of its own,
+after its first write and then each time it has written a sixteenth of the budget
+(EVICT_EVERY), never on the path of a request: a look stats every file, half a second on a
+folder of 8,000 entries.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import pickle
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,6 +43,14 @@ FOLDER_ENV = "RINGSIM_DASHBOARD_CACHE"
 """The environment variable naming the folder (default: ringsim-dashboard-cache in the
 system's temporary folder)."""
 BUDGET_ENV = "RINGSIM_DASHBOARD_CACHE_BYTES"
+EVICT_EVERY = 16
+"""A process looks over the folder (DiskCache.evict) after its first write, then each time it
+has written budget / EVICT_EVERY bytes since it last looked: between looks the folder may
+pass its budget by that much for each process writing to it."""
+STALE_LOCK_S = 600.0
+"""A lock file whose value is not in the folder, and that no process holds, goes once it is
+this old (a value whose making failed, or that was asked after and never made); a younger
+one may be about to be taken."""
 
 
 def default_folder() -> Path:
@@ -110,6 +122,13 @@ class DiskCache:
             os.environ.get(BUDGET_ENV) or DEFAULT_BUDGET_BYTES)
         self.fingerprint = code_fingerprint()
         self._evicting = threading.Lock()
+        self._again = False
+        self._counting = threading.Lock()
+        self._unlooked: int | None = None
+        """Bytes this process has written since it last started a look over the folder (None:
+        it has not yet written)."""
+        self.looking: threading.Thread | None = None
+        """The thread of the last look over the folder started (`_wrote`), if any."""
 
     def _name(self, kind: str, key: str) -> Path:
         digest = hashlib.sha256(f"{self.fingerprint}\n{kind}\n{key}".encode()).hexdigest()[:40]
@@ -164,8 +183,9 @@ class DiskCache:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
         with open(tmp, "wb") as f:
             pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+            size = f.tell()
         os.replace(tmp, path)
-        self.evict()
+        self._wrote(size)
 
     def get(self, kind: str, key: str, make: Callable[[], Any]) -> Any:
         """The value under (kind, key), made by `make()` once for every process: the others
@@ -215,7 +235,7 @@ class DiskCache:
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)     # another process renamed it first, or no room
             return
-        self.evict()
+        self._wrote(sum(getattr(c, name).nbytes for name in COLUMN_TYPES))
 
     def trace(self, key: str, make: Callable[[], Trace]) -> tuple[Trace, bool]:
         """(the trace under `key`, whether this call made it): made by `make()` in one process
@@ -250,35 +270,93 @@ class DiskCache:
 
     # --- the budget ----------------------------------------------------------------------
 
-    def evict(self) -> None:
-        """Remove the least recently used values until the folder fits its budget."""
-        if not self._evicting.acquire(blocking=False):
-            return
-        try:
-            entries = []
-            for path in self.folder.iterdir():
-                if path.name.startswith(".") or path.suffix == ".lock" or (
-                        path.is_dir() and not path.name.startswith("trace-")):
-                    continue          # a value being written, a lock, or the background jobs' folder
-                try:
-                    size = (sum(p.stat().st_size for p in path.iterdir()) if path.is_dir()
-                            else path.stat().st_size)
-                    entries.append((path.stat().st_mtime, size, path))
-                except FileNotFoundError:
-                    continue
-            total = sum(size for _, size, _ in entries)
-            for _, size, path in sorted(entries):
-                if total <= self.budget_bytes:
-                    break
-                # a reader that mapped a trace keeps its pages: removing the files is safe
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-                total -= size
-        finally:
-            self._evicting.release()
+    def _wrote(self, nbytes: int) -> None:
+        """Count `nbytes` written, and start a look over the folder in a thread when one is
+        due (EVICT_EVERY)."""
+        with self._counting:
+            due = self._unlooked is None or self._unlooked + nbytes >= self.budget_bytes / EVICT_EVERY
+            self._unlooked = 0 if due else self._unlooked + nbytes
+            if due:
+                self.looking = threading.Thread(target=self.evict, args=(False,), name="ringsim-evict",
+                                                daemon=True)
+                self.looking.start()
+
+    def evict(self, wait: bool = True) -> None:
+        """Remove the least recently used values until the folder fits its budget, each with
+        its lock file, and the stale lock files of values not there (STALE_LOCK_S). A call
+        while a look is under way has that look go over the folder once more when done, and
+        with `wait` returns once it has."""
+        self._again = True
+        while self._again and self._evicting.acquire(blocking=wait):
+            try:
+                while self._again:
+                    self._again = False
+                    self._look()
+            finally:
+                self._evicting.release()
+
+    def _look(self) -> None:
+        entries = []
+        locks = []
+        for path in self.folder.iterdir():
+            if path.suffix == ".lock":
+                locks.append(path)
+                continue
+            if path.name.startswith(".") or (path.is_dir() and not path.name.startswith("trace-")):
+                continue          # a value being written, or the background jobs' folder
+            try:
+                size = (sum(p.stat().st_size for p in path.iterdir()) if path.is_dir()
+                        else path.stat().st_size)
+                entries.append((path.stat().st_mtime, size, path))
+            except FileNotFoundError:
+                continue
+        total = sum(size for _, size, _ in entries)
+        kept = {path.with_suffix("").name for _, _, path in entries}
+        gone = set()
+        for _, size, path in sorted(entries):
+            if total <= self.budget_bytes:
+                break
+            # a reader that mapped a trace keeps its pages: removing the files is safe
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            gone.add(path.with_suffix("").name)
+            total -= size
+        for lock in locks:
+            value = lock.with_suffix("").name
+            if value in gone or (value not in kept and _stale(lock)):
+                _remove_unheld(lock)
 
     def clear(self) -> None:
         for path in self.folder.iterdir():
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def _stale(lock: Path) -> bool:
+    """Whether the lock file is STALE_LOCK_S old or more."""
+    try:
+        return time.time() - lock.stat().st_mtime >= STALE_LOCK_S
+    except OSError:
+        return False
+
+
+def _remove_unheld(lock: Path) -> None:
+    """Remove the lock file of a value that is not in the folder, unless a process holds it
+    (making the value). Were a process to open it just before, and lock it after, its
+    removal, a second process could make the same value at once: the same work twice, each
+    written whole under its own temporary name."""
+    try:
+        with _OPENING:
+            held = _Held(open(lock))           # not made again if it is gone
+    except OSError:
+        return
+    try:
+        fcntl.flock(held.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        held.close()          # held: its value is being made
+        return
+    try:
+        lock.unlink(missing_ok=True)
+    finally:
+        held.close()
 
 
 def _touch(path: Path) -> None:

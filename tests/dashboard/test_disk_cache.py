@@ -116,8 +116,64 @@ def test_the_least_recently_used_go_past_the_budget(tmp_path):
     disk = DiskCache(tmp_path, budget_bytes=3000)
     for i in range(5):
         disk.write("blob", str(i), b"x" * 1000)
+        time.sleep(0.01)                                  # each its own time, oldest first
+    disk.looking.join(10)                                 # the writes' own look, then one now
+    disk.evict()
     kept = [i for i in range(5) if disk.read("blob", str(i)) is not None]
-    assert kept and len(kept) < 5 and kept[-1] == 4
+    assert kept == [3, 4]                                 # 2 x ~1,030 bytes fit 3,000; 3 do not
+
+
+def test_a_write_looks_over_the_folder_on_a_thread_when_a_look_is_due(tmp_path, monkeypatch):
+    # the first write, then each sixteenth of the budget written (EVICT_EVERY); never in the
+    # request that writes: a look that takes long does not hold the write up
+    disk = DiskCache(tmp_path, budget_bytes=16 * 1000)
+    looks = []
+    go = threading.Event()
+
+    def look():
+        looks.append(threading.current_thread() is not threading.main_thread())
+        go.wait(10)
+    monkeypatch.setattr(disk, "_look", look)
+    sizes = [100, 400, 400, 400, 400, 400, 400, 400]
+    due = []
+    for i, n in enumerate(sizes):
+        before = disk.looking
+        disk.write("blob", str(i), b"x" * n)
+        due.append(disk.looking is not before)
+    go.set()
+    disk.looking.join(10)
+    # pickled, each write is its bytes and a few more: the first write, then the third after
+    # it (~1,200 bytes since), then the third after that
+    assert due == [True, False, False, True, False, False, True, False]
+    assert looks and all(looks)
+
+
+def test_an_evicted_values_lock_file_goes_with_it_and_a_stale_one_no_process_holds(tmp_path):
+    import fcntl
+    import os
+
+    from dashboard.disk_cache import STALE_LOCK_S
+
+    disk = DiskCache(tmp_path, budget_bytes=3000)
+    disk.get("blob", "old", lambda: b"x" * 1000)
+    time.sleep(0.01)
+    disk.get("blob", "new", lambda: b"y" * 1000)
+    disk.looking.join(10)
+    disk.budget_bytes = 1500                              # now one of the two is too many
+    lock_of = {k: disk._name("blob", k).with_suffix(".lock") for k in ("old", "new")}
+    assert all(p.exists() for p in lock_of.values())
+    long_ago = time.time() - 2 * STALE_LOCK_S
+    stale, young, held = (tmp_path / f"blob-{k}.lock" for k in ("stale", "young", "held"))
+    for p in (stale, young, held):
+        p.touch()
+    for p in (stale, held):
+        os.utime(p, (long_ago, long_ago))
+    with open(held) as f:
+        fcntl.flock(f, fcntl.LOCK_EX)                     # a value being made
+        disk.evict()
+        assert disk.read("blob", "old") is None and not lock_of["old"].exists()
+        assert disk.read("blob", "new") == b"y" * 1000 and lock_of["new"].exists()
+        assert not stale.exists() and young.exists() and held.exists()
 
 
 def test_another_codes_values_are_not_read(tmp_path):
