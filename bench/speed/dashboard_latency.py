@@ -15,13 +15,15 @@ change to the moment the view's chart is drawn anew, no callback is pending and 
 line (if any) is hidden: what a reader waits.
 
     .venv/bin/python bench/speed/dashboard_latency.py [--sizes 8 64 256 1024] [--against main]
-        [--views timeline blocks compare schemes memory sweep] [--workers 2] [--rounds 3]
+        [--views timeline blocks compare schemes memory sweep] [--workers 2] [--rounds 3] [--aged 8000]
         [--out bench/results/speed/cpu-2core/dashboard-latency.json]
 
 `--against REF` serves a checkout of the git ref REF (a temporary `git worktree`,
 removed afterwards) the same way, one view at a time beside this tree's, so that both see
 the same machine load. A view that does not finish within --timeout-s is reported as that
-many seconds and marked.
+many seconds and marked. `--aged N` starts each server's cache folder with N entries of
+older code, as a server that has run for a while (and been updated) leaves it: what every
+access to the folder pays for its size shows there, and not in an empty one.
 """
 
 from __future__ import annotations
@@ -88,9 +90,10 @@ def _free_port() -> int:
 class Server:
     """`ringsim dashboard` of one tree on a free loopback port."""
 
-    def __init__(self, tree: Path, workers: int, extra_path: str | None):
+    def __init__(self, tree: Path, workers: int, extra_path: str | None, aged: int = 0):
         self.port = _free_port()
         self.cache = tempfile.mkdtemp(prefix="ringsim-latency-cache-")
+        _age(Path(self.cache), aged)
         env = dict(os.environ, RINGSIM_DASHBOARD_CACHE=self.cache,
                    PYTHONPATH=os.pathsep.join(p for p in (str(tree), extra_path) if p))
         self.proc = subprocess.Popen(
@@ -115,6 +118,28 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         subprocess.run(["rm", "-rf", self.cache], check=False)
+
+
+def _age(folder: Path, entries: int) -> None:
+    """Fill a cache folder with `entries` entries as a server that has run for a while, and
+    been updated, leaves it: values of other code (never read again; small, so that none is
+    over the budget and goes), a third of them traces (a folder of one file per column),
+    each value beside its lock file."""
+    import random
+
+    from sim.trace.format import COLUMN_TYPES
+
+    rng = random.Random(0)
+    for i in range(entries // 2):
+        kind = "trace" if i % 3 == 0 else "metrics"
+        name = f"{kind}-{rng.getrandbits(160):040x}"
+        if kind == "trace":
+            (folder / name).mkdir()
+            for column in COLUMN_TYPES:
+                (folder / name / f"{column}.npy").write_bytes(b"\0" * 128)
+        else:
+            (folder / f"{name}.pkl").write_bytes(b"\0" * 512)
+        (folder / f"{name}.lock").touch()
 
 
 def _browser():
@@ -201,6 +226,9 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=120.0)
     p.add_argument("--rounds", type=int, default=1,
                    help="measure every view this many times over (the table: median and range)")
+    p.add_argument("--aged", type=int, default=0, metavar="N",
+                   help="start each server's cache folder with N entries of older code, as a server that has "
+                        "run for a while leaves it (default 0: an empty folder)")
     p.add_argument("--extra-path", default=os.environ.get("RINGSIM_EXTRA_PATH"),
                    help="a folder put on both servers' path (packages this machine's venv lacks)")
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "dashboard-latency.json"))
@@ -220,7 +248,7 @@ def main() -> None:
     driver = _browser()
     servers: dict[str, Server] = {}
     try:
-        servers = {name: Server(tree, a.workers, a.extra_path) for name, tree in trees.items()}
+        servers = {name: Server(tree, a.workers, a.extra_path, a.aged) for name, tree in trees.items()}
         link_gbps = 450.0
         for turn in range(a.rounds):
             for n in a.sizes:
@@ -251,6 +279,7 @@ def main() -> None:
                    "versions": {"dash": dash.__version__}, "this": this_commit,
                    "ref": {"name": a.against, "commit": ref_commit} if a.against else None,
                    "server": f"ringsim dashboard --workers {a.workers} (gunicorn)",
+                   "cache_folder": f"{a.aged} entries of older code at the start" if a.aged else "empty at the start",
                    "scenario": "defaults (Llama-3-8B attention, 131072 tokens, causal, zigzag, overlap, "
                                "H100-SXM / nvlink4), a fresh link bandwidth per view (450 GB/s and thousandths)",
                    "goals_at_1024_s": GOALS_S, "timeout_s": a.timeout_s, "rows": rows, "table": table}, f, indent=2)

@@ -14,7 +14,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from dashboard.figures.documents import kept_keys
-from dashboard.figures.style import TEMPLATE, rank_colors, run_label, scheme_of
+from dashboard.figures.style import TEMPLATE, rank_colors, rank_marker, run_label, scheme_of
 from sim.layouts import packed
 from sim.reasons import english
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
@@ -193,7 +193,7 @@ def block_map(trace: Trace, *, labels: dict | None = None) -> go.Figure:
     comp = c.stream == COMPUTE
     flops = np.bincount(c.rank[comp], c.flops[comp], minlength=n)[:n]
     mean = flops.mean() if n else 0.0
-    fig.add_trace(go.Bar(x=np.arange(n), y=flops / 1e12, marker_color=list(rank_colors(n)),
+    fig.add_trace(go.Bar(x=np.arange(n), y=flops / 1e12, marker=rank_marker(np.arange(n), n),
                          hovertemplate="GPU %{x}: %{y:.4g} TFLOP<extra></extra>", showlegend=False),
                   row=1, col=work_col)
     fig.add_hline(y=mean / 1e12, line=dict(color="#444", dash="dash", width=1), row=1, col=work_col,

@@ -224,10 +224,16 @@ def ring_step_grid(trace: "Trace", work: np.ndarray, ring: int) -> np.ndarray:
         sel = comp[kinds == kinds.min()]
         q, k = c.chunk_matrix("q_chunks", sel), c.chunk_matrix("kv_chunks", sel)
         step = (c.step[sel] % ring).astype(np.float64)
+        # each compute's chunks on each side, those inside the map (a padded -1 is none)
+        q_in = [(q[:, i] >= 0) & (q[:, i] < work.shape[0]) for i in range(q.shape[1])]
+        k_in = [(k[:, j] >= 0) & (k[:, j] < work.shape[1]) for j in range(k.shape[1])]
         for i in range(q.shape[1]):
             for j in range(k.shape[1]):
-                ok = (q[:, i] >= 0) & (k[:, j] >= 0) & (q[:, i] < work.shape[0]) & (k[:, j] < work.shape[1])
-                grid[q[ok, i], k[ok, j]] = step[ok]
+                ok = q_in[i] & k_in[j]
+                if ok.all():
+                    grid[q[:, i], k[:, j]] = step
+                else:
+                    grid[q[ok, i], k[ok, j]] = step[ok]
     grid[work == 0] = np.nan
     return grid
 
