@@ -25,6 +25,7 @@ import json
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -47,6 +48,12 @@ EVICT_EVERY = 16
 """A process looks over the folder (DiskCache.evict) after its first write, then each time it
 has written budget / EVICT_EVERY bytes since it last looked: between looks the folder may
 pass its budget by that much for each process writing to it."""
+WRITER_NICE = 10
+"""The nice value of the threads that write a trace a process made, for the others, and that
+look over the folder (`behind_requests`): the requests beside them, the figures of the run
+just made, come first, and they take the cores those leave. A 1,024-GPU block map drawn beside
+the write of its trace took 0.37-0.59 s at the same priority, 0.19-0.23 s beside a niced write
+(0.20-0.22 s alone), and the write 0.35-0.41 s either way on this 2-core machine."""
 STALE_LOCK_S = 600.0
 """A lock file whose value is not in the folder, and that no process holds, goes once it is
 this old (a value whose making failed, or that was asked after and never made); a younger
@@ -260,6 +267,7 @@ class DiskCache:
             return trace, False
 
         def write_then_let_in() -> None:
+            behind_requests()
             try:
                 self.write_trace(key, trace)
             finally:
@@ -286,6 +294,8 @@ class DiskCache:
         its lock file, and the stale lock files of values not there (STALE_LOCK_S). A call
         while a look is under way has that look go over the folder once more when done, and
         with `wait` returns once it has."""
+        if not wait:
+            behind_requests()          # a thread of its own (`_wrote`)
         self._again = True
         while self._again and self._evicting.acquire(blocking=wait):
             try:
@@ -328,6 +338,16 @@ class DiskCache:
     def clear(self) -> None:
         for path in self.folder.iterdir():
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def behind_requests() -> None:
+    """Run the calling thread, and the threads it starts, at nice WRITER_NICE or its own if
+    that is higher (Linux, where a nice value is a thread's own; elsewhere nothing changes)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            me = threading.get_native_id()
+            if os.getpriority(os.PRIO_PROCESS, me) < WRITER_NICE:
+                os.setpriority(os.PRIO_PROCESS, me, WRITER_NICE)
 
 
 def _stale(lock: Path) -> bool:

@@ -250,3 +250,28 @@ def test_a_failed_simulation_lets_the_next_asker_in(tmp_path):
     assert made and len(trace.columns)
     back, made_again = DiskCache(tmp_path).trace("k", fail)    # waits for the write, then reads
     assert not made_again and np.array_equal(back.columns.end_s, trace.columns.end_s)
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="a nice value per thread is Linux's")
+def test_the_writer_runs_behind_requests_and_so_do_the_threads_it_starts():
+    import os
+
+    from dashboard.disk_cache import WRITER_NICE, behind_requests
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = nice()
+    seen = {}
+
+    def writer():
+        behind_requests()
+        seen["writer"] = nice()
+        child = threading.Thread(target=lambda: seen.__setitem__("started by it", nice()))
+        child.start()
+        child.join()
+    t = threading.Thread(target=writer)
+    t.start()
+    t.join()
+    assert seen == {"writer": max(mine, WRITER_NICE), "started by it": max(mine, WRITER_NICE)}
+    assert nice() == mine                                 # the request's thread keeps its own

@@ -96,3 +96,21 @@ def test_a_large_block_map_shows_every_kth_chunk():
     ids = np.asarray(heat.x)
     r = np.array([owner("zigzag", 640 * 8, n, int(c) * 8) for c in ids])
     assert (grid == (r[:, None] - r[None, :]) % n).all()
+
+
+def test_past_max_work_bars_the_work_is_one_step_per_gpu(monkeypatch):
+    # the same numbers as the bars, drawn as a single path: GPU r's step spans [r - 0.5, r + 0.5]
+    from dashboard.figures import block_map as bm_module
+
+    n = 16
+    sc = small_scenario(layout="contiguous", n_gpus=n, seq=16 * n)
+    trace = simulate(sc)
+    bars = [t for t in block_map(trace).data if t.type == "bar"][0]
+    monkeypatch.setattr(bm_module, "MAX_WORK_BARS", n - 1)
+    fig = block_map(trace)
+    assert not [t for t in fig.data if t.type == "bar"]
+    steps = [t for t in fig.data if t.type == "scatter" and t.line.shape == "hv"][0]
+    assert list(steps.x) == [r - 0.5 for r in range(n + 1)]
+    assert list(steps.y[:n]) == list(bars.y) and steps.y[n] == bars.y[-1]
+    assert list(steps.customdata) == [*range(n), n - 1]                 # the GPU each point names
+    assert fig.layout.meta["imbalance"] == pytest.approx(max(bars.y) / np.mean(bars.y))
