@@ -63,7 +63,9 @@ def times_pulled(schedule: Schedule, dur: np.ndarray, pull: tuple[np.ndarray, np
     if pieces is None:
         pieces = PIECES if len(schedule) >= threads.WORTH_THREADS else 1
     ctas, copy_bps, memory_share = pull
-    gpus = threads.each(lambda r: _ByGpu(schedule, xfer, comp, ctas, copy_bps, *r),
+    by_gpu = threads.each(lambda x: _sorted_by(*x, schedule.n_ranks),
+                          [(xfer, schedule.rank), (xfer, schedule.peer), (comp, schedule.rank)], size=len(schedule))
+    gpus = threads.each(lambda r: _ByGpu(schedule, by_gpu, ctas, copy_bps, *r),
                         _ranges(schedule.n_ranks, pieces), size=len(schedule))
     ids = _joined([g.comp for g in gpus])
     m = [memory_share[g.comp] for g in gpus]
@@ -122,20 +124,13 @@ class _ByGpu:
     what each breakpoint adds to its GPU's CTAs and bytes/s in flight (a transfer's start
     its own, its end the negative), in the breakpoints' order before the merge."""
 
-    def __init__(self, schedule: Schedule, xfer: np.ndarray, comp: np.ndarray, ctas: np.ndarray,
+    def __init__(self, schedule: Schedule, by_gpu: list[tuple[np.ndarray, np.ndarray]], ctas: np.ndarray,
                  copy_bps: np.ndarray, lo: int, hi: int):
-        whole = lo == 0 and hi >= schedule.n_ranks
-
-        def on(ops: np.ndarray, gpu: np.ndarray) -> np.ndarray:
-            if not whole:
-                g = gpu[ops]
-                ops = ops[(g >= lo) & (g < hi)]
-            return ops[np.argsort(gpu[ops], kind="stable")]
-        self.sent = on(xfer, schedule.rank)
-        self.received = on(xfer, schedule.peer)
+        # the transfers by sender, by receiver and the computes by GPU (`_sorted_by`), cut to
+        # the range's GPUs
+        self.sent, self.received, self.comp = (ops[first[lo]:first[hi]] for ops, first in by_gpu)
         self.sender = schedule.rank[self.sent].astype(float)
         self.receiver = schedule.peer[self.received].astype(float)
-        self.comp = on(comp, schedule.rank)
         self.computer = schedule.rank[self.comp].astype(float)
         c = np.concatenate([ctas[self.sent], ctas[self.received]])
         b = np.concatenate([copy_bps[self.sent], copy_bps[self.received]])
@@ -143,6 +138,15 @@ class _ByGpu:
         self.steps: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         """The last play's (sort of the breakpoints, last of each time, sm and hbm shares
         of each step): kept while the breakpoints keep their order (`_same_steps`)."""
+
+
+def _sorted_by(ops: np.ndarray, gpu: np.ndarray, n_gpus: int) -> tuple[np.ndarray, np.ndarray]:
+    """`ops` (ascending) sorted by their GPU in `gpu`, schedule order within a GPU (a stable
+    sort, by radix on 16-bit GPU numbers), and where each GPU's start: GPU g's ops are
+    sorted[first[g]:first[g + 1]]."""
+    g = gpu[ops]
+    order = np.argsort(g.astype(np.int16) if n_gpus <= 1 << 15 else g, kind="stable")
+    return ops[order], np.searchsorted(g[order], np.arange(n_gpus + 1))
 
 
 def _extra_s(gpus: _ByGpu, start: np.ndarray, end: np.ndarray, m: np.ndarray, gpu: GpuPull) -> np.ndarray:
