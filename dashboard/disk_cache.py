@@ -48,12 +48,13 @@ EVICT_EVERY = 16
 """A process looks over the folder (DiskCache.evict) after its first write, then each time it
 has written budget / EVICT_EVERY bytes since it last looked: between looks the folder may
 pass its budget by that much for each process writing to it."""
-WRITER_NICE = 10
-"""The nice value of the threads that write a trace a process made, for the others, and that
-look over the folder (`behind_requests`): the requests beside them, the figures of the run
-just made, come first, and they take the cores those leave. A 1,024-GPU block map drawn beside
-the write of its trace took 0.37-0.59 s at the same priority, 0.19-0.23 s beside a niced write
-(0.20-0.22 s alone), and the write 0.35-0.41 s either way on this 2-core machine."""
+BEHIND_NICE = 10
+"""The nice value of a look over the folder (`behind_requests`): the requests come first, and
+it takes the cores they leave. Not the write of a trace a process made for the others: they
+wait for it. Niced, that write let a 1,024-GPU block map drawn beside it in the same process
+take 0.19-0.23 s instead of 0.37-0.59 s, but the timeline at 1,024 GPUs under `ringsim
+dashboard` (two worker processes) came 3.47 s cold in the median of five rounds against 3.31 s
+without (bench/speed/dashboard_latency.py), its request often in the process that waits."""
 STALE_LOCK_S = 600.0
 """A lock file whose value is not in the folder, and that no process holds, goes once it is
 this old (a value whose making failed, or that was asked after and never made); a younger
@@ -267,7 +268,6 @@ class DiskCache:
             return trace, False
 
         def write_then_let_in() -> None:
-            behind_requests()
             try:
                 self.write_trace(key, trace)
             finally:
@@ -341,13 +341,13 @@ class DiskCache:
 
 
 def behind_requests() -> None:
-    """Run the calling thread, and the threads it starts, at nice WRITER_NICE or its own if
+    """Run the calling thread, and the threads it starts, at nice BEHIND_NICE or its own if
     that is higher (Linux, where a nice value is a thread's own; elsewhere nothing changes)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError):
             me = threading.get_native_id()
-            if os.getpriority(os.PRIO_PROCESS, me) < WRITER_NICE:
-                os.setpriority(os.PRIO_PROCESS, me, WRITER_NICE)
+            if os.getpriority(os.PRIO_PROCESS, me) < BEHIND_NICE:
+                os.setpriority(os.PRIO_PROCESS, me, BEHIND_NICE)
 
 
 def _stale(lock: Path) -> bool:

@@ -253,10 +253,10 @@ def test_a_failed_simulation_lets_the_next_asker_in(tmp_path):
 
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="a nice value per thread is Linux's")
-def test_the_writer_runs_behind_requests_and_so_do_the_threads_it_starts():
+def test_a_look_runs_behind_requests_and_so_do_the_threads_it_starts():
     import os
 
-    from dashboard.disk_cache import WRITER_NICE, behind_requests
+    from dashboard.disk_cache import BEHIND_NICE, behind_requests
 
     def nice() -> int:
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
@@ -264,14 +264,14 @@ def test_the_writer_runs_behind_requests_and_so_do_the_threads_it_starts():
     mine = nice()
     seen = {}
 
-    def writer():
+    def look():
         behind_requests()
-        seen["writer"] = nice()
+        seen["look"] = nice()
         child = threading.Thread(target=lambda: seen.__setitem__("started by it", nice()))
         child.start()
         child.join()
-    t = threading.Thread(target=writer)
+    t = threading.Thread(target=look)
     t.start()
     t.join()
-    assert seen == {"writer": max(mine, WRITER_NICE), "started by it": max(mine, WRITER_NICE)}
+    assert seen == {"look": max(mine, BEHIND_NICE), "started by it": max(mine, BEHIND_NICE)}
     assert nice() == mine                                 # the request's thread keeps its own
