@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.style import figure, rank_marker
+from dashboard.figures.style import figure, rank_colors
 from sim.layouts import segments
 
 MAX_STRIP_RUNS = 512
@@ -55,7 +55,7 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
     names = np.asarray(holders if holders is not None else [f"GPU {r}" for r in range(n)], dtype=object)
     fig.add_trace(go.Bar(
         x=ends - starts, base=starts, y=np.zeros(len(starts)), orientation="h", width=0.9,
-        marker=dict(rank_marker(ranks, n), line=dict(width=0)),
+        marker=dict(color=np.asarray(rank_colors(n), dtype=object)[ranks], line=dict(width=0)),
         customdata=np.column_stack([starts, ends - 1, ranks]), hovertext=names[ranks],
         text=[f"{r}" for r in ranks] if len(starts) <= 64 else None,
         textposition="inside", insidetextanchor="middle",

@@ -63,10 +63,6 @@ def time_unit(seconds: float) -> tuple[float, str]:
     return 1e6, "µs"
 
 
-RANK_SCALE = "Turbo"
-"""The continuous scale of rank colours past 24 ranks."""
-
-
 @lru_cache(maxsize=32)
 def rank_colors(n: int) -> tuple[str, ...]:
     """One color per rank: distinct hues up to 24 ranks, a continuous scale past that."""
@@ -74,18 +70,7 @@ def rank_colors(n: int) -> tuple[str, ...]:
         return tuple(qualitative.Plotly[:n])
     if n <= 24:
         return tuple(qualitative.Dark24[:n])
-    return tuple(sample_colorscale(RANK_SCALE, [r / (n - 1) for r in range(n)]))
-
-
-def rank_marker(ranks: np.ndarray, n: int) -> dict[str, Any]:
-    """A marker's colours for marks of the given ranks, each its rank's `rank_colors`: past
-    24 ranks as the ranks themselves on the continuous scale (cmin 0, cmax n - 1), which
-    Plotly checks as one array of numbers where it checks a list of colour strings one at a
-    time (0.14 s for the 1,024 bars of a 1,024-GPU block map)."""
-    ranks = np.asarray(ranks)
-    if n <= 24:
-        return {"color": np.asarray(rank_colors(n), dtype=object)[ranks]}
-    return {"color": ranks, "colorscale": RANK_SCALE, "cmin": 0, "cmax": n - 1}
+    return tuple(sample_colorscale("Turbo", [r / (n - 1) for r in range(n)]))
 
 
 def rank_color(rank: int, n: int) -> str:

@@ -64,37 +64,3 @@ def test_a_billion_tokens_draw_from_the_layouts_segments(layout):
     assert width[0] == shard and base[0] == 0
     for b in base[:4].tolist():
         assert fig.data[0].customdata[list(base).index(b)][2] == owner(layout, seq, n, int(b))
-
-
-@pytest.mark.parametrize("n", [8, 24, 25, 64, 1024])
-def test_rank_marker_gives_each_mark_its_ranks_colour(n):
-    # past 24 ranks the marker carries the ranks on the continuous scale: read back through
-    # the scale as the figure holds it (plotly's own expansion of the scale's name), each
-    # is the colour rank_colors gives its rank
-    import plotly.graph_objects as go
-    from plotly.colors import sample_colorscale, unlabel_rgb
-
-    from dashboard.figures.style import rank_colors, rank_marker
-
-    ranks = np.array([0, n - 1, n // 2, 1, n // 3])
-    marker = go.Bar(marker=rank_marker(ranks, n)).marker
-    if n <= 24:
-        assert list(marker.color) == [rank_colors(n)[r] for r in ranks]
-        return
-    assert (marker.cmin, marker.cmax) == (0, n - 1)
-    scale = [list(stop) for stop in marker.colorscale]
-    got = sample_colorscale(scale, [(r - marker.cmin) / (marker.cmax - marker.cmin) for r in marker.color])
-    want = [rank_colors(n)[r] for r in ranks]
-    assert np.allclose([unlabel_rgb(g) for g in got], [unlabel_rgb(w) for w in want], rtol=0, atol=1e-9)
-
-
-def test_the_block_maps_work_bars_are_coloured_by_rank_past_24_gpus():
-    from dashboard.figures.block_map import block_map
-    from dashboard.figures.style import rank_marker
-    from sim.engine.play import simulate
-    from tests.dashboard.conftest import small_scenario
-
-    tr = simulate(small_scenario(n_gpus=32))
-    bars = [d for d in block_map(tr).data if d.type == "bar"]
-    assert list(bars[-1].marker.color) == list(rank_marker(np.arange(32), 32)["color"])
-    assert bars[-1].marker.cmax == 31
