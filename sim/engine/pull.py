@@ -214,9 +214,10 @@ def _same_steps(at: np.ndarray, order: np.ndarray, last: np.ndarray, sm: np.ndar
     """Whether `order` is still the stable sort of the breakpoint times `at` and `last` still
     the last of each run of equal times: ascending times, equal ones in the order they are
     listed, a new time exactly where one began before. The plays after the first move the
-    computes by microseconds and less, which seldom moves one breakpoint past another; where
-    none moves, the sort, the running sums of what is in flight and the shares are the last
-    play's, bit for bit."""
+    computes by microseconds and less: in the rings of 256 and 1,024 GPUs measured no
+    breakpoint moved past another, in rings of 8 to 64 GPUs one often did. Where none moves,
+    the sort, the running sums of what is in flight and the shares are the last play's, bit
+    for bit."""
     ordered = at[order]
     rises = ordered[1:] != ordered[:-1]
     if not (ordered[1:] >= ordered[:-1]).all():
