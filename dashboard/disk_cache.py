@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -119,6 +120,17 @@ def _close_in_child() -> None:
 
 os.register_at_fork(before=_OPENING.acquire, after_in_parent=_OPENING.release, after_in_child=_close_in_child)
 
+_OPEN: "weakref.WeakSet[DiskCache]" = weakref.WeakSet()
+"""The folders this process has open (DiskCache), whose looks a forked process starts anew."""
+
+
+def _looks_anew_in_child() -> None:
+    for disk in list(_OPEN):
+        disk._start_looks()
+
+
+os.register_at_fork(after_in_child=_looks_anew_in_child)
+
 
 class DiskCache:
     """Values by kind and key in `folder`, shared by every process that opens it."""
@@ -129,6 +141,13 @@ class DiskCache:
         self.budget_bytes = budget_bytes if budget_bytes is not None else int(
             os.environ.get(BUDGET_ENV) or DEFAULT_BUDGET_BYTES)
         self.fingerprint = code_fingerprint()
+        self._start_looks()
+        _OPEN.add(self)
+
+    def _start_looks(self) -> None:
+        """This process's looks over the folder: none yet, none under way. A process forked
+        from this one (a Dash background job) starts here again: it has none of the threads
+        that were looking, and a lock one of them held would stay held in it for ever."""
         self._evicting = threading.Lock()
         self._again = False
         self._counting = threading.Lock()
@@ -284,10 +303,10 @@ class DiskCache:
         with self._counting:
             due = self._unlooked is None or self._unlooked + nbytes >= self.budget_bytes / EVICT_EVERY
             self._unlooked = 0 if due else self._unlooked + nbytes
-            if due:
-                self.looking = threading.Thread(target=self.evict, args=(False,), name="ringsim-evict",
-                                                daemon=True)
-                self.looking.start()
+        if due:
+            looking = threading.Thread(target=self.evict, args=(False,), name="ringsim-evict", daemon=True)
+            self.looking = looking
+            looking.start()
 
     def evict(self, wait: bool = True) -> None:
         """Remove the least recently used values until the folder fits its budget, each with

@@ -275,3 +275,29 @@ def test_a_look_runs_behind_requests_and_so_do_the_threads_it_starts():
     t.join()
     assert seen == {"look": max(mine, BEHIND_NICE), "started by it": max(mine, BEHIND_NICE)}
     assert nice() == mine                                 # the request's thread keeps its own
+
+
+def _write_then_look(disk):
+    disk.write("blob", "child", b"x")
+    disk.looking.join(10)
+    disk.evict()                                          # waits for any look under way
+
+
+def test_a_forked_process_writes_and_looks_though_a_look_was_under_way_at_the_fork(tmp_path):
+    # a Dash background job is forked from a server process, whose threads may hold the
+    # folder's look and count locks at that moment: the job starts its looks anew
+    disk = DiskCache(tmp_path)
+    disk._counting.acquire()
+    disk._evicting.acquire()
+    try:
+        job = multiprocessing.get_context("fork").Process(target=_write_then_look, args=(disk,))
+        job.start()
+        job.join(30)
+        stuck = job.is_alive()
+        if stuck:
+            job.kill()
+        assert not stuck and job.exitcode == 0
+    finally:
+        disk._counting.release()
+        disk._evicting.release()
+    assert disk.read("blob", "child") == b"x"
