@@ -147,8 +147,15 @@ def _rank_main(rank: int, n_gpus: int, port: int, backend: str, timeout_s: float
     try:
         group = control = None
         if n_gpus > 1:
-            store = dist.TCPStore("127.0.0.1", port, n_gpus, rank == 0,
-                                  timeout=timedelta(seconds=timeout_s))
+            try:
+                store = dist.TCPStore("127.0.0.1", port, n_gpus, rank == 0,
+                                      timeout=timedelta(seconds=timeout_s))
+            except Exception as e:
+                if rank == 0 and "EADDRINUSE" in str(e):
+                    # another process took the port after it was picked: the run starts again
+                    send(("error", rank, PORT_TAKEN, f"{type(e).__name__}: {e}"))
+                    return
+                raise
             group, control = join_group(backend, rank=rank, n_gpus=n_gpus, local_rank=rank,
                                         timeout_s=timeout_s, store=store)
         ctx = RankContext(rank, n_gpus, backend, group, control, store,
@@ -220,9 +227,38 @@ def spawn(fn: Callable[..., Any], n_gpus: int, *, args: tuple = (), backend: str
     if getattr(fn, "__module__", "__main__") == "__main__":
         raise ValueError(f"spawn needs a function the ranks can import by name; {fn!r} is "
                          "defined in the __main__ script (move it to a module)")
+    for _ in range(PORT_TRIES):
+        heard, log = _run(fn, args, n_gpus, backend, timeout_s, on_progress, env, free_port())
+        if heard.errors.get(0, ("",))[0] != PORT_TAKEN:
+            break
+        os.unlink(log.name)
+    else:
+        heard.errors[0] = ("own", heard.errors[0][1])       # taken every time: the failure
+    if heard.errors:
+        failure = _failure(heard.errors, n_gpus)
+        failure.log_path = log.name
+        failure.details += f"\nthe ranks' own standard error: {log.name}"
+        raise failure
+    _replay(log.name)
+    return [heard.results[r] for r in range(n_gpus)]
+
+
+PORT_TAKEN = "port"
+"""The kind of error rank 0 reports when its store's port was taken between `free_port`
+choosing it and the store listening on it (by any process on the host: another run, tests
+side by side): nothing of the run's function has run, and `spawn` starts it again."""
+PORT_TRIES = 3
+"""Runs `spawn` starts, each on a port chosen anew, before a taken port is the failure."""
+
+
+def _run(fn: Callable[..., Any], args: tuple, n_gpus: int, backend: str, timeout_s: float,
+         on_progress: Callable[[int, Any], None] | None, env: dict[str, str] | None,
+         port: int) -> tuple["_Heard", Any]:
+    """One run of `spawn`, its store on `port`: what was heard of the ranks, and the file
+    their standard error went to (closed)."""
     key = secrets.token_bytes(16)
     listener = Listener(("127.0.0.1", 0), authkey=key)
-    inbox = _serve(listener, n_gpus, _dumps((fn, args, n_gpus, free_port(), backend, timeout_s)))
+    inbox = _serve(listener, n_gpus, _dumps((fn, args, n_gpus, port, backend, timeout_s)))
     log = tempfile.NamedTemporaryFile(prefix="ringsim-ranks-", suffix=".log", delete=False)
     launcher = _start_launcher(listener.address[1], key, log, env)
     heard = _Heard(n_gpus, on_progress)
@@ -232,13 +268,7 @@ def spawn(fn: Callable[..., Any], n_gpus: int, *, args: tuple = (), backend: str
         _reap(launcher, [pid for r, pid in heard.pids.items() if r not in heard.exited])
         listener.close()
         log.close()
-    if heard.errors:
-        failure = _failure(heard.errors, n_gpus)
-        failure.log_path = log.name
-        failure.details += f"\nthe ranks' own standard error: {log.name}"
-        raise failure
-    _replay(log.name)
-    return [heard.results[r] for r in range(n_gpus)]
+    return heard, log
 
 
 def _serve(listener: Listener, n_gpus: int, task: bytes) -> queue_mod.Queue:
@@ -325,6 +355,8 @@ def _wait_for_ranks(heard: _Heard, inbox: queue_mod.Queue, launcher: subprocess.
             heard.handle(inbox.get(timeout=0.2))
         except queue_mod.Empty:
             pass
+        if heard.errors.get(0, ("",))[0] == PORT_TAKEN:
+            return                   # the others wait for a store that is not there: run again
         gone = [r for r in heard.unsettled() if r in heard.exited]
         if launcher.poll() is not None:
             gone = heard.unsettled()

@@ -55,3 +55,35 @@ def test_the_ranks_own_output_stays_out_of_a_failure_and_is_replayed_after_a_suc
     assert spawn(_noisy_then, 2, args=(False,), timeout_s=15.0) == [0, 1]
     _, err = capfd.readouterr()
     assert "library noise from rank 0" in err and "library noise from rank 1" in err
+
+
+def test_a_port_taken_before_the_store_listens_starts_the_run_again(monkeypatch):
+    # free_port chooses a port and lets it go; another process (a run beside this one, a
+    # test on another worker) may take it before rank 0's store listens. Here a socket
+    # holds the first port chosen: the run starts again on the next, and returns
+    import socket
+
+    import hw.spawn as spawn_module
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    real, chosen = spawn_module.free_port, []
+
+    def choose() -> int:
+        chosen.append(real() if chosen else taken.getsockname()[1])
+        return chosen[-1]
+    monkeypatch.setattr(spawn_module, "free_port", choose)
+    try:
+        t0 = time.monotonic()
+        assert spawn_module.spawn(_noisy_then, 2, args=(False,), timeout_s=15.0) == [0, 1]
+        assert len(chosen) == 2                            # the taken port, then a free one
+        assert time.monotonic() - t0 < 30.0                # the first run given up at once
+        # taken every time: a one-line failure that names the taken address
+        monkeypatch.setattr(spawn_module, "free_port", lambda: taken.getsockname()[1])
+        monkeypatch.setattr(spawn_module, "PORT_TRIES", 2)
+        with pytest.raises(RankFailure, match="rank 0 failed: .*EADDRINUSE") as info:
+            spawn_module.spawn(_noisy_then, 2, args=(False,), timeout_s=15.0)
+        assert "\n" not in str(info.value)
+    finally:
+        taken.close()
