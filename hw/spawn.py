@@ -6,7 +6,9 @@ and collects what each returns or raises. When a rank
 raises or dies, the others lose their peer: their transfers fail within the timeout
 (`hw.comm.PeerFailure`) and they stop; any still running after the timeout are
 terminated. The failing rank is the first whose error was its own (not a lost peer),
-else the first that died without a word; `RankFailure` names it.
+else the first that died without a word; `RankFailure` names it. The group's store listens
+on a port chosen free just before; where another process takes it first, the run starts
+again on another (PORT_TRIES).
 
 The ranks' own standard error (torch's and gloo's messages, a surviving rank's C++ stack
 trace when a peer dies) goes to a log file, not to the terminal: replayed to this
