@@ -34,15 +34,8 @@ def unique_columns(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def unique_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct values of the 1-D `values`, sorted; each value's index into them), as
     np.unique(values, return_inverse=True) gives them, for numbers or strings."""
-    values = np.asarray(values)
-    if len(values) == 0:
-        return values[:0], np.zeros(0, dtype=np.int64)
-    heads = _run_heads(values[None, :])
-    if heads is None:
-        distinct, back = np.unique(values, return_inverse=True)
-        return distinct, back.ravel().astype(np.int64, copy=False)
-    distinct, back = np.unique(values[heads], return_inverse=True)
-    return distinct, back.ravel().astype(np.int64, copy=False)[np.cumsum(heads) - 1]
+    distinct, back = unique_columns(np.asarray(values)[None, :])
+    return distinct[0], back
 
 
 def distinct_ints(values: np.ndarray, below: int) -> np.ndarray:

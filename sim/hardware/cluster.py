@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.arrays import unique_columns, unique_values
+from sim.arrays import distinct_ints, unique_columns, unique_values
 from sim.errors import RingsimError
 from sim.hardware import nccl
 from sim.hardware.contention import GpuPull
@@ -527,7 +527,7 @@ class Hardware(HardwareModel):
         path, staged, between = self._paths(src, dst)
         copies = 1 + staged.astype(np.int64)
         # the transfers group by group (a stable sort: ascending within a group), each group's a slice
-        groups = unique_values(group_of)[0]
+        groups = distinct_ints(group_of, len(members))
         by_group = np.argsort(group_of, kind="stable") if len(groups) > 1 else np.arange(len(group_of))
         firsts = np.searchsorted(group_of[by_group], groups)
         for gi, a, b in zip(groups.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(by_group)]):

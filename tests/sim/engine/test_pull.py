@@ -157,32 +157,37 @@ def test_the_plays_stop_where_the_bound_on_the_next_moves_falls_under_a_nanoseco
 def test_a_play_that_keeps_the_last_ones_steps_gives_the_times_of_one_that_sorts_again(monkeypatch, case,
                                                                                       reuses):
     # the plays after the first reuse the last one's sort and shares where no breakpoint
-    # moved past another (_same_steps); sorting every play anew gives the same trace bit for bit
+    # moved past another (_in_last_order); sorting every play anew gives the same trace bit for bit
     import sim.engine.pull as pull
 
     sc = _scenario(**case)
     kept = []
-    same = pull._same_steps
-    monkeypatch.setattr(pull, "_same_steps", lambda *a: kept.append(same(*a)) or kept[-1])
+    in_order = pull._in_last_order
+
+    def watched(*a):
+        ordered = in_order(*a)
+        kept.append(ordered is not None)
+        return ordered
+    monkeypatch.setattr(pull, "_in_last_order", watched)
     reused = simulate(sc).columns
     assert kept and any(kept) == reuses                # a play kept the steps, or each sorted anew
-    monkeypatch.setattr(pull, "_same_steps", lambda *a: False)
+    monkeypatch.setattr(pull, "_in_last_order", lambda *a: None)
     sorted_again = simulate(sc).columns
     for col in ("rank", "stream", "kind", "start_s", "end_s"):
         assert np.array_equal(getattr(reused, col), getattr(sorted_again, col))
 
 
 def test_steps_are_kept_only_while_the_breakpoints_keep_their_order_and_ties():
-    from sim.engine.pull import _same_steps
+    from sim.engine.pull import _in_last_order
 
     at = np.array([3.0, 1.0, 1.0, 2.0])
     order = np.argsort(at, kind="stable")                  # 1, 2, 3, 0
     last = np.array([1, 2, 3])                             # 1.0 twice, then 2.0, 3.0
-    keep = (order, last, None, None)
-    assert _same_steps(at + 5.0, *keep)                    # all moved alike
-    assert _same_steps(np.array([9.0, 1.5, 1.5, 2.0]), *keep)
-    assert not _same_steps(np.array([1.5, 1.0, 1.0, 2.0]), *keep)   # one passed another
-    assert not _same_steps(np.array([3.0, 1.0, 1.1, 2.0]), *keep)   # a tie came apart
-    assert not _same_steps(np.array([3.0, 1.0, 1.0, 1.0]), *keep)   # a new tie
+    keep = (order, last)
+    for moved in (at + 5.0, np.array([9.0, 1.5, 1.5, 2.0])):          # all moved alike; none passed
+        assert np.array_equal(_in_last_order(moved, *keep), moved[order])
+    assert _in_last_order(np.array([1.5, 1.0, 1.0, 2.0]), *keep) is None   # one passed another
+    assert _in_last_order(np.array([3.0, 1.0, 1.1, 2.0]), *keep) is None   # a tie came apart
+    assert _in_last_order(np.array([3.0, 1.0, 1.0, 1.0]), *keep) is None   # a new tie
     # a tie listed in the other order is not the stable sort's
-    assert not _same_steps(at, np.array([2, 1, 3, 0]), last, None, None)
+    assert _in_last_order(at, np.array([2, 1, 3, 0]), last) is None
