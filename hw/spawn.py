@@ -231,7 +231,7 @@ def spawn(fn: Callable[..., Any], n_gpus: int, *, args: tuple = (), backend: str
                          "defined in the __main__ script (move it to a module)")
     for _ in range(PORT_TRIES):
         heard, log = _run(fn, args, n_gpus, backend, timeout_s, on_progress, env, free_port())
-        if heard.errors.get(0, ("",))[0] != PORT_TAKEN:
+        if not heard.port_taken():
             break
         os.unlink(log.name)
     else:
@@ -333,6 +333,10 @@ class _Heard:
     def unsettled(self) -> list[int]:
         return [r for r in range(self.n_gpus) if not self.settled(r)]
 
+    def port_taken(self) -> bool:
+        """Whether rank 0 found its store's port taken (PORT_TAKEN)."""
+        return self.errors.get(0, ("",))[0] == PORT_TAKEN
+
     def handle(self, msg: tuple) -> None:
         kind, rank, *rest = msg
         if kind == "ok":
@@ -357,7 +361,7 @@ def _wait_for_ranks(heard: _Heard, inbox: queue_mod.Queue, launcher: subprocess.
             heard.handle(inbox.get(timeout=0.2))
         except queue_mod.Empty:
             pass
-        if heard.errors.get(0, ("",))[0] == PORT_TAKEN:
+        if heard.port_taken():
             return                   # the others wait for a store that is not there: run again
         gone = [r for r in heard.unsettled() if r in heard.exited]
         if launcher.poll() is not None:
