@@ -299,18 +299,19 @@ def _summaries(runs: list[tuple[str, Scenario, tuple]], profile: Any | None, pro
             keep(i, summary)
             report()
 
-    with ThreadPoolExecutor(max_workers=1) as waiter:
+    far = [todo[j] for j in side_by_side.apart([runs[i][1] for i in todo])]
+    with ThreadPoolExecutor(max_workers=1) as waiter, ThreadPoolExecutor(max_workers=1) as starter:
         waited = [waiter.submit(lambda i=i: done(i, _awaited(runs[i][1], runs[i][2], keys[i], profile)))
                   for i in elsewhere]
-        far = [todo[j] for j in side_by_side.apart([runs[i][1] for i in todo])]
-        # the small runs first: a comparison's first rows show in a second, not after its largest
+        # the large runs start in processes of their own while the small ones run here,
+        # those first in line for the cores (side_by_side.WORKER_NICE): a comparison's first
+        # rows show in a second, not after its largest, and no core waits for the other
+        apart = None if not far else starter.submit(
+            side_by_side.run_apart, [(runs[i][1], profile, runs[i][2]) for i in far], lambda j, v: done(far[j], v))
         for i in todo:
             if i not in far:
                 done(i, side_by_side.simulated(runs[i][1], profile, runs[i][2]))
-        if far:
-            side_by_side.run_apart([(runs[i][1], profile, runs[i][2]) for i in far],
-                                   lambda j, v: done(far[j], v))
-        for w in waited:
+        for w in ([] if apart is None else [apart]) + waited:
             w.result()
     return out
 

@@ -12,6 +12,7 @@ not its trace. This module imports only the simulator, so that a worker starts l
 from __future__ import annotations
 
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Sequence
 
@@ -74,11 +75,17 @@ def workers_for(scenarios: Sequence[Scenario]) -> int:
 def run_apart(jobs: Sequence[tuple[Scenario, Any, Summary]], done: Callable[[int, Any], None]) -> None:
     """Simulate each (scenario, profile, what) of `jobs` in worker processes and call
     `done(position, summary)` as each finishes; the first error is raised (a RingsimError
-    as the run raised it). Workers are started fresh (spawn): the server's processes hold
-    threads that a forked copy would inherit mid-lock."""
+    as the run raised it). The largest runs go first, so that the last to start is a small
+    one and the workers end together. Workers are started fresh (spawn): the server's
+    processes hold threads that a forked copy would inherit mid-lock; they run at
+    WORKER_NICE, so that what the server does meanwhile (a comparison's small runs, the
+    page's own run, another person's request) keeps its cores."""
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers_for([j[0] for j in jobs]), mp_context=context) as pool:
-        futures = {pool.submit(simulated, *job): i for i, job in enumerate(jobs)}
+    sizes = [operations(j[0]) for j in jobs]
+    order = sorted(range(len(jobs)), key=lambda i: -sizes[i])
+    with ProcessPoolExecutor(max_workers=workers_for([j[0] for j in jobs]), mp_context=context,
+                             initializer=_lower_priority) as pool:
+        futures = {pool.submit(simulated, *jobs[i]): i for i in order}
         try:
             for future in as_completed(futures):
                 done(futures[future], future.result())
@@ -86,3 +93,16 @@ def run_apart(jobs: Sequence[tuple[Scenario, Any, Summary]], done: Callable[[int
             for future in futures:
                 future.cancel()
             raise
+
+
+WORKER_NICE = 5
+"""How much lower than the server a comparison's worker process runs (os.nice): its runs
+take the cores the server leaves; a request the server answers meanwhile is not slowed by
+them."""
+
+
+def _lower_priority() -> None:
+    try:
+        os.nice(WORKER_NICE)
+    except OSError:                     # a platform without nice: the worker runs as the server does
+        pass

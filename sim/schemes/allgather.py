@@ -107,6 +107,7 @@ def _pieces(scenario: Scenario) -> dict[str, np.ndarray]:
                 "q_tokens": np.full((1, n), 2 * c), "kv_tokens": np.full((1, n), w.seq),
                 "q": [[(int(i), 2 * n - 1 - int(i)) for i in r]], "kv": [[tuple(range(2 * n))] * n]}
     tri = triangle_pairs(c, scenario.granularity, scenario.tile)
+    every = tuple(range(2 * n))         # the chunks before a are its first a (slices share the ints)
     rows = {k: [] for k in ("pairs", "mask", "q_tokens", "kv_tokens", "q", "kv")}
     for a in (r, 2 * n - 1 - r):
         # dense against the chunks before a (none for chunk 0: an empty call, skipped)
@@ -115,7 +116,7 @@ def _pieces(scenario: Scenario) -> dict[str, np.ndarray]:
         rows["q_tokens"].append(np.where(a > 0, c, 0))
         rows["kv_tokens"].append(a * c)
         rows["q"].append([(int(x),) for x in a])
-        rows["kv"].append([tuple(range(int(x))) for x in a])
+        rows["kv"].append([every[:x] for x in a.tolist()])
         # the diagonal block of chunk a
         rows["pairs"].append(np.full(n, tri))
         rows["mask"].append(np.full(n, DIAGONAL))

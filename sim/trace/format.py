@@ -64,6 +64,8 @@ KINDS = {
     "wait": TRANSFER_KINDS + ("idle",),
 }
 SOURCES = ("simulated", "measured")
+_INT = {int}
+"""The one element type a chunk set is kept as it comes with (SpanTable)."""
 # A trace file larger than this is refused rather than parsed into memory; so is an
 # archive whose members would unpack to more than MAX_TRACE_ARRAY_BYTES.
 MAX_TRACE_ARRAY_BYTES = 2 * 1024 ** 3
@@ -132,7 +134,9 @@ class SpanTable:
                 raise ValueError(f"column {name} must be one-dimensional, one entry per span")
             n = len(col)
             setattr(self, name, col)
-        self.chunk_sets = tuple(tuple(map(int, s)) for s in chunk_sets)
+        # a tuple of ints as it is (the engine's sets: up to thousands of chunks each), others made so
+        self.chunk_sets = tuple(s if type(s) is tuple and set(map(type, s)) <= _INT else tuple(map(int, s))
+                                for s in chunk_sets)
 
     def __len__(self) -> int:
         return len(self.rank)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future
 
 import pytest
 
@@ -68,6 +69,67 @@ def test_a_worker_that_fails_fails_the_comparison(every_run_apart):
         side_by_side.run_apart([(_scenario(), "not a hardware model", ("metrics",))] * 2,
                                lambda i, v: done.append(i))
     assert done == []
+
+
+def test_the_small_runs_are_made_while_the_large_ones_run_apart(monkeypatch):
+    """A comparison's small runs, simulated in the server's process, do not wait for its
+    large ones to end in their processes (nor the large ones for the small ones): a small
+    run that waits for the large ones to have started goes on at once, and the rows are the
+    command's."""
+    monkeypatch.setattr(compute, "DISK", None)
+    compute.clear_caches()
+    sc = _scenario()
+    far = [0, 2, 4]
+    monkeypatch.setattr(side_by_side, "apart", lambda scenarios: far)
+    started, waited = threading.Event(), []
+    real_simulated = side_by_side.simulated
+
+    def apart(jobs, done):
+        started.set()
+        for j, job in enumerate(jobs):
+            done(j, real_simulated(*job))
+
+    def simulated(*job):
+        waited.append(started.wait(timeout=30))
+        return real_simulated(*job)
+
+    monkeypatch.setattr(side_by_side, "run_apart", apart)
+    monkeypatch.setattr(side_by_side, "simulated", simulated)
+    try:
+        assert compute.compare_table(sc) == compare_layout_rows(sc)
+    finally:
+        compute.clear_caches()
+    assert waited == [True, True, True]
+
+
+def test_the_largest_runs_start_first(monkeypatch):
+    """The workers take the largest runs first, so that the last run to start is a small one."""
+    sizes = {8: 1, 16: 3, 32: 2}
+    jobs = [(_scenario(gpus=n), None, ("metrics",)) for n in sizes]
+    submitted = []
+
+    class Pool:
+        def __init__(self, **kwargs):
+            assert kwargs["initializer"] is side_by_side._lower_priority
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, scenario, profile, what):
+            submitted.append(scenario.n_gpus)
+            future = Future()
+            future.set_result(scenario.n_gpus)
+            return future
+
+    monkeypatch.setattr(side_by_side, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(side_by_side, "operations", lambda sc: sizes[sc.n_gpus])
+    got = {}
+    side_by_side.run_apart(jobs, lambda i, v: got.setdefault(i, v))
+    assert submitted == [16, 32, 8]
+    assert got == {0: 8, 1: 16, 2: 32}
 
 
 def test_small_runs_stay_in_the_process():

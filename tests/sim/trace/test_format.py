@@ -282,3 +282,16 @@ def test_a_chunk_matrix_of_some_spans_is_theirs_in_the_spans_own_words():
         mask = np.zeros(len(c), dtype=bool)
         mask[rows] = True
         assert (c.chunk_matrix(column, mask) == c.chunk_matrix(column)[np.sort(rows)]).all()
+
+
+def test_chunk_sets_are_tuples_of_python_ints_however_they_come():
+    """A set of Python ints is kept as it comes (the engine's, up to thousands of chunks);
+    NumPy integers, bools and lists become tuples of ints, with the same values."""
+    from sim.trace.format import COLUMN_TYPES, SpanTable
+    cols = {name: np.zeros(0, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
+    engine = tuple(range(3000))
+    sets = [engine, [np.int64(4), np.int32(5)], (True, 2), np.arange(3)]
+    table = SpanTable(**cols, chunk_sets=sets)
+    assert table.chunk_sets[0] is engine
+    assert table.chunk_sets[1:] == ((4, 5), (1, 2), (0, 1, 2))
+    assert all(type(x) is int for s in table.chunk_sets for x in s)
