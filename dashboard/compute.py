@@ -35,7 +35,7 @@ from dashboard.state import scenario_key
 from sim.engine.play import simulate
 from sim.engine.players import head_geometry
 from sim.errors import RingsimError
-from sim.hardware.cluster import Hardware, Link
+from sim.hardware.cluster import Hardware
 from sim.invariants import check_rows, check_run
 from sim.layouts import get as get_layout
 from sim.layouts import packed
@@ -536,43 +536,102 @@ def length_summary(w: Any) -> dict[str, int]:
 # --- view 5: when transfers hide ---------------------------------------------------
 
 SWEEP_MAX_GPUS = 16
-"""The sweep simulates a ring of at most this many GPUs: per-device overlap depends on
-tokens per device and the link, not on the ring's size, and each point is a full
-simulation."""
+"""The sweep simulates a ring of at most this many GPUs, each point a full simulation:
+per-step overlap depends on a GPU's block, its link and what each send costs, and a
+larger ring's sends are costed as that ring's (`as_slice_of`)."""
+
+
+CROSSOVER_TOKENS = (16, 2 ** 20)
+"""Block sizes (tokens per GPU) the crossover is looked for between."""
+CROSSOVER_GBPS = (0.1, 1e5)
+"""Link bandwidths (GB/s) the crossover bandwidth is looked for between."""
+
+
+def with_link_gbps(hw: Any, gbps: float) -> Any:
+    """`hw` with every link at `gbps` GB/s, its latency and all else kept (the sweep's and
+    question 5's bandwidth); `hw` itself where that is what it has."""
+    if hw.link.bandwidth_gbps == gbps and hw.inter_link is None:
+        return hw
+    return replace(hw, link=replace(hw.link, name=f"{gbps:.4g} GB/s", bandwidth_gbps=gbps), inter_link=None)
+
+
+def as_slice_of(hw: Any, n_gpus: int, world: int) -> Any:
+    """The hardware on which a ring of `n_gpus` stands for `n_gpus` of a ring of `world`: under
+    NCCL, each send costed in the larger ring's communicator (sim.hardware.cluster.Hardware
+    .nccl_world), where NCCL gives a send fewer channels; `hw` itself otherwise."""
+    if world > n_gpus and getattr(hw, "times_groups", False):
+        return replace(hw, nccl_world=world)
+    return hw
+
+
+def ring_hops(scenario: Scenario) -> list[tuple[int, int]]:
+    """The ring's kinds of hop, (sender, receiver): one inside a node, and one between
+    nodes where the ring spans several."""
+    n = scenario.n_gpus
+    g = getattr(scenario.hardware, "gpus_per_node", n)
+    return [(0, min(1, n - 1))] + ([(g - 1, g)] if n > g else [])
 
 
 def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, float]:
-    """Compute and transfer time of one full (unmasked) forward block of `tokens` x `tokens`."""
+    """(compute, transfer) of one full (unmasked) forward block of `tokens` x `tokens` as the
+    scenario's ring runs it: the block called behind others (the GPU busy, its merge
+    paid), and its K/V sent over the ring's slowest hop (`ring_hops`) in the ring's
+    communicator of all its GPUs, as the simulation costs every K/V send (under NCCL, a
+    larger ring's send gets fewer channels)."""
     w = scenario.workload
-    flops = w.fwd_flops(tokens * tokens)
-    # called isolated and alone (the block model): the floor in front and no merge, so that
-    # differences between sizes are the GPU's work, not a host-bound queued call's floor
-    order = {"alone": True, "isolated": True} if hw.takes_call_order else {}
-    compute = hw.compute_time_s(flops, dtype=w.dtype, kind="fwd", mask="full",
+    order = {"alone": False, "isolated": False} if hw.takes_call_order else {}
+    compute = hw.compute_time_s(w.fwd_flops(tokens * tokens), dtype=w.dtype, kind="fwd", mask="full",
                                 q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(w), **order)
-    transfer = hw.transfer_time_s(w.kv_bytes(1) * tokens, 0, 1)
-    return compute, transfer
+    src, dst = (np.array(x) for x in zip(*ring_hops(scenario)))
+    nbytes = np.full(len(src), w.kv_bytes(1) * tokens, dtype=float)
+    if getattr(hw, "times_groups", False):
+        times, _ = hw.group_transfer_times_s(np.full(len(src), "kv"), nbytes, src, dst,
+                                             [np.arange(scenario.n_gpus)], np.zeros(len(src), dtype=np.int64))
+    else:
+        times = hw.transfer_times_s(nbytes, src, dst)
+    return compute, float(np.max(times))
 
 
-def crossover_tokens(hw: Any, scenario: Scenario) -> float:
-    """Tokens per device where a block's compute equals its transfer, fixed costs aside.
+def _last_crossing(f: Callable[[float], float], lo: float, hi: float, points: int = 97) -> float | None:
+    """The x in [lo, hi] (a log scale) from which f(x) >= 0 holds to hi, found between the
+    points of a grid and then halved to a millionth; None where f(hi) < 0 or f >= 0 at
+    every point."""
+    xs = np.geomspace(lo, hi, points)
+    ok = np.array([f(float(x)) >= 0 for x in xs])
+    if not ok[-1] or ok.all():
+        return None
+    i = int(np.flatnonzero(~ok)[-1])          # the last point where f < 0: it crosses after it
+    a, b = float(xs[i]), float(xs[i + 1])
+    while b / a > 1 + 1e-6:
+        m = (a * b) ** 0.5
+        a, b = (m, b) if f(m) < 0 else (a, m)
+    return b
+
+
+def crossover_tokens(hw: Any, scenario: Scenario) -> float | None:
+    """Tokens per GPU from which a full block's compute covers its transfer (`block_times`),
+    between CROSSOVER_TOKENS; None where no block size there changes the verdict (every
+    one hides, or none does: `block_times` at the ends say which).
 
     docs/design.md fact 5: compute grows as c^2 and transfer as c, so past this c the
-    transfer hides behind compute. Launch overhead and link latency are subtracted so
-    that the answer is the paper's condition; the sweep's curves show them.
+    transfer hides behind compute; with no fixed costs on either side (no launch overhead,
+    no link latency) it is the closed form c* of the paper's condition.
     """
-    c0, x0 = block_times(hw, scenario, 0)
-    c1, x1 = block_times(hw, scenario, 1024)
-    compute_per_c2 = (c1 - c0) / 1024**2
-    transfer_per_c = (x1 - x0) / 1024
-    return transfer_per_c / compute_per_c2
+    def margin(c: float) -> float:
+        comp, xfer = block_times(hw, scenario, c)
+        return comp - xfer
+    return _last_crossing(margin, *CROSSOVER_TOKENS)
 
 
-def crossover_bandwidth_gbps(hw: Any, scenario: Scenario, tokens: int) -> float:
-    """Link GB/s at which a full block of `tokens` transfers as fast as it computes."""
-    c0, _ = block_times(hw, scenario, 0)
-    c, _ = block_times(hw, scenario, tokens)
-    return scenario.workload.kv_bytes(tokens) / (c - c0) / 1e9
+def crossover_bandwidth_gbps(hw: Any, scenario: Scenario, tokens: int) -> float | None:
+    """Link GB/s (every link, `with_link_gbps`) from which a full block of `tokens` transfers
+    in no more time than it computes, between CROSSOVER_GBPS; None where none there does
+    (the send's fixed costs alone exceed the compute), where it hides at every bandwidth,
+    or where `hw` has no link to vary (a calibrated profile)."""
+    if not isinstance(hw, Hardware):
+        return None
+    comp, _ = block_times(hw, scenario, tokens)
+    return _last_crossing(lambda b: comp - block_times(with_link_gbps(hw, b), scenario, tokens)[1], *CROSSOVER_GBPS)
 
 
 def _point(sc: Scenario, profile: Any, profile_key: str | None) -> dict[str, float]:
@@ -588,6 +647,7 @@ def overlap_sweep(scenario: Scenario, profile: Any | None = None,
     """Efficiency and exposed communication against tokens per device and link bandwidth."""
     n = min(scenario.n_gpus, SWEEP_MAX_GPUS)
     hw = profile if profile is not None else scenario.hardware
+    ring_hw = as_slice_of(scenario.hardware, n, scenario.n_gpus)       # the smaller ring's sends as the scenario's
     chunks_per_rank = 1 if scenario.packed else get_layout(scenario.layout).chunks_per_rank
     c_now = scenario.tokens_per_rank
     tokens = sorted({2 ** k for k in range(7, 18)} | {c_now})
@@ -595,7 +655,7 @@ def overlap_sweep(scenario: Scenario, profile: Any | None = None,
     by_tokens = []
     for c in tokens:
         try:
-            sc = scenario.with_(n_gpus=n, workload=_with_seq(scenario, c * n))
+            sc = scenario.with_(n_gpus=n, workload=_with_seq(scenario, c * n), hardware=ring_hw)
         except RingsimError:
             continue            # a list of documents that does not fill this sequence
         comp, xfer = block_times(hw, scenario, c)
@@ -609,13 +669,11 @@ def overlap_sweep(scenario: Scenario, profile: Any | None = None,
         bws = sorted({float(round(x, 3)) for x in np.geomspace(5, 2000, 9)} | {bw_now})
         sc0 = scenario.with_(n_gpus=n, workload=_with_seq(scenario, c_now * n))
         for bw in bws:
-            hw_bw = Hardware(
-                gpu=scenario.hardware.gpu, gpus_per_node=scenario.hardware.gpus_per_node,
-                link=Link(name=f"{bw:g} GB/s", bandwidth_gbps=bw, latency_us=link.latency_us),
-                inter_link=None)
+            hw_bw = with_link_gbps(ring_hw, bw)
             by_bw.append({"bandwidth_gbps": bw, **_point(sc0.with_(hardware=hw_bw), None, None)})
     return {
-        "n_gpus": n, "layout": scenario.layout, "overlap": scenario.overlap,
+        "n_gpus": n, "world": scenario.n_gpus if ring_hw is not scenario.hardware else n,
+        "layout": scenario.layout, "overlap": scenario.overlap,
         "tokens_now": c_now, "bandwidth_now_gbps": bw_now,
         "crossover_tokens": crossover_tokens(hw, scenario),
         "crossover_bandwidth_gbps": crossover_bandwidth_gbps(hw, scenario, c_now),

@@ -20,7 +20,6 @@ import plotly.graph_objects as go
 from dashboard import compute, quiz_figures
 from dashboard.i18n import Translator, layout_label
 from sim.errors import RingsimError
-from sim.hardware.cluster import Hardware, Link
 from sim.layouts import exact_work, n_chunks, rank_of_token
 from sim.scenario.config import Scenario
 from sim.scenario.memory import full_kv_bytes
@@ -31,8 +30,9 @@ MERGE_MAX_GPUS = 8
 """The merge of questions 3 and 7 runs on at most this many GPUs (small random inputs)."""
 MERGE_TOKENS_PER_CHUNK = 4
 CROSSOVER_MAX_GPUS = 64
-"""Question 5 simulates at most this many GPUs at the scenario's tokens per GPU: whether
-a transfer hides depends on a GPU's block and its link, not on the ring's size."""
+"""Question 5 simulates at most this many GPUs at the scenario's tokens per GPU, each send
+costed as the scenario's whole ring costs it (dashboard.compute.as_slice_of): whether a
+transfer hides depends on a GPU's block, its link and what a send costs in that ring."""
 BANDWIDTH_SPAN = 10.0
 """Question 5's bandwidth control reaches this factor either side of the crossover."""
 
@@ -54,9 +54,12 @@ def merge_size(scenario: Scenario) -> tuple[int, int]:
 
 
 def bandwidth_range(scenario: Scenario) -> tuple[float, float]:
-    """Question 5's control, in GB/s: across the crossover and the link on screen."""
+    """Question 5's control, in GB/s: across the crossover (where there is one) and the link
+    on screen."""
     b_star = compute.crossover_bandwidth_gbps(scenario.hardware, scenario, scenario.tokens_per_rank)
     now = scenario.hardware.link.bandwidth_gbps
+    if b_star is None:
+        return now / BANDWIDTH_SPAN, now * BANDWIDTH_SPAN
     return min(b_star / BANDWIDTH_SPAN, now / 3), max(b_star * BANDWIDTH_SPAN, now * 3)
 
 
@@ -185,25 +188,21 @@ def _q4(sc: Scenario, t: Translator, **_: Any) -> Explained:
 
 # --- 5: when transfers hide ----------------------------------------------------------------------
 
-def _with_bandwidth(sc: Scenario, gbps: float) -> Hardware:
-    # the design condition (docs/design.md fact 5) is the link's alpha-beta, not NCCL's costs
-    hw = sc.hardware
-    return Hardware(gpu=hw.gpu, gpus_per_node=hw.gpus_per_node, inter_link=None,
-                    link=Link(name=f"{gbps:.4g} GB/s", bandwidth_gbps=gbps,
-                              latency_us=hw.link.latency_us), comm_cost="link")
-
-
 def _q5(sc: Scenario, t: Translator, bandwidth_gbps: float | None = None, **_: Any) -> Explained:
     bw = float(bandwidth_gbps) if bandwidth_gbps else sc.hardware.link.bandwidth_gbps
     if not (math.isfinite(bw) and bw > 0):
         raise RingsimError(f"link bandwidth must be positive, got {bandwidth_gbps!r}")
-    hw = _with_bandwidth(sc, bw)
+    # the scenario's own hardware, its links at the bandwidth chosen: at the link on screen
+    # the header's run itself (on at most CROSSOVER_MAX_GPUS of its GPUs, each send costed
+    # as the whole ring's)
+    hw = compute.with_link_gbps(sc.hardware, bw)
     c = sc.tokens_per_rank
     comp, xfer = compute.block_times(hw, sc, c)
     c_star = compute.crossover_tokens(hw, sc)
-    b_star = compute.crossover_bandwidth_gbps(hw, sc, c)
+    b_star = compute.crossover_bandwidth_gbps(sc.hardware, sc, c)
     n_sim = min(sc.n_gpus, CROSSOVER_MAX_GPUS)
-    sim_sc = sc.with_(hardware=hw, n_gpus=n_sim, workload=replace(sc.workload, seq=c * n_sim))
+    sim_sc = sc.with_(hardware=compute.as_slice_of(hw, n_sim, sc.n_gpus), n_gpus=n_sim,
+                      workload=replace(sc.workload, seq=c * n_sim))
     m = compute.run(sim_sc).metrics
     exposed = max(r.exposed_comm_s for r in m.ranks)
     tokens = sorted({2 ** k for k in range(6, 19)} | {c})
@@ -215,18 +214,32 @@ def _q5(sc: Scenario, t: Translator, bandwidth_gbps: float | None = None, **_: A
     lo, hi = bandwidth_range(sc)
     bws = list(np.geomspace(min(lo, bw), max(hi, bw), 40))
     by_bw = {"gbps": bws, "compute_s": [comp] * len(bws),
-             "transfer_s": [compute.block_times(_with_bandwidth(sc, b), sc, c)[1] for b in bws]}
+             "transfer_s": [compute.block_times(compute.with_link_gbps(sc.hardware, b), sc, c)[1] for b in bws]}
     hides = comp >= xfer
     nums = {"q": 5, "tokens": c, "bandwidth_gbps": bw, "compute_s": comp, "transfer_s": xfer,
             "hides": hides, "crossover_tokens": c_star, "crossover_bandwidth_gbps": b_star,
             "simulated_gpus": n_sim, "exposed_comm_s": exposed, "makespan_s": m.makespan_s,
             "exposed_frac": exposed / m.makespan_s if m.makespan_s > 0 else 0.0}
     verdict = t("q5.hides") if hides else t("q5.exposed")
-    live = t("q5.live", bw=t.gbps(bw), tokens=t.int(c), compute=t.time(comp),
-             transfer=t.time(xfer), verdict=verdict, bw_star=t.gbps(b_star),
-             c_star=t.int(math.ceil(c_star)))
-    live += " " + t("q5.live_sim", gpus=n_sim, layout=layout_label(t, sc.layout), mask=_mask(t, sc.workload.causal),
-                    exposed=t.time(exposed), pct=t.pct(nums["exposed_frac"]),
+    live = t("q5.live", bw=t.gbps(bw), tokens=t.int(c), compute=t.time(comp), transfer=t.time(xfer),
+             verdict=verdict)
+    if b_star is not None:
+        live += " " + t("q5.live_bw", bw_star=t.gbps(b_star))
+    else:
+        fastest = compute.block_times(compute.with_link_gbps(sc.hardware, compute.CROSSOVER_GBPS[1]), sc, c)[1]
+        live += " " + t("q5.live_no_bw" if fastest > comp else "q5.live_any_bw", floor=t.time(fastest))
+    if c_star is not None:
+        live += " " + t("q5.live_tokens", c_star=t.int(math.ceil(c_star)))
+    else:
+        lo_c, hi_c = compute.CROSSOVER_TOKENS
+        smallest = compute.block_times(hw, sc, lo_c)
+        hides_all = smallest[0] >= smallest[1]
+        live += " " + t("q5.live_all_tokens" if hides_all else "q5.live_no_tokens", most=t.int(hi_c))
+    if b_star is not None:
+        live += " " + t("q5.live_move")
+    sim_key = "q5.live_sim" if n_sim == sc.n_gpus else "q5.live_sim_slice"
+    live += " " + t(sim_key, gpus=t.int(n_sim), world=t.int(sc.n_gpus), layout=layout_label(t, sc.layout),
+                    mask=_mask(t, sc.workload.causal), exposed=t.time(exposed), pct=t.pct(nums["exposed_frac"]),
                     makespan=t.time(m.makespan_s))
     if not sc.overlap:
         live += " " + t("q5.live_no_overlap")

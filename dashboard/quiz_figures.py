@@ -227,22 +227,24 @@ def crossover(by_tokens: dict[str, Sequence[float]], by_bw: dict[str, Sequence[f
                                      line=dict(color=color),
                                      hovertemplate=hover + "<extra>" + name + "</extra>"),
                           row=1, col=col)
-    c_now, c_star = meta["tokens"], meta["crossover_tokens"]
-    fig.add_vline(x=c_star, line=dict(color="#444", dash="dash", width=1), row=1, col=1)
+    c_now, c_star, b_star = meta["tokens"], meta["crossover_tokens"], meta["crossover_bandwidth_gbps"]
+    if c_star is not None:              # none: no block size changes the verdict
+        fig.add_vline(x=c_star, line=dict(color="#444", dash="dash", width=1), row=1, col=1)
     fig.add_trace(go.Scatter(x=[c_now, c_now], y=[meta["compute_s"] * us, meta["transfer_s"] * us],
                              mode="markers", name=t("q5.fig.now"), legendgroup="now",
                              marker=dict(color=ORANGE, size=11, symbol="diamond"),
                              hovertemplate="%{x:,}: %{y:.4g} µs<extra></extra>"), row=1, col=1)
-    fig.add_vline(x=meta["crossover_bandwidth_gbps"], line=dict(color="#444", dash="dash", width=1),
-                  row=1, col=2)
+    if b_star is not None:              # none: no bandwidth changes it
+        fig.add_vline(x=b_star, line=dict(color="#444", dash="dash", width=1), row=1, col=2)
     fig.add_vline(x=meta["bandwidth_gbps"], line=dict(color=ORANGE, width=2), row=1, col=2)
-    fig.add_annotation(x=math.log10(c_star), y=1, xref="x", yref="y domain", yanchor="top",
-                       showarrow=False, xanchor="left", align="left", font=dict(size=11),
-                       text=" " + t("q5.fig.cross_tokens", tokens=t.int(c_star)))
-    fig.add_annotation(x=math.log10(meta["crossover_bandwidth_gbps"]), y=1, xref="x2",
-                       yref="y2 domain", yanchor="top", showarrow=False, xanchor="left",
-                       align="left", font=dict(size=11),
-                       text=" " + t("q5.fig.cross_bw", bw=t.gbps(meta["crossover_bandwidth_gbps"])))
+    if c_star is not None:
+        fig.add_annotation(x=math.log10(c_star), y=1, xref="x", yref="y domain", yanchor="top",
+                           showarrow=False, xanchor="left", align="left", font=dict(size=11),
+                           text=" " + t("q5.fig.cross_tokens", tokens=t.int(math.ceil(c_star))))
+    if b_star is not None:
+        fig.add_annotation(x=math.log10(b_star), y=1, xref="x2", yref="y2 domain", yanchor="top",
+                           showarrow=False, xanchor="left", align="left", font=dict(size=11),
+                           text=" " + t("q5.fig.cross_bw", bw=t.gbps(b_star)))
     fig.update_xaxes(type="log", title_text=t("q5.fig.tokens_axis"), row=1, col=1)
     fig.update_xaxes(type="log", title_text=t("q5.fig.bw_axis"), row=1, col=2)
     fig.update_yaxes(type="log", title_text="µs", row=1, col=1)

@@ -1,6 +1,6 @@
 """View 5, when transfers hide: efficiency and exposed communication against tokens per
 device and link bandwidth, with the crossover where a full block's compute equals its
-transfer (docs/design.md, fact 5). Draws the table of dashboard.compute.overlap_sweep."""
+transfer over the ring's slowest hop (docs/design.md, fact 5). Draws the table of dashboard.compute.overlap_sweep."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from dashboard.figures.style import COLORS, TEMPLATE, time_unit
 
 LABELS = {
     "title": "When transfers hide ({layout}, overlap {state}, simulated on {gpus} GPUs)",
-    "sub": "dashed: a full block's compute equals its transfer (launch overhead and link latency aside); "
+    "title_slice": "When transfers hide ({layout}, overlap {state}, {gpus} GPUs standing for a ring of {world})",
+    "sub": "dashed: a full block's compute equals its transfer over the ring's slowest hop; "
            "orange: the current scenario",
     "on": "on", "off": "off",
     "by_tokens": "against tokens per GPU", "by_bw": "against link bandwidth",
@@ -64,19 +65,23 @@ def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None
                                  mode="lines+markers", line=dict(color=color, dash="dot"),
                                  hovertemplate=lab["h_tokens_us"] + "<extra>" + name + "</extra>"),
                       row=2, col=1)
+    # the crossovers where there are any (none: no size, or no bandwidth, changes the verdict)
     c_star = sweep["crossover_tokens"]
     for row in (1, 2):
-        fig.add_vline(x=c_star, line=dict(color="#444", dash="dash", width=1), row=row, col=1)
+        if c_star is not None:
+            fig.add_vline(x=c_star, line=dict(color="#444", dash="dash", width=1), row=row, col=1)
         fig.add_vline(x=sweep["tokens_now"], line=dict(color=COLORS["measured"], width=1.5),
                       row=row, col=1)
-    fig.add_annotation(x=np.log10(c_star), y=0.5, xref="x", yref="y domain", showarrow=False,
-                       text=lab["at_tokens"].format(tokens=lab["int"](c_star)), xanchor="left",
-                       align="left", font=dict(size=11))
+    if c_star is not None:
+        fig.add_annotation(x=np.log10(c_star), y=0.5, xref="x", yref="y domain", showarrow=False,
+                           text=lab["at_tokens"].format(tokens=lab["int"](c_star)), xanchor="left",
+                           align="left", font=dict(size=11))
+    b_star = sweep["crossover_bandwidth_gbps"]
     if has_bw:
-        b_star = sweep["crossover_bandwidth_gbps"]
-        fig.add_vline(x=b_star, line=dict(color="#444", dash="dash", width=1), row=1, col=2)
         fig.add_vline(x=sweep["bandwidth_now_gbps"], line=dict(color=COLORS["measured"], width=1.5),
                       row=1, col=2)
+    if has_bw and b_star is not None:
+        fig.add_vline(x=b_star, line=dict(color="#444", dash="dash", width=1), row=1, col=2)
         fig.add_annotation(x=np.log10(b_star), y=0.5, xref="x2", yref="y2 domain", showarrow=False,
                            text=lab["at_bw"].format(gbps=lab["digits"](f"{b_star:.3g}")), xanchor="left",
                            align="left", font=dict(size=11))
@@ -88,8 +93,10 @@ def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None
     fig.update_yaxes(type="log", title_text="µs", row=2, col=1)
     fig.update_xaxes(visible=False, row=2, col=2)
     fig.update_yaxes(visible=False, row=2, col=2)
-    title = lab["title"].format(layout=lab["layout"](sweep["layout"]), state=lab["on" if sweep["overlap"] else "off"],
-                                gpus=lab["int"](sweep["n_gpus"]))
+    world = sweep.get("world", sweep["n_gpus"])
+    title = lab["title" if world == sweep["n_gpus"] else "title_slice"].format(
+        layout=lab["layout"](sweep["layout"]), state=lab["on" if sweep["overlap"] else "off"],
+        gpus=lab["int"](sweep["n_gpus"]), world=lab["int"](world))
     fig.update_layout(
         title=dict(text=f"{title}<br><sup>{lab['sub']}</sup>", font=dict(size=13)),
         legend=dict(orientation="h", x=0.55, y=0.3, xanchor="left"), margin=dict(t=90),

@@ -157,8 +157,9 @@ def register_callbacks(app) -> None:
         b_star = compute.crossover_bandwidth_gbps(sc.hardware, sc, sc.tokens_per_rank)
         lo_log, hi_log = math.floor(math.log10(lo) * 100) / 100, math.ceil(math.log10(hi) * 100) / 100
         t = Translator(lang)
-        marks = {lo_log: _gbps(t, 10 ** lo_log), hi_log: _gbps(t, 10 ** hi_log),
-                 _log10(b_star): _gbps(t, b_star), _log10(now): _gbps(t, now)}
+        marks = {lo_log: _gbps(t, 10 ** lo_log), hi_log: _gbps(t, 10 ** hi_log), _log10(now): _gbps(t, now)}
+        if b_star is not None:          # none: no bandwidth hides this block's transfer, or every one does
+            marks[_log10(b_star)] = _gbps(t, b_star)
         _, seq = quiz_explain.merge_size(sc)
         return lo_log, hi_log, marks, math.log10(now), seq - 1, seq - 1
 

@@ -246,9 +246,17 @@ class Hardware(HardwareModel):
     collective and send/receive, with its CTAs and copies slowing the compute beside it
     (sim.hardware.nccl, docs/nccl.md), on GPUs NCCL runs on (sim.hardware.nccl.GPU_ARCH;
     others by their link); 'link', alpha + bytes / bandwidth of the link."""
+    nccl_world: int | None = None
+    """Under NCCL, the GPUs of the ring this schedule is a slice of: a ring of 16 GPUs that
+    stands for 16 of a ring of 1,024 (the dashboard's sweeps) has each communicator costed
+    as one of `nccl_world` GPUs packed `gpus_per_node` to a node, as the larger ring's sends
+    are (NCCL gives a send fewer channels in a larger communicator: sim.hardware.nccl
+    .send_recv). None: each communicator as the schedule's own ranks make it."""
 
     def __post_init__(self) -> None:
         positive_ints(self, "gpus_per_node")
+        if self.nccl_world is not None:
+            positive_ints(self, "nccl_world")
         if self.comm_cost not in COMM_COSTS:
             raise RingsimError(f"comm_cost must be one of {', '.join(COMM_COSTS)}, got {self.comm_cost!r}")
         if self.pcie is not None:
@@ -485,7 +493,10 @@ class Hardware(HardwareModel):
                 channel = min(channel, self.pcie.socket_gbps)
         nic = (self.inter_link or self.link).bandwidth_gbps
         inside = self._inside()
-        return nccl.Comm(ranks=int(len(members)), nodes=nodes, arch=self.nccl_arch or "hopper", intra=inside,
+        ranks = int(len(members))
+        if self.nccl_world is not None and self.nccl_world > ranks:
+            ranks, nodes = self.nccl_world, -(-self.nccl_world // g)
+        return nccl.Comm(ranks=ranks, nodes=nodes, arch=self.nccl_arch or "hopper", intra=inside,
                          channel_gbps=channel, port_gbps=port, nic_gbps=nic, nics_per_node=self.nics_per_node or g,
                          local_nics=max(1, (self.nics_per_node or g) // g),
                          nvls=inside == "nvlink" and self.pcie is None and g > 2,
@@ -568,6 +579,8 @@ class Hardware(HardwareModel):
             del out["nics_per_node"]          # one per GPU: as before the field existed
         if self.pcie is None:
             del out["pcie"]                   # NVSwitch: as before the field existed
+        if self.nccl_world is None:
+            del out["nccl_world"]             # the schedule's own communicators: as before the field existed
         if self.gpu.kernel is not None:
             t = kernel_table(self.gpu.kernel)
             out["kernel_table"] = {"name": t.name, "kernel": t.kernel, "measured_on": t.measured_on}

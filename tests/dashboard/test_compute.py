@@ -2,26 +2,77 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 from dashboard import compute
 from dashboard.figures.timeline import rank_starts
-from sim.hardware.cluster import Gpu, Hardware
+from dashboard.state import defaults, scenario_from_values
+from sim.engine.play import simulate
+from sim.hardware.cluster import Gpu, Hardware, Link
+from sim.trace.format import KV, SEND
 from sim.trace.metrics import compute_metrics
 from tests.dashboard.conftest import small_scenario
 
 
 def test_crossover_is_the_design_condition():
-    # the closed form holds for the flat model (one rate for every block, no merge)
-    # ... and for the link's alpha-beta (NCCL's costs are not fact 5's link)
-    sc = small_scenario(hardware=Hardware(gpu=Gpu.preset("H100-SXM", efficiency=0.5), comm_cost="link"))
+    # the closed form holds for the flat model (one rate for every block, no merge) on the
+    # link's alpha-beta (NCCL's costs are not fact 5's link), with no fixed cost on either side
+    gpu = Gpu.preset("H100-SXM", efficiency=0.5, launch_overhead_us=0.0)
+    sc = small_scenario(hardware=Hardware(gpu=gpu, link=Link(bandwidth_gbps=450.0, latency_us=0.0), comm_cost="link"))
     w, hw = sc.workload, sc.hardware
     # docs/design.md fact 5, per kv head group: 4 c^2 d H / F = 2 c d H_kv b / B
     c_star = w.elem_bytes * hw.gpu.rate_flops(w.dtype) * w.kv_heads / (2 * hw.link.bandwidth_gbps * 1e9 * w.heads)
-    assert compute.crossover_tokens(hw, sc) == pytest.approx(c_star, rel=1e-9)
+    assert compute.crossover_tokens(hw, sc) == pytest.approx(c_star, rel=2e-6)
     c = 2048
     b_star = 2 * w.kv_heads * c * w.head_dim * w.elem_bytes / (4 * c * c * w.head_dim * w.heads / hw.gpu.rate_flops(w.dtype))
-    assert compute.crossover_bandwidth_gbps(hw, sc, c) * 1e9 == pytest.approx(b_star, rel=1e-9)
+    assert compute.crossover_bandwidth_gbps(hw, sc, c) * 1e9 == pytest.approx(b_star, rel=2e-6)
+
+
+def test_the_crossover_is_where_the_block_curves_cross():
+    """From the crossover on a full block's compute covers its transfer at every size, and
+    just below it does not (the curves the sweep and question 5 draw, fixed costs included)."""
+    sc = scenario_from_values(defaults())
+    c = compute.crossover_tokens(sc.hardware, sc)
+    assert c is not None
+    below = compute.block_times(sc.hardware, sc, c * (1 - 1e-5))
+    assert below[0] < below[1]
+    for x in np.geomspace(c, compute.CROSSOVER_TOKENS[1], 40):
+        comp, xfer = compute.block_times(sc.hardware, sc, float(x))
+        assert comp >= xfer
+    b = compute.crossover_bandwidth_gbps(sc.hardware, sc, 1024)
+    at = compute.block_times(compute.with_link_gbps(sc.hardware, b), sc, 1024)
+    under = compute.block_times(compute.with_link_gbps(sc.hardware, b * (1 - 1e-5)), sc, 1024)
+    assert at[0] >= at[1] and under[0] < under[1]
+
+
+@pytest.mark.parametrize("gpus", [16, 64])
+def test_a_blocks_transfer_is_the_rings_slowest_send(gpus):
+    """The block's transfer is what the simulation gives the ring's slowest K/V send of a
+    block of that size, NCCL's costs in the ring's communicator (fewer channels past 64 GPUs)."""
+    sc = scenario_from_values(defaults() | {"gpus": gpus, "seq": 128 * gpus})
+    cols = simulate(sc).columns
+    send = (cols.stream == SEND) & (cols.kind == KV)
+    _, transfer = compute.block_times(sc.hardware, sc, 128)
+    assert transfer == pytest.approx(float((cols.end_s[send] - cols.start_s[send]).max()), rel=1e-12)
+
+
+def test_a_smaller_ring_standing_for_a_larger_one_sends_as_it_does():
+    """The sweep's ring of 16 GPUs for a ring of 256 (dashboard.compute.as_slice_of): each send
+    takes what the 256's take, not the 16's own (more channels)."""
+    big = scenario_from_values(defaults() | {"gpus": 256, "seq": 128 * 256})
+    small = big.with_(n_gpus=16, workload=replace(big.workload, seq=128 * 16))
+    sliced = small.with_(hardware=compute.as_slice_of(small.hardware, 16, 256))
+
+    def slowest_send(sc):
+        cols = simulate(sc).columns
+        send = (cols.stream == SEND) & (cols.kind == KV)
+        return float((cols.end_s[send] - cols.start_s[send]).max())
+    assert slowest_send(sliced) == pytest.approx(compute.block_times(big.hardware, big, 128)[1], rel=1e-12)
+    assert slowest_send(small) < 0.8 * slowest_send(sliced)
+    assert compute.as_slice_of(small.hardware, 16, 16) is small.hardware
 
 
 def test_metrics_of_cached_run_equal_direct(small_trace):

@@ -31,7 +31,7 @@ ENGLISH_TITLES = {
               "K/V blocks in flight 0.0156 GiB, output 0.0156 GiB, output accumulator 0.0312 GiB, softmax statistics "
               "0.000488 GiB</sup>",
     "sweep": "When transfers hide (zigzag, overlap on, simulated on 4 GPUs)<br><sup>dashed: a full block's compute "
-             "equals its transfer (launch overhead and link latency aside); orange: the current scenario</sup>",
+             "equals its transfer over the ring's slowest hop; orange: the current scenario</sup>",
     "block-map": "Who computes which block when: zigzag, causal, 4 GPUs<br>work imbalance max/mean 1.000",
     "merge": "Why the merge is exact: query token 31 on GPU 0 (zigzag, 4 GPUs, 32 tokens, head dim 16)<br>"
              "max |ring − full attention| = 6.66e-16 (float64)",
@@ -91,7 +91,7 @@ def test_each_chart_in_english_and_indonesian(client, view):
     # with a decimal point in the Indonesian title (a point there groups thousands)
     decimals = re.findall(r"\d+\.\d+", " | ".join(_shown(english)[:len(english["layout"]["annotations"]) + 1]))
     # the sweep's annotations are its break-even points to three figures, whole numbers
-    # in this scenario (190 tokens, 44 GB/s): nothing there to put a comma in
+    # in this scenario (97.1 GB/s; every block size hides at 4 GPUs): nothing there to put a comma in
     assert decimals or view == "sweep"
     for number in decimals:
         assert number.replace(".", ",") in shown, number

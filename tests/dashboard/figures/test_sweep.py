@@ -6,6 +6,7 @@ import pytest
 
 from dashboard import compute
 from dashboard.figures.sweep import overlap_sweep
+from dashboard.state import defaults, scenario_from_values
 from tests.dashboard.conftest import small_scenario
 
 
@@ -18,8 +19,24 @@ def test_sweep_exposes_communication_on_slow_links():
     assert slowest["efficiency"] < fastest["efficiency"]
     fig = overlap_sweep(sweep)
     vlines = [s for s in fig.layout.shapes if s.type == "line" and s.line.dash == "dash"]
-    assert any(s.x0 == pytest.approx(sweep["crossover_tokens"]) for s in vlines)
-    assert any(s.x0 == pytest.approx(sweep["crossover_bandwidth_gbps"]) for s in vlines)
+    # a dashed line at each crossover there is (the tokens' in both rows): at 4 GPUs on NVLink a
+    # block's compute covers its send at every size, and a link of under 97 GB/s exposes it
+    assert sweep["crossover_tokens"] is None
+    assert [s.x0 for s in vlines] == [pytest.approx(sweep["crossover_bandwidth_gbps"])]
+
+
+def test_a_sweep_of_a_larger_ring_says_what_it_stands_for():
+    """Past SWEEP_MAX_GPUS the sweep's smaller ring stands for the scenario's, its sends costed as
+    that ring's: the title says so, and its exposed communication at the scenario's own block is
+    the scenario's within a few points of the makespan (29.9% at 1,024 GPUs; 0% in a ring of 16 of its own)."""
+    sc = scenario_from_values(defaults() | {"gpus": 256})
+    sweep = compute.overlap_sweep(sc)
+    assert (sweep["n_gpus"], sweep["world"]) == (compute.SWEEP_MAX_GPUS, 256)
+    assert "16 GPUs standing for a ring of 256" in overlap_sweep(sweep).layout.title.text
+    now = next(r for r in sweep["by_tokens"] if r["tokens"] == sc.tokens_per_rank)
+    m = compute.run(sc).metrics
+    assert now["exposed_frac"] == pytest.approx(max(r.exposed_comm_s for r in m.ranks) / m.makespan_s, abs=0.05)
+    assert now["exposed_frac"] > 0.1
 
 
 @pytest.mark.parametrize("layout, per_rank", [("contiguous", 1), ("striped", 1), ("zigzag", 2)])
