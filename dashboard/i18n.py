@@ -70,6 +70,10 @@ def lang_or_default(lang: Any) -> str:
     return lang if lang in LANGUAGES else DEFAULT_LANG
 
 
+PCT_NOISE = 1e-12
+"""A fraction this close to nought is rounding, not a value (Translator.pct)."""
+
+
 class Translator:
     """Messages and numbers in one language: `t("q5.text")`, `t.num(0.123)`."""
 
@@ -106,6 +110,10 @@ class Translator:
         return get_decimal_symbol(self.lang) + get_group_symbol(self.lang)
 
     def pct(self, frac: float, sig: int = 3) -> str:
+        """A fraction as a percentage; one within float rounding of nought (a difference of
+        equal sums, as 1 - exposed / comm with overlap off) is 0%, not -2.22e-14%."""
+        if frac is not None and abs(frac) < PCT_NOISE:
+            frac = 0.0
         return self.num(frac * 100, sig) + "%"
 
     def time(self, seconds: float, sig: int = 3) -> str:

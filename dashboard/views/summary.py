@@ -20,6 +20,7 @@ from dashboard.figures.style import time_unit
 from dashboard.i18n import Translator, run_words
 from dashboard.served import Served
 from sim.errors import RingsimError
+from sim.hardware.presets import link_preset
 from sim.scenario.config import Scenario
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 
@@ -82,11 +83,23 @@ def pcie_words(t: Translator, gpu: str, pcie: Any) -> str:
              p2p=t(f"line.pcie.p2p.{pcie.p2p}"))
 
 
+def link_words(t: Translator, link: Any) -> str:
+    """A link by its preset's name where it is that preset, else by its bandwidth (a preset
+    whose bandwidth or latency the controls changed is no longer that link)."""
+    try:
+        p = link_preset(link.name)
+    except RingsimError:
+        p = None
+    if p is not None and (p.bandwidth_gbps, p.latency_us) == (link.bandwidth_gbps, link.latency_us):
+        return link.name
+    return t.gbps(link.bandwidth_gbps)
+
+
 def scenario_line(t: Translator, sc: Any, profile_data: Any, shown: Any) -> str:
     """The run the cards describe, in words and numbers of the page's language."""
     w = sc.workload
     hw = sc.hardware
-    hw_name = f"{hw.gpu.name} / {hw.link.name}" if hw.pcie is None else pcie_words(t, hw.gpu.name, hw.pcie)
+    hw_name = f"{hw.gpu.name} / {link_words(t, hw.link)}" if hw.pcie is None else pcie_words(t, hw.gpu.name, hw.pcie)
     if profile_data:
         device, name = profile_data.get("device"), profile_data.get("name", "profile")
         hw_name = f"{device} ({name})" if device else name
@@ -94,7 +107,7 @@ def scenario_line(t: Translator, sc: Any, profile_data: Any, shown: Any) -> str:
         hw_name = shown[2].measured_on.get("device") or "its machine's profile"
     nodes = -(-sc.n_gpus // hw.gpus_per_node)
     if nodes > 1 and not profile_data and shown is None:
-        between = hw.inter_link.name if hw.inter_link is not None else hw.link.name
+        between = link_words(t, hw.inter_link if hw.inter_link is not None else hw.link)
         hw_name = t("line.nodes", hardware=hw_name, nodes=t.int(nodes), per_node=t.int(hw.gpus_per_node),
                     between=between)
     line = t("line.scenario", gpus=t.int(sc.n_gpus), hardware=hw_name, run=run_words(t, sc.describe()),

@@ -212,6 +212,19 @@ def test_the_scenario_line_speaks_the_page_s_language(client):
     assert "kausal" in id_ and "tokens" not in id_ and "layout" not in id_
 
 
+@pytest.mark.parametrize("lang, fast, slow", [("en", "H100-SXM / nvlink4", "H100-SXM / 2.00 GB/s"),
+                                              ("id", "H100-SXM / nvlink4", "H100-SXM / 2,00 GB/s")])
+def test_the_scenario_line_names_a_link_whose_bandwidth_was_changed_by_its_bandwidth(client, lang, fast, slow):
+    def line(values):
+        _, out = client.call("scenario-line.children", {
+            "scenario.data": {"values": values}, "profile.data": None, "tabs.value": "timeline",
+            "measured.data": None, "lang.value": lang}, ["lang.value"])
+        return out["scenario-line"]["children"]
+    assert fast in line(defaults())
+    changed = line(defaults() | {"link-gbps": 2.0, "gpus": 16})
+    assert slow in changed and "nvlink4" not in changed
+
+
 def test_a_new_scenario_starts_its_run_as_the_page_is_sent_it(monkeypatch):
     # the scenario callback starts the page's run (the cards beside every view show its
     # metrics) before the page asks for the cards: not for the same scenario, a refused

@@ -189,3 +189,11 @@ def test_no_indonesian_text_is_left_in_english():
     assert same == []
     # and the exceptions are still the English text (a stale exception hides nothing)
     assert all(en[k] == id_[k] for k in SAME_IN_BOTH)
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_a_fraction_within_rounding_of_nought_is_nought_percent(lang):
+    t = Translator(lang)
+    assert t.pct(1.0 - (0.1 + 0.2) / 0.30000000000000004 - 2.220446049250313e-16) == "0%"
+    assert t.pct(-2.220446049250313e-16) == "0%"
+    assert t.pct(1e-6) != "0%" and t.pct(-0.5).startswith("-50")
