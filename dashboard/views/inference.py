@@ -49,7 +49,7 @@ def view() -> list[Any]:
             dcc.Dropdown(id=cid, options=[{"label": str(o), "value": o} for o in options], value=value,
                          clearable=False, style={"minWidth": "9em"})])
     return [
-        html.Div(className="inline", children=[
+        html.Div(className="inline wrap", children=[
             pick("inf-model", MODELS, "llama3-70b"), pick("inf-cluster", CLUSTERS, "dgx-h100"),
             pick("inf-nodes", NODES, 4), pick("inf-context", CONTEXTS, 131072), pick("inf-new", NEW_SHARES, 0.0625)]),
         html.Div(id="inf-note", className="help"),

@@ -86,8 +86,12 @@ _KEEP = {"persistence": True, "persistence_type": "session"}
 """The inputs keep what the user set when the page is reloaded."""
 
 
+WIDE_FIELDS = ("plan-pass",)
+"""Fields whose choices read whole only across two columns ("forward + backward")."""
+
+
 def _field(cid: str, component: Any, t: Translator) -> html.Div:
-    return html.Div(className="field plan-field", children=[
+    return html.Div(className="field plan-field" + (" plan-wide" if cid in WIDE_FIELDS else ""), children=[
         html.Label(t(_LABEL_KEY[f"{cid}-label"]), id=f"{cid}-label", htmlFor=cid), component])
 
 
