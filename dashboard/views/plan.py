@@ -298,7 +298,10 @@ def table(t: Translator, data: dict[str, Any], top: int) -> html.Table:
             html.Td(_fmt_s(t, c["makespan_s"])), html.Td(_fmt_s(t, c["step_s"])),
             html.Td("–" if c["efficiency"] is None else t.pct(c["efficiency"])),
             html.Td(_fmt_s(t, c["exposed_comm_s"]) if c["exposed_comm_s"] else "0"),
-            html.Td(t.bytes(c["peak_mem_bytes"])),
+            # the whole step's memory; under it the one layer's attention the cards show once loaded
+            html.Td([t.bytes(c["peak_mem_bytes"]), html.Br(),
+                     html.Span(t("plan.attention_memory", bytes=t.bytes(c["attention_mem_bytes"])),
+                               className="plan-sub")]),
             html.Td(t("plan.yes") if c["fits"] else t("plan.no")),
             html.Td(explain.plan_why(t, c), className="plan-why"),
             html.Td(html.Button(t("plan.load"), id={"type": "plan-load", "index": i}, n_clicks=0,
