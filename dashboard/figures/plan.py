@@ -24,7 +24,7 @@ def plan_chart(candidates: Sequence[dict[str, Any]], limit_bytes: float,
     """Time per step against memory per GPU of each candidate, the limit as a line."""
     # "scheme" names a scheme, "point" a candidate's hover line, in the page's language
     lab = {**DEFAULT_LABELS, "scheme": str, "point": lambda c: f"#{c['rank']} {c['scheme']} {c['variant']}",
-           **(labels or {})}
+           "number": lambda x: f"{x:.3g}", **(labels or {})}
     scale, unit = time_unit(max((c["step_s"] for c in candidates), default=1.0))
     fig = figure(height=440, xaxis_title=lab["x"], yaxis_title=lab["y"].format(unit=unit),
                  title=dict(text=lab["title"], font=dict(size=13)), legend=LEGEND_BESIDE,
@@ -58,7 +58,7 @@ def plan_chart(candidates: Sequence[dict[str, Any]], limit_bytes: float,
     else:
         fig.add_annotation(x=1, xref="paper", y=1, yref="paper", xanchor="right", yanchor="bottom",
                            showarrow=False, font=dict(size=11, color=COLORS["capacity"]),
-                           text=f"{lab['limit']}: {limit:.3g} GiB →")
+                           text=f"{lab['limit']}: {lab['number'](limit)} GiB →")
     fig.update_xaxes(range=[max(0.0, lo - pad), hi + pad])
     fig.layout.meta["x_range_gib"] = [max(0.0, lo - pad), hi + pad]
     return fig

@@ -81,7 +81,8 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             for fig in (timeline, cross, dec):           # the page's decimal and grouping signs
                 fig.update_layout(separators=t.separators())
             note = t("inf.note", model=model, gpus=t.int(nodes * 8), cp=t.int(nodes * 8 // TP),
-                     new=t.int(new), cached=t.int(context - new), rule=rule, chosen=chosen)
+                     new=t.int(new), cached=t.int(context - new), rule=t(f"inf.scheme.{rule}"),
+                     chosen=t(f"inf.scheme.{chosen}"))
         except RingsimError as e:
             timeline = cross = dec = message_figure(str(e))
             note = str(e)

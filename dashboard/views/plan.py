@@ -392,7 +392,7 @@ def register_callbacks(app) -> None:
                     {"display": "none"})
         labels = {"x": t("plan.chart.x"), "y": t("plan.chart.y"), "limit": t("plan.chart.limit"),
                   "title": t("plan.chart.title"), "not_fit": t("plan.chart.not-fit"), "separators": t.separators(),
-                  "scheme": lambda scheme: scheme_name(t, scheme),
+                  "scheme": lambda scheme: scheme_name(t, scheme), "number": t.num,
                   "point": lambda c: f"#{c['rank']} {scheme_name(t, c['scheme'])} {explain.variant(t, c['variant_clause'])}"}
         top = top if isinstance(top, int) and top > 0 else len(cands)
         summary = t("plan.summary", simulated=t.int(data["simulated"]), tokens=t.int(data["request"]["seq"]),

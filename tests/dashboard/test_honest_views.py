@@ -47,6 +47,10 @@ def test_the_plan_charts_range_holds_its_candidates():
     assert lo <= 11 and hi >= 11.6 and hi - lo < 3            # not 0-75 GiB
     near = plan_chart(cands, 12 * GIB).layout.xaxis.range     # a limit among them is drawn, in range
     assert near[1] >= 12
+    # a limit past them is named at the edge, its number as the page's language writes it
+    t = Translator("id")
+    far = plan_chart(cands, 80e9, {"number": t.num, "limit": "batas memori", "separators": t.separators()})
+    assert [a.text for a in far.layout.annotations] == ["batas memori: 74,5 GiB →"]
 
 
 def test_a_clicked_span_lists_its_record(client):
