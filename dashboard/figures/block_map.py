@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.colors import qualitative
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from dashboard.figures.documents import kept_keys
@@ -47,7 +47,8 @@ def _colorscale(value: np.ndarray) -> tuple[object, float, float, list[int] | No
     top = float(finite.max()) if finite.size else 0.0
     k = int(top) + 1
     if finite.size and (finite == np.rint(finite)).all() and finite.min() >= 0 and k <= MAX_DISCRETE_VALUES:
-        palette = qualitative.Plotly if k <= 10 else qualitative.Dark24
+        # ordered values (ring steps) in ordered shades, not the GPUs' hues of the strip above
+        palette = sample_colorscale("Viridis", [i / max(1, k - 1) for i in range(k)])
         scale = []
         for i in range(k):
             scale += [[i / k, palette[i]], [(i + 1) / k, palette[i]]]

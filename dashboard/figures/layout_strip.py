@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.style import figure, rank_colors
+from dashboard.figures.style import DISTINCT_RANKS, RANK_SCALE, figure, rank_colors
 from sim.layouts import segments
 
 MAX_STRIP_RUNS = 512
@@ -61,6 +61,15 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
         textposition="inside", insidetextanchor="middle",
         hovertemplate=lab["hover"] + " %{customdata[0]:,}–%{customdata[1]:,} → %{hovertext}<extra></extra>",
     ))
+    if n > DISTINCT_RANKS:
+        # the holders' colours run along a scale: a colour bar says which is which (no trace's
+        # points: a scatter of two unseen markers carries it)
+        fig.add_trace(go.Scatter(
+            x=[0, 0], y=[0, 0], mode="markers", hoverinfo="skip", showlegend=False,
+            marker=dict(size=0, opacity=0, color=[0, n - 1], cmin=0, cmax=n - 1, colorscale=RANK_SCALE,
+                        showscale=True, colorbar=dict(title=dict(text=lab["holders"], side="right"), thickness=10,
+                                                      len=1.0, xpad=4, tickformat=",", outlinewidth=0))))
+        fig.update_layout(margin=dict(r=80))
     rows = dict(visible=False, range=[-0.5, 0.5])
     meta = {"runs": len(starts), "tokens_shown": shown, "truncated": bool(truncated)}
     if docs is not None:

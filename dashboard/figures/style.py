@@ -63,14 +63,19 @@ def time_unit(seconds: float) -> tuple[float, str]:
     return 1e6, "µs"
 
 
+DISTINCT_RANKS = 24
+"""Up to this many ranks each has a hue of its own; past it their colours run along RANK_SCALE."""
+RANK_SCALE = "Turbo"
+
+
 @lru_cache(maxsize=32)
 def rank_colors(n: int) -> tuple[str, ...]:
-    """One color per rank: distinct hues up to 24 ranks, a continuous scale past that."""
+    """One color per rank: distinct hues up to DISTINCT_RANKS ranks, a continuous scale past that."""
     if n <= 10:
         return tuple(qualitative.Plotly[:n])
-    if n <= 24:
+    if n <= DISTINCT_RANKS:
         return tuple(qualitative.Dark24[:n])
-    return tuple(sample_colorscale("Turbo", [r / (n - 1) for r in range(n)]))
+    return tuple(sample_colorscale(RANK_SCALE, [r / (n - 1) for r in range(n)]))
 
 
 def rank_color(rank: int, n: int) -> str:
@@ -78,9 +83,10 @@ def rank_color(rank: int, n: int) -> str:
 
 
 def lighter(color: str, amount: float = 0.35) -> str:
-    """`color` (#rrggbb) mixed with white: the shade that tells back-to-back blocks apart."""
+    """`color` (#rrggbb) mixed with white: the shade that tells back-to-back blocks apart; a
+    negative `amount` mixes it with black instead (a darker shade)."""
     rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)], dtype=float)
-    mixed = np.rint(rgb + (255 - rgb) * amount).astype(int)
+    mixed = np.rint(rgb + (255 - rgb) * amount if amount >= 0 else rgb * (1 + amount)).astype(int)
     return "#" + "".join(f"{c:02x}" for c in mixed)
 
 

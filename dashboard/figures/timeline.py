@@ -21,6 +21,9 @@ from sim.schemes.base import Scheme
 from sim.trace.format import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
 
 LANE_COLORS = {"send": "#009E73", "recv": "#56B4E9", "exposed": "#D55E00"}
+TRANSFER_SHADES = (0.0, 0.45, -0.4, 0.25, -0.2)
+"""A scheme's transfer kinds in turn: its first kind's send and receive colours as they are,
+then mixed with white (positive) or black (negative) by these amounts (style.lighter)."""
 """Sends, receives and exposed waits in three hues of Okabe and Ito's palette, told apart with
 every common form of colour blindness (Okabe & Ito 2008, "Color Universal Design"); a
 scheme's second transfer kind (the ring's dK/dV) in a lighter shade of the same hue."""
@@ -126,8 +129,9 @@ def series_styles(scheme: Scheme, labels: dict[str, str] | None = None) -> dict[
     for kind in KINDS["send"]:
         op = scheme.op_kinds.get(kind)
         label = op.label if op else kind
-        # one hue for sends and one for receives; a scheme's later kinds lighter shades of it
-        shade = 0.45 * transfer_kinds.index(kind) if kind in transfer_kinds else 0.0
+        # one hue for sends and one for receives; a scheme's later kinds other shades of it,
+        # lighter then darker (a third kind as light as 0.9 was all but white)
+        shade = TRANSFER_SHADES[transfer_kinds.index(kind) % len(TRANSFER_SHADES)] if kind in transfer_kinds else 0.0
         out[f"send {kind}"] = (lab["send"].format(label=label), lighter(LANE_COLORS["send"], shade))
         out[f"recv {kind}"] = (lab["recv"].format(label=label), lighter(LANE_COLORS["recv"], shade))
     return out

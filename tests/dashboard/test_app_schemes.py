@@ -14,7 +14,7 @@ from dashboard import export
 from dashboard.app import create_app
 from dashboard.client import CallbackClient
 from dashboard.figures.style import lighter
-from dashboard.figures.timeline import LANE_COLORS, TRANSFER_MEANING
+from dashboard.figures.timeline import LANE_COLORS, TRANSFER_MEANING, TRANSFER_SHADES
 from dashboard.state import defaults, scenario_from_values
 from sim.engine.play import simulate
 from sim.reasons import english
@@ -226,8 +226,8 @@ def test_timeline_of_another_scheme_names_its_collectives(client, scheme, kinds)
     ops = get_scheme(scheme).op_kinds
     for kind in kinds:
         (send,) = [t for t in fig["data"] if t["name"] == f"send {ops[kind].label}"]
-        # every send in the timeline's one colour-blind-safe hue for sends (a later kind lighter)
-        assert send["marker"]["color"] in {lighter(LANE_COLORS["send"], shade) for shade in (0.0, 0.45, 0.9)}
+        # every send in the timeline's one colour-blind-safe hue for sends (a later kind another shade)
+        assert send["marker"]["color"] in {lighter(LANE_COLORS["send"], shade) for shade in TRANSFER_SHADES}
         assert TRANSFER_MEANING[kind] in send["hovertemplate"]
     assert sum(1 for t in fig["data"] if t.get("showlegend") is not False
                and t["name"] == "exposed communication") <= 1
@@ -318,7 +318,7 @@ def test_the_timeline_speaks_the_pages_language():
               "lang.value": "id"}
     _, out = client.call("timeline.figure", values, ["scenario.data"])
     fig = out["timeline"]["figure"]["layout"]
-    assert fig["title"]["text"].startswith("Lini masa simulasi: 4 GPU, cincin, tata letak berselang-seling")
+    assert fig["title"]["text"].startswith("Linimasa simulasi: 4 GPU, cincin, tata letak berselang-seling")
     assert fig["xaxis"]["title"]["text"].startswith("waktu (") and fig["separators"] == ",."
     values["lang.value"] = "en"
     _, out = client.call("timeline.figure", values, ["scenario.data"])

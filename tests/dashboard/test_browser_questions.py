@@ -88,7 +88,7 @@ def test_switching_language_keeps_the_question_and_the_answer(dash_duo):
     checked = dash_duo.find_element("#quiz-choice input:checked")
     assert checked.get_attribute("value") == str(ANSWERS[5])
     assert dash_duo.find_element("#tab-questions").text == "Pertanyaan"
-    assert dash_duo.find_element("#seq-label").text == "Panjang sekuens"
+    assert dash_duo.find_element("#seq-label").text == "Panjang urutan"
     _until(dash_duo, lambda d: "lang=id" in d.current_url)
     assert "view=questions" in dash_duo.driver.current_url and "q=5" in dash_duo.driver.current_url
     _switch_language(dash_duo, "en")

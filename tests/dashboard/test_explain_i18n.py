@@ -179,12 +179,12 @@ def test_why_a_candidate_is_not_possible(plans):
 def test_other_refusals_in_indonesian():
     cases = [
         (clause("refused.chunks", seq=1000, chunks=16, layout="zigzag", ranks=8),
-         "panjang sekuens 1000 tidak terbagi menjadi 16 potongan untuk zigzag pada 8 proses"),
+         "panjang urutan 1000 tidak terbagi menjadi 16 potongan untuk zigzag pada 8 proses"),
         (clause("refused.gather-chunks", seq=1000, chunks=16, gpus=8, multiple=16),
-         "panjang sekuens 1000 tidak terbagi menjadi 16 potongan sama besar (all-gather pada 8 GPU); pakai kelipatan 16"),
+         "panjang urutan 1000 tidak terbagi menjadi 16 potongan sama besar (all-gather pada 8 GPU); pakai kelipatan 16"),
         # thousands grouped and decimals marked as Indonesian writes them: 131.072 is 131072
         (clause("refused.docs-exceed", total_tokens=140000, seq_tokens=131072),
-         "dokumen (140.000 token) melebihi sekuens 131.072 token"),
+         "dokumen (140.000 token) melebihi urutan 131.072 token"),
         (clause("refused.kv-heads", degree=16, kv_heads=12),
          "derajat Ulysses 16 dan 12 kepala K/V: salah satunya harus membagi habis yang lain (kepala K/V direplikasi "
          "bila derajatnya lebih besar)"),

@@ -188,7 +188,7 @@ def test_the_overhead_control_sets_the_kernel_model_s_floor_as_the_flag_does():
      "GPU (2.000): dasbor ini menyimulasikan paling banyak 1.024 GPU"),
     ({"gpus": 0}, "gpus", "GPUs must be more than 0, got 0", "GPU harus lebih dari 0, bukan 0"),
     ({"seq": 1000}, "seq", "Sequence length 1,000 does not divide into 16 equal chunks (zigzag layout on 8 GPUs)",
-     "Panjang sekuens 1.000 tidak terbagi menjadi 16 potongan sama besar (tata letak zigzag pada 8 GPU)"),
+     "Panjang urutan 1.000 tidak terbagi menjadi 16 potongan sama besar (tata letak zigzag pada 8 GPU)"),
     ({"scheme": "hybrid", "gpus": 16, "ulysses-degree": 4, "ring-degree": 2}, "ulysses-degree",
      "Ulysses degree 4 × Ring degree 2 = 8, not the 16 GPUs", "Derajat Ulysses 4 × Derajat cincin 2 = 8, bukan 16 GPU"),
     ({"efficiency": 2.0}, "efficiency", "Efficiency must be more than 0 and at most 1, got 2",

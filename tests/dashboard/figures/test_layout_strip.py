@@ -64,3 +64,19 @@ def test_a_billion_tokens_draw_from_the_layouts_segments(layout):
     assert width[0] == shard and base[0] == 0
     for b in base[:4].tolist():
         assert fig.data[0].customdata[list(base).index(b)][2] == owner(layout, seq, n, int(b))
+
+
+def test_past_distinct_hues_a_colour_bar_says_which_gpu_is_which():
+    """Past 24 GPUs the holders' colours run along a scale, named by a colour bar from GPU 0 to
+    the last; up to 24 each GPU has its hue and its number on the bar, no colour bar."""
+    from dashboard.figures.style import RANK_SCALE, rank_colors
+    few = layout_strip("zigzag", 16 * 16, 16)
+    assert not any(getattr(t.marker, "showscale", False) for t in few.data)
+    fig = layout_strip("zigzag", 64 * 64, 64)
+    (bar,) = [t for t in fig.data if t.type == "scatter"]
+    assert bar.marker.showscale and (bar.marker.cmin, bar.marker.cmax) == (0, 63)
+    assert bar.marker.colorbar.title.text == "GPU"
+    assert bar.hoverinfo == "skip" and bar.marker.opacity == 0
+    from plotly.colors import sample_colorscale
+    assert rank_colors(64)[0] == sample_colorscale(RANK_SCALE, [0.0])[0]
+    assert rank_colors(64)[63] == sample_colorscale(RANK_SCALE, [1.0])[0]

@@ -313,3 +313,15 @@ def test_a_large_window_narrows_to_the_marks_it_draws():
     fig = timeline(trace, max_spans=200)          # about 65 marks a GPU
     lo, hi = fig.layout.meta["ranks"]
     assert lo == 0 and 0 < hi < 11 and fig.layout.meta["marks"] <= 200
+
+
+def test_every_transfer_kind_of_a_scheme_is_a_visible_shade():
+    """A scheme's third transfer kind (the hybrid's all-to-all after K/V and dK/dV) is a shade
+    of the send or receive hue that stands out from white: each colour channel at least 40
+    below 255 somewhere, and no two kinds alike."""
+    from dashboard.figures.timeline import TRANSFER_SHADES
+    for lane in ("send", "recv"):
+        colors = [lighter(LANE_COLORS[lane], s) for s in TRANSFER_SHADES[:3]]
+        assert len(set(colors)) == 3
+        for c in colors:
+            assert min(int(c[i:i + 2], 16) for i in (1, 3, 5)) <= 215, c

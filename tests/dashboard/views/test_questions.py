@@ -328,7 +328,7 @@ def test_answer_records_first_and_last(client):
 def test_language_switch_translates_the_page(client):
     status, out = client.call("tab-questions.label", {"lang.value": "id"}, ["lang.value"])
     assert out["tab-questions"]["label"] == "Pertanyaan"
-    assert out["gpus-label"]["children"] == "GPU" and out["seq-label"]["children"] == "Panjang sekuens"
+    assert out["gpus-label"]["children"] == "GPU" and out["seq-label"]["children"] == "Panjang urutan"
     assert out["overlap"]["options"][0]["label"] == "aktif"
     status, out = client.call("tab-questions.label", {"lang.value": "en"}, ["lang.value"])
     assert out["seq-label"]["children"] == "Sequence length"
