@@ -17,7 +17,7 @@ from sim.trace.format import COMPUTE, IDLE, WAIT, Trace
 LABELS = {
     "title": "Model vs measurement: makespan simulated {simulated}, measured {measured} ({error})<br>"
              "median |step error| {median}",
-    "lanes": "compute (bars) and exposed communication (red) per GPU",
+    "lanes": "compute (bars, every other step lighter) and exposed communication (red) per GPU",
     "steps": "per-step time, median over GPUs: simulated (blue) vs measured (orange), label: median error",
     "simulated": "simulated", "measured": "measured",
     "compute": "{run} compute", "exposed": "{run} exposed comm",
