@@ -124,7 +124,8 @@ def _token_panel(fig: go.Figure, p: packed.Packed, bm, n: int, lab: dict) -> Non
 
 
 LABELS = {
-    "title": "Who computes which block when: {run}, {mask}, {gpus} GPUs<br>work imbalance (FLOPs) max/mean {imbalance}; the cards' load imbalance is of time",
+    "title": ("Who computes which block when: {run}, {mask}, {gpus} GPUs<br>work imbalance (FLOPs) max/mean "
+              "{imbalance}; the cards' load imbalance is of time"),
     "causal": "causal", "nomask": "no mask",
     "chunks": "query chunk × key chunk:{sep}{value} of its compute",
     "tokens": "query token × key token:<br>kept pairs, by the GPU holding the queries",

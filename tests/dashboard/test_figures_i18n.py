@@ -32,7 +32,8 @@ ENGLISH_TITLES = {
               "0.000488 GiB</sup>",
     "sweep": "When transfers hide (zigzag, overlap on, simulated on 4 GPUs)<br><sup>dashed: a full block's compute "
              "equals its transfer over the ring's slowest hop; orange: the current scenario</sup>",
-    "block-map": "Who computes which block when: zigzag, causal, 4 GPUs<br>work imbalance (FLOPs) max/mean 1.000; the cards' load imbalance is of time",
+    "block-map": ("Who computes which block when: zigzag, causal, 4 GPUs<br>work imbalance (FLOPs) max/mean 1.000; "
+                  "the cards' load imbalance is of time"),
     "merge": "Why the merge is exact: query token 31 on GPU 0 (zigzag, 4 GPUs, 32 tokens, head dim 16)<br>"
              "max |ring − full attention| = 6.66e-16 (float64)",
     "overlay": "Model vs measurement: makespan simulated ",
