@@ -31,6 +31,8 @@ LABELS = {
 }
 """The figure's texts in English: `overlap_sweep(labels=...)` replaces any of them, and
 adds how numbers read (`digits`, `int`) and a layout's name (`layout`)."""
+LABEL_BACKGROUND = "rgba(255,255,255,0.85)"
+"""Behind the crossovers' labels: the curves and lines they sit on do not strike them through."""
 
 
 def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go.Figure:
@@ -75,7 +77,7 @@ def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None
     if c_star is not None:
         fig.add_annotation(x=np.log10(c_star), y=0.5, xref="x", yref="y domain", showarrow=False,
                            text=lab["at_tokens"].format(tokens=lab["int"](c_star)), xanchor="left",
-                           align="left", font=dict(size=11))
+                           align="left", font=dict(size=11), bgcolor=LABEL_BACKGROUND)
     b_star = sweep["crossover_bandwidth_gbps"]
     if has_bw:
         fig.add_vline(x=sweep["bandwidth_now_gbps"], line=dict(color=COLORS["measured"], width=1.5),
@@ -84,7 +86,7 @@ def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None
         fig.add_vline(x=b_star, line=dict(color="#444", dash="dash", width=1), row=1, col=2)
         fig.add_annotation(x=np.log10(b_star), y=0.5, xref="x2", yref="y2 domain", showarrow=False,
                            text=lab["at_bw"].format(gbps=lab["digits"](f"{b_star:.3g}")), xanchor="left",
-                           align="left", font=dict(size=11))
+                           align="left", font=dict(size=11), bgcolor=LABEL_BACKGROUND)
     fig.update_xaxes(type="log", title_text=lab["tokens_axis"], row=1, col=1)
     fig.update_xaxes(type="log", title_text=lab["tokens_axis"], row=2, col=1)
     fig.update_xaxes(type="log", title_text=lab["bw_axis"], row=1, col=2)
