@@ -85,7 +85,7 @@ def scheme_comparison(rows: Sequence[dict[str, Any]], *, current: Sequence[str] 
         xs = np.array([np.nan if "refused" in r or r.get(key) is None else r[key] * mult for r in rows])
         fig.add_trace(go.Bar(
             y=labels_y, x=xs, orientation="h", marker=dict(color=colors, line=dict(color="#222", width=outline)),
-            text=[("" if np.isnan(x) else d(f"{x:.3g}")) for x in xs], textposition="auto", showlegend=False,
+            text=[("" if np.isnan(x) else d(f"{x:.3g}")) for x in xs], textposition="auto", textangle=0, showlegend=False,
             customdata=[lab["why"](r) for r in rows],
             hovertemplate=f"%{{y}}: %{{x:.4g}}<br>%{{customdata}}<extra>{label}</extra>"), row=1, col=col)
     if full_kv_bytes:
