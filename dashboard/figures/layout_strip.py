@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.style import DISTINCT_RANKS, RANK_SCALE, figure, rank_colors
+from dashboard.figures.style import DISTINCT_RANKS, RANK_SCALE, figure, rank_colors, wrap_title
 from sim.layouts import segments
 
 MAX_STRIP_RUNS = 512
@@ -80,6 +80,10 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
         title = f"Which tokens each GPU holds: {layout} layout, {seq:,} tokens over {n} GPUs"
     if truncated:
         title = lab["first"].format(title=title, shown=lab["number"](shown), tokens=lab["number"](seq))
+    # a long title (a hybrid's ring positions, a truncated strip) on two lines, not cut at both ends
+    title = wrap_title(title)
+    if "<br>" in title:
+        fig.update_layout(height=190, margin=dict(t=58))
     fig.update_layout(
         title=dict(text=title, font=dict(size=13)), separators=lab["separators"],
         xaxis=dict(title=lab["axis"], range=[0, shown], tickformat=","), yaxis=rows, meta=meta)

@@ -80,3 +80,13 @@ def test_past_distinct_hues_a_colour_bar_says_which_gpu_is_which():
     from plotly.colors import sample_colorscale
     assert rank_colors(64)[0] == sample_colorscale(RANK_SCALE, [0.0])[0]
     assert rank_colors(64)[63] == sample_colorscale(RANK_SCALE, [1.0])[0]
+
+
+def test_a_long_title_goes_on_two_lines_and_the_strip_makes_room():
+    from dashboard.figures.style import TITLE_CHARS
+    short = layout_strip("zigzag", 4096, 4)
+    assert "<br>" not in short.layout.title.text
+    long = layout_strip("zigzag", 4096, 4, title="Which tokens each ring position holds, " * 4)
+    lines = long.layout.title.text.split("<br>")
+    assert len(lines) >= 2 and all(len(x) <= TITLE_CHARS for x in lines)
+    assert long.layout.height > short.layout.height and long.layout.margin.t > short.layout.margin.t
