@@ -713,7 +713,26 @@ def memory_table(scenario: Scenario) -> dict[str, Any]:
             "items": peak_memory_bytes(w, c), "by_seq": by_seq, "by_gpus": by_gpus,
             "scheme": scenario.scheme, "scheme_items": peak_memory(scenario),
             "full_kv_now_bytes": full_kv_bytes(w),
-            "schemes": scheme_memory(scenario, seqs, counts)}
+            "schemes": scheme_memory(scenario, seqs, counts), "refused": memory_refused(scenario)}
+
+
+def memory_refused(scenario: Scenario) -> list[dict[str, Any]]:
+    """The schemes of the comparison none of whose variants runs on the scenario (Ulysses on
+    more GPUs than heads), each with its first variant's refusal: the memory view says why
+    they are missing."""
+    try:
+        base = scheme_base(scenario)
+    except RingsimError:
+        return []
+    first: dict[str, RingsimError | None] = {}
+    for scheme, variant in scheme_variants(base):
+        try:
+            vary(base, scheme, variant.values)
+        except RingsimError as e:
+            first.setdefault(scheme, e)
+        else:
+            first[scheme] = None
+    return [{"scheme": s, "refused": str(e), "refused_clause": e.reason} for s, e in first.items() if e is not None]
 
 
 def _memory_variants(scenario: Scenario) -> list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]]:

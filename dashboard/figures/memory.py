@@ -38,6 +38,7 @@ LABELS = {
     "gathered_whole": ", all-gather {gathered} GiB (the whole K/V)",
     "gathered_part": ", all-gather {gathered} GiB ({share} of the K/V at once, pipelined)",
     "scheme_now": "{scheme}: {total} GiB per GPU now", "detail": "{scheme} now: {detail}",
+    "not_here": "not possible here: {items}",
     "by_seq": "against sequence length ({gpus} GPUs)", "by_gpus": "against GPU count ({tokens} tokens)",
     "items": "each scheme now ({tokens} tokens on {gpus} GPUs), item by item",
     "ring_peak": "ring: peak per GPU", "ring_kv": "ring: K/V held per GPU (own shard + 2 in flight)",
@@ -83,6 +84,7 @@ def memory(table: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go
     other scheme), beside the full K/V; under them each scheme's memory now, item by
     item, against the full K/V. `labels`: the texts in the page's language (LABELS)."""
     lab = {**LABELS, "digits": str, "int": lambda x: f"{x:,.0f}", "run": lambda v: v["label"], "scheme_name": str,
+           "refused": lambda r: f"{r['scheme']} ({r['refused']})",
            **(labels or {})}
     whole = lab["int"]
     fig = make_subplots(
@@ -221,10 +223,13 @@ def _axes_and_titles(fig: go.Figure, table: dict[str, Any], lab: dict[str, Any])
     detail = ", ".join(f"{lab.get(f'item.{k}', k)} {d(f'{v / GIB:.3g}')} GiB" for k, v in items.items()
                        if k != "total")
     sub = lab["detail"].format(scheme=lab["scheme_name"](table["scheme"]), detail=detail)
+    if table.get("refused"):
+        # a scheme missing from the lines is said to be, and why
+        sub += "<br>" + lab["not_here"].format(items="; ".join(lab["refused"](r) for r in table["refused"]))
     fig.update_layout(
         template=TEMPLATE, barmode="stack", height=860, separators=lab["separators"],
         title=dict(text=f"{_headline(table, lab)}<br><sup>{sub}</sup>", font=dict(size=13)),
-        legend=dict(orientation="h", yanchor="top", y=-0.08, x=0), margin=dict(l=170, t=90, b=170),
+        legend=dict(orientation="h", yanchor="top", y=-0.08, x=0), margin=dict(l=170, t=106 if table.get("refused") else 90, b=170),
         meta={"full_kv_bytes": table["full_kv_now_bytes"],
               "totals": {v["label"]: v["items"]["total"] for v in table.get("schemes", [])}})
 

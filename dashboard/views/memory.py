@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Output, State
 
-from dashboard import compute
+from dashboard import compute, explain
 from dashboard.figures.memory import memory
 from dashboard.i18n import Translator, scheme_name
 from dashboard.served import Served
@@ -36,5 +36,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
 def memory_labels(t: Translator) -> dict[str, Any]:
     """The texts of figures.memory.memory in the page's language; a scheme's label there is
     dashboard.compute.scheme_memory's: the scheme, or the scheme and its variant."""
-    return figure_labels(t, "memory") | {"run": lambda v: compared_run(t, v["scheme"], v["variant_clause"]),
-                                         "scheme_name": lambda scheme: scheme_name(t, scheme)}
+    return figure_labels(t, "memory") | {
+        "run": lambda v: compared_run(t, v["scheme"], v["variant_clause"]),
+        "scheme_name": lambda scheme: scheme_name(t, scheme),
+        "refused": lambda r: f"{scheme_name(t, r['scheme'])} ({explain.refusal(t, r['refused'], r['refused_clause'])})"}

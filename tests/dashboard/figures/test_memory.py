@@ -45,3 +45,16 @@ def test_every_schemes_memory_against_closed_forms():
     fig = memory(table)
     assert fig.layout.meta["full_kv_bytes"] == full
     assert set(fig.layout.meta["totals"]) == set(by)
+
+
+def test_a_scheme_that_cannot_run_here_is_said_to_be_missing_and_why():
+    """At 64 GPUs Ulysses (degree 64 over 32 heads) has no line: the subtitle names it with
+    the simulator's reason; at 8 GPUs every scheme runs and nothing is said."""
+    from dashboard import compute
+    from dashboard.state import defaults, scenario_from_values
+    table = compute.memory_table(scenario_from_values(defaults() | {"gpus": 64}))
+    assert [r["scheme"] for r in table["refused"]] == ["ulysses"]
+    assert "ulysses" not in {v["scheme"] for v in table["schemes"]}
+    title = memory(table).layout.title.text
+    assert "not possible here: ulysses (ulysses degree 64 does not divide the 32 query heads)" in title
+    assert compute.memory_table(scenario_from_values(defaults()))["refused"] == []
