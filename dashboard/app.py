@@ -12,12 +12,17 @@ views keep the last valid scenario meanwhile. Views compute only while their tab
 from __future__ import annotations
 
 import gc
+import importlib
 import os
+import pkgutil
 
 import dash
+import plotly.graph_objects as go
+import plotly.io
 
 from dashboard import compute, nav
 from dashboard.disk_cache import DiskCache
+from dashboard.i18n import LANGUAGES, Translator
 from dashboard.layout import page
 from dashboard.served import MAX_UPLOAD_BYTES, Served
 from dashboard.views import (
@@ -65,7 +70,35 @@ def create_app(profile_path: str | None = None, traces_dir: str | None = None,
     for part in (language, nav, questions, plan):
         part.register_callbacks(app)
 
+    import_ahead()
     # Dash, Plotly and the page live as long as the server: freezing them keeps the cycle
     # collector, which a large trace sets off many times, from walking them again and again
     gc.freeze()
     return app
+
+
+PLOTLY_KINDS = ("bar", "scatter", "scattergl", "heatmap", "layout")
+"""The Plotly objects the figures are made of, whose classes Plotly imports on first use."""
+
+
+def import_ahead() -> None:
+    """Import now what the views would otherwise import on first use: every module of
+    ringsim's own, Plotly's classes of the figures' objects, the languages' number formats
+    (Babel's locale data) and the serializer's. A background job (dashboard/views/background.py)
+    is a process forked from a server process whose other threads go on answering requests;
+    a thread that was importing a module at the fork holds that module's import lock in the
+    job for ever, and the job waits for ever on its first use of the module (seen: a Compare
+    layouts job stopped in Plotly's import of a bar's parts, which a request thread was
+    importing). With nothing left to import, no thread holds such a lock."""
+    for root in ("dashboard", "sim"):
+        package = importlib.import_module(root)
+        for module in pkgutil.walk_packages(package.__path__, root + "."):
+            importlib.import_module(module.name)
+    for kind in PLOTLY_KINDS:
+        package = importlib.import_module(f"plotly.graph_objs.{kind}")
+        for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            importlib.import_module(module.name)
+    for lang in LANGUAGES:
+        t = Translator(lang)
+        t.num(1234.5), t.int(1234), t.separators()
+    plotly.io.to_json(go.Figure(go.Bar(x=[1], y=[1])))
