@@ -545,6 +545,12 @@ CROSSOVER_TOKENS = (16, 2 ** 20)
 """Block sizes (tokens per GPU) the crossover is looked for between."""
 CROSSOVER_GBPS = (0.1, 1e5)
 """Link bandwidths (GB/s) the crossover bandwidth is looked for between."""
+CROSSOVER_GBPS_POINTS = 421
+"""Points of the bandwidth grid (60 a decade, 3.9% apart): NCCL's channels for a send step
+with the link's bandwidth (the NVLinks it stands for, powers of two), so that a send's time
+is not monotonic in it and a coarser grid missed a slower stretch past the crossover."""
+_CROSSOVERS: dict[str, float | None] = {}
+"""Crossover bandwidths made, by scenario, hardware and block (the grid is a second of work)."""
 
 
 def with_link_gbps(hw: Any, gbps: float) -> Any:
@@ -627,11 +633,19 @@ def crossover_bandwidth_gbps(hw: Any, scenario: Scenario, tokens: int) -> float 
     """Link GB/s (every link, `with_link_gbps`) from which a full block of `tokens` transfers
     in no more time than it computes, between CROSSOVER_GBPS; None where none there does
     (the send's fixed costs alone exceed the compute), where it hides at every bandwidth,
-    or where `hw` has no link to vary (a calibrated profile)."""
+    or where `hw` has no link to vary (a calibrated profile). Where a faster link can be slower
+    (NCCL's channels: CROSSOVER_GBPS_POINTS), the bandwidth from which every faster one on the
+    grid hides the block."""
     if not isinstance(hw, Hardware):
         return None
-    comp, _ = block_times(hw, scenario, tokens)
-    return _last_crossing(lambda b: comp - block_times(with_link_gbps(hw, b), scenario, tokens)[1], *CROSSOVER_GBPS)
+    key = json.dumps([scenario_key(scenario, None), hw.describe(), int(tokens)], sort_keys=True, default=str)
+    if key not in _CROSSOVERS:
+        if len(_CROSSOVERS) >= 256:
+            _CROSSOVERS.clear()
+        comp, _ = block_times(hw, scenario, tokens)
+        _CROSSOVERS[key] = _last_crossing(lambda b: comp - block_times(with_link_gbps(hw, b), scenario, tokens)[1],
+                                          *CROSSOVER_GBPS, points=CROSSOVER_GBPS_POINTS)
+    return _CROSSOVERS[key]
 
 
 def _point(sc: Scenario, profile: Any, profile_key: str | None) -> dict[str, float]:

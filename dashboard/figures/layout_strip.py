@@ -80,10 +80,11 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
         title = f"Which tokens each GPU holds: {layout} layout, {seq:,} tokens over {n} GPUs"
     if truncated:
         title = lab["first"].format(title=title, shown=lab["number"](shown), tokens=lab["number"](seq))
-    # a long title (a hybrid's ring positions, a truncated strip) on two lines, not cut at both ends
+    # a long title (a hybrid's ring positions, a truncated strip) on two lines, not cut at both
+    # ends; the strip gives it room from its bars (the page holds the figure at its height)
     title = wrap_title(title)
     if "<br>" in title:
-        fig.update_layout(height=190, margin=dict(t=58))
+        fig.update_layout(margin=dict(t=58))
     fig.update_layout(
         title=dict(text=title, font=dict(size=13)), separators=lab["separators"],
         xaxis=dict(title=lab["axis"], range=[0, shown], tickformat=","), yaxis=rows, meta=meta)

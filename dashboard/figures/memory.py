@@ -217,7 +217,8 @@ def _axes_and_titles(fig: go.Figure, table: dict[str, Any], lab: dict[str, Any])
     fig.update_yaxes(type="log", title_text="GiB", row=1, col=1)
     fig.update_yaxes(type="log", row=1, col=2)
     fig.update_xaxes(title_text=lab["gib_per_gpu"], rangemode="tozero", row=2, col=1)
-    fig.update_yaxes(autorange="reversed", row=2, col=1)
+    # the runs' names in full, however long in the page's language (the left margin grows for them)
+    fig.update_yaxes(autorange="reversed", automargin=True, row=2, col=1)
     items = table["scheme_items"]
     # in the chart's unit: one unit for memory on the page
     detail = ", ".join(f"{lab.get(f'item.{k}', k)} {d(f'{v / GIB:.3g}')} GiB" for k, v in items.items()

@@ -4,6 +4,7 @@ transfer over the ring's slowest hop (docs/design.md, fact 5). Draws the table o
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,7 @@ def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None
                       row=row, col=1)
     if c_star is not None:
         fig.add_annotation(x=np.log10(c_star), y=0.5, xref="x", yref="y domain", showarrow=False,
-                           text=lab["at_tokens"].format(tokens=lab["int"](c_star)), xanchor="left",
+                           text=lab["at_tokens"].format(tokens=lab["int"](math.ceil(c_star))), xanchor="left",
                            align="left", font=dict(size=11), bgcolor=LABEL_BACKGROUND)
     b_star = sweep["crossover_bandwidth_gbps"]
     if has_bw:

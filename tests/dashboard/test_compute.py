@@ -131,3 +131,16 @@ def test_the_cache_is_bounded_by_spans():
     assert cache.get("a", lambda: "new") == "new" and cache.misses == 3
     assert cache.get("too big", lambda: "z" * 11) == "z" * 11
     assert "too big" not in cache._items               # larger than the budget: not kept
+
+
+def test_past_the_crossover_bandwidth_every_faster_link_hides_the_block():
+    """At 64 GPUs a send's time steps up and down with the link's bandwidth (NCCL's channels):
+    the crossover is where every faster link hides the block, so that the page's own link
+    (450 GB/s, its send 419 us against 228 us of compute) reads as exposed, below it."""
+    sc = scenario_from_values(defaults() | {"gpus": 64})
+    c = sc.tokens_per_rank
+    b = compute.crossover_bandwidth_gbps(sc.hardware, sc, c)
+    comp, own = compute.block_times(sc.hardware, sc, c)
+    assert own > comp and b > sc.hardware.link.bandwidth_gbps
+    for x in np.geomspace(b, 8 * b, 90):
+        assert compute.block_times(compute.with_link_gbps(sc.hardware, float(x)), sc, c)[1] <= comp
