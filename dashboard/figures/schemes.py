@@ -41,7 +41,8 @@ LABELS = {
     "title_tie": "Which scheme wins: a tie, {count} runs within the model's error of {error} ({time} to {last})",
     "makespan": "makespan<br>({unit})", "exposed": "exposed comm,<br>worst GPU ({unit})",
     "sent": "sent per GPU<br>({unit})", "memory": "peak memory<br>per GPU (GiB)",
-    "refused": " — not possible", "full": "the whole K/V alone (a bar: all a GPU holds)", "full_hover": "the full K/V: {gib} GiB",
+    "refused": " — not possible", "full": "the whole K/V alone (a bar: all a GPU holds)",
+    "full_hover": "the full K/V: {gib} GiB",
     "separators": ".,",
 }
 """The figure's texts in English: `scheme_comparison(labels=...)` replaces any of them, and
