@@ -228,10 +228,10 @@ def _axes_and_titles(fig: go.Figure, table: dict[str, Any], lab: dict[str, Any])
         # a scheme missing from the lines is said to be, and why
         sub += "<br>" + lab["not_here"].format(items="; ".join(lab["refused"](r) for r in table["refused"]))
     fig.update_layout(
-        template=TEMPLATE, barmode="stack", height=860, separators=lab["separators"],
+        template=TEMPLATE, barmode="stack", height=980, separators=lab["separators"],
         title=dict(text=f"{_headline(table, lab)}<br><sup>{sub}</sup>", font=dict(size=13)),
-        legend=dict(orientation="h", yanchor="top", y=-0.08, x=0),
-        margin=dict(l=170, t=106 if table.get("refused") else 90, b=170),
+        legend=dict(orientation="h", yanchor="top", y=-0.11, x=0),   # below the items axis title
+        margin=dict(l=170, t=106 if table.get("refused") else 90, b=310),
         meta={"full_kv_bytes": table["full_kv_now_bytes"],
               "totals": {v["label"]: v["items"]["total"] for v in table.get("schemes", [])}})
 
