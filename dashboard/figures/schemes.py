@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.style import COLORS, LEGEND_BESIDE, TEMPLATE, scheme_color, time_unit
+from dashboard.figures.style import COLORS, TEMPLATE, scheme_color, time_unit
 from sim.planning.plan import TIE_WITHIN, tied
 
 GIB, MIB = 2 ** 30, 2 ** 20
@@ -111,7 +111,10 @@ def scheme_comparison(rows: Sequence[dict[str, Any]], *, current: Sequence[str] 
              if len(ties) > 1 else lab["title"].format(run=lab["run"](best), time=at(best)))
     fig.update_layout(
         template=TEMPLATE, height=height, bargap=0.25, title=dict(text=title, font=dict(size=13)),
-        separators=lab["separators"], legend=LEGEND_BESIDE, margin=dict(l=210, t=110),
+        separators=lab["separators"], margin=dict(l=210, t=110, b=70),
+        # the one legend item under the panels, not beside them: its long name beside took the
+        # width the four panels' titles need (at 1,280 px the Indonesian ones ran into each other)
+        legend=dict(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom", yref="container"),
         meta={"best": None if best is None else [best["scheme"], best["variant"]],
               "rows": [[r["scheme"], r["variant"]] for r in rows],
               "refused": [[r["scheme"], r["variant"]] for r in rows if "refused" in r]})
