@@ -32,6 +32,7 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
     truncation's sentence ({title}, {shown}, {tokens}), Plotly's `separators` (decimal
     point, then thousands) and how a number reads, in the page's language."""
     lab = {"axis": "token", "hover": "tokens", "first": "{title} (first {shown} tokens; the pattern repeats)",
+           "first_of": "{title} (first {shown} tokens of {tokens})",
            "document": "document", "holders": "GPU", "documents": "documents",
            "separators": ".,", "number": lambda x: f"{x:,}", **(labels or {})}
     if owner is None:
@@ -79,7 +80,10 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
     if title is None:
         title = f"Which tokens each GPU holds: {layout} layout, {seq:,} tokens over {n} GPUs"
     if truncated:
-        title = lab["first"].format(title=title, shown=lab["number"](shown), tokens=lab["number"](seq))
+        # "the pattern repeats" only where it does (striped; zigzag's second half mirrors its first)
+        repeats = docs is None and _repeats(layout, seq, n, shown, owner)
+        title = lab["first" if repeats else "first_of"].format(title=title, shown=lab["number"](shown),
+                                                               tokens=lab["number"](seq))
     # a long title (a hybrid's ring positions, a truncated strip) on two lines, not cut at both
     # ends; the strip gives it room from its bars (the page holds the figure at its height)
     title = wrap_title(title)
@@ -89,6 +93,21 @@ def layout_strip(layout: str, seq: int, n: int, *, holders: list[str] | None = N
         title=dict(text=title, font=dict(size=13)), separators=lab["separators"],
         xaxis=dict(title=lab["axis"], range=[0, shown], tickformat=","), yaxis=rows, meta=meta)
     return fig
+
+
+def _repeats(layout: str, seq: int, n: int, shown: int, owner: np.ndarray | None) -> bool:
+    """Whether the tokens' holders repeat with a period of `shown` tokens over the whole
+    sequence (`owner`) or, from the layout's segments, over its first two periods."""
+    if seq % shown:
+        return False
+    if owner is not None:
+        return bool(np.all(owner.reshape(-1, shown) == owner[:shown]))
+    starts, ends, ranks = layout_runs(layout, seq, n, 2 * MAX_STRIP_RUNS + 2)
+    first = starts < shown
+    k = int(first.sum())
+    if int(ends[-1]) < min(seq, 2 * shown) or len(starts) < 2 * k:
+        return False
+    return bool(np.array_equal(starts[k:2 * k], starts[:k] + shown) and np.array_equal(ranks[k:2 * k], ranks[:k]))
 
 
 def layout_runs(layout: str, seq: int, n: int, most: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

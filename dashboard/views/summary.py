@@ -25,11 +25,15 @@ from sim.scenario.config import Scenario
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 
 
-def _fmt_s(x: float | None) -> str:
+def _fmt_s(t: Translator, x: float | None) -> str:
+    """A card's time in the page's decimals; from 10,000 of its unit, whole and grouped (a
+    sequence of 10^8 tokens read "2.699e+04 s" beside the timeline's "26,995 s")."""
     if x is None:
         return "–"
     scale, unit = time_unit(abs(x) if x else 1e-6)
-    return f"{x * scale:.4g} {unit}"
+    if abs(x * scale) >= 1e4:
+        return f"{t.int(x * scale)} {unit}"
+    return t.digits(f"{x * scale:.4g} {unit}")
 
 
 def _fmt_pct(x: float | None) -> str:
@@ -152,9 +156,9 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         t = Translator(lang)
         line = scenario_line(t, sc, profile_data, shown)
         # the cards' numbers in the page's decimal sign
-        cards: list[Any] = [t.digits(x) for x in (_fmt_s(m.makespan_s), _fmt_s(m.ideal_s), _fmt_pct(m.efficiency),
-                                                  f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency),
-                                                  _fmt_s(max(r.exposed_comm_s for r in m.ranks)))]
+        cards: list[Any] = [_fmt_s(t, m.makespan_s), _fmt_s(t, m.ideal_s)] + [
+            t.digits(x) for x in (_fmt_pct(m.efficiency), f"{m.load_imbalance:.3f}", _fmt_pct(m.overlap_efficiency))
+        ] + [_fmt_s(t, max(r.exposed_comm_s for r in m.ranks))]
         # GiB as the Memory view draws it; past the GPU's memory the run does not fit, and says so
         cards.append("–" if peak is None else f"{t.num(peak / 2 ** 30)} GiB")
         capacity = sc.hardware.gpu.memory_gb * 1e9
@@ -197,7 +201,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         split = compute.token_split(sc, t)
         seq = sc.workload.seq
         labels = {"axis": t("strip.axis"), "hover": t("strip.hover"),
-                  "first": t("strip.first" if split["packed"] is None else "strip.first-packed"),
+                  "first": t("strip.first"), "first_of": t("strip.first-packed"),
                   "document": t("strip.document"), "documents": t("strip.row.documents"),
                   "holders": t("strip.row.gpus" if split["holders"] is None else "strip.row.positions"),
                   "separators": t.separators(), "number": t.int}

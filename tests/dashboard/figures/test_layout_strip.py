@@ -34,6 +34,32 @@ def test_layout_strip_truncates_long_striped_sequences():
     assert "pattern repeats" in fig.layout.title.text
 
 
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous", "striped"])
+def test_a_truncated_strip_says_the_pattern_repeats_only_where_it_does(layout):
+    """At 1,024 GPUs the strip shows half the runs: zigzag's second half mirrors its first
+    and contiguous's goes on to other GPUs, so neither repeats; nor does striped's half period."""
+    seq, n = 131072, 1024
+    fig = layout_strip(layout, seq, n)
+    shown = fig.layout.meta["tokens_shown"]
+    holders = np.array([owner(layout, seq, n, t) for t in range(seq)])
+    repeats = seq % shown == 0 and bool(np.all(holders.reshape(-1, shown) == holders[:shown]))
+    assert fig.layout.meta["truncated"] and not repeats
+    assert "pattern repeats" not in fig.layout.title.text
+    assert f"(first {shown:,} tokens of 131,072)" in fig.layout.title.text
+
+
+def test_a_truncated_strip_of_holders_repeats_where_its_owners_do():
+    """Holders given token by token (a hybrid's positions): repeating only where the whole
+    array repeats with the period shown."""
+    pairs = np.tile(np.repeat(np.arange(600), 2), 100)     # a period of 1,200 tokens, 512 runs shown
+    assert "pattern repeats" not in layout_strip("x", len(pairs), 600, owner=pairs).layout.title.text
+    striped = np.tile(np.arange(256), 512)                  # 512 runs shown: two whole periods
+    fig = layout_strip("x", len(striped), 256, owner=striped)
+    assert fig.layout.meta["tokens_shown"] == 512 and "pattern repeats" in fig.layout.title.text
+    striped[-1] = 0                                         # the last period differs
+    assert "pattern repeats" not in layout_strip("x", len(striped), 256, owner=striped).layout.title.text
+
+
 def test_token_split_of_each_scheme():
     from dashboard import compute
     from tests.dashboard.conftest import small_scenario
