@@ -393,6 +393,7 @@ _PAGE_MESSAGES: dict[str, tuple[str, dict[str, str]]] = {
     "refused.head-groups": ("msg.divide", {}),
     "refused.layout-chunks": ("msg.seq-chunks", {}),
     "refused.seq-gpus": ("msg.seq-gpus", {}),
+    "refused.seq-max": ("msg.seq-max", {"seq_tokens": "value", "most_tokens": "most"}),
     "refused.degrees": ("msg.degrees", {}),
     "refused.ulysses-gpus": ("msg.ulysses-gpus", {}),
     "refused.ring-gpus": ("msg.ring-gpus", {}),

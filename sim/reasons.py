@@ -122,6 +122,7 @@ ENGLISH: dict[str, str] = {
                              "on {gpus} GPUs{each}); use a multiple of {multiple}",
     "refused.each-chunk": ", each chunk {times} ways",
     "refused.seq-gpus": "sequence length {value} does not divide over {gpus} GPUs",
+    "refused.seq-max": "sequence length {seq_tokens} is longer than the {most_tokens} tokens ringsim counts exactly",
     "refused.degrees": "ulysses degree {value} x ring degree {other_value} = {product}, not the {gpus} GPUs",
     "refused.ulysses-gpus": "ulysses degree {value} does not divide the {gpus} GPUs",
     "refused.ring-gpus": "ring degree {value} does not divide the {gpus} GPUs",
@@ -277,7 +278,7 @@ NUMBERS: dict[str, Callable[[Any], str]] = {
     "ratio": lambda v: f"{v:.2f}",
     **dict.fromkeys(("capacity_gb", "limit_gb"), lambda v: f"{v:g}"),
     "memory_gb": lambda v: f"{v:.1f}",
-    **dict.fromkeys(("total_tokens", "seq_tokens"), lambda v: f"{v:,}"),
+    **dict.fromkeys(("total_tokens", "seq_tokens", "most_tokens"), lambda v: f"{v:,}"),
     "lead": lambda v: f"{v:+.0f}",
     "shift": lambda v: f"{v:+.3f}",
 }

@@ -67,7 +67,7 @@ class Workload:
     def __post_init__(self) -> None:
         positive_ints(self, "batch", "seq", "heads", "kv_heads", "head_dim")
         if self.seq > MAX_SEQ_TOKENS:
-            raise RingsimError(f"seq {self.seq:,} is longer than the {MAX_SEQ_TOKENS:,} tokens ringsim counts exactly")
+            raise refusal("refused.seq-max", option="seq", seq_tokens=self.seq, most_tokens=MAX_SEQ_TOKENS)
         if self.docs is not None:
             check_docs(self.docs)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -195,6 +195,9 @@ def test_the_overhead_control_sets_the_kernel_model_s_floor_as_the_flag_does():
      "Efisiensi harus lebih dari 0 dan paling besar 1, bukan 2"),
     ({"docs": "1000"}, "docs", "Documents: the documents (1,000 tokens) do not fill",
      "Dokumen: dokumen (1.000 token) tidak memenuhi"),
+    ({"seq": 999_999_999_999}, "seq",
+     "Sequence length 999,999,999,999 is longer than the 2,147,483,648 tokens ringsim counts exactly",
+     "Panjang urutan 999.999.999.999 melebihi 2.147.483.648 token yang dihitung ringsim secara eksak"),
 ])
 def test_a_message_names_the_controls_as_the_page_labels_them(change, control, english, indonesian):
     """What the page says under a control, in each language, names it (and any other control
