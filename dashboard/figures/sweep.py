@@ -7,11 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.style import COLORS, TEMPLATE, time_unit
+from dashboard.figures.style import COLORS, TEMPLATE
 
 LABELS = {
     "title": "When transfers hide ({layout}, overlap {state}, simulated on {gpus} GPUs)",
@@ -26,6 +25,8 @@ LABELS = {
     "compute": "block compute", "transfer": "block transfer",
     "at_tokens": " compute = transfer<br> at {tokens} tokens", "at_bw": " compute = transfer<br> at {gbps} GB/s",
     "tokens_axis": "tokens per GPU", "bw_axis": "link GB/s per direction",
+    "nccl_note": "block transfer: NCCL's send time with the channels<br>NCCL gives a send of that size, "
+                 "so it can stay<br>flat or step while the block grows",
     # hover templates: Plotly's placeholders only, numbers in the figure's `separators`
     "h_tokens_pct": "%{x:,} tokens/GPU: %{y:.3g}%", "h_tokens_us": "%{x:,} tokens: %{y:.4g} µs",
     "separators": ".,",
@@ -33,7 +34,12 @@ LABELS = {
 """The figure's texts in English: `overlap_sweep(labels=...)` replaces any of them, and
 adds how numbers read (`digits`, `int`) and a layout's name (`layout`)."""
 LABEL_BACKGROUND = "rgba(255,255,255,0.85)"
-"""Behind the crossovers' labels: the curves and lines they sit on do not strike them through."""
+"""Behind the crossovers' labels: the lines beside them do not strike them through."""
+PCT_TOP = 125
+"""The top of the percentage panels: the band above 100% holds the crossovers' labels, clear
+of the curves (two lines of 11 px text in a panel some 210 px high)."""
+MARGIN = dict(t=90, b=45)
+"""The figure's margins: the two-line title above, the lower x axis's title below."""
 
 
 def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None) -> go.Figure:
@@ -46,6 +52,7 @@ def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None
         subplot_titles=(lab["by_tokens"], lab["by_bw"] if has_bw else lab["by_bw_none"], lab["block"], ""))
     fig.update_layout(template=TEMPLATE, height=640, separators=lab["separators"])
     bt = sweep["by_tokens"]
+    bb = sweep["by_bandwidth"]
     tokens = [r["tokens"] for r in bt]
     for key, name, color, show in (("efficiency", lab["efficiency"], COLORS["ring"], True),
                                    ("exposed_frac", lab["exposed"], COLORS["exposed"], True)):
@@ -54,14 +61,12 @@ def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None
                                  line=dict(color=color),
                                  hovertemplate=lab["h_tokens_pct"] + "<extra>" + name + "</extra>"),
                       row=1, col=1)
-        if has_bw:
-            bb = sweep["by_bandwidth"]
+        if has_bw:     # the bandwidth axis ends at its points: their end markers whole
             fig.add_trace(go.Scatter(x=[r["bandwidth_gbps"] for r in bb], y=[r[key] * 100 for r in bb],
                                      name=name, legendgroup=key, showlegend=False,
-                                     mode="lines+markers", line=dict(color=color),
+                                     mode="lines+markers", line=dict(color=color), cliponaxis=False,
                                      hovertemplate="%{x:.4g} GB/s: %{y:.3g}%<extra>" + name + "</extra>"),
                           row=1, col=2)
-    scale, unit = time_unit(max(max(r["block_compute_s"], r["block_transfer_s"]) for r in bt))
     for key, name, color in (("block_compute_s", lab["compute"], COLORS["compute"]),
                              ("block_transfer_s", lab["transfer"], COLORS["transfer"])):
         fig.add_trace(go.Scatter(x=tokens, y=[r[key] * 1e6 for r in bt], name=name,
@@ -75,33 +80,67 @@ def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None
             fig.add_vline(x=c_star, line=dict(color="#444", dash="dash", width=1), row=row, col=1)
         fig.add_vline(x=sweep["tokens_now"], line=dict(color=COLORS["measured"], width=1.5),
                       row=row, col=1)
+        fig.update_xaxes(type="log", title_text=lab["tokens_axis"], row=row, col=1)
     if c_star is not None:
-        fig.add_annotation(x=np.log10(c_star), y=0.5, xref="x", yref="y domain", showarrow=False,
-                           text=lab["at_tokens"].format(tokens=lab["int"](math.ceil(c_star))), xanchor="left",
-                           align="left", font=dict(size=11), bgcolor=LABEL_BACKGROUND)
+        _crossover_label(fig, c_star, sweep["tokens_now"], log_span(tokens + [c_star]), "x", "y",
+                         lab["at_tokens"].format(tokens=lab["int"](math.ceil(c_star))))
     b_star = sweep["crossover_bandwidth_gbps"]
     if has_bw:
         fig.add_vline(x=sweep["bandwidth_now_gbps"], line=dict(color=COLORS["measured"], width=1.5),
                       row=1, col=2)
-    if has_bw and b_star is not None:
-        fig.add_vline(x=b_star, line=dict(color="#444", dash="dash", width=1), row=1, col=2)
-        fig.add_annotation(x=np.log10(b_star), y=0.5, xref="x2", yref="y2 domain", showarrow=False,
-                           text=lab["at_bw"].format(gbps=lab["digits"](f"{b_star:.3g}")), xanchor="left",
-                           align="left", font=dict(size=11), bgcolor=LABEL_BACKGROUND)
-    fig.update_xaxes(type="log", title_text=lab["tokens_axis"], row=1, col=1)
-    fig.update_xaxes(type="log", title_text=lab["tokens_axis"], row=2, col=1)
-    fig.update_xaxes(type="log", title_text=lab["bw_axis"], row=1, col=2)
-    fig.update_yaxes(title_text="% ", range=[-3, 103], row=1, col=1)
-    fig.update_yaxes(range=[-3, 103], row=1, col=2)
+        # a crossover past the points widens the axis, so that its line shows
+        bw_span = log_span([r["bandwidth_gbps"] for r in bb] + ([b_star] if b_star is not None else []))
+        fig.update_xaxes(type="log", title_text=lab["bw_axis"], range=bw_span, row=1, col=2)
+        if b_star is not None:
+            fig.add_vline(x=b_star, line=dict(color="#444", dash="dash", width=1), row=1, col=2)
+            _crossover_label(fig, b_star, sweep["bandwidth_now_gbps"], bw_span, "x2", "y2",
+                             lab["at_bw"].format(gbps=lab["digits"](f"{b_star:.3g}")))
+    else:
+        fig.update_xaxes(type="log", title_text=lab["bw_axis"], row=1, col=2)
+    for col in (1, 2):
+        fig.update_yaxes(range=[-3, PCT_TOP], tickvals=list(range(0, 101, 20)), row=1, col=col)
+    fig.update_yaxes(title_text="% ", row=1, col=1)
     fig.update_yaxes(type="log", title_text="µs", row=2, col=1)
     fig.update_xaxes(visible=False, row=2, col=2)
     fig.update_yaxes(visible=False, row=2, col=2)
+    # the empty fourth cell holds the legend, and under it why the transfer can stay flat
+    # while the block grows (NCCL gives a larger send more channels: sim/hardware/nccl.py send_recv)
+    cell_x, cell_y = fig.layout.xaxis4.domain[0], fig.layout.yaxis4.domain
+    if transfer_stays_flat(bt):
+        fig.add_annotation(x=cell_x, y=cell_y[0], xref="paper", yref="paper", xanchor="left", yanchor="bottom",
+                           align="left", showarrow=False, text=lab["nccl_note"], font=dict(size=11, color="#555"))
     world = sweep.get("world", sweep["n_gpus"])
     title = lab["title" if world == sweep["n_gpus"] else "title_slice"].format(
         layout=lab["layout"](sweep["layout"]), state=lab["on" if sweep["overlap"] else "off"],
         gpus=lab["int"](sweep["n_gpus"]), world=lab["int"](world))
     fig.update_layout(
         title=dict(text=f"{title}<br><sup>{lab['sub']}</sup>", font=dict(size=13)),
-        legend=dict(orientation="h", x=0.55, y=0.3, xanchor="left"), margin=dict(t=90),
+        legend=dict(orientation="v", x=cell_x, xanchor="left", y=cell_y[1], yanchor="top", tracegroupgap=0),
+        margin=MARGIN,
         meta={"crossover_tokens": c_star, "crossover_bandwidth_gbps": sweep["crossover_bandwidth_gbps"]})
     return fig
+
+
+def log_span(values: list[float]) -> list[float]:
+    """A log axis's range (log10 units) from the least to the largest of `values`."""
+    return [math.log10(min(values)), math.log10(max(values))]
+
+
+def transfer_stays_flat(by_tokens: list[dict[str, Any]]) -> bool:
+    """Whether a larger block somewhere transfers in no more time than the one before it."""
+    times = [r["block_transfer_s"] for r in by_tokens]
+    return any(b <= a for a, b in zip(times, times[1:]))
+
+
+def _crossover_label(fig: go.Figure, x: float, now: float, span: list[float], xref: str, yref: str,
+                     text: str) -> None:
+    """A crossover's label at the top of its panel, above the curves' 100%, beside its line:
+    on the side away from the current scenario's line where a third of the axis is left
+    there, else on the side with more room."""
+    at, lo, hi = math.log10(x), *span
+    room_right = (hi - at) / (hi - lo) if hi > lo else 0.5
+    away = room_right if now < x else 1 - room_right
+    right = room_right < 0.5 if away < 1 / 3 else now >= x      # right: the label's right end at the line
+    fig.add_annotation(x=at, y=1, xref=xref, yref=f"{yref} domain", xanchor="right" if right else "left",
+                       yanchor="top", xshift=-4 if right else 0, showarrow=False, text=text, align="left",
+                       font=dict(size=11), bgcolor=LABEL_BACKGROUND)
