@@ -16,12 +16,20 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.figures import style
+from dashboard.figures.style import wrap_title
 from dashboard.i18n import Translator, layout_label
 
 MAX_RING_DRAWN = 16
 """The ring animation draws at most this many GPUs (the pattern is the same for more)."""
 MAX_RUNS = 512
 """The token strip draws at most this many runs of consecutive tokens."""
+TITLE_CHARS = 76
+"""A quiz figure's title line longer than this is broken: beside the question at 1,280 px
+the figure is some 550 px wide, about 78 characters of a 13 px title."""
+PANEL_TITLE_CHARS = 28
+"""The same for a panel's title (11 px) over one of two panels side by side."""
+TOOLBAR_PX = 40
+"""The height of the plot's toolbar, at the figure's top right."""
 
 # the other views' template, the legend below the plot (the title takes the top)
 TEMPLATE = go.layout.Template(style.TEMPLATE)
@@ -266,7 +274,8 @@ def causal_work(per_gpu: dict[str, Sequence[float]], seq: int, n: int, t: Transl
     contiguous shards shaded and each shard's mean."""
     # the right panel's axis title needs the room of the left panel's tick labels and its own
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.17, column_widths=[0.5, 0.5],
-                        subplot_titles=(t("q6.fig.per_gpu"), t("q6.fig.per_token")))
+                        subplot_titles=(wrap_title(t("q6.fig.per_gpu"), PANEL_TITLE_CHARS),
+                                        wrap_title(t("q6.fig.per_token"), PANEL_TITLE_CHARS)))
     fig.update_annotations(font_size=11)
     gpus = list(range(n))
     for key, color in (("contiguous", RED), (meta["balanced"], BLUE)):
@@ -279,9 +288,10 @@ def causal_work(per_gpu: dict[str, Sequence[float]], seq: int, n: int, t: Transl
     c = seq // n
     shades = ("rgba(224,48,42,0.07)", "rgba(224,48,42,0.15)")
     step = max(1, n // 16)
-    for r in range(0, n):
-        fig.add_vrect(x0=r * c, x1=(r + 1) * c, fillcolor=shades[r % 2], line_width=0,
-                      row=1, col=2)
+    # the panel's axes named outright: add_vrect(row=, col=) skips a panel with no data yet
+    for r in range(n):
+        fig.add_shape(type="rect", xref="x2", yref="y2 domain", x0=r * c, x1=(r + 1) * c, y0=0,
+                      y1=1, fillcolor=shades[r % 2], line_width=0, layer="below")
     fig.add_trace(go.Scatter(x=[0, seq - 1], y=[1, seq], mode="lines", name=t("q6.fig.keys"),
                              line=dict(color="#222"),
                              hovertemplate="%{x:,} → %{y:,}<extra></extra>"), row=1, col=2)
@@ -293,15 +303,26 @@ def causal_work(per_gpu: dict[str, Sequence[float]], seq: int, n: int, t: Transl
                              name=t("q6.fig.shard_mean"),
                              hovertemplate="%{text}: %{y:,.0f}<extra></extra>"), row=1, col=2)
     if mark_last:
-        fig.add_annotation(x=seq - 1, y=seq, xref="x2", yref="y2", showarrow=True, arrowhead=2,
-                           ax=-60, ay=30, text=t("q8.fig.last", keys=t.int(seq)), font=dict(size=11))
-        fig.add_annotation(x=0, y=1, xref="x2", yref="y2", showarrow=True, arrowhead=2,
-                           ax=40, ay=-40, text=t("q8.fig.first"), font=dict(size=11))
+        # below the line, where no shard's label is (those sit above its points); the arrows'
+        # tails in data units, so the labels keep their place in a panel of any size
+        fig.add_annotation(x=seq - 1, y=seq, xref="x2", yref="y2", axref="x2", ayref="y2",
+                           ax=seq - 1, ay=0.4 * seq, xanchor="right", align="right",
+                           showarrow=True, arrowhead=2, font=dict(size=11),
+                           text=t("q8.fig.last", keys=t.int(seq)))
+        fig.add_annotation(x=0, y=1, xref="x2", yref="y2", axref="x2", ayref="y2",
+                           ax=0.3 * seq, ay=0.03 * seq, xanchor="left", yanchor="bottom",
+                           align="left", showarrow=True, arrowhead=2, font=dict(size=11),
+                           text=t("q8.fig.first"))
     fig.update_xaxes(title_text="GPU", dtick=step, row=1, col=1)
     fig.update_yaxes(title_text=t("q6.fig.share_axis"), row=1, col=1)
     fig.update_xaxes(title_text=t("q6.fig.token_axis"), tickformat=",", row=1, col=2)
     fig.update_yaxes(title_text=t("q6.fig.keys_axis"), tickformat=",", row=1, col=2)
-    fig.update_layout(template=TEMPLATE, height=480, barmode="group", separators=_separators(t),
-                      title=_title(meta["title"], meta.get("subtitle")), meta=meta,
-                      margin=dict(t=100, b=115), legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
+    # the title from the top down, under the plot's toolbar: broken in two lines it would
+    # otherwise grow into the panels' titles, themselves two lines
+    height = 500
+    title = _title(wrap_title(meta["title"], TITLE_CHARS), meta.get("subtitle"))
+    title.update(yref="container", y=1 - TOOLBAR_PX / height, yanchor="top")
+    fig.update_layout(template=TEMPLATE, height=height, barmode="group", separators=_separators(t),
+                      title=title, meta=meta, margin=dict(t=130, b=115),
+                      legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
     return fig
