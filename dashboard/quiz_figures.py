@@ -28,6 +28,8 @@ TITLE_CHARS = 76
 the figure is some 550 px wide, about 78 characters of a 13 px title."""
 PANEL_TITLE_CHARS = 28
 """The same for a panel's title (11 px) over one of two panels side by side."""
+STACKED_TITLE_CHARS = 60
+"""The same for a panel's title (11 px) over a panel the figure's width, less its margins."""
 TOOLBAR_PX = 40
 """The height of the plot's toolbar, at the figure's top right."""
 
@@ -78,7 +80,7 @@ def token_split(owner: np.ndarray, heads: int, head_dim: int, t: Translator,
         title=_title(t("q1.fig.title", tokens=t.int(seq), gpus=n),
                      t("q1.fig.sub", heads=heads, head_dim=head_dim)),
         xaxis=dict(title=t("fig.token"), range=[0, int(ends[-1])], tickformat=","),
-        yaxis=dict(title=t("q1.fig.hidden", hidden=t.int(hidden)), range=[0, hidden]),
+        yaxis=dict(title=t("q1.fig.hidden", hidden=t.int(hidden)), range=[0, hidden]),   # two lines: the plot is short
         separators=_separators(t), meta=meta)
     return fig
 
@@ -138,7 +140,9 @@ def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, height: int = 440
 
     def title(k: int) -> dict[str, Any]:
         lead = t("ring.step0", last=n - 1) if k == 0 else t("ring.step", step=k, last=n - 1)
-        return _title(lead, t("ring.sub", hops=n - 1) + (f"<br>{note}" if note else ""))
+        # from the top down, under the plot's toolbar (a step's line ran beneath it at 1,280 px)
+        return {**_title(lead, t("ring.sub", hops=n - 1) + (f"<br>{note}" if note else "")),
+                "yref": "container", "y": 1 - TOOLBAR_PX / height, "yanchor": "top"}
 
     # the frames hold each step's blocks and title; the page steps through them
     # (dashboard/views/ring_animation.py: a play button and a step slider, in the browser)
@@ -150,7 +154,7 @@ def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, height: int = 440
         legend=dict(orientation="h", yanchor="top", y=-0.02, x=0.5, xanchor="center"),
         xaxis=dict(visible=False, range=[-lim, lim], scaleanchor="y", constrain="domain"),
         yaxis=dict(visible=False, range=[-lim, lim]),
-        margin=dict(l=20, r=20, t=70, b=40), meta=meta)
+        margin=dict(l=20, r=20, t=70 + TOOLBAR_PX, b=40), meta=meta)
     return fig
 
 
@@ -160,8 +164,10 @@ def merge_trace(steps: Sequence[Any], t: Translator, meta: dict[str, Any],
                 highlight: int | None = None) -> go.Figure:
     """Running maximum, block maxima and rescale factor of one query row, step by step."""
     x = [s.step for s in steps]
+    # the panels' titles broken where long (the Indonesian rescale title was cut at 1,280 px)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.14,
-                        subplot_titles=(t("merge.fig.max"), t("merge.fig.rescale")))
+                        subplot_titles=tuple(wrap_title(t(k), STACKED_TITLE_CHARS)
+                                             for k in ("merge.fig.max", "merge.fig.rescale")))
     hover = [t("merge.fig.hover", block=s.kv_rank, keys=s.unmasked_keys) for s in steps]
     fig.add_trace(go.Scatter(x=x, y=[s.m for s in steps], mode="lines+markers",
                              name=t("merge.fig.m"), line=dict(color=BLUE), text=hover,
