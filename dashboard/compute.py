@@ -584,10 +584,20 @@ def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, floa
     paid), and its K/V sent over the ring's slowest hop (`ring_hops`) in the ring's
     communicator of all its GPUs, as the simulation costs every K/V send (under NCCL, a
     larger ring's send gets fewer channels)."""
+    return block_compute_s(hw, scenario, tokens), block_transfer_s(hw, scenario, tokens)
+
+
+def block_compute_s(hw: Any, scenario: Scenario, tokens: float) -> float:
+    """`block_times`' compute: it does not depend on the link."""
     w = scenario.workload
     order = {"alone": False, "isolated": False} if hw.takes_call_order else {}
-    compute = hw.compute_time_s(w.fwd_flops(tokens * tokens), dtype=w.dtype, kind="fwd", mask="full",
-                                q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(w), **order)
+    return hw.compute_time_s(w.fwd_flops(tokens * tokens), dtype=w.dtype, kind="fwd", mask="full",
+                             q_tokens=int(tokens), kv_tokens=int(tokens), **head_geometry(w), **order)
+
+
+def block_transfer_s(hw: Any, scenario: Scenario, tokens: float) -> float:
+    """`block_times`' transfer, alone: what a sweep over the link's bandwidth varies."""
+    w = scenario.workload
     src, dst = (np.array(x) for x in zip(*ring_hops(scenario)))
     nbytes = np.full(len(src), w.kv_bytes(1) * tokens, dtype=float)
     if getattr(hw, "times_groups", False):
@@ -595,7 +605,7 @@ def block_times(hw: Any, scenario: Scenario, tokens: float) -> tuple[float, floa
                                              [np.arange(scenario.n_gpus)], np.zeros(len(src), dtype=np.int64))
     else:
         times = hw.transfer_times_s(nbytes, src, dst)
-    return compute, float(np.max(times))
+    return float(np.max(times))
 
 
 def _last_crossing(f: Callable[[float], float], lo: float, hi: float, points: int = 97) -> float | None:
@@ -642,8 +652,8 @@ def crossover_bandwidth_gbps(hw: Any, scenario: Scenario, tokens: int) -> float 
     if key not in _CROSSOVERS:
         if len(_CROSSOVERS) >= 256:
             _CROSSOVERS.clear()
-        comp, _ = block_times(hw, scenario, tokens)
-        _CROSSOVERS[key] = _last_crossing(lambda b: comp - block_times(with_link_gbps(hw, b), scenario, tokens)[1],
+        comp = block_compute_s(hw, scenario, tokens)
+        _CROSSOVERS[key] = _last_crossing(lambda b: comp - block_transfer_s(with_link_gbps(hw, b), scenario, tokens),
                                           *CROSSOVER_GBPS, points=CROSSOVER_GBPS_POINTS)
     return _CROSSOVERS[key]
 

@@ -214,7 +214,7 @@ def _q5(sc: Scenario, t: Translator, bandwidth_gbps: float | None = None, **_: A
     lo, hi = bandwidth_range(sc)
     bws = list(np.geomspace(min(lo, bw), max(hi, bw), 40))
     by_bw = {"gbps": bws, "compute_s": [comp] * len(bws),
-             "transfer_s": [compute.block_times(compute.with_link_gbps(sc.hardware, b), sc, c)[1] for b in bws]}
+             "transfer_s": [compute.block_transfer_s(compute.with_link_gbps(sc.hardware, b), sc, c) for b in bws]}
     hides = comp >= xfer
     nums = {"q": 5, "tokens": c, "bandwidth_gbps": bw, "compute_s": comp, "transfer_s": xfer,
             "hides": hides, "crossover_tokens": c_star, "crossover_bandwidth_gbps": b_star,
@@ -226,7 +226,7 @@ def _q5(sc: Scenario, t: Translator, bandwidth_gbps: float | None = None, **_: A
     if b_star is not None:
         live += " " + t("q5.live_bw", bw_star=t.gbps(b_star))
     else:
-        fastest = compute.block_times(compute.with_link_gbps(sc.hardware, compute.CROSSOVER_GBPS[1]), sc, c)[1]
+        fastest = compute.block_transfer_s(compute.with_link_gbps(sc.hardware, compute.CROSSOVER_GBPS[1]), sc, c)
         live += " " + t("q5.live_no_bw" if fastest > comp else "q5.live_any_bw", floor=t.time(fastest))
     if c_star is not None:
         live += " " + t("q5.live_tokens", c_star=t.int(math.ceil(c_star)))
