@@ -21,12 +21,12 @@ from sim.schemes.base import Scheme
 from sim.trace.format import COMPUTE, KIND_NAMES, KINDS, STREAMS, SpanTable, Trace
 
 LANE_COLORS = {"send": "#009E73", "recv": "#56B4E9", "exposed": "#D55E00"}
-TRANSFER_SHADES = (0.0, 0.45, -0.4, 0.25, -0.2)
-"""A scheme's transfer kinds in turn: its first kind's send and receive colours as they are,
-then mixed with white (positive) or black (negative) by these amounts (style.lighter)."""
 """Sends, receives and exposed waits in three hues of Okabe and Ito's palette, told apart with
 every common form of colour blindness (Okabe & Ito 2008, "Color Universal Design"); a
 scheme's second transfer kind (the ring's dK/dV) in a lighter shade of the same hue."""
+TRANSFER_SHADES = (0.0, 0.45, -0.4, 0.25, -0.2)
+"""A scheme's transfer kinds in turn: its first kind's send and receive colours as they are,
+then mixed with white (positive) or black (negative) by these amounts (style.lighter)."""
 MIN_WIDTH_SHARE = 0.002
 """A span is drawn at least this share of the run wide (about 2 px of a 1,000 px chart), so
 that a transfer of a microsecond in a run of a second is still seen and clicked; its hover
