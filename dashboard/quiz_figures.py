@@ -255,11 +255,11 @@ def crossover(by_tokens: dict[str, Sequence[float]], by_bw: dict[str, Sequence[f
         fig.add_annotation(x=math.log10(c_star), y=1, xref="x", yref="y domain", yanchor="top",
                            showarrow=False, xanchor="left", align="left", font=dict(size=11),
                            text=" " + t("q5.fig.cross_tokens", tokens=t.int(math.ceil(c_star))),
-                           bgcolor="rgba(255,255,255,0.85)")
+                           bgcolor=style.LABEL_BACKGROUND)
     if b_star is not None:
         fig.add_annotation(x=math.log10(b_star), y=1, xref="x2", yref="y2 domain", yanchor="top",
                            showarrow=False, xanchor="left", align="left", font=dict(size=11),
-                           text=" " + t("q5.fig.cross_bw", bw=t.gbps(b_star)), bgcolor="rgba(255,255,255,0.85)")
+                           text=" " + t("q5.fig.cross_bw", bw=t.gbps(b_star)), bgcolor=style.LABEL_BACKGROUND)
     fig.update_xaxes(type="log", title_text=t("q5.fig.tokens_axis"), row=1, col=1)
     fig.update_xaxes(type="log", title_text=t("q5.fig.bw_axis"), row=1, col=2)
     fig.update_yaxes(type="log", title_text="µs", row=1, col=1)

@@ -14,7 +14,7 @@ from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from dashboard.figures.documents import kept_keys
-from dashboard.figures.style import TEMPLATE, rank_colors, run_label, scheme_of
+from dashboard.figures.style import LABEL_BACKGROUND, TEMPLATE, rank_colors, run_label, scheme_of
 from sim.layouts import packed
 from sim.reasons import english
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
@@ -217,7 +217,7 @@ def block_map(trace: Trace, *, labels: dict | None = None) -> go.Figure:
     fig.add_hline(y=mean / 1e12, line=dict(color="#444", dash="dash", width=1), row=1, col=work_col,
                   annotation_text=lab["mean"], annotation_position="top left",
                   # above the line and the bars' tops, on white: not struck through
-                  annotation=dict(yshift=4, bgcolor="rgba(255,255,255,0.85)"))
+                  annotation=dict(yshift=4, bgcolor=LABEL_BACKGROUND))
     imbalance = flops.max() / mean if mean > 0 else 1.0
     fig.update_xaxes(title_text="GPU", row=1, col=work_col)
     fig.update_yaxes(title_text=lab["tflop"], row=1, col=work_col)

@@ -63,6 +63,8 @@ def time_unit(seconds: float) -> tuple[float, str]:
     return 1e6, "µs"
 
 
+LABEL_BACKGROUND = "rgba(255,255,255,0.85)"
+"""Behind a label that sits on a line or a curve: the line does not strike it through."""
 DISTINCT_RANKS = 24
 """Up to this many ranks each has a hue of its own; past it their colours run along RANK_SCALE."""
 RANK_SCALE = "Turbo"

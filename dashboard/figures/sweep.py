@@ -10,7 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.style import COLORS, TEMPLATE
+from dashboard.figures.style import COLORS, LABEL_BACKGROUND, TEMPLATE
 
 LABELS = {
     "title": "When transfers hide ({layout}, overlap {state}, simulated on {gpus} GPUs)",
@@ -33,8 +33,6 @@ LABELS = {
 }
 """The figure's texts in English: `overlap_sweep(labels=...)` replaces any of them, and
 adds how numbers read (`digits`, `int`) and a layout's name (`layout`)."""
-LABEL_BACKGROUND = "rgba(255,255,255,0.85)"
-"""Behind the crossovers' labels: the lines beside them do not strike them through."""
 PCT_TOP = 125
 """The top of the percentage panels: the band above 100% holds the crossovers' labels, clear
 of the curves (two lines of 11 px text in a panel some 210 px high)."""
