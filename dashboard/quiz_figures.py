@@ -44,6 +44,12 @@ def _title(text: str, sub: str | None = None) -> dict[str, Any]:
     return dict(text=text + (f"<br><sup>{sub}</sup>" if sub else ""), font=dict(size=13), x=0.01)
 
 
+def _under_toolbar(title: dict[str, Any], height: int) -> dict[str, Any]:
+    """`title` placed from the top down, below the plot's toolbar (a figure `height` px high):
+    a long or broken title would run beneath the toolbar or down into the panels' titles."""
+    return {**title, "yref": "container", "y": 1 - TOOLBAR_PX / height, "yanchor": "top"}
+
+
 def message(text: str, height: int = 300) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(template=TEMPLATE, height=height, xaxis=dict(visible=False),
@@ -140,9 +146,8 @@ def ring_steps(n: int, t: Translator, meta: dict[str, Any], *, height: int = 440
 
     def title(k: int) -> dict[str, Any]:
         lead = t("ring.step0", last=n - 1) if k == 0 else t("ring.step", step=k, last=n - 1)
-        # from the top down, under the plot's toolbar (a step's line ran beneath it at 1,280 px)
-        return {**_title(lead, t("ring.sub", hops=n - 1) + (f"<br>{note}" if note else "")),
-                "yref": "container", "y": 1 - TOOLBAR_PX / height, "yanchor": "top"}
+        # a step's line ran beneath the toolbar at 1,280 px
+        return _under_toolbar(_title(lead, t("ring.sub", hops=n - 1) + (f"<br>{note}" if note else "")), height)
 
     # the frames hold each step's blocks and title; the page steps through them
     # (dashboard/views/ring_animation.py: a play button and a step slider, in the browser)
@@ -323,11 +328,9 @@ def causal_work(per_gpu: dict[str, Sequence[float]], seq: int, n: int, t: Transl
     fig.update_yaxes(title_text=t("q6.fig.share_axis"), row=1, col=1)
     fig.update_xaxes(title_text=t("q6.fig.token_axis"), tickformat=",", row=1, col=2)
     fig.update_yaxes(title_text=t("q6.fig.keys_axis"), tickformat=",", row=1, col=2)
-    # the title from the top down, under the plot's toolbar: broken in two lines it would
-    # otherwise grow into the panels' titles, themselves two lines
+    # broken in two lines, the title would otherwise grow into the panels' titles, themselves two lines
     height = 500
-    title = _title(wrap_title(meta["title"], TITLE_CHARS), meta.get("subtitle"))
-    title.update(yref="container", y=1 - TOOLBAR_PX / height, yanchor="top")
+    title = _under_toolbar(_title(wrap_title(meta["title"], TITLE_CHARS), meta.get("subtitle")), height)
     fig.update_layout(template=TEMPLATE, height=height, barmode="group", separators=_separators(t),
                       title=title, meta=meta, margin=dict(t=130, b=115),
                       legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
