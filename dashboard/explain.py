@@ -3,10 +3,12 @@ bounds a run, why a plan's candidate wins, loses or does not fit, a candidate's 
 whole step's split, why the configuration refuses a candidate, what a block map's cells and
 chunks are) rendered from the catalogs: a clause's message is `why.<key>`, a word of a field
 `why.<field>.<word>`, what joins a list field's clauses `why.join.<field>`; a layout is named as
-the page names it, and the numbers are as precise as the simulator writes them, in the
-language's format. The English catalog holds sim.reasons' English word for word, so the
-English page says what the command line says. Nothing here reads a sentence back: a refusal
-whose reason sim.reasons does not know is shown as the simulator wrote it.
+the page names it, a time as the page writes every time (three significant digits, µs: the table
+beside a reason gives the same number), and the other numbers as precise as the simulator writes
+them, in the language's format. The English catalog holds sim.reasons' English word for word, so
+the English page says what the command line says, its times written as the page's. Nothing here
+reads a sentence back: a refusal whose reason sim.reasons does not know is shown as the
+simulator wrote it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ def language(t: Translator) -> Language:
                     joiner=lambda field: t(f"why.join.{field}"),
                     name=lambda field, value: name_of(t, field, value),
                     number=lambda text: text.translate(str.maketrans({".": t.separators()[0],
-                                                                      ",": t.separators()[1]})))
+                                                                      ",": t.separators()[1]})),
+                    seconds=t.time)
 
 
 def say(t: Translator, clauses: Clauses, separator: str = REASON_SEPARATOR) -> str:

@@ -44,9 +44,10 @@ def clause(key: str, **fields: Any) -> Clause:
 ENGLISH: dict[str, str] = {
     # what bounds a run (sim.trace.metrics.explain_clauses)
     "bound.idle": "nothing to run",
-    "bound.exposed": "{kind} exposed {exposed_s} ({share} of the makespan)",
-    "bound.exposed-across-nodes": "{kind} exposed {exposed_s} ({share} of the makespan), NIC-limited: most of "
-                                  "its time is on flows between nodes",
+    "bound.exposed": "{kind} exposed {exposed_s}{of_all} ({share} of the makespan)",
+    "bound.exposed-across-nodes": "{kind} exposed {exposed_s}{of_all} ({share} of the makespan), NIC-limited: "
+                                  "most of its time is on flows between nodes",
+    "bound.of-all": " of the {exposed_s} exposed in all",
     "bound.nic": "NIC-limited: the busiest NIC carries flows {share} of the makespan, transfers queue for it",
     "bound.nic-also": "the busiest NIC carries flows {share} of the makespan, transfers queue for it",
     "bound.pcie": "bound by the PCIe {link_kind} ({link}), carrying flows {share} of the makespan",
@@ -269,6 +270,10 @@ NAMES = ("scheme", "layout", "placement", "impl", "field", "other_field", "unit"
 refusal spells it, a unit, and what the user typed (a document's length, a distribution and its
 parameters, a file's path), as typed; and the QUOTED ones."""
 
+OPTIONAL = ("of_all",)
+"""Fields a clause may leave out (one written before the field was added, as a saved row keeps
+it): written as nothing, as a None is."""
+
 JOINERS: dict[str, str] = {"items": ", ", "diffs": " and ", "layouts": ", ", "libraries": ", ", "worlds": ", "}
 """What joins the clauses of a list field, by the field's name, in English."""
 
@@ -311,6 +316,9 @@ class Language:
     """(field, value) of a NAMES field -> how the language writes the name."""
     number: Callable[[str], str] = lambda text: text
     """A number as the simulator writes it (number_text) -> as the language writes it."""
+    seconds: Callable[[float], str] | None = None
+    """A time field (`_s`) in seconds -> the time as the language writes it; None: as the
+    simulator writes it (sim.units.fmt_s), then `number`."""
 
 
 def render(clauses: Clauses, language: Language, separator: str = REASON_SEPARATOR) -> str:
@@ -321,7 +329,7 @@ def render(clauses: Clauses, language: Language, separator: str = REASON_SEPARAT
 
 
 def _render(c: Clause, language: Language) -> str:
-    fields = {}
+    fields = dict.fromkeys(OPTIONAL, "")
     for field, value in c.items():
         if field == "clause":
             continue
@@ -335,6 +343,8 @@ def _render(c: Clause, language: Language) -> str:
             fields[field] = language.word(field, value)
         elif field in NAMES:
             fields[field] = language.name(field, str(value))
+        elif language.seconds is not None and field.endswith("_s") and field not in NUMBERS:
+            fields[field] = language.seconds(value)
         else:
             fields[field] = language.number(number_text(field, value))
     return language.message(c["clause"]).format(**fields)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any, Sequence
 
@@ -75,6 +76,16 @@ def one_gpu_s(scenario: Scenario, hardware: HardwareModel) -> float:
     return sum(hardware.compute_time_s((2.5 if k == "bwd" else 1.0) * w.fwd_flops(pairs), dtype=w.dtype, kind=k,
                                        mask="diagonal" if w.causal else "full", q_tokens=c, kv_tokens=c, **more)
                for k in kinds)
+
+
+NOTE_WIDTH = 120
+"""A note under a table wraps at this many characters (the tables are about as wide)."""
+
+
+def _wrapped(head: str, text: str) -> str:
+    """`head` then `text`, wrapped at NOTE_WIDTH, its later lines indented under the text."""
+    return textwrap.fill(head + text, width=NOTE_WIDTH, subsequent_indent=" " * len(head),
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def _print_documents(scenario: Scenario) -> None:
@@ -230,19 +241,19 @@ def _compare_schemes(a: argparse.Namespace) -> int:
     for i, r in enumerate(rows, 1):
         if "refused" in r:
             shown.append([i, r["scheme"], r["variant"], "-", "-", "-", "-", "-", "-"])
-            notes.append(f"{i}. not possible: {r['refused']}")
+            notes.append(_wrapped(f"{i}. ", f"not possible: {r['refused']}"))
             continue
         shown.append([i, r["scheme"], r["variant"], fmt_s(r["makespan_s"]),
                       f"{r['makespan_s'] / best['makespan_s']:.2f}x",
                       "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}", fmt_s(r["exposed_comm_s"]),
                       fmt_bytes(r["bytes_sent_per_gpu"]), fmt_bytes(r["peak_mem_bytes"])])
-        notes.append(f"{i}. {r['explanation']}")
+        notes.append(_wrapped(f"{i}. ", r["explanation"]))
     print(table(["#", "scheme", "variant", "makespan", "vs best", "efficiency", "max exposed comm", "sent per GPU",
                  "peak mem per GPU"], shown))
     print("\nwhat bounds each:")
     print("\n".join(notes))
     if best is not None:
-        print(f"\nfastest: {best['scheme']} ({best['variant']}): {best['explanation']}")
+        print("\n" + _wrapped("fastest: ", f"{best['scheme']} ({best['variant']}): {best['explanation']}"))
     if len(ties) > 1:
         print(f"a tie: within the model's error of {TIE_WITHIN:.0%} of the fastest (docs/gpu-model.md, "
               "docs/calibration.md):")

@@ -360,14 +360,14 @@ def _busiest_pcie_link(trace: Trace, send: np.ndarray) -> dict[str, Any]:
 
 def explain_clauses(row: dict[str, Any]) -> list[Clause]:
     """What bounds a run, from the numbers of its `scheme_row`, as sim.reasons clauses:
-    exposed communication when it passes EXPOSED_SHARE of the makespan (its largest kind,
-    and "NIC-limited" when most of that kind's transfer time crosses nodes); a NIC busy
-    NIC_BUSY of the makespan while no GPU computes COMPUTE_BOUND of it (transfers queue
-    for the NIC, and a wait for a flow that has not started counts as idle, not exposed);
-    a load imbalance above IMBALANCE. Without any of these: compute-bound when the
-    busiest GPU computes COMPUTE_BOUND of the makespan (at what share of the kernel's best
-    rate; by per-call costs below CALL_BOUND_RATE of it), else waiting on peers. A warning
-    comes first when the peak memory exceeds the GPU's."""
+    exposed communication when it passes EXPOSED_SHARE of the makespan (its largest kind, of how
+    much exposed in all where another kind is exposed too, and "NIC-limited" when most of that
+    kind's transfer time crosses nodes); a NIC busy NIC_BUSY of the makespan while no GPU
+    computes COMPUTE_BOUND of it (transfers queue for the NIC, and a wait for a flow that has
+    not started counts as idle, not exposed); a load imbalance above IMBALANCE. Without any of
+    these: compute-bound when the busiest GPU computes COMPUTE_BOUND of the makespan (at what
+    share of the kernel's best rate; by per-call costs below CALL_BOUND_RATE of it), else
+    waiting on peers. A warning comes first when the peak memory exceeds the GPU's."""
     makespan = row["makespan_s"]
     if not makespan:
         return [clause("bound.idle")]
@@ -377,8 +377,12 @@ def explain_clauses(row: dict[str, Any]) -> list[Clause]:
     if exposed and row["exposed_comm_s"] >= EXPOSED_SHARE * makespan:
         kind = max(exposed, key=exposed.get)
         across = row.get("across_nodes_share", {}).get(kind, 0.0) > ACROSS_NODES
+        # the worst GPU's exposure of every kind adds up to its whole: where another kind has
+        # some too, the clause says how much of the whole this kind is
+        others = sum(v for k, v in exposed.items() if k != kind)
+        of_all = clause("bound.of-all", exposed_s=row["exposed_comm_s"]) if others > 0 else None
         out.append(clause("bound.exposed-across-nodes" if across else "bound.exposed", kind=kind,
-                          exposed_s=exposed[kind], share=exposed[kind] / makespan))
+                          exposed_s=exposed[kind], of_all=of_all, share=exposed[kind] / makespan))
     nic = row.get("busiest_nic_s") or 0.0
     if nic >= NIC_BUSY * makespan and computing < COMPUTE_BOUND:
         said = bool(out) and out[-1]["clause"] == "bound.exposed-across-nodes"

@@ -85,6 +85,22 @@ def _until(condition, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def test_enter_in_the_gpus_shown_box_applies_it(dash_duo):
+    """A number typed into "GPUs shown" and Enter pressed: the timeline draws that window
+    (dashboard/assets/enter.js; Dash's own box applies it only on leaving it)."""
+    from selenium.webdriver.common.keys import Keys
+
+    dash_duo.start_server(create_app())
+    dash_duo.driver.get(f"{dash_duo.server_url}/?view=timeline&gpus=16")
+    _until(lambda: _meta(dash_duo).get("ranks") == [0, 15], "the sixteen GPUs drawn")
+    box = dash_duo.find_element("#ranks .dash-range-slider-max-input")
+    box.click()
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("5", Keys.ENTER)
+    _until(lambda: _meta(dash_duo).get("ranks") == [0, 5], "GPUs 0-5 drawn")
+    assert dash_duo.driver.switch_to.active_element != box
+
+
 def test_a_drag_across_time_zooms_in_span_by_span_and_autoscale_zooms_out(dash_duo):
     """512 GPUs: the whole run draws each GPU's spans merged; a real drag across a tenth of the
     time axis draws that stretch again span by span; the chart's Autoscale the whole run."""

@@ -22,6 +22,7 @@ _NESTED = {
     "reason": lambda: example("refused.heads"),
     "items": lambda: [example("plan.kept-for-backward"), example("plan.working"), example("plan.params")],
     "diffs": lambda: [example("plan.less-memory"), example("plan.more-exposed")],
+    "of_all": lambda: example("bound.of-all"),
 }
 _VALUES = {"scheme": "hybrid", "layout": "zigzag", "placement": "ring-inner", "share": 0.4, "computing": 0.95,
            "rate": 0.8, "ahead": 0.0712, "apart": 0.031, "slower": 0.062, "ratio": 1.5, "capacity_gb": 79.6,
@@ -139,10 +140,11 @@ PLANNED = {
                           "bound by per-call costs: 97% of the makespan computing, but at only 26% of "
                           "the kernel's best rate (each call's fixed cost and partial wave outweigh its "
                           "small block)",
-    "ring contiguous layout": "1.38x the fastest; K/V ring exposed 458.341 us (28% of the "
-                              "makespan); causal imbalance 1.81x",
-    "allgather 4 head groups": "1.46x the fastest; all-gather exposed 77.550 us (4% of the "
-                               "makespan); holds a head group of the K/V of the sequence",
+    # forward and backward: the dK/dV ring's exposure is the rest of the 862 us
+    "ring contiguous layout": "1.38x the fastest; K/V ring exposed 458.341 us of the 862.330 us "
+                              "exposed in all (28% of the makespan); causal imbalance 1.81x",
+    "allgather 4 head groups": "1.46x the fastest; all-gather exposed 77.550 us of the 125.700 us "
+                               "exposed in all (4% of the makespan); holds a head group of the K/V of the sequence",
     "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 61.31 MiB per GPU over the 57.22 MiB "
                                            "limit (18.21 MiB kept for backward by 3 other layers,"
                                            " 42.14 MiB working, 976.56 KiB parameters); "
@@ -160,7 +162,8 @@ PLANNED_FORWARD = {
     "ulysses degree 8": "1.20x the fastest; all-to-all exposed 125.403 us (5% of the makespan); "
                         "K/V heads replicated 4x by a Ulysses degree above the 2 K/V heads",
     "hybrid 2 x 4, ulysses-inner, contiguous": "1.69x the fastest; K/V ring exposed 125.403 us "
-                                               "(4% of the makespan); causal imbalance 1.67x",
+                                               "of the 212.631 us exposed in all (4% of the makespan); "
+                                               "causal imbalance 1.67x",
     "hybrid 4 x 2, ulysses-inner, zigzag": "does not fit: 88.50 MiB per GPU over the 85.83 MiB "
                                            "limit (12.00 MiB K/V cache by 3 other layers, 76.50 "
                                            "MiB working); compute-bound: 95% of the makespan "

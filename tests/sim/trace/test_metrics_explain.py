@@ -33,7 +33,8 @@ CASES = [
     (_row(compute_s=0.005, exposed_comm_s=0.005, exposed_by_kind_s={"kv": 0.004, "a2a": 0.001},
           across_nodes_share={"kv": 0.9}, busiest_nic_s=0.006, load_imbalance=1.5),
      ["exposed-across-nodes", "nic-also", "imbalance"],
-     "K/V ring exposed 4.000 ms (40% of the makespan), NIC-limited: most of its time is on flows between nodes; "
+     "K/V ring exposed 4.000 ms of the 5.000 ms exposed in all (40% of the makespan), NIC-limited: most of "
+     "its time is on flows between nodes; "
      "the busiest NIC carries flows 60% of the makespan, transfers queue for it; causal imbalance 1.50x"),
     (_row(compute_s=0.005, busiest_nic_s=0.007), ["nic"],
      "NIC-limited: the busiest NIC carries flows 70% of the makespan, transfers queue for it"),
@@ -58,7 +59,16 @@ def test_explain_says_each_clause(row, keys, sentence):
 
 
 def test_the_cases_cover_every_clause():
-    assert {f"bound.{key}" for _, keys, _ in CASES for key in keys} == {k for k in ENGLISH if k.startswith("bound.")}
+    said = {f"bound.{key}" for _, keys, _ in CASES for key in keys}
+    nested = {c["of_all"]["clause"] for row, _, _ in CASES for c in explain_clauses(row) if c.get("of_all")}
+    assert said | nested == {k for k in ENGLISH if k.startswith("bound.")}
+
+
+def test_one_kind_exposed_alone_says_no_whole():
+    """The worst GPU's exposure by kind adds up to its whole: with one kind, the kind's
+    exposure is the whole, said once."""
+    row = _row(compute_s=0.005, exposed_comm_s=0.004, exposed_by_kind_s={"kv": 0.004})
+    assert explain(row) == "K/V ring exposed 4.000 ms (40% of the makespan)"
 
 
 @pytest.mark.parametrize("row, keys, sentence", CASES)
