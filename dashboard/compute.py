@@ -720,21 +720,21 @@ def memory_table(scenario: Scenario) -> dict[str, Any]:
     by_seq = []
     for s in seqs:
         ws = _with_seq(scenario, s)
-        ring = peak_memory_bytes(ws, s // n)
+        ring = peak_memory_bytes(ws, s // n, n)
         by_seq.append({"seq": s, "ring_bytes": ring["total"], "ring_kv_bytes": _kv_held(ring),
-                       "one_gpu_bytes": peak_memory_bytes(ws, s)["total"],
+                       "one_gpu_bytes": peak_memory_bytes(ws, s, 1)["total"],
                        "full_kv_bytes": full_kv_bytes(ws)})
     c = scenario.tokens_per_rank
     counts = [g for g in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if w.seq % g == 0]
     by_gpus = []
     for g in counts:
-        ring = peak_memory_bytes(w, w.seq // g)
+        ring = peak_memory_bytes(w, w.seq // g, g)
         by_gpus.append({"gpus": g, "ring_bytes": ring["total"], "ring_kv_bytes": _kv_held(ring),
-                        "fixed_shard_bytes": peak_memory_bytes(_with_seq(scenario, c * g), c)["total"],
+                        "fixed_shard_bytes": peak_memory_bytes(_with_seq(scenario, c * g), c, g)["total"],
                         "full_kv_bytes": full_kv_bytes(w)})
     return {"seq_now": w.seq, "gpus_now": n, "tokens_per_rank": c,
             "capacity_bytes": scenario.hardware.gpu.memory_gb * 1e9,
-            "items": peak_memory_bytes(w, c), "by_seq": by_seq, "by_gpus": by_gpus,
+            "items": peak_memory_bytes(w, c, n), "by_seq": by_seq, "by_gpus": by_gpus,
             "scheme": scenario.scheme, "scheme_items": peak_memory(scenario),
             "full_kv_now_bytes": full_kv_bytes(w),
             "schemes": scheme_memory(scenario, seqs, counts), "refused": memory_refused(scenario)}

@@ -24,7 +24,7 @@ from sim.layouts import exact_work, n_chunks, rank_of_token
 from sim.scenario.config import Scenario
 from sim.scenario.memory import full_kv_bytes
 from sim.scenario.online_softmax import example as merge_example
-from sim.schemes.ring import peak_memory_bytes
+from sim.schemes.ring import peak_memory_bytes, ring_buffers
 
 MERGE_MAX_GPUS = 8
 """The merge of questions 3 and 7 runs on at most this many GPUs (small random inputs)."""
@@ -92,7 +92,7 @@ def _q1(sc: Scenario, t: Translator, **_: Any) -> Explained:
 def ring_figure(n: int, t: Translator, nums: dict[str, Any] | None = None, **kw: Any) -> go.Figure:
     drawn = min(n, quiz_figures.MAX_RING_DRAWN)
     meta = dict(nums or {}, drawn=drawn, frames=drawn)
-    note = t("q2.live_drawn", drawn=drawn, gpus=n) if drawn < n else None
+    note = t("q2.live_drawn", drawn=t.int(drawn), gpus=t.int(n)) if drawn < n else None
     return quiz_figures.ring_steps(drawn, t, meta, note=note, **kw)
 
 
@@ -105,7 +105,7 @@ def _q2(sc: Scenario, t: Translator, **_: Any) -> Explained:
     live = t("q2.live", tokens=t.int(sc.tokens_per_rank), kv_heads=w.kv_heads, head_dim=w.head_dim,
              dtype=w.dtype, bytes=t.bytes(block), hops=n - 1, total=t.bytes(m.total_bytes))
     if n > quiz_figures.MAX_RING_DRAWN:
-        live += " " + t("q2.live_drawn", drawn=quiz_figures.MAX_RING_DRAWN, gpus=n)
+        live += " " + t("q2.live_drawn", drawn=t.int(quiz_figures.MAX_RING_DRAWN), gpus=t.int(n))
     return Explained(live, ring_figure(n, t, nums), nums)
 
 
@@ -164,22 +164,27 @@ def _q7(sc: Scenario, t: Translator, query_row: int | None = None, **_: Any) -> 
 
 # --- 4: no GPU holds the full K/V ---------------------------------------------------------------
 
-def _kv_held(workload, tokens: int) -> int:
-    items = peak_memory_bytes(workload, tokens)
+IN_FLIGHT = {2: "q4.in-flight.2", 1: "q4.in-flight.1", 0: "q4.in-flight.0"}
+"""What a GPU holds besides its own shard, by its ring buffers (sim.schemes.ring.ring_buffers)."""
+
+
+def _kv_held(workload, tokens: int, ranks: int) -> int:
+    items = peak_memory_bytes(workload, tokens, ranks)
     return items["kv_own"] + items["kv_buffers"]
 
 
 def _q4(sc: Scenario, t: Translator, **_: Any) -> Explained:
     w, n, c = sc.workload, sc.n_gpus, sc.tokens_per_rank
-    held, full = _kv_held(w, c), full_kv_bytes(w)
+    held, full = _kv_held(w, c, n), full_kv_bytes(w)
     m = compute.run(sc).metrics
-    peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or peak_memory_bytes(w, c)["total"]
+    peak = max((r.peak_mem_bytes or 0) for r in m.ranks) or peak_memory_bytes(w, c, n)["total"]
     counts = sorted({g for g in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if w.seq % g == 0} | {n})
-    rows = [{"gpus": g, "kv_held_bytes": _kv_held(w, w.seq // g), "full_kv_bytes": full}
+    rows = [{"gpus": g, "kv_held_bytes": _kv_held(w, w.seq // g, g), "full_kv_bytes": full}
             for g in counts]
     nums = {"q": 4, "gpus": n, "kv_held_bytes": held, "full_kv_bytes": full, "share": held / full,
             "peak_bytes": peak}
     live = t("q4.live", gpus=n, seq=t.int(w.seq), held=t.bytes(held), full=t.bytes(full),
+             in_flight=t(IN_FLIGHT[ring_buffers(n)]),
              share=t.pct(held / full), peak=t.bytes(peak))
     nums["title"] = t("q4.fig.title", held=t.bytes(held), full=t.bytes(full))
     nums["subtitle"] = t("q4.fig.sub", seq=t.int(w.seq))

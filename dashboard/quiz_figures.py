@@ -205,7 +205,7 @@ def merge_trace(steps: Sequence[Any], t: Translator, meta: dict[str, Any],
 
 def kv_memory(rows: Sequence[dict[str, Any]], gpus_now: int, t: Translator,
               meta: dict[str, Any]) -> go.Figure:
-    """Against the ring's size: the K/V a GPU holds (own shard + two blocks in flight)
+    """Against the ring's size: the K/V a GPU holds (own shard + the blocks in flight)
     and the K/V of the whole sequence."""
     gib = 2 ** 30
     g = [str(r["gpus"]) for r in rows]

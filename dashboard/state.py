@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from difflib import get_close_matches
+from typing import Any, Collection
 from urllib.parse import parse_qsl, urlencode
 
 from dashboard import explain
@@ -259,6 +260,21 @@ def values_from_query(search: str | None) -> tuple[dict[str, Any], list[str]]:
         if cid not in given:
             values[cid] = v
     return values, ignored
+
+
+def unknown_keys(search: str | None, also: Collection[str] = ()) -> list[str]:
+    """The keys of a URL query that neither the scenario nor `also` (the keys other parts of
+    the page read: the view, question and language) reads, each with the nearest key the page
+    knows where one is near ("link-gbps (link_gbps?)"): a misspelt key would otherwise be
+    dropped without a word."""
+    known = sorted({*_BY_KEY, *also})
+    out: dict[str, str] = {}
+    for key, _ in parse_qsl((search or "").lstrip("?"), keep_blank_values=True):
+        if key in known or key in out:
+            continue
+        near = get_close_matches(key, known, n=1, cutoff=0.6)
+        out[key] = key[:40] + (f" ({near[0]}?)" if near else "")
+    return list(out.values())
 
 
 def query_from_values(values: dict[str, Any]) -> str:

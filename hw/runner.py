@@ -290,7 +290,7 @@ class RankRun:
         if device.type == "cuda":
             peak = int(torch.cuda.max_memory_allocated(device))
         else:
-            peak = int(peak_memory_bytes(w, self.cfg.tokens_per_rank)["total"])
+            peak = int(peak_memory_bytes(w, self.cfg.tokens_per_rank, self.cfg.n_gpus)["total"])
         info = {"device": describe_device(device),
                 "threads_per_rank": self.threads if device.type == "cpu" else None,
                 "block_impl": self.ops.describe(), "peak_mem_bytes": peak, "clock": self.clock.kind}

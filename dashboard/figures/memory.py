@@ -1,7 +1,7 @@
 """View 6, memory: peak bytes per GPU against sequence length and GPU count, beside the
 full K/V no ring GPU needs to hold (docs/design.md, fact 4), and every scheme's own memory
 model (sim.schemes, `peak_memory`): all-gather holds the whole K/V, the ring its shard
-and two blocks in flight. Draws the table of dashboard.compute.memory_table."""
+and the blocks in flight (two, one on two GPUs). Draws the table of dashboard.compute.memory_table."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ LABELS = {
     "not_here": "not possible here: {items}",
     "by_seq": "against sequence length ({gpus} GPUs)", "by_gpus": "against GPU count ({tokens} tokens)",
     "items": "each scheme now ({tokens} tokens on {gpus} GPUs), item by item",
-    "ring_peak": "ring: peak per GPU", "ring_kv": "ring: K/V held per GPU (own shard + 2 in flight)",
+    "ring_peak": "ring: peak per GPU", "ring_kv": "ring: K/V held per GPU (own shard + up to 2 in flight)",
     "ring_kv_short": "ring: K/V held per GPU", "one_gpu": "one GPU, whole sequence (no ring)",
     "full": "the full K/V on one GPU", "fixed_shard": "ring, {tokens} tokens per GPU (sequence grows)",
     "peak": "{run}: peak per GPU", "capacity": "GPU memory ({gib} GiB)", "capacity_hover": "GPU memory {gib} GiB",
@@ -170,7 +170,8 @@ def _capacity_lines(table: dict[str, Any], lab: dict[str, Any]) -> list[_Placed]
     seqs, counts = [r["seq"] for r in table["by_seq"]], [r["gpus"] for r in table["by_gpus"]]
     cap = table["capacity_bytes"] / GIB
     # the capacity as a trace: an annotated hline would be placed in log10 units on a log axis
-    cap_text = lab["digits"](f"{cap:.0f}")
+    # three significant digits, as the Plan view and the cards write a GPU's memory (74.5 GiB)
+    cap_text = lab["digits"](f"{cap:.3g}")
     return [_line(xs, [cap, cap], lab["capacity"].format(gib=cap_text), (1, col), mode="lines", legendgroup="cap",
                   showlegend=col == 1, line=dict(color=COLORS["capacity"], width=1, dash="dashdot"),
                   hovertemplate=lab["capacity_hover"].format(gib=cap_text) + "<extra></extra>")

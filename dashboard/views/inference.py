@@ -61,7 +61,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                   Output("inf-decode", "figure"), Output("inf-note", "children"),
                   Output("inf-model-label", "children"), Output("inf-cluster-label", "children"),
                   Output("inf-nodes-label", "children"), Output("inf-context-label", "children"),
-                  Output("inf-new-label", "children"), Output("inf-new", "options"),
+                  Output("inf-new-label", "children"), Output("inf-new", "options"), Output("inf-context", "options"),
                   Input("inf-model", "value"), Input("inf-cluster", "value"), Input("inf-nodes", "value"),
                   Input("inf-context", "value"), Input("inf-new", "value"), Input("tabs", "value"),
                   Input("lang", "value"))
@@ -71,6 +71,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         controls = [t("inf.ctl.model"), t("inf.ctl.cluster"), t("inf.ctl.nodes"), t("inf.ctl.context"),
                     t("inf.ctl.new")]
         options = [{"label": t.pct(s), "value": s} for s in NEW_SHARES]
+        contexts = [{"label": t.int(c), "value": c} for c in CONTEXTS]      # grouped as the page writes tokens
         new = max(1, int(context * share))
         try:
             traces, rule, chosen = _prefill_pair(model, cluster, nodes, context, new)
@@ -86,7 +87,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
         except RingsimError as e:
             timeline = cross = dec = message_figure(str(e))
             note = str(e)
-        return timeline, cross, dec, note, *controls, options
+        return timeline, cross, dec, note, *controls, options, contexts
 
 
 # --- the model's answers, kept for the next reader of the same inputs --------------------
@@ -152,7 +153,7 @@ def _decode(model: str, cluster: str, nodes: int) -> list[dict[str, float]]:
 
 TIMELINE_LABELS = {"title": "One attention layer of the prefill, rank by rank", "pass-kv": "pass-KV",
                    "pass-q": "pass-Q", "compute": "attention", "hop": "ring hop", "a2a": "partials returned",
-                   "rank": "rank {rank}", "time": "time ({unit})"}
+                   "rank": "CP rank {rank}", "time": "time ({unit})"}
 
 
 def timeline_labels(t: Translator) -> dict[str, str]:

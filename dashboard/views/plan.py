@@ -136,7 +136,7 @@ def view() -> html.Div:
             _number("plan-nodes", t), _number("plan-gpus-per-node", t),
             _dropdown("plan-gpu", t, list(GPU_PRESETS)), _dropdown("plan-link", t, list(LINK_PRESETS)),
             _dropdown("plan-inter-link", t, _inter_link_options(t)),
-            _dropdown("plan-pass", t, _pass_options(t)), _text("plan-headroom", t, "10%, 8GB"),
+            _dropdown("plan-pass", t, _pass_options(t)), _text("plan-headroom", t, "10%, 8GiB"),
             _number("plan-top", t), _text("plan-global-batch", t, "16M, 4M"),
         ]),
         html.Button(t("plan.run"), id="plan-run", n_clicks=0, className="small"),

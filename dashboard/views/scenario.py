@@ -35,6 +35,7 @@ from dashboard.state import (
     query_from_values,
     scenario_from_values,
     shown_layouts,
+    unknown_keys,
     values_from_query,
 )
 from dashboard.views.common import HIDDEN, changed
@@ -225,6 +226,10 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             url_out = nav.with_nav(query_from_values(values), search)
         msgs = [""] * len(CONTROL_IDS)
         banner = [t("nav.ignored", params=", ".join(ignored))] if ignored else []
+        if not triggered or "url" in triggered:
+            unknown = unknown_keys(search, nav.NAV_KEYS)
+            if unknown:
+                banner.append(t("nav.unknown", params=", ".join(unknown)))
         try:
             scenario_from_values(values)
             if prof is not None:
@@ -237,16 +242,20 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 served.start_run(store, profile_data)
         except ControlError as e:
             msgs[index[e.control]] = message(t, e)
+            # the line at the top names the control and says what is wrong: the control may
+            # be far down the column from the one just changed (GPUs that do not divide the
+            # sequence: the message is under Sequence length)
+            said = {"control": t(f"ctl.{e.control}.label"), "message": msgs[index[e.control]]}
             if not current and (not triggered or "url" in triggered):
                 # a link the page cannot simulate, and nothing valid shown yet: the defaults
                 store = {"values": defaults(), "link_refused": True}
-                banner.append(t("banner.defaults"))
+                banner.append(t("banner.defaults", **said))
             elif (current or {}).get("link_refused"):
                 store = no_update
-                banner.append(t("banner.defaults"))
+                banner.append(t("banner.defaults", **said))
             else:
                 store = no_update
-                banner.append(t("banner.last-valid"))
+                banner.append(t("banner.last-valid", **said))
         # a line already saying what it should is left alone, as a control is
         banner_out = " ".join(banner) or None
         return (value_out + [url_out, store, changed(banner_out, shown_banner)]

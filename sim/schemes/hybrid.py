@@ -65,7 +65,7 @@ from sim.schemes.base import (
     ring_step_grid,
     setting_option,
 )
-from sim.schemes.ring import build_ring_schedule, count_ring_ops
+from sim.schemes.ring import build_ring_schedule, count_ring_ops, ring_buffers
 from sim.trace.format import Trace
 from sim.units import positive_ints
 
@@ -281,9 +281,9 @@ def peak_memory_bytes(scenario: Scenario, u: int, r: int) -> dict[str, int]:
 
     Token shards (S/N tokens, all heads): Q, K, V in and the output. Head shards (S/r
     tokens, H/u heads): Q, K, V, the output and the softmax statistics; with a ring
-    (r > 1) also two K/V ring buffers and the fp32 output accumulator. Backward adds dO
-    in both layouts, the fp32 dQ accumulator, with a ring two fp32 dK/dV buffers, and
-    dQ, dK, dV in both layouts.
+    (r > 1) also its K/V ring buffers (sim.schemes.ring.ring_buffers: two, one on a ring of
+    two) and the fp32 output accumulator. Backward adds dO in both layouts, the fp32 dQ
+    accumulator, with a ring as many fp32 dK/dV buffers, and dQ, dK, dV in both layouts.
     """
     w = scenario.workload
     eb, bt, d = w.elem_bytes, w.batch, w.head_dim
@@ -297,13 +297,13 @@ def peak_memory_bytes(scenario: Scenario, u: int, r: int) -> dict[str, int]:
         "softmax_stats": 2 * bt * s * hq * ACCUM_BYTES,
     }
     if r > 1:
-        items["kv_buffers"] = 2 * bt * s * 2 * hkv * d * eb
+        items["kv_buffers"] = ring_buffers(r) * bt * s * 2 * hkv * d * eb
         items["out_accum"] = bt * s * hq * d * ACCUM_BYTES
     if w.pass_ in ("bwd", "fwdbwd"):
         items["dout"] = bt * (c * w.heads + s * hq) * d * eb
         items["dq_accum"] = bt * s * hq * d * ACCUM_BYTES
         if r > 1:
-            items["dkv_buffers"] = 2 * bt * s * 2 * hkv * d * ACCUM_BYTES
+            items["dkv_buffers"] = ring_buffers(r) * bt * s * 2 * hkv * d * ACCUM_BYTES
         items["dqkv"] = bt * (s * (hq + 2 * hkv) + c * (w.heads + 2 * w.kv_heads)) * d * eb
     items["total"] = sum(items.values())
     return items

@@ -391,23 +391,33 @@ def _put_rule(grid: _Grid, regular: np.ndarray, last: np.ndarray | None, rule: t
             np.copyto(view, NO_DEP, where=own == 0)
 
 
-def peak_memory_bytes(workload: Workload, tokens_per_rank: int) -> dict[str, int]:
-    """Bytes per rank, itemized; 'total' is the peak (docs/design.md, fact 4 and "Peak memory").
+def ring_buffers(ranks: int) -> int:
+    """Blocks a rank of a ring of `ranks` holds besides its own: the block computed on and
+    the block arriving (two), from three ranks; on two the one block arriving (its own is
+    computed on), on one none (nothing moves)."""
+    return max(0, min(2, ranks - 1))
 
-    A rank holds its own Q/K/V shard, two ring buffers of K/V (the block computed on and
-    the block arriving), its output, an fp32 output accumulator and fp32 softmax
+
+def peak_memory_bytes(workload: Workload, tokens_per_rank: int, ranks: int) -> dict[str, int]:
+    """Bytes per rank of a ring of `ranks`, itemized; 'total' is the peak (docs/design.md,
+    fact 4 and "Peak memory").
+
+    A rank holds its own Q/K/V shard, ring buffers of K/V (`ring_buffers`: the block computed
+    on and the block arriving), its output, an fp32 output accumulator and fp32 softmax
     statistics (running max and normalizer; the log-sum-exp is kept for backward).
-    Backward adds dO, the fp32 dQ accumulator and two ring buffers of fp32 dK/dV.
-    Nothing grows with the number of ranks at a fixed number of tokens per rank.
+    Backward adds dO, the fp32 dQ accumulator and as many ring buffers of fp32 dK/dV.
+    From three ranks on, nothing grows with the number of ranks at a fixed number of tokens
+    per rank.
     """
     w = workload
     c, eb = tokens_per_rank, w.elem_bytes
     q = w.batch * w.heads * c * w.head_dim
     kv = 2 * w.batch * w.kv_heads * c * w.head_dim
+    buffers = ring_buffers(ranks)
     items = {
         "q": q * eb,
         "kv_own": kv * eb,
-        "kv_buffers": 2 * kv * eb,
+        "kv_buffers": buffers * kv * eb,
         "out": q * eb,
         "out_accum": q * ACCUM_BYTES,
         "softmax_stats": 2 * w.batch * w.heads * c * ACCUM_BYTES,
@@ -415,7 +425,7 @@ def peak_memory_bytes(workload: Workload, tokens_per_rank: int) -> dict[str, int
     if w.pass_ in ("bwd", "fwdbwd"):
         items["dout"] = q * eb
         items["dq_accum"] = q * ACCUM_BYTES
-        items["dkv_buffers"] = 2 * kv * ACCUM_BYTES
+        items["dkv_buffers"] = buffers * kv * ACCUM_BYTES
     items["total"] = sum(items.values())
     return items
 
@@ -461,7 +471,7 @@ SCHEME = Scheme(
     name="ring",
     summary="Ring Attention: queries stay, K/V blocks pass around a ring of N GPUs (N-1 hops)",
     build_schedule=build_ring_schedule,
-    peak_memory=lambda scenario: peak_memory_bytes(scenario.workload, scenario.tokens_per_rank),
+    peak_memory=lambda scenario: peak_memory_bytes(scenario.workload, scenario.tokens_per_rank, scenario.n_gpus),
     op_kinds={
         **COMPUTE_KINDS,
         "kv": OpKind("K/V", "#2e9e5b", "#1aa3a3"),

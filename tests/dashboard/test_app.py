@@ -61,7 +61,9 @@ def test_invalid_value_shows_a_message_and_keeps_the_last_scenario(client):
     assert status == 200
     assert "must divide" in out["kv-heads-msg"]["children"]
     assert "scenario" not in out                       # views keep the last valid one
-    assert "last valid scenario" in out["banner"]["children"]
+    # the line at the top names the control and says what is wrong with it
+    assert "last valid scenario until the highlighted value (K/V heads) is fixed: " in out["banner"]["children"]
+    assert out["banner"]["children"].endswith(out["kv-heads-msg"]["children"])
     assert "heads-msg" not in out and "seq-msg" not in out     # no message shown, none sent
     # a line shown for a control now valid is cleared; the banner too
     status, out = client.call("scenario.data", controls() | {"kv-heads-msg.children": "must divide",
@@ -273,3 +275,11 @@ def test_the_layout_strip_is_left_as_drawn_where_the_change_does_not_move_it(cli
     for change in ({"scenario.data": _store(gpus=4)}, {"scenario.data": _store(gpus=8), "lang.value": "id"}):
         _, out = client.call("layout-strip.figure", change | {"layout-strip-drawn.data": drawn}, ["scenario.data"])
         assert out["layout-strip-drawn"]["data"] != drawn and "figure" in out["layout-strip"]
+
+
+@pytest.mark.parametrize("lang, words", [("en", "ignored link parameters the page does not know: link-gbps (link_gbps?)"),
+                                         ("id", "tidak dikenal halaman ini diabaikan: link-gbps (link_gbps?)")])
+def test_a_key_the_page_does_not_know_is_named_with_the_nearest_it_does(client, lang, words):
+    status, out = client.call("scenario.data", {"url.search": f"?link-gbps=0&lang={lang}"} | controls(), [])
+    assert status == 200 and words in out["banner"]["children"]
+    assert out["scenario"]["data"]["values"] == defaults()

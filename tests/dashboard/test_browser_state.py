@@ -111,7 +111,10 @@ def test_every_label_is_drawn_whichever_control_moves_first(dash_duo, lang):
 def test_a_link_the_page_cannot_simulate_shows_the_defaults_and_says_so(dash_duo):
     en = Translator("en")
     _open(dash_duo, "?gpus=2000")
-    dash_duo.wait_for_contains_text("#banner", en("banner.defaults"), timeout=TIMEOUT)
+    # the line at the top names the control and says what is wrong with it
+    dash_duo.wait_for_contains_text("#banner", en("banner.defaults", control=en("ctl.gpus.label"), message="").strip(),
+                                    timeout=TIMEOUT)
+    dash_duo.wait_for_contains_text("#banner", "1,024", timeout=TIMEOUT)
     dash_duo.wait_for_contains_text("#gpus-msg", "1,024", timeout=TIMEOUT)
     assert dash_duo.find_element("#gpus").get_attribute("value") == "2000"
     # the views are drawn, of the default scenario (8 GPUs)
@@ -120,7 +123,9 @@ def test_a_link_the_page_cannot_simulate_shows_the_defaults_and_says_so(dash_duo
     # the message is under the control it names, in the page's language
     dash_duo.find_elements("#lang label")[1].click()
     dash_duo.wait_for_contains_text("#gpus-msg", "1.024", timeout=TIMEOUT)
-    dash_duo.wait_for_contains_text("#banner", Translator("id")("banner.defaults"), timeout=TIMEOUT)
+    id_ = Translator("id")
+    dash_duo.wait_for_contains_text("#banner", id_("banner.defaults", control=id_("ctl.gpus.label"), message="").strip(),
+                                    timeout=TIMEOUT)
     # fixing the value draws it and clears the banner
     box = dash_duo.find_element("#gpus")
     box.clear()

@@ -38,7 +38,7 @@ def test_the_start_here_path_leads_and_stays_closed(dash_duo):
 @pytest.mark.skipif(background.manager("/tmp/ringsim-manager-probe") is None, reason="diskcache is not installed")
 def test_a_comparison_computing_in_the_background_shows_its_progress(dash_duo):
     dash_duo.start_server(create_app())
-    dash_duo.driver.get(f"{dash_duo.server_url}/?view=compare&gpus=64&link-latency-us=1.37")
+    dash_duo.driver.get(f"{dash_duo.server_url}/?view=compare&gpus=64&latency_us=1.37")
     dash_duo.wait_for_element("#compare-busy", timeout=TIMEOUT)
     dash_duo.wait_for_element("#compare .main-svg", timeout=TIMEOUT)
     dash_duo.wait_for_contains_text("#compare-table", "zigzag", timeout=TIMEOUT)

@@ -64,3 +64,7 @@ def test_the_callback_answers_in_each_language(lang):
     for graph in ("inf-prefill", "inf-crossover", "inf-decode"):
         assert out[graph]["figure"]["layout"]["separators"] == t.separators()
     assert "4,096" in out["inf-note"]["children"] or "4.096" in out["inf-note"]["children"]
+    # the context lengths grouped as the page writes token counts ("131.072" in Indonesian)
+    assert [o["label"] for o in out["inf-context"]["options"]] == [t.int(c) for c in (32768, 131072, 262144, 1048576)]
+    # the ranks of the prefill's rows are CP ranks (each of TP 8 GPUs), not single GPUs
+    assert t("inf.timeline.rank", rank=0) in out["inf-prefill"]["figure"]["layout"]["yaxis"]["ticktext"]

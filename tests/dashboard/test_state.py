@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.state import ControlError, defaults, query_from_values, scenario_from_values, values_from_query
+from dashboard.state import ControlError, defaults, query_from_values, scenario_from_values, unknown_keys, values_from_query
 from sim.engine.play import simulate
 from sim.hardware.cluster import Hardware, Link
 from sim.scenario.config import scenario_from_config
@@ -38,6 +38,12 @@ def test_unreadable_url_parameters_are_ignored_and_reported():
     values, ignored = values_from_query("?gpus=abc&layout=spiral&seq=4096&unknown=1")
     assert values["gpus"] == 8 and values["layout"] == "zigzag" and values["seq"] == 4096
     assert ignored == ["gpus=abc", "layout=spiral"]
+
+
+def test_keys_the_page_does_not_know_are_named_with_the_nearest_it_does():
+    query = "?link-gbps=0&gpus=8&view=memory&unknown=1&link-gbps=2&Seq=4096"
+    assert unknown_keys(query, ("view", "q", "lang")) == ["link-gbps (link_gbps?)", "unknown", "Seq (seq?)"]
+    assert unknown_keys("?gpus=8&link_gbps=100&view=memory&lang=id", ("view", "q", "lang")) == []
 
 
 @pytest.mark.parametrize("change, control, words", [

@@ -37,7 +37,7 @@ def test_run_local_matches_attention_and_records_a_measured_trace():
     hw = t.hardware
     assert hw["kind"] == "measured" and hw["backend"] == "gloo" and hw["n_gpus"] == 3
     assert hw["torch"] == torch.__version__ and hw["threads_per_rank"] >= 1 and hw["device"]
-    assert t.meta["peak_mem_bytes"] == [peak_memory_bytes(wl, 8)["total"]] * 3
+    assert t.meta["peak_mem_bytes"] == [peak_memory_bytes(wl, 8, 3)["total"]] * 3
     check_trace_structure(t, "zigzag", True, ["fwd", "bwd"], 24, batch=2, heads=4, head_dim=8)
     # one time axis: every receive ends after its send was posted, give or take the
     # alignment skew, and the run starts near zero on every rank

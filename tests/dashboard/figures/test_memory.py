@@ -15,8 +15,14 @@ def test_memory_table_against_closed_forms():
         full = 2 * w.batch * w.kv_heads * r["seq"] * w.head_dim * w.elem_bytes
         assert r["full_kv_bytes"] == full
         assert r["ring_kv_bytes"] == 3 * full // sc.n_gpus     # own shard + two blocks in flight
-    shard = {r["fixed_shard_bytes"] for r in table["by_gpus"]}
-    assert len(shard) == 1                                    # fact 4: flat at a fixed shard
+    # fact 4: flat at a fixed shard from three GPUs; on two one block is in flight, on one none
+    shard = {r["gpus"]: r["fixed_shard_bytes"] for r in table["by_gpus"]}
+    assert len({b for g, b in shard.items() if g >= 3}) == 1
+    kv_shard = 2 * w.batch * w.kv_heads * sc.tokens_per_rank * w.head_dim * w.elem_bytes
+    assert shard[4] - shard[2] == shard[2] - shard[1] == kv_shard
+    for r in table["by_gpus"]:
+        full = 2 * w.batch * w.kv_heads * w.seq * w.head_dim * w.elem_bytes
+        assert r["ring_kv_bytes"] == (1 + min(2, r["gpus"] - 1)) * full // r["gpus"]
     fig = memory(table)
     assert len(fig.data) >= 6
 

@@ -80,7 +80,8 @@ def test_peak_memory_grows_with_the_sequence_and_the_rings_with_the_shard():
     for n in (2, 4, 8):
         ring.append(compute_metrics(simulate(scenario(n=n, seq=c * n, layout="zigzag"))).ranks[0].peak_mem_bytes)
         ag.append(compute_metrics(simulate(allgather(n=n, seq=c * n))).ranks[0].peak_mem_bytes)
-    assert len(set(ring)) == 1
+    # from three ranks on (a ring of two holds one block in flight, not two)
+    assert len(set(ring[1:])) == 1 and ring[0] < ring[1]
     def kv_full(seq):
         return 2 * 2 * seq * 16 * 2                                 # K and V, 2 heads of 16, bf16
 
