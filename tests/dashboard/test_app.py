@@ -277,8 +277,8 @@ def test_the_layout_strip_is_left_as_drawn_where_the_change_does_not_move_it(cli
         assert out["layout-strip-drawn"]["data"] != drawn and "figure" in out["layout-strip"]
 
 
-@pytest.mark.parametrize("lang, words", [("en", "ignored link parameters the page does not know: link-gbps (link_gbps?)"),
-                                         ("id", "tidak dikenal halaman ini diabaikan: link-gbps (link_gbps?)")])
+@pytest.mark.parametrize("lang, words", [("en", "Ignored link parameters the page does not know: link-gbps (link_gbps?)."),
+                                         ("id", "tidak dikenal halaman ini diabaikan: link-gbps (link_gbps?).")])
 def test_a_key_the_page_does_not_know_is_named_with_the_nearest_it_does(client, lang, words):
     status, out = client.call("scenario.data", {"url.search": f"?link-gbps=0&lang={lang}"} | controls(), [])
     assert status == 200 and words in out["banner"]["children"]
