@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.engine.host_memory import check_fits, gc_paused, small_pages
+from sim.engine.host_memory import check_fits, gc_paused, keep_freed_memory, small_pages
 from sim.engine.players import durations_s, times_simpy, times_waves
 from sim.engine.pull import times_pulled
 from sim.engine.queues import queue_batches
@@ -132,6 +132,7 @@ def simulate(scenario: Scenario, hardware: HardwareModel | None = None, *, playe
     scenario = impl.played(scenario)
     hw = impl.played_on(hardware if hardware is not None else scenario.hardware)
     check_fits(scheme, scenario)
+    keep_freed_memory()
     with gc_paused(), small_pages():
         schedule = scheme.build_schedule(scenario)
         queued = hw.p2p_queue
