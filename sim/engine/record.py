@@ -322,7 +322,10 @@ class _TableWriter:
                 if not width:
                     continue
                 per_pass = max(1, _CHUNK // width)
-                for lo, hi in ops.runs:
+                # a strided read needs ranks whose columns follow one another (a run); a
+                # gather reads any ranks at once (a hybrid's rings inside nodes: every rank
+                # a run of its own, 9,216 passes of a few spans each where 9 do)
+                for lo, hi in (ops.runs if ops.pitch is not None else [(0, ops.n)]):
                     for r0 in range(lo, hi, per_pass):
                         r1 = min(hi, r0 + per_pass)
                         _put_rows(_windows(out, width), block_start[r0:r1, g], read((r0, r1), 0, 0))
