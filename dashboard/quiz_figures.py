@@ -295,7 +295,9 @@ def causal_work(per_gpu: dict[str, Sequence[float]], seq: int, n: int, t: Transl
                              hovertemplate="GPU %{x}: %{y:.3g}%<extra>" + layout_label(t, key) + "</extra>"),
                       row=1, col=1)
     fig.add_hline(y=100 / n, line=dict(color="#444", dash="dash", width=1), row=1, col=1,
-                  annotation_text=t("q6.fig.even"), annotation_position="top left")
+                  annotation_text=t("q6.fig.even"), annotation_position="top left",
+                  # over the bars that reach the line: read on a light ground
+                  annotation_bgcolor=style.LABEL_BACKGROUND)
     c = seq // n
     shades = ("rgba(224,48,42,0.07)", "rgba(224,48,42,0.15)")
     step = max(1, n // 16)
