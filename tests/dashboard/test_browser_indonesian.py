@@ -28,13 +28,13 @@ TIMEOUT = 90
 ALLOWED = set("""
 ring attention ulysses deepspeed llama nvlink pcie nccl nic nics gpu gpus cpu transformerengine
 ring-flash-attention long-context-attention context_parallel perfetto chrome holistic trace analysis ringsim torch
-te rfa usp english zero zero- gqa mqa tp cp pp dp p2p k v q kv dk dv dq dout dqkv fwd bwd
+te rfa usp english arxiv zero zero- gqa mqa tp cp pp dp p2p k v q kv dk dv dq dout dqkv fwd bwd
 gb gib mib kib tib mb b ms s µs us tflop tflops
 data model total ideal per transfer global virtual simulator tensor kernel token batch softmax median sigma
 lognormal sample zigzag all-gather all-to-all reduce-scatter server folder valid context parallel float exp mod
 m' m port profiler csv json npz parquet fp pass-kv pass-q
 """.split())
-"""Proper names (of methods, libraries, hardware, tools; the language switch's "English"),
+"""Proper names (of methods, libraries, hardware, tools, the paper archive; the language switch's "English"),
 units, and words Indonesian writes as English does."""
 
 _CODE = re.compile(r"ringsim(?: [a-z][\w-]*){1,2}(?: --[\w-]+(?: [^\s,;)]+)?)*|--[\w-]+|\S+\.(?:json|gz|parquet|npz|"
