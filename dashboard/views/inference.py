@@ -187,8 +187,9 @@ def prefill_timelines(traces: dict[str, Trace], labels: dict[str, str] = TIMELIN
             shown.add(what)
         n = trace.n_gpus
         ticks = list(range(0, n, max(1, n // 8)))
+        # the margin grows to the rank labels ("kelompok CP 0" is wider than "rank 0" was)
         fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[labels["rank"].format(rank=r) for r in ticks],
-                         row=row, col=1)
+                         automargin=True, row=row, col=1)
     fig.update_xaxes(title_text=labels["time"].format(unit=unit), row=len(traces), col=1)
     fig.update_layout(template=TEMPLATE, title=labels["title"], barmode="overlay", legend=LEGEND_BESIDE,
                       margin=dict(t=80))
