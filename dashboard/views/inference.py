@@ -151,7 +151,7 @@ def _decode(model: str, cluster: str, nodes: int) -> list[dict[str, float]]:
 
 # --- the figures -------------------------------------------------------------------------
 
-TIMELINE_LABELS = {"title": "One attention layer of the prefill, rank by rank", "pass-kv": "pass-KV",
+TIMELINE_LABELS = {"title": "One attention layer of the prefill, CP rank by CP rank", "pass-kv": "pass-KV",
                    "pass-q": "pass-Q", "compute": "attention", "hop": "ring hop", "a2a": "partials returned",
                    "rank": "CP rank {rank}", "time": "time ({unit})"}
 
