@@ -721,7 +721,7 @@ def memory_table(scenario: Scenario) -> dict[str, Any]:
     for s in seqs:
         ws = _with_seq(scenario, s)
         ring = peak_memory_bytes(ws, s // n, n)
-        by_seq.append({"seq": s, "ring_bytes": ring["total"], "ring_kv_bytes": _kv_held(ring),
+        by_seq.append({"seq": s, "ring_bytes": ring["total"], "ring_kv_bytes": kv_held(ring),
                        "one_gpu_bytes": peak_memory_bytes(ws, s, 1)["total"],
                        "full_kv_bytes": full_kv_bytes(ws)})
     c = scenario.tokens_per_rank
@@ -729,7 +729,7 @@ def memory_table(scenario: Scenario) -> dict[str, Any]:
     by_gpus = []
     for g in counts:
         ring = peak_memory_bytes(w, w.seq // g, g)
-        by_gpus.append({"gpus": g, "ring_bytes": ring["total"], "ring_kv_bytes": _kv_held(ring),
+        by_gpus.append({"gpus": g, "ring_bytes": ring["total"], "ring_kv_bytes": kv_held(ring),
                         "fixed_shard_bytes": peak_memory_bytes(_with_seq(scenario, c * g), c, g)["total"],
                         "full_kv_bytes": full_kv_bytes(w)})
     return {"seq_now": w.seq, "gpus_now": n, "tokens_per_rank": c,
@@ -810,7 +810,7 @@ def scheme_memory(scenario: Scenario, seqs: list[int], counts: list[int]) -> lis
     return out
 
 
-def _kv_held(items: dict[str, int]) -> int:
+def kv_held(items: dict[str, int]) -> int:
     """The K/V part of a rank's memory: its own shard and the blocks in flight."""
     return items["kv_own"] + items["kv_buffers"]
 

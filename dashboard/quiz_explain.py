@@ -169,8 +169,7 @@ IN_FLIGHT = {2: "q4.in-flight.2", 1: "q4.in-flight.1", 0: "q4.in-flight.0"}
 
 
 def _kv_held(workload, tokens: int, ranks: int) -> int:
-    items = peak_memory_bytes(workload, tokens, ranks)
-    return items["kv_own"] + items["kv_buffers"]
+    return compute.kv_held(peak_memory_bytes(workload, tokens, ranks))
 
 
 def _q4(sc: Scenario, t: Translator, **_: Any) -> Explained:

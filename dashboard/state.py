@@ -463,6 +463,12 @@ def _attribute(err: RingsimError, fallback: str) -> ControlError:
     return ControlError(part if part in _BY_ID else fallback, text, reason=reason)
 
 
+def control_label(t: Any, cid: str) -> str:
+    """A control as the page labels it, in `t`'s language: one of the left column, or one of
+    the Plan view's (plan-<x>: plan.<x>)."""
+    return t(f"ctl.{cid}.label") if t.has(f"ctl.{cid}.label") else t(f"plan.{cid.removeprefix('plan-')}")
+
+
 def message(t: Any, err: ControlError) -> str:
     """What is wrong, in the page's language (a dashboard.i18n.Translator `t`), naming
     controls as the page labels them: the error's catalog message, else its sim.reasons
@@ -472,8 +478,7 @@ def message(t: Any, err: ControlError) -> str:
     fields = {}
     for name, v in err.fields.items():
         if name in ("control", "other"):
-            # a control of the left column, or one of the Plan view's (plan-<x>: plan.<x>)
-            fields[name] = t(f"ctl.{v}.label") if t.has(f"ctl.{v}.label") else t(f"plan.{v.removeprefix('plan-')}")
+            fields[name] = control_label(t, v)
         elif name == "layout":
             fields[name] = layout_label(t, v)
         elif isinstance(v, int) and not isinstance(v, bool):

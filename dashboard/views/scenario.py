@@ -29,6 +29,7 @@ from dashboard.state import (
     applies,
     check_profile_dtype,
     cluster_values,
+    control_label,
     defaults,
     message,
     profile_changes,
@@ -245,7 +246,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
             # the line at the top names the control and says what is wrong: the control may
             # be far down the column from the one just changed (GPUs that do not divide the
             # sequence: the message is under Sequence length)
-            said = {"control": t(f"ctl.{e.control}.label"), "message": msgs[index[e.control]]}
+            said = {"control": control_label(t, e.control), "message": msgs[index[e.control]]}
             if not current and (not triggered or "url" in triggered):
                 # a link the page cannot simulate, and nothing valid shown yet: the defaults
                 store = {"values": defaults(), "link_refused": True}
