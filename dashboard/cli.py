@@ -11,6 +11,7 @@ command runs, so that the rest of the CLI does not pay for it.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
 
@@ -50,6 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="server processes (default: one per CPU core under gunicorn where it is "
                         "installed (Unix), else 1; 1: waitress; each process has its own caches)")
+    p.add_argument("--runners", type=int, default=None,
+                   help="processes kept for the comparisons' large runs, shared by the server processes "
+                        "(default: one per CPU core where there are two or more, else 0; 0: a comparison "
+                        "starts its own)")
     p.add_argument("--dev-server", action="store_true",
                    help="Flask's development server instead (for development and comparison)")
     p.add_argument("--debug", action="store_true",
@@ -80,6 +85,24 @@ def _set_up(app) -> None:
     not valid"), leaving the page at "Loading...". One request here, before any server
     thread starts or worker forks from this process, does it once for all of them."""
     app.server.test_client().get("/")
+
+
+def _start_runners(count: int | None, reloading: bool) -> None:
+    """Start the comparisons' runners (dashboard/runners.py) before the server forks, so that
+    every server process and background job shares them; one per core by default, none under
+    the reloader (it runs this command twice) or on one core (a comparison's large runs then
+    run one after another in its own process)."""
+    from dashboard import runners
+    from sim.engine.threads import cores
+
+    if count is None:
+        count = 0 if reloading or cores() < 2 else min(cores(), MAX_AUTO_WORKERS)
+    if count:
+        try:
+            runners.start(count)
+        except OSError as e:
+            raise RingsimError(f"cannot start the comparisons' runners: {e.strerror or e}") from None
+        atexit.register(runners.stop)
 
 
 def _serve_gunicorn(app, host: str, port: int, workers: int, threads: int) -> None:
@@ -114,6 +137,8 @@ def cmd_dashboard(a: argparse.Namespace) -> int:
         raise RingsimError(f"--threads must be in 1..256, got {a.threads}")
     if not 1 <= a.workers <= 64:
         raise RingsimError(f"--workers must be in 1..64, got {a.workers}")
+    if a.runners is not None and not 0 <= a.runners <= 64:
+        raise RingsimError(f"--runners must be in 0..64, got {a.runners}")
     if dev and a.workers > 1:
         raise RingsimError("--workers needs the production server: drop --debug/--dev-server")
     if a.traces_dir is not None and not os.path.isdir(a.traces_dir):
@@ -135,6 +160,7 @@ def cmd_dashboard(a: argparse.Namespace) -> int:
     print(f"ringsim dashboard on http://{a.host}:{a.port}/ ({server}; Ctrl-C to stop)", file=sys.stderr)
     if not dev:
         _set_up(app)
+    _start_runners(a.runners, reloading=a.debug)
     try:
         if dev:
             app.run(host=a.host, port=a.port, debug=a.debug)

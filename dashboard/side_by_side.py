@@ -16,6 +16,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Sequence
 
+from dashboard import runners
 from sim.engine.host_memory import BYTES_PER_OP, available_memory_bytes
 from sim.engine.play import simulate
 from sim.engine.threads import cores
@@ -76,15 +77,27 @@ def run_apart(jobs: Sequence[tuple[Scenario, Any, Summary]], done: Callable[[int
     """Simulate each (scenario, profile, what) of `jobs` in worker processes and call
     `done(position, summary)` as each finishes; the first error is raised (a RingsimError
     as the run raised it). The largest runs go first, so that the last to start is a small
-    one and the workers end together. Workers are started fresh (spawn): the server's
-    processes hold threads that a forked copy would inherit mid-lock; they run at
-    WORKER_NICE, so that what the server does meanwhile (a comparison's small runs, the
-    page's own run, another person's request) keeps its cores."""
-    context = multiprocessing.get_context("spawn")
+    one and the workers end together. The workers are the server's runners where it has
+    them (dashboard/runners.py), else started for these runs; either way fresh interpreters
+    (the server's processes hold threads that a forked copy would inherit mid-lock),
+    running at WORKER_NICE, so that what the server does meanwhile (a comparison's small
+    runs, the page's own run, another person's request) keeps its cores."""
     sizes = [operations(j[0]) for j in jobs]
     order = sorted(range(len(jobs)), key=lambda i: -sizes[i])
-    with ProcessPoolExecutor(max_workers=workers_for([j[0] for j in jobs]), mp_context=context,
-                             initializer=_lower_priority) as pool:
+    most = workers_for([j[0] for j in jobs])
+    if runners.RUNNERS is not None:
+        order = runners.RUNNERS.run(jobs, order, most, done)
+        if not order:
+            return
+    _spawned(jobs, order, most, done)
+
+
+def _spawned(jobs: Sequence[tuple[Scenario, Any, Summary]], order: Sequence[int], most: int,
+             done: Callable[[int, Any], None]) -> None:
+    """run_apart's jobs in `order` on `most` worker processes started for them."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=most, mp_context=context,
+                             initializer=lower_priority) as pool:
         futures = {pool.submit(simulated, *jobs[i]): i for i in order}
         try:
             for future in as_completed(futures):
@@ -101,7 +114,7 @@ take the cores the server leaves; a request the server answers meanwhile is not 
 them."""
 
 
-def _lower_priority() -> None:
+def lower_priority() -> None:
     try:
         os.nice(WORKER_NICE)
     except OSError:                     # a platform without nice: the worker runs as the server does

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ def test_version(capsys):
     assert out.startswith("ringsim ") and out.split()[1][0].isdigit()
 
 
-@pytest.mark.parametrize("flags", [["--threads", "0"], ["--threads", "1000"], ["--workers", "0"],
+@pytest.mark.parametrize("flags", [["--threads", "0"], ["--threads", "1000"], ["--workers", "0"], ["--runners", "-1"],
                                    ["--workers", "2", "--dev-server"], ["--workers", "2", "--debug"]])
 def test_bad_server_flags_are_one_line(flags, capsys):
     assert main(["dashboard", *flags]) == 2
@@ -102,3 +103,43 @@ def test_the_app_is_set_up_before_any_request_is_served():
     page = app.server.test_client().get("/").get_data(as_text=True)
     scripts = [s.split('"')[0] for s in page.split('<script src="')[1:]]
     assert scripts and all(app.server.test_client().get(s).status_code == 200 for s in scripts)
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes whose parent is `pid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append((int(entry), cmd))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+@pytest.mark.parametrize("flags", [("--workers", "1"), pytest.param(("--workers", "2"), marks=pytest.mark.skipif(
+    importlib.util.find_spec("gunicorn") is None, reason="gunicorn is not installed"))])
+def test_the_server_keeps_its_runners_and_ends_them(flags):
+    """`ringsim dashboard --runners 2` starts two comparison runners before it serves; they
+    end with it, their folder gone."""
+    proc, base, r = _serve(*flags, "--runners", "2")
+    try:
+        runners = [(pid, cmd) for pid, cmd in _children(proc.pid) if "dashboard.runners" in cmd]
+        assert len(runners) == 2
+        folder = runners[0][1].split("--folder ")[1].split()[0]
+        assert os.path.isdir(folder)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while (any(os.path.exists(f"/proc/{pid}") for pid, _ in runners) or os.path.exists(folder)) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(os.path.exists(f"/proc/{pid}") for pid, _ in runners) and not os.path.exists(folder)

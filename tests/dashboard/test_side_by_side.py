@@ -110,7 +110,7 @@ def test_the_largest_runs_start_first(monkeypatch):
 
     class Pool:
         def __init__(self, **kwargs):
-            assert kwargs["initializer"] is side_by_side._lower_priority
+            assert kwargs["initializer"] is side_by_side.lower_priority
 
         def __enter__(self):
             return self
