@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any, Collection
@@ -159,7 +160,7 @@ def shown_layouts(docs: Any, window: Any, layout: Any) -> tuple[str, ...]:
     """The layouts the layout control offers: for one document the closed-form ones (the
     documents' own are the same there, sim.layouts.packed.DOC_LAYOUTS), every layout with
     documents or a window (as sim.scenario.config.layouts_for), and the chosen one always."""
-    if _blank(docs) and window in (None, "") and layout not in DOC_LAYOUTS:
+    if _blank(docs) and _blank(window) and layout not in DOC_LAYOUTS:
         return ONE_DOCUMENT_LAYOUTS
     return LAYOUTS
 
@@ -209,6 +210,67 @@ class ControlError(RingsimError):
 
 def defaults() -> dict[str, Any]:
     return {c.id: c.default for c in CONTROLS}
+
+
+NUMBER_KINDS = ("int", "optint", "float")
+"""The kinds of control a person types a number into (a text box: the page reads it)."""
+
+MARKS = {"en": (",", "."), "id": (".", ",")}
+"""(thousands separator, decimal mark) of each language the page speaks."""
+
+
+def _number_pattern(group: str | None, decimal: str) -> re.Pattern:
+    digits = r"\d+" if group is None else rf"(?:\d{{1,3}}(?:{re.escape(group)}\d{{3}})+|\d+)"
+    return re.compile(rf"([+-]?){digits}(?:{re.escape(decimal)}(\d+))?(?:[eE][+-]?\d+)?")
+
+
+SIZE_SCALE = {"k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30}
+"""A token count's size suffixes, binary as context lengths are quoted (sim.units.parse_count):
+128k = 131,072."""
+
+
+def typed_number(raw: Any, lang: str | None, sizes: bool = False) -> Any:
+    """What a person typed into a number control, read as the page's language writes
+    numbers: its thousands separator between groups of three digits (Indonesian 131.072,
+    English 131,072) and its decimal mark (0,6 and 0.6), or the other mark as a decimal one
+    where it cannot separate thousands (an Indonesian 0.6, an English 0,6); an exponent as
+    in 1e6. An int where there is no
+    decimal part or exponent, else a float; blank as "". Anything else is returned as typed,
+    for the control's check to refuse by name (12x, 1.2.3); a value that is not text (the
+    address's, already read) as it is. With `sizes` (a token count), a size as the command
+    line takes it: 128k, 1M, 1,5M (binary, SIZE_SCALE)."""
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    if not text:
+        return ""
+    if sizes and text[-1:].lower() in SIZE_SCALE:
+        n = typed_number(text[:-1], lang)
+        if isinstance(n, (int, float)) and not isinstance(n, bool):
+            x = n * SIZE_SCALE[text[-1].lower()]
+            return int(x) if float(x).is_integer() else x
+        return raw
+    group, decimal = MARKS.get(lang or "en", MARKS["en"])
+    for pattern, grouped, mark in ((_number_pattern(group, decimal), group, decimal),
+                                   (_number_pattern(None, group), None, group)):
+        if pattern.fullmatch(text):
+            plain = (text.replace(grouped, "") if grouped else text).replace(mark, ".")
+            return int(plain) if re.fullmatch(r"[+-]?\d+", plain) else float(plain)
+    return raw
+
+
+def read_typed(values: dict[str, Any], lang: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(values with every number control's text read as a number (typed_number), the
+    controls whose text was read, each with its number): the page writes those back, so
+    that the box shows the number as it was read."""
+    out, read = dict(values), {}
+    for c in CONTROLS:
+        if c.kind in NUMBER_KINDS and isinstance(values.get(c.id), str):
+            v = typed_number(values[c.id], lang, sizes=c.option.kind == "tokens")
+            out[c.id] = v
+            if not isinstance(v, str):
+                read[c.id] = v
+    return out, read
 
 
 def _parse(c: Control, raw: str) -> Any:

@@ -223,7 +223,7 @@ def _hover(series: str, name: str, nq: int, nk: int, unit: str, q_summary: bool 
     else:
         arrow = "→" if series.startswith("send") else "←"
         lines = [lab["h_transfer"].format(arrow=arrow), lab["h_carries"].format(name=name, carries=carries, k=k),
-                 when, "%{customdata[5]:.4g} MB"]
+                 when, "%{customdata[5]:.4g} MiB"]
         if f"meaning.{kind}" in lab:
             lines.append(f"<i>{lab[f'meaning.{kind}']}</i>")
     return "<br>".join(lines) + "<extra></extra>"
@@ -415,7 +415,7 @@ def _lane_traces(c: SpanTable, marks: Marks, lo: int, t0: float, scale: float, u
             if kind == "span":
                 rows = marks.first[sel]
                 stream = c.stream[rows]
-                amount = np.where(stream == COMPUTE, c.flops[rows] / 1e12, c.bytes[rows] / 1e6)
+                amount = np.where(stream == COMPUTE, c.flops[rows] / 1e12, c.bytes[rows] / 2 ** 20)
                 (qc, q_sum), (kc, kv_sum) = _chunk_columns(sets, c.q_chunks[rows]), _chunk_columns(sets, c.kv_chunks[rows])
                 # the last column names the series: the details on click read it
                 cd = np.column_stack([c.rank[rows], c.step[rows], s, true_end - s, c.peer[rows], amount, qc, kc,

@@ -34,10 +34,10 @@ from dash.exceptions import PreventUpdate
 from dashboard import explain, nav
 from dashboard.figures.plan import pipeline_chart, plan_chart, step_chart
 from dashboard.i18n import Translator, scheme_name
-from dashboard.state import CONTROLS, ControlError, message, query_from_values, values_from_query
+from dashboard.state import CONTROLS, ControlError, message, query_from_values, typed_number, values_from_query
 from sim.errors import RingsimError
 from sim.hardware.presets import GPU_PRESETS, LINK_PRESETS
-from sim.planning.plan import plan, request_from
+from sim.planning.plan import parse_headroom, plan, request_from
 from sim.planning.spec import convert, option
 from sim.scenario.config import PASSES
 from sim.scenario.models import MODEL_PRESETS, Model, model_preset
@@ -223,6 +223,31 @@ def _step_plan_cached(key: str) -> dict[str, Any]:
     return out
 
 
+def read_plan(values: dict[str, Any], lang: str | None) -> dict[str, Any]:
+    """The view's inputs with its token counts (sequence length, global batch) read as the
+    page's language writes numbers, sizes such as 128k and 1M taken (dashboard.state.typed_number),
+    each as its whole number; a ControlError under the box for one that is not such a count
+    (a blank global batch is none: attention alone), or for a headroom that is neither a share
+    nor an amount."""
+    out = dict(values)
+    for cid in ("plan-seq", "plan-global-batch"):
+        raw = out.get(cid)
+        if cid == "plan-global-batch" and (raw is None or not str(raw).strip()):
+            continue
+        n = typed_number(raw if raw is not None else "", lang, sizes=True)
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n) or n <= 0:
+            what = cid.removeprefix("plan-").replace("-", " ")
+            raise ControlError(cid, f"{what} must be a positive whole number or a size such as 128k or 1M, "
+                               f"got {raw!r}", "msg.size", {"control": cid, "value": repr(raw)})
+        out[cid] = str(int(n))
+    try:
+        parse_headroom(out.get("plan-headroom") or None)
+    except RingsimError as e:
+        raise ControlError("plan-headroom", str(e), "msg.headroom",
+                           {"control": "plan-headroom", "value": repr(out.get("plan-headroom"))}) from None
+    return out
+
+
 def plan_data(values: dict[str, Any]) -> dict[str, Any]:
     """The plan of the view's inputs, as the JSON the page stores (cached by inputs): the
     whole step's (sim.training.plan) when a global batch is given, else attention's."""
@@ -371,7 +396,7 @@ def register_callbacks(app) -> None:
         if tab != "plan" or (ctx.triggered_id == "tabs" and current):
             raise PreventUpdate                 # computed when the view opens first, then on demand
         try:
-            return plan_data(dict(zip(INPUT_IDS, vals))), ""
+            return plan_data(read_plan(dict(zip(INPUT_IDS, vals)), lang)), ""
         except ControlError as e:
             return no_update, message(Translator(lang), e)
         except RingsimError as e:

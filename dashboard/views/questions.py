@@ -110,7 +110,7 @@ def _gbps(t: Translator, x: float) -> str:
 
 def register_callbacks(app) -> None:
     @app.callback(Output("quiz-title", "children"), Output("quiz-text", "children"),
-                  Output("quiz-choice", "options"), Output("quiz-choice", "value"),
+                  Output("quiz-choice", "options"), Output("quiz-choice", "value"), Output("quiz-next", "style"),
                   Input("quiz-q", "value"), Input("lang", "value"), State("quiz-answers", "data"))
     def question(q, lang, answers):
         if q not in ANSWERS:
@@ -118,8 +118,9 @@ def register_callbacks(app) -> None:
         t = Translator(lang)
         last = ((answers or {}).get(str(q)) or {}).get("last")
         options = [{"label": choice_text(t, q, i), "value": i} for i in range(N_CHOICES)]
+        # the last question has no next one: Restart, or a number above, goes back
         return (t("quiz.title", n=q, total=N_QUESTIONS), t(f"q{q}.text"), options,
-                last if last in range(N_CHOICES) else None)
+                last if last in range(N_CHOICES) else None, HIDDEN if q == N_QUESTIONS else {})
 
     @app.callback(Output("quiz-answers", "data"),
                   Output("quiz-q", "value", allow_duplicate=True),

@@ -34,8 +34,10 @@ from dashboard.state import (
     message,
     profile_changes,
     query_from_values,
+    read_typed,
     scenario_from_values,
     shown_layouts,
+    typed_number,
     unknown_keys,
     values_from_query,
 )
@@ -69,8 +71,12 @@ def _field(cid: str, label: str, component: Any, style: dict[str, str] | None = 
 
 
 def _number(cid: str, label: str, value: Any, placeholder: str = "", style: dict | None = None) -> html.Div:
-    return _field(cid, label, dcc.Input(id=cid, type="number", value=value, debounce=True,
-                                        placeholder=placeholder, className="num"), style)
+    # a text box the page reads in its own language (dashboard.state.typed_number): a number
+    # box is read by the browser in the browser's, which took an Indonesian 1.000 for 1 and
+    # dropped what it could not read without a word
+    return _field(cid, label, dcc.Input(id=cid, type="text", inputMode="decimal", value=value, debounce=True,
+                                        placeholder=placeholder, className="num", spellCheck=False,
+                                        autoComplete="off"), style)
 
 
 def _text(cid: str, label: str, value: Any, placeholder: str = "") -> html.Div:
@@ -204,27 +210,28 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                     url_out = nav.with_nav(query_from_values(values), search)
             # a control already showing its value is left alone: the page redraws only those
             # the address changed (re-rendering all of them took the browser about 0.4 s)
-            value_out = [values[cid] if not triggered or values[cid] != now else no_update
+            value_out = [values[cid] if not triggered or values[cid] != typed_number(now, t.lang) else no_update
                          for cid, now in zip(CONTROL_IDS, vals)]
-        elif triggered == {"profile"}:
-            values, ignored = dict(zip(CONTROL_IDS, vals)), []
-            changes = profile_changes(values, prof) if prof is not None else {}
-            values.update(changes)
-            value_out = [changes.get(cid, no_update) for cid in CONTROL_IDS]
-            url_out = nav.with_nav(query_from_values(values), search) if changes else no_update
-        elif triggered == {"lang"}:
-            # the same values, their messages said again
-            values, ignored = dict(zip(CONTROL_IDS, vals)), []
-            value_out, url_out = [no_update] * len(CONTROL_IDS), no_update
         else:
-            values, ignored = dict(zip(CONTROL_IDS, vals)), []
-            value_out = [no_update] * len(CONTROL_IDS)
-            if ctx.triggered_id == "cluster":
-                # a cluster preset fills in the controls it sets, as `ringsim --cluster` does
-                filled = cluster_values(values["cluster"])
-                values.update(filled)
-                value_out = [filled.get(cid, no_update) for cid in CONTROL_IDS]
-            url_out = nav.with_nav(query_from_values(values), search)
+            # the numbers as typed, read in the page's language; each box read shows its number
+            values, read = read_typed(dict(zip(CONTROL_IDS, vals)), lang)
+            ignored = []
+            value_out = [read.get(cid, no_update) for cid in CONTROL_IDS]
+            if triggered == {"profile"}:
+                changes = profile_changes(values, prof) if prof is not None else {}
+                values.update(changes)
+                value_out = [changes.get(cid, v) for cid, v in zip(CONTROL_IDS, value_out)]
+                url_out = nav.with_nav(query_from_values(values), search) if changes else no_update
+            elif triggered == {"lang"}:
+                # the same values, their messages said again
+                url_out = no_update
+            else:
+                if ctx.triggered_id == "cluster":
+                    # a cluster preset fills in the controls it sets, as `ringsim --cluster` does
+                    filled = cluster_values(values["cluster"])
+                    values.update(filled)
+                    value_out = [filled.get(cid, v) for cid, v in zip(CONTROL_IDS, value_out)]
+                url_out = nav.with_nav(query_from_values(values), search)
         msgs = [""] * len(CONTROL_IDS)
         banner = [t("nav.ignored", params=", ".join(ignored))] if ignored else []
         if not triggered or "url" in triggered:

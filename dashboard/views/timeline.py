@@ -161,7 +161,7 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 (t("tl.detail.start"), t.time(cd[2] / scale, 4)), (t("tl.detail.duration"), t.time(cd[3] / scale, 4))]
         if series.startswith(("send", "recv")):
             rows.append((t("tl.detail.peer"), t.int(int(cd[4]))))
-            rows.append((t("tl.detail.bytes"), f"{t.num(cd[5])} MB"))
+            rows.append((t("tl.detail.bytes"), f"{t.num(cd[5])} MiB"))
         elif compute_span:
             rows.append((t("tl.detail.flops"), f"{t.num(cd[5])} TFLOP"))
         return [html.Strong(t("tl.detail.title")),

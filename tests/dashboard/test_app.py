@@ -10,7 +10,7 @@ import pytest
 from dashboard import export
 from dashboard.app import create_app
 from dashboard.client import CallbackClient
-from dashboard.state import defaults
+from dashboard.state import defaults, values_from_query
 from sim.cli.main import build_parser, main
 from sim.trace.format import Trace
 from tests.dashboard.conftest import controls, measured_from
@@ -283,3 +283,38 @@ def test_a_key_the_page_does_not_know_is_named_with_the_nearest_it_does(client, 
     status, out = client.call("scenario.data", {"url.search": f"?link-gbps=0&lang={lang}"} | controls(), [])
     assert status == 200 and words in out["banner"]["children"]
     assert out["scenario"]["data"]["values"] == defaults()
+
+
+@pytest.mark.parametrize("lang, typed, read", [
+    ("id", {"link-gbps": "1.000", "seq": "131.072", "efficiency": "0,6"}, {"link-gbps": 1000, "seq": 131072,
+                                                                          "efficiency": 0.6}),
+    ("id", {"efficiency": "0.6", "seq": "64k"}, {"efficiency": 0.6, "seq": 65536}),
+    ("en", {"link-gbps": "1,000", "seq": "131,072", "efficiency": "0.6"}, {"link-gbps": 1000, "seq": 131072,
+                                                                          "efficiency": 0.6}),
+    ("en", {"link-gbps": "1.000", "seq": "1M"}, {"link-gbps": 1.0, "seq": 1 << 20}),
+])
+def test_a_typed_number_is_read_as_the_page_s_language_writes_numbers(client, lang, typed, read):
+    """The boxes are the page's to read: an Indonesian 1.000 is a thousand (the browser's
+    number box took it for 1), 0,6 six tenths; each box read shows the number it was read as,
+    and the address carries it."""
+    status, out = client.call("scenario.data", controls(**typed) | {"lang.value": lang},
+                              [f"{cid}.value" for cid in typed])
+    assert status == 200
+    assert {cid: out["scenario"]["data"]["values"][cid] for cid in typed} == read
+    assert {cid: out[cid]["value"] for cid in typed} == read
+    assert {cid: values_from_query(out["url"]["search"])[0][cid] for cid in typed} == read
+
+
+@pytest.mark.parametrize("cid, typed, words", [
+    ("seq", "12x", "must be a whole number, got '12x'"),
+    ("window", "abc", "must be a whole number, got 'abc'"),
+    ("gpus", "1.2.3", "must be a whole number, got '1.2.3'"),
+    ("link-gbps", "fast", "enter a number, got 'fast'"),
+])
+def test_a_typed_value_that_is_not_a_number_is_refused_by_name_and_kept(client, cid, typed, words):
+    """Not read as a number, a box's text is refused under it, in words, and left as typed
+    (the browser's number box dropped 12x's x and emptied abc without a word)."""
+    status, out = client.call("scenario.data", controls(**{cid: typed}), [f"{cid}.value"])
+    assert status == 200
+    assert words in out[f"{cid}-msg"]["children"]
+    assert "scenario" not in out and "value" not in out.get(cid, {})

@@ -78,7 +78,7 @@ def test_a_clicked_span_lists_its_record(client):
     c = compute.run(scenario_from_values(store["values"])).trace.columns
     (span,) = np.flatnonzero((c.stream == SEND) & (c.rank == gpu) & (c.step == step))
     assert f"other GPU {int(c.peer[span])}" in text
-    assert f"{c.bytes[span] / 1e6:.2f} MB" in text
+    assert f"{c.bytes[span] / 2 ** 20:.2f} MiB" in text       # MiB, as the tables and the questions say
     _, out = client.call("timeline-details.children",
                          {**values, "timeline.clickData": {"points": [{"curveNumber": 999, "pointNumber": 0}]}},
                          ["timeline.clickData"])

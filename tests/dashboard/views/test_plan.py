@@ -7,7 +7,8 @@ import pytest
 
 from dashboard.app import create_app
 from dashboard.figures.plan import plan_chart
-from dashboard.state import CONTROL_IDS, values_from_query
+from dashboard.i18n import Translator
+from dashboard.state import CONTROL_IDS, control_label, values_from_query
 from dashboard.views.plan import DEFAULTS, INPUT_IDS, MAX_GPUS, query_for_candidate, request_of
 from sim.errors import RingsimError
 
@@ -213,9 +214,25 @@ def test_a_steps_split_reads_in_the_pages_language(parallel, english, indonesian
     assert step_split(Translator("id"), c) == indonesian
 
 
-@pytest.mark.parametrize("lang, words", [("en", "Nodes must be a whole number more than 0, got 0"),
-                                         ("id", "Simpul harus bilangan bulat lebih dari 0, bukan 0")])
-def test_a_mistake_names_the_input_as_labelled_in_the_page_s_language(client, lang, words):
+@pytest.mark.parametrize("lang, typed, words", [
+    ("en", {"plan-nodes": 0}, "Nodes must be a whole number more than 0, got 0"),
+    ("id", {"plan-nodes": 0}, "Simpul harus bilangan bulat lebih dari 0, bukan 0"),
+    ("en", {"plan-seq": "lots"}, "must be a whole number more than 0 or a size such as 128k or 1M (2^20), got 'lots'"),
+    ("id", {"plan-seq": "lots"}, "harus bilangan bulat lebih dari 0 atau ukuran seperti 128k atau 1M (2^20), bukan 'lots'"),
+    ("id", {"plan-global-batch": "16Q"}, "harus bilangan bulat lebih dari 0 atau ukuran seperti"),
+    ("id", {"plan-headroom": "banyak"}, "harus bagian seperti 10% atau jumlah seperti 8GiB, bukan 'banyak'"),
+])
+def test_a_mistake_names_the_input_as_labelled_in_the_page_s_language(client, lang, typed, words):
     status, out = client.call("plan-result.data", {"tabs.value": "plan", "plan-run.n_clicks": 1, "lang.value": lang,
-                                                   **_inputs(**{"plan-nodes": 0})}, ["plan-run.n_clicks"])
-    assert status == 200 and out["plan-msg"]["children"] == words
+                                                   **_inputs(**typed)}, ["plan-run.n_clicks"])
+    t = Translator(lang)
+    label = control_label(t, next(iter(typed)))
+    assert status == 200 and words in out["plan-msg"]["children"]
+    assert out["plan-msg"]["children"].startswith(label) and "seq " not in out["plan-msg"]["children"]
+
+
+@pytest.mark.parametrize("lang, seq", [("id", "1,5M"), ("en", "1.5M"), ("id", "1.572.864"), ("en", "1,572,864")])
+def test_a_size_reads_as_the_page_s_language_writes_it(lang, seq):
+    from dashboard.views.plan import read_plan
+
+    assert read_plan(dict(DEFAULTS, **{"plan-seq": seq}), lang)["plan-seq"] == "1572864"

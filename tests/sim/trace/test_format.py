@@ -71,7 +71,10 @@ def broken(path, value):
 
 
 @pytest.mark.parametrize("text,match", [
-    ("", "not valid JSON"),
+    ("", "neither an archive"),
+    ("oops", "neither an archive"),
+    (b"\xd0\x8f junk bytes", "neither an archive"),
+    ("{oops", "not valid JSON"),
     ("[1, 2]", "object"),
     ('{"format": "other"}', "not a ringsim trace"),
     (json.dumps({**good(), "version": 99}), "version"),
