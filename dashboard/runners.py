@@ -13,12 +13,11 @@ at a time, its runs one after another; a comparison whose job is stopped (the pa
 for another) lets its runners go once their run in hand ends. They run below the server's
 priority (side_by_side.WORKER_NICE) and end when the last server process has ended, however
 it ended, taking their folder with them: each reads a pipe whose other end only the server's
-processes hold (`_serve`).
+processes hold (dashboard/runner.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import secrets
 import shutil
@@ -27,7 +26,7 @@ import sys
 import tempfile
 import threading
 from collections import deque
-from multiprocessing.connection import Client, Listener
+from multiprocessing.connection import Client
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -158,7 +157,7 @@ def start(count: int) -> Runners:
     try:
         for address in runners.addresses:
             runners.processes.append(subprocess.Popen(
-                [sys.executable, "-m", "dashboard.runners", "--address", address, "--folder", str(folder),
+                [sys.executable, "-m", "dashboard.runner", "--address", address, "--folder", str(folder),
                  "--watch-fd", str(watched), "--ready-fd", str(said_ready)],
                 pass_fds=(watched, said_ready), stdin=subprocess.DEVNULL, cwd=os.getcwd(),
                 env=os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [_root(), os.environ.get("PYTHONPATH")]))}))
@@ -190,58 +189,3 @@ def stop() -> None:
 def _root() -> str:
     """The folder this package is imported from (a runner imports the same code)."""
     return str(Path(__file__).resolve().parent.parent)
-
-
-def _serve(address: str, folder: str, watched: int, ready: int) -> None:
-    """A runner: simulate the runs a comparison sends, one after another, sending back each
-    one's summary or the error it raised; end when `watched` (a pipe's end) closes."""
-    from dashboard.side_by_side import lower_priority, simulated
-
-    def end_with_server() -> None:
-        while os.read(watched, 1):
-            pass
-        shutil.rmtree(folder, ignore_errors=True)      # a server killed outright leaves nothing behind
-        os._exit(0)
-
-    threading.Thread(target=end_with_server, daemon=True).start()
-    lower_priority()
-    key = (Path(folder) / KEY_FILE).read_bytes()
-    with Listener(address, family="AF_UNIX", backlog=BACKLOG, authkey=key) as listener:
-        os.write(ready, b"+")
-        os.close(ready)
-        while True:
-            try:
-                conn = listener.accept()
-            except (OSError, EOFError, ValueError):    # a client that failed the key or left
-                continue
-            with conn:
-                while True:
-                    try:
-                        job = conn.recv()
-                    except (OSError, EOFError):
-                        break                          # the comparison is done, or stopped
-                    try:
-                        answer = (True, simulated(*job))
-                    except Exception as e:             # noqa: BLE001  (sent to the comparison, raised there)
-                        answer = (False, e)
-                    try:
-                        conn.send(answer)
-                    except (OSError, EOFError):
-                        break
-                    except Exception as e:             # noqa: BLE001  (an error that does not pickle)
-                        conn.send((False, RuntimeError(f"{type(e).__name__}: {e}")))
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m dashboard.runners",
-                                description="a comparison runner (started by `ringsim dashboard`)")
-    p.add_argument("--address", required=True)
-    p.add_argument("--folder", required=True)
-    p.add_argument("--watch-fd", type=int, required=True)
-    p.add_argument("--ready-fd", type=int, required=True)
-    a = p.parse_args(argv)
-    _serve(a.address, a.folder, a.watch_fd, a.ready_fd)
-
-
-if __name__ == "__main__":
-    main()

@@ -133,3 +133,32 @@ def test_a_link_the_page_cannot_simulate_shows_the_defaults_and_says_so(dash_duo
     dash_duo.wait_for_contains_text("#timeline .gtitle", "16 GPU", timeout=TIMEOUT)
     _until(dash_duo, lambda d: not d.find_element(By.ID, "banner").text.strip(), "the banner stayed")
     assert _severe(dash_duo) == []
+
+
+def test_a_number_is_typed_as_the_page_s_language_writes_it(dash_duo):
+    """In Bahasa Indonesia 1.000 is a thousand and 0,6 six tenths: the box shows the number it
+    was read as and the run takes it (a browser's number box took 1.000 for 1); text that is
+    no number stays in its box, refused under it, the last valid run kept."""
+    _open(dash_duo, "?lang=id")
+    dash_duo.wait_for_contains_text("#scenario-line", "8 ×", timeout=TIMEOUT)
+    box = dash_duo.find_element("#link-gbps")
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
+    box.clear()
+    box.send_keys("1.000\n")
+    _until(dash_duo, lambda d: d.find_element(By.ID, "link-gbps").get_attribute("value") == "1000",
+           "the box does not show 1000")
+    _until(dash_duo, lambda d: "link_gbps=1000" in d.current_url, "the address does not carry 1000 GB/s")
+    box = dash_duo.find_element("#efficiency")
+    box.clear()
+    box.send_keys("0,6\n")
+    _until(dash_duo, lambda d: d.find_element(By.ID, "efficiency").get_attribute("value") == "0.6",
+           "the box does not show 0.6")
+    _until(dash_duo, lambda d: "eff=0.6" in d.current_url, "the address does not carry 0.6")
+    box = dash_duo.find_element("#seq")
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
+    box.clear()
+    box.send_keys("12x\n")
+    dash_duo.wait_for_contains_text("#seq-msg", "'12x'", timeout=TIMEOUT)
+    assert dash_duo.find_element("#seq").get_attribute("value") == "12x"
+    dash_duo.wait_for_contains_text("#banner", Translator("id")("ctl.seq.label"), timeout=TIMEOUT)
+    assert _severe(dash_duo) == []

@@ -52,7 +52,7 @@ def test_trace_upload_round_trip(small_trace):
     (b"{not json", "not valid JSON"),
     (b'{"format": "something-else"}', "not a ringsim trace"),
     (b'[1, 2, 3]', "JSON object"),
-    (pickle.dumps({"a": 1}), "not valid JSON"),
+    (pickle.dumps({"a": 1}), "neither an archive"),
     (b"[" * 100_000, "JSON"),
 ])
 def test_malformed_uploads_give_a_clear_message(raw, words):

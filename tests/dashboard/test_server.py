@@ -131,7 +131,7 @@ def test_the_server_keeps_its_runners_and_ends_them(flags):
     end with it, their folder gone."""
     proc, base, r = _serve(*flags, "--runners", "2")
     try:
-        runners = [(pid, cmd) for pid, cmd in _children(proc.pid) if "dashboard.runners" in cmd]
+        runners = [(pid, cmd) for pid, cmd in _children(proc.pid) if "-m dashboard.runner " in cmd]
         assert len(runners) == 2
         folder = runners[0][1].split("--folder ")[1].split()[0]
         assert os.path.isdir(folder)
