@@ -25,8 +25,8 @@ LABELS = {
     "compute": "block compute", "transfer": "block transfer",
     "at_tokens": " compute = transfer<br> at {tokens} tokens", "at_bw": " compute = transfer<br> at {gbps} GB/s",
     "tokens_axis": "tokens per GPU", "bw_axis": "link GB/s per direction",
-    "nccl_note": "block transfer: NCCL's send time with the channels<br>NCCL gives a send of that size, "
-                 "so it can stay<br>flat or step while the block grows",
+    "nccl_note": "block transfer: NCCL's send time; NCCL gives a larger<br>send more channels (twice the bytes, "
+                 "twice the<br>channels, up to its limit per peer), so the time<br>can stay flat while the block grows",
     # hover templates: Plotly's placeholders only, numbers in the figure's `separators`
     "h_tokens_pct": "%{x:,} tokens/GPU: %{y:.3g}%", "h_tokens_us": "%{x:,} tokens: %{y:.4g} µs",
     "separators": ".,",
@@ -98,7 +98,7 @@ def overlap_sweep(sweep: dict[str, Any], *, labels: dict[str, Any] | None = None
     for col in (1, 2):
         fig.update_yaxes(range=[-3, PCT_TOP], tickvals=list(range(0, 101, 20)), row=1, col=col)
     fig.update_yaxes(title_text="% ", row=1, col=1)
-    fig.update_yaxes(type="log", title_text="µs", row=2, col=1)
+    fig.update_yaxes(type="log", title_text="µs", exponentformat="none", row=2, col=1)   # 100,000 µs, not 100k
     fig.update_xaxes(visible=False, row=2, col=2)
     fig.update_yaxes(visible=False, row=2, col=2)
     # the empty fourth cell holds the legend, and under it why the transfer can stay flat

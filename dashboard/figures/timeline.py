@@ -273,10 +273,12 @@ def timeline(trace: Trace, ranks: tuple[int, int] | None = None, *,
         what = run_label(trace.config)
         title = (f"{trace.source.capitalize()} timeline: {trace.n_gpus} GPUs"
                  + (f", {what}" if what else "") + f" — makespan {makespan * scale:.4g} {unit}")
-    lab = {"window": " (GPUs {lo}–{hi} of {n})", "time": "time ({unit})", "separators": ".,", **(labels or {})}
+    lab = {"window": " (GPUs {lo}–{hi} of {n})", "window_one": " (GPU {gpu} of {n})", "time": "time ({unit})",
+           "separators": ".,", **(labels or {})}
     if (lo, hi) != (0, trace.n_gpus - 1):
         count = lab.get("int", str)           # the page's grouping: "1,024" and "1.024" as in the title
-        title += lab["window"].format(lo=count(lo), hi=count(hi), n=count(trace.n_gpus))
+        title += (lab["window_one"].format(gpu=count(lo), n=count(trace.n_gpus)) if lo == hi else
+                  lab["window"].format(lo=count(lo), hi=count(hi), n=count(trace.n_gpus)))
     title = wrap_title(title)
     lines = title.count("<br>")
     x_range = {"range": [a_s * scale, b_s * scale]} if use_gl or zoomed else {}

@@ -109,19 +109,21 @@ def long_callback(app, background: Any | None, name: str, outputs: list, inputs:
         drawn = [Output(o.component_id, o.component_property, allow_duplicate=True) for o in outputs]
 
         @app.callback(*drawn, Output(f"{name}-asked", "data"),
-                      Output(f"{name}-progress", "children", allow_duplicate=True), *inputs,
+                      Output(f"{name}-progress", "children", allow_duplicate=True),
+                      Output(f"{name}-busy", "style", allow_duplicate=True), *inputs,
                       prevent_initial_call="initial_duplicate")
         def ask(*args):
             if tab_at and args[tab_at[0]] != name:
                 raise PreventUpdate
             if ready is not None and ready(*args):
                 out = fn(_quiet, *args)
-                return (*(out if len(outputs) > 1 else [out]), no_update, no_update)
+                return (*(out if len(outputs) > 1 else [out]), no_update, no_update, no_update)
             # a new job's line starts afresh: not the last job's progress and rows, shown
-            # again until the new job's first word. The time makes each ask new: asking
-            # again for the same inputs starts a job again
+            # again until the new job's first word; it shows now, not once the job's process
+            # has started (a second or more on a busy server). The time makes each ask new:
+            # asking again for the same inputs starts a job again
             starting = Translator(args[lang_at[0]] if lang_at else None)("busy.starting")
-            return (*[no_update] * len(outputs), {"inputs": list(args), "at": time.time()}, starting)
+            return (*[no_update] * len(outputs), {"inputs": list(args), "at": time.time()}, starting, {})
 
         def job(set_progress, asked):
             if not asked:

@@ -112,5 +112,5 @@ def _compare_table(rows: list[dict[str, Any]], t: Translator) -> Any:
     body = [[layout_label(t, r["layout"]), t("cmp.on" if r["overlap"] else "cmp.off"), t.time(r["makespan_s"]),
              t.num(r["makespan_s"] / best) + "×", "–" if r["efficiency"] is None else t.pct(r["efficiency"]),
              t.num(r["load_imbalance"], 4), t.pct(r["overlap_efficiency"]),
-             t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0"] for r in rows]
+             t.time(r["exposed_comm_s"])] for r in rows]
     return table(head, [(row, None) for row in body])

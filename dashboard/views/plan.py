@@ -322,7 +322,7 @@ def table(t: Translator, data: dict[str, Any], top: int) -> html.Table:
             html.Td(explain.variant(t, c["variant_clause"])),
             html.Td(_fmt_s(t, c["makespan_s"])), html.Td(_fmt_s(t, c["step_s"])),
             html.Td("–" if c["efficiency"] is None else t.pct(c["efficiency"])),
-            html.Td(_fmt_s(t, c["exposed_comm_s"]) if c["exposed_comm_s"] else "0"),
+            html.Td(_fmt_s(t, c["exposed_comm_s"])),
             # the whole step's memory; under it the one layer's attention the cards show once loaded
             html.Td([t.bytes(c["peak_mem_bytes"]), html.Br(),
                      html.Span(t("plan.attention_memory", bytes=t.bytes(c["attention_mem_bytes"])),

@@ -117,7 +117,7 @@ def _schemes_table(rows: list[dict[str, Any]], current: Any, t: Translator) -> A
             peak = "–" if r["peak_mem_bytes"] is None else gib(r["peak_mem_bytes"])
             cells = [scheme_name(t, r["scheme"]), variant, t.time(r["makespan_s"]),
                      t.num(r["makespan_s"] / best["makespan_s"]) + "×", eff,
-                     t.time(r["exposed_comm_s"]) if r["exposed_comm_s"] else "0",
+                     t.time(r["exposed_comm_s"]),
                      f"{t.num(r['bytes_sent_per_gpu'] / sent_scale)} {sent_in}", peak,
                      cell(explain.row_bound(t, r), cls="why")]
         body.append((cells, " ".join(c for c, on in (("best", r is best), ("current", here)) if on) or None))

@@ -113,7 +113,8 @@ def register_callbacks(app: dash.Dash, served: Served) -> None:
                 makespan = float(c.end_s.max() - c.start_s.min()) if len(c) else 0.0   # no metrics needed
                 title = t("tl.title", gpus=t.int(tr.n_gpus), run=run_words(t, tr.config),
                           makespan=t.time(makespan, 4))
-                labels = figure_labels(t, "tl") | {"window": t("tl.window"), "time": t("tl.time")}
+                labels = figure_labels(t, "tl") | {"window": t("tl.window"), "window_one": t("tl.window-one"),
+                                                   "time": t("tl.time")}
                 scale, _ = time_unit(makespan or 1e-6)            # the chart's unit, as the figure picks it
                 return timeline(tr, window, starts=res.rank_starts, title=title, labels=labels,
                                 time_range_s=None if shown is None else (shown[0] / scale, shown[1] / scale))

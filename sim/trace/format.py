@@ -316,7 +316,7 @@ class Trace:
         """A trace from a file's contents: an archive or JSON (any version in READS)."""
         if isinstance(data, bytes) and data.startswith(_ZIP_MAGIC):
             return _from_archive(data)
-        if not (data.lstrip()[:1] in (b"{", b"[", "{", "[")):
+        if data.lstrip()[:1] not in (b"{", b"[", "{", "["):
             # not a JSON document either: say what a trace file is, not how JSON failed
             raise RingsimError("trace: not a ringsim trace: neither an archive (.npz, a zip of arrays) "
                                "nor a JSON document")

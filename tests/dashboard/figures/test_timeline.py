@@ -325,3 +325,10 @@ def test_every_transfer_kind_of_a_scheme_is_a_visible_shade():
         assert len(set(colors)) == 3
         for c in colors:
             assert min(int(c[i:i + 2], 16) for i in (1, 3, 5)) <= 215, c
+
+
+def test_a_window_of_one_gpu_is_named_as_one(small_trace):
+    """The title names the GPUs drawn: "GPU 2 of N" for one, not "GPUs 2–2 of N"."""
+    n = small_trace.n_gpus
+    assert f"(GPU 2 of {n})" in timeline(small_trace, (2, 2)).layout.title.text
+    assert f"(GPUs 1–2 of {n})" in timeline(small_trace, (1, 2)).layout.title.text
