@@ -94,8 +94,8 @@ def test_a_comparisons_progress_shows_the_rows_done_so_far():
 
 
 def test_a_new_job_starts_its_line_afresh(tmp_path, monkeypatch):
-    """Asking for a job resets the busy line to "starting" in the page's language: the last
-    job's count and rows do not show again until the new job's first word."""
+    """Asking for a job resets the busy line to "starting" in the page's language and shows
+    it: the last job's count and rows do not show again until the new job's first word."""
     if background.manager(str(tmp_path / "probe")) is None:
         pytest.skip("diskcache is not installed")
     monkeypatch.setenv("RINGSIM_DASHBOARD_CACHE", str(tmp_path / "cache"))
@@ -110,3 +110,6 @@ def test_a_new_job_starts_its_line_afresh(tmp_path, monkeypatch):
     assert status == 200 and out["schemes-asked"]["data"]["inputs"]
     (progress,) = [v for k, v in out["schemes-progress"].items() if k.startswith("children")]
     assert progress == "Memulai…"
+    # and the line shows now, not once the job's process has started
+    (style,) = [v for k, v in out["schemes-busy"].items() if k.startswith("style")]
+    assert style == {}

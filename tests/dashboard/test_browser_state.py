@@ -141,19 +141,15 @@ def test_a_number_is_typed_as_the_page_s_language_writes_it(dash_duo):
     no number stays in its box, refused under it, the last valid run kept."""
     _open(dash_duo, "?lang=id")
     dash_duo.wait_for_contains_text("#scenario-line", "8 ×", timeout=TIMEOUT)
-    box = dash_duo.find_element("#link-gbps")
-    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
-    box.clear()
-    box.send_keys("1.000\n")
-    _until(dash_duo, lambda d: d.find_element(By.ID, "link-gbps").get_attribute("value") == "1000",
-           "the box does not show 1000")
-    _until(dash_duo, lambda d: "link_gbps=1000" in d.current_url, "the address does not carry 1000 GB/s")
-    box = dash_duo.find_element("#efficiency")
-    box.clear()
-    box.send_keys("0,6\n")
-    _until(dash_duo, lambda d: d.find_element(By.ID, "efficiency").get_attribute("value") == "0.6",
-           "the box does not show 0.6")
-    _until(dash_duo, lambda d: "eff=0.6" in d.current_url, "the address does not carry 0.6")
+    for cid, typed, read, in_url in (("link-gbps", "1.000", "1000", "link_gbps=1000"),
+                                     ("efficiency", "0,6", "0.6", "eff=0.6")):
+        box = dash_duo.find_element(f"#{cid}")
+        dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
+        box.clear()
+        box.send_keys(typed + "\n")
+        _until(dash_duo, lambda d: d.find_element(By.ID, cid).get_attribute("value") == read,
+               f"{cid}: the box does not show {read}")
+        _until(dash_duo, lambda d: in_url in d.current_url, f"the address does not carry {in_url}")
     box = dash_duo.find_element("#seq")
     dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
     box.clear()
