@@ -90,18 +90,24 @@ def _set_up(app) -> None:
 def _start_runners(count: int | None, reloading: bool) -> None:
     """Start the comparisons' runners (dashboard/runners.py) before the server forks, so that
     every server process and background job shares them; one per core by default, none under
-    the reloader (it runs this command twice) or on one core (a comparison's large runs then
-    run one after another in its own process)."""
+    the reloader (it runs this command twice), on one core (a comparison's large runs then
+    run one after another in its own process) or off Unix; where they cannot start, the page
+    goes on without them."""
     from dashboard import runners
     from sim.engine.threads import cores
 
     if count is None:
-        count = 0 if reloading or cores() < 2 else min(cores(), MAX_AUTO_WORKERS)
+        count = 0 if reloading or cores() < 2 or os.name != "posix" else min(cores(), MAX_AUTO_WORKERS)
+    elif count and os.name != "posix":
+        raise RingsimError("--runners needs a Unix system (its runners listen on Unix sockets); use --runners 0")
     if count:
         try:
             runners.start(count)
         except OSError as e:
-            raise RingsimError(f"cannot start the comparisons' runners: {e.strerror or e}") from None
+            # the page works without them: each comparison starts its own processes
+            print(f"ringsim: warning: the comparisons' runners did not start ({e.strerror or e}); "
+                  "each comparison starts its own processes", file=sys.stderr)
+            return
         atexit.register(runners.stop)
 
 

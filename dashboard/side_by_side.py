@@ -30,6 +30,12 @@ APART_OPS = 500_000
 are: about a second of a core (a forward ring of 512 GPUs is 523,776), which the process's
 start costs again."""
 
+RUNNER_OPS = 50_000
+"""Where the server keeps runners (dashboard/runners.py), a run of at least this many
+operations goes to them when several are: no process to start, only the run and its row to
+pass (milliseconds), and the runners take the largest first, on every core, while the
+comparison's own process waits (a ring of 256 GPUs is 130,560, about 0.2 s of a core)."""
+
 Summary = tuple
 """What a run's row keeps: ("metrics",) its Metrics; ("scheme-row", scheme, variant, clause)
 its sim.trace.metrics.scheme_row with the variant's clause."""
@@ -56,9 +62,11 @@ def operations(scenario: Scenario) -> int:
 
 
 def apart(scenarios: Sequence[Scenario]) -> list[int]:
-    """The positions of the runs worth a process of their own: none unless two or more are
-    large and the machine has two or more cores."""
-    large = [i for i, sc in enumerate(scenarios) if operations(sc) >= APART_OPS]
+    """The positions of the runs worth a process of their own (APART_OPS; RUNNER_OPS where
+    the server keeps runners): none unless two or more are and the machine has two or more
+    cores."""
+    least = RUNNER_OPS if runners.RUNNERS is not None else APART_OPS
+    large = [i for i, sc in enumerate(scenarios) if operations(sc) >= least]
     return large if len(large) >= 2 and cores() >= 2 else []
 
 

@@ -47,6 +47,7 @@ def two_runners(monkeypatch):
     """Two runners of this process; every comparison's run worth one, on two cores; a
     comparison that would start processes of its own fails the test."""
     monkeypatch.setattr(side_by_side, "APART_OPS", 1)
+    monkeypatch.setattr(side_by_side, "RUNNER_OPS", 1)
     monkeypatch.setattr(side_by_side, "cores", lambda: 2)
     monkeypatch.setattr(compute, "DISK", None)
 

@@ -143,3 +143,15 @@ def test_the_server_keeps_its_runners_and_ends_them(flags):
             and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(os.path.exists(f"/proc/{pid}") for pid, _ in runners) and not os.path.exists(folder)
+
+
+def test_runners_that_cannot_start_leave_the_page_to_start_its_own(monkeypatch, capsys):
+    from dashboard import cli, runners
+
+    def fail(count):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(runners, "start", fail)
+    cli._start_runners(2, reloading=False)
+    err = capsys.readouterr().err
+    assert err.startswith("ringsim: warning: the comparisons' runners did not start (Too many open files)")
+    assert err.count("\n") == 1 and runners.RUNNERS is None

@@ -171,3 +171,18 @@ def test_a_run_another_process_is_making_is_waited_for_not_made_again(monkeypatc
     assert got["rows"] == compare_layout_rows(sc)
     assert (key in made) is not other_makes_it and not disk.making("metrics", key)
     compute.clear_caches()
+
+
+def test_where_the_server_keeps_runners_smaller_runs_go_to_them(monkeypatch):
+    """Without a process to start for them, runs of RUNNER_OPS go apart (APART_OPS without)."""
+    from dashboard import runners
+
+    sizes = {8: side_by_side.RUNNER_OPS, 16: side_by_side.RUNNER_OPS, 32: side_by_side.RUNNER_OPS - 1}
+    scenarios = [_scenario(gpus=n) for n in sizes]
+    monkeypatch.setattr(side_by_side, "operations", lambda sc: sizes[sc.n_gpus])
+    monkeypatch.setattr(side_by_side, "cores", lambda: 2)
+    assert side_by_side.APART_OPS > side_by_side.RUNNER_OPS
+    monkeypatch.setattr(runners, "RUNNERS", None)
+    assert side_by_side.apart(scenarios) == []
+    monkeypatch.setattr(runners, "RUNNERS", object())
+    assert side_by_side.apart(scenarios) == [0, 1]
