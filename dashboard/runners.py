@@ -53,7 +53,8 @@ class Runners:
     def run(self, jobs: Sequence[Any], order: Sequence[int], most: int,
             done: Callable[[int, Any], None]) -> list[int]:
         """Simulate each of `jobs` ((scenario, profile, what): dashboard.side_by_side.simulated's
-        arguments) on up to `most` runners, taking them in `order`, and call done(position,
+        arguments) on up to `most` runners, taking them in `order` (largest first: one runner takes
+        them from the other end where there are several), and call done(position,
         summary) as each ends; the first error a run raised is raised here once no run is in
         hand. Returns the positions of the jobs no runner could take (a runner gone): the caller
         makes those itself. A runner busy with another comparison joins in when it is free;
@@ -68,7 +69,7 @@ class Runners:
         def finished() -> bool:
             return state["in_hand"] == 0 and (not waiting or errors or state["serving"] == 0)
 
-        def serve_from(address: str) -> None:
+        def serve_from(address: str, smallest_first: bool) -> None:
             try:
                 conn = Client(address, family="AF_UNIX", authkey=key)
             except (OSError, EOFError):
@@ -78,7 +79,7 @@ class Runners:
                     with changed:
                         if not waiting or errors:
                             return
-                        i = waiting.popleft()
+                        i = waiting.pop() if smallest_first else waiting.popleft()
                         state["in_hand"] += 1
                     try:
                         conn.send(jobs[i])
@@ -108,9 +109,12 @@ class Runners:
                     state["serving"] -= 1
                     changed.notify_all()
 
-        for address in self.addresses[:state["serving"]]:
-            # daemon: one still waiting for a runner busy with another comparison ends with the process
-            threading.Thread(target=serve_from, args=(address,), daemon=True).start()
+        for k, address in enumerate(self.addresses[:state["serving"]]):
+            # the first runner takes the smallest runs first, the others the largest: the first
+            # rows show within a second, and the last runs to start are small ones. Daemon: one
+            # still waiting for a runner busy with another comparison ends with the process
+            threading.Thread(target=serve_from, args=(address, k == 0 and state["serving"] > 1),
+                             daemon=True).start()
         with changed:
             changed.wait_for(finished)
             if errors:

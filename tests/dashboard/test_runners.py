@@ -153,17 +153,20 @@ def test_the_runners_end_with_the_server(tmp_path):
         os.waitpid(child, 0)
         time.sleep(1)
         print("forked one ended", all(p.poll() is None for p in r.processes) and r.folder.exists(), flush=True)
+        sys.stdin.readline()               # until the test has seen the runners alive
         if sys.argv[1] == "exit":
             sys.exit(0)
         time.sleep(120)
     """)
     for how in ("kill", "exit"):
-        server = subprocess.Popen([sys.executable, "-c", script, how], stdout=subprocess.PIPE, text=True,
-                                  env=os.environ | {"PYTHONPATH": runners._root()})
+        server = subprocess.Popen([sys.executable, "-c", script, how], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, env=os.environ | {"PYTHONPATH": runners._root()})
         *pids, folder = server.stdout.readline().split()
         assert server.stdout.readline().strip() == "forked one ended True"
         pids = [int(p) for p in pids]
         assert all(_alive(p) for p in pids)
+        server.stdin.write("go\n")
+        server.stdin.flush()
         if how == "kill":
             server.kill()
         server.wait(timeout=30)
@@ -174,3 +177,35 @@ def test_the_runners_end_with_the_server(tmp_path):
         while os.path.exists(folder) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not os.path.exists(folder)
+
+
+def test_one_runner_takes_the_smallest_runs_first_the_others_the_largest(tmp_path, monkeypatch):
+    """The first rows show at once: one runner starts on the smallest run while the other
+    starts on the largest; a lone runner takes the largest first. (Runners that answer each
+    run after a fifth of a second, in the order they were given their runs.)"""
+    given = []
+
+    class Runner:
+        def __init__(self, address, family, authkey):
+            self.address = address
+
+        def send(self, job):
+            given.append((self.address, job[0].n_gpus))
+
+        def recv(self):
+            time.sleep(0.2)
+            return True, None
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(runners, "Client", Runner)
+    (tmp_path / runners.KEY_FILE).write_bytes(b"key")
+    two = runners.Runners(tmp_path, 2)
+    jobs = [(_scenario(gpus=g), None, ("metrics",)) for g in (32, 16, 8, 2)]
+    assert two.run(jobs, [0, 1, 2, 3], 2, lambda i, v: None) == []
+    first, second = two.addresses
+    assert [g for a, g in given if a == first] == [2, 8] and [g for a, g in given if a == second] == [32, 16]
+    given.clear()
+    assert two.run(jobs, [0, 1, 2, 3], 1, lambda i, v: None) == []
+    assert given == [(first, 32), (first, 16), (first, 8), (first, 2)]
