@@ -111,8 +111,9 @@ class Runners:
 
         for k, address in enumerate(self.addresses[:state["serving"]]):
             # the first runner takes the smallest runs first, the others the largest: the first
-            # rows show within a second, and the last runs to start are small ones. Daemon: one
-            # still waiting for a runner busy with another comparison ends with the process
+            # rows show within a second while the largest runs start at once, and the runners
+            # meet in the middle. Daemon: one still waiting for a runner busy with another
+            # comparison ends with the process
             threading.Thread(target=serve_from, args=(address, k == 0 and state["serving"] > 1),
                              daemon=True).start()
         with changed:
