@@ -54,7 +54,7 @@ def _serve(address: str, folder: str, watched: int, ready: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m dashboard.runners",
+    p = argparse.ArgumentParser(prog="python -m dashboard.runner",
                                 description="a comparison runner (started by `ringsim dashboard`)")
     p.add_argument("--address", required=True)
     p.add_argument("--folder", required=True)

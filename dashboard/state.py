@@ -35,6 +35,7 @@ from sim.scenario.schema import SCHEME_OPTIONS, scenario_option
 from sim.schemes import DEFAULT as DEFAULT_SCHEME
 from sim.schemes import get as get_scheme
 from sim.schemes import names as scheme_names
+from sim.units import SIZE_SCALE
 
 SAME_LINK = "same"
 NO_CLUSTER = "none"
@@ -220,13 +221,16 @@ MARKS = {"en": (",", "."), "id": (".", ",")}
 
 
 def _number_pattern(group: str | None, decimal: str) -> re.Pattern:
+    """A number whose thousands are separated by `group` (None: not separated) and whose
+    decimal mark is `decimal`, with an exponent or not."""
     digits = r"\d+" if group is None else rf"(?:\d{{1,3}}(?:{re.escape(group)}\d{{3}})+|\d+)"
-    return re.compile(rf"([+-]?){digits}(?:{re.escape(decimal)}(\d+))?(?:[eE][+-]?\d+)?")
+    return re.compile(rf"[+-]?{digits}(?:{re.escape(decimal)}\d+)?(?:[eE][+-]?\d+)?")
 
 
-SIZE_SCALE = {"k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30}
-"""A token count's size suffixes, binary as context lengths are quoted (sim.units.parse_count):
-128k = 131,072."""
+_READINGS = {lang: ((_number_pattern(group, decimal), group, decimal), (_number_pattern(None, group), None, group))
+             for lang, (group, decimal) in MARKS.items()}
+"""How each language's numbers are read, in turn: with its own marks; then with its thousands
+separator as a decimal mark, where the number has no thousands to separate (typed_number)."""
 
 
 def typed_number(raw: Any, lang: str | None, sizes: bool = False) -> Any:
@@ -234,25 +238,23 @@ def typed_number(raw: Any, lang: str | None, sizes: bool = False) -> Any:
     numbers: its thousands separator between groups of three digits (Indonesian 131.072,
     English 131,072) and its decimal mark (0,6 and 0.6), or the other mark as a decimal one
     where it cannot separate thousands (an Indonesian 0.6, an English 0,6); an exponent as
-    in 1e6. An int where there is no
-    decimal part or exponent, else a float; blank as "". Anything else is returned as typed,
-    for the control's check to refuse by name (12x, 1.2.3); a value that is not text (the
-    address's, already read) as it is. With `sizes` (a token count), a size as the command
-    line takes it: 128k, 1M, 1,5M (binary, SIZE_SCALE)."""
+    in 1e6. An int where there is no decimal part or exponent, else a float; blank as "".
+    Anything else is returned as typed, for the control's check to refuse by name (12x,
+    1.2.3); a value that is not text (the address's, already read) as it is. With `sizes` (a
+    token count), a size as the command line takes it: 128k, 1M, 1,5M (binary,
+    sim.units.SIZE_SCALE)."""
     if not isinstance(raw, str):
         return raw
     text = raw.strip()
     if not text:
         return ""
-    if sizes and text[-1:].lower() in SIZE_SCALE:
+    if sizes and text[-1].lower() in SIZE_SCALE:
         n = typed_number(text[:-1], lang)
         if isinstance(n, (int, float)) and not isinstance(n, bool):
             x = n * SIZE_SCALE[text[-1].lower()]
             return int(x) if float(x).is_integer() else x
         return raw
-    group, decimal = MARKS.get(lang or "en", MARKS["en"])
-    for pattern, grouped, mark in ((_number_pattern(group, decimal), group, decimal),
-                                   (_number_pattern(None, group), None, group)):
+    for pattern, grouped, mark in _READINGS.get(lang or "en", _READINGS["en"]):
         if pattern.fullmatch(text):
             plain = (text.replace(grouped, "") if grouped else text).replace(mark, ".")
             return int(plain) if re.fullmatch(r"[+-]?\d+", plain) else float(plain)

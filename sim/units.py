@@ -52,7 +52,8 @@ def positive_ints(obj: Any, *names: str) -> None:
 
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*$")
-_SCALE = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30}
+SIZE_SCALE = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30}
+"""A count's size suffixes (lower case), binary as context lengths are quoted: 128k = 131,072."""
 
 
 def parse_count(value: Any, what: str = "value") -> int:
@@ -69,7 +70,7 @@ def parse_count(value: Any, what: str = "value") -> int:
         m = _COUNT.match(str(value))
         if not m:
             raise RingsimError(f"{what} must be a positive whole number or a size such as 128k or 1M, got {value!r}")
-        x = float(m.group(1)) * _SCALE[m.group(2).lower()]
+        x = float(m.group(1)) * SIZE_SCALE[m.group(2).lower()]
         if not x.is_integer():
             raise RingsimError(f"{what} {value!r} is not a whole number of tokens")
         n = int(x)
