@@ -9,7 +9,9 @@ experiments), and, where it was measured rather than simulated, under the machin
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +22,34 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def cpu_host() -> str:
     """This CPU host as result folders name it: `cpu-<cores>core`."""
     return f"cpu-{os.cpu_count()}core"
+
+
+def keep_results(prog: str, *paths: str | os.PathLike | None, force: bool = False) -> None:
+    """Refuse, in one line on stderr and exit status 2, before any measuring, to write a
+    results file where one is already kept (unless `force`: the script's --force) or
+    where it cannot be written (sim.files.output_problem): a bench run never replaces a
+    kept result unasked, and a long run is not lost to a name it cannot write."""
+    from sim.files import output_problem
+
+    for path in paths:
+        why = output_problem(path, force)
+        if why:
+            print(f"{prog}: {why}", file=sys.stderr)
+            raise SystemExit(2)
+
+
+def save_json(path: str | os.PathLike, obj: Any, *, force: bool = False, indent: int | None = 1) -> None:
+    """Write a results file whole (`obj` as JSON, a new line at the end), replacing one
+    already there only with `force` (sim.files.write_text: a crash leaves the old file or
+    the new one, never half of either)."""
+    from sim.files import write_text
+
+    write_text(path, json.dumps(obj, indent=indent, default=float) + "\n", overwrite=force)
+
+
+def add_force(parser: argparse.ArgumentParser) -> None:
+    """The --force option of a script that writes results (`keep_results`, `save_json`)."""
+    parser.add_argument("--force", action="store_true", help="replace a results file already there")
 
 
 def timed(fn: Callable[[], Any], samples: int, warmup: int = 1) -> list[float]:
