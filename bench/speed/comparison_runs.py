@@ -4,10 +4,14 @@ with overlap on and off, `compute.compare_table`) of the default scenario at a n
 GPUs, each run as a comparison makes it (`simulate(..., player="recurrence")` then its
 metrics) in this process, pinned to one core so that the simulator's threads do not hide
 the work. The sum over a comparison's runs is the core-seconds its cold draw needs: on a
-machine of C cores at least that sum / C, before the browser's share.
+machine of C cores at least that sum / C, and never less than its largest run, before the
+page's own run and the browser's share (`--cores`: that bound for machines of these
+sizes, a comparison's runs spread over C runners as dashboard/runners.py hands them out,
+each run as long as it took alone; runs side by side on one machine's cores slow each
+other a little, so the bound is a floor, not a forecast).
 
-    .venv/bin/python bench/speed/comparison_runs.py [--gpus 1024] [--repeats 2]
-        [--out bench/results/speed/cpu-2core/comparison-runs-1024.json]
+    .venv/bin/python bench/speed/comparison_runs.py [--gpus 1024] [--repeats 2] [--cores 2 4 8 16]
+        [--out bench/results/speed/cpu-2core/comparison-runs-1024.json] [--force]
 
 Prints a table (the median of --repeats timed runs, after one untimed) and writes JSON.
 """
@@ -15,7 +19,6 @@ Prints a table (the median of --repeats timed runs, after one untimed) and write
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -25,7 +28,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 
 def runs(gpus: int) -> list[tuple[str, str, object]]:
@@ -72,10 +75,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--cores", type=int, nargs="+", default=[2, 4, 8, 16],
+                    help="machine sizes to bound each comparison's cold draw for (default 2 4 8 16)")
     ap.add_argument("--out", default=None)
+    add_force(ap)
     a = ap.parse_args()
-    if a.gpus < 2 or a.repeats < 1:
-        sys.exit("comparison_runs.py: --gpus must be at least 2 and --repeats at least 1")
+    if a.gpus < 2 or a.repeats < 1 or min(a.cores) < 1:
+        sys.exit("comparison_runs.py: --gpus must be at least 2, --repeats and --cores at least 1")
+    out = a.out or str(RESULTS / "speed" / cpu_host() / f"comparison-runs-{a.gpus}.json")
+    keep_results("comparison_runs.py", out, force=a.force)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     rows = []
@@ -84,16 +92,29 @@ def main() -> None:
         r = rows[-1]
         print(f"{comparison:8s} {name:36s} {r['ops']:>10,} ops  simulate {r['simulate_s']:6.3f} s  "
               f"metrics {r['metrics_s']:5.3f} s", flush=True)
-    sums = {c: sum(r["total_s"] for r in rows if r["comparison"] == c) for c in ("schemes", "layouts")}
-    for c, s in sums.items():
-        n = sum(r["comparison"] == c for r in rows)
-        print(f"{c}: {n} runs, {s:.1f} core-seconds in all; on {os.cpu_count()} cores at least {s / os.cpu_count():.1f} s")
-    out = a.out or str(RESULTS / "speed" / cpu_host() / f"comparison-runs-{a.gpus}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"gpus": a.gpus, "repeats": a.repeats, "host": platform.node(), "cores": os.cpu_count(),
-                   "python": platform.python_version(), "rows": rows, "core_seconds": sums}, f, indent=1)
+    sums, floors = {}, {}
+    for c in ("schemes", "layouts"):
+        costs = [r["total_s"] for r in rows if r["comparison"] == c]
+        sums[c] = sum(costs)
+        floors[c] = {str(k): spread_over(costs, k) for k in a.cores}
+        print(f"{c}: {len(costs)} runs, {sums[c]:.1f} core-seconds in all, the largest {max(costs):.2f} s; "
+              "at least " + ", ".join(f"{floors[c][str(k)]:.1f} s on {k} cores" for k in a.cores))
+    save_json(out, {"gpus": a.gpus, "repeats": a.repeats, "host": platform.node(), "cores": os.cpu_count(),
+                    "python": platform.python_version(), "rows": rows, "core_seconds": sums,
+                    "floor_s_by_cores": floors}, force=a.force)
     print(f"wrote {out}")
+
+
+def spread_over(costs: list[float], runners: int) -> float:
+    """When the last of runs of these `costs` (seconds each, alone) ends on `runners` cores,
+    handed out as dashboard/runners.py does: the first runner takes the smallest left, each
+    other the largest left, each as soon as it is free."""
+    left = sorted(costs)
+    free = [0.0] * max(1, min(runners, len(left)))
+    while left:
+        r = min(range(len(free)), key=lambda i: (free[i], i))      # the runner free first
+        free[r] += left.pop(0) if r == 0 else left.pop()
+    return max(free, default=0.0)
 
 
 if __name__ == "__main__":
