@@ -27,6 +27,7 @@ Two sets of measurements the model was not fitted to:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import re
@@ -36,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim.hardware.cluster import Gpu, Hardware  # noqa: E402
 from sim.hardware.kernel_model import call_gpu_s  # noqa: E402
 
@@ -144,7 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="the block model against isolated batch-1 attention calls on one H100")
     p.add_argument("--json", default=str(RESULTS / "accuracy" / "blocks-h100-batch1.json"),
                    help="where to write the results")
+    add_force(p)
     a = p.parse_args(argv)
+    # the results folder is made here, not at the end, so that keep_results finds it; one
+    # that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    keep_results("blocks_h100_batch1", a.json, force=a.force)
 
     rows, skipped = kernel_rows()
     _table(("kernel", "mask", "pass", "tokens", "measured", "model", "error"),
@@ -178,8 +185,7 @@ def main(argv: list[str] | None = None) -> int:
            "rows": rows, "trace_rows": trows,
            "trace_summary": {"kernels": len(trows), "median_kernel_us": med, "model_us": model,
                              "median_abs_error": statistics.median(abs(r["error"]) for r in trows)}}
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+    save_json(a.json, out, force=a.force, indent=1)
     print(f"wrote {a.json}")
     return 0
 

@@ -25,18 +25,19 @@ the ideal one (fused merge) beside them.
     .venv/bin/python bench/accuracy/compare_rfa.py              # prints the table, writes
                                                                 # bench/results/accuracy/rfa-layouts-h800-a100-80gb.json
     .venv/bin/python bench/accuracy/compare_rfa.py --a100 40GB  # the same with A100 40GB (...-a100-40gb.json)
+    .venv/bin/python bench/accuracy/compare_rfa.py [--a100 80GB|40GB] [--out FILE.json] [--force]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
 from sim.hardware.cluster import Gpu, Hardware, Link  # noqa: E402
 from sim.scenario.config import Scenario, Workload  # noqa: E402
@@ -94,7 +95,16 @@ def order(cells: dict[str, float]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="the simulator against ring-flash-attention's published table")
     p.add_argument("--a100", choices=["80GB", "40GB"], default="80GB", help="which A100 (default 80GB)")
+    p.add_argument("--out", default=None, help="where to write the results (default bench/results/accuracy/"
+                                                "rfa-layouts-h800-a100-<80gb|40gb>.json, after --a100)")
+    add_force(p)
     a = p.parse_args(argv)
+    out = Path(a.out) if a.out else RESULTS / "accuracy" / f"rfa-layouts-h800-a100-{a.a100.lower()}.json"
+    # the results folder is made here, not at the end, so that keep_results finds it; one
+    # that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    keep_results("compare_rfa", out, force=a.force)
     MACHINES["8xA100"] = (f"A100-SXM-{a.a100}", "nvlink3")
     rows, checks = [], []
     for (machine, pass_), (fa_iters, published) in PUBLISHED.items():
@@ -139,16 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n--impl rfa: {within}/{len(rows)} cells within 5 points (before: {before}/{len(rows)}); order the "
           f"same in {sum(c['same'] for c in checks)}/{len(checks)} rows")
 
-    out = RESULTS / "accuracy" / f"rfa-layouts-h800-a100-{a.a100.lower()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
+    save_json(out, {
         "source": SOURCE,
         "config": {"gpus": N_GPUS, "tokens_per_gpu": TOKENS_PER_GPU, "seq": N_GPUS * TOKENS_PER_GPU, "batch": 1,
                    "heads": 32, "kv_heads": 8, "head_dim": 128, "dtype": "bf16", "causal": True,
                    "kernel": "fa2", "impl": "rfa", "before": {"impl": "ideal", "merge": "unfused"},
                    "layouts": LAYOUTS, "machines": MACHINES,
                    "overlap": True, "sync": "step", "granularity": "exact"},
-        "rows": rows, "order": checks, "cells_within_5": within, "before_cells_within_5": before}, indent=2) + "\n")
+        "rows": rows, "order": checks, "cells_within_5": within, "before_cells_within_5": before},
+        force=a.force, indent=2)
     print(f"wrote {out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}")
     return 0
 

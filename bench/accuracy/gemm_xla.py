@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim.hardware.gemm import gemm_time  # noqa: E402
 from sim.units import table  # noqa: E402
 
@@ -74,7 +73,9 @@ def summary(rows: list[dict]) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(RESULTS / "accuracy" / "gemm-xla-h100.json"))
+    add_force(p)
     a = p.parse_args()
+    keep_results("gemm_xla", a.out, force=a.force)
     measured = read_table()
     rows = compare(measured)
     print(f"GEMM model ({GPU}) against OpenXLA's measured sm_90 matmuls; error = model / measured - 1\n")
@@ -97,8 +98,8 @@ def main() -> int:
                 [[r["dtype"], f"{r['b']}", f"{r['m']}", f"{r['n']}", f"{r['k']}", f"{r['gflop']:.2f}",
                   f"{r['measured_s'] * 1e6:.1f} us", f"{r['model_s'] * 1e6:.1f} us", f"{r['error']:+.0%}", r["bound"],
                   f"{r['split_k']}"] for r in worst]))
-    Path(a.out).write_text(json.dumps({"source": str(DATA.relative_to(ROOT)), "gpu": GPU, "summary": out,
-                                       "fp8_above_peak": over, "products": rows}, indent=1) + "\n")
+    save_json(a.out, {"source": str(DATA.relative_to(ROOT)), "gpu": GPU, "summary": out, "fp8_above_peak": over,
+                      "products": rows}, force=a.force, indent=1)
     print(f"\nwrote {a.out}")
     return 0
 

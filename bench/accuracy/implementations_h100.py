@@ -18,13 +18,13 @@ Nothing is fitted: this is the model's prediction, to be set against measurement
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim import implementations  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
@@ -54,7 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="the implementations of each scheme side by side on H100s")
     p.add_argument("--json", default=str(RESULTS / "accuracy" / "implementations-h100.json"),
                    help="where to write the results")
+    add_force(p)
     a = p.parse_args(argv)
+    # the results folder is made here, not at the end, so that keep_results finds it; one
+    # that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    keep_results("implementations_h100", a.json, force=a.force)
     rows = []
     for scheme in scheme_names():
         offered = [i.library for i in implementations.of_scheme(scheme)]
@@ -83,12 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             print("  ".join("-" * w for w in widths))
     print("\nTFLOP/s per GPU (gap to the ideal implementation); 8192 tokens per GPU, DGX H100, 32/8 heads x 128, "
           "bf16, batch 1; zigzag layout when causal, contiguous when full")
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps({
+    save_json(a.json, {
         "config": dict(BASE, tokens_per_gpu=TOKENS_PER_GPU, cp=list(CP), layouts={"causal": "zigzag",
                                                                                     "full": "contiguous"}),
         "implementations": {s: [i.describe() for i in implementations.of_scheme(s)] for s in scheme_names()},
-        "rows": rows}, indent=1) + "\n")
+        "rows": rows}, force=a.force, indent=1)
     print(f"wrote {a.json}")
     return 0
 

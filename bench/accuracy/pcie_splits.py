@@ -29,13 +29,12 @@ split over the best, published and simulated, with their quotient (the goal: wit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim.cli.options import simulate_parser, values_from_args  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
 from sim.scenario.resolve import scenario_of  # noqa: E402
@@ -118,7 +117,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--machines", default=",".join(PUBLISHED), help="comma-separated, of: " + ", ".join(PUBLISHED))
     p.add_argument("--out", default=str(RESULTS / "accuracy" / "ulysses-ring-splits-l20-a100.json"))
+    add_force(p)
     a = p.parse_args()
+    keep_results("pcie_splits", a.out, force=a.force)
     machines = [m.strip() for m in a.machines.split(",") if m.strip()]
     unknown = [m for m in machines if m not in PUBLISHED]
     if unknown:
@@ -137,7 +138,7 @@ def main() -> int:
     n = len(rows)
     print(f"\nsame best split {sum(r['same_best'] for r in rows)}/{n}; same order {sum(r['same_order'] for r in rows)}"
           f"/{n}; slowest/best within {RATIO_GOAL}x of the published {sum(r['ratio_within'] for r in rows)}/{n}")
-    Path(a.out).write_text(json.dumps({"source": SOURCE, "ratio_goal": RATIO_GOAL, "rows": rows}, indent=1) + "\n")
+    save_json(a.out, {"source": SOURCE, "ratio_goal": RATIO_GOAL, "rows": rows}, force=a.force, indent=1)
     print(f"wrote {a.out}")
     return 0
 

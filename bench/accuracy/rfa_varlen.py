@@ -38,7 +38,7 @@ implementation and `--merge unfused` for all three: both are printed.
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.accuracy.compare_rfa import MACHINES, hardware, order, workload  # noqa: E402
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim.cli.main import one_gpu_s  # noqa: E402
 from sim.engine.play import simulate  # noqa: E402
 from sim.hardware.cluster import Hardware  # noqa: E402
@@ -103,7 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="the simulator against ring-flash-attention's published varlen table")
     p.add_argument("--json", default=str(RESULTS / "accuracy" / "rfa-varlen-h800-a100.json"),
                    help="where to write the results")
+    add_force(p)
     a = p.parse_args(argv)
+    # the results folder is made here, not at the end, so that keep_results finds it; one
+    # that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    keep_results("rfa_varlen", a.json, force=a.force)
     rows, checks = [], []
     for (machine, pass_), (fa_iters, published) in PUBLISHED.items():
         ref = float(np.mean([flash_varlen_s(hardware(machine), pass_, local) for local in LOCAL_CU_SEQLENS]))
@@ -143,11 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {c['gpu']} {c['pass']}: published {' < '.join(c['published_order'])}; "
               f"simulated {' < '.join(c['simulated_order'])}; flash_attn iter/s published "
               f"{c['flash_attn_iter_s']['published']:.1f}, model {c['flash_attn_iter_s']['model']:.1f}")
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps({"source": SOURCE, "machines": MACHINES, "cells": rows, "orders": checks,
-                                        "within_points": TOLERANCE_POINTS, "cells_within": within,
-                                        "before_cells_within": before, "impl": "rfa",
-                                        "before": {"impl": "ideal", "merge": "unfused"}}, indent=1) + "\n")
+    save_json(a.json, {"source": SOURCE, "machines": MACHINES, "cells": rows, "orders": checks,
+                       "within_points": TOLERANCE_POINTS, "cells_within": within, "before_cells_within": before,
+                       "impl": "rfa", "before": {"impl": "ideal", "merge": "unfused"}}, force=a.force, indent=1)
     return 0
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim.units import table  # noqa: E402
 
 SOURCE = "The Llama 3 Herd of Models (arXiv 2407.21783), Table 4"
@@ -78,7 +78,9 @@ def run_step(args: list[str]) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(RESULTS / "accuracy" / "step-llama3-405b-h100.json"))
+    add_force(p)
     a = p.parse_args()
+    keep_results("step_llama3", a.out, force=a.force)
     rows, out = [], []
     for gpus, tp, cp, pp, dp, seq, published in ROWS:
         by_v = {}
@@ -109,9 +111,9 @@ def main() -> int:
           f"{'the same' if pub_order == sim_order else 'different'} (published {pub_order}, simulated {sim_order})")
     print("row to row, published against simulated: "
           + "; ".join(f"{i + 2} / {i + 1}: {pub:.3f} against {sim:.3f}" for i, (pub, sim) in enumerate(steps)))
-    Path(a.out).write_text(json.dumps({"source": SOURCE, "convention": CONVENTION, "goal": GOAL, "rows": rows,
-                                       "row_to_row": [{"published": pub, "simulated": sim} for pub, sim in steps],
-                                       "same_order": pub_order == sim_order}, indent=1) + "\n")
+    save_json(a.out, {"source": SOURCE, "convention": CONVENTION, "goal": GOAL, "rows": rows,
+                      "row_to_row": [{"published": pub, "simulated": sim} for pub, sim in steps],
+                      "same_order": pub_order == sim_order}, force=a.force, indent=1)
     print(f"wrote {a.out}")
     return 0
 

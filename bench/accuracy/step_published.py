@@ -41,7 +41,6 @@ ratio's median per GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.accuracy.step_llama3 import run_step  # noqa: E402
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim.scenario.models import model_preset  # noqa: E402
 from sim.training.plan import step_argv  # noqa: E402
 from sim.training.step import Parallel  # noqa: E402
@@ -157,7 +156,9 @@ def order_kept(rows: list[dict]) -> bool:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(RESULTS / "accuracy" / "step-torchtitan-nemo-h100-h200.json"))
+    add_force(p)
     a = p.parse_args()
+    keep_results("step_published", a.out, force=a.force)
     rows, out = [], []
     for r in ROWS:
         d = run_step(r.command())
@@ -196,8 +197,8 @@ def main() -> int:
             orders[t] = order_kept(told)
     print("published order kept within a table: "
           + ", ".join(f"table {t} {'yes' if ok else 'no'}" for t, ok in orders.items()))
-    Path(a.out).write_text(json.dumps({"sources": [TORCHTITAN, NEMO], "rows": rows, "order_kept": orders,
-                                       "summary": summary}, indent=1) + "\n")
+    save_json(a.out, {"sources": [TORCHTITAN, NEMO], "rows": rows, "order_kept": orders, "summary": summary},
+              force=a.force, indent=1)
     print(f"wrote {a.out}")
     return 0
 

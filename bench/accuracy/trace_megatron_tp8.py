@@ -17,14 +17,14 @@ and with the presets' constants in place of the fits.
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim.profiler.reader import read_run  # noqa: E402
 from sim.profiler.step_replay import replay  # noqa: E402
 from sim.units import fmt_s, table  # noqa: E402
@@ -38,7 +38,13 @@ SOURCE = ("astra-sim/astra-sim branch 24S_HML_FP, commit ab5d3e629c9d28257cf9d2b
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(RESULTS / "accuracy" / "trace-megatron-tp8-a100.json"))
+    add_force(ap)
     a = ap.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it; one
+    # that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    keep_results("trace_megatron_tp8", a.out, force=a.force)
     t0 = time.perf_counter()
     r = replay(read_run([str(p) for p in TRACES]))
     took = time.perf_counter() - t0
@@ -70,8 +76,7 @@ def main() -> int:
     print(f"within 10%: {sum(abs(e) < 0.10 for e in r.errors())}/{len(r.ranks)} ranks (worst {worst:.1%}), overall "
           f"{'yes' if abs(r.overall_error) < 0.10 else 'no'}; replayed in {took:.1f} s")
     out = {"source": SOURCE, "files": [str(p.relative_to(ROOT)) for p in TRACES], **r.to_dict()}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=2, default=float) + "\n")
+    save_json(a.out, out, force=a.force, indent=2)
     print(f"wrote {Path(a.out).relative_to(ROOT) if Path(a.out).is_relative_to(ROOT) else a.out}")
     return 0
 
