@@ -8,7 +8,7 @@ calls after a warm-up (the median of the repeats, each the mean of `--inner` que
 calls), and the model's time of the same product queued (`gemm_time(..., alone=False)`).
 Writes every product with both times; prints the median and largest |error| per dtype.
 
-    python bench/gpu/gemm_grid.py OUT.json [--models llama3-8b,...] [--tp 1,2,4,8] [--tokens 2048,...]
+    python bench/gpu/gemm_grid.py OUT.json [--models llama3-8b,...] [--tp 1,2,4,8] [--tokens 2048,...] [--force]
 
 Needs a CUDA build of torch.
 """
@@ -16,14 +16,13 @@ Needs a CUDA build of torch.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import ints  # noqa: E402
+from bench.common import ints, keep_results, save_json  # noqa: E402
 from sim.hardware.gemm import Linear, gemm_time, linear_products  # noqa: E402
 from sim.scenario.models import model_preset  # noqa: E402
 from sim.training.step import layer_linears  # noqa: E402
@@ -77,8 +76,7 @@ def main() -> int:
     p.add_argument("--force", action="store_true")
     a = p.parse_args()
     out = Path(a.out)
-    if out.exists() and not a.force:
-        p.error(f"{out} exists; --force to replace it")
+    keep_results("gemm_grid", out, force=a.force)
     import torch
 
     if not torch.cuda.is_available():
@@ -100,7 +98,7 @@ def main() -> int:
                         rows.append({"model": model, "tp": tp, "tokens": tokens, "product": name, "m": m, "n": n,
                                      "k": k, "dtype": "fp8" if fp8 else "bf16", "measured_s": got, "model_s": want,
                                      "error": want / got - 1})
-    out.write_text(json.dumps({"gpu": gpu, "preset": preset, "torch": torch.__version__, "rows": rows}, indent=1))
+    save_json(out, {"gpu": gpu, "preset": preset, "torch": torch.__version__, "rows": rows}, force=a.force, indent=1)
     for dtype in ("bf16", "fp8"):
         errs = [abs(r["error"]) for r in rows if r["dtype"] == dtype]
         if errs:

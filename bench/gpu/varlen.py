@@ -25,13 +25,14 @@ script, not a measurement of a GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.common import keep_results, save_json  # noqa: E402
 
 TOKENS = 8192
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
@@ -181,9 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     a = p.parse_args(argv)
-    if Path(a.out).exists() and not a.force:
-        print(f"{a.out} exists; --force replaces it", file=sys.stderr)
-        return 2
+    keep_results("varlen", a.out, force=a.force)
     import torch
 
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -205,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"model {row['model_s'] * 1e3:.3f} ms ({row['model_s'] / row['measured_s'] - 1:+.1%})")
         else:
             print(f"varlen call: {row['unavailable']}")
-    Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
+    save_json(a.out, result, force=a.force, indent=1)
     return 0
 
 
