@@ -14,6 +14,7 @@ after it (recording i of every case runs before recording i + 1 of any).
     .venv/bin/python bench/calibration/kineto_replay.py                     # record and replay
     .venv/bin/python bench/calibration/kineto_replay.py --seqs 2048 --recordings 2
     .venv/bin/python bench/calibration/kineto_replay.py --from DIR           # traces recorded before
+    .venv/bin/python bench/calibration/kineto_replay.py -o FILE.json --force  # replace a results file
 
 Recordings go to --keep DIR (default: a temporary folder), one folder per implementation,
 length and recording. Prints a table and writes JSON (default
@@ -23,7 +24,7 @@ bench/results/calibration/cpu-<cores>core/kineto-replay.json).
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import statistics
 import sys
@@ -34,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host, ints  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, ints, keep_results, save_json  # noqa: E402
 
 IMPLS = ("ring", "cp-alltoall", "cp-allgather")
 
@@ -65,7 +66,13 @@ def main() -> int:
     p.add_argument("--from", dest="from_dir", default=None, help="take the recordings in DIR instead of recording")
     p.add_argument("--keep", default=None, help="where recordings go (default: a temporary folder)")
     p.add_argument("-o", "--output", default=str(RESULTS / "calibration" / cpu_host() / "kineto-replay.json"))
+    add_force(p)
     a = p.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
+    keep_results("kineto_replay", a.output, force=a.force)
 
     from sim.calibration.from_profiler import calibrate_from_ring, replay
     from sim.profiler.reader import read_run
@@ -144,9 +151,7 @@ def main() -> int:
            "load_average_before": load0, "load_average_after": load1,
            "measured": "the slowest rank's attention phase of each profiled iteration (sim.profiler.ring)",
            "cases": cases, "held_out": held}
-    os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
-    with open(a.output, "w") as f:
-        json.dump(doc, f, indent=1)
+    save_json(a.output, doc, force=a.force, indent=1)
     print(f"wrote {a.output}")
     return 0
 

@@ -13,13 +13,13 @@ FLUX.1 inference on one MI300X. Per trace: median, 10th and 90th percentiles in 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import RESULTS  # noqa: E402
+from bench.common import RESULTS, add_force, keep_results, save_json  # noqa: E402
 from sim.hardware.presets import CALL_HOST_US, KERNEL_GAP_US, OP_HOST_US  # noqa: E402
 from sim.profiler.launch import host_floor_s, launch_costs  # noqa: E402
 from sim.profiler.reader import read_run  # noqa: E402
@@ -50,7 +50,13 @@ def _cell(s) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(RESULTS / "calibration" / "launch-costs-vendored-traces.json"))
+    add_force(ap)
     a = ap.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it; one
+    # that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    keep_results("launch_costs", a.out, force=a.force)
     costs = {name: launch_costs(read_run([str(p) for p in paths], partial=True), name)
              for name, paths in TRACES.items()}
     print("median (p10-p90), µs")
@@ -66,8 +72,7 @@ def main() -> int:
            "presets": {"OP_HOST_US": OP_HOST_US, "CALL_HOST_US": CALL_HOST_US, "KERNEL_GAP_US": KERNEL_GAP_US},
            "traces": {name: {"files": [str(p.relative_to(ROOT)) for p in TRACES[name]], **c.to_dict(),
                              "host_floor_1000_launches_s": host_floor_s(c, 1000)} for name, c in costs.items()}}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
+    save_json(a.out, out, force=a.force, indent=2)
     print(f"wrote {Path(a.out).relative_to(ROOT) if Path(a.out).is_relative_to(ROOT) else a.out}")
     return 0
 

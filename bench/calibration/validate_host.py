@@ -6,13 +6,12 @@ validate --replays` does), so that a model change is compared on identical measu
 table, writes JSON with the host's load average at every case.
 
     .venv/bin/python bench/calibration/validate_host.py --profiles before.json after.json \
-        --gpus 2 3 --seqs 3072 --out bench/results/calibration/cpu-2core/host-model-1/validation.json
+        --gpus 2 3 --seqs 3072 --out bench/results/calibration/cpu-2core/host-model-1/validation.json [--force]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.common import add_force, keep_results, save_json  # noqa: E402
 from hw.config import RunConfig  # noqa: E402
 from hw.launch import run_config  # noqa: E402
 from hw.validate import matrix, summarize  # noqa: E402
@@ -38,7 +38,9 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--out", required=True)
     p.add_argument("--replays", type=int, default=1, help="seeded plays per case (ringsim validate --replays)")
+    add_force(p)
     a = p.parse_args()
+    keep_results("validate_host", a.out, force=a.force)
     profiles = {path: load_profile(path) for path in a.profiles}
     rows: dict[str, list] = {path: [] for path in a.profiles}
     loads = []
@@ -57,8 +59,7 @@ def main() -> int:
         print("  ".join(line) + f"  load {loads[-1]:.1f}", file=sys.stderr, flush=True)
     out = {"created": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_1m": loads,
            "profiles": {path: {"summary": summarize(r), "cases": r} for path, r in rows.items()}}
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
+    save_json(a.out, out, force=a.force, indent=1)
     print(f"{'profile':40} {'cases':>5} {'median |makespan err|':>22} {'per-step median':>16}")
     for path, r in rows.items():
         s = summarize(r)
