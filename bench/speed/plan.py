@@ -1,7 +1,7 @@
 """The whole-step planner's time: `ringsim plan --global-batch` before and after, as commands.
 
     .venv/bin/python bench/speed/plan.py --before /tmp/plan-before [--repeats 3] [--only NAME]
-        [--out bench/results/speed/cpu-2core/plan.json]
+        [--out bench/results/speed/cpu-2core/plan.json] [--force]
 
 Each plan is run as a command in a subprocess (the interpreter's start and imports
 counted), in this tree and in `--before` (a tree of another version, such as a worktree
@@ -18,7 +18,7 @@ example); Llama 3 8B at 8k, 2M a step, on 2 nodes; and the 70B plan's whole tabl
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import resource
 import statistics
@@ -29,7 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 PLANS = {
     "llama3-405b-128k-16M-128x8": ["--model", "llama3-405b", "--seq", "128k", "--global-batch", "16M",
@@ -72,8 +72,9 @@ def summary(runs: list[dict]) -> dict:
             "cpu_median_s": statistics.median(cpus), "wall_s": walls, "cpu_s": cpus}
 
 
-def report(runs: dict, trees: dict, loads: list[float], out: str, done: int, final: bool) -> None:
-    """Print (at the end) and write the results of the `done` repeats so far."""
+def report(runs: dict, trees: dict, loads: list[float], out: str, done: int, final: bool, force: bool) -> None:
+    """Print (at the end) and write the results of the `done` repeats so far: the first
+    write replaces a file already there only with `force`, the later ones this run's own."""
     result = {"machine": cpu_host(), "repeats": done, "load_average_1min": {"min": min(loads), "max": max(loads)},
               "trees": {v: os.path.realpath(t) for v, t in trees.items()}, "plans": {}}
     say = print if final else (lambda *x, **k: None)
@@ -94,10 +95,7 @@ def report(runs: dict, trees: dict, loads: list[float], out: str, done: int, fin
             entry["speedup_wall_median"] = entry["before"]["wall_median_s"] / entry["after"]["wall_median_s"]
         result["plans"][name] = entry
     say(f"load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    save_json(out, result, force=force or done > 1, indent=2)
     say(f"wrote {out}")
 
 
@@ -107,7 +105,13 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", action="append", choices=sorted(PLANS), help="only these plans")
     ap.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "plan.json"))
+    add_force(ap)
     a = ap.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    keep_results("plan", a.out, force=a.force)
     names = a.only or list(PLANS)
     trees = {"after": ROOT, **({"before": a.before} if a.before else {})}
     runs: dict[str, dict[str, list[dict]]] = {n: {v: [] for v in trees} for n in names}
@@ -120,7 +124,7 @@ def main() -> int:
                 print(f"  {rep + 1}/{a.repeats} {name} {version}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU",
                       file=sys.stderr, flush=True)
                 loads.append(os.getloadavg()[0])
-        report(runs, trees, loads, a.out, rep + 1, final=rep + 1 == a.repeats)
+        report(runs, trees, loads, a.out, rep + 1, final=rep + 1 == a.repeats, force=a.force)
     return 0
 
 

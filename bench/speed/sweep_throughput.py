@@ -1,7 +1,7 @@
 """Sweep throughput in-process and on Dask, and `ringsim plan` on the issue's two questions.
 
     .venv/bin/python bench/speed/sweep_throughput.py [--configs 480] [--repeats 2]
-        [--out bench/results/speed/cpu-2core/sweep-throughput.json]
+        [--out bench/results/speed/cpu-2core/sweep-throughput.json] [--skip-plan] [--force]
 
 Throughput: the same 64-GPU configurations (8 nodes of 8 H100 on NDR, Llama-3-70B
 attention: every scheme x ring layout x forward / forward+backward x sequence lengths)
@@ -19,6 +19,7 @@ plan's top candidate is run alone with its `ringsim simulate` command and compar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -31,7 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 PLANS = {
     "llama3-70b-1M-8x8-h100-ndr": ["--model", "llama3-70b", "--seq", "1M", "--nodes", "8", "--gpus-per-node", "8",
@@ -109,7 +110,11 @@ def per_config_times(configs) -> dict:
             "max_command": worst[1], "sum_s": sum(ts), "share_of_slowest": worst[0] / sum(ts)}
 
 
-def run_plan(name: str, argv: list[str], outdir: str) -> dict:
+def run_plan(name: str, argv: list[str], path: str, force: bool) -> dict:
+    """Run and time one plan, and write its table to `path` (replacing a file there only
+    with `force`)."""
+    from sim.files import write_text
+
     cmd = ringsim() + ["plan", *argv, "--top", "5"]
     t0 = time.perf_counter()
     text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -117,8 +122,7 @@ def run_plan(name: str, argv: list[str], outdir: str) -> dict:
     t0 = time.perf_counter()
     data = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, check=True).stdout)
     wall_json = time.perf_counter() - t0
-    with open(os.path.join(outdir, f"plan-{name}.txt"), "w") as f:
-        f.write(f"$ ringsim plan {shlex.join(argv)} --top 5\n{text}")
+    write_text(path, f"$ ringsim plan {shlex.join(argv)} --top 5\n{text}", overwrite=force)
     top = data["candidates"][0]
     alone = json.loads(subprocess.run(ringsim() + shlex.split(top["command"])[1:] + ["--json"],
                                       capture_output=True, text=True, check=True).stdout)
@@ -138,7 +142,16 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "sweep-throughput.json"),
                     help="the JSON; each plan's table goes beside it as plan-NAME.txt")
     ap.add_argument("--skip-plan", action="store_true")
+    add_force(ap)
     a = ap.parse_args()
+    # every file this run writes is named now: the JSON and, beside it, each plan's table
+    outdir = os.path.dirname(os.path.abspath(a.out))
+    plan_paths = {} if a.skip_plan else {name: os.path.join(outdir, f"plan-{name}.txt") for name in PLANS}
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(outdir, exist_ok=True)
+    keep_results("sweep_throughput", a.out, *plan_paths.values(), force=a.force)
 
     from sim.planning.spec import Spec
 
@@ -175,21 +188,18 @@ def main() -> int:
     print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
 
     plans = {}
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     if not a.skip_plan:
-        outdir = os.path.dirname(os.path.abspath(a.out))
         for name, argv in PLANS.items():
-            p = run_plan(name, argv, outdir)
+            p = run_plan(name, argv, plan_paths[name], a.force)
             plans[name] = {k: v for k, v in p.items() if k != "text"}
             print(f"\n$ ringsim plan {shlex.join(argv)}   ({p['wall_s']:.2f} s; --json {p['wall_json_s']:.2f} s; "
                   f"top candidate reproduced by `ringsim simulate`: {p['top_reproduced']})")
             print(p["text"])
-    with open(a.out, "w") as f:
-        json.dump({"configs": n, "cores": os.cpu_count(), "load_before": load_before, "load_after": load_after,
-                   "modes": {k: {**v, "configs_per_s": n / v["wall_s"]} for k, v in results.items()},
-                   "dask_overhead_per_config_s": overhead, "dask_cpu_overhead_per_config_s": cpu_overhead,
-                   "two_over_one": one / two,
-                   "per_config": times, "plans": plans}, f, indent=2)
+    save_json(a.out, {"configs": n, "cores": os.cpu_count(), "load_before": load_before, "load_after": load_after,
+                      "modes": {k: {**v, "configs_per_s": n / v["wall_s"]} for k, v in results.items()},
+                      "dask_overhead_per_config_s": overhead, "dask_cpu_overhead_per_config_s": cpu_overhead,
+                      "two_over_one": one / two,
+                      "per_config": times, "plans": plans}, force=a.force, indent=2)
     print(f"written {a.out}")
     return 0
 
