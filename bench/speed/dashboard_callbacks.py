@@ -27,7 +27,7 @@ put first on the path) and encodes JSON as REF's own dependencies would (plotly'
 engine unless REF requires orjson). Sizes REF's dashboard refuses are marked skipped.
 
     .venv/bin/python bench/speed/dashboard_callbacks.py [--sizes 8 64 256 1024] [--repeats 5]
-        [--against REF] [--rounds 3] [--out bench/results/speed/cpu-2core/dashboard-callbacks.json]
+        [--against REF] [--rounds 3] [--out bench/results/speed/cpu-2core/dashboard-callbacks.json] [--force]
 
 `--rounds N` measures the goals' sizes N times (REF and this tree in turn, each in a
 fresh process) and reports the median first draw: one cold request is one sample, and
@@ -37,6 +37,7 @@ on a shared machine one sample swings by tens of percent.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -48,6 +49,13 @@ import time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+sys.path.insert(0, ROOT)
+from bench.common import add_force, keep_results, save_json  # noqa: E402
+
+# this tree leaves the path again: a child measuring REF must find REF's packages first on
+# its path (bench.common imports nothing of sim or dashboard until it is called)
+sys.path.remove(ROOT)
 
 VIEWS = [
     # (label, output, tab)
@@ -308,16 +316,23 @@ def main() -> None:
     p.add_argument("--child-size", type=int, help=argparse.SUPPRESS)
     p.add_argument("--child-tree", help=argparse.SUPPRESS)
     p.add_argument("--child-out", help=argparse.SUPPRESS)
+    add_force(p)
     a = p.parse_args()
     if a.child_size is not None:
         _child_main(a.child_tree, a.child_size, a.repeats, a.child_out)
         return
-    if a.out is None:
-        # here, not at the top: a child measuring REF must find REF's packages first on its path
-        sys.path.insert(0, ROOT)
-        from bench.common import RESULTS, cpu_host
+    # here, not at the top: a child measuring REF must find REF's packages first on its path
+    # (the driver measures nothing itself; its results file is written with this tree's sim)
+    sys.path.insert(0, ROOT)
+    from bench.common import RESULTS, cpu_host
 
+    if a.out is None:
         a.out = str(RESULTS / "speed" / cpu_host() / "dashboard-callbacks.json")
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    keep_results("dashboard_callbacks", a.out, force=a.force)
     # the tree measured, as it is now (the results file is written into it at the end)
     this = _git("rev-parse", "HEAD") + (" (with uncommitted changes)"
                                         if _git("status", "--porcelain", "-uno") else "")
@@ -377,19 +392,17 @@ def main() -> None:
     import dash
     import plotly
 
-    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump({"what": "server time per dashboard callback (Flask test client, no network)",
-                   "command": "bench/speed/dashboard_callbacks.py " + " ".join(sys.argv[1:]),
-                   "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_start,
-                               "loadavg_at_end": os.getloadavg(), "platform": platform.platform(),
-                               "python": platform.python_version()},
-                   "versions": {"dash": dash.__version__, "plotly": plotly.__version__},
-                   "this": this,
-                   "ref": {"name": a.against, "commit": ref_commit} if a.against else None,
-                   "scenario": "defaults (Llama-3-8B attention, 131072 tokens, causal, zigzag, "
-                               "overlap, H100-SXM / nvlink4) with --sizes GPUs",
-                   "repeats": a.repeats, "goals": goals, "rows": rows}, f, indent=2)
+    save_json(a.out, {"what": "server time per dashboard callback (Flask test client, no network)",
+                      "command": "bench/speed/dashboard_callbacks.py " + " ".join(sys.argv[1:]),
+                      "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_start,
+                                  "loadavg_at_end": os.getloadavg(), "platform": platform.platform(),
+                                  "python": platform.python_version()},
+                      "versions": {"dash": dash.__version__, "plotly": plotly.__version__},
+                      "this": this,
+                      "ref": {"name": a.against, "commit": ref_commit} if a.against else None,
+                      "scenario": "defaults (Llama-3-8B attention, 131072 tokens, causal, zigzag, "
+                                  "overlap, H100-SXM / nvlink4) with --sizes GPUs",
+                      "repeats": a.repeats, "goals": goals, "rows": rows}, force=a.force, indent=2)
     print(f"wrote {a.out}")
 
 

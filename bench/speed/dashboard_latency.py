@@ -16,7 +16,7 @@ line (if any) is hidden: what a reader waits.
 
     .venv/bin/python bench/speed/dashboard_latency.py [--sizes 8 64 256 1024] [--against main]
         [--views timeline blocks compare schemes memory sweep] [--workers 2] [--rounds 3] [--aged 8000]
-        [--out bench/results/speed/cpu-2core/dashboard-latency.json]
+        [--out bench/results/speed/cpu-2core/dashboard-latency.json] [--force]
 
 `--against REF` serves a checkout of the git ref REF (a temporary `git worktree`,
 removed afterwards) the same way, one view at a time beside this tree's, so that both see
@@ -29,7 +29,7 @@ access to the folder pays for its size shows there, and not in an empty one.
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import platform
 import socket
@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 VIEWS = ("timeline", "blocks", "compare", "schemes", "memory", "sweep")
 """The views whose chart follows the number of GPUs (the exact merge's does not)."""
@@ -232,7 +232,13 @@ def main() -> None:
     p.add_argument("--extra-path", default=os.environ.get("RINGSIM_EXTRA_PATH"),
                    help="a folder put on both servers' path (packages this machine's venv lacks)")
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "dashboard-latency.json"))
+    add_force(p)
     a = p.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    keep_results("dashboard_latency", a.out, force=a.force)
     _check_fresh_key()
     trees = {"this": ROOT}
     ref_tree = None
@@ -269,20 +275,19 @@ def main() -> None:
     print("\n" + table)
     import dash
 
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump({"what": "seconds from a committed GPUs value to the view drawn, in headless Chromium",
-                   "command": "bench/speed/dashboard_latency.py " + " ".join(sys.argv[1:]),
-                   "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_start,
-                               "loadavg_at_end": os.getloadavg(), "platform": platform.platform(),
-                               "python": platform.python_version()},
-                   "versions": {"dash": dash.__version__}, "this": this_commit,
-                   "ref": {"name": a.against, "commit": ref_commit} if a.against else None,
-                   "server": f"ringsim dashboard --workers {a.workers} (gunicorn)",
-                   "cache_folder": f"{a.aged} entries of older code at the start" if a.aged else "empty at the start",
-                   "scenario": "defaults (Llama-3-8B attention, 131072 tokens, causal, zigzag, overlap, "
-                               "H100-SXM / nvlink4), a fresh link bandwidth per view (450 GB/s and thousandths)",
-                   "goals_at_1024_s": GOALS_S, "timeout_s": a.timeout_s, "rows": rows, "table": table}, f, indent=2)
+    save_json(a.out, {"what": "seconds from a committed GPUs value to the view drawn, in headless Chromium",
+                      "command": "bench/speed/dashboard_latency.py " + " ".join(sys.argv[1:]),
+                      "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_start,
+                                  "loadavg_at_end": os.getloadavg(), "platform": platform.platform(),
+                                  "python": platform.python_version()},
+                      "versions": {"dash": dash.__version__}, "this": this_commit,
+                      "ref": {"name": a.against, "commit": ref_commit} if a.against else None,
+                      "server": f"ringsim dashboard --workers {a.workers} (gunicorn)",
+                      "cache_folder": f"{a.aged} entries of older code at the start" if a.aged else "empty at the start",
+                      "scenario": "defaults (Llama-3-8B attention, 131072 tokens, causal, zigzag, overlap, "
+                                  "H100-SXM / nvlink4), a fresh link bandwidth per view (450 GB/s and thousandths)",
+                      "goals_at_1024_s": GOALS_S, "timeout_s": a.timeout_s, "rows": rows, "table": table},
+              force=a.force, indent=2)
     print(f"wrote {a.out}")
 
 

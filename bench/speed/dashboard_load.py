@@ -13,12 +13,13 @@ their scenarios from a small pool, so some requests find results already cached 
 others simulate, as with real users.
 
     .venv/bin/python bench/speed/dashboard_load.py [--sessions 20] [--changes 8] [--think-s 0]
-        [--server-args "--threads 8"] [--out bench/results/speed/cpu-2core/dashboard-load.json]
+        [--server-args "--threads 8"] [--out bench/results/speed/cpu-2core/dashboard-load.json] [--force]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -37,7 +38,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 from dashboard.client import CallbackClient  # noqa: E402
 from dashboard.state import CONTROL_IDS, defaults  # noqa: E402
 
@@ -134,7 +135,13 @@ def main() -> None:
     p.add_argument("--server-args", default="",
                    help='flags for `ringsim dashboard`, e.g. "--dev-server" or "--threads 4"')
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "dashboard-load.json"))
+    add_force(p)
     a = p.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    keep_results("dashboard_load", a.out, force=a.force)
     server_args = shlex.split(a.server_args)
     load_at_start = os.getloadavg()
     port = _free_port()
@@ -198,18 +205,16 @@ def main() -> None:
           f"{overall['p95_s'] * 1e3:>9.1f} {overall['max_s'] * 1e3:>9.1f}")
     for e in errors:
         print("  " + e)
-    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump({"what": "latency of /_dash-update-component under concurrent sessions on loopback",
-                   "server": " ".join(["python -m sim.cli.main dashboard", *server_args]),
-                   "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
-                               "loadavg_at_end": os.getloadavg(),
-                               "platform": platform.platform(),
-                               "python": platform.python_version()},
-                   "sessions": a.sessions, "changes_per_session": a.changes, "think_s": a.think_s,
-                   "wall_s": wall,
-                   "requests": len(callbacks), "failed": len(bad), "session_errors": errors,
-                   "overall": overall, "by_request": rows}, f, indent=2)
+    save_json(a.out, {"what": "latency of /_dash-update-component under concurrent sessions on loopback",
+                      "server": " ".join(["python -m sim.cli.main dashboard", *server_args]),
+                      "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
+                                  "loadavg_at_end": os.getloadavg(),
+                                  "platform": platform.platform(),
+                                  "python": platform.python_version()},
+                      "sessions": a.sessions, "changes_per_session": a.changes, "think_s": a.think_s,
+                      "wall_s": wall,
+                      "requests": len(callbacks), "failed": len(bad), "session_errors": errors,
+                      "overall": overall, "by_request": rows}, force=a.force, indent=2)
     print(f"wrote {a.out}")
 
 

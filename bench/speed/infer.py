@@ -13,12 +13,13 @@ Each in-process case is timed cold (the first call in a fresh process) and warm 
 of `--repeats` more, with the layers already played forgotten, so that each plays them
 again). Prints a table and writes JSON.
 
-    .venv/bin/python bench/speed/infer.py [--repeats 3] [--out bench/results/speed/cpu-2core/infer.json]
+    .venv/bin/python bench/speed/infer.py [--repeats 3] [--out bench/results/speed/cpu-2core/infer.json] [--force]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,7 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -67,7 +68,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3, help="warm calls after the cold one (default 3)")
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "infer.json"))
+    add_force(p)
     a = p.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    keep_results("infer", a.out, force=a.force)
     rows = []
     load = os.getloadavg()[0]
     for case in CASES:
@@ -88,11 +95,8 @@ def main() -> None:
                            if k not in ("case", "cold_s", "warm_s", "command"))
         print(f"{r['case']:<24} {r['cold_s']:>8.3f} {warm:>8}  {answer}")
     print(f"load average before: {load:.2f} on {os.cpu_count()} cores")
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump({"host": cpu_host(), "python": platform.python_version(), "load_average_1min": load,
-                   "repeats": a.repeats, "rows": rows}, f, indent=2)
-        f.write("\n")
+    save_json(a.out, {"host": cpu_host(), "python": platform.python_version(), "load_average_1min": load,
+                      "repeats": a.repeats, "rows": rows}, force=a.force, indent=2)
     print(f"wrote {a.out}")
 
 

@@ -10,6 +10,7 @@ repeats), by thread name.
 
     .venv/bin/python bench/speed/kernel_profile.py                   # causal fwd, 4096 tokens
     .venv/bin/python bench/speed/kernel_profile.py --pass fwdbwd --repeats 8
+    .venv/bin/python bench/speed/kernel_profile.py -o FILE.json --force   # replace a results file
 
 Prints a table and writes JSON (default
 bench/results/speed/cpu-<cores>core/kernel-profile-<pass>-<seq>.json).
@@ -18,7 +19,7 @@ bench/results/speed/cpu-<cores>core/kernel-profile-<pass>-<seq>.json).
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import statistics
 import sys
@@ -29,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 
 def thread_cpu_s() -> dict[int, tuple[str, float]]:
@@ -131,8 +132,14 @@ def main() -> int:
     p.add_argument("--pass", dest="pass_", default="fwd", choices=["fwd", "fwdbwd"])
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("-o", "--output", default=None)
+    add_force(p)
     a = p.parse_args()
     out_path = a.output or str(RESULTS / "speed" / cpu_host() / f"kernel-profile-{a.pass_}-{a.seq}.json")
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    keep_results("kernel_profile", out_path, force=a.force)
     plan = {"seq": a.seq, "heads": a.heads, "head_dim": a.head_dim, "causal": a.causal,
             "pass": a.pass_, "repeats": a.repeats}
 
@@ -161,9 +168,7 @@ def main() -> int:
     doc = {"bench": "kernel_profile", "command": " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
            **plan, "load_avg_before": list(load0), "load_avg_after": list(load1),
            "ranks": per_rank}
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with open(out_path, "w") as f:
-        json.dump(doc, f, indent=1)
+    save_json(out_path, doc, force=a.force, indent=1)
     print(f"wrote {out_path}")
     return 0
 

@@ -12,6 +12,7 @@ reports, from its measured traces:
 
     .venv/bin/python bench/speed/kernel_vs_one_process.py     # forward, 8192 tokens
     .venv/bin/python bench/speed/kernel_vs_one_process.py --pass fwdbwd --seq 4096
+    .venv/bin/python bench/speed/kernel_vs_one_process.py -o FILE.json --force   # replace a results file
 
 Prints a table and writes JSON (default
 bench/results/speed/cpu-<cores>core/kernel-vs-one-process-<pass>-<seq>.json).
@@ -20,6 +21,7 @@ bench/results/speed/cpu-<cores>core/kernel-vs-one-process-<pass>-<seq>.json).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -32,14 +34,13 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-from bench.common import RESULTS, cpu_host, timed  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json, timed  # noqa: E402
 from hw.blocks import select_block_ops  # noqa: E402
 from hw.config import RunConfig  # noqa: E402
 from hw.launch import run_config  # noqa: E402
 from hw.layouts import shard  # noqa: E402
 from hw.reporting import spread  # noqa: E402
 from hw.runner import make_inputs  # noqa: E402
-from sim.files import write_json  # noqa: E402
 from sim.layouts import block_pieces  # noqa: E402
 from sim.scenario.config import Workload  # noqa: E402
 from sim.trace.metrics import compute_metrics  # noqa: E402
@@ -77,8 +78,14 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--samples", type=int, default=5, help="single-process samples per measurement")
     p.add_argument("-o", "--output", default=None)
+    add_force(p)
     a = p.parse_args()
     out_path = a.output or str(RESULTS / "speed" / cpu_host() / f"kernel-vs-one-process-{a.pass_}-{a.seq}.json")
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    keep_results("kernel_vs_one_process", out_path, force=a.force)
 
     wl = Workload(seq=a.seq, heads=a.heads, kv_heads=a.heads, head_dim=a.head_dim, dtype=a.dtype,
                   causal=a.causal, pass_=a.pass_)
@@ -201,8 +208,7 @@ def main() -> int:
            "blocks": blocks, "all_blocks_rate_ratio": total_single / total_ring,
            "exposed_comm_s": [[r.exposed_comm_s for r in m.ranks] for m in metrics],
            "idle_s": [[r.idle_s for r in m.ranks] for m in metrics]}
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    write_json(out_path, doc, overwrite=True)
+    save_json(out_path, doc, force=a.force, indent=None)
     print(f"\nwrote {out_path}")
     print(json.dumps({"efficiency_median": s_e["median"], "rate_ratio_all_blocks": total_single / total_ring}))
     return 0

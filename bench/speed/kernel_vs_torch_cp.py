@@ -17,6 +17,7 @@ the slowest rank from leaving a barrier to the end of the call, as the peer time
     .venv/bin/python bench/speed/kernel_vs_torch_cp.py                      # 4096 and 8192 tokens
     .venv/bin/python bench/speed/kernel_vs_torch_cp.py --seqs 4096 --repeats 3
     .venv/bin/python bench/speed/kernel_vs_torch_cp.py --against /tmp/old   # another tree's kernel too
+    .venv/bin/python bench/speed/kernel_vs_torch_cp.py -o FILE.json --force  # replace a results file
 
 `--against TREE` (a checkout of another commit, e.g. `git worktree add /tmp/old COMMIT`)
 runs that tree's kernel too, as the column `ringsim@LABEL`, interleaved with the rest:
@@ -30,6 +31,7 @@ repository, or $RINGSIM_TORCH_CP) for `cpu_cp_patch.py`. Prints a table and writ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -40,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 IMPLS = ("ringsim", "cp-alltoall", "cp-allgather", "one-process")
 
@@ -217,7 +219,13 @@ def main() -> int:
                    help="also run the kernel of the checkout at TREE (another commit), interleaved")
     p.add_argument("--against-label", default=None, help="its column's name (default: TREE's commit)")
     p.add_argument("-o", "--output", default=str(RESULTS / "speed" / cpu_host() / "kernel-vs-torch-cp.json"))
+    add_force(p)
     a = p.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
+    keep_results("kernel_vs_torch_cp", a.output, force=a.force)
     against = os.path.abspath(a.against) if a.against else None
     if against and not os.path.exists(os.path.join(against, "hw", "ring.py")):
         p.error(f"no hw/ring.py in {against} (--against)")
@@ -320,9 +328,7 @@ def main() -> int:
            "against": {"tree": against, "label": label} if against else None,
            "load_avg_before": list(load0), "load_avg_after": list(load1), "wall_s": wall,
            "cases": out_cases}
-    os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
-    with open(a.output, "w") as f:
-        json.dump(doc, f, indent=1)
+    save_json(a.output, doc, force=a.force, indent=1)
     print(f"wrote {a.output}")
     return 0
 

@@ -8,7 +8,7 @@ first warms imports and caches), pinned to one core so that the simulator's thre
 hide the work.
 
     .venv/bin/python bench/speed/malloc_reuse.py [--gpus 1024] [--rounds 3]
-        [--out bench/results/speed/cpu-2core/malloc-reuse.json]
+        [--out bench/results/speed/cpu-2core/malloc-reuse.json] [--force]
 
 Prints a table (median and range over the rounds) and writes JSON.
 """
@@ -16,6 +16,7 @@ Prints a table (median and range over the rounds) and writes JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -26,7 +27,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 RUNS = ("ring (zigzag)", "allgather (8 head groups)", "hybrid (2 x 512 ring-inner)")
 
@@ -67,9 +68,16 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=None)
+    add_force(ap)
     a = ap.parse_args()
     if a.gpus < 2 or a.rounds < 1:
         sys.exit("malloc_reuse.py: --gpus must be at least 2 and --rounds at least 1")
+    out = a.out or str(RESULTS / "speed" / cpu_host() / "malloc-reuse.json")
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    keep_results("malloc_reuse.py", out, force=a.force)
     samples: dict[tuple[str, str], list[dict]] = {}
     for _ in range(a.rounds):
         for run in RUNS:
@@ -87,11 +95,8 @@ def main() -> None:
             cells.append(f"{fmt.format(row[key]['median'])} ({fmt.format(min(values))}-{fmt.format(max(values))})")
         rows.append(row)
         print(f"{run:32s} {mode:8s} " + " ".join(f"{c:>18s}" if i < 3 else f"{c:>22s}" for i, c in enumerate(cells)))
-    out = a.out or str(RESULTS / "speed" / cpu_host() / "malloc-reuse.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"gpus": a.gpus, "rounds": a.rounds, "host": platform.node(), "cores": os.cpu_count(),
-                   "python": platform.python_version(), "rows": rows}, f, indent=1)
+    save_json(out, {"gpus": a.gpus, "rounds": a.rounds, "host": platform.node(), "cores": os.cpu_count(),
+                    "python": platform.python_version(), "rows": rows}, force=a.force, indent=1)
     print(f"wrote {out}")
 
 

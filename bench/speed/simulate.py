@@ -16,12 +16,13 @@ tokens per rank, H100 / NVLink presets (the defaults). Per GPU count and code tr
 Prints a table and writes JSON.
 
     .venv/bin/python bench/speed/simulate.py [--sizes 8 64 256 1024 4096] [--against REF]
-        [--against-max-gpus 1024] [--huge-pages] [--out bench/results/speed/cpu-2core/simulate.json]
+        [--against-max-gpus 1024] [--huge-pages] [--out bench/results/speed/cpu-2core/simulate.json] [--force]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -33,7 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 CHILD = r"""
 import gc, json, resource, sys, time
@@ -120,7 +121,13 @@ def main() -> None:
     p.add_argument("--huge-pages", action="store_true",
                    help="also run this tree with NumPy's huge-page advice left on (no CLI runs)")
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "simulate.json"))
+    add_force(p)
     a = p.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    keep_results("simulate", a.out, force=a.force)
     trees = [("this", ROOT, False)] + ([("this+huge", ROOT, True)] if a.huge_pages else [])
     ref_path = None
     if a.against:
@@ -153,11 +160,9 @@ def main() -> None:
     finally:
         if ref_path:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", ref_path], capture_output=True)
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                   "load_avg_start": load_start, "load_avg": os.getloadavg(), "python": platform.python_version(),
-                   "against": a.against, "rows": rows}, f, indent=2)
+    save_json(a.out, {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                      "load_avg_start": load_start, "load_avg": os.getloadavg(), "python": platform.python_version(),
+                      "against": a.against, "rows": rows}, force=a.force, indent=2)
     print(f"wrote {a.out}")
 
 

@@ -15,12 +15,13 @@ process held once its imports were done (the kernel's high-water mark reset befo
 /proc/self/clear_refs), and that as a multiple of the uncompressed size. The aim
 (docs/traces.md): >= 50 MB/s and under 2x.
 
-    .venv/bin/python bench/speed/trace_import.py [--repeats 3] [--large-mb 300] [--out FILE.json]
+    .venv/bin/python bench/speed/trace_import.py [--repeats 3] [--large-mb 300] [--out FILE.json] [--force]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -35,7 +36,7 @@ from pathlib import Path
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 TRACES = Path(ROOT) / "tests" / "data" / "traces"
 
@@ -147,7 +148,13 @@ def main() -> None:
     p.add_argument("--large-mb", type=float, default=300.0, help="size of the synthetic trace (0: none)")
     p.add_argument("--large-from", default="hta-nccl-a100.rank0-of-2.json.gz")
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "trace-import.json"))
+    add_force(p)
     a = p.parse_args()
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    keep_results("trace_import", a.out, force=a.force)
     sets = {
         "megatron-tp8-a100 (8 ranks)": sorted(TRACES.glob("megatron-tp8-a100.rank*.json.gz")),
         "megatron-tp8-a100 rank 0": [TRACES / "megatron-tp8-a100.rank0.json.gz"],
@@ -173,8 +180,7 @@ def main() -> None:
     load = os.getloadavg()
     result = {"machine": cpu_host(), "python": platform.python_version(), "load_avg_1_5_15": load,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "traces": rows}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+    save_json(a.out, result, force=a.force, indent=2)
     print(f"load average {load[0]:.1f}; wrote {a.out}")
 
 
