@@ -11,7 +11,7 @@ with a timeout, and classified:
 - other exit: any other status (1 is a measured check's verdict, never a bad input's);
 - clean error: exit 2 and one line; valid: exit 0 (with --json, a result within its bounds).
 
-    python bench/checks/hostile_run.py [--count 400] [--jobs 2] [--timeout 600] [--seed 53]
+    python bench/checks/hostile_run.py [--count 400] [--jobs 2] [--timeout 600] [--seed 53] [--out FILE.json] [--force]
 
 prints a table of the classes (and every input that is neither a clean error nor valid) and
 writes bench/results/checks/<machine>/hostile-run.json. The inputs differ from the suite's
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as futures
+import contextlib
 import hashlib
 import json
 import os
@@ -37,7 +38,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, cpu_host  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 from sim.errors import RingsimError  # noqa: E402
 from sim.invariants import check_rows, check_run, check_step  # noqa: E402
 from tests.hostile import damaged  # noqa: E402
@@ -402,7 +403,14 @@ def main() -> int:
                          "a loaded 2-core host)")
     ap.add_argument("--seed", type=int, default=53, help="the generator's seed (default 53)")
     ap.add_argument("--out", default=None, help="JSON results (default bench/results/checks/<machine>/hostile-run.json)")
+    add_force(ap)
     a = ap.parse_args()
+    out = Path(a.out) if a.out else RESULTS / "checks" / cpu_host() / "hostile-run.json"
+    # the results folder is made here, not at the end, so that keep_results finds it (a new
+    # host's has none yet); one that cannot be made is for keep_results to name
+    with contextlib.suppress(OSError):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    keep_results("hostile_run", out, force=a.force)
     cases = generate(a.count, a.seed)
     work = Path(tempfile.mkdtemp(prefix="ringsim-hostile-"))
     t0 = time.monotonic()
@@ -432,12 +440,10 @@ def main() -> int:
     print(f"{'all':16}" + "".join(f"{totals[c]:>13}" for c in classes))
     elapsed = time.monotonic() - t0
     print(f"{len(results)} inputs, seed {a.seed}, {a.jobs} at once, timeout {a.timeout:g} s: {elapsed:.0f} s")
-    out = Path(a.out) if a.out else RESULTS / "checks" / cpu_host() / "hostile-run.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": " ".join(["python", "bench/checks/hostile_run.py", *sys.argv[1:]]),
-                               "seed": a.seed, "count": len(results), "jobs": a.jobs, "timeout_s": a.timeout,
-                               "elapsed_s": round(elapsed, 1), "totals": totals, "by_kind": counts,
-                               "results": results}, indent=1))
+    save_json(out, {"command": " ".join(["python", "bench/checks/hostile_run.py", *sys.argv[1:]]),
+                    "seed": a.seed, "count": len(results), "jobs": a.jobs, "timeout_s": a.timeout,
+                    "elapsed_s": round(elapsed, 1), "totals": totals, "by_kind": counts,
+                    "results": results}, force=a.force, indent=1)
     print(f"wrote {out}")
     bad = sum(totals[c] for c in classes[:4])
     return 1 if bad else 0
