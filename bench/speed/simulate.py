@@ -10,7 +10,12 @@ tokens per rank, H100 / NVLink presets (the defaults). Per GPU count and code tr
 - `peak_rss_mb`: the process's peak resident memory, and `import_rss_mb` before the
   first call (what Python, numpy and simpy take on their own);
 - `cli_s`, `cli_rss_mb`: the whole `ringsim simulate --gpus N --json` process;
-- with `--simpy-check N...`: whether the SimPy player gives the identical trace;
+- with `--simpy-check N...`: whether the SimPy player gives the identical trace where
+  the two claim it, NCCL's pull on the computes off (`simpy_identical`: transfers at the
+  link's cost, `comm_cost="link"`), and how far the wave player's stretched computes
+  (docs/nccl.md) are from the event loop's with it on (`pull_from_simpy`: the largest
+  difference of a start or end, as a share of the makespan; tests/sim/engine/test_pull.py
+  holds it under 1e-5);
 - with `--huge-pages`: this tree once more ("this+huge") with NumPy's huge-page advice
   left on, as it is outside `simulate` (sim.engine.play asks for small pages while it runs).
 Prints a table and writes JSON.
@@ -65,11 +70,25 @@ warm = sorted(times[1:] or times)
 row.update(simulate_cold_s=times[0], simulate_s=warm[0], simulate_median_s=warm[len(warm) // 2],
            simulate_max_s=warm[-1], simulate_warm_s=times[1:])
 if check:
-    a = simulate(sc, player="recurrence").spans
-    b = simulate(sc, player="simpy").spans
-    row["simpy_identical"] = a == b
+    import dataclasses
+    import numpy as np
+    from sim.trace.format import WAIT
+    plain = dataclasses.replace(sc, hardware=dataclasses.replace(sc.hardware, comm_cost="link"))
+    row["simpy_identical"] = simulate(plain, player="recurrence").spans == simulate(plain, player="simpy").spans
+    a, b = simulate(sc, player="recurrence").columns, simulate(sc, player="simpy").columns
+    ops_a, ops_b = a.stream != WAIT, b.stream != WAIT      # the two record waits their own way
+    row["pull_from_simpy"] = max(float(np.abs(getattr(a, c)[ops_a] - getattr(b, c)[ops_b]).max())
+                                 for c in ("start_s", "end_s")) / float(b.end_s.max())
 print(json.dumps(row))
 """
+
+
+def _simpy_words(row: dict) -> str:
+    """The SimPy check's result as the table prints it."""
+    if "simpy_identical" not in row:
+        return "-"
+    pull = f", pull {row['pull_from_simpy']:.1e}" if "pull_from_simpy" in row else ""
+    return f"{'identical' if row['simpy_identical'] else 'DIFFERENT'}{pull}"
 
 
 def child(tree: str, n: int, repeats: int, check: bool, huge: bool = False) -> dict:
@@ -136,7 +155,7 @@ def main() -> None:
     rows = []
     load_start = os.getloadavg()
     print(f"{'tree':>10} {'GPUs':>5} {'spans':>9} | {'simulate s':>10} {'median':>7} {'slowest':>7} {'cold s':>7} "
-          f"{'peak MB':>8} {'import MB':>9} | {'CLI s':>6} {'CLI MB':>7} | simpy")
+          f"{'peak MB':>8} {'import MB':>9} | {'CLI s':>6} {'CLI MB':>7} | SimPy (pull off; with it, from it)")
     try:
         for n in a.sizes:
             for name, tree, huge in trees:
@@ -156,7 +175,7 @@ def main() -> None:
                       f"{r.get('simulate_max_s', r['simulate_s']):>7.3f} "
                       f"{r['simulate_cold_s']:>7.3f} "
                       f"{r['peak_rss_mb']:>8.0f} {r['import_rss_mb']:>9.0f} | {cli_s} {cli_mb} | "
-                      f"{r.get('simpy_identical', '-')}", flush=True)
+                      f"{_simpy_words(r)}", flush=True)
     finally:
         if ref_path:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", ref_path], capture_output=True)
