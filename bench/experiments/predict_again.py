@@ -20,7 +20,7 @@ host. A run made by the code as it stands is predicted exactly as it was: the "m
 (the largest |difference| between a case's prediction now and the committed one) reads 0
 there, which checks the harness itself.
 
-    .venv/bin/python bench/experiments/predict_again.py [--plays 31] [--json out.json] COMMIT...
+    .venv/bin/python bench/experiments/predict_again.py [--plays 31] [--json out.json [--force]] COMMIT...
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.common import keep_results  # noqa: E402
 from bench.experiments.committed_runs import committed_file  # noqa: E402
 from bench.experiments.resimulate_law import _scenario  # noqa: E402
 from hw.reference import reference_block  # noqa: E402
@@ -132,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plays", type=int, default=REPLAYS, metavar="N",
                     help=f"seeded plays per case, their median the prediction (default {REPLAYS}, as ringsim "
                          "validate)")
-    ap.add_argument("--json", metavar="FILE", help="also write the table as JSON")
+    ap.add_argument("--json", metavar="FILE", help="also write the table as JSON (rewritten as each row comes)")
+    ap.add_argument("--force", action="store_true", help="replace a --json file already there")
     a = ap.parse_args(argv)
+    keep_results("predict_again", a.json, force=a.force)
     if a.plays < 1:
         print("predict_again: --plays must be at least 1", file=sys.stderr)
         return 2

@@ -23,12 +23,12 @@ seeded plays each, playing the ring without and with gloo's point-to-point proto
 send posted after its receiver posted the receive holds the posting rank's compute,
 sim.engine.players.times_simpy), counted the same way.
 
-    .venv/bin/python bench/experiments/resimulate_law.py 556f71a eb5500d c904fae ... [--json out.json]
-    .venv/bin/python bench/experiments/resimulate_law.py --plays 31 556f71a ... [--json out.json]
-    .venv/bin/python bench/experiments/resimulate_law.py --placement 31 556f71a ... [--json out.json]
-    .venv/bin/python bench/experiments/resimulate_law.py --protocol 31 556f71a ... [--json out.json]
-    .venv/bin/python bench/experiments/resimulate_law.py --weight 31 556f71a ... [--json out.json]
-    .venv/bin/python bench/experiments/resimulate_law.py --schemes 31 a4be431 ... [--json out.json]
+    .venv/bin/python bench/experiments/resimulate_law.py 556f71a eb5500d c904fae ... [--json out.json [--force]]
+    .venv/bin/python bench/experiments/resimulate_law.py --plays 31 556f71a ... [--json out.json [--force]]
+    .venv/bin/python bench/experiments/resimulate_law.py --placement 31 556f71a ... [--json out.json [--force]]
+    .venv/bin/python bench/experiments/resimulate_law.py --protocol 31 556f71a ... [--json out.json [--force]]
+    .venv/bin/python bench/experiments/resimulate_law.py --weight 31 556f71a ... [--json out.json [--force]]
+    .venv/bin/python bench/experiments/resimulate_law.py --schemes 31 a4be431 ... [--json out.json [--force]]
 
 With `--weight N` it compares, by the median of N seeded plays each, each run's own
 profile (its transfers at the law's rate) with the same profile whose transfer cores,
@@ -56,6 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.common import keep_results  # noqa: E402
 from bench.experiments.committed_runs import committed_file  # noqa: E402
 from hw.config import RunConfig  # noqa: E402
 from sim.calibration.validation import row_gpus  # noqa: E402
@@ -225,7 +226,8 @@ def _weights(prof: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("commits", nargs="+", help="commits holding a calibration run's profile and ring report")
-    ap.add_argument("--json", metavar="FILE", help="also write the table as JSON")
+    ap.add_argument("--json", metavar="FILE", help="also write the table as JSON (rewritten as each row comes)")
+    ap.add_argument("--force", action="store_true", help="replace a --json file already there")
     ap.add_argument("--plays", type=int, metavar="N",
                     help="compare one play with the median of N seeded plays instead (each run's own profile)")
     ap.add_argument("--placement", type=int, metavar="N",
@@ -241,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="set each run's committed all-gather and Ulysses predictions beside the same cases "
                          "simulated again now instead, by the median of N seeded plays")
     a = ap.parse_args(argv)
+    keep_results("resimulate_law", a.json, force=a.force)
     flags = ("plays", "placement", "protocol", "weight", "schemes")
     for flag in flags:
         if getattr(a, flag) is not None and getattr(a, flag) < 2:

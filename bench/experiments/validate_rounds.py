@@ -8,7 +8,7 @@ measured median moved (median |log ratio| over the cases): what one run's median
 inherits from the moment it was measured in. Prints a table, writes JSON.
 
     .venv/bin/python bench/experiments/validate_rounds.py --profile bench/results/calibration/cpu-2core/profile.json \
-        --rounds 3 --repeats 6 --out bench/results/experiments/cpu-2core/validate-rounds.json
+        --rounds 3 --repeats 6 --out bench/results/experiments/cpu-2core/validate-rounds.json [--force]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import keep_results  # noqa: E402
 from sim.files import write_json  # noqa: E402
 
 
@@ -57,7 +58,9 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=6)
     p.add_argument("--pairs", type=int, default=2, help="runs of each variant, alternating (default 2)")
     p.add_argument("--out", default=None, help="JSON results")
+    p.add_argument("--force", action="store_true", help="replace an --out file already there")
     a = p.parse_args()
+    keep_results("validate_rounds", a.out, force=a.force)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.pairs):
