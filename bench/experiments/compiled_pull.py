@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.common import timed  # noqa: E402
 from sim.files import kept_file, write_json  # noqa: E402
 
 RUNS = ("ring (zigzag)", "allgather (8 head groups)", "hybrid (2 x 512 ring-inner)")
@@ -185,16 +186,6 @@ def pull_inputs(scenario):
     return got["args"]
 
 
-def timings(fn, repeats: int) -> list[float]:
-    fn()                                           # untimed: compilation, caches
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
-
-
 def measure(name: str, scenario, repeats: int, sweep) -> dict:
     import numpy as np
 
@@ -214,7 +205,7 @@ def measure(name: str, scenario, repeats: int, sweep) -> dict:
         return call
 
     row = {"run": name, "ops": len(schedule)}
-    row["simulate_s"] = timings(lambda: simulate(scenario, None, player="recurrence"), repeats)
+    row["simulate_s"] = timed(lambda: simulate(scenario, None, player="recurrence"), repeats)
     results = {}
     for way in ("numpy", "compiled"):
         saved = install_compiled(pull, sweep) if way == "compiled" else (pull._ByGpu.__init__, pull._extra_s)
@@ -227,7 +218,7 @@ def measure(name: str, scenario, repeats: int, sweep) -> dict:
                 results[way] = pull.times_pulled(*args)
                 per_call.append(sum(spent))
 
-            row[f"pull_{way}_s"] = timings(once, repeats)
+            row[f"pull_{way}_s"] = timed(once, repeats)
             row[f"stretch_{way}_s"] = per_call[1:]
         finally:
             pull._ByGpu.__init__, pull._extra_s = saved
