@@ -9,6 +9,7 @@ experiments), and, where it was measured rather than simulated, under the machin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -24,14 +25,20 @@ def cpu_host() -> str:
     return f"cpu-{os.cpu_count()}core"
 
 
-def keep_results(prog: str, *paths: str | os.PathLike | None, force: bool = False) -> None:
+def keep_results(prog: str, *paths: str | os.PathLike | None, force: bool = False,
+                 make_folders: bool = False) -> None:
     """Refuse, in one line on stderr and exit status 2, before any measuring, to write a
     results file where one is already kept (unless `force`: the script's --force) or
     where it cannot be written (sim.files.output_problem): a bench run never replaces a
-    kept result unasked, and a long run is not lost to a name it cannot write."""
+    kept result unasked, and a long run is not lost to a name it cannot write.
+    `make_folders`: each file's folder is made first, for a script that makes its own
+    results folder (a new host's has none yet); one that cannot be made is refused by name."""
     from sim.files import output_problem
 
     for path in paths:
+        if make_folders and path is not None:
+            with contextlib.suppress(OSError):
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         why = output_problem(path, force)
         if why:
             print(f"{prog}: {why}", file=sys.stderr)

@@ -27,7 +27,6 @@ Two sets of measurements the model was not fitted to:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
 import json
 import re
@@ -147,11 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="where to write the results")
     add_force(p)
     a = p.parse_args(argv)
-    # the results folder is made here, not at the end, so that keep_results finds it; one
-    # that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    keep_results("blocks_h100_batch1", a.json, force=a.force)
+    keep_results("blocks_h100_batch1", a.json, force=a.force, make_folders=True)
 
     rows, skipped = kernel_rows()
     _table(("kernel", "mask", "pass", "tokens", "measured", "model", "error"),

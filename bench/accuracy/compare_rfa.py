@@ -31,7 +31,6 @@ the ideal one (fused merge) beside them.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
@@ -100,11 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     add_force(p)
     a = p.parse_args(argv)
     out = Path(a.out) if a.out else RESULTS / "accuracy" / f"rfa-layouts-h800-a100-{a.a100.lower()}.json"
-    # the results folder is made here, not at the end, so that keep_results finds it; one
-    # that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        out.parent.mkdir(parents=True, exist_ok=True)
-    keep_results("compare_rfa", out, force=a.force)
+    keep_results("compare_rfa", out, force=a.force, make_folders=True)
     MACHINES["8xA100"] = (f"A100-SXM-{a.a100}", "nvlink3")
     rows, checks = [], []
     for (machine, pass_), (fa_iters, published) in PUBLISHED.items():

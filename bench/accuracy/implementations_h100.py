@@ -18,7 +18,6 @@ Nothing is fitted: this is the model's prediction, to be set against measurement
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
@@ -56,11 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="where to write the results")
     add_force(p)
     a = p.parse_args(argv)
-    # the results folder is made here, not at the end, so that keep_results finds it; one
-    # that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    keep_results("implementations_h100", a.json, force=a.force)
+    keep_results("implementations_h100", a.json, force=a.force, make_folders=True)
     rows = []
     for scheme in scheme_names():
         offered = [i.library for i in implementations.of_scheme(scheme)]

@@ -38,7 +38,6 @@ implementation and `--merge unfused` for all three: both are printed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -105,11 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="where to write the results")
     add_force(p)
     a = p.parse_args(argv)
-    # the results folder is made here, not at the end, so that keep_results finds it; one
-    # that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    keep_results("rfa_varlen", a.json, force=a.force)
+    keep_results("rfa_varlen", a.json, force=a.force, make_folders=True)
     rows, checks = [], []
     for (machine, pass_), (fa_iters, published) in PUBLISHED.items():
         ref = float(np.mean([flash_varlen_s(hardware(machine), pass_, local) for local in LOCAL_CU_SEQLENS]))

@@ -17,7 +17,6 @@ and with the presets' constants in place of the fits.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -40,11 +39,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS / "accuracy" / "trace-megatron-tp8-a100.json"))
     add_force(ap)
     a = ap.parse_args()
-    # the results folder is made here, not at the end, so that keep_results finds it; one
-    # that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    keep_results("trace_megatron_tp8", a.out, force=a.force)
+    keep_results("trace_megatron_tp8", a.out, force=a.force, make_folders=True)
     t0 = time.perf_counter()
     r = replay(read_run([str(p) for p in TRACES]))
     took = time.perf_counter() - t0

@@ -24,7 +24,6 @@ bench/results/calibration/cpu-<cores>core/kineto-replay.json).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
@@ -68,11 +67,7 @@ def main() -> int:
     p.add_argument("-o", "--output", default=str(RESULTS / "calibration" / cpu_host() / "kineto-replay.json"))
     add_force(p)
     a = p.parse_args()
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
-    keep_results("kineto_replay", a.output, force=a.force)
+    keep_results("kineto_replay", a.output, force=a.force, make_folders=True)
 
     from sim.calibration.from_profiler import calibrate_from_ring, replay
     from sim.profiler.reader import read_run

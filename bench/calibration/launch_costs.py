@@ -13,7 +13,6 @@ FLUX.1 inference on one MI300X. Per trace: median, 10th and 90th percentiles in 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
@@ -52,11 +51,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS / "calibration" / "launch-costs-vendored-traces.json"))
     add_force(ap)
     a = ap.parse_args()
-    # the results folder is made here, not at the end, so that keep_results finds it; one
-    # that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    keep_results("launch_costs", a.out, force=a.force)
+    keep_results("launch_costs", a.out, force=a.force, make_folders=True)
     costs = {name: launch_costs(read_run([str(p) for p in paths], partial=True), name)
              for name, paths in TRACES.items()}
     print("median (p10-p90), µs")

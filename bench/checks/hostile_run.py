@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as futures
-import contextlib
 import hashlib
 import json
 import os
@@ -406,11 +405,7 @@ def main() -> int:
     add_force(ap)
     a = ap.parse_args()
     out = Path(a.out) if a.out else RESULTS / "checks" / cpu_host() / "hostile-run.json"
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        out.parent.mkdir(parents=True, exist_ok=True)
-    keep_results("hostile_run", out, force=a.force)
+    keep_results("hostile_run", out, force=a.force, make_folders=True)
     cases = generate(a.count, a.seed)
     work = Path(tempfile.mkdtemp(prefix="ringsim-hostile-"))
     t0 = time.monotonic()

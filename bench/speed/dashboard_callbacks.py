@@ -37,7 +37,6 @@ on a shared machine one sample swings by tens of percent.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -328,11 +327,7 @@ def main() -> None:
 
     if a.out is None:
         a.out = str(RESULTS / "speed" / cpu_host() / "dashboard-callbacks.json")
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    keep_results("dashboard_callbacks", a.out, force=a.force)
+    keep_results("dashboard_callbacks", a.out, force=a.force, make_folders=True)
     # the tree measured, as it is now (the results file is written into it at the end)
     this = _git("rev-parse", "HEAD") + (" (with uncommitted changes)"
                                         if _git("status", "--porcelain", "-uno") else "")

@@ -29,7 +29,6 @@ access to the folder pays for its size shows there, and not in an empty one.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
 import socket
@@ -234,11 +233,7 @@ def main() -> None:
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "dashboard-latency.json"))
     add_force(p)
     a = p.parse_args()
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    keep_results("dashboard_latency", a.out, force=a.force)
+    keep_results("dashboard_latency", a.out, force=a.force, make_folders=True)
     _check_fresh_key()
     trees = {"this": ROOT}
     ref_tree = None

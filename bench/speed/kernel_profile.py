@@ -19,7 +19,6 @@ bench/results/speed/cpu-<cores>core/kernel-profile-<pass>-<seq>.json).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
@@ -135,11 +134,7 @@ def main() -> int:
     add_force(p)
     a = p.parse_args()
     out_path = a.output or str(RESULTS / "speed" / cpu_host() / f"kernel-profile-{a.pass_}-{a.seq}.json")
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    keep_results("kernel_profile", out_path, force=a.force)
+    keep_results("kernel_profile", out_path, force=a.force, make_folders=True)
     plan = {"seq": a.seq, "heads": a.heads, "head_dim": a.head_dim, "causal": a.causal,
             "pass": a.pass_, "repeats": a.repeats}
 

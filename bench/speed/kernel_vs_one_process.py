@@ -21,7 +21,6 @@ bench/results/speed/cpu-<cores>core/kernel-vs-one-process-<pass>-<seq>.json).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import resource
@@ -81,11 +80,7 @@ def main() -> int:
     add_force(p)
     a = p.parse_args()
     out_path = a.output or str(RESULTS / "speed" / cpu_host() / f"kernel-vs-one-process-{a.pass_}-{a.seq}.json")
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    keep_results("kernel_vs_one_process", out_path, force=a.force)
+    keep_results("kernel_vs_one_process", out_path, force=a.force, make_folders=True)
 
     wl = Workload(seq=a.seq, heads=a.heads, kv_heads=a.heads, head_dim=a.head_dim, dtype=a.dtype,
                   causal=a.causal, pass_=a.pass_)

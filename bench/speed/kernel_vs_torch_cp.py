@@ -31,7 +31,6 @@ repository, or $RINGSIM_TORCH_CP) for `cpu_cp_patch.py`. Prints a table and writ
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -221,11 +220,7 @@ def main() -> int:
     p.add_argument("-o", "--output", default=str(RESULTS / "speed" / cpu_host() / "kernel-vs-torch-cp.json"))
     add_force(p)
     a = p.parse_args()
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
-    keep_results("kernel_vs_torch_cp", a.output, force=a.force)
+    keep_results("kernel_vs_torch_cp", a.output, force=a.force, make_folders=True)
     against = os.path.abspath(a.against) if a.against else None
     if against and not os.path.exists(os.path.join(against, "hw", "ring.py")):
         p.error(f"no hw/ring.py in {against} (--against)")

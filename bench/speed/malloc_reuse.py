@@ -16,7 +16,6 @@ Prints a table (median and range over the rounds) and writes JSON.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -73,11 +72,7 @@ def main() -> None:
     if a.gpus < 2 or a.rounds < 1:
         sys.exit("malloc_reuse.py: --gpus must be at least 2 and --rounds at least 1")
     out = a.out or str(RESULTS / "speed" / cpu_host() / "malloc-reuse.json")
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    keep_results("malloc_reuse.py", out, force=a.force)
+    keep_results("malloc_reuse.py", out, force=a.force, make_folders=True)
     samples: dict[tuple[str, str], list[dict]] = {}
     for _ in range(a.rounds):
         for run in RUNS:

@@ -18,7 +18,6 @@ example); Llama 3 8B at 8k, 2M a step, on 2 nodes; and the 70B plan's whole tabl
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import resource
 import statistics
@@ -107,11 +106,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "plan.json"))
     add_force(ap)
     a = ap.parse_args()
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    keep_results("plan", a.out, force=a.force)
+    keep_results("plan", a.out, force=a.force, make_folders=True)
     names = a.only or list(PLANS)
     trees = {"after": ROOT, **({"before": a.before} if a.before else {})}
     runs: dict[str, dict[str, list[dict]]] = {n: {v: [] for v in trees} for n in names}

@@ -27,7 +27,6 @@ Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -142,11 +141,7 @@ def main() -> None:
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "simulate.json"))
     add_force(p)
     a = p.parse_args()
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    keep_results("simulate", a.out, force=a.force)
+    keep_results("simulate", a.out, force=a.force, make_folders=True)
     trees = [("this", ROOT, False)] + ([("this+huge", ROOT, True)] if a.huge_pages else [])
     ref_path = None
     if a.against:

@@ -19,7 +19,6 @@ plan's top candidate is run alone with its `ringsim simulate` command and compar
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
@@ -147,11 +146,7 @@ def main() -> int:
     # every file this run writes is named now: the JSON and, beside it, each plan's table
     outdir = os.path.dirname(os.path.abspath(a.out))
     plan_paths = {} if a.skip_plan else {name: os.path.join(outdir, f"plan-{name}.txt") for name in PLANS}
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(outdir, exist_ok=True)
-    keep_results("sweep_throughput", a.out, *plan_paths.values(), force=a.force)
+    keep_results("sweep_throughput", a.out, *plan_paths.values(), force=a.force, make_folders=True)
 
     from sim.planning.spec import Spec
 

@@ -21,7 +21,6 @@ process held once its imports were done (the kernel's high-water mark reset befo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
 import json
 import os
@@ -150,11 +149,7 @@ def main() -> None:
     p.add_argument("--out", default=str(RESULTS / "speed" / cpu_host() / "trace-import.json"))
     add_force(p)
     a = p.parse_args()
-    # the results folder is made here, not at the end, so that keep_results finds it (a new
-    # host's has none yet); one that cannot be made is for keep_results to name
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    keep_results("trace_import", a.out, force=a.force)
+    keep_results("trace_import", a.out, force=a.force, make_folders=True)
     sets = {
         "megatron-tp8-a100 (8 ranks)": sorted(TRACES.glob("megatron-tp8-a100.rank*.json.gz")),
         "megatron-tp8-a100 rank 0": [TRACES / "megatron-tp8-a100.rank0.json.gz"],
