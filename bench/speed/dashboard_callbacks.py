@@ -50,7 +50,7 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 sys.path.insert(0, ROOT)
-from bench.common import add_force, keep_results, save_json  # noqa: E402
+from bench.common import RESULTS, add_force, cpu_host, keep_results, save_json  # noqa: E402
 
 # this tree leaves the path again: a child measuring REF must find REF's packages first on
 # its path (bench.common imports nothing of sim or dashboard until it is called)
@@ -323,8 +323,6 @@ def main() -> None:
     # here, not at the top: a child measuring REF must find REF's packages first on its path
     # (the driver measures nothing itself; its results file is written with this tree's sim)
     sys.path.insert(0, ROOT)
-    from bench.common import RESULTS, cpu_host
-
     if a.out is None:
         a.out = str(RESULTS / "speed" / cpu_host() / "dashboard-callbacks.json")
     keep_results("dashboard_callbacks", a.out, force=a.force, make_folders=True)
