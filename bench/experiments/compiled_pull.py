@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import timed  # noqa: E402
-from sim.files import kept_file, write_json  # noqa: E402
+from bench.common import add_force, keep_results, timed  # noqa: E402
+from sim.files import write_json  # noqa: E402
 
 RUNS = ("ring (zigzag)", "allgather (8 head groups)", "hybrid (2 x 512 ring-inner)")
 """Compare schemes' runs with the most pull at 1,024 GPUs (bench/speed/comparison_runs.py)."""
@@ -237,15 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed calls of each, after one untimed (default 3)")
     ap.add_argument("--runs", nargs="+", default=list(RUNS), help="Compare schemes' runs by name")
     ap.add_argument("--json", metavar="FILE", help="also write the table as JSON")
-    ap.add_argument("--force", action="store_true", help="overwrite the --json file")
+    add_force(ap)
     a = ap.parse_args(argv)
     if a.gpus < 2 or a.repeats < 1:
         print("compiled_pull: --gpus must be at least 2 and --repeats at least 1", file=sys.stderr)
         return 2
-    why = kept_file(a.json, a.force)
-    if why:
-        print(f"compiled_pull: {why}", file=sys.stderr)
-        return 2
+    keep_results("compiled_pull", a.json, force=a.force)
     try:
         import numba
     except ModuleNotFoundError:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import keep_results  # noqa: E402
+from bench.common import add_force, keep_results  # noqa: E402
 from bench.experiments.committed_runs import committed_file  # noqa: E402
 from bench.experiments.resimulate_law import _scenario  # noqa: E402
 from hw.reference import reference_block  # noqa: E402
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"seeded plays per case, their median the prediction (default {REPLAYS}, as ringsim "
                          "validate)")
     ap.add_argument("--json", metavar="FILE", help="also write the table as JSON (rewritten as each row comes)")
-    ap.add_argument("--force", action="store_true", help="replace a --json file already there")
+    add_force(ap)
     a = ap.parse_args(argv)
     keep_results("predict_again", a.json, force=a.force)
     if a.plays < 1:

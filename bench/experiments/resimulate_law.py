@@ -56,7 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import keep_results  # noqa: E402
+from bench.common import add_force, keep_results  # noqa: E402
 from bench.experiments.committed_runs import committed_file  # noqa: E402
 from hw.config import RunConfig  # noqa: E402
 from sim.calibration.validation import row_gpus  # noqa: E402
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("commits", nargs="+", help="commits holding a calibration run's profile and ring report")
     ap.add_argument("--json", metavar="FILE", help="also write the table as JSON (rewritten as each row comes)")
-    ap.add_argument("--force", action="store_true", help="replace a --json file already there")
+    add_force(ap)
     ap.add_argument("--plays", type=int, metavar="N",
                     help="compare one play with the median of N seeded plays instead (each run's own profile)")
     ap.add_argument("--placement", type=int, metavar="N",

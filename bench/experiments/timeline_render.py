@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import keep_results  # noqa: E402
+from bench.common import add_force, keep_results  # noqa: E402
 from sim.files import write_json  # noqa: E402
 
 DRAW = """
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", metavar="FILE", help="also write the table as JSON")
-    ap.add_argument("--force", action="store_true", help="replace a --json file already there")
+    add_force(ap)
     a = ap.parse_args(argv)
     keep_results("timeline_render", a.json, force=a.force)
     if a.repeats < 1 or min(a.gpus) < 1:

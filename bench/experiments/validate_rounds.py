@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import keep_results  # noqa: E402
+from bench.common import add_force, keep_results  # noqa: E402
 from sim.files import write_json  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=6)
     p.add_argument("--pairs", type=int, default=2, help="runs of each variant, alternating (default 2)")
     p.add_argument("--out", default=None, help="JSON results")
-    p.add_argument("--force", action="store_true", help="replace an --out file already there")
+    add_force(p)
     a = p.parse_args()
     keep_results("validate_rounds", a.out, force=a.force)
     runs = []

@@ -83,7 +83,7 @@ def main() -> None:
     if a.gpus < 2 or a.repeats < 1 or min(a.cores) < 1:
         sys.exit("comparison_runs.py: --gpus must be at least 2, --repeats and --cores at least 1")
     out = a.out or str(RESULTS / "speed" / cpu_host() / f"comparison-runs-{a.gpus}.json")
-    keep_results("comparison_runs.py", out, force=a.force)
+    keep_results("comparison_runs.py", out, force=a.force, make_folders=True)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     rows = []
